@@ -1,0 +1,52 @@
+# Tessera: every target does its own set-up, so `make test` or `make run` works on a fresh
+# machine (Debian packages via scripts/bootstrap, then CMake configure and build).
+
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+TRACES ?= ../shared/traces/alibaba-gpu-2023
+TRACE ?= default
+SEEDS ?= 42-51
+OUT ?= sim-out
+
+CONFIGURED := $(BUILD_DIR)/build.ninja
+
+.PHONY: all bootstrap configure build test run bench format lint clean
+
+all: build
+
+bootstrap:
+	@scripts/bootstrap
+
+$(CONFIGURED): CMakeLists.txt | bootstrap
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
+
+configure: bootstrap $(CONFIGURED)
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+# The headline simulation: FGD against our policy on the default trace, 10 seeds.
+run: build
+	@$(BUILD_DIR)/tessera sim openb \
+	  --nodes $(TRACES)/openb_node_list_gpu_node.csv \
+	  --pods $(TRACES)/openb_pod_list_$(TRACE).csv \
+	  --policy fgd,tessera --seeds $(SEEDS) --tune 1.3 \
+	  --expected $(TRACES)/fgd-expected-results --out $(OUT)
+
+bench: build
+	@scripts/bench $(BUILD_DIR) $(TRACES)
+
+format: bootstrap
+	@git ls-files '*.h' '*.cc' | xargs clang-format -i
+
+lint: configure
+	@git ls-files '*.h' '*.cc' | xargs clang-format --dry-run --Werror
+	@scripts/check-layers
+	@git ls-files 'src/*.cc' | xargs clang-tidy -p $(BUILD_DIR) --quiet 2>/dev/null
+
+clean:
+	@rm -rf $(BUILD_DIR)

@@ -1,0 +1,24 @@
+// tessera: one binary, subcommands in the HashiCorp style (`tessera sim openb ...`).
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/sim_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Tessera shares GPU clusters between teams: one scheduler, a virtual cluster per tenant.",
+      "tessera"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tessera 0.1.0");
+  int rc = 0;
+  tessera::cli::addSimCommand(app, &rc);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    // Usage errors exit 2, like bad input; --help and --version exit 0.
+    return code == 0 ? 0 : 2;
+  }
+  return rc;
+}

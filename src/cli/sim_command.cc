@@ -1,0 +1,210 @@
+#include "cli/sim_command.h"
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/progress.h"
+#include "cli/seeds.h"
+#include "sched/policy.h"
+#include "sim/openb_experiment.h"
+#include "sim/report.h"
+
+namespace tessera::cli {
+namespace {
+
+struct OpenbOptions {
+  std::string nodes;
+  std::vector<std::string> pods;
+  std::string policies = "fgd,tessera";
+  std::string seeds = "42";
+  double tune = 1.3;
+  std::string out = "sim-out";
+  std::string expected;
+  bool quiet = false;
+  bool no_placements = false;
+  unsigned jobs = 0;
+};
+
+constexpr int kExitBadInput = 2;
+constexpr int kExitFailure = 1;
+
+int fail(int code, const std::string& message) {
+  std::cerr << "error: " << message << "\n";
+  return code;
+}
+
+int runOpenb(const OpenbOptions& opt) {
+  std::vector<std::string> policies = splitList(opt.policies);
+  if (policies.empty()) {
+    return fail(kExitBadInput, "--policy is empty");
+  }
+  for (const std::string& p : policies) {
+    bool known = false;
+    for (const std::string& n : sched::policyNames()) {
+      known |= n == p;
+    }
+    if (!known) {
+      std::string names;
+      for (const std::string& n : sched::policyNames()) {
+        names += (names.empty() ? "" : ", ") + n;
+      }
+      return fail(kExitBadInput, "unknown policy '" + p + "' (known: " + names + ")");
+    }
+  }
+  auto seeds = parseSeeds(opt.seeds);
+  if (!seeds.isOk()) {
+    return fail(kExitBadInput, seeds.status().message());
+  }
+  if (!(opt.tune > 0) || opt.tune > 10) {
+    return fail(kExitBadInput, fmt::format("--tune {} is outside (0, 10]", opt.tune));
+  }
+  std::vector<std::string> pod_files;
+  for (const std::string& p : opt.pods) {
+    for (const std::string& item : splitList(p)) {
+      pod_files.push_back(item);
+    }
+  }
+  if (pod_files.empty()) {
+    return fail(kExitBadInput, "--pods names no file");
+  }
+  sim::ExpectedResults expected;
+  if (!opt.expected.empty()) {
+    auto e = sim::readExpected(opt.expected);
+    if (!e.isOk()) {
+      return fail(kExitBadInput, e.status().message());
+    }
+    expected = std::move(e).value();
+  }
+  // Load every trace first, so a bad file fails before any work is done.
+  std::vector<std::unique_ptr<sim::OpenbExperiment>> experiments;
+  for (const std::string& pods : pod_files) {
+    auto e = sim::OpenbExperiment::load(opt.nodes, pods);
+    if (!e.isOk()) {
+      return fail(kExitBadInput, e.status().message());
+    }
+    experiments.push_back(std::move(e).value());
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(opt.out, ec);
+  if (ec) {
+    return fail(kExitFailure, opt.out + ": cannot create directory: " + ec.message());
+  }
+
+  struct Job {
+    size_t trace;
+    std::string policy;
+    uint64_t seed;
+  };
+  std::vector<Job> jobs;
+  for (size_t t = 0; t < experiments.size(); ++t) {
+    for (const std::string& p : policies) {
+      for (uint64_t s : seeds.value()) {
+        jobs.push_back({t, p, s});
+      }
+    }
+  }
+  std::vector<sim::SummaryRow> rows(jobs.size());
+  std::vector<std::string> errors(jobs.size());
+  constexpr size_t kTicksPerRun = 1000;
+  Progress progress(fmt::format("simulating {} runs", jobs.size()), jobs.size() * kTicksPerRun,
+                    !opt.quiet);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t j = next++; j < jobs.size(); j = next++) {
+      const Job& job = jobs[j];
+      const sim::OpenbExperiment& exp = *experiments[job.trace];
+      size_t reported = 0;
+      auto onProgress = [&](size_t done, size_t total) {
+        const size_t ticks = done * kTicksPerRun / total;
+        progress.add(ticks - reported);
+        reported = ticks;
+      };
+      auto run = exp.run(job.policy, job.seed, opt.tune, onProgress);
+      if (!run.isOk()) {
+        errors[j] = run.status().message();
+        continue;
+      }
+      const std::string trace = sim::traceNameOf(pod_files[job.trace]);
+      const std::string suffix = experiments.size() > 1 ? trace + "-" : "";
+      const std::string stem = fmt::format("{}-{}{}", job.policy, suffix, job.seed);
+      core::Status st = sim::writeCurve(opt.out + "/curve-" + stem + ".csv", *run);
+      if (st.isOk() && !opt.no_placements) {
+        st = sim::writePlacements(opt.out + "/placements-" + stem + ".csv", *run, exp.nodes());
+      }
+      if (!st.isOk()) {
+        errors[j] = st.message();
+        continue;
+      }
+      rows[j] = {trace, job.policy, job.seed, run->unallocAt(100), run->unallocAt(130),
+                 run->seconds};
+    }
+  };
+  unsigned threads = opt.jobs != 0 ? opt.jobs : std::max(1U, std::thread::hardware_concurrency());
+  threads = std::min<unsigned>(threads, static_cast<unsigned>(jobs.size()));
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i) {
+    pool.emplace_back(worker);
+  }
+  worker();
+  for (std::thread& t : pool) {
+    t.join();
+  }
+  progress.finish();
+  for (const std::string& e : errors) {
+    if (!e.empty()) {
+      return fail(kExitFailure, e);
+    }
+  }
+  core::Status st = sim::writeSummary(opt.out + "/summary.csv", rows);
+  if (!st.isOk()) {
+    return fail(kExitFailure, st.message());
+  }
+  std::cout << "Unallocated GPU % at arrived = 100% and 130% of GPU capacity (mean ± sd over "
+            << seeds->size() << " seed" << (seeds->size() == 1 ? "" : "s") << ")\n";
+  std::cout << sim::formatSummaryTable(rows, opt.expected.empty() ? nullptr : &expected);
+  std::cout << "Wrote " << opt.out << "/summary.csv and per-run curve"
+            << (opt.no_placements ? "" : " and placement") << " files.\n";
+  return 0;
+}
+
+}  // namespace
+
+void addSimCommand(CLI::App& app, int* rc) {
+  CLI::App* sim = app.add_subcommand("sim", "Trace-driven simulation of the scheduler");
+  sim->require_subcommand(1);
+  auto opt = std::make_shared<OpenbOptions>();
+  CLI::App* openb = sim->add_subcommand(
+      "openb",
+      "Replay the Alibaba GPU-sharing trace (openb) as in the FGD paper: shuffle, tune to a "
+      "multiple of GPU capacity, place each pod once, and report unallocated GPUs");
+  openb->add_option("--nodes,-n,--node-list", opt->nodes, "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
+      ->required();
+  openb->add_option("--pods,-p,--pod-list", opt->pods,
+                    "Pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]); "
+                    "several may be given, comma-separated or repeated")
+      ->required();
+  openb->add_option("--policy,--policies,-P", opt->policies,
+                    "Placement policies, comma-separated: random, dotprod, bestfit, gpupacking, "
+                    "gpuclustering, fgd, tessera")
+      ->capture_default_str();
+  openb->add_option("--seeds,--seed,-s", opt->seeds, "Seeds: one (42), a list (1,5,9) or a range (42-51)")
+      ->capture_default_str();
+  openb->add_option("--tune,-t", opt->tune, "Tune the pod list to this multiple of GPU capacity")
+      ->capture_default_str();
+  openb->add_option("--out,-o", opt->out, "Output directory")->capture_default_str();
+  openb->add_option("--expected,-e", opt->expected,
+                    "Directory with the FGD authors' analysis_allo_discrete.csv, to print their "
+                    "numbers beside ours");
+  openb->add_option("--jobs,-j", opt->jobs, "Runs in parallel (default: one per CPU core)");
+  openb->add_flag("--quiet,-q", opt->quiet, "No progress bar");
+  openb->add_flag("--no-placements", opt->no_placements,
+                  "Do not write placements-*.csv (they are large for many runs)");
+  openb->callback([opt, rc] { *rc = runOpenb(*opt); });
+}
+
+}  // namespace tessera::cli

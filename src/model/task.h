@@ -1,0 +1,48 @@
+// What one task asks of the cluster: CPU, memory and GPUs, with the constraints it accepts.
+//
+// GPU forms (exactly one, or none for a CPU-only task):
+//   - whole GPUs:   gpu_count = k >= 1, gpu_milli = 1000;
+//   - one shared GPU: gpu_count = 1, gpu_milli < 1000 and/or gpu_memory > 0;
+//   - a MIG slice:  gpu_count = 1, mig_profile = "3g.40gb" (gpu_milli is then ignored).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/units.h"
+#include "model/gpu_catalogue.h"
+#include "model/ids.h"
+
+namespace tessera::model {
+
+// The isolation a task needs from whoever else is on its GPU.
+enum class Isolation : uint8_t {
+  kHardware,  // Exclusive GPU or MIG slice: nothing else shares its SMs or memory.
+  kProcess,   // MPS or interposer caps: others share the GPU under enforced limits.
+  kNone,      // Time slicing: others share the GPU with no limits.
+};
+
+std::string_view isolationName(Isolation i);
+
+struct TaskRequest {
+  TenantId tenant{0};
+  core::MilliCpu cpu{0};
+  core::MiB memory{0};
+  int gpu_count = 0;
+  core::MilliGpu gpu_milli{0};  // Per GPU.
+  core::MiB gpu_memory{0};      // Per GPU; 0 = the GPU's memory in proportion to gpu_milli.
+  std::vector<GpuModelId> models;  // Accepted models; empty = any.
+  std::string mig_profile;         // Empty = not a MIG request.
+  Isolation isolation = Isolation::kHardware;
+
+  bool isCpuOnly() const { return gpu_count == 0; }
+  bool isMig() const { return !mig_profile.empty(); }
+  bool isFractional() const { return !isMig() && gpu_count == 1 && gpu_milli < core::kWholeGpu; }
+};
+
+// Checks the request's internal consistency (not whether the cluster can satisfy it). The error
+// names the offending field.
+core::Status validateTaskRequest(const TaskRequest& req);
+
+}  // namespace tessera::model

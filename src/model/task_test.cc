@@ -1,0 +1,60 @@
+#include "model/task.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::model {
+namespace {
+
+TaskRequest whole(int count) {
+  TaskRequest r;
+  r.cpu = core::MilliCpu{4000};
+  r.gpu_count = count;
+  r.gpu_milli = core::kWholeGpu;
+  return r;
+}
+
+TEST(TaskRequestTest, Validation) {
+  EXPECT_TRUE(validateTaskRequest(TaskRequest{}).isOk());  // CPU-only.
+  EXPECT_TRUE(validateTaskRequest(whole(8)).isOk());
+
+  TaskRequest frac = whole(1);
+  frac.gpu_milli = core::MilliGpu{250};
+  frac.isolation = Isolation::kProcess;
+  EXPECT_TRUE(validateTaskRequest(frac).isOk());
+  EXPECT_TRUE(frac.isFractional());
+
+  TaskRequest frac_hw = frac;
+  frac_hw.isolation = Isolation::kHardware;
+  EXPECT_EQ(validateTaskRequest(frac_hw).message(),
+            "a fractional GPU cannot give hardware isolation; ask for a MIG profile or a whole "
+            "GPU, or accept 'process' isolation");
+
+  TaskRequest frac_multi = frac;
+  frac_multi.gpu_count = 2;
+  EXPECT_EQ(validateTaskRequest(frac_multi).message(),
+            "a fractional GPU share (250 milli) is only allowed with gpu count 1");
+
+  TaskRequest zero = whole(1);
+  zero.gpu_milli = core::MilliGpu{0};
+  EXPECT_FALSE(validateTaskRequest(zero).isOk());
+  TaskRequest over = whole(1);
+  over.gpu_milli = core::MilliGpu{1001};
+  EXPECT_FALSE(validateTaskRequest(over).isOk());
+
+  TaskRequest mig = whole(1);
+  mig.mig_profile = "3g.40gb";
+  EXPECT_TRUE(validateTaskRequest(mig).isOk());
+  mig.gpu_count = 2;
+  EXPECT_FALSE(validateTaskRequest(mig).isOk());
+
+  TaskRequest cpu_only_with_share;
+  cpu_only_with_share.gpu_milli = core::MilliGpu{100};
+  EXPECT_FALSE(validateTaskRequest(cpu_only_with_share).isOk());
+
+  TaskRequest neg;
+  neg.cpu = core::MilliCpu{-1};
+  EXPECT_EQ(validateTaskRequest(neg).message(), "cpu must not be negative");
+}
+
+}  // namespace
+}  // namespace tessera::model

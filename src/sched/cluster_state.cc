@@ -1,0 +1,178 @@
+#include "sched/cluster_state.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+
+namespace tessera::sched {
+
+std::string_view gpuModeName(GpuMode m) {
+  switch (m) {
+    case GpuMode::kExclusive:
+      return "exclusive";
+    case GpuMode::kShared:
+      return "shared";
+    case GpuMode::kMig:
+      return "mig";
+  }
+  return "unknown";
+}
+
+void TrustGroups::setGroup(model::TenantId tenant, uint32_t group) {
+  if (group_of_.size() <= tenant.value()) {
+    group_of_.resize(tenant.value() + 1, 0);
+  }
+  group_of_[tenant.value()] = group;
+}
+
+bool TrustGroups::mayShare(model::TenantId a, model::TenantId b) const {
+  if (a == b) {
+    return true;
+  }
+  uint32_t ga = a.value() < group_of_.size() ? group_of_[a.value()] : 0;
+  uint32_t gb = b.value() < group_of_.size() ? group_of_[b.value()] : 0;
+  return ga != 0 && ga == gb;
+}
+
+ClusterState::ClusterState(const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes,
+                           TrustGroups trust)
+    : catalogue_(&catalogue), nodes_(std::move(nodes)), trust_(std::move(trust)) {
+  node_state_.resize(nodes_.size());
+  version_.assign(nodes_.size(), 1);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const model::Node& n = nodes_[i];
+    NodeState& s = node_state_[i];
+    s.free_cpu_milli = n.cpu.value();
+    s.free_memory_mib = n.memory.value();
+    s.gpu_begin = static_cast<uint32_t>(gpus_.size());
+    s.gpu_count = static_cast<uint16_t>(n.gpus.size());
+    s.idle_gpus = s.gpu_count;
+    s.free_gpu_milli = 1000LL * s.gpu_count;
+    total_cpu_milli_ += n.cpu.value();
+    for (const model::GpuDevice& d : n.gpus) {
+      GpuState g;
+      g.model = d.model;
+      g.memory = d.memory;
+      g.free_memory_mib = d.memory.value();
+      gpus_.push_back(std::move(g));
+    }
+  }
+}
+
+int64_t ClusterState::gpuMemoryFor(const model::TaskRequest& req, const GpuState& gpu) {
+  if (req.gpu_memory.value() > 0) {
+    return req.gpu_memory.value();
+  }
+  return gpu.memory.value() * req.gpu_milli.value() / 1000;
+}
+
+namespace {
+
+void addTenant(GpuState& g, model::TenantId t) {
+  for (auto& [tenant, count] : g.tenants) {
+    if (tenant == t) {
+      ++count;
+      return;
+    }
+  }
+  g.tenants.emplace_back(t, 1);
+}
+
+void removeTenant(GpuState& g, model::TenantId t) {
+  for (size_t i = 0; i < g.tenants.size(); ++i) {
+    if (g.tenants[i].first == t) {
+      if (--g.tenants[i].second == 0) {
+        g.tenants.erase(g.tenants.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      return;
+    }
+  }
+  assert(false && "tenant not on GPU");
+}
+
+}  // namespace
+
+Assignment ClusterState::apply(const model::TaskRequest& req, const Placement& p) {
+  NodeState& ns = node_state_[p.node];
+  assert(ns.free_cpu_milli >= req.cpu.value() && ns.free_memory_mib >= req.memory.value());
+  Assignment a;
+  a.placement = p;
+  a.tenant = req.tenant;
+  a.cpu_milli = req.cpu.value();
+  a.memory_mib = req.memory.value();
+  a.isolation = req.isolation;
+  a.whole = !req.isMig() && req.gpu_count > 0 && req.gpu_milli >= core::kWholeGpu;
+  ns.free_cpu_milli -= a.cpu_milli;
+  ns.free_memory_mib -= a.memory_mib;
+  used_cpu_milli_ += a.cpu_milli;
+  ++ns.tasks;
+
+  for (uint64_t mask = p.gpus; mask != 0; mask &= mask - 1) {
+    const int idx = std::countr_zero(mask);
+    assert(idx < ns.gpu_count);
+    GpuState& g = gpus_[ns.gpu_begin + idx];
+    if (g.idle()) {
+      --ns.idle_gpus;
+    }
+    int32_t milli = 0;
+    int64_t mem = 0;
+    if (req.isMig()) {
+      const model::GpuModelInfo& info = catalogue_->model(g.model);
+      assert(p.mig_profile >= 0 && model::migSlotFree(info, g.mig, p.mig_profile, p.mig_start));
+      const model::MigProfile& prof = info.mig_profiles[p.mig_profile];
+      model::addMigInstance(info, g.mig, p.mig_profile, p.mig_start);
+      g.mode = GpuMode::kMig;
+      milli = static_cast<int32_t>(prof.computeShare().value());
+      mem = prof.memory.value();
+    } else if (a.whole) {
+      assert(g.idle());
+      milli = g.free_milli;
+      mem = g.free_memory_mib;
+      g.mode = GpuMode::kExclusive;
+    } else {
+      milli = static_cast<int32_t>(req.gpu_milli.value());
+      mem = gpuMemoryFor(req, g);
+      assert(g.free_milli >= milli);
+      g.mode = GpuMode::kShared;
+      g.shared_isolation = req.isolation;
+    }
+    g.free_milli -= milli;
+    g.free_memory_mib -= mem;
+    ++g.tasks;
+    addTenant(g, req.tenant);
+    ns.free_gpu_milli -= milli;
+    used_gpu_milli_ += milli;
+    a.milli_per_gpu = milli;
+    a.gpu_memory_per_gpu = mem;
+  }
+  ++version_[p.node];
+  return a;
+}
+
+void ClusterState::release(const Assignment& a) {
+  const Placement& p = a.placement;
+  NodeState& ns = node_state_[p.node];
+  ns.free_cpu_milli += a.cpu_milli;
+  ns.free_memory_mib += a.memory_mib;
+  used_cpu_milli_ -= a.cpu_milli;
+  --ns.tasks;
+  for (uint64_t mask = p.gpus; mask != 0; mask &= mask - 1) {
+    GpuState& g = gpus_[ns.gpu_begin + std::countr_zero(mask)];
+    g.free_milli += a.milli_per_gpu;
+    g.free_memory_mib += a.gpu_memory_per_gpu;
+    --g.tasks;
+    removeTenant(g, a.tenant);
+    if (g.mode == GpuMode::kMig) {
+      model::removeMigInstance(catalogue_->model(g.model), g.mig, p.mig_profile, p.mig_start);
+    }
+    if (g.idle()) {
+      ++ns.idle_gpus;
+      g.mode = GpuMode::kExclusive;  // An empty GPU can be given any mode again.
+    }
+    ns.free_gpu_milli += a.milli_per_gpu;
+    used_gpu_milli_ -= a.milli_per_gpu;
+  }
+  ++version_[p.node];
+}
+
+}  // namespace tessera::sched

@@ -1,0 +1,140 @@
+// The scheduler's view of the cluster: capacity and what is in use, per node and per GPU.
+//
+// State is incremental. `apply` and `release` touch only the node and GPUs of one assignment
+// and bump that node's version, so per-node caches (fragmentation, scores) know exactly what
+// to recompute. Nothing here allocates on the scoring path.
+//
+//   ClusterState state(catalogue, nodes, TrustGroups{});
+//   Assignment a = state.apply(req, placement);   // after a filter said it fits
+//   state.release(a);                              // back to the state before
+//
+// Single-threaded: one owner (the scheduler) mutates it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/units.h"
+#include "model/gpu_catalogue.h"
+#include "model/node.h"
+#include "model/task.h"
+
+namespace tessera::sched {
+
+using NodeIndex = uint32_t;
+
+// How a physical GPU is being shared right now.
+enum class GpuMode : uint8_t {
+  kExclusive,  // Idle, or held whole by one task.
+  kShared,     // Fractional tasks under `shared_isolation` (process = MPS/interposer caps,
+               // none = time slicing).
+  kMig,        // Partitioned; `mig` holds the occupied slices.
+};
+
+std::string_view gpuModeName(GpuMode m);
+
+struct GpuState {
+  model::GpuModelId model;
+  core::MiB memory{0};           // Capacity.
+  int32_t free_milli = 1000;     // Compute share not yet granted.
+  int64_t free_memory_mib = 0;   // GPU memory not yet granted.
+  GpuMode mode = GpuMode::kExclusive;
+  model::Isolation shared_isolation = model::Isolation::kProcess;
+  uint16_t tasks = 0;
+  model::MigOccupancy mig;
+  // Tenants with tasks on this GPU and how many tasks each has. Small: usually 0 or 1 entry.
+  std::vector<std::pair<model::TenantId, uint16_t>> tenants;
+
+  bool idle() const { return tasks == 0; }
+};
+
+struct NodeState {
+  int64_t free_cpu_milli = 0;
+  int64_t free_memory_mib = 0;
+  uint32_t gpu_begin = 0;  // Index of the node's first GPU in `ClusterState::gpus()`.
+  uint16_t gpu_count = 0;
+  uint16_t idle_gpus = 0;        // GPUs with no task at all.
+  int64_t free_gpu_milli = 0;    // Sum of free_milli over the node's GPUs.
+  uint32_t tasks = 0;
+};
+
+// Which tenants may share a softly shared GPU: tenants in the same group may, a tenant may
+// always share with itself, and group 0 means "alone".
+class TrustGroups {
+ public:
+  void setGroup(model::TenantId tenant, uint32_t group);
+  bool mayShare(model::TenantId a, model::TenantId b) const;
+
+ private:
+  std::vector<uint32_t> group_of_;  // Indexed by tenant id; missing = 0.
+};
+
+// Where a task goes: a node, the GPUs on it, and for MIG the slice.
+struct Placement {
+  NodeIndex node = 0;
+  uint64_t gpus = 0;    // Bit i = GPU index i on the node.
+  int mig_profile = -1;  // Index into the GPU model's profiles, for MIG requests.
+  int mig_start = -1;
+};
+
+// Everything needed to undo an `apply`.
+struct Assignment {
+  Placement placement;
+  model::TenantId tenant;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int32_t milli_per_gpu = 0;
+  int64_t gpu_memory_per_gpu = 0;
+  model::Isolation isolation = model::Isolation::kHardware;
+  bool whole = false;  // Took whole GPUs (exclusive).
+};
+
+class ClusterState {
+ public:
+  ClusterState(const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes,
+               TrustGroups trust = {});
+
+  const model::GpuCatalogue& catalogue() const { return *catalogue_; }
+  const TrustGroups& trust() const { return trust_; }
+  size_t nodeCount() const { return nodes_.size(); }
+  const model::Node& node(NodeIndex n) const { return nodes_[n]; }
+  const NodeState& nodeState(NodeIndex n) const { return node_state_[n]; }
+  std::span<const GpuState> gpus(NodeIndex n) const {
+    const NodeState& s = node_state_[n];
+    return {gpus_.data() + s.gpu_begin, s.gpu_count};
+  }
+  // Bumped by every change to the node; caches compare it.
+  uint32_t version(NodeIndex n) const { return version_[n]; }
+  const std::vector<uint32_t>& versions() const { return version_; }
+
+  // Memory a task takes on each of its GPUs: its explicit GPU memory, or for a share without
+  // one, the GPU's memory in proportion to the share.
+  static int64_t gpuMemoryFor(const model::TaskRequest& req, const GpuState& gpu);
+
+  // Applies a placement the filters accepted. Precondition: it fits (checked in debug builds).
+  Assignment apply(const model::TaskRequest& req, const Placement& p);
+  // Undoes `apply`. Precondition: `a` was applied and not yet released.
+  void release(const Assignment& a);
+
+  // Cluster totals.
+  int64_t totalGpus() const { return static_cast<int64_t>(gpus_.size()); }
+  int64_t usedGpuMilli() const { return used_gpu_milli_; }
+  int64_t totalCpuMilli() const { return total_cpu_milli_; }
+  int64_t usedCpuMilli() const { return used_cpu_milli_; }
+
+ private:
+  const model::GpuCatalogue* catalogue_;
+  std::vector<model::Node> nodes_;
+  TrustGroups trust_;
+  std::vector<NodeState> node_state_;
+  std::vector<GpuState> gpus_;
+  std::vector<uint32_t> version_;
+  int64_t used_gpu_milli_ = 0;
+  int64_t total_cpu_milli_ = 0;
+  int64_t used_cpu_milli_ = 0;
+};
+
+}  // namespace tessera::sched

@@ -1,0 +1,129 @@
+#include "sched/frag.h"
+
+#include "model/node.h"
+
+#include <algorithm>
+#include <map>
+
+namespace tessera::sched {
+
+std::vector<TypicalPod> typicalPods(std::span<const PodShape> shapes, double coverage) {
+  std::map<PodShape, int64_t> counts;
+  for (const PodShape& s : shapes) {
+    ++counts[s];
+  }
+  std::vector<TypicalPod> all;
+  all.reserve(counts.size());
+  for (const auto& [shape, count] : counts) {
+    all.push_back({shape, count, 0});
+  }
+  // Most popular first; among equals the larger shape first (the FGD artifact's order).
+  std::stable_sort(all.begin(), all.end(), [](const TypicalPod& a, const TypicalPod& b) {
+    if (a.count != b.count) {
+      return a.count > b.count;
+    }
+    if (a.shape.cpu_milli != b.shape.cpu_milli) {
+      return a.shape.cpu_milli > b.shape.cpu_milli;
+    }
+    if (a.shape.milli != b.shape.milli) {
+      return a.shape.milli > b.shape.milli;
+    }
+    if (a.shape.gpu_count != b.shape.gpu_count) {
+      return a.shape.gpu_count > b.shape.gpu_count;
+    }
+    return a.shape.models > b.shape.models;
+  });
+  const double expected = coverage * static_cast<double>(shapes.size());
+  int64_t covered = 0;
+  std::vector<TypicalPod> kept;
+  for (const TypicalPod& t : all) {
+    if (static_cast<double>(covered) >= expected) {
+      break;
+    }
+    kept.push_back(t);
+    covered += t.count;
+  }
+  for (TypicalPod& t : kept) {
+    t.freq = static_cast<double>(t.count) / static_cast<double>(covered);
+  }
+  return kept;
+}
+
+FragModel::FragModel(std::vector<TypicalPod> typical, size_t model_count)
+    : typical_(std::move(typical)) {
+  std::map<std::vector<model::GpuModelId>, uint32_t> access_ids;
+  for (const TypicalPod& t : typical_) {
+    if (t.shape.gpu_count == 0 || t.shape.milli == 0) {
+      cpu_only_freq_ += t.freq;
+      continue;
+    }
+    uint32_t access = UINT32_MAX;
+    if (!t.shape.models.empty()) {
+      auto [it, inserted] =
+          access_ids.emplace(t.shape.models, static_cast<uint32_t>(access_.size()));
+      if (inserted) {
+        std::vector<uint8_t> ok(model_count, 0);
+        for (model::GpuModelId m : t.shape.models) {
+          if (m.value() < model_count) {
+            ok[m.value()] = 1;
+          }
+        }
+        access_.push_back(std::move(ok));
+      }
+      access = it->second;
+    }
+    entries_.push_back({t.shape.cpu_milli, t.shape.milli, t.shape.gpu_count, t.freq, access});
+  }
+}
+
+double FragModel::frag(int64_t cpu_left, std::span<const int32_t> gpu_left,
+                       model::GpuModelId model) const {
+  int64_t total = 0;
+  for (int32_t l : gpu_left) {
+    total += l;
+  }
+  if (total == 0) {
+    return 0;
+  }
+  const double t = static_cast<double>(total);
+  double f = cpu_only_freq_ * t;
+  for (const Entry& e : entries_) {
+    bool usable = cpu_left >= e.cpu_milli;
+    if (usable && e.access_index != UINT32_MAX) {
+      const std::vector<uint8_t>& ok = access_[e.access_index];
+      usable = model.value() < ok.size() && ok[model.value()] != 0;
+    }
+    if (usable) {
+      int fitting = 0;
+      int64_t small = 0;  // Free share on GPUs too small for the pod.
+      for (int32_t l : gpu_left) {
+        if (l >= e.milli) {
+          ++fitting;
+        } else {
+          small += l;
+        }
+      }
+      if (fitting >= e.gpu_count) {
+        f += e.freq * static_cast<double>(small);
+        continue;
+      }
+    }
+    f += e.freq * t;
+  }
+  return f;
+}
+
+double FragModel::nodeFrag(const ClusterState& state, NodeIndex node) const {
+  std::span<const GpuState> gpus = state.gpus(node);
+  if (gpus.empty()) {
+    return 0;
+  }
+  int32_t left[model::kMaxGpusPerNode];
+  const size_t n = std::min(gpus.size(), static_cast<size_t>(model::kMaxGpusPerNode));
+  for (size_t i = 0; i < n; ++i) {
+    left[i] = gpus[i].free_milli;
+  }
+  return frag(state.nodeState(node).free_cpu_milli, {left, n}, gpus[0].model);
+}
+
+}  // namespace tessera::sched

@@ -1,0 +1,108 @@
+// The FGD paper's experiment (Weng et al., USENIX ATC'23, section 6) on the openb trace:
+//
+//   1. shuffle the pod list with the seed;
+//   2. tune it to `tune` x the cluster's GPU capacity: append pods drawn uniformly (with
+//      replacement) from the original list, stopping at the first draw whose per-GPU share would
+//      pass the target, or drop pods at random positions while the demand is above it;
+//   3. draw each node's tie-break rank from the seed;
+//   4. submit every pod once, in order: it is placed or it fails; nothing departs;
+//   5. after each pod record the arrived GPU demand (failed pods included), the allocated GPU
+//      share and the cluster's FGD fragmentation.
+// Curves are binned by arrived % of GPU capacity (rounded half to even), averaging all pod
+// events in a bin, or those of the neighbouring bins when a bin has none, as the authors'
+// post-processing does.
+//
+//   auto exp = OpenbExperiment::load("nodes.csv", "pods.csv");
+//   RunResult r = exp->run("fgd", 42, 1.3);
+//
+// `run` is const and thread-safe: each run owns its cluster state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "core/status.h"
+#include "model/gpu_catalogue.h"
+#include "model/node.h"
+#include "sched/frag.h"
+#include "sim/openb_trace.h"
+
+namespace tessera::sim {
+
+inline constexpr int kMaxArrivedBin = 130;
+
+struct CurvePoint {
+  int arrived_pct = 0;
+  bool present = false;  // False when neither the bin nor its neighbours had an event.
+  double alloc_pct = 0;
+  double unalloc_pct = 0;
+  double frag_pct = 0;
+  double frag_rate_pct = 0;
+};
+
+struct PodOutcome {
+  uint32_t pod = 0;     // Index into `RunResult::pods`.
+  int32_t node = -1;    // -1 when the pod failed.
+  uint64_t gpus = 0;
+};
+
+struct RunResult {
+  std::string policy;
+  uint64_t seed = 0;
+  double seconds = 0;  // Scheduling time only, not loading or writing.
+  std::vector<OpenbPod> pods;  // The submitted list, in order.
+  std::vector<PodOutcome> outcomes;
+  std::vector<CurvePoint> curve;  // Bins 0..130.
+  int64_t failed = 0;
+
+  double unallocAt(int pct) const;
+};
+
+// Called now and then during a run with the number of pods submitted so far and in total.
+using ProgressFn = std::function<void(size_t done, size_t total)>;
+
+class OpenbExperiment {
+ public:
+  static core::Result<std::unique_ptr<OpenbExperiment>> load(const std::string& nodes_path,
+                                                             const std::string& pods_path);
+
+  const std::vector<model::Node>& nodes() const { return nodes_; }
+  const std::vector<OpenbPod>& pods() const { return pods_; }
+  const model::GpuCatalogue& catalogue() const { return catalogue_; }
+  const sched::FragModel& fragModel() const { return *frag_; }
+  int64_t totalGpus() const { return total_gpus_; }
+
+  // The pod list after shuffling and tuning with `rng` (steps 1-2).
+  std::vector<OpenbPod> tunedPods(core::Rng& rng, double tune) const;
+
+  core::Result<RunResult> run(const std::string& policy, uint64_t seed, double tune,
+                              const ProgressFn& progress = {}) const;
+
+ private:
+  OpenbExperiment() = default;
+
+  model::GpuCatalogue catalogue_;
+  std::vector<model::Node> nodes_;
+  std::vector<OpenbPod> pods_;
+  std::unique_ptr<sched::FragModel> frag_;
+  int64_t total_gpus_ = 0;
+};
+
+// Pure helpers, exposed for tests.
+// Tunes `shuffled` towards `target_milli` of GPU demand as the artifact does.
+std::vector<OpenbPod> tunePodList(std::vector<OpenbPod> shuffled,
+                                  const std::vector<OpenbPod>& original, double target_milli,
+                                  core::Rng& rng);
+
+struct PodEvent {
+  int64_t arrived_milli = 0;
+  int64_t used_milli = 0;
+  double frag_milli = 0;
+};
+std::vector<CurvePoint> binCurve(const std::vector<PodEvent>& events, int64_t total_gpus);
+
+}  // namespace tessera::sim
