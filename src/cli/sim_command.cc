@@ -12,6 +12,7 @@
 #include "cli/seeds.h"
 #include "sched/policy.h"
 #include "sim/openb_experiment.h"
+#include "sim/placement_check.h"
 #include "sim/report.h"
 
 namespace tessera::cli {
@@ -172,6 +173,25 @@ int runOpenb(const OpenbOptions& opt) {
   return 0;
 }
 
+int runCheck(const std::string& nodes, const std::vector<std::string>& files) {
+  size_t placed = 0;
+  size_t failed = 0;
+  for (const std::string& f : files) {
+    auto stats = sim::checkPlacements(nodes, f);
+    if (!stats.isOk()) {
+      return fail(stats.status().code() == core::StatusCode::kFailedPrecondition ? kExitFailure
+                                                                                   : kExitBadInput,
+                  stats.status().message());
+    }
+    placed += stats->placed;
+    failed += stats->failed;
+  }
+  std::cout << "OK: " << files.size() << " file" << (files.size() == 1 ? "" : "s") << ", "
+            << placed << " placed pods within node CPU, memory and per-GPU capacity (" << failed
+            << " failed pods)\n";
+  return 0;
+}
+
 }  // namespace
 
 void addSimCommand(CLI::App& app, int* rc) {
@@ -205,6 +225,15 @@ void addSimCommand(CLI::App& app, int* rc) {
   openb->add_flag("--no-placements", opt->no_placements,
                   "Do not write placements-*.csv (they are large for many runs)");
   openb->callback([opt, rc] { *rc = runOpenb(*opt); });
+
+  auto nodes = std::make_shared<std::string>();
+  auto files = std::make_shared<std::vector<std::string>>();
+  CLI::App* check = sim->add_subcommand(
+      "check", "Replay placements-*.csv files against the node list and verify that no node's CPU "
+               "or memory and no GPU's share was over-committed");
+  check->add_option("--nodes,-n,--node-list", *nodes, "Node list CSV")->required();
+  check->add_option("placements", *files, "placements-*.csv files")->required();
+  check->callback([nodes, files, rc] { *rc = runCheck(*nodes, *files); });
 }
 
 }  // namespace tessera::cli

@@ -49,7 +49,11 @@ ClusterState::ClusterState(const model::GpuCatalogue& catalogue, std::vector<mod
     s.idle_gpus = s.gpu_count;
     s.free_gpu_milli = 1000LL * s.gpu_count;
     total_cpu_milli_ += n.cpu.value();
+    if (!n.gpus.empty()) {
+      s.model = n.gpus[0].model;
+    }
     for (const model::GpuDevice& d : n.gpus) {
+      s.mixed_models |= d.model != s.model;
       GpuState g;
       g.model = d.model;
       g.memory = d.memory;

@@ -59,6 +59,8 @@ struct NodeState {
   uint16_t idle_gpus = 0;        // GPUs with no task at all.
   int64_t free_gpu_milli = 0;    // Sum of free_milli over the node's GPUs.
   uint32_t tasks = 0;
+  model::GpuModelId model;    // Model of the node's GPUs (the first GPU's, if mixed).
+  bool mixed_models = false;  // GPUs of more than one model.
 };
 
 // Which tenants may share a softly shared GPU: tenants in the same group may, a tenant may

@@ -113,6 +113,9 @@ NodeFit checkNode(const ClusterState& state, NodeIndex node, const ResolvedReque
   if (ns.gpu_count < r.gpu_count) {
     return {FilterReason::kGpuCount, 0};
   }
+  if (!ns.mixed_models && r.model_ok[ns.model.value()] == 0) {
+    return {FilterReason::kGpuModel, 0};
+  }
   // Fast reject: whole GPUs need idle ones; shares need some free share.
   if (r.whole && ns.idle_gpus < r.gpu_count) {
     return {FilterReason::kGpuShare, 0};

@@ -1,0 +1,153 @@
+#include "sched/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "sched/placer.h"
+#include "sched/test_util.h"
+
+namespace tessera::sched {
+namespace {
+
+using testing::cpuTask;
+using testing::gpuTask;
+
+class PolicyTest : public ::testing::Test {
+ protected:
+  // Node 0: 64 cores, 8 T4 (so the normalisers are 64000 milli-CPU and 8000 milli-GPU).
+  // Node 1: 16 cores, 2 T4.
+  PolicyTest()
+      : state_(cat_, {testing::node(cat_, "big", 64, 512, "T4", 8),
+                      testing::node(cat_, "small", 16, 64, "T4", 2)}) {}
+
+  std::unique_ptr<Policy> make(const std::string& name) {
+    PolicyContext ctx{&frag_, &rng_};
+    auto p = makePolicy(name, ctx, state_);
+    EXPECT_TRUE(p.isOk()) << p.status().message();
+    return std::move(p).value();
+  }
+
+  Choice scoreOn(Policy& p, NodeIndex n, const model::TaskRequest& req) {
+    ResolvedRequest r = resolveRequest(state_, req);
+    NodeFit fit = checkNode(state_, n, r);
+    EXPECT_TRUE(fit.fits());
+    return p.score(state_, n, r, fit.eligible);
+  }
+
+  model::GpuCatalogue cat_ = model::GpuCatalogue::builtin();
+  ClusterState state_;
+  core::Rng rng_{1};
+  FragModel frag_{{{{1000, 1000, 1, {}}, 1, 0.5}, {{1000, 500, 1, {}}, 1, 0.5}}, cat_.size()};
+};
+
+TEST_F(PolicyTest, UnknownPolicyListsKnownOnes) {
+  PolicyContext ctx{&frag_, &rng_};
+  auto p = makePolicy("tetris", ctx, state_);
+  ASSERT_FALSE(p.isOk());
+  EXPECT_EQ(p.status().message(),
+            "unknown policy 'tetris' (known: random, dotprod, bestfit, gpupacking, gpuclustering, "
+            "fgd, tessera)");
+  EXPECT_FALSE(makePolicy("fgd", PolicyContext{}, state_).isOk());
+}
+
+TEST_F(PolicyTest, DotProdPrefersTheSmallerProduct) {
+  auto p = make("dotprod");
+  // small: 1 - (16/64 * 4/64 + 2/8 * 1/8) / 2 = 0.9765 -> 97; big: 1 - (4/64 + 1/8) / 2 -> 90.
+  EXPECT_EQ(scoreOn(*p, 1, gpuTask(4000, 1)).score, 97);
+  EXPECT_EQ(scoreOn(*p, 0, gpuTask(4000, 1)).score, 90);
+}
+
+TEST_F(PolicyTest, BestFitPrefersLeastLeftOver) {
+  auto p = make("bestfit");
+  // small: 1 - (12/64 * 0.5 + 1/8 * 0.5) = 0.84375 -> 84; big: 1 - (60/64 + 7/8) / 2 -> 9.
+  EXPECT_EQ(scoreOn(*p, 1, gpuTask(4000, 1)).score, 84);
+  EXPECT_EQ(scoreOn(*p, 0, gpuTask(4000, 1)).score, 9);
+  // A share goes to the tightest GPU that fits.
+  state_.apply(gpuTask(1000, 1, 500), Placement{1, 0b01});
+  EXPECT_EQ(scoreOn(*p, 1, gpuTask(1000, 1, 300)).gpus, 0b01U);
+  EXPECT_EQ(scoreOn(*p, 1, gpuTask(1000, 1, 600)).gpus, 0b10U);
+}
+
+TEST_F(PolicyTest, GpuPackingTiers) {
+  auto p = make("gpupacking");
+  EXPECT_EQ(scoreOn(*p, 0, cpuTask(1000)).score, 0);
+  EXPECT_EQ(scoreOn(*p, 1, gpuTask(1000, 1, 300)).score, 31);  // Idle node: 33 - 2 GPUs.
+  EXPECT_EQ(scoreOn(*p, 0, gpuTask(1000, 1, 300)).score, 25);  // 33 - 8.
+  state_.apply(gpuTask(1000, 1, 600), Placement{1, 0b01});     // Shared GPU with 400 left.
+  EXPECT_EQ(scoreOn(*p, 1, gpuTask(1000, 1, 300)).score, 96);  // 100 - 40/10.
+  state_.apply(gpuTask(1000, 1), Placement{0, 0b01});          // Partly used node.
+  EXPECT_EQ(scoreOn(*p, 0, gpuTask(1000, 1)).score, 49);       // 50 - 1 idle GPU taken.
+  EXPECT_EQ(scoreOn(*p, 0, gpuTask(1000, 2)).score, 48);
+}
+
+TEST_F(PolicyTest, GpuClusteringGroupsSameShapes) {
+  auto p = make("gpuclustering");
+  Placer placer(state_, *p);
+  EXPECT_EQ(scoreOn(*p, 0, cpuTask(1000)).score, 0);
+  // Idle: base 25 * (8000 - left) / 8000 plus 25 for an empty node.
+  EXPECT_EQ(scoreOn(*p, 1, gpuTask(1000, 1)).score, 18 + 25);  // 25 * 6000 / 8000 = 18.
+  EXPECT_EQ(scoreOn(*p, 0, gpuTask(1000, 1)).score, 0 + 25);
+  // A share on node 1: shares now prefer node 1 (same and only class), whole GPUs do not.
+  model::TaskRequest share = gpuTask(1000, 1, 400);
+  state_.apply(share, Placement{1, 0b01});
+  p->onApplied(state_, resolveRequest(state_, share), Placement{1, 0b01});
+  EXPECT_EQ(scoreOn(*p, 1, share).score, 25 * (8000 - 1600) / 8000 + 75);
+  EXPECT_EQ(scoreOn(*p, 1, gpuTask(1000, 1)).score, 25 * (8000 - 1600) / 8000);
+  model::TaskRequest whole = gpuTask(1000, 1);
+  state_.apply(whole, Placement{1, 0b10});
+  p->onApplied(state_, resolveRequest(state_, whole), Placement{1, 0b10});
+  EXPECT_EQ(scoreOn(*p, 1, share).score, 25 * (8000 - 600) / 8000 + 50);  // Mixed classes.
+}
+
+TEST_F(PolicyTest, FgdPicksTheGpuThatLeastFragments) {
+  auto p = make("fgd");
+  state_.apply(gpuTask(1000, 1, 500), Placement{1, 0b01});  // small: GPUs left {500, 1000}.
+  // Putting a 500 share on GPU 0 leaves {0, 1000}: nothing fragmented (F 250 -> 0), score
+  // floor(100 * sigmoid(0.25)) = 56. On GPU 1 it would leave {500, 500}: whole-GPU pods no
+  // longer fit (F -> 500), score 43.
+  Choice c = scoreOn(*p, 1, gpuTask(1000, 1, 500));
+  EXPECT_EQ(c.gpus, 0b01U);
+  EXPECT_EQ(c.score, 56);
+}
+
+TEST_F(PolicyTest, FgdPrefersTheNodeThatStaysUsable) {
+  auto p = make("fgd");
+  Placer placer(state_, *p);
+  // A 500 share: the half-used GPU of node 1 is the perfect fit.
+  state_.apply(gpuTask(1000, 1, 500), Placement{1, 0b10});
+  Placer::Decision d = placer.place(gpuTask(1000, 1, 500));
+  ASSERT_TRUE(d.placed);
+  EXPECT_EQ(d.placement.node, 1U);
+  EXPECT_EQ(d.placement.gpus, 0b10U);
+}
+
+TEST_F(PolicyTest, RandomSpreadsOverFeasibleNodesOnly) {
+  auto p = make("random");
+  std::set<NodeIndex> chosen;
+  std::set<uint64_t> gpus;
+  for (int i = 0; i < 200; ++i) {
+    Placer placer(state_, *p);
+    Placer::Decision d = placer.decide(gpuTask(20000, 1, 300));  // Only node 0 has 20 cores.
+    ASSERT_TRUE(d.placed);
+    chosen.insert(d.placement.node);
+    gpus.insert(d.placement.gpus);
+    d = placer.decide(gpuTask(1000, 1));
+    chosen.insert(d.placement.node);
+  }
+  EXPECT_EQ(chosen, (std::set<NodeIndex>{0, 1}));
+  EXPECT_EQ(gpus.size(), 8U);  // Every GPU of node 0 was drawn at some point.
+}
+
+TEST_F(PolicyTest, TesseraPlacesAndFillsShares) {
+  auto p = make("tessera");
+  Placer placer(state_, *p);
+  state_.apply(gpuTask(1000, 1, 500), Placement{1, 0b10});
+  Placer::Decision d = placer.place(gpuTask(1000, 1, 500));
+  ASSERT_TRUE(d.placed);
+  EXPECT_EQ(d.placement.node, 1U);
+  EXPECT_EQ(d.placement.gpus, 0b10U);
+}
+
+}  // namespace
+}  // namespace tessera::sched
