@@ -1,11 +1,12 @@
 // tessera: one binary, subcommands in the HashiCorp style (`tessera sim openb ...`).
-#include <iostream>
-
 #include <CLI/CLI.hpp>
+#include <iostream>
 
 #include "cli/sim_command.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   CLI::App app{
       "Tessera shares GPU clusters between teams: one scheduler, a virtual cluster per tenant.",
       "tessera"};
@@ -19,6 +20,20 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     // Usage errors exit 2, like bad input; --help and --version exit 0.
     return code == 0 ? 0 : 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
   }
   return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (...) {
+    std::cerr << "error: unexpected internal error\n";
+    return 1;
+  }
 }

@@ -1,10 +1,9 @@
 #include "cli/progress.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
-
-#include <fmt/format.h>
 
 namespace tessera::cli {
 
@@ -72,8 +71,7 @@ void Progress::draw(bool final) {
       return;
     }
     last_decile_ = final ? 10 : decile;
-    std::fputs(fmt::format("{}: {:.0f}% ({:.0f}s)\n", label_, 100 * frac, elapsed).c_str(),
-               stderr);
+    std::fputs(fmt::format("{}: {:.0f}% ({:.0f}s)\n", label_, 100 * frac, elapsed).c_str(), stderr);
   }
   std::fflush(stderr);
   shown_ = true;

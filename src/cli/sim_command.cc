@@ -1,12 +1,12 @@
 #include "cli/sim_command.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "cli/progress.h"
 #include "cli/seeds.h"
@@ -120,12 +120,12 @@ int runOpenb(const OpenbOptions& opt) {
       const Job& job = jobs[j];
       const sim::OpenbExperiment& exp = *experiments[job.trace];
       size_t reported = 0;
-      auto onProgress = [&](size_t done, size_t total) {
+      auto on_progress = [&](size_t done, size_t total) {
         const size_t ticks = done * kTicksPerRun / total;
         progress.add(ticks - reported);
         reported = ticks;
       };
-      auto run = exp.run(job.policy, job.seed, opt.tune, onProgress);
+      auto run = exp.run(job.policy, job.seed, opt.tune, on_progress);
       if (!run.isOk()) {
         errors[j] = run.status().message();
         continue;
@@ -141,7 +141,7 @@ int runOpenb(const OpenbOptions& opt) {
         errors[j] = st.message();
         continue;
       }
-      rows[j] = {trace, job.policy, job.seed, run->unallocAt(100), run->unallocAt(130),
+      rows[j] = {trace,       job.policy, job.seed, run->unallocAt(100), run->unallocAt(130),
                  run->seconds};
     }
   };
@@ -180,14 +180,14 @@ int runCheck(const std::string& nodes, const std::vector<std::string>& files) {
     auto stats = sim::checkPlacements(nodes, f);
     if (!stats.isOk()) {
       return fail(stats.status().code() == core::StatusCode::kFailedPrecondition ? kExitFailure
-                                                                                   : kExitBadInput,
+                                                                                 : kExitBadInput,
                   stats.status().message());
     }
     placed += stats->placed;
     failed += stats->failed;
   }
-  std::cout << "OK: " << files.size() << " file" << (files.size() == 1 ? "" : "s") << ", "
-            << placed << " placed pods within node CPU, memory and per-GPU capacity (" << failed
+  std::cout << "OK: " << files.size() << " file" << (files.size() == 1 ? "" : "s") << ", " << placed
+            << " placed pods within node CPU, memory and per-GPU capacity (" << failed
             << " failed pods)\n";
   return 0;
 }
@@ -202,17 +202,23 @@ void addSimCommand(CLI::App& app, int* rc) {
       "openb",
       "Replay the Alibaba GPU-sharing trace (openb) as in the FGD paper: shuffle, tune to a "
       "multiple of GPU capacity, place each pod once, and report unallocated GPUs");
-  openb->add_option("--nodes,-n,--node-list", opt->nodes, "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
+  openb
+      ->add_option("--nodes,-n,--node-list", opt->nodes,
+                   "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)")
       ->required();
-  openb->add_option("--pods,-p,--pod-list", opt->pods,
-                    "Pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]); "
-                    "several may be given, comma-separated or repeated")
+  openb
+      ->add_option("--pods,-p,--pod-list", opt->pods,
+                   "Pod list CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]); "
+                   "several may be given, comma-separated or repeated")
       ->required();
-  openb->add_option("--policy,--policies,-P", opt->policies,
-                    "Placement policies, comma-separated: random, dotprod, bestfit, gpupacking, "
-                    "gpuclustering, fgd, tessera")
+  openb
+      ->add_option("--policy,--policies,-P", opt->policies,
+                   "Placement policies, comma-separated: random, dotprod, bestfit, gpupacking, "
+                   "gpuclustering, fgd, tessera")
       ->capture_default_str();
-  openb->add_option("--seeds,--seed,-s", opt->seeds, "Seeds: one (42), a list (1,5,9) or a range (42-51)")
+  openb
+      ->add_option("--seeds,--seed,-s", opt->seeds,
+                   "Seeds: one (42), a list (1,5,9) or a range (42-51)")
       ->capture_default_str();
   openb->add_option("--tune,-t", opt->tune, "Tune the pod list to this multiple of GPU capacity")
       ->capture_default_str();
@@ -229,8 +235,9 @@ void addSimCommand(CLI::App& app, int* rc) {
   auto nodes = std::make_shared<std::string>();
   auto files = std::make_shared<std::vector<std::string>>();
   CLI::App* check = sim->add_subcommand(
-      "check", "Replay placements-*.csv files against the node list and verify that no node's CPU "
-               "or memory and no GPU's share was over-committed");
+      "check",
+      "Replay placements-*.csv files against the node list and verify that no node's CPU "
+      "or memory and no GPU's share was over-committed");
   check->add_option("--nodes,-n,--node-list", *nodes, "Node list CSV")->required();
   check->add_option("placements", *files, "placements-*.csv files")->required();
   check->callback([nodes, files, rc] { *rc = runCheck(*nodes, *files); });

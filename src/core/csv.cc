@@ -108,8 +108,8 @@ Result<CsvTable> CsvTable::parse(std::string_view text, std::string source) {
     }
     if (fields.size() != table.header_.size()) {
       return invalidArgument(table.source_ + ":" + std::to_string(this_line) + ": expected " +
-                             std::to_string(table.header_.size()) + " fields as in the header, got " +
-                             std::to_string(fields.size()));
+                             std::to_string(table.header_.size()) +
+                             " fields as in the header, got " + std::to_string(fields.size()));
     }
     table.rows_.push_back(Row{this_line, fields});
   }
@@ -173,8 +173,9 @@ Result<int64_t> CsvTable::getInt(size_t row, size_t column, int64_t min, int64_t
                            "' is not an integer");
   }
   if (v < min) {
-    return invalidArgument(where(row) + ": column '" + name + "' value " + std::to_string(v) +
-                           (min == 0 ? " is negative" : " is below the minimum " + std::to_string(min)));
+    return invalidArgument(
+        where(row) + ": column '" + name + "' value " + std::to_string(v) +
+        (min == 0 ? " is negative" : " is below the minimum " + std::to_string(min)));
   }
   if (v > max) {
     return invalidArgument(where(row) + ": column '" + name + "' value " + std::to_string(v) +

@@ -71,7 +71,7 @@ inline Status internalError(std::string message) {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!status_.isOk() && "a Result holding a Status must hold a failure");
   }
@@ -106,15 +106,17 @@ class [[nodiscard]] Result {
 #define TESSERA_CONCAT_INNER_(a, b) a##b
 #define TESSERA_CONCAT_(a, b) TESSERA_CONCAT_INNER_(a, b)
 
-#define TESSERA_RETURN_IF_ERROR(expr)                   \
-  do {                                                  \
-    ::tessera::core::Status tessera_status_ = (expr);   \
-    if (!tessera_status_.isOk()) return tessera_status_; \
+#define TESSERA_RETURN_IF_ERROR(expr)                 \
+  do {                                                \
+    ::tessera::core::Status tessera_status_ = (expr); \
+    if (!tessera_status_.isOk())                      \
+      return tessera_status_;                         \
   } while (false)
 
 #define TESSERA_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                   \
-  if (!tmp.isOk()) return tmp.status();                \
+  if (!tmp.isOk())                                     \
+    return tmp.status();                               \
   lhs = std::move(tmp).value()
 
 #define TESSERA_ASSIGN_OR_RETURN(lhs, expr) \

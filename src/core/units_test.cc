@@ -8,7 +8,9 @@ namespace tessera::core {
 namespace {
 
 template <typename A, typename B>
-concept Addable = requires(A a, B b) { a + b; };
+concept Addable = requires(A a, B b) {
+  a + b;
+};
 
 TEST(UnitsTest, ArithmeticAndComparison) {
   MilliCpu a{1500};

@@ -53,22 +53,22 @@ GpuCatalogue GpuCatalogue::builtin() {
   GpuCatalogue c;
   // Memory sizes in MiB as `nvidia-smi mig -lgip` reports them (GiB x 1024). H200 3g/4g sizes
   // are not published; they are taken as half of the 7g instance, as on H100.
-  c.models_.push_back({"H100-80GB", MiB{81559},
-                       migTable({"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb",
-                                 "4g.40gb", "7g.80gb"},
-                                {9984, 9984, 20090, 20090, 40448, 40448, 81152})});
-  c.models_.push_back({"H200-141GB", MiB{143771},
-                       migTable({"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb",
-                                 "4g.71gb", "7g.141gb"},
-                                {16384, 16384, 33280, 33280, 71424, 71424, 143360})});
-  c.models_.push_back({"A100-40GB", MiB{40960},
-                       migTable({"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb",
-                                 "4g.20gb", "7g.40gb"},
-                                {4864, 4864, 9856, 9856, 19968, 19968, 40192})});
-  c.models_.push_back({"A100-80GB", MiB{81920},
-                       migTable({"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb",
-                                 "4g.40gb", "7g.80gb"},
-                                {9856, 9856, 19968, 19968, 40192, 40192, 80384})});
+  c.models_.push_back(
+      {"H100-80GB", MiB{81559},
+       migTable({"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
+                {9984, 9984, 20090, 20090, 40448, 40448, 81152})});
+  c.models_.push_back(
+      {"H200-141GB", MiB{143771},
+       migTable({"1g.18gb", "1g.18gb+me", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"},
+                {16384, 16384, 33280, 33280, 71424, 71424, 143360})});
+  c.models_.push_back(
+      {"A100-40GB", MiB{40960},
+       migTable({"1g.5gb", "1g.5gb+me", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"},
+                {4864, 4864, 9856, 9856, 19968, 19968, 40192})});
+  c.models_.push_back(
+      {"A100-80GB", MiB{81920},
+       migTable({"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"},
+                {9856, 9856, 19968, 19968, 40192, 40192, 80384})});
   // Plain models of the Alibaba GPU-sharing trace. G1/G2/G3 are undisclosed: memory unknown.
   for (const char* name : {"G1", "G2", "G3"}) {
     c.models_.push_back({name, MiB{0}, {}});

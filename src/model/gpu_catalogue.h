@@ -87,7 +87,7 @@ core::Status validateMigLayout(const GpuModelInfo& model, std::span<const MigIns
 
 // Occupancy of one GPU's MIG slices, kept incrementally by the scheduler.
 struct MigOccupancy {
-  uint8_t used_slices = 0;  // Bit i set: memory slice i is taken.
+  uint8_t used_slices = 0;                       // Bit i set: memory slice i is taken.
   std::array<uint8_t, kMaxMigProfiles> count{};  // Instances per profile.
 
   bool empty() const { return used_slices == 0; }

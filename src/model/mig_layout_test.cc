@@ -57,9 +57,7 @@ TEST(MigLayoutTest, KnownLayoutsH100) {
         {"1g.10gb", 6}},
        true},
       {"4x1g.20gb", {{"1g.20gb", 0}, {"1g.20gb", 2}, {"1g.20gb", 4}, {"1g.20gb", 6}}, true},
-      {"3x2g+1g.20gb",
-       {{"2g.20gb", 0}, {"2g.20gb", 2}, {"2g.20gb", 4}, {"1g.20gb", 6}},
-       true},
+      {"3x2g+1g.20gb", {{"2g.20gb", 0}, {"2g.20gb", 2}, {"2g.20gb", 4}, {"1g.20gb", 6}}, true},
       {"4g+2g+1g", {{"4g.40gb", 0}, {"2g.20gb", 4}, {"1g.10gb", 6}}, true},
       {"1g+me with 1g", {{"1g.10gb+me", 0}, {"1g.10gb", 1}}, true},
       // Invalid.

@@ -10,9 +10,9 @@ core::Status validateNode(const Node& node) {
     return core::invalidArgument("node '" + node.name + "' has negative CPU or memory");
   }
   if (static_cast<int>(node.gpus.size()) > kMaxGpusPerNode) {
-    return core::invalidArgument("node '" + node.name + "' has " + std::to_string(node.gpus.size()) +
-                                 " GPUs; at most " + std::to_string(kMaxGpusPerNode) +
-                                 " are supported");
+    return core::invalidArgument("node '" + node.name + "' has " +
+                                 std::to_string(node.gpus.size()) + " GPUs; at most " +
+                                 std::to_string(kMaxGpusPerNode) + " are supported");
   }
   return core::Status::ok();
 }

@@ -30,8 +30,9 @@ core::Status validateTaskRequest(const TaskRequest& req) {
   }
   if (req.gpu_count == 0) {
     if (req.gpu_milli.value() != 0 || req.gpu_memory.value() != 0 || req.isMig()) {
-      return core::invalidArgument("a task with no GPUs cannot ask for GPU share, GPU memory or a "
-                                   "MIG profile");
+      return core::invalidArgument(
+          "a task with no GPUs cannot ask for GPU share, GPU memory or a "
+          "MIG profile");
     }
     return core::Status::ok();
   }
@@ -51,8 +52,9 @@ core::Status validateTaskRequest(const TaskRequest& req) {
                                  " milli) is only allowed with gpu count 1");
   }
   if (req.isFractional() && req.isolation == Isolation::kHardware) {
-    return core::invalidArgument("a fractional GPU cannot give hardware isolation; ask for a MIG "
-                                 "profile or a whole GPU, or accept 'process' isolation");
+    return core::invalidArgument(
+        "a fractional GPU cannot give hardware isolation; ask for a MIG "
+        "profile or a whole GPU, or accept 'process' isolation");
   }
   return core::Status::ok();
 }

@@ -30,8 +30,8 @@ struct TaskRequest {
   core::MilliCpu cpu{0};
   core::MiB memory{0};
   int gpu_count = 0;
-  core::MilliGpu gpu_milli{0};  // Per GPU.
-  core::MiB gpu_memory{0};      // Per GPU; 0 = the GPU's memory in proportion to gpu_milli.
+  core::MilliGpu gpu_milli{0};     // Per GPU.
+  core::MiB gpu_memory{0};         // Per GPU; 0 = the GPU's memory in proportion to gpu_milli.
   std::vector<GpuModelId> models;  // Accepted models; empty = any.
   std::string mig_profile;         // Empty = not a MIG request.
   Isolation isolation = Isolation::kHardware;

@@ -38,9 +38,9 @@ std::string_view gpuModeName(GpuMode m);
 
 struct GpuState {
   model::GpuModelId model;
-  core::MiB memory{0};           // Capacity.
-  int32_t free_milli = 1000;     // Compute share not yet granted.
-  int64_t free_memory_mib = 0;   // GPU memory not yet granted.
+  core::MiB memory{0};          // Capacity.
+  int32_t free_milli = 1000;    // Compute share not yet granted.
+  int64_t free_memory_mib = 0;  // GPU memory not yet granted.
   GpuMode mode = GpuMode::kExclusive;
   model::Isolation shared_isolation = model::Isolation::kProcess;
   uint16_t tasks = 0;
@@ -56,8 +56,8 @@ struct NodeState {
   int64_t free_memory_mib = 0;
   uint32_t gpu_begin = 0;  // Index of the node's first GPU in `ClusterState::gpus()`.
   uint16_t gpu_count = 0;
-  uint16_t idle_gpus = 0;        // GPUs with no task at all.
-  int64_t free_gpu_milli = 0;    // Sum of free_milli over the node's GPUs.
+  uint16_t idle_gpus = 0;      // GPUs with no task at all.
+  int64_t free_gpu_milli = 0;  // Sum of free_milli over the node's GPUs.
   uint32_t tasks = 0;
   model::GpuModelId model;    // Model of the node's GPUs (the first GPU's, if mixed).
   bool mixed_models = false;  // GPUs of more than one model.
@@ -77,7 +77,7 @@ class TrustGroups {
 // Where a task goes: a node, the GPUs on it, and for MIG the slice.
 struct Placement {
   NodeIndex node = 0;
-  uint64_t gpus = 0;    // Bit i = GPU index i on the node.
+  uint64_t gpus = 0;     // Bit i = GPU index i on the node.
   int mig_profile = -1;  // Index into the GPU model's profiles, for MIG requests.
   int mig_start = -1;
 };

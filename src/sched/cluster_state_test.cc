@@ -13,8 +13,9 @@ using testing::migTask;
 class ClusterStateTest : public ::testing::Test {
  protected:
   model::GpuCatalogue cat_ = model::GpuCatalogue::builtin();
-  ClusterState state_{cat_, {testing::node(cat_, "a", 64, 256, "H100-80GB", 4),
-                             testing::node(cat_, "b", 32, 128, "T4", 2)}};
+  ClusterState state_{cat_,
+                      {testing::node(cat_, "a", 64, 256, "H100-80GB", 4),
+                       testing::node(cat_, "b", 32, 128, "T4", 2)}};
 };
 
 TEST_F(ClusterStateTest, InitialCapacity) {

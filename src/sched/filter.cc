@@ -52,7 +52,7 @@ ResolvedRequest resolveRequest(const ClusterState& state, const model::TaskReque
   r.mig_profile.assign(cat.size(), -1);
   if (r.mig) {
     for (size_t m = 0; m < cat.size(); ++m) {
-      r.mig_profile[m] = static_cast<int8_t>(
+      r.mig_profile[m] = static_cast<int16_t>(
           cat.model(model::GpuModelId{static_cast<uint16_t>(m)}).findMigProfile(req.mig_profile));
     }
   }

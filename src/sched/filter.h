@@ -25,10 +25,10 @@ enum class FilterReason : uint8_t {
   kCpu,
   kMemory,
   kGpuModel,
-  kMigProfile,     // The GPU model has no such MIG profile (or no MIG at all).
-  kSharingMode,    // The GPU is in a mode the task cannot join.
-  kGpuShare,       // Not enough free compute share on the GPU.
-  kMigSlot,        // No free valid slot for the profile in the GPU's layout.
+  kMigProfile,   // The GPU model has no such MIG profile (or no MIG at all).
+  kSharingMode,  // The GPU is in a mode the task cannot join.
+  kGpuShare,     // Not enough free compute share on the GPU.
+  kMigSlot,      // No free valid slot for the profile in the GPU's layout.
   kGpuMemory,
   kTrustBoundary,  // Another tenant outside the task's trust group shares the GPU.
   kGpuCount,       // Some GPUs fit, but fewer than the task needs.
@@ -46,8 +46,8 @@ struct ResolvedRequest {
   bool whole = false;
   bool fractional = false;
   bool mig = false;
-  std::vector<uint8_t> model_ok;     // By GPU model id.
-  std::vector<int8_t> mig_profile;   // By GPU model id: profile index, or -1.
+  std::vector<uint8_t> model_ok;    // By GPU model id.
+  std::vector<int16_t> mig_profile; // By GPU model id: profile index, or -1.
 };
 
 ResolvedRequest resolveRequest(const ClusterState& state, const model::TaskRequest& req);

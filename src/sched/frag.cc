@@ -1,9 +1,9 @@
 #include "sched/frag.h"
 
-#include "model/node.h"
-
 #include <algorithm>
 #include <map>
+
+#include "model/node.h"
 
 namespace tessera::sched {
 

@@ -67,8 +67,8 @@ class FragModel {
     uint32_t access_index;  // Into access_: which models it accepts; UINT32_MAX = any.
   };
   std::vector<TypicalPod> typical_;
-  std::vector<Entry> entries_;            // GPU typical pods only.
-  double cpu_only_freq_ = 0;              // CPU-only typical pods always count all free share.
+  std::vector<Entry> entries_;                // GPU typical pods only.
+  double cpu_only_freq_ = 0;                  // CPU-only typical pods always count all free share.
   std::vector<std::vector<uint8_t>> access_;  // Per distinct model list: accepted by model id.
 };
 

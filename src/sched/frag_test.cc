@@ -11,9 +11,11 @@ std::vector<PodShape> repeat(const PodShape& s, int n) { return std::vector<PodS
 
 TEST(TypicalPodsTest, MostPopularUntilCoverageThenRenormalised) {
   std::vector<PodShape> shapes;
-  for (auto& [shape, n] : std::vector<std::pair<PodShape, int>>{
-           {{1000, 500, 1, {}}, 50}, {{2000, 1000, 1, {}}, 30}, {{4000, 0, 0, {}}, 16},
-           {{8000, 1000, 8, {}}, 3}, {{500, 100, 1, {}}, 1}}) {
+  for (auto& [shape, n] : std::vector<std::pair<PodShape, int>>{{{1000, 500, 1, {}}, 50},
+                                                                {{2000, 1000, 1, {}}, 30},
+                                                                {{4000, 0, 0, {}}, 16},
+                                                                {{8000, 1000, 8, {}}, 3},
+                                                                {{500, 100, 1, {}}, 1}}) {
     auto more = repeat(shape, n);
     shapes.insert(shapes.end(), more.begin(), more.end());
   }
@@ -44,9 +46,9 @@ class FragModelTest : public ::testing::Test {
   model::GpuModelId t4_ = *cat_.find("T4");
   model::GpuModelId v100_ = *cat_.find("V100M32");
   // Half the pods want 500 milli, a quarter a whole GPU, a quarter only CPU.
-  FragModel fm_{{{{1000, 500, 1, {}}, 2, 0.5}, {{1000, 1000, 1, {}}, 1, 0.25},
-                 {{1000, 0, 0, {}}, 1, 0.25}},
-                cat_.size()};
+  FragModel fm_{
+      {{{1000, 500, 1, {}}, 2, 0.5}, {{1000, 1000, 1, {}}, 1, 0.25}, {{1000, 0, 0, {}}, 1, 0.25}},
+      cat_.size()};
 };
 
 TEST_F(FragModelTest, FreeShareTooSmallForTypicalPods) {

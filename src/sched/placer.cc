@@ -1,8 +1,8 @@
 #include "sched/placer.h"
 
-#include <numeric>
-
 #include <fmt/format.h>
+
+#include <numeric>
 
 namespace tessera::sched {
 
@@ -14,8 +14,8 @@ std::string Placer::Decision::explain(size_t node_count) const {
   const char* sep = ": ";
   for (size_t i = 1; i < kFilterReasonCount; ++i) {
     if (rejected[i] > 0) {
-      out += fmt::format("{}{} {}", sep, rejected[i],
-                         filterReasonName(static_cast<FilterReason>(i)));
+      out +=
+          fmt::format("{}{} {}", sep, rejected[i], filterReasonName(static_cast<FilterReason>(i)));
       sep = ", ";
     }
   }
@@ -68,7 +68,7 @@ Placer::Decision Placer::decide(const model::TaskRequest& req) {
         Choice c = policy_.score(state_, i, r, fit.eligible);
         e.score = c.score;
         e.gpus = c.gpus;
-        e.mig_start = static_cast<int8_t>(c.mig_start);
+        e.mig_start = static_cast<int16_t>(c.mig_start);
       }
     }
     if (e.reason != FilterReason::kNone) {

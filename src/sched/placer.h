@@ -56,7 +56,7 @@ class Placer {
   struct CacheEntry {
     uint32_t version = 0;  // Node version the entry was computed for; 0 = never.
     FilterReason reason = FilterReason::kNone;
-    int8_t mig_start = -1;
+    int16_t mig_start = -1;
     int64_t score = 0;
     uint64_t gpus = 0;
   };

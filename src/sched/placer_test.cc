@@ -13,9 +13,9 @@ using testing::gpuTask;
 class PlacerTest : public ::testing::Test {
  protected:
   PlacerTest()
-      : state_(cat_, {testing::node(cat_, "a", 8, 32, "T4", 2),
-                      testing::node(cat_, "b", 8, 32, "T4", 2),
-                      testing::node(cat_, "c", 4, 16, "V100M32", 1)}) {
+      : state_(cat_,
+               {testing::node(cat_, "a", 8, 32, "T4", 2), testing::node(cat_, "b", 8, 32, "T4", 2),
+                testing::node(cat_, "c", 4, 16, "V100M32", 1)}) {
     PolicyContext ctx{nullptr, &rng_};
     policy_ = std::move(makePolicy("bestfit", ctx, state_)).value();
   }

@@ -53,7 +53,8 @@ Choice defaultGpus(const ClusterState& state, NodeIndex node, const ResolvedRequ
     if (best >= 0) {
       const model::GpuModelInfo& info = state.catalogue().model(gpus[best].model);
       c.gpus = uint64_t{1} << best;
-      c.mig_start = model::chooseMigSlot(info, gpus[best].mig, r.mig_profile[gpus[best].model.value()]);
+      c.mig_start =
+          model::chooseMigSlot(info, gpus[best].mig, r.mig_profile[gpus[best].model.value()]);
     }
     return c;
   }
@@ -290,7 +291,7 @@ class FgdPolicy final : public Policy {
     }
     const int64_t cpu_after = state.nodeState(node).free_cpu_milli - r.cpu_milli;
     const model::GpuModelId model = n > 0 ? gpus[0].model : model::GpuModelId{0};
-    auto scoreOf = [&](double after) {
+    auto score_of = [&](double after) {
       return static_cast<int64_t>(100.0 / (1.0 + std::exp(-(before - after) / 1000.0)));
     };
     if (r.fractional) {
@@ -307,7 +308,7 @@ class FgdPolicy final : public Policy {
         }
         seen[seen_n++] = left[i];
         left[i] -= r.milli;
-        const int64_t s = scoreOf(frag_.frag(cpu_after, {left, n}, model));
+        const int64_t s = score_of(frag_.frag(cpu_after, {left, n}, model));
         left[i] += r.milli;
         if (!found || s > best.score) {
           best = Choice{s, uint64_t{1} << i, -1};
@@ -321,7 +322,7 @@ class FgdPolicy final : public Policy {
       const int i = std::countr_zero(m);
       left[i] -= r.mig ? static_cast<int32_t>(migShare(state, gpus[i], r)) : r.milli;
     }
-    c.score = scoreOf(frag_.frag(cpu_after, {left, n}, model));
+    c.score = score_of(frag_.frag(cpu_after, {left, n}, model));
     return c;
   }
 
@@ -347,9 +348,8 @@ class FgdPolicy final : public Policy {
 }  // namespace
 
 const std::vector<std::string>& policyNames() {
-  static const std::vector<std::string> names = {"random",        "dotprod", "bestfit",
-                                                 "gpupacking",    "gpuclustering", "fgd",
-                                                 "tessera"};
+  static const std::vector<std::string> names = {
+      "random", "dotprod", "bestfit", "gpupacking", "gpuclustering", "fgd", "tessera"};
   return names;
 }
 

@@ -23,14 +23,16 @@ class TesseraPolicy final : public Policy {
     }
     const int64_t cpu_after = state.nodeState(node).free_cpu_milli - r.cpu_milli;
     const model::GpuModelId model = n > 0 ? gpus[0].model : model::GpuModelId{0};
-    auto scoreOf = [&](double after) { return static_cast<int64_t>(std::llround((before - after) * 1000)); };
+    auto score_of = [&](double after) {
+      return static_cast<int64_t>(std::llround((before - after) * 1000));
+    };
     if (r.fractional) {
       Choice best;
       bool found = false;
       for (uint64_t m = eligible; m != 0; m &= m - 1) {
         const int i = std::countr_zero(m);
         left[i] -= r.milli;
-        const int64_t s = scoreOf(frag_.frag(cpu_after, {left, n}, model));
+        const int64_t s = score_of(frag_.frag(cpu_after, {left, n}, model));
         left[i] += r.milli;
         if (!found || s > best.score) {
           best = Choice{s, uint64_t{1} << i, -1};
@@ -44,7 +46,7 @@ class TesseraPolicy final : public Policy {
       const int i = std::countr_zero(m);
       left[i] -= r.milli;
     }
-    c.score = scoreOf(frag_.frag(cpu_after, {left, n}, model));
+    c.score = score_of(frag_.frag(cpu_after, {left, n}, model));
     return c;
   }
 

@@ -18,8 +18,8 @@ double RunResult::unallocAt(int pct) const {
   return curve[pct].unalloc_pct;
 }
 
-core::Result<std::unique_ptr<OpenbExperiment>> OpenbExperiment::load(
-    const std::string& nodes_path, const std::string& pods_path) {
+core::Result<std::unique_ptr<OpenbExperiment>> OpenbExperiment::load(const std::string& nodes_path,
+                                                                     const std::string& pods_path) {
   std::unique_ptr<OpenbExperiment> e(new OpenbExperiment());
   e->catalogue_ = model::GpuCatalogue::builtin();
   TESSERA_ASSIGN_OR_RETURN(e->nodes_, readOpenbNodes(nodes_path, e->catalogue_));
@@ -177,8 +177,7 @@ core::Result<RunResult> OpenbExperiment::run(const std::string& policy_name, uin
       progress(i + 1, total);
     }
   }
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.curve = binCurve(events, total_gpus_);
   return result;
 }

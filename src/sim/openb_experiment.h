@@ -45,15 +45,15 @@ struct CurvePoint {
 };
 
 struct PodOutcome {
-  uint32_t pod = 0;     // Index into `RunResult::pods`.
-  int32_t node = -1;    // -1 when the pod failed.
+  uint32_t pod = 0;   // Index into `RunResult::pods`.
+  int32_t node = -1;  // -1 when the pod failed.
   uint64_t gpus = 0;
 };
 
 struct RunResult {
   std::string policy;
   uint64_t seed = 0;
-  double seconds = 0;  // Scheduling time only, not loading or writing.
+  double seconds = 0;          // Scheduling time only, not loading or writing.
   std::vector<OpenbPod> pods;  // The submitted list, in order.
   std::vector<PodOutcome> outcomes;
   std::vector<CurvePoint> curve;  // Bins 0..130.

@@ -62,16 +62,16 @@ TEST(TuneTest, DownDropsPodsUntilAtOrBelowTheTarget) {
 TEST(BinCurveTest, RoundsHalfToEvenAndFillsEmptyBinsFromNeighbours) {
   // 10 GPUs: 1% of capacity = 100 milli.
   std::vector<PodEvent> events = {
-      {50, 50, 0},     // 0.5% -> bin 0 (half to even).
-      {150, 150, 0},   // 1.5% -> bin 2.
-      {250, 200, 0},   // 2.5% -> bin 2.
-      {400, 300, 0},   // bin 4; bin 3 is empty and averages bins 2 and 4.
+      {50, 50, 0},    // 0.5% -> bin 0 (half to even).
+      {150, 150, 0},  // 1.5% -> bin 2.
+      {250, 200, 0},  // 2.5% -> bin 2.
+      {400, 300, 0},  // bin 4; bin 3 is empty and averages bins 2 and 4.
   };
   std::vector<CurvePoint> c = binCurve(events, 10);
   ASSERT_EQ(c.size(), 131U);
   EXPECT_TRUE(c[0].present);
   EXPECT_DOUBLE_EQ(c[0].alloc_pct, 0.5);
-  EXPECT_TRUE(c[1].present);  // Empty: neighbours 0 and 2.
+  EXPECT_TRUE(c[1].present);               // Empty: neighbours 0 and 2.
   EXPECT_DOUBLE_EQ(c[1].alloc_pct, 1.33);  // mean(0.5, 1.5, 2.0) rounded to 2 places.
   EXPECT_DOUBLE_EQ(c[2].alloc_pct, 1.75);
   EXPECT_DOUBLE_EQ(c[3].alloc_pct, 2.17);  // mean(1.5, 2.0, 3.0).
@@ -101,10 +101,10 @@ TEST_P(SampleRunTest, PlacementsRespectCapacityAndRunsAreDeterministic) {
   EXPECT_GE(a->unallocAt(100), 0);
   EXPECT_LT(a->unallocAt(100), 40);
 
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("tessera-placements-" + GetParam() + "-" +
-                             std::to_string(::getpid()) + ".csv"))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() /
+       ("tessera-placements-" + GetParam() + "-" + std::to_string(::getpid()) + ".csv"))
+          .string();
   ASSERT_TRUE(writePlacements(path, *a, (*exp)->nodes()).isOk());
   auto check = checkPlacements(sampleDir() + "nodes.csv", path);
   std::filesystem::remove(path);

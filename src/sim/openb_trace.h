@@ -24,7 +24,7 @@ struct OpenbPod {
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   int num_gpu = 0;
-  int32_t gpu_milli = 0;  // Per GPU.
+  int32_t gpu_milli = 0;                  // Per GPU.
   std::vector<model::GpuModelId> models;  // Empty = any.
 
   int64_t totalGpuMilli() const { return static_cast<int64_t>(num_gpu) * gpu_milli; }

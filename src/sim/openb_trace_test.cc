@@ -31,10 +31,10 @@ class OpenbTraceTest : public ::testing::Test {
 
   // Reads `pods_text` against a two-node cluster (T4 and V100M32) and returns the error.
   std::string podError(const std::string& pods_text) {
-    auto nodes = readOpenbNodes(
-        write("n.csv", "sn,cpu_milli,memory_mib,gpu,model\na,8000,16384,2,T4\n"
-                       "b,8000,16384,1,V100M32\n"),
-        cat_);
+    auto nodes = readOpenbNodes(write("n.csv",
+                                      "sn,cpu_milli,memory_mib,gpu,model\na,8000,16384,2,T4\n"
+                                      "b,8000,16384,1,V100M32\n"),
+                                cat_);
     EXPECT_TRUE(nodes.isOk());
     const std::string path = write("p.csv", pods_text);
     auto pods = readOpenbPods(path, cat_, nodes.value());
@@ -91,8 +91,9 @@ TEST_F(OpenbTraceTest, PodErrorsNameFileAndLine) {
 }
 
 TEST_F(OpenbTraceTest, ModelListsAndCpuOnlyPods) {
-  auto nodes = readOpenbNodes(write("n.csv", "sn,cpu_milli,memory_mib,gpu,model\n"
-                                             "a,8000,16384,2,T4\nb,8000,16384,1,V100M32\n"),
+  auto nodes = readOpenbNodes(write("n.csv",
+                                    "sn,cpu_milli,memory_mib,gpu,model\n"
+                                    "a,8000,16384,2,T4\nb,8000,16384,1,V100M32\n"),
                               cat_);
   ASSERT_TRUE(nodes.isOk());
   auto pods = readOpenbPods(write("p.csv",

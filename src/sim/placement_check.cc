@@ -35,7 +35,7 @@ core::Result<PlacementCheckStats> checkPlacements(const std::string& nodes_csv,
 
   TESSERA_ASSIGN_OR_RETURN(core::CsvTable t, core::CsvTable::readFile(placements_csv));
   size_t col[9];
-  const char* names[9] = {"seq",      "pod",  "cpu_milli", "memory_mib", "num_gpu",
+  const char* names[9] = {"seq",       "pod",  "cpu_milli", "memory_mib", "num_gpu",
                           "gpu_milli", "node", "gpus",      "status"};
   for (int i = 0; i < 9; ++i) {
     TESSERA_ASSIGN_OR_RETURN(col[i], t.requireColumn(names[i]));
@@ -51,7 +51,8 @@ core::Result<PlacementCheckStats> checkPlacements(const std::string& nodes_csv,
       continue;
     }
     if (status != "placed") {
-      return core::invalidArgument(t.where(r) + ": status '" + status + "' is neither placed nor failed");
+      return core::invalidArgument(t.where(r) + ": status '" + status +
+                                   "' is neither placed nor failed");
     }
     TESSERA_ASSIGN_OR_RETURN(int64_t cpu, t.getInt(r, col[2], 0));
     TESSERA_ASSIGN_OR_RETURN(int64_t mem, t.getInt(r, col[3], 0));

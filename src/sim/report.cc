@@ -1,11 +1,11 @@
 #include "sim/report.h"
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-
-#include <fmt/format.h>
 
 #include "core/csv.h"
 
@@ -50,8 +50,8 @@ core::Status writePlacements(const std::string& path, const RunResult& run,
       }
       gpus += std::to_string(std::countr_zero(m));
     }
-    fmt::format_to(std::back_inserter(out), "{},{},{},{},{},{},{},{},{}\n", i, p.name,
-                   p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli,
+    fmt::format_to(std::back_inserter(out), "{},{},{},{},{},{},{},{},{}\n", i, p.name, p.cpu_milli,
+                   p.memory_mib, p.num_gpu, p.gpu_milli,
                    o.node >= 0 ? nodes[static_cast<size_t>(o.node)].name : "", gpus,
                    o.node >= 0 ? "placed" : "failed");
   }
