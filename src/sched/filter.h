@@ -46,8 +46,8 @@ struct ResolvedRequest {
   bool whole = false;
   bool fractional = false;
   bool mig = false;
-  std::vector<uint8_t> model_ok;    // By GPU model id.
-  std::vector<int16_t> mig_profile; // By GPU model id: profile index, or -1.
+  std::vector<uint8_t> model_ok;     // By GPU model id.
+  std::vector<int16_t> mig_profile;  // By GPU model id: profile index, or -1.
 };
 
 ResolvedRequest resolveRequest(const ClusterState& state, const model::TaskRequest& req);

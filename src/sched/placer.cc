@@ -52,7 +52,7 @@ Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
 Placer::Decision Placer::decide(const model::TaskRequest& req) {
   RequestClass& cls = classFor(req);
   const ResolvedRequest& r = cls.resolved;
-  const bool cacheable = policy_.cacheable(r);
+  const bool cacheable = policy_.cacheable();
   const std::vector<uint32_t>& versions = state_.versions();
   Decision d;
   int64_t best_score = 0;

@@ -47,9 +47,6 @@ class Policy {
   // True when `score` depends only on the node's state and the request, so the placer may
   // cache it until the node's version changes.
   virtual bool cacheable() const { return true; }
-  // The same for one request class; lets a policy with some global-state scores keep the
-  // placer's cache for the classes whose scores are local.
-  virtual bool cacheable(const ResolvedRequest& /*r*/) const { return cacheable(); }
 
   // Called after a placement chosen by this policy (or any other) is applied or released.
   virtual void onApplied(const ClusterState& /*state*/, const ResolvedRequest& /*r*/,

@@ -139,14 +139,39 @@ TEST_F(PolicyTest, RandomSpreadsOverFeasibleNodesOnly) {
   EXPECT_EQ(gpus.size(), 8U);  // Every GPU of node 0 was drawn at some point.
 }
 
-TEST_F(PolicyTest, TesseraPlacesAndFillsShares) {
-  auto p = make("tessera");
-  Placer placer(state_, *p);
-  state_.apply(gpuTask(1000, 1, 500), Placement{1, 0b10});
-  Placer::Decision d = placer.place(gpuTask(1000, 1, 500));
-  ASSERT_TRUE(d.placed);
-  EXPECT_EQ(d.placement.node, 1U);
-  EXPECT_EQ(d.placement.gpus, 0b10U);
+TEST(TesseraPolicyTest, CpuOnlyTasksDoNotStrandGpus) {
+  model::GpuCatalogue cat = model::GpuCatalogue::builtin();
+  // Two 4-GPU nodes with 40 cores. The typical GPU task needs 10 cores per GPU.
+  ClusterState state(cat, {testing::node(cat, "gpus-free", 40, 256, "T4", 4),
+                           testing::node(cat, "gpus-busy", 40, 256, "T4", 4)});
+  state.apply(gpuTask(20000, 4), Placement{1, 0b1111});
+  FragModel frag{{{{10000, 1000, 1, {}}, 1, 1.0}}, cat.size()};
+  core::Rng rng(1);
+  PolicyContext ctx{&frag, &rng};
+  // 16 cores on the free node would leave 24 for 4 GPUs that need 40: FGD does not see it (the
+  // typical task still fits) and takes the first node in rank order; tessera does not strand.
+  auto fgd = std::move(makePolicy("fgd", ctx, state)).value();
+  auto ours = std::move(makePolicy("tessera", ctx, state)).value();
+  EXPECT_EQ(Placer(state, *fgd).decide(cpuTask(16000)).placement.node, 0U);
+  EXPECT_EQ(Placer(state, *ours).decide(cpuTask(16000)).placement.node, 1U);
+  // A GPU task that uses what it takes is fine on the free node.
+  EXPECT_EQ(Placer(state, *ours).decide(gpuTask(10000, 1)).placement.node, 0U);
+}
+
+TEST(TesseraPolicyTest, SharesAvoidGapsABiggerShareNeeds) {
+  model::GpuCatalogue cat = model::GpuCatalogue::builtin();
+  ClusterState state(cat, {testing::node(cat, "n", 64, 256, "T4", 3)});
+  state.apply(gpuTask(1000, 1, 470), Placement{0, 0b001});  // Gap 530.
+  state.apply(gpuTask(1000, 1, 100), Placement{0, 0b010});  // Gap 900.
+  // Typical shares: 810 and 470 in equal numbers.
+  FragModel frag{{{{1000, 810, 1, {}}, 1, 0.5}, {{1000, 470, 1, {}}, 1, 0.5}}, cat.size()};
+  core::Rng rng(1);
+  auto ours = std::move(makePolicy("tessera", PolicyContext{&frag, &rng}, state)).value();
+  Placer placer(state, *ours);
+  // A 470 completes the 470 pair rather than break the 900 gap an 810 could use.
+  EXPECT_EQ(placer.decide(gpuTask(1000, 1, 470)).placement.gpus, 0b001U);
+  // An 810 takes the 900 gap (the idle GPU stays whole).
+  EXPECT_EQ(placer.decide(gpuTask(1000, 1, 810)).placement.gpus, 0b010U);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 namespace tessera::sched {
 
-std::unique_ptr<Policy> makeTesseraPolicy(const FragModel& frag, const ClusterState& state);
+core::Result<std::unique_ptr<Policy>> makeTesseraPolicy(const FragModel& frag,
+                                                        const ClusterState& state);
 
 }  // namespace tessera::sched

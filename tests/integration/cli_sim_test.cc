@@ -57,17 +57,22 @@ class CliSimTest : public ::testing::Test {
     return r;
   }
 
-  std::string sample(const std::string& f) { return env("TESSERA_SOURCE_DIR") + "/testdata/openb-sample/" + f; }
+  std::string sample(const std::string& f) {
+    return env("TESSERA_SOURCE_DIR") + "/testdata/openb-sample/" + f;
+  }
 
   fs::path dir_;
 };
 
-size_t lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+size_t lines(const std::string& s) {
+  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
+}
 
 TEST_F(CliSimTest, OpenbWritesPlacementsCurvesAndSummary) {
   const fs::path out = dir_ / "out";
-  CmdResult r = tessera("sim openb --nodes " + sample("nodes.csv") + " --pods " + sample("pods.csv") +
-                  " --policy fgd,bestfit --seeds 1-2 --tune 1.3 --out " + out.string() + " -q");
+  CmdResult r =
+      tessera("sim openb --nodes " + sample("nodes.csv") + " --pods " + sample("pods.csv") +
+              " --policy fgd,bestfit --seeds 1-2 --tune 1.3 --out " + out.string() + " -q");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.err, "");  // --quiet: no progress output.
   EXPECT_NE(r.out.find("fgd"), std::string::npos);
@@ -93,7 +98,7 @@ TEST_F(CliSimTest, OpenbWritesPlacementsCurvesAndSummary) {
   EXPECT_NE(summary.find("\npods,fgd,1,"), std::string::npos);
 
   CmdResult check = tessera("sim check --nodes " + sample("nodes.csv") + " " + out.string() +
-                      "/placements-fgd-1.csv " + out.string() + "/placements-bestfit-2.csv");
+                            "/placements-fgd-1.csv " + out.string() + "/placements-bestfit-2.csv");
   EXPECT_EQ(check.rc, 0) << check.err;
   EXPECT_NE(check.out.find("OK: 2 files"), std::string::npos) << check.out;
 }
@@ -104,8 +109,8 @@ TEST_F(CliSimTest, ExpectedResultsArePrintedBesideOurs) {
       << "openb_pod_list_pods,06-FGD,1.3,42,6212,95.0,95.25\n"
       << "openb_pod_list_pods,06-FGD,1.3,43,6212,95.0,94.75\n";
   CmdResult r = tessera("sim openb -n " + sample("nodes.csv") + " -p " + sample("pods.csv") +
-                  " --policy fgd --seeds 3 -o " + (dir_ / "o").string() + " -q --expected " +
-                  dir_.string());
+                        " --policy fgd --seeds 3 -o " + (dir_ / "o").string() + " -q --expected " +
+                        dir_.string());
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("authors@100"), std::string::npos);
   EXPECT_NE(r.out.find("5.00 ± 0.35"), std::string::npos) << r.out;  // 100 - mean(95.25, 94.75).
@@ -113,8 +118,8 @@ TEST_F(CliSimTest, ExpectedResultsArePrintedBesideOurs) {
 
 TEST_F(CliSimTest, BadInputIsOneClearLineAndExitCode2) {
   std::ofstream(dir_ / "pods.csv") << "name,cpu_milli,memory_mib,num_gpu\np,1,1,1\n";
-  CmdResult r = tessera("sim openb -n " + sample("nodes.csv") + " -p " + (dir_ / "pods.csv").string() +
-                  " -o " + (dir_ / "o").string());
+  CmdResult r = tessera("sim openb -n " + sample("nodes.csv") + " -p " +
+                        (dir_ / "pods.csv").string() + " -o " + (dir_ / "o").string());
   EXPECT_EQ(r.rc, 2);
   EXPECT_EQ(r.err, "error: " + (dir_ / "pods.csv").string() + ":1: missing column 'gpu_milli'\n");
   EXPECT_FALSE(fs::exists(dir_ / "o" / "summary.csv"));
@@ -130,8 +135,7 @@ TEST_F(CliSimTest, BadInputIsOneClearLineAndExitCode2) {
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("unknown policy 'tetris'"), std::string::npos);
 
-  r = tessera("sim openb -n " + sample("nodes.csv") + " -p " + sample("pods.csv") +
-              " --seeds 9-3");
+  r = tessera("sim openb -n " + sample("nodes.csv") + " -p " + sample("pods.csv") + " --seeds 9-3");
   EXPECT_EQ(r.rc, 2);
   EXPECT_EQ(r.err, "error: --seeds '9-3': range '9-3' is empty\n");
 
