@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "core/strings.h"
+
 namespace tessera::cli {
 namespace {
 
@@ -17,32 +19,9 @@ core::Result<uint64_t> parseOne(const std::string& item, const std::string& whol
 
 }  // namespace
 
-std::vector<std::string> splitList(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) {
-      comma = text.size();
-    }
-    std::string item = text.substr(start, comma - start);
-    while (!item.empty() && item.front() == ' ') {
-      item.erase(item.begin());
-    }
-    while (!item.empty() && item.back() == ' ') {
-      item.pop_back();
-    }
-    if (!item.empty()) {
-      out.push_back(item);
-    }
-    start = comma + 1;
-  }
-  return out;
-}
-
 core::Result<std::vector<uint64_t>> parseSeeds(const std::string& text) {
   std::vector<uint64_t> seeds;
-  for (const std::string& item : splitList(text)) {
+  for (const std::string& item : core::splitList(text)) {
     size_t dash = item.find('-');
     if (dash == std::string::npos) {
       TESSERA_ASSIGN_OR_RETURN(uint64_t v, parseOne(item, text));

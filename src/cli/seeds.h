@@ -10,7 +10,5 @@
 namespace tessera::cli {
 
 core::Result<std::vector<uint64_t>> parseSeeds(const std::string& text);
-// "a,b,c" split on commas, empty items dropped.
-std::vector<std::string> splitList(const std::string& text);
 
 }  // namespace tessera::cli

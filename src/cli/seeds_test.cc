@@ -21,10 +21,5 @@ TEST(SeedsTest, Errors) {
   EXPECT_FALSE(parseSeeds("1-1000000").isOk());
 }
 
-TEST(SeedsTest, SplitList) {
-  EXPECT_EQ(splitList("a, b,,c"), (std::vector<std::string>{"a", "b", "c"}));
-  EXPECT_TRUE(splitList("").empty());
-}
-
 }  // namespace
 }  // namespace tessera::cli

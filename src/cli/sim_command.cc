@@ -10,6 +10,7 @@
 
 #include "cli/progress.h"
 #include "cli/seeds.h"
+#include "core/strings.h"
 #include "sched/policy.h"
 #include "sim/openb_experiment.h"
 #include "sim/placement_check.h"
@@ -40,7 +41,7 @@ int fail(int code, const std::string& message) {
 }
 
 int runOpenb(const OpenbOptions& opt) {
-  std::vector<std::string> policies = splitList(opt.policies);
+  std::vector<std::string> policies = core::splitList(opt.policies);
   if (policies.empty()) {
     return fail(kExitBadInput, "--policy is empty");
   }
@@ -66,7 +67,7 @@ int runOpenb(const OpenbOptions& opt) {
   }
   std::vector<std::string> pod_files;
   for (const std::string& p : opt.pods) {
-    for (const std::string& item : splitList(p)) {
+    for (const std::string& item : core::splitList(p)) {
       pod_files.push_back(item);
     }
   }

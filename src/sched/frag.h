@@ -72,4 +72,25 @@ class FragModel {
   std::vector<std::vector<uint8_t>> access_;  // Per distinct model list: accepted by model id.
 };
 
+// F of every node, recomputed only when the node's version changes. One per policy instance;
+// not thread-safe.
+class NodeFragCache {
+ public:
+  NodeFragCache(const FragModel& frag, size_t node_count)
+      : frag_(frag), cached_(node_count, {0, 0.0}) {}
+
+  double get(const ClusterState& state, NodeIndex node) {
+    auto& [version, value] = cached_[node];
+    if (version != state.version(node)) {
+      value = frag_.nodeFrag(state, node);
+      version = state.version(node);
+    }
+    return value;
+  }
+
+ private:
+  const FragModel& frag_;
+  std::vector<std::pair<uint32_t, double>> cached_;  // (node version, F).
+};
+
 }  // namespace tessera::sched

@@ -49,8 +49,9 @@ Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
   return *it->second;
 }
 
-Placer::Decision Placer::decide(const model::TaskRequest& req) {
-  RequestClass& cls = classFor(req);
+Placer::Decision Placer::decide(const model::TaskRequest& req) { return decideFor(classFor(req)); }
+
+Placer::Decision Placer::decideFor(RequestClass& cls) {
   const ResolvedRequest& r = cls.resolved;
   const bool cacheable = policy_.cacheable();
   const std::vector<uint32_t>& versions = state_.versions();
@@ -98,10 +99,11 @@ Placer::Decision Placer::decide(const model::TaskRequest& req) {
 }
 
 Placer::Decision Placer::place(const model::TaskRequest& req) {
-  Decision d = decide(req);
+  RequestClass& cls = classFor(req);
+  Decision d = decideFor(cls);
   if (d.placed) {
     d.assignment = state_.apply(req, d.placement);
-    policy_.onApplied(state_, classFor(req).resolved, d.placement);
+    policy_.onApplied(state_, cls.resolved, d.placement);
   }
   return d;
 }

@@ -66,6 +66,7 @@ class Placer {
   };
 
   RequestClass& classFor(const model::TaskRequest& req);
+  Decision decideFor(RequestClass& cls);
 
   ClusterState& state_;
   Policy& policy_;

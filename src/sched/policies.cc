@@ -277,12 +277,12 @@ class GpuClusteringPolicy final : public Policy {
 class FgdPolicy final : public Policy {
  public:
   FgdPolicy(const FragModel& frag, const ClusterState& state)
-      : frag_(frag), cached_(state.nodeCount(), {0, 0.0}) {}
+      : frag_(frag), node_frag_(frag, state.nodeCount()) {}
   std::string_view name() const override { return "fgd"; }
 
   Choice score(const ClusterState& state, NodeIndex node, const ResolvedRequest& r,
                uint64_t eligible) override {
-    const double before = nodeFrag(state, node);
+    const double before = node_frag_.get(state, node);
     std::span<const GpuState> gpus = state.gpus(node);
     const size_t n = gpus.size();
     int32_t left[model::kMaxGpusPerNode];
@@ -295,27 +295,13 @@ class FgdPolicy final : public Policy {
       return static_cast<int64_t>(100.0 / (1.0 + std::exp(-(before - after) / 1000.0)));
     };
     if (r.fractional) {
-      // Try each GPU that fits; the first to reach the best integer score wins. GPUs with the
-      // same free share give the same fragmentation, so each value is evaluated once.
-      Choice best;
-      bool found = false;
-      int32_t seen[model::kMaxGpusPerNode];
-      int seen_n = 0;
-      for (uint64_t m = eligible; m != 0; m &= m - 1) {
-        const int i = std::countr_zero(m);
-        if (std::find(seen, seen + seen_n, left[i]) != seen + seen_n) {
-          continue;
-        }
-        seen[seen_n++] = left[i];
+      // The first GPU to reach the best integer score wins.
+      return bestShareGpu(gpus, eligible, [&](int i) {
         left[i] -= r.milli;
         const int64_t s = score_of(frag_.frag(cpu_after, {left, n}, model));
         left[i] += r.milli;
-        if (!found || s > best.score) {
-          best = Choice{s, uint64_t{1} << i, -1};
-          found = true;
-        }
-      }
-      return best;
+        return s;
+      });
     }
     Choice c = defaultGpus(state, node, r, eligible);
     for (uint64_t m = c.gpus; m != 0; m &= m - 1) {
@@ -332,17 +318,8 @@ class FgdPolicy final : public Policy {
     return info.mig_profiles[r.mig_profile[g.model.value()]].computeShare().value();
   }
 
-  double nodeFrag(const ClusterState& state, NodeIndex node) {
-    auto& [version, value] = cached_[node];
-    if (version != state.version(node)) {
-      value = frag_.nodeFrag(state, node);
-      version = state.version(node);
-    }
-    return value;
-  }
-
   const FragModel& frag_;
-  std::vector<std::pair<uint32_t, double>> cached_;  // Node fragmentation by node version.
+  NodeFragCache node_frag_;
 };
 
 }  // namespace

@@ -13,6 +13,8 @@
 // truncation (see docs/placement.md for sources).
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -21,6 +23,7 @@
 
 #include "core/rng.h"
 #include "core/status.h"
+#include "model/node.h"
 #include "sched/cluster_state.h"
 #include "sched/filter.h"
 #include "sched/frag.h"
@@ -77,5 +80,30 @@ uint64_t tightestGpu(const ClusterState& state, NodeIndex node, uint64_t eligibl
 // lowest index first, a share on the tightest GPU, a MIG slice on the fullest partitioned GPU.
 Choice defaultGpus(const ClusterState& state, NodeIndex node, const ResolvedRequest& r,
                    uint64_t eligible);
+
+// For a share: calls `score_of(i)` once per distinct free share among the `eligible` GPUs (equal
+// free share scores equally), and returns the GPU with the highest score, ties to the lowest
+// index.
+template <typename ScoreOf>
+Choice bestShareGpu(std::span<const GpuState> gpus, uint64_t eligible, ScoreOf score_of) {
+  Choice best;
+  bool found = false;
+  int32_t seen[model::kMaxGpusPerNode];
+  int seen_n = 0;
+  for (uint64_t m = eligible; m != 0; m &= m - 1) {
+    const int i = std::countr_zero(m);
+    const int32_t free = gpus[i].free_milli;
+    if (std::find(seen, seen + seen_n, free) != seen + seen_n) {
+      continue;
+    }
+    seen[seen_n++] = free;
+    const int64_t s = score_of(i);
+    if (!found || s > best.score) {
+      best = Choice{s, uint64_t{1} << i, -1};
+      found = true;
+    }
+  }
+  return best;
+}
 
 }  // namespace tessera::sched

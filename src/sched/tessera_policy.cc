@@ -42,7 +42,7 @@ constexpr int64_t kFgdRange = 101;
 class TesseraPolicy final : public Policy {
  public:
   TesseraPolicy(const FragModel& frag, const ClusterState& state, ShareValues values)
-      : frag_(frag), values_(std::move(values)), node_frag_(state.nodeCount(), {0, 0.0}) {
+      : frag_(frag), values_(std::move(values)), node_frag_(frag, state.nodeCount()) {
     double cpu = 0;
     double milli = 0;
     for (const TypicalPod& t : frag_.typical()) {
@@ -66,7 +66,7 @@ class TesseraPolicy final : public Policy {
     }
     const NodeState& ns = state.nodeState(node);
     const int64_t cpu_after = ns.free_cpu_milli - r.cpu_milli;
-    const double frag_before = nodeFrag(state, node);
+    const double frag_before = node_frag_.get(state, node);
     const double stranded_before =
         stranded(ns.free_cpu_milli, static_cast<double>(ns.free_gpu_milli));
     const model::GpuModelId model = n > 0 ? gpus[0].model : model::GpuModelId{0};
@@ -89,29 +89,16 @@ class TesseraPolicy final : public Policy {
       c.score = score_after();
       return c;
     }
-    // A share: the GPU with the least packing cost, then the best FGD score, then lowest index.
-    // GPUs with equal free share score equally, so each value is evaluated once.
-    Choice best;
-    bool found = false;
-    int32_t seen[model::kMaxGpusPerNode];
-    int seen_n = 0;
-    for (uint64_t m = eligible; m != 0; m &= m - 1) {
-      const int i = std::countr_zero(m);
-      if (std::find(seen, seen + seen_n, left[i]) != seen + seen_n) {
-        continue;
-      }
-      seen[seen_n++] = left[i];
+    // A share: the GPU with the least packing cost, then the best score above, then the lowest
+    // index.
+    return bestShareGpu(gpus, eligible, [&](int i) {
       const auto cost = static_cast<int64_t>(
           std::llround(values_.reducedCost(left[i], r.milli) * kFullGpu));  // In milli-GPU.
       left[i] -= r.milli;
       const int64_t s = -cost * kFgdRange + score_after();
       left[i] += r.milli;
-      if (!found || s > best.score) {
-        best = Choice{s, uint64_t{1} << i, -1};
-        found = true;
-      }
-    }
-    return best;
+      return s;
+    });
   }
 
  private:
@@ -125,18 +112,9 @@ class TesseraPolicy final : public Policy {
     return deficit <= 0 ? 0 : std::min(free_gpu_milli, deficit / cpu_per_milli_);
   }
 
-  double nodeFrag(const ClusterState& state, NodeIndex node) {
-    auto& [version, value] = node_frag_[node];
-    if (version != state.version(node)) {
-      value = frag_.nodeFrag(state, node);
-      version = state.version(node);
-    }
-    return value;
-  }
-
   const FragModel& frag_;
   const ShareValues values_;
-  std::vector<std::pair<uint32_t, double>> node_frag_;  // FGD's F per node, by node version.
+  NodeFragCache node_frag_;
   double cpu_per_milli_ = 0;  // CPU the typical GPU task needs per milli-GPU.
 };
 

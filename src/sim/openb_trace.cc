@@ -4,6 +4,7 @@
 #include <unordered_set>
 
 #include "core/csv.h"
+#include "core/strings.h"
 
 namespace tessera::sim {
 
@@ -115,23 +116,13 @@ core::Result<std::vector<OpenbPod>> readOpenbPods(const std::string& path,
                                    " milli; a GPU share below 1000 needs num_gpu 1");
     }
     if (c_spec >= 0 && p.num_gpu > 0) {
-      std::string_view spec = t.cell(r, static_cast<size_t>(c_spec));
-      size_t start = 0;
-      while (start <= spec.size()) {
-        size_t bar = spec.find('|', start);
-        if (bar == std::string_view::npos) {
-          bar = spec.size();
+      for (const std::string& part : core::splitList(t.cell(r, static_cast<size_t>(c_spec)), '|')) {
+        auto id = catalogue.find(part);
+        if (!id || node_models.count(id->value()) == 0) {
+          return core::invalidArgument(t.where(r) + ": pod '" + p.name + "' names GPU model '" +
+                                       part + "' that no node has");
         }
-        std::string_view part = spec.substr(start, bar - start);
-        if (!part.empty()) {
-          auto id = catalogue.find(part);
-          if (!id || node_models.count(id->value()) == 0) {
-            return core::invalidArgument(t.where(r) + ": pod '" + p.name + "' names GPU model '" +
-                                         std::string(part) + "' that no node has");
-          }
-          p.models.push_back(*id);
-        }
-        start = bar + 1;
+        p.models.push_back(*id);
       }
     }
     pods.push_back(std::move(p));
