@@ -74,5 +74,44 @@ TEST_F(PlacerTest, PlaceAppliesTheChoice) {
   EXPECT_EQ(placer.place(cpuTask(100000)).placed, false);
 }
 
+class MigPlacementTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MigPlacementTest, SlicesPackIntoValidLayouts) {
+  model::GpuCatalogue cat = model::GpuCatalogue::builtin();
+  ClusterState state(cat, {testing::node(cat, "h100", 64, 512, "H100-80GB", 2)});
+  FragModel frag{{{{1000, 1000, 1, {}}, 1, 1.0}}, cat.size()};
+  core::Rng rng(1);
+  auto policy = std::move(makePolicy(GetParam(), PolicyContext{&frag, &rng}, state)).value();
+  Placer placer(state, *policy);
+  // 3g + 3g fill one GPU, 4g + 3g the other: all 14 compute slices of the node.
+  std::vector<Placer::Decision> ds;
+  for (const char* p : {"3g.40gb", "3g.40gb", "4g.40gb", "3g.40gb"}) {
+    ds.push_back(placer.place(testing::migTask(p)));
+    ASSERT_TRUE(ds.back().placed) << p;
+  }
+  EXPECT_FALSE(placer.place(testing::migTask("1g.10gb")).placed);
+  EXPECT_FALSE(placer.place(testing::gpuTask(1000, 1)).placed);  // No GPU is whole any more.
+  const model::GpuModelInfo& h100 = cat.model(*cat.find("H100-80GB"));
+  for (int g = 0; g < 2; ++g) {
+    std::vector<model::MigInstance> layout;
+    for (const Placer::Decision& d : ds) {
+      if (d.placement.gpus == (uint64_t{1} << g)) {
+        layout.push_back({d.placement.mig_profile, d.placement.mig_start});
+      }
+    }
+    EXPECT_TRUE(model::validateMigLayout(h100, layout).isOk()) << "GPU " << g;
+    EXPECT_EQ(state.gpus(0)[g].mode, GpuMode::kMig);
+  }
+  // Releasing everything gives whole GPUs back.
+  for (const Placer::Decision& d : ds) {
+    state.release(d.assignment);
+  }
+  EXPECT_TRUE(placer.place(testing::gpuTask(1000, 2)).placed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, MigPlacementTest,
+                         ::testing::Values("random", "dotprod", "bestfit", "gpupacking",
+                                           "gpuclustering", "fgd", "tessera"));
+
 }  // namespace
 }  // namespace tessera::sched

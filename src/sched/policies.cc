@@ -10,6 +10,15 @@
 
 namespace tessera::sched {
 
+int32_t milliTaken(const ClusterState& state, const GpuState& gpu, const ResolvedRequest& r) {
+  if (!r.mig) {
+    return r.milli;
+  }
+  const model::GpuModelInfo& info = state.catalogue().model(gpu.model);
+  return static_cast<int32_t>(
+      info.mig_profiles[r.mig_profile[gpu.model.value()]].computeShare().value());
+}
+
 uint64_t lowestGpus(uint64_t eligible, int k) {
   uint64_t out = 0;
   for (int taken = 0; taken < k && eligible != 0; ++taken) {
@@ -306,18 +315,13 @@ class FgdPolicy final : public Policy {
     Choice c = defaultGpus(state, node, r, eligible);
     for (uint64_t m = c.gpus; m != 0; m &= m - 1) {
       const int i = std::countr_zero(m);
-      left[i] -= r.mig ? static_cast<int32_t>(migShare(state, gpus[i], r)) : r.milli;
+      left[i] -= milliTaken(state, gpus[i], r);
     }
     c.score = score_of(frag_.frag(cpu_after, {left, n}, model));
     return c;
   }
 
  private:
-  static int64_t migShare(const ClusterState& state, const GpuState& g, const ResolvedRequest& r) {
-    const model::GpuModelInfo& info = state.catalogue().model(g.model);
-    return info.mig_profiles[r.mig_profile[g.model.value()]].computeShare().value();
-  }
-
   const FragModel& frag_;
   NodeFragCache node_frag_;
 };

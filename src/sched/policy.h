@@ -71,6 +71,9 @@ const std::vector<std::string>& policyNames();
 core::Result<std::unique_ptr<Policy>> makePolicy(std::string_view name, const PolicyContext& ctx,
                                                  const ClusterState& state);
 
+// The milli-GPU a task takes on `gpu`: its share, or for MIG the profile's compute share.
+int32_t milliTaken(const ClusterState& state, const GpuState& gpu, const ResolvedRequest& r);
+
 // GPU choices shared by the policies.
 // The `k` lowest-index GPUs of `eligible`.
 uint64_t lowestGpus(uint64_t eligible, int k);

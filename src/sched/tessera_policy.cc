@@ -84,7 +84,8 @@ class TesseraPolicy final : public Policy {
     if (!r.fractional) {
       Choice c = defaultGpus(state, node, r, eligible);
       for (uint64_t m = c.gpus; m != 0; m &= m - 1) {
-        left[std::countr_zero(m)] -= r.milli;
+        const int i = std::countr_zero(m);
+        left[i] -= milliTaken(state, gpus[i], r);
       }
       c.score = score_after();
       return c;
