@@ -98,7 +98,7 @@ Result<CsvTable> CsvTable::parse(std::string_view text, std::string source) {
     }
   }
   if (table.header_.empty()) {
-    return invalidArgument(table.source_ + ": file is empty (expected a header line)");
+    return invalidArgument(table.source_ + ":1: file is empty (expected a header line)");
   }
   while (pos < text.size()) {
     size_t this_line = line;

@@ -19,7 +19,7 @@ TEST(CsvTest, ParsesHeaderRowsAndLineNumbers) {
 TEST(CsvTest, EmptyFileIsAnError) {
   auto t = CsvTable::parse("", "empty.csv");
   ASSERT_FALSE(t.isOk());
-  EXPECT_EQ(t.status().message(), "empty.csv: file is empty (expected a header line)");
+  EXPECT_EQ(t.status().message(), "empty.csv:1: file is empty (expected a header line)");
   EXPECT_FALSE(CsvTable::parse("\n\n", "blank.csv").isOk());
 }
 

@@ -41,6 +41,7 @@ ClusterState::ClusterState(const model::GpuCatalogue& catalogue, std::vector<mod
   version_.assign(nodes_.size(), 1);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const model::Node& n = nodes_[i];
+    assert(model::validateNode(n).isOk());
     NodeState& s = node_state_[i];
     s.free_cpu_milli = n.cpu.value();
     s.free_memory_mib = n.memory.value();

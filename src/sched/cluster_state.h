@@ -96,6 +96,8 @@ struct Assignment {
 
 class ClusterState {
  public:
+  // Precondition: every node passes `model::validateNode` (at most 64 GPUs, as the GPU masks
+  // require); the readers and the API check this before building a state.
   ClusterState(const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes,
                TrustGroups trust = {});
 

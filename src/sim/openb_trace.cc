@@ -36,7 +36,7 @@ core::Result<std::vector<model::Node>> readOpenbNodes(const std::string& path,
   TESSERA_ASSIGN_OR_RETURN(size_t c_gpu, t.requireColumn("gpu"));
   TESSERA_ASSIGN_OR_RETURN(size_t c_model, t.requireColumn("model"));
   if (t.rowCount() == 0) {
-    return core::invalidArgument(path + ": no nodes (only a header)");
+    return core::invalidArgument(path + ":2: no nodes (only a header)");
   }
   std::vector<model::Node> nodes;
   nodes.reserve(t.rowCount());
@@ -84,7 +84,7 @@ core::Result<std::vector<OpenbPod>> readOpenbPods(const std::string& path,
   TESSERA_ASSIGN_OR_RETURN(size_t c_milli, t.requireColumn("gpu_milli"));
   const int c_spec = t.findColumn("gpu_spec");
   if (t.rowCount() == 0) {
-    return core::invalidArgument(path + ": no pods (only a header)");
+    return core::invalidArgument(path + ":2: no pods (only a header)");
   }
   std::set<uint16_t> node_models;
   for (const model::Node& n : nodes) {

@@ -85,8 +85,8 @@ TEST_F(OpenbTraceTest, PodErrorsNameFileAndLine) {
   EXPECT_EQ(podError(header + "p,1000,10,2,500,\n"),
             ":2: pod 'p' asks for 2 GPUs of 500 milli; a GPU share below 1000 needs num_gpu 1");
   EXPECT_EQ(podError(header + "p,1000,10,1,0,\n"), ":2: pod 'p' asks for 1 GPUs with gpu_milli 0");
-  EXPECT_EQ(podError(header), ": no pods (only a header)");
-  EXPECT_EQ(podError(""), ": file is empty (expected a header line)");
+  EXPECT_EQ(podError(header), ":2: no pods (only a header)");
+  EXPECT_EQ(podError(""), ":1: file is empty (expected a header line)");
   EXPECT_EQ(podError(header + "p,1000,10\n"), ":2: expected 6 fields as in the header, got 3");
 }
 
@@ -122,7 +122,7 @@ TEST_F(OpenbTraceTest, NodeErrors) {
   EXPECT_EQ(err(h + "a,8000,16384,2,T4\na,1,1,0,\n"), ":3: node 'a' appears twice");
   EXPECT_EQ(err(h + "a,8000,16384,65,T4\n"), ":2: column 'gpu' value 65 is above the maximum 64");
   EXPECT_EQ(err(h + "a,-1,16384,1,T4\n"), ":2: column 'cpu_milli' value -1 is negative");
-  EXPECT_EQ(err(h), ": no nodes (only a header)");
+  EXPECT_EQ(err(h), ":2: no nodes (only a header)");
   // Unknown model names are accepted as plain models.
   auto ok = readOpenbNodes(write("n.csv", h + "a,8000,16384,1,L40S\n"), cat_);
   ASSERT_TRUE(ok.isOk());

@@ -128,7 +128,7 @@ TEST_F(CliSimTest, BadInputIsOneClearLineAndExitCode2) {
   r = tessera("sim openb -n " + (dir_ / "empty.csv").string() + " -p " + sample("pods.csv"));
   EXPECT_EQ(r.rc, 2);
   EXPECT_EQ(r.err, "error: " + (dir_ / "empty.csv").string() +
-                       ": file is empty (expected a header line)\n");
+                       ":1: file is empty (expected a header line)\n");
 
   r = tessera("sim openb -n " + sample("nodes.csv") + " -p " + sample("pods.csv") +
               " --policy fgd,tetris");
