@@ -1,0 +1,125 @@
+#include "sched/queue_tree.h"
+
+#include <functional>
+
+namespace tessera::sched {
+
+core::Result<QueueTree> QueueTree::create(ResourceSpace space, std::vector<QueueSpec> specs) {
+  QueueTree t;
+  t.space_ = std::move(space);
+  const size_t dims = t.space_.size();
+  for (size_t i = 0; i < specs.size(); ++i) {
+    QueueSpec& s = specs[i];
+    if (s.name.empty()) {
+      return core::invalidArgument("queue " + std::to_string(i) + " has an empty name");
+    }
+    if (!t.by_name_.emplace(s.name, static_cast<QueueId>(i)).second) {
+      return core::invalidArgument("queue '" + s.name + "' is declared twice");
+    }
+    if (s.quota.empty()) {
+      s.quota = t.space_.zeros();
+    }
+    if (s.limit.empty()) {
+      s.limit = t.space_.unlimited();
+    }
+    if (s.quota.size() != dims || s.limit.size() != dims) {
+      return core::internalError("queue '" + s.name + "': amounts of the wrong dimension");
+    }
+    for (size_t d = 0; d < dims; ++d) {
+      const std::string field = t.space_.name(d);
+      if (s.quota[d] < 0) {
+        return core::invalidArgument("queue '" + s.name + "': quota." + field + " is negative");
+      }
+      if (s.limit[d] < 0) {
+        return core::invalidArgument("queue '" + s.name + "': limit." + field + " is negative");
+      }
+      if (s.limit[d] < s.quota[d]) {
+        return core::invalidArgument("queue '" + s.name + "': limit." + field + " (" +
+                                     std::to_string(s.limit[d]) + ") is below quota." + field +
+                                     " (" + std::to_string(s.quota[d]) + ")");
+      }
+    }
+    if (s.over_quota_weight < 0) {
+      return core::invalidArgument("queue '" + s.name + "': overQuotaWeight is negative");
+    }
+    Queue q;
+    q.name = s.name;
+    q.quota = s.quota;
+    q.limit = s.limit;
+    q.weight = s.over_quota_weight;
+    q.priority = s.priority;
+    q.allocated = t.space_.zeros();
+    q.pending = t.space_.zeros();
+    q.fair_share = t.space_.zeros();
+    t.queues_.push_back(std::move(q));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const QueueSpec& s = specs[i];
+    if (s.parent.empty()) {
+      t.roots_.push_back(static_cast<QueueId>(i));
+      continue;
+    }
+    auto it = t.by_name_.find(s.parent);
+    if (it == t.by_name_.end()) {
+      return core::invalidArgument("queue '" + s.name + "': parent '" + s.parent +
+                                   "' is not declared");
+    }
+    t.queues_[i].parent = it->second;
+    t.queues_[it->second].children.push_back(static_cast<QueueId>(i));
+  }
+  // Depths and a parents-first order; a queue not reached from a root is on a cycle.
+  std::vector<bool> seen(t.queues_.size(), false);
+  std::function<void(QueueId, int)> visit = [&](QueueId q, int depth) {
+    seen[q] = true;
+    t.queues_[q].depth = depth;
+    t.top_down_.push_back(q);
+    for (QueueId c : t.queues_[q].children) {
+      visit(c, depth + 1);
+    }
+  };
+  for (QueueId r : t.roots_) {
+    visit(r, 0);
+  }
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (!seen[i]) {
+      return core::invalidArgument("queue '" + t.queues_[i].name + "' is part of a parent cycle");
+    }
+  }
+  return t;
+}
+
+std::optional<QueueId> QueueTree::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) {
+    return std::nullopt;
+  }
+  return it->second;
+}
+
+std::vector<QueueId> QueueTree::pathToRoot(QueueId q) const {
+  std::vector<QueueId> path;
+  for (; q != kNoQueue; q = queues_[q].parent) {
+    path.push_back(q);
+  }
+  return path;
+}
+
+void QueueTree::addAllocated(QueueId leaf, const Amounts& amounts, int sign) {
+  for (QueueId q = leaf; q != kNoQueue; q = queues_[q].parent) {
+    Amounts& a = queues_[q].allocated;
+    for (size_t d = 0; d < a.size(); ++d) {
+      a[d] += sign * amounts[d];
+    }
+  }
+}
+
+void QueueTree::addPending(QueueId leaf, const Amounts& amounts, int sign) {
+  for (QueueId q = leaf; q != kNoQueue; q = queues_[q].parent) {
+    Amounts& a = queues_[q].pending;
+    for (size_t d = 0; d < a.size(); ++d) {
+      a[d] += sign * amounts[d];
+    }
+  }
+}
+
+}  // namespace tessera::sched
