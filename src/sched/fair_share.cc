@@ -6,7 +6,7 @@
 namespace tessera::sched {
 namespace {
 
-using Int128 = __int128;
+__extension__ typedef __int128 Int128;  // NOLINT(modernize-use-using)
 
 // Splits `amount` in proportion to `parts` (all >= 0, sum > 0): floor of each exact share, then
 // one more unit to the largest remainders, ties to the lower index.

@@ -42,6 +42,7 @@ Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
   auto it = classes_.find(key_buffer_);
   if (it == classes_.end()) {
     auto cls = std::make_unique<RequestClass>();
+    cls->id = static_cast<uint32_t>(classes_.size());
     cls->resolved = resolveRequest(state_, req);
     cls->cache.resize(state_.nodeCount());
     it = classes_.emplace(key_buffer_, std::move(cls)).first;
@@ -49,14 +50,18 @@ Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
   return *it->second;
 }
 
-Placer::Decision Placer::decide(const model::TaskRequest& req) { return decideFor(classFor(req)); }
+Placer::Decision Placer::decide(const model::TaskRequest& req,
+                                std::span<const uint8_t> preference) {
+  return decideFor(classFor(req), preference);
+}
 
-Placer::Decision Placer::decideFor(RequestClass& cls) {
+Placer::Decision Placer::decideFor(RequestClass& cls, std::span<const uint8_t> preference) {
   const ResolvedRequest& r = cls.resolved;
   const bool cacheable = policy_.cacheable();
   const std::vector<uint32_t>& versions = state_.versions();
   Decision d;
   int64_t best_score = 0;
+  int best_level = 0;
   NodeIndex best = 0;
   const auto n = static_cast<NodeIndex>(state_.nodeCount());
   for (NodeIndex i = 0; i < n; ++i) {
@@ -76,8 +81,11 @@ Placer::Decision Placer::decideFor(RequestClass& cls) {
       ++d.rejected[static_cast<size_t>(e.reason)];
       continue;
     }
-    if (d.feasible == 0 || e.score > best_score ||
-        (e.score == best_score && rank_[i] < rank_[best])) {
+    const int level = preference.empty() ? 0 : preference[i];
+    if (d.feasible == 0 || level > best_level ||
+        (level == best_level &&
+         (e.score > best_score || (e.score == best_score && rank_[i] < rank_[best])))) {
+      best_level = level;
       best_score = e.score;
       best = i;
     }
@@ -98,14 +106,20 @@ Placer::Decision Placer::decideFor(RequestClass& cls) {
   return d;
 }
 
-Placer::Decision Placer::place(const model::TaskRequest& req) {
+Placer::Decision Placer::place(const model::TaskRequest& req, std::span<const uint8_t> preference) {
   RequestClass& cls = classFor(req);
-  Decision d = decideFor(cls);
+  Decision d = decideFor(cls, preference);
   if (d.placed) {
     d.assignment = state_.apply(req, d.placement);
     policy_.onApplied(state_, cls.resolved, d.placement);
   }
   return d;
+}
+
+Assignment Placer::applyAt(const model::TaskRequest& req, const Placement& p) {
+  Assignment a = state_.apply(req, p);
+  policy_.onApplied(state_, classFor(req).resolved, p);
+  return a;
 }
 
 void Placer::release(const model::TaskRequest& req, const Assignment& a) {

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -45,12 +46,18 @@ class Placer {
   // must outlive the placer.
   Placer(ClusterState& state, Policy& policy, std::vector<uint32_t> node_rank = {});
 
-  // Chooses a placement for `req` without changing the state.
-  Decision decide(const model::TaskRequest& req);
+  // Chooses a placement for `req` without changing the state. With `preference` (one level per
+  // node, empty = none), a feasible node of a higher level wins over any of a lower level; the
+  // score decides within a level. Gangs use it to stay on one node or NVLink domain.
+  Decision decide(const model::TaskRequest& req, std::span<const uint8_t> preference = {});
   // Chooses and applies it.
-  Decision place(const model::TaskRequest& req);
-  // Undoes a `place`.
+  Decision place(const model::TaskRequest& req, std::span<const uint8_t> preference = {});
+  // Applies a placement chosen earlier (to restore a released task exactly), telling the policy.
+  Assignment applyAt(const model::TaskRequest& req, const Placement& p);
+  // Undoes a `place` or `applyAt`.
   void release(const model::TaskRequest& req, const Assignment& a);
+  // A small integer naming the request's shape: requests with equal ids are interchangeable.
+  uint32_t classId(const model::TaskRequest& req) { return classFor(req).id; }
 
  private:
   struct CacheEntry {
@@ -61,12 +68,13 @@ class Placer {
     uint64_t gpus = 0;
   };
   struct RequestClass {
+    uint32_t id = 0;
     ResolvedRequest resolved;
     std::vector<CacheEntry> cache;  // By node.
   };
 
   RequestClass& classFor(const model::TaskRequest& req);
-  Decision decideFor(RequestClass& cls);
+  Decision decideFor(RequestClass& cls, std::span<const uint8_t> preference);
 
   ClusterState& state_;
   Policy& policy_;

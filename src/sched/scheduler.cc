@@ -1,0 +1,811 @@
+#include "sched/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <numeric>
+#include <unordered_map>
+
+#include "sched/fair_share.h"
+
+namespace tessera::sched {
+namespace {
+
+__extension__ typedef __int128 Int128;  // NOLINT(modernize-use-using)
+
+// allocated / fair share as an exact fraction; den == 0 with num > 0 is "infinitely over".
+struct Ratio {
+  Int128 num = 0;
+  Int128 den = 1;
+};
+
+bool lessThan(const Ratio& a, const Ratio& b) {
+  if (a.den == 0 || b.den == 0) {
+    return a.den != 0 && b.den == 0;  // Finite < infinite; infinite is not < anything.
+  }
+  return a.num * b.den < b.num * a.den;
+}
+
+bool greaterThanOne(const Ratio& r) { return r.den == 0 ? r.num > 0 : r.num > r.den; }
+
+// The dominant share of a queue: the largest allocated / fair share over its dimensions.
+Ratio dominantShare(const Amounts& allocated, const Amounts& fair) {
+  Ratio best{0, 1};
+  for (size_t d = 0; d < allocated.size(); ++d) {
+    if (allocated[d] <= 0) {
+      continue;
+    }
+    if (fair[d] <= 0) {
+      return Ratio{1, 0};
+    }
+    const Ratio r{allocated[d], fair[d]};
+    if (lessThan(best, r)) {
+      best = r;
+    }
+  }
+  return best;
+}
+
+std::string shareText(const Queue& q, const Amounts& allocated) {
+  return fmt::format("{} gpu {}/{}", q.name, allocated[kGpuDim], q.fair_share[kGpuDim]);
+}
+
+}  // namespace
+
+std::string_view taskStateName(TaskState s) {
+  switch (s) {
+    case TaskState::kPending:
+      return "pending";
+    case TaskState::kRunning:
+      return "running";
+    case TaskState::kTerminating:
+      return "terminating";
+    case TaskState::kFinished:
+      return "finished";
+  }
+  return "unknown";
+}
+
+std::string_view waitReasonName(WaitReason r) {
+  switch (r) {
+    case WaitReason::kNone:
+      return "none";
+    case WaitReason::kNotReached:
+      return "not-reached";
+    case WaitReason::kQueueLimit:
+      return "queue-limit";
+    case WaitReason::kOverQuota:
+      return "over-quota";
+    case WaitReason::kNoCapacity:
+      return "no-capacity";
+    case WaitReason::kWaitingForEvictions:
+      return "waiting-for-evictions";
+    case WaitReason::kTerminating:
+      return "terminating";
+  }
+  return "unknown";
+}
+
+struct Scheduler::Unit {
+  WorkloadId workload = 0;
+  std::vector<TaskId> tasks;  // Running tasks to evict.
+  bool elastic = false;
+  core::TimePoint started{};  // Latest start among them.
+};
+
+Scheduler::Scheduler(const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes,
+                     QueueTree tree, SchedulerOptions options, const core::Clock& clock)
+    : catalogue_(catalogue),
+      state_(catalogue, std::move(nodes)),
+      tree_(std::move(tree)),
+      options_(std::move(options)),
+      clock_(clock) {}
+
+core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
+    const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes, QueueTree tree,
+    std::vector<PodShape> typical, SchedulerOptions options, const core::Clock& clock) {
+  for (const model::Node& n : nodes) {
+    TESSERA_RETURN_IF_ERROR(model::validateNode(n));
+  }
+  if (options.max_evictions_per_pass < 0) {
+    return core::invalidArgument("max evictions per pass must not be negative");
+  }
+  std::unique_ptr<Scheduler> s(
+      new Scheduler(catalogue, std::move(nodes), std::move(tree), std::move(options), clock));
+  s->frag_ = std::make_unique<FragModel>(typicalPods(typical), catalogue.size());
+  s->rng_ = std::make_unique<core::Rng>(1);
+  TESSERA_ASSIGN_OR_RETURN(
+      s->policy_, makePolicy(s->options_.policy, {s->frag_.get(), s->rng_.get()}, s->state_));
+  s->placer_ = std::make_unique<Placer>(s->state_, *s->policy_);
+  const ResourceSpace& space = s->tree_.space();
+  s->capacity_ = space.zeros();
+  for (NodeIndex n = 0; n < s->state_.nodeCount(); ++n) {
+    const model::Node& node = s->state_.node(n);
+    s->capacity_[kCpuDim] += node.cpu.value();
+    s->capacity_[kMemoryDim] += node.memory.value();
+    for (const model::GpuDevice& g : node.gpus) {
+      s->capacity_[kGpuDim] += 1000;
+      const size_t dim = space.modelDim(g.model);
+      if (dim != SIZE_MAX) {
+        s->capacity_[dim] += 1000;
+      }
+    }
+    if (node.nvlink_domain >= 0) {
+      const auto d = static_cast<size_t>(node.nvlink_domain);
+      if (s->domain_nodes_.size() <= d) {
+        s->domain_nodes_.resize(d + 1);
+      }
+      s->domain_nodes_[d].push_back(n);
+    }
+  }
+  s->queue_workloads_.resize(s->tree_.size());
+  s->np_allocated_.assign(s->tree_.size(), space.zeros());
+  s->preference_.assign(s->state_.nodeCount(), 0);
+  return s;
+}
+
+Amounts Scheduler::taskAmounts(WorkloadId w, const Placement* placed) const {
+  const model::TaskRequest& r = workloads_[w].spec.request;
+  const ResourceSpace& space = tree_.space();
+  Amounts a = space.zeros();
+  a[kCpuDim] = r.cpu.value();
+  a[kMemoryDim] = r.memory.value();
+  int64_t milli = r.gpu_count * (r.isMig() ? 0 : r.gpu_milli.value());
+  if (placed != nullptr && placed->gpus != 0) {
+    const GpuState& g = state_.gpus(placed->node)[std::countr_zero(placed->gpus)];
+    if (r.isMig()) {
+      milli = catalogue_.model(g.model).mig_profiles[placed->mig_profile].computeShare().value();
+    }
+    a[kGpuDim] = milli;
+    const size_t dim = space.modelDim(g.model);
+    if (dim != SIZE_MAX) {
+      a[dim] = milli;
+    }
+    return a;
+  }
+  if (r.isMig()) {
+    // Pending: the profile's compute share on the first model that offers it.
+    for (size_t m = 0; m < catalogue_.size() && milli == 0; ++m) {
+      const model::GpuModelInfo& info =
+          catalogue_.model(model::GpuModelId{static_cast<uint16_t>(m)});
+      const int p = info.findMigProfile(r.mig_profile);
+      if (p >= 0) {
+        milli = info.mig_profiles[p].computeShare().value();
+      }
+    }
+  }
+  a[kGpuDim] = milli;
+  // Pending demand counts in every constrained model the task accepts.
+  for (model::GpuModelId m : space.models()) {
+    if (r.models.empty() || std::find(r.models.begin(), r.models.end(), m) != r.models.end()) {
+      a[space.modelDim(m)] = milli;
+    }
+  }
+  return a;
+}
+
+Amounts Scheduler::pendingAmounts(WorkloadId w) const { return taskAmounts(w, nullptr); }
+
+core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
+  if (spec.name.empty()) {
+    return core::invalidArgument("workload has an empty name");
+  }
+  const std::string& n = spec.name;
+  if (spec.queue >= tree_.size()) {
+    return core::invalidArgument("workload '" + n + "': unknown queue");
+  }
+  if (!tree_.queue(spec.queue).isLeaf()) {
+    return core::invalidArgument("workload '" + n + "': queue '" + tree_.queue(spec.queue).name +
+                                 "' has child queues; submit to a leaf queue");
+  }
+  if (spec.tasks < 1) {
+    return core::invalidArgument("workload '" + n + "': tasks must be at least 1");
+  }
+  if (spec.min_available < 1 || spec.min_available > spec.tasks) {
+    return core::invalidArgument("workload '" + n + "': minAvailable " +
+                                 std::to_string(spec.min_available) + " is outside 1.." +
+                                 std::to_string(spec.tasks));
+  }
+  core::Status st = model::validateTaskRequest(spec.request);
+  if (!st.isOk()) {
+    return st.withContext("workload '" + n + "'");
+  }
+  const auto w = static_cast<WorkloadId>(workloads_.size());
+  WorkloadInfo info;
+  info.spec = std::move(spec);
+  info.submitted = clock_.now();
+  info.seq = next_seq_++;
+  info.pending = info.spec.tasks;
+  for (int i = 0; i < info.spec.tasks; ++i) {
+    info.tasks.push_back(static_cast<TaskId>(tasks_.size()));
+    TaskInfo t;
+    t.workload = w;
+    t.index = static_cast<uint32_t>(i);
+    tasks_.push_back(t);
+  }
+  workloads_.push_back(std::move(info));
+  const Amounts one = pendingAmounts(w);
+  for (int i = 0; i < workloads_[w].spec.tasks; ++i) {
+    tree_.addPending(workloads_[w].spec.queue, one, +1);
+  }
+  queue_workloads_[workloads_[w].spec.queue].push_back(w);
+  fair_share_dirty_ = true;
+  return w;
+}
+
+void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out) {
+  TaskInfo& task = tasks_[t];
+  WorkloadInfo& w = workloads_[task.workload];
+  task.state = TaskState::kRunning;
+  task.assignment = a;
+  task.started = clock_.now();
+  ++task.starts;
+  --w.pending;
+  ++w.running;
+  const QueueId q = w.spec.queue;
+  tree_.addPending(q, pendingAmounts(task.workload), -1);
+  const Amounts used = taskAmounts(task.workload, &a.placement);
+  tree_.addAllocated(q, used, +1);
+  if (!w.spec.preemptible) {
+    for (QueueId p : tree_.pathToRoot(q)) {
+      addTo(np_allocated_[p], used);
+    }
+  }
+  out.started.push_back({t, task.workload, a.placement});
+}
+
+void Scheduler::taskFinished(TaskId t) {
+  TaskInfo& task = tasks_[t];
+  if (task.state != TaskState::kRunning && task.state != TaskState::kTerminating) {
+    return;
+  }
+  WorkloadInfo& w = workloads_[task.workload];
+  const Amounts used = taskAmounts(task.workload, &task.assignment.placement);
+  placer_->release(w.spec.request, task.assignment);
+  tree_.addAllocated(w.spec.queue, used, -1);
+  if (!w.spec.preemptible) {
+    for (QueueId p : tree_.pathToRoot(w.spec.queue)) {
+      subtractFrom(np_allocated_[p], used);
+    }
+  }
+  if (task.state == TaskState::kRunning) {
+    --w.running;
+  } else {
+    --w.terminating;
+  }
+  task.state = TaskState::kFinished;
+  ++w.finished;
+  fair_share_dirty_ = true;
+}
+
+void Scheduler::taskStopped(TaskId t) {
+  TaskInfo& task = tasks_[t];
+  if (task.state != TaskState::kTerminating) {
+    return;
+  }
+  WorkloadInfo& w = workloads_[task.workload];
+  const Amounts used = taskAmounts(task.workload, &task.assignment.placement);
+  placer_->release(w.spec.request, task.assignment);
+  tree_.addAllocated(w.spec.queue, used, -1);
+  if (!w.spec.preemptible) {
+    for (QueueId p : tree_.pathToRoot(w.spec.queue)) {
+      subtractFrom(np_allocated_[p], used);
+    }
+  }
+  tree_.addPending(w.spec.queue, pendingAmounts(task.workload), +1);
+  task.state = TaskState::kPending;
+  --w.terminating;
+  ++w.pending;
+  if (task.evicted_for != kNoWorkload) {
+    --workloads_[task.evicted_for].awaited_victims;
+    task.evicted_for = kNoWorkload;
+  }
+}
+
+bool Scheduler::withinLimits(QueueId leaf, const Amounts& add, Explanation* why) const {
+  const ResourceSpace& space = tree_.space();
+  for (QueueId q : tree_.pathToRoot(leaf)) {
+    const Queue& queue = tree_.queue(q);
+    for (size_t d = 0; d < add.size(); ++d) {
+      if (add[d] > 0 && queue.allocated[d] + add[d] > queue.limit[d]) {
+        if (why != nullptr) {
+          why->reason = WaitReason::kQueueLimit;
+          why->message = fmt::format("queue '{}' at its limit for {}: {} + {} > {} {}", queue.name,
+                                     space.name(d), queue.allocated[d], add[d], queue.limit[d],
+                                     ResourceSpace::unit(d));
+        }
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out, Explanation* why) {
+  WorkloadInfo& info = workloads_[w];
+  const model::TaskRequest& req = info.spec.request;
+  const QueueId leaf = info.spec.queue;
+  std::vector<std::pair<TaskId, Assignment>> placed;
+  std::vector<NodeIndex> touched;
+  Amounts added = tree_.space().zeros();
+  bool ok = true;
+  size_t next = 0;
+  // A gang of several whole-GPU or CPU-only tasks first looks for one node that holds it all:
+  // the same request with everything multiplied, and then each task prefers that node.
+  if (count > 1 && !req.isFractional() && !req.isMig() &&
+      req.gpu_count * count <= model::kMaxGpusPerNode) {
+    model::TaskRequest all = req;
+    all.cpu = req.cpu * count;
+    all.memory = req.memory * count;
+    all.gpu_count = req.gpu_count * count;
+    Placer::Decision one = placer_->decide(all);
+    if (one.placed) {
+      preference_[one.placement.node] = 3;
+      touched.push_back(one.placement.node);
+    }
+  }
+  for (int k = 0; k < count; ++k) {
+    while (next < info.tasks.size() && tasks_[info.tasks[next]].state != TaskState::kPending) {
+      ++next;
+    }
+    if (next == info.tasks.size()) {
+      ok = false;
+      break;
+    }
+    const TaskId t = info.tasks[next++];
+    Placer::Decision d = placer_->place(
+        req, touched.empty() ? std::span<const uint8_t>{} : std::span<const uint8_t>(preference_));
+    if (!d.placed) {
+      if (why != nullptr) {
+        why->reason = WaitReason::kNoCapacity;
+        why->message = fmt::format("no placement for task {} of {}: {}", k + 1, count,
+                                   d.explain(state_.nodeCount()));
+      }
+      ok = false;
+      break;
+    }
+    const Amounts used = taskAmounts(w, &d.placement);
+    Amounts total = added;
+    addTo(total, used);
+    if (!withinLimits(leaf, total, why)) {
+      placer_->release(req, d.assignment);
+      ok = false;
+      break;
+    }
+    if (!info.spec.preemptible) {
+      const Queue& q = tree_.queue(leaf);
+      Amounts np = np_allocated_[leaf];
+      addTo(np, total);
+      // GPU dimensions always; CPU and memory only where the queue sets a quota for them.
+      bool within = true;
+      for (size_t d = 0; d < np.size(); ++d) {
+        const bool gpu_dim = d == kGpuDim || d >= kFixedDims;
+        if ((gpu_dim || q.quota[d] > 0) && np[d] > q.quota[d]) {
+          within = false;
+        }
+      }
+      if (!within) {
+        if (why != nullptr) {
+          why->reason = WaitReason::kOverQuota;
+          why->message = fmt::format(
+              "non-preemptible work must fit in queue '{}' quota (gpu {} + {} > {} milli-GPU)",
+              q.name, np_allocated_[leaf][kGpuDim], total[kGpuDim], q.quota[kGpuDim]);
+        }
+        placer_->release(req, d.assignment);
+        ok = false;
+        break;
+      }
+    }
+    added = std::move(total);
+    placed.emplace_back(t, d.assignment);
+    // Prefer the gang's nodes, then their NVLink domains.
+    const NodeIndex n = d.placement.node;
+    const int domain = state_.node(n).nvlink_domain;
+    if (domain >= 0) {
+      for (NodeIndex m : domain_nodes_[static_cast<size_t>(domain)]) {
+        if (preference_[m] == 0) {
+          preference_[m] = 1;
+          touched.push_back(m);
+        }
+      }
+    }
+    if (preference_[n] < 2) {
+      preference_[n] = 2;
+      touched.push_back(n);
+    }
+  }
+  for (NodeIndex m : touched) {
+    preference_[m] = 0;
+  }
+  if (!ok || trial) {
+    for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
+      placer_->release(req, it->second);
+    }
+    return ok;
+  }
+  for (const auto& [t, a] : placed) {
+    setRunning(t, a, *out);
+  }
+  return true;
+}
+
+QueueId Scheduler::pickQueue(const std::vector<int>& untried) const {
+  const std::vector<QueueId>* level = &tree_.roots();
+  QueueId chosen = kNoQueue;
+  while (true) {
+    QueueId best = kNoQueue;
+    Ratio best_share;
+    for (QueueId q : *level) {
+      if (untried[q] == 0) {
+        continue;
+      }
+      const Queue& queue = tree_.queue(q);
+      const Ratio share = dominantShare(queue.allocated, queue.fair_share);
+      if (best == kNoQueue || lessThan(share, best_share) ||
+          (!lessThan(best_share, share) && queue.priority > tree_.queue(best).priority)) {
+        best = q;
+        best_share = share;
+      }
+    }
+    if (best == kNoQueue) {
+      return chosen;
+    }
+    chosen = best;
+    if (tree_.queue(best).isLeaf()) {
+      return best;
+    }
+    level = &tree_.queue(best).children;
+  }
+}
+
+void Scheduler::allocate(PassResult& out) {
+  // Workloads to try this pass, per leaf, best first; counts of untried ones per subtree.
+  std::vector<std::vector<WorkloadId>> order(tree_.size());
+  std::vector<int> untried(tree_.size(), 0);
+  std::vector<WorkloadId> fifo;
+  for (QueueId q = 0; q < tree_.size(); ++q) {
+    auto& ws = queue_workloads_[q];
+    ws.erase(std::remove_if(
+                 ws.begin(), ws.end(),
+                 [&](WorkloadId w) { return workloads_[w].finished == workloads_[w].spec.tasks; }),
+             ws.end());
+    for (WorkloadId w : ws) {
+      WorkloadInfo& info = workloads_[w];
+      if (info.pending == 0) {
+        info.why = {WaitReason::kNone, ""};
+        continue;
+      }
+      if (info.terminating > 0) {
+        info.why = {WaitReason::kTerminating,
+                    fmt::format("{} of its tasks are stopping", info.terminating)};
+        continue;
+      }
+      order[q].push_back(w);
+      fifo.push_back(w);
+    }
+    std::sort(order[q].begin(), order[q].end(), [&](WorkloadId a, WorkloadId b) {
+      if (workloads_[a].spec.priority != workloads_[b].spec.priority) {
+        return workloads_[a].spec.priority > workloads_[b].spec.priority;
+      }
+      return workloads_[a].seq < workloads_[b].seq;
+    });
+    for (QueueId p : tree_.pathToRoot(q)) {
+      untried[p] += static_cast<int>(order[q].size());
+    }
+  }
+  std::sort(fifo.begin(), fifo.end(),
+            [&](WorkloadId a, WorkloadId b) { return workloads_[a].seq < workloads_[b].seq; });
+  std::vector<size_t> cursor(tree_.size(), 0);
+  size_t fifo_cursor = 0;
+  // Request shapes that found no room this pass, with the smallest gang size that failed.
+  std::unordered_map<uint32_t, int> no_room;
+  while (true) {
+    WorkloadId w = 0;
+    if (options_.fair_share) {
+      const QueueId q = pickQueue(untried);
+      if (q == kNoQueue) {
+        break;
+      }
+      w = order[q][cursor[q]++];
+      for (QueueId p : tree_.pathToRoot(q)) {
+        --untried[p];
+      }
+    } else {
+      if (fifo_cursor == fifo.size()) {
+        break;
+      }
+      w = fifo[fifo_cursor++];
+    }
+    WorkloadInfo& info = workloads_[w];
+    const int core_needed = std::max(0, info.spec.min_available - info.running);
+    const uint32_t shape = placer_->classId(info.spec.request);
+    info.why = {WaitReason::kNone, ""};
+    if (core_needed > 0) {
+      auto it = no_room.find(shape);
+      if (it != no_room.end() && it->second <= core_needed && info.awaited_victims == 0) {
+        info.why = {WaitReason::kNoCapacity,
+                    fmt::format("no room for {} task(s) of this shape this pass", core_needed)};
+        continue;
+      }
+      if (!placeTasks(w, core_needed, false, &out, &info.why)) {
+        if (info.awaited_victims > 0) {
+          info.why = {WaitReason::kWaitingForEvictions,
+                      fmt::format("waiting for {} evicted task(s) to stop", info.awaited_victims)};
+          continue;
+        }
+        if (info.why.reason == WaitReason::kNoCapacity) {
+          auto [slot, inserted] = no_room.emplace(shape, core_needed);
+          if (!inserted) {
+            slot->second = std::min(slot->second, core_needed);
+          }
+        }
+        continue;
+      }
+    }
+    // Elastic tasks beyond the gang minimum, one at a time.
+    while (info.pending > 0) {
+      if (no_room.count(shape) != 0 && no_room[shape] <= 1) {
+        break;
+      }
+      Explanation why;
+      if (!placeTasks(w, 1, false, &out, &why)) {
+        if (why.reason == WaitReason::kNoCapacity) {
+          no_room[shape] = 1;
+        }
+        if (info.running < info.spec.min_available) {
+          info.why = why;
+        }
+        break;
+      }
+    }
+    if (info.pending > 0 && info.why.reason == WaitReason::kNone &&
+        info.running >= info.spec.min_available) {
+      info.why = {WaitReason::kNone, ""};  // Running; only elastic tasks wait.
+    }
+  }
+}
+
+std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
+  const WorkloadInfo& info = workloads_[w];
+  std::vector<Unit> units;
+  if (!info.spec.preemptible || info.running == 0) {
+    return units;
+  }
+  const core::TimePoint now = clock_.now();
+  std::vector<TaskId> running;
+  for (TaskId t : info.tasks) {
+    if (tasks_[t].state == TaskState::kRunning) {
+      if (now - tasks_[t].started < options_.min_runtime) {
+        return {};  // Too young; the whole workload is protected while any task is.
+      }
+      running.push_back(t);
+    }
+  }
+  // Latest started first: least work lost.
+  std::sort(running.begin(), running.end(),
+            [&](TaskId a, TaskId b) { return tasks_[a].started > tasks_[b].started; });
+  const int elastic = info.running - info.spec.min_available;
+  for (int i = 0; i < elastic; ++i) {
+    units.push_back({w, {running[static_cast<size_t>(i)]}, true, tasks_[running[i]].started});
+  }
+  std::vector<TaskId> core(running.begin() + std::max(0, elastic), running.end());
+  if (!core.empty()) {
+    units.push_back({w, core, false, tasks_[core.front()].started});
+  }
+  return units;
+}
+
+void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
+  // Blocked workloads, most deprived queue first.
+  std::vector<WorkloadId> blocked;
+  for (WorkloadId w = 0; w < workloads_.size(); ++w) {
+    const WorkloadInfo& info = workloads_[w];
+    if (info.pending > 0 && info.why.reason == WaitReason::kNoCapacity &&
+        info.awaited_victims == 0 && info.terminating == 0) {
+      blocked.push_back(w);
+    }
+  }
+  std::stable_sort(blocked.begin(), blocked.end(), [&](WorkloadId a, WorkloadId b) {
+    const Queue& qa = tree_.queue(workloads_[a].spec.queue);
+    const Queue& qb = tree_.queue(workloads_[b].spec.queue);
+    const Ratio sa = dominantShare(qa.allocated, qa.fair_share);
+    const Ratio sb = dominantShare(qb.allocated, qb.fair_share);
+    if (lessThan(sa, sb) || lessThan(sb, sa)) {
+      return lessThan(sa, sb);
+    }
+    if (workloads_[a].spec.priority != workloads_[b].spec.priority) {
+      return workloads_[a].spec.priority > workloads_[b].spec.priority;
+    }
+    return workloads_[a].seq < workloads_[b].seq;
+  });
+  for (WorkloadId w : blocked) {
+    if (evictions >= options_.max_evictions_per_pass) {
+      return;
+    }
+    WorkloadInfo& info = workloads_[w];
+    const QueueId r_leaf = info.spec.queue;
+    const int needed = std::max(1, info.spec.min_available - info.running);
+    Amounts need = pendingAmounts(w);
+    for (size_t d = 0; d < need.size(); ++d) {
+      need[d] *= needed;
+    }
+    std::vector<QueueId> r_path = tree_.pathToRoot(r_leaf);
+    struct Candidate {
+      Unit unit;
+      Ratio victim_share;  // Of the victim's ancestor where the two paths split.
+      QueueId split_victim = kNoQueue;
+      QueueId split_reclaimer = kNoQueue;
+    };
+    std::vector<Candidate> candidates;
+    if (reclaim) {
+      // The reclaimer must stay within its fair share with the work added.
+      Amounts after = tree_.queue(r_leaf).allocated;
+      addTo(after, need);
+      if (greaterThanOne(dominantShare(after, tree_.queue(r_leaf).fair_share))) {
+        continue;
+      }
+      for (QueueId v = 0; v < tree_.size(); ++v) {
+        if (v == r_leaf || !tree_.queue(v).isLeaf() || queue_workloads_[v].empty()) {
+          continue;
+        }
+        // Where the paths split: the children of the lowest common ancestor.
+        std::vector<QueueId> v_path = tree_.pathToRoot(v);
+        QueueId a_v = v_path.back();
+        QueueId a_r = r_path.back();
+        for (size_t i = 1; i <= std::min(v_path.size(), r_path.size()); ++i) {
+          a_v = v_path[v_path.size() - i];
+          a_r = r_path[r_path.size() - i];
+          if (a_v != a_r) {
+            break;
+          }
+        }
+        const Queue& av = tree_.queue(a_v);
+        const Ratio s_v = dominantShare(av.allocated, av.fair_share);
+        if (!greaterThanOne(s_v)) {
+          continue;  // Only queues above their fair share give back.
+        }
+        for (WorkloadId vw : queue_workloads_[v]) {
+          for (Unit& u : victimUnits(vw)) {
+            candidates.push_back({std::move(u), s_v, a_v, a_r});
+          }
+        }
+      }
+    } else {
+      for (WorkloadId vw : queue_workloads_[r_leaf]) {
+        if (vw == w || workloads_[vw].spec.priority >= info.spec.priority) {
+          continue;
+        }
+        for (Unit& u : victimUnits(vw)) {
+          candidates.push_back({std::move(u), Ratio{}, r_leaf, r_leaf});
+        }
+      }
+    }
+    if (candidates.empty()) {
+      continue;
+    }
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [&](const Candidate& a, const Candidate& b) {
+                       if (lessThan(a.victim_share, b.victim_share) ||
+                           lessThan(b.victim_share, a.victim_share)) {
+                         return lessThan(b.victim_share, a.victim_share);  // Most over first.
+                       }
+                       const int pa = workloads_[a.unit.workload].spec.priority;
+                       const int pb = workloads_[b.unit.workload].spec.priority;
+                       if (pa != pb) {
+                         return pa < pb;
+                       }
+                       if (a.unit.elastic != b.unit.elastic) {
+                         return a.unit.elastic;
+                       }
+                       return a.unit.started > b.unit.started;
+                     });
+    // Release victims one unit at a time (virtually: on the cluster state, restored below) until
+    // the blocked work fits.
+    std::vector<const Candidate*> chosen;
+    std::vector<std::pair<TaskId, Assignment>> released;
+    std::unordered_map<QueueId, Amounts> freed;  // Per split ancestor of the victims.
+    bool fits = false;
+    int chosen_tasks = 0;
+    for (const Candidate& c : candidates) {
+      if (evictions + chosen_tasks + static_cast<int>(c.unit.tasks.size()) >
+          options_.max_evictions_per_pass) {
+        continue;
+      }
+      Amounts unit_amounts = tree_.space().zeros();
+      for (TaskId t : c.unit.tasks) {
+        addTo(unit_amounts, taskAmounts(c.unit.workload, &tasks_[t].assignment.placement));
+      }
+      if (reclaim) {
+        // The victim side gives back only while it is still above its fair share, and the
+        // move must leave the reclaimer's side strictly below where the victim's was.
+        const Queue& av = tree_.queue(c.split_victim);
+        Amounts av_alloc = av.allocated;
+        auto it = freed.find(c.split_victim);
+        if (it != freed.end()) {
+          subtractFrom(av_alloc, it->second);
+        }
+        if (!greaterThanOne(dominantShare(av_alloc, av.fair_share))) {
+          continue;
+        }
+        const Queue& ar = tree_.queue(c.split_reclaimer);
+        Amounts ar_after = ar.allocated;
+        addTo(ar_after, need);
+        if (!lessThan(dominantShare(ar_after, ar.fair_share), c.victim_share)) {
+          continue;
+        }
+        auto [slot, inserted] = freed.emplace(c.split_victim, tree_.space().zeros());
+        addTo(slot->second, unit_amounts);
+      }
+      chosen.push_back(&c);
+      chosen_tasks += static_cast<int>(c.unit.tasks.size());
+      for (TaskId t : c.unit.tasks) {
+        released.emplace_back(t, tasks_[t].assignment);
+        placer_->release(workloads_[c.unit.workload].spec.request, tasks_[t].assignment);
+      }
+      if (placeTasks(w, needed, /*trial=*/true, nullptr, nullptr)) {
+        fits = true;
+        break;
+      }
+    }
+    // Restore the victims exactly where they were.
+    for (auto it = released.rbegin(); it != released.rend(); ++it) {
+      const model::TaskRequest& req = workloads_[tasks_[it->first].workload].spec.request;
+      tasks_[it->first].assignment = placer_->applyAt(req, it->second.placement);
+    }
+    if (!fits) {
+      continue;
+    }
+    // Commit: victims terminate and keep their resources until they stop.
+    std::string before_after;
+    if (reclaim) {
+      const Queue& rq = tree_.queue(r_leaf);
+      Amounts r_after = rq.allocated;
+      addTo(r_after, need);
+      before_after =
+          fmt::format("{} -> {}", shareText(rq, rq.allocated), fmt::format("{}", r_after[kGpuDim]));
+      for (const auto& [split, amounts] : freed) {
+        const Queue& vq = tree_.queue(split);
+        Amounts v_after = vq.allocated;
+        subtractFrom(v_after, amounts);
+        before_after += fmt::format("; {} -> {}", shareText(vq, vq.allocated), v_after[kGpuDim]);
+      }
+    }
+    for (const Candidate* c : chosen) {
+      WorkloadInfo& victim = workloads_[c->unit.workload];
+      for (TaskId t : c->unit.tasks) {
+        tasks_[t].state = TaskState::kTerminating;
+        tasks_[t].evicted_for = w;
+        --victim.running;
+        ++victim.terminating;
+        out.evicted.push_back(
+            {t, c->unit.workload, w, reclaim,
+             fmt::format("{} by '{}' (queue '{}'): {}{} (allocated/fair share, milli-GPU)",
+                         reclaim ? "reclaimed" : "preempted", info.spec.name,
+                         tree_.queue(r_leaf).name, c->unit.elastic ? "elastic task; " : "gang; ",
+                         before_after)});
+        ++evictions;
+      }
+    }
+    info.awaited_victims += chosen_tasks;
+    info.why = {WaitReason::kWaitingForEvictions,
+                fmt::format("waiting for {} evicted task(s) to stop", chosen_tasks)};
+  }
+}
+
+PassResult Scheduler::schedule() {
+  PassResult out;
+  if (fair_share_dirty_) {
+    computeFairShare(tree_, capacity_);
+    fair_share_dirty_ = false;
+  }
+  allocate(out);
+  if (options_.fair_share) {
+    int evictions = 0;
+    evictFor(/*reclaim=*/true, out, evictions);
+    evictFor(/*reclaim=*/false, out, evictions);
+  }
+  return out;
+}
+
+}  // namespace tessera::sched

@@ -1,0 +1,184 @@
+// The scheduler: queues, workloads and the actions of a scheduling pass.
+//
+//   auto s = Scheduler::create(catalogue, nodes, std::move(tree), shapes, options, clock);
+//   WorkloadId w = *s->submit(spec);
+//   PassResult r = s->schedule();      // starts and evictions to carry out
+//   s->taskFinished(t);                // a task ran to completion
+//   s->taskStopped(t);                 // an evicted task has stopped: it is pending again
+//
+// A pass runs, in order:
+//   1. fair share (docs/fairness.md), recomputed when demand or capacity changed;
+//   2. allocate: leaf queues in order of dominant share against fair share (hierarchically:
+//      at each level the child with the smallest share first), then queue priority; inside a
+//      queue, workloads by priority then age. A gang places `min_available` tasks all or
+//      nothing (a transaction on the cluster state), then elastic tasks one by one, preferring
+//      the nodes and NVLink domain the gang already uses. A workload that cannot be placed is
+//      passed over (backfill), with its reason recorded; identical requests that failed for
+//      want of capacity are not retried in the same pass;
+//   3. reclaim: a blocked workload whose queue is below its fair share may evict preemptible
+//      tasks of queues above theirs, only if that strictly lowers the lexicographic unfairness
+//      vector (the rule and the proof are in docs/fairness.md), only tasks that ran at least
+//      `min_runtime`, and at most `max_evictions_per_pass` in all;
+//   4. preempt: inside one leaf queue, a blocked workload may evict preemptible tasks of
+//      strictly lower priority.
+// Evicted tasks keep their resources until the driver calls `taskStopped` (their grace
+// period), then wait as pending tasks again. Pure library: no threads, time from `Clock`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "model/gpu_catalogue.h"
+#include "model/node.h"
+#include "sched/cluster_state.h"
+#include "sched/frag.h"
+#include "sched/placer.h"
+#include "sched/policy.h"
+#include "sched/queue_tree.h"
+#include "sched/workload.h"
+
+namespace tessera::sched {
+
+struct SchedulerOptions {
+  std::string policy = "tessera";  // Placement policy (policy.h).
+  bool fair_share = true;          // false: one FIFO over all queues, no reclaim.
+  core::Duration min_runtime{0};   // Before a task may be reclaimed or preempted.
+  int max_evictions_per_pass = 64;
+};
+
+// Why a workload is still pending.
+enum class WaitReason : uint8_t {
+  kNone,                 // Running (or finished).
+  kNotReached,           // Submitted after the last pass.
+  kQueueLimit,           // A queue on its path is at its limit.
+  kOverQuota,            // Non-preemptible work must fit in its queue's quota.
+  kNoCapacity,           // No placement: the filters' verdicts say why.
+  kWaitingForEvictions,  // Victims evicted for it are stopping.
+  kTerminating,          // Some of its own tasks are stopping.
+};
+
+std::string_view waitReasonName(WaitReason r);
+
+struct Explanation {
+  WaitReason reason = WaitReason::kNotReached;
+  std::string message;
+};
+
+struct StartDecision {
+  TaskId task = kNoTask;
+  WorkloadId workload = 0;
+  Placement placement;
+};
+
+struct EvictDecision {
+  TaskId task = kNoTask;
+  WorkloadId victim = 0;
+  WorkloadId preemptor = 0;
+  bool reclaim = true;  // false: preemption inside the queue.
+  std::string detail;   // Who, why, and the fair-share numbers before and after.
+};
+
+struct PassResult {
+  std::vector<StartDecision> started;
+  std::vector<EvictDecision> evicted;
+};
+
+inline constexpr WorkloadId kNoWorkload = UINT32_MAX;
+
+struct TaskInfo {
+  WorkloadId workload = 0;
+  WorkloadId evicted_for = kNoWorkload;  // While terminating: the workload it made room for.
+  uint32_t index = 0;                    // In its workload.
+  TaskState state = TaskState::kPending;
+  Assignment assignment;  // Valid while running or terminating.
+  core::TimePoint started{};
+  uint32_t starts = 0;
+};
+
+struct WorkloadInfo {
+  WorkloadSpec spec;
+  std::vector<TaskId> tasks;
+  int running = 0;
+  int pending = 0;
+  int terminating = 0;
+  int finished = 0;
+  core::TimePoint submitted{};
+  uint64_t seq = 0;         // Submission order.
+  Explanation why;          // While pending.
+  int awaited_victims = 0;  // Tasks evicted for it that have not stopped yet.
+};
+
+class Scheduler {
+ public:
+  // `typical` are the task shapes the cluster expects (for the fgd and tessera policies' view of
+  // fragmentation); may be empty. `catalogue` and `clock` must outlive the scheduler.
+  static core::Result<std::unique_ptr<Scheduler>> create(
+      const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes, QueueTree tree,
+      std::vector<PodShape> typical, SchedulerOptions options, const core::Clock& clock);
+
+  // Validates and queues a workload; errors name the field.
+  core::Result<WorkloadId> submit(WorkloadSpec spec);
+  // A running task completed: its resources are released.
+  void taskFinished(TaskId t);
+  // An evicted task has stopped: its resources are released and it is pending again.
+  void taskStopped(TaskId t);
+
+  PassResult schedule();
+
+  const QueueTree& queues() const { return tree_; }
+  const ClusterState& cluster() const { return state_; }
+  const WorkloadInfo& workload(WorkloadId w) const { return workloads_[w]; }
+  const TaskInfo& task(TaskId t) const { return tasks_[t]; }
+  size_t workloadCount() const { return workloads_.size(); }
+  // The resources a task of `w` is charged in queue accounting (its placement's model
+  // dimension included when placed).
+  Amounts taskAmounts(WorkloadId w, const Placement* placed) const;
+  // Cluster capacity by dimension.
+  const Amounts& capacity() const { return capacity_; }
+
+ private:
+  Scheduler(const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes, QueueTree tree,
+            SchedulerOptions options, const core::Clock& clock);
+
+  struct Unit;  // A victim: one elastic task, or all running tasks of a gang.
+
+  Amounts pendingAmounts(WorkloadId w) const;
+  void setRunning(TaskId t, const Assignment& a, PassResult& out);
+  // Leaf queues in allocation order, hierarchically by dominant share.
+  QueueId pickQueue(const std::vector<int>& untried) const;
+  // Whether adding `add` to `leaf` keeps every queue on its path within its limit; if not,
+  // fills `why`.
+  bool withinLimits(QueueId leaf, const Amounts& add, Explanation* why) const;
+  // Places `count` pending tasks of `w` all or nothing. On success applies them (and, unless
+  // `trial`, commits them into `out`); on a trial, rolls them back again.
+  bool placeTasks(WorkloadId w, int count, bool trial, PassResult* out, Explanation* why);
+  void allocate(PassResult& out);
+  void evictFor(bool reclaim, PassResult& out, int& evictions);
+  std::vector<Unit> victimUnits(WorkloadId w) const;
+
+  std::vector<uint8_t> preference_;  // Scratch for gang placement, one entry per node.
+  std::vector<std::vector<NodeIndex>> domain_nodes_;  // NVLink domain -> nodes.
+
+  const model::GpuCatalogue& catalogue_;
+  ClusterState state_;
+  QueueTree tree_;
+  SchedulerOptions options_;
+  const core::Clock& clock_;
+  std::unique_ptr<FragModel> frag_;
+  std::unique_ptr<core::Rng> rng_;
+  std::unique_ptr<Policy> policy_;
+  std::unique_ptr<Placer> placer_;
+  Amounts capacity_;
+  std::vector<WorkloadInfo> workloads_;
+  std::vector<TaskInfo> tasks_;
+  std::vector<std::vector<WorkloadId>> queue_workloads_;  // Per leaf: unfinished workloads.
+  std::vector<Amounts> np_allocated_;                     // Non-preemptible, per queue.
+  bool fair_share_dirty_ = true;
+  uint64_t next_seq_ = 0;
+};
+
+}  // namespace tessera::sched
