@@ -28,6 +28,8 @@ std::string_view filterReasonName(FilterReason r) {
       return "GPU shared with an untrusted tenant";
     case FilterReason::kGpuCount:
       return "too few fitting GPUs";
+    case FilterReason::kReserved:
+      return "reserved for a waiting gang";
   }
   return "unknown";
 }

@@ -32,8 +32,9 @@ enum class FilterReason : uint8_t {
   kGpuMemory,
   kTrustBoundary,  // Another tenant outside the task's trust group shares the GPU.
   kGpuCount,       // Some GPUs fit, but fewer than the task needs.
+  kReserved,       // The node is held for a waiting gang.
 };
-inline constexpr size_t kFilterReasonCount = 11;
+inline constexpr size_t kFilterReasonCount = 12;
 
 std::string_view filterReasonName(FilterReason r);
 

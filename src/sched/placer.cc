@@ -82,6 +82,10 @@ Placer::Decision Placer::decideFor(RequestClass& cls, std::span<const uint8_t> p
       continue;
     }
     const int level = preference.empty() ? 0 : preference[i];
+    if (level == kForbidden) {
+      ++d.rejected[static_cast<size_t>(FilterReason::kReserved)];
+      continue;
+    }
     if (d.feasible == 0 || level > best_level ||
         (level == best_level &&
          (e.score > best_score || (e.score == best_score && rank_[i] < rank_[best])))) {

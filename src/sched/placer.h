@@ -30,6 +30,8 @@ namespace tessera::sched {
 
 class Placer {
  public:
+  static constexpr uint8_t kForbidden = 255;
+
   struct Decision {
     bool placed = false;
     Placement placement;
@@ -48,7 +50,8 @@ class Placer {
 
   // Chooses a placement for `req` without changing the state. With `preference` (one level per
   // node, empty = none), a feasible node of a higher level wins over any of a lower level; the
-  // score decides within a level. Gangs use it to stay on one node or NVLink domain.
+  // score decides within a level; level `kForbidden` excludes the node. Gangs use it to stay on
+  // one node or NVLink domain, reservations to keep nodes for a waiting gang.
   Decision decide(const model::TaskRequest& req, std::span<const uint8_t> preference = {});
   // Chooses and applies it.
   Decision place(const model::TaskRequest& req, std::span<const uint8_t> preference = {});

@@ -142,6 +142,7 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
   s->queue_workloads_.resize(s->tree_.size());
   s->np_allocated_.assign(s->tree_.size(), space.zeros());
   s->preference_.assign(s->state_.nodeCount(), 0);
+  s->node_tasks_.resize(s->state_.nodeCount());
   return s;
 }
 
@@ -241,6 +242,7 @@ void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out) {
   task.assignment = a;
   task.started = clock_.now();
   ++task.starts;
+  trackNodeTask(t, true);
   --w.pending;
   ++w.running;
   const QueueId q = w.spec.queue;
@@ -263,6 +265,7 @@ void Scheduler::taskFinished(TaskId t) {
   WorkloadInfo& w = workloads_[task.workload];
   const Amounts used = taskAmounts(task.workload, &task.assignment.placement);
   placer_->release(w.spec.request, task.assignment);
+  trackNodeTask(t, false);
   tree_.addAllocated(w.spec.queue, used, -1);
   if (!w.spec.preemptible) {
     for (QueueId p : tree_.pathToRoot(w.spec.queue)) {
@@ -279,6 +282,26 @@ void Scheduler::taskFinished(TaskId t) {
   fair_share_dirty_ = true;
 }
 
+void Scheduler::cancel(WorkloadId w) {
+  WorkloadInfo& info = workloads_[w];
+  for (TaskId t : info.tasks) {
+    TaskInfo& task = tasks_[t];
+    if (task.state == TaskState::kPending) {
+      tree_.addPending(info.spec.queue, pendingAmounts(w), -1);
+      task.state = TaskState::kFinished;
+      --info.pending;
+      ++info.finished;
+    } else if (task.state == TaskState::kRunning || task.state == TaskState::kTerminating) {
+      taskFinished(t);
+    }
+  }
+  if (reserved_for_ == w) {
+    reserved_for_ = kNoWorkload;
+    reserved_nodes_.clear();
+  }
+  fair_share_dirty_ = true;
+}
+
 void Scheduler::taskStopped(TaskId t) {
   TaskInfo& task = tasks_[t];
   if (task.state != TaskState::kTerminating) {
@@ -287,6 +310,7 @@ void Scheduler::taskStopped(TaskId t) {
   WorkloadInfo& w = workloads_[task.workload];
   const Amounts used = taskAmounts(task.workload, &task.assignment.placement);
   placer_->release(w.spec.request, task.assignment);
+  trackNodeTask(t, false);
   tree_.addAllocated(w.spec.queue, used, -1);
   if (!w.spec.preemptible) {
     for (QueueId p : tree_.pathToRoot(w.spec.queue)) {
@@ -331,6 +355,17 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
   Amounts added = tree_.space().zeros();
   bool ok = true;
   size_t next = 0;
+  // Reserved nodes: preferred by the workload they are kept for, closed to others unless they
+  // are sure to end before the reservation is needed (backfill).
+  if (reserved_for_ != kNoWorkload) {
+    const bool mine = reserved_for_ == w;
+    if (mine || !mayBackfill(w)) {
+      for (NodeIndex n : reserved_nodes_) {
+        preference_[n] = mine ? 1 : Placer::kForbidden;
+        touched.push_back(n);
+      }
+    }
+  }
   // A gang of several whole-GPU or CPU-only tasks first looks for one node that holds it all:
   // the same request with everything multiplied, and then each task prefers that node.
   if (count > 1 && !req.isFractional() && !req.isMig() &&
@@ -339,7 +374,8 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
     all.cpu = req.cpu * count;
     all.memory = req.memory * count;
     all.gpu_count = req.gpu_count * count;
-    Placer::Decision one = placer_->decide(all);
+    Placer::Decision one = placer_->decide(
+        all, touched.empty() ? std::span<const uint8_t>{} : std::span<const uint8_t>(preference_));
     if (one.placed) {
       preference_[one.placement.node] = 3;
       touched.push_back(one.placement.node);
@@ -404,13 +440,13 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
     const int domain = state_.node(n).nvlink_domain;
     if (domain >= 0) {
       for (NodeIndex m : domain_nodes_[static_cast<size_t>(domain)]) {
-        if (preference_[m] == 0) {
+        if (preference_[m] == 0) {  // Not forbidden, not already preferred.
           preference_[m] = 1;
           touched.push_back(m);
         }
       }
     }
-    if (preference_[n] < 2) {
+    if (preference_[n] < 2 || preference_[n] == Placer::kForbidden) {
       preference_[n] = 2;
       touched.push_back(n);
     }
@@ -426,6 +462,10 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
   }
   for (const auto& [t, a] : placed) {
     setRunning(t, a, *out);
+  }
+  if (w == reserved_for_ && info.running >= info.spec.min_available) {
+    reserved_for_ = kNoWorkload;
+    reserved_nodes_.clear();
   }
   return true;
 }
@@ -496,10 +536,20 @@ void Scheduler::allocate(PassResult& out) {
   }
   std::sort(fifo.begin(), fifo.end(),
             [&](WorkloadId a, WorkloadId b) { return workloads_[a].seq < workloads_[b].seq; });
+  // A reservation ends when its workload runs (or is gone).
+  if (reserved_for_ != kNoWorkload) {
+    const WorkloadInfo& r = workloads_[reserved_for_];
+    if (r.running >= r.spec.min_available || r.pending == 0) {
+      reserved_for_ = kNoWorkload;
+      reserved_nodes_.clear();
+    } else {
+      reserveFor(reserved_for_);  // Same workload; nodes re-chosen as the cluster drains.
+    }
+  }
   std::vector<size_t> cursor(tree_.size(), 0);
   size_t fifo_cursor = 0;
   // Request shapes that found no room this pass, with the smallest gang size that failed.
-  std::unordered_map<uint32_t, int> no_room;
+  std::unordered_map<uint64_t, int> no_room;
   while (true) {
     WorkloadId w = 0;
     if (options_.fair_share) {
@@ -519,7 +569,11 @@ void Scheduler::allocate(PassResult& out) {
     }
     WorkloadInfo& info = workloads_[w];
     const int core_needed = std::max(0, info.spec.min_available - info.running);
-    const uint32_t shape = placer_->classId(info.spec.request);
+    // Same request shape and same access to reserved nodes: same chance of finding room.
+    const int access =
+        reserved_for_ == kNoWorkload ? 0 : (reserved_for_ == w ? 2 : (mayBackfill(w) ? 1 : 0));
+    const uint64_t shape = (static_cast<uint64_t>(placer_->classId(info.spec.request)) << 2) |
+                           static_cast<uint64_t>(access);
     info.why = {WaitReason::kNone, ""};
     if (core_needed > 0) {
       auto it = no_room.find(shape);
@@ -535,6 +589,16 @@ void Scheduler::allocate(PassResult& out) {
           continue;
         }
         if (info.why.reason == WaitReason::kNoCapacity) {
+          // Reservations are for large work: a gang, or tasks of several GPUs each. Small
+          // tasks find room as the cluster turns over.
+          if (reserved_for_ == kNoWorkload &&
+              (core_needed > 1 || info.spec.request.gpu_count > 1)) {
+            // Not for a queue that is borrowing: it would hold nodes others deserve.
+            const Queue& q = tree_.queue(info.spec.queue);
+            if (!options_.fair_share || !greaterThanOne(dominantShare(q.allocated, q.fair_share))) {
+              reserveFor(w);
+            }
+          }
           auto [slot, inserted] = no_room.emplace(shape, core_needed);
           if (!inserted) {
             slot->second = std::min(slot->second, core_needed);
@@ -563,6 +627,96 @@ void Scheduler::allocate(PassResult& out) {
         info.running >= info.spec.min_available) {
       info.why = {WaitReason::kNone, ""};  // Running; only elastic tasks wait.
     }
+  }
+}
+
+void Scheduler::trackNodeTask(TaskId t, bool add) {
+  std::vector<TaskId>& v = node_tasks_[tasks_[t].assignment.placement.node];
+  if (add) {
+    v.push_back(t);
+    return;
+  }
+  auto it = std::find(v.begin(), v.end(), t);
+  if (it != v.end()) {
+    *it = v.back();
+    v.pop_back();
+  }
+}
+
+bool Scheduler::mayBackfill(WorkloadId w) const {
+  const core::Duration max_runtime = workloads_[w].spec.max_runtime;
+  return max_runtime.count() > 0 && reservation_start_ != core::TimePoint::max() &&
+         clock_.now() + max_runtime <= reservation_start_;
+}
+
+void Scheduler::reserveFor(WorkloadId w) {
+  const WorkloadInfo& info = workloads_[w];
+  const model::TaskRequest& r = info.spec.request;
+  const int needed = std::max(1, info.spec.min_available - info.running);
+  const core::TimePoint now = clock_.now();
+  struct Candidate {
+    core::TimePoint drained;  // When its known tasks have all ended; max() = unknown.
+    int64_t used_milli;
+    NodeIndex node;
+    int holds;  // Tasks of `w` the node holds when empty.
+  };
+  std::vector<Candidate> candidates;
+  for (NodeIndex n = 0; n < state_.nodeCount(); ++n) {
+    const model::Node& node = state_.node(n);
+    if (static_cast<int>(node.gpus.size()) < r.gpu_count ||
+        (r.gpu_count > 0 && !r.models.empty() &&
+         std::find(r.models.begin(), r.models.end(), node.gpus[0].model) == r.models.end())) {
+      continue;
+    }
+    int holds = INT32_MAX;
+    if (r.gpu_count > 0) {
+      const int64_t per_gpu =
+          r.isFractional() ? 1000 / std::max<int64_t>(1, r.gpu_milli.value()) : 1;
+      holds = static_cast<int>(static_cast<int64_t>(node.gpus.size()) / r.gpu_count * per_gpu);
+    }
+    if (r.cpu.value() > 0) {
+      holds = std::min<int64_t>(holds, node.cpu.value() / r.cpu.value());
+    }
+    if (r.memory.value() > 0) {
+      holds = std::min<int64_t>(holds, node.memory.value() / r.memory.value());
+    }
+    if (holds <= 0 || holds == INT32_MAX) {
+      continue;
+    }
+    core::TimePoint drained = now;
+    for (TaskId t : node_tasks_[n]) {
+      const core::Duration max_runtime = workloads_[tasks_[t].workload].spec.max_runtime;
+      if (max_runtime.count() <= 0) {
+        drained = core::TimePoint::max();
+        break;
+      }
+      drained = std::max(drained, tasks_[t].started + max_runtime);
+    }
+    candidates.push_back(
+        {drained,
+         1000LL * static_cast<int64_t>(node.gpus.size()) - state_.nodeState(n).free_gpu_milli, n,
+         holds});
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.drained != b.drained) {
+      return a.drained < b.drained;
+    }
+    if (a.used_milli != b.used_milli) {
+      return a.used_milli < b.used_milli;
+    }
+    return a.node < b.node;
+  });
+  reserved_for_ = w;
+  reserved_nodes_.clear();
+  reservation_start_ = now;
+  int covered = 0;
+  for (const Candidate& c : candidates) {
+    if (covered >= needed) {
+      break;
+    }
+    reserved_nodes_.push_back(c.node);
+    reservation_start_ = std::max(reservation_start_, c.drained);
+    covered += c.holds;
   }
 }
 
@@ -708,8 +862,10 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
     bool fits = false;
     int chosen_tasks = 0;
     for (const Candidate& c : candidates) {
-      if (evictions + chosen_tasks + static_cast<int>(c.unit.tasks.size()) >
-          options_.max_evictions_per_pass) {
+      // The cap stops new reclaims once reached; the first of a pass may exceed it, or a gang
+      // needing more victims than the cap could never be served.
+      if (evictions > 0 && evictions + chosen_tasks + static_cast<int>(c.unit.tasks.size()) >
+                               options_.max_evictions_per_pass) {
         continue;
       }
       Amounts unit_amounts = tree_.space().zeros();

@@ -126,6 +126,8 @@ class Scheduler {
   void taskFinished(TaskId t);
   // An evicted task has stopped: its resources are released and it is pending again.
   void taskStopped(TaskId t);
+  // Removes a workload: pending tasks are dropped, running ones end now.
+  void cancel(WorkloadId w);
 
   PassResult schedule();
 
@@ -139,6 +141,9 @@ class Scheduler {
   Amounts taskAmounts(WorkloadId w, const Placement* placed) const;
   // Cluster capacity by dimension.
   const Amounts& capacity() const { return capacity_; }
+  // The workload nodes are being kept for, and those nodes (empty when none).
+  WorkloadId reservedFor() const { return reserved_for_; }
+  const std::vector<NodeIndex>& reservedNodes() const { return reserved_nodes_; }
 
  private:
   Scheduler(const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes, QueueTree tree,
@@ -160,7 +165,17 @@ class Scheduler {
   void evictFor(bool reclaim, PassResult& out, int& evictions);
   std::vector<Unit> victimUnits(WorkloadId w) const;
 
+  // Keeps nodes for the first blocked workload whose queue is within its fair share, so a big
+  // gang is not starved by a stream of small ones. Sticky until it starts.
+  void reserveFor(WorkloadId w);
+  bool mayBackfill(WorkloadId w) const;
+  void trackNodeTask(TaskId t, bool add);
+
   std::vector<uint8_t> preference_;  // Scratch for gang placement, one entry per node.
+  WorkloadId reserved_for_ = kNoWorkload;
+  std::vector<NodeIndex> reserved_nodes_;
+  core::TimePoint reservation_start_ = core::TimePoint::max();  // max() = unknown.
+  std::vector<std::vector<TaskId>> node_tasks_;  // Running or terminating tasks per node.
   std::vector<std::vector<NodeIndex>> domain_nodes_;  // NVLink domain -> nodes.
 
   const model::GpuCatalogue& catalogue_;

@@ -41,7 +41,8 @@ class SchedulerTest : public ::testing::Test {
   }
 
   WorkloadId submit(const std::string& name, const std::string& queue, int tasks, int min,
-                    int gpus_per_task, int32_t priority = 0, bool preemptible = true) {
+                    int gpus_per_task, int32_t priority = 0, bool preemptible = true,
+                    core::Duration max_runtime = core::Duration{0}) {
     WorkloadSpec w;
     w.name = name;
     w.queue = *s_->queues().find(queue);
@@ -50,6 +51,7 @@ class SchedulerTest : public ::testing::Test {
     w.request = testing::gpuTask(4000, gpus_per_task);
     w.priority = priority;
     w.preemptible = preemptible;
+    w.max_runtime = max_runtime;
     auto id = s_->submit(w);
     EXPECT_TRUE(id.isOk()) << id.status().message();
     return id.value();
@@ -214,6 +216,7 @@ TEST_F(SchedulerTest, ReclaimOnlyWhenItLowersUnfairness) {
   PassResult r = s_->schedule();
   EXPECT_TRUE(r.evicted.empty());
   EXPECT_EQ(s_->workload(b2).why.reason, WaitReason::kNoCapacity);
+  s_->cancel(b2);
   // One GPU instead fits b's fair share (4/4 < a's 5/4): one of a's tasks goes.
   WorkloadId b1 = submit("b-one", "b", 1, 1, 1);
   r = s_->schedule();
@@ -262,6 +265,50 @@ TEST_F(SchedulerTest, FinishedTasksReleaseAndOthersStart) {
   EXPECT_EQ(running(second), 8);
   EXPECT_EQ(allocatedGpus("a"), 8);
   EXPECT_EQ(s_->workload(first).finished, 8);
+}
+
+TEST_F(SchedulerTest, BigGangIsNotStarvedBySmallJobs) {
+  build(2, 16, 0);
+  WorkloadId small = submit("small", "a", 16, 1, 1);
+  s_->schedule();
+  ASSERT_EQ(running(small), 16);
+  WorkloadId gang = submit("gang", "a", 2, 2, 8);
+  s_->schedule();
+  EXPECT_EQ(s_->reservedFor(), gang);
+  EXPECT_EQ(s_->reservedNodes().size(), 2U);
+  // Small jobs keep coming; as GPUs free up they must not take the reserved nodes.
+  WorkloadId more = submit("more", "a", 8, 1, 1);
+  const std::vector<TaskId> tasks = s_->workload(small).tasks;
+  for (int i = 0; i < 12; ++i) {
+    s_->taskFinished(tasks[i]);
+  }
+  PassResult r = s_->schedule();
+  EXPECT_TRUE(r.started.empty());
+  EXPECT_EQ(running(more), 0);
+  EXPECT_NE(s_->workload(more).why.message.find("reserved for a waiting gang"), std::string::npos)
+      << s_->workload(more).why.message;
+  for (int i = 12; i < 16; ++i) {
+    s_->taskFinished(tasks[i]);
+  }
+  s_->schedule();
+  EXPECT_EQ(running(gang), 2);
+  EXPECT_EQ(s_->reservedFor(), kNoWorkload);
+}
+
+TEST_F(SchedulerTest, BackfillsWhatEndsBeforeTheReservation) {
+  build(2, 16, 0);
+  WorkloadId small = submit("small", "a", 16, 1, 1, 0, true, seconds(1000));
+  s_->schedule();
+  WorkloadId gang = submit("gang", "a", 2, 2, 8);
+  s_->schedule();
+  ASSERT_EQ(s_->reservedFor(), gang);
+  clock_.advance(seconds(10));
+  s_->taskFinished(s_->workload(small).tasks[0]);  // One GPU frees up early.
+  WorkloadId too_long = submit("too-long", "a", 1, 1, 1, 0, true, seconds(5000));
+  WorkloadId short_one = submit("short", "a", 1, 1, 1, 0, true, seconds(100));
+  s_->schedule();
+  EXPECT_EQ(running(too_long), 0);
+  EXPECT_EQ(running(short_one), 1);  // Ends at 110 s, before the nodes drain at 1000 s.
 }
 
 }  // namespace
