@@ -15,6 +15,8 @@
 #include "sim/openb_experiment.h"
 #include "sim/placement_check.h"
 #include "sim/report.h"
+#include "sim/scenario.h"
+#include "sim/scenario_run.h"
 
 namespace tessera::cli {
 namespace {
@@ -193,6 +195,41 @@ int runCheck(const std::string& nodes, const std::vector<std::string>& files) {
   return 0;
 }
 
+int runScenarioCommand(const std::string& file, const std::string& out, bool quiet) {
+  auto scenario = sim::readScenario(file);
+  if (!scenario.isOk()) {
+    return fail(kExitBadInput, scenario.status().message());
+  }
+  Progress progress("simulating " + file, scenario->workloads.size(), !quiet);
+  size_t reported = 0;
+  auto result = sim::runScenario(*scenario, [&](size_t done, size_t) {
+    progress.add(done - reported);
+    reported = done;
+  });
+  progress.finish();
+  if (!result.isOk()) {
+    return fail(kExitFailure, result.status().message());
+  }
+  core::Status st = sim::writeScenarioOutputs(*result, out);
+  if (!st.isOk()) {
+    return fail(kExitFailure, st.message());
+  }
+  std::cout << fmt::format("{:<16} {:>6} {:>12} {:>12} {:>12} {:>8} {:>14}\n", "queue", "jobs",
+                           "mean JCT s", "p95 JCT s", "GPU-hours", "evicted", "max to quota s");
+  for (const sim::QueueSummary& q : result->queues) {
+    std::cout << fmt::format("{:<16} {:>6} {:>12.0f} {:>12.0f} {:>12.1f} {:>8} {:>14.0f}\n",
+                             q.name, q.jobs_completed, q.mean_jct_s, q.p95_jct_s,
+                             q.gpu_seconds / 3600, q.tasks_evicted, q.max_time_to_quota_s);
+  }
+  std::cout << fmt::format(
+      "makespan {:.0f} s, GPU utilisation {:.1f}%, mean Jain index {:.3f}, {} evictions, {} "
+      "passes, {} workloads never ran\n",
+      result->makespan_s, 100 * result->utilisation, result->mean_jain, result->evictions,
+      result->passes, result->failed_workloads);
+  std::cout << "Wrote " << out << "/tenants.csv, events.csv and summary.json.\n";
+  return 0;
+}
+
 }  // namespace
 
 void addSimCommand(CLI::App& app, int* rc) {
@@ -232,6 +269,18 @@ void addSimCommand(CLI::App& app, int* rc) {
   openb->add_flag("--no-placements", opt->no_placements,
                   "Do not write placements-*.csv (they are large for many runs)");
   openb->callback([opt, rc] { *rc = runOpenb(*opt); });
+
+  auto scenario_file = std::make_shared<std::string>();
+  auto scenario_out = std::make_shared<std::string>("sim-out");
+  auto scenario_quiet = std::make_shared<bool>(false);
+  CLI::App* scenario = sim->add_subcommand(
+      "scenario",
+      "Time-driven simulation of a scenario (JSON: cluster, queue tree, workloads over time) "
+      "through the fair-share scheduler");
+  scenario->add_option("file", *scenario_file, "Scenario JSON file")->required();
+  scenario->add_option("--out,-o", *scenario_out, "Output directory")->capture_default_str();
+  scenario->add_flag("--quiet,-q", *scenario_quiet, "No progress bar");
+  scenario->callback([=] { *rc = runScenarioCommand(*scenario_file, *scenario_out, *scenario_quiet); });
 
   auto nodes = std::make_shared<std::string>();
   auto files = std::make_shared<std::vector<std::string>>();

@@ -356,10 +356,14 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
   bool ok = true;
   size_t next = 0;
   // Reserved nodes: preferred by the workload they are kept for, closed to others unless they
-  // are sure to end before the reservation is needed (backfill).
+  // are sure to end before the reservation is needed (backfill), or they belong to another
+  // queue that is below its fair share (a guarantee outranks another queue's reservation).
   if (reserved_for_ != kNoWorkload) {
     const bool mine = reserved_for_ == w;
-    if (mine || !mayBackfill(w)) {
+    const Queue& q = tree_.queue(leaf);
+    const bool below_share = leaf != workloads_[reserved_for_].spec.queue &&
+                             lessThan(dominantShare(q.allocated, q.fair_share), Ratio{1, 1});
+    if (mine || (!mayBackfill(w) && !below_share)) {
       for (NodeIndex n : reserved_nodes_) {
         preference_[n] = mine ? 1 : Placer::kForbidden;
         touched.push_back(n);
@@ -570,8 +574,13 @@ void Scheduler::allocate(PassResult& out) {
     WorkloadInfo& info = workloads_[w];
     const int core_needed = std::max(0, info.spec.min_available - info.running);
     // Same request shape and same access to reserved nodes: same chance of finding room.
+    const Queue& wq = tree_.queue(info.spec.queue);
+    const bool open_to_reserved =
+        mayBackfill(w) ||
+        (reserved_for_ != kNoWorkload && info.spec.queue != workloads_[reserved_for_].spec.queue &&
+         lessThan(dominantShare(wq.allocated, wq.fair_share), Ratio{1, 1}));
     const int access =
-        reserved_for_ == kNoWorkload ? 0 : (reserved_for_ == w ? 2 : (mayBackfill(w) ? 1 : 0));
+        reserved_for_ == kNoWorkload ? 0 : (reserved_for_ == w ? 2 : (open_to_reserved ? 1 : 0));
     const uint64_t shape = (static_cast<uint64_t>(placer_->classId(info.spec.request)) << 2) |
                            static_cast<uint64_t>(access);
     info.why = {WaitReason::kNone, ""};
@@ -610,6 +619,9 @@ void Scheduler::allocate(PassResult& out) {
     // Elastic tasks beyond the gang minimum, one at a time.
     while (info.pending > 0) {
       if (no_room.count(shape) != 0 && no_room[shape] <= 1) {
+        if (info.why.reason == WaitReason::kNone) {
+          info.why = {WaitReason::kNoCapacity, "no room for one more task of this shape this pass"};
+        }
         break;
       }
       Explanation why;
@@ -617,15 +629,9 @@ void Scheduler::allocate(PassResult& out) {
         if (why.reason == WaitReason::kNoCapacity) {
           no_room[shape] = 1;
         }
-        if (info.running < info.spec.min_available) {
-          info.why = why;
-        }
+        info.why = why;  // Elastic tasks wait too, and may reclaim.
         break;
       }
-    }
-    if (info.pending > 0 && info.why.reason == WaitReason::kNone &&
-        info.running >= info.spec.min_available) {
-      info.why = {WaitReason::kNone, ""};  // Running; only elastic tasks wait.
     }
   }
 }
@@ -779,173 +785,206 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
     }
     WorkloadInfo& info = workloads_[w];
     const QueueId r_leaf = info.spec.queue;
-    const int needed = std::max(1, info.spec.min_available - info.running);
-    Amounts need = pendingAmounts(w);
-    for (size_t d = 0; d < need.size(); ++d) {
-      need[d] *= needed;
-    }
-    std::vector<QueueId> r_path = tree_.pathToRoot(r_leaf);
-    struct Candidate {
-      Unit unit;
-      Ratio victim_share;  // Of the victim's ancestor where the two paths split.
-      QueueId split_victim = kNoQueue;
-      QueueId split_reclaimer = kNoQueue;
-    };
-    std::vector<Candidate> candidates;
-    if (reclaim) {
-      // The reclaimer must stay within its fair share with the work added.
-      Amounts after = tree_.queue(r_leaf).allocated;
-      addTo(after, need);
-      if (greaterThanOne(dominantShare(after, tree_.queue(r_leaf).fair_share))) {
-        continue;
-      }
-      for (QueueId v = 0; v < tree_.size(); ++v) {
-        if (v == r_leaf || !tree_.queue(v).isLeaf() || queue_workloads_[v].empty()) {
-          continue;
-        }
-        // Where the paths split: the children of the lowest common ancestor.
-        std::vector<QueueId> v_path = tree_.pathToRoot(v);
-        QueueId a_v = v_path.back();
-        QueueId a_r = r_path.back();
-        for (size_t i = 1; i <= std::min(v_path.size(), r_path.size()); ++i) {
-          a_v = v_path[v_path.size() - i];
-          a_r = r_path[r_path.size() - i];
-          if (a_v != a_r) {
-            break;
-          }
-        }
-        const Queue& av = tree_.queue(a_v);
-        const Ratio s_v = dominantShare(av.allocated, av.fair_share);
-        if (!greaterThanOne(s_v)) {
-          continue;  // Only queues above their fair share give back.
-        }
-        for (WorkloadId vw : queue_workloads_[v]) {
-          for (Unit& u : victimUnits(vw)) {
-            candidates.push_back({std::move(u), s_v, a_v, a_r});
-          }
-        }
-      }
-    } else {
-      for (WorkloadId vw : queue_workloads_[r_leaf]) {
-        if (vw == w || workloads_[vw].spec.priority >= info.spec.priority) {
-          continue;
-        }
-        for (Unit& u : victimUnits(vw)) {
-          candidates.push_back({std::move(u), Ratio{}, r_leaf, r_leaf});
-        }
-      }
-    }
-    if (candidates.empty()) {
-      continue;
-    }
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [&](const Candidate& a, const Candidate& b) {
-                       if (lessThan(a.victim_share, b.victim_share) ||
-                           lessThan(b.victim_share, a.victim_share)) {
-                         return lessThan(b.victim_share, a.victim_share);  // Most over first.
-                       }
-                       const int pa = workloads_[a.unit.workload].spec.priority;
-                       const int pb = workloads_[b.unit.workload].spec.priority;
-                       if (pa != pb) {
-                         return pa < pb;
-                       }
-                       if (a.unit.elastic != b.unit.elastic) {
-                         return a.unit.elastic;
-                       }
-                       return a.unit.started > b.unit.started;
-                     });
-    // Release victims one unit at a time (virtually: on the cluster state, restored below) until
-    // the blocked work fits.
-    std::vector<const Candidate*> chosen;
-    std::vector<std::pair<TaskId, Assignment>> released;
-    std::unordered_map<QueueId, Amounts> freed;  // Per split ancestor of the victims.
-    bool fits = false;
-    int chosen_tasks = 0;
-    for (const Candidate& c : candidates) {
-      // The cap stops new reclaims once reached; the first of a pass may exceed it, or a gang
-      // needing more victims than the cap could never be served.
-      if (evictions > 0 && evictions + chosen_tasks + static_cast<int>(c.unit.tasks.size()) >
-                               options_.max_evictions_per_pass) {
-        continue;
-      }
-      Amounts unit_amounts = tree_.space().zeros();
-      for (TaskId t : c.unit.tasks) {
-        addTo(unit_amounts, taskAmounts(c.unit.workload, &tasks_[t].assignment.placement));
-      }
-      if (reclaim) {
-        // The victim side gives back only while it is still above its fair share, and the
-        // move must leave the reclaimer's side strictly below where the victim's was.
-        const Queue& av = tree_.queue(c.split_victim);
-        Amounts av_alloc = av.allocated;
-        auto it = freed.find(c.split_victim);
-        if (it != freed.end()) {
-          subtractFrom(av_alloc, it->second);
-        }
-        if (!greaterThanOne(dominantShare(av_alloc, av.fair_share))) {
-          continue;
-        }
-        const Queue& ar = tree_.queue(c.split_reclaimer);
-        Amounts ar_after = ar.allocated;
-        addTo(ar_after, need);
-        if (!lessThan(dominantShare(ar_after, ar.fair_share), c.victim_share)) {
-          continue;
-        }
-        auto [slot, inserted] = freed.emplace(c.split_victim, tree_.space().zeros());
-        addTo(slot->second, unit_amounts);
-      }
-      chosen.push_back(&c);
-      chosen_tasks += static_cast<int>(c.unit.tasks.size());
-      for (TaskId t : c.unit.tasks) {
-        released.emplace_back(t, tasks_[t].assignment);
-        placer_->release(workloads_[c.unit.workload].spec.request, tasks_[t].assignment);
-      }
-      if (placeTasks(w, needed, /*trial=*/true, nullptr, nullptr)) {
-        fits = true;
-        break;
-      }
-    }
-    // Restore the victims exactly where they were.
-    for (auto it = released.rbegin(); it != released.rend(); ++it) {
-      const model::TaskRequest& req = workloads_[tasks_[it->first].workload].spec.request;
-      tasks_[it->first].assignment = placer_->applyAt(req, it->second.placement);
-    }
-    if (!fits) {
-      continue;
-    }
-    // Commit: victims terminate and keep their resources until they stop.
-    std::string before_after;
+    // What to make room for: the rest of the gang minimum, or for elastic tasks as many as the
+    // queue's fair share has room for (all at once, so a borrower gives back in one pass).
+    const Amounts one = pendingAmounts(w);
+    const int core_needed = std::max(0, info.spec.min_available - info.running);
+    int64_t room = info.pending;
     if (reclaim) {
       const Queue& rq = tree_.queue(r_leaf);
-      Amounts r_after = rq.allocated;
-      addTo(r_after, need);
-      before_after =
-          fmt::format("{} -> {}", shareText(rq, rq.allocated), fmt::format("{}", r_after[kGpuDim]));
-      for (const auto& [split, amounts] : freed) {
-        const Queue& vq = tree_.queue(split);
-        Amounts v_after = vq.allocated;
-        subtractFrom(v_after, amounts);
-        before_after += fmt::format("; {} -> {}", shareText(vq, vq.allocated), v_after[kGpuDim]);
+      for (size_t d = 0; d < one.size(); ++d) {
+        if (one[d] > 0) {
+          room = std::min(room, std::max<int64_t>(0, rq.fair_share[d] - rq.allocated[d]) / one[d]);
+        }
       }
     }
-    for (const Candidate* c : chosen) {
-      WorkloadInfo& victim = workloads_[c->unit.workload];
-      for (TaskId t : c->unit.tasks) {
-        tasks_[t].state = TaskState::kTerminating;
-        tasks_[t].evicted_for = w;
-        --victim.running;
-        ++victim.terminating;
-        out.evicted.push_back(
-            {t, c->unit.workload, w, reclaim,
-             fmt::format("{} by '{}' (queue '{}'): {}{} (allocated/fair share, milli-GPU)",
-                         reclaim ? "reclaimed" : "preempted", info.spec.name,
-                         tree_.queue(r_leaf).name, c->unit.elastic ? "elastic task; " : "gang; ",
-                         before_after)});
-        ++evictions;
-      }
+    room = std::min<int64_t>(room, options_.max_evictions_per_pass + core_needed);
+    const int target = static_cast<int>(std::max<int64_t>(core_needed, room));
+    if (target == 0) {
+      continue;
     }
-    info.awaited_victims += chosen_tasks;
-    info.why = {WaitReason::kWaitingForEvictions,
-                fmt::format("waiting for {} evicted task(s) to stop", chosen_tasks)};
+    // Try the whole target first; if it cannot be made to fit, fall back to fewer tasks (never
+    // fewer than the gang minimum).
+    for (int needed = target; needed >= std::max(1, core_needed);
+         needed = needed > std::max(1, core_needed) ? std::max(std::max(1, core_needed), needed / 2)
+                                                    : 0) {
+      Amounts need = one;
+      for (size_t d = 0; d < need.size(); ++d) {
+        need[d] *= needed;
+      }
+      std::vector<QueueId> r_path = tree_.pathToRoot(r_leaf);
+      struct Candidate {
+        Unit unit;
+        Ratio victim_share;  // Of the victim's ancestor where the two paths split.
+        QueueId split_victim = kNoQueue;
+        QueueId split_reclaimer = kNoQueue;
+      };
+      std::vector<Candidate> candidates;
+      if (reclaim) {
+        // The reclaimer must stay within its fair share with the work added.
+        Amounts after = tree_.queue(r_leaf).allocated;
+        addTo(after, need);
+        if (greaterThanOne(dominantShare(after, tree_.queue(r_leaf).fair_share))) {
+          continue;
+        }
+        for (QueueId v = 0; v < tree_.size(); ++v) {
+          if (v == r_leaf || !tree_.queue(v).isLeaf() || queue_workloads_[v].empty()) {
+            continue;
+          }
+          // Where the paths split: the children of the lowest common ancestor.
+          std::vector<QueueId> v_path = tree_.pathToRoot(v);
+          QueueId a_v = v_path.back();
+          QueueId a_r = r_path.back();
+          for (size_t i = 1; i <= std::min(v_path.size(), r_path.size()); ++i) {
+            a_v = v_path[v_path.size() - i];
+            a_r = r_path[r_path.size() - i];
+            if (a_v != a_r) {
+              break;
+            }
+          }
+          const Queue& av = tree_.queue(a_v);
+          const Ratio s_v = dominantShare(av.allocated, av.fair_share);
+          if (!greaterThanOne(s_v)) {
+            continue;  // Only queues above their fair share give back.
+          }
+          for (WorkloadId vw : queue_workloads_[v]) {
+            for (Unit& u : victimUnits(vw)) {
+              candidates.push_back({std::move(u), s_v, a_v, a_r});
+            }
+          }
+        }
+      } else {
+        for (WorkloadId vw : queue_workloads_[r_leaf]) {
+          if (vw == w || workloads_[vw].spec.priority >= info.spec.priority) {
+            continue;
+          }
+          for (Unit& u : victimUnits(vw)) {
+            candidates.push_back({std::move(u), Ratio{}, r_leaf, r_leaf});
+          }
+        }
+      }
+      if (candidates.empty()) {
+        continue;
+      }
+      std::stable_sort(
+          candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
+            if (lessThan(a.victim_share, b.victim_share) ||
+                lessThan(b.victim_share, a.victim_share)) {
+              return lessThan(b.victim_share, a.victim_share);  // Most over first.
+            }
+            const int pa = workloads_[a.unit.workload].spec.priority;
+            const int pb = workloads_[b.unit.workload].spec.priority;
+            if (pa != pb) {
+              return pa < pb;
+            }
+            // Victims node by node, nodes closest to empty first, so a gang that
+            // needs whole nodes frees them with as few evictions as possible.
+            const NodeIndex na = tasks_[a.unit.tasks.front()].assignment.placement.node;
+            const NodeIndex nb = tasks_[b.unit.tasks.front()].assignment.placement.node;
+            if (na != nb) {
+              const int64_t fa = state_.nodeState(na).free_gpu_milli;
+              const int64_t fb = state_.nodeState(nb).free_gpu_milli;
+              return fa != fb ? fa > fb : na < nb;
+            }
+            if (a.unit.elastic != b.unit.elastic) {
+              return a.unit.elastic;
+            }
+            return a.unit.started > b.unit.started;
+          });
+      // Release victims one unit at a time (virtually: on the cluster state, restored below) until
+      // the blocked work fits.
+      std::vector<const Candidate*> chosen;
+      std::vector<std::pair<TaskId, Assignment>> released;
+      std::unordered_map<QueueId, Amounts> freed;  // Per split ancestor of the victims.
+      bool fits = false;
+      int chosen_tasks = 0;
+      for (const Candidate& c : candidates) {
+        // The cap stops new reclaims once reached; the first of a pass may exceed it, or a gang
+        // needing more victims than the cap could never be served.
+        if (evictions > 0 && evictions + chosen_tasks + static_cast<int>(c.unit.tasks.size()) >
+                                 options_.max_evictions_per_pass) {
+          continue;
+        }
+        Amounts unit_amounts = tree_.space().zeros();
+        for (TaskId t : c.unit.tasks) {
+          addTo(unit_amounts, taskAmounts(c.unit.workload, &tasks_[t].assignment.placement));
+        }
+        if (reclaim) {
+          // The victim side gives back only while it is still above its fair share, and the
+          // move must leave the reclaimer's side strictly below where the victim's was.
+          const Queue& av = tree_.queue(c.split_victim);
+          Amounts av_alloc = av.allocated;
+          auto it = freed.find(c.split_victim);
+          if (it != freed.end()) {
+            subtractFrom(av_alloc, it->second);
+          }
+          if (!greaterThanOne(dominantShare(av_alloc, av.fair_share))) {
+            continue;
+          }
+          const Queue& ar = tree_.queue(c.split_reclaimer);
+          Amounts ar_after = ar.allocated;
+          addTo(ar_after, need);
+          if (!lessThan(dominantShare(ar_after, ar.fair_share), c.victim_share)) {
+            continue;
+          }
+          auto [slot, inserted] = freed.emplace(c.split_victim, tree_.space().zeros());
+          addTo(slot->second, unit_amounts);
+        }
+        chosen.push_back(&c);
+        chosen_tasks += static_cast<int>(c.unit.tasks.size());
+        for (TaskId t : c.unit.tasks) {
+          released.emplace_back(t, tasks_[t].assignment);
+          placer_->release(workloads_[c.unit.workload].spec.request, tasks_[t].assignment);
+        }
+        if (placeTasks(w, needed, /*trial=*/true, nullptr, nullptr)) {
+          fits = true;
+          break;
+        }
+      }
+      // Restore the victims exactly where they were.
+      for (auto it = released.rbegin(); it != released.rend(); ++it) {
+        const model::TaskRequest& req = workloads_[tasks_[it->first].workload].spec.request;
+        tasks_[it->first].assignment = placer_->applyAt(req, it->second.placement);
+      }
+      if (!fits) {
+        continue;
+      }
+      // Commit: victims terminate and keep their resources until they stop.
+      std::string before_after;
+      if (reclaim) {
+        const Queue& rq = tree_.queue(r_leaf);
+        Amounts r_after = rq.allocated;
+        addTo(r_after, need);
+        before_after = fmt::format("{} -> {}", shareText(rq, rq.allocated),
+                                   fmt::format("{}", r_after[kGpuDim]));
+        for (const auto& [split, amounts] : freed) {
+          const Queue& vq = tree_.queue(split);
+          Amounts v_after = vq.allocated;
+          subtractFrom(v_after, amounts);
+          before_after += fmt::format("; {} -> {}", shareText(vq, vq.allocated), v_after[kGpuDim]);
+        }
+      }
+      for (const Candidate* c : chosen) {
+        WorkloadInfo& victim = workloads_[c->unit.workload];
+        for (TaskId t : c->unit.tasks) {
+          tasks_[t].state = TaskState::kTerminating;
+          tasks_[t].evicted_for = w;
+          --victim.running;
+          ++victim.terminating;
+          out.evicted.push_back(
+              {t, c->unit.workload, w, reclaim,
+               fmt::format("{} by '{}' (queue '{}'): {}{} (allocated/fair share, milli-GPU)",
+                           reclaim ? "reclaimed" : "preempted", info.spec.name,
+                           tree_.queue(r_leaf).name, c->unit.elastic ? "elastic task; " : "gang; ",
+                           before_after)});
+          ++evictions;
+        }
+      }
+      info.awaited_victims += chosen_tasks;
+      info.why = {WaitReason::kWaitingForEvictions,
+                  fmt::format("waiting for {} evicted task(s) to stop", chosen_tasks)};
+      break;
+    }
   }
 }
 

@@ -1,0 +1,496 @@
+#include "sim/scenario.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "model/node_profiles.h"
+
+namespace tessera::sim {
+namespace {
+
+using nlohmann::json;
+
+// A JSON value with its path, for errors that say where.
+class Node {
+ public:
+  Node(const json& j, std::string path, const std::string& source)
+      : j_(j), path_(std::move(path)), source_(source) {}
+
+  const json& value() const { return j_; }
+  const std::string& path() const { return path_; }
+
+  core::Status error(const std::string& what) const {
+    return core::invalidArgument(source_ + ": " + (path_.empty() ? "(top)" : path_) + ": " + what);
+  }
+  bool has(const char* key) const { return j_.is_object() && j_.contains(key); }
+  Node child(const char* key) const {
+    return {j_.at(key), path_.empty() ? key : path_ + "." + key, source_};
+  }
+  Node at(size_t i) const { return {j_.at(i), path_ + "[" + std::to_string(i) + "]", source_}; }
+
+  core::Status checkKeys(std::initializer_list<const char*> allowed) const {
+    if (!j_.is_object()) {
+      return error("expected an object");
+    }
+    for (const auto& [k, v] : j_.items()) {
+      bool ok = false;
+      for (const char* a : allowed) {
+        ok |= k == a;
+      }
+      if (!ok && k.rfind("gpu:", 0) != 0) {
+        std::string names;
+        for (const char* a : allowed) {
+          names += (names.empty() ? "" : ", ") + std::string(a);
+        }
+        return error("unknown field '" + k + "' (known: " + names + ")");
+      }
+    }
+    return core::Status::ok();
+  }
+
+  core::Result<std::string> str() const {
+    if (!j_.is_string() || j_.get<std::string>().empty()) {
+      return error("expected a non-empty string");
+    }
+    return j_.get<std::string>();
+  }
+  core::Result<int64_t> integer(int64_t min, int64_t max) const {
+    if (!j_.is_number_integer() && !(j_.is_number_float() && std::floor(j_.get<double>()) == j_.get<double>())) {
+      return error("expected an integer");
+    }
+    const auto v = j_.is_number_integer() ? j_.get<int64_t>() : static_cast<int64_t>(j_.get<double>());
+    if (v < min || v > max) {
+      return error("value " + std::to_string(v) + " is outside " + std::to_string(min) + ".." +
+                   std::to_string(max));
+    }
+    return v;
+  }
+  // A non-negative number scaled to an integer unit (e.g. GPUs -> milli-GPU).
+  core::Result<int64_t> scaled(int64_t scale) const {
+    if (!j_.is_number()) {
+      return error("expected a number");
+    }
+    const double v = j_.get<double>();
+    if (!(v >= 0) || v * static_cast<double>(scale) > 9.0e15) {
+      return error("expected a non-negative number");
+    }
+    return static_cast<int64_t>(std::llround(v * static_cast<double>(scale)));
+  }
+  core::Result<core::Duration> seconds() const {
+    TESSERA_ASSIGN_OR_RETURN(int64_t ms, scaled(1000));
+    return std::chrono::duration_cast<core::Duration>(std::chrono::milliseconds(ms));
+  }
+  core::Result<bool> boolean() const {
+    if (!j_.is_boolean()) {
+      return error("expected true or false");
+    }
+    return j_.get<bool>();
+  }
+
+ private:
+  const json& j_;
+  std::string path_;
+  const std::string& source_;
+};
+
+core::Result<sched::Amounts> parseAmounts(const Node& n, const sched::ResourceSpace& space,
+                                          const model::GpuCatalogue& catalogue,
+                                          sched::Amounts base) {
+  TESSERA_RETURN_IF_ERROR(n.checkKeys({"gpu", "cpu", "cpuMilli", "memoryMiB", "memoryGiB"}));
+  for (const auto& [key, value] : n.value().items()) {
+    Node v = n.child(key.c_str());
+    if (key == "gpu") {
+      TESSERA_ASSIGN_OR_RETURN(base[sched::kGpuDim], v.scaled(1000));
+    } else if (key == "cpu") {
+      TESSERA_ASSIGN_OR_RETURN(base[sched::kCpuDim], v.scaled(1000));
+    } else if (key == "cpuMilli") {
+      TESSERA_ASSIGN_OR_RETURN(base[sched::kCpuDim], v.scaled(1));
+    } else if (key == "memoryMiB") {
+      TESSERA_ASSIGN_OR_RETURN(base[sched::kMemoryDim], v.scaled(1));
+    } else if (key == "memoryGiB") {
+      TESSERA_ASSIGN_OR_RETURN(base[sched::kMemoryDim], v.scaled(1024));
+    } else {
+      auto model = catalogue.find(key.substr(4));
+      if (!model || space.modelDim(*model) == SIZE_MAX) {
+        return v.error("unknown GPU model '" + key.substr(4) + "'");
+      }
+      TESSERA_ASSIGN_OR_RETURN(base[space.modelDim(*model)], v.scaled(1000));
+    }
+  }
+  return base;
+}
+
+// First pass over the queues: the models named in "gpu:<model>" amounts.
+core::Status collectModels(const Node& q, const model::GpuCatalogue& catalogue,
+                           std::set<uint16_t>& models) {
+  for (const char* field : {"quota", "limit"}) {
+    if (q.has(field) && q.value().at(field).is_object()) {
+      for (const auto& [key, v] : q.value().at(field).items()) {
+        if (key.rfind("gpu:", 0) == 0) {
+          auto m = catalogue.find(key.substr(4));
+          if (!m) {
+            return q.child(field).error("unknown GPU model '" + key.substr(4) + "'");
+          }
+          models.insert(m->value());
+        }
+      }
+    }
+  }
+  if (q.has("children")) {
+    Node c = q.child("children");
+    if (!c.value().is_array()) {
+      return c.error("expected an array");
+    }
+    for (size_t i = 0; i < c.value().size(); ++i) {
+      TESSERA_RETURN_IF_ERROR(collectModels(c.at(i), catalogue, models));
+    }
+  }
+  return core::Status::ok();
+}
+
+core::Status parseQueue(const Node& q, const std::string& parent, Scenario& s) {
+  TESSERA_RETURN_IF_ERROR(
+      q.checkKeys({"name", "quota", "limit", "overQuotaWeight", "priority", "children"}));
+  if (!q.has("name")) {
+    return q.error("missing field 'name'");
+  }
+  sched::QueueSpec spec;
+  TESSERA_ASSIGN_OR_RETURN(spec.name, q.child("name").str());
+  spec.parent = parent;
+  spec.quota = s.space.zeros();
+  spec.limit = s.space.unlimited();
+  if (q.has("quota")) {
+    TESSERA_ASSIGN_OR_RETURN(spec.quota,
+                             parseAmounts(q.child("quota"), s.space, s.catalogue, spec.quota));
+  }
+  if (q.has("limit")) {
+    TESSERA_ASSIGN_OR_RETURN(spec.limit,
+                             parseAmounts(q.child("limit"), s.space, s.catalogue, spec.limit));
+  }
+  if (q.has("overQuotaWeight")) {
+    TESSERA_ASSIGN_OR_RETURN(spec.over_quota_weight,
+                             q.child("overQuotaWeight").integer(0, 1000000));
+  }
+  if (q.has("priority")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t p, q.child("priority").integer(-1000000, 1000000));
+    spec.priority = static_cast<int32_t>(p);
+  }
+  s.queues.push_back(spec);
+  if (q.has("children")) {
+    Node c = q.child("children");
+    for (size_t i = 0; i < c.value().size(); ++i) {
+      TESSERA_RETURN_IF_ERROR(parseQueue(c.at(i), spec.name, s));
+    }
+  }
+  return core::Status::ok();
+}
+
+core::Status parseNodes(const Node& cluster, Scenario& s) {
+  TESSERA_RETURN_IF_ERROR(cluster.checkKeys({"nodes"}));
+  if (!cluster.has("nodes") || !cluster.value().at("nodes").is_array()) {
+    return cluster.error("expected 'nodes': an array");
+  }
+  Node nodes = cluster.child("nodes");
+  int domain = 0;
+  for (size_t i = 0; i < nodes.value().size(); ++i) {
+    Node n = nodes.at(i);
+    TESSERA_RETURN_IF_ERROR(
+        n.checkKeys({"profile", "count", "name", "cpuMilli", "memoryMiB", "gpus", "model"}));
+    int64_t count = 1;
+    if (n.has("count")) {
+      TESSERA_ASSIGN_OR_RETURN(count, n.child("count").integer(0, 100000));
+    }
+    std::string base = "node";
+    if (n.has("name")) {
+      TESSERA_ASSIGN_OR_RETURN(base, n.child("name").str());
+    }
+    for (int64_t k = 0; k < count; ++k) {
+      const std::string name =
+          count == 1 && n.has("name") ? base : base + "-" + std::to_string(s.nodes.size());
+      if (n.has("profile")) {
+        TESSERA_ASSIGN_OR_RETURN(std::string profile, n.child("profile").str());
+        auto node = model::makeProfileNode(profile, name, s.catalogue, domain++);
+        if (!node.isOk()) {
+          return n.child("profile").error(node.status().message());
+        }
+        s.nodes.push_back(std::move(node).value());
+        continue;
+      }
+      for (const char* f : {"cpuMilli", "memoryMiB", "gpus"}) {
+        if (!n.has(f)) {
+          return n.error(std::string("missing field '") + f + "' (or give a 'profile')");
+        }
+      }
+      TESSERA_ASSIGN_OR_RETURN(int64_t cpu, n.child("cpuMilli").integer(0, INT64_MAX / 4));
+      TESSERA_ASSIGN_OR_RETURN(int64_t mem, n.child("memoryMiB").integer(0, INT64_MAX / 4));
+      TESSERA_ASSIGN_OR_RETURN(int64_t gpus, n.child("gpus").integer(0, model::kMaxGpusPerNode));
+      model::Node node{name, core::MilliCpu{cpu}, core::MiB{mem}, {}, domain++};
+      if (gpus > 0) {
+        if (!n.has("model")) {
+          return n.error("missing field 'model' for a node with GPUs");
+        }
+        TESSERA_ASSIGN_OR_RETURN(std::string model_name, n.child("model").str());
+        auto model = s.catalogue.intern(model_name);
+        if (!model.isOk()) {
+          return n.child("model").error(model.status().message());
+        }
+        node = model::makeNode(name, core::MilliCpu{cpu}, core::MiB{mem}, s.catalogue,
+                               model.value(), static_cast<int>(gpus));
+        node.nvlink_domain = domain - 1;
+      }
+      s.nodes.push_back(std::move(node));
+    }
+  }
+  if (s.nodes.empty()) {
+    return nodes.error("the cluster has no nodes");
+  }
+  return core::Status::ok();
+}
+
+core::Status parseWorkload(const Node& w, const Scenario& s, const sched::QueueTree& tree,
+                           std::vector<ScenarioWorkload>& out) {
+  TESSERA_RETURN_IF_ERROR(w.checkKeys(
+      {"name", "queue", "at", "tasks", "minAvailable", "gpu", "cpuMilli", "memoryMiB", "duration",
+       "priority", "preemptible", "checkpointEvery", "maxRuntime", "gracePeriod", "repeat"}));
+  for (const char* f : {"name", "queue", "duration"}) {
+    if (!w.has(f)) {
+      return w.error(std::string("missing field '") + f + "'");
+    }
+  }
+  ScenarioWorkload sw;
+  TESSERA_ASSIGN_OR_RETURN(sw.spec.name, w.child("name").str());
+  TESSERA_ASSIGN_OR_RETURN(std::string queue, w.child("queue").str());
+  auto q = tree.find(queue);
+  if (!q) {
+    return w.child("queue").error("unknown queue '" + queue + "'");
+  }
+  if (!tree.queue(*q).isLeaf()) {
+    return w.child("queue").error("queue '" + queue + "' has child queues; use a leaf queue");
+  }
+  sw.spec.queue = *q;
+  if (w.has("at")) {
+    TESSERA_ASSIGN_OR_RETURN(sw.at, w.child("at").seconds());
+  }
+  TESSERA_ASSIGN_OR_RETURN(sw.duration, w.child("duration").seconds());
+  int64_t tasks = 1;
+  if (w.has("tasks")) {
+    TESSERA_ASSIGN_OR_RETURN(tasks, w.child("tasks").integer(1, 100000));
+  }
+  sw.spec.tasks = static_cast<int>(tasks);
+  sw.spec.min_available = sw.spec.tasks;
+  if (w.has("minAvailable")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t m, w.child("minAvailable").integer(1, tasks));
+    sw.spec.min_available = static_cast<int>(m);
+  }
+  model::TaskRequest& r = sw.spec.request;
+  if (w.has("cpuMilli")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t cpu, w.child("cpuMilli").integer(0, INT64_MAX / 4));
+    r.cpu = core::MilliCpu{cpu};
+  }
+  if (w.has("memoryMiB")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t mem, w.child("memoryMiB").integer(0, INT64_MAX / 4));
+    r.memory = core::MiB{mem};
+  }
+  if (w.has("gpu")) {
+    Node g = w.child("gpu");
+    TESSERA_RETURN_IF_ERROR(
+        g.checkKeys({"count", "milli", "memoryMiB", "mig", "models", "isolation"}));
+    r.gpu_count = 1;
+    if (g.has("count")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t c, g.child("count").integer(0, model::kMaxGpusPerNode));
+      r.gpu_count = static_cast<int>(c);
+    }
+    r.gpu_milli = core::kWholeGpu;
+    r.isolation = model::Isolation::kHardware;
+    if (g.has("milli")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t m, g.child("milli").integer(1, 1000));
+      r.gpu_milli = core::MilliGpu{m};
+      if (m < 1000) {
+        r.isolation = model::Isolation::kProcess;
+      }
+    }
+    if (g.has("memoryMiB")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t m, g.child("memoryMiB").integer(1, INT64_MAX / 4));
+      r.gpu_memory = core::MiB{m};
+      if (!g.has("milli")) {
+        r.gpu_milli = core::MilliGpu{999};  // Memory-sized share; compute not capped.
+        r.isolation = model::Isolation::kProcess;
+      }
+    }
+    if (g.has("mig")) {
+      TESSERA_ASSIGN_OR_RETURN(r.mig_profile, g.child("mig").str());
+      r.isolation = model::Isolation::kHardware;
+    }
+    if (g.has("models")) {
+      Node ms = g.child("models");
+      if (!ms.value().is_array()) {
+        return ms.error("expected an array of model names");
+      }
+      for (size_t i = 0; i < ms.value().size(); ++i) {
+        TESSERA_ASSIGN_OR_RETURN(std::string name, ms.at(i).str());
+        auto m = s.catalogue.find(name);
+        bool present = false;
+        for (const model::Node& node : s.nodes) {
+          present |= m && !node.gpus.empty() && node.gpus[0].model == *m;
+        }
+        if (!present) {
+          return ms.at(i).error("no node has GPU model '" + name + "'");
+        }
+        r.models.push_back(*m);
+      }
+    }
+    if (g.has("isolation")) {
+      TESSERA_ASSIGN_OR_RETURN(std::string iso, g.child("isolation").str());
+      if (iso == "hardware") {
+        r.isolation = model::Isolation::kHardware;
+      } else if (iso == "process") {
+        r.isolation = model::Isolation::kProcess;
+      } else if (iso == "none") {
+        r.isolation = model::Isolation::kNone;
+      } else {
+        return g.child("isolation").error("expected hardware, process or none");
+      }
+    }
+  }
+  core::Status valid = model::validateTaskRequest(r);
+  if (!valid.isOk()) {
+    return w.error(valid.message());
+  }
+  if (w.has("priority")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t p, w.child("priority").integer(-1000000, 1000000));
+    sw.spec.priority = static_cast<int32_t>(p);
+  }
+  if (w.has("preemptible")) {
+    TESSERA_ASSIGN_OR_RETURN(sw.spec.preemptible, w.child("preemptible").boolean());
+  }
+  if (w.has("checkpointEvery")) {
+    TESSERA_ASSIGN_OR_RETURN(sw.checkpoint_every, w.child("checkpointEvery").seconds());
+  }
+  if (w.has("maxRuntime")) {
+    TESSERA_ASSIGN_OR_RETURN(sw.spec.max_runtime, w.child("maxRuntime").seconds());
+  }
+  sw.grace_period = s.default_grace_period;
+  if (w.has("gracePeriod")) {
+    TESSERA_ASSIGN_OR_RETURN(sw.grace_period, w.child("gracePeriod").seconds());
+  }
+  if (!w.has("repeat")) {
+    out.push_back(std::move(sw));
+    return core::Status::ok();
+  }
+  Node rep = w.child("repeat");
+  TESSERA_RETURN_IF_ERROR(rep.checkKeys({"count", "every"}));
+  if (!rep.has("count") || !rep.has("every")) {
+    return rep.error("expected 'count' and 'every'");
+  }
+  TESSERA_ASSIGN_OR_RETURN(int64_t count, rep.child("count").integer(1, 1000000));
+  TESSERA_ASSIGN_OR_RETURN(core::Duration every, rep.child("every").seconds());
+  for (int64_t k = 0; k < count; ++k) {
+    ScenarioWorkload copy = sw;
+    copy.spec.name = sw.spec.name + "-" + std::to_string(k);
+    copy.at = sw.at + every * k;
+    out.push_back(std::move(copy));
+  }
+  return core::Status::ok();
+}
+
+core::Status parseOptions(const Node& o, Scenario& s) {
+  TESSERA_RETURN_IF_ERROR(
+      o.checkKeys({"policy", "fairShare", "minRuntime", "maxEvictionsPerPass", "gracePeriod"}));
+  if (o.has("policy")) {
+    TESSERA_ASSIGN_OR_RETURN(s.options.policy, o.child("policy").str());
+  }
+  if (o.has("fairShare")) {
+    TESSERA_ASSIGN_OR_RETURN(s.options.fair_share, o.child("fairShare").boolean());
+  }
+  if (o.has("minRuntime")) {
+    TESSERA_ASSIGN_OR_RETURN(s.options.min_runtime, o.child("minRuntime").seconds());
+  }
+  if (o.has("gracePeriod")) {
+    TESSERA_ASSIGN_OR_RETURN(s.default_grace_period, o.child("gracePeriod").seconds());
+  }
+  if (o.has("maxEvictionsPerPass")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t m, o.child("maxEvictionsPerPass").integer(0, 1000000));
+    s.options.max_evictions_per_pass = static_cast<int>(m);
+  }
+  return core::Status::ok();
+}
+
+}  // namespace
+
+core::Result<Scenario> parseScenario(std::string_view json_text, const std::string& source) {
+  json doc;
+  try {
+    doc = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    return core::invalidArgument(source + ": not valid JSON at byte " + std::to_string(e.byte) +
+                                 ": " + e.what());
+  }
+  Scenario s;
+  s.catalogue = model::GpuCatalogue::builtin();
+  Node top(doc, "", source);
+  TESSERA_RETURN_IF_ERROR(top.checkKeys({"cluster", "queues", "workloads", "options"}));
+  for (const char* f : {"cluster", "queues", "workloads"}) {
+    if (!top.has(f)) {
+      return top.error(std::string("missing field '") + f + "'");
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(parseNodes(top.child("cluster"), s));
+  Node queues = top.child("queues");
+  if (!queues.value().is_array() || queues.value().empty()) {
+    return queues.error("expected a non-empty array of queues");
+  }
+  std::set<uint16_t> models;
+  for (size_t i = 0; i < queues.value().size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(collectModels(queues.at(i), s.catalogue, models));
+  }
+  std::vector<model::GpuModelId> model_ids;
+  for (uint16_t m : models) {
+    model_ids.push_back(model::GpuModelId{m});
+  }
+  s.space = sched::ResourceSpace::withModels(s.catalogue, model_ids);
+  for (size_t i = 0; i < queues.value().size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(parseQueue(queues.at(i), "", s));
+  }
+  auto tree = sched::QueueTree::create(s.space, s.queues);
+  if (!tree.isOk()) {
+    return queues.error(tree.status().message());
+  }
+  if (top.has("options")) {
+    TESSERA_RETURN_IF_ERROR(parseOptions(top.child("options"), s));
+  }
+  Node workloads = top.child("workloads");
+  if (!workloads.value().is_array()) {
+    return workloads.error("expected an array");
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < workloads.value().size(); ++i) {
+    const size_t before = s.workloads.size();
+    TESSERA_RETURN_IF_ERROR(parseWorkload(workloads.at(i), s, tree.value(), s.workloads));
+    for (size_t k = before; k < s.workloads.size(); ++k) {
+      if (!names.insert(s.workloads[k].spec.name).second) {
+        return workloads.at(i).error("workload name '" + s.workloads[k].spec.name +
+                                     "' is used twice");
+      }
+    }
+  }
+  std::stable_sort(s.workloads.begin(), s.workloads.end(),
+                   [](const ScenarioWorkload& a, const ScenarioWorkload& b) { return a.at < b.at; });
+  return s;
+}
+
+core::Result<Scenario> readScenario(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return core::notFound(path + ": cannot open file");
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return parseScenario(buffer.str(), path);
+}
+
+}  // namespace tessera::sim

@@ -1,0 +1,185 @@
+#include "sim/scenario.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "sim/scenario_run.h"
+
+namespace tessera::sim {
+namespace {
+
+std::string examples() {
+  const char* d = std::getenv("TESSERA_SOURCE_DIR");
+  return std::string(d != nullptr ? d : ".") + "/examples/scenarios/";
+}
+
+ScenarioResult run(const std::string& name) {
+  auto sc = readScenario(examples() + name);
+  EXPECT_TRUE(sc.isOk()) << sc.status().message();
+  auto r = runScenario(*sc);
+  EXPECT_TRUE(r.isOk()) << r.status().message();
+  return std::move(r).value();
+}
+
+// The last tenants row of `queue` at or before `t`.
+TenantRow at(const ScenarioResult& r, const std::string& queue, double t) {
+  TenantRow last;
+  for (const TenantRow& row : r.tenants) {
+    if (row.queue == queue && row.time_s <= t) {
+      last = row;
+    }
+  }
+  return last;
+}
+
+TEST(ScenarioTest, BorrowerGivesBackExactlyItsOverShareWithinOnePassAndGrace) {
+  ScenarioResult r = run("reclaim.json");
+  // a borrows: 40 tasks run at once on 48 GPUs while b wants nothing.
+  EXPECT_EQ(at(r, "a", 0).allocated_milli_gpu, 40000);
+  // b arrives at 600 wanting 16 GPUs as two whole nodes; fair shares become a 32, b 16.
+  int evicted = 0;
+  for (const SimEvent& e : r.events) {
+    if (e.event == "evict") {
+      EXPECT_EQ(e.time_s, 600);
+      EXPECT_EQ(e.queue, "a");
+      EXPECT_NE(e.detail.find("reclaimed by 'b-big' (queue 'b')"), std::string::npos) << e.detail;
+      ++evicted;
+    }
+  }
+  EXPECT_EQ(evicted, 8);  // Exactly a's over-share.
+  int b_started = 0;
+  for (const SimEvent& e : r.events) {
+    if (e.event == "start" && e.workload == "b-big") {
+      EXPECT_EQ(e.time_s, 630);  // One pass plus the victims' 30 s grace period.
+      ++b_started;
+    }
+  }
+  EXPECT_EQ(b_started, 2);
+  EXPECT_EQ(at(r, "a", 630).allocated_milli_gpu, 32000);
+  EXPECT_EQ(at(r, "b", 630).allocated_milli_gpu, 16000);
+  EXPECT_EQ(at(r, "b", 630).fair_share_milli_gpu, 16000);
+  EXPECT_EQ(r.queues[1].name, "b");
+  EXPECT_LE(r.queues[1].max_time_to_quota_s, 30);
+  EXPECT_EQ(r.failed_workloads, 0);
+}
+
+TEST(ScenarioTest, SurplusSplitsByWeightOneToTwo) {
+  ScenarioResult r = run("weights.json");
+  EXPECT_EQ(at(r, "light", 600).allocated_milli_gpu, 48000);  // Alone: all of it.
+  const TenantRow light = at(r, "light", 1300);
+  const TenantRow heavy = at(r, "heavy", 1300);
+  EXPECT_EQ(light.fair_share_milli_gpu, 16000);
+  EXPECT_EQ(heavy.fair_share_milli_gpu, 32000);
+  EXPECT_EQ(light.allocated_milli_gpu, 16000);
+  EXPECT_EQ(heavy.allocated_milli_gpu, 32000);
+}
+
+TEST(ScenarioTest, BigGangIsNotStarvedByAStreamOfSmallJobs) {
+  ScenarioResult r = run("big-gang.json");
+  double gang_start = -1;
+  int small_after = 0;
+  for (const SimEvent& e : r.events) {
+    if (e.event == "start" && e.workload == "big-gang") {
+      gang_start = e.time_s;
+    }
+    if (e.event == "start" && e.workload.rfind("small-", 0) == 0 && e.time_s > 600 &&
+        gang_start < 0) {
+      ++small_after;
+    }
+  }
+  // Small jobs arrive every 10 s and run 300 s; the gang arrives at 600. Its nodes drain within
+  // one small job's run, and no small job starts meanwhile.
+  ASSERT_GE(gang_start, 0);
+  EXPECT_LE(gang_start, 600 + 300);
+  EXPECT_EQ(small_after, 0);
+  EXPECT_EQ(r.evictions, 0);
+  EXPECT_EQ(r.failed_workloads, 0);
+}
+
+TEST(ScenarioTest, NoTaskIsEvictedTwiceForTheSamePairOfQueues) {
+  ScenarioResult r = run("no-ping-pong.json");
+  ASSERT_GT(r.evictions, 0);
+  std::map<std::pair<std::string, int>, std::vector<std::string>> history;
+  for (const SimEvent& e : r.events) {
+    if (e.event == "evict") {
+      const size_t q = e.detail.find("(queue '");
+      const std::string preemptor = e.detail.substr(q + 8, e.detail.find('\'', q + 8) - q - 8);
+      history[{e.workload, e.task}].push_back(e.queue + "<-" + preemptor);
+    }
+  }
+  for (const auto& [task, pairs] : history) {
+    for (size_t i = 1; i < pairs.size(); ++i) {
+      EXPECT_NE(pairs[i], pairs[i - 1]) << task.first << "/" << task.second;
+    }
+  }
+  for (const QueueSummary& q : r.queues) {
+    EXPECT_LE(q.max_time_to_quota_s, 30) << q.name;  // One pass plus the grace period.
+  }
+}
+
+std::string parseError(const std::string& json) {
+  auto s = parseScenario(json, "s.json");
+  return s.isOk() ? "ok" : s.status().message();
+}
+
+TEST(ScenarioTest, ParseErrorsSayWhere) {
+  const std::string cluster = R"("cluster": {"nodes": [{"profile": "dgx-h100"}]})";
+  const std::string queues = R"("queues": [{"name": "q"}])";
+  auto doc = [&](const std::string& workloads) {
+    return "{" + cluster + "," + queues + ", \"workloads\": [" + workloads + "]}";
+  };
+  EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 10})")), "ok");
+  EXPECT_EQ(parseError("{"), parseError("{").substr(0, 0) + parseError("{"));
+  EXPECT_NE(parseError("{").find("s.json: not valid JSON at byte"), std::string::npos);
+  EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "nope", "duration": 10})")),
+            "s.json: workloads[0].queue: unknown queue 'nope'");
+  EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q"})")),
+            "s.json: workloads[0]: missing field 'duration'");
+  EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 10, "gpu": {"count": -1}})")),
+            "s.json: workloads[0].gpu.count: value -1 is outside 0..64");
+  EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 10, "tasks": 2,
+                              "minAvailable": 3})")),
+            "s.json: workloads[0].minAvailable: value 3 is outside 1..2");
+  EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": "soon"})")),
+            "s.json: workloads[0].duration: expected a number");
+  EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 1, "colour": "red"})")),
+            "s.json: workloads[0]: unknown field 'colour' (known: name, queue, at, tasks, "
+            "minAvailable, gpu, cpuMilli, memoryMiB, duration, priority, preemptible, "
+            "checkpointEvery, maxRuntime, gracePeriod, repeat)");
+  EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 1},
+                              {"name": "w", "queue": "q", "duration": 1})")),
+            "s.json: workloads[1]: workload name 'w' is used twice");
+  EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 1,
+                              "gpu": {"models": ["A100-80GB"]}})")),
+            "s.json: workloads[0].gpu.models[0]: no node has GPU model 'A100-80GB'");
+  EXPECT_EQ(parseError(R"({"cluster": {"nodes": [{"profile": "dgx-b200"}]}, )" + queues +
+                       R"(, "workloads": []})"),
+            "s.json: cluster.nodes[0].profile: unknown node profile 'dgx-b200' (known: "
+            "dgx-h100, dgx-h200, a100-8x, a100-40gb-8x)");
+  EXPECT_EQ(parseError("{" + cluster + R"(, "queues": [{"name": "q", "quota": {"gpu": -2}}],
+                        "workloads": []})"),
+            "s.json: queues[0].quota.gpu: expected a non-negative number");
+  EXPECT_EQ(parseError("{" + cluster + R"(, "queues": [{"name": "q", "quota": {"gpu:B200": 2}}],
+                        "workloads": []})"),
+            "s.json: queues[0].quota: unknown GPU model 'B200'");
+}
+
+TEST(ScenarioTest, PerModelQuotasParse) {
+  auto s = parseScenario(R"({
+    "cluster": {"nodes": [{"profile": "dgx-h200", "count": 2}, {"profile": "a100-8x"}]},
+    "queues": [{"name": "q", "quota": {"gpu:H200": 8, "gpu:A100-80GB": 4, "cpu": 10,
+                                        "memoryGiB": 2}}],
+    "workloads": []})",
+                         "s.json");
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  EXPECT_EQ(s->nodes.size(), 3U);
+  const sched::QueueSpec& q = s->queues[0];
+  EXPECT_EQ(q.quota[s->space.modelDim(*s->catalogue.find("H200"))], 8000);
+  EXPECT_EQ(q.quota[s->space.modelDim(*s->catalogue.find("A100-80GB"))], 4000);
+  EXPECT_EQ(q.quota[sched::kCpuDim], 10000);
+  EXPECT_EQ(q.quota[sched::kMemoryDim], 2048);
+}
+
+}  // namespace
+}  // namespace tessera::sim
