@@ -13,6 +13,7 @@
 #include "core/strings.h"
 #include "sched/policy.h"
 #include "sim/openb_experiment.h"
+#include "sim/philly.h"
 #include "sim/placement_check.h"
 #include "sim/report.h"
 #include "sim/scenario.h"
@@ -195,14 +196,45 @@ int runCheck(const std::string& nodes, const std::vector<std::string>& files) {
   return 0;
 }
 
+int simulateAndReport(const sim::Scenario& scenario, const std::string& label,
+                      const std::string& out, bool quiet);
+
 int runScenarioCommand(const std::string& file, const std::string& out, bool quiet) {
   auto scenario = sim::readScenario(file);
   if (!scenario.isOk()) {
     return fail(kExitBadInput, scenario.status().message());
   }
+  return simulateAndReport(*scenario, file, out, quiet);
+}
+
+struct PhillyArgs {
+  std::string trace;
+  std::string out = "sim-out";
+  sim::PhillyOptions options;
+  bool fifo = false;
+  bool quiet = false;
+};
+
+int runPhillyCommand(PhillyArgs args) {
+  auto jobs = sim::readPhillyTrace(args.trace);
+  if (!jobs.isOk()) {
+    return fail(kExitBadInput, jobs.status().message());
+  }
+  args.options.fair_share = !args.fifo;
+  auto scenario = sim::phillyScenario(*jobs, args.options);
+  if (!scenario.isOk()) {
+    return fail(kExitBadInput, scenario.status().message());
+  }
+  return simulateAndReport(*scenario, args.trace, args.out, args.quiet);
+}
+
+int simulateAndReport(const sim::Scenario& scenario_ref, const std::string& label,
+                      const std::string& out, bool quiet) {
+  const sim::Scenario* scenario = &scenario_ref;
+  const std::string& file = label;
   Progress progress("simulating " + file, scenario->workloads.size(), !quiet);
   size_t reported = 0;
-  auto result = sim::runScenario(*scenario, [&](size_t done, size_t) {
+  auto result = sim::runScenario(*scenario, [&](size_t done, size_t /*total*/) {
     progress.add(done - reported);
     reported = done;
   });
@@ -217,9 +249,9 @@ int runScenarioCommand(const std::string& file, const std::string& out, bool qui
   std::cout << fmt::format("{:<16} {:>6} {:>12} {:>12} {:>12} {:>8} {:>14}\n", "queue", "jobs",
                            "mean JCT s", "p95 JCT s", "GPU-hours", "evicted", "max to quota s");
   for (const sim::QueueSummary& q : result->queues) {
-    std::cout << fmt::format("{:<16} {:>6} {:>12.0f} {:>12.0f} {:>12.1f} {:>8} {:>14.0f}\n",
-                             q.name, q.jobs_completed, q.mean_jct_s, q.p95_jct_s,
-                             q.gpu_seconds / 3600, q.tasks_evicted, q.max_time_to_quota_s);
+    std::cout << fmt::format("{:<16} {:>6} {:>12.0f} {:>12.0f} {:>12.1f} {:>8} {:>14.0f}\n", q.name,
+                             q.jobs_completed, q.mean_jct_s, q.p95_jct_s, q.gpu_seconds / 3600,
+                             q.tasks_evicted, q.max_time_to_quota_s);
   }
   std::cout << fmt::format(
       "makespan {:.0f} s, GPU utilisation {:.1f}%, mean Jain index {:.3f}, {} evictions, {} "
@@ -280,7 +312,29 @@ void addSimCommand(CLI::App& app, int* rc) {
   scenario->add_option("file", *scenario_file, "Scenario JSON file")->required();
   scenario->add_option("--out,-o", *scenario_out, "Output directory")->capture_default_str();
   scenario->add_flag("--quiet,-q", *scenario_quiet, "No progress bar");
-  scenario->callback([=] { *rc = runScenarioCommand(*scenario_file, *scenario_out, *scenario_quiet); });
+  scenario->callback(
+      [=] { *rc = runScenarioCommand(*scenario_file, *scenario_out, *scenario_quiet); });
+
+  auto philly = std::make_shared<PhillyArgs>();
+  CLI::App* philly_cmd = sim->add_subcommand(
+      "philly",
+      "Replay the Microsoft Philly job table (one tenant per virtual cluster) through the "
+      "fair-share scheduler, or plain FIFO with --fifo");
+  philly_cmd
+      ->add_option("--trace,-t", philly->trace,
+                   "philly.csv (timestamp,duration,num_gpus,gpu_time,cluster)")
+      ->required();
+  philly_cmd
+      ->add_option("--cluster,-c", philly->options.cluster,
+                   "Cluster: PROFILE:COUNT (dgx-h100:250) or NODESxGPUS (250x8)")
+      ->capture_default_str();
+  philly_cmd->add_option("--quotas", philly->options.quota_file,
+                         "CSV queue,gpus (default: quotas proportional to each tenant's GPU-time)");
+  philly_cmd->add_option("--max-jobs", philly->options.max_jobs, "Replay only the first N jobs");
+  philly_cmd->add_flag("--fifo", philly->fifo, "Fair share off: one FIFO queue, no reclaim");
+  philly_cmd->add_option("--out,-o", philly->out, "Output directory")->capture_default_str();
+  philly_cmd->add_flag("--quiet,-q", philly->quiet, "No progress bar");
+  philly_cmd->callback([philly, rc] { *rc = runPhillyCommand(*philly); });
 
   auto nodes = std::make_shared<std::string>();
   auto files = std::make_shared<std::vector<std::string>>();

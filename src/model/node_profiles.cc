@@ -51,8 +51,8 @@ core::Result<Node> makeProfileNode(std::string_view profile, std::string name,
   for (const std::string& n : nodeProfileNames()) {
     known += (known.empty() ? "" : ", ") + n;
   }
-  return core::invalidArgument("unknown node profile '" + std::string(profile) + "' (known: " +
-                               known + ")");
+  return core::invalidArgument("unknown node profile '" + std::string(profile) +
+                               "' (known: " + known + ")");
 }
 
 }  // namespace tessera::model

@@ -125,6 +125,7 @@ class ClusterState {
 
   // Cluster totals.
   int64_t totalGpus() const { return static_cast<int64_t>(gpus_.size()); }
+
   int64_t usedGpuMilli() const { return used_gpu_milli_; }
   int64_t totalCpuMilli() const { return total_cpu_milli_; }
   int64_t usedCpuMilli() const { return used_cpu_milli_; }
@@ -137,6 +138,7 @@ class ClusterState {
   std::vector<GpuState> gpus_;
   std::vector<uint32_t> version_;
   int64_t used_gpu_milli_ = 0;
+
   int64_t total_cpu_milli_ = 0;
   int64_t used_cpu_milli_ = 0;
 };

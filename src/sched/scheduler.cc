@@ -225,12 +225,23 @@ core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
     t.index = static_cast<uint32_t>(i);
     tasks_.push_back(t);
   }
+  info.shape = placer_->classId(info.spec.request);
   workloads_.push_back(std::move(info));
   const Amounts one = pendingAmounts(w);
   for (int i = 0; i < workloads_[w].spec.tasks; ++i) {
     tree_.addPending(workloads_[w].spec.queue, one, +1);
   }
-  queue_workloads_[workloads_[w].spec.queue].push_back(w);
+  // Kept in allocation order inside the queue: priority, then submission.
+  auto& ws = queue_workloads_[workloads_[w].spec.queue];
+  ws.insert(std::upper_bound(ws.begin(), ws.end(), w,
+                             [&](WorkloadId a, WorkloadId b) {
+                               if (workloads_[a].spec.priority != workloads_[b].spec.priority) {
+                                 return workloads_[a].spec.priority > workloads_[b].spec.priority;
+                               }
+                               return workloads_[a].seq < workloads_[b].seq;
+                             }),
+            w);
+  unfinished_.push_back(w);
   fair_share_dirty_ = true;
   return w;
 }
@@ -280,6 +291,7 @@ void Scheduler::taskFinished(TaskId t) {
   task.state = TaskState::kFinished;
   ++w.finished;
   fair_share_dirty_ = true;
+  ++capacity_epoch_;
 }
 
 void Scheduler::cancel(WorkloadId w) {
@@ -300,6 +312,7 @@ void Scheduler::cancel(WorkloadId w) {
     reserved_nodes_.clear();
   }
   fair_share_dirty_ = true;
+  ++capacity_epoch_;
 }
 
 void Scheduler::taskStopped(TaskId t) {
@@ -325,6 +338,7 @@ void Scheduler::taskStopped(TaskId t) {
     --workloads_[task.evicted_for].awaited_victims;
     task.evicted_for = kNoWorkload;
   }
+  ++capacity_epoch_;
 }
 
 bool Scheduler::withinLimits(QueueId leaf, const Amounts& add, Explanation* why) const {
@@ -504,65 +518,83 @@ QueueId Scheduler::pickQueue(const std::vector<int>& untried) const {
 }
 
 void Scheduler::allocate(PassResult& out) {
-  // Workloads to try this pass, per leaf, best first; counts of untried ones per subtree.
-  std::vector<std::vector<WorkloadId>> order(tree_.size());
-  std::vector<int> untried(tree_.size(), 0);
-  std::vector<WorkloadId> fifo;
-  for (QueueId q = 0; q < tree_.size(); ++q) {
-    auto& ws = queue_workloads_[q];
-    ws.erase(std::remove_if(
-                 ws.begin(), ws.end(),
-                 [&](WorkloadId w) { return workloads_[w].finished == workloads_[w].spec.tasks; }),
-             ws.end());
-    for (WorkloadId w : ws) {
-      WorkloadInfo& info = workloads_[w];
-      if (info.pending == 0) {
-        info.why = {WaitReason::kNone, ""};
-        continue;
-      }
-      if (info.terminating > 0) {
-        info.why = {WaitReason::kTerminating,
-                    fmt::format("{} of its tasks are stopping", info.terminating)};
-        continue;
-      }
-      order[q].push_back(w);
-      fifo.push_back(w);
-    }
-    std::sort(order[q].begin(), order[q].end(), [&](WorkloadId a, WorkloadId b) {
-      if (workloads_[a].spec.priority != workloads_[b].spec.priority) {
-        return workloads_[a].spec.priority > workloads_[b].spec.priority;
-      }
-      return workloads_[a].seq < workloads_[b].seq;
-    });
-    for (QueueId p : tree_.pathToRoot(q)) {
-      untried[p] += static_cast<int>(order[q].size());
-    }
-  }
-  std::sort(fifo.begin(), fifo.end(),
-            [&](WorkloadId a, WorkloadId b) { return workloads_[a].seq < workloads_[b].seq; });
-  // A reservation ends when its workload runs (or is gone).
+  // A reservation ends when its workload runs (or is gone); while it lasts its nodes are chosen
+  // again as the cluster drains. A change of reserved nodes can let blocked work fit.
   if (reserved_for_ != kNoWorkload) {
     const WorkloadInfo& r = workloads_[reserved_for_];
+    const std::vector<NodeIndex> before = reserved_nodes_;
     if (r.running >= r.spec.min_available || r.pending == 0) {
       reserved_for_ = kNoWorkload;
       reserved_nodes_.clear();
     } else {
-      reserveFor(reserved_for_);  // Same workload; nodes re-chosen as the cluster drains.
+      reserveFor(reserved_for_);
+    }
+    if (reserved_nodes_ != before) {
+      ++capacity_epoch_;
     }
   }
+  // Workloads to try this pass, per leaf in queue order; counts of untried ones per subtree.
+  // A workload that found no room is not tried again until some capacity was released.
+  std::vector<std::vector<WorkloadId>> order(tree_.size());
+  std::vector<int> untried(tree_.size(), 0);
+  std::vector<WorkloadId> fifo;
+  auto wanted = [&](WorkloadId w) {
+    WorkloadInfo& info = workloads_[w];
+    if (info.pending == 0) {
+      info.why = {WaitReason::kNone, ""};
+      return false;
+    }
+    if (info.terminating > 0) {
+      info.why = {WaitReason::kTerminating,
+                  fmt::format("{} of its tasks are stopping", info.terminating)};
+      return false;
+    }
+    return !(info.why.reason == WaitReason::kNoCapacity && info.blocked_epoch == capacity_epoch_);
+  };
+  auto done = [&](WorkloadId w) { return workloads_[w].finished == workloads_[w].spec.tasks; };
+  for (QueueId q = 0; q < tree_.size(); ++q) {
+    auto& ws = queue_workloads_[q];
+    ws.erase(std::remove_if(ws.begin(), ws.end(), done), ws.end());
+    if (!options_.fair_share) {
+      continue;
+    }
+    for (WorkloadId w : ws) {
+      if (wanted(w)) {
+        order[q].push_back(w);
+      }
+    }
+    for (QueueId p = q; p != kNoQueue; p = tree_.queue(p).parent) {
+      untried[p] += static_cast<int>(order[q].size());
+    }
+  }
+  unfinished_.erase(std::remove_if(unfinished_.begin(), unfinished_.end(), done),
+                    unfinished_.end());
+  if (!options_.fair_share) {
+    for (WorkloadId w : unfinished_) {
+      if (wanted(w)) {
+        fifo.push_back(w);
+      }
+    }
+  }
+  tried_.clear();
   std::vector<size_t> cursor(tree_.size(), 0);
   size_t fifo_cursor = 0;
   // Request shapes that found no room this pass, with the smallest gang size that failed.
   std::unordered_map<uint64_t, int> no_room;
+  // The queue to serve is re-chosen only after a placement: a failure changes no share.
+  QueueId current = kNoQueue;
   while (true) {
     WorkloadId w = 0;
     if (options_.fair_share) {
-      const QueueId q = pickQueue(untried);
-      if (q == kNoQueue) {
+      if (current == kNoQueue || untried[current] == 0) {
+        current = pickQueue(untried);
+      }
+      if (current == kNoQueue) {
         break;
       }
+      const QueueId q = current;
       w = order[q][cursor[q]++];
-      for (QueueId p : tree_.pathToRoot(q)) {
+      for (QueueId p = q; p != kNoQueue; p = tree_.queue(p).parent) {
         --untried[p];
       }
     } else {
@@ -572,6 +604,27 @@ void Scheduler::allocate(PassResult& out) {
       w = fifo[fifo_cursor++];
     }
     WorkloadInfo& info = workloads_[w];
+    tried_.push_back(w);
+    const size_t started_before = out.started.size();
+    struct Repick {  // A placement changes shares: choose the queue again.
+      const size_t before;
+      const std::vector<StartDecision>& started;
+      QueueId& current;
+      ~Repick() {
+        if (started.size() != before) {
+          current = kNoQueue;
+        }
+      }
+    } repick{started_before, out.started, current};
+    struct MarkBlocked {  // However this attempt ends: remember when it found no room.
+      WorkloadInfo& info;
+      uint64_t epoch;
+      ~MarkBlocked() {
+        if (info.why.reason == WaitReason::kNoCapacity) {
+          info.blocked_epoch = epoch;
+        }
+      }
+    } mark{info, capacity_epoch_};
     const int core_needed = std::max(0, info.spec.min_available - info.running);
     // Same request shape and same access to reserved nodes: same chance of finding room.
     const Queue& wq = tree_.queue(info.spec.queue);
@@ -581,14 +634,14 @@ void Scheduler::allocate(PassResult& out) {
          lessThan(dominantShare(wq.allocated, wq.fair_share), Ratio{1, 1}));
     const int access =
         reserved_for_ == kNoWorkload ? 0 : (reserved_for_ == w ? 2 : (open_to_reserved ? 1 : 0));
-    const uint64_t shape = (static_cast<uint64_t>(placer_->classId(info.spec.request)) << 2) |
-                           static_cast<uint64_t>(access);
+    const uint64_t shape = (static_cast<uint64_t>(info.shape) << 2) | static_cast<uint64_t>(access);
     info.why = {WaitReason::kNone, ""};
     if (core_needed > 0) {
       auto it = no_room.find(shape);
       if (it != no_room.end() && it->second <= core_needed && info.awaited_victims == 0) {
-        info.why = {WaitReason::kNoCapacity,
-                    fmt::format("no room for {} task(s) of this shape this pass", core_needed)};
+        if (info.why.reason != WaitReason::kNoCapacity) {
+          info.why = {WaitReason::kNoCapacity, "no room for a gang of this shape this pass"};
+        }
         continue;
       }
       if (!placeTasks(w, core_needed, false, &out, &info.why)) {
@@ -619,8 +672,8 @@ void Scheduler::allocate(PassResult& out) {
     // Elastic tasks beyond the gang minimum, one at a time.
     while (info.pending > 0) {
       if (no_room.count(shape) != 0 && no_room[shape] <= 1) {
-        if (info.why.reason == WaitReason::kNone) {
-          info.why = {WaitReason::kNoCapacity, "no room for one more task of this shape this pass"};
+        if (info.why.reason != WaitReason::kNoCapacity) {
+          info.why = {WaitReason::kNoCapacity, "no room for one more task of this shape"};
         }
         break;
       }
@@ -757,13 +810,45 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
 }
 
 void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
-  // Blocked workloads, most deprived queue first.
+  // Blocked workloads that could evict: for reclaim those of queues below their fair share, for
+  // preemption those above the lowest priority running in their queue; a bounded number per
+  // queue and per pass, most deprived queue first.
+  constexpr size_t kPerQueue = 16;
+  constexpr size_t kPerPass = 64;
   std::vector<WorkloadId> blocked;
-  for (WorkloadId w = 0; w < workloads_.size(); ++w) {
-    const WorkloadInfo& info = workloads_[w];
-    if (info.pending > 0 && info.why.reason == WaitReason::kNoCapacity &&
-        info.awaited_victims == 0 && info.terminating == 0) {
-      blocked.push_back(w);
+  for (QueueId q = 0; q < tree_.size(); ++q) {
+    const Queue& queue = tree_.queue(q);
+    if (!queue.isLeaf() || queue_workloads_[q].empty()) {
+      continue;
+    }
+    int32_t lowest = INT32_MAX;
+    if (reclaim) {
+      if (!lessThan(dominantShare(queue.allocated, queue.fair_share), Ratio{1, 1})) {
+        continue;
+      }
+    } else {
+      for (WorkloadId v : queue_workloads_[q]) {
+        if (workloads_[v].running > 0 && workloads_[v].spec.preemptible) {
+          lowest = std::min(lowest, workloads_[v].spec.priority);
+        }
+      }
+      if (lowest == INT32_MAX) {
+        continue;
+      }
+    }
+    size_t taken = 0;
+    for (WorkloadId w : queue_workloads_[q]) {
+      const WorkloadInfo& info = workloads_[w];
+      if (!reclaim && info.spec.priority <= lowest) {
+        break;  // The rest of the queue is of no higher priority.
+      }
+      if (info.pending > 0 && info.why.reason == WaitReason::kNoCapacity &&
+          info.awaited_victims == 0 && info.terminating == 0) {
+        blocked.push_back(w);
+        if (++taken == kPerQueue) {
+          break;
+        }
+      }
     }
   }
   std::stable_sort(blocked.begin(), blocked.end(), [&](WorkloadId a, WorkloadId b) {
@@ -779,6 +864,18 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
     }
     return workloads_[a].seq < workloads_[b].seq;
   });
+  if (blocked.size() > kPerPass) {
+    blocked.resize(kPerPass);
+  }
+  // Victim units per workload, computed once per call (and again after its tasks were evicted).
+  std::unordered_map<WorkloadId, std::vector<Unit>> units_of;
+  auto units = [&](WorkloadId v) -> const std::vector<Unit>& {
+    auto it = units_of.find(v);
+    if (it == units_of.end()) {
+      it = units_of.emplace(v, victimUnits(v)).first;
+    }
+    return it->second;
+  };
   for (WorkloadId w : blocked) {
     if (evictions >= options_.max_evictions_per_pass) {
       return;
@@ -848,8 +945,8 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
             continue;  // Only queues above their fair share give back.
           }
           for (WorkloadId vw : queue_workloads_[v]) {
-            for (Unit& u : victimUnits(vw)) {
-              candidates.push_back({std::move(u), s_v, a_v, a_r});
+            for (const Unit& u : units(vw)) {
+              candidates.push_back({u, s_v, a_v, a_r});
             }
           }
         }
@@ -858,8 +955,8 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
           if (vw == w || workloads_[vw].spec.priority >= info.spec.priority) {
             continue;
           }
-          for (Unit& u : victimUnits(vw)) {
-            candidates.push_back({std::move(u), Ratio{}, r_leaf, r_leaf});
+          for (const Unit& u : units(vw)) {
+            candidates.push_back({u, Ratio{}, r_leaf, r_leaf});
           }
         }
       }
@@ -965,6 +1062,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
         }
       }
       for (const Candidate* c : chosen) {
+        units_of.erase(c->unit.workload);
         WorkloadInfo& victim = workloads_[c->unit.workload];
         for (TaskId t : c->unit.tasks) {
           tasks_[t].state = TaskState::kTerminating;
@@ -993,6 +1091,9 @@ PassResult Scheduler::schedule() {
   if (fair_share_dirty_) {
     computeFairShare(tree_, capacity_);
     fair_share_dirty_ = false;
+    if (reserved_for_ != kNoWorkload) {
+      ++capacity_epoch_;  // Who is below its fair share decides access to reserved nodes.
+    }
   }
   allocate(out);
   if (options_.fair_share) {

@@ -107,9 +107,11 @@ struct WorkloadInfo {
   int terminating = 0;
   int finished = 0;
   core::TimePoint submitted{};
-  uint64_t seq = 0;         // Submission order.
-  Explanation why;          // While pending.
-  int awaited_victims = 0;  // Tasks evicted for it that have not stopped yet.
+  uint64_t seq = 0;                     // Submission order.
+  Explanation why;                      // While pending.
+  int awaited_victims = 0;              // Tasks evicted for it that have not stopped yet.
+  uint64_t blocked_epoch = UINT64_MAX;  // Capacity epoch at which it last found no room.
+  uint32_t shape = 0;                   // The placer's class of its request.
 };
 
 class Scheduler {
@@ -171,11 +173,16 @@ class Scheduler {
   bool mayBackfill(WorkloadId w) const;
   void trackNodeTask(TaskId t, bool add);
 
-  std::vector<uint8_t> preference_;  // Scratch for gang placement, one entry per node.
+  std::vector<uint8_t> preference_;     // Scratch for gang placement, one entry per node.
+  std::vector<WorkloadId> tried_;       // Workloads the last allocate tried, in order.
+  std::vector<WorkloadId> unfinished_;  // In submission order (FIFO mode).
+  // Bumped whenever capacity may have appeared (a release, a change of reserved nodes or of
+  // fair shares while a reservation holds): blocked work is retried only then.
+  uint64_t capacity_epoch_ = 0;
   WorkloadId reserved_for_ = kNoWorkload;
   std::vector<NodeIndex> reserved_nodes_;
   core::TimePoint reservation_start_ = core::TimePoint::max();  // max() = unknown.
-  std::vector<std::vector<TaskId>> node_tasks_;  // Running or terminating tasks per node.
+  std::vector<std::vector<TaskId>> node_tasks_;       // Running or terminating tasks per node.
   std::vector<std::vector<NodeIndex>> domain_nodes_;  // NVLink domain -> nodes.
 
   const model::GpuCatalogue& catalogue_;

@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "model/node_profiles.h"
 
@@ -60,10 +59,12 @@ class Node {
     return j_.get<std::string>();
   }
   core::Result<int64_t> integer(int64_t min, int64_t max) const {
-    if (!j_.is_number_integer() && !(j_.is_number_float() && std::floor(j_.get<double>()) == j_.get<double>())) {
+    if (!j_.is_number_integer() &&
+        !(j_.is_number_float() && std::floor(j_.get<double>()) == j_.get<double>())) {
       return error("expected an integer");
     }
-    const auto v = j_.is_number_integer() ? j_.get<int64_t>() : static_cast<int64_t>(j_.get<double>());
+    const auto v =
+        j_.is_number_integer() ? j_.get<int64_t>() : static_cast<int64_t>(j_.get<double>());
     if (v < min || v > max) {
       return error("value " + std::to_string(v) + " is outside " + std::to_string(min) + ".." +
                    std::to_string(max));
@@ -478,8 +479,9 @@ core::Result<Scenario> parseScenario(std::string_view json_text, const std::stri
       }
     }
   }
-  std::stable_sort(s.workloads.begin(), s.workloads.end(),
-                   [](const ScenarioWorkload& a, const ScenarioWorkload& b) { return a.at < b.at; });
+  std::stable_sort(
+      s.workloads.begin(), s.workloads.end(),
+      [](const ScenarioWorkload& a, const ScenarioWorkload& b) { return a.at < b.at; });
   return s;
 }
 

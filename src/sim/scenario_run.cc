@@ -1,14 +1,14 @@
 #include "sim/scenario_run.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <queue>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <queue>
 
 #include "sched/scheduler.h"
 
@@ -54,7 +54,8 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
   for (const ScenarioWorkload& w : sc.workloads) {
     const model::TaskRequest& r = w.spec.request;
     for (int i = 0; i < w.spec.tasks; ++i) {
-      shapes.push_back({r.cpu.value(), static_cast<int32_t>(r.gpu_count > 0 ? r.gpu_milli.value() : 0),
+      shapes.push_back({r.cpu.value(),
+                        static_cast<int32_t>(r.gpu_count > 0 ? r.gpu_milli.value() : 0),
                         r.gpu_count, r.models});
     }
   }
@@ -163,8 +164,8 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
         const ScenarioWorkload& sw = sc.workloads[ev.id];
         auto id = s->submit(sw.spec);
         if (!id.isOk()) {
-          out.events.push_back({t, "fail", sw.spec.name, -1,
-                                queues.queue(sw.spec.queue).name, "", id.status().message()});
+          out.events.push_back({t, "fail", sw.spec.name, -1, queues.queue(sw.spec.queue).name, "",
+                                id.status().message()});
           ++out.failed_workloads;
           continue;
         }
@@ -263,7 +264,8 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
       esum += e;
       qs.max_time_to_quota_s = std::max(qs.max_time_to_quota_s, e);
     }
-    qs.mean_time_to_quota_s = episodes[q].empty() ? 0 : esum / static_cast<double>(episodes[q].size());
+    qs.mean_time_to_quota_s =
+        episodes[q].empty() ? 0 : esum / static_cast<double>(episodes[q].size());
     out.queues.push_back(qs);
   }
   double total_gpu_seconds = 0;
@@ -271,7 +273,8 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
     total_gpu_seconds += qs.gpu_seconds;
   }
   const double gpus = static_cast<double>(s->capacity()[sched::kGpuDim]) / 1000.0;
-  out.utilisation = out.makespan_s > 0 && gpus > 0 ? total_gpu_seconds / (gpus * out.makespan_s) : 0;
+  out.utilisation =
+      out.makespan_s > 0 && gpus > 0 ? total_gpu_seconds / (gpus * out.makespan_s) : 0;
   out.mean_jain = jain_time > 0 ? jain_weighted / jain_time : 1.0;
   return out;
 }
