@@ -66,6 +66,7 @@ int64_t waterFill(int64_t amount, std::vector<size_t> members, std::vector<int64
     }
     // Nobody is satisfied: everyone gets its weighted portion, rounded by largest remainder.
     std::vector<Int128> parts;
+    parts.reserve(members.size());
     for (size_t i : members) {
       parts.push_back(weight[i]);
     }

@@ -40,7 +40,7 @@ bool parseTimestamp(std::string_view s, int64_t* out) {
     return false;
   }
   *out = daysFromCivil(v[0], static_cast<unsigned>(v[1]), static_cast<unsigned>(v[2])) * 86400 +
-         v[3] * 3600 + v[4] * 60 + v[5];
+         int64_t{v[3]} * 3600 + int64_t{v[4]} * 60 + v[5];
   return true;
 }
 
@@ -137,7 +137,7 @@ core::Result<Scenario> phillyScenario(const std::vector<PhillyJob>& all_jobs,
     }
     for (int64_t i = 0; i < count; ++i) {
       model::Node n = model::makeNode("node-" + std::to_string(i), core::MilliCpu{224000},
-                                      core::MiB{2048 * 1024}, s.catalogue,
+                                      core::MiB{int64_t{2048} * 1024}, s.catalogue,
                                       *s.catalogue.find("H100-80GB"), static_cast<int>(gpus));
       n.nvlink_domain = static_cast<int>(i);
       s.nodes.push_back(std::move(n));

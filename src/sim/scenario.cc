@@ -450,8 +450,9 @@ core::Result<Scenario> parseScenario(std::string_view json_text, const std::stri
     TESSERA_RETURN_IF_ERROR(collectModels(queues.at(i), s.catalogue, models));
   }
   std::vector<model::GpuModelId> model_ids;
+  model_ids.reserve(models.size());
   for (uint16_t m : models) {
-    model_ids.push_back(model::GpuModelId{m});
+    model_ids.emplace_back(m);
   }
   s.space = sched::ResourceSpace::withModels(s.catalogue, model_ids);
   for (size_t i = 0; i < queues.value().size(); ++i) {
