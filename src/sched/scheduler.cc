@@ -142,6 +142,9 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
   s->queue_workloads_.resize(s->tree_.size());
   s->np_allocated_.assign(s->tree_.size(), space.zeros());
   s->preference_.assign(s->state_.nodeCount(), 0);
+  if (s->options_.usage_half_life.count() > 0) {
+    s->usage_ = std::make_unique<UsageHistory>(s->tree_.size(), s->options_.usage_half_life);
+  }
   s->node_tasks_.resize(s->state_.nodeCount());
   return s;
 }
@@ -1088,8 +1091,17 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
 
 PassResult Scheduler::schedule() {
   PassResult out;
+  if (usage_ != nullptr) {
+    // Usage moves with time: the split is recomputed every pass.
+    usage_->advance(tree_, clock_.now());
+    fair_share_dirty_ = true;
+  }
   if (fair_share_dirty_) {
-    computeFairShare(tree_, capacity_);
+    if (usage_ != nullptr) {
+      computeFairShare(tree_, capacity_, usage_->tiltedWeights(tree_, options_.usage_k));
+    } else {
+      computeFairShare(tree_, capacity_);
+    }
     fair_share_dirty_ = false;
     if (reserved_for_ != kNoWorkload) {
       ++capacity_epoch_;  // Who is below its fair share decides access to reserved nodes.

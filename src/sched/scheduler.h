@@ -39,6 +39,7 @@
 #include "sched/placer.h"
 #include "sched/policy.h"
 #include "sched/queue_tree.h"
+#include "sched/usage_history.h"
 #include "sched/workload.h"
 
 namespace tessera::sched {
@@ -48,6 +49,9 @@ struct SchedulerOptions {
   bool fair_share = true;          // false: one FIFO over all queues, no reclaim.
   core::Duration min_runtime{0};   // Before a task may be reclaimed or preempted.
   int max_evictions_per_pass = 64;
+  // Usage history tilting the surplus split (docs/fairness.md); 0 = off.
+  core::Duration usage_half_life{0};
+  double usage_k = 1.0;
 };
 
 // Why a workload is still pending.
@@ -199,6 +203,7 @@ class Scheduler {
   std::vector<TaskInfo> tasks_;
   std::vector<std::vector<WorkloadId>> queue_workloads_;  // Per leaf: unfinished workloads.
   std::vector<Amounts> np_allocated_;                     // Non-preemptible, per queue.
+  std::unique_ptr<UsageHistory> usage_;                   // When usage_half_life > 0.
   bool fair_share_dirty_ = true;
   uint64_t next_seq_ = 0;
 };

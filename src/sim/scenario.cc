@@ -400,8 +400,8 @@ core::Status parseWorkload(const Node& w, const Scenario& s, const sched::QueueT
 }
 
 core::Status parseOptions(const Node& o, Scenario& s) {
-  TESSERA_RETURN_IF_ERROR(
-      o.checkKeys({"policy", "fairShare", "minRuntime", "maxEvictionsPerPass", "gracePeriod"}));
+  TESSERA_RETURN_IF_ERROR(o.checkKeys({"policy", "fairShare", "minRuntime", "maxEvictionsPerPass",
+                                       "gracePeriod", "usageHalfLife", "usageK"}));
   if (o.has("policy")) {
     TESSERA_ASSIGN_OR_RETURN(s.options.policy, o.child("policy").str());
   }
@@ -410,6 +410,13 @@ core::Status parseOptions(const Node& o, Scenario& s) {
   }
   if (o.has("minRuntime")) {
     TESSERA_ASSIGN_OR_RETURN(s.options.min_runtime, o.child("minRuntime").seconds());
+  }
+  if (o.has("usageHalfLife")) {
+    TESSERA_ASSIGN_OR_RETURN(s.options.usage_half_life, o.child("usageHalfLife").seconds());
+  }
+  if (o.has("usageK")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t k, o.child("usageK").scaled(1000));
+    s.options.usage_k = static_cast<double>(k) / 1000.0;
   }
   if (o.has("gracePeriod")) {
     TESSERA_ASSIGN_OR_RETURN(s.default_grace_period, o.child("gracePeriod").seconds());

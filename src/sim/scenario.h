@@ -12,7 +12,8 @@
 //                    "gpu": {"count": 1}, "duration": 7200, "priority": 50,
 //                    "preemptible": true}],
 //     "options": {"policy": "tessera", "fairShare": true, "minRuntime": 0,
-//                 "maxEvictionsPerPass": 64, "gracePeriod": 30}
+//                 "maxEvictionsPerPass": 64, "gracePeriod": 30, "usageHalfLife": 86400,
+//                 "usageK": 1}
 //   }
 //
 // Amounts: "gpu" in GPUs (fractions allowed, kept in milli-GPU), "cpu" in cores or "cpuMilli",
