@@ -817,7 +817,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
   // preemption those above the lowest priority running in their queue; a bounded number per
   // queue and per pass, most deprived queue first.
   constexpr size_t kPerQueue = 16;
-  constexpr size_t kPerPass = 64;
+  constexpr size_t kPerPass = 16;
   std::vector<WorkloadId> blocked;
   for (QueueId q = 0; q < tree_.size(); ++q) {
     const Queue& queue = tree_.queue(q);
@@ -966,39 +966,46 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       if (candidates.empty()) {
         continue;
       }
-      std::stable_sort(
-          candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
-            if (lessThan(a.victim_share, b.victim_share) ||
-                lessThan(b.victim_share, a.victim_share)) {
-              return lessThan(b.victim_share, a.victim_share);  // Most over first.
-            }
-            const int pa = workloads_[a.unit.workload].spec.priority;
-            const int pb = workloads_[b.unit.workload].spec.priority;
-            if (pa != pb) {
-              return pa < pb;
-            }
-            // Victims node by node, nodes closest to empty first, so a gang that
-            // needs whole nodes frees them with as few evictions as possible.
-            const NodeIndex na = tasks_[a.unit.tasks.front()].assignment.placement.node;
-            const NodeIndex nb = tasks_[b.unit.tasks.front()].assignment.placement.node;
-            if (na != nb) {
-              const int64_t fa = state_.nodeState(na).free_gpu_milli;
-              const int64_t fb = state_.nodeState(nb).free_gpu_milli;
-              return fa != fb ? fa > fb : na < nb;
-            }
-            if (a.unit.elastic != b.unit.elastic) {
-              return a.unit.elastic;
-            }
-            return a.unit.started > b.unit.started;
-          });
+      // Candidates in eviction order, drawn lazily from a heap: usually only a few are needed.
+      auto first = [&](const Candidate& a, const Candidate& b) {
+        if (lessThan(a.victim_share, b.victim_share) || lessThan(b.victim_share, a.victim_share)) {
+          return lessThan(b.victim_share, a.victim_share);  // Most over first.
+        }
+        const int pa = workloads_[a.unit.workload].spec.priority;
+        const int pb = workloads_[b.unit.workload].spec.priority;
+        if (pa != pb) {
+          return pa < pb;
+        }
+        // Victims node by node, nodes closest to empty first, so a gang that
+        // needs whole nodes frees them with as few evictions as possible.
+        const NodeIndex na = tasks_[a.unit.tasks.front()].assignment.placement.node;
+        const NodeIndex nb = tasks_[b.unit.tasks.front()].assignment.placement.node;
+        if (na != nb) {
+          const int64_t fa = state_.nodeState(na).free_gpu_milli;
+          const int64_t fb = state_.nodeState(nb).free_gpu_milli;
+          return fa != fb ? fa > fb : na < nb;
+        }
+        if (a.unit.elastic != b.unit.elastic) {
+          return a.unit.elastic;
+        }
+        if (a.unit.started != b.unit.started) {
+          return a.unit.started > b.unit.started;
+        }
+        return a.unit.tasks.front() < b.unit.tasks.front();
+      };
+      auto later = [&](const Candidate& a, const Candidate& b) { return first(b, a); };
+      std::make_heap(candidates.begin(), candidates.end(), later);
       // Release victims one unit at a time (virtually: on the cluster state, restored below) until
       // the blocked work fits.
-      std::vector<const Candidate*> chosen;
+      std::vector<Candidate> chosen;
       std::vector<std::pair<TaskId, Assignment>> released;
       std::unordered_map<QueueId, Amounts> freed;  // Per split ancestor of the victims.
       bool fits = false;
       int chosen_tasks = 0;
-      for (const Candidate& c : candidates) {
+      while (!candidates.empty()) {
+        std::pop_heap(candidates.begin(), candidates.end(), later);
+        const Candidate c = std::move(candidates.back());
+        candidates.pop_back();
         // The cap stops new reclaims once reached; the first of a pass may exceed it, or a gang
         // needing more victims than the cap could never be served.
         if (evictions > 0 && evictions + chosen_tasks + static_cast<int>(c.unit.tasks.size()) >
@@ -1030,11 +1037,16 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
           auto [slot, inserted] = freed.emplace(c.split_victim, tree_.space().zeros());
           addTo(slot->second, unit_amounts);
         }
-        chosen.push_back(&c);
+        chosen.push_back(c);
         chosen_tasks += static_cast<int>(c.unit.tasks.size());
         for (TaskId t : c.unit.tasks) {
           released.emplace_back(t, tasks_[t].assignment);
           placer_->release(workloads_[c.unit.workload].spec.request, tasks_[t].assignment);
+        }
+        // Only try placing once the cluster has at least the GPU share the work needs.
+        const int64_t free_milli = 1000 * state_.totalGpus() - state_.usedGpuMilli();
+        if (free_milli < need[kGpuDim]) {
+          continue;
         }
         if (placeTasks(w, needed, /*trial=*/true, nullptr, nullptr)) {
           fits = true;
@@ -1064,19 +1076,19 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
           before_after += fmt::format("; {} -> {}", shareText(vq, vq.allocated), v_after[kGpuDim]);
         }
       }
-      for (const Candidate* c : chosen) {
-        units_of.erase(c->unit.workload);
-        WorkloadInfo& victim = workloads_[c->unit.workload];
-        for (TaskId t : c->unit.tasks) {
+      for (const Candidate& c : chosen) {
+        units_of.erase(c.unit.workload);
+        WorkloadInfo& victim = workloads_[c.unit.workload];
+        for (TaskId t : c.unit.tasks) {
           tasks_[t].state = TaskState::kTerminating;
           tasks_[t].evicted_for = w;
           --victim.running;
           ++victim.terminating;
           out.evicted.push_back(
-              {t, c->unit.workload, w, reclaim,
+              {t, c.unit.workload, w, reclaim,
                fmt::format("{} by '{}' (queue '{}'): {}{} (allocated/fair share, milli-GPU)",
                            reclaim ? "reclaimed" : "preempted", info.spec.name,
-                           tree_.queue(r_leaf).name, c->unit.elastic ? "elastic task; " : "gang; ",
+                           tree_.queue(r_leaf).name, c.unit.elastic ? "elastic task; " : "gang; ",
                            before_after)});
           ++evictions;
         }
