@@ -213,6 +213,8 @@ struct PhillyArgs {
   sim::PhillyOptions options;
   bool fifo = false;
   bool quiet = false;
+  int64_t checkpoint_s = 0;
+  int64_t min_runtime_s = 300;
 };
 
 int runPhillyCommand(PhillyArgs args) {
@@ -221,6 +223,11 @@ int runPhillyCommand(PhillyArgs args) {
     return fail(kExitBadInput, jobs.status().message());
   }
   args.options.fair_share = !args.fifo;
+  if (args.checkpoint_s < 0 || args.min_runtime_s < 0) {
+    return fail(kExitBadInput, "--checkpoint-every and --min-runtime must not be negative");
+  }
+  args.options.checkpoint_every = std::chrono::seconds(args.checkpoint_s);
+  args.options.min_runtime = std::chrono::seconds(args.min_runtime_s);
   auto scenario = sim::phillyScenario(*jobs, args.options);
   if (!scenario.isOk()) {
     return fail(kExitBadInput, scenario.status().message());
@@ -332,6 +339,13 @@ void addSimCommand(CLI::App& app, int* rc) {
                          "CSV queue,gpus (default: quotas proportional to each tenant's GPU-time)");
   philly_cmd->add_option("--max-jobs", philly->options.max_jobs, "Replay only the first N jobs");
   philly_cmd->add_flag("--fifo", philly->fifo, "Fair share off: one FIFO queue, no reclaim");
+  philly_cmd->add_option("--checkpoint-every", philly->checkpoint_s,
+                         "Seconds between checkpoints of every job (default 0: an evicted job "
+                         "restarts from zero)");
+  philly_cmd
+      ->add_option("--min-runtime", philly->min_runtime_s,
+                   "Seconds a task runs before it may be reclaimed or preempted")
+      ->capture_default_str();
   philly_cmd->add_option("--out,-o", philly->out, "Output directory")->capture_default_str();
   philly_cmd->add_flag("--quiet,-q", philly->quiet, "No progress bar");
   philly_cmd->callback([philly, rc] { *rc = runPhillyCommand(*philly); });

@@ -208,6 +208,7 @@ core::Result<Scenario> phillyScenario(const std::vector<PhillyJob>& all_jobs,
     w.at = std::chrono::seconds(j.submit_s);
     w.duration = std::chrono::seconds(std::max<int64_t>(1, j.duration_s));
     w.grace_period = std::chrono::seconds(30);
+    w.checkpoint_every = options.checkpoint_every;
     s.workloads.push_back(std::move(w));
   }
   return s;

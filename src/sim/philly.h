@@ -32,6 +32,7 @@ struct PhillyOptions {
   bool fair_share = true;
   size_t max_jobs = 0;  // 0 = all.
   core::Duration min_runtime = std::chrono::seconds(300);
+  core::Duration checkpoint_every{0};  // 0: an evicted job restarts from zero.
 };
 
 core::Result<Scenario> phillyScenario(const std::vector<PhillyJob>& jobs,
