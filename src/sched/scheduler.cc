@@ -271,18 +271,15 @@ void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out) {
   out.started.push_back({t, task.workload, a.placement});
 }
 
-void Scheduler::taskFinished(TaskId t) {
+void Scheduler::releaseTask(TaskId t) {
   TaskInfo& task = tasks_[t];
-  if (task.state != TaskState::kRunning && task.state != TaskState::kTerminating) {
-    return;
-  }
   WorkloadInfo& w = workloads_[task.workload];
   const Amounts used = taskAmounts(task.workload, &task.assignment.placement);
   placer_->release(w.spec.request, task.assignment);
   trackNodeTask(t, false);
   tree_.addAllocated(w.spec.queue, used, -1);
   if (!w.spec.preemptible) {
-    for (QueueId p : tree_.pathToRoot(w.spec.queue)) {
+    for (QueueId p = w.spec.queue; p != kNoQueue; p = tree_.queue(p).parent) {
       subtractFrom(np_allocated_[p], used);
     }
   }
@@ -291,10 +288,22 @@ void Scheduler::taskFinished(TaskId t) {
   } else {
     --w.terminating;
   }
-  task.state = TaskState::kFinished;
-  ++w.finished;
-  fair_share_dirty_ = true;
+  if (task.evicted_for != kNoWorkload) {
+    --workloads_[task.evicted_for].awaited_victims;
+    task.evicted_for = kNoWorkload;
+  }
   ++capacity_epoch_;
+}
+
+void Scheduler::taskFinished(TaskId t) {
+  TaskInfo& task = tasks_[t];
+  if (task.state != TaskState::kRunning && task.state != TaskState::kTerminating) {
+    return;
+  }
+  releaseTask(t);
+  task.state = TaskState::kFinished;
+  ++workloads_[task.workload].finished;
+  fair_share_dirty_ = true;
 }
 
 void Scheduler::cancel(WorkloadId w) {
@@ -323,25 +332,11 @@ void Scheduler::taskStopped(TaskId t) {
   if (task.state != TaskState::kTerminating) {
     return;
   }
+  releaseTask(t);
   WorkloadInfo& w = workloads_[task.workload];
-  const Amounts used = taskAmounts(task.workload, &task.assignment.placement);
-  placer_->release(w.spec.request, task.assignment);
-  trackNodeTask(t, false);
-  tree_.addAllocated(w.spec.queue, used, -1);
-  if (!w.spec.preemptible) {
-    for (QueueId p : tree_.pathToRoot(w.spec.queue)) {
-      subtractFrom(np_allocated_[p], used);
-    }
-  }
   tree_.addPending(w.spec.queue, pendingAmounts(task.workload), +1);
   task.state = TaskState::kPending;
-  --w.terminating;
   ++w.pending;
-  if (task.evicted_for != kNoWorkload) {
-    --workloads_[task.evicted_for].awaited_victims;
-    task.evicted_for = kNoWorkload;
-  }
-  ++capacity_epoch_;
 }
 
 bool Scheduler::withinLimits(QueueId leaf, const Amounts& add, Explanation* why) const {

@@ -158,6 +158,8 @@ class Scheduler {
   struct Unit;  // A victim: one elastic task, or all running tasks of a gang.
 
   Amounts pendingAmounts(WorkloadId w) const;
+  // Gives back a running or terminating task's resources and updates every account.
+  void releaseTask(TaskId t);
   void setRunning(TaskId t, const Assignment& a, PassResult& out);
   // Leaf queues in allocation order, hierarchically by dominant share.
   QueueId pickQueue(const std::vector<int>& untried) const;
