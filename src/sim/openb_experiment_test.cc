@@ -51,7 +51,9 @@ TEST(TuneTest, UpAppendsDrawsUntilTheNextShareWouldPassTheTarget) {
 TEST(TuneTest, DownDropsPodsUntilAtOrBelowTheTarget) {
   std::vector<OpenbPod> pods;
   for (int i = 0; i < 20; ++i) {
-    pods.push_back(pod("p" + std::to_string(i), 1, 1000));
+    std::string name = "p";  // Not "p" + to_string(i): GCC 12 warns falsely (-Wrestrict).
+    name += std::to_string(i);
+    pods.push_back(pod(name, 1, 1000));
   }
   core::Rng rng(5);
   std::vector<OpenbPod> tuned = tunePodList(pods, pods, 12500, rng);
