@@ -235,13 +235,11 @@ int runPhillyCommand(PhillyArgs args) {
   return simulateAndReport(*scenario, args.trace, args.out, args.quiet);
 }
 
-int simulateAndReport(const sim::Scenario& scenario_ref, const std::string& label,
+int simulateAndReport(const sim::Scenario& scenario, const std::string& label,
                       const std::string& out, bool quiet) {
-  const sim::Scenario* scenario = &scenario_ref;
-  const std::string& file = label;
-  Progress progress("simulating " + file, scenario->workloads.size(), !quiet);
+  Progress progress("simulating " + label, scenario.workloads.size(), !quiet);
   size_t reported = 0;
-  auto result = sim::runScenario(*scenario, [&](size_t done, size_t /*total*/) {
+  auto result = sim::runScenario(scenario, [&](size_t done, size_t /*total*/) {
     progress.add(done - reported);
     reported = done;
   });

@@ -264,7 +264,7 @@ void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out) {
   const Amounts used = taskAmounts(task.workload, &a.placement);
   tree_.addAllocated(q, used, +1);
   if (!w.spec.preemptible) {
-    for (QueueId p : tree_.pathToRoot(q)) {
+    for (QueueId p = q; p != kNoQueue; p = tree_.queue(p).parent) {
       addTo(np_allocated_[p], used);
     }
   }
@@ -341,7 +341,7 @@ void Scheduler::taskStopped(TaskId t) {
 
 bool Scheduler::withinLimits(QueueId leaf, const Amounts& add, Explanation* why) const {
   const ResourceSpace& space = tree_.space();
-  for (QueueId q : tree_.pathToRoot(leaf)) {
+  for (QueueId q = leaf; q != kNoQueue; q = tree_.queue(q).parent) {
     const Queue& queue = tree_.queue(q);
     for (size_t d = 0; d < add.size(); ++d) {
       if (add[d] > 0 && queue.allocated[d] + add[d] > queue.limit[d]) {
