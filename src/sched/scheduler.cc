@@ -140,6 +140,9 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
     }
   }
   s->queue_workloads_.resize(s->tree_.size());
+  s->finished_in_queue_.assign(s->tree_.size(), 0);
+  s->buckets_.resize(s->tree_.size());
+  s->reserved_mask_.assign(s->state_.nodeCount(), 0);
   s->np_allocated_.assign(s->tree_.size(), space.zeros());
   s->preference_.assign(s->state_.nodeCount(), 0);
   if (s->options_.usage_half_life.count() > 0) {
@@ -245,8 +248,48 @@ core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
                              }),
             w);
   unfinished_.push_back(w);
+  refile(w);
   fair_share_dirty_ = true;
   return w;
+}
+
+Scheduler::OrderKey Scheduler::orderOf(WorkloadId w) const {
+  return {-static_cast<int64_t>(workloads_[w].spec.priority), workloads_[w].seq};
+}
+
+int32_t Scheduler::needOf(WorkloadId w) const {
+  const WorkloadInfo& info = workloads_[w];
+  return std::max(1, info.spec.min_available - info.running);
+}
+
+void Scheduler::refile(WorkloadId w) {
+  WorkloadInfo& info = workloads_[w];
+  std::vector<Bucket>& buckets = buckets_[info.spec.queue];
+  const bool wanted = info.pending > 0;
+  const BucketKey key{info.shape, needOf(w), info.spec.preemptible,
+                      info.spec.max_runtime.count() > 0};
+  if (info.bucket >= 0) {
+    Bucket& b = buckets[static_cast<size_t>(info.bucket)];
+    if (wanted && b.key == key) {
+      return;
+    }
+    b.members.erase(orderOf(w));
+    info.bucket = -1;
+  }
+  if (!wanted) {
+    return;
+  }
+  auto it =
+      std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& b) { return b.key == key; });
+  if (it == buckets.end()) {
+    it = buckets.insert(buckets.end(), Bucket{});
+    it->key = key;
+  }
+  it->members.emplace(orderOf(w), w);
+  info.bucket = static_cast<int32_t>(it - buckets.begin());
+  if (info.why.reason == WaitReason::kNotReached && it->last.reason != WaitReason::kNotReached) {
+    info.why = it->last;  // Like its peers, until it is tried itself.
+  }
 }
 
 void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out) {
@@ -259,6 +302,7 @@ void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out) {
   trackNodeTask(t, true);
   --w.pending;
   ++w.running;
+  refile(task.workload);
   const QueueId q = w.spec.queue;
   tree_.addPending(q, pendingAmounts(task.workload), -1);
   const Amounts used = taskAmounts(task.workload, &a.placement);
@@ -292,7 +336,8 @@ void Scheduler::releaseTask(TaskId t) {
     --workloads_[task.evicted_for].awaited_victims;
     task.evicted_for = kNoWorkload;
   }
-  ++capacity_epoch_;
+  released_nodes_.push_back(task.assignment.placement.node);
+  refile(task.workload);
 }
 
 void Scheduler::taskFinished(TaskId t) {
@@ -302,7 +347,10 @@ void Scheduler::taskFinished(TaskId t) {
   }
   releaseTask(t);
   task.state = TaskState::kFinished;
-  ++workloads_[task.workload].finished;
+  WorkloadInfo& w = workloads_[task.workload];
+  if (++w.finished == w.spec.tasks) {
+    ++finished_in_queue_[w.spec.queue];
+  }
   fair_share_dirty_ = true;
 }
 
@@ -314,17 +362,18 @@ void Scheduler::cancel(WorkloadId w) {
       tree_.addPending(info.spec.queue, pendingAmounts(w), -1);
       task.state = TaskState::kFinished;
       --info.pending;
-      ++info.finished;
+      if (++info.finished == info.spec.tasks) {
+        ++finished_in_queue_[info.spec.queue];
+      }
+      refile(w);
     } else if (task.state == TaskState::kRunning || task.state == TaskState::kTerminating) {
       taskFinished(t);
     }
   }
   if (reserved_for_ == w) {
-    reserved_for_ = kNoWorkload;
-    reserved_nodes_.clear();
+    setReservation(kNoWorkload, {});
   }
   fair_share_dirty_ = true;
-  ++capacity_epoch_;
 }
 
 void Scheduler::taskStopped(TaskId t) {
@@ -337,6 +386,7 @@ void Scheduler::taskStopped(TaskId t) {
   tree_.addPending(w.spec.queue, pendingAmounts(task.workload), +1);
   task.state = TaskState::kPending;
   ++w.pending;
+  refile(task.workload);
 }
 
 bool Scheduler::withinLimits(QueueId leaf, const Amounts& add, Explanation* why) const {
@@ -372,10 +422,7 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
   // queue that is below its fair share (a guarantee outranks another queue's reservation).
   if (reserved_for_ != kNoWorkload) {
     const bool mine = reserved_for_ == w;
-    const Queue& q = tree_.queue(leaf);
-    const bool below_share = leaf != workloads_[reserved_for_].spec.queue &&
-                             lessThan(dominantShare(q.allocated, q.fair_share), Ratio{1, 1});
-    if (mine || (!mayBackfill(w) && !below_share)) {
+    if (mine || restricted(w)) {
       for (NodeIndex n : reserved_nodes_) {
         preference_[n] = mine ? 1 : Placer::kForbidden;
         touched.push_back(n);
@@ -480,8 +527,7 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
     setRunning(t, a, *out);
   }
   if (w == reserved_for_ && info.running >= info.spec.min_available) {
-    reserved_for_ = kNoWorkload;
-    reserved_nodes_.clear();
+    setReservation(kNoWorkload, {});
   }
   return true;
 }
@@ -515,174 +561,282 @@ QueueId Scheduler::pickQueue(const std::vector<int>& untried) const {
   }
 }
 
+bool Scheduler::restricted(WorkloadId w) const {
+  if (reserved_for_ == kNoWorkload || w == reserved_for_ || mayBackfill(w)) {
+    return false;
+  }
+  // A guarantee outranks another queue's reservation: a queue below its fair share may use them.
+  const QueueId leaf = workloads_[w].spec.queue;
+  if (leaf == workloads_[reserved_for_].spec.queue) {
+    return true;
+  }
+  const Queue& q = tree_.queue(leaf);
+  return !lessThan(dominantShare(q.allocated, q.fair_share), Ratio{1, 1});
+}
+
+const Scheduler::Blocked* Scheduler::findBlocked(uint32_t shape, int32_t need,
+                                                 bool restricted) const {
+  // No room for fewer tasks of the class means no room for more; no room with every node open
+  // means no room without the reserved ones.
+  for (const bool r : {false, true}) {
+    if (r && !restricted) {
+      break;
+    }
+    auto it = blocked_.lower_bound(BlockKey{shape, r, 0});
+    if (it != blocked_.end() && it->first.shape == shape && it->first.restricted == r &&
+        it->first.need <= need) {
+      return &it->second;
+    }
+  }
+  return nullptr;
+}
+
+Explanation Scheduler::explain(WorkloadId w) const {
+  const WorkloadInfo& info = workloads_[w];
+  if (info.pending == 0) {
+    return {WaitReason::kNone, ""};
+  }
+  if (info.terminating > 0) {
+    return {WaitReason::kTerminating,
+            fmt::format("{} of its tasks are stopping", info.terminating)};
+  }
+  if (info.awaited_victims > 0) {
+    return {WaitReason::kWaitingForEvictions,
+            fmt::format("waiting for {} evicted task(s) to stop", info.awaited_victims)};
+  }
+  if (info.why.reason == WaitReason::kNotReached || info.why.reason == WaitReason::kNoCapacity) {
+    if (const Blocked* b = findBlocked(info.shape, needOf(w), restricted(w))) {
+      return {WaitReason::kNoCapacity, b->message};
+    }
+  }
+  return info.why;
+}
+
+void Scheduler::unblock() {
+  if (released_nodes_.empty()) {
+    return;
+  }
+  std::sort(released_nodes_.begin(), released_nodes_.end());
+  released_nodes_.erase(std::unique(released_nodes_.begin(), released_nodes_.end()),
+                        released_nodes_.end());
+  // A verdict stands while no node that could hold one task of the class gained resources.
+  std::erase_if(blocked_, [&](const auto& entry) {
+    for (NodeIndex n : released_nodes_) {
+      if ((!entry.first.restricted || reserved_mask_[n] == 0) &&
+          checkNode(state_, n, entry.second.resolved).fits()) {
+        return true;
+      }
+    }
+    return false;
+  });
+  released_nodes_.clear();
+}
+
+void Scheduler::noteFailure(WorkloadId w, bool capacity, bool restricted, int32_t need) {
+  WorkloadInfo& info = workloads_[w];
+  if (capacity) {
+    blocked_.try_emplace(BlockKey{info.shape, restricted, need},
+                         Blocked{resolveRequest(state_, info.spec.request), info.why.message});
+  }
+  if (info.bucket < 0) {
+    return;
+  }
+  Bucket& b = buckets_[info.spec.queue][static_cast<size_t>(info.bucket)];
+  b.last = info.why;
+  if (info.why.reason == WaitReason::kQueueLimit || info.why.reason == WaitReason::kOverQuota) {
+    // Its peers ask the same of the same queue: none of them fits this pass either.
+    b.pass = pass_;
+    b.next = {INT64_MAX, UINT64_MAX};
+  }
+}
+
+void Scheduler::tryWorkload(WorkloadId w, PassResult& out) {
+  WorkloadInfo& info = workloads_[w];
+  info.tried_pass = pass_;
+  info.why = {WaitReason::kNone, ""};
+  const int core_needed = std::max(0, info.spec.min_available - info.running);
+  if (core_needed > 0) {
+    const bool closed = restricted(w);
+    // Victims stopping for it may have made room that no verdict knows of yet.
+    if (info.awaited_victims == 0 && isBlocked(info.shape, core_needed, closed)) {
+      info.why = {WaitReason::kNoCapacity, "no room for a gang of this shape"};
+      return;
+    }
+    if (!placeTasks(w, core_needed, false, &out, &info.why)) {
+      if (info.awaited_victims > 0) {
+        info.why = {WaitReason::kWaitingForEvictions,
+                    fmt::format("waiting for {} evicted task(s) to stop", info.awaited_victims)};
+        return;
+      }
+      const bool capacity = info.why.reason == WaitReason::kNoCapacity;
+      // Reservations are for large work: a gang, or tasks of several GPUs each. Small tasks find
+      // room as the cluster turns over. Not for a queue that is borrowing: it would hold nodes
+      // others deserve.
+      if (capacity && reserved_for_ == kNoWorkload &&
+          (core_needed > 1 || info.spec.request.gpu_count > 1)) {
+        const Queue& q = tree_.queue(info.spec.queue);
+        if (!options_.fair_share || !greaterThanOne(dominantShare(q.allocated, q.fair_share))) {
+          reserveFor(w);
+        }
+      }
+      noteFailure(w, capacity, closed, core_needed);
+      return;
+    }
+  }
+  // Elastic tasks beyond the gang minimum, one at a time.
+  while (info.pending > 0) {
+    const bool closed = restricted(w);
+    if (isBlocked(info.shape, 1, closed)) {
+      if (info.why.reason != WaitReason::kNoCapacity) {
+        info.why = {WaitReason::kNoCapacity, "no room for one more task of this shape"};
+      }
+      break;
+    }
+    Explanation why;
+    if (!placeTasks(w, 1, false, &out, &why)) {
+      info.why = why;  // Elastic tasks wait too, and may reclaim.
+      noteFailure(w, why.reason == WaitReason::kNoCapacity, closed, 1);
+      break;
+    }
+  }
+}
+
+WorkloadId Scheduler::nextInQueue(QueueId q) {
+  // Non-timed members share the queue's access to reserved nodes; timed ones may backfill.
+  bool queue_closed = false;
+  if (reserved_for_ != kNoWorkload) {
+    const Queue& queue = tree_.queue(q);
+    queue_closed = q == workloads_[reserved_for_].spec.queue ||
+                   !lessThan(dominantShare(queue.allocated, queue.fair_share), Ratio{1, 1});
+  }
+  WorkloadId best = kNoWorkload;
+  OrderKey best_key;
+  Bucket* best_bucket = nullptr;
+  for (Bucket& b : buckets_[q]) {
+    if (b.members.empty()) {
+      continue;
+    }
+    if (b.pass != pass_) {
+      b.pass = pass_;
+      b.next = {INT64_MIN, 0};
+    }
+    if (!b.key.timed && isBlocked(b.key.shape, b.key.need, queue_closed)) {
+      continue;  // A whole bucket of work with no room: not touched.
+    }
+    for (auto it = b.members.lower_bound(b.next); it != b.members.end(); ++it) {
+      const WorkloadId w = it->second;
+      WorkloadInfo& info = workloads_[w];
+      bool skip = info.tried_pass == pass_ ||
+                  (b.key.timed && isBlocked(b.key.shape, b.key.need, restricted(w)));
+      if (info.terminating > 0) {
+        info.why = {WaitReason::kTerminating,
+                    fmt::format("{} of its tasks are stopping", info.terminating)};
+        skip = true;
+      }
+      if (skip) {
+        b.next = {it->first.first, it->first.second + 1};
+        continue;
+      }
+      if (best == kNoWorkload || it->first < best_key) {
+        best = w;
+        best_key = it->first;
+        best_bucket = &b;
+      }
+      break;
+    }
+  }
+  if (best_bucket != nullptr) {
+    best_bucket->next = {best_key.first, best_key.second + 1};
+  }
+  return best;
+}
+
 void Scheduler::allocate(PassResult& out) {
+  ++pass_;
   // A reservation ends when its workload runs (or is gone); while it lasts its nodes are chosen
-  // again as the cluster drains. A change of reserved nodes can let blocked work fit.
+  // again as the cluster drains.
   if (reserved_for_ != kNoWorkload) {
     const WorkloadInfo& r = workloads_[reserved_for_];
-    const std::vector<NodeIndex> before = reserved_nodes_;
     if (r.running >= r.spec.min_available || r.pending == 0) {
-      reserved_for_ = kNoWorkload;
-      reserved_nodes_.clear();
+      setReservation(kNoWorkload, {});
     } else {
       reserveFor(reserved_for_);
     }
-    if (reserved_nodes_ != before) {
-      ++capacity_epoch_;
-    }
   }
-  // Workloads to try this pass, per leaf in queue order; counts of untried ones per subtree.
-  // A workload that found no room is not tried again until some capacity was released.
-  std::vector<std::vector<WorkloadId>> order(tree_.size());
-  std::vector<int> untried(tree_.size(), 0);
-  std::vector<WorkloadId> fifo;
-  auto wanted = [&](WorkloadId w) {
+  unblock();
+  // First the work whose victims are stopping (the room was made for it), and the reserved one.
+  std::vector<WorkloadId> first;
+  first.swap(awaiting_);
+  if (reserved_for_ != kNoWorkload) {
+    first.push_back(reserved_for_);
+  }
+  for (WorkloadId w : first) {
     WorkloadInfo& info = workloads_[w];
-    if (info.pending == 0) {
-      info.why = {WaitReason::kNone, ""};
-      return false;
-    }
-    if (info.terminating > 0) {
-      info.why = {WaitReason::kTerminating,
-                  fmt::format("{} of its tasks are stopping", info.terminating)};
-      return false;
-    }
-    return !(info.why.reason == WaitReason::kNoCapacity && info.blocked_epoch == capacity_epoch_);
-  };
-  auto done = [&](WorkloadId w) { return workloads_[w].finished == workloads_[w].spec.tasks; };
-  for (QueueId q = 0; q < tree_.size(); ++q) {
-    auto& ws = queue_workloads_[q];
-    ws.erase(std::remove_if(ws.begin(), ws.end(), done), ws.end());
-    if (!options_.fair_share) {
-      continue;
-    }
-    for (WorkloadId w : ws) {
-      if (wanted(w)) {
-        order[q].push_back(w);
-      }
-    }
-    for (QueueId p = q; p != kNoQueue; p = tree_.queue(p).parent) {
-      untried[p] += static_cast<int>(order[q].size());
+    if (info.tried_pass != pass_ && info.pending > 0 && info.terminating == 0) {
+      tryWorkload(w, out);
     }
   }
-  unfinished_.erase(std::remove_if(unfinished_.begin(), unfinished_.end(), done),
-                    unfinished_.end());
+  for (WorkloadId w : first) {
+    if (workloads_[w].awaited_victims > 0 &&
+        std::find(awaiting_.begin(), awaiting_.end(), w) == awaiting_.end()) {
+      awaiting_.push_back(w);
+    }
+  }
   if (!options_.fair_share) {
+    // FIFO: every unfinished workload in submission order (the baseline; not incremental).
+    std::erase_if(unfinished_,
+                  [&](WorkloadId w) { return workloads_[w].finished == workloads_[w].spec.tasks; });
     for (WorkloadId w : unfinished_) {
-      if (wanted(w)) {
-        fifo.push_back(w);
+      WorkloadInfo& info = workloads_[w];
+      if (info.pending == 0 || info.tried_pass == pass_) {
+        continue;
+      }
+      if (info.terminating > 0) {
+        info.why = {WaitReason::kTerminating,
+                    fmt::format("{} of its tasks are stopping", info.terminating)};
+        continue;
+      }
+      tryWorkload(w, out);
+    }
+    return;
+  }
+  // Leaf queues with pending work; the count of such leaves per subtree.
+  std::vector<int> open(tree_.size(), 0);
+  for (QueueId q = 0; q < tree_.size(); ++q) {
+    if (finished_in_queue_[q] * 2 > queue_workloads_[q].size()) {
+      std::erase_if(queue_workloads_[q], [&](WorkloadId w) {
+        return workloads_[w].finished == workloads_[w].spec.tasks;
+      });
+      finished_in_queue_[q] = 0;
+    }
+    const bool pending = std::any_of(buckets_[q].begin(), buckets_[q].end(),
+                                     [](const Bucket& b) { return !b.members.empty(); });
+    if (pending) {
+      for (QueueId p = q; p != kNoQueue; p = tree_.queue(p).parent) {
+        ++open[p];
       }
     }
   }
-  tried_.clear();
-  std::vector<size_t> cursor(tree_.size(), 0);
-  size_t fifo_cursor = 0;
-  // Request shapes that found no room this pass, with the smallest gang size that failed.
-  std::unordered_map<uint64_t, int> no_room;
   // The queue to serve is re-chosen only after a placement: a failure changes no share.
   QueueId current = kNoQueue;
   while (true) {
-    WorkloadId w = 0;
-    if (options_.fair_share) {
-      if (current == kNoQueue || untried[current] == 0) {
-        current = pickQueue(untried);
-      }
-      if (current == kNoQueue) {
-        break;
-      }
-      const QueueId q = current;
-      w = order[q][cursor[q]++];
-      for (QueueId p = q; p != kNoQueue; p = tree_.queue(p).parent) {
-        --untried[p];
-      }
-    } else {
-      if (fifo_cursor == fifo.size()) {
-        break;
-      }
-      w = fifo[fifo_cursor++];
+    if (current == kNoQueue || open[current] == 0) {
+      current = pickQueue(open);
     }
-    WorkloadInfo& info = workloads_[w];
-    tried_.push_back(w);
+    if (current == kNoQueue) {
+      break;
+    }
+    const WorkloadId w = nextInQueue(current);
+    if (w == kNoWorkload) {
+      for (QueueId p = current; p != kNoQueue; p = tree_.queue(p).parent) {
+        --open[p];
+      }
+      continue;
+    }
     const size_t started_before = out.started.size();
-    struct Repick {  // A placement changes shares: choose the queue again.
-      const size_t before;
-      const std::vector<StartDecision>& started;
-      QueueId& current;
-      ~Repick() {
-        if (started.size() != before) {
-          current = kNoQueue;
-        }
-      }
-    } repick{started_before, out.started, current};
-    struct MarkBlocked {  // However this attempt ends: remember when it found no room.
-      WorkloadInfo& info;
-      uint64_t epoch;
-      ~MarkBlocked() {
-        if (info.why.reason == WaitReason::kNoCapacity) {
-          info.blocked_epoch = epoch;
-        }
-      }
-    } mark{info, capacity_epoch_};
-    const int core_needed = std::max(0, info.spec.min_available - info.running);
-    // Same request shape and same access to reserved nodes: same chance of finding room.
-    const Queue& wq = tree_.queue(info.spec.queue);
-    const bool open_to_reserved =
-        mayBackfill(w) ||
-        (reserved_for_ != kNoWorkload && info.spec.queue != workloads_[reserved_for_].spec.queue &&
-         lessThan(dominantShare(wq.allocated, wq.fair_share), Ratio{1, 1}));
-    const int access =
-        reserved_for_ == kNoWorkload ? 0 : (reserved_for_ == w ? 2 : (open_to_reserved ? 1 : 0));
-    const uint64_t shape = (static_cast<uint64_t>(info.shape) << 2) | static_cast<uint64_t>(access);
-    info.why = {WaitReason::kNone, ""};
-    if (core_needed > 0) {
-      auto it = no_room.find(shape);
-      if (it != no_room.end() && it->second <= core_needed && info.awaited_victims == 0) {
-        if (info.why.reason != WaitReason::kNoCapacity) {
-          info.why = {WaitReason::kNoCapacity, "no room for a gang of this shape this pass"};
-        }
-        continue;
-      }
-      if (!placeTasks(w, core_needed, false, &out, &info.why)) {
-        if (info.awaited_victims > 0) {
-          info.why = {WaitReason::kWaitingForEvictions,
-                      fmt::format("waiting for {} evicted task(s) to stop", info.awaited_victims)};
-          continue;
-        }
-        if (info.why.reason == WaitReason::kNoCapacity) {
-          // Reservations are for large work: a gang, or tasks of several GPUs each. Small
-          // tasks find room as the cluster turns over.
-          if (reserved_for_ == kNoWorkload &&
-              (core_needed > 1 || info.spec.request.gpu_count > 1)) {
-            // Not for a queue that is borrowing: it would hold nodes others deserve.
-            const Queue& q = tree_.queue(info.spec.queue);
-            if (!options_.fair_share || !greaterThanOne(dominantShare(q.allocated, q.fair_share))) {
-              reserveFor(w);
-            }
-          }
-          auto [slot, inserted] = no_room.emplace(shape, core_needed);
-          if (!inserted) {
-            slot->second = std::min(slot->second, core_needed);
-          }
-        }
-        continue;
-      }
-    }
-    // Elastic tasks beyond the gang minimum, one at a time.
-    while (info.pending > 0) {
-      if (no_room.count(shape) != 0 && no_room[shape] <= 1) {
-        if (info.why.reason != WaitReason::kNoCapacity) {
-          info.why = {WaitReason::kNoCapacity, "no room for one more task of this shape"};
-        }
-        break;
-      }
-      Explanation why;
-      if (!placeTasks(w, 1, false, &out, &why)) {
-        if (why.reason == WaitReason::kNoCapacity) {
-          no_room[shape] = 1;
-        }
-        info.why = why;  // Elastic tasks wait too, and may reclaim.
-        break;
-      }
+    tryWorkload(w, out);
+    if (out.started.size() != started_before) {
+      current = kNoQueue;  // A placement changes shares: choose the queue again.
     }
   }
 }
@@ -763,18 +917,34 @@ void Scheduler::reserveFor(WorkloadId w) {
     }
     return a.node < b.node;
   });
-  reserved_for_ = w;
-  reserved_nodes_.clear();
+  std::vector<NodeIndex> nodes;
   reservation_start_ = now;
   int covered = 0;
   for (const Candidate& c : candidates) {
     if (covered >= needed) {
       break;
     }
-    reserved_nodes_.push_back(c.node);
+    nodes.push_back(c.node);
     reservation_start_ = std::max(reservation_start_, c.drained);
     covered += c.holds;
   }
+  setReservation(w, std::move(nodes));
+}
+
+void Scheduler::setReservation(WorkloadId w, std::vector<NodeIndex> nodes) {
+  if (w == reserved_for_ && nodes == reserved_nodes_) {
+    return;
+  }
+  for (NodeIndex n : reserved_nodes_) {
+    reserved_mask_[n] = 0;
+  }
+  reserved_for_ = w;
+  reserved_nodes_ = std::move(nodes);
+  for (NodeIndex n : reserved_nodes_) {
+    reserved_mask_[n] = 1;
+  }
+  // The nodes closed to most work moved: verdicts taken without them no longer hold.
+  std::erase_if(blocked_, [](const auto& entry) { return entry.first.restricted; });
 }
 
 std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
@@ -840,8 +1010,8 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       if (!reclaim && info.spec.priority <= lowest) {
         break;  // The rest of the queue is of no higher priority.
       }
-      if (info.pending > 0 && info.why.reason == WaitReason::kNoCapacity &&
-          info.awaited_victims == 0 && info.terminating == 0) {
+      if (info.pending > 0 && info.awaited_victims == 0 && info.terminating == 0 &&
+          explain(w).reason == WaitReason::kNoCapacity) {
         blocked.push_back(w);
         if (++taken == kPerQueue) {
           break;
@@ -1079,6 +1249,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
           tasks_[t].evicted_for = w;
           --victim.running;
           ++victim.terminating;
+          refile(c.unit.workload);
           out.evicted.push_back(
               {t, c.unit.workload, w, reclaim,
                fmt::format("{} by '{}' (queue '{}'): {}{} (allocated/fair share, milli-GPU)",
@@ -1089,6 +1260,9 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
         }
       }
       info.awaited_victims += chosen_tasks;
+      if (std::find(awaiting_.begin(), awaiting_.end(), w) == awaiting_.end()) {
+        awaiting_.push_back(w);
+      }
       info.why = {WaitReason::kWaitingForEvictions,
                   fmt::format("waiting for {} evicted task(s) to stop", chosen_tasks)};
       break;
@@ -1110,9 +1284,6 @@ PassResult Scheduler::schedule() {
       computeFairShare(tree_, capacity_);
     }
     fair_share_dirty_ = false;
-    if (reserved_for_ != kNoWorkload) {
-      ++capacity_epoch_;  // Who is below its fair share decides access to reserved nodes.
-    }
   }
   allocate(out);
   if (options_.fair_share) {

@@ -25,9 +25,12 @@
 // period), then wait as pending tasks again. Pure library: no threads, time from `Clock`.
 #pragma once
 
+#include <compare>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/clock.h"
@@ -35,6 +38,7 @@
 #include "model/gpu_catalogue.h"
 #include "model/node.h"
 #include "sched/cluster_state.h"
+#include "sched/filter.h"
 #include "sched/frag.h"
 #include "sched/placer.h"
 #include "sched/policy.h"
@@ -111,11 +115,12 @@ struct WorkloadInfo {
   int terminating = 0;
   int finished = 0;
   core::TimePoint submitted{};
-  uint64_t seq = 0;                     // Submission order.
-  Explanation why;                      // While pending.
-  int awaited_victims = 0;              // Tasks evicted for it that have not stopped yet.
-  uint64_t blocked_epoch = UINT64_MAX;  // Capacity epoch at which it last found no room.
-  uint32_t shape = 0;                   // The placer's class of its request.
+  uint64_t seq = 0;         // Submission order.
+  Explanation why;          // From its last try; see Scheduler::explain.
+  int awaited_victims = 0;  // Tasks evicted for it that have not stopped yet.
+  uint32_t shape = 0;       // The placer's class of its request.
+  int32_t bucket = -1;      // Index in its leaf queue's buckets; -1 = none.
+  uint64_t tried_pass = 0;  // The last pass that tried it.
 };
 
 class Scheduler {
@@ -142,6 +147,9 @@ class Scheduler {
   const WorkloadInfo& workload(WorkloadId w) const { return workloads_[w]; }
   const TaskInfo& task(TaskId t) const { return tasks_[t]; }
   size_t workloadCount() const { return workloads_.size(); }
+  // Why the workload is still pending (kNone once nothing is): its last try's reason, or the
+  // verdict that has kept its whole bucket from being tried since.
+  Explanation explain(WorkloadId w) const;
   // The resources a task of `w` is charged in queue accounting (its placement's model
   // dimension included when placed).
   Amounts taskAmounts(WorkloadId w, const Placement* placed) const;
@@ -157,6 +165,39 @@ class Scheduler {
 
   struct Unit;  // A victim: one elastic task, or all running tasks of a gang.
 
+  // Allocation order inside a leaf queue: priority (higher first), then submission.
+  using OrderKey = std::pair<int64_t, uint64_t>;  // (-priority, seq)
+  // Pending workloads of one leaf queue that are interchangeable for "is there room?": same
+  // request class, same number of tasks to place together, same preemptibility (quota rule)
+  // and, if they declare a maximum runtime, a bucket apart (backfill access differs per
+  // workload). One failed try answers for all members, so a pass skips whole buckets.
+  struct BucketKey {
+    uint32_t shape = 0;
+    int32_t need = 1;  // Gang remainder, or 1 for elastic tasks.
+    bool preemptible = true;
+    bool timed = false;
+    auto operator<=>(const BucketKey&) const = default;
+  };
+  struct Bucket {
+    BucketKey key;
+    std::map<OrderKey, WorkloadId> members;
+    uint64_t pass = 0;  // The pass in which `next` is valid.
+    OrderKey next{};    // Members before it were tried or passed over in that pass.
+    Explanation last;   // Why its last try failed; given to members that join while it holds.
+  };
+  // "No room for `need` tasks of class `shape`" (`restricted`: without the reserved nodes),
+  // true until a node that could hold one such task gains free resources.
+  struct BlockKey {
+    uint32_t shape = 0;
+    bool restricted = false;
+    int32_t need = 1;
+    auto operator<=>(const BlockKey&) const = default;
+  };
+  struct Blocked {
+    ResolvedRequest resolved;  // To test released nodes against.
+    std::string message;
+  };
+
   Amounts pendingAmounts(WorkloadId w) const;
   // Gives back a running or terminating task's resources and updates every account.
   void releaseTask(TaskId t);
@@ -170,21 +211,44 @@ class Scheduler {
   // `trial`, commits them into `out`); on a trial, rolls them back again.
   bool placeTasks(WorkloadId w, int count, bool trial, PassResult* out, Explanation* why);
   void allocate(PassResult& out);
+  // Tries the workload once: its gang minimum, then elastic tasks. Returns whether it placed any.
+  void tryWorkload(WorkloadId w, PassResult& out);
+  // The next workload of leaf `q` to try this pass (kNoWorkload when none).
+  WorkloadId nextInQueue(QueueId q);
+  // Files the workload in the bucket its state calls for (or in none once nothing is pending).
+  void refile(WorkloadId w);
+  OrderKey orderOf(WorkloadId w) const;
+  int32_t needOf(WorkloadId w) const;
+  // Whether the reserved nodes are closed to `w` (not its own, no backfill, queue not deprived).
+  bool restricted(WorkloadId w) const;
+  // The "no room" verdict that covers `need` tasks of class `shape`, or nullptr.
+  const Blocked* findBlocked(uint32_t shape, int32_t need, bool restricted) const;
+  bool isBlocked(uint32_t shape, int32_t need, bool restricted) const {
+    return findBlocked(shape, need, restricted) != nullptr;
+  }
+  // Forgets the "no room" verdicts that resources released since the last pass may overturn.
+  void unblock();
+  // Records a failed try: a "no room" verdict when `capacity`, and the bucket's explanation.
+  void noteFailure(WorkloadId w, bool capacity, bool restricted, int32_t need);
   void evictFor(bool reclaim, PassResult& out, int& evictions);
   std::vector<Unit> victimUnits(WorkloadId w) const;
 
+  // Sets the reserved workload and nodes (kNoWorkload, {} to end the reservation).
+  void setReservation(WorkloadId w, std::vector<NodeIndex> nodes);
   // Keeps nodes for the first blocked workload whose queue is within its fair share, so a big
   // gang is not starved by a stream of small ones. Sticky until it starts.
   void reserveFor(WorkloadId w);
   bool mayBackfill(WorkloadId w) const;
   void trackNodeTask(TaskId t, bool add);
 
-  std::vector<uint8_t> preference_;     // Scratch for gang placement, one entry per node.
-  std::vector<WorkloadId> tried_;       // Workloads the last allocate tried, in order.
-  std::vector<WorkloadId> unfinished_;  // In submission order (FIFO mode).
-  // Bumped whenever capacity may have appeared (a release, a change of reserved nodes or of
-  // fair shares while a reservation holds): blocked work is retried only then.
-  uint64_t capacity_epoch_ = 0;
+  std::vector<uint8_t> preference_;           // Scratch for gang placement, one entry per node.
+  std::vector<WorkloadId> unfinished_;        // In submission order (FIFO mode).
+  std::vector<std::vector<Bucket>> buckets_;  // Per leaf queue.
+  std::map<BlockKey, Blocked> blocked_;
+  std::vector<NodeIndex> released_nodes_;  // Since the last pass: free resources grew there.
+  std::vector<uint8_t> reserved_mask_;     // Per node: 1 if reserved.
+  std::vector<WorkloadId> awaiting_;       // Workloads waiting for their victims to stop.
+  uint64_t pass_ = 0;
   WorkloadId reserved_for_ = kNoWorkload;
   std::vector<NodeIndex> reserved_nodes_;
   core::TimePoint reservation_start_ = core::TimePoint::max();  // max() = unknown.
@@ -204,8 +268,9 @@ class Scheduler {
   std::vector<WorkloadInfo> workloads_;
   std::vector<TaskInfo> tasks_;
   std::vector<std::vector<WorkloadId>> queue_workloads_;  // Per leaf: unfinished workloads.
-  std::vector<Amounts> np_allocated_;                     // Non-preemptible, per queue.
-  std::unique_ptr<UsageHistory> usage_;                   // When usage_half_life > 0.
+  std::vector<uint32_t> finished_in_queue_;  // Per leaf: finished ones not yet dropped.
+  std::vector<Amounts> np_allocated_;        // Non-preemptible, per queue.
+  std::unique_ptr<UsageHistory> usage_;      // When usage_half_life > 0.
   bool fair_share_dirty_ = true;
   uint64_t next_seq_ = 0;
 };

@@ -90,7 +90,7 @@ TEST_F(SchedulerTest, BorrowsIdleGpusAndGivesBackExactlyTheOverShare) {
     EXPECT_TRUE(e.reclaim);
     EXPECT_NE(e.detail.find("reclaimed by 'b-job' (queue 'b')"), std::string::npos) << e.detail;
   }
-  EXPECT_EQ(s_->workload(b).why.reason, WaitReason::kWaitingForEvictions);
+  EXPECT_EQ(s_->explain(b).reason, WaitReason::kWaitingForEvictions);
   // Nothing more is evicted while the victims stop.
   EXPECT_TRUE(s_->schedule().evicted.empty());
   stopEvicted(r);
@@ -114,10 +114,10 @@ TEST_F(SchedulerTest, GangIsAllOrNothing) {
   PassResult r = s_->schedule();
   EXPECT_TRUE(r.started.empty());
   EXPECT_EQ(s_->cluster().usedGpuMilli(), 0);  // The first task was rolled back.
-  EXPECT_EQ(s_->workload(w).why.reason, WaitReason::kNoCapacity);
-  EXPECT_NE(s_->workload(w).why.message.find("no placement for task 2 of 2: 0/1 nodes fit"),
+  EXPECT_EQ(s_->explain(w).reason, WaitReason::kNoCapacity);
+  EXPECT_NE(s_->explain(w).message.find("no placement for task 2 of 2: 0/1 nodes fit"),
             std::string::npos)
-      << s_->workload(w).why.message;
+      << s_->explain(w).message;
 }
 
 TEST_F(SchedulerTest, GangStaysOnOneNodeWhenItFits) {
@@ -138,9 +138,8 @@ TEST_F(SchedulerTest, QueueLimitIsExplained) {
   WorkloadId w = submit("wide", "a", 4, 4, 1);
   s_->schedule();
   EXPECT_EQ(running(w), 0);
-  EXPECT_EQ(s_->workload(w).why.reason, WaitReason::kQueueLimit);
-  EXPECT_EQ(s_->workload(w).why.message,
-            "queue 'a' at its limit for gpu: 0 + 3000 > 2000 milli-GPU");
+  EXPECT_EQ(s_->explain(w).reason, WaitReason::kQueueLimit);
+  EXPECT_EQ(s_->explain(w).message, "queue 'a' at its limit for gpu: 0 + 3000 > 2000 milli-GPU");
   WorkloadId elastic = submit("elastic", "a", 4, 1, 1);
   s_->schedule();
   EXPECT_EQ(running(elastic), 2);  // Elastic tasks stop at the limit.
@@ -150,7 +149,7 @@ TEST_F(SchedulerTest, NonPreemptibleWorkMustFitTheQuota) {
   build(1, 2, 0);
   WorkloadId w = submit("serve", "a", 3, 3, 1, 0, /*preemptible=*/false);
   s_->schedule();
-  EXPECT_EQ(s_->workload(w).why.reason, WaitReason::kOverQuota);
+  EXPECT_EQ(s_->explain(w).reason, WaitReason::kOverQuota);
   WorkloadId ok = submit("serve-small", "a", 2, 2, 1, 0, false);
   s_->schedule();
   EXPECT_EQ(running(ok), 2);
@@ -185,7 +184,7 @@ TEST_F(SchedulerTest, MinimumRuntimeProtectsYoungTasks) {
   clock_.advance(seconds(100));
   WorkloadId b = submit("b-job", "b", 4, 4, 1);
   EXPECT_TRUE(s_->schedule().evicted.empty());
-  EXPECT_EQ(s_->workload(b).why.reason, WaitReason::kNoCapacity);
+  EXPECT_EQ(s_->explain(b).reason, WaitReason::kNoCapacity);
   clock_.advance(seconds(200));
   EXPECT_EQ(s_->schedule().evicted.size(), 4U);
 }
@@ -215,7 +214,7 @@ TEST_F(SchedulerTest, ReclaimOnlyWhenItLowersUnfairness) {
   WorkloadId b2 = submit("b-pair", "b", 1, 1, 2);
   PassResult r = s_->schedule();
   EXPECT_TRUE(r.evicted.empty());
-  EXPECT_EQ(s_->workload(b2).why.reason, WaitReason::kNoCapacity);
+  EXPECT_EQ(s_->explain(b2).reason, WaitReason::kNoCapacity);
   s_->cancel(b2);
   // One GPU instead fits b's fair share (4/4 < a's 5/4): one of a's tasks goes.
   WorkloadId b1 = submit("b-one", "b", 1, 1, 1);
@@ -257,7 +256,7 @@ TEST_F(SchedulerTest, FinishedTasksReleaseAndOthersStart) {
   WorkloadId second = submit("second", "a", 8, 8, 1);
   PassResult r = s_->schedule();
   EXPECT_EQ(running(first), 8);
-  EXPECT_EQ(s_->workload(second).why.reason, WaitReason::kNoCapacity);
+  EXPECT_EQ(s_->explain(second).reason, WaitReason::kNoCapacity);
   for (TaskId t : s_->workload(first).tasks) {
     s_->taskFinished(t);
   }
@@ -285,8 +284,8 @@ TEST_F(SchedulerTest, BigGangIsNotStarvedBySmallJobs) {
   PassResult r = s_->schedule();
   EXPECT_TRUE(r.started.empty());
   EXPECT_EQ(running(more), 0);
-  EXPECT_NE(s_->workload(more).why.message.find("reserved for a waiting gang"), std::string::npos)
-      << s_->workload(more).why.message;
+  EXPECT_NE(s_->explain(more).message.find("reserved for a waiting gang"), std::string::npos)
+      << s_->explain(more).message;
   for (int i = 12; i < 16; ++i) {
     s_->taskFinished(tasks[i]);
   }

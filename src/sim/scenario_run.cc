@@ -239,7 +239,7 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
     const sched::WorkloadInfo& info = s->workload(w);
     if (info.pending > 0) {
       record(out.makespan_s, "fail", w, -1, "",
-             fmt::format("{} task(s) never started: {}", info.pending, info.why.message));
+             fmt::format("{} task(s) never started: {}", info.pending, s->explain(w).message));
       ++out.failed_workloads;
     }
   }
