@@ -141,6 +141,7 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
   }
   s->queue_workloads_.resize(s->tree_.size());
   s->finished_in_queue_.assign(s->tree_.size(), 0);
+  s->running_priorities_.resize(s->tree_.size());
   s->buckets_.resize(s->tree_.size());
   s->reserved_mask_.assign(s->state_.nodeCount(), 0);
   s->np_allocated_.assign(s->tree_.size(), space.zeros());
@@ -253,6 +254,22 @@ core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
   return w;
 }
 
+void Scheduler::addRunning(WorkloadId w, int delta) {
+  WorkloadInfo& info = workloads_[w];
+  const bool before = info.running > 0;
+  info.running += delta;
+  const bool after = info.running > 0;
+  if (before == after || !info.spec.preemptible) {
+    return;
+  }
+  std::map<int32_t, int>& counts = running_priorities_[info.spec.queue];
+  if (after) {
+    ++counts[info.spec.priority];
+  } else if (--counts[info.spec.priority] == 0) {
+    counts.erase(info.spec.priority);
+  }
+}
+
 Scheduler::OrderKey Scheduler::orderOf(WorkloadId w) const {
   return {-static_cast<int64_t>(workloads_[w].spec.priority), workloads_[w].seq};
 }
@@ -301,7 +318,7 @@ void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out) {
   ++task.starts;
   trackNodeTask(t, true);
   --w.pending;
-  ++w.running;
+  addRunning(task.workload, +1);
   refile(task.workload);
   const QueueId q = w.spec.queue;
   tree_.addPending(q, pendingAmounts(task.workload), -1);
@@ -328,7 +345,7 @@ void Scheduler::releaseTask(TaskId t) {
     }
   }
   if (task.state == TaskState::kRunning) {
-    --w.running;
+    addRunning(task.workload, -1);
   } else {
     --w.terminating;
   }
@@ -609,6 +626,13 @@ Explanation Scheduler::explain(WorkloadId w) const {
       return {WaitReason::kNoCapacity, b->message};
     }
   }
+  if (info.why.reason == WaitReason::kNotReached && info.bucket >= 0) {
+    // Passed over with its bucket: its peers' reason is its own.
+    const Bucket& b = buckets_[info.spec.queue][static_cast<size_t>(info.bucket)];
+    if (b.last.reason != WaitReason::kNotReached) {
+      return b.last;
+    }
+  }
   return info.why;
 }
 
@@ -653,15 +677,16 @@ void Scheduler::noteFailure(WorkloadId w, bool capacity, bool restricted, int32_
 void Scheduler::tryWorkload(WorkloadId w, PassResult& out) {
   WorkloadInfo& info = workloads_[w];
   info.tried_pass = pass_;
-  info.why = {WaitReason::kNone, ""};
   const int core_needed = std::max(0, info.spec.min_available - info.running);
+  // Victims stopping for it may have made room that no verdict knows of yet.
+  if (info.awaited_victims == 0 && isBlocked(info.shape, std::max(1, core_needed), restricted(w))) {
+    info.why = explain(w);
+    return;
+  }
+  ++out.tried;
+  info.why = {WaitReason::kNone, ""};
   if (core_needed > 0) {
     const bool closed = restricted(w);
-    // Victims stopping for it may have made room that no verdict knows of yet.
-    if (info.awaited_victims == 0 && isBlocked(info.shape, core_needed, closed)) {
-      info.why = {WaitReason::kNoCapacity, "no room for a gang of this shape"};
-      return;
-    }
     if (!placeTasks(w, core_needed, false, &out, &info.why)) {
       if (info.awaited_victims > 0) {
         info.why = {WaitReason::kWaitingForEvictions,
@@ -908,25 +933,25 @@ void Scheduler::reserveFor(WorkloadId w) {
          1000LL * static_cast<int64_t>(node.gpus.size()) - state_.nodeState(n).free_gpu_milli, n,
          holds});
   }
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.drained != b.drained) {
-      return a.drained < b.drained;
-    }
-    if (a.used_milli != b.used_milli) {
-      return a.used_milli < b.used_milli;
-    }
-    return a.node < b.node;
-  });
+  // Each candidate holds at least one task: the first `needed` in order are all that can be used.
+  const auto used = static_cast<ptrdiff_t>(std::min<size_t>(candidates.size(), needed));
+  std::partial_sort(candidates.begin(), candidates.begin() + used, candidates.end(),
+                    [](const Candidate& a, const Candidate& b) {
+                      if (a.drained != b.drained) {
+                        return a.drained < b.drained;
+                      }
+                      if (a.used_milli != b.used_milli) {
+                        return a.used_milli < b.used_milli;
+                      }
+                      return a.node < b.node;
+                    });
   std::vector<NodeIndex> nodes;
   reservation_start_ = now;
   int covered = 0;
-  for (const Candidate& c : candidates) {
-    if (covered >= needed) {
-      break;
-    }
-    nodes.push_back(c.node);
-    reservation_start_ = std::max(reservation_start_, c.drained);
-    covered += c.holds;
+  for (auto c = candidates.begin(); c != candidates.begin() + used && covered < needed; ++c) {
+    nodes.push_back(c->node);
+    reservation_start_ = std::max(reservation_start_, c->drained);
+    covered += c->holds;
   }
   setReservation(w, std::move(nodes));
 }
@@ -980,30 +1005,32 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
 void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
   // Blocked workloads that could evict: for reclaim those of queues below their fair share, for
   // preemption those above the lowest priority running in their queue; a bounded number per
-  // queue and per pass, most deprived queue first.
+  // queue and per pass, most deprived queue first. Only the most deprived queues are looked at.
   constexpr size_t kPerQueue = 16;
   constexpr size_t kPerPass = 16;
-  std::vector<WorkloadId> blocked;
+  std::vector<std::pair<Ratio, QueueId>> leaves;
   for (QueueId q = 0; q < tree_.size(); ++q) {
     const Queue& queue = tree_.queue(q);
-    if (!queue.isLeaf() || queue_workloads_[q].empty()) {
+    if (!queue.isLeaf() || queue_workloads_[q].empty() ||
+        queue.pending[kGpuDim] + queue.pending[kCpuDim] + queue.pending[kMemoryDim] == 0) {
       continue;
     }
-    int32_t lowest = INT32_MAX;
-    if (reclaim) {
-      if (!lessThan(dominantShare(queue.allocated, queue.fair_share), Ratio{1, 1})) {
-        continue;
-      }
-    } else {
-      for (WorkloadId v : queue_workloads_[q]) {
-        if (workloads_[v].running > 0 && workloads_[v].spec.preemptible) {
-          lowest = std::min(lowest, workloads_[v].spec.priority);
-        }
-      }
-      if (lowest == INT32_MAX) {
-        continue;
-      }
+    const Ratio share = dominantShare(queue.allocated, queue.fair_share);
+    if (reclaim ? !lessThan(share, Ratio{1, 1}) : running_priorities_[q].empty()) {
+      continue;
     }
+    leaves.emplace_back(share, q);
+  }
+  std::stable_sort(leaves.begin(), leaves.end(),
+                   [](const auto& a, const auto& b) { return lessThan(a.first, b.first); });
+  std::vector<std::pair<Ratio, WorkloadId>> blocked;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    // Past the first kPerPass, only queues as deprived as the last one taken can still rank.
+    if (blocked.size() >= kPerPass && lessThan(leaves[i - 1].first, leaves[i].first)) {
+      break;
+    }
+    const QueueId q = leaves[i].second;
+    const int32_t lowest = reclaim ? INT32_MIN : running_priorities_[q].begin()->first;
     size_t taken = 0;
     for (WorkloadId w : queue_workloads_[q]) {
       const WorkloadInfo& info = workloads_[w];
@@ -1012,25 +1039,23 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       }
       if (info.pending > 0 && info.awaited_victims == 0 && info.terminating == 0 &&
           explain(w).reason == WaitReason::kNoCapacity) {
-        blocked.push_back(w);
+        blocked.emplace_back(leaves[i].first, w);
         if (++taken == kPerQueue) {
           break;
         }
       }
     }
   }
-  std::stable_sort(blocked.begin(), blocked.end(), [&](WorkloadId a, WorkloadId b) {
-    const Queue& qa = tree_.queue(workloads_[a].spec.queue);
-    const Queue& qb = tree_.queue(workloads_[b].spec.queue);
-    const Ratio sa = dominantShare(qa.allocated, qa.fair_share);
-    const Ratio sb = dominantShare(qb.allocated, qb.fair_share);
-    if (lessThan(sa, sb) || lessThan(sb, sa)) {
-      return lessThan(sa, sb);
+  std::stable_sort(blocked.begin(), blocked.end(), [&](const auto& a, const auto& b) {
+    if (lessThan(a.first, b.first) || lessThan(b.first, a.first)) {
+      return lessThan(a.first, b.first);
     }
-    if (workloads_[a].spec.priority != workloads_[b].spec.priority) {
-      return workloads_[a].spec.priority > workloads_[b].spec.priority;
+    const WorkloadInfo& wa = workloads_[a.second];
+    const WorkloadInfo& wb = workloads_[b.second];
+    if (wa.spec.priority != wb.spec.priority) {
+      return wa.spec.priority > wb.spec.priority;
     }
-    return workloads_[a].seq < workloads_[b].seq;
+    return wa.seq < wb.seq;
   });
   if (blocked.size() > kPerPass) {
     blocked.resize(kPerPass);
@@ -1044,7 +1069,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
     }
     return it->second;
   };
-  for (WorkloadId w : blocked) {
+  for (const auto& [unused_share, w] : blocked) {
     if (evictions >= options_.max_evictions_per_pass) {
       return;
     }
@@ -1077,14 +1102,21 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       for (size_t d = 0; d < need.size(); ++d) {
         need[d] *= needed;
       }
-      std::vector<QueueId> r_path = tree_.pathToRoot(r_leaf);
       struct Candidate {
         Unit unit;
         Ratio victim_share;  // Of the victim's ancestor where the two paths split.
         QueueId split_victim = kNoQueue;
         QueueId split_reclaimer = kNoQueue;
       };
-      std::vector<Candidate> candidates;
+      // Victim leaves grouped in levels of equal victim share, most over first: candidates are
+      // drawn level by level, and a level is expanded into units only when reached.
+      struct Source {
+        Ratio victim_share;
+        QueueId leaf;
+        QueueId split_victim;
+        QueueId split_reclaimer;
+      };
+      std::vector<Source> sources;
       if (reclaim) {
         // The reclaimer must stay within its fair share with the work added.
         Amounts after = tree_.queue(r_leaf).allocated;
@@ -1093,42 +1125,44 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
           continue;
         }
         for (QueueId v = 0; v < tree_.size(); ++v) {
-          if (v == r_leaf || !tree_.queue(v).isLeaf() || queue_workloads_[v].empty()) {
+          if (v == r_leaf || running_priorities_[v].empty()) {
             continue;
           }
           // Where the paths split: the children of the lowest common ancestor.
-          std::vector<QueueId> v_path = tree_.pathToRoot(v);
-          QueueId a_v = v_path.back();
-          QueueId a_r = r_path.back();
-          for (size_t i = 1; i <= std::min(v_path.size(), r_path.size()); ++i) {
-            a_v = v_path[v_path.size() - i];
-            a_r = r_path[r_path.size() - i];
-            if (a_v != a_r) {
-              break;
-            }
+          QueueId a_v = v;
+          QueueId a_r = r_leaf;
+          while (tree_.queue(a_v).depth > tree_.queue(a_r).depth) {
+            a_v = tree_.queue(a_v).parent;
+          }
+          while (tree_.queue(a_r).depth > tree_.queue(a_v).depth) {
+            a_r = tree_.queue(a_r).parent;
+          }
+          while (tree_.queue(a_v).parent != tree_.queue(a_r).parent) {
+            a_v = tree_.queue(a_v).parent;
+            a_r = tree_.queue(a_r).parent;
           }
           const Queue& av = tree_.queue(a_v);
           const Ratio s_v = dominantShare(av.allocated, av.fair_share);
           if (!greaterThanOne(s_v)) {
             continue;  // Only queues above their fair share give back.
           }
-          for (WorkloadId vw : queue_workloads_[v]) {
-            for (const Unit& u : units(vw)) {
-              candidates.push_back({u, s_v, a_v, a_r});
-            }
-          }
-        }
-      } else {
-        for (WorkloadId vw : queue_workloads_[r_leaf]) {
-          if (vw == w || workloads_[vw].spec.priority >= info.spec.priority) {
+          // The move must leave the reclaimer's side strictly below where the victim's is:
+          // if it cannot for this pair of sides, none of these victims qualifies.
+          const Queue& ar = tree_.queue(a_r);
+          Amounts ar_after = ar.allocated;
+          addTo(ar_after, need);
+          if (!lessThan(dominantShare(ar_after, ar.fair_share), s_v)) {
             continue;
           }
-          for (const Unit& u : units(vw)) {
-            candidates.push_back({u, Ratio{}, r_leaf, r_leaf});
-          }
+          sources.push_back({s_v, v, a_v, a_r});
         }
+        std::stable_sort(sources.begin(), sources.end(), [](const Source& a, const Source& b) {
+          return lessThan(b.victim_share, a.victim_share);
+        });
+      } else if (!running_priorities_[r_leaf].empty()) {
+        sources.push_back({Ratio{}, r_leaf, r_leaf, r_leaf});
       }
-      if (candidates.empty()) {
+      if (sources.empty()) {
         continue;
       }
       // Candidates in eviction order, drawn lazily from a heap: usually only a few are needed.
@@ -1159,7 +1193,29 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
         return a.unit.tasks.front() < b.unit.tasks.front();
       };
       auto later = [&](const Candidate& a, const Candidate& b) { return first(b, a); };
-      std::make_heap(candidates.begin(), candidates.end(), later);
+      std::vector<Candidate> candidates;
+      size_t next_source = 0;
+      // Refills the heap with the next level of sources; false when none is left.
+      auto nextLevel = [&]() {
+        while (candidates.empty() && next_source < sources.size()) {
+          const Ratio level = sources[next_source].victim_share;
+          while (next_source < sources.size() &&
+                 !lessThan(sources[next_source].victim_share, level) &&
+                 !lessThan(level, sources[next_source].victim_share)) {
+            const Source& src = sources[next_source++];
+            for (WorkloadId vw : queue_workloads_[src.leaf]) {
+              if (!reclaim && (vw == w || workloads_[vw].spec.priority >= info.spec.priority)) {
+                continue;
+              }
+              for (const Unit& u : units(vw)) {
+                candidates.push_back({u, src.victim_share, src.split_victim, src.split_reclaimer});
+              }
+            }
+          }
+          std::make_heap(candidates.begin(), candidates.end(), later);
+        }
+        return !candidates.empty();
+      };
       // Release victims one unit at a time (virtually: on the cluster state, restored below) until
       // the blocked work fits.
       std::vector<Candidate> chosen;
@@ -1167,7 +1223,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       std::unordered_map<QueueId, Amounts> freed;  // Per split ancestor of the victims.
       bool fits = false;
       int chosen_tasks = 0;
-      while (!candidates.empty()) {
+      while (nextLevel()) {
         std::pop_heap(candidates.begin(), candidates.end(), later);
         const Candidate c = std::move(candidates.back());
         candidates.pop_back();
@@ -1247,7 +1303,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
         for (TaskId t : c.unit.tasks) {
           tasks_[t].state = TaskState::kTerminating;
           tasks_[t].evicted_for = w;
-          --victim.running;
+          addRunning(c.unit.workload, -1);
           ++victim.terminating;
           refile(c.unit.workload);
           out.evicted.push_back(
@@ -1266,6 +1322,15 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       info.why = {WaitReason::kWaitingForEvictions,
                   fmt::format("waiting for {} evicted task(s) to stop", chosen_tasks)};
       break;
+    }
+  }
+}
+
+void Scheduler::forgetVerdicts() {
+  blocked_.clear();
+  for (std::vector<Bucket>& buckets : buckets_) {
+    for (Bucket& b : buckets) {
+      b.pass = 0;
     }
   }
 }

@@ -93,6 +93,7 @@ struct EvictDecision {
 struct PassResult {
   std::vector<StartDecision> started;
   std::vector<EvictDecision> evicted;
+  size_t tried = 0;  // Workloads the pass tried to place (the rest were known not to fit).
 };
 
 inline constexpr WorkloadId kNoWorkload = UINT32_MAX;
@@ -141,6 +142,9 @@ class Scheduler {
   void cancel(WorkloadId w);
 
   PassResult schedule();
+  // Drops every standing "no room" verdict, so the next pass tries all pending work again, as
+  // the first pass after a restart does. A cheap safety net for a driver to run now and then.
+  void forgetVerdicts();
 
   const QueueTree& queues() const { return tree_; }
   const ClusterState& cluster() const { return state_; }
@@ -218,6 +222,8 @@ class Scheduler {
   // Files the workload in the bucket its state calls for (or in none once nothing is pending).
   void refile(WorkloadId w);
   OrderKey orderOf(WorkloadId w) const;
+  // Changes `running` of `w` by `delta`, keeping `running_priorities_` up to date.
+  void addRunning(WorkloadId w, int delta);
   int32_t needOf(WorkloadId w) const;
   // Whether the reserved nodes are closed to `w` (not its own, no backfill, queue not deprived).
   bool restricted(WorkloadId w) const;
@@ -269,8 +275,10 @@ class Scheduler {
   std::vector<TaskInfo> tasks_;
   std::vector<std::vector<WorkloadId>> queue_workloads_;  // Per leaf: unfinished workloads.
   std::vector<uint32_t> finished_in_queue_;  // Per leaf: finished ones not yet dropped.
-  std::vector<Amounts> np_allocated_;        // Non-preemptible, per queue.
-  std::unique_ptr<UsageHistory> usage_;      // When usage_half_life > 0.
+  // Per leaf: how many preemptible workloads with running tasks there are, by priority.
+  std::vector<std::map<int32_t, int>> running_priorities_;
+  std::vector<Amounts> np_allocated_;    // Non-preemptible, per queue.
+  std::unique_ptr<UsageHistory> usage_;  // When usage_half_life > 0.
   bool fair_share_dirty_ = true;
   uint64_t next_seq_ = 0;
 };

@@ -310,5 +310,52 @@ TEST_F(SchedulerTest, BackfillsWhatEndsBeforeTheReservation) {
   EXPECT_EQ(running(short_one), 1);  // Ends at 110 s, before the nodes drain at 1000 s.
 }
 
+TEST_F(SchedulerTest, BlockedWorkWaitsUntilARelevantNodeFreesUp) {
+  build(2, 16, 0);
+  WorkloadId fill = submit("fill", "a", 16, 1, 1);
+  s_->schedule();
+  ASSERT_EQ(running(fill), 16);
+  // Two kinds of waiting work: one GPU and 4 CPUs, or one GPU and 200 of a node's 224 CPUs.
+  std::vector<WorkloadId> big;
+  std::vector<WorkloadId> small;
+  for (int i = 0; i < 20; ++i) {
+    WorkloadSpec spec;
+    spec.name = "big-" + std::to_string(i);
+    spec.queue = *s_->queues().find("a");
+    spec.request = testing::gpuTask(200000, 1);
+    big.push_back(s_->submit(spec).value());
+    small.push_back(submit("small-" + std::to_string(i), "a", 1, 1, 1));
+  }
+  // One try per kind of request answers for all twenty of that kind.
+  PassResult r = s_->schedule();
+  EXPECT_EQ(r.tried, 2U);
+  EXPECT_EQ(s_->explain(big[19]).reason, WaitReason::kNoCapacity);
+  EXPECT_NE(s_->explain(big[19]).message.find("0/2 nodes fit"), std::string::npos)
+      << s_->explain(big[19]).message;
+  // Nothing changed: nothing is tried.
+  EXPECT_EQ(s_->schedule().tried, 0U);
+  // One GPU frees up: room for one small task, not for a big one (the node's CPUs are taken).
+  s_->taskFinished(s_->workload(fill).tasks[0]);
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(r.started[0].workload, small[0]);
+  EXPECT_EQ(r.tried, 2U);  // small-0 started, small-1 found no room; no big one was tried.
+  EXPECT_EQ(s_->explain(small[1]).reason, WaitReason::kNoCapacity);
+  // Dropping the verdicts makes the next pass try each kind again.
+  s_->forgetVerdicts();
+  EXPECT_EQ(s_->schedule().tried, 2U);
+  // A whole node frees up: the first big workload starts there.
+  const NodeIndex node = r.started[0].placement.node;
+  for (TaskId t : s_->workload(fill).tasks) {
+    if (s_->task(t).state == TaskState::kRunning && s_->task(t).assignment.placement.node == node) {
+      s_->taskFinished(t);
+    }
+  }
+  s_->taskFinished(s_->workload(small[0]).tasks[0]);
+  r = s_->schedule();
+  EXPECT_EQ(running(big[0]), 1);
+  EXPECT_EQ(running(big[1]), 0);
+}
+
 }  // namespace
 }  // namespace tessera::sched
