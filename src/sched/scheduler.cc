@@ -972,6 +972,14 @@ void Scheduler::setReservation(WorkloadId w, std::vector<NodeIndex> nodes) {
   std::erase_if(blocked_, [](const auto& entry) { return entry.first.restricted; });
 }
 
+core::Duration Scheduler::protectedFor(TaskId t) const {
+  // Doubles with every eviction the task has had: it cannot be evicted more than about
+  // log2(runtime / min_runtime) times, and the work all its evictions lose is less than
+  // min_runtime * 2^k <= twice its own runtime (docs/fairness.md).
+  const uint32_t evictions = tasks_[t].starts > 0 ? tasks_[t].starts - 1 : 0;
+  return options_.min_runtime * (int64_t{1} << std::min<uint32_t>(evictions, 30));
+}
+
 std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
   const WorkloadInfo& info = workloads_[w];
   std::vector<Unit> units;
@@ -979,24 +987,31 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
     return units;
   }
   const core::TimePoint now = clock_.now();
+  auto young = [&](TaskId t) { return now - tasks_[t].started < protectedFor(t); };
   std::vector<TaskId> running;
   for (TaskId t : info.tasks) {
     if (tasks_[t].state == TaskState::kRunning) {
-      if (now - tasks_[t].started < options_.min_runtime) {
-        return {};  // Too young; the whole workload is protected while any task is.
-      }
       running.push_back(t);
     }
   }
   // Latest started first: least work lost.
-  std::sort(running.begin(), running.end(),
-            [&](TaskId a, TaskId b) { return tasks_[a].started > tasks_[b].started; });
+  std::sort(running.begin(), running.end(), [&](TaskId a, TaskId b) {
+    return tasks_[a].started != tasks_[b].started ? tasks_[a].started > tasks_[b].started : a < b;
+  });
+  // Elastic units from the tasks old enough to go; the rest are the gang's core, which goes
+  // whole or not at all.
   const int elastic = info.running - info.spec.min_available;
-  for (int i = 0; i < elastic; ++i) {
-    units.push_back({w, {running[static_cast<size_t>(i)]}, true, tasks_[running[i]].started});
+  int taken = 0;
+  std::vector<TaskId> core;
+  for (TaskId t : running) {
+    if (taken < elastic && !young(t)) {
+      units.push_back({w, {t}, true, tasks_[t].started});
+      ++taken;
+    } else {
+      core.push_back(t);
+    }
   }
-  std::vector<TaskId> core(running.begin() + std::max(0, elastic), running.end());
-  if (!core.empty()) {
+  if (!core.empty() && std::none_of(core.begin(), core.end(), young)) {
     units.push_back({w, core, false, tasks_[core.front()].started});
   }
   return units;

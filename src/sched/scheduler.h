@@ -18,7 +18,8 @@
 //   3. reclaim: a blocked workload whose queue is below its fair share may evict preemptible
 //      tasks of queues above theirs, only if that strictly lowers the lexicographic unfairness
 //      vector (the rule and the proof are in docs/fairness.md), only tasks that ran at least
-//      `min_runtime`, and at most `max_evictions_per_pass` in all;
+//      `min_runtime` (doubled for each earlier eviction of the task), and at most
+//      `max_evictions_per_pass` in all;
 //   4. preempt: inside one leaf queue, a blocked workload may evict preemptible tasks of
 //      strictly lower priority.
 // Evicted tasks keep their resources until the driver calls `taskStopped` (their grace
@@ -51,7 +52,8 @@ namespace tessera::sched {
 struct SchedulerOptions {
   std::string policy = "tessera";  // Placement policy (policy.h).
   bool fair_share = true;          // false: one FIFO over all queues, no reclaim.
-  core::Duration min_runtime{0};   // Before a task may be reclaimed or preempted.
+  // Before a task may be reclaimed or preempted; doubled for each eviction it already had.
+  core::Duration min_runtime{0};
   int max_evictions_per_pass = 64;
   // Usage history tilting the surplus split (docs/fairness.md); 0 = off.
   core::Duration usage_half_life{0};
@@ -238,6 +240,8 @@ class Scheduler {
   void noteFailure(WorkloadId w, bool capacity, bool restricted, int32_t need);
   void evictFor(bool reclaim, PassResult& out, int& evictions);
   std::vector<Unit> victimUnits(WorkloadId w) const;
+  // How long task `t` must run before it may be evicted: min_runtime * 2^(its evictions).
+  core::Duration protectedFor(TaskId t) const;
 
   // Sets the reserved workload and nodes (kNoWorkload, {} to end the reservation).
   void setReservation(WorkloadId w, std::vector<NodeIndex> nodes);

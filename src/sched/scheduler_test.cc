@@ -189,6 +189,54 @@ TEST_F(SchedulerTest, MinimumRuntimeProtectsYoungTasks) {
   EXPECT_EQ(s_->schedule().evicted.size(), 4U);
 }
 
+TEST_F(SchedulerTest, EachEvictionDoublesTheMinimumRuntime) {
+  SchedulerOptions o;
+  o.min_runtime = seconds(300);
+  build(1, 4, 4, o);
+  WorkloadId a = submit("a-train", "a", 8, 1, 1);
+  s_->schedule();
+  clock_.advance(seconds(300));
+  WorkloadId b = submit("b-job", "b", 4, 4, 1);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 4U);
+  stopEvicted(r);
+  s_->schedule();
+  ASSERT_EQ(running(b), 4);
+  // b leaves, a's evicted tasks restart; b comes back and may not take them again at once.
+  for (TaskId t : s_->workload(b).tasks) {
+    s_->taskFinished(t);
+  }
+  s_->schedule();
+  ASSERT_EQ(running(a), 8);
+  clock_.advance(seconds(300));
+  WorkloadId b2 = submit("b-again", "b", 4, 4, 1);
+  r = s_->schedule();
+  // Four of a's tasks never left: they are the victims now, not the restarted ones.
+  ASSERT_EQ(r.evicted.size(), 4U);
+  for (const EvictDecision& e : r.evicted) {
+    EXPECT_EQ(s_->task(e.task).starts, 1U);
+  }
+  stopEvicted(r);
+  s_->schedule();
+  ASSERT_EQ(running(b2), 4);
+  for (TaskId t : s_->workload(b2).tasks) {
+    s_->taskFinished(t);
+  }
+  s_->schedule();
+  // Every task of a has now been evicted once: 600 s of protection after a restart. The first
+  // four restarted 300 s before the others; at 599 s of running they are still protected.
+  clock_.advance(seconds(299));
+  submit("b-third", "b", 4, 4, 1);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  clock_.advance(seconds(1));
+  r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 4U);
+  for (const EvictDecision& e : r.evicted) {
+    EXPECT_EQ(s_->task(e.task).starts, 2U);
+    EXPECT_EQ(clock_.now() - s_->task(e.task).started, seconds(600));
+  }
+}
+
 TEST_F(SchedulerTest, EvictionsPerPassAreCapped) {
   SchedulerOptions o;
   o.max_evictions_per_pass = 3;
