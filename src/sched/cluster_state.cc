@@ -64,6 +64,25 @@ ClusterState::ClusterState(const model::GpuCatalogue& catalogue, std::vector<mod
   }
 }
 
+std::optional<std::span<const NodeIndex>> ClusterState::changesSince(uint64_t seq) const {
+  assert(seq <= journalEnd());
+  if (seq < journal_begin_) {
+    return std::nullopt;
+  }
+  return std::span<const NodeIndex>(journal_).subspan(seq - journal_begin_);
+}
+
+void ClusterState::touch(NodeIndex n) {
+  ++version_[n];
+  if (journal_.size() >= journalLimit()) {
+    // Dropping the older half keeps appends amortised O(1).
+    const size_t drop = journal_.size() / 2;
+    journal_.erase(journal_.begin(), journal_.begin() + static_cast<std::ptrdiff_t>(drop));
+    journal_begin_ += drop;
+  }
+  journal_.push_back(n);
+}
+
 int64_t ClusterState::gpuMemoryFor(const model::TaskRequest& req, const GpuState& gpu) {
   if (req.gpu_memory.value() > 0) {
     return req.gpu_memory.value();
@@ -150,7 +169,7 @@ Assignment ClusterState::apply(const model::TaskRequest& req, const Placement& p
     a.milli_per_gpu = milli;
     a.gpu_memory_per_gpu = mem;
   }
-  ++version_[p.node];
+  touch(p.node);
   return a;
 }
 
@@ -177,7 +196,7 @@ void ClusterState::release(const Assignment& a) {
     ns.free_gpu_milli += a.milli_per_gpu;
     used_gpu_milli_ -= a.milli_per_gpu;
   }
-  ++version_[p.node];
+  touch(p.node);
 }
 
 }  // namespace tessera::sched

@@ -4,6 +4,24 @@
 // and bump that node's version, so per-node caches (fragmentation, scores) know exactly what
 // to recompute. Nothing here allocates on the scoring path.
 //
+// Every version bump is also appended to a change journal, numbered by a sequence that only
+// grows, so a cache over many nodes can refresh just the nodes that changed since it last
+// looked instead of comparing every node's version:
+//
+//   uint64_t seen = state.journalEnd();
+//   ...                                      // state changes
+//   if (auto changed = state.changesSince(seen)) {
+//     for (NodeIndex n : *changed) refresh(n);   // Repeats are likely: compare versions.
+//   } else {
+//     refreshAll();                              // Fell too far behind: entries were trimmed.
+//   }
+//   seen = state.journalEnd();
+//
+// Any number of consumers may read the journal; none registers. Memory stays bounded: when the
+// journal reaches `journalLimit()` (4 x nodes + 1024) entries, its older half is dropped. A
+// consumer whose entries were dropped is more than 2 x nodes changes behind, so rescanning every
+// node costs it no more than reading the entries would have.
+//
 //   ClusterState state(catalogue, nodes, TrustGroups{});
 //   Assignment a = state.apply(req, placement);   // after a filter said it fits
 //   state.release(a);                              // back to the state before
@@ -12,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -114,6 +133,15 @@ class ClusterState {
   uint32_t version(NodeIndex n) const { return version_[n]; }
   const std::vector<uint32_t>& versions() const { return version_; }
 
+  // The change journal (see the top of this header). `journalEnd()` is the sequence number the
+  // next change will get. `changesSince(seq)` lists the nodes changed at sequence numbers
+  // `seq` .. `journalEnd() - 1`, oldest first, one entry per change; it returns nullopt when
+  // some of those entries were trimmed, and the caller must then treat every node as changed.
+  // The span is valid until the next `apply` or `release`. Precondition: seq <= journalEnd().
+  uint64_t journalEnd() const { return journal_begin_ + journal_.size(); }
+  std::optional<std::span<const NodeIndex>> changesSince(uint64_t seq) const;
+  size_t journalLimit() const { return 4 * nodes_.size() + 1024; }
+
   // Memory a task takes on each of its GPUs: its explicit GPU memory, or for a share without
   // one, the GPU's memory in proportion to the share.
   static int64_t gpuMemoryFor(const model::TaskRequest& req, const GpuState& gpu);
@@ -137,10 +165,15 @@ class ClusterState {
   std::vector<NodeState> node_state_;
   std::vector<GpuState> gpus_;
   std::vector<uint32_t> version_;
+  std::vector<NodeIndex> journal_;  // Node changed at sequence journal_begin_ + i.
+  uint64_t journal_begin_ = 0;
   int64_t used_gpu_milli_ = 0;
 
   int64_t total_cpu_milli_ = 0;
   int64_t used_cpu_milli_ = 0;
+
+  // Bumps the node's version and journals the change.
+  void touch(NodeIndex n);
 };
 
 }  // namespace tessera::sched

@@ -87,5 +87,37 @@ TEST(TrustGroupsTest, SameTenantOrSameGroup) {
   EXPECT_FALSE(t.mayShare(d, model::TenantId{5}));
 }
 
+TEST_F(ClusterStateTest, JournalListsEveryChangeSinceASequence) {
+  const uint64_t start = state_.journalEnd();
+  Assignment on_b = state_.apply(gpuTask(1000, 1), Placement{1, 0b01});
+  const uint64_t middle = state_.journalEnd();
+  Assignment on_a = state_.apply(gpuTask(1000, 1), Placement{0, 0b01});
+  state_.release(on_b);
+  auto all = state_.changesSince(start);
+  ASSERT_TRUE(all.has_value());
+  EXPECT_EQ(std::vector<NodeIndex>(all->begin(), all->end()), (std::vector<NodeIndex>{1, 0, 1}));
+  auto later = state_.changesSince(middle);
+  ASSERT_TRUE(later.has_value());
+  EXPECT_EQ(std::vector<NodeIndex>(later->begin(), later->end()), (std::vector<NodeIndex>{0, 1}));
+  EXPECT_TRUE(state_.changesSince(state_.journalEnd())->empty());
+  state_.release(on_a);
+  EXPECT_EQ(state_.journalEnd(), start + 4);
+}
+
+TEST_F(ClusterStateTest, JournalTrimsItsOlderHalfAndSaysWhenEntriesAreGone) {
+  const uint64_t start = state_.journalEnd();
+  const size_t limit = state_.journalLimit();
+  for (size_t i = 0; i < limit; ++i) {
+    state_.release(state_.apply(gpuTask(1000, 1), Placement{static_cast<NodeIndex>(i % 2), 1}));
+  }
+  // 2 x limit changes: the journal never kept more than `limit` of them, always the newest.
+  EXPECT_EQ(state_.journalEnd(), start + 2 * limit);
+  EXPECT_FALSE(state_.changesSince(start).has_value());
+  auto recent = state_.changesSince(state_.journalEnd() - limit / 2);
+  ASSERT_TRUE(recent.has_value());
+  ASSERT_EQ(recent->size(), limit / 2);
+  EXPECT_EQ(recent->back(), 1U);  // The last change was on node (limit - 1) % 2 = 1.
+}
+
 }  // namespace
 }  // namespace tessera::sched
