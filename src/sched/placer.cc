@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <bit>
 #include <numeric>
+#include <optional>
 
 namespace tessera::sched {
 
@@ -23,11 +26,23 @@ std::string Placer::Decision::explain(size_t node_count) const {
 }
 
 Placer::Placer(ClusterState& state, Policy& policy, std::vector<uint32_t> node_rank)
-    : state_(state), policy_(policy), rank_(std::move(node_rank)) {
-  if (rank_.size() != state_.nodeCount()) {
-    rank_.resize(state_.nodeCount());
-    std::iota(rank_.begin(), rank_.end(), 0);
+    : state_(state), policy_(policy), cacheable_(policy.cacheable()) {
+  const size_t n = state_.nodeCount();
+  if (node_rank.size() != n) {
+    node_rank.resize(n);
+    std::iota(node_rank.begin(), node_rank.end(), 0);
   }
+  std::vector<NodeIndex> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](NodeIndex a, NodeIndex b) {
+    return node_rank[a] != node_rank[b] ? node_rank[a] < node_rank[b] : a < b;
+  });
+  position_.resize(n);
+  for (size_t p = 0; p < n; ++p) {
+    position_[order[p]] = static_cast<uint32_t>(p);
+  }
+  leaves_ = std::bit_ceil(std::max<size_t>(n, 1));
+  mark_stamp_.assign(n, 0);
 }
 
 Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
@@ -50,33 +65,168 @@ Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
   return *it->second;
 }
 
-Placer::Decision Placer::decide(const model::TaskRequest& req,
-                                std::span<const uint8_t> preference) {
-  return decideFor(classFor(req), preference);
+Placer::Decision Placer::decide(const model::TaskRequest& req, std::span<const uint8_t> preference,
+                                std::span<const NodeIndex> marked) {
+  return decideFor(classFor(req), preference, marked);
 }
 
-Placer::Decision Placer::decideFor(RequestClass& cls, std::span<const uint8_t> preference) {
-  const ResolvedRequest& r = cls.resolved;
-  const bool cacheable = policy_.cacheable();
-  const std::vector<uint32_t>& versions = state_.versions();
+Placer::Decision Placer::place(const model::TaskRequest& req, std::span<const uint8_t> preference,
+                               std::span<const NodeIndex> marked) {
+  RequestClass& cls = classFor(req);
+  Decision d = decideFor(cls, preference, marked);
+  if (d.placed) {
+    d.assignment = state_.apply(req, d.placement);
+    policy_.onApplied(state_, cls.resolved, d.placement);
+  }
+  return d;
+}
+
+Placer::Decision Placer::decideFor(RequestClass& cls, std::span<const uint8_t> preference,
+                                   std::span<const NodeIndex> marked) {
+  if (!cacheable_ || (!preference.empty() && marked.empty())) {
+    return scan(cls, preference);
+  }
+  return decideIndexed(cls, preference, marked);
+}
+
+void Placer::refresh(RequestClass& cls, NodeIndex node) {
+  CacheEntry& e = cls.cache[node];
+  const uint32_t version = state_.version(node);
+  if (cacheable_ && e.version == version) {
+    return;
+  }
+  const FilterReason old_reason = e.reason;
+  NodeFit fit = checkNode(state_, node, cls.resolved);
+  e.version = version;
+  e.reason = fit.reason;
+  if (fit.fits()) {
+    Choice c = policy_.score(state_, node, cls.resolved, fit.eligible);
+    e.score = c.score;
+    e.gpus = c.gpus;
+    e.mig_start = static_cast<int16_t>(c.mig_start);
+  }
+  if (cls.indexed) {
+    --cls.count[static_cast<size_t>(old_reason)];
+    ++cls.count[static_cast<size_t>(e.reason)];
+    setLeaf(cls, node, fit.fits() ? node : kNoNode);
+  }
+}
+
+void Placer::setLeaf(RequestClass& cls, NodeIndex node, NodeIndex value) {
+  std::vector<NodeIndex>& t = cls.tree;
+  size_t i = leaves_ + position_[node];
+  t[i] = value;
+  for (i /= 2; i >= 1; i /= 2) {
+    t[i] = winner(cls, t[2 * i], t[2 * i + 1]);
+  }
+}
+
+void Placer::rebuildIndex(RequestClass& cls) {
+  cls.indexed = false;  // So `refresh` leaves the index alone while it is rebuilt.
+  const auto n = static_cast<NodeIndex>(state_.nodeCount());
+  cls.count.fill(0);
+  cls.tree.assign(2 * leaves_, kNoNode);
+  for (NodeIndex i = 0; i < n; ++i) {
+    refresh(cls, i);
+    const FilterReason reason = cls.cache[i].reason;
+    ++cls.count[static_cast<size_t>(reason)];
+    if (reason == FilterReason::kNone) {
+      cls.tree[leaves_ + position_[i]] = i;
+    }
+  }
+  std::vector<NodeIndex>& t = cls.tree;
+  for (size_t i = leaves_ - 1; i >= 1; --i) {
+    t[i] = winner(cls, t[2 * i], t[2 * i + 1]);
+  }
+  cls.indexed = true;
+}
+
+void Placer::catchUp(RequestClass& cls) {
+  const uint64_t end = state_.journalEnd();
+  if (cls.indexed && cls.journal_seen == end) {
+    return;
+  }
+  std::optional<std::span<const NodeIndex>> changed;
+  if (cls.indexed) {
+    changed = state_.changesSince(cls.journal_seen);
+  }
+  if (changed) {
+    for (NodeIndex n : *changed) {
+      refresh(cls, n);  // A no-op for repeats: the version already matches.
+    }
+  } else {
+    rebuildIndex(cls);
+  }
+  cls.journal_seen = end;
+}
+
+Placer::Decision Placer::decideIndexed(RequestClass& cls, std::span<const uint8_t> preference,
+                                       std::span<const NodeIndex> marked) {
+  catchUp(cls);
+  Decision d;
+  for (size_t r = 1; r < kFilterReasonCount; ++r) {
+    d.rejected[r] = cls.count[r];
+  }
+  // The best preferred node, and how many distinct feasible nodes are forbidden.
+  NodeIndex best = kNoNode;
+  int best_level = 0;
+  uint32_t forbidden = 0;
+  if (!preference.empty()) {
+    if (++mark_epoch_ == 0) {  // Wrapped: stamps from 2^32 decisions ago would look current.
+      std::fill(mark_stamp_.begin(), mark_stamp_.end(), 0);
+      mark_epoch_ = 1;
+    }
+    for (NodeIndex m : marked) {
+      const int level = preference[m];
+      if (level == 0 || mark_stamp_[m] == mark_epoch_) {
+        continue;
+      }
+      mark_stamp_[m] = mark_epoch_;
+      if (cls.cache[m].reason != FilterReason::kNone) {
+        continue;
+      }
+      if (level == kForbidden) {
+        ++forbidden;
+      } else if (best == kNoNode || level > best_level ||
+                 (level == best_level && beats(cls, m, best))) {
+        best = m;
+        best_level = level;
+      }
+    }
+  }
+  d.rejected[static_cast<size_t>(FilterReason::kReserved)] += forbidden;
+  d.feasible = cls.count[static_cast<size_t>(FilterReason::kNone)] - forbidden;
+  if (best == kNoNode) {
+    // No preferred node fits: every feasible node is at level 0 or forbidden. The root is the
+    // best; while it is forbidden, take it out for this query and look again.
+    best = cls.tree[1];
+    if (!preference.empty()) {
+      masked_.clear();
+      while (best != kNoNode && preference[best] == kForbidden) {
+        setLeaf(cls, best, kNoNode);
+        masked_.push_back(best);
+        best = cls.tree[1];
+      }
+      for (NodeIndex m : masked_) {
+        setLeaf(cls, m, m);  // It was the root, so it fits.
+      }
+    }
+  }
+  if (best != kNoNode) {
+    choose(cls, best, d);
+  }
+  return d;
+}
+
+Placer::Decision Placer::scan(RequestClass& cls, std::span<const uint8_t> preference) {
   Decision d;
   int64_t best_score = 0;
   int best_level = 0;
   NodeIndex best = 0;
   const auto n = static_cast<NodeIndex>(state_.nodeCount());
   for (NodeIndex i = 0; i < n; ++i) {
-    CacheEntry& e = cls.cache[i];
-    if (!cacheable || e.version != versions[i]) {
-      NodeFit fit = checkNode(state_, i, r);
-      e.version = versions[i];
-      e.reason = fit.reason;
-      if (fit.fits()) {
-        Choice c = policy_.score(state_, i, r, fit.eligible);
-        e.score = c.score;
-        e.gpus = c.gpus;
-        e.mig_start = static_cast<int16_t>(c.mig_start);
-      }
-    }
+    refresh(cls, i);
+    const CacheEntry& e = cls.cache[i];
     if (e.reason != FilterReason::kNone) {
       ++d.rejected[static_cast<size_t>(e.reason)];
       continue;
@@ -88,36 +238,29 @@ Placer::Decision Placer::decideFor(RequestClass& cls, std::span<const uint8_t> p
     }
     if (d.feasible == 0 || level > best_level ||
         (level == best_level &&
-         (e.score > best_score || (e.score == best_score && rank_[i] < rank_[best])))) {
+         (e.score > best_score || (e.score == best_score && position_[i] < position_[best])))) {
       best_level = level;
       best_score = e.score;
       best = i;
     }
     ++d.feasible;
   }
-  if (d.feasible == 0) {
-    return d;
-  }
-  const CacheEntry& e = cls.cache[best];
-  d.placed = true;
-  d.placement.node = best;
-  d.placement.gpus = e.gpus;
-  d.placement.mig_start = e.mig_start;
-  if (r.mig && e.gpus != 0) {
-    const GpuState& g = state_.gpus(best)[std::countr_zero(e.gpus)];
-    d.placement.mig_profile = r.mig_profile[g.model.value()];
+  if (d.feasible > 0) {
+    choose(cls, best, d);
   }
   return d;
 }
 
-Placer::Decision Placer::place(const model::TaskRequest& req, std::span<const uint8_t> preference) {
-  RequestClass& cls = classFor(req);
-  Decision d = decideFor(cls, preference);
-  if (d.placed) {
-    d.assignment = state_.apply(req, d.placement);
-    policy_.onApplied(state_, cls.resolved, d.placement);
+void Placer::choose(const RequestClass& cls, NodeIndex node, Decision& d) const {
+  const CacheEntry& e = cls.cache[node];
+  d.placed = true;
+  d.placement.node = node;
+  d.placement.gpus = e.gpus;
+  d.placement.mig_start = e.mig_start;
+  if (cls.resolved.mig && e.gpus != 0) {
+    const GpuState& g = state_.gpus(node)[std::countr_zero(e.gpus)];
+    d.placement.mig_profile = cls.resolved.mig_profile[g.model.value()];
   }
-  return d;
 }
 
 Assignment Placer::applyAt(const model::TaskRequest& req, const Placement& p) {

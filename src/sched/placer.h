@@ -1,4 +1,4 @@
-// The placer: runs the filters and the policy's score over every node and picks the best.
+// The placer: runs the filters and the policy's score over the nodes and picks the best.
 //
 //   Placer placer(state, *policy, node_rank);
 //   Placer::Decision d = placer.place(request);
@@ -9,8 +9,27 @@
 // so a tie is a first fit in that order, not a coin flip per decision.
 //
 // Per request shape ("class") the placer caches each node's filter verdict and score, stamped
-// with the node's version: placing a task invalidates only the node it touched, so a decision
-// costs one version compare per unchanged node. Single-threaded, like `ClusterState`.
+// with the node's version, and keeps an index over that cache:
+//   - how many nodes each filter rejects (`count`), so `Decision::rejected` needs no scan;
+//   - a tournament tree over the nodes in tie-break order (rank, then index): each leaf holds
+//     its node if the node fits, each inner entry the better of its two children (higher
+//     score; on equal scores the left one, i.e. the smaller rank), so the root is the best
+//     feasible node.
+// A decision first brings the class up to date: it rescores only the nodes that the cluster
+// state's change journal lists since the class last looked (each a leaf update, O(log nodes)),
+// or every node when the class is new or so far behind that the journal has dropped its
+// entries. Then the answer is the root. A placement changes one node, so with warm classes a
+// decision costs O(changes x log nodes), not a pass over every node.
+//
+// Preferences (gangs, reservations) are one level per node; callers also pass `marked`, the
+// nodes whose level is not 0, so the index need not read the whole span: the best feasible
+// marked node with a level in 1..254 wins if there is one; otherwise the root wins, after
+// forbidden nodes that outrank it are taken out of the tree for the query and put back.
+//
+// Policies whose scores are not a function of the node's state (`Policy::cacheable()` false,
+// e.g. "random") and calls with a preference span but no `marked` use the full scan instead:
+// every node's version compared, stale ones rescored. Both paths give identical decisions.
+// Single-threaded, like `ClusterState`.
 #pragma once
 
 #include <array>
@@ -50,11 +69,16 @@ class Placer {
 
   // Chooses a placement for `req` without changing the state. With `preference` (one level per
   // node, empty = none), a feasible node of a higher level wins over any of a lower level; the
-  // score decides within a level; level `kForbidden` excludes the node. Gangs use it to stay on
-  // one node or NVLink domain, reservations to keep nodes for a waiting gang.
-  Decision decide(const model::TaskRequest& req, std::span<const uint8_t> preference = {});
+  // score decides within a level; level `kForbidden` excludes the node (counted as
+  // `FilterReason::kReserved`). Gangs use it to stay on one node or NVLink domain, reservations
+  // to keep nodes for a waiting gang. `marked` lists every node whose level is not 0 (repeats
+  // allowed; a node of level 0 in it is ignored); without it a non-empty `preference` costs a
+  // full scan. Precondition: `preference` is empty or has one entry per node.
+  Decision decide(const model::TaskRequest& req, std::span<const uint8_t> preference = {},
+                  std::span<const NodeIndex> marked = {});
   // Chooses and applies it.
-  Decision place(const model::TaskRequest& req, std::span<const uint8_t> preference = {});
+  Decision place(const model::TaskRequest& req, std::span<const uint8_t> preference = {},
+                 std::span<const NodeIndex> marked = {});
   // Applies a placement chosen earlier (to restore a released task exactly), telling the policy.
   Assignment applyAt(const model::TaskRequest& req, const Placement& p);
   // Undoes a `place` or `applyAt`.
@@ -74,14 +98,61 @@ class Placer {
     uint32_t id = 0;
     ResolvedRequest resolved;
     std::vector<CacheEntry> cache;  // By node.
+    // The index (see the top of this header). Built on the class's first indexed decision;
+    // cacheable policies only.
+    bool indexed = false;
+    uint64_t journal_seen = 0;  // `ClusterState::journalEnd()` when the class last caught up.
+    std::array<uint32_t, kFilterReasonCount> count{};  // Nodes by cached reason; [kNone] fit.
+    std::vector<NodeIndex> tree;  // [1] is the root, [leaves_ + position] the leaves.
   };
 
   RequestClass& classFor(const model::TaskRequest& req);
-  Decision decideFor(RequestClass& cls, std::span<const uint8_t> preference);
+  Decision decideFor(RequestClass& cls, std::span<const uint8_t> preference,
+                     std::span<const NodeIndex> marked);
+  // The full scan: every node's version compared, the best found by walking them all.
+  Decision scan(RequestClass& cls, std::span<const uint8_t> preference);
+  // The indexed decision. Precondition: the policy is cacheable; `marked` as for `decide`.
+  Decision decideIndexed(RequestClass& cls, std::span<const uint8_t> preference,
+                         std::span<const NodeIndex> marked);
+  // Fills in the placement on `node` from the class's cache.
+  void choose(const RequestClass& cls, NodeIndex node, Decision& d) const;
+
+  // Rescores `node` for the class if its cache entry is stale (or always, for policies that
+  // are not cacheable), keeping the index in step when the class has one.
+  void refresh(RequestClass& cls, NodeIndex node);
+  // Brings the class's index up to date with the state, building it on first use.
+  void catchUp(RequestClass& cls);
+  void rebuildIndex(RequestClass& cls);
+  // Sets the leaf of `node` to `value` (the node itself or kNoNode) and updates its ancestors.
+  void setLeaf(RequestClass& cls, NodeIndex node, NodeIndex value);
+  // True when node `a` beats node `b` at the same preference level: higher score, then
+  // earlier in tie-break order.
+  bool beats(const RequestClass& cls, NodeIndex a, NodeIndex b) const {
+    const int64_t sa = cls.cache[a].score;
+    const int64_t sb = cls.cache[b].score;
+    return sa > sb || (sa == sb && position_[a] < position_[b]);
+  }
+  // The better of two tree entries, either of which may be kNoNode.
+  NodeIndex winner(const RequestClass& cls, NodeIndex a, NodeIndex b) const {
+    if (a == kNoNode) {
+      return b;
+    }
+    return b != kNoNode && beats(cls, b, a) ? b : a;
+  }
+
+  static constexpr NodeIndex kNoNode = UINT32_MAX;
 
   ClusterState& state_;
   Policy& policy_;
-  std::vector<uint32_t> rank_;
+  const bool cacheable_;  // `policy_.cacheable()`, a fixed property of the policy.
+  // By node: its place in tie-break order (rank, then index), so equal ranks tie as before.
+  std::vector<uint32_t> position_;
+  size_t leaves_ = 1;  // Leaves of every class's tree: a power of two >= the node count.
+  // Scratch for indexed decisions: `mark_stamp_[n] == mark_epoch_` when node n was seen in
+  // this decision's `marked`; `masked_` lists the forbidden nodes taken out of the tree.
+  std::vector<uint32_t> mark_stamp_;
+  uint32_t mark_epoch_ = 0;
+  std::vector<NodeIndex> masked_;
   std::unordered_map<std::string, std::unique_ptr<RequestClass>> classes_;
   std::string key_buffer_;
 };

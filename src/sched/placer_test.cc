@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
+
+#include "core/rng.h"
+#include "sched/frag.h"
 #include "sched/test_util.h"
 
 namespace tessera::sched {
@@ -72,6 +76,308 @@ TEST_F(PlacerTest, PlaceAppliesTheChoice) {
   EXPECT_EQ(state_.nodeState(d.placement.node).idle_gpus, 0);
   EXPECT_EQ(state_.usedGpuMilli(), 2000);
   EXPECT_EQ(placer.place(cpuTask(100000)).placed, false);
+}
+
+TEST_F(PlacerTest, MarkedPreferencesPickThePreferredAndSkipTheForbidden) {
+  Placer placer(state_, *policy_);
+  const model::TaskRequest req = gpuTask(1000, 1);
+  ASSERT_EQ(placer.decide(req).placement.node, 2U);  // bestfit's choice without preferences.
+
+  // The best node forbidden: the next best wins; a repeated mark counts once.
+  std::vector<uint8_t> pref = {0, 0, Placer::kForbidden};
+  std::vector<NodeIndex> marked = {2, 2};
+  Placer::Decision d = placer.decide(req, pref, marked);
+  EXPECT_EQ(d.placement.node, 0U);
+  EXPECT_EQ(d.rejected[static_cast<size_t>(FilterReason::kReserved)], 1U);
+  EXPECT_EQ(d.feasible, 2U);
+
+  // A preferred node beats a better score; forbidding everything places nothing.
+  pref = {0, 1, Placer::kForbidden};
+  marked = {1, 2, 1};
+  EXPECT_EQ(placer.decide(req, pref, marked).placement.node, 1U);
+  pref = {Placer::kForbidden, Placer::kForbidden, Placer::kForbidden};
+  marked = {0, 1, 2};
+  d = placer.decide(req, pref, marked);
+  EXPECT_FALSE(d.placed);
+  EXPECT_EQ(d.feasible, 0U);
+  EXPECT_EQ(d.explain(3), "0/3 nodes fit: 3 reserved for a waiting gang");
+
+  // Without `marked`, the full scan answers the same.
+  d = placer.decide(req, pref);
+  EXPECT_FALSE(d.placed);
+  EXPECT_EQ(d.rejected[static_cast<size_t>(FilterReason::kReserved)], 3U);
+}
+
+// The index must give exactly the decisions of the full scan. Two identical clusters, one
+// placer path each: the reference always takes the full scan (a preference span without
+// `marked`, all zeros when there is no preference), the other the index. Both see the same
+// random sequence of placements, releases and decisions with random preferences.
+namespace equivalence {
+
+std::vector<model::Node> mixedNodes(const model::GpuCatalogue& cat, int n) {
+  std::vector<model::Node> nodes;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = "n" + std::to_string(i);
+    switch (i % 7) {
+      case 0:
+        nodes.push_back(testing::node(cat, name, 8, 32, "T4", 2));
+        break;
+      case 1:
+        nodes.push_back(testing::node(cat, name, 32, 128, "T4", 4));
+        break;
+      case 2:
+        nodes.push_back(testing::node(cat, name, 64, 256, "V100M32", 8));
+        break;
+      case 3:
+        nodes.push_back(testing::node(cat, name, 128, 1024, "H100-80GB", 8));
+        break;
+      case 4:
+        nodes.push_back(testing::node(cat, name, 48, 512, "A100-80GB", 4));
+        break;
+      case 5:
+        nodes.push_back(testing::node(cat, name, 16, 64, "T4", 0));  // CPU only.
+        break;
+      default:
+        nodes.push_back(testing::node(cat, name, 96, 768, "H100-80GB", 2));
+        break;
+    }
+  }
+  return nodes;
+}
+
+std::vector<model::TaskRequest> requestMix(const model::GpuCatalogue& cat) {
+  std::vector<model::TaskRequest> mix = {
+      testing::cpuTask(4000, 8192),
+      testing::gpuTask(4000, 1),
+      testing::gpuTask(8000, 2),
+      testing::gpuTask(16000, 4),
+      testing::gpuTask(24000, 8),
+      testing::gpuTask(2000, 1, 250),
+      testing::gpuTask(2000, 1, 500),
+      testing::gpuTask(1000, 1, 700),
+      testing::gpuTask(4000, 1, 1000, 300 * 1024),  // Fits only the big-memory nodes.
+      testing::migTask("1g.10gb"),
+      testing::migTask("3g.40gb"),
+      testing::migTask("7g.80gb", 8000),
+  };
+  model::TaskRequest v100_only = testing::gpuTask(4000, 1);
+  v100_only.models = {*cat.find("V100M32")};
+  mix.push_back(v100_only);
+  model::TaskRequest other_tenant = testing::gpuTask(2000, 1, 500);
+  other_tenant.tenant = model::TenantId{1};  // May not share a GPU with tenant 0 (trust).
+  mix.push_back(other_tenant);
+  return mix;
+}
+
+FragModel fragFor(const model::GpuCatalogue& cat, const std::vector<model::TaskRequest>& mix) {
+  std::vector<PodShape> shapes;
+  for (const model::TaskRequest& r : mix) {
+    if (!r.isMig()) {
+      shapes.push_back(
+          {r.cpu.value(), static_cast<int32_t>(r.gpu_milli.value()), r.gpu_count, r.models});
+    }
+  }
+  return FragModel(typicalPods(shapes, 1.0), cat.size());
+}
+
+// One cluster with its policy.
+struct Side {
+  Side(const model::GpuCatalogue& cat, const std::vector<model::Node>& nodes,
+       const std::string& policy_name, const FragModel& frag)
+      : state(cat, nodes), rng(11) {
+    policy = std::move(makePolicy(policy_name, PolicyContext{&frag, &rng}, state)).value();
+  }
+  ClusterState state;
+  core::Rng rng;
+  std::unique_ptr<Policy> policy;
+};
+
+std::string describe(const Placer::Decision& d) {
+  std::string out = d.placed ? "placed on " + std::to_string(d.placement.node) : "not placed";
+  out += " gpus=" + std::to_string(d.placement.gpus) +
+         " mig=" + std::to_string(d.placement.mig_profile) + "@" +
+         std::to_string(d.placement.mig_start) + " feasible=" + std::to_string(d.feasible) +
+         " rejected=";
+  for (uint32_t r : d.rejected) {
+    out += std::to_string(r) + ",";
+  }
+  return out;
+}
+
+// One string per decision, so a mismatch shows both in full.
+::testing::AssertionResult same(const Placer::Decision& want, const Placer::Decision& got) {
+  if (describe(want) == describe(got)) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "full scan: " << describe(want) << "\n    index: " << describe(got);
+}
+
+}  // namespace equivalence
+
+class PlacerIndexTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PlacerIndexTest, DecisionsMatchTheFullScan) {
+  using equivalence::Side;
+  const model::GpuCatalogue cat = model::GpuCatalogue::builtin();
+  const std::vector<model::Node> nodes = equivalence::mixedNodes(cat, 350);
+  const std::vector<model::TaskRequest> mix = equivalence::requestMix(cat);
+  const FragModel frag = equivalence::fragFor(cat, mix);
+  const auto n = static_cast<NodeIndex>(nodes.size());
+  core::Rng rng(2024);
+  std::vector<uint32_t> rank(n);
+  std::iota(rank.begin(), rank.end(), 0);
+  rng.shuffle(std::span<uint32_t>(rank));
+
+  Side ref(cat, nodes, GetParam(), frag);
+  Side idx(cat, nodes, GetParam(), frag);
+  Placer scan(ref.state, *ref.policy, rank);
+  // Two placers over the indexed cluster: each keeps its own classes and reads the journal.
+  Placer indexed_a(idx.state, *idx.policy, rank);
+  Placer indexed_b(idx.state, *idx.policy, rank);
+
+  struct Live {
+    size_t req;
+    Assignment ref, idx;
+    Placer* placer;
+  };
+  std::vector<Live> live;
+  std::vector<uint8_t> pref(n, 0);
+  std::vector<NodeIndex> marked;
+  int placed = 0;
+  int skipped_forbidden = 0;
+  for (int step = 0; step < 6000; ++step) {
+    // Phases of filling and draining, so decisions see both roomy and nearly full clusters.
+    const uint64_t release_pct = (step / 1500) % 2 == 0 ? 20 : 60;
+    const uint64_t op = rng.uniform(100);
+    if (op < release_pct && !live.empty()) {
+      const size_t k = rng.uniform(live.size());
+      const Live l = live[k];
+      live[k] = live.back();
+      live.pop_back();
+      scan.release(mix[l.req], l.ref);
+      l.placer->release(mix[l.req], l.idx);
+      continue;
+    }
+    const size_t req = rng.uniform(mix.size());
+    const model::TaskRequest& r = mix[req];
+    Placer& indexed = rng.uniform(2) == 0 ? indexed_a : indexed_b;
+
+    // Preferences: none, a few preferred and forbidden nodes, many forbidden, or the best
+    // nodes forbidden so the index must walk past them.
+    std::fill(pref.begin(), pref.end(), 0);
+    marked.clear();
+    const uint64_t mode = rng.uniform(4);
+    auto mark = [&](NodeIndex m, uint8_t level) {
+      pref[m] = level;
+      marked.push_back(m);
+      if (rng.uniform(4) == 0) {
+        marked.push_back(m);  // Repeats are allowed.
+      }
+    };
+    if (mode == 1) {
+      for (uint64_t k = rng.uniform(12); k > 0; --k) {
+        static constexpr uint8_t kLevels[] = {1, 2, 3, Placer::kForbidden};
+        mark(static_cast<NodeIndex>(rng.uniform(n)), kLevels[rng.uniform(4)]);
+      }
+    } else if (mode == 2) {
+      for (NodeIndex m = 0; m < n; ++m) {
+        if (rng.uniform(3) == 0) {
+          mark(m, Placer::kForbidden);
+        }
+      }
+    } else if (mode == 3) {
+      for (uint64_t k = 1 + rng.uniform(6); k > 0; --k) {
+        Placer::Decision best = scan.decide(r, pref);
+        ASSERT_TRUE(equivalence::same(best, indexed.decide(r, pref, marked))) << "step " << step;
+        if (!best.placed) {
+          break;
+        }
+        mark(best.placement.node, Placer::kForbidden);
+        ++skipped_forbidden;
+      }
+      if (rng.uniform(2) == 0) {
+        mark(static_cast<NodeIndex>(rng.uniform(n)), 2);
+      }
+    }
+    if (!marked.empty() && rng.uniform(3) == 0) {
+      marked.push_back(static_cast<NodeIndex>(rng.uniform(n)));  // Level 0 in `marked`: ignored.
+    }
+    // Now and then the indexed placer also takes the full scan on its (indexed) classes.
+    const bool indexed_scans = mode != 0 && rng.uniform(10) == 0;
+    const std::span<const uint8_t> idx_pref =
+        mode == 0 ? std::span<const uint8_t>{} : std::span<const uint8_t>(pref);
+    const std::span<const NodeIndex> idx_marked =
+        indexed_scans ? std::span<const NodeIndex>{} : std::span<const NodeIndex>(marked);
+
+    const bool apply = rng.uniform(4) != 0;
+    Placer::Decision want = apply ? scan.place(r, pref) : scan.decide(r, pref);
+    Placer::Decision got =
+        apply ? indexed.place(r, idx_pref, idx_marked) : indexed.decide(r, idx_pref, idx_marked);
+    ASSERT_TRUE(equivalence::same(want, got))
+        << "step " << step << ", request " << req << ", preference mode " << mode;
+    if (apply && want.placed) {
+      live.push_back({req, want.assignment, got.assignment, &indexed});
+      ++placed;
+    }
+  }
+  // The sequence did exercise what it is meant to.
+  EXPECT_GT(placed, 1000);
+  EXPECT_GT(skipped_forbidden, 500);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, PlacerIndexTest,
+                         ::testing::Values("dotprod", "bestfit", "gpupacking", "gpuclustering",
+                                           "fgd", "tessera", "random"));
+
+// A class left unused while the journal drops the entries it has not read rebuilds its index
+// from every node, and still answers as the full scan does.
+TEST(PlacerIndexJournalTest, ClassFallenBehindTheJournalRebuilds) {
+  using equivalence::Side;
+  const model::GpuCatalogue cat = model::GpuCatalogue::builtin();
+  const std::vector<model::Node> nodes = equivalence::mixedNodes(cat, 14);
+  const std::vector<model::TaskRequest> mix = equivalence::requestMix(cat);
+  const FragModel frag = equivalence::fragFor(cat, mix);
+  for (const char* policy : {"bestfit", "fgd", "tessera"}) {
+    Side ref(cat, nodes, policy, frag);
+    Side idx(cat, nodes, policy, frag);
+    Placer scan(ref.state, *ref.policy);
+    Placer indexed(idx.state, *idx.policy);
+    std::vector<uint8_t> no_pref(nodes.size(), 0);
+    const model::TaskRequest watched = testing::gpuTask(4000, 1);
+    ASSERT_TRUE(equivalence::same(scan.decide(watched, no_pref), indexed.decide(watched)))
+        << policy;
+
+    // Churn with other shapes until the journal has dropped what `watched` has not read,
+    // leaving the cluster partly filled.
+    const uint64_t seen = idx.state.journalEnd();
+    core::Rng rng(5);
+    std::vector<std::pair<size_t, std::pair<Assignment, Assignment>>> live;
+    while (idx.state.changesSince(seen).has_value() || live.size() < 20) {
+      if (live.size() > 30 || (live.size() > 5 && rng.uniform(2) == 0)) {
+        auto [req, a] = live.back();
+        live.pop_back();
+        scan.release(mix[req], a.first);
+        indexed.release(mix[req], a.second);
+        continue;
+      }
+      const size_t req = 5 + rng.uniform(3);  // The fractional shapes only.
+      Placer::Decision want = scan.place(mix[req], no_pref);
+      Placer::Decision got = indexed.place(mix[req]);
+      ASSERT_TRUE(equivalence::same(want, got)) << policy;
+      if (want.placed) {
+        live.push_back({req, {want.assignment, got.assignment}});
+      }
+    }
+    std::vector<uint8_t> pref(nodes.size(), 0);
+    const std::vector<NodeIndex> marked = {scan.decide(watched, no_pref).placement.node};
+    pref[marked[0]] = Placer::kForbidden;
+    EXPECT_TRUE(
+        equivalence::same(scan.decide(watched, pref), indexed.decide(watched, pref, marked)))
+        << policy;
+    EXPECT_TRUE(equivalence::same(scan.decide(watched, no_pref), indexed.decide(watched)))
+        << policy;
+  }
 }
 
 class MigPlacementTest : public ::testing::TestWithParam<std::string> {};
