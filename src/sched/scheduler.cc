@@ -430,6 +430,8 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
   const model::TaskRequest& req = info.spec.request;
   const QueueId leaf = info.spec.queue;
   std::vector<std::pair<TaskId, Assignment>> placed;
+  // Every node whose `preference_` is not 0 (repeats possible): the placer's `marked`, so it
+  // answers from its index instead of scanning the span.
   std::vector<NodeIndex> touched;
   Amounts added = tree_.space().zeros();
   bool ok = true;
@@ -455,7 +457,8 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
     all.memory = req.memory * count;
     all.gpu_count = req.gpu_count * count;
     Placer::Decision one = placer_->decide(
-        all, touched.empty() ? std::span<const uint8_t>{} : std::span<const uint8_t>(preference_));
+        all, touched.empty() ? std::span<const uint8_t>{} : std::span<const uint8_t>(preference_),
+        touched);
     if (one.placed) {
       preference_[one.placement.node] = 3;
       touched.push_back(one.placement.node);
@@ -471,7 +474,8 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
     }
     const TaskId t = info.tasks[next++];
     Placer::Decision d = placer_->place(
-        req, touched.empty() ? std::span<const uint8_t>{} : std::span<const uint8_t>(preference_));
+        req, touched.empty() ? std::span<const uint8_t>{} : std::span<const uint8_t>(preference_),
+        touched);
     if (!d.placed) {
       if (why != nullptr) {
         why->reason = WaitReason::kNoCapacity;
