@@ -117,7 +117,8 @@ namespace equivalence {
 std::vector<model::Node> mixedNodes(const model::GpuCatalogue& cat, int n) {
   std::vector<model::Node> nodes;
   for (int i = 0; i < n; ++i) {
-    const std::string name = "n" + std::to_string(i);
+    std::string name = "n";  // Not "n" + to_string(i): GCC 12 warns falsely (-Wrestrict).
+    name += std::to_string(i);
     switch (i % 7) {
       case 0:
         nodes.push_back(testing::node(cat, name, 8, 32, "T4", 2));
