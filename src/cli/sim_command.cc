@@ -215,6 +215,7 @@ struct PhillyArgs {
   bool quiet = false;
   int64_t checkpoint_s = 0;
   int64_t min_runtime_s = 300;
+  std::string reclaim_to = "fair-share";
 };
 
 int runPhillyCommand(PhillyArgs args) {
@@ -228,6 +229,8 @@ int runPhillyCommand(PhillyArgs args) {
   }
   args.options.checkpoint_every = std::chrono::seconds(args.checkpoint_s);
   args.options.min_runtime = std::chrono::seconds(args.min_runtime_s);
+  args.options.reclaim_to =
+      args.reclaim_to == "quota" ? sched::ReclaimTo::kQuota : sched::ReclaimTo::kFairShare;
   auto scenario = sim::phillyScenario(*jobs, args.options);
   if (!scenario.isOk()) {
     return fail(kExitBadInput, scenario.status().message());
@@ -343,6 +346,12 @@ void addSimCommand(CLI::App& app, int* rc) {
   philly_cmd
       ->add_option("--min-runtime", philly->min_runtime_s,
                    "Seconds a task runs before it may be reclaimed or preempted")
+      ->capture_default_str();
+  philly_cmd
+      ->add_option("--reclaim-to", philly->reclaim_to,
+                   "What reclaim restores: each tenant's fair share, or only its quota "
+                   "(then the surplus is shared by allocation order alone)")
+      ->check(CLI::IsMember({"fair-share", "quota"}))
       ->capture_default_str();
   philly_cmd->add_option("--out,-o", philly->out, "Output directory")->capture_default_str();
   philly_cmd->add_flag("--quiet,-q", philly->quiet, "No progress bar");

@@ -153,7 +153,14 @@ void computeFairShare(QueueTree& tree, const Amounts& capacity, std::span<const 
       }
       std::vector<int64_t> shares = divide(total[d], claimants);
       for (size_t i = 0; i < children.size(); ++i) {
-        tree.mutableQueue(children[i]).fair_share[d] = shares[i];
+        Queue& c = tree.mutableQueue(children[i]);
+        c.fair_share[d] = shares[i];
+        // The guaranteed part: quota up to demand, or the scaled-down share when guarantees
+        // exceed the total (then the share is exactly that). CPU or memory without a quota is
+        // not guaranteed as such: there the fair share stands in.
+        const bool unguarded = (d == kCpuDim || d == kMemoryDim) && c.quota[d] == 0;
+        c.deserved[d] =
+            unguarded ? shares[i] : std::min({c.quota[d], claimants[i].demand, shares[i]});
       }
     }
   };

@@ -136,6 +136,36 @@ TEST_F(FairShareTreeTest, DeepTreeSplitsTopDown) {
   EXPECT_EQ(fs("t2-x"), 35500);
 }
 
+TEST_F(FairShareTreeTest, DeservedIsTheGuaranteedPartOfTheShare) {
+  auto tree = QueueTree::create(space_, {spec("big", "", 40), spec("small", "", 10),
+                                         spec("modest", "", 20), spec("none", "", 0)});
+  ASSERT_TRUE(tree.isOk());
+  QueueTree& t = tree.value();
+  t.addPending(*t.find("big"), gpus(100), +1);    // Wants more than its quota.
+  t.addPending(*t.find("small"), gpus(4), +1);    // Wants less than its quota.
+  t.addPending(*t.find("modest"), gpus(20), +1);  // Exactly its quota.
+  t.addPending(*t.find("none"), gpus(100), +1);   // No quota at all.
+  Amounts capacity = space_.zeros();
+  capacity[kGpuDim] = 100000;
+  computeFairShare(t, capacity);
+  auto deserved = [&](const char* q) { return t.queue(*t.find(q)).deserved[kGpuDim]; };
+  auto fs = [&](const char* q) { return t.queue(*t.find(q)).fair_share[kGpuDim]; };
+  EXPECT_EQ(deserved("big"), 40000);
+  EXPECT_EQ(deserved("small"), 4000);
+  EXPECT_EQ(deserved("modest"), 20000);
+  EXPECT_EQ(deserved("none"), 0);
+  EXPECT_GT(fs("none"), 0);  // It gets surplus, but none of it is guaranteed.
+  EXPECT_EQ(fs("big") - deserved("big") + fs("none"), 100000 - 4000 - 20000 - 40000);
+  // Quotas over capacity: the guarantees are the scaled-down shares.
+  capacity[kGpuDim] = 32000;
+  computeFairShare(t, capacity);
+  EXPECT_EQ(deserved("big"), fs("big"));
+  EXPECT_EQ(deserved("small"), fs("small"));
+  EXPECT_EQ(deserved("big") + deserved("small") + deserved("modest"), 32000);
+  // CPU without a quota is not a guarantee: there the fair share stands in.
+  EXPECT_EQ(t.queue(*t.find("big")).deserved[kCpuDim], t.queue(*t.find("big")).fair_share[kCpuDim]);
+}
+
 TEST_F(FairShareTreeTest, LimitsClipDemandAndIdleQueuesHoldNothing) {
   QueueSpec capped = spec("capped", "", 0);
   capped.limit = space_.unlimited();

@@ -51,6 +51,7 @@ core::Result<QueueTree> QueueTree::create(ResourceSpace space, std::vector<Queue
     q.allocated = t.space_.zeros();
     q.pending = t.space_.zeros();
     q.fair_share = t.space_.zeros();
+    q.deserved = t.space_.zeros();
     t.queues_.push_back(std::move(q));
   }
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -45,8 +45,10 @@ struct Queue {
   // Subtree totals, kept incrementally.
   Amounts allocated;
   Amounts pending;
-  // Computed by computeFairShare.
+  // Computed by computeFairShare: the fair share, and the part of it that is guaranteed
+  // (min(quota, demand), scaled down like the quotas when they exceed what there is).
   Amounts fair_share;
+  Amounts deserved;
 
   bool isLeaf() const { return children.empty(); }
 };

@@ -976,6 +976,10 @@ void Scheduler::setReservation(WorkloadId w, std::vector<NodeIndex> nodes) {
   std::erase_if(blocked_, [](const auto& entry) { return entry.first.restricted; });
 }
 
+const Amounts& Scheduler::reclaimBasis(const Queue& q) const {
+  return options_.reclaim_to == ReclaimTo::kQuota ? q.deserved : q.fair_share;
+}
+
 core::Duration Scheduler::protectedFor(TaskId t) const {
   // Doubles with every eviction the task has had: it cannot be evicted more than about
   // log2(runtime / min_runtime) times, and the work all its evictions lose is less than
@@ -1034,7 +1038,8 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
         queue.pending[kGpuDim] + queue.pending[kCpuDim] + queue.pending[kMemoryDim] == 0) {
       continue;
     }
-    const Ratio share = dominantShare(queue.allocated, queue.fair_share);
+    const Ratio share =
+        dominantShare(queue.allocated, (reclaim ? reclaimBasis(queue) : queue.fair_share));
     if (reclaim ? !lessThan(share, Ratio{1, 1}) : running_priorities_[q].empty()) {
       continue;
     }
@@ -1103,7 +1108,8 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       const Queue& rq = tree_.queue(r_leaf);
       for (size_t d = 0; d < one.size(); ++d) {
         if (one[d] > 0) {
-          room = std::min(room, std::max<int64_t>(0, rq.fair_share[d] - rq.allocated[d]) / one[d]);
+          room =
+              std::min(room, std::max<int64_t>(0, reclaimBasis(rq)[d] - rq.allocated[d]) / one[d]);
         }
       }
     }
@@ -1140,7 +1146,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
         // The reclaimer must stay within its fair share with the work added.
         Amounts after = tree_.queue(r_leaf).allocated;
         addTo(after, need);
-        if (greaterThanOne(dominantShare(after, tree_.queue(r_leaf).fair_share))) {
+        if (greaterThanOne(dominantShare(after, reclaimBasis(tree_.queue(r_leaf))))) {
           continue;
         }
         for (QueueId v = 0; v < tree_.size(); ++v) {
@@ -1161,7 +1167,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
             a_r = tree_.queue(a_r).parent;
           }
           const Queue& av = tree_.queue(a_v);
-          const Ratio s_v = dominantShare(av.allocated, av.fair_share);
+          const Ratio s_v = dominantShare(av.allocated, reclaimBasis(av));
           if (!greaterThanOne(s_v)) {
             continue;  // Only queues above their fair share give back.
           }
@@ -1170,7 +1176,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
           const Queue& ar = tree_.queue(a_r);
           Amounts ar_after = ar.allocated;
           addTo(ar_after, need);
-          if (!lessThan(dominantShare(ar_after, ar.fair_share), s_v)) {
+          if (!lessThan(dominantShare(ar_after, reclaimBasis(ar)), s_v)) {
             continue;
           }
           sources.push_back({s_v, v, a_v, a_r});
@@ -1265,13 +1271,13 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
           if (it != freed.end()) {
             subtractFrom(av_alloc, it->second);
           }
-          if (!greaterThanOne(dominantShare(av_alloc, av.fair_share))) {
+          if (!greaterThanOne(dominantShare(av_alloc, reclaimBasis(av)))) {
             continue;
           }
           const Queue& ar = tree_.queue(c.split_reclaimer);
           Amounts ar_after = ar.allocated;
           addTo(ar_after, need);
-          if (!lessThan(dominantShare(ar_after, ar.fair_share), c.victim_share)) {
+          if (!lessThan(dominantShare(ar_after, reclaimBasis(ar)), c.victim_share)) {
             continue;
           }
           auto [slot, inserted] = freed.emplace(c.split_victim, tree_.space().zeros());

@@ -49,12 +49,17 @@
 
 namespace tessera::sched {
 
+// What reclaim restores: each queue's fair share (quota plus its part of the surplus), or only
+// its deserved quota (docs/fairness.md). The surplus is then shared by allocation order alone.
+enum class ReclaimTo : uint8_t { kFairShare, kQuota };
+
 struct SchedulerOptions {
   std::string policy = "tessera";  // Placement policy (policy.h).
   bool fair_share = true;          // false: one FIFO over all queues, no reclaim.
   // Before a task may be reclaimed or preempted; doubled for each eviction it already had.
   core::Duration min_runtime{0};
   int max_evictions_per_pass = 64;
+  ReclaimTo reclaim_to = ReclaimTo::kFairShare;
   // Usage history tilting the surplus split (docs/fairness.md); 0 = off.
   core::Duration usage_half_life{0};
   double usage_k = 1.0;
@@ -242,6 +247,8 @@ class Scheduler {
   std::vector<Unit> victimUnits(WorkloadId w) const;
   // How long task `t` must run before it may be evicted: min_runtime * 2^(its evictions).
   core::Duration protectedFor(TaskId t) const;
+  // The per-queue amounts reclaim measures shares against (`SchedulerOptions::reclaim_to`).
+  const Amounts& reclaimBasis(const Queue& q) const;
 
   // Sets the reserved workload and nodes (kNoWorkload, {} to end the reservation).
   void setReservation(WorkloadId w, std::vector<NodeIndex> nodes);

@@ -108,6 +108,29 @@ TEST_F(SchedulerTest, BorrowsIdleGpusAndGivesBackExactlyTheOverShare) {
   }
 }
 
+TEST_F(SchedulerTest, ReclaimToQuotaRestoresOnlyTheGuarantee) {
+  // a has quota 1, b quota 3 of 8 GPUs; the other 4 are surplus, split 1:1 by fair share.
+  SchedulerOptions o;
+  o.reclaim_to = ReclaimTo::kQuota;
+  build(1, 1, 3, o);
+  WorkloadId a = submit("a-train", "a", 8, 1, 1);
+  s_->schedule();
+  ASSERT_EQ(running(a), 8);
+  WorkloadId b = submit("b-job", "b", 8, 1, 1);
+  PassResult r = s_->schedule();
+  // Fair share would give b 5 (3 + half the surplus); reclaim to quota takes back 3.
+  ASSERT_EQ(r.evicted.size(), 3U);
+  stopEvicted(r);
+  s_->schedule();
+  EXPECT_EQ(running(b), 3);
+  EXPECT_EQ(running(a), 5);
+  for (int i = 0; i < 3; ++i) {
+    clock_.advance(seconds(60));
+    EXPECT_TRUE(s_->schedule().evicted.empty());
+  }
+  EXPECT_EQ(s_->queues().queue(*s_->queues().find("b")).fair_share[kGpuDim], 5000);
+}
+
 TEST_F(SchedulerTest, GangIsAllOrNothing) {
   build(1, 8, 0);
   WorkloadId w = submit("big", "a", 2, 2, 8);  // Needs two whole nodes; there is one.

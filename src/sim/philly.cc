@@ -105,6 +105,7 @@ core::Result<Scenario> phillyScenario(const std::vector<PhillyJob>& all_jobs,
   s.space = sched::ResourceSpace::withModels(s.catalogue, {});
   s.options.fair_share = options.fair_share;
   s.options.min_runtime = options.min_runtime;
+  s.options.reclaim_to = options.reclaim_to;
   // Cluster: PROFILE:COUNT or NODESxGPUS.
   const std::string& spec = options.cluster;
   const size_t colon = spec.find(':');

@@ -33,6 +33,7 @@ struct PhillyOptions {
   size_t max_jobs = 0;  // 0 = all.
   core::Duration min_runtime = std::chrono::seconds(300);
   core::Duration checkpoint_every{0};  // 0: an evicted job restarts from zero.
+  sched::ReclaimTo reclaim_to = sched::ReclaimTo::kFairShare;
 };
 
 core::Result<Scenario> phillyScenario(const std::vector<PhillyJob>& jobs,

@@ -401,7 +401,18 @@ core::Status parseWorkload(const Node& w, const Scenario& s, const sched::QueueT
 
 core::Status parseOptions(const Node& o, Scenario& s) {
   TESSERA_RETURN_IF_ERROR(o.checkKeys({"policy", "fairShare", "minRuntime", "maxEvictionsPerPass",
-                                       "gracePeriod", "usageHalfLife", "usageK"}));
+                                       "gracePeriod", "usageHalfLife", "usageK", "reclaimTo"}));
+  if (o.has("reclaimTo")) {
+    TESSERA_ASSIGN_OR_RETURN(std::string to, o.child("reclaimTo").str());
+    if (to == "fairShare") {
+      s.options.reclaim_to = sched::ReclaimTo::kFairShare;
+    } else if (to == "quota") {
+      s.options.reclaim_to = sched::ReclaimTo::kQuota;
+    } else {
+      return core::invalidArgument(o.child("reclaimTo").path() +
+                                   ": expected \"fairShare\" or \"quota\", got \"" + to + "\"");
+    }
+  }
   if (o.has("policy")) {
     TESSERA_ASSIGN_OR_RETURN(s.options.policy, o.child("policy").str());
   }
