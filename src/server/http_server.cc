@@ -1,0 +1,390 @@
+#include "server/http_server.h"
+
+#include <algorithm>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/beast/version.hpp>
+#include <cctype>
+#include <charconv>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+namespace tessera::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = asio::ssl;
+using tcp = asio::ip::tcp;
+
+std::string HttpRequest::header(std::string_view name) const {
+  for (const auto& [k, v] : headers) {
+    if (k == name) {
+      return v;
+    }
+  }
+  return "";
+}
+
+struct HttpServer::Impl {
+  asio::io_context io;
+  std::vector<ListenerConfig> configs;
+  std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
+  std::vector<std::unique_ptr<ssl::context>> tls;  // Null for plain listeners.
+  Handler handler;
+  std::vector<std::thread> threads;
+  std::atomic<int64_t> in_flight{0};
+  std::atomic<bool> stopping{false};
+  std::mutex mu;
+  // One per connection: closes it if it is still open and says whether it was. Pruned of
+  // closed connections as it grows.
+  std::vector<std::function<bool(bool)>> closers;
+  size_t prune_at = 64;
+  bool shut = false;
+
+  void accept(size_t i);
+  template <typename S>
+  void track(const std::shared_ptr<S>& session) {
+    std::lock_guard lock(mu);
+    if (closers.size() >= prune_at) {
+      std::erase_if(closers, [](const auto& alive) { return !alive(false); });
+      prune_at = 2 * closers.size() + 64;
+    }
+    closers.push_back([w = std::weak_ptr<S>(session)](bool close_it) {
+      auto p = w.lock();
+      if (p != nullptr && close_it) {
+        p->closeAsync();
+      }
+      return p != nullptr && p->isOpen();
+    });
+  }
+};
+
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+HttpResponse errorResponse(unsigned status, std::string_view message) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::string(R"({"errors":[")") + std::string(message) + "\"]}";
+  return r;
+}
+
+// One connection. `Stream` is beast::tcp_stream or beast::ssl_stream<beast::tcp_stream>.
+template <typename Stream>
+class Session : public std::enable_shared_from_this<Session<Stream>> {
+ public:
+  Session(HttpServer::Impl& server, size_t listener, Stream stream)
+      : server_(server), listener_(listener), stream_(std::move(stream)) {}
+
+  void run() {
+    if constexpr (std::is_same_v<Stream, beast::tcp_stream>) {
+      read();
+    } else {
+      beast::get_lowest_layer(stream_).expires_after(config().request_timeout);
+      stream_.async_handshake(ssl::stream_base::server,
+                              [self = this->shared_from_this()](beast::error_code ec) {
+                                if (!ec) {
+                                  self->read();
+                                }
+                              });
+    }
+  }
+
+  // From any thread: closes the connection on its own strand.
+  void closeAsync() {
+    asio::post(stream_.get_executor(), [self = this->shared_from_this()] { self->close(); });
+  }
+  bool isOpen() const { return open_; }
+
+ private:
+  const ListenerConfig& config() const { return server_.configs[listener_]; }
+
+  void close() {
+    open_ = false;
+    beast::error_code ec;
+    beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ec);
+    beast::get_lowest_layer(stream_).socket().close(ec);
+  }
+
+  void read() {
+    if (server_.stopping) {
+      close();
+      return;
+    }
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(config().max_header_bytes));
+    parser_->body_limit(config().max_body_bytes);
+    beast::get_lowest_layer(stream_).expires_after(config().request_timeout);
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->onRead(ec); });
+  }
+
+  void onRead(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
+        ec == asio::error::operation_aborted) {
+      close();
+      return;
+    }
+    if (ec == http::error::body_limit) {
+      reply(errorResponse(413, "request body too large"), false);
+      return;
+    }
+    if (ec == http::error::header_limit) {
+      reply(errorResponse(431, "request header fields too large"), false);
+      return;
+    }
+    if (ec) {
+      if (parser_->got_some()) {
+        reply(errorResponse(400, "malformed HTTP request"), false);
+      } else {
+        close();
+      }
+      return;
+    }
+    const http::request<http::string_body>& req = parser_->get();
+    HttpRequest r;
+    r.method = std::string(req.method_string());
+    r.target = std::string(req.target());
+    for (const auto& field : req) {
+      const auto name = field.name_string();
+      r.headers.emplace_back(lower({name.data(), name.size()}), std::string(field.value()));
+    }
+    r.body = req.body();
+    beast::error_code ep_ec;
+    const tcp::endpoint peer = beast::get_lowest_layer(stream_).socket().remote_endpoint(ep_ec);
+    if (!ep_ec) {
+      r.remote = peer.address().to_string() + ":" + std::to_string(peer.port());
+    }
+    r.listener = listener_;
+    ++server_.in_flight;
+    HttpResponse resp;
+    try {
+      resp = server_.handler(r);
+    } catch (const std::exception& e) {
+      resp = errorResponse(500, "internal error");
+    }
+    reply(std::move(resp), req.keep_alive() && !server_.stopping, /*counted=*/true);
+  }
+
+  void reply(HttpResponse resp, bool keep_alive, bool counted = false) {
+    auto msg = std::make_shared<http::response<http::string_body>>();
+    msg->version(11);
+    msg->result(resp.status);
+    msg->set(http::field::server, "tessera");
+    msg->set(http::field::content_type, resp.content_type);
+    for (const auto& [k, v] : resp.headers) {
+      msg->set(k, v);
+    }
+    msg->body() = std::move(resp.body);
+    msg->keep_alive(keep_alive);
+    msg->prepare_payload();
+    beast::get_lowest_layer(stream_).expires_after(config().request_timeout);
+    http::async_write(
+        stream_, *msg,
+        [self = this->shared_from_this(), msg, keep_alive, counted](beast::error_code ec, size_t) {
+          if (counted) {
+            --self->server_.in_flight;
+          }
+          if (ec || !keep_alive) {
+            self->close();
+            return;
+          }
+          self->read();
+        });
+  }
+
+  HttpServer::Impl& server_;
+  size_t listener_;
+  Stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::atomic<bool> open_{true};
+};
+
+core::Result<tcp::endpoint> parseAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return core::invalidArgument("listener address '" + address + "' is not HOST:PORT");
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  uint16_t port = 0;
+  const std::string p = address.substr(colon + 1);
+  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
+  if (ec != std::errc() || end != p.data() + p.size()) {
+    return core::invalidArgument("listener address '" + address + "': bad port '" + p + "'");
+  }
+  beast::error_code aec;
+  const asio::ip::address ip =
+      asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, aec);
+  if (aec) {
+    return core::invalidArgument("listener address '" + address + "': '" + host +
+                                 "' is not an IP address");
+  }
+  return tcp::endpoint(ip, port);
+}
+
+}  // namespace
+
+void HttpServer::Impl::accept(size_t i) {
+  acceptors[i]->async_accept(
+      asio::make_strand(io), [this, i](beast::error_code ec, tcp::socket socket) {
+        if (ec) {
+          return;  // Closed at shutdown (or a transient failure: the loop below re-arms).
+        }
+        if (!stopping) {
+          beast::tcp_stream stream(std::move(socket));
+          if (tls[i] == nullptr) {
+            auto s = std::make_shared<Session<beast::tcp_stream>>(*this, i, std::move(stream));
+            track(s);
+            s->run();
+          } else {
+            auto s = std::make_shared<Session<beast::ssl_stream<beast::tcp_stream>>>(
+                *this, i, beast::ssl_stream<beast::tcp_stream>(std::move(stream), *tls[i]));
+            track(s);
+            s->run();
+          }
+        }
+        if (!stopping) {
+          accept(i);
+        }
+      });
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { shutdown(std::chrono::milliseconds(0)); }
+
+core::Result<std::unique_ptr<HttpServer>> HttpServer::create(std::vector<ListenerConfig> listeners,
+                                                             Handler handler) {
+  auto impl = std::make_unique<Impl>();
+  impl->handler = std::move(handler);
+  for (const ListenerConfig& l : listeners) {
+    TESSERA_ASSIGN_OR_RETURN(tcp::endpoint ep, parseAddress(l.address));
+    std::unique_ptr<ssl::context> ctx;
+    if (!l.tls_cert_file.empty() || !l.tls_key_file.empty()) {
+      if (l.tls_cert_file.empty() || l.tls_key_file.empty()) {
+        return core::invalidArgument("listener " + l.address +
+                                     ": tls_cert_file and tls_key_file go together");
+      }
+      ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
+      ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                       ssl::context::single_dh_use);
+      beast::error_code ec;
+      ctx->use_certificate_chain_file(l.tls_cert_file, ec);
+      if (ec) {
+        return core::invalidArgument("listener " + l.address + ": tls_cert_file '" +
+                                     l.tls_cert_file + "': " + ec.message());
+      }
+      ctx->use_private_key_file(l.tls_key_file, ssl::context::pem, ec);
+      if (ec) {
+        return core::invalidArgument("listener " + l.address + ": tls_key_file '" + l.tls_key_file +
+                                     "': " + ec.message());
+      }
+      if (!l.tls_client_ca_file.empty()) {
+        ctx->load_verify_file(l.tls_client_ca_file, ec);
+        if (ec) {
+          return core::invalidArgument("listener " + l.address + ": tls_client_ca_file '" +
+                                       l.tls_client_ca_file + "': " + ec.message());
+        }
+        ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+      }
+    }
+    auto acceptor = std::make_unique<tcp::acceptor>(impl->io);
+    beast::error_code ec;
+    acceptor->open(ep.protocol(), ec);
+    if (!ec) {
+      acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+    }
+    if (!ec) {
+      acceptor->bind(ep, ec);
+    }
+    if (!ec) {
+      acceptor->listen(asio::socket_base::max_listen_connections, ec);
+    }
+    if (ec) {
+      return core::failedPrecondition("listener " + l.address + ": cannot listen: " + ec.message());
+    }
+    impl->acceptors.push_back(std::move(acceptor));
+    impl->tls.push_back(std::move(ctx));
+  }
+  impl->configs = std::move(listeners);
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+std::vector<uint16_t> HttpServer::ports() const {
+  std::vector<uint16_t> out;
+  for (const auto& a : impl_->acceptors) {
+    beast::error_code ec;
+    out.push_back(a->local_endpoint(ec).port());
+  }
+  return out;
+}
+
+const std::vector<ListenerConfig>& HttpServer::listeners() const { return impl_->configs; }
+
+int64_t HttpServer::inFlight() const { return impl_->in_flight; }
+
+void HttpServer::start(int threads) {
+  for (size_t i = 0; i < impl_->acceptors.size(); ++i) {
+    impl_->accept(i);
+  }
+  for (int t = 0; t < std::max(1, threads); ++t) {
+    impl_->threads.emplace_back([this] { impl_->io.run(); });
+  }
+}
+
+void HttpServer::shutdown(std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->shut) {
+      return;
+    }
+    impl_->shut = true;
+  }
+  impl_->stopping = true;
+  asio::post(impl_->io, [this] {
+    for (auto& a : impl_->acceptors) {
+      beast::error_code ec;
+      a->close(ec);
+    }
+  });
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (impl_->in_flight > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::vector<std::function<bool(bool)>> closers;
+  {
+    std::lock_guard lock(impl_->mu);
+    closers.swap(impl_->closers);
+  }
+  for (const auto& close : closers) {
+    close(true);
+  }
+  // Let the closes run on their strands, then stop the loop.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  impl_->io.stop();
+  for (std::thread& t : impl_->threads) {
+    if (t.joinable()) {
+      t.join();
+    }
+  }
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,213 @@
+#include "server/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <filesystem>
+
+#include "server/certs.h"
+
+namespace tessera::server {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+// Echoes the method, target and body; "/slow" sleeps first.
+HttpResponse echo(const HttpRequest& r) {
+  if (r.target == "/slow") {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  HttpResponse resp;
+  resp.body = r.method + " " + r.target + " " + r.body + " " + r.header("x-tessera-token");
+  resp.content_type = "text/plain";
+  return resp;
+}
+
+std::unique_ptr<HttpServer> start(ListenerConfig l) {
+  auto s = HttpServer::create({std::move(l)}, echo);
+  EXPECT_TRUE(s.isOk()) << s.status().message();
+  (*s)->start(2);
+  return std::move(s).value();
+}
+
+TEST(HttpServerTest, ServesKeepAliveRequestsOnOneConnection) {
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  auto server = start(l);
+  asio::io_context io;
+  beast::tcp_stream stream(io);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->ports()[0]));
+  for (int i = 0; i < 3; ++i) {
+    http::request<http::string_body> req{http::verb::post, "/v1/x?i=" + std::to_string(i), 11};
+    req.set("X-Tessera-Token", "tok");
+    req.body() = "body";
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buf;
+    http::response<http::string_body> resp;
+    http::read(stream, buf, resp);
+    EXPECT_EQ(resp.result_int(), 200U);
+    EXPECT_EQ(resp.body(), "POST /v1/x?i=" + std::to_string(i) + " body tok");
+    EXPECT_TRUE(resp.keep_alive());
+  }
+  // A custom method (Vault's LIST) reaches the handler as sent.
+  http::request<http::string_body> list;
+  list.method_string("LIST");
+  list.target("/v1/workloads");
+  list.version(11);
+  http::write(stream, list);
+  beast::flat_buffer buf;
+  http::response<http::string_body> resp;
+  http::read(stream, buf, resp);
+  EXPECT_EQ(resp.body(), "LIST /v1/workloads  ");
+  server->shutdown(std::chrono::seconds(1));
+}
+
+// Sends raw bytes and returns the status line's code (0 if the connection closed first).
+unsigned rawStatus(uint16_t port, const std::string& bytes) {
+  asio::io_context io;
+  tcp::socket sock(io);
+  sock.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  asio::write(sock, asio::buffer(bytes));
+  beast::flat_buffer buf;
+  http::response<http::string_body> resp;
+  beast::error_code ec;
+  http::read(sock, buf, resp, ec);
+  return ec ? 0 : resp.result_int();
+}
+
+TEST(HttpServerTest, BoundsHeadersAndBodies) {
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  l.max_header_bytes = 1024;
+  l.max_body_bytes = 100;
+  auto server = start(l);
+  const uint16_t port = server->ports()[0];
+  EXPECT_EQ(rawStatus(port, "GET /v1/x HTTP/1.1\r\nHost: a\r\n\r\n"), 200U);
+  EXPECT_EQ(rawStatus(port, "POST /v1/x HTTP/1.1\r\nHost: a\r\nContent-Length: 101\r\n\r\n" +
+                                std::string(101, 'x')),
+            413U);
+  EXPECT_EQ(rawStatus(port, "GET /v1/x HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(2000, 'y') +
+                                "\r\n\r\n"),
+            431U);
+  EXPECT_EQ(rawStatus(port, "GARBAGE\r\n\r\n"), 400U);
+  server->shutdown(std::chrono::seconds(1));
+}
+
+TEST(HttpServerTest, IdleConnectionsTimeOut) {
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  l.request_timeout = std::chrono::milliseconds(200);
+  auto server = start(l);
+  asio::io_context io;
+  tcp::socket sock(io);
+  sock.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->ports()[0]));
+  asio::write(sock, asio::buffer(std::string("GET /v1/x HTTP/1.1\r\n")));  // Never finished.
+  char c;
+  beast::error_code ec;
+  const auto t0 = std::chrono::steady_clock::now();
+  sock.read_some(asio::buffer(&c, 1), ec);
+  EXPECT_TRUE(ec);  // Closed by the server.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  server->shutdown(std::chrono::seconds(1));
+}
+
+TEST(HttpServerTest, ShutdownLetsRequestsInFlightFinish) {
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  auto server = start(l);
+  const uint16_t port = server->ports()[0];
+  unsigned status = 0;
+  std::thread client([&] { status = rawStatus(port, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n"); });
+  while (server->inFlight() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  server->shutdown(std::chrono::seconds(5));
+  client.join();
+  EXPECT_EQ(status, 200U);
+  // No longer accepting.
+  asio::io_context io;
+  tcp::socket sock(io);
+  beast::error_code ec;
+  sock.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
+  EXPECT_TRUE(ec);
+}
+
+TEST(HttpServerTest, TlsWithAndWithoutClientCertificates) {
+  auto ca = CertAuthority::create("test CA", std::chrono::hours(1));
+  ASSERT_TRUE(ca.isOk()) << ca.status().message();
+  auto leaf = (*ca)->issue("localhost", {"localhost"}, {"127.0.0.1"}, false);
+  auto client_cert = (*ca)->issue("client", {}, {}, true);
+  ASSERT_TRUE(leaf.isOk() && client_cert.isOk());
+  const std::string dir = ::testing::TempDir() + "/tls-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(writeFile(dir + "/ca.pem", (*ca)->certPem(), false).isOk());
+  ASSERT_TRUE(writeFile(dir + "/cert.pem", leaf->cert_pem, false).isOk());
+  ASSERT_TRUE(writeFile(dir + "/key.pem", leaf->key_pem, true).isOk());
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  l.tls_cert_file = dir + "/cert.pem";
+  l.tls_key_file = dir + "/key.pem";
+  ListenerConfig mtls = l;
+  mtls.tls_client_ca_file = dir + "/ca.pem";
+  auto server = HttpServer::create({l, mtls}, echo);
+  ASSERT_TRUE(server.isOk()) << server.status().message();
+  (*server)->start(2);
+  auto get = [&](uint16_t port, bool with_client_cert) -> std::string {
+    asio::io_context io;
+    asio::ssl::context ctx(asio::ssl::context::tls_client);
+    ctx.add_certificate_authority(asio::buffer((*ca)->certPem()));
+    ctx.set_verify_mode(asio::ssl::verify_peer);
+    if (with_client_cert) {
+      ctx.use_certificate_chain(asio::buffer(client_cert->cert_pem));
+      ctx.use_private_key(asio::buffer(client_cert->key_pem), asio::ssl::context::pem);
+    }
+    beast::ssl_stream<beast::tcp_stream> stream(io, ctx);
+    SSL_set_tlsext_host_name(stream.native_handle(), "localhost");
+    stream.set_verify_callback(asio::ssl::host_name_verification("localhost"));
+    beast::get_lowest_layer(stream).connect(
+        tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    beast::error_code ec;
+    stream.handshake(asio::ssl::stream_base::client, ec);
+    if (ec) {
+      return "handshake: " + ec.message();
+    }
+    http::request<http::string_body> req{http::verb::get, "/v1/tls", 11};
+    http::write(stream, req, ec);
+    beast::flat_buffer buf;
+    http::response<http::string_body> resp;
+    http::read(stream, buf, resp, ec);
+    return ec ? "read: " + ec.message() : resp.body();
+  };
+  const std::vector<uint16_t> ports = (*server)->ports();
+  EXPECT_EQ(get(ports[0], false), "GET /v1/tls  ");
+  EXPECT_EQ(get(ports[1], true), "GET /v1/tls  ");
+  EXPECT_NE(get(ports[1], false), "GET /v1/tls  ");  // mTLS listener: no certificate, no entry.
+  (*server)->shutdown(std::chrono::seconds(1));
+}
+
+TEST(HttpServerTest, ConfigErrorsNameTheListener) {
+  ListenerConfig l;
+  l.address = "nonsense";
+  auto s = HttpServer::create({l}, echo);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.status().message().find("'nonsense' is not HOST:PORT"), std::string::npos);
+  l.address = "127.0.0.1:0";
+  l.tls_cert_file = "/nonexistent/cert.pem";
+  l.tls_key_file = "/nonexistent/key.pem";
+  s = HttpServer::create({l}, echo);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.status().message().find("tls_cert_file '/nonexistent/cert.pem'"), std::string::npos)
+      << s.status().message();
+}
+
+}  // namespace
+}  // namespace tessera::server
