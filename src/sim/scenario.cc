@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/json_node.h"
+#include "model/codec.h"
 #include "model/node_profiles.h"
 
 namespace tessera::sim {
@@ -14,95 +16,13 @@ namespace {
 
 using nlohmann::json;
 
-// A JSON value with its path, for errors that say where.
-class Node {
- public:
-  Node(const json& j, std::string path, const std::string& source)
-      : j_(j), path_(std::move(path)), source_(source) {}
-
-  const json& value() const { return j_; }
-  const std::string& path() const { return path_; }
-
-  core::Status error(const std::string& what) const {
-    return core::invalidArgument(source_ + ": " + (path_.empty() ? "(top)" : path_) + ": " + what);
-  }
-  bool has(const char* key) const { return j_.is_object() && j_.contains(key); }
-  Node child(const char* key) const {
-    return {j_.at(key), path_.empty() ? key : path_ + "." + key, source_};
-  }
-  Node at(size_t i) const { return {j_.at(i), path_ + "[" + std::to_string(i) + "]", source_}; }
-
-  core::Status checkKeys(std::initializer_list<const char*> allowed) const {
-    if (!j_.is_object()) {
-      return error("expected an object");
-    }
-    for (const auto& [k, v] : j_.items()) {
-      bool ok = false;
-      for (const char* a : allowed) {
-        ok |= k == a;
-      }
-      if (!ok && k.rfind("gpu:", 0) != 0) {
-        std::string names;
-        for (const char* a : allowed) {
-          names += (names.empty() ? "" : ", ") + std::string(a);
-        }
-        return error("unknown field '" + k + "' (known: " + names + ")");
-      }
-    }
-    return core::Status::ok();
-  }
-
-  core::Result<std::string> str() const {
-    if (!j_.is_string() || j_.get<std::string>().empty()) {
-      return error("expected a non-empty string");
-    }
-    return j_.get<std::string>();
-  }
-  core::Result<int64_t> integer(int64_t min, int64_t max) const {
-    if (!j_.is_number_integer() &&
-        !(j_.is_number_float() && std::floor(j_.get<double>()) == j_.get<double>())) {
-      return error("expected an integer");
-    }
-    const auto v =
-        j_.is_number_integer() ? j_.get<int64_t>() : static_cast<int64_t>(j_.get<double>());
-    if (v < min || v > max) {
-      return error("value " + std::to_string(v) + " is outside " + std::to_string(min) + ".." +
-                   std::to_string(max));
-    }
-    return v;
-  }
-  // A non-negative number scaled to an integer unit (e.g. GPUs -> milli-GPU).
-  core::Result<int64_t> scaled(int64_t scale) const {
-    if (!j_.is_number()) {
-      return error("expected a number");
-    }
-    const double v = j_.get<double>();
-    if (!(v >= 0) || v * static_cast<double>(scale) > 9.0e15) {
-      return error("expected a non-negative number");
-    }
-    return static_cast<int64_t>(std::llround(v * static_cast<double>(scale)));
-  }
-  core::Result<core::Duration> seconds() const {
-    TESSERA_ASSIGN_OR_RETURN(int64_t ms, scaled(1000));
-    return std::chrono::duration_cast<core::Duration>(std::chrono::milliseconds(ms));
-  }
-  core::Result<bool> boolean() const {
-    if (!j_.is_boolean()) {
-      return error("expected true or false");
-    }
-    return j_.get<bool>();
-  }
-
- private:
-  const json& j_;
-  std::string path_;
-  const std::string& source_;
-};
+using Node = core::JsonNode;
 
 core::Result<sched::Amounts> parseAmounts(const Node& n, const sched::ResourceSpace& space,
                                           const model::GpuCatalogue& catalogue,
                                           sched::Amounts base) {
-  TESSERA_RETURN_IF_ERROR(n.checkKeys({"gpu", "cpu", "cpuMilli", "memoryMiB", "memoryGiB"}));
+  TESSERA_RETURN_IF_ERROR(
+      n.checkKeys({"gpu", "cpu", "cpuMilli", "memoryMiB", "memoryGiB"}, "gpu:"));
   for (const auto& [key, value] : n.value().items()) {
     Node v = n.child(key.c_str());
     if (key == "gpu") {
@@ -288,80 +208,14 @@ core::Status parseWorkload(const Node& w, const Scenario& s, const sched::QueueT
     TESSERA_ASSIGN_OR_RETURN(int64_t m, w.child("minAvailable").integer(1, tasks));
     sw.spec.min_available = static_cast<int>(m);
   }
-  model::TaskRequest& r = sw.spec.request;
-  if (w.has("cpuMilli")) {
-    TESSERA_ASSIGN_OR_RETURN(int64_t cpu, w.child("cpuMilli").integer(0, INT64_MAX / 4));
-    r.cpu = core::MilliCpu{cpu};
-  }
-  if (w.has("memoryMiB")) {
-    TESSERA_ASSIGN_OR_RETURN(int64_t mem, w.child("memoryMiB").integer(0, INT64_MAX / 4));
-    r.memory = core::MiB{mem};
-  }
-  if (w.has("gpu")) {
-    Node g = w.child("gpu");
-    TESSERA_RETURN_IF_ERROR(
-        g.checkKeys({"count", "milli", "memoryMiB", "mig", "models", "isolation"}));
-    r.gpu_count = 1;
-    if (g.has("count")) {
-      TESSERA_ASSIGN_OR_RETURN(int64_t c, g.child("count").integer(0, model::kMaxGpusPerNode));
-      r.gpu_count = static_cast<int>(c);
-    }
-    r.gpu_milli = core::kWholeGpu;
-    r.isolation = model::Isolation::kHardware;
-    if (g.has("milli")) {
-      TESSERA_ASSIGN_OR_RETURN(int64_t m, g.child("milli").integer(1, 1000));
-      r.gpu_milli = core::MilliGpu{m};
-      if (m < 1000) {
-        r.isolation = model::Isolation::kProcess;
-      }
-    }
-    if (g.has("memoryMiB")) {
-      TESSERA_ASSIGN_OR_RETURN(int64_t m, g.child("memoryMiB").integer(1, INT64_MAX / 4));
-      r.gpu_memory = core::MiB{m};
-      if (!g.has("milli")) {
-        r.gpu_milli = core::MilliGpu{999};  // Memory-sized share; compute not capped.
-        r.isolation = model::Isolation::kProcess;
-      }
-    }
-    if (g.has("mig")) {
-      TESSERA_ASSIGN_OR_RETURN(r.mig_profile, g.child("mig").str());
-      r.isolation = model::Isolation::kHardware;
-    }
-    if (g.has("models")) {
-      Node ms = g.child("models");
-      if (!ms.value().is_array()) {
-        return ms.error("expected an array of model names");
-      }
-      for (size_t i = 0; i < ms.value().size(); ++i) {
-        TESSERA_ASSIGN_OR_RETURN(std::string name, ms.at(i).str());
-        auto m = s.catalogue.find(name);
-        bool present = false;
-        for (const model::Node& node : s.nodes) {
-          present |= m && !node.gpus.empty() && node.gpus[0].model == *m;
-        }
-        if (!present) {
-          return ms.at(i).error("no node has GPU model '" + name + "'");
-        }
-        r.models.push_back(*m);
-      }
-    }
-    if (g.has("isolation")) {
-      TESSERA_ASSIGN_OR_RETURN(std::string iso, g.child("isolation").str());
-      if (iso == "hardware") {
-        r.isolation = model::Isolation::kHardware;
-      } else if (iso == "process") {
-        r.isolation = model::Isolation::kProcess;
-      } else if (iso == "none") {
-        r.isolation = model::Isolation::kNone;
-      } else {
-        return g.child("isolation").error("expected hardware, process or none");
-      }
-    }
-  }
-  core::Status valid = model::validateTaskRequest(r);
-  if (!valid.isOk()) {
-    return w.error(valid.message());
-  }
+  TESSERA_RETURN_IF_ERROR(model::parseTaskRequest(
+      w, s.catalogue,
+      [&](model::GpuModelId m) {
+        return std::any_of(s.nodes.begin(), s.nodes.end(), [&](const model::Node& node) {
+          return !node.gpus.empty() && node.gpus[0].model == m;
+        });
+      },
+      sw.spec.request));
   if (w.has("priority")) {
     TESSERA_ASSIGN_OR_RETURN(int64_t p, w.child("priority").integer(-1000000, 1000000));
     sw.spec.priority = static_cast<int32_t>(p);

@@ -1,0 +1,82 @@
+#include "model/codec.h"
+
+namespace tessera::model {
+
+core::Status parseTaskRequest(const core::JsonNode& w, const GpuCatalogue& catalogue,
+                              const std::function<bool(GpuModelId)>& available, TaskRequest& r) {
+  if (w.has("cpuMilli")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t cpu, w.child("cpuMilli").integer(0, INT64_MAX / 4));
+    r.cpu = core::MilliCpu{cpu};
+  }
+  if (w.has("memoryMiB")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t mem, w.child("memoryMiB").integer(0, INT64_MAX / 4));
+    r.memory = core::MiB{mem};
+  }
+  if (w.has("gpu")) {
+    core::JsonNode g = w.child("gpu");
+    TESSERA_RETURN_IF_ERROR(
+        g.checkKeys({"count", "milli", "memoryMiB", "mig", "models", "isolation"}));
+    r.gpu_count = 1;
+    if (g.has("count")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t c, g.child("count").integer(0, kMaxGpusPerNode));
+      r.gpu_count = static_cast<int>(c);
+    }
+    r.gpu_milli = core::kWholeGpu;
+    r.isolation = Isolation::kHardware;
+    if (g.has("milli")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t m, g.child("milli").integer(1, 1000));
+      r.gpu_milli = core::MilliGpu{m};
+      if (m < 1000) {
+        r.isolation = Isolation::kProcess;
+      }
+    }
+    if (g.has("memoryMiB")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t m, g.child("memoryMiB").integer(1, INT64_MAX / 4));
+      r.gpu_memory = core::MiB{m};
+      if (!g.has("milli")) {
+        r.gpu_milli = core::MilliGpu{999};  // Memory-sized share; compute not capped.
+        r.isolation = Isolation::kProcess;
+      }
+    }
+    if (g.has("mig")) {
+      TESSERA_ASSIGN_OR_RETURN(r.mig_profile, g.child("mig").str());
+      r.isolation = Isolation::kHardware;
+    }
+    if (g.has("models")) {
+      core::JsonNode ms = g.child("models");
+      if (!ms.value().is_array()) {
+        return ms.error("expected an array of model names");
+      }
+      for (size_t i = 0; i < ms.value().size(); ++i) {
+        TESSERA_ASSIGN_OR_RETURN(std::string name, ms.at(i).str());
+        auto m = catalogue.find(name);
+        if (!m) {
+          return ms.at(i).error("unknown GPU model '" + name + "'");
+        }
+        if (available && !available(*m)) {
+          return ms.at(i).error("no node has GPU model '" + name + "'");
+        }
+        r.models.push_back(*m);
+      }
+    }
+    if (g.has("isolation")) {
+      TESSERA_ASSIGN_OR_RETURN(std::string iso, g.child("isolation").str());
+      if (iso == "hardware") {
+        r.isolation = Isolation::kHardware;
+      } else if (iso == "process") {
+        r.isolation = Isolation::kProcess;
+      } else if (iso == "none") {
+        r.isolation = Isolation::kNone;
+      } else {
+        return g.child("isolation").error("expected hardware, process or none");
+      }
+    }
+  }
+  core::Status valid = validateTaskRequest(r);
+  if (!valid.isOk()) {
+    return w.error(valid.message());
+  }
+  return core::Status::ok();
+}
+
+}  // namespace tessera::model
