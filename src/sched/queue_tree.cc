@@ -89,6 +89,37 @@ core::Result<QueueTree> QueueTree::create(ResourceSpace space, std::vector<Queue
   return t;
 }
 
+core::Result<QueueId> QueueTree::add(QueueSpec spec) {
+  std::vector<QueueSpec> specs;
+  specs.reserve(queues_.size() + 1);
+  for (const Queue& q : queues_) {
+    specs.push_back({q.name, q.parent == kNoQueue ? "" : queues_[q.parent].name, q.quota, q.limit,
+                     q.weight, q.priority});
+  }
+  if (!spec.parent.empty()) {
+    auto p = find(spec.parent);
+    if (p && queues_[*p].isLeaf()) {
+      const Amounts zero = space_.zeros();
+      if (queues_[*p].allocated != zero || queues_[*p].pending != zero) {
+        return core::failedPrecondition("queue '" + spec.parent +
+                                        "' holds work, so it cannot become a parent of '" +
+                                        spec.name + "'");
+      }
+    }
+  }
+  specs.push_back(std::move(spec));
+  TESSERA_ASSIGN_OR_RETURN(QueueTree t, create(space_, std::move(specs)));
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    Queue& q = t.queues_[i];
+    q.allocated = queues_[i].allocated;
+    q.pending = queues_[i].pending;
+    q.fair_share = queues_[i].fair_share;
+    q.deserved = queues_[i].deserved;
+  }
+  *this = std::move(t);
+  return static_cast<QueueId>(queues_.size() - 1);
+}
+
 std::optional<QueueId> QueueTree::find(const std::string& name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) {

@@ -70,6 +70,11 @@ class QueueTree {
   // The queues from `q` up to its root, `q` first.
   std::vector<QueueId> pathToRoot(QueueId q) const;
 
+  // Adds a queue (validated as in `create`; its parent, if any, must exist). A parent that is a
+  // leaf must hold no work, since work lives only in leaves. Existing ids and totals are kept;
+  // the new queue's id is returned.
+  core::Result<QueueId> add(QueueSpec spec);
+
   // Adds (sign +1) or removes (sign -1) `amounts` to the allocated or pending totals of `leaf`
   // and all its ancestors. O(depth).
   void addAllocated(QueueId leaf, const Amounts& amounts, int sign);

@@ -1351,6 +1351,21 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
   }
 }
 
+core::Result<QueueId> Scheduler::addQueue(QueueSpec spec) {
+  TESSERA_ASSIGN_OR_RETURN(QueueId q, tree_.add(std::move(spec)));
+  const size_t n = tree_.size();
+  queue_workloads_.resize(n);
+  finished_in_queue_.resize(n, 0);
+  running_priorities_.resize(n);
+  buckets_.resize(n);
+  np_allocated_.resize(n, tree_.space().zeros());
+  if (usage_ != nullptr) {
+    usage_->resize(n);
+  }
+  fair_share_dirty_ = true;
+  return q;
+}
+
 void Scheduler::forgetVerdicts() {
   blocked_.clear();
   for (std::vector<Bucket>& buckets : buckets_) {

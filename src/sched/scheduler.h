@@ -149,6 +149,8 @@ class Scheduler {
   void cancel(WorkloadId w);
 
   PassResult schedule();
+  // Adds a queue to the tree (a tenant or team created while running); see QueueTree::add.
+  core::Result<QueueId> addQueue(QueueSpec spec);
   // Drops every standing "no room" verdict, so the next pass tries all pending work again, as
   // the first pass after a restart does. A cheap safety net for a driver to run now and then.
   void forgetVerdicts();

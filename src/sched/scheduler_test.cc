@@ -131,6 +131,30 @@ TEST_F(SchedulerTest, ReclaimToQuotaRestoresOnlyTheGuarantee) {
   EXPECT_EQ(s_->queues().queue(*s_->queues().find("b")).fair_share[kGpuDim], 5000);
 }
 
+TEST_F(SchedulerTest, QueuesCanBeAddedWhileRunning) {
+  build(1, 4, 4);
+  WorkloadId a = submit("a-train", "a", 8, 1, 1);
+  s_->schedule();
+  ASSERT_EQ(running(a), 8);
+  const ResourceSpace& space = s_->queues().space();
+  Amounts quota = space.zeros();
+  quota[kGpuDim] = 4000;
+  auto c = s_->addQueue({"c", "org", quota, {}, 1, 100});
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(allocatedGpus("a"), 8);  // Totals survive.
+  EXPECT_EQ(allocatedGpus("org"), 8);
+  WorkloadId w = submit("c-job", "c", 2, 2, 1);
+  PassResult r = s_->schedule();
+  EXPECT_EQ(r.evicted.size(), 2U);  // The new tenant reclaims within its share.
+  stopEvicted(r);
+  s_->schedule();
+  EXPECT_EQ(running(w), 2);
+  // A leaf holding work cannot become a parent; names stay unique.
+  auto bad = s_->addQueue({"a-team", "a", {}, {}, 1, 100});
+  EXPECT_EQ(bad.status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(s_->addQueue({"c", "org", {}, {}, 1, 100}).isOk());
+}
+
 TEST_F(SchedulerTest, GangIsAllOrNothing) {
   build(1, 8, 0);
   WorkloadId w = submit("big", "a", 2, 2, 8);  // Needs two whole nodes; there is one.

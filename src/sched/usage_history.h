@@ -24,6 +24,8 @@ class UsageHistory {
 
   // Decayed usage of a queue, in GPU-seconds.
   double usage(QueueId q) const { return usage_[q]; }
+  // Makes room for queues added to the tree (with no history).
+  void resize(size_t queue_count) { usage_.resize(queue_count, 0.0); }
 
   // Over-quota weights tilted by usage, per queue, in millionths: among siblings with
   // normalised weight nW and normalised usage nU, max(0, nW + k (nW - nU)). Siblings with no
