@@ -1,0 +1,358 @@
+#include "server/tokens.h"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <algorithm>
+
+namespace tessera::server {
+namespace {
+
+using nlohmann::json;
+constexpr std::string_view kPrefix = "/tokens/";
+constexpr std::string_view kAlphabet =
+    "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+
+// `n` base62 characters from the OS's random source (rejection sampling: no modulo bias).
+std::string randomBase62(size_t n) {
+  std::string out;
+  while (out.size() < n) {
+    unsigned char buf[64];
+    RAND_bytes(buf, sizeof(buf));
+    for (unsigned char b : buf) {
+      if (b < 248 && out.size() < n) {  // 248 = 4 * 62.
+        out.push_back(kAlphabet[b % 62]);
+      }
+    }
+  }
+  return out;
+}
+
+int64_t toMillis(core::WallTime t) {
+  if (t == core::WallTime::max()) {
+    return -1;
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+core::WallTime fromMillis(int64_t ms) {
+  return ms < 0 ? core::WallTime::max() : core::WallTime(std::chrono::milliseconds(ms));
+}
+
+std::string rfc3339(core::WallTime t) {
+  if (t == core::WallTime::max()) {
+    return "";
+  }
+  const std::time_t secs =
+      std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+json encode(const TokenInfo& t) {
+  return {{"accessor", t.accessor},
+          {"tenant", t.tenant},
+          {"policies", t.policies},
+          {"parent", t.parent},
+          {"display_name", t.display_name},
+          {"issued_ms", toMillis(t.issued)},
+          {"expires_ms", toMillis(t.expires)},
+          {"max_expiry_ms", toMillis(t.max_expiry)},
+          {"ttl_ms", std::chrono::duration_cast<std::chrono::milliseconds>(t.ttl).count()},
+          {"renewable", t.renewable}};
+}
+
+core::Result<TokenInfo> decode(std::string_view key, std::string_view value) {
+  try {
+    const json j = json::parse(value);
+    TokenInfo t;
+    t.accessor = j.at("accessor").get<std::string>();
+    t.tenant = j.at("tenant").get<std::string>();
+    t.policies = j.at("policies").get<std::vector<std::string>>();
+    t.parent = j.at("parent").get<std::string>();
+    t.display_name = j.at("display_name").get<std::string>();
+    t.issued = fromMillis(j.at("issued_ms").get<int64_t>());
+    t.expires = fromMillis(j.at("expires_ms").get<int64_t>());
+    t.max_expiry = fromMillis(j.at("max_expiry_ms").get<int64_t>());
+    t.ttl = std::chrono::milliseconds(j.at("ttl_ms").get<int64_t>());
+    t.renewable = j.at("renewable").get<bool>();
+    return t;
+  } catch (const json::exception& e) {
+    return core::internalError("stored token " + std::string(key) + " is corrupt: " + e.what());
+  }
+}
+
+}  // namespace
+
+bool TokenInfo::isRoot() const {
+  return std::find(policies.begin(), policies.end(), "root") != policies.end();
+}
+
+int64_t TokenInfo::ttlSeconds(core::WallTime now) const {
+  if (expires == core::WallTime::max()) {
+    return -1;
+  }
+  return std::max<int64_t>(0,
+                           std::chrono::duration_cast<std::chrono::seconds>(expires - now).count());
+}
+
+json TokenInfo::toJson(core::WallTime now) const {
+  return {
+      {"accessor", accessor},
+      {"tenant", tenant},
+      {"policies", policies},
+      {"display_name", display_name},
+      {"issue_time", rfc3339(issued)},
+      {"expire_time", expires == core::WallTime::max() ? json(nullptr) : json(rfc3339(expires))},
+      {"explicit_max_ttl_time",
+       max_expiry == core::WallTime::max() ? json(nullptr) : json(rfc3339(max_expiry))},
+      {"ttl", ttlSeconds(now)},
+      {"renewable", renewable},
+      {"orphan", parent.empty()}};
+}
+
+std::string TokenManager::hashSecret(const std::string& secret) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(secret.data(), secret.size(), digest, &len, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 15]);
+  }
+  return out;
+}
+
+core::Result<std::unique_ptr<TokenManager>> TokenManager::open(store::Store& store,
+                                                               const core::Clock& clock,
+                                                               TokenOptions options) {
+  std::unique_ptr<TokenManager> m(new TokenManager(store, clock, options));
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult all, store.range(kPrefix, store::prefixEnd(kPrefix)));
+  for (const store::KeyValue& kv : all.kvs) {
+    TESSERA_ASSIGN_OR_RETURN(TokenInfo t, decode(kv.key, kv.value));
+    const std::string hash = kv.key.substr(kPrefix.size());
+    m->hash_of_[t.accessor] = hash;
+    if (!t.parent.empty()) {
+      m->children_.emplace(t.parent, t.accessor);
+    }
+    m->by_hash_.emplace(hash, std::move(t));
+  }
+  TESSERA_RETURN_IF_ERROR(m->expire().status());
+  return m;
+}
+
+core::Status TokenManager::persist(const std::string& hash, const TokenInfo& info) {
+  return store_.put(std::string(kPrefix) + hash, encode(info).dump()).status();
+}
+
+bool TokenManager::rootTokenExists() const {
+  std::lock_guard lock(mu_);
+  return std::any_of(by_hash_.begin(), by_hash_.end(), [](const auto& e) {
+    return e.second.isRoot() && e.second.expires == core::WallTime::max();
+  });
+}
+
+core::Result<CreatedToken> TokenManager::bootstrapRoot() {
+  if (rootTokenExists()) {
+    return core::Status(core::StatusCode::kAlreadyExists, "a root token already exists");
+  }
+  std::lock_guard lock(mu_);
+  CreatedToken out;
+  out.secret = "tsr." + randomBase62(24);
+  TokenInfo& t = out.info;
+  t.accessor = randomBase62(24);
+  t.policies = {"root"};
+  t.display_name = "root";
+  t.issued = clock_.wallNow();
+  t.expires = core::WallTime::max();
+  t.max_expiry = core::WallTime::max();
+  t.renewable = false;
+  const std::string hash = hashSecret(out.secret);
+  TESSERA_RETURN_IF_ERROR(persist(hash, t));
+  hash_of_[t.accessor] = hash;
+  by_hash_[hash] = t;
+  return out;
+}
+
+core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const TokenRequest& req) {
+  const core::WallTime now = clock_.wallNow();
+  if (!parent.tenant.empty() && req.tenant != parent.tenant) {
+    return core::Status(core::StatusCode::kPermissionDenied,
+                        "a tenant token can only create tokens of its own tenant");
+  }
+  if (!parent.isRoot()) {
+    for (const std::string& p : req.policies) {
+      if (std::find(parent.policies.begin(), parent.policies.end(), p) == parent.policies.end()) {
+        return core::Status(core::StatusCode::kPermissionDenied,
+                            "cannot give policy '" + p + "': the parent token does not have it");
+      }
+    }
+  }
+  if (req.ttl < core::Duration::zero() || req.explicit_max_ttl < core::Duration::zero()) {
+    return core::invalidArgument("ttl and explicit_max_ttl must not be negative");
+  }
+  if (std::find(req.policies.begin(), req.policies.end(), "root") != req.policies.end() &&
+      !parent.isRoot()) {
+    return core::Status(core::StatusCode::kPermissionDenied,
+                        "only a root token can create a root token");
+  }
+  const core::Duration ttl = req.ttl > core::Duration::zero() ? req.ttl : options_.default_ttl;
+  if (ttl > options_.max_ttl) {
+    return core::invalidArgument(
+        "ttl is above the maximum of " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.max_ttl).count()) +
+        " s");
+  }
+  TokenInfo t;
+  t.tenant = req.tenant;
+  t.policies = req.policies;
+  t.parent = parent.accessor;
+  t.display_name = req.display_name;
+  t.issued = now;
+  t.ttl = ttl;
+  t.renewable = req.renewable;
+  t.max_expiry = now + options_.max_ttl;
+  if (req.explicit_max_ttl > core::Duration::zero()) {
+    t.max_expiry = std::min(t.max_expiry, now + req.explicit_max_ttl);
+  }
+  t.max_expiry = std::min(t.max_expiry, parent.max_expiry);  // Never outlives its parent's cap.
+  t.expires = std::min(now + ttl, t.max_expiry);
+  if (t.expires <= now) {
+    return core::invalidArgument("the token would expire at once (its parent's cap has passed)");
+  }
+  std::lock_guard lock(mu_);
+  if (!parent.accessor.empty() && !hash_of_.contains(parent.accessor)) {
+    return core::notFound("the parent token is gone");
+  }
+  CreatedToken out;
+  out.secret = "tsr." + randomBase62(24);
+  t.accessor = randomBase62(24);
+  const std::string hash = hashSecret(out.secret);
+  TESSERA_RETURN_IF_ERROR(persist(hash, t));
+  hash_of_[t.accessor] = hash;
+  if (!t.parent.empty()) {
+    children_.emplace(t.parent, t.accessor);
+  }
+  by_hash_[hash] = t;
+  out.info = std::move(t);
+  return out;
+}
+
+core::Result<TokenInfo> TokenManager::lookup(const std::string& secret) const {
+  const std::string hash = hashSecret(secret);
+  std::lock_guard lock(mu_);
+  auto it = by_hash_.find(hash);
+  if (it == by_hash_.end() || it->second.expires <= clock_.wallNow()) {
+    return core::notFound("unknown, revoked or expired token");
+  }
+  return it->second;
+}
+
+core::Result<TokenInfo> TokenManager::lookupAccessor(const std::string& accessor) const {
+  std::lock_guard lock(mu_);
+  auto h = hash_of_.find(accessor);
+  if (h == hash_of_.end()) {
+    return core::notFound("unknown, revoked or expired token");
+  }
+  const TokenInfo& t = by_hash_.at(h->second);
+  if (t.expires <= clock_.wallNow()) {
+    return core::notFound("unknown, revoked or expired token");
+  }
+  return t;
+}
+
+core::Result<TokenInfo> TokenManager::renew(const std::string& accessor, core::Duration increment) {
+  const core::WallTime now = clock_.wallNow();
+  std::lock_guard lock(mu_);
+  auto h = hash_of_.find(accessor);
+  if (h == hash_of_.end() || by_hash_.at(h->second).expires <= now) {
+    return core::notFound("unknown, revoked or expired token");
+  }
+  TokenInfo t = by_hash_.at(h->second);
+  if (!t.renewable) {
+    return core::failedPrecondition("the token is not renewable");
+  }
+  if (increment < core::Duration::zero()) {
+    return core::invalidArgument("increment must not be negative");
+  }
+  const core::Duration by = increment > core::Duration::zero() ? increment : t.ttl;
+  t.expires = std::min(now + by, t.max_expiry);
+  TESSERA_RETURN_IF_ERROR(persist(h->second, t));
+  by_hash_[h->second] = t;
+  return t;
+}
+
+core::Result<int> TokenManager::revokeLocked(const std::string& accessor) {
+  auto h = hash_of_.find(accessor);
+  if (h == hash_of_.end()) {
+    return 0;
+  }
+  // Depth first: children before the parent, so a crash midway leaves no orphaned child.
+  int revoked = 0;
+  std::vector<std::string> kids;
+  for (auto [it, end] = children_.equal_range(accessor); it != end; ++it) {
+    kids.push_back(it->second);
+  }
+  for (const std::string& k : kids) {
+    TESSERA_ASSIGN_OR_RETURN(int n, revokeLocked(k));
+    revoked += n;
+  }
+  const std::string hash = h->second;
+  TESSERA_RETURN_IF_ERROR(store_.deleteRange(std::string(kPrefix) + hash).status());
+  const TokenInfo& t = by_hash_.at(hash);
+  for (auto [it, end] = children_.equal_range(t.parent); it != end; ++it) {
+    if (it->second == accessor) {
+      children_.erase(it);
+      break;
+    }
+  }
+  children_.erase(accessor);
+  by_hash_.erase(hash);
+  hash_of_.erase(accessor);
+  return revoked + 1;
+}
+
+core::Result<int> TokenManager::revoke(const std::string& accessor) {
+  std::lock_guard lock(mu_);
+  if (!hash_of_.contains(accessor)) {
+    return core::notFound("unknown, revoked or expired token");
+  }
+  return revokeLocked(accessor);
+}
+
+core::Result<int> TokenManager::expire() {
+  const core::WallTime now = clock_.wallNow();
+  std::lock_guard lock(mu_);
+  std::vector<std::string> expired;
+  for (const auto& [hash, t] : by_hash_) {
+    if (t.expires <= now) {
+      expired.push_back(t.accessor);
+    }
+  }
+  int revoked = 0;
+  for (const std::string& a : expired) {
+    TESSERA_ASSIGN_OR_RETURN(int n, revokeLocked(a));
+    revoked += n;
+  }
+  return revoked;
+}
+
+std::vector<TokenInfo> TokenManager::list(const std::string& tenant) const {
+  const core::WallTime now = clock_.wallNow();
+  std::lock_guard lock(mu_);
+  std::vector<TokenInfo> out;
+  for (const auto& [hash, t] : by_hash_) {
+    if (t.tenant == tenant && t.expires > now) {
+      out.push_back(t);
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const TokenInfo& a, const TokenInfo& b) { return a.accessor < b.accessor; });
+  return out;
+}
+
+}  // namespace tessera::server

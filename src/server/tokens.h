@@ -1,0 +1,121 @@
+// Tokens: who is calling, in which scope, with which policies, until when (Vault's model).
+//
+//   auto tokens = TokenManager::open(store, clock, {});
+//   auto root = tokens->bootstrapRoot();                     // once, at first start
+//   TokenRequest req{.tenant = "team-1", .policies = {"dev"}, .ttl = hours(4),
+//                    .explicit_max_ttl = hours(4), .renewable = false};
+//   auto child = tokens->create(root->info, req);            // "access for 4 h", then gone
+//   auto who = tokens->lookup(child->secret);                 // NOT_FOUND once expired
+//
+// Rules (docs/server.md):
+//   - Every token expires: a TTL is required (the default TTL applies when none is asked) and
+//     capped by the system maximum; only the bootstrap root token has none, and the server warns
+//     while it exists.
+//   - `explicit_max_ttl` is a hard cap from issue time that no renewal passes. A child can never
+//     outlive its parent's cap, and revoking (or expiry of) a parent revokes all its children.
+//   - Renewal moves the expiry to now + increment (or the token's TTL), within its caps; a token
+//     created with `renewable = false` cannot be renewed.
+//   - A tenant token is bound to its tenant: its children belong to the same tenant. Only an
+//     admin token (tenant "") can create tokens for a tenant, and a parent gives a child only
+//     policies it has itself, unless the parent holds "root".
+//   - The secret ("tsr." + 24 base62 characters, 143 bits) is shown once, at creation. The store
+//     keeps only its SHA-256; the accessor is a second, public handle for lookup, renew and
+//     revoke that cannot authenticate.
+// Thread-safe: one mutex serialises writes; lookups read an in-memory copy of every live token.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/status.h"
+#include "store/store.h"
+
+namespace tessera::server {
+
+struct TokenInfo {
+  std::string accessor;
+  std::string tenant;  // "" = admin scope.
+  std::vector<std::string> policies;
+  std::string parent;  // Accessor of the parent; "" for the root token.
+  std::string display_name;
+  core::WallTime issued{};
+  core::WallTime expires{};     // WallTime::max() for the bootstrap root token only.
+  core::WallTime max_expiry{};  // No renewal goes past it.
+  core::Duration ttl{0};        // The TTL it was created with: the default renewal increment.
+  bool renewable = true;
+
+  bool isRoot() const;
+  // Seconds left at `now` (0 when expired; -1 for the never-expiring root token).
+  int64_t ttlSeconds(core::WallTime now) const;
+  nlohmann::json toJson(core::WallTime now) const;  // For the API: never the secret.
+};
+
+struct TokenRequest {
+  std::string tenant;
+  std::vector<std::string> policies;
+  std::string display_name;
+  core::Duration ttl{0};               // 0: the default TTL.
+  core::Duration explicit_max_ttl{0};  // 0: none beyond the system maximum.
+  bool renewable = true;
+};
+
+struct CreatedToken {
+  std::string secret;
+  TokenInfo info;
+};
+
+struct TokenOptions {
+  core::Duration default_ttl = std::chrono::hours(1);
+  core::Duration max_ttl = std::chrono::hours(24 * 32);  // Vault's system maximum.
+};
+
+class TokenManager {
+ public:
+  // Loads every token from the store (under /tokens/); drops those already expired.
+  static core::Result<std::unique_ptr<TokenManager>> open(store::Store& store,
+                                                          const core::Clock& clock,
+                                                          TokenOptions options);
+
+  // Creates the never-expiring root token if no root token exists yet (NOT the normal way to
+  // get a token: operators are told to revoke it). ALREADY_EXISTS otherwise.
+  core::Result<CreatedToken> bootstrapRoot();
+  bool rootTokenExists() const;
+
+  // Creates a child of `parent` (see the rules above); errors say which rule failed.
+  core::Result<CreatedToken> create(const TokenInfo& parent, const TokenRequest& req);
+  // The live token with this secret; NOT_FOUND for unknown, revoked or expired ones.
+  core::Result<TokenInfo> lookup(const std::string& secret) const;
+  core::Result<TokenInfo> lookupAccessor(const std::string& accessor) const;
+  // Extends the token's expiry (increment 0: its TTL); returns it updated.
+  core::Result<TokenInfo> renew(const std::string& accessor, core::Duration increment);
+  // Revokes the token and every descendant; returns how many were revoked.
+  core::Result<int> revoke(const std::string& accessor);
+  // Revokes every token past its expiry (with its descendants). Call on a timer.
+  core::Result<int> expire();
+  // Live tokens of a tenant ("" = admin), by accessor.
+  std::vector<TokenInfo> list(const std::string& tenant) const;
+
+  static std::string hashSecret(const std::string& secret);
+
+ private:
+  TokenManager(store::Store& store, const core::Clock& clock, TokenOptions options)
+      : store_(store), clock_(clock), options_(options) {}
+  core::Status persist(const std::string& hash, const TokenInfo& info);
+  core::Result<int> revokeLocked(const std::string& accessor);
+
+  store::Store& store_;
+  const core::Clock& clock_;
+  TokenOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, TokenInfo> by_hash_;
+  std::map<std::string, std::string> hash_of_;        // accessor -> hash
+  std::multimap<std::string, std::string> children_;  // parent accessor -> child accessor
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,169 @@
+#include "server/tokens.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "store/sqlite_store.h"
+
+namespace tessera::server {
+namespace {
+
+using std::chrono::hours;
+using std::chrono::minutes;
+
+class TokensTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/tokens-" + std::to_string(::getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    reopen();
+  }
+  void reopen() {
+    tokens_.reset();
+    store_.reset();
+    auto s = store::SqliteStore::open(dir_ + "/t.db", {}, clock_);
+    ASSERT_TRUE(s.isOk()) << s.status().message();
+    store_ = std::move(s).value();
+    auto t = TokenManager::open(*store_, clock_, {});
+    ASSERT_TRUE(t.isOk()) << t.status().message();
+    tokens_ = std::move(t).value();
+  }
+  CreatedToken root() {
+    auto r = tokens_->bootstrapRoot();
+    EXPECT_TRUE(r.isOk()) << r.status().message();
+    return std::move(r).value();
+  }
+
+  std::string dir_;
+  core::FakeClock clock_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<TokenManager> tokens_;
+};
+
+TEST_F(TokensTest, ExpireOnTheirOwnAndOnlyRootHasNoTtl) {
+  CreatedToken r = root();
+  EXPECT_TRUE(tokens_->rootTokenExists());
+  EXPECT_EQ(r.info.ttlSeconds(clock_.wallNow()), -1);
+  EXPECT_EQ(r.secret.substr(0, 4), "tsr.");
+  EXPECT_EQ(r.secret.size(), 28U);
+  EXPECT_FALSE(tokens_->bootstrapRoot().isOk());  // One root token at a time.
+  // No TTL asked: the default (1 h) applies.
+  auto t = tokens_->create(r.info, {.tenant = "team-1", .policies = {"dev"}});
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  EXPECT_EQ(t->info.ttlSeconds(clock_.wallNow()), 3600);
+  EXPECT_TRUE(tokens_->lookup(t->secret).isOk());
+  clock_.advance(minutes(59));
+  EXPECT_TRUE(tokens_->lookup(t->secret).isOk());
+  clock_.advance(minutes(1));
+  EXPECT_EQ(tokens_->lookup(t->secret).status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(tokens_->expire().value(), 1);
+  // Above the system maximum: refused.
+  EXPECT_FALSE(tokens_->create(r.info, {.tenant = "team-1", .ttl = hours(24 * 33)}).isOk());
+  EXPECT_FALSE(tokens_->lookup("tsr.nonsense").isOk());
+}
+
+TEST_F(TokensTest, RenewalStopsAtTheExplicitMaxTtl) {
+  CreatedToken r = root();
+  auto t = tokens_->create(
+      r.info,
+      {.tenant = "team-1", .policies = {"dev"}, .ttl = hours(1), .explicit_max_ttl = hours(2)});
+  ASSERT_TRUE(t.isOk());
+  clock_.advance(minutes(50));
+  auto renewed = tokens_->renew(t->info.accessor, core::Duration::zero());
+  ASSERT_TRUE(renewed.isOk());
+  EXPECT_EQ(renewed->ttlSeconds(clock_.wallNow()), 3600);
+  clock_.advance(minutes(50));
+  renewed = tokens_->renew(t->info.accessor, hours(10));
+  ASSERT_TRUE(renewed.isOk());
+  EXPECT_EQ(renewed->ttlSeconds(clock_.wallNow()), 20 * 60);  // Capped at issue + 2 h.
+  clock_.advance(minutes(20));
+  EXPECT_FALSE(tokens_->lookup(t->secret).isOk());
+  EXPECT_FALSE(tokens_->renew(t->info.accessor, hours(1)).isOk());
+}
+
+TEST_F(TokensTest, AccessForFourHoursThenGone) {
+  CreatedToken r = root();
+  auto t = tokens_->create(r.info, {.tenant = "team-1",
+                                    .policies = {"read-only"},
+                                    .ttl = hours(4),
+                                    .explicit_max_ttl = hours(4),
+                                    .renewable = false});
+  ASSERT_TRUE(t.isOk());
+  EXPECT_EQ(tokens_->renew(t->info.accessor, hours(1)).status().code(),
+            core::StatusCode::kFailedPrecondition);
+  clock_.advance(hours(4));
+  EXPECT_FALSE(tokens_->lookup(t->secret).isOk());
+}
+
+TEST_F(TokensTest, RevokingAParentRevokesItsChildren) {
+  CreatedToken r = root();
+  auto admin = tokens_->create(r.info, {.policies = {"ops", "dev"}, .ttl = hours(8)});
+  ASSERT_TRUE(admin.isOk());
+  auto child = tokens_->create(admin->info, {.tenant = "team-1", .policies = {"dev"}});
+  ASSERT_TRUE(child.isOk()) << child.status().message();
+  auto grandchild = tokens_->create(child->info, {.tenant = "team-1", .policies = {"dev"}});
+  ASSERT_TRUE(grandchild.isOk()) << grandchild.status().message();
+  auto other = tokens_->create(r.info, {.tenant = "team-2", .policies = {"dev"}});
+  EXPECT_EQ(tokens_->revoke(admin->info.accessor).value(), 3);
+  EXPECT_FALSE(tokens_->lookup(admin->secret).isOk());
+  EXPECT_FALSE(tokens_->lookup(child->secret).isOk());
+  EXPECT_FALSE(tokens_->lookup(grandchild->secret).isOk());
+  EXPECT_TRUE(tokens_->lookup(other->secret).isOk());
+  // And it stays revoked after a restart.
+  reopen();
+  EXPECT_FALSE(tokens_->lookup(grandchild->secret).isOk());
+  EXPECT_TRUE(tokens_->lookup(other->secret).isOk());
+}
+
+TEST_F(TokensTest, ParentsExpiryTakesItsChildren) {
+  CreatedToken r = root();
+  auto parent =
+      tokens_->create(r.info, {.policies = {"dev"}, .ttl = hours(1), .explicit_max_ttl = hours(1)});
+  auto child =
+      tokens_->create(parent->info, {.tenant = "team-1", .policies = {"dev"}, .ttl = hours(8)});
+  ASSERT_TRUE(child.isOk());
+  // The child's cap is its parent's.
+  EXPECT_EQ(child->info.ttlSeconds(clock_.wallNow()), 3600);
+  clock_.advance(hours(1));
+  EXPECT_FALSE(tokens_->lookup(child->secret).isOk());
+}
+
+TEST_F(TokensTest, TenantTokensStayInTheirTenantAndPolicies) {
+  CreatedToken r = root();
+  auto t1 = tokens_->create(r.info, {.tenant = "team-1", .policies = {"dev"}});
+  ASSERT_TRUE(t1.isOk());
+  auto cross = tokens_->create(t1->info, {.tenant = "team-2", .policies = {"dev"}});
+  EXPECT_EQ(cross.status().code(), core::StatusCode::kPermissionDenied);
+  auto admin = tokens_->create(t1->info, {.tenant = "", .policies = {"dev"}});
+  EXPECT_EQ(admin.status().code(), core::StatusCode::kPermissionDenied);
+  auto more = tokens_->create(t1->info, {.tenant = "team-1", .policies = {"dev", "ops"}});
+  EXPECT_EQ(more.status().code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(more.status().message().find("'ops'"), std::string::npos);
+  auto as_root = tokens_->create(t1->info, {.tenant = "team-1", .policies = {"root"}});
+  EXPECT_FALSE(as_root.isOk());
+  EXPECT_EQ(tokens_->list("team-1").size(), 1U);
+  EXPECT_EQ(tokens_->list("team-2").size(), 0U);
+}
+
+TEST_F(TokensTest, OnlyTheHashOfASecretIsStored) {
+  CreatedToken r = root();
+  auto t = tokens_->create(r.info, {.tenant = "team-1", .policies = {"dev"}});
+  ASSERT_TRUE(t.isOk());
+  auto all = store_->range("/", store::prefixEnd("/"));
+  ASSERT_TRUE(all.isOk());
+  for (const store::KeyValue& kv : all->kvs) {
+    EXPECT_EQ(kv.key.find(t->secret), std::string::npos);
+    EXPECT_EQ(kv.value.find(t->secret), std::string::npos);
+    EXPECT_EQ(kv.value.find(r.secret), std::string::npos);
+  }
+  // Survives a restart by hash.
+  reopen();
+  EXPECT_TRUE(tokens_->lookup(t->secret).isOk());
+  EXPECT_TRUE(tokens_->rootTokenExists());
+}
+
+}  // namespace
+}  // namespace tessera::server
