@@ -86,7 +86,8 @@ Result<std::optional<std::string>> readLastLine(int fd, uint64_t size, const std
 
 }  // namespace
 
-Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path, FileSinkOptions options,
+Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path,
+                                                 const FileSinkOptions& options,
                                                  const core::Clock& clock) {
   if (options.sink.salt.empty()) {
     return core::invalidArgument(path + ": the audit sink needs a non-empty HMAC salt");

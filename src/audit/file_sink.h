@@ -48,7 +48,7 @@ class FileSink final : public AuditSink {
   // not a regular file, another sink holds it, the salt is empty, or the last line is not a
   // complete, self-consistent record ("the last record is incomplete ...").
   static core::Result<std::unique_ptr<FileSink>> open(const std::string& path,
-                                                      FileSinkOptions options,
+                                                      const FileSinkOptions& options,
                                                       const core::Clock& clock);
   // Closes the file without a final checkpoint if `close` was not called.
   ~FileSink() override;

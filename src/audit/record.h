@@ -80,7 +80,8 @@ inline constexpr std::string_view kAlwaysSensitiveKeys[] = {
 };
 
 // `prev_hash` of the first record of a stream.
-inline const std::string kZeroHash(64, '0');
+inline constexpr std::string_view kZeroHash =
+    "0000000000000000000000000000000000000000000000000000000000000000";
 
 struct RedactionOptions {
   std::string salt;           // The sink's HMAC key; must not be empty.
@@ -105,6 +106,7 @@ std::string checkpointSigningMessage(const nlohmann::json& checkpoint_record);
 
 // One line of a stream, parsed and checked on its own: valid JSON, the required fields with the
 // right types, canonical form and `hash`. Linking it to its neighbours is the verifier's job.
+// NOLINTNEXTLINE(bugprone-exception-escape): nlohmann::json's move is noexcept in practice.
 struct AuditRecord {
   uint64_t seq = 0;
   std::string type;  // "request", "response" or "checkpoint".

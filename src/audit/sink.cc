@@ -8,7 +8,7 @@ internal::ChainOptions chainOptions(const SinkOptions& options) {
   return {{options.salt, options.hmac_accessor}, options.signing_key, options.checkpoint_every};
 }
 
-MemorySink::MemorySink(std::string name, SinkOptions options, const core::Clock& clock)
+MemorySink::MemorySink(std::string name, const SinkOptions& options, const core::Clock& clock)
     : name_(std::move(name)), chain_(chainOptions(options), {}, clock) {}
 
 Status MemorySink::store(std::string_view bytes) {

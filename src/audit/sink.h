@@ -5,7 +5,10 @@
 //   MemorySink mem("test", options, clock);
 //   TESSERA_RETURN_IF_ERROR(mem.write(event));  // the record is stored when this returns OK
 //
-// Sinks are thread-safe: concurrent writes are ordered into one chain per sink.
+// Sinks are thread-safe: concurrent writes are ordered into one chain per sink. They use a lock
+// rather than a writer thread because every caller must wait for its own record to be stored
+// before the request may proceed (fail closed); the lock orders the chain and group commit
+// (audit/file_sink.h) lets waiting writers share one disk flush.
 #pragma once
 
 #include <cstdint>
@@ -53,7 +56,7 @@ class AuditSink {
 // told to fail writes, to test fail-closed behaviour.
 class MemorySink final : public AuditSink {
  public:
-  MemorySink(std::string name, SinkOptions options, const core::Clock& clock);
+  MemorySink(std::string name, const SinkOptions& options, const core::Clock& clock);
 
   const std::string& name() const override { return name_; }
   core::Status write(const AuditEvent& event) override;

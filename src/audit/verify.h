@@ -62,7 +62,7 @@ struct VerifyReport {
   std::string key_id;               // The public key's id, when one was given.
   uint64_t unsigned_tail = 0;       // Records after the last checkpoint.
   uint64_t last_seq = 0;
-  std::string last_hash = kZeroHash;
+  std::string last_hash = std::string(kZeroHash);
   std::optional<VerifyFailure> failure;  // The first broken record; none if intact.
 
   bool intact() const { return !failure.has_value(); }

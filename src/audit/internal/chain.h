@@ -16,7 +16,7 @@ namespace tessera::audit::internal {
 // Where a stream stands: the last record's seq and hash.
 struct ChainHead {
   uint64_t seq = 0;
-  std::string hash = kZeroHash;
+  std::string hash = std::string(kZeroHash);
   uint64_t since_checkpoint = 0;  // Records written since the last checkpoint.
 };
 
