@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "cli/audit_command.h"
 #include "cli/sim_command.h"
 
 namespace {
@@ -14,6 +15,7 @@ int run(int argc, char** argv) {
   app.set_version_flag("--version", "tessera 0.1.0");
   int rc = 0;
   tessera::cli::addSimCommand(app, &rc);
+  tessera::cli::addAuditCommand(app, &rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,51 @@
+// Auditor: the server's one entry point to the audit log. It writes every event to every sink
+// and fails only when no sink could record it; the server then refuses the request (503), so
+// nothing happens that the log did not record ("fail closed", as Vault does).
+//
+//   std::vector<std::unique_ptr<AuditSink>> sinks;
+//   sinks.push_back(std::move(file_sink));
+//   TESSERA_ASSIGN_OR_RETURN(auto auditor, Auditor::create(std::move(sinks)));
+//   if (!auditor->record(event).isOk()) { /* refuse the request: 503 */ }
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "audit/record.h"
+#include "audit/sink.h"
+#include "core/status.h"
+
+namespace tessera::audit {
+
+struct SinkHealth {
+  std::string name;
+  std::string last_error;  // Empty if the sink's last write succeeded.
+};
+
+class Auditor {
+ public:
+  // Fails if `sinks` is empty: an auditor that can record nothing would refuse every request.
+  static core::Result<std::unique_ptr<Auditor>> create(
+      std::vector<std::unique_ptr<AuditSink>> sinks);
+
+  // Writes `event` to every sink, in order. OK if at least one sink stored it; otherwise
+  // UNAVAILABLE with every sink's error. Thread-safe.
+  core::Status record(const AuditEvent& event);
+
+  // Closes every sink (final checkpoints); returns the first error. Thread-safe.
+  core::Status close();
+
+  // Each sink and the error of its last write, for a health endpoint.
+  std::vector<SinkHealth> health() const;
+
+ private:
+  explicit Auditor(std::vector<std::unique_ptr<AuditSink>> sinks);
+
+  const std::vector<std::unique_ptr<AuditSink>> sinks_;
+  mutable std::mutex health_mu_;  // Guards health_.
+  std::vector<SinkHealth> health_;
+};
+
+}  // namespace tessera::audit

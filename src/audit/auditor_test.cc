@@ -1,0 +1,150 @@
+#include "audit/auditor.h"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <csignal>
+#include <sstream>
+#include <thread>
+
+#include "audit/file_sink.h"
+#include "audit/test_util.h"
+#include "audit/verify.h"
+
+namespace tessera::audit {
+namespace {
+
+using nlohmann::json;
+using testing::sampleEvent;
+
+class AuditorTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<MemorySink> memory(const std::string& name, const std::string& salt = "s") {
+    return std::make_unique<MemorySink>(name, SinkOptions{.salt = salt}, clock_);
+  }
+  core::FakeClock clock_;
+};
+
+TEST_F(AuditorTest, NeedsAtLeastOneSink) {
+  EXPECT_EQ(Auditor::create({}).status().code(), core::StatusCode::kInvalidArgument);
+}
+
+TEST_F(AuditorTest, WritesEveryEventToEverySinkEachWithItsOwnChainAndSalt) {
+  auto a = memory("a", "salt-a");
+  auto b = memory("b", "salt-b");
+  MemorySink* a_ptr = a.get();
+  MemorySink* b_ptr = b.get();
+  std::vector<std::unique_ptr<AuditSink>> sinks;
+  sinks.push_back(std::move(a));
+  sinks.push_back(std::move(b));
+  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(auditor->record(sampleEvent(i)).isOk());
+  }
+  ASSERT_EQ(a_ptr->lines().size(), 4u);
+  ASSERT_EQ(b_ptr->lines().size(), 4u);
+  const json first_a = json::parse(a_ptr->lines()[0]);
+  const json first_b = json::parse(b_ptr->lines()[0]);
+  EXPECT_EQ(first_a["auth"]["accessor"], hmacValue("salt-a", "accessor-team-1"));
+  EXPECT_EQ(first_b["auth"]["accessor"], hmacValue("salt-b", "accessor-team-1"));
+  for (MemorySink* sink : {a_ptr, b_ptr}) {
+    std::istringstream in(testing::joinLines(sink->lines()));
+    EXPECT_TRUE(verifyAuditStream(in)->intact());
+  }
+}
+
+TEST_F(AuditorTest, SucceedsWhileOneSinkWritesAndFailsClosedWhenNoneDoes) {
+  auto a = memory("a");
+  auto b = memory("b");
+  MemorySink* a_ptr = a.get();
+  MemorySink* b_ptr = b.get();
+  std::vector<std::unique_ptr<AuditSink>> sinks;
+  sinks.push_back(std::move(a));
+  sinks.push_back(std::move(b));
+  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+
+  a_ptr->setFailWrites(true);
+  EXPECT_TRUE(auditor->record(sampleEvent(0)).isOk());
+  EXPECT_EQ(b_ptr->lines().size(), 1u);
+  std::vector<SinkHealth> health = auditor->health();
+  EXPECT_NE(health[0].last_error.find("fault injected"), std::string::npos);
+  EXPECT_EQ(health[1].last_error, "");
+
+  b_ptr->setFailWrites(true);
+  const core::Status s = auditor->record(sampleEvent(1));
+  EXPECT_EQ(s.code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("no audit sink could record"), std::string::npos);
+  EXPECT_NE(s.message().find("a: "), std::string::npos);
+  EXPECT_NE(s.message().find("b: "), std::string::npos);
+
+  a_ptr->setFailWrites(false);
+  EXPECT_TRUE(auditor->record(sampleEvent(2)).isOk());
+  EXPECT_EQ(auditor->health()[0].last_error, "");
+}
+
+// A real file that cannot grow (RLIMIT_FSIZE, which binds root too) next to a working sink.
+TEST_F(AuditorTest, AFileSinkThatCannotWriteFailsClosedUnlessAnotherSinkWrites) {
+  testing::TempDir dir;
+  auto file_only = FileSink::open(dir.file("only.log"), {{.salt = "s"}}, clock_);
+  auto file_pair = FileSink::open(dir.file("pair.log"), {{.salt = "s"}}, clock_);
+  ASSERT_TRUE(file_only.isOk() && file_pair.isOk());
+  std::vector<std::unique_ptr<AuditSink>> only;
+  only.push_back(std::move(file_only).value());
+  auto lone = std::move(Auditor::create(std::move(only))).value();
+  auto mem = memory("mem");
+  MemorySink* mem_ptr = mem.get();
+  std::vector<std::unique_ptr<AuditSink>> pair;
+  pair.push_back(std::move(file_pair).value());
+  pair.push_back(std::move(mem));
+  auto paired = std::move(Auditor::create(std::move(pair))).value();
+
+  auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ::getrlimit(RLIMIT_FSIZE, &old);
+  rlimit limit = old;
+  limit.rlim_cur = 100;  // Less than one record.
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  const core::Status lone_status = lone->record(sampleEvent(0));
+  const core::Status paired_status = paired->record(sampleEvent(0));
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, old_handler);
+
+  EXPECT_EQ(lone_status.code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(lone_status.message().find("only.log: cannot write"), std::string::npos)
+      << lone_status.message();
+  EXPECT_TRUE(paired_status.isOk()) << paired_status.toString();
+  EXPECT_EQ(mem_ptr->lines().size(), 1u);
+  EXPECT_NE(paired->health()[0].last_error.find("cannot write"), std::string::npos);
+  EXPECT_EQ(testing::readFile(dir.file("only.log")), "");
+}
+
+TEST_F(AuditorTest, ConcurrentRecordsKeepEverySinkChainValid) {
+  auto a = memory("a");
+  auto b = memory("b");
+  MemorySink* a_ptr = a.get();
+  MemorySink* b_ptr = b.get();
+  std::vector<std::unique_ptr<AuditSink>> sinks;
+  sinks.push_back(std::move(a));
+  sinks.push_back(std::move(b));
+  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        ASSERT_TRUE(auditor->record(sampleEvent(i, "team-" + std::to_string(t))).isOk());
+      }
+    });
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  ASSERT_TRUE(auditor->close().isOk());
+  for (MemorySink* sink : {a_ptr, b_ptr}) {
+    EXPECT_EQ(sink->lines().size(), 1200u);
+    std::istringstream in(testing::joinLines(sink->lines()));
+    EXPECT_TRUE(verifyAuditStream(in)->intact());
+  }
+}
+
+}  // namespace
+}  // namespace tessera::audit

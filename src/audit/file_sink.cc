@@ -1,0 +1,287 @@
+#include "audit/file_sink.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+namespace tessera::audit {
+namespace {
+
+using core::Result;
+using core::Status;
+
+constexpr uint64_t kMaxRecordBytes = 64ull << 20;
+
+Status unavailable(std::string message) {
+  return {core::StatusCode::kUnavailable, std::move(message)};
+}
+
+std::string errnoText(int err) { return std::strerror(err); }
+
+Status fsyncParentDirectory(const std::string& path) {
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) {
+    dir = ".";
+  }
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return unavailable(dir.string() +
+                       ": cannot open the directory to sync it: " + errnoText(errno));
+  }
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    return unavailable(dir.string() + ": cannot sync the directory: " + errnoText(err));
+  }
+  return Status::ok();
+}
+
+// The last line of the file (without its newline), or nullopt for an empty file.
+Result<std::optional<std::string>> readLastLine(int fd, uint64_t size, const std::string& path) {
+  if (size == 0) {
+    return std::optional<std::string>();
+  }
+  char last = 0;
+  if (::pread(fd, &last, 1, static_cast<off_t>(size - 1)) != 1) {
+    return unavailable(path + ": cannot read: " + errnoText(errno));
+  }
+  if (last != '\n') {
+    return core::failedPrecondition(
+        path +
+        ": the last record is incomplete (the file does not end with a newline: a write was "
+        "interrupted or the file was truncated); run `tessera audit verify " +
+        path + "` and repair the tail before reopening");
+  }
+  // Read backwards from the final newline to the one before it.
+  std::string line;
+  uint64_t end = size - 1;  // Exclusive end of the unread part of the last line.
+  char buf[64 * 1024];
+  while (end > 0) {
+    const uint64_t start = end > sizeof buf ? end - sizeof buf : 0;
+    const ssize_t n = ::pread(fd, buf, end - start, static_cast<off_t>(start));
+    if (n != static_cast<ssize_t>(end - start)) {
+      return unavailable(path + ": cannot read: " + errnoText(errno));
+    }
+    const std::string_view chunk(buf, static_cast<size_t>(n));
+    const size_t nl = chunk.rfind('\n');
+    if (nl != std::string_view::npos) {
+      line.insert(0, chunk.substr(nl + 1));
+      break;
+    }
+    line.insert(0, chunk);
+    if (line.size() > kMaxRecordBytes) {
+      return core::failedPrecondition(path + ": the last line is over 64 MiB: not an audit log");
+    }
+    end = start;
+  }
+  return std::optional<std::string>(std::move(line));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path,
+                                                 const FileSinkOptions& options,
+                                                 const core::Clock& clock) {
+  if (options.sink.salt.empty()) {
+    return core::invalidArgument(path + ": the audit sink needs a non-empty HMAC salt");
+  }
+  struct stat st {};
+  const bool existed = ::stat(path.c_str(), &st) == 0;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return unavailable(path + ": cannot open the audit log: " + errnoText(errno));
+  }
+  auto fail = [fd](Status s) {
+    ::close(fd);
+    return s;
+  };
+  if (::fstat(fd, &st) != 0) {
+    return fail(unavailable(path + ": cannot stat: " + errnoText(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return fail(core::failedPrecondition(path + ": not a regular file"));
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return fail(core::failedPrecondition(
+          path +
+          ": the audit log is already open in another audit sink (this process or another)"));
+    }
+    return fail(unavailable(path + ": cannot lock: " + errnoText(errno)));
+  }
+  if (!existed) {
+    // The new file's directory entry must be durable too, or a crash could lose the whole log.
+    if (Status s = fsyncParentDirectory(path); !s.isOk()) {
+      return fail(s);
+    }
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  auto last = readLastLine(fd, size, path);
+  if (!last.isOk()) {
+    return fail(last.status());
+  }
+  internal::ChainHead head;
+  if (last->has_value()) {
+    auto rec = parseRecordLine(**last);
+    if (!rec.isOk()) {
+      return fail(core::failedPrecondition(
+          path + ": the last record is corrupt: " + rec.status().message() +
+          "; run `tessera audit verify " + path + "`"));
+    }
+    head.seq = rec->seq;
+    head.hash = rec->hash;
+    // Unknown how many records follow the last checkpoint; 1 makes close() sign the tail.
+    head.since_checkpoint = rec->type == "checkpoint" ? 0 : 1;
+  }
+  const SyncMode sync = options.sync;
+  internal::Chain chain(chainOptions(options.sink), std::move(head), clock);
+  return std::unique_ptr<FileSink>(new FileSink(path, fd, size, sync, std::move(chain)));
+}
+
+FileSink::FileSink(std::string path, int fd, uint64_t size, SyncMode sync, internal::Chain chain)
+    : path_(std::move(path)),
+      name_("file:" + path_),
+      sync_(sync),
+      fd_(fd),
+      size_(size),
+      chain_(std::move(chain)) {}
+
+FileSink::~FileSink() {
+  std::unique_lock lock(mu_);
+  synced_cv_.wait(lock, [this] { return !syncing_; });
+  if (fd_ >= 0) {
+    ::close(fd_);
+  }
+}
+
+internal::ChainHead FileSink::head() const {
+  std::lock_guard lock(mu_);
+  return chain_.head();
+}
+
+Status FileSink::brokenError() const {
+  return unavailable(name_ + ": the audit sink stopped taking records: " + broken_ +
+                     "; reopen it to resume from what is on disk");
+}
+
+Status FileSink::appendLocked(std::string_view bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      // Take back a partial record so the file stays a chain of complete records.
+      if (done > 0 && ::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+        broken_ = "a partial record could not be removed after a failed write (" + errnoText(err) +
+                  ", then ftruncate: " + errnoText(errno) + ")";
+        return brokenError();
+      }
+      return unavailable(name_ + ": cannot write the audit record: " + errnoText(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  size_ += bytes.size();
+  return Status::ok();
+}
+
+Status FileSink::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket) {
+  if (sync_ == SyncMode::kEveryRecord) {
+    if (::fdatasync(fd_) != 0) {
+      broken_ = "fdatasync failed: " + errnoText(errno);
+      return brokenError();
+    }
+    synced_ = ticket;
+    return Status::ok();
+  }
+  while (synced_ < ticket) {
+    if (!broken_.empty()) {
+      return brokenError();
+    }
+    if (syncing_) {
+      synced_cv_.wait(lock);
+      continue;
+    }
+    if (closed_) {
+      return unavailable(name_ + ": the audit sink was closed before the record was flushed");
+    }
+    // Lead a flush for everything appended so far, without the lock so others keep appending.
+    syncing_ = true;
+    const uint64_t target = appended_;
+    const int fd = fd_;  // close() waits for syncing_ to clear, so fd stays open.
+    lock.unlock();
+    const int rc = ::fdatasync(fd);
+    const int err = errno;
+    lock.lock();
+    syncing_ = false;
+    if (rc != 0) {
+      broken_ = "fdatasync failed: " + errnoText(err);
+    } else {
+      synced_ = target;
+    }
+    synced_cv_.notify_all();
+  }
+  return Status::ok();
+}
+
+Status FileSink::write(const AuditEvent& event) {
+  std::unique_lock lock(mu_);
+  if (closed_) {
+    return core::failedPrecondition(name_ + ": the audit sink is closed");
+  }
+  if (!broken_.empty()) {
+    return brokenError();
+  }
+  TESSERA_ASSIGN_OR_RETURN(internal::PendingLines pending, chain_.prepare(event));
+  TESSERA_RETURN_IF_ERROR(appendLocked(pending.bytes));
+  chain_.commit(std::move(pending));
+  return syncLocked(lock, ++appended_);
+}
+
+Status FileSink::close() {
+  std::unique_lock lock(mu_);
+  if (closed_) {
+    return Status::ok();
+  }
+  synced_cv_.wait(lock, [this] { return !syncing_; });
+  Status status;
+  if (broken_.empty()) {
+    auto pending = chain_.prepareFinalCheckpoint();
+    if (pending.isOk()) {
+      status = appendLocked(pending->bytes);
+      if (status.isOk()) {
+        chain_.commit(std::move(pending).value());
+        ++appended_;
+      }
+    } else {
+      status = pending.status();
+    }
+    // Flush even without a checkpoint: writers may be waiting for their records' flush.
+    if (broken_.empty()) {
+      if (::fdatasync(fd_) != 0) {
+        broken_ = "fdatasync failed: " + errnoText(errno);
+        status = brokenError();
+      } else {
+        synced_ = appended_;
+      }
+    }
+  } else {
+    status = brokenError();
+  }
+  closed_ = true;
+  ::close(fd_);
+  fd_ = -1;
+  synced_cv_.notify_all();
+  return status;
+}
+
+}  // namespace tessera::audit

@@ -1,0 +1,89 @@
+// FileSink: an audit stream in an append-only file of JSON lines (the operator stream).
+//
+//   SinkOptions options{.salt = salt, .signing_key = key};
+//   TESSERA_ASSIGN_OR_RETURN(auto sink, FileSink::open(path, {options}, clock));
+//   TESSERA_RETURN_IF_ERROR(sink->write(event));  // durable (fdatasync'd) when this returns OK
+//   TESSERA_RETURN_IF_ERROR(sink->close());       // final signed checkpoint
+//
+// Opening an existing file resumes its chain from its last record (only that record is read and
+// checked; run `verifyAuditFile` for the whole file). The file is locked (flock) while open, so
+// two sinks never interleave one chain.
+//
+// Failures: a write that fails (disk full, file size limit, I/O error) is rolled back by
+// truncating the file to its last complete record, so the file stays a valid chain; if even that
+// fails, or an fdatasync fails (the kernel may then have dropped the data), the sink stops taking
+// records ("broken") until it is reopened, which re-reads what is really on disk.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "audit/internal/chain.h"
+#include "audit/sink.h"
+#include "core/clock.h"
+#include "core/status.h"
+
+namespace tessera::audit {
+
+enum class SyncMode {
+  // fdatasync after each record, holding the sink's lock: simplest, one disk flush per record.
+  kEveryRecord,
+  // Group commit: a writer appends its record, then waits until some fdatasync that started after
+  // the append has finished; one flush makes every record appended before it durable, so
+  // concurrent writers share flushes. Same guarantee per record, far more records per second
+  // under concurrency.
+  kGroupCommit,
+};
+
+struct FileSinkOptions {
+  SinkOptions sink = {};
+  SyncMode sync = SyncMode::kGroupCommit;
+};
+
+class FileSink final : public AuditSink {
+ public:
+  // Opens or creates (mode 0600) the file at `path` and resumes its chain. Fails if the path is
+  // not a regular file, another sink holds it, the salt is empty, or the last line is not a
+  // complete, self-consistent record ("the last record is incomplete ...").
+  static core::Result<std::unique_ptr<FileSink>> open(const std::string& path,
+                                                      const FileSinkOptions& options,
+                                                      const core::Clock& clock);
+  // Closes the file without a final checkpoint if `close` was not called.
+  ~FileSink() override;
+  FileSink(const FileSink&) = delete;
+  FileSink& operator=(const FileSink&) = delete;
+
+  const std::string& name() const override { return name_; }
+  core::Status write(const AuditEvent& event) override;
+  core::Status close() override;
+
+  // The head of the chain as stored: the last record's seq and hash.
+  internal::ChainHead head() const;
+
+ private:
+  FileSink(std::string path, int fd, uint64_t size, SyncMode sync, internal::Chain chain);
+
+  // Appends `bytes` at the end; on failure truncates back to `size_` (or marks the sink broken).
+  core::Status appendLocked(std::string_view bytes);
+  // Makes everything appended up to `ticket` durable (see SyncMode).
+  core::Status syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket);
+  core::Status brokenError() const;
+
+  const std::string path_;
+  const std::string name_;
+  const SyncMode sync_;
+  mutable std::mutex mu_;              // Guards everything below.
+  std::condition_variable synced_cv_;  // Signalled when `synced_` or `broken_` changes.
+  int fd_;
+  uint64_t size_;          // Bytes of complete records in the file.
+  uint64_t appended_ = 0;  // Appends so far (tickets); the n-th append has ticket n.
+  uint64_t synced_ = 0;    // Every append with ticket <= this is durable.
+  bool syncing_ = false;   // A writer is in fdatasync (without the lock).
+  std::string broken_;     // Why the sink stopped taking records; empty if it has not.
+  bool closed_ = false;
+  internal::Chain chain_;
+};
+
+}  // namespace tessera::audit

@@ -1,0 +1,277 @@
+#include "audit/file_sink.h"
+
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <csignal>
+#include <thread>
+
+#include "audit/test_util.h"
+#include "audit/verify.h"
+
+namespace tessera::audit {
+namespace {
+
+using nlohmann::json;
+using testing::readFile;
+using testing::sampleEvent;
+using testing::splitLines;
+using testing::TempDir;
+using testing::writeFile;
+
+// Lowers this process's file size limit (RLIMIT_FSIZE) for the scope: writes past it fail with
+// EFBIG, for root too, which makes a real "disk full" for one file.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);  // Else the kernel kills the process.
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    rlimit limit = old_;
+    limit.rlim_cur = bytes;
+    ok_ = ::setrlimit(RLIMIT_FSIZE, &limit) == 0;
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int) = nullptr;
+  bool ok_ = false;
+};
+
+class FileSinkTest : public ::testing::TestWithParam<SyncMode> {
+ protected:
+  void SetUp() override {
+    auto pair = generateKeyPairPem();
+    signing_ = std::move(SigningKey::fromPem(pair->private_pem)).value();
+    verifying_ = std::move(VerifyingKey::fromPem(pair->public_pem)).value();
+    path_ = dir_.file("audit.log");
+  }
+
+  FileSinkOptions options(uint64_t checkpoint_every = 1000) const {
+    return {{.salt = "pepper", .signing_key = signing_, .checkpoint_every = checkpoint_every},
+            GetParam()};
+  }
+
+  std::unique_ptr<FileSink> open(uint64_t checkpoint_every = 1000) {
+    auto sink = FileSink::open(path_, options(checkpoint_every), clock_);
+    EXPECT_TRUE(sink.isOk()) << sink.status().toString();
+    return sink.isOk() ? std::move(sink).value() : nullptr;
+  }
+
+  VerifyReport verify() { return std::move(verifyAuditFile(path_, verifying_.get())).value(); }
+
+  TempDir dir_;
+  std::string path_;
+  core::FakeClock clock_;
+  std::shared_ptr<const SigningKey> signing_;
+  std::unique_ptr<VerifyingKey> verifying_;
+};
+
+TEST_P(FileSinkTest, WritesAVerifiableChain) {
+  auto sink = open(4);
+  ASSERT_NE(sink, nullptr);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(sink->write(sampleEvent(i)).isOk());
+  }
+  ASSERT_TRUE(sink->close().isOk());
+  const VerifyReport r = verify();
+  EXPECT_TRUE(r.intact()) << r.summary();
+  EXPECT_EQ(r.records, 13u);  // 10 records, checkpoints after 4 and 8, and on close.
+  EXPECT_EQ(r.checkpoints, 3u);
+  struct stat st {};
+  ASSERT_EQ(::stat(path_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_P(FileSinkTest, ARecordIsInTheFileWhenWriteReturns) {
+  auto sink = open();
+  ASSERT_TRUE(sink->write(sampleEvent(0)).isOk());
+  // Read through another descriptor before any close: nothing is buffered in the process.
+  const std::vector<std::string> lines = splitLines(readFile(path_));
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(json::parse(lines[0])["request_id"], "req-0");
+}
+
+TEST_P(FileSinkTest, SensitiveValuesNeverAppearInClear) {
+  auto sink = open();
+  AuditEvent e = sampleEvent(1);
+  e.auth.accessor = "acc-7f3a9c";
+  e.request.body["password"] = "hunter2-secret";
+  e.request.body["data"] = {{"aws_key", "AKIAEXAMPLEKEY99"}};
+  e.response.body["auth"] = {{"client_token", "s.TOKENVALUE123"}};
+  e.sensitive = {"/request/body/data/aws_key"};
+  ASSERT_TRUE(sink->write(e).isOk());
+  ASSERT_TRUE(sink->close().isOk());
+  const std::string file = readFile(path_);
+  for (const char* clear :
+       {"acc-7f3a9c", "hunter2-secret", "AKIAEXAMPLEKEY99", "s.TOKENVALUE123"}) {
+    EXPECT_EQ(file.find(clear), std::string::npos) << clear << " is in the file in clear";
+    EXPECT_NE(file.find(hmacValue("pepper", clear)), std::string::npos) << clear;
+  }
+  EXPECT_NE(file.find("train-1"), std::string::npos);  // Not everything is hidden.
+}
+
+TEST_P(FileSinkTest, ReopeningResumesTheChain) {
+  {
+    auto sink = open();
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(sink->write(sampleEvent(i)).isOk());
+    }
+    ASSERT_TRUE(sink->close().isOk());  // Checkpoint: seq 4.
+  }
+  std::string head_hash;
+  {
+    auto sink = open();
+    EXPECT_EQ(sink->head().seq, 4u);
+    ASSERT_TRUE(sink->write(sampleEvent(3)).isOk());
+    ASSERT_TRUE(sink->write(sampleEvent(4)).isOk());
+    head_hash = sink->head().hash;
+    // Destroyed without close, as in a crash: no final checkpoint.
+  }
+  {
+    auto sink = open();
+    EXPECT_EQ(sink->head().seq, 6u);
+    EXPECT_EQ(sink->head().hash, head_hash);
+    ASSERT_TRUE(sink->write(sampleEvent(5)).isOk());
+    ASSERT_TRUE(sink->close().isOk());
+  }
+  const std::vector<std::string> lines = splitLines(readFile(path_));
+  ASSERT_EQ(lines.size(), 8u);
+  EXPECT_EQ(json::parse(lines[4])["seq"], 5);
+  EXPECT_EQ(json::parse(lines[4])["prev_hash"], json::parse(lines[3])["hash"]);
+  EXPECT_EQ(json::parse(lines[7])["type"], "checkpoint");
+  const VerifyReport r = verify();
+  EXPECT_TRUE(r.intact()) << r.summary();
+  EXPECT_EQ(r.checkpoints, 2u);
+}
+
+TEST_P(FileSinkTest, OpenRefusesAFileWhoseLastRecordIsIncomplete) {
+  {
+    auto sink = open();
+    ASSERT_TRUE(sink->write(sampleEvent(0)).isOk());
+    ASSERT_TRUE(sink->write(sampleEvent(1)).isOk());
+  }
+  std::string content = readFile(path_);
+  writeFile(path_, content.substr(0, content.size() - 20));  // The last line lost its end.
+  auto sink = FileSink::open(path_, options(), clock_);
+  ASSERT_FALSE(sink.isOk());
+  EXPECT_EQ(sink.status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_NE(sink.status().message().find("the last record is incomplete"), std::string::npos)
+      << sink.status().message();
+  EXPECT_NE(sink.status().message().find(path_), std::string::npos);
+}
+
+TEST_P(FileSinkTest, OpenRefusesAFileWhoseLastRecordIsCorrupt) {
+  {
+    auto sink = open();
+    ASSERT_TRUE(sink->write(sampleEvent(0)).isOk());
+    ASSERT_TRUE(sink->write(sampleEvent(1)).isOk());
+  }
+  std::string content = readFile(path_);
+  content[content.rfind("train-1") + 6] = '9';
+  writeFile(path_, content);
+  auto sink = FileSink::open(path_, options(), clock_);
+  ASSERT_FALSE(sink.isOk());
+  EXPECT_NE(sink.status().message().find("the last record is corrupt: hash does not match"),
+            std::string::npos)
+      << sink.status().message();
+}
+
+TEST_P(FileSinkTest, OpenReadsALastRecordLongerThanOneReadChunk) {
+  {
+    auto sink = open();
+    ASSERT_TRUE(sink->write(sampleEvent(0)).isOk());
+    AuditEvent big = sampleEvent(1);
+    big.request.body["blob"] = std::string(200'000, 'x');
+    ASSERT_TRUE(sink->write(big).isOk());
+  }
+  auto sink = open();
+  ASSERT_NE(sink, nullptr);
+  EXPECT_EQ(sink->head().seq, 2u);
+}
+
+TEST_P(FileSinkTest, OpenRefusesWhatIsNotARegularFile) {
+  const std::string fifo = dir_.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto sink = FileSink::open(fifo, options(), clock_);
+  ASSERT_FALSE(sink.isOk());
+  EXPECT_NE(sink.status().message().find("not a regular file"), std::string::npos);
+  EXPECT_FALSE(FileSink::open(dir_.file("no/such/dir/audit.log"), options(), clock_).isOk());
+}
+
+TEST_P(FileSinkTest, OnlyOneSinkAtATimeHoldsAFile) {
+  auto first = open();
+  auto second = FileSink::open(path_, options(), clock_);
+  ASSERT_FALSE(second.isOk());
+  EXPECT_NE(second.status().message().find("already open"), std::string::npos);
+  first.reset();
+  EXPECT_TRUE(FileSink::open(path_, options(), clock_).isOk());
+}
+
+TEST_P(FileSinkTest, AnEmptySaltIsRefused) {
+  FileSinkOptions o = options();
+  o.sink.salt = "";
+  EXPECT_EQ(FileSink::open(path_, o, clock_).status().code(), core::StatusCode::kInvalidArgument);
+}
+
+TEST_P(FileSinkTest, AFailedWriteIsReportedAndLeavesNoPartialRecord) {
+  auto sink = open();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(sink->write(sampleEvent(i)).isOk());
+  }
+  const std::string before = readFile(path_);
+  {
+    // Room for a few bytes of the next record only: the write fails part way.
+    FileSizeLimit limit(before.size() + 40);
+    ASSERT_TRUE(limit.ok());
+    const core::Status s = sink->write(sampleEvent(3));
+    ASSERT_FALSE(s.isOk());
+    EXPECT_EQ(s.code(), core::StatusCode::kUnavailable);
+    EXPECT_NE(s.message().find("cannot write the audit record"), std::string::npos) << s.message();
+  }
+  EXPECT_EQ(readFile(path_), before);               // The partial record was taken back.
+  ASSERT_TRUE(sink->write(sampleEvent(4)).isOk());  // Space again: the chain goes on.
+  ASSERT_TRUE(sink->close().isOk());
+  const std::vector<std::string> lines = splitLines(readFile(path_));
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(json::parse(lines[3])["seq"], 4);
+  EXPECT_EQ(json::parse(lines[3])["request_id"], "req-2");  // sampleEvent(4).
+  EXPECT_TRUE(verify().intact()) << verify().summary();
+}
+
+TEST_P(FileSinkTest, ConcurrentWritersProduceOneValidChain) {
+  auto sink = open(50);
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 150;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        ASSERT_TRUE(sink->write(sampleEvent(i, "team-" + std::to_string(t))).isOk());
+      }
+    });
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  ASSERT_TRUE(sink->close().isOk());
+  const VerifyReport r = verify();
+  EXPECT_TRUE(r.intact()) << r.summary();
+  EXPECT_EQ(r.records - r.checkpoints, uint64_t{kThreads * kPerThread});
+  EXPECT_EQ(r.checkpoints, uint64_t{kThreads * kPerThread / 50});
+}
+
+INSTANTIATE_TEST_SUITE_P(SyncModes, FileSinkTest,
+                         ::testing::Values(SyncMode::kEveryRecord, SyncMode::kGroupCommit),
+                         [](const auto& info) {
+                           return info.param == SyncMode::kEveryRecord ? "EveryRecord"
+                                                                       : "GroupCommit";
+                         });
+
+}  // namespace
+}  // namespace tessera::audit

@@ -1,0 +1,58 @@
+// The hash-chain state of one audit stream and the lines it produces. Shared by the sinks, which
+// add storage and locking around it; not thread-safe on its own.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "audit/crypto.h"
+#include "audit/record.h"
+#include "core/clock.h"
+#include "core/status.h"
+
+namespace tessera::audit::internal {
+
+// Where a stream stands: the last record's seq and hash.
+struct ChainHead {
+  uint64_t seq = 0;
+  std::string hash = std::string(kZeroHash);
+  uint64_t since_checkpoint = 0;  // Records written since the last checkpoint.
+};
+
+struct ChainOptions {
+  RedactionOptions redaction;
+  std::shared_ptr<const SigningKey> signing_key;  // Null: no checkpoints.
+  uint64_t checkpoint_every = 1000;               // 0: only on close.
+};
+
+// Lines ready to append, and the head the chain will have once they are stored.
+struct PendingLines {
+  std::string bytes;  // One or two '\n'-terminated lines; empty if there is nothing to write.
+  ChainHead head;
+};
+
+class Chain {
+ public:
+  Chain(ChainOptions options, ChainHead head, const core::Clock& clock)
+      : options_(std::move(options)), head_(std::move(head)), clock_(clock) {}
+
+  // The record for `event`, followed by a checkpoint when one is due. Does not change the head:
+  // call `commit` once the bytes are stored.
+  core::Result<PendingLines> prepare(const AuditEvent& event) const;
+  // A checkpoint if any record came after the last one and there is a signing key; else empty.
+  core::Result<PendingLines> prepareFinalCheckpoint() const;
+  void commit(PendingLines pending) { head_ = std::move(pending.head); }
+
+  const ChainHead& head() const { return head_; }
+
+ private:
+  // Appends the checkpoint line after `head` to `out`.
+  core::Status appendCheckpoint(ChainHead& head, const std::string& time, std::string& out) const;
+
+  ChainOptions options_;
+  ChainHead head_;
+  const core::Clock& clock_;
+};
+
+}  // namespace tessera::audit::internal

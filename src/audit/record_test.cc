@@ -1,0 +1,159 @@
+#include "audit/record.h"
+
+#include <gtest/gtest.h>
+
+#include "audit/crypto.h"
+#include "audit/test_util.h"
+
+namespace tessera::audit {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::nanoseconds;
+using std::chrono::seconds;
+
+const RedactionOptions kSalted{"pepper", true};
+
+TEST(RecordTest, TimeIsRfc3339UtcWithMilliseconds) {
+  EXPECT_EQ(formatRfc3339Millis(core::WallTime{}), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(formatRfc3339Millis(core::WallTime{seconds(1'700'000'000) + nanoseconds(123'999'999)}),
+            "2023-11-14T22:13:20.123Z");
+  EXPECT_EQ(formatRfc3339Millis(core::WallTime{seconds(951'782'400) + milliseconds(7)}),
+            "2000-02-29T00:00:00.007Z");
+}
+
+TEST(RecordTest, CanonicalJsonSortsKeysWithoutWhitespace) {
+  EXPECT_EQ(canonicalJson(json::parse(R"({ "b": 1, "a": [true, null], "c": {"z": "é", "y": 2} })")),
+            R"({"a":[true,null],"b":1,"c":{"y":2,"z":"é"}})");
+}
+
+TEST(RecordTest, EventFieldsAreWrittenAsDocumented) {
+  AuditEvent e = testing::sampleEvent(1);
+  e.error = "quota exceeded";
+  auto j = redactedEventJson(e, {"pepper", false});
+  ASSERT_TRUE(j.isOk()) << j.status().toString();
+  EXPECT_EQ((*j)["type"], "response");
+  EXPECT_EQ((*j)["request_id"], "req-0");
+  EXPECT_EQ((*j)["tenant"], "team-1");
+  EXPECT_EQ((*j)["auth"]["accessor"], "accessor-team-1");  // hmac_accessor off.
+  EXPECT_EQ((*j)["auth"]["policies"], json({"default", "team-1-dev"}));
+  EXPECT_EQ((*j)["request"]["method"], "POST");
+  EXPECT_EQ((*j)["request"]["path"], "/v1/tenants/team-1/workloads");
+  EXPECT_EQ((*j)["request"]["remote_address"], "10.0.0.7");
+  EXPECT_EQ((*j)["request"]["body"]["gpus"], 1);
+  EXPECT_EQ((*j)["response"]["status"], 200);
+  EXPECT_EQ((*j)["response"]["body"]["id"], "wl-1");
+  EXPECT_EQ((*j)["error"], "quota exceeded");
+
+  auto request = redactedEventJson(testing::sampleEvent(0), kSalted);
+  ASSERT_TRUE(request.isOk());
+  EXPECT_FALSE(request->contains("response"));
+}
+
+TEST(RecordTest, AccessorIsHmacdByDefault) {
+  auto j = redactedEventJson(testing::sampleEvent(0), kSalted);
+  ASSERT_TRUE(j.isOk());
+  EXPECT_EQ((*j)["auth"]["accessor"], hmacValue("pepper", "accessor-team-1"));
+}
+
+TEST(RecordTest, SensitivePointersAreHmacdWithTheSalt) {
+  AuditEvent e = testing::sampleEvent(1);
+  e.request.body["data"] = {{"api-key", "AKIA123"}, {"limits", {{"gpus", 4}}}};
+  e.response.body["items"] = {"one", "two"};
+  e.sensitive = {"/request/body/data/api-key", "/request/body/data/limits",
+                 "/response/body/items/1", "/request/body/absent"};
+  auto j = redactedEventJson(e, kSalted);
+  ASSERT_TRUE(j.isOk()) << j.status().toString();
+  // A string: HMAC of its bytes. Anything else: HMAC of its canonical JSON.
+  EXPECT_EQ((*j)["request"]["body"]["data"]["api-key"], hmacValue("pepper", "AKIA123"));
+  EXPECT_EQ((*j)["request"]["body"]["data"]["limits"], hmacValue("pepper", R"({"gpus":4})"));
+  EXPECT_EQ((*j)["response"]["body"]["items"], json({"one", hmacValue("pepper", "two")}));
+  EXPECT_FALSE((*j)["request"]["body"].contains("absent"));
+  EXPECT_EQ((*j)["request"]["body"]["name"], "train-1");  // Untouched.
+}
+
+TEST(RecordTest, AlwaysSensitiveKeysAreHmacdAtAnyDepthOnce) {
+  AuditEvent e = testing::sampleEvent(1);
+  e.request.body["password"] = "hunter2";
+  e.request.body["nested"] = json::array({{{"Token", "s.abc"}}});
+  e.response.body["auth"] = {{"client_token", "s.root"}};
+  e.sensitive = {"/request/body/password"};  // Also named: must not be HMAC'd twice.
+  auto j = redactedEventJson(e, kSalted);
+  ASSERT_TRUE(j.isOk());
+  EXPECT_EQ((*j)["request"]["body"]["password"], hmacValue("pepper", "hunter2"));
+  EXPECT_EQ((*j)["request"]["body"]["nested"][0]["Token"], hmacValue("pepper", "s.abc"));
+  EXPECT_EQ((*j)["response"]["body"]["auth"]["client_token"], hmacValue("pepper", "s.root"));
+}
+
+TEST(RecordTest, BadSensitivePointersAreErrors) {
+  AuditEvent e = testing::sampleEvent(0);
+  for (const char* p : {"/seq", "/hash", "/prev_hash", "no-leading-slash", ""}) {
+    e.sensitive = {p};
+    EXPECT_EQ(redactedEventJson(e, kSalted).status().code(), core::StatusCode::kInvalidArgument)
+        << p;
+  }
+  EXPECT_FALSE(redactedEventJson(testing::sampleEvent(0), {"", true}).isOk());  // No salt.
+}
+
+std::string sealedLine(json record) {
+  record["hash"] = sha256Hex(canonicalJson(record));
+  return canonicalJson(record);
+}
+
+json validRecord() {
+  return {{"seq", 3},
+          {"time", "2024-01-02T03:04:05.678Z"},
+          {"type", "request"},
+          {"tenant", "team-1"},
+          {"prev_hash", std::string(64, 'a')}};
+}
+
+TEST(RecordTest, ParseAcceptsAValidLine) {
+  auto rec = parseRecordLine(sealedLine(validRecord()));
+  ASSERT_TRUE(rec.isOk()) << rec.status().toString();
+  EXPECT_EQ(rec->seq, 3u);
+  EXPECT_EQ(rec->type, "request");
+  EXPECT_EQ(rec->tenant, "team-1");
+  EXPECT_EQ(rec->prev_hash, std::string(64, 'a'));
+}
+
+TEST(RecordTest, ParseSaysWhatIsWrong) {
+  struct Case {
+    std::string line;
+    std::string message;
+  };
+  json no_seq = validRecord();
+  no_seq.erase("seq");
+  json zero_seq = validRecord();
+  zero_seq["seq"] = 0;
+  json bad_type = validRecord();
+  bad_type["type"] = "debug";
+  json upper_hash = validRecord();
+  upper_hash["prev_hash"] = std::string(64, 'A');
+  json bare_checkpoint = validRecord();
+  bare_checkpoint["type"] = "checkpoint";
+  const std::string good = sealedLine(validRecord());
+  std::string edited = good;
+  edited.replace(edited.find("team-1"), 6, "team-2");
+  const std::vector<Case> cases = {
+      {"{\"seq\":", "not valid JSON"},
+      {"[1,2]", "not a JSON object"},
+      {sealedLine(no_seq), "'seq' is missing"},
+      {sealedLine(zero_seq), "'seq' is missing or not a positive integer"},
+      {sealedLine(bad_type), "unknown record type 'debug'"},
+      {sealedLine(upper_hash), "64 lowercase hex digits"},
+      {sealedLine(bare_checkpoint), "checkpoint record without"},
+      {" " + good, "not in canonical form"},
+      {edited, "hash does not match the record's contents"},
+  };
+  for (const Case& c : cases) {
+    auto rec = parseRecordLine(c.line);
+    ASSERT_FALSE(rec.isOk()) << c.line;
+    EXPECT_NE(rec.status().message().find(c.message), std::string::npos)
+        << c.line << " -> " << rec.status().message();
+  }
+}
+
+}  // namespace
+}  // namespace tessera::audit

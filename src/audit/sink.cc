@@ -1,0 +1,60 @@
+#include "audit/sink.h"
+
+namespace tessera::audit {
+
+using core::Status;
+
+internal::ChainOptions chainOptions(const SinkOptions& options) {
+  return {{options.salt, options.hmac_accessor}, options.signing_key, options.checkpoint_every};
+}
+
+MemorySink::MemorySink(std::string name, const SinkOptions& options, const core::Clock& clock)
+    : name_(std::move(name)), chain_(chainOptions(options), {}, clock) {}
+
+Status MemorySink::store(std::string_view bytes) {
+  if (fail_writes_) {
+    return {core::StatusCode::kUnavailable, name_ + ": writes are failing (fault injected)"};
+  }
+  size_t start = 0;
+  while (start < bytes.size()) {
+    const size_t end = bytes.find('\n', start);
+    lines_.emplace_back(bytes.substr(start, end - start));
+    start = end + 1;
+  }
+  return Status::ok();
+}
+
+Status MemorySink::write(const AuditEvent& event) {
+  std::lock_guard lock(mu_);
+  if (closed_) {
+    return core::failedPrecondition(name_ + ": the audit sink is closed");
+  }
+  TESSERA_ASSIGN_OR_RETURN(internal::PendingLines pending, chain_.prepare(event));
+  TESSERA_RETURN_IF_ERROR(store(pending.bytes));
+  chain_.commit(std::move(pending));
+  return Status::ok();
+}
+
+Status MemorySink::close() {
+  std::lock_guard lock(mu_);
+  if (closed_) {
+    return Status::ok();
+  }
+  TESSERA_ASSIGN_OR_RETURN(internal::PendingLines pending, chain_.prepareFinalCheckpoint());
+  TESSERA_RETURN_IF_ERROR(store(pending.bytes));
+  chain_.commit(std::move(pending));
+  closed_ = true;
+  return Status::ok();
+}
+
+std::vector<std::string> MemorySink::lines() const {
+  std::lock_guard lock(mu_);
+  return lines_;
+}
+
+void MemorySink::setFailWrites(bool fail) {
+  std::lock_guard lock(mu_);
+  fail_writes_ = fail;
+}
+
+}  // namespace tessera::audit

@@ -1,0 +1,84 @@
+// Audit sinks: where audit records go. Each sink keeps its own hash chain (seq, prev_hash) and its
+// own HMAC salt, so one event becomes a different, independently verifiable line in each sink.
+//
+//   auto sink = FileSink::open("/var/lib/tessera/audit.log", options, clock);  // audit/file_sink.h
+//   MemorySink mem("test", options, clock);
+//   TESSERA_RETURN_IF_ERROR(mem.write(event));  // the record is stored when this returns OK
+//
+// Sinks are thread-safe: concurrent writes are ordered into one chain per sink. They use a lock
+// rather than a writer thread because every caller must wait for its own record to be stored
+// before the request may proceed (fail closed); the lock orders the chain and group commit
+// (audit/file_sink.h) lets waiting writers share one disk flush.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "audit/crypto.h"
+#include "audit/internal/chain.h"
+#include "audit/record.h"
+#include "core/clock.h"
+#include "core/status.h"
+
+namespace tessera::audit {
+
+// How a sink turns events into records.
+struct SinkOptions {
+  std::string salt = {};      // HMAC key for sensitive values; required, keep it secret.
+  bool hmac_accessor = true;  // Write token accessors HMAC'd, as Vault does by default.
+  // Signs a checkpoint record every `checkpoint_every` records and on close. Null: no
+  // checkpoints (the chain still links every record, but nothing is signed).
+  std::shared_ptr<const SigningKey> signing_key = nullptr;
+  uint64_t checkpoint_every = 1000;  // 0: a checkpoint only on close.
+};
+
+class AuditSink {
+ public:
+  virtual ~AuditSink() = default;
+
+  // A short name for error messages and health ("file:/var/log/tessera/audit.log").
+  virtual const std::string& name() const = 0;
+
+  // Appends the record for `event` (and a checkpoint when one is due) to this sink's chain. OK
+  // means the record is stored (for a file: on stable storage); an error means it is not part of
+  // the chain. Thread-safe.
+  virtual core::Status write(const AuditEvent& event) = 0;
+
+  // Writes the final checkpoint (if there is a signing key and records since the last one) and
+  // stops: later writes fail. Thread-safe; a second close is a no-op.
+  virtual core::Status close() = 0;
+};
+
+// Keeps the lines in memory: for tests and for a process that ships records elsewhere. Can be
+// told to fail writes, to test fail-closed behaviour.
+class MemorySink final : public AuditSink {
+ public:
+  MemorySink(std::string name, const SinkOptions& options, const core::Clock& clock);
+
+  const std::string& name() const override { return name_; }
+  core::Status write(const AuditEvent& event) override;
+  core::Status close() override;
+
+  // Every line written so far, each without its newline.
+  std::vector<std::string> lines() const;
+  // While set, writes fail with UNAVAILABLE and nothing is stored.
+  void setFailWrites(bool fail);
+
+ private:
+  core::Status store(std::string_view bytes);
+
+  const std::string name_;
+  mutable std::mutex mu_;  // Guards everything below.
+  internal::Chain chain_;
+  std::vector<std::string> lines_;
+  bool fail_writes_ = false;
+  bool closed_ = false;
+};
+
+// The chain options a sink derives from its `SinkOptions`.
+internal::ChainOptions chainOptions(const SinkOptions& options);
+
+}  // namespace tessera::audit

@@ -1,0 +1,300 @@
+#include "audit/verify.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <istream>
+
+namespace tessera::audit {
+namespace {
+
+using core::Result;
+using nlohmann::json;
+
+// The seq of a line that may not be a valid record, if one can be read from it.
+std::optional<uint64_t> looseSeq(std::string_view line) {
+  const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object()) {
+    if (auto it = j.find("seq"); it != j.end() && it->is_number_unsigned()) {
+      return it->get<uint64_t>();
+    }
+  }
+  return std::nullopt;
+}
+
+// Checks one stream line by line and keeps the report. `on_record` sees each verified record.
+class StreamVerifier {
+ public:
+  using OnRecord = std::function<void(const AuditRecord&, const std::string&)>;
+
+  StreamVerifier(const VerifyingKey* key, OnRecord on_record)
+      : key_(key), on_record_(std::move(on_record)) {
+    if (key_ != nullptr) {
+      report_.key_id = key_->keyId();
+    }
+  }
+
+  // Checks the next line; false once the chain is broken (the report says where).
+  bool feed(const std::string& line, bool has_newline) {
+    ++line_no_;
+    if (!has_newline) {
+      return fail(looseSeq(line),
+                  "the last line is incomplete (no newline at the end): the file was truncated "
+                  "or a write was interrupted");
+    }
+    if (line.empty()) {
+      return fail(std::nullopt, "empty line");
+    }
+    auto parsed = parseRecordLine(line);
+    if (!parsed.isOk()) {
+      return fail(looseSeq(line), parsed.status().message());
+    }
+    const AuditRecord& rec = parsed.value();
+    const uint64_t expected = report_.last_seq + 1;
+    if (rec.seq != expected) {
+      if (report_.last_seq == 0) {
+        return fail(rec.seq,
+                    fmt::format("the first record has seq {}, not 1: records before it are missing",
+                                rec.seq));
+      }
+      return fail(rec.seq, fmt::format("seq {} follows seq {} (expected {}): a record is missing, "
+                                       "duplicated or out of order",
+                                       rec.seq, report_.last_seq, expected));
+    }
+    if (rec.prev_hash != report_.last_hash) {
+      return fail(rec.seq, report_.last_seq == 0
+                               ? "prev_hash of the first record is not all zeros"
+                               : "prev_hash does not match the previous record's hash");
+    }
+    if (rec.type == "checkpoint") {
+      if (key_ != nullptr) {
+        const json& cp = rec.json["checkpoint"];
+        const std::string& key_id = cp["key_id"].get_ref<const std::string&>();
+        if (key_id != key_->keyId()) {
+          return fail(rec.seq, fmt::format("checkpoint signed by key {}, not by the given public "
+                                           "key {}",
+                                           key_id, key_->keyId()));
+        }
+        if (!key_->verifyHex(checkpointSigningMessage(rec.json),
+                             cp["signature"].get_ref<const std::string&>())) {
+          return fail(rec.seq, "checkpoint signature is not valid for the given public key");
+        }
+      }
+      ++report_.checkpoints;
+      report_.unsigned_tail = 0;
+    } else {
+      ++report_.unsigned_tail;
+    }
+    ++report_.records;
+    report_.last_seq = rec.seq;
+    report_.last_hash = rec.hash;
+    if (on_record_) {
+      on_record_(rec, line);
+    }
+    return true;
+  }
+
+  VerifyReport finish() {
+    report_.signatures_checked = key_ != nullptr && report_.intact();
+    return std::move(report_);
+  }
+
+ private:
+  bool fail(std::optional<uint64_t> seq, std::string message) {
+    report_.failure = VerifyFailure{line_no_, seq, std::move(message)};
+    return false;
+  }
+
+  const VerifyingKey* key_;
+  OnRecord on_record_;
+  uint64_t line_no_ = 0;
+  VerifyReport report_;
+};
+
+// Feeds every line of `in` to `verifier` until it fails.
+core::Status feedStream(std::istream& in, StreamVerifier& verifier) {
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!verifier.feed(line, !in.eof())) {
+      break;
+    }
+  }
+  if (in.bad()) {
+    return core::internalError("cannot read the audit stream");
+  }
+  return core::Status::ok();
+}
+
+Result<std::ifstream> openFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return core::notFound(path + ": cannot open: " + std::strerror(errno));
+  }
+  return in;
+}
+
+}  // namespace
+
+std::string VerifyFailure::toString() const {
+  if (seq.has_value()) {
+    return fmt::format("line {} (seq {}): {}", line, *seq, message);
+  }
+  return fmt::format("line {}: {}", line, message);
+}
+
+std::string VerifyReport::summary() const {
+  if (failure.has_value()) {
+    return fmt::format("{} ({} records before it verified)", failure->toString(), records);
+  }
+  std::string s = fmt::format("{} records, {} checkpoints, chain intact", records, checkpoints);
+  if (signatures_checked) {
+    s += fmt::format("; checkpoint signatures valid (key {})", key_id);
+  } else if (checkpoints > 0) {
+    s += "; checkpoint signatures not checked (no public key)";
+  }
+  if (unsigned_tail > 0 && records > 0) {
+    s += fmt::format("; {} records after the last checkpoint", unsigned_tail);
+  }
+  return s;
+}
+
+Result<VerifyReport> verifyAuditStream(std::istream& in, const VerifyingKey* public_key) {
+  StreamVerifier verifier(public_key, nullptr);
+  TESSERA_RETURN_IF_ERROR(feedStream(in, verifier));
+  return verifier.finish();
+}
+
+Result<VerifyReport> verifyAuditFile(const std::string& path, const VerifyingKey* public_key) {
+  TESSERA_ASSIGN_OR_RETURN(std::ifstream in, openFile(path));
+  auto report = verifyAuditStream(in, public_key);
+  if (!report.isOk()) {
+    return report.status().withContext(path);
+  }
+  return report;
+}
+
+Result<std::vector<std::string>> tenantView(std::istream& operator_stream,
+                                            std::string_view tenant) {
+  if (tenant.empty()) {
+    return core::invalidArgument(
+        "a tenant view needs a tenant name (operator records are not "
+        "part of any tenant's view)");
+  }
+  std::vector<std::string> view;
+  std::string line;
+  uint64_t line_no = 0;
+  while (std::getline(operator_stream, line)) {
+    ++line_no;
+    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) {
+      return core::invalidArgument(
+          fmt::format("line {}: not an audit record; verify the stream first", line_no));
+    }
+    const auto it = j.find("tenant");
+    const auto type = j.find("type");
+    if (it != j.end() && it->is_string() && *it == tenant && type != j.end() &&
+        (*type == "request" || *type == "response")) {
+      view.push_back(line);
+    }
+  }
+  if (operator_stream.bad()) {
+    return core::internalError("cannot read the audit stream");
+  }
+  return view;
+}
+
+Result<std::vector<std::string>> tenantViewOfFile(const std::string& path,
+                                                  std::string_view tenant) {
+  TESSERA_ASSIGN_OR_RETURN(std::ifstream in, openFile(path));
+  auto view = tenantView(in, tenant);
+  if (!view.isOk()) {
+    return view.status().withContext(path);
+  }
+  return view;
+}
+
+VerifyReport verifyTenantView(std::span<const std::string> view, std::string_view tenant) {
+  VerifyReport report;
+  auto fail = [&](uint64_t line, std::optional<uint64_t> seq, std::string message) {
+    report.failure = VerifyFailure{line, seq, std::move(message)};
+    return report;
+  };
+  for (size_t i = 0; i < view.size(); ++i) {
+    const uint64_t line = i + 1;
+    auto parsed = parseRecordLine(view[i]);
+    if (!parsed.isOk()) {
+      return fail(line, looseSeq(view[i]), parsed.status().message());
+    }
+    const AuditRecord& rec = parsed.value();
+    if (rec.type == "checkpoint" || rec.tenant != tenant) {
+      return fail(line, rec.seq, fmt::format("not a record of tenant '{}'", tenant));
+    }
+    if (report.records > 0) {
+      if (rec.seq <= report.last_seq) {
+        return fail(line, rec.seq,
+                    fmt::format("seq {} does not increase (previous record: seq {})", rec.seq,
+                                report.last_seq));
+      }
+      if (rec.seq == report.last_seq + 1 && rec.prev_hash != report.last_hash) {
+        return fail(line, rec.seq, "prev_hash does not match the previous record's hash");
+      }
+    }
+    ++report.records;
+    report.last_seq = rec.seq;
+    report.last_hash = rec.hash;
+  }
+  return report;
+}
+
+Result<VerifyReport> checkTenantViewAgainstStream(std::span<const std::string> view,
+                                                  std::istream& operator_stream,
+                                                  std::string_view tenant,
+                                                  const VerifyingKey* public_key) {
+  if (tenant.empty()) {
+    return core::invalidArgument("a tenant view needs a tenant name");
+  }
+  std::vector<std::pair<uint64_t, std::string>> expected;  // (seq, line) of the tenant's records.
+  StreamVerifier verifier(public_key, [&](const AuditRecord& rec, const std::string& line) {
+    if (rec.type != "checkpoint" && rec.tenant == tenant) {
+      expected.emplace_back(rec.seq, line);
+    }
+  });
+  TESSERA_RETURN_IF_ERROR(feedStream(operator_stream, verifier));
+  VerifyReport report = verifier.finish();
+  if (!report.intact()) {
+    return report;
+  }
+  auto fail = [&](uint64_t line, std::optional<uint64_t> seq, std::string message) {
+    report.failure = VerifyFailure{line, seq, "view: " + std::move(message)};
+    return report;
+  };
+  for (size_t i = 0; i < std::max(view.size(), expected.size()); ++i) {
+    if (i >= view.size()) {
+      return fail(i + 1, expected[i].first,
+                  fmt::format("the view ends here but lacks the tenant's record seq {} and {} more",
+                              expected[i].first, expected.size() - i - 1));
+    }
+    const std::optional<uint64_t> seq = looseSeq(view[i]);
+    if (i >= expected.size()) {
+      return fail(i + 1, seq, "not one of the tenant's records in the operator stream");
+    }
+    if (view[i] == expected[i].second) {
+      continue;
+    }
+    if (seq == expected[i].first) {
+      return fail(i + 1, seq, "differs from the operator stream's record with this seq");
+    }
+    if (seq.has_value() && *seq > expected[i].first) {
+      return fail(
+          i + 1, seq,
+          fmt::format("the tenant's record seq {} is missing before this line", expected[i].first));
+    }
+    return fail(i + 1, seq, "not one of the tenant's records in the operator stream");
+  }
+  return report;
+}
+
+}  // namespace tessera::audit

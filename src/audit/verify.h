@@ -1,0 +1,99 @@
+// Verifying audit streams: the whole operator stream, and one tenant's view of it.
+//
+//   auto key = VerifyingKey::fromPemFile("audit-public.pem");
+//   TESSERA_ASSIGN_OR_RETURN(VerifyReport r, verifyAuditFile("audit.log", key->get()));
+//   std::cout << r.summary() << "\n";  // "12345 records, 12 checkpoints, chain intact ..."
+//
+// `verifyAuditFile` checks that every line is a complete, canonical record whose hash matches its
+// contents, that seq counts 1, 2, 3, ..., that each prev_hash is the previous record's hash, and,
+// given the public key, that every checkpoint is signed by it. It reports the FIRST broken record:
+// "line 1234 (seq 1234): prev_hash does not match the previous record's hash".
+//
+// What the chain proves, and what it does not:
+// - Any change to a record (one byte anywhere), a removed, inserted, duplicated or reordered
+//   record, and a truncated last line are detected at the first record concerned.
+// - Someone who can rewrite the file can also recompute every hash after a change; only the
+//   checkpoint signatures (verified with the public key) detect that, up to the last checkpoint.
+// - Records after the last checkpoint are unsigned (`unsigned_tail`), and cutting whole records
+//   off the end of the file leaves a valid, shorter chain. Ship checkpoints off the node (or keep
+//   a second sink elsewhere) to detect that.
+//
+// Tenant views. `tenantView` extracts one tenant's records from the operator stream, byte for byte,
+// so each still carries the seq, prev_hash and hash of the operator chain.
+// - A tenant holding only its view can check (`verifyTenantView`) that each record is intact on
+//   its own (canonical, hash matches its contents: the operator cannot later show a different
+//   version of it without the hash changing), that the records are its own, that seq increases,
+//   and, where two of its records are adjacent in the stream (seq n, n+1), that they are linked.
+//   Gaps in seq show how many other records lie between (their number, not their contents).
+// - A tenant cannot check, from its view alone, that none of its records was removed or altered
+//   and re-hashed between two of its records that others' records separate, nor that its records
+//   are covered by a signed checkpoint: both need the records in between, which belong to other
+//   tenants. Nor can it recompute the HMACs (the salt is the operator's). An operator or an
+//   auditor with the whole stream runs `checkTenantViewAgainstStream` for that.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "audit/crypto.h"
+#include "audit/record.h"
+#include "core/status.h"
+
+namespace tessera::audit {
+
+struct VerifyFailure {
+  uint64_t line = 0;            // 1-based line of the first broken record.
+  std::optional<uint64_t> seq;  // Its seq, if it could be read.
+  std::string message;          // What is wrong with it.
+
+  // "line 1234 (seq 1234): prev_hash does not match the previous record's hash".
+  std::string toString() const;
+};
+
+struct VerifyReport {
+  uint64_t records = 0;             // Records that verified, checkpoints included.
+  uint64_t checkpoints = 0;         // Checkpoints among them.
+  bool signatures_checked = false;  // A public key was given and every checkpoint matched it.
+  std::string key_id;               // The public key's id, when one was given.
+  uint64_t unsigned_tail = 0;       // Records after the last checkpoint.
+  uint64_t last_seq = 0;
+  std::string last_hash = std::string(kZeroHash);
+  std::optional<VerifyFailure> failure;  // The first broken record; none if intact.
+
+  bool intact() const { return !failure.has_value(); }
+  // One line for people: "12345 records, 12 checkpoints, chain intact; ..." or the failure.
+  std::string summary() const;
+};
+
+// Verifies a stream read from `in`. Fails only if `in` cannot be read; a broken chain is a report
+// with `failure` set. Without `public_key`, checkpoint signatures are not checked.
+core::Result<VerifyReport> verifyAuditStream(std::istream& in,
+                                             const VerifyingKey* public_key = nullptr);
+core::Result<VerifyReport> verifyAuditFile(const std::string& path,
+                                           const VerifyingKey* public_key = nullptr);
+
+// The request and response records of `tenant` in an operator stream, each line byte for byte
+// (without its newline). Fails on an unreadable stream, a line that is not a record, or an empty
+// `tenant` (operator records are not a tenant's).
+core::Result<std::vector<std::string>> tenantView(std::istream& operator_stream,
+                                                  std::string_view tenant);
+core::Result<std::vector<std::string>> tenantViewOfFile(const std::string& path,
+                                                        std::string_view tenant);
+
+// What a tenant can check with its view alone (see above). Lines count from 1 in the view.
+VerifyReport verifyTenantView(std::span<const std::string> view, std::string_view tenant);
+
+// Verifies the whole operator stream, then that `view` is exactly `tenant`'s records in it: none
+// missing, none added, none altered. The report describes the stream; `failure` is the first
+// problem with either (a view problem says "view line N").
+core::Result<VerifyReport> checkTenantViewAgainstStream(std::span<const std::string> view,
+                                                        std::istream& operator_stream,
+                                                        std::string_view tenant,
+                                                        const VerifyingKey* public_key = nullptr);
+
+}  // namespace tessera::audit

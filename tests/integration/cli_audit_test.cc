@@ -1,0 +1,242 @@
+// Runs the real `tessera audit ...` like an operator would, on logs written by the audit library.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "audit/crypto.h"
+#include "audit/file_sink.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tessera::audit::AuditEvent;
+using tessera::audit::AuditType;
+
+struct CmdResult {
+  int rc = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : ".";
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void spit(const fs::path& p, const std::string& content) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << content;
+}
+
+class CliAuditTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tessera-cli-audit-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    spit(dir_ / "salt", "pepper\n");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs `tessera ARGS` (standard input from `stdin_text` when given).
+  CmdResult tessera(const std::string& args, const std::string* stdin_text = nullptr) {
+    const std::string err_path = (dir_ / "stderr.txt").string();
+    std::string cmd = env("TESSERA_BINARY_DIR") + "/tessera " + args + " 2>" + err_path;
+    if (stdin_text != nullptr) {
+      spit(dir_ / "stdin.txt", *stdin_text);
+      cmd += " <" + (dir_ / "stdin.txt").string();
+    }
+    CmdResult r;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    size_t n = 0;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
+      r.out.append(buf, n);
+    }
+    const int status = pclose(p);
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.err = slurp(err_path);
+    return r;
+  }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Creates a signing key with `tessera audit keygen` and writes `events` records with it.
+  std::string writeLog(int events, uint64_t checkpoint_every) {
+    CmdResult k = tessera("audit keygen --private-key " + path("key.pem") + " --public-key " +
+                          path("key.pub.pem"));
+    EXPECT_EQ(k.rc, 0) << k.err;
+    auto key = tessera::audit::SigningKey::fromPemFile(path("key.pem"));
+    EXPECT_TRUE(key.isOk()) << key.status().toString();
+    key_id_ = (*key)->keyId();
+    tessera::core::FakeClock clock;
+    auto sink = tessera::audit::FileSink::open(path("audit.log"),
+                                               {{.salt = "pepper",
+                                                 .signing_key = std::move(key).value(),
+                                                 .checkpoint_every = checkpoint_every}},
+                                               clock);
+    EXPECT_TRUE(sink.isOk()) << sink.status().toString();
+    for (int i = 0; i < events; ++i) {
+      AuditEvent e;
+      e.type = i % 2 == 0 ? AuditType::kRequest : AuditType::kResponse;
+      e.request_id = "req-" + std::to_string(i / 2);
+      e.tenant = i % 3 == 0 ? "team-2" : "team-1";
+      e.request = {"PUT",
+                   "/v1/tenants/" + e.tenant + "/secrets/db",
+                   "127.0.0.1",
+                   {{"password", "hunter2"}, {"n", i}}};
+      EXPECT_TRUE((*sink)->write(e).isOk());
+    }
+    EXPECT_TRUE((*sink)->close().isOk());
+    return path("audit.log");
+  }
+
+  fs::path dir_;
+  std::string key_id_;
+};
+
+TEST_F(CliAuditTest, VerifyPrintsAOneLineSummaryForAnIntactLog) {
+  const std::string log = writeLog(25, 10);  // 25 records, checkpoints after 10, 20, and close.
+  CmdResult r = tessera("audit verify " + log + " --public-key " + path("key.pub.pem"));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "28 records, 3 checkpoints, chain intact; checkpoint signatures valid (key " +
+                       key_id_ + ")\n");
+  EXPECT_EQ(r.err, "");
+  r = tessera("audit verify " + log);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("signatures not checked"), std::string::npos) << r.out;
+}
+
+TEST_F(CliAuditTest, VerifyExitsOneAtTheFirstBrokenRecord) {
+  const std::string log = writeLog(25, 10);
+  std::string text = slurp(log);
+  size_t line_start = 0;
+  for (int i = 0; i < 6; ++i) {  // Start of line 7.
+    line_start = text.find('\n', line_start) + 1;
+  }
+  const size_t at = text.find("secrets/db", line_start);
+  text[at] = 'S';
+  spit(log, text);
+  CmdResult r = tessera("audit verify " + log + " --public-key " + path("key.pub.pem"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "error: " + log +
+                       ": line 7 (seq 7): hash does not match the record's contents (6 records "
+                       "before it verified)\n");
+}
+
+TEST_F(CliAuditTest, VerifyWithAnotherKeyExitsOne) {
+  const std::string log = writeLog(12, 5);
+  ASSERT_EQ(tessera("audit keygen --private-key " + path("other.pem") + " --public-key " +
+                    path("other.pub.pem"))
+                .rc,
+            0);
+  CmdResult r = tessera("audit verify " + log + " --public-key " + path("other.pub.pem"));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("line 6 (seq 6): checkpoint signed by key " + key_id_), std::string::npos)
+      << r.err;
+}
+
+TEST_F(CliAuditTest, VerifyExitsTwoOnUnreadableInput) {
+  CmdResult r = tessera("audit verify " + path("missing.log"));
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("missing.log: cannot open"), std::string::npos) << r.err;
+  const std::string log = writeLog(2, 10);
+  spit(dir_ / "bad.pem", "not a key\n");
+  r = tessera("audit verify " + log + " --public-key " + path("bad.pem"));
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("PUBLIC KEY"), std::string::npos) << r.err;
+  EXPECT_EQ(tessera("audit verify").rc, 2);  // No file: a usage error.
+}
+
+TEST_F(CliAuditTest, HashFindsASecretInTheLogWithoutItBeingThere) {
+  const std::string log = writeLog(3, 10);
+  const std::string text = slurp(log);
+  EXPECT_EQ(text.find("hunter2"), std::string::npos);
+  CmdResult r = tessera("audit hash --salt-file " + path("salt") + " hunter2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, tessera::audit::hmacValue("pepper", "hunter2") + "\n");
+  const std::string hmac = r.out.substr(0, r.out.size() - 1);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4);
+  EXPECT_NE(text.find("\"password\":\"" + hmac + "\""), std::string::npos);
+
+  const std::string from_stdin = "hunter2\n";
+  r = tessera("audit hash --salt-file " + path("salt") + " -", &from_stdin);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, hmac + "\n");
+  EXPECT_NE(tessera("audit hash --salt-file " + path("salt") + " hunter3").out, hmac + "\n");
+}
+
+TEST_F(CliAuditTest, HashOfJsonUsesTheCanonicalForm) {
+  CmdResult r =
+      tessera("audit hash --json --salt-file " + path("salt") + " '{\"b\": 1, \"a\": 2}'");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, tessera::audit::hmacValue("pepper", R"({"a":2,"b":1})") + "\n");
+  r = tessera("audit hash --json --salt-file " + path("salt") + " '\"plain\"'");
+  EXPECT_EQ(r.out, tessera::audit::hmacValue("pepper", "plain") + "\n");
+  EXPECT_EQ(tessera("audit hash --json --salt-file " + path("salt") + " '{'").rc, 2);
+  EXPECT_EQ(tessera("audit hash --salt-file " + path("missing") + " x").rc, 2);
+}
+
+TEST_F(CliAuditTest, KeygenNeverOverwritesAKey) {
+  ASSERT_EQ(
+      tessera("audit keygen --private-key " + path("k.pem") + " --public-key " + path("k.pub")).rc,
+      0);
+  EXPECT_EQ(fs::status(path("k.pem")).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  const std::string before = slurp(path("k.pem"));
+  CmdResult r =
+      tessera("audit keygen --private-key " + path("k.pem") + " --public-key " + path("k2.pub"));
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("already exists"), std::string::npos);
+  EXPECT_EQ(slurp(path("k.pem")), before);
+}
+
+TEST_F(CliAuditTest, ViewPrintsOneTenantsRecordsByteForByte) {
+  const std::string log = writeLog(9, 100);
+  CmdResult r = tessera("audit view " + log + " --tenant team-2");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  int n = 0;
+  const std::string text = slurp(log);
+  while (std::getline(lines, line)) {
+    ++n;
+    EXPECT_NE(line.find("\"tenant\":\"team-2\""), std::string::npos);
+    EXPECT_NE(text.find(line + "\n"), std::string::npos);
+  }
+  EXPECT_EQ(n, 3);  // Events 0, 3, 6.
+}
+
+TEST_F(CliAuditTest, HelpExplainsTheCommands) {
+  CmdResult r = tessera("audit --help");
+  EXPECT_EQ(r.rc, 0);
+  for (const char* word : {"verify", "hash", "keygen", "view", "prev_hash", "hmac-sha256"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word;
+  }
+  r = tessera("audit verify --help");
+  EXPECT_EQ(r.rc, 0);
+  for (const char* word : {"--public-key", "Exit status", "first broken record"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word;
+  }
+  r = tessera("audit hash --help");
+  EXPECT_NE(r.out.find("HMAC-SHA256(key = salt"), std::string::npos) << r.out;
+  EXPECT_EQ(tessera("audit").rc, 2);  // A subcommand is required.
+}
+
+}  // namespace
