@@ -29,6 +29,7 @@ enum class StatusCode {
   kUnauthenticated,
   kUnavailable,
   kInternal,
+  kOutOfRange,  // Past what exists or is kept, e.g. a store revision whose history was compacted.
 };
 
 std::string_view statusCodeName(StatusCode code);
@@ -61,6 +62,9 @@ inline Status invalidArgument(std::string message) {
 inline Status notFound(std::string message) { return {StatusCode::kNotFound, std::move(message)}; }
 inline Status failedPrecondition(std::string message) {
   return {StatusCode::kFailedPrecondition, std::move(message)};
+}
+inline Status outOfRange(std::string message) {
+  return {StatusCode::kOutOfRange, std::move(message)};
 }
 inline Status internalError(std::string message) {
   return {StatusCode::kInternal, std::move(message)};

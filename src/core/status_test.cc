@@ -31,6 +31,8 @@ TEST(StatusTest, OkAndError) {
   EXPECT_EQ(s.toString(), "NOT_FOUND: tenant 'a' not found");
   EXPECT_EQ(s.withContext("load").message(), "load: tenant 'a' not found");
   EXPECT_TRUE(Status::ok().withContext("x").isOk());
+  EXPECT_EQ(outOfRange("revision 3 is compacted").toString(),
+            "OUT_OF_RANGE: revision 3 is compacted");
 }
 
 TEST(StatusTest, MacrosPropagateFirstError) {
