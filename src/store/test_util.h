@@ -58,6 +58,7 @@ class TempDir {
 class ThreadSafeFakeClock final : public core::Clock {
  public:
   core::TimePoint now() const override { return core::TimePoint(core::Duration(ns_.load())); }
+  core::WallTime wallNow() const override { return core::WallTime(core::Duration(ns_.load())); }
   void advance(core::Duration d) { ns_ += d.count(); }
 
  private:
