@@ -786,9 +786,9 @@ class JsonChecker {
     switch (event) {
       case json::parse_event_t::object_start:
       case json::parse_event_t::array_start:
-        if (depth > kConfigMaxDepth) {
-          error_ =
-              "nesting is deeper than " + std::to_string(kConfigMaxDepth) + " levels at " + path();
+        if (depth > kConfigMaxJsonDepth) {
+          error_ = "nesting is deeper than " + std::to_string(kConfigMaxJsonDepth) + " levels at " +
+                   path();
         }
         frames_.push_back({event == json::parse_event_t::object_start, {}, {}, 0});
         break;
@@ -846,7 +846,7 @@ class JsonChecker {
         p += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
       }
     }
-    return p.empty() ? "/" : forMessage(p, 200);
+    return p.empty() ? "/" : forMessage(p, 300);
   }
 
   std::vector<Frame> frames_;

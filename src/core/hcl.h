@@ -60,15 +60,19 @@ namespace tessera::core {
 // The largest config text accepted, in bytes.
 inline constexpr size_t kConfigMaxBytes = size_t{4} * 1024 * 1024;
 // The deepest nesting accepted. Blocks, block labels, lists and objects each count as a level
-// (so the JSON is at most about twice as deep); `${` inside strings is limited separately.
+// (so the JSON is at most twice as deep); `${` inside strings is limited separately.
 inline constexpr int kConfigMaxDepth = 64;
+// The deepest nesting of JSON arrays and objects parseJsonConfig accepts, below the top-level
+// object: enough for the JSON form of anything parseHcl accepts.
+inline constexpr int kConfigMaxJsonDepth = 2 * kConfigMaxDepth;
 
 // Parses HCL `text` into a JSON object as described above. `filename` only names the text in
 // error messages.
 Result<nlohmann::json> parseHcl(std::string_view text, std::string_view filename);
 
-// Parses JSON `text`, which must hold an object, with the same limits and the same kind of
-// "file:line:column: ..." errors as parseHcl. Duplicate keys are an error.
+// Parses JSON `text`, which must hold an object, with the same kind of limits and of
+// "file:line:column: ..." errors as parseHcl. Duplicate keys are an error (named by their JSON
+// path, as nlohmann does not report where keys are).
 Result<nlohmann::json> parseJsonConfig(std::string_view text, std::string_view filename);
 
 // Reads the file at `path`: `.hcl` is parsed with parseHcl, `.json` with parseJsonConfig, any

@@ -344,6 +344,16 @@ TEST(HclTest, NestingIsLimited) {
                                               ": template nesting is deeper than 64 levels");
 }
 
+TEST(HclTest, TheJsonFormOfTheDeepestHclIsAcceptedToo) {
+  // Each labelled block is two HCL levels and four JSON levels.
+  auto hcl = parseHcl(nested(kConfigMaxDepth / 2, "b \"l\" {", "", "}"), "t.hcl");
+  ASSERT_TRUE(hcl.isOk()) << hcl.status().toString();
+  auto json_form = parseJsonConfig(hcl->dump(), "t.json");
+  ASSERT_TRUE(json_form.isOk()) << json_form.status().toString();
+  EXPECT_EQ(*json_form, *hcl);
+  EXPECT_FALSE(parseHcl(nested(kConfigMaxDepth / 2 + 1, "b \"l\" {", "", "}"), "t.hcl").isOk());
+}
+
 TEST(HclTest, HostileInputFailsQuicklyWithoutCrashing) {
   const size_t n = 1 << 20;
   const std::string inputs[] = {
@@ -567,8 +577,9 @@ TEST(JsonConfigTest, ErrorsNameTheLineAndColumn) {
        "t.json: duplicate key 'a' in the object at /"},
       {"duplicate key after arrays", R"({"l": [[], {}, [1, {"k": 1, "k": 1}]]})",
        "t.json: duplicate key 'k' in the object at /l/2/1"},
-      {"too deep", "{\"a\": " + nested(kConfigMaxDepth + 1, "[", "", "]") + "}",
-       "t.json: nesting is deeper than 64 levels at /a" + nested(kConfigMaxDepth, "/0", "", "")},
+      {"too deep", "{\"a\": " + nested(kConfigMaxJsonDepth + 1, "[", "", "]") + "}",
+       "t.json: nesting is deeper than 128 levels at /a" +
+           nested(kConfigMaxJsonDepth, "/0", "", "")},
   };
   for (const ErrorCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -578,7 +589,8 @@ TEST(JsonConfigTest, ErrorsNameTheLineAndColumn) {
     EXPECT_EQ(got.status().message(), c.message);
   }
   EXPECT_TRUE(
-      parseJsonConfig("{\"a\": " + nested(kConfigMaxDepth, "[", "", "]") + "}", "t.json").isOk());
+      parseJsonConfig("{\"a\": " + nested(kConfigMaxJsonDepth, "[", "", "]") + "}", "t.json")
+          .isOk());
   EXPECT_FALSE(parseJsonConfig(nested(100000, "[", "", "]"), "t.json").isOk());
 }
 
