@@ -11,10 +11,12 @@
 // The HCL accepted:
 //   - attributes `name = value`; names are identifiers (letters, digits, `_`, `-`).
 //   - values: "strings" with the escapes \n \r \t \" \\ \uNNNN \UNNNNNNNN; numbers (`42`, `-7`,
-//     `1.5`, `2e-3`; integers stay int64, anything with `.` or an exponent is a double);
+//     `1.5`, `2e-3`; integers stay int64, anything with `.` or an exponent is a double, and a
+//     number that fits neither is an error);
 //     `true`, `false`, `null`; lists `[1, 2,]` (commas between elements, a trailing one allowed);
-//     objects `{ a = 1, "b": 2 }` (`=` or `:`, commas optional); heredocs `<<EOF` ... `EOF` and
-//     `<<-EOF`, which strips the common leading whitespace of its lines.
+//     objects `{ a = 1, "b": 2 }` (keys are identifiers or strings, `=` or `:`, commas
+//     optional); heredocs `<<EOF` ... `EOF` and `<<-EOF`, which strips the common leading
+//     whitespace of its lines (in both, the closing marker may be indented).
 //   - templates are NOT evaluated: `${...}` and `%{...}` are kept verbatim in the string, and so
 //     are their escapes `$${` and `%%{`. Inside `${...}` only braces and quoted strings are
 //     tracked, so `"${f("}")}"` is one string. Heredoc text is verbatim too (no escapes), with
@@ -34,6 +36,9 @@
 //   listener "tcp" { address = ":1" }  =>   "listener": [{"tcp": [{"address": ":1"}]},
 //   listener "tcp" { address = ":2" }                    {"tcp": [{"address": ":2"}]}],
 //   telemetry { enabled = true }            "telemetry": [{"enabled": true}]}
+//
+// As in every HCL JSON form, an attribute holding a list of objects looks like a block in JSON;
+// the reader's schema (which names are blocks, with how many labels) tells them apart.
 //
 // Read blocks through hclBlocks() rather than by hand: it also accepts the other spellings HCL's
 // JSON syntax allows (`"listener": {"tcp": {...}}`), which people write in .json configs.
