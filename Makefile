@@ -8,10 +8,11 @@ TRACES ?= ../shared/traces/alibaba-gpu-2023
 TRACE ?= default
 SEEDS ?= 42-51
 OUT ?= sim-out
+FUZZ_SECONDS ?= 300
 
 CONFIGURED := $(BUILD_DIR)/build.ninja
 
-.PHONY: all bootstrap configure build test run bench format lint clean
+.PHONY: all bootstrap configure build test run bench fuzz format lint clean
 
 all: build
 
@@ -39,6 +40,10 @@ run: build
 
 bench: build
 	@scripts/bench $(BUILD_DIR) $(TRACES)
+
+# Every fuzz target for FUZZ_SECONDS each, in the clang build the fuzz_brief test also uses.
+fuzz: bootstrap
+	@scripts/fuzz --seconds $(FUZZ_SECONDS) --build-dir $(BUILD_DIR)/fuzz-clang --jobs $(JOBS)
 
 format: bootstrap
 	@git ls-files '*.h' '*.cc' | xargs clang-format -i
