@@ -1,11 +1,28 @@
 // tessera: one binary, subcommands in the HashiCorp style (`tessera sim openb ...`).
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "cli/audit_command.h"
+#include "cli/server_command.h"
 #include "cli/sim_command.h"
 
 namespace {
+
+// HashiCorp spelling: `-config=FILE` is `--config=FILE` (CLI11 wants two dashes for long names).
+std::vector<std::string> hashicorpArgs(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  for (size_t i = 1; i < args.size(); ++i) {
+    for (const char* name : {"-config", "-format", "-address"}) {
+      const std::string n(name);
+      if (args[i] == n || args[i].rfind(n + "=", 0) == 0) {
+        args[i] = "-" + args[i];
+      }
+    }
+  }
+  return args;
+}
 
 int run(int argc, char** argv) {
   CLI::App app{
@@ -16,8 +33,14 @@ int run(int argc, char** argv) {
   int rc = 0;
   tessera::cli::addSimCommand(app, &rc);
   tessera::cli::addAuditCommand(app, &rc);
+  tessera::cli::addServerCommands(app, &rc);
   try {
-    app.parse(argc, argv);
+    std::vector<std::string> args = hashicorpArgs(argc, argv);
+    std::vector<char*> ptrs;
+    for (std::string& a : args) {
+      ptrs.push_back(a.data());
+    }
+    app.parse(static_cast<int>(ptrs.size()), ptrs.data());
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     // Usage errors exit 2, like bad input; --help and --version exit 0.

@@ -1,0 +1,1048 @@
+#include "server/control_plane.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/json_node.h"
+#include "model/codec.h"
+
+namespace tessera::server {
+
+using nlohmann::json;
+
+struct ControlPlane::Request {
+  const HttpRequest& http;
+  ScopedPath scope;
+  std::string method;  // GET, LIST, POST, PUT, DELETE (LIST also for GET ?list=true).
+  std::string request_id;
+  TokenInfo token;
+  std::string route;  // For metrics: the path with names replaced by '*'.
+  json body = json::object();
+};
+
+namespace {
+
+constexpr std::string_view kVersion = "0.1.0";
+
+HttpResponse reply(unsigned status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump();
+  return r;
+}
+
+HttpResponse error(unsigned status, const std::string& message) {
+  return reply(status, {{"errors", {message}}});
+}
+
+HttpResponse noContent() {
+  HttpResponse r;
+  r.status = 204;
+  r.content_type = "application/json";
+  return r;
+}
+
+unsigned httpStatus(const core::Status& s) {
+  switch (s.code()) {
+    case core::StatusCode::kInvalidArgument:
+      return 400;
+    case core::StatusCode::kNotFound:
+      return 404;
+    case core::StatusCode::kAlreadyExists:
+    case core::StatusCode::kFailedPrecondition:
+      return 409;
+    case core::StatusCode::kPermissionDenied:
+      return 403;
+    case core::StatusCode::kUnauthenticated:
+      return 401;
+    case core::StatusCode::kResourceExhausted:
+      return 429;
+    case core::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+HttpResponse fromStatus(const core::Status& s) { return error(httpStatus(s), s.message()); }
+
+std::string randomHex(size_t bytes) {
+  std::vector<unsigned char> buf(bytes);
+  RAND_bytes(buf.data(), static_cast<int>(buf.size()));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : buf) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+// Vault-style durations: a number of seconds, or a string like "90s", "30m", "4h", "7d".
+core::Result<core::Duration> parseDuration(const json& j, const std::string& field) {
+  int64_t seconds = 0;
+  if (j.is_number_integer() && j.get<int64_t>() >= 0) {
+    seconds = j.get<int64_t>();
+  } else if (j.is_string()) {
+    const std::string s = j.get<std::string>();
+    int64_t n = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+    const std::string unit(end, s.data() + s.size());
+    const int64_t mult = unit.empty() || unit == "s" ? 1
+                         : unit == "m"               ? 60
+                         : unit == "h"               ? 3600
+                         : unit == "d"               ? 86400
+                                                     : -1;
+    if (ec != std::errc() || n < 0 || mult < 0 || end == s.data()) {
+      return core::invalidArgument(field + ": expected a duration like \"90s\", \"30m\" or \"4h\"");
+    }
+    seconds = n * mult;
+  } else {
+    return core::invalidArgument(field + ": expected a duration like \"90s\", \"30m\" or \"4h\"");
+  }
+  return std::chrono::duration_cast<core::Duration>(std::chrono::seconds(seconds));
+}
+
+std::vector<std::string> split(const std::string& path) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t slash = path.find('/', start);
+    out.push_back(
+        path.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
+    if (slash == std::string::npos) {
+      break;
+    }
+    start = slash + 1;
+  }
+  return out;
+}
+
+json statusJson(const WorkloadStatus& s) {
+  json tasks = json::array();
+  for (const TaskStatus& t : s.tasks) {
+    json tj = {{"state", t.state}};
+    if (!t.node.empty()) {
+      tj["node"] = t.node;
+      tj["gpus"] = t.gpus;
+      if (t.milli_per_gpu > 0 && t.milli_per_gpu < 1000) {
+        tj["milli_per_gpu"] = t.milli_per_gpu;
+      }
+    }
+    tasks.push_back(std::move(tj));
+  }
+  json j = {{"phase", s.phase}, {"tasks", tasks}};
+  if (!s.reason.empty()) {
+    j["reason"] = s.reason;
+  }
+  return j;
+}
+
+std::string wallText(core::WallTime t) {
+  const std::time_t secs =
+      std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string tenantKey(const std::string& t) { return "/tenants/" + t; }
+std::string policyKey(const std::string& scope, const std::string& name) {
+  return scope.empty() ? "/policies/" + name : "/tenants/" + scope + "/policies/" + name;
+}
+std::string workloadKey(const std::string& t, const std::string& name) {
+  return "/tenants/" + t + "/workloads/" + name;
+}
+
+// The default policy of a tenant: everything inside the tenant except creating more policies
+// is the tenant admin's call.
+json tenantAdminPolicy() {
+  return {{"path", {{"*", {{"capabilities", {"create", "read", "update", "delete", "list"}}}}}}};
+}
+
+}  // namespace
+
+core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
+    store::Store& store, audit::Auditor& auditor, SchedulerDriver& driver,
+    const model::GpuCatalogue& catalogue, const core::Clock& clock, ControlPlaneOptions options) {
+  std::unique_ptr<ControlPlane> cp(
+      new ControlPlane(store, auditor, driver, catalogue, clock, options));
+  TESSERA_ASSIGN_OR_RETURN(cp->tokens_, TokenManager::open(store, clock, options.tokens));
+  TESSERA_RETURN_IF_ERROR(cp->load());
+  return cp;
+}
+
+core::Status ControlPlane::load() {
+  // Tenants (and their queues), policies, then workloads: unfinished ones go back to the
+  // scheduler (their simulated tasks restart).
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult all, store_.range("/", store::prefixEnd("/")));
+  std::vector<std::pair<std::string, json>> workloads;
+  for (const store::KeyValue& kv : all.kvs) {
+    const std::vector<std::string> parts = split(kv.key.substr(1));
+    json value;
+    try {
+      value = json::parse(kv.value);
+    } catch (const json::exception& e) {
+      if (parts[0] == "tokens") {
+        continue;  // The token manager reads its own.
+      }
+      return core::internalError("stored value at " + kv.key + " is corrupt: " + e.what());
+    }
+    if (parts[0] == "tenants" && parts.size() == 2) {
+      tenants_[parts[1]] = value;
+    } else if (parts[0] == "policies" && parts.size() == 2) {
+      TESSERA_ASSIGN_OR_RETURN(Policy p, Policy::fromJson(parts[1], value));
+      policies_[""][parts[1]] = std::move(p);
+    } else if (parts[0] == "tenants" && parts.size() == 4 && parts[2] == "policies") {
+      TESSERA_ASSIGN_OR_RETURN(Policy p, Policy::fromJson(parts[3], value));
+      policies_[parts[1]][parts[3]] = std::move(p);
+    } else if (parts[0] == "tenants" && parts.size() == 4 && parts[2] == "workloads") {
+      workloads_[parts[1]][parts[3]] = value;
+      workloads.emplace_back(parts[1], value);
+    }
+  }
+  for (const auto& [name, config] : tenants_) {
+    TESSERA_RETURN_IF_ERROR(
+        driver_.addTenantQueue(name, config.value("quota_milli_gpu", int64_t{0}),
+                               config.value("limit_milli_gpu", int64_t{0}),
+                               config.value("weight", int64_t{1}), config.value("priority", 100)));
+  }
+  for (const auto& [tenant, record] : workloads) {
+    const std::string phase = record.at("status").at("phase").get<std::string>();
+    if (phase == "succeeded" || phase == "cancelled" || phase == "failed") {
+      continue;
+    }
+    const json& spec = record.at("spec");
+    const std::string source = "stored workload";
+    core::JsonNode node(spec, "", source);
+    SubmitCommand cmd;
+    cmd.tenant = tenant;
+    cmd.name = record.at("name").get<std::string>();
+    TESSERA_RETURN_IF_ERROR(model::parseTaskRequest(node, catalogue_, {}, cmd.spec.request));
+    cmd.spec.tasks = spec.value("tasks", 1);
+    cmd.spec.min_available = spec.value("minAvailable", cmd.spec.tasks);
+    cmd.spec.priority = spec.value("priority", 0);
+    cmd.spec.preemptible = spec.value("preemptible", true);
+    cmd.duration = std::chrono::seconds(spec.value("duration", int64_t{0}));
+    (void)driver_.submit(std::move(cmd));  // Refused ones keep their stored status.
+  }
+  return core::Status::ok();
+}
+
+bool ControlPlane::allowRate(const std::string& bucket) {
+  std::lock_guard lock(mu_);
+  Bucket& b = rate_[bucket];
+  const core::TimePoint now = clock_.now();
+  if (b.last == core::TimePoint{}) {
+    b.tokens = options_.tenant_burst;
+  } else {
+    const double dt = std::chrono::duration<double>(now - b.last).count();
+    b.tokens = std::min(options_.tenant_burst, b.tokens + dt * options_.tenant_rate_per_s);
+  }
+  b.last = now;
+  if (b.tokens < 1) {
+    return false;
+  }
+  b.tokens -= 1;
+  return true;
+}
+
+bool ControlPlane::authorized(const Request& r, Capability needed) const {
+  if (r.token.isRoot()) {
+    return true;
+  }
+  std::lock_guard lock(mu_);
+  // A tenant token's policies live in its tenant and see paths inside it; an admin token's
+  // policies see absolute paths.
+  const std::string& scope = r.token.tenant;
+  const std::string path = scope.empty() && r.scope.tenant
+                               ? "tenants/" + *r.scope.tenant + "/" + r.scope.path
+                               : r.scope.path;
+  std::vector<const Policy*> policies;
+  auto it = policies_.find(scope);
+  for (const std::string& name : r.token.policies) {
+    if (it != policies_.end()) {
+      auto p = it->second.find(name);
+      if (p != it->second.end()) {
+        policies.push_back(&p->second);
+      }
+    }
+  }
+  return resolve(policies, path).allows(needed);
+}
+
+void ControlPlane::recordMetric(const std::string& route, const std::string& tenant,
+                                unsigned status, double seconds) {
+  std::lock_guard lock(mu_);
+  Metric& m = metrics_[route + "|" + tenant + "|" + std::to_string(status)];
+  ++m.count;
+  m.seconds += seconds;
+}
+
+HttpResponse ControlPlane::handle(const HttpRequest& http,
+                                  const std::vector<ListenerConfig>& listeners) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string chroot =
+      http.listener < listeners.size() ? listeners[http.listener].chroot_tenant : "";
+  auto scope = scopeTarget(http.target, chroot);
+  if (!scope.isOk()) {
+    return error(scope.status().code() == core::StatusCode::kNotFound ? 404 : 400,
+                 scope.status().message());
+  }
+  Request r{http, std::move(scope).value(), http.method, randomHex(8), {}, "", json::object()};
+  if (r.method == "GET" && r.scope.query.contains("list")) {
+    r.method = "LIST";
+  }
+  if (r.method == "PUT") {
+    r.method = "POST";
+  }
+  // The route for metrics: names replaced by '*' after their collection.
+  {
+    const std::vector<std::string> parts = split(r.scope.path);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const bool name = i > 0 && (parts[i - 1] == "workloads" || parts[i - 1] == "policies" ||
+                                  parts[i - 1] == "tenants");
+      r.route += (i > 0 ? "/" : "") + (name ? std::string("*") : parts[i]);
+    }
+    r.route = (r.scope.tenant ? "tenant/" : "") + r.route;
+  }
+  // Unauthenticated: health (admin scope only).
+  if (!r.scope.tenant && r.scope.path == "sys/health") {
+    json sinks = json::array();
+    for (const audit::SinkHealth& h : auditor_.health()) {
+      sinks.push_back({{"name", h.name}, {"error", h.last_error}});
+    }
+    return reply(200, {{"initialized", true},
+                       {"sealed", false},
+                       {"version", kVersion},
+                       {"server_time_utc", wallText(clock_.wallNow())},
+                       {"audit_sinks", sinks},
+                       {"scheduler_passes", driver_.passes()}});
+  }
+  std::string secret = http.header("x-tessera-token");
+  if (secret.empty()) {
+    const std::string auth = http.header("authorization");
+    if (auth.rfind("Bearer ", 0) == 0) {
+      secret = auth.substr(7);
+    }
+  }
+  auto token = secret.empty() ? core::Result<TokenInfo>(core::notFound("no token"))
+                              : tokens_->lookup(secret);
+  if (!token.isOk()) {
+    return error(403, "permission denied: missing, invalid, revoked or expired token");
+  }
+  r.token = std::move(token).value();
+  if (!allowRate(r.token.tenant.empty() ? "/admin" : r.token.tenant)) {
+    HttpResponse resp = error(429, "too many requests for this tenant; slow down");
+    resp.headers.emplace_back("Retry-After", "1");
+    return resp;
+  }
+  // The tenant boundary: a tenant token sees its own tenant and nothing else, not even that
+  // something else exists.
+  if (!r.token.tenant.empty() && r.scope.tenant != r.token.tenant) {
+    return error(404, "not found");
+  }
+  if (!http.body.empty()) {
+    try {
+      r.body = json::parse(http.body);
+    } catch (const json::exception&) {
+      return error(400, "the request body is not valid JSON");
+    }
+    if (!r.body.is_object()) {
+      return error(400, "the request body must be a JSON object");
+    }
+  }
+  const std::string tenant = r.scope.tenant.value_or("");
+  audit::AuditEvent ev;
+  ev.type = audit::AuditType::kRequest;
+  ev.request_id = r.request_id;
+  ev.tenant = tenant;
+  ev.auth.accessor = r.token.accessor;
+  ev.auth.policies = r.token.policies;
+  ev.request.method = r.method;
+  ev.request.path = r.scope.tenant ? "tenants/" + tenant + "/" + r.scope.path : r.scope.path;
+  ev.request.remote_address = http.remote;
+  ev.request.body = r.body;
+  if (!auditor_.record(ev).isOk()) {
+    return error(503, "the audit log cannot record this request, so it is refused");
+  }
+  HttpResponse resp = route(r);
+  ev.type = audit::AuditType::kResponse;
+  ev.response.status = static_cast<int>(resp.status);
+  try {
+    ev.response.body = resp.body.empty() ? json::object() : json::parse(resp.body);
+  } catch (const json::exception&) {
+    ev.response.body = json::object();
+  }
+  if (!auditor_.record(ev).isOk() && resp.status < 300) {
+    // The change is made but unrecorded; say so rather than pretend nothing happened.
+    resp = error(503, "the audit log cannot record the response");
+  }
+  recordMetric(r.route, tenant, resp.status,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return resp;
+}
+
+HttpResponse ControlPlane::route(Request& r) {
+  const std::vector<std::string> parts = split(r.scope.path);
+  const std::string& first = parts[0];
+  if (first == "auth" && parts.size() >= 2 && parts[1] == "token") {
+    return tokensApi(r);
+  }
+  if (!r.scope.tenant) {
+    if (first == "tenants") {
+      return tenantsApi(r);
+    }
+    if (first == "sys" && parts.size() >= 2 && parts[1] == "policies") {
+      return policiesApi(r);
+    }
+    if (first == "sys" && parts.size() == 2 && parts[1] == "metrics") {
+      if (!authorized(r, Capability::kRead)) {
+        return error(403, "permission denied");
+      }
+      return metrics();
+    }
+    if (first == "nodes") {
+      return nodesApi(r);
+    }
+    if (first == "queues") {
+      return queuesApi(r);
+    }
+    return error(404, "unsupported path");
+  }
+  if (first == "workloads") {
+    return workloadsApi(r);
+  }
+  if (first == "policies") {
+    return policiesApi(r);
+  }
+  if (first == "nodes") {
+    return nodesApi(r);
+  }
+  if (first == "queues") {
+    return queuesApi(r);
+  }
+  return error(404, "unsupported path");
+}
+
+core::Status ControlPlane::putTenant(const std::string& name, const json& body, bool create) {
+  json config = {{"name", name}};
+  const std::string source = "tenant '" + name + "'";
+  core::JsonNode n(body, "", source);
+  TESSERA_RETURN_IF_ERROR(n.checkKeys(
+      {"quota", "limit", "weight", "priority", "trust_group", "max_workloads", "max_pending"}));
+  auto gpus = [&](const char* field) -> core::Result<int64_t> {
+    if (!n.has(field)) {
+      return int64_t{0};
+    }
+    core::JsonNode f = n.child(field);
+    TESSERA_RETURN_IF_ERROR(f.checkKeys({"gpu"}));
+    if (!f.has("gpu")) {
+      return int64_t{0};
+    }
+    return f.child("gpu").scaled(1000);
+  };
+  TESSERA_ASSIGN_OR_RETURN(int64_t quota, gpus("quota"));
+  TESSERA_ASSIGN_OR_RETURN(int64_t limit, gpus("limit"));
+  if (limit > 0 && limit < quota) {
+    return core::invalidArgument(source + ": limit.gpu is below quota.gpu");
+  }
+  config["quota_milli_gpu"] = quota;
+  config["limit_milli_gpu"] = limit;
+  int64_t weight = 1;
+  if (n.has("weight")) {
+    TESSERA_ASSIGN_OR_RETURN(weight, n.child("weight").integer(0, 1000000));
+  }
+  int64_t priority = 100;
+  if (n.has("priority")) {
+    TESSERA_ASSIGN_OR_RETURN(priority, n.child("priority").integer(0, 1000000));
+  }
+  config["weight"] = weight;
+  config["priority"] = priority;
+  if (n.has("trust_group")) {
+    TESSERA_ASSIGN_OR_RETURN(std::string g, n.child("trust_group").str());
+    config["trust_group"] = g;
+  }
+  int64_t max_workloads = options_.default_max_workloads;
+  int64_t max_pending = options_.default_max_pending;
+  if (n.has("max_workloads")) {
+    TESSERA_ASSIGN_OR_RETURN(max_workloads, n.child("max_workloads").integer(1, 10000000));
+  }
+  if (n.has("max_pending")) {
+    TESSERA_ASSIGN_OR_RETURN(max_pending, n.child("max_pending").integer(1, 10000000));
+  }
+  config["max_workloads"] = max_workloads;
+  config["max_pending"] = max_pending;
+  if (!create) {
+    return core::failedPrecondition("tenant '" + name +
+                                    "' exists; changing a tenant is not supported yet");
+  }
+  // The tenant and its default policy in one transaction.
+  store::Txn txn;
+  txn.compares.push_back(store::Compare::version(tenantKey(name), store::Compare::kEqual, 0));
+  txn.success.push_back(store::Op::put(tenantKey(name), config.dump()));
+  txn.success.push_back(
+      store::Op::put(policyKey(name, "tenant-admin"), tenantAdminPolicy().dump()));
+  TESSERA_ASSIGN_OR_RETURN(store::TxnResult res, store_.txn(std::move(txn)));
+  if (!res.succeeded) {
+    return core::Status(core::StatusCode::kAlreadyExists, "tenant '" + name + "' exists");
+  }
+  TESSERA_RETURN_IF_ERROR(
+      driver_.addTenantQueue(name, quota, limit, weight, static_cast<int32_t>(priority)));
+  std::lock_guard lock(mu_);
+  tenants_[name] = config;
+  policies_[name]["tenant-admin"] = *Policy::fromJson("tenant-admin", tenantAdminPolicy());
+  return core::Status::ok();
+}
+
+core::Result<CreatedToken> ControlPlane::createTenantWithToken(const std::string& tenant,
+                                                               const json& config,
+                                                               const TokenInfo& parent) {
+  if (!validName(tenant)) {
+    return core::invalidArgument("'" + tenant + "' is not a valid tenant name");
+  }
+  TESSERA_RETURN_IF_ERROR(putTenant(tenant, config, true));
+  TokenRequest req;
+  req.tenant = tenant;
+  req.policies = {"tenant-admin"};
+  req.display_name = tenant + "-admin";
+  req.ttl = std::chrono::hours(24);
+  return tokens_->create(parent, req);
+}
+
+HttpResponse ControlPlane::tenantsApi(Request& r) {
+  const std::vector<std::string> parts = split(r.scope.path);
+  if (parts.size() == 1) {
+    if (r.method != "LIST" && r.method != "GET") {
+      return error(405, "use LIST (or GET ?list=true) on tenants");
+    }
+    if (!authorized(r, Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    std::lock_guard lock(mu_);
+    json keys = json::array();
+    for (const auto& [name, c] : tenants_) {
+      keys.push_back(name);
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", keys}}}});
+  }
+  if (parts.size() != 2) {
+    return error(404, "unsupported path");
+  }
+  const std::string& name = parts[1];
+  if (!validName(name)) {
+    return error(400, "'" + name + "' is not a valid tenant name (lowercase letters, digits, '-')");
+  }
+  bool exists = false;
+  {
+    std::lock_guard lock(mu_);
+    exists = tenants_.contains(name);
+  }
+  if (r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    std::lock_guard lock(mu_);
+    auto it = tenants_.find(name);
+    if (it == tenants_.end()) {
+      return error(404, "no tenant '" + name + "'");
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", it->second}});
+  }
+  if (r.method == "POST") {
+    if (!authorized(r, exists ? Capability::kUpdate : Capability::kCreate)) {
+      return error(403, "permission denied");
+    }
+    core::Status st = putTenant(name, r.body, !exists);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  if (r.method == "DELETE") {
+    if (!authorized(r, Capability::kDelete)) {
+      return error(403, "permission denied");
+    }
+    std::lock_guard lock(mu_);
+    if (!exists) {
+      return error(404, "no tenant '" + name + "'");
+    }
+    for (const auto& [w, record] : workloads_[name]) {
+      const std::string phase = record["status"].value("phase", "");
+      if (phase == "pending" || phase == "running") {
+        return error(409, "tenant '" + name + "' still has workload '" + w + "'; cancel it first");
+      }
+    }
+    auto del =
+        store_.deleteRange("/tenants/" + name + "/", store::prefixEnd("/tenants/" + name + "/"));
+    if (del.isOk()) {
+      del = store_.deleteRange(tenantKey(name));
+    }
+    if (!del.isOk()) {
+      return fromStatus(del.status());
+    }
+    tenants_.erase(name);
+    policies_.erase(name);
+    workloads_.erase(name);
+    return noContent();
+  }
+  return error(405, "method not allowed");
+}
+
+HttpResponse ControlPlane::policiesApi(Request& r) {
+  std::vector<std::string> parts = split(r.scope.path);
+  if (parts[0] == "sys") {
+    parts.erase(parts.begin());
+  }
+  const std::string scope = r.scope.tenant.value_or("");
+  if (parts.size() == 1) {
+    if (!authorized(r, Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    std::lock_guard lock(mu_);
+    json keys = json::array();
+    for (const auto& [name, p] : policies_[scope]) {
+      keys.push_back(name);
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", keys}}}});
+  }
+  if (parts.size() != 2 || !validName(parts[1])) {
+    return error(400, "policy names are lowercase letters, digits and '-'");
+  }
+  const std::string& name = parts[1];
+  bool exists = false;
+  {
+    std::lock_guard lock(mu_);
+    exists = policies_[scope].contains(name);
+  }
+  if (r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    std::lock_guard lock(mu_);
+    if (!exists) {
+      return error(404, "no policy '" + name + "'");
+    }
+    return reply(200, {{"request_id", r.request_id},
+                       {"data", {{"name", name}, {"policy", policies_[scope][name].toJson()}}}});
+  }
+  if (r.method == "POST") {
+    if (!authorized(r, exists ? Capability::kUpdate : Capability::kCreate)) {
+      return error(403, "permission denied");
+    }
+    const json& doc = r.body.contains("policy") ? r.body["policy"] : r.body;
+    auto p = Policy::fromJson(name, doc);
+    if (!p.isOk()) {
+      return fromStatus(p.status());
+    }
+    auto put = store_.put(policyKey(scope, name), p->toJson().dump());
+    if (!put.isOk()) {
+      return fromStatus(put.status());
+    }
+    std::lock_guard lock(mu_);
+    policies_[scope][name] = std::move(p).value();
+    return noContent();
+  }
+  if (r.method == "DELETE") {
+    if (!authorized(r, Capability::kDelete)) {
+      return error(403, "permission denied");
+    }
+    if (!exists) {
+      return error(404, "no policy '" + name + "'");
+    }
+    auto del = store_.deleteRange(policyKey(scope, name));
+    if (!del.isOk()) {
+      return fromStatus(del.status());
+    }
+    std::lock_guard lock(mu_);
+    policies_[scope].erase(name);
+    return noContent();
+  }
+  return error(405, "method not allowed");
+}
+
+HttpResponse ControlPlane::tokensApi(Request& r) {
+  const std::vector<std::string> parts = split(r.scope.path);
+  if (parts.size() != 3) {
+    return error(404, "unsupported path");
+  }
+  const std::string& op = parts[2];
+  const core::WallTime now = clock_.wallNow();
+  // The token itself may always look itself up, renew and revoke itself.
+  if (op == "lookup-self") {
+    return reply(200, {{"request_id", r.request_id}, {"data", r.token.toJson(now)}});
+  }
+  if (op == "renew-self" || op == "revoke-self") {
+    if (op == "revoke-self") {
+      auto n = tokens_->revoke(r.token.accessor);
+      return n.isOk() ? noContent() : fromStatus(n.status());
+    }
+    core::Duration inc{0};
+    if (r.body.contains("increment")) {
+      auto d = parseDuration(r.body["increment"], "increment");
+      if (!d.isOk()) {
+        return fromStatus(d.status());
+      }
+      inc = *d;
+    }
+    auto t = tokens_->renew(r.token.accessor, inc);
+    return t.isOk() ? reply(200, {{"request_id", r.request_id}, {"data", t->toJson(now)}})
+                    : fromStatus(t.status());
+  }
+  if (r.method != "POST" && !(op == "lookup" && r.method == "GET")) {
+    return error(405, "use POST");
+  }
+  if (!authorized(r, Capability::kUpdate) && !authorized(r, Capability::kCreate)) {
+    return error(403, "permission denied");
+  }
+  const std::string scope = r.scope.tenant.value_or("");
+  if (op == "create") {
+    TokenRequest req;
+    req.tenant = scope;
+    const std::string source = "token request";
+    core::JsonNode n(r.body, "", source);
+    core::Status st =
+        n.checkKeys({"policies", "ttl", "explicit_max_ttl", "renewable", "display_name", "tenant"});
+    if (!st.isOk()) {
+      return fromStatus(st);
+    }
+    if (r.body.contains("tenant")) {
+      if (!scope.empty() || !r.body["tenant"].is_string() ||
+          !validName(r.body["tenant"].get<std::string>())) {
+        return error(400, "tenant: name a tenant only when creating from the admin scope");
+      }
+      req.tenant = r.body["tenant"].get<std::string>();
+      std::lock_guard lock(mu_);
+      if (!tenants_.contains(req.tenant)) {
+        return error(404, "no tenant '" + req.tenant + "'");
+      }
+    }
+    if (r.body.contains("policies")) {
+      if (!r.body["policies"].is_array()) {
+        return error(400, "policies: expected a list of names");
+      }
+      for (const json& p : r.body["policies"]) {
+        if (!p.is_string()) {
+          return error(400, "policies: expected a list of names");
+        }
+        req.policies.push_back(p.get<std::string>());
+      }
+    }
+    for (const char* f : {"ttl", "explicit_max_ttl"}) {
+      if (r.body.contains(f)) {
+        auto d = parseDuration(r.body[f], f);
+        if (!d.isOk()) {
+          return fromStatus(d.status());
+        }
+        (std::string(f) == "ttl" ? req.ttl : req.explicit_max_ttl) = *d;
+      }
+    }
+    req.renewable = r.body.value("renewable", true);
+    req.display_name = r.body.value("display_name", "");
+    auto created = tokens_->create(r.token, req);
+    if (!created.isOk()) {
+      return fromStatus(created.status());
+    }
+    return reply(200, {{"request_id", r.request_id},
+                       {"auth",
+                        {{"client_token", created->secret},
+                         {"accessor", created->info.accessor},
+                         {"policies", created->info.policies},
+                         {"tenant", created->info.tenant},
+                         {"lease_duration", created->info.ttlSeconds(now)},
+                         {"renewable", created->info.renewable}}}});
+  }
+  // lookup, renew, revoke by accessor: only tokens of this scope.
+  const std::string accessor = r.body.value(
+      "accessor", r.scope.query.count("accessor") != 0 ? r.scope.query.at("accessor") : "");
+  auto target = tokens_->lookupAccessor(accessor);
+  if (!target.isOk() || target->tenant != scope) {
+    return error(404, "no such token");
+  }
+  if (op == "lookup") {
+    return reply(200, {{"request_id", r.request_id}, {"data", target->toJson(now)}});
+  }
+  if (op == "renew") {
+    core::Duration inc{0};
+    if (r.body.contains("increment")) {
+      auto d = parseDuration(r.body["increment"], "increment");
+      if (!d.isOk()) {
+        return fromStatus(d.status());
+      }
+      inc = *d;
+    }
+    auto t = tokens_->renew(accessor, inc);
+    return t.isOk() ? reply(200, {{"request_id", r.request_id}, {"data", t->toJson(now)}})
+                    : fromStatus(t.status());
+  }
+  if (op == "revoke") {
+    auto n = tokens_->revoke(accessor);
+    return n.isOk() ? noContent() : fromStatus(n.status());
+  }
+  return error(404, "unsupported path");
+}
+
+HttpResponse ControlPlane::workloadsApi(Request& r) {
+  const std::string tenant = *r.scope.tenant;
+  const std::vector<std::string> parts = split(r.scope.path);
+  {
+    std::lock_guard lock(mu_);
+    if (!tenants_.contains(tenant)) {
+      return error(404, "not found");
+    }
+  }
+  if (parts.size() == 1) {
+    if (r.method != "LIST") {
+      return error(405, "use LIST (or GET ?list=true) on workloads");
+    }
+    if (!authorized(r, Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    std::lock_guard lock(mu_);
+    json keys = json::array();
+    for (const auto& [name, rec] : workloads_[tenant]) {
+      keys.push_back(name);
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", keys}}}});
+  }
+  const std::string& name = parts[1];
+  if (!validName(name)) {
+    return error(400, "workload names are lowercase letters, digits and '-' (at most 63)");
+  }
+  json record;
+  {
+    std::lock_guard lock(mu_);
+    auto it = workloads_[tenant].find(name);
+    if (it != workloads_[tenant].end()) {
+      record = it->second;
+    }
+  }
+  const bool exists = !record.is_null();
+  if (parts.size() == 3 && parts[2] == "events" && r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    if (!exists) {
+      return error(404, "no workload '" + name + "'");
+    }
+    return reply(200, {{"request_id", r.request_id},
+                       {"data", {{"events", record.value("events", json::array())}}}});
+  }
+  if (parts.size() != 2) {
+    return error(404, "unsupported path");
+  }
+  if (r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    if (!exists) {
+      return error(404, "no workload '" + name + "'");
+    }
+    json data = {{"name", name},
+                 {"tenant", tenant},
+                 {"spec", record["spec"]},
+                 {"submitted", record["submitted"]}};
+    auto live = driver_.status(tenant, name);
+    data["status"] = live ? statusJson(*live) : record["status"];
+    return reply(200, {{"request_id", r.request_id}, {"data", data}});
+  }
+  if (r.method == "DELETE") {
+    if (!authorized(r, Capability::kDelete)) {
+      return error(403, "permission denied");
+    }
+    if (!exists) {
+      return error(404, "no workload '" + name + "'");
+    }
+    driver_.cancel(tenant, name);
+    return noContent();
+  }
+  if (r.method != "POST") {
+    return error(405, "method not allowed");
+  }
+  if (!authorized(r, exists ? Capability::kUpdate : Capability::kCreate)) {
+    return error(403, "permission denied");
+  }
+  if (exists) {
+    return error(409, "workload '" + name + "' exists; workloads cannot be changed");
+  }
+  // Admission: the body against the catalogue, the pool and the tenant's caps.
+  const std::string source = "workload '" + name + "'";
+  core::JsonNode n(r.body, "", source);
+  core::Status st = n.checkKeys({"tasks", "minAvailable", "priority", "preemptible", "maxRuntime",
+                                 "duration", "command", "env", "cpuMilli", "memoryMiB", "gpu"});
+  SubmitCommand cmd;
+  cmd.tenant = tenant;
+  cmd.name = name;
+  if (st.isOk()) {
+    st = model::parseTaskRequest(n, catalogue_, {}, cmd.spec.request);
+  }
+  auto field = [&](const char* f, int64_t lo, int64_t hi, int64_t def) -> core::Result<int64_t> {
+    return n.has(f) ? n.child(f).integer(lo, hi) : core::Result<int64_t>(def);
+  };
+  auto tasks = field("tasks", 1, 100000, 1);
+  auto min = tasks.isOk() ? field("minAvailable", 1, *tasks, *tasks) : tasks;
+  auto prio = field("priority", -1000000, 1000000, 0);
+  auto duration = field("duration", 0, 365LL * 86400, 0);
+  for (const core::Status& s :
+       {st, tasks.status(), min.status(), prio.status(), duration.status()}) {
+    if (!s.isOk()) {
+      return fromStatus(s);
+    }
+  }
+  cmd.spec.tasks = static_cast<int>(*tasks);
+  cmd.spec.min_available = static_cast<int>(*min);
+  cmd.spec.priority = static_cast<int32_t>(*prio);
+  cmd.spec.preemptible = r.body.value("preemptible", true);
+  cmd.duration = std::chrono::seconds(*duration);
+  {
+    std::lock_guard lock(mu_);
+    const json& config = tenants_[tenant];
+    int64_t pending = 0;
+    for (const auto& [w, rec] : workloads_[tenant]) {
+      pending += rec["status"].value("phase", "") == "pending" ? 1 : 0;
+    }
+    if (static_cast<int64_t>(workloads_[tenant].size()) >=
+        config.value("max_workloads", options_.default_max_workloads)) {
+      return error(429, "tenant '" + tenant + "' is at its limit of stored workloads");
+    }
+    if (pending >= config.value("max_pending", options_.default_max_pending)) {
+      return error(429, "tenant '" + tenant + "' is at its limit of pending workloads");
+    }
+  }
+  json stored = {{"name", name},
+                 {"spec", r.body},
+                 {"submitted", wallText(clock_.wallNow())},
+                 {"status", {{"phase", "pending"}, {"tasks", json::array()}}},
+                 {"events", {{{"time", wallText(clock_.wallNow())}, {"event", "submitted"}}}}};
+  // Stored first (durable), then handed to the scheduler; a crash in between is recovered at
+  // start, when unfinished stored workloads are submitted again.
+  store::Txn txn;
+  txn.compares.push_back(
+      store::Compare::version(workloadKey(tenant, name), store::Compare::kEqual, 0));
+  txn.success.push_back(store::Op::put(workloadKey(tenant, name), stored.dump()));
+  auto res = store_.txn(std::move(txn));
+  if (!res.isOk()) {
+    return fromStatus(res.status());
+  }
+  if (!res->succeeded) {
+    return error(409, "workload '" + name + "' exists");
+  }
+  {
+    std::lock_guard lock(mu_);
+    workloads_[tenant][name] = stored;
+  }
+  core::Status sub = driver_.submit(std::move(cmd));
+  if (!sub.isOk()) {
+    // Refused by the pool (no node can ever hold it): record why.
+    onDriverChanges({{tenant + "/" + name, WorkloadStatus{"failed", sub.message(), {}}}});
+    return error(400, sub.message());
+  }
+  return reply(202, {{"request_id", r.request_id},
+                     {"data", {{"name", name}, {"tenant", tenant}, {"phase", "pending"}}}});
+}
+
+void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& changed) {
+  for (const auto& [key, status] : changed) {
+    const size_t slash = key.find('/');
+    const std::string tenant = key.substr(0, slash);
+    const std::string name = key.substr(slash + 1);
+    json record;
+    {
+      std::lock_guard lock(mu_);
+      auto t = workloads_.find(tenant);
+      if (t == workloads_.end() || !t->second.contains(name)) {
+        continue;
+      }
+      json& rec = t->second[name];
+      const std::string before = rec["status"].value("phase", "");
+      rec["status"] = statusJson(status);
+      if (before != status.phase) {
+        json& events = rec["events"];
+        events.push_back({{"time", wallText(clock_.wallNow())}, {"event", status.phase}});
+        if (events.size() > 100) {
+          events.erase(events.begin());
+        }
+      }
+      record = rec;
+    }
+    (void)store_.put(workloadKey(tenant, name), record.dump());
+  }
+}
+
+HttpResponse ControlPlane::nodesApi(Request& r) {
+  if (!authorized(r, Capability::kRead) && !authorized(r, Capability::kList)) {
+    return error(403, "permission denied");
+  }
+  // Capacity only: which tenant runs what on a node is not the caller's business.
+  json nodes = json::array();
+  for (const model::Node& n : driver_.nodes()) {
+    json gpus = json::object();
+    for (const model::GpuDevice& g : n.gpus) {
+      gpus[catalogue_.model(g.model).name] = gpus.value(catalogue_.model(g.model).name, 0) + 1;
+    }
+    nodes.push_back({{"name", n.name},
+                     {"cpu_milli", n.cpu.value()},
+                     {"memory_mib", n.memory.value()},
+                     {"gpus", gpus}});
+  }
+  return reply(200, {{"request_id", r.request_id}, {"data", {{"nodes", nodes}}}});
+}
+
+HttpResponse ControlPlane::queuesApi(Request& r) {
+  if (!authorized(r, Capability::kRead) && !authorized(r, Capability::kList)) {
+    return error(403, "permission denied");
+  }
+  json queues = json::array();
+  for (const QueueStatus& q : driver_.queues(r.scope.tenant.value_or(""))) {
+    queues.push_back({{"name", q.name},
+                      {"allocated_milli_gpu", q.allocated_milli_gpu},
+                      {"fair_share_milli_gpu", q.fair_share_milli_gpu},
+                      {"quota_milli_gpu", q.quota_milli_gpu},
+                      {"pending_milli_gpu", q.pending_milli_gpu}});
+  }
+  return reply(200, {{"request_id", r.request_id}, {"data", {{"queues", queues}}}});
+}
+
+HttpResponse ControlPlane::metrics() {
+  std::string out;
+  out += "# HELP tessera_http_requests_total Requests handled, by route, tenant and status.\n";
+  out += "# TYPE tessera_http_requests_total counter\n";
+  std::string durations;
+  durations += "# HELP tessera_http_request_seconds_sum Time spent handling requests.\n";
+  durations += "# TYPE tessera_http_request_seconds_sum counter\n";
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, m] : metrics_) {
+      const size_t a = key.find('|');
+      const size_t b = key.find('|', a + 1);
+      const std::string labels = "route=\"" + key.substr(0, a) + "\",tenant=\"" +
+                                 key.substr(a + 1, b - a - 1) + "\",code=\"" + key.substr(b + 1) +
+                                 "\"";
+      out += "tessera_http_requests_total{" + labels + "} " + std::to_string(m.count) + "\n";
+      durations +=
+          "tessera_http_request_seconds_sum{" + labels + "} " + std::to_string(m.seconds) + "\n";
+    }
+  }
+  out += durations;
+  out += "# HELP tessera_scheduler_pass_milliseconds Duration of the last scheduling pass.\n";
+  out += "# TYPE tessera_scheduler_pass_milliseconds gauge\n";
+  out += "tessera_scheduler_pass_milliseconds " + std::to_string(driver_.lastPassMs()) + "\n";
+  out += "# TYPE tessera_scheduler_passes_total counter\n";
+  out += "tessera_scheduler_passes_total " + std::to_string(driver_.passes()) + "\n";
+  out += "# TYPE tessera_queue_pending_milli_gpu gauge\n";
+  for (const QueueStatus& q : driver_.queues("")) {
+    out += "tessera_queue_pending_milli_gpu{queue=\"" + q.name + "\"} " +
+           std::to_string(q.pending_milli_gpu) + "\n";
+    out += "tessera_queue_allocated_milli_gpu{queue=\"" + q.name + "\"} " +
+           std::to_string(q.allocated_milli_gpu) + "\n";
+  }
+  HttpResponse r;
+  r.body = std::move(out);
+  r.content_type = "text/plain; version=0.0.4";
+  return r;
+}
+
+void ControlPlane::housekeeping() { (void)tokens_->expire(); }
+
+}  // namespace tessera::server

@@ -1,0 +1,122 @@
+// The control plane: tenants as virtual clusters, their tokens, policies and workloads, behind
+// one request handler that the HTTP server calls (docs/server.md has the API).
+//
+//   auto cp = ControlPlane::open(store, *auditor, driver, clock, options);
+//   auto root = cp->bootstrapRootToken();   // first start only
+//   HttpServer::create(listeners, [&](const HttpRequest& r) { return cp->handle(r, listeners); });
+//
+// Every request goes: scope (the listener's chroot, the path's tenant) -> authenticate ->
+// per-tenant rate limit -> tenant boundary (another tenant's path is 404, never 403) -> audit
+// the request (fail closed: 503 if no sink records it) -> authorize (ACL) -> handler -> audit
+// the response. Writes go to the store before they are acknowledged.
+// Thread-safe: `handle` is called from many I/O threads.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "audit/auditor.h"
+#include "core/clock.h"
+#include "core/status.h"
+#include "model/gpu_catalogue.h"
+#include "server/acl.h"
+#include "server/driver.h"
+#include "server/http_server.h"
+#include "server/route.h"
+#include "server/tokens.h"
+#include "store/store.h"
+
+namespace tessera::server {
+
+struct ControlPlaneOptions {
+  TokenOptions tokens;
+  // Per-tenant request rate (token bucket): sustained requests per second, and burst.
+  double tenant_rate_per_s = 1000;
+  double tenant_burst = 2000;
+  // Defaults for tenants that do not set their own caps.
+  int64_t default_max_workloads = 10000;  // Stored workloads, finished ones included.
+  int64_t default_max_pending = 1000;     // Workloads not yet running.
+};
+
+class ControlPlane {
+ public:
+  static core::Result<std::unique_ptr<ControlPlane>> open(
+      store::Store& store, audit::Auditor& auditor, SchedulerDriver& driver,
+      const model::GpuCatalogue& catalogue, const core::Clock& clock, ControlPlaneOptions options);
+
+  // The one request handler. `listeners` are the server's listener configs (for the chroot).
+  HttpResponse handle(const HttpRequest& req, const std::vector<ListenerConfig>& listeners);
+
+  // Creates the bootstrap root token if none exists (first start).
+  core::Result<CreatedToken> bootstrapRootToken() { return tokens_->bootstrapRoot(); }
+  bool rootTokenExists() const { return tokens_->rootTokenExists(); }
+  // Creates a tenant and a token for it, as the API would (for `tessera dev`'s demo tenant).
+  core::Result<CreatedToken> createTenantWithToken(const std::string& tenant,
+                                                   const nlohmann::json& config,
+                                                   const TokenInfo& parent);
+  TokenManager& tokens() { return *tokens_; }
+  // Persists status changes reported by the driver (its listener).
+  void onDriverChanges(const std::map<std::string, WorkloadStatus>& changed);
+  // Revokes expired tokens; call on a timer.
+  void housekeeping();
+
+  struct Request;  // One request in flight (internal).
+
+ private:
+  ControlPlane(store::Store& store, audit::Auditor& auditor, SchedulerDriver& driver,
+               const model::GpuCatalogue& catalogue, const core::Clock& clock,
+               ControlPlaneOptions options)
+      : store_(store),
+        auditor_(auditor),
+        driver_(driver),
+        catalogue_(catalogue),
+        clock_(clock),
+        options_(options) {}
+  core::Status load();
+
+  HttpResponse route(Request& r);
+  HttpResponse tenantsApi(Request& r);
+  HttpResponse policiesApi(Request& r);
+  HttpResponse tokensApi(Request& r);
+  HttpResponse workloadsApi(Request& r);
+  HttpResponse nodesApi(Request& r);
+  HttpResponse queuesApi(Request& r);
+  HttpResponse metrics();
+
+  core::Status putTenant(const std::string& name, const nlohmann::json& config, bool create);
+  bool allowRate(const std::string& bucket);
+  bool authorized(const Request& r, Capability needed) const;
+  void recordMetric(const std::string& route, const std::string& tenant, unsigned status,
+                    double seconds);
+
+  store::Store& store_;
+  audit::Auditor& auditor_;
+  SchedulerDriver& driver_;
+  const model::GpuCatalogue& catalogue_;
+  const core::Clock& clock_;
+  ControlPlaneOptions options_;
+  std::unique_ptr<TokenManager> tokens_;
+
+  mutable std::mutex mu_;                                          // Guards the caches below.
+  std::map<std::string, nlohmann::json> tenants_;                  // name -> config
+  std::map<std::string, std::map<std::string, Policy>> policies_;  // scope ("" admin) -> name
+  std::map<std::string, std::map<std::string, nlohmann::json>>
+      workloads_;  // tenant -> name -> record
+  struct Bucket {
+    double tokens = 0;
+    core::TimePoint last{};
+  };
+  std::map<std::string, Bucket> rate_;
+  struct Metric {
+    int64_t count = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, Metric> metrics_;  // "route|tenant|code"
+};
+
+}  // namespace tessera::server

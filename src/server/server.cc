@@ -1,0 +1,513 @@
+#include "server/server.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "audit/auditor.h"
+#include "audit/crypto.h"
+#include "audit/file_sink.h"
+#include "core/hcl.h"
+#include "core/json_node.h"
+#include "model/node_profiles.h"
+#include "server/certs.h"
+#include "server/control_plane.h"
+#include "store/sqlite_store.h"
+
+namespace tessera::server {
+
+using nlohmann::json;
+
+namespace {
+
+core::Result<std::vector<model::Node>> simulatedNodes(const std::string& spec,
+                                                      const model::GpuCatalogue& catalogue) {
+  std::vector<model::Node> nodes;
+  size_t start = 0;
+  int index = 0;
+  while (start < spec.size()) {
+    size_t comma = spec.find(',', start);
+    if (comma == std::string::npos) {
+      comma = spec.size();
+    }
+    const std::string item = spec.substr(start, comma - start);
+    start = comma + 1;
+    const size_t colon = item.find(':');
+    const std::string profile = item.substr(0, colon);
+    int count = 1;
+    if (colon != std::string::npos) {
+      try {
+        count = std::stoi(item.substr(colon + 1));
+      } catch (const std::exception&) {
+        count = -1;
+      }
+    }
+    if (count < 1 || count > 10000) {
+      return core::invalidArgument("nodes '" + spec + "': expected PROFILE:COUNT, got '" + item +
+                                   "'");
+    }
+    for (int i = 0; i < count; ++i) {
+      TESSERA_ASSIGN_OR_RETURN(
+          model::Node n,
+          model::makeProfileNode(profile, profile + "-" + std::to_string(i), catalogue, index++));
+      nodes.push_back(std::move(n));
+    }
+  }
+  if (nodes.empty()) {
+    return core::invalidArgument("nodes: none given");
+  }
+  return nodes;
+}
+
+// One block of a type that takes no label, or none.
+core::Result<const json*> singleBlock(const json& config, const char* type,
+                                      const std::string& source) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> blocks,
+                           core::hclBlocks(config, type, 0, source));
+  if (blocks.size() > 1) {
+    return core::invalidArgument(source + ": only one '" + type + "' block is allowed");
+  }
+  return blocks.empty() ? nullptr : blocks[0].body;
+}
+
+core::Result<int64_t> intField(const core::JsonNode& n, const char* field, int64_t lo, int64_t hi,
+                               int64_t def) {
+  return n.has(field) ? n.child(field).integer(lo, hi) : core::Result<int64_t>(def);
+}
+
+core::Result<std::string> strField(const core::JsonNode& n, const char* field,
+                                   const std::string& def) {
+  return n.has(field) ? n.child(field).str() : core::Result<std::string>(def);
+}
+
+core::Result<int64_t> durationField(const core::JsonNode& n, const char* field, int64_t def) {
+  if (!n.has(field)) {
+    return def;
+  }
+  const json& v = n.child(field).value();
+  if (v.is_number_integer()) {
+    return n.child(field).integer(1, INT64_MAX / 1000000000);
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::string s, n.child(field).str());
+  const char unit = s.back();
+  const int64_t mult = unit == 's'   ? 1
+                       : unit == 'm' ? 60
+                       : unit == 'h' ? 3600
+                       : unit == 'd' ? 86400
+                                     : 0;
+  try {
+    const int64_t value = std::stoll(mult != 0 ? s.substr(0, s.size() - 1) : s);
+    if (value > 0) {
+      return value * (mult != 0 ? mult : 1);
+    }
+  } catch (const std::exception&) {
+  }
+  return n.child(field).error("expected a duration like \"1h\" or \"30m\"");
+}
+
+std::atomic<bool> g_stop{false};
+
+struct Hooks {
+  std::function<void(ControlPlane&, const std::vector<std::string>&)> ready;
+};
+
+int serve(const ServerConfig& config, const Hooks& hooks) {
+  const model::GpuCatalogue catalogue = model::GpuCatalogue::builtin();
+  core::RealClock clock;
+  auto fail = [](const core::Status& s) {
+    std::cerr << "error: " << s.message() << "\n";
+    return 1;
+  };
+  auto nodes = simulatedNodes(config.simulated_nodes, catalogue);
+  if (!nodes.isOk()) {
+    return fail(nodes.status());
+  }
+  auto store = store::SqliteStore::open(config.storage_path, {}, clock);
+  if (!store.isOk()) {
+    return fail(store.status());
+  }
+  std::vector<std::unique_ptr<audit::AuditSink>> sinks;
+  for (const ServerConfig::AuditFile& a : config.audit) {
+    auto salt = std::filesystem::exists(a.salt_file) ? audit::readSaltFile(a.salt_file)
+                                                     : audit::createSaltFile(a.salt_file);
+    if (!salt.isOk()) {
+      return fail(salt.status());
+    }
+    audit::FileSinkOptions opts;
+    opts.sink.salt = *salt;
+    opts.sink.checkpoint_every = a.checkpoint_every;
+    if (!a.signing_key_file.empty()) {
+      auto key = audit::SigningKey::fromPemFile(a.signing_key_file);
+      if (!key.isOk()) {
+        return fail(key.status());
+      }
+      opts.sink.signing_key = std::shared_ptr<const audit::SigningKey>(std::move(key).value());
+    }
+    auto sink = audit::FileSink::open(a.path, opts, clock);
+    if (!sink.isOk()) {
+      return fail(sink.status());
+    }
+    sinks.push_back(std::move(sink).value());
+  }
+  auto auditor = audit::Auditor::create(std::move(sinks));
+  if (!auditor.isOk()) {
+    return fail(auditor.status().withContext("audit"));
+  }
+  ControlPlane* cp_ptr = nullptr;
+  DriverOptions dopts;
+  dopts.policy = config.policy;
+  dopts.pass_interval = std::chrono::milliseconds(config.pass_interval_ms);
+  auto driver =
+      SchedulerDriver::create(catalogue, std::move(nodes).value(), clock, dopts,
+                              [&cp_ptr](const std::map<std::string, WorkloadStatus>& changed) {
+                                if (cp_ptr != nullptr) {
+                                  cp_ptr->onDriverChanges(changed);
+                                }
+                              });
+  if (!driver.isOk()) {
+    return fail(driver.status());
+  }
+  ControlPlaneOptions copts;
+  copts.tenant_rate_per_s = config.tenant_rate;
+  copts.tenant_burst = config.tenant_burst;
+  copts.default_max_workloads = config.max_workloads;
+  copts.default_max_pending = config.max_pending;
+  copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
+  copts.tokens.max_ttl = std::chrono::seconds(config.max_ttl_s);
+  auto cp = ControlPlane::open(**store, **auditor, **driver, catalogue, clock, copts);
+  if (!cp.isOk()) {
+    return fail(cp.status());
+  }
+  cp_ptr = cp->get();
+  (*driver)->start();
+  std::vector<ListenerConfig> listeners = config.listeners;
+  auto http = HttpServer::create(
+      listeners, [&](const HttpRequest& r) { return cp_ptr->handle(r, listeners); });
+  if (!http.isOk()) {
+    (*driver)->stop();
+    return fail(http.status());
+  }
+  (*http)->start(config.io_threads);
+  std::vector<std::string> addresses;
+  const std::vector<uint16_t> ports = (*http)->ports();
+  for (size_t i = 0; i < listeners.size(); ++i) {
+    const std::string host = listeners[i].address.substr(0, listeners[i].address.rfind(':'));
+    addresses.push_back((listeners[i].tls_cert_file.empty() ? "http://" : "https://") + host + ":" +
+                        std::to_string(ports[i]));
+  }
+  if (!cp_ptr->rootTokenExists() && !hooks.ready) {
+    auto root = cp_ptr->bootstrapRootToken();
+    if (root.isOk()) {
+      std::cout << "Root token (shown once; revoke it once you have created other tokens):\n  "
+                << root->secret << "\n";
+    }
+  } else if (cp_ptr->rootTokenExists()) {
+    std::cerr << "warning: a root token exists; it never expires. Revoke it "
+                 "(auth/token/revoke-self with it) once other admin tokens exist.\n";
+  }
+  if (hooks.ready) {
+    hooks.ready(*cp_ptr, addresses);
+  } else {
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      std::cout << "listening on " << addresses[i]
+                << (listeners[i].chroot_tenant.empty()
+                        ? ""
+                        : " (chrooted to tenant '" + listeners[i].chroot_tenant + "')")
+                << "\n";
+    }
+  }
+  std::cout.flush();
+  // Housekeeping until a signal: token expiry, store leases.
+  while (!g_stop) {
+    for (int i = 0; i < 10 && !g_stop; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    cp_ptr->housekeeping();
+    (void)(*store)->expireLeases();
+  }
+  std::cerr << "shutting down: finishing requests in flight\n";
+  (*http)->shutdown(std::chrono::seconds(10));
+  (*driver)->stop();
+  (void)(*auditor)->close();
+  return 0;
+}
+
+void installSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_stop = true; };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGXFSZ, SIG_IGN);  // A file-size limit becomes EFBIG, handled like a full disk.
+}
+
+}  // namespace
+
+core::Result<ServerConfig> readServerConfig(const std::string& path) {
+  TESSERA_ASSIGN_OR_RETURN(json doc, core::parseConfigFile(path));
+  ServerConfig c;
+  core::JsonNode top(doc, "", path);
+  TESSERA_RETURN_IF_ERROR(top.checkKeys(
+      {"storage", "listener", "audit", "scheduler", "nodes", "limits", "tokens", "io_threads"}));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> storage,
+                           core::hclBlocks(doc, "storage", 1, path));
+  if (storage.size() != 1 || storage[0].labels[0] != "sqlite") {
+    return core::invalidArgument(path + ": expected one storage \"sqlite\" { path = ... } block");
+  }
+  {
+    const std::string where = path + ": storage \"sqlite\"";
+    core::JsonNode s(*storage[0].body, "storage.sqlite", path);
+    TESSERA_RETURN_IF_ERROR(s.checkKeys({"path"}));
+    if (!s.has("path")) {
+      return core::invalidArgument(where + ": missing 'path'");
+    }
+    TESSERA_ASSIGN_OR_RETURN(c.storage_path, s.child("path").str());
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> listeners,
+                           core::hclBlocks(doc, "listener", 1, path));
+  if (listeners.empty()) {
+    return core::invalidArgument(path + ": at least one listener \"tcp\" { ... } block is needed");
+  }
+  for (size_t i = 0; i < listeners.size(); ++i) {
+    const std::string at = "listener[" + std::to_string(i) + "]";
+    if (listeners[i].labels[0] != "tcp") {
+      return core::invalidArgument(path + ": " + at + ": only listener \"tcp\" exists");
+    }
+    core::JsonNode l(*listeners[i].body, at, path);
+    TESSERA_RETURN_IF_ERROR(l.checkKeys({"address", "chroot_tenant", "tls_cert_file",
+                                         "tls_key_file", "tls_client_ca_file", "max_request_size",
+                                         "request_timeout_ms", "tls_disable"}));
+    ListenerConfig lc;
+    TESSERA_ASSIGN_OR_RETURN(lc.address, strField(l, "address", "127.0.0.1:8200"));
+    TESSERA_ASSIGN_OR_RETURN(lc.chroot_tenant, strField(l, "chroot_tenant", ""));
+    TESSERA_ASSIGN_OR_RETURN(lc.tls_cert_file, strField(l, "tls_cert_file", ""));
+    TESSERA_ASSIGN_OR_RETURN(lc.tls_key_file, strField(l, "tls_key_file", ""));
+    TESSERA_ASSIGN_OR_RETURN(lc.tls_client_ca_file, strField(l, "tls_client_ca_file", ""));
+    TESSERA_ASSIGN_OR_RETURN(int64_t max_body,
+                             intField(l, "max_request_size", 1, int64_t{1} << 30, 1 << 20));
+    lc.max_body_bytes = static_cast<size_t>(max_body);
+    TESSERA_ASSIGN_OR_RETURN(int64_t timeout,
+                             intField(l, "request_timeout_ms", 10, 3600000, 30000));
+    lc.request_timeout = std::chrono::milliseconds(timeout);
+    bool tls_disable = false;
+    if (l.has("tls_disable")) {
+      TESSERA_ASSIGN_OR_RETURN(tls_disable, l.child("tls_disable").boolean());
+    }
+    if (lc.tls_cert_file.empty() && !tls_disable) {
+      return l.error(
+          "tls_cert_file and tls_key_file are required (set tls_disable = true only "
+          "for a loopback test listener)");
+    }
+    if (tls_disable && lc.address.rfind("127.", 0) != 0 && lc.address.rfind("[::1]", 0) != 0) {
+      return l.error("tls_disable is allowed only on a loopback address");
+    }
+    if (!lc.chroot_tenant.empty() && !validName(lc.chroot_tenant)) {
+      return l.child("chroot_tenant").error("not a valid tenant name");
+    }
+    c.listeners.push_back(std::move(lc));
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> audits,
+                           core::hclBlocks(doc, "audit", 1, path));
+  if (audits.empty()) {
+    return core::invalidArgument(path +
+                                 ": an audit \"file\" { path = ... } block is required: Tessera "
+                                 "does not run without an audit log");
+  }
+  for (size_t i = 0; i < audits.size(); ++i) {
+    const std::string at = "audit[" + std::to_string(i) + "]";
+    if (audits[i].labels[0] != "file") {
+      return core::invalidArgument(path + ": " + at + ": only audit \"file\" exists");
+    }
+    core::JsonNode a(*audits[i].body, at, path);
+    TESSERA_RETURN_IF_ERROR(
+        a.checkKeys({"path", "salt_file", "signing_key_file", "checkpoint_every"}));
+    ServerConfig::AuditFile af;
+    if (!a.has("path")) {
+      return a.error("missing 'path'");
+    }
+    TESSERA_ASSIGN_OR_RETURN(af.path, a.child("path").str());
+    TESSERA_ASSIGN_OR_RETURN(af.salt_file, strField(a, "salt_file", af.path + ".salt"));
+    TESSERA_ASSIGN_OR_RETURN(af.signing_key_file, strField(a, "signing_key_file", ""));
+    TESSERA_ASSIGN_OR_RETURN(int64_t every, intField(a, "checkpoint_every", 0, 1000000000, 1000));
+    af.checkpoint_every = static_cast<uint64_t>(every);
+    c.audit.push_back(std::move(af));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const json* sched, singleBlock(doc, "scheduler", path));
+  if (sched != nullptr) {
+    core::JsonNode s(*sched, "scheduler", path);
+    TESSERA_RETURN_IF_ERROR(s.checkKeys({"policy", "pass_interval_ms"}));
+    TESSERA_ASSIGN_OR_RETURN(c.policy, strField(s, "policy", c.policy));
+    TESSERA_ASSIGN_OR_RETURN(int64_t ms, intField(s, "pass_interval_ms", 1, 60000, 200));
+    c.pass_interval_ms = static_cast<int>(ms);
+  }
+  TESSERA_ASSIGN_OR_RETURN(const json* nodes, singleBlock(doc, "nodes", path));
+  if (nodes != nullptr) {
+    core::JsonNode n(*nodes, "nodes", path);
+    TESSERA_RETURN_IF_ERROR(n.checkKeys({"simulated"}));
+    TESSERA_ASSIGN_OR_RETURN(c.simulated_nodes, strField(n, "simulated", c.simulated_nodes));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const json* limits, singleBlock(doc, "limits", path));
+  if (limits != nullptr) {
+    core::JsonNode l(*limits, "limits", path);
+    TESSERA_RETURN_IF_ERROR(
+        l.checkKeys({"tenant_rate", "tenant_burst", "max_workloads", "max_pending"}));
+    TESSERA_ASSIGN_OR_RETURN(int64_t rate, intField(l, "tenant_rate", 1, 10000000, 1000));
+    TESSERA_ASSIGN_OR_RETURN(int64_t burst, intField(l, "tenant_burst", 1, 10000000, 2000));
+    c.tenant_rate = static_cast<double>(rate);
+    c.tenant_burst = static_cast<double>(burst);
+    TESSERA_ASSIGN_OR_RETURN(c.max_workloads, intField(l, "max_workloads", 1, 100000000, 10000));
+    TESSERA_ASSIGN_OR_RETURN(c.max_pending, intField(l, "max_pending", 1, 100000000, 1000));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const json* tokens, singleBlock(doc, "tokens", path));
+  if (tokens != nullptr) {
+    core::JsonNode t(*tokens, "tokens", path);
+    TESSERA_RETURN_IF_ERROR(t.checkKeys({"default_ttl", "max_ttl"}));
+    TESSERA_ASSIGN_OR_RETURN(c.default_ttl_s, durationField(t, "default_ttl", c.default_ttl_s));
+    TESSERA_ASSIGN_OR_RETURN(c.max_ttl_s, durationField(t, "max_ttl", c.max_ttl_s));
+    if (c.default_ttl_s > c.max_ttl_s) {
+      return t.error("default_ttl is above max_ttl");
+    }
+  }
+  if (top.has("io_threads")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t n, top.child("io_threads").integer(1, 256));
+    c.io_threads = static_cast<int>(n);
+  }
+  return c;
+}
+
+int runServer(const ServerConfig& config, const std::string& config_path,
+              const std::function<void(const std::vector<std::string>&)>& on_ready) {
+  (void)config_path;
+  installSignalHandlers();
+  Hooks hooks;
+  if (on_ready) {
+    hooks.ready = [&](ControlPlane& cp, const std::vector<std::string>& addresses) {
+      if (!cp.rootTokenExists()) {
+        auto root = cp.bootstrapRootToken();
+        if (root.isOk()) {
+          std::cout << "Root token (shown once): " << root->secret << "\n";
+        }
+      }
+      on_ready(addresses);
+    };
+  }
+  return serve(config, hooks);
+}
+
+int runDev(const DevOptions& options) {
+  installSignalHandlers();
+  std::string dir = options.data_dir;
+  if (dir.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "tessera-dev-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      std::cerr << "error: cannot create a temporary directory\n";
+      return 1;
+    }
+    dir = tmpl;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::cerr << "error: cannot create '" << dir << "': " << ec.message() << "\n";
+    return 1;
+  }
+  const std::string host = options.addr.substr(0, options.addr.rfind(':'));
+  const bool fresh = !std::filesystem::exists(dir + "/ca.pem");
+  if (fresh) {
+    auto ca = CertAuthority::create("tessera dev CA", std::chrono::hours(24 * 30));
+    if (!ca.isOk()) {
+      std::cerr << "error: " << ca.status().message() << "\n";
+      return 1;
+    }
+    auto leaf =
+        (*ca)->issue("localhost", {"localhost"}, {host == "localhost" ? "127.0.0.1" : host}, false);
+    if (!leaf.isOk()) {
+      std::cerr << "error: " << leaf.status().message() << "\n";
+      return 1;
+    }
+    for (const auto& [file, content, secret] :
+         std::vector<std::tuple<std::string, std::string, bool>>{
+             {"ca.pem", (*ca)->certPem(), false},
+             {"server.pem", leaf->cert_pem, false},
+             {"server-key.pem", leaf->key_pem, true}}) {
+      core::Status st = writeFile(dir + "/" + file, content, secret);
+      if (!st.isOk()) {
+        std::cerr << "error: " << st.message() << "\n";
+        return 1;
+      }
+    }
+  }
+  ServerConfig config;
+  config.storage_path = dir + "/tessera.db";
+  ListenerConfig l;
+  l.address = options.addr;
+  l.tls_cert_file = dir + "/server.pem";
+  l.tls_key_file = dir + "/server-key.pem";
+  config.listeners.push_back(l);
+  config.audit.push_back({dir + "/audit.log", dir + "/audit.salt", "", 1000});
+  config.simulated_nodes = options.nodes;
+  Hooks hooks;
+  hooks.ready = [&](ControlPlane& cp, const std::vector<std::string>& addresses) {
+    DevInfo info;
+    info.address = addresses[0];
+    info.ca_cert = dir + "/ca.pem";
+    info.tenant = "demo";
+    if (std::filesystem::exists(dir + "/dev.json")) {
+      try {
+        std::ifstream in(dir + "/dev.json");
+        const json old = json::parse(in);
+        info.root_token = old.value("root_token", "");
+        info.tenant_token = old.value("tenant_token", "");
+      } catch (const std::exception&) {
+      }
+    }
+    if (!cp.rootTokenExists()) {
+      auto root = cp.bootstrapRootToken();
+      if (!root.isOk()) {
+        std::cerr << "error: " << root.status().message() << "\n";
+        g_stop = true;
+        return;
+      }
+      info.root_token = root->secret;
+      auto root_info = cp.tokens().lookup(root->secret);
+      auto tenant = cp.createTenantWithToken("demo", json{{"quota", {{"gpu", 8}}}}, *root_info);
+      if (!tenant.isOk()) {
+        std::cerr << "error: " << tenant.status().message() << "\n";
+        g_stop = true;
+        return;
+      }
+      info.tenant_token = tenant->secret;
+    }
+    const json out = {{"address", info.address},
+                      {"ca_cert", info.ca_cert},
+                      {"root_token", info.root_token},
+                      {"tenant", info.tenant},
+                      {"tenant_token", info.tenant_token},
+                      {"pid", static_cast<int64_t>(getpid())}};
+    (void)writeFile(dir + "/dev.json", out.dump(2) + "\n", true);
+    std::cout << "Tessera dev server\n"
+              << "  address:      " << info.address << "\n"
+              << "  CA cert:      " << info.ca_cert << "\n"
+              << "  root token:   " << info.root_token << "\n"
+              << "  tenant:       " << info.tenant << "\n"
+              << "  tenant token: " << info.tenant_token << "\n"
+              << "  data:         " << dir << " (dev.json, audit.log)\n\n"
+              << "Submit a first workload:\n"
+              << "  curl --cacert " << info.ca_cert << " -H 'X-Tessera-Token: " << info.tenant_token
+              << "' \\\n    -X POST " << info.address
+              << "/v1/tenants/demo/workloads/hello -d '{\"gpu\": {\"count\": 1}, \"duration\": "
+                 "60}'\n"
+              << "  curl --cacert " << info.ca_cert << " -H 'X-Tessera-Token: " << info.tenant_token
+              << "' " << info.address << "/v1/tenants/demo/workloads/hello\n"
+              << std::flush;
+  };
+  return serve(config, hooks);
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,81 @@
+// `tessera server` and `tessera dev`: the configuration file, and the process that wires the
+// store, the audit log, the scheduler driver, the control plane and the listeners together.
+//
+// server.hcl (or the same in JSON):
+//   storage "sqlite" { path = "/var/lib/tessera/tessera.db" }
+//   listener "tcp" {
+//     address            = "127.0.0.1:8300"
+//     chroot_tenant      = "team-1"
+//     tls_cert_file      = "/etc/tessera/team-1.pem"
+//     tls_key_file       = "/etc/tessera/team-1-key.pem"
+//     tls_client_ca_file = "/etc/tessera/clients-ca.pem"   # optional mTLS
+//   }
+//   audit "file" { path = "/var/log/tessera/audit.log"  salt_file = "/etc/tessera/audit.salt" }
+//   scheduler { policy = "tessera"  pass_interval_ms = 200 }
+//   nodes { simulated = "dgx-h100:2,a100-8x:1" }            # until agents exist (issue #5)
+//   limits { tenant_rate = 1000  tenant_burst = 2000  max_workloads = 10000  max_pending = 1000 }
+//   tokens { default_ttl = "1h"  max_ttl = "768h" }
+//
+// Every error names the file and the block or field.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "server/http_server.h"
+
+namespace tessera::server {
+
+struct ServerConfig {
+  std::string storage_path;
+  std::vector<ListenerConfig> listeners;
+  struct AuditFile {
+    std::string path;
+    std::string salt_file;         // Created (0600) if missing.
+    std::string signing_key_file;  // Optional: signed checkpoints.
+    uint64_t checkpoint_every = 1000;
+  };
+  std::vector<AuditFile> audit;
+  std::string policy = "tessera";
+  int pass_interval_ms = 200;
+  std::string simulated_nodes = "dgx-h100:2";
+  double tenant_rate = 1000;
+  double tenant_burst = 2000;
+  int64_t max_workloads = 10000;
+  int64_t max_pending = 1000;
+  int64_t default_ttl_s = 3600;
+  int64_t max_ttl_s = 768 * 3600;
+  int io_threads = 4;
+};
+
+// Reads and validates a config file (.hcl or .json).
+core::Result<ServerConfig> readServerConfig(const std::string& path);
+
+// What `tessera dev` leaves for clients (also written to DIR/dev.json).
+struct DevInfo {
+  std::string address;  // https://127.0.0.1:PORT
+  std::string ca_cert;  // Path of the CA certificate to trust.
+  std::string root_token;
+  std::string tenant;
+  std::string tenant_token;
+};
+
+struct DevOptions {
+  std::string data_dir;  // Empty: a new temporary directory.
+  std::string addr = "127.0.0.1:8200";
+  std::string nodes = "dgx-h100:2,a100-8x:1";
+};
+
+// Runs the server until SIGINT or SIGTERM, then shuts down gracefully. `on_ready` is called
+// once every listener accepts (with the bound addresses). Returns the process exit code.
+int runServer(const ServerConfig& config, const std::string& config_path,
+              const std::function<void(const std::vector<std::string>&)>& on_ready = {});
+
+// Dev mode: a data directory, a CA and certificate, a config, the server, a root token and a
+// demo tenant with its token; prints them and writes DIR/dev.json. Blocks like runServer.
+int runDev(const DevOptions& options);
+
+}  // namespace tessera::server

@@ -1,0 +1,464 @@
+// Starts the real `tessera` binary on loopback and uses it as a user would: tenants, tokens,
+// workloads, tenant isolation, chroot listeners, crash durability and the audit log.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "server/certs.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using nlohmann::json;
+
+std::string binary() {
+  const char* d = std::getenv("TESSERA_BINARY_DIR");
+  return std::string(d != nullptr ? d : ".") + "/tessera";
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A running `tessera` process with its output in files.
+class Process {
+ public:
+  Process(std::vector<std::string> args, const fs::path& out) : out_(out) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      freopen(out.string().c_str(), "w", stdout);
+      freopen((out.string() + ".err").c_str(), "w", stderr);
+      std::vector<char*> argv;
+      std::string bin = binary();
+      argv.push_back(bin.data());
+      for (std::string& a : args) {
+        argv.push_back(a.data());
+      }
+      argv.push_back(nullptr);
+      execv(bin.c_str(), argv.data());
+      _exit(127);
+    }
+  }
+  ~Process() { stop(SIGKILL); }
+  pid_t pid() const { return pid_; }
+  int stop(int sig) {
+    if (pid_ <= 0) {
+      return -1;
+    }
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  std::string output() const { return slurp(out_); }
+  std::string errors() const { return slurp(out_.string() + ".err"); }
+
+ private:
+  pid_t pid_ = -1;
+  fs::path out_;
+};
+
+struct Response {
+  unsigned status = 0;
+  json body;
+  std::string raw;
+};
+
+// An HTTPS client for one server; a connection per request keeps it simple.
+class Client {
+ public:
+  Client(std::string address, std::string ca_pem) : ca_pem_(std::move(ca_pem)) {
+    const std::smatch m = [&] {
+      std::smatch mm;
+      std::regex_match(address, mm, std::regex(R"(https://([^:]+):(\d+))"));
+      return mm;
+    }();
+    host_ = m[1];
+    port_ = static_cast<uint16_t>(std::stoi(m[2]));
+  }
+  Response call(const std::string& method, const std::string& target, const std::string& token,
+                const json& body = nullptr) const {
+    asio::io_context io;
+    asio::ssl::context ctx(asio::ssl::context::tls_client);
+    ctx.add_certificate_authority(asio::buffer(ca_pem_));
+    ctx.set_verify_mode(asio::ssl::verify_peer);
+    beast::ssl_stream<beast::tcp_stream> stream(io, ctx);
+    beast::get_lowest_layer(stream).connect(
+        tcp::endpoint(asio::ip::make_address(host_ == "localhost" ? "127.0.0.1" : host_), port_));
+    stream.handshake(asio::ssl::stream_base::client);
+    http::request<http::string_body> req;
+    req.method_string(method);
+    req.target(target);
+    req.version(11);
+    req.set(http::field::host, host_);
+    if (!token.empty()) {
+      req.set("X-Tessera-Token", token);
+    }
+    if (!body.is_null()) {
+      req.body() = body.dump();
+    }
+    req.prepare_payload();
+    http::write(stream, req);
+    beast::flat_buffer buf;
+    http::response<http::string_body> resp;
+    http::read(stream, buf, resp);
+    Response r;
+    r.status = resp.result_int();
+    r.raw = resp.body();
+    if (!r.raw.empty() && r.raw[0] == '{') {
+      r.body = json::parse(r.raw, nullptr, false);
+    }
+    beast::error_code ec;
+    stream.shutdown(ec);
+    return r;
+  }
+
+ private:
+  std::string host_;
+  uint16_t port_ = 0;
+  std::string ca_pem_;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tessera-srv-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Starts `tessera dev` and waits for its dev.json.
+  std::unique_ptr<Process> startDev() {
+    auto p = std::make_unique<Process>(
+        std::vector<std::string>{"dev", "--data-dir", dir_.string(), "--addr", "127.0.0.1:0"},
+        dir_ / "out.txt");
+    // Ready when dev.json names this process (a restart finds the previous one's file).
+    for (int i = 0; i < 600; ++i) {
+      if (fs::exists(dir_ / "dev.json")) {
+        dev_ = json::parse(slurp(dir_ / "dev.json"), nullptr, false);
+        if (dev_.is_object() && dev_.value("pid", 0) == p->pid()) {
+          break;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(dev_.value("pid", 0), p->pid()) << p->output() << p->errors();
+    return p;
+  }
+  Client client() const {
+    return Client(dev_["address"].get<std::string>(), slurp(dev_["ca_cert"].get<std::string>()));
+  }
+  std::string root() const { return dev_["root_token"]; }
+  std::string demo() const { return dev_["tenant_token"]; }
+
+  // A second tenant with its own admin token.
+  std::string addTenant(const Client& c, const std::string& name) {
+    Response r = c.call("POST", "/v1/tenants/" + name, root(), {{"quota", {{"gpu", 4}}}});
+    EXPECT_EQ(r.status, 204U) << r.raw;
+    r = c.call("POST", "/v1/auth/token/create", root(),
+               {{"tenant", name}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+    EXPECT_EQ(r.status, 200U) << r.raw;
+    return r.body["auth"]["client_token"];
+  }
+
+  std::string waitForPhase(const Client& c, const std::string& tenant, const std::string& name,
+                           const std::string& token, const std::string& phase) {
+    std::string got;
+    for (int i = 0; i < 200; ++i) {
+      Response r = c.call("GET", "/v1/tenants/" + tenant + "/workloads/" + name, token);
+      if (r.status == 200) {
+        got = r.body["data"]["status"]["phase"];
+        if (got == phase) {
+          return got;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return got;
+  }
+
+  fs::path dir_;
+  json dev_;
+};
+
+TEST_F(ServerTest, TwoTenantsScheduledAndIsolated) {
+  auto server = startDev();
+  const Client c = client();
+  const std::string b = addTenant(c, "team-b");
+  const json job = {{"gpu", {{"count", 2}}}, {"cpuMilli", 8000}, {"duration", 600}};
+  EXPECT_EQ(c.call("POST", "/v1/tenants/demo/workloads/train", demo(), job).status, 202U);
+  EXPECT_EQ(c.call("POST", "/v1/tenants/team-b/workloads/train", b, job).status, 202U);
+  EXPECT_EQ(waitForPhase(c, "demo", "train", demo(), "running"), "running");
+  EXPECT_EQ(waitForPhase(c, "team-b", "train", b, "running"), "running");
+  Response got = c.call("GET", "/v1/tenants/demo/workloads/train", demo());
+  ASSERT_EQ(got.body["data"]["status"]["tasks"].size(), 1U);
+  EXPECT_EQ(got.body["data"]["status"]["tasks"][0]["gpus"].size(), 2U);
+  // Tenant A's token sees nothing of tenant B: 404, never 403.
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"LIST", "/v1/tenants/team-b/workloads"},
+           {"GET", "/v1/tenants/team-b/workloads?list=true"},
+           {"GET", "/v1/tenants/team-b/workloads/train"},
+           {"DELETE", "/v1/tenants/team-b/workloads/train"},
+           {"GET", "/v1/tenants/team-b/workloads/train/events"},
+           {"GET", "/v1/tenants/team-b/audit"},
+           {"GET", "/v1/tenants/team-b/policies?list=true"},
+           {"POST", "/v1/tenants/team-b/workloads/intruder"},
+           {"GET", "/v1/tenants/no-such-tenant/workloads/x"},
+           {"GET", "/v1/tenants/team-b"},
+           {"LIST", "/v1/tenants"},
+           {"GET", "/v1/sys/metrics"},
+       }) {
+    Response r = c.call(method, path, demo(), method == "POST" ? job : json(nullptr));
+    EXPECT_EQ(r.status, 404U) << method << " " << path << " -> " << r.raw;
+  }
+  // B's workload is untouched.
+  EXPECT_EQ(c.call("GET", "/v1/tenants/team-b/workloads/train", b).body["data"]["status"]["phase"],
+            "running");
+  // Listing shows only one's own.
+  Response list = c.call("LIST", "/v1/tenants/demo/workloads", demo());
+  EXPECT_EQ(list.body["data"]["keys"], json({"train"}));
+  // Cancel ends it.
+  EXPECT_EQ(c.call("DELETE", "/v1/tenants/demo/workloads/train", demo()).status, 204U);
+  EXPECT_EQ(waitForPhase(c, "demo", "train", demo(), "cancelled"), "cancelled");
+  Response events = c.call("GET", "/v1/tenants/demo/workloads/train/events", demo());
+  ASSERT_EQ(events.status, 200U);
+  EXPECT_GE(events.body["data"]["events"].size(), 3U);  // submitted, running, cancelled.
+  // Bad input is a clear 400 that names the field.
+  Response bad =
+      c.call("POST", "/v1/tenants/demo/workloads/bad", demo(), {{"gpu", {{"count", 99}}}});
+  EXPECT_EQ(bad.status, 400U);
+  EXPECT_NE(bad.raw.find("gpu.count"), std::string::npos) << bad.raw;
+  EXPECT_EQ(c.call("POST", "/v1/tenants/demo/workloads/Bad_Name", demo(), job).status, 400U);
+  EXPECT_EQ(server->stop(SIGTERM), 0);
+}
+
+TEST_F(ServerTest, ExpiredAndRevokedTokensAreRefused) {
+  auto server = startDev();
+  const Client c = client();
+  Response r = c.call("POST", "/v1/tenants/demo/auth/token/create", demo(),
+                      {{"policies", {"tenant-admin"}}, {"ttl", "1s"}});
+  ASSERT_EQ(r.status, 200U) << r.raw;
+  const std::string short_lived = r.body["auth"]["client_token"];
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", short_lived).status, 200U);
+  r = c.call("POST", "/v1/tenants/demo/auth/token/create", demo(),
+             {{"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+  const std::string revoked = r.body["auth"]["client_token"];
+  EXPECT_EQ(c.call("POST", "/v1/tenants/demo/auth/token/revoke-self", revoked).status, 204U);
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", revoked).status, 403U);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", short_lived).status, 403U);
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", "tsr.forged").status, 403U);
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", "").status, 403U);
+  // A tenant token cannot mint a token for another tenant or with more policies.
+  r = c.call("POST", "/v1/tenants/demo/auth/token/create", demo(),
+             {{"policies", {"tenant-admin", "ops"}}});
+  EXPECT_EQ(r.status, 403U) << r.raw;
+}
+
+TEST_F(ServerTest, ChrootListenerCannotReachOutside) {
+  // A config with a main listener and one chrooted to team-1, certificates from our own CA.
+  auto ca = tessera::server::CertAuthority::create("test CA", std::chrono::hours(1));
+  ASSERT_TRUE(ca.isOk());
+  auto leaf = (*ca)->issue("localhost", {"localhost"}, {"127.0.0.1"}, false);
+  ASSERT_TRUE(leaf.isOk());
+  ASSERT_TRUE(
+      tessera::server::writeFile((dir_ / "ca.pem").string(), (*ca)->certPem(), false).isOk());
+  ASSERT_TRUE(
+      tessera::server::writeFile((dir_ / "cert.pem").string(), leaf->cert_pem, false).isOk());
+  ASSERT_TRUE(tessera::server::writeFile((dir_ / "key.pem").string(), leaf->key_pem, true).isOk());
+  const std::string d = dir_.string();
+  std::ofstream(dir_ / "server.hcl")
+      << "storage \"sqlite\" { path = \"" << d << "/t.db\" }\n"
+      << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
+      << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
+      << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  chroot_tenant = \"team-1\"\n"
+      << "  tls_cert_file = \"" << d << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
+      << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
+      << "nodes { simulated = \"dgx-h100:1\" }\n";
+  Process server({"server", "-config=" + d + "/server.hcl"}, dir_ / "out.txt");
+  std::smatch m;
+  std::string out;
+  for (int i = 0; i < 600; ++i) {
+    out = server.output();
+    if (std::regex_search(out, m, std::regex(R"(chrooted to tenant 'team-1')"))) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::regex listen_re(R"(listening on (https://[0-9.]+:\d+))");
+  std::vector<std::string> addrs;
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), listen_re);
+       it != std::sregex_iterator(); ++it) {
+    addrs.push_back((*it)[1]);
+  }
+  ASSERT_EQ(addrs.size(), 2U) << out << server.errors();
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
+  const std::string root_token = m[1];
+  const Client main(addrs[0], (*ca)->certPem());
+  const Client chroot(addrs[1], (*ca)->certPem());
+  std::map<std::string, std::string> tokens;
+  for (const std::string t : {"team-1", "team-2"}) {
+    ASSERT_EQ(main.call("POST", "/v1/tenants/" + t, root_token, json::object()).status, 204U);
+    Response r = main.call("POST", "/v1/auth/token/create", root_token,
+                           {{"tenant", t}, {"policies", {"tenant-admin"}}});
+    tokens[t] = r.body["auth"]["client_token"];
+    ASSERT_EQ(
+        main.call("POST", "/v1/tenants/" + t + "/workloads/w", tokens[t], {{"gpu", {{"count", 1}}}})
+            .status,
+        202U);
+  }
+  // Inside: the tenant's own paths, rooted.
+  Response list = chroot.call("LIST", "/v1/workloads", tokens["team-1"]);
+  EXPECT_EQ(list.status, 200U) << list.raw;
+  EXPECT_EQ(list.body["data"]["keys"], json({"w"}));
+  EXPECT_EQ(chroot.call("GET", "/v1/workloads/w", tokens["team-1"]).status, 200U);
+  // Outside, however spelled: never reachable, never 200.
+  for (const std::string path : {
+           "/v1/tenants/team-2/workloads/w",
+           "/v1/tenants/team-1/workloads/w",
+           "/v1/workloads/../../tenants/team-2/workloads/w",
+           "/v1/workloads/%2e%2e/%2e%2e/tenants/team-2/workloads/w",
+           "/v1/workloads%2F..%2F..%2Ftenants%2Fteam-2%2Fworkloads%2Fw",
+           "/v1//tenants/team-2/workloads/w",
+           "/v1/sys/metrics",
+           "/v1/tenants?list=true",
+       }) {
+    for (const std::string& tok : {tokens["team-1"], root_token}) {
+      Response r = chroot.call("GET", path, tok);
+      EXPECT_TRUE(r.status == 404U || r.status == 400U) << path << " -> " << r.status << r.raw;
+    }
+  }
+  // team-2's token on team-1's listener sees nothing either.
+  EXPECT_EQ(chroot.call("GET", "/v1/workloads/w", tokens["team-2"]).status, 404U);
+}
+
+TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
+  auto server = startDev();
+  const Client c = client();
+  std::mutex mu;
+  std::vector<std::string> acknowledged;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 8; ++t) {
+    clients.emplace_back([&, t] {
+      for (int i = 0; !stop; ++i) {
+        const std::string name = "w-" + std::to_string(t) + "-" + std::to_string(i);
+        try {
+          Response r =
+              c.call("POST", "/v1/tenants/demo/workloads/" + name, demo(), {{"cpuMilli", 100}});
+          if (r.status == 202) {
+            std::lock_guard lock(mu);
+            acknowledged.push_back(name);
+          }
+        } catch (const std::exception&) {
+          return;  // The server is gone.
+        }
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  server->stop(SIGKILL);
+  stop = true;
+  for (std::thread& t : clients) {
+    t.join();
+  }
+  ASSERT_GT(acknowledged.size(), 10U);
+  server = startDev();
+  const Client again = client();
+  size_t found = 0;
+  for (const std::string& name : acknowledged) {
+    found += again.call("GET", "/v1/tenants/demo/workloads/" + name, demo()).status == 200 ? 1 : 0;
+  }
+  EXPECT_EQ(found, acknowledged.size());
+}
+
+TEST_F(ServerTest, AuditChainVerifiesAndPointsAtAnEditedRecord) {
+  {
+    auto server = startDev();
+    const Client c = client();
+    for (int i = 0; i < 5; ++i) {
+      c.call("POST", "/v1/tenants/demo/workloads/a" + std::to_string(i), demo(),
+             {{"cpuMilli", 100}});
+    }
+    server->stop(SIGTERM);
+  }
+  const fs::path log = dir_ / "audit.log";
+  std::string text = slurp(log);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.find(demo()), std::string::npos);  // Tokens never in clear.
+  auto verify = [&]() {
+    const std::string cmd = binary() + " audit verify " + log.string() + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n = 0;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
+      out.append(buf, n);
+    }
+    const int status = pclose(p);
+    return std::make_pair(WEXITSTATUS(status), out);
+  };
+  auto [ok_rc, ok_out] = verify();
+  EXPECT_EQ(ok_rc, 0) << ok_out;
+  // Edit one byte inside the 5th record.
+  size_t pos = 0;
+  for (int line = 1; line < 5; ++line) {
+    pos = text.find('\n', pos) + 1;
+  }
+  const size_t at = text.find("\"method\"", pos) + 3;
+  text[at] = text[at] == 'e' ? 'f' : 'e';
+  std::ofstream(log, std::ios::trunc) << text;
+  auto [bad_rc, bad_out] = verify();
+  EXPECT_NE(bad_rc, 0);
+  EXPECT_NE(bad_out.find("line 5"), std::string::npos) << bad_out;
+}
+
+TEST_F(ServerTest, UnwritableAuditLogRefusesRequestsAndStoresNothing) {
+  auto server = startDev();
+  const Client c = client();
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", demo()).status, 200U);
+  // The disk is full for the audit log: its next append fails (EFBIG under a file-size limit).
+  const auto size = static_cast<rlim_t>(fs::file_size(dir_ / "audit.log"));
+  rlimit old{};
+  ASSERT_EQ(prlimit(server->pid(), RLIMIT_FSIZE, nullptr, &old), 0);
+  rlimit full = old;
+  full.rlim_cur = size;  // The soft limit only: raising it back needs no privilege.
+  ASSERT_EQ(prlimit(server->pid(), RLIMIT_FSIZE, &full, nullptr), 0);
+  Response r = c.call("POST", "/v1/tenants/demo/workloads/not-stored", demo(), {{"cpuMilli", 100}});
+  EXPECT_EQ(r.status, 503U) << r.raw;
+  EXPECT_EQ(fs::file_size(dir_ / "audit.log"), size);
+  ASSERT_EQ(prlimit(server->pid(), RLIMIT_FSIZE, &old, nullptr), 0);
+  server->stop(SIGTERM);
+  server = startDev();
+  const Client again = client();
+  EXPECT_EQ(again.call("GET", "/v1/tenants/demo/workloads/not-stored", demo()).status, 404U);
+}
+
+}  // namespace
