@@ -7,6 +7,7 @@
 
 #include "core/json_node.h"
 #include "model/codec.h"
+#include "server/request.h"
 
 namespace tessera::server {
 
@@ -80,28 +81,8 @@ std::string randomHex(size_t bytes) {
   return out;
 }
 
-// Vault-style durations: a number of seconds, or a string like "90s", "30m", "4h", "7d".
 core::Result<core::Duration> parseDuration(const json& j, const std::string& field) {
-  int64_t seconds = 0;
-  if (j.is_number_integer() && j.get<int64_t>() >= 0) {
-    seconds = j.get<int64_t>();
-  } else if (j.is_string()) {
-    const std::string s = j.get<std::string>();
-    int64_t n = 0;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
-    const std::string unit(end, s.data() + s.size());
-    const int64_t mult = unit.empty() || unit == "s" ? 1
-                         : unit == "m"               ? 60
-                         : unit == "h"               ? 3600
-                         : unit == "d"               ? 86400
-                                                     : -1;
-    if (ec != std::errc() || n < 0 || mult < 0 || end == s.data()) {
-      return core::invalidArgument(field + ": expected a duration like \"90s\", \"30m\" or \"4h\"");
-    }
-    seconds = n * mult;
-  } else {
-    return core::invalidArgument(field + ": expected a duration like \"90s\", \"30m\" or \"4h\"");
-  }
+  TESSERA_ASSIGN_OR_RETURN(int64_t seconds, parseDurationSeconds(j, field));
   return std::chrono::duration_cast<core::Duration>(std::chrono::seconds(seconds));
 }
 
@@ -288,18 +269,13 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
   const auto t0 = std::chrono::steady_clock::now();
   const std::string chroot =
       http.listener < listeners.size() ? listeners[http.listener].chroot_tenant : "";
-  auto scope = scopeTarget(http.target, chroot);
-  if (!scope.isOk()) {
-    return error(scope.status().code() == core::StatusCode::kNotFound ? 404 : 400,
-                 scope.status().message());
+  auto parsed = parseApiRequest(http, chroot);
+  if (!parsed.isOk()) {
+    return error(parsed.status().code() == core::StatusCode::kNotFound ? 404 : 400,
+                 parsed.status().message());
   }
-  Request r{http, std::move(scope).value(), http.method, randomHex(8), {}, "", json::object()};
-  if (r.method == "GET" && r.scope.query.contains("list")) {
-    r.method = "LIST";
-  }
-  if (r.method == "PUT") {
-    r.method = "POST";
-  }
+  Request r{http, std::move(parsed->scope), parsed->method, randomHex(8), {},
+            "",   std::move(parsed->body)};
   // The route for metrics: names replaced by '*' after their collection.
   {
     const std::vector<std::string> parts = split(r.scope.path);
@@ -323,13 +299,7 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
                        {"audit_sinks", sinks},
                        {"scheduler_passes", driver_.passes()}});
   }
-  std::string secret = http.header("x-tessera-token");
-  if (secret.empty()) {
-    const std::string auth = http.header("authorization");
-    if (auth.rfind("Bearer ", 0) == 0) {
-      secret = auth.substr(7);
-    }
-  }
+  const std::string& secret = parsed->token;
   auto token = secret.empty() ? core::Result<TokenInfo>(core::notFound("no token"))
                               : tokens_->lookup(secret);
   if (!token.isOk()) {
@@ -345,16 +315,6 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
   // something else exists.
   if (!r.token.tenant.empty() && r.scope.tenant != r.token.tenant) {
     return error(404, "not found");
-  }
-  if (!http.body.empty()) {
-    try {
-      r.body = json::parse(http.body);
-    } catch (const json::exception&) {
-      return error(400, "the request body is not valid JSON");
-    }
-    if (!r.body.is_object()) {
-      return error(400, "the request body must be a JSON object");
-    }
   }
   const std::string tenant = r.scope.tenant.value_or("");
   audit::AuditEvent ev;

@@ -22,15 +22,6 @@ namespace http = beast::http;
 namespace ssl = asio::ssl;
 using tcp = asio::ip::tcp;
 
-std::string HttpRequest::header(std::string_view name) const {
-  for (const auto& [k, v] : headers) {
-    if (k == name) {
-      return v;
-    }
-  }
-  return "";
-}
-
 struct HttpServer::Impl {
   asio::io_context io;
   std::vector<ListenerConfig> configs;

@@ -54,7 +54,14 @@ struct HttpRequest {
   size_t listener = 0;  // Index into the listener configs.
 
   // The first header named `name` (lower case), or "".
-  std::string header(std::string_view name) const;
+  std::string header(std::string_view name) const {
+    for (const auto& [k, v] : headers) {
+      if (k == name) {
+        return v;
+      }
+    }
+    return "";
+  }
 };
 
 struct HttpResponse {

@@ -484,12 +484,9 @@ int runDev(const DevOptions& options) {
       }
       info.tenant_token = tenant->secret;
     }
-    const json out = {{"address", info.address},
-                      {"ca_cert", info.ca_cert},
-                      {"root_token", info.root_token},
-                      {"tenant", info.tenant},
-                      {"tenant_token", info.tenant_token},
-                      {"pid", static_cast<int64_t>(getpid())}};
+    const json out = {{"address", info.address},           {"ca_cert", info.ca_cert},
+                      {"root_token", info.root_token},     {"tenant", info.tenant},
+                      {"tenant_token", info.tenant_token}, {"pid", static_cast<int64_t>(getpid())}};
     (void)writeFile(dir + "/dev.json", out.dump(2) + "\n", true);
     std::cout << "Tessera dev server\n"
               << "  address:      " << info.address << "\n"
