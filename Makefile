@@ -12,7 +12,7 @@ FUZZ_SECONDS ?= 300
 
 CONFIGURED := $(BUILD_DIR)/build.ninja
 
-.PHONY: all bootstrap configure build test run bench fuzz format lint clean
+.PHONY: all bootstrap configure build test run sim bench fuzz format lint clean
 
 all: build
 
@@ -30,8 +30,16 @@ build: configure
 test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
-# The headline simulation: FGD against our policy on the default trace, 10 seeds.
+# A development server (tessera dev): store, TLS, simulated GPU nodes, a demo tenant. It prints
+# its address and tokens and how to submit a first workload. DEV_DIR keeps its data (default: a
+# new temporary directory each time).
+DEV_DIR ?=
+DEV_ADDR ?= 127.0.0.1:8200
 run: build
+	@$(BUILD_DIR)/tessera dev --addr $(DEV_ADDR) $(if $(DEV_DIR),--data-dir $(DEV_DIR))
+
+# The headline simulation: FGD against our policy on the default trace, 10 seeds.
+sim: build
 	@$(BUILD_DIR)/tessera sim openb \
 	  --nodes $(TRACES)/openb_node_list_gpu_node.csv \
 	  --pods $(TRACES)/openb_pod_list_$(TRACE).csv \
