@@ -37,6 +37,7 @@ int run(int argc, char** argv) {
   try {
     std::vector<std::string> args = hashicorpArgs(argc, argv);
     std::vector<char*> ptrs;
+    ptrs.reserve(args.size());
     for (std::string& a : args) {
       ptrs.push_back(a.data());
     }

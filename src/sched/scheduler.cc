@@ -832,7 +832,7 @@ void Scheduler::allocate(PassResult& out) {
   // Leaf queues with pending work; the count of such leaves per subtree.
   std::vector<int> open(tree_.size(), 0);
   for (QueueId q = 0; q < tree_.size(); ++q) {
-    if (finished_in_queue_[q] * 2 > queue_workloads_[q].size()) {
+    if (size_t{finished_in_queue_[q]} * 2 > queue_workloads_[q].size()) {
       std::erase_if(queue_workloads_[q], [&](WorkloadId w) {
         return workloads_[w].finished == workloads_[w].spec.tasks;
       });
@@ -1093,7 +1093,8 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
     }
     return it->second;
   };
-  for (const auto& [unused_share, w] : blocked) {
+  for (const auto& entry : blocked) {
+    const WorkloadId w = entry.second;
     if (evictions >= options_.max_evictions_per_pass) {
       return;
     }
@@ -1221,7 +1222,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       std::vector<Candidate> candidates;
       size_t next_source = 0;
       // Refills the heap with the next level of sources; false when none is left.
-      auto nextLevel = [&]() {
+      auto next_level = [&]() {
         while (candidates.empty() && next_source < sources.size()) {
           const Ratio level = sources[next_source].victim_share;
           while (next_source < sources.size() &&
@@ -1248,7 +1249,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       std::unordered_map<QueueId, Amounts> freed;  // Per split ancestor of the victims.
       bool fits = false;
       int chosen_tasks = 0;
-      while (nextLevel()) {
+      while (next_level()) {
         std::pop_heap(candidates.begin(), candidates.end(), later);
         const Candidate c = std::move(candidates.back());
         candidates.pop_back();

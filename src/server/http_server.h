@@ -40,8 +40,8 @@ struct ListenerConfig {
   // When set, clients must present a certificate signed by this CA (mutual TLS).
   std::string tls_client_ca_file;
   std::string chroot_tenant;  // Non-empty: every request is rooted in this tenant.
-  size_t max_header_bytes = 16 * 1024;
-  size_t max_body_bytes = 1024 * 1024;
+  size_t max_header_bytes = size_t{16} * 1024;
+  size_t max_body_bytes = size_t{1024} * 1024;
   std::chrono::milliseconds request_timeout{30'000};
 };
 

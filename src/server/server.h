@@ -47,7 +47,7 @@ struct ServerConfig {
   int64_t max_workloads = 10000;
   int64_t max_pending = 1000;
   int64_t default_ttl_s = 3600;
-  int64_t max_ttl_s = 768 * 3600;
+  int64_t max_ttl_s = int64_t{768} * 3600;
   int io_threads = 4;
 };
 
