@@ -16,7 +16,8 @@
 // Every client thread keeps one TLS connection alive for the whole phase (connected before the
 // clock starts), so the numbers are the server's cost per request, not handshakes. Latency
 // percentiles are over 2xx answers; 429s (rate limit, pending cap, stored cap) are counted apart,
-// and a client pauses 1 ms after one (not Retry-After's second), so a phase keeps its concurrency.
+// and a client pauses --backoff-ms after one (default 1 ms, so a phase keeps its concurrency;
+// 1000 behaves like a client that honours Retry-After).
 // Per phase the table also shows the mean time inside the server's handler (from sys/metrics:
 // audit fsyncs and store writes, not the wait for an I/O thread) and the CPU the server and this
 // program used (1 core = 100%): on a small machine they compete for the same cores.
@@ -354,8 +355,12 @@ void logReply(const Request& req, const Reply& rep, double ms, SteadyClock::time
 // until stop().
 class Load {
  public:
-  Load(const DevInfo& dev, int clients, Generator gen)
-      : ready_(clients), go_(1), gen_(std::move(gen)), logs_(static_cast<size_t>(clients)) {
+  Load(const DevInfo& dev, int clients, Generator gen, std::chrono::milliseconds backoff)
+      : ready_(clients),
+        go_(1),
+        gen_(std::move(gen)),
+        backoff_(backoff),
+        logs_(static_cast<size_t>(clients)) {
     for (int c = 0; c < clients; ++c) {
       threads_.emplace_back([this, &dev, c] { run(dev, c); });
     }
@@ -412,7 +417,7 @@ class Load {
       logReply(req, rep, secondsBetween(t0, t1) * 1000, t1, log);
       if (rep.status == 0 || rep.status == 429) {
         // Do not spin: a refused client backs off briefly, as a polite one would.
-        std::this_thread::sleep_for(std::chrono::milliseconds(rep.status == 0 ? 10 : 1));
+        std::this_thread::sleep_for(rep.status == 0 ? std::chrono::milliseconds(10) : backoff_);
       }
     }
     log.connects = conn.connects();
@@ -421,6 +426,7 @@ class Load {
   std::latch ready_;
   std::latch go_;
   Generator gen_;
+  std::chrono::milliseconds backoff_;  // Pause after a 429.
   std::vector<ClientLog> logs_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
@@ -560,6 +566,7 @@ class Bench {
     int flood_submit_every = 4;  // Every Nth flood request is a submission, the rest GETs.
     int sample = 200;
     double drain_timeout_s = 60;
+    int backoff_ms = 1;
     std::string spec = R"({"cpuMilli": 10, "duration": 1})";
     std::vector<std::string> phases = {"submit", "get", "noisy"};
   };
@@ -642,7 +649,7 @@ class Bench {
     std::cerr << fmt::format("  {} ({}, {} client{}) ...\n", name, tenant, clients,
                              clients == 1 ? "" : "s");
     const auto metrics0 = handlerTime(admin_, dev_);
-    Load load(dev_, clients, std::move(gen));
+    Load load(dev_, clients, std::move(gen), std::chrono::milliseconds(options_.backoff_ms));
     load.begin();
     const CpuSample cpu0 = cpuNow(dev_.pid);
     std::this_thread::sleep_for(std::chrono::duration<double>(options_.seconds));
@@ -853,9 +860,12 @@ class Bench {
     const Generator get = getOne(dev_.tenant_token, target_);
     const Generator sub = submit("flood");
     const int every = options_.flood_submit_every;
-    Load flood(dev_, options_.noisy_clients, [get, sub, every](int c, uint64_t seq) {
-      return every > 0 && seq % static_cast<uint64_t>(every) == 0 ? sub(c, seq) : get(c, seq);
-    });
+    Load flood(
+        dev_, options_.noisy_clients,
+        [get, sub, every](int c, uint64_t seq) {
+          return every > 0 && seq % static_cast<uint64_t>(every) == 0 ? sub(c, seq) : get(c, seq);
+        },
+        std::chrono::milliseconds(options_.backoff_ms));
     std::cerr << fmt::format("  flood ({}, {} clients) starts\n", dev_.tenant,
                              options_.noisy_clients);
     flood.begin();
@@ -1029,6 +1039,10 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--noisy-clients", o.noisy_clients, "Clients of tenant demo in the flood")
       ->capture_default_str();
+  app.add_option("--backoff-ms", o.backoff_ms,
+                 "A client's pause after a 429 (1000: like one that honours Retry-After)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 60000));
   app.add_option("--flood-submit-every", o.flood_submit_every,
                  "Every Nth flood request is a submission, the others GETs (0: GETs only)")
       ->capture_default_str();
@@ -1114,6 +1128,7 @@ int run(int argc, char** argv) {
                 {"seconds", o.seconds},
                 {"noisy_clients", o.noisy_clients},
                 {"flood_submit_every", o.flood_submit_every},
+                {"backoff_ms", o.backoff_ms},
                 {"sample", o.sample},
                 {"spec", json::parse(o.spec, nullptr, false)},
                 {"nodes", nodes},
