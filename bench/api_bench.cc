@@ -710,8 +710,8 @@ class Bench {
 
   void submitPhase(int clients) {
     std::vector<ClientLog> logs;
-    PhaseResult p =
-        measure("submit", dev_.tenant, clients, submit(fmt::format("s{}", clients)), &logs);
+    PhaseResult p = measure("submit", dev_.tenant, clients,
+                            submit(fmt::format("p{}s{}", ++submit_phases_, clients)), &logs);
     std::vector<std::pair<std::string, SteadyClock::time_point>> accepted;
     for (const ClientLog& l : logs) {
       accepted.insert(accepted.end(), l.accepted.begin(), l.accepted.end());
@@ -899,6 +899,7 @@ class Bench {
   std::string quiet_token_;
   std::string quiet_target_;
   SteadyClock::time_point phase_began_{};
+  int submit_phases_ = 0;  // Numbers the submission phases: their workload names differ.
   std::vector<PhaseResult> results_;
   std::optional<json> noisy_;
 };
