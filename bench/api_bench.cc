@@ -10,8 +10,9 @@
 //           every sampled accepted workload is scheduled, which gives the end-to-end rate
 //           (accepted, stored and scheduled).
 //   get     GET tenants/demo/workloads/<name> of one workload.
-//   noisy   tenant `quiet` (created here) GETs its workload with one client, alone and then
-//           while 16 clients of `demo` flood the API with GETs and submissions.
+//   noisy   tenant `quiet` (created here) GETs its workload with one client at --quiet-rate
+//           (100/s), alone and then while 16 clients of `demo` flood the API with GETs and
+//           submissions back to back.
 //
 // Every client thread keeps one TLS connection alive for the whole phase (connected before the
 // clock starts), so the numbers are the server's cost per request, not handshakes. Latency
@@ -351,15 +352,20 @@ void logReply(const Request& req, const Reply& rep, double ms, SteadyClock::time
   }
 }
 
-// `clients` threads, each with its own connection, sending requests back to back from begin()
-// until stop().
+struct Pace {
+  std::chrono::milliseconds backoff{1};  // Pause after a 429.
+  double per_client_per_s = 0;           // > 0: each client sends at most this often.
+};
+
+// `clients` threads, each with its own connection, sending requests from begin() until stop():
+// back to back, or paced (a client that falls behind sends at once, without catching up).
 class Load {
  public:
-  Load(const DevInfo& dev, int clients, Generator gen, std::chrono::milliseconds backoff)
+  Load(const DevInfo& dev, int clients, Generator gen, Pace pace)
       : ready_(clients),
         go_(1),
         gen_(std::move(gen)),
-        backoff_(backoff),
+        pace_(pace),
         logs_(static_cast<size_t>(clients)) {
     for (int c = 0; c < clients; ++c) {
       threads_.emplace_back([this, &dev, c] { run(dev, c); });
@@ -409,7 +415,17 @@ class Load {
     }
     ready_.count_down();
     go_.wait();
+    const auto interval = std::chrono::duration_cast<SteadyClock::duration>(
+        std::chrono::duration<double>(pace_.per_client_per_s > 0 ? 1 / pace_.per_client_per_s : 0));
+    SteadyClock::time_point next = began_;
     for (uint64_t seq = 0; !stop_; ++seq) {
+      if (interval.count() > 0) {
+        next = std::max(next + interval, SteadyClock::now());
+        std::this_thread::sleep_until(next);
+        if (stop_) {
+          break;
+        }
+      }
       const Request req = gen_(c, seq);
       const auto t0 = SteadyClock::now();
       const Reply rep = conn.call(req);
@@ -417,7 +433,8 @@ class Load {
       logReply(req, rep, secondsBetween(t0, t1) * 1000, t1, log);
       if (rep.status == 0 || rep.status == 429) {
         // Do not spin: a refused client backs off briefly, as a polite one would.
-        std::this_thread::sleep_for(rep.status == 0 ? std::chrono::milliseconds(10) : backoff_);
+        std::this_thread::sleep_for(rep.status == 0 ? std::chrono::milliseconds(10)
+                                                    : pace_.backoff);
       }
     }
     log.connects = conn.connects();
@@ -426,7 +443,7 @@ class Load {
   std::latch ready_;
   std::latch go_;
   Generator gen_;
-  std::chrono::milliseconds backoff_;  // Pause after a 429.
+  Pace pace_;
   std::vector<ClientLog> logs_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stop_{false};
@@ -567,6 +584,7 @@ class Bench {
     int sample = 200;
     double drain_timeout_s = 60;
     int backoff_ms = 1;
+    double quiet_rate = 100;  // Requests/s of tenant quiet's one client (0: back to back).
     std::string spec = R"({"cpuMilli": 10, "duration": 1})";
     std::vector<std::string> phases = {"submit", "get", "noisy"};
   };
@@ -631,6 +649,10 @@ class Bench {
     return true;
   }
 
+  Pace pace(double per_client_per_s = 0) const {
+    return {std::chrono::milliseconds(options_.backoff_ms), per_client_per_s};
+  }
+
   Generator getOne(const std::string& token, const std::string& target) const {
     return [token, target](int, uint64_t) { return Request{"GET", target, token, "", ""}; };
   }
@@ -645,11 +667,12 @@ class Bench {
 
   // Runs `gen` with `clients` clients for --seconds and summarizes it.
   PhaseResult measure(const std::string& name, const std::string& tenant, int clients,
-                      Generator gen, std::vector<ClientLog>* logs_out = nullptr) {
+                      Generator gen, std::vector<ClientLog>* logs_out = nullptr,
+                      double per_client_per_s = 0) {
     std::cerr << fmt::format("  {} ({}, {} client{}) ...\n", name, tenant, clients,
                              clients == 1 ? "" : "s");
     const auto metrics0 = handlerTime(admin_, dev_);
-    Load load(dev_, clients, std::move(gen), std::chrono::milliseconds(options_.backoff_ms));
+    Load load(dev_, clients, std::move(gen), pace(per_client_per_s));
     load.begin();
     const CpuSample cpu0 = cpuNow(dev_.pid);
     std::this_thread::sleep_for(std::chrono::duration<double>(options_.seconds));
@@ -854,7 +877,7 @@ class Bench {
       return;
     }
     const Generator quiet = getOne(quiet_token_, quiet_target_);
-    PhaseResult alone = measure("quiet alone", "quiet", 1, quiet);
+    PhaseResult alone = measure("quiet alone", "quiet", 1, quiet, nullptr, options_.quiet_rate);
     results_.push_back(alone);
     // The flood: every Nth request a submission, the rest GETs of demo's workload.
     const Generator get = getOne(dev_.tenant_token, target_);
@@ -865,15 +888,17 @@ class Bench {
         [get, sub, every](int c, uint64_t seq) {
           return every > 0 && seq % static_cast<uint64_t>(every) == 0 ? sub(c, seq) : get(c, seq);
         },
-        std::chrono::milliseconds(options_.backoff_ms));
+        pace());
     std::cerr << fmt::format("  flood ({}, {} clients) starts\n", dev_.tenant,
                              options_.noisy_clients);
     flood.begin();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    PhaseResult loaded = measure("quiet under flood", "quiet", 1, quiet);
+    PhaseResult loaded =
+        measure("quiet under flood", "quiet", 1, quiet, nullptr, options_.quiet_rate);
     std::vector<ClientLog> flood_logs = flood.stop();
-    PhaseResult f = summarize(fmt::format("flood (1/{} submit)", std::max(every, 1)), dev_.tenant,
-                              options_.noisy_clients, flood.elapsedSeconds(), flood_logs);
+    PhaseResult f =
+        summarize(every > 0 ? fmt::format("flood (1/{} submit)", every) : "flood (GETs)",
+                  dev_.tenant, options_.noisy_clients, flood.elapsedSeconds(), flood_logs);
     results_.push_back(loaded);
     results_.push_back(f);
     const double ratio = alone.p99_ms > 0 ? loaded.p99_ms / alone.p99_ms : 0;
@@ -1044,6 +1069,11 @@ int run(int argc, char** argv) {
                  "A client's pause after a 429 (1000: like one that honours Retry-After)")
       ->capture_default_str()
       ->check(CLI::Range(0, 60000));
+  app.add_option("--quiet-rate", o.quiet_rate,
+                 "Requests/s of the quiet tenant's client (0: back to back, which is not quiet: "
+                 "on a fast disk one client exceeds a tenant's 1000/s)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100000.0));
   app.add_option("--flood-submit-every", o.flood_submit_every,
                  "Every Nth flood request is a submission, the others GETs (0: GETs only)")
       ->capture_default_str();
@@ -1130,6 +1160,7 @@ int run(int argc, char** argv) {
                 {"noisy_clients", o.noisy_clients},
                 {"flood_submit_every", o.flood_submit_every},
                 {"backoff_ms", o.backoff_ms},
+                {"quiet_rate_per_s", o.quiet_rate},
                 {"sample", o.sample},
                 {"spec", json::parse(o.spec, nullptr, false)},
                 {"nodes", nodes},
