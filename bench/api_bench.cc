@@ -26,6 +26,8 @@
 // starts it at once and the tenant stays under its pending cap (1000 by default); the stored
 // cap (10000 per tenant) bounds how many submissions one server takes in all phases together.
 // The server's data directory decides what fsync costs: --work-dir puts it on a chosen disk.
+// Exit status: 0 when every phase ran cleanly (whether or not the targets were met), 1 when
+// the set-up failed, 2 for bad options, 3 when requests failed with other errors than 429.
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -1180,6 +1182,16 @@ int run(int argc, char** argv) {
     if (!f) {
       std::cerr << "error: cannot write " << out << "\n";
       return 1;
+    }
+  }
+  // Missed targets are results; requests that failed mean the numbers are not to be trusted.
+  for (const PhaseResult& p : bench.results()) {
+    if (p.ok == 0 || !p.errors.empty() ||
+        (p.drain && (p.drain->timed_out || p.drain->failed > 0))) {
+      std::cerr << "error: phase '" << p.name << "' (" << p.clients
+                << " clients) had failed requests, no successful one, or workloads that were "
+                   "never scheduled; see the table\n";
+      return 3;
     }
   }
   return 0;
