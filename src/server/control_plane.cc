@@ -183,6 +183,9 @@ core::Status ControlPlane::load() {
       policies_[parts[1]][parts[3]] = std::move(p);
     } else if (parts[0] == "tenants" && parts.size() == 4 && parts[2] == "workloads") {
       workloads_[parts[1]][parts[3]] = value;
+      if (value["status"].value("phase", "") == "pending") {
+        ++pending_[parts[1]];
+      }
       workloads.emplace_back(parts[1], value);
     }
   }
@@ -306,11 +309,31 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
     return error(403, "permission denied: missing, invalid, revoked or expired token");
   }
   r.token = std::move(token).value();
-  if (!allowRate(r.token.tenant.empty() ? "/admin" : r.token.tenant)) {
+  const std::string bucket = r.token.tenant.empty() ? "/admin" : r.token.tenant;
+  if (!allowRate(bucket)) {
     HttpResponse resp = error(429, "too many requests for this tenant; slow down");
     resp.headers.emplace_back("Retry-After", "1");
     return resp;
   }
+  std::atomic<int>* in_flight = nullptr;
+  {
+    std::lock_guard lock(mu_);
+    auto& slot = in_flight_[bucket];
+    if (slot == nullptr) {
+      slot = std::make_unique<std::atomic<int>>(0);
+    }
+    in_flight = slot.get();
+  }
+  if (in_flight->fetch_add(1) >= options_.tenant_max_in_flight) {
+    --*in_flight;
+    HttpResponse resp = error(429, "too many concurrent requests for this tenant; slow down");
+    resp.headers.emplace_back("Retry-After", "1");
+    return resp;
+  }
+  struct Release {
+    std::atomic<int>* counter;
+    ~Release() { --*counter; }
+  } release{in_flight};
   // The tenant boundary: a tenant token sees its own tenant and nothing else, not even that
   // something else exists.
   if (!r.token.tenant.empty() && r.scope.tenant != r.token.tenant) {
@@ -545,6 +568,7 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
     tenants_.erase(name);
     policies_.erase(name);
     workloads_.erase(name);
+    pending_.erase(name);
     return noContent();
   }
   return error(405, "method not allowed");
@@ -858,10 +882,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   {
     std::lock_guard lock(mu_);
     const json& config = tenants_[tenant];
-    int64_t pending = 0;
-    for (const auto& [w, rec] : workloads_[tenant]) {
-      pending += rec["status"].value("phase", "") == "pending" ? 1 : 0;
-    }
+    const int64_t pending = pending_[tenant];
     if (static_cast<int64_t>(workloads_[tenant].size()) >=
         config.value("max_workloads", options_.default_max_workloads)) {
       return error(429, "tenant '" + tenant + "' is at its limit of stored workloads");
@@ -891,6 +912,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   {
     std::lock_guard lock(mu_);
     workloads_[tenant][name] = stored;
+    ++pending_[tenant];
   }
   core::Status sub = driver_.submit(std::move(cmd));
   if (!sub.isOk()) {
@@ -903,6 +925,9 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
 }
 
 void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& changed) {
+  // One store transaction per batch of changes, not one write each: a pass that starts many
+  // workloads must not fall behind on fsyncs.
+  std::vector<std::pair<std::string, std::string>> writes;
   for (const auto& [key, status] : changed) {
     const size_t slash = key.find('/');
     const std::string tenant = key.substr(0, slash);
@@ -917,6 +942,9 @@ void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& 
       json& rec = t->second[name];
       const std::string before = rec["status"].value("phase", "");
       rec["status"] = statusJson(status);
+      if ((before == "pending") != (status.phase == "pending")) {
+        pending_[tenant] += status.phase == "pending" ? 1 : -1;
+      }
       if (before != status.phase) {
         json& events = rec["events"];
         events.push_back({{"time", wallText(clock_.wallNow())}, {"event", status.phase}});
@@ -926,7 +954,14 @@ void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& 
       }
       record = rec;
     }
-    (void)store_.put(workloadKey(tenant, name), record.dump());
+    writes.emplace_back(workloadKey(tenant, name), record.dump());
+  }
+  for (size_t i = 0; i < writes.size(); i += store::kMaxTxnOps) {
+    store::Txn txn;
+    for (size_t k = i; k < std::min(writes.size(), i + store::kMaxTxnOps); ++k) {
+      txn.success.push_back(store::Op::put(writes[k].first, std::move(writes[k].second)));
+    }
+    (void)store_.txn(std::move(txn));
   }
 }
 

@@ -41,6 +41,9 @@ struct ControlPlaneOptions {
   // Defaults for tenants that do not set their own caps.
   int64_t default_max_workloads = 10000;  // Stored workloads, finished ones included.
   int64_t default_max_pending = 1000;     // Workloads not yet running.
+  // Requests of one tenant being handled at once; beyond it, 429. Keeps a flooding tenant from
+  // holding every I/O thread, so the others are still served.
+  int tenant_max_in_flight = 8;
 };
 
 class ControlPlane {
@@ -112,6 +115,8 @@ class ControlPlane {
     core::TimePoint last{};
   };
   std::map<std::string, Bucket> rate_;
+  std::map<std::string, std::unique_ptr<std::atomic<int>>> in_flight_;  // Per tenant ("/admin").
+  std::map<std::string, int64_t> pending_;  // Per tenant: stored workloads in phase "pending".
   struct Metric {
     int64_t count = 0;
     double seconds = 0;

@@ -177,6 +177,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.tenant_burst = config.tenant_burst;
   copts.default_max_workloads = config.max_workloads;
   copts.default_max_pending = config.max_pending;
+  copts.tenant_max_in_flight = config.tenant_max_in_flight;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
   copts.tokens.max_ttl = std::chrono::seconds(config.max_ttl_s);
   auto cp = ControlPlane::open(**store, **auditor, **driver, catalogue, clock, copts);
@@ -355,14 +356,16 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* limits, singleBlock(doc, "limits", path));
   if (limits != nullptr) {
     core::JsonNode l(*limits, "limits", path);
-    TESSERA_RETURN_IF_ERROR(
-        l.checkKeys({"tenant_rate", "tenant_burst", "max_workloads", "max_pending"}));
+    TESSERA_RETURN_IF_ERROR(l.checkKeys(
+        {"tenant_rate", "tenant_burst", "tenant_concurrency", "max_workloads", "max_pending"}));
     TESSERA_ASSIGN_OR_RETURN(int64_t rate, intField(l, "tenant_rate", 1, 10000000, 1000));
     TESSERA_ASSIGN_OR_RETURN(int64_t burst, intField(l, "tenant_burst", 1, 10000000, 2000));
     c.tenant_rate = static_cast<double>(rate);
     c.tenant_burst = static_cast<double>(burst);
     TESSERA_ASSIGN_OR_RETURN(c.max_workloads, intField(l, "max_workloads", 1, 100000000, 10000));
     TESSERA_ASSIGN_OR_RETURN(c.max_pending, intField(l, "max_pending", 1, 100000000, 1000));
+    TESSERA_ASSIGN_OR_RETURN(int64_t conc, intField(l, "tenant_concurrency", 1, 10000, 8));
+    c.tenant_max_in_flight = static_cast<int>(conc);
   }
   TESSERA_ASSIGN_OR_RETURN(const json* tokens, singleBlock(doc, "tokens", path));
   if (tokens != nullptr) {

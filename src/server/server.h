@@ -48,7 +48,8 @@ struct ServerConfig {
   int64_t max_pending = 1000;
   int64_t default_ttl_s = 3600;
   int64_t max_ttl_s = int64_t{768} * 3600;
-  int io_threads = 4;
+  int io_threads = 16;  // Handlers block on fsync: more threads share each group commit.
+  int tenant_max_in_flight = 8;
 };
 
 // Reads and validates a config file (.hcl or .json).
