@@ -15,35 +15,15 @@
 #include <sstream>
 #include <vector>
 
+#include "core/strings.h"
+
 namespace tessera::audit {
 namespace {
 
 using core::Result;
 using core::Status;
 
-constexpr char kHexDigits[] = "0123456789abcdef";
-
-std::string toHex(const unsigned char* data, size_t n) {
-  std::string out(2 * n, '0');
-  for (size_t i = 0; i < n; ++i) {
-    out[2 * i] = kHexDigits[data[i] >> 4];
-    out[2 * i + 1] = kHexDigits[data[i] & 0xf];
-  }
-  return out;
-}
-
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
+std::string toHex(const unsigned char* data, size_t n) { return core::hexEncode(data, n); }
 
 bool fromHex(std::string_view hex, std::vector<unsigned char>* out) {
   if (hex.size() % 2 != 0) {
@@ -51,8 +31,8 @@ bool fromHex(std::string_view hex, std::vector<unsigned char>* out) {
   }
   out->resize(hex.size() / 2);
   for (size_t i = 0; i < out->size(); ++i) {
-    const int hi = hexValue(hex[2 * i]);
-    const int lo = hexValue(hex[2 * i + 1]);
+    const int hi = core::hexDigitValue(hex[2 * i]);
+    const int lo = core::hexDigitValue(hex[2 * i + 1]);
     if (hi < 0 || lo < 0) {
       return false;
     }

@@ -11,4 +11,10 @@ namespace tessera::core {
 // splitList("a, b,,c", ',') == {"a", "b", "c"}.
 std::vector<std::string> splitList(std::string_view text, char sep = ',');
 
+// Lower-case hex of `n` bytes: hexEncode("\x01\xab", 2) == "01ab".
+std::string hexEncode(const unsigned char* data, size_t n);
+
+// The value of one hex digit (either case), or -1 if `c` is not one.
+int hexDigitValue(char c);
+
 }  // namespace tessera::core

@@ -1,10 +1,9 @@
 #include "server/control_plane.h"
 
-#include <openssl/rand.h>
-
 #include <algorithm>
 #include <charconv>
 
+#include "audit/crypto.h"
 #include "core/json_node.h"
 #include "model/codec.h"
 #include "server/request.h"
@@ -38,6 +37,16 @@ HttpResponse error(unsigned status, const std::string& message) {
   return reply(status, {{"errors", {message}}});
 }
 
+// {"data": {"keys": [...]}} from the names of a map.
+template <typename Map>
+HttpResponse keysReply(const std::string& request_id, const Map& names) {
+  json keys = json::array();
+  for (const auto& entry : names) {
+    keys.push_back(entry.first);
+  }
+  return reply(200, {{"request_id", request_id}, {"data", {{"keys", keys}}}});
+}
+
 HttpResponse noContent() {
   HttpResponse r;
   r.status = 204;
@@ -69,16 +78,9 @@ unsigned httpStatus(const core::Status& s) {
 
 HttpResponse fromStatus(const core::Status& s) { return error(httpStatus(s), s.message()); }
 
-std::string randomHex(size_t bytes) {
-  std::vector<unsigned char> buf(bytes);
-  RAND_bytes(buf.data(), static_cast<int>(buf.size()));
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : buf) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
+std::string requestId() {
+  auto id = audit::randomHex(8);
+  return id.isOk() ? *id : "0000000000000000";
 }
 
 core::Result<core::Duration> parseDuration(const json& j, const std::string& field) {
@@ -277,7 +279,7 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
     return error(parsed.status().code() == core::StatusCode::kNotFound ? 404 : 400,
                  parsed.status().message());
   }
-  Request r{http, std::move(parsed->scope), parsed->method, randomHex(8), {},
+  Request r{http, std::move(parsed->scope), parsed->method, requestId(), {},
             "",   std::move(parsed->body)};
   // The route for metrics: names replaced by '*' after their collection.
   {
@@ -507,11 +509,7 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
       return error(403, "permission denied");
     }
     std::lock_guard lock(mu_);
-    json keys = json::array();
-    for (const auto& [name, c] : tenants_) {
-      keys.push_back(name);
-    }
-    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", keys}}}});
+    return keysReply(r.request_id, tenants_);
   }
   if (parts.size() != 2) {
     return error(404, "unsupported path");
@@ -585,11 +583,7 @@ HttpResponse ControlPlane::policiesApi(Request& r) {
       return error(403, "permission denied");
     }
     std::lock_guard lock(mu_);
-    json keys = json::array();
-    for (const auto& [name, p] : policies_[scope]) {
-      keys.push_back(name);
-    }
-    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", keys}}}});
+    return keysReply(r.request_id, policies_[scope]);
   }
   if (parts.size() != 2 || !validName(parts[1])) {
     return error(400, "policy names are lowercase letters, digits and '-'");
@@ -784,11 +778,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
       return error(403, "permission denied");
     }
     std::lock_guard lock(mu_);
-    json keys = json::array();
-    for (const auto& [name, rec] : workloads_[tenant]) {
-      keys.push_back(name);
-    }
-    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", keys}}}});
+    return keysReply(r.request_id, workloads_[tenant]);
   }
   const std::string& name = parts[1];
   if (!validName(name)) {

@@ -2,24 +2,13 @@
 
 #include <vector>
 
+#include "core/strings.h"
+
 namespace tessera::server {
 namespace {
 
 constexpr size_t kMaxTarget = 4096;
 constexpr size_t kMaxSegment = 128;
-
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') {
-    return c - '0';
-  }
-  if (c >= 'a' && c <= 'f') {
-    return c - 'a' + 10;
-  }
-  if (c >= 'A' && c <= 'F') {
-    return c - 'A' + 10;
-  }
-  return -1;
-}
 
 // Percent-decodes `in`; `allow_slash` false refuses an encoded '/'.
 core::Result<std::string> decode(std::string_view in, bool allow_slash) {
@@ -31,8 +20,8 @@ core::Result<std::string> decode(std::string_view in, bool allow_slash) {
       if (i + 2 >= in.size()) {
         return core::invalidArgument("truncated percent-escape in request target");
       }
-      const int hi = hexValue(in[i + 1]);
-      const int lo = hexValue(in[i + 2]);
+      const int hi = core::hexDigitValue(in[i + 1]);
+      const int lo = core::hexDigitValue(in[i + 2]);
       if (hi < 0 || lo < 0) {
         return core::invalidArgument("bad percent-escape in request target");
       }

@@ -1,9 +1,10 @@
 #include "server/tokens.h"
 
-#include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include <algorithm>
+
+#include "audit/crypto.h"
 
 namespace tessera::server {
 namespace {
@@ -114,18 +115,7 @@ json TokenInfo::toJson(core::WallTime now) const {
       {"orphan", parent.empty()}};
 }
 
-std::string TokenManager::hashSecret(const std::string& secret) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(secret.data(), secret.size(), digest, &len, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out.push_back(kHex[digest[i] >> 4]);
-    out.push_back(kHex[digest[i] & 15]);
-  }
-  return out;
-}
+std::string TokenManager::hashSecret(const std::string& secret) { return audit::sha256Hex(secret); }
 
 core::Result<std::unique_ptr<TokenManager>> TokenManager::open(store::Store& store,
                                                                const core::Clock& clock,
