@@ -5,15 +5,17 @@
 #include <vector>
 
 #include "cli/audit_command.h"
+#include "cli/client_commands.h"
 #include "cli/server_command.h"
 #include "cli/sim_command.h"
 
 namespace {
 
 // HashiCorp spelling: `-config=FILE` is `--config=FILE` (CLI11 wants two dashes for long names).
+// Arguments after `--` are a workload's command and are left as they are.
 std::vector<std::string> hashicorpArgs(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
-  for (size_t i = 1; i < args.size(); ++i) {
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
     for (const char* name : {"-config", "-format", "-address"}) {
       const std::string n(name);
       if (args[i] == n || args[i].rfind(n + "=", 0) == 0) {
@@ -34,6 +36,7 @@ int run(int argc, char** argv) {
   tessera::cli::addSimCommand(app, &rc);
   tessera::cli::addAuditCommand(app, &rc);
   tessera::cli::addServerCommands(app, &rc);
+  tessera::cli::addClientCommands(app, &rc);
   try {
     std::vector<std::string> args = hashicorpArgs(argc, argv);
     std::vector<char*> ptrs;

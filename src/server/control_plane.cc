@@ -337,11 +337,15 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
     ~Release() { --*counter; }
   } release{in_flight};
   // The tenant boundary: a tenant token sees its own tenant and nothing else, not even that
-  // something else exists.
-  if (!r.token.tenant.empty() && r.scope.tenant != r.token.tenant) {
+  // something else exists. One exception: any token may look itself up from the admin scope,
+  // which answers nothing but the token's own data (naming its tenant). That is how a client
+  // holding only a token learns which scope to use.
+  const bool self_lookup = !r.scope.tenant && r.scope.path == "auth/token/lookup-self";
+  if (!r.token.tenant.empty() && r.scope.tenant != r.token.tenant && !self_lookup) {
     return error(404, "not found");
   }
-  const std::string tenant = r.scope.tenant.value_or("");
+  // A self lookup is recorded (and counted) as the token's tenant's.
+  const std::string tenant = r.scope.tenant.value_or(self_lookup ? r.token.tenant : "");
   audit::AuditEvent ev;
   ev.type = audit::AuditType::kRequest;
   ev.request_id = r.request_id;

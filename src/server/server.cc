@@ -498,7 +498,11 @@ int runDev(const DevOptions& options) {
               << "  tenant:       " << info.tenant << "\n"
               << "  tenant token: " << info.tenant_token << "\n"
               << "  data:         " << dir << " (dev.json, audit.log)\n\n"
-              << "Submit a first workload:\n"
+              << "Use it from a shell with the tessera client:\n"
+              << "  export TESSERA_ADDR=" << info.address << " TESSERA_CACERT=" << info.ca_cert
+              << " TESSERA_TOKEN=" << info.tenant_token << "\n"
+              << "  tessera run hello --gpus 1 --duration 60 && tessera ps\n\n"
+              << "Or with curl:\n"
               << "  curl --cacert " << info.ca_cert << " -H 'X-Tessera-Token: " << info.tenant_token
               << "' \\\n    -X POST " << info.address
               << "/v1/tenants/demo/workloads/hello -d '{\"gpu\": {\"count\": 1}, \"duration\": "

@@ -276,6 +276,13 @@ TEST_F(ServerTest, ExpiredAndRevokedTokensAreRefused) {
   EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", short_lived).status, 403U);
   EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", "tsr.forged").status, 403U);
   EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", "").status, 403U);
+  // A tenant token may look itself up from the admin scope (that is how a client learns its
+  // tenant), and reaches nothing else there.
+  r = c.call("GET", "/v1/auth/token/lookup-self", demo());
+  EXPECT_EQ(r.status, 200U) << r.raw;
+  EXPECT_EQ(r.body["data"]["tenant"], "demo") << r.raw;
+  EXPECT_EQ(c.call("POST", "/v1/auth/token/renew-self", demo()).status, 404U);
+  EXPECT_EQ(c.call("GET", "/v1/nodes", demo()).status, 404U);
   // A tenant token cannot mint a token for another tenant or with more policies.
   r = c.call("POST", "/v1/tenants/demo/auth/token/create", demo(),
              {{"policies", {"tenant-admin", "ops"}}});

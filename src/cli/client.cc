@@ -1,0 +1,367 @@
+#include "cli/client.h"
+
+#include <openssl/ssl.h>
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <cctype>
+#include <filesystem>
+#include <optional>
+
+namespace tessera::cli {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using nlohmann::json;
+
+constexpr size_t kMaxResponseBytes = size_t{64} * 1024 * 1024;
+
+core::Status unavailable(std::string message) {
+  return {core::StatusCode::kUnavailable, std::move(message)};
+}
+
+core::StatusCode codeForHttp(unsigned status) {
+  switch (status) {
+    case 403:
+      return core::StatusCode::kPermissionDenied;
+    case 404:
+      return core::StatusCode::kNotFound;
+    case 409:
+      return core::StatusCode::kAlreadyExists;
+    case 429:
+      return core::StatusCode::kResourceExhausted;
+    default:
+      return status >= 500 ? core::StatusCode::kUnavailable : core::StatusCode::kFailedPrecondition;
+  }
+}
+
+// "<status>: <the server's messages>", from `{"errors": [...]}` or whatever text came back.
+std::string errorMessage(unsigned status, const json& body, const std::string& raw,
+                         std::string_view reason) {
+  std::string messages;
+  if (body.is_object() && body.contains("errors") && body["errors"].is_array()) {
+    for (const json& e : body["errors"]) {
+      if (!messages.empty()) {
+        messages += "; ";
+      }
+      messages += e.is_string() ? e.get<std::string>() : e.dump();
+    }
+  }
+  if (messages.empty()) {
+    messages = raw.substr(0, 200);
+    while (!messages.empty() && std::isspace(static_cast<unsigned char>(messages.back()))) {
+      messages.pop_back();
+    }
+  }
+  if (messages.empty()) {
+    messages = std::string(reason);
+  }
+  return std::to_string(status) + ": " + messages;
+}
+
+bool isIpAddress(const std::string& host) {
+  beast::error_code ec;
+  asio::ip::make_address(host, ec);
+  return !ec;
+}
+
+}  // namespace
+
+struct ApiClient::Impl {
+  ClientConfig config;
+  bool tls = true;
+  std::string host;  // Without IPv6 brackets.
+  std::string port;
+  asio::io_context io;
+  asio::ssl::context ssl_ctx{asio::ssl::context::tls_client};
+  // Exactly one of these while connected.
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
+  beast::flat_buffer buffer;
+
+  bool connected() const { return plain.has_value() || secure.has_value(); }
+
+  beast::tcp_stream& lowest() { return plain ? *plain : beast::get_lowest_layer(*secure); }
+
+  void close() {
+    if (connected()) {
+      beast::error_code ignored;
+      lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+      lowest().socket().close(ignored);
+    }
+    plain.reset();
+    secure.reset();
+    buffer.clear();
+  }
+
+  // Runs one asynchronous operation to completion on `io`: Beast's timeouts (expires_after)
+  // apply only to asynchronous operations.
+  template <typename Start>
+  beast::error_code runOp(Start start) {
+    beast::error_code result = asio::error::would_block;
+    start([&result](beast::error_code ec, auto&&...) { result = ec; });
+    io.restart();
+    io.run();
+    return result;
+  }
+
+  std::string hint() const {
+    return tls ? "check TESSERA_ADDR (or --address) and TESSERA_CACERT (or --ca-cert)"
+               : "check TESSERA_ADDR (or --address); a TLS listener needs https://";
+  }
+
+  core::Status connect() {
+    tcp::resolver resolver(io);
+    beast::error_code ec;
+    const tcp::resolver::results_type endpoints = resolver.resolve(host, port, ec);
+    if (ec) {
+      return unavailable("cannot reach " + config.address + ": cannot resolve '" + host +
+                         "': " + ec.message() + "; " + hint());
+    }
+    if (tls) {
+      secure.emplace(io, ssl_ctx);
+    } else {
+      plain.emplace(io);
+    }
+    lowest().expires_after(config.timeout);
+    ec = runOp([&](auto handler) { lowest().async_connect(endpoints, handler); });
+    if (ec) {
+      close();
+      return unavailable("cannot reach " + config.address + ": " + ec.message() +
+                         "; is the server running there? " + hint());
+    }
+    if (tls) {
+      // SNI names the host; certificate verification checks the name (or IP address) too.
+      if (!isIpAddress(host)) {
+        SSL_set_tlsext_host_name(secure->native_handle(), host.c_str());
+      }
+      secure->set_verify_mode(asio::ssl::verify_peer);
+      secure->set_verify_callback(asio::ssl::host_name_verification(host));
+      lowest().expires_after(config.timeout);
+      ec = runOp(
+          [&](auto handler) { secure->async_handshake(asio::ssl::stream_base::client, handler); });
+      if (ec) {
+        close();
+        std::string why = ec.message();
+        if (why.find("certificate verify failed") != std::string::npos) {
+          why +=
+              " (the server's certificate is not signed by a CA this client trusts, or does "
+              "not name '" +
+              host + "')";
+        }
+        return unavailable("TLS handshake with " + config.address + " failed: " + why + "; " +
+                           hint());
+      }
+    }
+    return core::Status::ok();
+  }
+
+  // One request and its response, on the open connection or a new one. `got_response` says
+  // whether any byte of the response arrived (so a retry cannot repeat a request the server
+  // answered).
+  core::Result<http::response<http::string_body>> roundTrip(
+      const http::request<http::string_body>& req, bool& got_response) {
+    got_response = false;
+    if (!connected()) {
+      TESSERA_RETURN_IF_ERROR(connect());
+    }
+    lowest().expires_after(config.timeout);
+    beast::error_code ec = runOp([&](auto handler) {
+      if (secure) {
+        http::async_write(*secure, req, handler);
+      } else {
+        http::async_write(*plain, req, handler);
+      }
+    });
+    if (ec) {
+      close();
+      return unavailable("cannot send the request to " + config.address + ": " + ec.message() +
+                         "; " + hint());
+    }
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(kMaxResponseBytes);
+    lowest().expires_after(config.timeout);
+    ec = runOp([&](auto handler) {
+      if (secure) {
+        http::async_read(*secure, buffer, parser, handler);
+      } else {
+        http::async_read(*plain, buffer, parser, handler);
+      }
+    });
+    got_response = parser.got_some();
+    if (ec) {
+      close();
+      const std::string why =
+          ec == beast::error::timeout ? "no answer within the timeout" : ec.message();
+      return unavailable("no response from " + config.address + ": " + why + "; " + hint());
+    }
+    http::response<http::string_body> resp = parser.release();
+    if (!resp.keep_alive()) {
+      close();
+    }
+    return resp;
+  }
+};
+
+ApiClient::ApiClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+ApiClient::~ApiClient() { impl_->close(); }
+
+const std::string& ApiClient::address() const { return impl_->config.address; }
+
+core::Result<std::unique_ptr<ApiClient>> ApiClient::create(ClientConfig config) {
+  auto impl = std::make_unique<Impl>();
+  std::string rest;
+  const std::string& a = config.address;
+  if (a.rfind("https://", 0) == 0) {
+    impl->tls = true;
+    rest = a.substr(8);
+  } else if (a.rfind("http://", 0) == 0) {
+    impl->tls = false;
+    rest = a.substr(7);
+  } else {
+    return core::invalidArgument("address '" + a +
+                                 "' must start with https:// (or http:// for a listener "
+                                 "without TLS), like https://127.0.0.1:8200");
+  }
+  while (!rest.empty() && rest.back() == '/') {
+    rest.pop_back();
+  }
+  if (rest.find('/') != std::string::npos) {
+    return core::invalidArgument("address '" + a + "' must be SCHEME://HOST:PORT, without a path");
+  }
+  std::string port;
+  if (!rest.empty() && rest[0] == '[') {  // [IPv6]:port
+    const size_t close = rest.find(']');
+    if (close == std::string::npos) {
+      return core::invalidArgument("address '" + a + "': missing ']' after an IPv6 address");
+    }
+    impl->host = rest.substr(1, close - 1);
+    const std::string after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') {
+        return core::invalidArgument("address '" + a + "': expected ':PORT' after ']'");
+      }
+      port = after.substr(1);
+    }
+  } else {
+    const size_t colon = rest.rfind(':');
+    impl->host = rest.substr(0, colon);
+    if (colon != std::string::npos) {
+      port = rest.substr(colon + 1);
+    }
+  }
+  if (port.empty()) {
+    port = impl->tls ? "443" : "80";
+  }
+  const bool numeric =
+      port.size() <= 5 &&
+      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      std::stoi(port) > 0 && std::stoi(port) <= 65535;
+  if (impl->host.empty() || !numeric) {
+    return core::invalidArgument("address '" + a + "' must be SCHEME://HOST:PORT, like " +
+                                 "https://127.0.0.1:8200");
+  }
+  impl->port = port;
+  if (impl->tls) {
+    beast::error_code ec;
+    if (config.ca_cert_file.empty()) {
+      impl->ssl_ctx.set_default_verify_paths(ec);
+    } else {
+      std::error_code fec;
+      if (!std::filesystem::is_regular_file(config.ca_cert_file, fec)) {
+        return core::invalidArgument("CA certificate '" + config.ca_cert_file +
+                                     "' (TESSERA_CACERT or --ca-cert) is not a readable file");
+      }
+      impl->ssl_ctx.load_verify_file(config.ca_cert_file, ec);
+    }
+    if (ec) {
+      return core::invalidArgument("cannot load the CA certificate" +
+                                   (config.ca_cert_file.empty()
+                                        ? std::string("s of the system")
+                                        : " '" + config.ca_cert_file + "'") +
+                                   ": " + ec.message());
+    }
+  }
+  impl->config = std::move(config);
+  return std::unique_ptr<ApiClient>(new ApiClient(std::move(impl)));
+}
+
+core::Result<json> ApiClient::call(std::string_view method, const std::string& target,
+                                   const json& body) {
+  Impl& im = *impl_;
+  http::request<http::string_body> req;
+  req.method_string(beast::string_view(method.data(), method.size()));
+  req.target(target);
+  req.version(11);
+  req.set(http::field::host, im.host.find(':') != std::string::npos ? "[" + im.host + "]:" + im.port
+                                                                    : im.host + ":" + im.port);
+  req.set(http::field::user_agent, "tessera-cli/0.1.0");
+  req.set(http::field::accept, "application/json");
+  if (!im.config.token.empty()) {
+    req.set("X-Tessera-Token", im.config.token);
+  }
+  if (!body.is_null()) {
+    req.set(http::field::content_type, "application/json");
+    req.body() = body.dump();
+  }
+  req.keep_alive(true);
+  req.prepare_payload();
+
+  auto resp = [&]() -> core::Result<http::response<http::string_body>> {
+    const bool reused = im.connected();
+    bool got_response = false;
+    auto first = im.roundTrip(req, got_response);
+    if (first.isOk() || !reused || got_response) {
+      return first;
+    }
+    // The server closed the idle keep-alive connection without reading this request.
+    return im.roundTrip(req, got_response);
+  }();
+  if (!resp.isOk()) {
+    return resp.status();
+  }
+  const unsigned status = resp->result_int();
+  const std::string& raw = resp->body();
+  json parsed = json::object();
+  if (!raw.empty()) {
+    parsed = json::parse(raw, nullptr, /*allow_exceptions=*/false);
+  }
+  if (status >= 400) {
+    return core::Status(codeForHttp(status),
+                        errorMessage(status, parsed, raw, std::string(resp->reason())));
+  }
+  if (parsed.is_discarded()) {
+    return unavailable("the answer from " + im.config.address + " to " + std::string(method) + " " +
+                       target + " is not JSON (status " + std::to_string(status) + ")");
+  }
+  return parsed;
+}
+
+std::string pathSegment(std::string_view name) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    const bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                       c == '-' || c == '_' || c == '.';
+    if (plain) {
+      out.push_back(c);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 15]);
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,70 @@
+// The API client the `tessera` client commands use: one HTTP/1.1 keep-alive connection (TLS
+// for https://) to the control plane, reused for every request a command makes.
+//
+//   ClientConfig c;
+//   c.address = "https://127.0.0.1:8200";
+//   c.ca_cert_file = "/tmp/dev/ca.pem";       // empty: the system's trusted CAs
+//   c.token = "tsr.…";
+//   auto client = ApiClient::create(c);
+//   auto r = (*client)->call("LIST", "/v1/tenants");
+//   if (r.isOk()) { for (auto& k : (*r)["data"]["keys"]) ... }
+//
+// Errors are written for the person at the terminal. A request the server refuses keeps its
+// HTTP status in the message ("403: permission denied: ..."); the code follows the status
+// (403 kPermissionDenied, 404 kNotFound, 409 kAlreadyExists, 429 kResourceExhausted, 5xx
+// kUnavailable, any other 4xx kFailedPrecondition). No server error maps to kInvalidArgument:
+// the commands keep that code for the user's own mistakes. A server that cannot be reached is
+// kUnavailable, and the message names the address, the reason and what to check.
+//
+// Not thread-safe: one client per command, used from one thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace tessera::cli {
+
+struct ClientConfig {
+  // "https://HOST:PORT" (a port-less address means 443), or "http://HOST:PORT" for a
+  // listener with TLS disabled (loopback test servers only).
+  std::string address = "https://127.0.0.1:8200";
+  std::string ca_cert_file;  // PEM CA certificate(s) to trust; empty: the system's.
+  std::string token;         // Sent as X-Tessera-Token; empty: none.
+  // Connecting, the TLS handshake, and each request's write and read must each finish in it.
+  std::chrono::milliseconds timeout{60'000};
+};
+
+class ApiClient {
+ public:
+  // Checks the address and loads the CA file; connects only at the first call.
+  static core::Result<std::unique_ptr<ApiClient>> create(ClientConfig config);
+  ~ApiClient();
+  ApiClient(const ApiClient&) = delete;
+  ApiClient& operator=(const ApiClient&) = delete;
+
+  // Sends `method` (GET, LIST, POST, DELETE, ...) to `target` ("/v1/..."), with `body` as JSON
+  // unless it is null. Returns the response's JSON (an empty object for 204), or an error as
+  // described above. When a reused connection fails before any byte of the response arrives
+  // (the server closed it while idle), the request is sent once more on a new connection.
+  core::Result<nlohmann::json> call(std::string_view method, const std::string& target,
+                                    const nlohmann::json& body = nullptr);
+
+  const std::string& address() const;
+
+  struct Impl;
+
+ private:
+  explicit ApiClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Percent-encodes one path segment (a tenant, workload or policy name given by the user), so
+// that whatever it holds stays one segment; the server then judges it.
+std::string pathSegment(std::string_view name);
+
+}  // namespace tessera::cli

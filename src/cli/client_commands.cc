@@ -1,0 +1,1304 @@
+#include "cli/client_commands.h"
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/client.h"
+#include "core/hcl.h"
+
+namespace tessera::cli {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+constexpr const char* kDefaultAddress = "https://127.0.0.1:8200";
+constexpr const char* kTokenFileName = ".tessera-token";
+constexpr size_t kDefaultColumns = 120;  // Table width when stdout is not a terminal.
+constexpr size_t kMinReasonColumns = 24;
+
+// ---------------------------------------------------------------------------------------------
+// Settings: flags, then the environment, then defaults.
+
+struct CommonFlags {
+  std::string address;
+  std::string token;
+  std::string ca_cert;
+  std::string tenant;
+  std::string format = "table";
+};
+
+// Which of the common flags a command takes: `login` gets its token as an argument, and
+// `tenant ...` lives in the admin scope only.
+struct FlagSet {
+  bool token = true;
+  bool tenant = true;
+};
+
+void addCommonFlags(CLI::App* cmd, CommonFlags& f, FlagSet which = {}) {
+  cmd->add_option("--address", f.address,
+                  "Server address (default: $TESSERA_ADDR, else https://127.0.0.1:8200)");
+  if (which.token) {
+    cmd->add_option("--token", f.token,
+                    "Token (default: $TESSERA_TOKEN, else the one `tessera login` stored in "
+                    "~/.tessera-token)");
+  }
+  cmd->add_option("--ca-cert", f.ca_cert,
+                  "PEM file of the CA that signed the server's certificate (default: "
+                  "$TESSERA_CACERT, else the system's CAs)");
+  if (which.tenant) {
+    cmd->add_option("--tenant", f.tenant,
+                    "Tenant scope (default: $TESSERA_TENANT, else a tenant token's own tenant)");
+  }
+  cmd->add_option("--format", f.format, "Output format: table or json (also -format=json)")
+      ->check(CLI::IsMember({"table", "json"}));
+}
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+std::string orEnv(const std::string& flag, const char* name) {
+  return flag.empty() ? env(name) : flag;
+}
+
+std::string trim(std::string s) {
+  const char* ws = " \t\r\n";
+  s.erase(s.find_last_not_of(ws) + 1);
+  s.erase(0, s.find_first_not_of(ws));
+  return s;
+}
+
+std::string homeDir() {
+  std::string home = env("HOME");
+  if (home.empty()) {
+    if (const passwd* pw = getpwuid(getuid()); pw != nullptr && pw->pw_dir != nullptr) {
+      home = pw->pw_dir;
+    }
+  }
+  return home;
+}
+
+std::string tokenFilePath() { return homeDir() + "/" + kTokenFileName; }
+
+// The token `tessera login` stored, or "" when there is none.
+std::string storedToken() {
+  std::ifstream in(tokenFilePath());
+  if (!in) {
+    return "";
+  }
+  std::string t((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return trim(t);
+}
+
+// Writes the token file readable by its owner only, replacing any previous one whole.
+core::Status storeToken(const std::string& token) {
+  const std::string path = tokenFilePath();
+  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return core::Status(core::StatusCode::kUnavailable,
+                        "cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  const std::string text = token + "\n";
+  const bool ok = ::fchmod(fd, 0600) == 0 &&
+                  ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                  ::fsync(fd) == 0;
+  const int saved = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(ok ? errno : saved);
+    ::unlink(tmp.c_str());
+    return core::Status(core::StatusCode::kUnavailable, "cannot write " + path + ": " + why);
+  }
+  return core::Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// A command's connection to the server and its scope.
+
+class Session {
+ public:
+  // Resolves the flags and the environment; `token`, when given, replaces both (login).
+  static core::Result<std::unique_ptr<Session>> open(const CommonFlags& flags,
+                                                     std::optional<std::string> token = {}) {
+    ClientConfig c;
+    c.address = orEnv(flags.address, "TESSERA_ADDR");
+    if (c.address.empty()) {
+      c.address = kDefaultAddress;
+    }
+    c.ca_cert_file = orEnv(flags.ca_cert, "TESSERA_CACERT");
+    c.token = token ? *token : orEnv(flags.token, "TESSERA_TOKEN");
+    if (c.token.empty()) {
+      c.token = storedToken();
+    }
+    if (c.token.empty()) {
+      return core::invalidArgument(
+          "no token: set TESSERA_TOKEN, pass --token, or run `tessera login TOKEN` first");
+    }
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> client, ApiClient::create(c));
+    auto s = std::unique_ptr<Session>(new Session());
+    s->client_ = std::move(client);
+    s->explicit_tenant_ = orEnv(flags.tenant, "TESSERA_TENANT");
+    s->json_ = flags.format == "json";
+    return s;
+  }
+
+  bool json() const { return json_; }
+
+  core::Result<nlohmann::json> call(std::string_view method, const std::string& target,
+                                    const nlohmann::json& body = nullptr) {
+    return client_->call(method, target, body);
+  }
+
+  // "/v1/<rest>" in the admin scope (""), "/v1/tenants/<t>/<rest>" in tenant t's.
+  static std::string path(const std::string& tenant, const std::string& rest) {
+    return tenant.empty() ? "/v1/" + rest : "/v1/tenants/" + pathSegment(tenant) + "/" + rest;
+  }
+
+  // The calling token as lookup-self describes it (asked once per command).
+  core::Result<nlohmann::json> self() {
+    if (!self_) {
+      TESSERA_ASSIGN_OR_RETURN(nlohmann::json r,
+                               call("GET", path(explicit_tenant_, "auth/token/lookup-self")));
+      self_ = r.value("data", nlohmann::json::object());
+    }
+    return *self_;
+  }
+
+  // The scope requests go to: the tenant named by --tenant or TESSERA_TENANT, else the
+  // token's own tenant; "" is the admin scope.
+  core::Result<std::string> scope() {
+    if (!explicit_tenant_.empty()) {
+      return explicit_tenant_;
+    }
+    TESSERA_ASSIGN_OR_RETURN(nlohmann::json me, self());
+    return me.value("tenant", std::string());
+  }
+
+  // scope(), for things that exist only inside a tenant (workloads).
+  core::Result<std::string> tenant(std::string_view what) {
+    TESSERA_ASSIGN_OR_RETURN(std::string t, scope());
+    if (t.empty()) {
+      return core::invalidArgument(std::string(what) +
+                                   " belong to a tenant: set TESSERA_TENANT or pass --tenant "
+                                   "(this is an admin token)");
+    }
+    return t;
+  }
+
+ private:
+  Session() = default;
+
+  std::unique_ptr<ApiClient> client_;
+  std::string explicit_tenant_;
+  bool json_ = false;
+  std::optional<nlohmann::json> self_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Output.
+
+void printJson(const json& j) { std::cout << j.dump(2) << "\n"; }
+
+// Columns padded to their widest cell, two spaces apart.
+class Table {
+ public:
+  Table() = default;
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print(std::ostream& out, const std::string& indent = "") const {
+    std::vector<size_t> width;
+    for (const auto& row : rows_) {
+      width.resize(std::max(width.size(), row.size()), 0);
+      for (size_t i = 0; i < row.size(); ++i) {
+        width[i] = std::max(width[i], row[i].size());
+      }
+    }
+    for (const auto& row : rows_) {
+      std::string line = indent;
+      for (size_t i = 0; i < row.size(); ++i) {
+        line += row[i];
+        if (i + 1 < row.size()) {
+          line += std::string(width[i] - row[i].size() + 2, ' ');
+        }
+      }
+      out << line.substr(0, line.find_last_not_of(' ') + 1) << "\n";
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// Vault's two-column output.
+void printKeyValues(const std::vector<std::pair<std::string, std::string>>& kvs) {
+  Table t({"Key", "Value"});
+  t.add({"---", "-----"});
+  for (const auto& [k, v] : kvs) {
+    t.add({k, v});
+  }
+  t.print(std::cout);
+}
+
+void printKeys(const json& keys, const std::string& none) {
+  if (!keys.is_array() || keys.empty()) {
+    std::cout << none << "\n";
+    return;
+  }
+  std::cout << "Keys\n----\n";
+  for (const json& k : keys) {
+    std::cout << (k.is_string() ? k.get<std::string>() : k.dump()) << "\n";
+  }
+}
+
+// A value for a table cell: strings as they are, lists joined, nothing as "-".
+std::string cell(const json& v) {
+  if (v.is_string()) {
+    return v.get<std::string>();
+  }
+  if (v.is_null()) {
+    return "-";
+  }
+  if (v.is_array()) {
+    std::string out;
+    for (const json& e : v) {
+      out += (out.empty() ? "" : ", ") + cell(e);
+    }
+    return out.empty() ? "-" : out;
+  }
+  return v.dump();
+}
+
+// 1500 -> "1.5", 2000 -> "2": thousandths as a decimal.
+std::string milliText(int64_t milli) {
+  std::string out = std::to_string(milli / 1000);
+  if (milli < 0 && milli > -1000) {
+    out = "-0";
+  }
+  int64_t frac = std::abs(milli % 1000);
+  if (frac != 0) {
+    std::string digits = std::to_string(frac);
+    digits = std::string(3 - digits.size(), '0') + digits;
+    digits.erase(digits.find_last_not_of('0') + 1);
+    out += "." + digits;
+  }
+  return out;
+}
+
+// 3700 -> "1h1m40s"; negative: the token never expires.
+std::string durationText(int64_t seconds) {
+  if (seconds < 0) {
+    return "never";
+  }
+  if (seconds == 0) {
+    return "0s";
+  }
+  std::string out;
+  for (const auto& [unit, n] : {std::pair<const char*, int64_t>{"h", 3600}, {"m", 60}, {"s", 1}}) {
+    if (seconds >= n) {
+      out += std::to_string(seconds / n) + unit;
+      seconds %= n;
+    }
+  }
+  return out;
+}
+
+std::string utcText(std::chrono::system_clock::time_point t) {
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string truncated(const std::string& s, size_t max) {
+  if (s.size() <= max) {
+    return s;
+  }
+  return max <= 3 ? s.substr(0, max) : s.substr(0, max - 3) + "...";
+}
+
+size_t terminalColumns() {
+  winsize w{};
+  if (isatty(STDOUT_FILENO) != 0 && ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0) {
+    return w.ws_col;
+  }
+  return kDefaultColumns;
+}
+
+// A token as lookup-self, lookup and renew describe it.
+void printToken(const json& t) {
+  const std::string tenant = t.value("tenant", "");
+  printKeyValues({
+      {"accessor", cell(t.value("accessor", json()))},
+      {"tenant", tenant.empty() ? "(admin)" : tenant},
+      {"policies", cell(t.value("policies", json()))},
+      {"display_name", cell(t.value("display_name", json()))},
+      {"issue_time", cell(t.value("issue_time", json()))},
+      {"expire_time",
+       t.value("expire_time", json()).is_null() ? "never" : cell(t.value("expire_time", json()))},
+      {"explicit_max_ttl_time", t.value("explicit_max_ttl_time", json()).is_null()
+                                    ? "none"
+                                    : cell(t.value("explicit_max_ttl_time", json()))},
+      {"ttl", durationText(t.value("ttl", int64_t{-1}))},
+      {"renewable", cell(t.value("renewable", json()))},
+  });
+}
+
+// Flattens a JSON object into "a.b" keys for a human table.
+void flatten(const json& j, const std::string& prefix,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) {
+      flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+    }
+    return;
+  }
+  if (prefix == "command" && j.is_array()) {
+    std::string line;
+    for (const json& a : j) {
+      line += (line.empty() ? "" : " ") + cell(a);
+    }
+    out.emplace_back(prefix, line);
+    return;
+  }
+  out.emplace_back(prefix, cell(j));
+}
+
+// A policy as HCL, the language it is written in.
+std::string policyHcl(const json& policy) {
+  std::string out;
+  const json paths = policy.value("path", json::object());
+  for (const auto& [pattern, rule] : paths.items()) {
+    out += "path " + json(pattern).dump() + " {\n  capabilities = [";
+    const json caps = rule.value("capabilities", json::array());
+    for (size_t i = 0; i < caps.size(); ++i) {
+      out += (i > 0 ? ", " : "") + caps[i].dump();
+    }
+    out += "]\n}\n";
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Commands. Each returns a Status: kInvalidArgument is the user's mistake (exit 2), anything
+// else a refusal or failure of the server (exit 1).
+
+int finish(const core::Status& s) {
+  if (s.isOk()) {
+    return 0;
+  }
+  std::cerr << "error: " << s.message() << "\n";
+  return s.code() == core::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+}
+
+core::Status badInput(const core::Status& s) {
+  return s.isOk() ? s : core::invalidArgument(s.message());
+}
+
+// Reads an HCL or JSON document: FILE by its extension, or "-" for standard input.
+core::Result<json> readDocument(const std::string& file) {
+  if (file != "-") {
+    auto doc = core::parseConfigFile(file);
+    if (!doc.isOk()) {
+      return badInput(doc.status());
+    }
+    return doc;
+  }
+  const std::string text((std::istreambuf_iterator<char>(std::cin)),
+                         std::istreambuf_iterator<char>());
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  auto doc = first != std::string::npos && text[first] == '{'
+                 ? core::parseJsonConfig(text, "<stdin>")
+                 : core::parseHcl(text, "<stdin>");
+  if (!doc.isOk()) {
+    return badInput(doc.status());
+  }
+  return doc;
+}
+
+// --- login
+
+struct LoginFlags {
+  CommonFlags common;
+  std::string token;
+};
+
+core::Status login(const LoginFlags& f) {
+  std::string token = f.token;
+  if (token == "-") {
+    std::getline(std::cin, token);
+  }
+  token = trim(token);
+  if (token.empty()) {
+    return core::invalidArgument("the token is empty");
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common, token));
+  TESSERA_ASSIGN_OR_RETURN(json me, s->self());
+  TESSERA_RETURN_IF_ERROR(storeToken(token));
+  if (s->json()) {
+    printJson(me);
+    return core::Status::ok();
+  }
+  std::cout << "Success! You are now authenticated; the token is stored in " << tokenFilePath()
+            << " and used when TESSERA_TOKEN is unset.\n\n";
+  printToken(me);
+  return core::Status::ok();
+}
+
+// --- tenant
+
+struct TenantFlags {
+  CommonFlags common;
+  std::string name;
+  double quota_gpu = 0;
+  double limit_gpu = 0;
+  int64_t weight = 1;
+  int64_t priority = 100;
+  std::string trust_group;
+  int64_t max_workloads = 0;
+  int64_t max_pending = 0;
+  CLI::Option* quota = nullptr;
+  CLI::Option* limit = nullptr;
+  CLI::Option* weight_opt = nullptr;
+  CLI::Option* priority_opt = nullptr;
+  CLI::Option* max_workloads_opt = nullptr;
+  CLI::Option* max_pending_opt = nullptr;
+};
+
+json gpuNumber(double gpus) {
+  const auto whole = static_cast<int64_t>(gpus);
+  return static_cast<double>(whole) == gpus ? json(whole) : json(gpus);
+}
+
+core::Status tenantCreate(const TenantFlags& f) {
+  json body = json::object();
+  if (f.quota->count() > 0) {
+    body["quota"]["gpu"] = gpuNumber(f.quota_gpu);
+  }
+  if (f.limit->count() > 0) {
+    body["limit"]["gpu"] = gpuNumber(f.limit_gpu);
+  }
+  if (f.weight_opt->count() > 0) {
+    body["weight"] = f.weight;
+  }
+  if (f.priority_opt->count() > 0) {
+    body["priority"] = f.priority;
+  }
+  if (!f.trust_group.empty()) {
+    body["trust_group"] = f.trust_group;
+  }
+  if (f.max_workloads_opt->count() > 0) {
+    body["max_workloads"] = f.max_workloads;
+  }
+  if (f.max_pending_opt->count() > 0) {
+    body["max_pending"] = f.max_pending;
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(
+      json r, s->call("POST", Session::path("", "tenants/" + pathSegment(f.name)), body));
+  if (s->json()) {
+    printJson(r);
+    return core::Status::ok();
+  }
+  std::cout << "Success! Created tenant '" << f.name
+            << "' with its queue and its tenant-admin policy.\nGive it a token: tessera token "
+               "create --tenant "
+            << f.name << " --policy tenant-admin\n";
+  return core::Status::ok();
+}
+
+core::Status tenantList(const TenantFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("LIST", Session::path("", "tenants")));
+  const json keys = r.value("data", json::object()).value("keys", json::array());
+  if (s->json()) {
+    printJson(keys);
+  } else {
+    printKeys(keys, "No tenants.");
+  }
+  return core::Status::ok();
+}
+
+core::Status tenantShow(const TenantFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(json r,
+                           s->call("GET", Session::path("", "tenants/" + pathSegment(f.name))));
+  json d = r.value("data", json::object());
+  if (s->json()) {
+    printJson(d);
+    return core::Status::ok();
+  }
+  const int64_t quota = d.value("quota_milli_gpu", int64_t{0});
+  const int64_t limit = d.value("limit_milli_gpu", int64_t{0});
+  std::vector<std::pair<std::string, std::string>> kvs = {
+      {"name", d.value("name", f.name)},
+      {"quota_gpu", milliText(quota)},
+      {"limit_gpu", limit > 0 ? milliText(limit) : "none"},
+  };
+  for (const char* k : {"name", "quota_milli_gpu", "limit_milli_gpu"}) {
+    d.erase(k);
+  }
+  flatten(d, "", kvs);
+  printKeyValues(kvs);
+  return core::Status::ok();
+}
+
+core::Status tenantDelete(const TenantFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(json r,
+                           s->call("DELETE", Session::path("", "tenants/" + pathSegment(f.name))));
+  if (s->json()) {
+    printJson(r);
+  } else {
+    std::cout << "Success! Deleted tenant '" << f.name << "'.\n";
+  }
+  return core::Status::ok();
+}
+
+// --- token
+
+struct TokenFlags {
+  CommonFlags common;
+  std::vector<std::string> policies;
+  std::string ttl;
+  std::string explicit_max_ttl;
+  bool no_renew = false;
+  std::string display_name;
+  std::string for_tenant;  // token create --tenant: a token of that tenant, from the admin.
+  std::string accessor;
+  std::string increment;
+  bool self = false;
+};
+
+core::Status tokenCreate(const TokenFlags& f) {
+  json body = json::object();
+  if (!f.policies.empty()) {
+    body["policies"] = f.policies;
+  }
+  if (!f.ttl.empty()) {
+    body["ttl"] = f.ttl;
+  }
+  if (!f.explicit_max_ttl.empty()) {
+    body["explicit_max_ttl"] = f.explicit_max_ttl;
+  }
+  if (f.no_renew) {
+    body["renewable"] = false;
+  }
+  if (!f.display_name.empty()) {
+    body["display_name"] = f.display_name;
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  std::string scope;
+  if (!f.for_tenant.empty()) {
+    // From the admin scope, naming the tenant. A tenant's own token can only create tokens of
+    // its tenant, in its scope.
+    TESSERA_ASSIGN_OR_RETURN(json me, s->self());
+    const std::string mine = me.value("tenant", "");
+    if (mine.empty()) {
+      body["tenant"] = f.for_tenant;
+    } else if (mine == f.for_tenant) {
+      scope = mine;
+    } else {
+      return core::Status(
+          core::StatusCode::kPermissionDenied,
+          "this token belongs to tenant '" + mine + "' and can only create tokens of that tenant");
+    }
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(scope, s->scope());
+  }
+  const auto now = std::chrono::system_clock::now();
+  TESSERA_ASSIGN_OR_RETURN(json r,
+                           s->call("POST", Session::path(scope, "auth/token/create"), body));
+  const json auth = r.value("auth", json::object());
+  if (s->json()) {
+    printJson(auth);
+    return core::Status::ok();
+  }
+  const int64_t ttl = auth.value("lease_duration", int64_t{-1});
+  const std::string tenant = auth.value("tenant", "");
+  printKeyValues({
+      {"token", auth.value("client_token", "")},
+      {"token_accessor", auth.value("accessor", "")},
+      {"token_tenant", tenant.empty() ? "(admin)" : tenant},
+      {"token_policies", cell(auth.value("policies", json()))},
+      {"token_duration", durationText(ttl)},
+      {"token_renewable", cell(auth.value("renewable", json()))},
+      {"token_expire_time", ttl < 0 ? "never" : utcText(now + std::chrono::seconds(ttl))},
+  });
+  std::cout << "\nThe token is shown only this once; the accessor can look it up, renew and "
+               "revoke it.\n";
+  return core::Status::ok();
+}
+
+core::Status tokenLookup(const TokenFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  json data;
+  if (f.accessor.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(data, s->self());
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+    TESSERA_ASSIGN_OR_RETURN(json r, s->call("POST", Session::path(scope, "auth/token/lookup"),
+                                             {{"accessor", f.accessor}}));
+    data = r.value("data", json::object());
+  }
+  if (s->json()) {
+    printJson(data);
+  } else {
+    printToken(data);
+  }
+  return core::Status::ok();
+}
+
+core::Status tokenRenew(const TokenFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  json body = json::object();
+  if (!f.increment.empty()) {
+    body["increment"] = f.increment;
+  }
+  std::string op = "auth/token/renew-self";
+  if (!f.accessor.empty()) {
+    op = "auth/token/renew";
+    body["accessor"] = f.accessor;
+  }
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("POST", Session::path(scope, op), body));
+  const json data = r.value("data", json::object());
+  if (s->json()) {
+    printJson(data);
+  } else {
+    printToken(data);
+  }
+  return core::Status::ok();
+}
+
+core::Status tokenRevoke(const TokenFlags& f) {
+  if (f.self == !f.accessor.empty()) {
+    return core::invalidArgument("token revoke: give either an ACCESSOR or --self");
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  json r;
+  if (f.self) {
+    TESSERA_ASSIGN_OR_RETURN(r, s->call("POST", Session::path(scope, "auth/token/revoke-self")));
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(
+        r, s->call("POST", Session::path(scope, "auth/token/revoke"), {{"accessor", f.accessor}}));
+  }
+  if (s->json()) {
+    printJson(r);
+  } else {
+    std::cout << "Success! Revoked the token and every token created from it.\n";
+  }
+  return core::Status::ok();
+}
+
+// --- policy
+
+struct PolicyFlags {
+  CommonFlags common;
+  std::string name;
+  std::string file;
+};
+
+// Admin policies live under sys/policies, a tenant's under policies.
+std::string policyPath(const std::string& scope, const std::string& name) {
+  const std::string base = scope.empty() ? "sys/policies" : "policies";
+  return Session::path(scope, name.empty() ? base : base + "/" + pathSegment(name));
+}
+
+core::Status policyWrite(const PolicyFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(json doc, readDocument(f.file));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("POST", policyPath(scope, f.name), doc));
+  if (s->json()) {
+    printJson(r);
+  } else {
+    std::cout << "Success! Uploaded policy '" << f.name << "'"
+              << (scope.empty() ? "" : " to tenant '" + scope + "'") << ".\n";
+  }
+  return core::Status::ok();
+}
+
+core::Status policyRead(const PolicyFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", policyPath(scope, f.name)));
+  const json data = r.value("data", json::object());
+  if (s->json()) {
+    printJson(data);
+  } else {
+    std::cout << policyHcl(data.value("policy", json::object()));
+  }
+  return core::Status::ok();
+}
+
+core::Status policyList(const PolicyFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("LIST", policyPath(scope, "")));
+  const json keys = r.value("data", json::object()).value("keys", json::array());
+  if (s->json()) {
+    printJson(keys);
+  } else {
+    printKeys(keys, "No policies.");
+  }
+  return core::Status::ok();
+}
+
+core::Status policyDelete(const PolicyFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("DELETE", policyPath(scope, f.name)));
+  if (s->json()) {
+    printJson(r);
+  } else {
+    std::cout << "Success! Deleted policy '" << f.name << "'.\n";
+  }
+  return core::Status::ok();
+}
+
+// --- workloads
+
+struct RunFlags {
+  CommonFlags common;
+  std::string name;
+  std::string file;
+  int64_t gpus = 0;
+  int64_t gpu_milli = 0;
+  int64_t gpu_memory_mib = 0;
+  std::string mig;
+  std::vector<std::string> models;
+  std::string isolation;
+  int64_t tasks = 0;
+  int64_t min_available = 0;
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int64_t priority = 0;
+  bool no_preempt = false;
+  int64_t duration = 0;
+  std::vector<std::string> command;
+  // Set flags override the file; unset ones leave it alone.
+  std::vector<std::pair<CLI::Option*, std::function<void(json&)>>> overrides;
+};
+
+// The workload spec from -f FILE, with HCL blocks (`gpu { ... }`, `env { ... }`) as the
+// objects the API takes.
+core::Result<json> workloadFile(const std::string& file) {
+  TESSERA_ASSIGN_OR_RETURN(json doc, readDocument(file));
+  for (const char* block : {"gpu", "env"}) {
+    if (!doc.contains(block) || doc[block].is_object()) {
+      continue;
+    }
+    auto blocks = core::hclBlocks(doc, block, 0, file);
+    if (!blocks.isOk()) {
+      return badInput(blocks.status());
+    }
+    if (blocks->size() != 1) {
+      return core::invalidArgument(file + ": expected one '" + block + "' block, found " +
+                                   std::to_string(blocks->size()));
+    }
+    json body = *(*blocks)[0].body;
+    doc[block] = std::move(body);
+  }
+  return doc;
+}
+
+core::Status run(const RunFlags& f) {
+  json body = json::object();
+  if (!f.file.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(body, workloadFile(f.file));
+  }
+  for (const auto& [opt, apply] : f.overrides) {
+    if (opt->count() > 0) {
+      apply(body);
+    }
+  }
+  if (!f.command.empty()) {
+    body["command"] = f.command;
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("workloads"));
+  TESSERA_ASSIGN_OR_RETURN(
+      json r, s->call("POST", Session::path(tenant, "workloads/" + pathSegment(f.name)), body));
+  const json data = r.value("data", json::object());
+  if (s->json()) {
+    printJson(data);
+  } else {
+    std::cout << "Workload '" << data.value("name", f.name) << "' submitted to tenant '"
+              << data.value("tenant", tenant) << "': " << data.value("phase", "pending") << "\n";
+  }
+  return core::Status::ok();
+}
+
+struct WorkloadFlags {
+  CommonFlags common;
+  std::string name;
+};
+
+// "running/total" tasks of a workload as GET workloads/NAME answers it.
+std::string taskCounts(const json& w) {
+  const json status = w.value("status", json::object());
+  int64_t running = 0;
+  for (const json& t : status.value("tasks", json::array())) {
+    running += t.value("state", "") == "running" ? 1 : 0;
+  }
+  const int64_t total = w.value("spec", json::object()).value("tasks", int64_t{1});
+  return std::to_string(running) + "/" + std::to_string(total);
+}
+
+core::Status ps(const WorkloadFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("workloads"));
+  TESSERA_ASSIGN_OR_RETURN(json list, s->call("LIST", Session::path(tenant, "workloads")));
+  json workloads = json::array();
+  for (const json& key : list.value("data", json::object()).value("keys", json::array())) {
+    const std::string name = key.get<std::string>();
+    auto w = s->call("GET", Session::path(tenant, "workloads/" + pathSegment(name)));
+    if (!w.isOk() && w.status().code() == core::StatusCode::kNotFound) {
+      continue;  // Gone since the listing.
+    }
+    if (!w.isOk()) {
+      return w.status();
+    }
+    workloads.push_back(w->value("data", json::object()));
+  }
+  if (s->json()) {
+    printJson(workloads);
+    return core::Status::ok();
+  }
+  if (workloads.empty()) {
+    std::cout << "No workloads in tenant '" << tenant << "'.\n";
+    return core::Status::ok();
+  }
+  std::vector<std::vector<std::string>> rows;
+  size_t name_w = 4, phase_w = 5, tasks_w = 5;
+  for (const json& w : workloads) {
+    const json status = w.value("status", json::object());
+    rows.push_back({w.value("name", ""), status.value("phase", ""), taskCounts(w),
+                    status.value("reason", "")});
+    name_w = std::max(name_w, rows.back()[0].size());
+    phase_w = std::max(phase_w, rows.back()[1].size());
+    tasks_w = std::max(tasks_w, rows.back()[2].size());
+  }
+  const size_t used = name_w + phase_w + tasks_w + 6;  // The columns before REASON.
+  const size_t columns = terminalColumns();
+  const size_t reason_w = columns > used + kMinReasonColumns ? columns - used : kMinReasonColumns;
+  Table t({"NAME", "PHASE", "TASKS", "REASON"});
+  for (auto& row : rows) {
+    row[3] = truncated(row[3], reason_w);
+    t.add(std::move(row));
+  }
+  t.print(std::cout);
+  return core::Status::ok();
+}
+
+core::Status show(const WorkloadFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("workloads"));
+  const std::string base = Session::path(tenant, "workloads/" + pathSegment(f.name));
+  TESSERA_ASSIGN_OR_RETURN(json w, s->call("GET", base));
+  TESSERA_ASSIGN_OR_RETURN(json ev, s->call("GET", base + "/events"));
+  json data = w.value("data", json::object());
+  data["events"] = ev.value("data", json::object()).value("events", json::array());
+  if (s->json()) {
+    printJson(data);
+    return core::Status::ok();
+  }
+  const json status = data.value("status", json::object());
+  std::vector<std::pair<std::string, std::string>> head = {
+      {"Name:", data.value("name", f.name)},
+      {"Tenant:", data.value("tenant", tenant)},
+      {"Phase:", status.value("phase", "")},
+  };
+  if (status.contains("reason")) {
+    head.emplace_back("Reason:", cell(status["reason"]));
+  }
+  head.emplace_back("Tasks:", taskCounts(data) + " running");
+  head.emplace_back("Submitted:", cell(data.value("submitted", json())));
+  Table h;
+  for (auto& [k, v] : head) {
+    h.add({k, v});
+  }
+  h.print(std::cout);
+
+  std::vector<std::pair<std::string, std::string>> spec;
+  flatten(data.value("spec", json::object()), "", spec);
+  std::cout << "\nSpec:\n";
+  if (spec.empty()) {
+    std::cout << "  (defaults)\n";
+  } else {
+    Table t;
+    for (auto& [k, v] : spec) {
+      t.add({k, v});
+    }
+    t.print(std::cout, "  ");
+  }
+
+  const json tasks = status.value("tasks", json::array());
+  std::cout << "\nTask placements:\n";
+  if (tasks.empty()) {
+    std::cout << "  (none yet)\n";
+  } else {
+    Table t({"TASK", "STATE", "NODE", "GPUS", "SHARE"});
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const json& task = tasks[i];
+      std::string gpus;
+      for (const json& g : task.value("gpus", json::array())) {
+        gpus += (gpus.empty() ? "" : ",") + g.dump();
+      }
+      const int64_t milli = task.value("milli_per_gpu", int64_t{0});
+      const std::string share = gpus.empty() ? "-"
+                                : milli > 0  ? milliText(milli) + " GPU each"
+                                             : "whole GPUs";
+      t.add({std::to_string(i), task.value("state", ""), task.value("node", "-"),
+             gpus.empty() ? "-" : gpus, share});
+    }
+    t.print(std::cout, "  ");
+  }
+
+  std::cout << "\nEvents:\n";
+  Table e({"TIME", "EVENT"});
+  for (const json& event : data["events"]) {
+    e.add({cell(event.value("time", json())), cell(event.value("event", json()))});
+  }
+  e.print(std::cout, "  ");
+  return core::Status::ok();
+}
+
+core::Status cancel(const WorkloadFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("workloads"));
+  TESSERA_ASSIGN_OR_RETURN(
+      json r, s->call("DELETE", Session::path(tenant, "workloads/" + pathSegment(f.name))));
+  if (s->json()) {
+    printJson(r);
+  } else {
+    std::cout << "Cancelling workload '" << f.name << "' of tenant '" << tenant
+              << "'; `tessera show " << f.name << "` follows it.\n";
+  }
+  return core::Status::ok();
+}
+
+// --- cluster
+
+std::string memoryText(int64_t mib) {
+  return mib % 1024 == 0 ? std::to_string(mib / 1024) + " GiB" : std::to_string(mib) + " MiB";
+}
+
+core::Status nodes(const WorkloadFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", Session::path(scope, "nodes")));
+  const json list = r.value("data", json::object()).value("nodes", json::array());
+  if (s->json()) {
+    printJson(list);
+    return core::Status::ok();
+  }
+  Table t({"NAME", "GPUS", "CPU", "MEMORY"});
+  for (const json& n : list) {
+    std::string gpus;
+    const json by_model = n.value("gpus", json::object());
+    for (const auto& [model, count] : by_model.items()) {
+      gpus += (gpus.empty() ? "" : ", ") + count.dump() + "x " + model;
+    }
+    t.add({n.value("name", ""), gpus.empty() ? "-" : gpus,
+           milliText(n.value("cpu_milli", int64_t{0})),
+           memoryText(n.value("memory_mib", int64_t{0}))});
+  }
+  t.print(std::cout);
+  return core::Status::ok();
+}
+
+core::Status top(const WorkloadFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", Session::path(scope, "queues")));
+  const json queues = r.value("data", json::object()).value("queues", json::array());
+  if (s->json()) {
+    printJson(queues);
+    return core::Status::ok();
+  }
+  Table t({"QUEUE", "ALLOCATED", "FAIR SHARE", "QUOTA", "PENDING"});
+  for (const json& q : queues) {
+    t.add({q.value("name", ""), milliText(q.value("allocated_milli_gpu", int64_t{0})),
+           milliText(q.value("fair_share_milli_gpu", int64_t{0})),
+           milliText(q.value("quota_milli_gpu", int64_t{0})),
+           milliText(q.value("pending_milli_gpu", int64_t{0}))});
+  }
+  t.print(std::cout);
+  std::cout << "(GPUs)\n";
+  return core::Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wiring.
+
+template <typename Flags>
+void bind(CLI::App* cmd, std::shared_ptr<Flags> flags, core::Status (*fn)(const Flags&), int* rc) {
+  cmd->callback([flags, fn, rc] { *rc = finish(fn(*flags)); });
+}
+
+void addLogin(CLI::App& app, int* rc) {
+  auto f = std::make_shared<LoginFlags>();
+  CLI::App* c = app.add_subcommand(
+      "login",
+      "Check a token and store it in ~/.tessera-token (mode 0600), used when TESSERA_TOKEN is "
+      "unset");
+  addCommonFlags(c, f->common, {.token = false});
+  c->add_option("TOKEN", f->token, "The token (`-`: read it from standard input)")->required();
+  bind(c, f, &login, rc);
+}
+
+void addTenantCommands(CLI::App& app, int* rc) {
+  CLI::App* tenant = app.add_subcommand("tenant", "Create, list, show and delete tenants (admin)");
+  tenant->require_subcommand(1);
+  const FlagSet admin{.tenant = false};
+  {
+    auto f = std::make_shared<TenantFlags>();
+    CLI::App* c =
+        tenant->add_subcommand("create", "Create a tenant, its queue and its tenant-admin policy");
+    addCommonFlags(c, f->common, admin);
+    c->add_option("NAME", f->name, "Tenant name (lowercase letters, digits, '-')")->required();
+    f->quota = c->add_option("--quota-gpu", f->quota_gpu, "Guaranteed GPUs");
+    f->limit = c->add_option("--limit-gpu", f->limit_gpu, "Most GPUs it may hold (0: no cap)");
+    f->weight_opt = c->add_option("--weight", f->weight, "Fair-share weight (default 1)");
+    f->priority_opt =
+        c->add_option("--priority", f->priority, "Queue priority (default 100; higher first)");
+    c->add_option("--trust-group", f->trust_group, "Tenants that may share a GPU's memory");
+    f->max_workloads_opt =
+        c->add_option("--max-workloads", f->max_workloads, "Most workloads stored");
+    f->max_pending_opt = c->add_option("--max-pending", f->max_pending, "Most pending workloads");
+    bind(c, f, &tenantCreate, rc);
+  }
+  {
+    auto f = std::make_shared<TenantFlags>();
+    CLI::App* c = tenant->add_subcommand("list", "List tenants");
+    addCommonFlags(c, f->common, admin);
+    bind(c, f, &tenantList, rc);
+  }
+  {
+    auto f = std::make_shared<TenantFlags>();
+    CLI::App* c = tenant->add_subcommand("show", "Show a tenant's quota, limit and weights");
+    addCommonFlags(c, f->common, admin);
+    c->add_option("NAME", f->name, "Tenant name")->required();
+    bind(c, f, &tenantShow, rc);
+  }
+  {
+    auto f = std::make_shared<TenantFlags>();
+    CLI::App* c = tenant->add_subcommand(
+        "delete", "Delete a tenant (once none of its workloads is pending or running)");
+    addCommonFlags(c, f->common, admin);
+    c->add_option("NAME", f->name, "Tenant name")->required();
+    bind(c, f, &tenantDelete, rc);
+  }
+}
+
+void addTokenCommands(CLI::App& app, int* rc) {
+  CLI::App* token = app.add_subcommand("token", "Create, look up, renew and revoke tokens");
+  token->require_subcommand(1);
+  {
+    auto f = std::make_shared<TokenFlags>();
+    CLI::App* c = token->add_subcommand(
+        "create", "Create a token (a child of the calling one); prints its secret once");
+    addCommonFlags(c, f->common, {.tenant = false});
+    c->add_option("--policy", f->policies,
+                  "A policy for the token (repeat, or a,b); none: the token can only look up, "
+                  "renew and revoke itself")
+        ->delimiter(',');
+    c->add_option("--ttl", f->ttl, "Time to live, like 30m, 4h, 7d (default: the server's)");
+    c->add_option("--explicit-max-ttl", f->explicit_max_ttl,
+                  "Hard limit from now that no renewal passes");
+    c->add_flag("--no-renew", f->no_renew, "The token cannot be renewed");
+    c->add_option("--display-name", f->display_name, "A name for audit logs");
+    c->add_option("--tenant", f->for_tenant,
+                  "Create a token of this tenant (admin tokens; the scope otherwise comes from "
+                  "$TESSERA_TENANT or the token's own tenant)");
+    bind(c, f, &tokenCreate, rc);
+  }
+  {
+    auto f = std::make_shared<TokenFlags>();
+    CLI::App* c = token->add_subcommand(
+        "lookup", "Show a token by its accessor, or the calling token without one");
+    addCommonFlags(c, f->common);
+    c->add_option("ACCESSOR", f->accessor, "The token's accessor (default: this token)");
+    bind(c, f, &tokenLookup, rc);
+  }
+  {
+    auto f = std::make_shared<TokenFlags>();
+    CLI::App* c = token->add_subcommand(
+        "renew", "Extend a token's TTL, by its accessor, or the calling token without one");
+    addCommonFlags(c, f->common);
+    c->add_option("ACCESSOR", f->accessor, "The token's accessor (default: this token)");
+    c->add_option("--increment", f->increment,
+                  "New TTL from now, like 1h (default: the token's own TTL)");
+    bind(c, f, &tokenRenew, rc);
+  }
+  {
+    auto f = std::make_shared<TokenFlags>();
+    CLI::App* c = token->add_subcommand(
+        "revoke", "Revoke a token by its accessor (or --self), and every token created from it");
+    addCommonFlags(c, f->common);
+    c->add_option("ACCESSOR", f->accessor, "The token's accessor");
+    c->add_flag("--self", f->self, "Revoke the calling token");
+    bind(c, f, &tokenRevoke, rc);
+  }
+}
+
+void addPolicyCommands(CLI::App& app, int* rc) {
+  CLI::App* policy = app.add_subcommand(
+      "policy", "Write, read, list and delete ACL policies (a tenant's, or the admin's)");
+  policy->require_subcommand(1);
+  {
+    auto f = std::make_shared<PolicyFlags>();
+    CLI::App* c = policy->add_subcommand("write", "Create or replace a policy from a file");
+    addCommonFlags(c, f->common);
+    c->add_option("NAME", f->name, "Policy name")->required();
+    c->add_option("FILE", f->file, "The policy in HCL (.hcl) or JSON (.json); `-`: stdin")
+        ->required();
+    bind(c, f, &policyWrite, rc);
+  }
+  {
+    auto f = std::make_shared<PolicyFlags>();
+    CLI::App* c = policy->add_subcommand("read", "Show a policy (as HCL)");
+    addCommonFlags(c, f->common);
+    c->add_option("NAME", f->name, "Policy name")->required();
+    bind(c, f, &policyRead, rc);
+  }
+  {
+    auto f = std::make_shared<PolicyFlags>();
+    CLI::App* c = policy->add_subcommand("list", "List policies");
+    addCommonFlags(c, f->common);
+    bind(c, f, &policyList, rc);
+  }
+  {
+    auto f = std::make_shared<PolicyFlags>();
+    CLI::App* c = policy->add_subcommand("delete", "Delete a policy");
+    addCommonFlags(c, f->common);
+    c->add_option("NAME", f->name, "Policy name")->required();
+    bind(c, f, &policyDelete, rc);
+  }
+}
+
+void addRun(CLI::App& app, int* rc) {
+  auto f = std::make_shared<RunFlags>();
+  CLI::App* c = app.add_subcommand(
+      "run", "Submit a workload: NAME [flags] [-f FILE] [-- COMMAND ARGS...]; prints its phase");
+  addCommonFlags(c, f->common);
+  c->add_option("NAME", f->name, "Workload name (lowercase letters, digits, '-')")->required();
+  c->add_option("COMMAND", f->command, "The command a task runs, after `--`");
+  c->add_option("-f,--file", f->file,
+                "The workload spec (.json or .hcl, as the API body); flags override it");
+  RunFlags* r = f.get();
+  auto flag = [r](CLI::Option* opt, std::function<void(json&)> apply) {
+    r->overrides.emplace_back(opt, std::move(apply));
+  };
+  flag(c->add_option("--gpus", r->gpus, "GPUs per task"),
+       [r](json& b) { b["gpu"]["count"] = r->gpus; });
+  flag(c->add_option("--gpu-milli", r->gpu_milli, "Share of each GPU, 1-1000 (1000: whole)"),
+       [r](json& b) { b["gpu"]["milli"] = r->gpu_milli; });
+  flag(c->add_option("--gpu-memory-mib", r->gpu_memory_mib, "GPU memory per GPU, MiB"),
+       [r](json& b) { b["gpu"]["memoryMiB"] = r->gpu_memory_mib; });
+  flag(c->add_option("--mig", r->mig, "MIG profile, like 3g.40gb"),
+       [r](json& b) { b["gpu"]["mig"] = r->mig; });
+  flag(c->add_option("--model", r->models, "Acceptable GPU model (repeat, or a,b)")->delimiter(','),
+       [r](json& b) { b["gpu"]["models"] = r->models; });
+  flag(c->add_option("--isolation", r->isolation, "hardware, process or none")
+           ->check(CLI::IsMember({"hardware", "process", "none"})),
+       [r](json& b) { b["gpu"]["isolation"] = r->isolation; });
+  flag(c->add_option("--tasks", r->tasks, "Tasks (default 1)"),
+       [r](json& b) { b["tasks"] = r->tasks; });
+  flag(c->add_option("--min-available", r->min_available,
+                     "Tasks that must start together (gang; default: all)"),
+       [r](json& b) { b["minAvailable"] = r->min_available; });
+  flag(c->add_option("--cpu-milli", r->cpu_milli, "CPU per task, thousandths of a core"),
+       [r](json& b) { b["cpuMilli"] = r->cpu_milli; });
+  flag(c->add_option("--memory-mib", r->memory_mib, "Memory per task, MiB"),
+       [r](json& b) { b["memoryMiB"] = r->memory_mib; });
+  flag(c->add_option("--priority", r->priority, "Priority within the tenant"),
+       [r](json& b) { b["priority"] = r->priority; });
+  flag(c->add_flag("--no-preempt", r->no_preempt, "Never preempt it"),
+       [](json& b) { b["preemptible"] = false; });
+  flag(c->add_option("--duration", r->duration,
+                     "Seconds each task runs on simulated nodes (0: until cancelled)"),
+       [r](json& b) { b["duration"] = r->duration; });
+  bind(c, f, &run, rc);
+}
+
+void addWorkloadCommands(CLI::App& app, int* rc) {
+  {
+    auto f = std::make_shared<WorkloadFlags>();
+    CLI::App* c = app.add_subcommand("ps", "List the tenant's workloads: phase, tasks, reason");
+    addCommonFlags(c, f->common);
+    bind(c, f, &ps, rc);
+  }
+  {
+    auto f = std::make_shared<WorkloadFlags>();
+    CLI::App* c = app.add_subcommand(
+        "show", "Show a workload: spec, phase, each task's node and GPUs, events");
+    addCommonFlags(c, f->common);
+    c->add_option("NAME", f->name, "Workload name")->required();
+    bind(c, f, &show, rc);
+  }
+  {
+    auto f = std::make_shared<WorkloadFlags>();
+    CLI::App* c = app.add_subcommand("cancel", "Cancel a workload");
+    addCommonFlags(c, f->common);
+    c->add_option("NAME", f->name, "Workload name")->required();
+    bind(c, f, &cancel, rc);
+  }
+  {
+    auto f = std::make_shared<WorkloadFlags>();
+    CLI::App* c = app.add_subcommand("nodes", "List nodes: GPUs by model, CPU, memory");
+    addCommonFlags(c, f->common);
+    bind(c, f, &nodes, rc);
+  }
+  {
+    auto f = std::make_shared<WorkloadFlags>();
+    CLI::App* c =
+        app.add_subcommand("top", "Per queue: GPUs allocated, fair share, quota and pending");
+    addCommonFlags(c, f->common);
+    bind(c, f, &top, rc);
+  }
+}
+
+}  // namespace
+
+void addClientCommands(CLI::App& app, int* rc) {
+  addLogin(app, rc);
+  addTenantCommands(app, rc);
+  addTokenCommands(app, rc);
+  addPolicyCommands(app, rc);
+  addRun(app, rc);
+  addWorkloadCommands(app, rc);
+}
+
+}  // namespace tessera::cli

@@ -1,0 +1,24 @@
+// The client commands of `tessera`, in the HashiCorp style: `login`, `tenant`, `token`,
+// `policy`, `run`, `ps`, `show`, `cancel`, `nodes` and `top`, each one or a few calls to the
+// control plane's API (docs/server.md) over one keep-alive connection (cli/client.h).
+//
+// Where and as whom (a flag wins over its environment variable):
+//   --address  TESSERA_ADDR    the server, default https://127.0.0.1:8200
+//   --token    TESSERA_TOKEN   else the token `tessera login` stored in ~/.tessera-token
+//   --ca-cert  TESSERA_CACERT  PEM CA to trust, else the system's
+//   --tenant   TESSERA_TENANT  the tenant scope (/v1/tenants/<t>/...); unset, a tenant token's
+//                              own tenant (from lookup-self), else the admin scope
+//   -format=json               JSON instead of tables: the server's data, as answered
+//
+// Exit codes: 0 done; 1 the server refused (`error: <status>: <message>` on stderr) or could
+// not be reached (the message names the address and why); 2 usage or bad input.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tessera::cli {
+
+// Adds the client commands to `app`; a command's exit code goes to `*rc`.
+void addClientCommands(CLI::App& app, int* rc);
+
+}  // namespace tessera::cli
