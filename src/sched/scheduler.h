@@ -13,8 +13,10 @@
 //      queue, workloads by priority then age. A gang places `min_available` tasks all or
 //      nothing (a transaction on the cluster state), then elastic tasks one by one, preferring
 //      the nodes and NVLink domain the gang already uses. A workload that cannot be placed is
-//      passed over (backfill), with its reason recorded; identical requests that failed for
-//      want of capacity are not retried in the same pass;
+//      passed over (backfill), with its reason recorded. Work whose victims are stopping and
+//      the reserved gang go first. Incremental: pending work sits in buckets of interchangeable
+//      requests, and a failed try leaves a "no room" verdict that keeps its whole bucket out of
+//      later passes until a node that could hold such a task frees resources;
 //   3. reclaim: a blocked workload whose queue is below its fair share may evict preemptible
 //      tasks of queues above theirs, only if that strictly lowers the lexicographic unfairness
 //      vector (the rule and the proof are in docs/fairness.md), only tasks that ran at least
@@ -224,7 +226,7 @@ class Scheduler {
   // `trial`, commits them into `out`); on a trial, rolls them back again.
   bool placeTasks(WorkloadId w, int count, bool trial, PassResult* out, Explanation* why);
   void allocate(PassResult& out);
-  // Tries the workload once: its gang minimum, then elastic tasks. Returns whether it placed any.
+  // Tries the workload once: its gang minimum, then elastic tasks; records why it stopped.
   void tryWorkload(WorkloadId w, PassResult& out);
   // The next workload of leaf `q` to try this pass (kNoWorkload when none).
   WorkloadId nextInQueue(QueueId q);
