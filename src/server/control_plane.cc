@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "audit/crypto.h"
+#include "audit/verify.h"
 #include "core/json_node.h"
 #include "model/codec.h"
 #include "server/request.h"
@@ -342,6 +343,23 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
   // holding only a token learns which scope to use.
   const bool self_lookup = !r.scope.tenant && r.scope.path == "auth/token/lookup-self";
   if (!r.token.tenant.empty() && r.scope.tenant != r.token.tenant && !self_lookup) {
+    // Recorded as the caller's own (a probe of another tenant is worth an operator's look); the
+    // record tells the caller nothing it did not send.
+    audit::AuditEvent probe;
+    probe.type = audit::AuditType::kResponse;
+    probe.request_id = r.request_id;
+    probe.tenant = r.token.tenant;
+    probe.auth.accessor = r.token.accessor;
+    probe.auth.policies = r.token.policies;
+    probe.request.method = r.method;
+    probe.request.path =
+        r.scope.tenant ? "tenants/" + *r.scope.tenant + "/" + r.scope.path : r.scope.path;
+    probe.request.remote_address = http.remote;
+    probe.response.status = 404;
+    probe.error = "outside the token's tenant";
+    if (!auditor_.record(probe).isOk()) {
+      return error(503, "the audit log cannot record this request, so it is refused");
+    }
     return error(404, "not found");
   }
   // A self lookup is recorded (and counted) as the token's tenant's.
@@ -414,6 +432,9 @@ HttpResponse ControlPlane::route(Request& r) {
   }
   if (first == "queues") {
     return queuesApi(r);
+  }
+  if (first == "audit" && parts.size() == 1) {
+    return auditApi(r);
   }
   return error(404, "unsupported path");
 }
@@ -1030,6 +1051,42 @@ HttpResponse ControlPlane::metrics() {
   r.body = std::move(out);
   r.content_type = "text/plain; version=0.0.4";
   return r;
+}
+
+HttpResponse ControlPlane::auditApi(Request& r) {
+  if (r.method != "GET") {
+    return error(405, "use GET");
+  }
+  if (!authorized(r, Capability::kRead)) {
+    return error(403, "permission denied");
+  }
+  if (options_.audit_file.empty()) {
+    return error(404, "this server has no audit file to read a view from");
+  }
+  int64_t limit = 100;
+  if (r.scope.query.contains("limit")) {
+    try {
+      limit = std::stoll(r.scope.query.at("limit"));
+    } catch (const std::exception&) {
+      limit = -1;
+    }
+    if (limit < 1 || limit > 10000) {
+      return error(400, "limit: expected a whole number from 1 to 10000");
+    }
+  }
+  // The tenant's records only, byte for byte, each with its hash and prev_hash (docs/server.md
+  // says what a tenant can verify from them).
+  auto view = audit::tenantViewOfFile(options_.audit_file, *r.scope.tenant);
+  if (!view.isOk()) {
+    return fromStatus(view.status());
+  }
+  json records = json::array();
+  const size_t from = view->size() > static_cast<size_t>(limit) ? view->size() - limit : 0;
+  for (size_t i = from; i < view->size(); ++i) {
+    records.push_back(json::parse((*view)[i], nullptr, false));
+  }
+  return reply(200, {{"request_id", r.request_id},
+                     {"data", {{"records", records}, {"total", view->size()}}}});
 }
 
 void ControlPlane::housekeeping() { (void)tokens_->expire(); }

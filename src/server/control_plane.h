@@ -44,6 +44,8 @@ struct ControlPlaneOptions {
   // Requests of one tenant being handled at once; beyond it, 429. Keeps a flooding tenant from
   // holding every I/O thread, so the others are still served.
   int tenant_max_in_flight = 8;
+  // The audit file a tenant's view (GET audit) is read from; empty: no view.
+  std::string audit_file;
 };
 
 class ControlPlane {
@@ -89,6 +91,7 @@ class ControlPlane {
   HttpResponse workloadsApi(Request& r);
   HttpResponse nodesApi(Request& r);
   HttpResponse queuesApi(Request& r);
+  HttpResponse auditApi(Request& r);
   HttpResponse metrics();
 
   core::Status putTenant(const std::string& name, const nlohmann::json& config, bool create);

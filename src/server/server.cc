@@ -178,6 +178,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.default_max_workloads = config.max_workloads;
   copts.default_max_pending = config.max_pending;
   copts.tenant_max_in_flight = config.tenant_max_in_flight;
+  copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
   copts.tokens.max_ttl = std::chrono::seconds(config.max_ttl_s);
   auto cp = ControlPlane::open(**store, **auditor, **driver, catalogue, clock, copts);

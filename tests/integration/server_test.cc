@@ -241,6 +241,16 @@ TEST_F(ServerTest, TwoTenantsScheduledAndIsolated) {
   // B's workload is untouched.
   EXPECT_EQ(c.call("GET", "/v1/tenants/team-b/workloads/train", b).body["data"]["status"]["phase"],
             "running");
+  // A tenant's audit view holds its own requests and nothing of the other tenant's.
+  Response view = c.call("GET", "/v1/tenants/demo/audit?limit=1000", demo());
+  ASSERT_EQ(view.status, 200U) << view.raw;
+  ASSERT_GT(view.body["data"]["records"].size(), 4U);
+  bool probe_recorded = false;
+  for (const json& rec : view.body["data"]["records"]) {
+    EXPECT_EQ(rec["tenant"], "demo") << rec.dump();  // None of team-b's own requests.
+    probe_recorded |= rec.value("error", "") == "outside the token's tenant";
+  }
+  EXPECT_TRUE(probe_recorded);  // demo's probes of team-b are in demo's own record.
   // Listing shows only one's own.
   Response list = c.call("LIST", "/v1/tenants/demo/workloads", demo());
   EXPECT_EQ(list.body["data"]["keys"], json({"train"}));
