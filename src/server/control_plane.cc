@@ -154,8 +154,8 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
     store::Store& store, audit::Auditor& auditor, SchedulerDriver& driver,
     const model::GpuCatalogue& catalogue, const core::Clock& clock, ControlPlaneOptions options) {
   std::unique_ptr<ControlPlane> cp(
-      new ControlPlane(store, auditor, driver, catalogue, clock, options));
-  TESSERA_ASSIGN_OR_RETURN(cp->tokens_, TokenManager::open(store, clock, options.tokens));
+      new ControlPlane(store, auditor, driver, catalogue, clock, std::move(options)));
+  TESSERA_ASSIGN_OR_RETURN(cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens));
   TESSERA_RETURN_IF_ERROR(cp->load());
   return cp;
 }

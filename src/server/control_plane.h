@@ -18,6 +18,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "audit/auditor.h"
@@ -81,7 +82,7 @@ class ControlPlane {
         driver_(driver),
         catalogue_(catalogue),
         clock_(clock),
-        options_(options) {}
+        options_(std::move(options)) {}
   core::Status load();
 
   HttpResponse route(Request& r);
