@@ -25,23 +25,15 @@
 #include <vector>
 
 #include "server/certs.h"
+#include "util.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string binary() {
-  const char* d = std::getenv("TESSERA_BINARY_DIR");
-  return std::string(d != nullptr ? d : ".") + "/tessera";
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using tessera::integration::binary;
+using tessera::integration::slurp;
 
 struct Outcome {
   int rc = -1;

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "server/certs.h"
+#include "util.h"
 
 namespace {
 
@@ -31,17 +32,8 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using nlohmann::json;
 
-std::string binary() {
-  const char* d = std::getenv("TESSERA_BINARY_DIR");
-  return std::string(d != nullptr ? d : ".") + "/tessera";
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using tessera::integration::binary;
+using tessera::integration::slurp;
 
 // A running `tessera` process with its output in files.
 class Process {
