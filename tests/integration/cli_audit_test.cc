@@ -11,6 +11,7 @@
 
 #include "audit/crypto.h"
 #include "audit/file_sink.h"
+#include "util.h"
 
 namespace {
 
@@ -18,23 +19,8 @@ namespace fs = std::filesystem;
 using tessera::audit::AuditEvent;
 using tessera::audit::AuditType;
 
-struct CmdResult {
-  int rc = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : ".";
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using tessera::integration::CmdResult;
+using tessera::integration::slurp;
 
 void spit(const fs::path& p, const std::string& content) {
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
@@ -55,23 +41,12 @@ class CliAuditTest : public ::testing::Test {
 
   // Runs `tessera ARGS` (standard input from `stdin_text` when given).
   CmdResult tessera(const std::string& args, const std::string* stdin_text = nullptr) {
-    const std::string err_path = (dir_ / "stderr.txt").string();
-    std::string cmd = env("TESSERA_BINARY_DIR") + "/tessera " + args + " 2>" + err_path;
+    std::string redirected = args;
     if (stdin_text != nullptr) {
       spit(dir_ / "stdin.txt", *stdin_text);
-      cmd += " <" + (dir_ / "stdin.txt").string();
+      redirected += " <" + (dir_ / "stdin.txt").string();
     }
-    CmdResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[4096];
-    size_t n = 0;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
-      r.out.append(buf, n);
-    }
-    const int status = pclose(p);
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.err = slurp(err_path);
-    return r;
+    return tessera::integration::runTessera(redirected, dir_ / "stderr.txt");
   }
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }

@@ -9,27 +9,14 @@
 #include <sstream>
 #include <string>
 
+#include "util.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CmdResult {
-  int rc = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : ".";
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using tessera::integration::CmdResult;
+using tessera::integration::slurp;
 
 class CliSimTest : public ::testing::Test {
  protected:
@@ -42,23 +29,11 @@ class CliSimTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   CmdResult tessera(const std::string& args) {
-    const std::string err_path = (dir_ / "stderr.txt").string();
-    const std::string cmd = env("TESSERA_BINARY_DIR") + "/tessera " + args + " 2>" + err_path;
-    CmdResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[4096];
-    size_t n = 0;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
-      r.out.append(buf, n);
-    }
-    const int status = pclose(p);
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r.err = slurp(err_path);
-    return r;
+    return tessera::integration::runTessera(args, dir_ / "stderr.txt");
   }
 
   std::string sample(const std::string& f) {
-    return env("TESSERA_SOURCE_DIR") + "/testdata/openb-sample/" + f;
+    return tessera::integration::sourceDir() + "/testdata/openb-sample/" + f;
   }
 
   fs::path dir_;

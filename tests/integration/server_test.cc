@@ -423,16 +423,9 @@ TEST_F(ServerTest, AuditChainVerifiesAndPointsAtAnEditedRecord) {
   ASSERT_FALSE(text.empty());
   EXPECT_EQ(text.find(demo()), std::string::npos);  // Tokens never in clear.
   auto verify = [&]() {
-    const std::string cmd = binary() + " audit verify " + log.string() + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n = 0;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
-      out.append(buf, n);
-    }
-    const int status = pclose(p);
-    return std::make_pair(WEXITSTATUS(status), out);
+    const tessera::integration::CmdResult r =
+        tessera::integration::runTessera("audit verify " + log.string(), dir_ / "verify.err");
+    return std::make_pair(r.rc, r.out + r.err);
   };
   auto [ok_rc, ok_out] = verify();
   EXPECT_EQ(ok_rc, 0) << ok_out;

@@ -1,6 +1,9 @@
 // Helpers shared by the integration tests that run the real `tessera` binary.
 #pragma once
 
+#include <sys/wait.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -15,12 +18,41 @@ inline std::string binary() {
   return std::string(d != nullptr ? d : ".") + "/tessera";
 }
 
+// The source tree (CTest sets TESSERA_SOURCE_DIR), for test data.
+inline std::string sourceDir() {
+  const char* d = std::getenv("TESSERA_SOURCE_DIR");
+  return d != nullptr ? d : ".";
+}
+
 // A file's whole content ("" if it cannot be read).
 inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
+  std::ifstream in(p, std::ios::binary);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+struct CmdResult {
+  int rc = -1;  // The exit status; -1 if it did not exit normally.
+  std::string out;
+  std::string err;
+};
+
+// Runs `tessera ARGS` through the shell (ARGS may add redirections such as "<file"), with its
+// standard error in `err_path`.
+inline CmdResult runTessera(const std::string& args, const std::filesystem::path& err_path) {
+  const std::string cmd = binary() + " " + args + " 2>" + err_path.string();
+  CmdResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) {
+    r.out.append(buf, n);
+  }
+  const int status = pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = slurp(err_path);
+  return r;
 }
 
 }  // namespace tessera::integration
