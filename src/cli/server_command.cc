@@ -21,7 +21,7 @@ void addServerCommands(CLI::App& app, int* rc) {
       *rc = 2;
       return;
     }
-    *rc = server::runServer(*parsed, *config);
+    *rc = server::runServer(*parsed);
   });
 
   auto dev = std::make_shared<server::DevOptions>();

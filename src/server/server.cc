@@ -385,23 +385,9 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   return c;
 }
 
-int runServer(const ServerConfig& config, const std::string& config_path,
-              const std::function<void(const std::vector<std::string>&)>& on_ready) {
-  (void)config_path;
+int runServer(const ServerConfig& config) {
   installSignalHandlers();
-  Hooks hooks;
-  if (on_ready) {
-    hooks.ready = [&](ControlPlane& cp, const std::vector<std::string>& addresses) {
-      if (!cp.rootTokenExists()) {
-        auto root = cp.bootstrapRootToken();
-        if (root.isOk()) {
-          std::cout << "Root token (shown once): " << root->secret << "\n";
-        }
-      }
-      on_ready(addresses);
-    };
-  }
-  return serve(config, hooks);
+  return serve(config, {});
 }
 
 int runDev(const DevOptions& options) {

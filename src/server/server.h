@@ -70,10 +70,9 @@ struct DevOptions {
   std::string nodes = "dgx-h100:2,a100-8x:1";
 };
 
-// Runs the server until SIGINT or SIGTERM, then shuts down gracefully. `on_ready` is called
-// once every listener accepts (with the bound addresses). Returns the process exit code.
-int runServer(const ServerConfig& config, const std::string& config_path,
-              const std::function<void(const std::vector<std::string>&)>& on_ready = {});
+// Runs the server until SIGINT or SIGTERM, then shuts down gracefully: prints each listener's
+// address, and the root token on the first start. Returns the process exit code.
+int runServer(const ServerConfig& config);
 
 // Dev mode: a data directory, a CA and certificate, a config, the server, a root token and a
 // demo tenant with its token; prints them and writes DIR/dev.json. Blocks like runServer.
