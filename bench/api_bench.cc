@@ -6,10 +6,12 @@
 //   build/bench/api_bench --dev-json DIR/dev.json   # an already running `tessera dev`
 //
 // Phases, each with 1 and 16 concurrent clients (--clients), --seconds long:
-//   submit  POST tenants/demo/workloads/<unique name> (202: stored durably); then the time until
-//           every sampled accepted workload is scheduled, which gives the end-to-end rate
-//           (accepted, stored and scheduled).
-//   get     GET tenants/demo/workloads/<name> of one workload.
+//   submit  POST tenants/bench-load/workloads/<unique name> (202: stored durably); then the time
+//           until every sampled accepted workload is scheduled, which gives the end-to-end
+//           rate (accepted, stored and scheduled).
+//   get     GET tenants/bench-load/workloads/<name> of one workload.
+//           Tenant bench-load (--load-tenant, created here) has admission limits far above what
+//           the server can take, so these phases measure the server, not one tenant's quota.
 //   noisy   tenant `quiet` (created here) GETs its workload with one client at --quiet-rate
 //           (100/s), alone and then while 16 clients of `demo` flood the API with GETs and
 //           submissions back to back.
@@ -589,6 +591,7 @@ class Bench {
     double quiet_rate = 100;  // Requests/s of tenant quiet's one client (0: back to back).
     std::string spec = R"({"cpuMilli": 10, "duration": 1})";
     std::vector<std::string> phases = {"submit", "get", "noisy"};
+    std::string load_tenant = "bench-load";
   };
 
   Bench(const DevInfo& dev, Options options)
@@ -606,16 +609,17 @@ class Bench {
         }
       } else if (phase == "get") {
         for (int c : options_.clients) {
-          results_.push_back(measure("get", dev_.tenant, c, getOne(dev_.tenant_token, target_)));
+          results_.push_back(measure("get", load_.name, c, getOne(load_.token, load_.target)));
         }
       } else if (phase == "noisy") {
         noisyPhase();
       }
     }
     // Leave nothing running on a server someone else started.
-    (void)admin_.call({"DELETE", target_, dev_.tenant_token, "", ""});
-    if (!quiet_target_.empty()) {
-      (void)admin_.call({"DELETE", quiet_target_, quiet_token_, "", ""});
+    for (const Tenant* t : {&load_, &flood_, &quiet_}) {
+      if (!t->target.empty()) {
+        (void)admin_.call({"DELETE", t->target, t->token, "", ""});
+      }
     }
     return true;
   }
@@ -634,18 +638,63 @@ class Bench {
     return "/v1/tenants/" + tenant + "/workloads/" + name;
   }
 
+  // A tenant of the run, a token for it and its GET target: a workload that keeps running
+  // (duration 0 runs until cancelled).
+  struct Tenant {
+    std::string name;
+    std::string token;
+    std::string target;
+  };
+
   bool setUp() {
     std::string error;
     if (!admin_.connect(&error)) {
       std::cerr << "error: " << error << "\n";
       return false;
     }
-    // The workload every GET reads: one that is running (duration 0 runs until cancelled).
-    target_ = workloadPath(dev_.tenant, tag_ + "-get");
-    Reply r = admin_.call({"POST", target_, dev_.tenant_token, R"({"cpuMilli": 10})", ""});
+    // Throughput and GET latency are measured on a tenant whose own admission limits are out of
+    // the way (what the server can do); the flood comes from the demo tenant with the server's
+    // default limits (what one tenant may do to the others).
+    const std::string unthrottled = fmt::format(
+        R"({{"quota": {{"gpu": 1}}, "request_rate": 10000000, "request_burst": 10000000,
+             "request_concurrency": 4096, "max_pending": 10000000, "max_workloads": 10000000}})");
+    return setUpTenant(options_.load_tenant, unthrottled, &load_) &&
+           setUpTenant(dev_.tenant, "", &flood_, dev_.tenant_token) &&
+           setUpTenant("quiet", R"({"quota": {"gpu": 1}})", &quiet_);
+  }
+
+  // Creates tenant `name` with `config` (with the root token) unless it exists, a token for it
+  // (unless `token` is given), and its GET target.
+  bool setUpTenant(const std::string& name, const std::string& config, Tenant* out,
+                   const std::string& token = "") {
+    out->name = name;
+    out->token = token;
+    Reply r = admin_.call({"GET", "/v1/tenants/" + name, dev_.root_token, "", ""});
+    if (r.status == 404) {
+      r = admin_.call({"POST", "/v1/tenants/" + name, dev_.root_token, config, ""});
+      if (r.status / 100 != 2) {
+        std::cerr << "error: creating tenant " << name << ": " << r.status << " " << r.body
+                  << r.error << "\n";
+        return false;
+      }
+    }
+    if (out->token.empty()) {
+      r = admin_.call({"POST", "/v1/auth/token/create", dev_.root_token,
+                       json{{"tenant", name}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}}.dump(),
+                       ""});
+      const json j = json::parse(r.body, nullptr, false);
+      if (r.status != 200 || !j.is_object() || !j["auth"].contains("client_token")) {
+        std::cerr << "error: a token for tenant " << name << ": " << r.status << " " << r.body
+                  << r.error << "\n";
+        return false;
+      }
+      out->token = j["auth"]["client_token"];
+    }
+    out->target = workloadPath(name, tag_ + "-get");
+    r = admin_.call({"POST", out->target, out->token, R"({"cpuMilli": 10})", ""});
     if (r.status != 202) {
-      std::cerr << "error: submitting the GET target: " << r.status << " " << r.body << r.error
-                << "\n";
+      std::cerr << "error: submitting " << name << "'s GET target: " << r.status << " " << r.body
+                << r.error << "\n";
       return false;
     }
     return true;
@@ -659,11 +708,10 @@ class Bench {
     return [token, target](int, uint64_t) { return Request{"GET", target, token, "", ""}; };
   }
 
-  Generator submit(const std::string& label) const {
-    return [this, label](int client, uint64_t seq) {
+  Generator submit(const Tenant& t, const std::string& label) const {
+    return [this, t, label](int client, uint64_t seq) {
       const std::string name = fmt::format("{}-{}-{}-{}", tag_, label, client, seq);
-      return Request{"POST", workloadPath(dev_.tenant, name), dev_.tenant_token, options_.spec,
-                     name};
+      return Request{"POST", workloadPath(t.name, name), t.token, options_.spec, name};
     };
   }
 
@@ -735,22 +783,23 @@ class Bench {
 
   void submitPhase(int clients) {
     std::vector<ClientLog> logs;
-    PhaseResult p = measure("submit", dev_.tenant, clients,
-                            submit(fmt::format("p{}s{}", ++submit_phases_, clients)), &logs);
+    PhaseResult p = measure("submit", load_.name, clients,
+                            submit(load_, fmt::format("p{}s{}", ++submit_phases_, clients)), &logs);
     std::vector<std::pair<std::string, SteadyClock::time_point>> accepted;
     for (const ClientLog& l : logs) {
       accepted.insert(accepted.end(), l.accepted.begin(), l.accepted.end());
     }
     std::sort(accepted.begin(), accepted.end(),
               [](const auto& a, const auto& b) { return a.second < b.second; });
-    p.drain = drain(accepted, phase_began_);
+    p.drain = drain(load_.name, accepted, phase_began_);
     results_.push_back(p);
-    settle(accepted);
+    settle(load_.name, accepted);
   }
 
   // Polls a sample of the accepted workloads (evenly spread, always the last one) with the root
   // token (its own rate bucket) until each is running or succeeded.
-  Drain drain(const std::vector<std::pair<std::string, SteadyClock::time_point>>& accepted,
+  Drain drain(const std::string& tenant,
+              const std::vector<std::pair<std::string, SteadyClock::time_point>>& accepted,
               SteadyClock::time_point began) {
     Drain d;
     if (accepted.empty()) {
@@ -785,8 +834,7 @@ class Bench {
           }
           std::vector<std::string> left;
           for (const std::string& name : mine) {
-            const Reply r =
-                conn.call({"GET", workloadPath(dev_.tenant, name), dev_.root_token, "", ""});
+            const Reply r = conn.call({"GET", workloadPath(tenant, name), dev_.root_token, "", ""});
             const json j = json::parse(r.body, nullptr, false);
             const std::string phase =
                 r.status == 200 && j.is_object() ? j["data"]["status"].value("phase", "") : "";
@@ -825,14 +873,15 @@ class Bench {
 
   // Lets the submitted workloads finish (the scheduler's store writes for them would otherwise
   // load the next phase): waits until the last accepted one has succeeded, then a moment more.
-  void settle(const std::vector<std::pair<std::string, SteadyClock::time_point>>& accepted) {
+  void settle(const std::string& tenant,
+              const std::vector<std::pair<std::string, SteadyClock::time_point>>& accepted) {
     if (accepted.empty()) {
       return;
     }
     const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
     while (SteadyClock::now() < deadline) {
       const Reply r = admin_.call(
-          {"GET", workloadPath(dev_.tenant, accepted.back().first), dev_.root_token, "", ""});
+          {"GET", workloadPath(tenant, accepted.back().first), dev_.root_token, "", ""});
       const json j = json::parse(r.body, nullptr, false);
       if (r.status == 200 && j.is_object() && j["data"]["status"].value("phase", "") != "pending" &&
           j["data"]["status"].value("phase", "") != "running") {
@@ -843,47 +892,13 @@ class Bench {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 
-  // Tenant `quiet` (created with the root token if missing) and a token for it.
-  bool setUpQuiet() {
-    Reply r = admin_.call({"GET", "/v1/tenants/quiet", dev_.root_token, "", ""});
-    if (r.status == 404) {
-      r = admin_.call(
-          {"POST", "/v1/tenants/quiet", dev_.root_token, R"({"quota": {"gpu": 1}})", ""});
-      if (r.status / 100 != 2) {
-        std::cerr << "error: creating tenant quiet: " << r.status << " " << r.body << r.error
-                  << "\n";
-        return false;
-      }
-    }
-    r = admin_.call({"POST", "/v1/auth/token/create", dev_.root_token,
-                     R"({"tenant": "quiet", "policies": ["tenant-admin"], "ttl": "1h"})", ""});
-    const json j = json::parse(r.body, nullptr, false);
-    if (r.status != 200 || !j.is_object() || !j["auth"].contains("client_token")) {
-      std::cerr << "error: a token for tenant quiet: " << r.status << " " << r.body << r.error
-                << "\n";
-      return false;
-    }
-    quiet_token_ = j["auth"]["client_token"];
-    quiet_target_ = workloadPath("quiet", tag_ + "-probe");
-    r = admin_.call({"POST", quiet_target_, quiet_token_, R"({"cpuMilli": 10})", ""});
-    if (r.status != 202) {
-      std::cerr << "error: submitting quiet's workload: " << r.status << " " << r.body << r.error
-                << "\n";
-      return false;
-    }
-    return true;
-  }
-
   void noisyPhase() {
-    if (!setUpQuiet()) {
-      return;
-    }
-    const Generator quiet = getOne(quiet_token_, quiet_target_);
+    const Generator quiet = getOne(quiet_.token, quiet_.target);
     PhaseResult alone = measure("quiet alone", "quiet", 1, quiet, nullptr, options_.quiet_rate);
     results_.push_back(alone);
     // The flood: every Nth request a submission, the rest GETs of demo's workload.
-    const Generator get = getOne(dev_.tenant_token, target_);
-    const Generator sub = submit("flood");
+    const Generator get = getOne(flood_.token, flood_.target);
+    const Generator sub = submit(flood_, "flood");
     const int every = options_.flood_submit_every;
     Load flood(
         dev_, options_.noisy_clients,
@@ -891,7 +906,7 @@ class Bench {
           return every > 0 && seq % static_cast<uint64_t>(every) == 0 ? sub(c, seq) : get(c, seq);
         },
         pace());
-    std::cerr << fmt::format("  flood ({}, {} clients) starts\n", dev_.tenant,
+    std::cerr << fmt::format("  flood ({}, {} clients) starts\n", flood_.name,
                              options_.noisy_clients);
     flood.begin();
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -900,7 +915,7 @@ class Bench {
     std::vector<ClientLog> flood_logs = flood.stop();
     PhaseResult f =
         summarize(every > 0 ? fmt::format("flood (1/{} submit)", every) : "flood (GETs)",
-                  dev_.tenant, options_.noisy_clients, flood.elapsedSeconds(), flood_logs);
+                  flood_.name, options_.noisy_clients, flood.elapsedSeconds(), flood_logs);
     results_.push_back(loaded);
     results_.push_back(f);
     const double ratio = alone.p99_ms > 0 ? loaded.p99_ms / alone.p99_ms : 0;
@@ -915,16 +930,16 @@ class Bench {
     }
     std::sort(accepted.begin(), accepted.end(),
               [](const auto& a, const auto& b) { return a.second < b.second; });
-    settle(accepted);
+    settle(flood_.name, accepted);
   }
 
   const DevInfo& dev_;
   Options options_;
   Connection admin_;  // Set-up, metrics and polling from the main thread.
   std::string tag_;   // Makes this run's workload names unique on a reused server.
-  std::string target_;
-  std::string quiet_token_;
-  std::string quiet_target_;
+  Tenant load_;       // Submissions and GETs: admission limits out of the way.
+  Tenant flood_;      // The noisy neighbour: the demo tenant, with the server's default limits.
+  Tenant quiet_;      // Its victim.
   SteadyClock::time_point phase_began_{};
   int submit_phases_ = 0;  // Numbers the submission phases: their workload names differ.
   std::vector<PhaseResult> results_;
@@ -1080,6 +1095,9 @@ int run(int argc, char** argv) {
                  "Every Nth flood request is a submission, the others GETs (0: GETs only)")
       ->capture_default_str();
   app.add_option("--sample", o.sample, "Accepted workloads polled for the end-to-end time")
+      ->capture_default_str();
+  app.add_option("--load-tenant", o.load_tenant,
+                 "Tenant of the submit and get phases (created without admission limits)")
       ->capture_default_str();
   app.add_option("--spec", o.spec, "The workload submitted")->capture_default_str();
   app.add_option("--out", out, "Also write the results as JSON to this file");

@@ -1,5 +1,7 @@
 #include "audit/auditor.h"
 
+#include <algorithm>
+
 namespace tessera::audit {
 
 using core::Result;
@@ -23,22 +25,51 @@ Auditor::Auditor(std::vector<std::unique_ptr<AuditSink>> sinks) : sinks_(std::mo
   }
 }
 
-Status Auditor::record(const AuditEvent& event) {
-  bool stored = false;
+std::string Auditor::writeAll(const AuditEvent& event, Durability durability,
+                              std::vector<bool>& stored) {
   std::string errors;
+  stored.assign(sinks_.size(), false);
   for (size_t i = 0; i < sinks_.size(); ++i) {
-    const Status s = sinks_[i]->write(event);
-    stored |= s.isOk();
+    const Status s = sinks_[i]->write(event, durability);
+    stored[i] = s.isOk();
     if (!s.isOk()) {
       errors += (errors.empty() ? "" : "; ") + s.message();
     }
     std::lock_guard lock(health_mu_);
     health_[i].last_error = s.isOk() ? "" : s.message();
   }
-  if (!stored) {
+  return errors;
+}
+
+Status Auditor::record(const AuditEvent& event) {
+  std::vector<bool> stored;
+  const std::string errors = writeAll(event, Durability::kDurable, stored);
+  if (std::find(stored.begin(), stored.end(), true) == stored.end()) {
     return {core::StatusCode::kUnavailable, "no audit sink could record the event: " + errors};
   }
   return Status::ok();
+}
+
+Result<Auditor::Appended> Auditor::append(const AuditEvent& event) {
+  Appended out;
+  const std::string errors = writeAll(event, Durability::kAppended, out.sinks);
+  if (std::find(out.sinks.begin(), out.sinks.end(), true) == out.sinks.end()) {
+    return Status{core::StatusCode::kUnavailable,
+                  "no audit sink could record the event: " + errors};
+  }
+  return out;
+}
+
+Status Auditor::recordAfter(const AuditEvent& event, const Appended& earlier) {
+  std::vector<bool> stored;
+  const std::string errors = writeAll(event, Durability::kDurable, stored);
+  for (size_t i = 0; i < stored.size(); ++i) {
+    if (stored[i] && i < earlier.sinks.size() && earlier.sinks[i]) {
+      return Status::ok();
+    }
+  }
+  return {core::StatusCode::kUnavailable, "no audit sink stored both the request and its response" +
+                                              (errors.empty() ? std::string() : ": " + errors)};
 }
 
 Status Auditor::close() {

@@ -34,6 +34,19 @@ class Auditor {
   // UNAVAILABLE with every sink's error. Thread-safe.
   core::Status record(const AuditEvent& event);
 
+  // Which sinks hold an appended record.
+  struct Appended {
+    std::vector<bool> sinks;
+  };
+  // Appends `event` to every sink without waiting for stable storage (Durability::kAppended):
+  // OK, with the sinks that took it, if at least one did. For a request whose effect is held
+  // back until a later record is durable, e.g. a read whose answer is sent only after
+  // `recordAfter(response, appended)` succeeds: one disk flush for both records.
+  core::Result<Appended> append(const AuditEvent& event);
+  // Writes `event` durably to every sink. OK only if a sink that took `earlier` stored it too,
+  // which makes `earlier` durable there as well (a sink flushes its records in order).
+  core::Status recordAfter(const AuditEvent& event, const Appended& earlier);
+
   // Closes every sink (final checkpoints); returns the first error. Thread-safe.
   core::Status close();
 
@@ -42,6 +55,8 @@ class Auditor {
 
  private:
   explicit Auditor(std::vector<std::unique_ptr<AuditSink>> sinks);
+  // Writes to every sink; `stored[i]` says whether sink i took the event.
+  std::string writeAll(const AuditEvent& event, Durability durability, std::vector<bool>& stored);
 
   const std::vector<std::unique_ptr<AuditSink>> sinks_;
   mutable std::mutex health_mu_;  // Guards health_.

@@ -83,6 +83,33 @@ TEST_F(AuditorTest, SucceedsWhileOneSinkWritesAndFailsClosedWhenNoneDoes) {
 }
 
 // A real file that cannot grow (RLIMIT_FSIZE, which binds root too) next to a working sink.
+TEST_F(AuditorTest, AnAppendedRecordCountsOnlyWithALaterRecordInTheSameSink) {
+  auto a = memory("a");
+  auto b = memory("b");
+  MemorySink* a_ptr = a.get();
+  MemorySink* b_ptr = b.get();
+  std::vector<std::unique_ptr<AuditSink>> sinks;
+  sinks.push_back(std::move(a));
+  sinks.push_back(std::move(b));
+  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  // Both sinks take both records: fine.
+  auto appended = auditor->append(sampleEvent(0));
+  ASSERT_TRUE(appended.isOk());
+  EXPECT_EQ(appended->sinks, (std::vector<bool>{true, true}));
+  EXPECT_TRUE(auditor->recordAfter(sampleEvent(1), *appended).isOk());
+  // Only a took the request and only b the response: no sink holds both, so it fails.
+  b_ptr->setFailWrites(true);
+  appended = auditor->append(sampleEvent(2));
+  ASSERT_TRUE(appended.isOk());
+  EXPECT_EQ(appended->sinks, (std::vector<bool>{true, false}));
+  b_ptr->setFailWrites(false);
+  a_ptr->setFailWrites(true);
+  EXPECT_EQ(auditor->recordAfter(sampleEvent(3), *appended).code(), core::StatusCode::kUnavailable);
+  // No sink takes the append: it fails at once.
+  b_ptr->setFailWrites(true);
+  EXPECT_EQ(auditor->append(sampleEvent(4)).status().code(), core::StatusCode::kUnavailable);
+}
+
 TEST_F(AuditorTest, AFileSinkThatCannotWriteFailsClosedUnlessAnotherSinkWrites) {
   testing::TempDir dir;
   auto file_only = FileSink::open(dir.file("only.log"), {{.salt = "s"}}, clock_);

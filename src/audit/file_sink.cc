@@ -233,7 +233,10 @@ Status FileSink::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket)
   return Status::ok();
 }
 
-Status FileSink::write(const AuditEvent& event) {
+Status FileSink::write(const AuditEvent& event, Durability durability) {
+  // Serializing and HMAC'ing need no lock (chain_'s options never change); only the join,
+  // the hash and the append are ordered.
+  TESSERA_ASSIGN_OR_RETURN(internal::RedactedRecord record, chain_.redact(event));
   std::unique_lock lock(mu_);
   if (closed_) {
     return core::failedPrecondition(name_ + ": the audit sink is closed");
@@ -241,10 +244,14 @@ Status FileSink::write(const AuditEvent& event) {
   if (!broken_.empty()) {
     return brokenError();
   }
-  TESSERA_ASSIGN_OR_RETURN(internal::PendingLines pending, chain_.prepare(event));
+  TESSERA_ASSIGN_OR_RETURN(internal::PendingLines pending, chain_.seal(record));
   TESSERA_RETURN_IF_ERROR(appendLocked(pending.bytes));
   chain_.commit(std::move(pending));
-  return syncLocked(lock, ++appended_);
+  const uint64_t ticket = ++appended_;
+  if (durability == Durability::kAppended) {
+    return Status::ok();
+  }
+  return syncLocked(lock, ticket);
 }
 
 Status FileSink::close() {

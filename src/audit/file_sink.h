@@ -56,7 +56,8 @@ class FileSink final : public AuditSink {
   FileSink& operator=(const FileSink&) = delete;
 
   const std::string& name() const override { return name_; }
-  core::Status write(const AuditEvent& event) override;
+  core::Status write(const AuditEvent& event,
+                     Durability durability = Durability::kDurable) override;
   core::Status close() override;
 
   // The head of the chain as stored: the last record's seq and hash.

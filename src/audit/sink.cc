@@ -24,7 +24,7 @@ Status MemorySink::store(std::string_view bytes) {
   return Status::ok();
 }
 
-Status MemorySink::write(const AuditEvent& event) {
+Status MemorySink::write(const AuditEvent& event, Durability /*durability*/) {
   std::lock_guard lock(mu_);
   if (closed_) {
     return core::failedPrecondition(name_ + ": the audit sink is closed");

@@ -35,6 +35,13 @@ struct SinkOptions {
   uint64_t checkpoint_every = 1000;  // 0: a checkpoint only on close.
 };
 
+// When a write returns.
+enum class Durability {
+  kDurable,   // Once the record (and every record appended before it) is on stable storage.
+  kAppended,  // Once the record is in the chain; it becomes durable with the next durable write
+              // to the same sink (or its close). For a record whose effect waits on a later one.
+};
+
 class AuditSink {
  public:
   virtual ~AuditSink() = default;
@@ -43,9 +50,10 @@ class AuditSink {
   virtual const std::string& name() const = 0;
 
   // Appends the record for `event` (and a checkpoint when one is due) to this sink's chain. OK
-  // means the record is stored (for a file: on stable storage); an error means it is not part of
-  // the chain. Thread-safe.
-  virtual core::Status write(const AuditEvent& event) = 0;
+  // means the record is stored (for a file, with kDurable: on stable storage); an error means it
+  // is not part of the chain. Thread-safe.
+  virtual core::Status write(const AuditEvent& event,
+                             Durability durability = Durability::kDurable) = 0;
 
   // Writes the final checkpoint (if there is a signing key and records since the last one) and
   // stops: later writes fail. Thread-safe; a second close is a no-op.
@@ -59,7 +67,8 @@ class MemorySink final : public AuditSink {
   MemorySink(std::string name, const SinkOptions& options, const core::Clock& clock);
 
   const std::string& name() const override { return name_; }
-  core::Status write(const AuditEvent& event) override;
+  core::Status write(const AuditEvent& event,
+                     Durability durability = Durability::kDurable) override;
   core::Status close() override;
 
   // Every line written so far, each without its newline.

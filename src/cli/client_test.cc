@@ -55,7 +55,7 @@ class FakeServer {
     });
     EXPECT_TRUE(s.isOk()) << s.status().message();
     server_ = std::move(s).value();
-    server_->start(1);
+    server_->start(1, 2);
   }
   ~FakeServer() {
     server_->shutdown(std::chrono::milliseconds(100));

@@ -27,6 +27,9 @@ namespace {
 
 constexpr std::string_view kVersion = "0.1.0";
 
+// Requests of a tenant that may wait for a worker, per request it may have running.
+constexpr size_t kQueuedPerRunning = 8;
+
 HttpResponse reply(unsigned status, const json& body) {
   HttpResponse r;
   r.status = status;
@@ -220,22 +223,64 @@ core::Status ControlPlane::load() {
   return core::Status::ok();
 }
 
-bool ControlPlane::allowRate(const std::string& bucket) {
+ControlPlane::Bucket& ControlPlane::bucketLocked(const std::string& key) {
+  std::unique_ptr<Bucket>& slot = buckets_[key];
+  if (slot == nullptr) {
+    slot = std::make_unique<Bucket>();
+    applyLimitsLocked(key);
+  }
+  return *slot;
+}
+
+void ControlPlane::applyLimitsLocked(const std::string& key) {
+  auto it = buckets_.find(key);
+  if (it == buckets_.end()) {
+    return;  // Created with the current limits on first use.
+  }
+  Bucket& b = *it->second;
+  auto t = tenants_.find(key);
+  const json config = t == tenants_.end() ? json::object() : t->second;
+  b.rate = config.value("request_rate", options_.tenant_rate_per_s);
+  b.burst = config.value("request_burst", options_.tenant_burst);
+  b.max_in_flight = config.value("request_concurrency", options_.tenant_max_in_flight);
+  b.tokens = std::min(b.tokens, b.burst);
+}
+
+Admission ControlPlane::admit(const HttpRequest& http) {
+  Admission a;
+  a.reject_delay = options_.reject_delay;
+  const std::string secret = requestToken(http);
+  auto token = secret.empty() ? core::Result<TokenInfo>(core::notFound("no token"))
+                              : tokens_->lookup(secret);
+  if (!token.isOk()) {
+    // Health checks and requests that will be refused (403): one key of their own, so they
+    // can neither starve a tenant nor be starved.
+    a.key = "/unauthenticated";
+    a.limits = {options_.tenant_max_in_flight,
+                kQueuedPerRunning * static_cast<size_t>(options_.tenant_max_in_flight)};
+    return a;
+  }
+  a.key = token->tenant.empty() ? "/admin" : token->tenant;
   std::lock_guard lock(mu_);
-  Bucket& b = rate_[bucket];
+  Bucket& b = bucketLocked(a.key);
   const core::TimePoint now = clock_.now();
   if (b.last == core::TimePoint{}) {
-    b.tokens = options_.tenant_burst;
+    b.tokens = b.burst;
   } else {
     const double dt = std::chrono::duration<double>(now - b.last).count();
-    b.tokens = std::min(options_.tenant_burst, b.tokens + dt * options_.tenant_rate_per_s);
+    b.tokens = std::min(b.burst, b.tokens + dt * b.rate);
   }
   b.last = now;
   if (b.tokens < 1) {
-    return false;
+    HttpResponse resp = error(429, "too many requests for this tenant; slow down");
+    resp.headers.emplace_back("Retry-After", "1");
+    resp.delay = options_.reject_delay;
+    a.response = std::move(resp);
+    return a;
   }
   b.tokens -= 1;
-  return true;
+  a.limits = {b.max_in_flight, kQueuedPerRunning * static_cast<size_t>(b.max_in_flight)};
+  return a;
 }
 
 bool ControlPlane::authorized(const Request& r, Capability needed) const {
@@ -312,31 +357,6 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
     return error(403, "permission denied: missing, invalid, revoked or expired token");
   }
   r.token = std::move(token).value();
-  const std::string bucket = r.token.tenant.empty() ? "/admin" : r.token.tenant;
-  if (!allowRate(bucket)) {
-    HttpResponse resp = error(429, "too many requests for this tenant; slow down");
-    resp.headers.emplace_back("Retry-After", "1");
-    return resp;
-  }
-  std::atomic<int>* in_flight = nullptr;
-  {
-    std::lock_guard lock(mu_);
-    auto& slot = in_flight_[bucket];
-    if (slot == nullptr) {
-      slot = std::make_unique<std::atomic<int>>(0);
-    }
-    in_flight = slot.get();
-  }
-  if (in_flight->fetch_add(1) >= options_.tenant_max_in_flight) {
-    --*in_flight;
-    HttpResponse resp = error(429, "too many concurrent requests for this tenant; slow down");
-    resp.headers.emplace_back("Retry-After", "1");
-    return resp;
-  }
-  struct Release {
-    std::atomic<int>* counter;
-    ~Release() { --*counter; }
-  } release{in_flight};
   // The tenant boundary: a tenant token sees its own tenant and nothing else, not even that
   // something else exists. One exception: any token may look itself up from the admin scope,
   // which answers nothing but the token's own data (naming its tenant). That is how a client
@@ -374,7 +394,18 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
   ev.request.path = r.scope.tenant ? "tenants/" + tenant + "/" + r.scope.path : r.scope.path;
   ev.request.remote_address = http.remote;
   ev.request.body = r.body;
-  if (!auditor_.record(ev).isOk()) {
+  // A request that changes something is on stable storage in the log before it is acted on. A
+  // read changes nothing and its answer is held back until its response record is durable, so
+  // its request record only needs to precede that one: one disk flush for both.
+  const bool read_only = r.method == "GET" || r.method == "LIST";
+  audit::Auditor::Appended appended;
+  if (read_only) {
+    auto a = auditor_.append(ev);
+    if (!a.isOk()) {
+      return error(503, "the audit log cannot record this request, so it is refused");
+    }
+    appended = std::move(a).value();
+  } else if (!auditor_.record(ev).isOk()) {
     return error(503, "the audit log cannot record this request, so it is refused");
   }
   HttpResponse resp = route(r);
@@ -385,7 +416,11 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
   } catch (const json::exception&) {
     ev.response.body = json::object();
   }
-  if (!auditor_.record(ev).isOk() && resp.status < 300) {
+  if (read_only) {
+    if (!auditor_.recordAfter(ev, appended).isOk()) {
+      resp = error(503, "the audit log cannot record this request, so it is refused");
+    }
+  } else if (!auditor_.record(ev).isOk() && resp.status < 300) {
     // The change is made but unrecorded; say so rather than pretend nothing happened.
     resp = error(503, "the audit log cannot record the response");
   }
@@ -443,8 +478,9 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   json config = {{"name", name}};
   const std::string source = "tenant '" + name + "'";
   core::JsonNode n(body, "", source);
-  TESSERA_RETURN_IF_ERROR(n.checkKeys(
-      {"quota", "limit", "weight", "priority", "trust_group", "max_workloads", "max_pending"}));
+  TESSERA_RETURN_IF_ERROR(
+      n.checkKeys({"quota", "limit", "weight", "priority", "trust_group", "max_workloads",
+                   "max_pending", "request_rate", "request_burst", "request_concurrency"}));
   auto gpus = [&](const char* field) -> core::Result<int64_t> {
     if (!n.has(field)) {
       return int64_t{0};
@@ -487,6 +523,24 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   }
   config["max_workloads"] = max_workloads;
   config["max_pending"] = max_pending;
+  // API admission: requests per second (sustained and burst) and requests in flight.
+  double rate = options_.tenant_rate_per_s;
+  double burst = options_.tenant_burst;
+  int64_t max_in_flight = options_.tenant_max_in_flight;
+  if (n.has("request_rate")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t v, n.child("request_rate").integer(1, 10000000));
+    rate = static_cast<double>(v);
+  }
+  if (n.has("request_burst")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t v, n.child("request_burst").integer(1, 10000000));
+    burst = static_cast<double>(v);
+  }
+  if (n.has("request_concurrency")) {
+    TESSERA_ASSIGN_OR_RETURN(max_in_flight, n.child("request_concurrency").integer(1, 4096));
+  }
+  config["request_rate"] = rate;
+  config["request_burst"] = burst;
+  config["request_concurrency"] = max_in_flight;
   if (!create) {
     return core::failedPrecondition("tenant '" + name +
                                     "' exists; changing a tenant is not supported yet");
@@ -505,6 +559,7 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
       driver_.addTenantQueue(name, quota, limit, weight, static_cast<int32_t>(priority)));
   std::lock_guard lock(mu_);
   tenants_[name] = config;
+  applyLimitsLocked(name);
   policies_[name]["tenant-admin"] = *Policy::fromJson("tenant-admin", tenantAdminPolicy());
   return core::Status::ok();
 }

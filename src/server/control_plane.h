@@ -42,9 +42,14 @@ struct ControlPlaneOptions {
   // Defaults for tenants that do not set their own caps.
   int64_t default_max_workloads = 10000;  // Stored workloads, finished ones included.
   int64_t default_max_pending = 1000;     // Workloads not yet running.
-  // Requests of one tenant being handled at once; beyond it, 429. Keeps a flooding tenant from
-  // holding every I/O thread, so the others are still served.
+  // Requests of one tenant being handled at once; more wait their turn (up to 8 per running
+  // one, then 429). Keeps a flooding tenant from holding every worker, so the others are
+  // still served.
   int tenant_max_in_flight = 8;
+  // A request refused by the rate limit or a full queue is answered (429) only after this delay,
+  // and its connection is not read meanwhile: a client that retries at once, ignoring
+  // Retry-After, costs the server one refusal per delay per connection instead of a core.
+  std::chrono::milliseconds reject_delay{100};
   // The audit file a tenant's view (GET audit) is read from; empty: no view.
   std::string audit_file;
 };
@@ -55,7 +60,12 @@ class ControlPlane {
       store::Store& store, audit::Auditor& auditor, SchedulerDriver& driver,
       const model::GpuCatalogue& catalogue, const core::Clock& clock, ControlPlaneOptions options);
 
-  // The one request handler. `listeners` are the server's listener configs (for the chroot).
+  // Runs on an I/O thread before the request waits for a worker (HttpServer's admitter): whom
+  // the request counts against (its token's tenant) and that tenant's rate limit (429 beyond
+  // it). Cheap: a token hash and a map lookup.
+  Admission admit(const HttpRequest& req);
+  // The request handler (on a worker). `listeners` are the server's listener configs (for the
+  // chroot). Rate and concurrency are admit's and the pool's business, not checked here.
   HttpResponse handle(const HttpRequest& req, const std::vector<ListenerConfig>& listeners);
 
   // Creates the bootstrap root token if none exists (first start).
@@ -96,7 +106,6 @@ class ControlPlane {
   HttpResponse metrics();
 
   core::Status putTenant(const std::string& name, const nlohmann::json& config, bool create);
-  bool allowRate(const std::string& bucket);
   bool authorized(const Request& r, Capability needed) const;
   void recordMetric(const std::string& route, const std::string& tenant, unsigned status,
                     double seconds);
@@ -114,12 +123,20 @@ class ControlPlane {
   std::map<std::string, std::map<std::string, Policy>> policies_;  // scope ("" admin) -> name
   std::map<std::string, std::map<std::string, nlohmann::json>>
       workloads_;  // tenant -> name -> record
+  // A tenant's request rate ("/admin" for admin tokens): a token bucket, and how many of its
+  // requests may be handled at once, from the tenant's config (or the server's defaults).
   struct Bucket {
+    double rate = 0;  // Requests per second, sustained.
+    double burst = 0;
+    int max_in_flight = 0;
     double tokens = 0;
     core::TimePoint last{};
   };
-  std::map<std::string, Bucket> rate_;
-  std::map<std::string, std::unique_ptr<std::atomic<int>>> in_flight_;  // Per tenant ("/admin").
+  // The key's bucket, created on first use. Requires mu_.
+  Bucket& bucketLocked(const std::string& key);
+  // Re-reads the tenant's limits into its bucket, if it has one. Requires mu_.
+  void applyLimitsLocked(const std::string& key);
+  std::map<std::string, std::unique_ptr<Bucket>> buckets_;
   std::map<std::string, int64_t> pending_;  // Per tenant: stored workloads in phase "pending".
   struct Metric {
     int64_t count = 0;

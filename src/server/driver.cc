@@ -30,9 +30,12 @@ SchedulerDriver::~SchedulerDriver() { stop(); }
 core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                                              int64_t limit_milli_gpu, int64_t weight,
                                              int32_t priority) {
-  std::lock_guard lock(mu_);
-  if (tenant_leaf_.contains(tenant)) {
-    return core::Status::ok();
+  std::lock_guard pass_lock(pass_mu_);
+  {
+    std::lock_guard lock(mu_);
+    if (tenant_leaf_.contains(tenant)) {
+      return core::Status::ok();
+    }
   }
   const sched::ResourceSpace& space = scheduler_->queues().space();
   sched::Amounts quota = space.zeros();
@@ -42,11 +45,12 @@ core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t 
     limit[sched::kGpuDim] = limit_milli_gpu;
   }
   // Adding queues changes the scheduler: the driver thread must not run a pass meanwhile, which
-  // holding `mu_` guarantees (a pass holds it too).
+  // holding `pass_mu_` guarantees.
   TESSERA_RETURN_IF_ERROR(
       scheduler_->addQueue({tenant, kRoot, quota, limit, weight, priority}).status());
   TESSERA_ASSIGN_OR_RETURN(sched::QueueId leaf, scheduler_->addQueue({tenant + "/default", tenant,
                                                                       quota, limit, 1, 100}));
+  std::lock_guard lock(mu_);
   tenant_leaf_[tenant] = leaf;
   return core::Status::ok();
 }
@@ -187,12 +191,18 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
 }
 
 void SchedulerDriver::runOnce() {
-  std::unique_lock lock(mu_);
+  std::lock_guard pass_lock(pass_mu_);
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<SubmitCommand> submits;
-  submits.swap(submits_);
   std::vector<std::pair<std::string, std::string>> cancels;
-  cancels.swap(cancels_);
+  {
+    std::lock_guard lock(mu_);
+    submits.swap(submits_);
+    cancels.swap(cancels_);
+    for (SubmitCommand& c : submits) {
+      c.spec.queue = tenant_leaf_.at(c.tenant);  // submit() checked that it exists.
+    }
+  }
   std::map<std::string, WorkloadStatus> changed;
   std::vector<sched::WorkloadId> touched;
   for (SubmitCommand& c : submits) {
@@ -200,14 +210,12 @@ void SchedulerDriver::runOnce() {
     if (ids_.contains(key)) {
       continue;  // Replayed after a restart, or a retry: already known.
     }
-    c.spec.queue = tenant_leaf_.at(c.tenant);
     c.spec.name = key;
     auto id = scheduler_->submit(c.spec);
     if (!id.isOk()) {
       WorkloadStatus s;
       s.phase = "failed";
       s.reason = id.status().message();
-      published_[key] = s;
       changed[key] = s;
       continue;
     }
@@ -254,23 +262,27 @@ void SchedulerDriver::runOnce() {
     scheduler_->taskStopped(e.task);  // Simulated nodes stop at once.
   }
   for (sched::WorkloadId w : touched) {
-    WorkloadStatus s = statusOf(w);
-    published_[keys_[w]] = s;
-    changed[keys_[w]] = std::move(s);
+    changed[keys_[w]] = statusOf(w);
   }
   // Pending workloads' reasons change without a start: refresh them every pass.
-  queue_status_.clear();
+  std::vector<QueueStatus> queue_status;
   const sched::QueueTree& tree = scheduler_->queues();
   for (sched::QueueId q = 0; q < tree.size(); ++q) {
     const sched::Queue& queue = tree.queue(q);
-    queue_status_.push_back({queue.name, queue.allocated[sched::kGpuDim],
-                             queue.fair_share[sched::kGpuDim], queue.quota[sched::kGpuDim],
-                             queue.pending[sched::kGpuDim]});
+    queue_status.push_back({queue.name, queue.allocated[sched::kGpuDim],
+                            queue.fair_share[sched::kGpuDim], queue.quota[sched::kGpuDim],
+                            queue.pending[sched::kGpuDim]});
   }
-  ++passes_;
-  last_pass_ms_ =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  lock.unlock();
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [key, status] : changed) {
+      published_[key] = status;
+    }
+    queue_status_ = std::move(queue_status);
+    ++passes_;
+    last_pass_ms_ =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   if (!changed.empty() && listener_) {
     listener_(changed);
   }

@@ -111,9 +111,14 @@ class SchedulerDriver {
   DriverOptions options_;
   Listener listener_;
   std::vector<model::Node> nodes_;
-  std::unique_ptr<sched::Scheduler> scheduler_;  // Driver thread only (and setup).
+  // Held for a whole pass, and to change the scheduler (queues). Taken before `mu_`, never
+  // while holding it.
+  std::mutex pass_mu_;
+  std::unique_ptr<sched::Scheduler> scheduler_;  // Guarded by pass_mu_.
 
-  mutable std::mutex mu_;  // Guards everything below.
+  // Guards everything below; held only briefly, so a request thread reading a status never
+  // waits for a pass.
+  mutable std::mutex mu_;
   std::condition_variable wake_;
   std::vector<SubmitCommand> submits_;
   std::vector<std::pair<std::string, std::string>> cancels_;
@@ -125,7 +130,7 @@ class SchedulerDriver {
   bool stopping_ = false;
   std::thread thread_;
 
-  // Driver-thread state.
+  // Driver-thread state, guarded by pass_mu_.
   std::map<std::string, sched::WorkloadId> ids_;
   std::vector<std::string> keys_;  // WorkloadId -> "tenant/name".
   std::vector<core::Duration> durations_;

@@ -1,8 +1,10 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -28,7 +30,11 @@ struct HttpServer::Impl {
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::vector<std::unique_ptr<ssl::context>> tls;  // Null for plain listeners.
   Handler handler;
+  Admitter admitter;
   std::vector<std::thread> threads;
+  std::unique_ptr<FairPool> pool;  // Created by start(); stopped before the I/O threads end.
+  // Keeps the I/O threads running while a request is with a worker and nothing else is pending.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::atomic<int64_t> in_flight{0};
   std::atomic<bool> stopping{false};
   std::mutex mu;
@@ -161,13 +167,53 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     r.listener = listener_;
     ++server_.in_flight;
-    HttpResponse resp;
-    try {
-      resp = server_.handler(r);
-    } catch (const std::exception& e) {
-      resp = errorResponse(500, "internal error");
+    const bool keep_alive = req.keep_alive() && !server_.stopping;
+    Admission admission;
+    if (server_.admitter) {
+      try {
+        admission = server_.admitter(r);
+      } catch (const std::exception& e) {
+        admission.response = errorResponse(500, "internal error");
+      }
     }
-    reply(std::move(resp), req.keep_alive() && !server_.stopping, /*counted=*/true);
+    if (admission.response) {
+      replyLater(std::move(*admission.response), keep_alive);
+      return;
+    }
+    // The handler may block: it runs on a worker, and the reply comes back to this strand.
+    const bool queued = server_.pool->submit(
+        admission.key, admission.limits,
+        [self = this->shared_from_this(), r = std::move(r), keep_alive]() mutable {
+          HttpResponse resp;
+          try {
+            resp = self->server_.handler(r);
+          } catch (const std::exception& e) {
+            resp = errorResponse(500, "internal error");
+          }
+          asio::post(self->stream_.get_executor(),
+                     [self, resp = std::move(resp), keep_alive]() mutable {
+                       self->replyLater(std::move(resp), keep_alive);
+                     });
+        });
+    if (!queued) {
+      HttpResponse resp = errorResponse(429, "too many requests waiting; slow down");
+      resp.headers.emplace_back("Retry-After", "1");
+      resp.delay = admission.reject_delay;
+      replyLater(std::move(resp), keep_alive);
+    }
+  }
+
+  // Writes a counted response, after its delay if it has one.
+  void replyLater(HttpResponse resp, bool keep_alive) {
+    if (resp.delay.count() > 0) {
+      auto timer = std::make_shared<asio::steady_timer>(stream_.get_executor(), resp.delay);
+      timer->async_wait([self = this->shared_from_this(), timer, resp = std::move(resp),
+                         keep_alive](beast::error_code) mutable {
+        self->reply(std::move(resp), keep_alive && !self->server_.stopping, /*counted=*/true);
+      });
+      return;
+    }
+    reply(std::move(resp), keep_alive && !server_.stopping, /*counted=*/true);
   }
 
   void reply(HttpResponse resp, bool keep_alive, bool counted = false) {
@@ -262,9 +308,10 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() { shutdown(std::chrono::milliseconds(0)); }
 
 core::Result<std::unique_ptr<HttpServer>> HttpServer::create(std::vector<ListenerConfig> listeners,
-                                                             Handler handler) {
+                                                             Handler handler, Admitter admitter) {
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
+  impl->admitter = std::move(admitter);
   for (const ListenerConfig& l : listeners) {
     TESSERA_ASSIGN_OR_RETURN(tcp::endpoint ep, parseAddress(l.address));
     std::unique_ptr<ssl::context> ctx;
@@ -332,11 +379,13 @@ const std::vector<ListenerConfig>& HttpServer::listeners() const { return impl_-
 
 int64_t HttpServer::inFlight() const { return impl_->in_flight; }
 
-void HttpServer::start(int threads) {
+void HttpServer::start(int io_threads, int workers) {
+  impl_->pool = std::make_unique<FairPool>(workers);
+  impl_->work.emplace(impl_->io.get_executor());
   for (size_t i = 0; i < impl_->acceptors.size(); ++i) {
     impl_->accept(i);
   }
-  for (int t = 0; t < std::max(1, threads); ++t) {
+  for (int t = 0; t < std::max(1, io_threads); ++t) {
     impl_->threads.emplace_back([this] { impl_->io.run(); });
   }
 }
@@ -368,8 +417,13 @@ void HttpServer::shutdown(std::chrono::milliseconds grace) {
   for (const auto& close : closers) {
     close(true);
   }
-  // Let the closes run on their strands, then stop the loop.
+  // Let the closes run on their strands, then stop the workers (requests still waiting are
+  // dropped with their connections) and the loop.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (impl_->pool != nullptr) {
+    impl_->pool->stop();
+  }
+  impl_->work.reset();
   impl_->io.stop();
   for (std::thread& t : impl_->threads) {
     if (t.joinable()) {

@@ -8,15 +8,17 @@
 //   auto server = HttpServer::create({l}, [](const HttpRequest& r) {
 //     return HttpResponse{200, R"({"ok":true})"};
 //   });
-//   (*server)->start(4);                        // four I/O threads
+//   (*server)->start(2, 16);                    // two I/O threads, 16 workers
 //   ...
 //   (*server)->shutdown(std::chrono::seconds(10));
 //
 // Limits: a request's header block and body are bounded per listener (431 and 413 beyond
 // them); each request must arrive within the listener's timeout, and an idle keep-alive
-// connection is closed after it. The handler runs on an I/O thread and may block briefly;
-// it must be thread-safe. Shutdown stops accepting, lets requests in flight finish (up to the
-// grace period) and closes every connection.
+// connection is closed after it. I/O threads only read, write and admit requests; the
+// handler runs on a pool of worker threads (it may block, and must be thread-safe) that serves
+// the admitter's keys in turn, so one key's flood delays another key's request by at most one
+// handler. Shutdown stops accepting, lets requests in flight finish (up to the grace period)
+// and closes every connection.
 #pragma once
 
 #include <atomic>
@@ -24,11 +26,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/status.h"
+#include "server/fair_pool.h"
 
 namespace tessera::server {
 
@@ -69,15 +73,35 @@ struct HttpResponse {
   std::string body;
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
+  // Written only after this long, without reading the connection's next request meanwhile: the
+  // server's backpressure on a client it refuses (a client that retries at once then costs a
+  // refusal per delay per connection, not a core).
+  std::chrono::milliseconds delay{0};
+};
+
+// What the admitter decides about a request on the I/O thread, before it waits for a worker.
+struct Admission {
+  std::optional<HttpResponse> response;  // Set: answered with this at once, never handled.
+  std::string key;                       // Requests wait per key; keys take turns (FairPool).
+  FairLimits limits;
+  // When the key's queue is full the answer is 429, sent after this delay (see
+  // HttpResponse::delay).
+  std::chrono::milliseconds reject_delay{0};
 };
 
 class HttpServer {
  public:
+  // Runs on a worker thread and may block (disk flushes).
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
+  // Runs on an I/O thread for every request and must not block: it decides whom the request
+  // counts against (and may answer cheap refusals itself).
+  using Admitter = std::function<Admission(const HttpRequest&)>;
 
-  // Binds every listener (errors name the address or the TLS file that failed).
+  // Binds every listener (errors name the address or the TLS file that failed). Without an
+  // admitter every request has the same key.
   static core::Result<std::unique_ptr<HttpServer>> create(std::vector<ListenerConfig> listeners,
-                                                          Handler handler);
+                                                          Handler handler,
+                                                          Admitter admitter = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -85,8 +109,9 @@ class HttpServer {
   // The port each listener is bound to, in configuration order.
   std::vector<uint16_t> ports() const;
   const std::vector<ListenerConfig>& listeners() const;
-  // Starts accepting, with `threads` I/O threads.
-  void start(int threads);
+  // Starts accepting, with `io_threads` threads for TLS and HTTP and `workers` threads that run
+  // the handler.
+  void start(int io_threads, int workers);
   // Stops accepting, waits up to `grace` for requests in flight, then closes everything and
   // joins the threads. Idempotent.
   void shutdown(std::chrono::milliseconds grace);

@@ -34,7 +34,7 @@ HttpResponse echo(const HttpRequest& r) {
 std::unique_ptr<HttpServer> start(ListenerConfig l) {
   auto s = HttpServer::create({std::move(l)}, echo);
   EXPECT_TRUE(s.isOk()) << s.status().message();
-  (*s)->start(2);
+  (*s)->start(2, 4);
   return std::move(s).value();
 }
 
@@ -160,7 +160,7 @@ TEST(HttpServerTest, TlsWithAndWithoutClientCertificates) {
   mtls.tls_client_ca_file = dir + "/ca.pem";
   auto server = HttpServer::create({l, mtls}, echo);
   ASSERT_TRUE(server.isOk()) << server.status().message();
-  (*server)->start(2);
+  (*server)->start(2, 4);
   auto get = [&](uint16_t port, bool with_client_cert) -> std::string {
     asio::io_context io;
     asio::ssl::context ctx(asio::ssl::context::tls_client);

@@ -4,6 +4,17 @@
 
 namespace tessera::server {
 
+std::string requestToken(const HttpRequest& http) {
+  std::string token = http.header("x-tessera-token");
+  if (token.empty()) {
+    const std::string auth = http.header("authorization");
+    if (auth.rfind("Bearer ", 0) == 0) {
+      token = auth.substr(7);
+    }
+  }
+  return token;
+}
+
 core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_view chroot_tenant) {
   ApiRequest r;
   TESSERA_ASSIGN_OR_RETURN(r.scope, scopeTarget(http.target, chroot_tenant));
@@ -14,13 +25,7 @@ core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_vi
   if (r.method == "PUT") {
     r.method = "POST";
   }
-  r.token = http.header("x-tessera-token");
-  if (r.token.empty()) {
-    const std::string auth = http.header("authorization");
-    if (auth.rfind("Bearer ", 0) == 0) {
-      r.token = auth.substr(7);
-    }
-  }
+  r.token = requestToken(http);
   if (!http.body.empty()) {
     // Depth-limited like config files: hostile nesting must not exhaust the stack.
     int depth = 0;

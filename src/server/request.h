@@ -23,6 +23,9 @@ struct ApiRequest {
   nlohmann::json body = nlohmann::json::object();  // Always an object.
 };
 
+// The token a request carries (X-Tessera-Token, else "Authorization: Bearer"), or "".
+std::string requestToken(const HttpRequest& http);
+
 core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_view chroot_tenant);
 
 // Vault-style durations: whole seconds as a number, or "90s", "30m", "4h", "7d".

@@ -178,6 +178,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.default_max_workloads = config.max_workloads;
   copts.default_max_pending = config.max_pending;
   copts.tenant_max_in_flight = config.tenant_max_in_flight;
+  copts.reject_delay = std::chrono::milliseconds(config.reject_delay_ms);
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
   copts.tokens.max_ttl = std::chrono::seconds(config.max_ttl_s);
@@ -189,12 +190,13 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   (*driver)->start();
   std::vector<ListenerConfig> listeners = config.listeners;
   auto http = HttpServer::create(
-      listeners, [&](const HttpRequest& r) { return cp_ptr->handle(r, listeners); });
+      listeners, [&](const HttpRequest& r) { return cp_ptr->handle(r, listeners); },
+      [&](const HttpRequest& r) { return cp_ptr->admit(r); });
   if (!http.isOk()) {
     (*driver)->stop();
     return fail(http.status());
   }
-  (*http)->start(config.io_threads);
+  (*http)->start(config.io_threads, config.workers);
   std::vector<std::string> addresses;
   const std::vector<uint16_t> ports = (*http)->ports();
   for (size_t i = 0; i < listeners.size(); ++i) {
@@ -255,8 +257,8 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(json doc, core::parseConfigFile(path));
   ServerConfig c;
   core::JsonNode top(doc, "", path);
-  TESSERA_RETURN_IF_ERROR(top.checkKeys(
-      {"storage", "listener", "audit", "scheduler", "nodes", "limits", "tokens", "io_threads"}));
+  TESSERA_RETURN_IF_ERROR(top.checkKeys({"storage", "listener", "audit", "scheduler", "nodes",
+                                         "limits", "tokens", "io_threads", "workers"}));
   TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> storage,
                            core::hclBlocks(doc, "storage", 1, path));
   if (storage.size() != 1 || storage[0].labels[0] != "sqlite") {
@@ -357,8 +359,8 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* limits, singleBlock(doc, "limits", path));
   if (limits != nullptr) {
     core::JsonNode l(*limits, "limits", path);
-    TESSERA_RETURN_IF_ERROR(l.checkKeys(
-        {"tenant_rate", "tenant_burst", "tenant_concurrency", "max_workloads", "max_pending"}));
+    TESSERA_RETURN_IF_ERROR(l.checkKeys({"tenant_rate", "tenant_burst", "tenant_concurrency",
+                                         "max_workloads", "max_pending", "reject_delay_ms"}));
     TESSERA_ASSIGN_OR_RETURN(int64_t rate, intField(l, "tenant_rate", 1, 10000000, 1000));
     TESSERA_ASSIGN_OR_RETURN(int64_t burst, intField(l, "tenant_burst", 1, 10000000, 2000));
     c.tenant_rate = static_cast<double>(rate);
@@ -367,6 +369,7 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_ASSIGN_OR_RETURN(c.max_pending, intField(l, "max_pending", 1, 100000000, 1000));
     TESSERA_ASSIGN_OR_RETURN(int64_t conc, intField(l, "tenant_concurrency", 1, 10000, 8));
     c.tenant_max_in_flight = static_cast<int>(conc);
+    TESSERA_ASSIGN_OR_RETURN(c.reject_delay_ms, intField(l, "reject_delay_ms", 0, 10000, 100));
   }
   TESSERA_ASSIGN_OR_RETURN(const json* tokens, singleBlock(doc, "tokens", path));
   if (tokens != nullptr) {
@@ -381,6 +384,10 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   if (top.has("io_threads")) {
     TESSERA_ASSIGN_OR_RETURN(int64_t n, top.child("io_threads").integer(1, 256));
     c.io_threads = static_cast<int>(n);
+  }
+  if (top.has("workers")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t n, top.child("workers").integer(1, 1024));
+    c.workers = static_cast<int>(n);
   }
   return c;
 }

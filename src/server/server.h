@@ -13,8 +13,10 @@
 //   audit "file" { path = "/var/log/tessera/audit.log"  salt_file = "/etc/tessera/audit.salt" }
 //   scheduler { policy = "tessera"  pass_interval_ms = 200 }
 //   nodes { simulated = "dgx-h100:2,a100-8x:1" }            # until agents exist (issue #5)
-//   limits { tenant_rate = 1000  tenant_burst = 2000  max_workloads = 10000  max_pending = 1000 }
+//   limits { tenant_rate = 1000  tenant_burst = 2000  tenant_concurrency = 8
+//            max_workloads = 10000  max_pending = 1000  reject_delay_ms = 100 }
 //   tokens { default_ttl = "1h"  max_ttl = "768h" }
+//   io_threads = 2   workers = 16
 //
 // Every error names the file and the block or field.
 #pragma once
@@ -48,8 +50,10 @@ struct ServerConfig {
   int64_t max_pending = 1000;
   int64_t default_ttl_s = 3600;
   int64_t max_ttl_s = int64_t{768} * 3600;
-  int io_threads = 16;  // Handlers block on fsync: more threads share each group commit.
+  int io_threads = 2;  // TLS and HTTP; they never block.
+  int workers = 16;    // Run the handlers, which block on fsync: more share each group commit.
   int tenant_max_in_flight = 8;
+  int64_t reject_delay_ms = 100;
 };
 
 // Reads and validates a config file (.hcl or .json).

@@ -78,6 +78,7 @@ struct Response {
   unsigned status = 0;
   json body;
   std::string raw;
+  std::string retry_after;  // The Retry-After header, if any.
 };
 
 // An HTTPS client for one server; a connection per request keeps it simple.
@@ -121,6 +122,7 @@ class Client {
     Response r;
     r.status = resp.result_int();
     r.raw = resp.body();
+    r.retry_after = std::string(resp[http::field::retry_after]);
     if (!r.raw.empty() && r.raw[0] == '{') {
       r.body = json::parse(r.raw, nullptr, false);
     }
@@ -258,6 +260,48 @@ TEST_F(ServerTest, TwoTenantsScheduledAndIsolated) {
   EXPECT_EQ(bad.status, 400U);
   EXPECT_NE(bad.raw.find("gpu.count"), std::string::npos) << bad.raw;
   EXPECT_EQ(c.call("POST", "/v1/tenants/demo/workloads/Bad_Name", demo(), job).status, 400U);
+  EXPECT_EQ(server->stop(SIGTERM), 0);
+}
+
+TEST_F(ServerTest, EachTenantHasItsOwnRequestRate) {
+  auto server = startDev();
+  const Client c = client();
+  // A tenant allowed 1 request a second with a burst of 2.
+  Response r = c.call("POST", "/v1/tenants/tight", root(),
+                      {{"quota", {{"gpu", 1}}}, {"request_rate", 1}, {"request_burst", 2}});
+  ASSERT_EQ(r.status, 204U) << r.raw;
+  r = c.call("POST", "/v1/auth/token/create", root(),
+             {{"tenant", "tight"}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+  ASSERT_EQ(r.status, 200U) << r.raw;
+  const std::string tight = r.body["auth"]["client_token"];
+  EXPECT_EQ(c.call("GET", "/v1/tenants/tight", root()).body["data"]["request_rate"], 1);
+  std::vector<unsigned> statuses;
+  Response refused;
+  double refused_ms = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Response got = c.call("LIST", "/v1/tenants/tight/workloads", tight);
+    statuses.push_back(got.status);
+    if (got.status == 429 && refused.status == 0) {
+      refused = got;
+      refused_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+  }
+  EXPECT_EQ(statuses[0], 200U);
+  EXPECT_EQ(statuses[1], 200U);
+  ASSERT_EQ(refused.status, 429U) << "statuses: " << json(statuses).dump();
+  EXPECT_EQ(refused.retry_after, "1");
+  EXPECT_NE(refused.raw.find("too many requests"), std::string::npos) << refused.raw;
+  // The refusal is held back (limits.reject_delay_ms, 100 by default) so that a client retrying
+  // at once cannot keep a core busy with refusals.
+  EXPECT_GE(refused_ms, 90);
+  // Another tenant is not affected.
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", demo()).status, 200U);
+  // Limits are checked like every other field.
+  Response bad = c.call("POST", "/v1/tenants/bad", root(), {{"request_rate", 0}});
+  EXPECT_EQ(bad.status, 400U);
+  EXPECT_NE(bad.raw.find("request_rate"), std::string::npos) << bad.raw;
   EXPECT_EQ(server->stop(SIGTERM), 0);
 }
 

@@ -1,5 +1,7 @@
 #include "audit/internal/chain.h"
 
+#include <algorithm>
+
 namespace tessera::audit::internal {
 
 using core::Result;
@@ -8,7 +10,7 @@ using nlohmann::json;
 namespace {
 
 // Seals `record` (which has every field but `hash`): sets its hash and appends its line to `out`.
-void seal(json& record, ChainHead& head, std::string& out) {
+void sealJson(json& record, ChainHead& head, std::string& out) {
   head.hash = sha256Hex(canonicalJson(record));
   record["hash"] = head.hash;
   out += canonicalJson(record);
@@ -17,14 +19,68 @@ void seal(json& record, ChainHead& head, std::string& out) {
 
 }  // namespace
 
-Result<PendingLines> Chain::prepare(const AuditEvent& event) const {
+std::string field(const std::string& key, const json& value) {
+  return canonicalJson(json(key)) + ":" + canonicalJson(value);
+}
+
+// `{` + fields + extra, merged in key order (what nlohmann's std::map objects dump), + `}`.
+std::string join(const std::vector<std::pair<std::string, std::string>>& fields,
+                 std::vector<std::pair<std::string, std::string>> extra) {
+  std::sort(extra.begin(), extra.end());
+  size_t size = 2;
+  for (const auto& f : fields) {
+    size += f.second.size() + 1;
+  }
+  for (const auto& f : extra) {
+    size += f.second.size() + 1;
+  }
+  std::string out;
+  out.reserve(size);
+  out += '{';
+  size_t i = 0, k = 0;
+  while (i < fields.size() || k < extra.size()) {
+    const bool take_field =
+        k == extra.size() || (i < fields.size() && fields[i].first < extra[k].first);
+    if (out.size() > 1) {
+      out += ',';
+    }
+    out += take_field ? fields[i++].second : extra[k++].second;
+  }
+  out += '}';
+  return out;
+}
+
+Result<RedactedRecord> Chain::redact(const AuditEvent& event) const {
   TESSERA_ASSIGN_OR_RETURN(json record, redactedEventJson(event, options_.redaction));
+  RedactedRecord out;
+  out.fields.reserve(record.size());
+  for (auto it = record.begin(); it != record.end(); ++it) {  // Key order.
+    if (it.key() == "seq" || it.key() == "time" || it.key() == "prev_hash" || it.key() == "hash") {
+      continue;
+    }
+    out.fields.emplace_back(it.key(), field(it.key(), it.value()));
+  }
+  return out;
+}
+
+Result<PendingLines> Chain::prepare(const AuditEvent& event) const {
+  TESSERA_ASSIGN_OR_RETURN(RedactedRecord record, redact(event));
+  return seal(record);
+}
+
+Result<PendingLines> Chain::seal(const RedactedRecord& record) const {
   PendingLines pending{{}, head_};
   const std::string time = formatRfc3339Millis(clock_.wallNow());
-  record["seq"] = ++pending.head.seq;
-  record["time"] = time;
-  record["prev_hash"] = pending.head.hash;
-  seal(record, pending.head, pending.bytes);
+  ++pending.head.seq;
+  std::vector<std::pair<std::string, std::string>> chain = {
+      {"prev_hash", field("prev_hash", pending.head.hash)},
+      {"seq", field("seq", pending.head.seq)},
+      {"time", field("time", time)}};
+  const std::string unsealed = join(record.fields, chain);
+  pending.head.hash = sha256Hex(unsealed);
+  chain.emplace_back("hash", field("hash", pending.head.hash));
+  pending.bytes = join(record.fields, std::move(chain));
+  pending.bytes += '\n';
   ++pending.head.since_checkpoint;
   if (options_.signing_key != nullptr && options_.checkpoint_every > 0 &&
       pending.head.since_checkpoint >= options_.checkpoint_every) {
@@ -56,7 +112,7 @@ core::Status Chain::appendCheckpoint(ChainHead& head, const std::string& time,
   record["checkpoint"]["signature"] = std::move(signature);
   ++head.seq;
   head.since_checkpoint = 0;
-  seal(record, head, out);
+  sealJson(record, head, out);
   return core::Status::ok();
 }
 

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "audit/crypto.h"
 #include "audit/record.h"
@@ -26,6 +28,14 @@ struct ChainOptions {
   uint64_t checkpoint_every = 1000;               // 0: only on close.
 };
 
+// The part of a record that does not depend on the chain (everything but seq, time, prev_hash
+// and hash), already serialized: each top-level field as `"key":value`, in key order. Built
+// outside the sink's lock, so concurrent writers serialize and HMAC in parallel and the lock
+// covers only the join and one hash.
+struct RedactedRecord {
+  std::vector<std::pair<std::string, std::string>> fields;  // key -> `"key":value`
+};
+
 // Lines ready to append, and the head the chain will have once they are stored.
 struct PendingLines {
   std::string bytes;  // One or two '\n'-terminated lines; empty if there is nothing to write.
@@ -38,8 +48,14 @@ class Chain {
       : options_(std::move(options)), head_(std::move(head)), clock_(clock) {}
 
   // The record for `event`, followed by a checkpoint when one is due. Does not change the head:
-  // call `commit` once the bytes are stored.
+  // call `commit` once the bytes are stored. Same as seal(redact(event)).
   core::Result<PendingLines> prepare(const AuditEvent& event) const;
+  // The chain-independent part of `event`'s record; reads only the options, so it may run
+  // concurrently with anything but a change of options.
+  core::Result<RedactedRecord> redact(const AuditEvent& event) const;
+  // The record after the current head (byte for byte what canonicalJson of the whole record
+  // gives), followed by a checkpoint when one is due.
+  core::Result<PendingLines> seal(const RedactedRecord& record) const;
   // A checkpoint if any record came after the last one and there is a signing key; else empty.
   core::Result<PendingLines> prepareFinalCheckpoint() const;
   void commit(PendingLines pending) { head_ = std::move(pending.head); }

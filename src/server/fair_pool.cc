@@ -1,0 +1,107 @@
+#include "server/fair_pool.h"
+
+#include <algorithm>
+
+namespace tessera::server {
+
+FairPool::FairPool(int workers) {
+  for (int i = 0; i < std::max(1, workers); ++i) {
+    workers_.emplace_back([this] { work(); });
+  }
+}
+
+FairPool::~FairPool() { stop(); }
+
+void FairPool::markReadyLocked(const std::string& name, Key& k) {
+  if (!k.ready && !k.jobs.empty() && k.running < std::max(1, k.limits.max_running)) {
+    k.ready = true;
+    ready_.push_back(name);
+    cv_.notify_one();
+  }
+}
+
+bool FairPool::submit(const std::string& key, FairLimits limits, Job job) {
+  std::lock_guard lock(mu_);
+  if (stopping_) {
+    return false;
+  }
+  Key& k = keys_[key];
+  k.limits = limits;
+  if (k.jobs.size() >= limits.max_queued) {
+    if (k.jobs.empty() && k.running == 0) {
+      keys_.erase(key);  // max_queued of 0: nothing was ever kept.
+    }
+    return false;
+  }
+  k.jobs.push_back(std::move(job));
+  ++queued_;
+  markReadyLocked(key, k);
+  return true;
+}
+
+void FairPool::work() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stopping_ || !ready_.empty(); });
+    if (stopping_) {
+      return;
+    }
+    const std::string name = std::move(ready_.front());
+    ready_.pop_front();
+    Key& k = keys_.at(name);
+    k.ready = false;
+    Job job = std::move(k.jobs.front());
+    k.jobs.pop_front();
+    --queued_;
+    ++k.running;
+    markReadyLocked(name, k);  // Its next job goes to the back of the ring: one per turn.
+    lock.unlock();
+    job();
+    job = nullptr;  // Whatever it captured goes before the lock is taken again.
+    lock.lock();
+    Key& after = keys_.at(name);  // Still there: a key with a running job is never erased.
+    --after.running;
+    if (after.jobs.empty() && after.running == 0) {
+      keys_.erase(name);
+    } else {
+      markReadyLocked(name, after);
+    }
+  }
+}
+
+void FairPool::stop() {
+  std::vector<std::thread> workers;
+  std::map<std::string, Key> dropped;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      return;
+    }
+    stopping_ = true;
+    workers.swap(workers_);
+    // Waiting jobs are dropped; keys with running jobs stay until their workers are done.
+    for (auto it = keys_.begin(); it != keys_.end();) {
+      it->second.ready = false;
+      queued_ -= it->second.jobs.size();
+      if (it->second.running == 0) {
+        dropped.insert(keys_.extract(it++));
+      } else {
+        dropped[it->first].jobs.swap(it->second.jobs);
+        ++it;
+      }
+    }
+    ready_.clear();
+  }
+  cv_.notify_all();
+  for (std::thread& t : workers) {
+    t.join();
+  }
+  // `dropped` (and what its jobs captured) is released here, outside the lock.
+}
+
+size_t FairPool::queued() const {
+  std::lock_guard lock(mu_);
+  return queued_;
+}
+
+}  // namespace tessera::server
