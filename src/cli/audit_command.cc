@@ -113,7 +113,9 @@ int runView(const ViewArgs& args) {
 
 void addAuditCommand(CLI::App& app, int* rc) {
   CLI::App* audit_cmd = app.add_subcommand(
-      "audit", "Offline tools for the tamper-evident audit log (verify, hash, keygen, view)");
+      "audit",
+      "The tamper-evident audit log: offline tools (verify, hash, keygen, view) and tail (a "
+      "tenant's records from the server)");
   audit_cmd->require_subcommand(1);
   audit_cmd->footer(
       "An audit log is one JSON record per line. Each record carries seq (1, 2, ...), prev_hash "

@@ -23,6 +23,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -491,6 +492,12 @@ struct TenantFlags {
   CLI::Option* priority_opt = nullptr;
   CLI::Option* max_workloads_opt = nullptr;
   CLI::Option* max_pending_opt = nullptr;
+  int64_t request_rate = 0;
+  int64_t request_burst = 0;
+  int64_t request_concurrency = 0;
+  CLI::Option* request_rate_opt = nullptr;
+  CLI::Option* request_burst_opt = nullptr;
+  CLI::Option* request_concurrency_opt = nullptr;
 };
 
 json gpuNumber(double gpus) {
@@ -498,7 +505,8 @@ json gpuNumber(double gpus) {
   return static_cast<double>(whole) == gpus ? json(whole) : json(gpus);
 }
 
-core::Status tenantCreate(const TenantFlags& f) {
+// The fields given on the command line, as the API takes them.
+json tenantBody(const TenantFlags& f) {
   json body = json::object();
   if (f.quota->count() > 0) {
     body["quota"]["gpu"] = gpuNumber(f.quota_gpu);
@@ -521,9 +529,31 @@ core::Status tenantCreate(const TenantFlags& f) {
   if (f.max_pending_opt->count() > 0) {
     body["max_pending"] = f.max_pending;
   }
+  if (f.request_rate_opt->count() > 0) {
+    body["request_rate"] = f.request_rate;
+  }
+  if (f.request_burst_opt->count() > 0) {
+    body["request_burst"] = f.request_burst;
+  }
+  if (f.request_concurrency_opt->count() > 0) {
+    body["request_concurrency"] = f.request_concurrency;
+  }
+  return body;
+}
+
+core::Status tenantCreate(const TenantFlags& f) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
-  TESSERA_ASSIGN_OR_RETURN(
-      json r, s->call("POST", Session::path("", "tenants/" + pathSegment(f.name)), body));
+  const std::string path = Session::path("", "tenants/" + pathSegment(f.name));
+  // The API's POST creates or updates; `create` must not change an existing tenant.
+  auto existing = s->call("GET", path);
+  if (existing.isOk()) {
+    return core::Status(core::StatusCode::kAlreadyExists,
+                        "tenant '" + f.name + "' exists; change it with `tessera tenant update`");
+  }
+  if (existing.status().code() != core::StatusCode::kNotFound) {
+    return existing.status();
+  }
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("POST", path, tenantBody(f)));
   if (s->json()) {
     printJson(r);
     return core::Status::ok();
@@ -532,6 +562,21 @@ core::Status tenantCreate(const TenantFlags& f) {
             << "' with its queue and its tenant-admin policy.\nGive it a token: tessera token "
                "create --tenant "
             << f.name << " --policy tenant-admin\n";
+  return core::Status::ok();
+}
+
+core::Status tenantUpdate(const TenantFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  const std::string path = Session::path("", "tenants/" + pathSegment(f.name));
+  // POST on a missing tenant would create it: look first, so a typo is an error.
+  TESSERA_RETURN_IF_ERROR(s->call("GET", path).status());
+  TESSERA_RETURN_IF_ERROR(s->call("POST", path, tenantBody(f)).status());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", path));
+  if (s->json()) {
+    printJson(r.value("data", json::object()));
+    return core::Status::ok();
+  }
+  std::cout << "Success! Updated tenant '" << f.name << "'.\n";
   return core::Status::ok();
 }
 
@@ -1060,6 +1105,73 @@ core::Status top(const WorkloadFlags& f) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// audit tail: the tenant's own audit records, from the server.
+
+struct AuditTailFlags {
+  CommonFlags common;
+  int lines = 20;
+  bool follow = false;
+  double interval_s = 1;
+};
+
+void printAuditRecord(const json& rec, bool as_json) {
+  if (as_json) {
+    std::cout << rec.dump() << "\n" << std::flush;  // JSON lines, as in the log.
+    return;
+  }
+  const json req = rec.value("request", json::object());
+  const json resp = rec.value("response", json::object());
+  std::string status = rec.value("type", "") == "response" && resp.contains("status")
+                           ? std::to_string(resp.value("status", 0))
+                           : "-";
+  std::cout << rec.value("seq", int64_t{0}) << "  " << rec.value("time", "") << "  "
+            << rec.value("type", "") << "  " << req.value("method", "") << " "
+            << req.value("path", "") << "  " << status;
+  const std::string error = rec.value("error", "");
+  if (!error.empty()) {
+    std::cout << "  (" << error << ")";
+  }
+  std::cout << "  " << rec.value("request_id", "") << "\n" << std::flush;
+}
+
+core::Status auditTail(const AuditTailFlags& f) {
+  if (f.lines < 1 || f.lines > 10000) {
+    return core::invalidArgument("-n: expected 1 to 10000 records");
+  }
+  if (f.interval_s < 0.1 || f.interval_s > 3600) {
+    return core::invalidArgument("--interval: expected 0.1 to 3600 seconds");
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("audit records"));
+  TESSERA_ASSIGN_OR_RETURN(
+      json r, s->call("GET", Session::path(tenant, "audit?limit=" + std::to_string(f.lines))));
+  // Following, the tail's own polls would fill the view: they are skipped by request id.
+  std::vector<std::string> own = {r.value("request_id", "")};
+  int64_t last = 0;
+  auto show = [&](const json& data) {
+    for (const json& rec : data.value("records", json::array())) {
+      last = std::max(last, rec.value("seq", int64_t{0}));
+      if (f.follow && std::find(own.begin(), own.end(), rec.value("request_id", "")) != own.end()) {
+        continue;
+      }
+      printAuditRecord(rec, s->json());
+    }
+  };
+  show(r.value("data", json::object()));
+  while (f.follow) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(f.interval_s));
+    TESSERA_ASSIGN_OR_RETURN(
+        r, s->call("GET", Session::path(tenant, "audit?limit=1000&after=" + std::to_string(last))));
+    own.push_back(r.value("request_id", ""));
+    if (own.size() > 8) {
+      own.erase(own.begin());  // A poll's records arrive by the next one or the one after.
+    }
+    show(r.value("data", json::object()));
+  }
+  return core::Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------
 // Wiring.
 
 template <typename Flags>
@@ -1079,25 +1191,48 @@ void addLogin(CLI::App& app, int* rc) {
 }
 
 void addTenantCommands(CLI::App& app, int* rc) {
-  CLI::App* tenant = app.add_subcommand("tenant", "Create, list, show and delete tenants (admin)");
+  CLI::App* tenant =
+      app.add_subcommand("tenant", "Create, update, list, show and delete tenants (admin)");
   tenant->require_subcommand(1);
   const FlagSet admin{.tenant = false};
+  auto settings = [](CLI::App* c, TenantFlags& f) {
+    f.quota = c->add_option("--quota-gpu", f.quota_gpu, "Guaranteed GPUs");
+    f.limit = c->add_option("--limit-gpu", f.limit_gpu, "Most GPUs it may hold (0: no cap)");
+    f.weight_opt = c->add_option("--weight", f.weight, "Fair-share weight (default 1)");
+    f.priority_opt =
+        c->add_option("--priority", f.priority, "Queue priority (default 100; higher first)");
+    c->add_option("--trust-group", f.trust_group, "Tenants that may share a GPU's memory");
+    f.max_workloads_opt =
+        c->add_option("--max-workloads", f.max_workloads, "Most workloads stored");
+    f.max_pending_opt = c->add_option("--max-pending", f.max_pending, "Most pending workloads");
+    f.request_rate_opt =
+        c->add_option("--request-rate", f.request_rate, "API requests per second, sustained");
+    f.request_burst_opt =
+        c->add_option("--request-burst", f.request_burst, "API requests in a burst");
+    f.request_concurrency_opt = c->add_option("--request-concurrency", f.request_concurrency,
+                                              "API requests handled at once");
+  };
   {
     auto f = std::make_shared<TenantFlags>();
     CLI::App* c =
         tenant->add_subcommand("create", "Create a tenant, its queue and its tenant-admin policy");
     addCommonFlags(c, f->common, admin);
     c->add_option("NAME", f->name, "Tenant name (lowercase letters, digits, '-')")->required();
-    f->quota = c->add_option("--quota-gpu", f->quota_gpu, "Guaranteed GPUs");
-    f->limit = c->add_option("--limit-gpu", f->limit_gpu, "Most GPUs it may hold (0: no cap)");
-    f->weight_opt = c->add_option("--weight", f->weight, "Fair-share weight (default 1)");
-    f->priority_opt =
-        c->add_option("--priority", f->priority, "Queue priority (default 100; higher first)");
-    c->add_option("--trust-group", f->trust_group, "Tenants that may share a GPU's memory");
-    f->max_workloads_opt =
-        c->add_option("--max-workloads", f->max_workloads, "Most workloads stored");
-    f->max_pending_opt = c->add_option("--max-pending", f->max_pending, "Most pending workloads");
+    settings(c, *f);
+    c->footer("Settings left out take the server's defaults (its limits block).");
     bind(c, f, &tenantCreate, rc);
+  }
+  {
+    auto f = std::make_shared<TenantFlags>();
+    CLI::App* c = tenant->add_subcommand(
+        "update", "Change a tenant's quota, limit, weights or limits; the rest stays");
+    addCommonFlags(c, f->common, admin);
+    c->add_option("NAME", f->name, "Tenant name")->required();
+    settings(c, *f);
+    c->footer(
+        "A higher quota or limit takes effect at the next scheduling pass; a lower limit stops "
+        "new starts but evicts nothing.");
+    bind(c, f, &tenantUpdate, rc);
   }
   {
     auto f = std::make_shared<TenantFlags>();
@@ -1291,6 +1426,23 @@ void addWorkloadCommands(CLI::App& app, int* rc) {
 }
 
 }  // namespace
+
+void addAuditTail(CLI::App& audit, int* rc) {
+  auto f = std::make_shared<AuditTailFlags>();
+  CLI::App* c = audit.add_subcommand(
+      "tail", "Show the tenant's latest audit records from the server; -f keeps following");
+  addCommonFlags(c, f->common);
+  c->add_option("-n,--lines", f->lines, "How many of the latest records")->capture_default_str();
+  c->add_flag("-f,--follow", f->follow, "Keep polling and print new records as they come");
+  c->add_option("--interval", f->interval_s, "Seconds between polls with -f")
+      ->capture_default_str();
+  c->footer(
+      "Columns: seq, time, type (request/response), method and path, status, error, request id. "
+      "-format=json prints each record as the log holds it (JSON lines, with hash and "
+      "prev_hash). A tenant sees only its own records; the tail's own polls are skipped while "
+      "following.");
+  bind(c, f, &auditTail, rc);
+}
 
 void addClientCommands(CLI::App& app, int* rc) {
   addLogin(app, rc);

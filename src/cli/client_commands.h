@@ -1,6 +1,7 @@
 // The client commands of `tessera`, in the HashiCorp style: `login`, `tenant`, `token`,
-// `policy`, `run`, `ps`, `show`, `cancel`, `nodes` and `top`, each one or a few calls to the
-// control plane's API (docs/server.md) over one keep-alive connection (cli/client.h).
+// `policy`, `run`, `ps`, `show`, `cancel`, `nodes`, `top` and `audit tail`, each one or a few
+// calls to the control plane's API (docs/server.md) over one keep-alive connection
+// (cli/client.h).
 //
 // Where and as whom (a flag wins over its environment variable):
 //   --address  TESSERA_ADDR    the server, default https://127.0.0.1:8200
@@ -20,5 +21,7 @@ namespace tessera::cli {
 
 // Adds the client commands to `app`; a command's exit code goes to `*rc`.
 void addClientCommands(CLI::App& app, int* rc);
+// Adds `tail` (the tenant's audit records, from the server) to the `audit` command.
+void addAuditTail(CLI::App& audit, int* rc);
 
 }  // namespace tessera::cli

@@ -37,6 +37,7 @@ int run(int argc, char** argv) {
   tessera::cli::addAuditCommand(app, &rc);
   tessera::cli::addServerCommands(app, &rc);
   tessera::cli::addClientCommands(app, &rc);
+  tessera::cli::addAuditTail(*app.get_subcommand("audit"), &rc);
   try {
     std::vector<std::string> args = hashicorpArgs(argc, argv);
     std::vector<char*> ptrs;

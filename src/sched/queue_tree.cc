@@ -120,6 +120,33 @@ core::Result<QueueId> QueueTree::add(QueueSpec spec) {
   return static_cast<QueueId>(queues_.size() - 1);
 }
 
+core::Status QueueTree::update(QueueId q, const Amounts& quota, const Amounts& limit,
+                               int64_t weight, int32_t priority) {
+  if (q >= queues_.size()) {
+    return core::notFound("no queue with id " + std::to_string(q));
+  }
+  std::vector<QueueSpec> specs;
+  specs.reserve(queues_.size());
+  for (const Queue& x : queues_) {
+    specs.push_back({x.name, x.parent == kNoQueue ? "" : queues_[x.parent].name, x.quota, x.limit,
+                     x.weight, x.priority});
+  }
+  specs[q].quota = quota;
+  specs[q].limit = limit;
+  specs[q].over_quota_weight = weight;
+  specs[q].priority = priority;
+  TESSERA_ASSIGN_OR_RETURN(QueueTree t, create(space_, std::move(specs)));
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    Queue& x = t.queues_[i];
+    x.allocated = queues_[i].allocated;
+    x.pending = queues_[i].pending;
+    x.fair_share = queues_[i].fair_share;
+    x.deserved = queues_[i].deserved;
+  }
+  *this = std::move(t);
+  return core::Status::ok();
+}
+
 std::optional<QueueId> QueueTree::find(const std::string& name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) {

@@ -74,6 +74,10 @@ class QueueTree {
   // leaf must hold no work, since work lives only in leaves. Existing ids and totals are kept;
   // the new queue's id is returned.
   core::Result<QueueId> add(QueueSpec spec);
+  // Changes queue `q`'s quota, limit, weight and priority (validated as in `create`; name and
+  // parent stay). Totals are kept.
+  core::Status update(QueueId q, const Amounts& quota, const Amounts& limit, int64_t weight,
+                      int32_t priority);
 
   // Adds (sign +1) or removes (sign -1) `amounts` to the allocated or pending totals of `leaf`
   // and all its ancestors. O(depth).

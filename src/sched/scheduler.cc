@@ -1367,6 +1367,14 @@ core::Result<QueueId> Scheduler::addQueue(QueueSpec spec) {
   return q;
 }
 
+core::Status Scheduler::updateQueue(QueueId q, const Amounts& quota, const Amounts& limit,
+                                    int64_t weight, int32_t priority) {
+  TESSERA_RETURN_IF_ERROR(tree_.update(q, quota, limit, weight, priority));
+  fair_share_dirty_ = true;
+  forgetVerdicts();
+  return core::Status::ok();
+}
+
 void Scheduler::forgetVerdicts() {
   blocked_.clear();
   for (std::vector<Bucket>& buckets : buckets_) {

@@ -153,6 +153,11 @@ class Scheduler {
   PassResult schedule();
   // Adds a queue to the tree (a tenant or team created while running); see QueueTree::add.
   core::Result<QueueId> addQueue(QueueSpec spec);
+  // Changes a queue's quota, limit, weight and priority (see QueueTree::update). Fair shares are
+  // recomputed and standing verdicts dropped, since a higher limit may make room. A lower limit
+  // stops new starts; running tasks are not evicted for it.
+  core::Status updateQueue(QueueId q, const Amounts& quota, const Amounts& limit, int64_t weight,
+                           int32_t priority);
   // Drops every standing "no room" verdict, so the next pass tries all pending work again, as
   // the first pass after a restart does. A cheap safety net for a driver to run now and then.
   void forgetVerdicts();

@@ -155,6 +155,32 @@ TEST_F(SchedulerTest, QueuesCanBeAddedWhileRunning) {
   EXPECT_FALSE(s_->addQueue({"c", "org", {}, {}, 1, 100}).isOk());
 }
 
+TEST_F(SchedulerTest, QueuesCanBeChangedWhileRunning) {
+  build(1, 4, 4);
+  const ResourceSpace& space = s_->queues().space();
+  const QueueId a = *s_->queues().find("a");
+  Amounts two = space.zeros();
+  two[kGpuDim] = 2000;
+  Amounts limit = space.unlimited();
+  limit[kGpuDim] = 2000;
+  ASSERT_TRUE(s_->updateQueue(a, two, limit, 3, 50).isOk());
+  EXPECT_EQ(s_->queues().queue(a).weight, 3);
+  EXPECT_EQ(s_->queues().queue(a).priority, 50);
+  WorkloadId w = submit("a-train", "a", 8, 1, 1);
+  s_->schedule();
+  EXPECT_EQ(running(w), 2);  // Held at the new limit.
+  // Raising the limit makes room at once, though the pass had left a "no room" verdict.
+  ASSERT_TRUE(s_->updateQueue(a, two, space.unlimited(), 1, 100).isOk());
+  s_->schedule();
+  EXPECT_EQ(running(w), 8);
+  EXPECT_EQ(allocatedGpus("a"), 8);  // Totals survive the change.
+  // Bad amounts are refused and change nothing.
+  Amounts big = space.zeros();
+  big[kGpuDim] = 9000;
+  EXPECT_FALSE(s_->updateQueue(a, big, limit, 1, 100).isOk());
+  EXPECT_EQ(s_->queues().queue(a).quota[kGpuDim], 2000);
+}
+
 TEST_F(SchedulerTest, GangIsAllOrNothing) {
   build(1, 8, 0);
   WorkloadId w = submit("big", "a", 2, 2, 8);  // Needs two whole nodes; there is one.

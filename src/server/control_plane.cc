@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <limits>
+#include <optional>
 
 #include "audit/crypto.h"
 #include "audit/verify.h"
@@ -261,7 +263,8 @@ Admission ControlPlane::admit(const HttpRequest& http) {
     return a;
   }
   a.key = token->tenant.empty() ? "/admin" : token->tenant;
-  std::lock_guard lock(mu_);
+  std::shared_lock tenants_lock(mu_);  // A new bucket reads the tenant's limits.
+  std::lock_guard lock(buckets_mu_);
   Bucket& b = bucketLocked(a.key);
   const core::TimePoint now = clock_.now();
   if (b.last == core::TimePoint{}) {
@@ -287,7 +290,7 @@ bool ControlPlane::authorized(const Request& r, Capability needed) const {
   if (r.token.isRoot()) {
     return true;
   }
-  std::lock_guard lock(mu_);
+  std::shared_lock lock(mu_);
   // A tenant token's policies live in its tenant and see paths inside it; an admin token's
   // policies see absolute paths.
   const std::string& scope = r.token.tenant;
@@ -309,7 +312,7 @@ bool ControlPlane::authorized(const Request& r, Capability needed) const {
 
 void ControlPlane::recordMetric(const std::string& route, const std::string& tenant,
                                 unsigned status, double seconds) {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(metrics_mu_);
   Metric& m = metrics_[route + "|" + tenant + "|" + std::to_string(status)];
   ++m.count;
   m.seconds += seconds;
@@ -475,15 +478,26 @@ HttpResponse ControlPlane::route(Request& r) {
 }
 
 core::Status ControlPlane::putTenant(const std::string& name, const json& body, bool create) {
+  // One tenant change at a time: an update reads the current config and writes it back.
+  std::lock_guard admin_lock(tenant_admin_mu_);
+  json base = json::object();  // What a field left out keeps: the current value on update.
+  if (!create) {
+    std::shared_lock lock(mu_);
+    auto it = tenants_.find(name);
+    if (it == tenants_.end()) {
+      return core::notFound("no tenant '" + name + "'");
+    }
+    base = it->second;
+  }
   json config = {{"name", name}};
   const std::string source = "tenant '" + name + "'";
   core::JsonNode n(body, "", source);
   TESSERA_RETURN_IF_ERROR(
       n.checkKeys({"quota", "limit", "weight", "priority", "trust_group", "max_workloads",
                    "max_pending", "request_rate", "request_burst", "request_concurrency"}));
-  auto gpus = [&](const char* field) -> core::Result<int64_t> {
+  auto gpus = [&](const char* field, const char* stored) -> core::Result<int64_t> {
     if (!n.has(field)) {
-      return int64_t{0};
+      return base.value(stored, int64_t{0});
     }
     core::JsonNode f = n.child(field);
     TESSERA_RETURN_IF_ERROR(f.checkKeys({"gpu"}));
@@ -492,75 +506,75 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
     }
     return f.child("gpu").scaled(1000);
   };
-  TESSERA_ASSIGN_OR_RETURN(int64_t quota, gpus("quota"));
-  TESSERA_ASSIGN_OR_RETURN(int64_t limit, gpus("limit"));
+  auto integer = [&](const char* field, int64_t lo, int64_t hi,
+                     int64_t def) -> core::Result<int64_t> {
+    if (!n.has(field)) {
+      return base.value(field, def);
+    }
+    return n.child(field).integer(lo, hi);
+  };
+  TESSERA_ASSIGN_OR_RETURN(int64_t quota, gpus("quota", "quota_milli_gpu"));
+  TESSERA_ASSIGN_OR_RETURN(int64_t limit, gpus("limit", "limit_milli_gpu"));
   if (limit > 0 && limit < quota) {
     return core::invalidArgument(source + ": limit.gpu is below quota.gpu");
   }
   config["quota_milli_gpu"] = quota;
   config["limit_milli_gpu"] = limit;
-  int64_t weight = 1;
-  if (n.has("weight")) {
-    TESSERA_ASSIGN_OR_RETURN(weight, n.child("weight").integer(0, 1000000));
-  }
-  int64_t priority = 100;
-  if (n.has("priority")) {
-    TESSERA_ASSIGN_OR_RETURN(priority, n.child("priority").integer(0, 1000000));
-  }
+  TESSERA_ASSIGN_OR_RETURN(int64_t weight, integer("weight", 0, 1000000, 1));
+  TESSERA_ASSIGN_OR_RETURN(int64_t priority, integer("priority", 0, 1000000, 100));
   config["weight"] = weight;
   config["priority"] = priority;
   if (n.has("trust_group")) {
     TESSERA_ASSIGN_OR_RETURN(std::string g, n.child("trust_group").str());
     config["trust_group"] = g;
+  } else if (base.contains("trust_group")) {
+    config["trust_group"] = base["trust_group"];
   }
-  int64_t max_workloads = options_.default_max_workloads;
-  int64_t max_pending = options_.default_max_pending;
-  if (n.has("max_workloads")) {
-    TESSERA_ASSIGN_OR_RETURN(max_workloads, n.child("max_workloads").integer(1, 10000000));
-  }
-  if (n.has("max_pending")) {
-    TESSERA_ASSIGN_OR_RETURN(max_pending, n.child("max_pending").integer(1, 10000000));
-  }
-  config["max_workloads"] = max_workloads;
-  config["max_pending"] = max_pending;
-  // API admission: requests per second (sustained and burst) and requests in flight.
-  double rate = options_.tenant_rate_per_s;
-  double burst = options_.tenant_burst;
-  int64_t max_in_flight = options_.tenant_max_in_flight;
-  if (n.has("request_rate")) {
-    TESSERA_ASSIGN_OR_RETURN(int64_t v, n.child("request_rate").integer(1, 10000000));
-    rate = static_cast<double>(v);
-  }
-  if (n.has("request_burst")) {
-    TESSERA_ASSIGN_OR_RETURN(int64_t v, n.child("request_burst").integer(1, 10000000));
-    burst = static_cast<double>(v);
-  }
-  if (n.has("request_concurrency")) {
-    TESSERA_ASSIGN_OR_RETURN(max_in_flight, n.child("request_concurrency").integer(1, 4096));
-  }
-  config["request_rate"] = rate;
-  config["request_burst"] = burst;
-  config["request_concurrency"] = max_in_flight;
-  if (!create) {
-    return core::failedPrecondition("tenant '" + name +
-                                    "' exists; changing a tenant is not supported yet");
-  }
-  // The tenant and its default policy in one transaction.
+  TESSERA_ASSIGN_OR_RETURN(config["max_workloads"],
+                           integer("max_workloads", 1, 10000000, options_.default_max_workloads));
+  TESSERA_ASSIGN_OR_RETURN(config["max_pending"],
+                           integer("max_pending", 1, 10000000, options_.default_max_pending));
+  // API admission: requests per second (sustained and burst) and requests handled at once.
+  TESSERA_ASSIGN_OR_RETURN(
+      config["request_rate"],
+      integer("request_rate", 1, 10000000, static_cast<int64_t>(options_.tenant_rate_per_s)));
+  TESSERA_ASSIGN_OR_RETURN(
+      config["request_burst"],
+      integer("request_burst", 1, 10000000, static_cast<int64_t>(options_.tenant_burst)));
+  TESSERA_ASSIGN_OR_RETURN(config["request_concurrency"],
+                           integer("request_concurrency", 1, 4096, options_.tenant_max_in_flight));
   store::Txn txn;
-  txn.compares.push_back(store::Compare::version(tenantKey(name), store::Compare::kEqual, 0));
-  txn.success.push_back(store::Op::put(tenantKey(name), config.dump()));
-  txn.success.push_back(
-      store::Op::put(policyKey(name, "tenant-admin"), tenantAdminPolicy().dump()));
+  if (create) {
+    // The tenant and its default policy in one transaction.
+    txn.compares.push_back(store::Compare::version(tenantKey(name), store::Compare::kEqual, 0));
+    txn.success.push_back(store::Op::put(tenantKey(name), config.dump()));
+    txn.success.push_back(
+        store::Op::put(policyKey(name, "tenant-admin"), tenantAdminPolicy().dump()));
+  } else {
+    txn.compares.push_back(store::Compare::version(tenantKey(name), store::Compare::kGreater, 0));
+    txn.success.push_back(store::Op::put(tenantKey(name), config.dump()));
+  }
   TESSERA_ASSIGN_OR_RETURN(store::TxnResult res, store_.txn(std::move(txn)));
   if (!res.succeeded) {
-    return core::Status(core::StatusCode::kAlreadyExists, "tenant '" + name + "' exists");
+    return create ? core::Status(core::StatusCode::kAlreadyExists, "tenant '" + name + "' exists")
+                  : core::notFound("no tenant '" + name + "'");
   }
-  TESSERA_RETURN_IF_ERROR(
-      driver_.addTenantQueue(name, quota, limit, weight, static_cast<int32_t>(priority)));
+  if (create) {
+    TESSERA_RETURN_IF_ERROR(
+        driver_.addTenantQueue(name, quota, limit, weight, static_cast<int32_t>(priority)));
+  } else {
+    TESSERA_RETURN_IF_ERROR(
+        driver_.updateTenantQueue(name, quota, limit, weight, static_cast<int32_t>(priority)));
+  }
   std::lock_guard lock(mu_);
   tenants_[name] = config;
-  applyLimitsLocked(name);
-  policies_[name]["tenant-admin"] = *Policy::fromJson("tenant-admin", tenantAdminPolicy());
+  {
+    std::lock_guard buckets_lock(buckets_mu_);
+    applyLimitsLocked(name);
+  }
+  if (create) {
+    policies_[name]["tenant-admin"] = *Policy::fromJson("tenant-admin", tenantAdminPolicy());
+  }
   return core::Status::ok();
 }
 
@@ -845,7 +859,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   const std::string tenant = *r.scope.tenant;
   const std::vector<std::string> parts = split(r.scope.path);
   {
-    std::lock_guard lock(mu_);
+    std::shared_lock lock(mu_);
     if (!tenants_.contains(tenant)) {
       return error(404, "not found");
     }
@@ -857,8 +871,10 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     if (!authorized(r, Capability::kList)) {
       return error(403, "permission denied");
     }
-    std::lock_guard lock(mu_);
-    return keysReply(r.request_id, workloads_[tenant]);
+    std::shared_lock lock(mu_);
+    auto it = workloads_.find(tenant);
+    return keysReply(r.request_id,
+                     it == workloads_.end() ? std::map<std::string, json>{} : it->second);
   }
   const std::string& name = parts[1];
   if (!validName(name)) {
@@ -866,10 +882,13 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   }
   json record;
   {
-    std::lock_guard lock(mu_);
-    auto it = workloads_[tenant].find(name);
-    if (it != workloads_[tenant].end()) {
-      record = it->second;
+    std::shared_lock lock(mu_);
+    auto t = workloads_.find(tenant);
+    if (t != workloads_.end()) {
+      auto it = t->second.find(name);
+      if (it != t->second.end()) {
+        record = it->second;
+      }
     }
   }
   const bool exists = !record.is_null();
@@ -1077,7 +1096,7 @@ HttpResponse ControlPlane::metrics() {
   durations += "# HELP tessera_http_request_seconds_sum Time spent handling requests.\n";
   durations += "# TYPE tessera_http_request_seconds_sum counter\n";
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(metrics_mu_);
     for (const auto& [key, m] : metrics_) {
       const size_t a = key.find('|');
       const size_t b = key.find('|', a + 1);
@@ -1118,27 +1137,51 @@ HttpResponse ControlPlane::auditApi(Request& r) {
   if (options_.audit_file.empty()) {
     return error(404, "this server has no audit file to read a view from");
   }
-  int64_t limit = 100;
-  if (r.scope.query.contains("limit")) {
-    try {
-      limit = std::stoll(r.scope.query.at("limit"));
-    } catch (const std::exception&) {
-      limit = -1;
+  auto number = [&](const char* name, int64_t lo, int64_t hi,
+                    int64_t def) -> std::optional<int64_t> {
+    auto it = r.scope.query.find(name);
+    if (it == r.scope.query.end()) {
+      return def;
     }
-    if (limit < 1 || limit > 10000) {
-      return error(400, "limit: expected a whole number from 1 to 10000");
+    int64_t v = 0;
+    const std::string& text = it->second;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || v < lo || v > hi) {
+      return std::nullopt;
     }
+    return v;
+  };
+  const std::optional<int64_t> limit = number("limit", 1, 10000, 100);
+  if (!limit) {
+    return error(400, "limit: expected a whole number from 1 to 10000");
+  }
+  const std::optional<int64_t> after = number("after", 0, std::numeric_limits<int64_t>::max(), -1);
+  if (!after) {
+    return error(400, "after: expected a record's seq (a whole number, 0 or more)");
   }
   // The tenant's records only, byte for byte, each with its hash and prev_hash (docs/server.md
-  // says what a tenant can verify from them).
+  // says what a tenant can verify from them): the last `limit`, or with `after` the first
+  // `limit` whose seq is greater (to follow the log).
   auto view = audit::tenantViewOfFile(options_.audit_file, *r.scope.tenant);
   if (!view.isOk()) {
     return fromStatus(view.status());
   }
   json records = json::array();
-  const size_t from = view->size() > static_cast<size_t>(limit) ? view->size() - limit : 0;
-  for (size_t i = from; i < view->size(); ++i) {
-    records.push_back(json::parse((*view)[i], nullptr, false));
+  const auto n = static_cast<size_t>(*limit);
+  if (*after >= 0) {
+    for (const std::string& line : *view) {
+      json rec = json::parse(line, nullptr, false);
+      if (rec.is_object() && rec.value("seq", int64_t{0}) > *after) {
+        records.push_back(std::move(rec));
+        if (records.size() == n) {
+          break;
+        }
+      }
+    }
+  } else {
+    for (size_t i = view->size() > n ? view->size() - n : 0; i < view->size(); ++i) {
+      records.push_back(json::parse((*view)[i], nullptr, false));
+    }
   }
   return reply(200, {{"request_id", r.request_id},
                      {"data", {{"records", records}, {"total", view->size()}}}});

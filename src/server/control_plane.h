@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -118,7 +119,9 @@ class ControlPlane {
   ControlPlaneOptions options_;
   std::unique_ptr<TokenManager> tokens_;
 
-  mutable std::mutex mu_;                                          // Guards the caches below.
+  std::mutex tenant_admin_mu_;  // One tenant create or update at a time; taken before mu_.
+  // Guards the caches below. Reads (most requests) share it; writes take it alone.
+  mutable std::shared_mutex mu_;
   std::map<std::string, nlohmann::json> tenants_;                  // name -> config
   std::map<std::string, std::map<std::string, Policy>> policies_;  // scope ("" admin) -> name
   std::map<std::string, std::map<std::string, nlohmann::json>>
@@ -132,16 +135,19 @@ class ControlPlane {
     double tokens = 0;
     core::TimePoint last{};
   };
-  // The key's bucket, created on first use. Requires mu_.
+  // The key's bucket, created on first use. Requires mu_ (shared) and buckets_mu_.
   Bucket& bucketLocked(const std::string& key);
-  // Re-reads the tenant's limits into its bucket, if it has one. Requires mu_.
+  // Re-reads the tenant's limits into its bucket, if it has one. Requires mu_ (shared) and
+  // buckets_mu_.
   void applyLimitsLocked(const std::string& key);
+  std::mutex buckets_mu_;  // Guards buckets_ (and their contents); taken after mu_, if both.
   std::map<std::string, std::unique_ptr<Bucket>> buckets_;
   std::map<std::string, int64_t> pending_;  // Per tenant: stored workloads in phase "pending".
   struct Metric {
     int64_t count = 0;
     double seconds = 0;
   };
+  std::mutex metrics_mu_;                  // Guards metrics_.
   std::map<std::string, Metric> metrics_;  // "route|tenant|code"
 };
 

@@ -27,6 +27,23 @@ core::Result<std::unique_ptr<SchedulerDriver>> SchedulerDriver::create(
 
 SchedulerDriver::~SchedulerDriver() { stop(); }
 
+namespace {
+
+// A tenant's GPU quota and limit (milli-GPU; a limit of 0 is none) as scheduler amounts.
+std::pair<sched::Amounts, sched::Amounts> gpuAmounts(const sched::ResourceSpace& space,
+                                                     int64_t quota_milli_gpu,
+                                                     int64_t limit_milli_gpu) {
+  sched::Amounts quota = space.zeros();
+  quota[sched::kGpuDim] = quota_milli_gpu;
+  sched::Amounts limit = space.unlimited();
+  if (limit_milli_gpu > 0) {
+    limit[sched::kGpuDim] = limit_milli_gpu;
+  }
+  return {quota, limit};
+}
+
+}  // namespace
+
 core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                                              int64_t limit_milli_gpu, int64_t weight,
                                              int32_t priority) {
@@ -37,13 +54,8 @@ core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t 
       return core::Status::ok();
     }
   }
-  const sched::ResourceSpace& space = scheduler_->queues().space();
-  sched::Amounts quota = space.zeros();
-  quota[sched::kGpuDim] = quota_milli_gpu;
-  sched::Amounts limit = space.unlimited();
-  if (limit_milli_gpu > 0) {
-    limit[sched::kGpuDim] = limit_milli_gpu;
-  }
+  const auto [quota, limit] =
+      gpuAmounts(scheduler_->queues().space(), quota_milli_gpu, limit_milli_gpu);
   // Adding queues changes the scheduler: the driver thread must not run a pass meanwhile, which
   // holding `pass_mu_` guarantees.
   TESSERA_RETURN_IF_ERROR(
@@ -53,6 +65,22 @@ core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t 
   std::lock_guard lock(mu_);
   tenant_leaf_[tenant] = leaf;
   return core::Status::ok();
+}
+
+core::Status SchedulerDriver::updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
+                                                int64_t limit_milli_gpu, int64_t weight,
+                                                int32_t priority) {
+  std::lock_guard pass_lock(pass_mu_);
+  const sched::QueueTree& tree = scheduler_->queues();
+  const std::optional<sched::QueueId> q = tree.find(tenant);
+  const std::optional<sched::QueueId> leaf = tree.find(tenant + "/default");
+  if (!q || !leaf) {
+    return core::notFound("tenant '" + tenant + "' has no queue");
+  }
+  const auto [quota, limit] = gpuAmounts(tree.space(), quota_milli_gpu, limit_milli_gpu);
+  // Both are checked the same way (quota within limit), so the second cannot fail alone.
+  TESSERA_RETURN_IF_ERROR(scheduler_->updateQueue(*q, quota, limit, weight, priority));
+  return scheduler_->updateQueue(*leaf, quota, limit, 1, 100);
 }
 
 core::Status SchedulerDriver::submit(SubmitCommand cmd) {

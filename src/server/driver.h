@@ -84,6 +84,9 @@ class SchedulerDriver {
   // A tenant's queue subtree: "<tenant>" under the root, with one leaf "<tenant>/default".
   core::Status addTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                               int64_t limit_milli_gpu, int64_t weight, int32_t priority);
+  // Changes a tenant's queue (and its default leaf) to these numbers.
+  core::Status updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
+                                 int64_t limit_milli_gpu, int64_t weight, int32_t priority);
   // Validated against the cluster and the tenant's queue before it is queued for the driver.
   core::Status submit(SubmitCommand cmd);
   void cancel(const std::string& tenant, const std::string& name);

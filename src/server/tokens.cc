@@ -234,7 +234,7 @@ core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const T
 
 core::Result<TokenInfo> TokenManager::lookup(const std::string& secret) const {
   const std::string hash = hashSecret(secret);
-  std::lock_guard lock(mu_);
+  std::shared_lock lock(mu_);
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end() || it->second.expires <= clock_.wallNow()) {
     return core::notFound("unknown, revoked or expired token");

@@ -29,6 +29,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -112,7 +113,7 @@ class TokenManager {
   store::Store& store_;
   const core::Clock& clock_;
   TokenOptions options_;
-  mutable std::mutex mu_;
+  mutable std::shared_mutex mu_;  // Lookups share it; changes take it alone.
   std::map<std::string, TokenInfo> by_hash_;
   std::map<std::string, std::string> hash_of_;        // accessor -> hash
   std::multimap<std::string, std::string> children_;  // parent accessor -> child accessor

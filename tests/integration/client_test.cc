@@ -45,9 +45,11 @@ std::ostream& operator<<(std::ostream& os, const Outcome& o) {
   return os << "rc=" << o.rc << "\nstdout:\n" << o.out << "\nstderr:\n" << o.err;
 }
 
-// Runs `tessera ARGS` with exactly the TESSERA_* variables and HOME given, waits for it.
+// Runs `tessera ARGS` with exactly the TESSERA_* variables and HOME given, waits for it (or,
+// with `stop_after`, lets it run that long and stops it with SIGTERM).
 Outcome tessera(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                const fs::path& scratch) {
+                const fs::path& scratch,
+                std::chrono::milliseconds stop_after = std::chrono::milliseconds(0)) {
   static int counter = 0;
   const std::string base = (scratch / ("cmd-" + std::to_string(counter++))).string();
   const pid_t pid = fork();
@@ -71,6 +73,10 @@ Outcome tessera(const std::vector<std::string>& args, const std::map<std::string
     argv.push_back(nullptr);
     execv(argv_s[0].c_str(), argv.data());
     _exit(127);
+  }
+  if (stop_after.count() > 0) {
+    std::this_thread::sleep_for(stop_after);
+    kill(pid, SIGTERM);
   }
   int status = 0;
   waitpid(pid, &status, 0);
@@ -164,8 +170,9 @@ class ClientTest : public ::testing::Test {
     }
     return env;
   }
-  Outcome as(const std::string& token, const std::vector<std::string>& args) const {
-    return tessera(args, envFor(token), home_);
+  Outcome as(const std::string& token, const std::vector<std::string>& args,
+             std::chrono::milliseconds stop_after = std::chrono::milliseconds(0)) const {
+    return tessera(args, envFor(token), home_, stop_after);
   }
 
   // Creates a tenant and a tenant-admin token for it, through the commands.
@@ -224,6 +231,23 @@ TEST_F(ClientTest, TenantTokenRunPsShowCancel) {
   EXPECT_EQ(parsed(shown)["priority"], 50);
   Outcome shown_table = as(root(), {"tenant", "show", "team-a"});
   EXPECT_NE(shown_table.out.find("quota_gpu"), std::string::npos) << shown_table;
+  // create does not change an existing tenant; update changes what it is given, nothing else.
+  Outcome again = as(root(), {"tenant", "create", "team-a", "--quota-gpu", "1"});
+  EXPECT_EQ(again.rc, 1) << again;
+  EXPECT_NE(again.err.find("tenant update"), std::string::npos) << again;
+  Outcome updated = as(root(), {"tenant", "update", "team-a", "--limit-gpu", "16", "--request-rate",
+                                "50", "-format=json"});
+  ASSERT_EQ(updated.rc, 0) << updated;
+  EXPECT_EQ(parsed(updated)["limit_milli_gpu"], 16000);
+  EXPECT_EQ(parsed(updated)["request_rate"], 50);
+  EXPECT_EQ(parsed(updated)["quota_milli_gpu"], 4000);  // Kept.
+  EXPECT_EQ(parsed(updated)["weight"], 2);              // Kept.
+  Outcome bad_update = as(root(), {"tenant", "update", "team-a", "--quota-gpu", "32"});
+  EXPECT_EQ(bad_update.rc, 1) << bad_update;  // Above its limit of 16.
+  EXPECT_NE(bad_update.err.find("limit.gpu is below quota.gpu"), std::string::npos) << bad_update;
+  Outcome missing = as(root(), {"tenant", "update", "no-such-team", "--weight", "2"});
+  EXPECT_EQ(missing.rc, 1) << missing;
+  EXPECT_EQ(as(root(), {"tenant", "show", "no-such-team"}).rc, 1);  // Not created by it.
 
   // The human output shows the secret once, its accessor and expiry.
   Outcome token = as(
@@ -314,6 +338,39 @@ TEST_F(ClientTest, TenantTokenRunPsShowCancel) {
   Outcome del = as(root(), {"tenant", "delete", "team-a"});
   EXPECT_EQ(del.rc, 0) << del;
   EXPECT_EQ(as(root(), {"tenant", "show", "team-a"}).rc, 1);
+}
+
+TEST_F(ClientTest, AuditTailShowsTheTenantsOwnRecordsAndFollows) {
+  const std::string team = tenantWithToken("team-audit");
+  // Following: records of a workload submitted meanwhile appear; the tail's own polls do not.
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    Outcome run = as(team, {"run", "later", "--cpu-milli", "100", "--duration", "1"});
+    EXPECT_EQ(run.rc, 0) << run;
+  });
+  Outcome followed = as(team, {"audit", "tail", "-f", "--interval", "0.2", "-format=json"},
+                        std::chrono::milliseconds(2500));
+  later.join();
+  bool saw_later = false;
+  std::istringstream lines(followed.out);
+  std::string line;
+  int records = 0;
+  while (std::getline(lines, line)) {
+    const json rec = json::parse(line, nullptr, false);
+    ASSERT_TRUE(rec.is_object()) << followed;
+    ++records;
+    EXPECT_EQ(rec["tenant"], "team-audit") << line;
+    const std::string path = rec["request"].value("path", "");
+    EXPECT_EQ(path.find("/audit"), std::string::npos) << "a poll of the tail itself: " << line;
+    saw_later |= path == "tenants/team-audit/workloads/later";
+  }
+  EXPECT_TRUE(saw_later) << followed;
+  // Without -f: the last N records, as a table, this call's own request among them.
+  Outcome tail = as(team, {"audit", "tail", "-n", "3"});
+  ASSERT_EQ(tail.rc, 0) << tail;
+  EXPECT_EQ(std::count(tail.out.begin(), tail.out.end(), '\n'), 3) << tail;
+  EXPECT_NE(tail.out.find("GET tenants/team-audit/audit"), std::string::npos) << tail;
+  EXPECT_EQ(as(team, {"audit", "tail", "-n", "0"}).rc, 2);
 }
 
 TEST_F(ClientTest, RunFromAnHclFileWithFlagsOverridingIt) {
