@@ -850,6 +850,7 @@ struct RunFlags {
   int64_t priority = 0;
   bool no_preempt = false;
   int64_t duration = 0;
+  std::string queue;
   std::vector<std::string> command;
   // Set flags override the file; unset ones leave it alone.
   std::vector<std::pair<CLI::Option*, std::function<void(json&)>>> overrides;
@@ -1101,6 +1102,86 @@ core::Status top(const WorkloadFlags& f) {
   }
   t.print(std::cout);
   std::cout << "(GPUs)\n";
+  return core::Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// queue: a tenant's queues (its teams').
+
+struct QueueFlags {
+  CommonFlags common;
+  std::string name;
+  double quota_gpu = 0;
+  double limit_gpu = 0;
+  int64_t weight = 1;
+  int64_t priority = 100;
+  CLI::Option* quota = nullptr;
+  CLI::Option* limit = nullptr;
+  CLI::Option* weight_opt = nullptr;
+  CLI::Option* priority_opt = nullptr;
+};
+
+// Creates (`create`) or changes a queue: only the settings given are sent.
+core::Status queuePut(const QueueFlags& f, bool create) {
+  json body = json::object();
+  if (f.quota->count() > 0) {
+    body["quota"]["gpu"] = gpuNumber(f.quota_gpu);
+  }
+  if (f.limit->count() > 0) {
+    body["limit"]["gpu"] = gpuNumber(f.limit_gpu);
+  }
+  if (f.weight_opt->count() > 0) {
+    body["weight"] = f.weight;
+  }
+  if (f.priority_opt->count() > 0) {
+    body["priority"] = f.priority;
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("queues"));
+  const std::string path = Session::path(tenant, "queues/" + pathSegment(f.name));
+  auto existing = s->call("GET", path);
+  if (existing.isOk() == create) {
+    return create ? core::Status(core::StatusCode::kAlreadyExists,
+                                 "queue '" + f.name +
+                                     "' exists; change it with `tessera queue "
+                                     "update`")
+                  : existing.status();
+  }
+  if (create && existing.status().code() != core::StatusCode::kNotFound) {
+    return existing.status();
+  }
+  TESSERA_RETURN_IF_ERROR(s->call("POST", path, body).status());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", path));
+  if (s->json()) {
+    printJson(r.value("data", json::object()));
+    return core::Status::ok();
+  }
+  std::cout << "Success! " << (create ? "Created" : "Updated") << " queue '" << f.name
+            << "' in tenant '" << tenant << "'. Submit to it: tessera run NAME --queue " << f.name
+            << "\n";
+  return core::Status::ok();
+}
+
+core::Status queueCreate(const QueueFlags& f) { return queuePut(f, true); }
+core::Status queueUpdate(const QueueFlags& f) { return queuePut(f, false); }
+
+core::Status queueShow(const QueueFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("queues"));
+  TESSERA_ASSIGN_OR_RETURN(json r,
+                           s->call("GET", Session::path(tenant, "queues/" + pathSegment(f.name))));
+  const json data = r.value("data", json::object());
+  if (s->json()) {
+    printJson(data);
+    return core::Status::ok();
+  }
+  printKeyValues({{"name", data.value("name", "")},
+                  {"quota_gpu", milliText(data.value("quota_milli_gpu", int64_t{0}))},
+                  {"limit_gpu", data.value("limit_milli_gpu", int64_t{0}) > 0
+                                    ? milliText(data.value("limit_milli_gpu", int64_t{0}))
+                                    : "none"},
+                  {"weight", std::to_string(data.value("weight", int64_t{1}))},
+                  {"priority", std::to_string(data.value("priority", int64_t{100}))}});
   return core::Status::ok();
 }
 
@@ -1385,6 +1466,8 @@ void addRun(CLI::App& app, int* rc) {
   flag(c->add_option("--duration", r->duration,
                      "Seconds each task runs on simulated nodes (0: until cancelled)"),
        [r](json& b) { b["duration"] = r->duration; });
+  flag(c->add_option("--queue", r->queue, "The tenant's queue (a team's; default: default)"),
+       [r](json& b) { b["queue"] = r->queue; });
   bind(c, f, &run, rc);
 }
 
@@ -1444,6 +1527,52 @@ void addAuditTail(CLI::App& audit, int* rc) {
   bind(c, f, &auditTail, rc);
 }
 
+void addQueueCommands(CLI::App& app, int* rc) {
+  CLI::App* queue = app.add_subcommand(
+      "queue", "A tenant's queues: one per team, each with its quota, limit and weight");
+  queue->require_subcommand(1);
+  auto settings = [](CLI::App* c, QueueFlags& f) {
+    c->add_option("NAME", f.name, "Queue name (lowercase letters, digits, '-')")->required();
+    f.quota = c->add_option("--quota-gpu", f.quota_gpu, "GPUs guaranteed to this queue");
+    f.limit = c->add_option("--limit-gpu", f.limit_gpu, "Most GPUs it may hold (0: no cap)");
+    f.weight_opt = c->add_option("--weight", f.weight, "Share of the tenant's surplus (default 1)");
+    f.priority_opt = c->add_option("--priority", f.priority,
+                                   "Served first among the tenant's queues (default 100)");
+  };
+  {
+    auto f = std::make_shared<QueueFlags>();
+    CLI::App* c = queue->add_subcommand("create", "Create a queue in the tenant");
+    addCommonFlags(c, f->common);
+    settings(c, *f);
+    c->footer(
+        "The tenant's share of the cluster is divided among its queues: quotas first, then the "
+        "rest by weight (docs/fairness.md). Workloads go to a queue with `tessera run NAME "
+        "--queue Q`; without it, to `default`, which follows the tenant's own quota and limit.");
+    bind(c, f, &queueCreate, rc);
+  }
+  {
+    auto f = std::make_shared<QueueFlags>();
+    CLI::App* c = queue->add_subcommand("update", "Change a queue's settings; the rest stays");
+    addCommonFlags(c, f->common);
+    settings(c, *f);
+    bind(c, f, &queueUpdate, rc);
+  }
+  {
+    auto f = std::make_shared<QueueFlags>();
+    CLI::App* c = queue->add_subcommand("show", "Show a queue's quota, limit, weight, priority");
+    addCommonFlags(c, f->common);
+    c->add_option("NAME", f->name, "Queue name")->required();
+    bind(c, f, &queueShow, rc);
+  }
+  {
+    auto f = std::make_shared<WorkloadFlags>();
+    CLI::App* c = queue->add_subcommand(
+        "list", "The tenant's queues: GPUs allocated, fair share, quota, pending (as top)");
+    addCommonFlags(c, f->common);
+    bind(c, f, &top, rc);
+  }
+}
+
 void addClientCommands(CLI::App& app, int* rc) {
   addLogin(app, rc);
   addTenantCommands(app, rc);
@@ -1451,6 +1580,7 @@ void addClientCommands(CLI::App& app, int* rc) {
   addPolicyCommands(app, rc);
   addRun(app, rc);
   addWorkloadCommands(app, rc);
+  addQueueCommands(app, rc);
 }
 
 }  // namespace tessera::cli

@@ -170,6 +170,7 @@ core::Status ControlPlane::load() {
   // scheduler (their simulated tasks restart).
   TESSERA_ASSIGN_OR_RETURN(store::RangeResult all, store_.range("/", store::prefixEnd("/")));
   std::vector<std::pair<std::string, json>> workloads;
+  std::vector<std::pair<std::string, json>> teams;  // ("tenant/queue", config)
   for (const store::KeyValue& kv : all.kvs) {
     const std::vector<std::string> parts = split(kv.key.substr(1));
     json value;
@@ -189,6 +190,8 @@ core::Status ControlPlane::load() {
     } else if (parts[0] == "tenants" && parts.size() == 4 && parts[2] == "policies") {
       TESSERA_ASSIGN_OR_RETURN(Policy p, Policy::fromJson(parts[3], value));
       policies_[parts[1]][parts[3]] = std::move(p);
+    } else if (parts[0] == "tenants" && parts.size() == 4 && parts[2] == "queues") {
+      teams.emplace_back(parts[1] + "/" + parts[3], value);
     } else if (parts[0] == "tenants" && parts.size() == 4 && parts[2] == "workloads") {
       workloads_[parts[1]][parts[3]] = value;
       if (value["status"].value("phase", "") == "pending") {
@@ -202,6 +205,13 @@ core::Status ControlPlane::load() {
         driver_.addTenantQueue(name, config.value("quota_milli_gpu", int64_t{0}),
                                config.value("limit_milli_gpu", int64_t{0}),
                                config.value("weight", int64_t{1}), config.value("priority", 100)));
+  }
+  for (const auto& [key, config] : teams) {
+    const size_t slash = key.find('/');
+    TESSERA_RETURN_IF_ERROR(driver_.putTeamQueue(
+        key.substr(0, slash), key.substr(slash + 1), config.value("quota_milli_gpu", int64_t{0}),
+        config.value("limit_milli_gpu", int64_t{0}), config.value("weight", int64_t{1}),
+        config.value("priority", 100)));
   }
   for (const auto& [tenant, record] : workloads) {
     const std::string phase = record.at("status").at("phase").get<std::string>();
@@ -219,6 +229,7 @@ core::Status ControlPlane::load() {
     cmd.spec.min_available = spec.value("minAvailable", cmd.spec.tasks);
     cmd.spec.priority = spec.value("priority", 0);
     cmd.spec.preemptible = spec.value("preemptible", true);
+    cmd.queue = spec.value("queue", "default");
     cmd.duration = std::chrono::seconds(spec.value("duration", int64_t{0}));
     (void)driver_.submit(std::move(cmd));  // Refused ones keep their stored status.
   }
@@ -335,7 +346,7 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
     const std::vector<std::string> parts = split(r.scope.path);
     for (size_t i = 0; i < parts.size(); ++i) {
       const bool name = i > 0 && (parts[i - 1] == "workloads" || parts[i - 1] == "policies" ||
-                                  parts[i - 1] == "tenants");
+                                  parts[i - 1] == "tenants" || parts[i - 1] == "queues");
       r.route += (i > 0 ? "/" : "") + (name ? std::string("*") : parts[i]);
     }
     r.route = (r.scope.tenant ? "tenant/" : "") + r.route;
@@ -942,13 +953,25 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   // Admission: the body against the catalogue, the pool and the tenant's caps.
   const std::string source = "workload '" + name + "'";
   core::JsonNode n(r.body, "", source);
-  core::Status st = n.checkKeys({"tasks", "minAvailable", "priority", "preemptible", "maxRuntime",
-                                 "duration", "command", "env", "cpuMilli", "memoryMiB", "gpu"});
+  core::Status st =
+      n.checkKeys({"tasks", "minAvailable", "priority", "preemptible", "maxRuntime", "duration",
+                   "command", "env", "cpuMilli", "memoryMiB", "gpu", "queue"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
   if (st.isOk()) {
     st = model::parseTaskRequest(n, catalogue_, {}, cmd.spec.request);
+  }
+  if (st.isOk() && n.has("queue")) {
+    auto q = n.child("queue").str();
+    st = q.status();
+    if (q.isOk()) {
+      cmd.queue = *q;
+      if (!driver_.hasQueue(tenant, cmd.queue)) {
+        st = core::invalidArgument(source + ": queue: tenant '" + tenant + "' has no queue '" +
+                                   cmd.queue + "'");
+      }
+    }
   }
   auto field = [&](const char* f, int64_t lo, int64_t hi, int64_t def) -> core::Result<int64_t> {
     return n.has(f) ? n.child(f).integer(lo, hi) : core::Result<int64_t>(def);
@@ -1074,6 +1097,13 @@ HttpResponse ControlPlane::nodesApi(Request& r) {
 }
 
 HttpResponse ControlPlane::queuesApi(Request& r) {
+  const std::vector<std::string> parts = split(r.scope.path);
+  if (parts.size() == 2 && r.scope.tenant) {
+    return teamQueueApi(r, parts[1]);
+  }
+  if (parts.size() != 1) {
+    return error(404, "unsupported path");
+  }
   if (!authorized(r, Capability::kRead) && !authorized(r, Capability::kList)) {
     return error(403, "permission denied");
   }
@@ -1086,6 +1116,99 @@ HttpResponse ControlPlane::queuesApi(Request& r) {
                       {"pending_milli_gpu", q.pending_milli_gpu}});
   }
   return reply(200, {{"request_id", r.request_id}, {"data", {{"queues", queues}}}});
+}
+
+HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
+  const std::string tenant = *r.scope.tenant;
+  if (!validName(name)) {
+    return error(400, "queue names are lowercase letters, digits and '-' (at most 63)");
+  }
+  const std::string key = "/tenants/" + tenant + "/queues/" + name;
+  if (r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    auto got = store_.get(key);
+    if (!got.isOk()) {
+      return fromStatus(got.status());
+    }
+    if (!got->has_value()) {
+      return error(404, "no queue '" + name + "' in tenant '" + tenant + "'");
+    }
+    return reply(
+        200, {{"request_id", r.request_id}, {"data", json::parse((*got)->value, nullptr, false)}});
+  }
+  if (r.method != "POST") {
+    return error(405, "use GET, or POST to create or change a queue");
+  }
+  if (name == "default") {
+    return error(400,
+                 "the default queue follows the tenant's own quota and limit; change the "
+                 "tenant instead");
+  }
+  // Create or update, like tenants: what the body leaves out keeps its value.
+  std::lock_guard admin_lock(tenant_admin_mu_);
+  auto got = store_.get(key);
+  if (!got.isOk()) {
+    return fromStatus(got.status());
+  }
+  const bool exists = got->has_value();
+  if (!authorized(r, exists ? Capability::kUpdate : Capability::kCreate)) {
+    return error(403, "permission denied");
+  }
+  {
+    std::shared_lock lock(mu_);
+    if (!tenants_.contains(tenant)) {
+      return error(404, "not found");
+    }
+  }
+  const json base = exists ? json::parse((*got)->value, nullptr, false) : json::object();
+  core::JsonNode n(r.body, "", "queue '" + name + "'");
+  core::Status st = n.checkKeys({"quota", "limit", "weight", "priority"});
+  if (!st.isOk()) {
+    return fromStatus(st);
+  }
+  auto gpus = [&](const char* field, const char* stored) -> core::Result<int64_t> {
+    if (!n.has(field)) {
+      return base.value(stored, int64_t{0});
+    }
+    core::JsonNode f = n.child(field);
+    TESSERA_RETURN_IF_ERROR(f.checkKeys({"gpu"}));
+    return f.has("gpu") ? f.child("gpu").scaled(1000) : core::Result<int64_t>(int64_t{0});
+  };
+  auto integer = [&](const char* field, int64_t lo, int64_t hi,
+                     int64_t def) -> core::Result<int64_t> {
+    return n.has(field) ? n.child(field).integer(lo, hi)
+                        : core::Result<int64_t>(base.value(field, def));
+  };
+  auto quota = gpus("quota", "quota_milli_gpu");
+  auto limit = gpus("limit", "limit_milli_gpu");
+  auto weight = integer("weight", 0, 1000000, 1);
+  auto priority = integer("priority", 0, 1000000, 100);
+  for (const core::Status& s :
+       {quota.status(), limit.status(), weight.status(), priority.status()}) {
+    if (!s.isOk()) {
+      return fromStatus(s);
+    }
+  }
+  if (*limit > 0 && *limit < *quota) {
+    return error(400, "queue '" + name + "': limit.gpu is below quota.gpu");
+  }
+  const json config = {{"name", name},
+                       {"quota_milli_gpu", *quota},
+                       {"limit_milli_gpu", *limit},
+                       {"weight", *weight},
+                       {"priority", *priority}};
+  auto put = store_.put(key, config.dump());
+  if (!put.isOk()) {
+    return fromStatus(put.status());
+  }
+  core::Status applied =
+      driver_.putTeamQueue(tenant, name, *quota, *limit, *weight, static_cast<int32_t>(*priority));
+  if (!applied.isOk()) {
+    return fromStatus(applied);
+  }
+  return noContent();
 }
 
 HttpResponse ControlPlane::metrics() {

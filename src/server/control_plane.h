@@ -103,6 +103,8 @@ class ControlPlane {
   HttpResponse workloadsApi(Request& r);
   HttpResponse nodesApi(Request& r);
   HttpResponse queuesApi(Request& r);
+  // A team's queue inside the tenant: GET, or POST to create or change it.
+  HttpResponse teamQueueApi(Request& r, const std::string& name);
   HttpResponse auditApi(Request& r);
   HttpResponse metrics();
 

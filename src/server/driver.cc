@@ -50,7 +50,7 @@ core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t 
   std::lock_guard pass_lock(pass_mu_);
   {
     std::lock_guard lock(mu_);
-    if (tenant_leaf_.contains(tenant)) {
+    if (leaves_.contains(tenant + "/default")) {
       return core::Status::ok();
     }
   }
@@ -63,8 +63,33 @@ core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t 
   TESSERA_ASSIGN_OR_RETURN(sched::QueueId leaf, scheduler_->addQueue({tenant + "/default", tenant,
                                                                       quota, limit, 1, 100}));
   std::lock_guard lock(mu_);
-  tenant_leaf_[tenant] = leaf;
+  leaves_[tenant + "/default"] = leaf;
   return core::Status::ok();
+}
+
+core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std::string& queue,
+                                           int64_t quota_milli_gpu, int64_t limit_milli_gpu,
+                                           int64_t weight, int32_t priority) {
+  std::lock_guard pass_lock(pass_mu_);
+  const sched::QueueTree& tree = scheduler_->queues();
+  if (!tree.find(tenant)) {
+    return core::notFound("tenant '" + tenant + "' has no queue");
+  }
+  const std::string name = tenant + "/" + queue;
+  const auto [quota, limit] = gpuAmounts(tree.space(), quota_milli_gpu, limit_milli_gpu);
+  if (const std::optional<sched::QueueId> q = tree.find(name)) {
+    return scheduler_->updateQueue(*q, quota, limit, weight, priority);
+  }
+  TESSERA_ASSIGN_OR_RETURN(sched::QueueId leaf,
+                           scheduler_->addQueue({name, tenant, quota, limit, weight, priority}));
+  std::lock_guard lock(mu_);
+  leaves_[name] = leaf;
+  return core::Status::ok();
+}
+
+bool SchedulerDriver::hasQueue(const std::string& tenant, const std::string& queue) const {
+  std::lock_guard lock(mu_);
+  return leaves_.contains(tenant + "/" + queue);
 }
 
 core::Status SchedulerDriver::updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
@@ -107,8 +132,8 @@ core::Status SchedulerDriver::submit(SubmitCommand cmd) {
     return core::invalidArgument("no node in the pool can hold one task of this workload");
   }
   std::lock_guard lock(mu_);
-  if (!tenant_leaf_.contains(cmd.tenant)) {
-    return core::notFound("tenant '" + cmd.tenant + "' has no queue");
+  if (!leaves_.contains(cmd.tenant + "/" + cmd.queue)) {
+    return core::notFound("tenant '" + cmd.tenant + "' has no queue '" + cmd.queue + "'");
   }
   published_[cmd.tenant + "/" + cmd.name] = WorkloadStatus{
       "pending", "not scheduled yet", std::vector<TaskStatus>(static_cast<size_t>(cmd.spec.tasks))};
@@ -228,7 +253,7 @@ void SchedulerDriver::runOnce() {
     submits.swap(submits_);
     cancels.swap(cancels_);
     for (SubmitCommand& c : submits) {
-      c.spec.queue = tenant_leaf_.at(c.tenant);  // submit() checked that it exists.
+      c.spec.queue = leaves_.at(c.tenant + "/" + c.queue);  // submit() checked that it exists.
     }
   }
   std::map<std::string, WorkloadStatus> changed;

@@ -59,8 +59,9 @@ struct QueueStatus {
 struct SubmitCommand {
   std::string tenant;
   std::string name;
-  sched::WorkloadSpec spec;    // spec.queue is ignored: the tenant's default queue is used.
-  core::Duration duration{0};  // Simulated run time; 0 = until cancelled.
+  std::string queue = "default";  // The tenant's queue ("default", or a team's).
+  sched::WorkloadSpec spec;       // spec.queue is ignored: `queue` names it.
+  core::Duration duration{0};     // Simulated run time; 0 = until cancelled.
 };
 
 struct DriverOptions {
@@ -81,9 +82,15 @@ class SchedulerDriver {
                                                                Listener listener);
   ~SchedulerDriver();
 
-  // A tenant's queue subtree: "<tenant>" under the root, with one leaf "<tenant>/default".
+  // A tenant's queue subtree: "<tenant>" under the root, with one leaf "<tenant>/default" (teams
+  // add theirs with putTeamQueue).
   core::Status addTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                               int64_t limit_milli_gpu, int64_t weight, int32_t priority);
+  // Adds queue "<tenant>/<queue>" under the tenant's (a team's), or changes it if it exists.
+  core::Status putTeamQueue(const std::string& tenant, const std::string& queue,
+                            int64_t quota_milli_gpu, int64_t limit_milli_gpu, int64_t weight,
+                            int32_t priority);
+  bool hasQueue(const std::string& tenant, const std::string& queue) const;
   // Changes a tenant's queue (and its default leaf) to these numbers.
   core::Status updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                                  int64_t limit_milli_gpu, int64_t weight, int32_t priority);
@@ -127,7 +134,7 @@ class SchedulerDriver {
   std::vector<std::pair<std::string, std::string>> cancels_;
   std::map<std::string, WorkloadStatus> published_;
   std::vector<QueueStatus> queue_status_;
-  std::map<std::string, sched::QueueId> tenant_leaf_;
+  std::map<std::string, sched::QueueId> leaves_;  // "tenant/queue" -> leaf.
   double last_pass_ms_ = 0;
   int64_t passes_ = 0;
   bool stopping_ = false;

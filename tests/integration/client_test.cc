@@ -373,6 +373,44 @@ TEST_F(ClientTest, AuditTailShowsTheTenantsOwnRecordsAndFollows) {
   EXPECT_EQ(as(team, {"audit", "tail", "-n", "0"}).rc, 2);
 }
 
+TEST_F(ClientTest, TeamQueuesInsideATenant) {
+  const std::string team = tenantWithToken("team-q");
+  Outcome created = as(team, {"queue", "create", "research", "--quota-gpu", "1", "--weight", "3"});
+  ASSERT_EQ(created.rc, 0) << created;
+  Outcome again = as(team, {"queue", "create", "research"});
+  EXPECT_EQ(again.rc, 1) << again;
+  EXPECT_NE(again.err.find("queue update"), std::string::npos) << again;
+  Outcome updated = as(team, {"queue", "update", "research", "--limit-gpu", "2", "-format=json"});
+  ASSERT_EQ(updated.rc, 0) << updated;
+  EXPECT_EQ(parsed(updated)["limit_milli_gpu"], 2000);
+  EXPECT_EQ(parsed(updated)["quota_milli_gpu"], 1000);  // Kept.
+  EXPECT_EQ(parsed(updated)["weight"], 3);              // Kept.
+  EXPECT_EQ(as(team, {"queue", "update", "missing", "--weight", "2"}).rc, 1);
+  Outcome bad = as(team, {"queue", "update", "research", "--quota-gpu", "3"});
+  EXPECT_EQ(bad.rc, 1) << bad;  // Above its limit of 2.
+  Outcome default_q = as(team, {"queue", "create", "default", "--weight", "2"});
+  EXPECT_EQ(default_q.rc, 1) << default_q;
+  EXPECT_NE(default_q.err.find("follows the tenant"), std::string::npos) << default_q;
+  // A workload in the team's queue runs there and counts against it.
+  Outcome run = as(team, {"run", "study", "--queue", "research", "--gpus", "1", "--cpu-milli",
+                          "1000", "--duration", "600"});
+  ASSERT_EQ(run.rc, 0) << run;
+  waitInPs(team, "study", "running");
+  Outcome queues = as(team, {"queue", "list", "-format=json"});
+  ASSERT_EQ(queues.rc, 0) << queues;
+  bool counted = false;
+  for (const json& q : parsed(queues)) {
+    if (q["name"] == "team-q/research") {
+      counted = q["allocated_milli_gpu"] == 1000 && q["quota_milli_gpu"] == 1000;
+    }
+  }
+  EXPECT_TRUE(counted) << queues;
+  Outcome nowhere = as(team, {"run", "lost", "--queue", "nope", "--cpu-milli", "100"});
+  EXPECT_EQ(nowhere.rc, 1) << nowhere;
+  EXPECT_NE(nowhere.err.find("no queue 'nope'"), std::string::npos) << nowhere;
+  EXPECT_EQ(as(team, {"cancel", "study"}).rc, 0);
+}
+
 TEST_F(ClientTest, RunFromAnHclFileWithFlagsOverridingIt) {
   const std::string t = tenantWithToken("team-f");
   std::ofstream(home_ / "job.hcl") << "tasks = 1\n"

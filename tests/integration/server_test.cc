@@ -415,6 +415,15 @@ TEST_F(ServerTest, ChrootListenerCannotReachOutside) {
 TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
   auto server = startDev();
   const Client c = client();
+  // A team queue and a workload in it, to find again after the restart.
+  ASSERT_EQ(c.call("POST", "/v1/tenants/demo/queues/team-x", demo(),
+                   {{"quota", {{"gpu", 1}}}, {"weight", 2}})
+                .status,
+            204U);
+  ASSERT_EQ(c.call("POST", "/v1/tenants/demo/workloads/in-team", demo(),
+                   {{"queue", "team-x"}, {"gpu", {{"count", 1}}}, {"cpuMilli", 100}})
+                .status,
+            202U);
   std::mutex mu;
   std::vector<std::string> acknowledged;
   std::atomic<bool> stop{false};
@@ -450,6 +459,17 @@ TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
     found += again.call("GET", "/v1/tenants/demo/workloads/" + name, demo()).status == 200 ? 1 : 0;
   }
   EXPECT_EQ(found, acknowledged.size());
+  // The team queue came back, and its workload runs in it again.
+  Response q = again.call("GET", "/v1/tenants/demo/queues/team-x", demo());
+  EXPECT_EQ(q.status, 200U) << q.raw;
+  EXPECT_EQ(q.body["data"]["weight"], 2);
+  EXPECT_EQ(waitForPhase(again, "demo", "in-team", demo(), "running"), "running");
+  Response queues = again.call("GET", "/v1/tenants/demo/queues", demo());
+  bool in_team = false;
+  for (const json& x : queues.body["data"]["queues"]) {
+    in_team |= x["name"] == "demo/team-x" && x["allocated_milli_gpu"] == 1000;
+  }
+  EXPECT_TRUE(in_team) << queues.raw;
 }
 
 TEST_F(ServerTest, AuditChainVerifiesAndPointsAtAnEditedRecord) {
