@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <limits>
 #include <optional>
 
@@ -162,7 +163,20 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
       new ControlPlane(store, auditor, driver, catalogue, clock, std::move(options)));
   TESSERA_ASSIGN_OR_RETURN(cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens));
   TESSERA_RETURN_IF_ERROR(cp->load());
+  // From here on the scheduler is fed by the store: every workload written after what load()
+  // read reaches it through this watch, in revision order.
+  ControlPlane* self = cp.get();
+  TESSERA_ASSIGN_OR_RETURN(
+      cp->watch_, store.watch("/tenants/", store::prefixEnd("/tenants/"), cp->loaded_revision_ + 1,
+                              [self](const store::WatchResponse& w) { self->onStoreEvents(w); }));
+  cp->watching_ = true;
   return cp;
+}
+
+ControlPlane::~ControlPlane() {
+  if (watching_) {
+    store_.cancelWatch(watch_);
+  }
 }
 
 core::Status ControlPlane::load() {
@@ -218,22 +232,79 @@ core::Status ControlPlane::load() {
     if (phase == "succeeded" || phase == "cancelled" || phase == "failed") {
       continue;
     }
-    const json& spec = record.at("spec");
-    const std::string source = "stored workload";
-    core::JsonNode node(spec, "", source);
-    SubmitCommand cmd;
-    cmd.tenant = tenant;
-    cmd.name = record.at("name").get<std::string>();
-    TESSERA_RETURN_IF_ERROR(model::parseTaskRequest(node, catalogue_, {}, cmd.spec.request));
-    cmd.spec.tasks = spec.value("tasks", 1);
-    cmd.spec.min_available = spec.value("minAvailable", cmd.spec.tasks);
-    cmd.spec.priority = spec.value("priority", 0);
-    cmd.spec.preemptible = spec.value("preemptible", true);
-    cmd.queue = spec.value("queue", "default");
-    cmd.duration = std::chrono::seconds(spec.value("duration", int64_t{0}));
+    TESSERA_ASSIGN_OR_RETURN(SubmitCommand cmd, commandFromRecord(tenant, record));
+    if (record.value("cancel_requested", false)) {
+      (void)driver_.submit(cmd);  // It was running; the next pass stops it.
+      driver_.cancel(tenant, cmd.name);
+      continue;
+    }
     (void)driver_.submit(std::move(cmd));  // Refused ones keep their stored status.
   }
+  loaded_revision_ = all.revision;
   return core::Status::ok();
+}
+
+core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& tenant,
+                                                            const json& record) const {
+  const json& spec = record.at("spec");
+  core::JsonNode node(spec, "", "stored workload");
+  SubmitCommand cmd;
+  cmd.tenant = tenant;
+  cmd.name = record.at("name").get<std::string>();
+  TESSERA_RETURN_IF_ERROR(model::parseTaskRequest(node, catalogue_, {}, cmd.spec.request));
+  cmd.spec.tasks = spec.value("tasks", 1);
+  cmd.spec.min_available = spec.value("minAvailable", cmd.spec.tasks);
+  cmd.spec.priority = spec.value("priority", 0);
+  cmd.spec.preemptible = spec.value("preemptible", true);
+  cmd.queue = spec.value("queue", "default");
+  cmd.duration = std::chrono::seconds(spec.value("duration", int64_t{0}));
+  return cmd;
+}
+
+void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
+  if (!w.error.isOk()) {
+    std::fprintf(stderr, "error: the scheduler's store watch ended: %s\n",
+                 w.error.message().c_str());
+    return;
+  }
+  for (const store::Event& e : w.events) {
+    const std::vector<std::string> parts = split(e.kv.key.substr(1));
+    if (e.type != store::EventType::kPut || parts.size() != 4 || parts[0] != "tenants" ||
+        parts[2] != "workloads") {
+      continue;  // Tenants and queues reach the scheduler when they are written.
+    }
+    // Most writes are the scheduler's own status changes: only a new record or one that
+    // carries a cancel request is worth parsing.
+    if (e.prev_kv && e.kv.value.find("\"cancel_requested\"") == std::string::npos) {
+      continue;
+    }
+    const json record = json::parse(e.kv.value, nullptr, false);
+    if (!record.is_object()) {
+      continue;
+    }
+    const std::string& tenant = parts[1];
+    if (!e.prev_kv) {
+      // A new workload: into the cache (if the handler has not put it there yet, so that the
+      // scheduler's first status change finds it), then to the scheduler.
+      {
+        std::lock_guard lock(mu_);
+        if (workloads_[tenant].try_emplace(parts[3], record).second) {
+          ++pending_[tenant];
+        }
+      }
+      auto cmd = commandFromRecord(tenant, record);
+      core::Status st = cmd.isOk() ? driver_.submit(std::move(cmd).value()) : cmd.status();
+      if (!st.isOk()) {
+        onDriverChanges({{tenant + "/" + parts[3], WorkloadStatus{"failed", st.message(), {}}}});
+      }
+      continue;
+    }
+    const json before = json::parse(e.prev_kv->value, nullptr, false);
+    if (record.value("cancel_requested", false) &&
+        !(before.is_object() && before.value("cancel_requested", false))) {
+      driver_.cancel(tenant, parts[3]);
+    }
+  }
 }
 
 ControlPlane::Bucket& ControlPlane::bucketLocked(const std::string& key) {
@@ -938,7 +1009,31 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     if (!exists) {
       return error(404, "no workload '" + name + "'");
     }
-    driver_.cancel(tenant, name);
+    // The request is stored (durable, so it survives a restart); the scheduler stops the
+    // workload when the store's watch brings it (onStoreEvents).
+    std::lock_guard write_lock(status_write_mu_);
+    json updated;
+    {
+      std::lock_guard lock(mu_);
+      auto t = workloads_.find(tenant);
+      if (t == workloads_.end() || !t->second.contains(name)) {
+        return error(404, "no workload '" + name + "'");
+      }
+      json& rec = t->second[name];
+      const std::string phase = rec["status"].value("phase", "");
+      if (rec.value("cancel_requested", false) || phase == "succeeded" || phase == "failed" ||
+          phase == "cancelled") {
+        return noContent();  // Nothing left to stop.
+      }
+      rec["cancel_requested"] = true;
+      rec["events"].push_back(
+          {{"time", wallText(clock_.wallNow())}, {"event", "cancel requested"}});
+      updated = rec;
+    }
+    auto put = store_.put(workloadKey(tenant, name), updated.dump());
+    if (!put.isOk()) {
+      return fromStatus(put.status());
+    }
     return noContent();
   }
   if (r.method != "POST") {
@@ -1008,8 +1103,11 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
                  {"submitted", wallText(clock_.wallNow())},
                  {"status", {{"phase", "pending"}, {"tasks", json::array()}}},
                  {"events", {{{"time", wallText(clock_.wallNow())}, {"event", "submitted"}}}}};
-  // Stored first (durable), then handed to the scheduler; a crash in between is recovered at
-  // start, when unfinished stored workloads are submitted again.
+  // Refused now if it could never run; then stored (durable) and acknowledged. The scheduler
+  // gets it from the store's watch (onStoreEvents), and after a restart from load().
+  if (core::Status ok = driver_.check(cmd); !ok.isOk()) {
+    return error(400, source + ": " + ok.message());
+  }
   store::Txn txn;
   txn.compares.push_back(
       store::Compare::version(workloadKey(tenant, name), store::Compare::kEqual, 0));
@@ -1023,20 +1121,18 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   }
   {
     std::lock_guard lock(mu_);
-    workloads_[tenant][name] = stored;
-    ++pending_[tenant];
-  }
-  core::Status sub = driver_.submit(std::move(cmd));
-  if (!sub.isOk()) {
-    // Refused by the pool (no node can ever hold it): record why.
-    onDriverChanges({{tenant + "/" + name, WorkloadStatus{"failed", sub.message(), {}}}});
-    return error(400, sub.message());
+    if (workloads_[tenant].try_emplace(name, stored).second) {  // Unless the watch was first.
+      ++pending_[tenant];
+    }
   }
   return reply(202, {{"request_id", r.request_id},
                      {"data", {{"name", name}, {"tenant", tenant}, {"phase", "pending"}}}});
 }
 
 void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& changed) {
+  // A record is read from the cache and written back whole: one writer at a time, so a status
+  // change never overwrites a cancel request (or the reverse).
+  std::lock_guard write_lock(status_write_mu_);
   // One store transaction per batch of changes, not one write each: a pass that starts many
   // workloads must not fall behind on fsyncs.
   std::vector<std::pair<std::string, std::string>> writes;

@@ -77,6 +77,9 @@ class ControlPlane {
                                                    const nlohmann::json& config,
                                                    const TokenInfo& parent);
   TokenManager& tokens() { return *tokens_; }
+  ~ControlPlane();
+  ControlPlane(const ControlPlane&) = delete;
+  ControlPlane& operator=(const ControlPlane&) = delete;
   // Persists status changes reported by the driver (its listener).
   void onDriverChanges(const std::map<std::string, WorkloadStatus>& changed);
   // Revokes expired tokens; call on a timer.
@@ -96,6 +99,10 @@ class ControlPlane {
         options_(std::move(options)) {}
   core::Status load();
 
+  // The scheduler's feed: new workloads and cancel requests as the store's watch reports them.
+  void onStoreEvents(const store::WatchResponse& w);
+  core::Result<SubmitCommand> commandFromRecord(const std::string& tenant,
+                                                const nlohmann::json& record) const;
   HttpResponse route(Request& r);
   HttpResponse tenantsApi(Request& r);
   HttpResponse policiesApi(Request& r);
@@ -121,6 +128,10 @@ class ControlPlane {
   ControlPlaneOptions options_;
   std::unique_ptr<TokenManager> tokens_;
 
+  int64_t loaded_revision_ = 0;  // The store revision load() read.
+  store::WatchId watch_{};
+  bool watching_ = false;
+  std::mutex status_write_mu_;  // Held from reading a workload's record to writing it back.
   std::mutex tenant_admin_mu_;  // One tenant create or update at a time; taken before mu_.
   // Guards the caches below. Reads (most requests) share it; writes take it alone.
   mutable std::shared_mutex mu_;

@@ -109,6 +109,18 @@ core::Status SchedulerDriver::updateTenantQueue(const std::string& tenant, int64
 }
 
 core::Status SchedulerDriver::submit(SubmitCommand cmd) {
+  TESSERA_RETURN_IF_ERROR(check(cmd));
+  std::lock_guard lock(mu_);
+  published_.try_emplace(
+      cmd.tenant + "/" + cmd.name,
+      WorkloadStatus{"pending", "not scheduled yet",
+                     std::vector<TaskStatus>(static_cast<size_t>(cmd.spec.tasks))});
+  submits_.push_back(std::move(cmd));
+  wake_.notify_one();
+  return core::Status::ok();
+}
+
+core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
   core::Status valid = model::validateTaskRequest(cmd.spec.request);
   if (!valid.isOk()) {
     return valid;
@@ -133,12 +145,8 @@ core::Status SchedulerDriver::submit(SubmitCommand cmd) {
   }
   std::lock_guard lock(mu_);
   if (!leaves_.contains(cmd.tenant + "/" + cmd.queue)) {
-    return core::notFound("tenant '" + cmd.tenant + "' has no queue '" + cmd.queue + "'");
+    return core::invalidArgument("tenant '" + cmd.tenant + "' has no queue '" + cmd.queue + "'");
   }
-  published_[cmd.tenant + "/" + cmd.name] = WorkloadStatus{
-      "pending", "not scheduled yet", std::vector<TaskStatus>(static_cast<size_t>(cmd.spec.tasks))};
-  submits_.push_back(std::move(cmd));
-  wake_.notify_one();
   return core::Status::ok();
 }
 

@@ -94,7 +94,10 @@ class SchedulerDriver {
   // Changes a tenant's queue (and its default leaf) to these numbers.
   core::Status updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                                  int64_t limit_milli_gpu, int64_t weight, int32_t priority);
-  // Validated against the cluster and the tenant's queue before it is queued for the driver.
+  // Whether `cmd` could ever run: a valid request, a node that can hold one task, the queue.
+  core::Status check(const SubmitCommand& cmd) const;
+  // Queues `cmd` for the next pass, after check(). Submitting a workload the driver already
+  // has changes nothing (a replay or a retry).
   core::Status submit(SubmitCommand cmd);
   void cancel(const std::string& tenant, const std::string& name);
   // The last published status of a workload (nullopt if the driver has never seen it).

@@ -84,7 +84,7 @@ TEST_F(DriverTest, SchedulesTenantsWorkAndReportsChanges) {
 
 TEST_F(DriverTest, RefusesWorkNoNodeCanHoldAndUnknownTenants) {
   EXPECT_FALSE(driver_->submit(cmd("team-1", "huge", 1, 16)).isOk());
-  EXPECT_EQ(driver_->submit(cmd("nobody", "x", 1, 1)).code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(driver_->submit(cmd("nobody", "x", 1, 1)).code(), core::StatusCode::kInvalidArgument);
 }
 
 TEST_F(DriverTest, RunsPassesOnItsOwnThread) {

@@ -424,6 +424,12 @@ TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
                    {{"queue", "team-x"}, {"gpu", {{"count", 1}}}, {"cpuMilli", 100}})
                 .status,
             202U);
+  // A cancel is a stored request: acknowledged means it holds after a crash too.
+  ASSERT_EQ(
+      c.call("POST", "/v1/tenants/demo/workloads/to-cancel", demo(), {{"cpuMilli", 100}}).status,
+      202U);
+  ASSERT_EQ(waitForPhase(c, "demo", "to-cancel", demo(), "running"), "running");
+  ASSERT_EQ(c.call("DELETE", "/v1/tenants/demo/workloads/to-cancel", demo()).status, 204U);
   std::mutex mu;
   std::vector<std::string> acknowledged;
   std::atomic<bool> stop{false};
@@ -459,6 +465,7 @@ TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
     found += again.call("GET", "/v1/tenants/demo/workloads/" + name, demo()).status == 200 ? 1 : 0;
   }
   EXPECT_EQ(found, acknowledged.size());
+  EXPECT_EQ(waitForPhase(again, "demo", "to-cancel", demo(), "cancelled"), "cancelled");
   // The team queue came back, and its workload runs in it again.
   Response q = again.call("GET", "/v1/tenants/demo/queues/team-x", demo());
   EXPECT_EQ(q.status, 200U) << q.raw;
