@@ -86,6 +86,7 @@ struct ApiClient::Impl {
   std::optional<beast::tcp_stream> plain;
   std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
   beast::flat_buffer buffer;
+  std::string chroot_tenant;  // From the last answer's X-Tessera-Chroot.
 
   bool connected() const { return plain.has_value() || secure.has_value(); }
 
@@ -217,6 +218,8 @@ ApiClient::~ApiClient() { impl_->close(); }
 
 const std::string& ApiClient::address() const { return impl_->config.address; }
 
+const std::string& ApiClient::chrootTenant() const { return impl_->chroot_tenant; }
+
 core::Result<std::unique_ptr<ApiClient>> ApiClient::create(ClientConfig config) {
   auto impl = std::make_unique<Impl>();
   std::string rest;
@@ -330,6 +333,7 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
     return resp.status();
   }
   const unsigned status = resp->result_int();
+  im.chroot_tenant = std::string((*resp)["X-Tessera-Chroot"]);
   const std::string& raw = resp->body();
   json parsed = json::object();
   if (!raw.empty()) {

@@ -55,6 +55,9 @@ class ApiClient {
                                     const nlohmann::json& body = nullptr);
 
   const std::string& address() const;
+  // The tenant the server's listener is chrooted to, as its last answer said
+  // (X-Tessera-Chroot); empty for a listener that serves every scope.
+  const std::string& chrootTenant() const;
 
   struct Impl;
 

@@ -172,9 +172,17 @@ class Session {
 
   bool json() const { return json_; }
 
+  // On a listener chrooted to a tenant (its answers say so), that tenant's paths are /v1/<rest>:
+  // the tenant paths commands write are rooted there. A tenant path sent before the first
+  // answer told (a 404 there) is sent once more, rooted.
   core::Result<nlohmann::json> call(std::string_view method, const std::string& target,
                                     const nlohmann::json& body = nullptr) {
-    return client_->call(method, target, body);
+    const std::string sent = rooted(target);
+    auto r = client_->call(method, sent, body);
+    if (!r.isOk() && r.status().code() == core::StatusCode::kNotFound && rooted(target) != sent) {
+      return client_->call(method, rooted(target), body);
+    }
+    return r;
   }
 
   // "/v1/<rest>" in the admin scope (""), "/v1/tenants/<t>/<rest>" in tenant t's.
@@ -215,6 +223,15 @@ class Session {
 
  private:
   Session() = default;
+
+  std::string rooted(const std::string& target) const {
+    const std::string& chroot = client_->chrootTenant();
+    const std::string prefix = "/v1/tenants/" + pathSegment(chroot) + "/";
+    if (!chroot.empty() && target.rfind(prefix, 0) == 0) {
+      return "/v1/" + target.substr(prefix.size());
+    }
+    return target;  // Another tenant's path stays as it is: the listener answers 404.
+  }
 
   std::unique_ptr<ApiClient> client_;
   std::string explicit_tenant_;

@@ -225,6 +225,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     for (const auto& [k, v] : resp.headers) {
       msg->set(k, v);
     }
+    if (!config().chroot_tenant.empty()) {
+      // Tells a client that this listener's /v1/ is one tenant's (it writes paths accordingly).
+      msg->set("X-Tessera-Chroot", config().chroot_tenant);
+    }
     msg->body() = std::move(resp.body);
     msg->keep_alive(keep_alive);
     msg->prepare_payload();

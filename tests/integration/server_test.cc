@@ -410,6 +410,25 @@ TEST_F(ServerTest, ChrootListenerCannotReachOutside) {
   }
   // team-2's token on team-1's listener sees nothing either.
   EXPECT_EQ(chroot.call("GET", "/v1/workloads/w", tokens["team-2"]).status, 404U);
+  // The client finds out that the listener is chrooted and roots its paths there.
+  const std::string env = "TESSERA_ADDR=" + addrs[1] + " TESSERA_CACERT=" + d +
+                          "/ca.pem TESSERA_TENANT= HOME=" + d + " TESSERA_TOKEN=";
+  auto client = [&](const std::string& token, const std::string& args) {
+    return tessera::integration::runTessera(args, dir_ / "client.err", env + token);
+  };
+  tessera::integration::CmdResult ps = client(tokens["team-1"], "ps -format=json");
+  ASSERT_EQ(ps.rc, 0) << ps.out << ps.err;
+  const json listed = json::parse(ps.out, nullptr, false);
+  ASSERT_TRUE(listed.is_array() && listed.size() == 1) << ps.out;
+  EXPECT_EQ(listed[0]["name"], "w");
+  tessera::integration::CmdResult run =
+      client(tokens["team-1"], "run via-chroot --cpu-milli 100 -format=json");
+  EXPECT_EQ(run.rc, 0) << run.out << run.err;
+  EXPECT_EQ(main.call("GET", "/v1/tenants/team-1/workloads/via-chroot", tokens["team-1"]).status,
+            200U);
+  // Naming another tenant does not get out.
+  tessera::integration::CmdResult other = client(tokens["team-1"], "ps --tenant team-2");
+  EXPECT_EQ(other.rc, 1) << other.out << other.err;
 }
 
 TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {

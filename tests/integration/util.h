@@ -39,9 +39,11 @@ struct CmdResult {
 };
 
 // Runs `tessera ARGS` through the shell (ARGS may add redirections such as "<file"), with its
-// standard error in `err_path`.
-inline CmdResult runTessera(const std::string& args, const std::filesystem::path& err_path) {
-  const std::string cmd = binary() + " " + args + " 2>" + err_path.string();
+// standard error in `err_path`; `env` ("NAME=value ...") is set for it alone.
+inline CmdResult runTessera(const std::string& args, const std::filesystem::path& err_path,
+                            const std::string& env = "") {
+  const std::string cmd =
+      (env.empty() ? "" : "env " + env + " ") + binary() + " " + args + " 2>" + err_path.string();
   CmdResult r;
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
