@@ -721,28 +721,33 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
     if (!authorized(r, Capability::kDelete)) {
       return error(403, "permission denied");
     }
-    std::lock_guard lock(mu_);
-    if (!exists) {
-      return error(404, "no tenant '" + name + "'");
-    }
-    for (const auto& [w, record] : workloads_[name]) {
-      const std::string phase = record["status"].value("phase", "");
-      if (phase == "pending" || phase == "running") {
-        return error(409, "tenant '" + name + "' still has workload '" + w + "'; cancel it first");
+    {
+      std::lock_guard lock(mu_);
+      if (!exists) {
+        return error(404, "no tenant '" + name + "'");
       }
+      for (const auto& [w, record] : workloads_[name]) {
+        const std::string phase = record["status"].value("phase", "");
+        if (phase == "pending" || phase == "running") {
+          return error(409,
+                       "tenant '" + name + "' still has workload '" + w + "'; cancel it first");
+        }
+      }
+      auto del =
+          store_.deleteRange("/tenants/" + name + "/", store::prefixEnd("/tenants/" + name + "/"));
+      if (del.isOk()) {
+        del = store_.deleteRange(tenantKey(name));
+      }
+      if (!del.isOk()) {
+        return fromStatus(del.status());
+      }
+      tenants_.erase(name);
+      policies_.erase(name);
+      workloads_.erase(name);
+      pending_.erase(name);
     }
-    auto del =
-        store_.deleteRange("/tenants/" + name + "/", store::prefixEnd("/tenants/" + name + "/"));
-    if (del.isOk()) {
-      del = store_.deleteRange(tenantKey(name));
-    }
-    if (!del.isOk()) {
-      return fromStatus(del.status());
-    }
-    tenants_.erase(name);
-    policies_.erase(name);
-    workloads_.erase(name);
-    pending_.erase(name);
+    // After mu_ is released: a pass holds the driver's lock while it takes mu_.
+    driver_.forgetTenant(name);
     return noContent();
   }
   return error(405, "method not allowed");

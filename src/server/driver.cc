@@ -156,6 +156,15 @@ void SchedulerDriver::cancel(const std::string& tenant, const std::string& name)
   wake_.notify_one();
 }
 
+void SchedulerDriver::forgetTenant(const std::string& tenant) {
+  const std::string prefix = tenant + "/";
+  auto starts = [&](const std::string& key) { return key.rfind(prefix, 0) == 0; };
+  std::lock_guard pass_lock(pass_mu_);
+  std::erase_if(ids_, [&](const auto& kv) { return starts(kv.first); });
+  std::lock_guard lock(mu_);
+  std::erase_if(published_, [&](const auto& kv) { return starts(kv.first); });
+}
+
 std::optional<WorkloadStatus> SchedulerDriver::status(const std::string& tenant,
                                                       const std::string& name) const {
   std::lock_guard lock(mu_);

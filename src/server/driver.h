@@ -100,6 +100,9 @@ class SchedulerDriver {
   // has changes nothing (a replay or a retry).
   core::Status submit(SubmitCommand cmd);
   void cancel(const std::string& tenant, const std::string& name);
+  // Forgets the workloads of a deleted tenant (all finished), so that a tenant created again
+  // under the same name can reuse their names.
+  void forgetTenant(const std::string& tenant);
   // The last published status of a workload (nullopt if the driver has never seen it).
   std::optional<WorkloadStatus> status(const std::string& tenant, const std::string& name) const;
   std::vector<QueueStatus> queues(const std::string& tenant) const;

@@ -87,6 +87,23 @@ TEST_F(DriverTest, RefusesWorkNoNodeCanHoldAndUnknownTenants) {
   EXPECT_EQ(driver_->submit(cmd("nobody", "x", 1, 1)).code(), core::StatusCode::kInvalidArgument);
 }
 
+TEST_F(DriverTest, AForgottenTenantsNamesCanBeUsedAgain) {
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 1, std::chrono::seconds(10))).isOk());
+  driver_->runOnce();
+  clock_.advance(std::chrono::seconds(11));
+  driver_->runOnce();
+  ASSERT_EQ(driver_->status("team-1", "train")->phase, "succeeded");
+  // Without forgetting, the same name is taken for a replay and ignored.
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 1)).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, "succeeded");
+  driver_->forgetTenant("team-1");
+  EXPECT_FALSE(driver_->status("team-1", "train").has_value());
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 1)).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, "running");
+}
+
 TEST_F(DriverTest, RunsPassesOnItsOwnThread) {
   core::RealClock real;
   std::vector<model::Node> nodes = {*model::makeProfileNode("dgx-h100", "n0", cat_, 0)};

@@ -338,6 +338,11 @@ TEST_F(ClientTest, TenantTokenRunPsShowCancel) {
   Outcome del = as(root(), {"tenant", "delete", "team-a"});
   EXPECT_EQ(del.rc, 0) << del;
   EXPECT_EQ(as(root(), {"tenant", "show", "team-a"}).rc, 1);
+  // Created again, the tenant can reuse its old workload names: they run afresh.
+  const std::string reborn = tenantWithToken("team-a");
+  ASSERT_EQ(as(reborn, {"run", "train", "--gpus", "1", "--cpu-milli", "1000"}).rc, 0);
+  waitInPs(reborn, "train", "running");
+  EXPECT_EQ(as(reborn, {"cancel", "train"}).rc, 0);
 }
 
 TEST_F(ClientTest, AuditTailShowsTheTenantsOwnRecordsAndFollows) {
