@@ -22,6 +22,17 @@ class AuditorTest : public ::testing::Test {
   std::unique_ptr<MemorySink> memory(const std::string& name, const std::string& salt = "s") {
     return std::make_unique<MemorySink>(name, SinkOptions{.salt = salt}, clock_);
   }
+  // An auditor over two memory sinks, whose pointers it leaves in a_ptr and b_ptr.
+  std::unique_ptr<Auditor> twoSinks(MemorySink** a_ptr, MemorySink** b_ptr) {
+    auto a = memory("a");
+    auto b = memory("b");
+    *a_ptr = a.get();
+    *b_ptr = b.get();
+    std::vector<std::unique_ptr<AuditSink>> sinks;
+    sinks.push_back(std::move(a));
+    sinks.push_back(std::move(b));
+    return std::move(Auditor::create(std::move(sinks))).value();
+  }
   core::FakeClock clock_;
 };
 
@@ -54,14 +65,9 @@ TEST_F(AuditorTest, WritesEveryEventToEverySinkEachWithItsOwnChainAndSalt) {
 }
 
 TEST_F(AuditorTest, SucceedsWhileOneSinkWritesAndFailsClosedWhenNoneDoes) {
-  auto a = memory("a");
-  auto b = memory("b");
-  MemorySink* a_ptr = a.get();
-  MemorySink* b_ptr = b.get();
-  std::vector<std::unique_ptr<AuditSink>> sinks;
-  sinks.push_back(std::move(a));
-  sinks.push_back(std::move(b));
-  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  MemorySink* a_ptr = nullptr;
+  MemorySink* b_ptr = nullptr;
+  auto auditor = twoSinks(&a_ptr, &b_ptr);
 
   a_ptr->setFailWrites(true);
   EXPECT_TRUE(auditor->record(sampleEvent(0)).isOk());
@@ -82,16 +88,10 @@ TEST_F(AuditorTest, SucceedsWhileOneSinkWritesAndFailsClosedWhenNoneDoes) {
   EXPECT_EQ(auditor->health()[0].last_error, "");
 }
 
-// A real file that cannot grow (RLIMIT_FSIZE, which binds root too) next to a working sink.
 TEST_F(AuditorTest, AnAppendedRecordCountsOnlyWithALaterRecordInTheSameSink) {
-  auto a = memory("a");
-  auto b = memory("b");
-  MemorySink* a_ptr = a.get();
-  MemorySink* b_ptr = b.get();
-  std::vector<std::unique_ptr<AuditSink>> sinks;
-  sinks.push_back(std::move(a));
-  sinks.push_back(std::move(b));
-  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  MemorySink* a_ptr = nullptr;
+  MemorySink* b_ptr = nullptr;
+  auto auditor = twoSinks(&a_ptr, &b_ptr);
   // Both sinks take both records: fine.
   auto appended = auditor->append(sampleEvent(0));
   ASSERT_TRUE(appended.isOk());
@@ -110,6 +110,7 @@ TEST_F(AuditorTest, AnAppendedRecordCountsOnlyWithALaterRecordInTheSameSink) {
   EXPECT_EQ(auditor->append(sampleEvent(4)).status().code(), core::StatusCode::kUnavailable);
 }
 
+// A real file that cannot grow (RLIMIT_FSIZE, which binds root too) next to a working sink.
 TEST_F(AuditorTest, AFileSinkThatCannotWriteFailsClosedUnlessAnotherSinkWrites) {
   testing::TempDir dir;
   auto file_only = FileSink::open(dir.file("only.log"), {{.salt = "s"}}, clock_);
@@ -146,14 +147,9 @@ TEST_F(AuditorTest, AFileSinkThatCannotWriteFailsClosedUnlessAnotherSinkWrites) 
 }
 
 TEST_F(AuditorTest, ConcurrentRecordsKeepEverySinkChainValid) {
-  auto a = memory("a");
-  auto b = memory("b");
-  MemorySink* a_ptr = a.get();
-  MemorySink* b_ptr = b.get();
-  std::vector<std::unique_ptr<AuditSink>> sinks;
-  sinks.push_back(std::move(a));
-  sinks.push_back(std::move(b));
-  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  MemorySink* a_ptr = nullptr;
+  MemorySink* b_ptr = nullptr;
+  auto auditor = twoSinks(&a_ptr, &b_ptr);
   std::vector<std::thread> threads;
   for (int t = 0; t < 6; ++t) {
     threads.emplace_back([&, t] {

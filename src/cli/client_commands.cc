@@ -491,22 +491,57 @@ core::Status login(const LoginFlags& f) {
   return core::Status::ok();
 }
 
+// --- queue settings, for a tenant's queue and a team's
+
+json gpuNumber(double gpus) {
+  const auto whole = static_cast<int64_t>(gpus);
+  return static_cast<double>(whole) == gpus ? json(whole) : json(gpus);
+}
+
+struct QueueSettings {
+  double quota_gpu = 0;
+  double limit_gpu = 0;
+  int64_t weight = 1;
+  int64_t priority = 100;
+  CLI::Option* quota = nullptr;
+  CLI::Option* limit = nullptr;
+  CLI::Option* weight_opt = nullptr;
+  CLI::Option* priority_opt = nullptr;
+
+  // Adds --quota-gpu, --limit-gpu, --weight and --priority, with their help texts.
+  void addFlags(CLI::App* c, const std::string& quota_help, const std::string& weight_help,
+                const std::string& priority_help) {
+    quota = c->add_option("--quota-gpu", quota_gpu, quota_help);
+    limit = c->add_option("--limit-gpu", limit_gpu, "Most GPUs it may hold (0: no cap)");
+    weight_opt = c->add_option("--weight", weight, weight_help);
+    priority_opt = c->add_option("--priority", priority, priority_help);
+  }
+  // The settings given on the command line, as the API takes them.
+  void addTo(json& body) const {
+    if (quota->count() > 0) {
+      body["quota"]["gpu"] = gpuNumber(quota_gpu);
+    }
+    if (limit->count() > 0) {
+      body["limit"]["gpu"] = gpuNumber(limit_gpu);
+    }
+    if (weight_opt->count() > 0) {
+      body["weight"] = weight;
+    }
+    if (priority_opt->count() > 0) {
+      body["priority"] = priority;
+    }
+  }
+};
+
 // --- tenant
 
 struct TenantFlags {
   CommonFlags common;
   std::string name;
-  double quota_gpu = 0;
-  double limit_gpu = 0;
-  int64_t weight = 1;
-  int64_t priority = 100;
+  QueueSettings queue;
   std::string trust_group;
   int64_t max_workloads = 0;
   int64_t max_pending = 0;
-  CLI::Option* quota = nullptr;
-  CLI::Option* limit = nullptr;
-  CLI::Option* weight_opt = nullptr;
-  CLI::Option* priority_opt = nullptr;
   CLI::Option* max_workloads_opt = nullptr;
   CLI::Option* max_pending_opt = nullptr;
   int64_t request_rate = 0;
@@ -517,26 +552,10 @@ struct TenantFlags {
   CLI::Option* request_concurrency_opt = nullptr;
 };
 
-json gpuNumber(double gpus) {
-  const auto whole = static_cast<int64_t>(gpus);
-  return static_cast<double>(whole) == gpus ? json(whole) : json(gpus);
-}
-
 // The fields given on the command line, as the API takes them.
 json tenantBody(const TenantFlags& f) {
   json body = json::object();
-  if (f.quota->count() > 0) {
-    body["quota"]["gpu"] = gpuNumber(f.quota_gpu);
-  }
-  if (f.limit->count() > 0) {
-    body["limit"]["gpu"] = gpuNumber(f.limit_gpu);
-  }
-  if (f.weight_opt->count() > 0) {
-    body["weight"] = f.weight;
-  }
-  if (f.priority_opt->count() > 0) {
-    body["priority"] = f.priority;
-  }
+  f.queue.addTo(body);
   if (!f.trust_group.empty()) {
     body["trust_group"] = f.trust_group;
   }
@@ -1128,31 +1147,13 @@ core::Status top(const WorkloadFlags& f) {
 struct QueueFlags {
   CommonFlags common;
   std::string name;
-  double quota_gpu = 0;
-  double limit_gpu = 0;
-  int64_t weight = 1;
-  int64_t priority = 100;
-  CLI::Option* quota = nullptr;
-  CLI::Option* limit = nullptr;
-  CLI::Option* weight_opt = nullptr;
-  CLI::Option* priority_opt = nullptr;
+  QueueSettings queue;
 };
 
 // Creates (`create`) or changes a queue: only the settings given are sent.
 core::Status queuePut(const QueueFlags& f, bool create) {
   json body = json::object();
-  if (f.quota->count() > 0) {
-    body["quota"]["gpu"] = gpuNumber(f.quota_gpu);
-  }
-  if (f.limit->count() > 0) {
-    body["limit"]["gpu"] = gpuNumber(f.limit_gpu);
-  }
-  if (f.weight_opt->count() > 0) {
-    body["weight"] = f.weight;
-  }
-  if (f.priority_opt->count() > 0) {
-    body["priority"] = f.priority;
-  }
+  f.queue.addTo(body);
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
   TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("queues"));
   const std::string path = Session::path(tenant, "queues/" + pathSegment(f.name));
@@ -1294,11 +1295,8 @@ void addTenantCommands(CLI::App& app, int* rc) {
   tenant->require_subcommand(1);
   const FlagSet admin{.tenant = false};
   auto settings = [](CLI::App* c, TenantFlags& f) {
-    f.quota = c->add_option("--quota-gpu", f.quota_gpu, "Guaranteed GPUs");
-    f.limit = c->add_option("--limit-gpu", f.limit_gpu, "Most GPUs it may hold (0: no cap)");
-    f.weight_opt = c->add_option("--weight", f.weight, "Fair-share weight (default 1)");
-    f.priority_opt =
-        c->add_option("--priority", f.priority, "Queue priority (default 100; higher first)");
+    f.queue.addFlags(c, "Guaranteed GPUs", "Fair-share weight (default 1)",
+                     "Queue priority (default 100; higher first)");
     c->add_option("--trust-group", f.trust_group, "Tenants that may share a GPU's memory");
     f.max_workloads_opt =
         c->add_option("--max-workloads", f.max_workloads, "Most workloads stored");
@@ -1550,11 +1548,9 @@ void addQueueCommands(CLI::App& app, int* rc) {
   queue->require_subcommand(1);
   auto settings = [](CLI::App* c, QueueFlags& f) {
     c->add_option("NAME", f.name, "Queue name (lowercase letters, digits, '-')")->required();
-    f.quota = c->add_option("--quota-gpu", f.quota_gpu, "GPUs guaranteed to this queue");
-    f.limit = c->add_option("--limit-gpu", f.limit_gpu, "Most GPUs it may hold (0: no cap)");
-    f.weight_opt = c->add_option("--weight", f.weight, "Share of the tenant's surplus (default 1)");
-    f.priority_opt = c->add_option("--priority", f.priority,
-                                   "Served first among the tenant's queues (default 100)");
+    f.queue.addFlags(c, "GPUs guaranteed to this queue",
+                     "Share of the tenant's surplus (default 1)",
+                     "Served first among the tenant's queues (default 100)");
   };
   {
     auto f = std::make_shared<QueueFlags>();

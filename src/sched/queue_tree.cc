@@ -89,13 +89,30 @@ core::Result<QueueTree> QueueTree::create(ResourceSpace space, std::vector<Queue
   return t;
 }
 
-core::Result<QueueId> QueueTree::add(QueueSpec spec) {
-  std::vector<QueueSpec> specs;
-  specs.reserve(queues_.size() + 1);
+std::vector<QueueSpec> QueueTree::specs() const {
+  std::vector<QueueSpec> out;
+  out.reserve(queues_.size() + 1);
   for (const Queue& q : queues_) {
-    specs.push_back({q.name, q.parent == kNoQueue ? "" : queues_[q.parent].name, q.quota, q.limit,
-                     q.weight, q.priority});
+    out.push_back({q.name, q.parent == kNoQueue ? "" : queues_[q.parent].name, q.quota, q.limit,
+                   q.weight, q.priority});
   }
+  return out;
+}
+
+core::Status QueueTree::rebuild(std::vector<QueueSpec> specs) {
+  TESSERA_ASSIGN_OR_RETURN(QueueTree t, create(space_, std::move(specs)));
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    Queue& q = t.queues_[i];
+    q.allocated = queues_[i].allocated;
+    q.pending = queues_[i].pending;
+    q.fair_share = queues_[i].fair_share;
+    q.deserved = queues_[i].deserved;
+  }
+  *this = std::move(t);
+  return core::Status::ok();
+}
+
+core::Result<QueueId> QueueTree::add(QueueSpec spec) {
   if (!spec.parent.empty()) {
     auto p = find(spec.parent);
     if (p && queues_[*p].isLeaf()) {
@@ -107,16 +124,9 @@ core::Result<QueueId> QueueTree::add(QueueSpec spec) {
       }
     }
   }
-  specs.push_back(std::move(spec));
-  TESSERA_ASSIGN_OR_RETURN(QueueTree t, create(space_, std::move(specs)));
-  for (size_t i = 0; i < queues_.size(); ++i) {
-    Queue& q = t.queues_[i];
-    q.allocated = queues_[i].allocated;
-    q.pending = queues_[i].pending;
-    q.fair_share = queues_[i].fair_share;
-    q.deserved = queues_[i].deserved;
-  }
-  *this = std::move(t);
+  std::vector<QueueSpec> all = specs();
+  all.push_back(std::move(spec));
+  TESSERA_RETURN_IF_ERROR(rebuild(std::move(all)));
   return static_cast<QueueId>(queues_.size() - 1);
 }
 
@@ -125,26 +135,12 @@ core::Status QueueTree::update(QueueId q, const Amounts& quota, const Amounts& l
   if (q >= queues_.size()) {
     return core::notFound("no queue with id " + std::to_string(q));
   }
-  std::vector<QueueSpec> specs;
-  specs.reserve(queues_.size());
-  for (const Queue& x : queues_) {
-    specs.push_back({x.name, x.parent == kNoQueue ? "" : queues_[x.parent].name, x.quota, x.limit,
-                     x.weight, x.priority});
-  }
-  specs[q].quota = quota;
-  specs[q].limit = limit;
-  specs[q].over_quota_weight = weight;
-  specs[q].priority = priority;
-  TESSERA_ASSIGN_OR_RETURN(QueueTree t, create(space_, std::move(specs)));
-  for (size_t i = 0; i < queues_.size(); ++i) {
-    Queue& x = t.queues_[i];
-    x.allocated = queues_[i].allocated;
-    x.pending = queues_[i].pending;
-    x.fair_share = queues_[i].fair_share;
-    x.deserved = queues_[i].deserved;
-  }
-  *this = std::move(t);
-  return core::Status::ok();
+  std::vector<QueueSpec> all = specs();
+  all[q].quota = quota;
+  all[q].limit = limit;
+  all[q].over_quota_weight = weight;
+  all[q].priority = priority;
+  return rebuild(std::move(all));
 }
 
 std::optional<QueueId> QueueTree::find(const std::string& name) const {

@@ -88,6 +88,12 @@ class QueueTree {
   Queue& mutableQueue(QueueId q) { return queues_[q]; }
 
  private:
+  // The specs the tree was built from, as it stands.
+  std::vector<QueueSpec> specs() const;
+  // Replaces the tree with one built from `specs` (validated as in `create`), whose first
+  // queues are this tree's in order; their totals are kept.
+  core::Status rebuild(std::vector<QueueSpec> specs);
+
   ResourceSpace space_;
   std::vector<Queue> queues_;
   std::vector<QueueId> roots_;
