@@ -95,6 +95,46 @@ core::Result<core::Duration> parseDuration(const json& j, const std::string& fie
   return std::chrono::duration_cast<core::Duration>(std::chrono::seconds(seconds));
 }
 
+// The body's integer `field`, in [lo, hi]; left out, its value in `base` (the stored settings
+// being changed; empty when creating), else `def`.
+core::Result<int64_t> intOr(const core::JsonNode& n, const json& base, const char* field,
+                            int64_t lo, int64_t hi, int64_t def) {
+  if (!n.has(field)) {
+    return base.value(field, def);
+  }
+  return n.child(field).integer(lo, hi);
+}
+
+// A queue's settings, a tenant's or a team's, from a request body; what it leaves out keeps its
+// value in `base`, as intOr.
+struct QueueNumbers {
+  int64_t quota = 0;  // Milli-GPU.
+  int64_t limit = 0;  // Milli-GPU; 0: none.
+  int64_t weight = 1;
+  int64_t priority = 100;
+};
+
+core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const json& base,
+                                        const std::string& source) {
+  auto gpus = [&](const char* field, const char* stored) -> core::Result<int64_t> {
+    if (!n.has(field)) {
+      return base.value(stored, int64_t{0});
+    }
+    core::JsonNode f = n.child(field);
+    TESSERA_RETURN_IF_ERROR(f.checkKeys({"gpu"}));
+    return f.has("gpu") ? f.child("gpu").scaled(1000) : core::Result<int64_t>(int64_t{0});
+  };
+  QueueNumbers q;
+  TESSERA_ASSIGN_OR_RETURN(q.quota, gpus("quota", "quota_milli_gpu"));
+  TESSERA_ASSIGN_OR_RETURN(q.limit, gpus("limit", "limit_milli_gpu"));
+  if (q.limit > 0 && q.limit < q.quota) {
+    return core::invalidArgument(source + ": limit.gpu is below quota.gpu");
+  }
+  TESSERA_ASSIGN_OR_RETURN(q.weight, intOr(n, base, "weight", 0, 1000000, 1));
+  TESSERA_ASSIGN_OR_RETURN(q.priority, intOr(n, base, "priority", 0, 1000000, 100));
+  return q;
+}
+
 std::vector<std::string> split(const std::string& path) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -577,35 +617,14 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   TESSERA_RETURN_IF_ERROR(
       n.checkKeys({"quota", "limit", "weight", "priority", "trust_group", "max_workloads",
                    "max_pending", "request_rate", "request_burst", "request_concurrency"}));
-  auto gpus = [&](const char* field, const char* stored) -> core::Result<int64_t> {
-    if (!n.has(field)) {
-      return base.value(stored, int64_t{0});
-    }
-    core::JsonNode f = n.child(field);
-    TESSERA_RETURN_IF_ERROR(f.checkKeys({"gpu"}));
-    if (!f.has("gpu")) {
-      return int64_t{0};
-    }
-    return f.child("gpu").scaled(1000);
+  TESSERA_ASSIGN_OR_RETURN(const QueueNumbers q, queueNumbers(n, base, source));
+  config["quota_milli_gpu"] = q.quota;
+  config["limit_milli_gpu"] = q.limit;
+  config["weight"] = q.weight;
+  config["priority"] = q.priority;
+  auto integer = [&](const char* field, int64_t lo, int64_t hi, int64_t def) {
+    return intOr(n, base, field, lo, hi, def);
   };
-  auto integer = [&](const char* field, int64_t lo, int64_t hi,
-                     int64_t def) -> core::Result<int64_t> {
-    if (!n.has(field)) {
-      return base.value(field, def);
-    }
-    return n.child(field).integer(lo, hi);
-  };
-  TESSERA_ASSIGN_OR_RETURN(int64_t quota, gpus("quota", "quota_milli_gpu"));
-  TESSERA_ASSIGN_OR_RETURN(int64_t limit, gpus("limit", "limit_milli_gpu"));
-  if (limit > 0 && limit < quota) {
-    return core::invalidArgument(source + ": limit.gpu is below quota.gpu");
-  }
-  config["quota_milli_gpu"] = quota;
-  config["limit_milli_gpu"] = limit;
-  TESSERA_ASSIGN_OR_RETURN(int64_t weight, integer("weight", 0, 1000000, 1));
-  TESSERA_ASSIGN_OR_RETURN(int64_t priority, integer("priority", 0, 1000000, 100));
-  config["weight"] = weight;
-  config["priority"] = priority;
   if (n.has("trust_group")) {
     TESSERA_ASSIGN_OR_RETURN(std::string g, n.child("trust_group").str());
     config["trust_group"] = g;
@@ -643,10 +662,10 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   }
   if (create) {
     TESSERA_RETURN_IF_ERROR(
-        driver_.addTenantQueue(name, quota, limit, weight, static_cast<int32_t>(priority)));
+        driver_.addTenantQueue(name, q.quota, q.limit, q.weight, static_cast<int32_t>(q.priority)));
   } else {
-    TESSERA_RETURN_IF_ERROR(
-        driver_.updateTenantQueue(name, quota, limit, weight, static_cast<int32_t>(priority)));
+    TESSERA_RETURN_IF_ERROR(driver_.updateTenantQueue(name, q.quota, q.limit, q.weight,
+                                                      static_cast<int32_t>(q.priority)));
   }
   std::lock_guard lock(mu_);
   tenants_[name] = config;
@@ -1269,43 +1288,21 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
   if (!st.isOk()) {
     return fromStatus(st);
   }
-  auto gpus = [&](const char* field, const char* stored) -> core::Result<int64_t> {
-    if (!n.has(field)) {
-      return base.value(stored, int64_t{0});
-    }
-    core::JsonNode f = n.child(field);
-    TESSERA_RETURN_IF_ERROR(f.checkKeys({"gpu"}));
-    return f.has("gpu") ? f.child("gpu").scaled(1000) : core::Result<int64_t>(int64_t{0});
-  };
-  auto integer = [&](const char* field, int64_t lo, int64_t hi,
-                     int64_t def) -> core::Result<int64_t> {
-    return n.has(field) ? n.child(field).integer(lo, hi)
-                        : core::Result<int64_t>(base.value(field, def));
-  };
-  auto quota = gpus("quota", "quota_milli_gpu");
-  auto limit = gpus("limit", "limit_milli_gpu");
-  auto weight = integer("weight", 0, 1000000, 1);
-  auto priority = integer("priority", 0, 1000000, 100);
-  for (const core::Status& s :
-       {quota.status(), limit.status(), weight.status(), priority.status()}) {
-    if (!s.isOk()) {
-      return fromStatus(s);
-    }
-  }
-  if (*limit > 0 && *limit < *quota) {
-    return error(400, "queue '" + name + "': limit.gpu is below quota.gpu");
+  auto q = queueNumbers(n, base, "queue '" + name + "'");
+  if (!q.isOk()) {
+    return fromStatus(q.status());
   }
   const json config = {{"name", name},
-                       {"quota_milli_gpu", *quota},
-                       {"limit_milli_gpu", *limit},
-                       {"weight", *weight},
-                       {"priority", *priority}};
+                       {"quota_milli_gpu", q->quota},
+                       {"limit_milli_gpu", q->limit},
+                       {"weight", q->weight},
+                       {"priority", q->priority}};
   auto put = store_.put(key, config.dump());
   if (!put.isOk()) {
     return fromStatus(put.status());
   }
-  core::Status applied =
-      driver_.putTeamQueue(tenant, name, *quota, *limit, *weight, static_cast<int32_t>(*priority));
+  core::Status applied = driver_.putTeamQueue(tenant, name, q->quota, q->limit, q->weight,
+                                              static_cast<int32_t>(q->priority));
   if (!applied.isOk()) {
     return fromStatus(applied);
   }
