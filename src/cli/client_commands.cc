@@ -1183,6 +1183,19 @@ core::Status queuePut(const QueueFlags& f, bool create) {
 core::Status queueCreate(const QueueFlags& f) { return queuePut(f, true); }
 core::Status queueUpdate(const QueueFlags& f) { return queuePut(f, false); }
 
+core::Status queueDelete(const QueueFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("queues"));
+  TESSERA_RETURN_IF_ERROR(
+      s->call("DELETE", Session::path(tenant, "queues/" + pathSegment(f.name))).status());
+  if (s->json()) {
+    printJson(json{{"deleted", f.name}, {"tenant", tenant}});
+  } else {
+    std::cout << "Success! Deleted queue '" << f.name << "' of tenant '" << tenant << "'.\n";
+  }
+  return core::Status::ok();
+}
+
 core::Status queueShow(const QueueFlags& f) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
   TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("queues"));
@@ -1569,6 +1582,17 @@ void addQueueCommands(CLI::App& app, int* rc) {
     addCommonFlags(c, f->common);
     settings(c, *f);
     bind(c, f, &queueUpdate, rc);
+  }
+  {
+    auto f = std::make_shared<QueueFlags>();
+    CLI::App* c = queue->add_subcommand("delete", "Delete a queue that has no unfinished work");
+    addCommonFlags(c, f->common);
+    c->add_option("NAME", f->name, "Queue name")->required();
+    c->footer(
+        "Refused while the queue has pending or running workloads: cancel them first (`tessera "
+        "ps`, `tessera cancel`). Finished workloads keep their records. The default queue lives "
+        "as long as its tenant.");
+    bind(c, f, &queueDelete, rc);
   }
   {
     auto f = std::make_shared<QueueFlags>();

@@ -30,8 +30,14 @@ namespace {
 
 constexpr std::string_view kVersion = "0.1.0";
 
-// Requests of a tenant that may wait for a worker, per request it may have running.
+// Requests of a tenant that may wait for a worker: per request it may have running, and at least.
 constexpr size_t kQueuedPerRunning = 8;
+constexpr size_t kMinQueued = 64;
+
+FairLimits fairLimits(int max_in_flight) {
+  return {max_in_flight, std::max(kMinQueued, kQueuedPerRunning *
+                                                  static_cast<size_t>(std::max(1, max_in_flight)))};
+}
 
 HttpResponse reply(unsigned status, const json& body) {
   HttpResponse r;
@@ -380,8 +386,7 @@ Admission ControlPlane::admit(const HttpRequest& http) {
     // Health checks and requests that will be refused (403): one key of their own, so they
     // can neither starve a tenant nor be starved.
     a.key = "/unauthenticated";
-    a.limits = {options_.tenant_max_in_flight,
-                kQueuedPerRunning * static_cast<size_t>(options_.tenant_max_in_flight)};
+    a.limits = fairLimits(options_.tenant_max_in_flight);
     return a;
   }
   a.key = token->tenant.empty() ? "/admin" : token->tenant;
@@ -404,7 +409,7 @@ Admission ControlPlane::admit(const HttpRequest& http) {
     return a;
   }
   b.tokens -= 1;
-  a.limits = {b.max_in_flight, kQueuedPerRunning * static_cast<size_t>(b.max_in_flight)};
+  a.limits = fairLimits(b.max_in_flight);
   return a;
 }
 
@@ -1258,13 +1263,17 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
     return reply(
         200, {{"request_id", r.request_id}, {"data", json::parse((*got)->value, nullptr, false)}});
   }
-  if (r.method != "POST") {
-    return error(405, "use GET, or POST to create or change a queue");
+  if (r.method != "POST" && r.method != "DELETE") {
+    return error(405, "use GET, POST to create or change a queue, or DELETE");
   }
   if (name == "default") {
-    return error(400,
-                 "the default queue follows the tenant's own quota and limit; change the "
-                 "tenant instead");
+    return error(400, r.method == "DELETE"
+                          ? "the default queue lives as long as its tenant"
+                          : "the default queue follows the tenant's own quota and limit; change "
+                            "the tenant instead");
+  }
+  if (r.method == "DELETE") {
+    return deleteTeamQueue(r, tenant, name, key);
   }
   // Create or update, like tenants: what the body leaves out keeps its value.
   std::lock_guard admin_lock(tenant_admin_mu_);
@@ -1305,6 +1314,31 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
                                               static_cast<int32_t>(q->priority));
   if (!applied.isOk()) {
     return fromStatus(applied);
+  }
+  return noContent();
+}
+
+HttpResponse ControlPlane::deleteTeamQueue(Request& r, const std::string& tenant,
+                                           const std::string& name, const std::string& key) {
+  if (!authorized(r, Capability::kDelete)) {
+    return error(403, "permission denied");
+  }
+  std::lock_guard admin_lock(tenant_admin_mu_);
+  auto got = store_.get(key);
+  if (!got.isOk()) {
+    return fromStatus(got.status());
+  }
+  if (!got->has_value()) {
+    return error(404, "no queue '" + name + "' in tenant '" + tenant + "'");
+  }
+  // Out of service first (refused while it has work), then gone from the store: a failed
+  // delete leaves it retired until the DELETE is retried or the server restarts.
+  if (core::Status st = driver_.retireTeamQueue(tenant, name); !st.isOk()) {
+    return error(409, st.message());
+  }
+  auto del = store_.deleteRange(key);
+  if (!del.isOk()) {
+    return fromStatus(del.status());
   }
   return noContent();
 }

@@ -44,8 +44,8 @@ struct ControlPlaneOptions {
   int64_t default_max_workloads = 10000;  // Stored workloads, finished ones included.
   int64_t default_max_pending = 1000;     // Workloads not yet running.
   // Requests of one tenant being handled at once; more wait their turn (up to 8 per running
-  // one, then 429). Keeps a flooding tenant from holding every worker, so the others are
-  // still served.
+  // one and at least 64, then 429). Keeps a flooding tenant from holding every worker and
+  // every core, so the others are still served.
   int tenant_max_in_flight = 8;
   // A request refused by the rate limit or a full queue is answered (429) only after this delay,
   // and its connection is not read meanwhile: a client that retries at once, ignoring
@@ -112,6 +112,8 @@ class ControlPlane {
   HttpResponse queuesApi(Request& r);
   // A team's queue inside the tenant: GET, or POST to create or change it.
   HttpResponse teamQueueApi(Request& r, const std::string& name);
+  HttpResponse deleteTeamQueue(Request& r, const std::string& tenant, const std::string& name,
+                               const std::string& key);
   HttpResponse auditApi(Request& r);
   HttpResponse metrics();
 

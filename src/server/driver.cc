@@ -78,7 +78,10 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
   const std::string name = tenant + "/" + queue;
   const auto [quota, limit] = gpuAmounts(tree.space(), quota_milli_gpu, limit_milli_gpu);
   if (const std::optional<sched::QueueId> q = tree.find(name)) {
-    return scheduler_->updateQueue(*q, quota, limit, weight, priority);
+    TESSERA_RETURN_IF_ERROR(scheduler_->updateQueue(*q, quota, limit, weight, priority));
+    std::lock_guard lock(mu_);
+    leaves_[name] = *q;  // In service again if it was retired.
+    return core::Status::ok();
   }
   TESSERA_ASSIGN_OR_RETURN(sched::QueueId leaf,
                            scheduler_->addQueue({name, tenant, quota, limit, weight, priority}));
@@ -90,6 +93,39 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
 bool SchedulerDriver::hasQueue(const std::string& tenant, const std::string& queue) const {
   std::lock_guard lock(mu_);
   return leaves_.contains(tenant + "/" + queue);
+}
+
+core::Status SchedulerDriver::retireTeamQueue(const std::string& tenant, const std::string& queue) {
+  const std::string name = tenant + "/" + queue;
+  std::lock_guard pass_lock(pass_mu_);  // No pass changes the totals while they are read.
+  {
+    std::lock_guard lock(mu_);
+    if (!leaves_.contains(name)) {
+      return core::Status::ok();
+    }
+  }
+  const std::optional<sched::QueueId> q = scheduler_->queues().find(name);
+  if (q) {
+    const sched::Queue& info = scheduler_->queues().queue(*q);
+    auto busy = [](const sched::Amounts& a) {
+      return std::any_of(a.begin(), a.end(), [](int64_t v) { return v != 0; });
+    };
+    if (busy(info.allocated) || busy(info.pending)) {
+      return core::failedPrecondition("queue '" + queue +
+                                      "' has pending or running workloads; cancel them (or "
+                                      "let them finish) first");
+    }
+  }
+  std::lock_guard lock(mu_);
+  // A submission already accepted into it but not yet handed to a pass also counts.
+  for (const SubmitCommand& s : submits_) {
+    if (s.tenant == tenant && s.queue == queue) {
+      return core::failedPrecondition("queue '" + queue +
+                                      "' has a workload being submitted; try again");
+    }
+  }
+  leaves_.erase(name);
+  return core::Status::ok();
 }
 
 core::Status SchedulerDriver::updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,

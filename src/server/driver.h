@@ -91,6 +91,11 @@ class SchedulerDriver {
                             int64_t quota_milli_gpu, int64_t limit_milli_gpu, int64_t weight,
                             int32_t priority);
   bool hasQueue(const std::string& tenant, const std::string& queue) const;
+  // Takes a team's queue out of service: no workload may be submitted to it any more. Refused
+  // (failed precondition) while it has pending or running work. Its node stays in the
+  // scheduler's tree until restart, with no demand and so no share; created again, it is
+  // reused. Retiring a queue that is not in service is a no-op.
+  core::Status retireTeamQueue(const std::string& tenant, const std::string& queue);
   // Changes a tenant's queue (and its default leaf) to these numbers.
   core::Status updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                                  int64_t limit_milli_gpu, int64_t weight, int32_t priority);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -177,7 +178,10 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.tenant_burst = config.tenant_burst;
   copts.default_max_workloads = config.max_workloads;
   copts.default_max_pending = config.max_pending;
-  copts.tenant_max_in_flight = config.tenant_max_in_flight;
+  copts.tenant_max_in_flight =
+      config.tenant_max_in_flight > 0
+          ? config.tenant_max_in_flight
+          : defaultTenantConcurrency(std::thread::hardware_concurrency(), config.workers);
   copts.reject_delay = std::chrono::milliseconds(config.reject_delay_ms);
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
@@ -252,6 +256,11 @@ void installSignalHandlers() {
 }
 
 }  // namespace
+
+int defaultTenantConcurrency(unsigned cores, int workers) {
+  const int half_cores = static_cast<int>(cores / 2);
+  return std::max(2, std::min(half_cores, workers / 2));
+}
 
 core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(json doc, core::parseConfigFile(path));
@@ -367,7 +376,7 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     c.tenant_burst = static_cast<double>(burst);
     TESSERA_ASSIGN_OR_RETURN(c.max_workloads, intField(l, "max_workloads", 1, 100000000, 10000));
     TESSERA_ASSIGN_OR_RETURN(c.max_pending, intField(l, "max_pending", 1, 100000000, 1000));
-    TESSERA_ASSIGN_OR_RETURN(int64_t conc, intField(l, "tenant_concurrency", 1, 10000, 8));
+    TESSERA_ASSIGN_OR_RETURN(int64_t conc, intField(l, "tenant_concurrency", 1, 10000, 0));
     c.tenant_max_in_flight = static_cast<int>(conc);
     TESSERA_ASSIGN_OR_RETURN(c.reject_delay_ms, intField(l, "reject_delay_ms", 0, 10000, 100));
   }

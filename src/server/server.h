@@ -13,7 +13,7 @@
 //   audit "file" { path = "/var/log/tessera/audit.log"  salt_file = "/etc/tessera/audit.salt" }
 //   scheduler { policy = "tessera"  pass_interval_ms = 200 }
 //   nodes { simulated = "dgx-h100:2,a100-8x:1" }            # until agents exist (issue #5)
-//   limits { tenant_rate = 1000  tenant_burst = 2000  tenant_concurrency = 8
+//   limits { tenant_rate = 1000  tenant_burst = 2000  tenant_concurrency = <half the cores>
 //            max_workloads = 10000  max_pending = 1000  reject_delay_ms = 100 }
 //   tokens { default_ttl = "1h"  max_ttl = "768h" }
 //   io_threads = 2   workers = 16
@@ -52,9 +52,15 @@ struct ServerConfig {
   int64_t max_ttl_s = int64_t{768} * 3600;
   int io_threads = 2;  // TLS and HTTP; they never block.
   int workers = 16;    // Run the handlers, which block on fsync: more share each group commit.
-  int tenant_max_in_flight = 8;
+  // Requests of one tenant handled at once. 0: defaultTenantConcurrency (half the cores).
+  int tenant_max_in_flight = 0;
   int64_t reject_delay_ms = 100;
 };
+
+// The default of `limits { tenant_concurrency }`: half of `cores`, at least 2 and at most half of
+// `workers`. One tenant's handlers then never occupy more than half the machine, so a flood
+// leaves the other half for everyone else (docs/benchmarks.md, "API end to end", measures it).
+int defaultTenantConcurrency(unsigned cores, int workers);
 
 // Reads and validates a config file (.hcl or .json).
 core::Result<ServerConfig> readServerConfig(const std::string& path);

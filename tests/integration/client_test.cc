@@ -413,7 +413,31 @@ TEST_F(ClientTest, TeamQueuesInsideATenant) {
   Outcome nowhere = as(team, {"run", "lost", "--queue", "nope", "--cpu-milli", "100"});
   EXPECT_EQ(nowhere.rc, 1) << nowhere;
   EXPECT_NE(nowhere.err.find("no queue 'nope'"), std::string::npos) << nowhere;
+  // A queue with work in it is not deleted; once the work is over, it is, and takes no more.
+  Outcome busy = as(team, {"queue", "delete", "research"});
+  EXPECT_EQ(busy.rc, 1) << busy;
+  EXPECT_NE(busy.err.find("pending or running"), std::string::npos) << busy;
+  EXPECT_EQ(as(team, {"queue", "show", "research"}).rc, 0);
   EXPECT_EQ(as(team, {"cancel", "study"}).rc, 0);
+  waitInPs(team, "study", "cancelled");
+  Outcome deleted = as(team, {"queue", "delete", "research"});
+  ASSERT_EQ(deleted.rc, 0) << deleted;
+  EXPECT_EQ(as(team, {"queue", "show", "research"}).rc, 1);
+  EXPECT_EQ(as(team, {"queue", "delete", "research"}).rc, 1);  // Gone: 404.
+  Outcome after = as(team, {"run", "late", "--queue", "research", "--cpu-milli", "100"});
+  EXPECT_EQ(after.rc, 1) << after;
+  EXPECT_NE(after.err.find("no queue 'research'"), std::string::npos) << after;
+  Outcome keep_default = as(team, {"queue", "delete", "default"});
+  EXPECT_EQ(keep_default.rc, 1) << keep_default;
+  // Created again, it takes work again, with its new settings.
+  ASSERT_EQ(as(team, {"queue", "create", "research", "--quota-gpu", "2"}).rc, 0);
+  Outcome shown = as(team, {"queue", "show", "research", "-format=json"});
+  EXPECT_EQ(parsed(shown)["quota_milli_gpu"], 2000) << shown;
+  Outcome again_run =
+      as(team, {"run", "again", "--queue", "research", "--cpu-milli", "100", "--duration", "600"});
+  EXPECT_EQ(again_run.rc, 0) << again_run;
+  Outcome cancel_again = as(team, {"cancel", "again"});
+  EXPECT_EQ(cancel_again.rc, 0) << cancel_again;
 }
 
 TEST_F(ClientTest, RunFromAnHclFileWithFlagsOverridingIt) {

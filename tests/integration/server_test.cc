@@ -443,6 +443,10 @@ TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
                    {{"queue", "team-x"}, {"gpu", {{"count", 1}}}, {"cpuMilli", 100}})
                 .status,
             202U);
+  // A deleted queue stays deleted.
+  ASSERT_EQ(c.call("POST", "/v1/tenants/demo/queues/short-lived", demo(), {{"weight", 1}}).status,
+            204U);
+  ASSERT_EQ(c.call("DELETE", "/v1/tenants/demo/queues/short-lived", demo()).status, 204U);
   // A cancel is a stored request: acknowledged means it holds after a crash too.
   ASSERT_EQ(
       c.call("POST", "/v1/tenants/demo/workloads/to-cancel", demo(), {{"cpuMilli", 100}}).status,
@@ -496,6 +500,12 @@ TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
     in_team |= x["name"] == "demo/team-x" && x["allocated_milli_gpu"] == 1000;
   }
   EXPECT_TRUE(in_team) << queues.raw;
+  EXPECT_EQ(again.call("GET", "/v1/tenants/demo/queues/short-lived", demo()).status, 404U);
+  EXPECT_EQ(again
+                .call("POST", "/v1/tenants/demo/workloads/late", demo(),
+                      {{"queue", "short-lived"}, {"cpuMilli", 100}})
+                .status,
+            400U);
 }
 
 TEST_F(ServerTest, AuditChainVerifiesAndPointsAtAnEditedRecord) {

@@ -1,0 +1,65 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "server/server.h"
+
+namespace tessera::server {
+namespace {
+
+TEST(DefaultTenantConcurrency, HalfTheCoresBoundedByTwoAndHalfTheWorkers) {
+  EXPECT_EQ(defaultTenantConcurrency(16, 16), 8);
+  EXPECT_EQ(defaultTenantConcurrency(8, 16), 4);
+  EXPECT_EQ(defaultTenantConcurrency(2, 16), 2);  // At least 2: group commit needs company.
+  EXPECT_EQ(defaultTenantConcurrency(1, 16), 2);
+  EXPECT_EQ(defaultTenantConcurrency(0, 16), 2);   // hardware_concurrency() may not know.
+  EXPECT_EQ(defaultTenantConcurrency(64, 16), 8);  // Never more than half the workers.
+  EXPECT_EQ(defaultTenantConcurrency(64, 3), 2);
+}
+
+class ServerConfigTest : public ::testing::Test {
+ protected:
+  std::string write(const std::string& text) {
+    const std::string path = (dir_ / "server.hcl").string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tessera-config-test-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::filesystem::path dir_;
+};
+
+constexpr const char* kBase = R"(
+storage "sqlite" { path = "/tmp/x.db" }
+listener "tcp" { address = "127.0.0.1:0" tls_disable = true }
+audit "file" { path = "/tmp/audit.log" }
+)";
+
+TEST_F(ServerConfigTest, TenantConcurrencyIsAutomaticUnlessSet) {
+  auto c = readServerConfig(write(kBase));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->tenant_max_in_flight, 0);  // Resolved at start by defaultTenantConcurrency.
+
+  c = readServerConfig(write(std::string(kBase) + "limits { tenant_concurrency = 5 }\n"));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->tenant_max_in_flight, 5);
+}
+
+TEST_F(ServerConfigTest, TenantConcurrencyOutOfRangeNamesTheFieldAndFile) {
+  const std::string path = write(std::string(kBase) + "limits { tenant_concurrency = 0 }\n");
+  auto c = readServerConfig(path);
+  ASSERT_FALSE(c.isOk());
+  EXPECT_NE(c.status().message().find("tenant_concurrency"), std::string::npos)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find(path), std::string::npos) << c.status().message();
+}
+
+}  // namespace
+}  // namespace tessera::server
