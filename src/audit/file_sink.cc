@@ -18,9 +18,7 @@ using core::Status;
 
 constexpr uint64_t kMaxRecordBytes = 64ull << 20;
 
-Status unavailable(std::string message) {
-  return {core::StatusCode::kUnavailable, std::move(message)};
-}
+using core::unavailable;
 
 std::string errnoText(int err) { return std::strerror(err); }
 

@@ -24,9 +24,7 @@ using nlohmann::json;
 
 constexpr size_t kMaxResponseBytes = size_t{64} * 1024 * 1024;
 
-core::Status unavailable(std::string message) {
-  return {core::StatusCode::kUnavailable, std::move(message)};
-}
+using core::unavailable;
 
 core::StatusCode codeForHttp(unsigned status) {
   switch (status) {

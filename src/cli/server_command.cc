@@ -36,7 +36,7 @@ void addServerCommands(CLI::App& app, int* rc) {
       ->capture_default_str();
   d->add_option("--nodes", dev->nodes,
                 "Simulated nodes, PROFILE:COUNT,... (dgx-h100, dgx-h200, "
-                "a100-8x, a100-40gb-8x)")
+                "a100-8x, a100-40gb-8x, l40s-4x, t4-2x)")
       ->capture_default_str();
   d->callback([dev, rc] { *rc = server::runDev(*dev); });
 }

@@ -66,6 +66,9 @@ inline Status failedPrecondition(std::string message) {
 inline Status outOfRange(std::string message) {
   return {StatusCode::kOutOfRange, std::move(message)};
 }
+inline Status unavailable(std::string message) {
+  return {StatusCode::kUnavailable, std::move(message)};
+}
 inline Status internalError(std::string message) {
   return {StatusCode::kInternal, std::move(message)};
 }

@@ -78,6 +78,7 @@ GpuCatalogue GpuCatalogue::builtin() {
   c.models_.push_back({"V100M16", MiB{16384}, {}});
   c.models_.push_back({"V100M32", MiB{32768}, {}});
   c.models_.push_back({"A10", MiB{24576}, {}});
+  c.models_.push_back({"L40S", MiB{46068}, {}});  // 48 GB GDDR6 with ECC, as nvidia-smi shows.
   return c;
 }
 

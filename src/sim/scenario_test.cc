@@ -156,7 +156,7 @@ TEST(ScenarioTest, ParseErrorsSayWhere) {
   EXPECT_EQ(parseError(R"({"cluster": {"nodes": [{"profile": "dgx-b200"}]}, )" + queues +
                        R"(, "workloads": []})"),
             "s.json: cluster.nodes[0].profile: unknown node profile 'dgx-b200' (known: "
-            "dgx-h100, dgx-h200, a100-8x, a100-40gb-8x)");
+            "dgx-h100, dgx-h200, a100-8x, a100-40gb-8x, l40s-4x, t4-2x)");
   EXPECT_EQ(parseError("{" + cluster + R"(, "queues": [{"name": "q", "quota": {"gpu": -2}}],
                         "workloads": []})"),
             "s.json: queues[0].quota.gpu: expected a non-negative number");
