@@ -1,0 +1,92 @@
+// Per-task control groups: CPU and memory limits, and which device nodes a task may open.
+// Works with whichever hierarchy the machine has:
+//   - v1 (a mount per controller: cpu, memory, devices under /sys/fs/cgroup/<controller>):
+//     cpu.cfs_quota_us, memory.limit_in_bytes, devices.deny/devices.allow; OOM kills counted in
+//     memory.oom_control's oom_kill;
+//   - v2 (one unified hierarchy): cpu.max, memory.max (memory.swap.max 0), OOM kills in
+//     memory.events. The v2 devices rule needs an eBPF program, which this does not load yet:
+//     on v2, `devicesEnforced()` is false and the agent says so at start.
+// Task groups live under the agent's own group of each controller (from /proc/self/cgroup), in
+// a folder of their own (`tessera` by default), so a machine's other services are not touched.
+//
+//   TESSERA_ASSIGN_OR_RETURN(Cgroups cg, Cgroups::detect());
+//   TESSERA_ASSIGN_OR_RETURN(TaskCgroup g, cg.create("t-42", {.cpu_milli = 2000,
+//                                                             .memory_mib = 4096}));
+//   // in the forked child, before exec: g.joinPaths() each get "0" written to them
+//   g.oomKills();  g.pids();  cg.remove(g);
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tessera::agent {
+
+// A character device a task may open: "c MAJOR:MINOR rwm" in v1's terms.
+struct DeviceRule {
+  unsigned major = 0;
+  unsigned minor = 0;
+};
+
+struct CgroupLimits {
+  int64_t cpu_milli = 0;   // 0: no CPU limit.
+  int64_t memory_mib = 0;  // 0: no memory limit.
+  // When set, the task may open only these character devices (and the harmless ones every
+  // process needs: null, zero, full, random, urandom, tty, pts). Empty with `restrict_devices`
+  // false: no device rule.
+  bool restrict_devices = false;
+  std::vector<DeviceRule> devices;
+};
+
+// One task's groups, one per controller in use.
+struct TaskCgroup {
+  std::string name;
+  std::vector<std::string> dirs;  // The group directories, one per hierarchy.
+  std::string memory_dir;         // Where the OOM count is read.
+  int version = 1;
+
+  // The files a process writes "0" to so that it joins every group (async-signal-safe to use
+  // from a forked child: plain open/write on these paths).
+  std::vector<std::string> joinPaths() const;
+  // OOM kills in the memory group so far (0 if unknown).
+  int64_t oomKills() const;
+  // The processes in the groups now.
+  std::vector<pid_t> pids() const;
+};
+
+class Cgroups {
+ public:
+  // Finds the hierarchy under `root` and the agent's own groups (from `self_cgroup`). Task
+  // groups go in `folder` under the agent's groups ("tessera/<node>" when several agents share
+  // a machine). Fails if neither v1 nor v2 is usable.
+  static core::Result<Cgroups> detect(const std::string& folder = "tessera",
+                                      const std::string& root = "/sys/fs/cgroup",
+                                      const std::string& self_cgroup = "/proc/self/cgroup");
+
+  int version() const { return version_; }
+  bool devicesEnforced() const { return version_ == 1 && !devices_parent_.empty(); }
+  // "cgroup v1 (cpu, memory, devices)", for the agent's start-up line.
+  std::string describe() const;
+
+  // Creates the task's groups and writes its limits. `name` must be a plain file name. A group
+  // left over from an earlier run of the same name is reused (after its processes are killed).
+  core::Result<TaskCgroup> create(const std::string& name, const CgroupLimits& limits) const;
+  // Kills what is left in the groups (SIGKILL) and removes them. Idempotent.
+  core::Status remove(const TaskCgroup& group) const;
+
+ private:
+  int version_ = 1;
+  // v1: the parent folder of task groups in each controller ("" when the controller is
+  // missing); v2: unified_parent_.
+  std::string cpu_parent_;
+  std::string memory_parent_;
+  std::string devices_parent_;
+  std::string unified_parent_;
+  std::string self_dir_;  // v2: the agent's own group.
+};
+
+}  // namespace tessera::agent

@@ -1,0 +1,561 @@
+#include "agent/runtime.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/close_range.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const std::string& s : v) {
+    out += (out.empty() ? "" : sep) + s;
+  }
+  return out;
+}
+
+bool plainName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.size() <= 200;
+}
+
+int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+// What the child reports through the pipe before exec fails: the step and errno.
+struct ChildError {
+  int step = 0;
+  int err = 0;
+};
+constexpr const char* kSteps[] = {"",
+                                  "joining its cgroup",
+                                  "opening /dev/null",
+                                  "changing to its folder",
+                                  "taking its user's groups",
+                                  "taking its user's group",
+                                  "taking its user",
+                                  "running the command"};
+
+[[noreturn]] void childFail(int fd, int step) {
+  const ChildError e{step, errno};
+  (void)!::write(fd, &e, sizeof e);
+  ::_exit(127);
+}
+
+// Closes its descriptor when it goes.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+    }
+  }
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd& operator=(Fd&&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Who a task runs as.
+struct Identity {
+  bool switch_user = false;
+  std::string user;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// `user` ("" : the agent's own), who gets the task's folder `dir`.
+core::Result<Identity> identityOf(const std::string& user, const std::string& dir,
+                                  const std::string& where) {
+  Identity who;
+  who.uid = ::getuid();
+  who.gid = ::getgid();
+  if (user.empty()) {
+    return who;
+  }
+  passwd pw{};
+  passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return core::failedPrecondition(where + ": no Unix user '" + user + "'");
+  }
+  who.switch_user = true;
+  who.user = user;
+  who.uid = pw.pw_uid;
+  who.gid = pw.pw_gid;
+  if (::chown(dir.c_str(), who.uid, who.gid) != 0) {
+    return core::unavailable(where + ": cannot give " + dir + " to " + user + ": " +
+                             std::strerror(errno));
+  }
+  return who;
+}
+
+// The file `command` names: itself if it has a '/', else the first executable in `path`.
+core::Result<std::string> findCommand(const std::string& command, const std::string& path,
+                                      const std::string& where) {
+  if (command.find('/') != std::string::npos) {
+    return command;
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t colon = std::min(path.find(':', start), path.size());
+    const std::string candidate = path.substr(start, colon - start) + "/" + command;
+    if (::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    start = colon + 1;
+  }
+  return core::failedPrecondition(where + ": command '" + command + "' not found in PATH " + path);
+}
+
+// "KEY=value" strings: a clean base (HOME is the task's folder), the workload's own, then what the
+// agent sets (which the workload cannot override).
+std::vector<std::string> taskEnvironment(const TaskSpec& spec, const std::string& path,
+                                         const std::string& home, const Identity& who) {
+  std::map<std::string, std::string> env = {{"PATH", path}, {"HOME", home}, {"LANG", "C.UTF-8"}};
+  if (who.switch_user) {
+    env["USER"] = who.user;
+    env["LOGNAME"] = who.user;
+  }
+  for (const auto& [k, v] : spec.env) {
+    env[k] = v;
+  }
+  for (const auto& [k, v] : gpuEnvironment(spec.gpus)) {
+    env[k] = v;
+  }
+  env["TESSERA_TASK"] = spec.id;
+  env["TESSERA_WORKLOAD"] = spec.workload;
+  env["TESSERA_TENANT"] = spec.tenant;
+  env["TESSERA_TASK_INDEX"] = std::to_string(spec.index);
+  std::vector<std::string> out;
+  out.reserve(env.size());
+  for (const auto& [k, v] : env) {
+    out.push_back(k + "=" + v);
+  }
+  return out;
+}
+
+// argv/envp for execve: pointers into `strings`, then a null.
+std::vector<char*> cStrings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (std::string& s : strings) {
+    out.push_back(s.data());
+  }
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin) {
+  std::map<std::string, std::string> env;
+  env["CUDA_VISIBLE_DEVICES"] = join(pin.uuids, ",");
+  if (pin.mode == GpuPinning::Mode::kNone || pin.uuids.empty()) {
+    env["CUDA_VISIBLE_DEVICES"] = "";
+    return env;
+  }
+  env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  if (pin.mode == GpuPinning::Mode::kMps) {
+    env["CUDA_MPS_PIPE_DIRECTORY"] = pin.mps_pipe_directory;
+    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = std::to_string(pin.mps_thread_percentage);
+    if (pin.mps_memory_limit_mib > 0) {
+      // Per visible device, by its index among CUDA_VISIBLE_DEVICES.
+      std::vector<std::string> limits;
+      for (size_t i = 0; i < pin.uuids.size(); ++i) {
+        limits.push_back(std::to_string(i) + "=" + std::to_string(pin.mps_memory_limit_mib) + "M");
+      }
+      env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = join(limits, ",");
+    }
+  }
+  if (pin.mode == GpuPinning::Mode::kFractional) {
+    env["TESSERA_CUDA_MEMORY_LIMIT"] = std::to_string(pin.memory_limit_mib) + "M";
+    env["TESSERA_CUDA_COMPUTE_SHARE"] = std::to_string(pin.compute_share_percent);
+    if (!pin.interposer.empty()) {
+      env["LD_PRELOAD"] = pin.interposer;
+    }
+  }
+  return env;
+}
+
+std::string TaskExit::describe() const {
+  std::string s;
+  if (exit_code >= 0) {
+    s = "exited " + std::to_string(exit_code);
+  } else {
+    s = "killed by signal " + std::to_string(signal);
+    if (signal > 0 && signal < NSIG) {
+      s += std::string(" (") + ::strsignal(signal) + ")";
+    }
+  }
+  if (oom_killed) {
+    s += ", out of memory";
+  }
+  if (stopped) {
+    s += ", stopped";
+  }
+  return s;
+}
+
+struct ProcessRuntime::Impl {
+  struct Task {
+    std::string id;
+    pid_t pid = 0;
+    int pidfd = -1;
+    Clock::time_point started;
+    std::optional<TaskCgroup> cgroup;
+    bool stopped = false;
+    std::optional<Clock::time_point> kill_at;  // SIGKILL then (after a stop's grace).
+  };
+
+  ProcessRuntimeOptions options;
+  OnExit on_exit;
+  mutable std::mutex mu;
+  std::map<std::string, Task> tasks;  // Running ones.
+  int epoll = -1;
+  int wake = -1;  // eventfd: a stop deadline changed, or shutting down.
+  bool stopping = false;
+  std::thread monitor;
+
+  void killTree(const Task& t, int sig) const {
+    ::kill(-t.pid, sig);  // The process group (its own session's).
+    if (t.cgroup) {
+      for (pid_t p : t.cgroup->pids()) {
+        ::kill(p, sig);  // Whatever left the group but not the cgroup.
+      }
+    }
+  }
+
+  void run() {
+    while (true) {
+      int timeout_ms = -1;
+      {
+        std::lock_guard lock(mu);
+        if (stopping) {
+          return;
+        }
+        const Clock::time_point now = Clock::now();
+        for (auto& [id, t] : tasks) {
+          if (t.kill_at && *t.kill_at <= now) {
+            killTree(t, SIGKILL);
+            t.kill_at.reset();
+          } else if (t.kill_at) {
+            const auto ms =
+                std::chrono::duration_cast<std::chrono::milliseconds>(*t.kill_at - now).count();
+            timeout_ms = timeout_ms < 0 ? static_cast<int>(ms + 1)
+                                        : std::min(timeout_ms, static_cast<int>(ms + 1));
+          }
+        }
+      }
+      epoll_event events[16];
+      const int n = ::epoll_wait(epoll, events, 16, timeout_ms);
+      for (int i = 0; i < n; ++i) {
+        if (events[i].data.fd == wake) {
+          uint64_t v = 0;
+          (void)!::read(wake, &v, sizeof v);
+          continue;
+        }
+        reap(events[i].data.fd);
+      }
+    }
+  }
+
+  // The task whose pidfd is `fd` has exited: collect it, clean up, report.
+  void reap(int fd) {
+    Task t;
+    {
+      std::lock_guard lock(mu);
+      auto it = std::find_if(tasks.begin(), tasks.end(),
+                             [fd](const auto& kv) { return kv.second.pidfd == fd; });
+      if (it == tasks.end()) {
+        return;
+      }
+      t = std::move(it->second);
+      tasks.erase(it);
+    }
+    ::epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nullptr);
+    ::close(fd);
+    int status = 0;
+    while (::waitpid(t.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    TaskExit e;
+    e.run_time = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t.started);
+    if (WIFEXITED(status)) {
+      e.exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+      e.signal = WTERMSIG(status);
+    }
+    e.stopped = t.stopped;
+    // The first process is gone: so is the rest of its tree.
+    killTree(t, SIGKILL);
+    if (t.cgroup) {
+      e.oom_killed = t.cgroup->oomKills() > 0;
+      (void)options.cgroups->remove(*t.cgroup);
+    }
+    on_exit(t.id, e);
+  }
+};
+
+ProcessRuntime::ProcessRuntime(ProcessRuntimeOptions options, OnExit on_exit)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->on_exit = std::move(on_exit);
+  impl_->epoll = ::epoll_create1(EPOLL_CLOEXEC);
+  impl_->wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = impl_->wake;
+  ::epoll_ctl(impl_->epoll, EPOLL_CTL_ADD, impl_->wake, &ev);
+  impl_->monitor = std::thread([this] { impl_->run(); });
+}
+
+ProcessRuntime::~ProcessRuntime() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  const uint64_t one = 1;
+  (void)!::write(impl_->wake, &one, sizeof one);
+  impl_->monitor.join();
+  for (auto& [id, t] : impl_->tasks) {
+    impl_->killTree(t, SIGKILL);
+    int status = 0;
+    ::waitpid(t.pid, &status, 0);
+    ::close(t.pidfd);
+    if (t.cgroup) {
+      (void)impl_->options.cgroups->remove(*t.cgroup);
+    }
+  }
+  ::close(impl_->wake);
+  ::close(impl_->epoll);
+}
+
+std::string ProcessRuntime::taskDir(const std::string& id) const {
+  return impl_->options.work_dir + "/" + id;
+}
+
+std::optional<pid_t> ProcessRuntime::pidOf(const std::string& id) const {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->tasks.find(id);
+  return it == impl_->tasks.end() ? std::nullopt : std::optional<pid_t>(it->second.pid);
+}
+
+std::vector<std::string> ProcessRuntime::running() const {
+  std::lock_guard lock(impl_->mu);
+  std::vector<std::string> out;
+  for (const auto& [id, t] : impl_->tasks) {
+    out.push_back(id);
+  }
+  return out;
+}
+
+core::Status ProcessRuntime::start(const TaskSpec& spec) {
+  if (!plainName(spec.id)) {
+    return core::invalidArgument("task id '" + spec.id + "' is not a plain name");
+  }
+  if (spec.command.empty() || spec.command[0].empty()) {
+    return core::invalidArgument("task " + spec.id + ": no command");
+  }
+  {
+    std::lock_guard lock(impl_->mu);
+    if (impl_->tasks.contains(spec.id)) {
+      return core::Status(core::StatusCode::kAlreadyExists,
+                          "task " + spec.id + " is already running");
+    }
+  }
+  const std::string where = "task " + spec.id;
+  // Everything the child needs is prepared here: after fork it may only make system calls.
+  const std::string dir = taskDir(spec.id);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return core::unavailable(where + ": cannot create " + dir + ": " + ec.message());
+  }
+  TESSERA_ASSIGN_OR_RETURN(const Identity who, identityOf(spec.user, dir, where));
+  auto open_log = [&](const char* name) {
+    Fd fd(::open((dir + "/" + name).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640));
+    if (fd.get() >= 0 && who.switch_user) {
+      (void)!::fchown(fd.get(), who.uid, who.gid);
+    }
+    return fd;
+  };
+  const Fd out = open_log("stdout.log");
+  const Fd err = open_log("stderr.log");
+  if (out.get() < 0 || err.get() < 0) {
+    return core::unavailable(where + ": cannot open its logs in " + dir + ": " +
+                             std::strerror(errno));
+  }
+  std::string path = impl_->options.path;
+  if (auto it = spec.env.find("PATH"); it != spec.env.end()) {
+    path = it->second;
+  }
+  TESSERA_ASSIGN_OR_RETURN(const std::string exe, findCommand(spec.command[0], path, where));
+  std::vector<std::string> env = taskEnvironment(spec, impl_->options.path, dir, who);
+  std::vector<std::string> args = spec.command;
+  const std::vector<char*> envp = cStrings(env);
+  const std::vector<char*> argv = cStrings(args);
+  // Device nodes: their numbers, for the devices rule.
+  CgroupLimits limits = spec.limits;
+  for (const std::string& node : spec.device_nodes) {
+    struct stat st {};
+    if (::stat(node.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) {
+      return core::failedPrecondition(where + ": device node " + node +
+                                      " is not a character device");
+    }
+    limits.devices.push_back({major(st.st_rdev), minor(st.st_rdev)});
+  }
+  Impl::Task t;
+  t.id = spec.id;
+  if (impl_->options.cgroups != nullptr) {
+    auto g = impl_->options.cgroups->create(spec.id, limits);
+    if (!g.isOk()) {
+      return g.status().withContext(where);
+    }
+    t.cgroup = std::move(g).value();
+  }
+  // From here on a failure must also remove the cgroup.
+  auto fail = [&](core::Status s) {
+    if (t.cgroup) {
+      (void)impl_->options.cgroups->remove(*t.cgroup);
+    }
+    return s;
+  };
+  const std::vector<std::string> join_paths =
+      t.cgroup ? t.cgroup->joinPaths() : std::vector<std::string>{};
+  std::vector<const char*> joins;
+  joins.reserve(join_paths.size());
+  for (const std::string& p : join_paths) {
+    joins.push_back(p.c_str());
+  }
+  int report[2];
+  if (::pipe2(report, O_CLOEXEC) != 0) {
+    return fail(core::unavailable(where + ": pipe: " + std::strerror(errno)));
+  }
+  const Fd report_read(report[0]);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // The child: async-signal-safe calls only.
+    const int w = report[1];
+    ::setsid();
+    // No descriptor of the agent's (sockets, the store) reaches the task.
+    ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+    for (const char* p : joins) {
+      const int fd = ::open(p, O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, "0", 1) != 1) {
+        childFail(w, 1);
+      }
+      ::close(fd);
+    }
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd < 0) {
+      childFail(w, 2);
+    }
+    ::dup2(null_fd, 0);
+    ::dup2(out.get(), 1);
+    ::dup2(err.get(), 2);
+    if (::chdir(dir.c_str()) != 0) {
+      childFail(w, 3);
+    }
+    if (who.switch_user) {
+      if (::setgroups(1, &who.gid) != 0) {
+        childFail(w, 4);
+      }
+      if (::setgid(who.gid) != 0) {
+        childFail(w, 5);
+      }
+      if (::setuid(who.uid) != 0) {
+        childFail(w, 6);
+      }
+    }
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int s = 1; s < NSIG; ++s) {
+      ::signal(s, SIG_DFL);
+    }
+    ::execve(exe.c_str(), argv.data(), envp.data());
+    childFail(w, 7);
+  }
+  const int fork_errno = errno;
+  ::close(report[1]);
+  if (pid < 0) {
+    return fail(core::unavailable(where + ": fork: " + std::strerror(fork_errno)));
+  }
+  // The pipe closes on exec (nothing read), or carries why the child could not get there.
+  ChildError ce;
+  ssize_t got = 0;
+  while ((got = ::read(report_read.get(), &ce, sizeof ce)) < 0 && errno == EINTR) {
+  }
+  if (got == static_cast<ssize_t>(sizeof ce)) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return fail(core::failedPrecondition(where + ": cannot start '" + spec.command[0] +
+                                         "': " + kSteps[ce.step] + ": " + std::strerror(ce.err)));
+  }
+  t.pid = pid;
+  t.pidfd = pidfdOpen(pid);
+  t.started = Clock::now();
+  if (t.pidfd < 0) {
+    const int e = errno;
+    impl_->killTree(t, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return fail(core::unavailable(where + ": pidfd_open: " + std::strerror(e) +
+                                  " (Linux 5.3 or later is needed)"));
+  }
+  std::lock_guard lock(impl_->mu);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = t.pidfd;
+  ::epoll_ctl(impl_->epoll, EPOLL_CTL_ADD, t.pidfd, &ev);
+  impl_->tasks.emplace(spec.id, std::move(t));
+  return core::Status::ok();
+}
+
+core::Status ProcessRuntime::stop(const std::string& id, std::chrono::milliseconds grace) {
+  {
+    std::lock_guard lock(impl_->mu);
+    auto it = impl_->tasks.find(id);
+    if (it == impl_->tasks.end()) {
+      return core::notFound("task " + id + " is not running");
+    }
+    Impl::Task& t = it->second;
+    t.stopped = true;
+    impl_->killTree(t, SIGTERM);
+    const Clock::time_point at = Clock::now() + grace;
+    if (!t.kill_at || at < *t.kill_at) {
+      t.kill_at = at;
+    }
+  }
+  const uint64_t one = 1;
+  (void)!::write(impl_->wake, &one, sizeof one);
+  return core::Status::ok();
+}
+
+}  // namespace tessera::agent

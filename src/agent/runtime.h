@@ -1,0 +1,118 @@
+// Running tasks on the node. `Runtime` is the driver interface; `ProcessRuntime` (the first
+// driver) runs each task as a plain process tree:
+//   - its own session and process group, so the whole tree is signalled at once;
+//   - under the task's Unix user when one is given (the tenant's own, by the agent's mapping);
+//   - in its own working directory <work_dir>/<id>/, stdout and stderr appended to
+//     stdout.log and stderr.log there (what `tessera logs` serves);
+//   - in its own cgroups (agent/cgroups.h) for CPU and memory limits and device nodes;
+//   - with an environment that pins its GPUs (gpuEnvironment) and names it (TESSERA_TASK, ...).
+// A task ends when its first process exits; what is left of its tree is killed then. Stopping
+// (preemption, cancel) sends SIGTERM to the group, then SIGKILL to the group and everything
+// left in its cgroups after the grace period. Exits are reported with exit code or signal,
+// whether the kernel OOM-killed it, and the run time.
+//
+//   ProcessRuntime rt({.work_dir = "/var/lib/tessera/tasks", .cgroups = &cg},
+//                     [](const std::string& id, const TaskExit& e) { report(id, e); });
+//   TESSERA_RETURN_IF_ERROR(rt.start(spec));
+//   rt.stop(spec.id, std::chrono::seconds(30));
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/cgroups.h"
+#include "core/status.h"
+
+namespace tessera::agent {
+
+// How a task uses its GPUs, and so which variables pin them.
+struct GpuPinning {
+  enum class Mode { kNone, kWhole, kMig, kMps, kFractional };
+  Mode mode = Mode::kNone;
+  std::vector<std::string> uuids;  // GPU UUIDs, or MIG device UUIDs for kMig.
+  // kMps: the control daemon's pipe directory and the client's limits.
+  std::string mps_pipe_directory;
+  int mps_thread_percentage = 100;
+  int64_t mps_memory_limit_mib = 0;  // 0: none.
+  // kFractional: the interposer's limits, and its path once it exists ("" : not preloaded).
+  int64_t memory_limit_mib = 0;
+  int compute_share_percent = 100;
+  std::string interposer;
+};
+
+// The variables that pin a task to its GPUs. A task without GPUs gets CUDA_VISIBLE_DEVICES=""
+// (CUDA then sees none), never the node's.
+std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin);
+
+struct TaskSpec {
+  std::string id;  // Unique on the node, a plain file name: its folder and cgroup names.
+  std::string tenant;
+  std::string workload;
+  int index = 0;                           // The task's index in its workload.
+  std::vector<std::string> command;        // argv; argv[0] is looked up in PATH.
+  std::map<std::string, std::string> env;  // The workload's own variables.
+  GpuPinning gpus;                         // Added after `env`: it cannot be overridden.
+  CgroupLimits limits;                     // CPU, memory, device nodes.
+  std::vector<std::string> device_nodes;   // Paths of the device nodes it may open.
+  std::string user;                        // Unix user to run as; "": the agent's.
+};
+
+struct TaskExit {
+  int exit_code = -1;       // >= 0 when it exited.
+  int signal = 0;           // > 0 when a signal ended it.
+  bool oom_killed = false;  // The kernel killed it for its memory limit.
+  bool stopped = false;     // stop() was called for it.
+  std::chrono::milliseconds run_time{0};
+
+  // "exited 0", "killed by signal 9 (out of memory)", "stopped (signal 15)".
+  std::string describe() const;
+};
+
+class Runtime {
+ public:
+  using OnExit = std::function<void(const std::string& id, const TaskExit& exit)>;
+  virtual ~Runtime() = default;
+  // Starts the task; returns once its process runs the command, or with why it could not.
+  virtual core::Status start(const TaskSpec& spec) = 0;
+  // SIGTERM to the task's processes now, SIGKILL after `grace`. Unknown or ended: not found.
+  virtual core::Status stop(const std::string& id, std::chrono::milliseconds grace) = 0;
+  // Tasks started and not yet ended.
+  virtual std::vector<std::string> running() const = 0;
+};
+
+struct ProcessRuntimeOptions {
+  std::string work_dir;                               // Task folders go here (created if missing).
+  const Cgroups* cgroups = nullptr;                   // null: no limits (the agent warns at start).
+  std::string path = "/usr/local/bin:/usr/bin:/bin";  // PATH of tasks.
+};
+
+class ProcessRuntime : public Runtime {
+ public:
+  // `on_exit` runs on the runtime's own thread, once per task that ended.
+  ProcessRuntime(ProcessRuntimeOptions options, OnExit on_exit);
+  ~ProcessRuntime() override;  // Kills every task still running.
+  ProcessRuntime(const ProcessRuntime&) = delete;
+  ProcessRuntime& operator=(const ProcessRuntime&) = delete;
+
+  core::Status start(const TaskSpec& spec) override;
+  core::Status stop(const std::string& id, std::chrono::milliseconds grace) override;
+  std::vector<std::string> running() const override;
+
+  // The task's folder (its stdout.log and stderr.log are there).
+  std::string taskDir(const std::string& id) const;
+  // The pid of a running task's first process (tests, diagnostics).
+  std::optional<pid_t> pidOf(const std::string& id) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::agent

@@ -1,0 +1,332 @@
+// ProcessRuntime with real processes. The cgroup tests need root and a cgroup v1 hierarchy with
+// the memory and devices controllers (as on this project's CI machines); elsewhere they are
+// skipped, and say why.
+#include "agent/runtime.h"
+
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace tessera::agent {
+namespace {
+
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Whether a process is gone (or a zombie nobody has reaped yet: it runs nothing).
+bool gone(pid_t pid) {
+  const std::string stat = readFile("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) {
+    return true;
+  }
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z';
+}
+
+bool waitFor(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+class RuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tessera-runtime-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    fs::permissions(dir_, fs::perms::all);  // Tasks under another user write their logs here.
+  }
+  void TearDown() override {
+    runtime_.reset();
+    fs::remove_all(dir_);
+  }
+
+  ProcessRuntime& runtime(const Cgroups* cgroups = nullptr) {
+    runtime_ = std::make_unique<ProcessRuntime>(
+        ProcessRuntimeOptions{.work_dir = (dir_ / "tasks").string(), .cgroups = cgroups},
+        [this](const std::string& id, const TaskExit& e) {
+          std::lock_guard lock(mu_);
+          exits_[id] = e;
+          cv_.notify_all();
+        });
+    return *runtime_;
+  }
+  // Waits for the task's exit report.
+  std::optional<TaskExit> exitOf(const std::string& id, std::chrono::milliseconds limit = 10s) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, limit, [&] { return exits_.contains(id); })) {
+      return std::nullopt;
+    }
+    return exits_[id];
+  }
+  TaskSpec shell(const std::string& id, const std::string& script) {
+    TaskSpec s;
+    s.id = id;
+    s.tenant = "team-a";
+    s.workload = "train";
+    s.command = {"sh", "-c", script};
+    return s;
+  }
+  std::string log(const std::string& id, const char* name = "stdout.log") {
+    return readFile(runtime_->taskDir(id) + "/" + name);
+  }
+
+  fs::path dir_;
+  std::unique_ptr<ProcessRuntime> runtime_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, TaskExit> exits_;
+};
+
+TEST(GpuEnvironment, PinsTheAssignedGpusAndNothingElse) {
+  EXPECT_EQ(gpuEnvironment({}).at("CUDA_VISIBLE_DEVICES"), "");  // No GPUs: none visible.
+  GpuPinning whole;
+  whole.mode = GpuPinning::Mode::kWhole;
+  whole.uuids = {"GPU-a", "GPU-b"};
+  auto env = gpuEnvironment(whole);
+  EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES"), "GPU-a,GPU-b");
+  EXPECT_FALSE(env.contains("CUDA_MPS_PIPE_DIRECTORY"));
+  GpuPinning mps;
+  mps.mode = GpuPinning::Mode::kMps;
+  mps.uuids = {"GPU-a"};
+  mps.mps_pipe_directory = "/run/tessera/mps/0-team-a";
+  mps.mps_thread_percentage = 25;
+  mps.mps_memory_limit_mib = 20480;
+  env = gpuEnvironment(mps);
+  EXPECT_EQ(env.at("CUDA_MPS_PIPE_DIRECTORY"), "/run/tessera/mps/0-team-a");
+  EXPECT_EQ(env.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "25");
+  EXPECT_EQ(env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=20480M");
+  GpuPinning frac;
+  frac.mode = GpuPinning::Mode::kFractional;
+  frac.uuids = {"GPU-b"};
+  frac.memory_limit_mib = 8192;
+  frac.compute_share_percent = 30;
+  env = gpuEnvironment(frac);
+  EXPECT_EQ(env.at("TESSERA_CUDA_MEMORY_LIMIT"), "8192M");
+  EXPECT_EQ(env.at("TESSERA_CUDA_COMPUTE_SHARE"), "30");
+  EXPECT_FALSE(env.contains("LD_PRELOAD"));  // Until the interposer exists.
+  frac.interposer = "/usr/lib/tessera/libtessera-cuda.so";
+  EXPECT_EQ(gpuEnvironment(frac).at("LD_PRELOAD"), "/usr/lib/tessera/libtessera-cuda.so");
+}
+
+TEST_F(RuntimeTest, RunsTheCommandWithItsGpusAndNamesInTheEnvironmentAndLogsIt) {
+  ProcessRuntime& rt = runtime();
+  TaskSpec spec = shell("t-1",
+                        "echo $CUDA_VISIBLE_DEVICES; echo $TESSERA_TENANT/$TESSERA_WORKLOAD;"
+                        " echo $MINE; pwd; echo $HOME; echo oops >&2");
+  spec.gpus.mode = GpuPinning::Mode::kWhole;
+  spec.gpus.uuids = {"GPU-1234", "GPU-5678"};
+  spec.env = {{"MINE", "yes"}, {"CUDA_VISIBLE_DEVICES", "all"}};  // The agent's value wins.
+  ASSERT_TRUE(rt.start(spec).isOk());
+  auto e = exitOf("t-1");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 0) << e->describe();
+  EXPECT_FALSE(e->stopped);
+  EXPECT_EQ(log("t-1"), "GPU-1234,GPU-5678\nteam-a/train\nyes\n" + rt.taskDir("t-1") + "\n" +
+                            rt.taskDir("t-1") + "\n");
+  EXPECT_EQ(log("t-1", "stderr.log"), "oops\n");
+  EXPECT_TRUE(rt.running().empty());
+}
+
+TEST_F(RuntimeTest, ReportsExitCodesAndSignals) {
+  ProcessRuntime& rt = runtime();
+  ASSERT_TRUE(rt.start(shell("code", "exit 3")).isOk());
+  ASSERT_TRUE(rt.start(shell("signal", "kill -SEGV $$")).isOk());
+  auto code = exitOf("code");
+  auto sig = exitOf("signal");
+  ASSERT_TRUE(code && sig);
+  EXPECT_EQ(code->exit_code, 3);
+  EXPECT_EQ(code->describe(), "exited 3");
+  EXPECT_EQ(sig->exit_code, -1);
+  EXPECT_EQ(sig->signal, SIGSEGV);
+  EXPECT_NE(sig->describe().find("killed by signal 11"), std::string::npos) << sig->describe();
+}
+
+TEST_F(RuntimeTest, StartErrorsSayWhy) {
+  ProcessRuntime& rt = runtime();
+  core::Status missing = rt.start([&] {
+    TaskSpec s = shell("m", "");
+    s.command = {"no-such-command-here"};
+    return s;
+  }());
+  EXPECT_FALSE(missing.isOk());
+  EXPECT_NE(missing.message().find("'no-such-command-here' not found in PATH"), std::string::npos)
+      << missing.message();
+  // Exec itself fails: a file that is not executable.
+  std::ofstream(dir_ / "script") << "not a program\n";
+  fs::permissions(dir_ / "script", fs::perms::owner_read | fs::perms::owner_exec);
+  TaskSpec bad = shell("b", "");
+  bad.command = {(dir_ / "script").string()};
+  core::Status exec = rt.start(bad);
+  EXPECT_FALSE(exec.isOk());
+  EXPECT_NE(exec.message().find("running the command: Exec format error"), std::string::npos)
+      << exec.message();
+  EXPECT_FALSE(rt.start(shell("../escape", "true")).isOk());
+  TaskSpec node = shell("n", "true");
+  node.device_nodes = {(dir_ / "script").string()};
+  core::Status not_dev = rt.start(node);
+  EXPECT_NE(not_dev.message().find("not a character device"), std::string::npos)
+      << not_dev.message();
+  TaskSpec nobody = shell("u", "true");
+  nobody.user = "no-such-user-tessera";
+  EXPECT_NE(rt.start(nobody).message().find("no Unix user 'no-such-user-tessera'"),
+            std::string::npos);
+  EXPECT_TRUE(rt.running().empty());
+}
+
+TEST_F(RuntimeTest, StoppingKillsTheWholeProcessTree) {
+  ProcessRuntime& rt = runtime();
+  // A child in the background (what leaves the process group is the cgroup tests' business).
+  ASSERT_TRUE(rt.start(shell("tree", "sleep 300 & echo $! > child.pid; sleep 300")).isOk());
+  const std::string d = rt.taskDir("tree");
+  ASSERT_TRUE(waitFor([&] { return !readFile(d + "/child.pid").empty(); }));
+  const pid_t child = std::stoi(readFile(d + "/child.pid"));
+  const pid_t leader = *rt.pidOf("tree");
+  ASSERT_FALSE(gone(child));
+  ASSERT_TRUE(rt.stop("tree", 5s).isOk());
+  auto e = exitOf("tree");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->stopped);
+  EXPECT_EQ(e->signal, SIGTERM) << e->describe();
+  EXPECT_TRUE(waitFor([&] { return gone(child) && gone(leader); }));
+  EXPECT_TRUE(rt.running().empty());
+  EXPECT_EQ(rt.stop("tree", 1s).code(), core::StatusCode::kNotFound);
+}
+
+TEST_F(RuntimeTest, ATaskThatIgnoresSigtermIsKilledAfterItsGrace) {
+  ProcessRuntime& rt = runtime();
+  ASSERT_TRUE(
+      rt.start(shell("stubborn", "trap '' TERM; echo ready; while true; do sleep 0.05; done"))
+          .isOk());
+  ASSERT_TRUE(waitFor([&] { return log("stubborn") == "ready\n"; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(rt.stop("stubborn", 300ms).isOk());
+  auto e = exitOf("stubborn");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 290ms);
+  EXPECT_EQ(e->signal, SIGKILL) << e->describe();
+  EXPECT_TRUE(e->stopped);
+}
+
+TEST_F(RuntimeTest, RunsUnderTheTasksUser) {
+  if (::getuid() != 0) {
+    GTEST_SKIP() << "switching users needs root";
+  }
+  passwd* nobody = ::getpwnam("nobody");
+  ASSERT_NE(nobody, nullptr);
+  ProcessRuntime& rt = runtime();
+  TaskSpec spec = shell("as-nobody", "id -u; id -g; echo $USER; touch mine");
+  spec.user = "nobody";
+  ASSERT_TRUE(rt.start(spec).isOk());
+  auto e = exitOf("as-nobody");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 0) << e->describe() << log("as-nobody", "stderr.log");
+  EXPECT_EQ(log("as-nobody"),
+            std::to_string(nobody->pw_uid) + "\n" + std::to_string(nobody->pw_gid) + "\nnobody\n");
+  struct stat st {};
+  ASSERT_EQ(::stat((rt.taskDir("as-nobody") + "/mine").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, nobody->pw_uid);  // Its folder is its own.
+}
+
+// The cgroup tests: skipped unless this process may create v1 memory and devices groups.
+class CgroupRuntimeTest : public RuntimeTest {
+ protected:
+  void SetUp() override {
+    RuntimeTest::SetUp();
+    if (::getuid() != 0) {
+      GTEST_SKIP() << "cgroups need root";
+    }
+    auto cg = Cgroups::detect();
+    if (!cg.isOk() || cg->version() != 1 || !cg->devicesEnforced()) {
+      GTEST_SKIP() << "needs cgroup v1 with memory and devices; have: "
+                   << (cg.isOk() ? cg->describe() : cg.status().message());
+    }
+    cgroups_ = std::move(cg).value();
+  }
+  std::optional<Cgroups> cgroups_;
+};
+
+TEST_F(CgroupRuntimeTest, ATaskOverItsMemoryLimitIsReportedOomKilled) {
+  ProcessRuntime& rt = runtime(&*cgroups_);
+  // dd fills a 256 MiB buffer; the task may have 32.
+  TaskSpec spec = shell("hog", "dd if=/dev/zero of=/dev/null bs=256M count=1 && echo survived");
+  spec.limits.memory_mib = 32;
+  ASSERT_TRUE(rt.start(spec).isOk());
+  auto e = exitOf("hog", 30s);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->oom_killed) << e->describe();
+  EXPECT_NE(e->describe().find("out of memory"), std::string::npos);
+  EXPECT_EQ(log("hog").find("survived"), std::string::npos);
+  // The same command with room enough runs to the end.
+  TaskSpec roomy = shell("roomy", "dd if=/dev/zero of=/dev/null bs=16M count=1 && echo survived");
+  roomy.limits.memory_mib = 128;
+  ASSERT_TRUE(rt.start(roomy).isOk());
+  auto ok = exitOf("roomy", 30s);
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->exit_code, 0) << ok->describe();
+  EXPECT_FALSE(ok->oom_killed);
+}
+
+TEST_F(CgroupRuntimeTest, ATaskCanOpenOnlyItsOwnDeviceNodes) {
+  // Fake GPU device nodes with a major number no driver uses: opening one that is allowed gets
+  // "No such device or address" (no driver behind it), one that is not, "Operation not
+  // permitted" (the devices rule).
+  const std::string mine = (dir_ / "nvidia0").string();
+  const std::string other = (dir_ / "nvidia1").string();
+  ASSERT_EQ(::mknod(mine.c_str(), S_IFCHR | 0666, makedev(4000, 0)), 0) << std::strerror(errno);
+  ASSERT_EQ(::mknod(other.c_str(), S_IFCHR | 0666, makedev(4000, 1)), 0) << std::strerror(errno);
+  ProcessRuntime& rt = runtime(&*cgroups_);
+  TaskSpec spec = shell("devs", "cat " + mine + " 2>&1; cat " + other +
+                                    " 2>&1; cat /dev/null &&"
+                                    " echo null-ok");
+  spec.device_nodes = {mine};
+  spec.limits.restrict_devices = true;
+  ASSERT_TRUE(rt.start(spec).isOk());
+  auto e = exitOf("devs");
+  ASSERT_TRUE(e.has_value());
+  const std::string out = log("devs");
+  EXPECT_NE(out.find(mine + ": No such device or address"), std::string::npos) << out;
+  EXPECT_NE(out.find(other + ": Operation not permitted"), std::string::npos) << out;
+  EXPECT_NE(out.find("null-ok"), std::string::npos) << out;
+}
+
+TEST_F(CgroupRuntimeTest, StoppingKillsWhatEscapedTheProcessGroup) {
+  ProcessRuntime& rt = runtime(&*cgroups_);
+  ASSERT_TRUE(
+      rt.start(shell("escape", "setsid sleep 300 & echo $! > escaped.pid; sleep 300")).isOk());
+  const std::string d = rt.taskDir("escape");
+  ASSERT_TRUE(waitFor([&] { return !readFile(d + "/escaped.pid").empty(); }));
+  const pid_t escaped = std::stoi(readFile(d + "/escaped.pid"));
+  ASSERT_FALSE(gone(escaped));
+  ASSERT_TRUE(rt.stop("escape", 2s).isOk());
+  ASSERT_TRUE(exitOf("escape").has_value());
+  EXPECT_TRUE(waitFor([&] { return gone(escaped); }));  // Found through its cgroup.
+}
+
+}  // namespace
+}  // namespace tessera::agent
