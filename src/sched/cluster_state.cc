@@ -39,6 +39,7 @@ ClusterState::ClusterState(const model::GpuCatalogue& catalogue, std::vector<mod
     : catalogue_(&catalogue), nodes_(std::move(nodes)), trust_(std::move(trust)) {
   node_state_.resize(nodes_.size());
   version_.assign(nodes_.size(), 1);
+  down_.assign(nodes_.size(), 0);
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const model::Node& n = nodes_[i];
     assert(model::validateNode(n).isOk());
@@ -61,6 +62,13 @@ ClusterState::ClusterState(const model::GpuCatalogue& catalogue, std::vector<mod
       g.free_memory_mib = d.memory.value();
       gpus_.push_back(std::move(g));
     }
+  }
+}
+
+void ClusterState::setUp(NodeIndex n, bool up) {
+  if (this->up(n) != up) {
+    down_[n] = up ? 0 : 1;
+    touch(n);  // Caches see the change like any other.
   }
 }
 

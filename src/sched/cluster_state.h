@@ -129,6 +129,11 @@ class ClusterState {
     const NodeState& s = node_state_[n];
     return {gpus_.data() + s.gpu_begin, s.gpu_count};
   }
+  // Whether the node takes tasks. A node whose agent is lost is down: it fails every filter
+  // (FilterReason::kNodeDown); what ran there is the scheduler's business.
+  bool up(NodeIndex n) const { return down_[n] == 0; }
+  void setUp(NodeIndex n, bool up);
+
   // Bumped by every change to the node; caches compare it.
   uint32_t version(NodeIndex n) const { return version_[n]; }
   const std::vector<uint32_t>& versions() const { return version_; }
@@ -165,6 +170,7 @@ class ClusterState {
   std::vector<NodeState> node_state_;
   std::vector<GpuState> gpus_;
   std::vector<uint32_t> version_;
+  std::vector<uint8_t> down_;       // Per node: 1 while down.
   std::vector<NodeIndex> journal_;  // Node changed at sequence journal_begin_ + i.
   uint64_t journal_begin_ = 0;
   int64_t used_gpu_milli_ = 0;

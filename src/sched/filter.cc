@@ -30,6 +30,8 @@ std::string_view filterReasonName(FilterReason r) {
       return "too few fitting GPUs";
     case FilterReason::kReserved:
       return "reserved for a waiting gang";
+    case FilterReason::kNodeDown:
+      return "node down";
   }
   return "unknown";
 }
@@ -102,6 +104,9 @@ FilterReason checkGpu(const ClusterState& state, const GpuState& g, const Resolv
 }
 
 NodeFit checkNode(const ClusterState& state, NodeIndex node, const ResolvedRequest& r) {
+  if (!state.up(node)) {
+    return {FilterReason::kNodeDown, 0};
+  }
   const NodeState& ns = state.nodeState(node);
   if (ns.free_cpu_milli < r.cpu_milli) {
     return {FilterReason::kCpu, 0};

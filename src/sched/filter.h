@@ -33,8 +33,9 @@ enum class FilterReason : uint8_t {
   kTrustBoundary,  // Another tenant outside the task's trust group shares the GPU.
   kGpuCount,       // Some GPUs fit, but fewer than the task needs.
   kReserved,       // The node is held for a waiting gang.
+  kNodeDown,       // The node's agent is lost: it takes no tasks.
 };
-inline constexpr size_t kFilterReasonCount = 12;
+inline constexpr size_t kFilterReasonCount = 13;
 
 std::string_view filterReasonName(FilterReason r);
 

@@ -122,15 +122,7 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
   s->capacity_ = space.zeros();
   for (NodeIndex n = 0; n < s->state_.nodeCount(); ++n) {
     const model::Node& node = s->state_.node(n);
-    s->capacity_[kCpuDim] += node.cpu.value();
-    s->capacity_[kMemoryDim] += node.memory.value();
-    for (const model::GpuDevice& g : node.gpus) {
-      s->capacity_[kGpuDim] += 1000;
-      const size_t dim = space.modelDim(g.model);
-      if (dim != SIZE_MAX) {
-        s->capacity_[dim] += 1000;
-      }
-    }
+    s->addCapacity(n, +1);
     if (node.nvlink_domain >= 0) {
       const auto d = static_cast<size_t>(node.nvlink_domain);
       if (s->domain_nodes_.size() <= d) {
@@ -394,10 +386,54 @@ void Scheduler::cancel(WorkloadId w) {
 }
 
 void Scheduler::taskStopped(TaskId t) {
-  TaskInfo& task = tasks_[t];
-  if (task.state != TaskState::kTerminating) {
+  if (tasks_[t].state == TaskState::kTerminating) {
+    requeue(t);
+  }
+}
+
+std::vector<TaskId> Scheduler::nodeLost(NodeIndex n) {
+  if (!state_.up(n)) {
+    return {};
+  }
+  state_.setUp(n, false);
+  std::vector<TaskId> lost = node_tasks_[n];  // requeue() edits node_tasks_[n].
+  for (TaskId t : lost) {
+    requeue(t);
+  }
+  if (reserved_mask_[n] != 0) {
+    setReservation(kNoWorkload, {});
+  }
+  addCapacity(n, -1);
+  return lost;
+}
+
+void Scheduler::nodeBack(NodeIndex n) {
+  if (state_.up(n)) {
     return;
   }
+  state_.setUp(n, true);
+  addCapacity(n, +1);
+  released_nodes_.push_back(n);  // Room grew there: "no room" verdicts are tried again.
+}
+
+void Scheduler::addCapacity(NodeIndex n, int sign) {
+  const model::Node& node = state_.node(n);
+  const ResourceSpace& space = tree_.space();
+  const int64_t gpu = int64_t{1000} * sign;
+  capacity_[kCpuDim] += sign * node.cpu.value();
+  capacity_[kMemoryDim] += sign * node.memory.value();
+  for (const model::GpuDevice& g : node.gpus) {
+    capacity_[kGpuDim] += gpu;
+    const size_t dim = space.modelDim(g.model);
+    if (dim != SIZE_MAX) {
+      capacity_[dim] += gpu;
+    }
+  }
+  fair_share_dirty_ = true;
+}
+
+void Scheduler::requeue(TaskId t) {
+  TaskInfo& task = tasks_[t];
   releaseTask(t);
   WorkloadInfo& w = workloads_[task.workload];
   tree_.addPending(w.spec.queue, pendingAmounts(task.workload), +1);

@@ -149,6 +149,14 @@ class Scheduler {
   void taskStopped(TaskId t);
   // Removes a workload: pending tasks are dropped, running ones end now.
   void cancel(WorkloadId w);
+  // Node `n`'s agent is lost. No task goes there until `nodeBack`; its running and terminating
+  // tasks are pending again (the next start of each raises TaskInfo::starts, the generation
+  // its assignment carries, so the lost node's copy is known stale); its capacity leaves the
+  // fair shares; a reservation that held it ends. Returns the tasks that were on it; none if it
+  // was down already.
+  std::vector<TaskId> nodeLost(NodeIndex n);
+  // Node `n` is back (its agent registered again with nothing running): it takes tasks again.
+  void nodeBack(NodeIndex n);
 
   PassResult schedule();
   // Adds a queue to the tree (a tenant or team created while running); see QueueTree::add.
@@ -237,6 +245,10 @@ class Scheduler {
   WorkloadId nextInQueue(QueueId q);
   // Files the workload in the bucket its state calls for (or in none once nothing is pending).
   void refile(WorkloadId w);
+  // Releases a running or terminating task and makes it pending again.
+  void requeue(TaskId t);
+  // Adds (sign +1) or removes (-1) node `n`'s capacity from what the fair shares divide.
+  void addCapacity(NodeIndex n, int sign);
   OrderKey orderOf(WorkloadId w) const;
   // Changes `running` of `w` by `delta`, keeping `running_priorities_` up to date.
   void addRunning(WorkloadId w, int delta);

@@ -478,5 +478,61 @@ TEST_F(SchedulerTest, BlockedWorkWaitsUntilARelevantNodeFreesUp) {
   EXPECT_EQ(running(big[1]), 0);
 }
 
+TEST_F(SchedulerTest, ALostNodesTasksArePlacedElsewhereAndItTakesNoneUntilBack) {
+  build(2, 8, 8);
+  WorkloadId w = submit("train", "a", 4, 1, 2);  // 4 tasks of 2 GPUs: one node's worth.
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 4U);
+  const NodeIndex first = r.started[0].placement.node;
+  for (const StartDecision& d : r.started) {
+    ASSERT_EQ(d.placement.node, first);  // Best fit packs them on one node.
+    EXPECT_EQ(s_->task(d.task).starts, 1U);
+  }
+  const NodeIndex other = 1 - first;
+  std::vector<TaskId> lost = s_->nodeLost(first);
+  EXPECT_EQ(lost.size(), 4U);
+  EXPECT_TRUE(s_->nodeLost(first).empty());  // Idempotent.
+  EXPECT_FALSE(s_->cluster().up(first));
+  EXPECT_EQ(s_->workload(w).running, 0);
+  EXPECT_EQ(s_->workload(w).pending, 4);
+  EXPECT_EQ(allocatedGpus("a"), 0);
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 4U);
+  for (const StartDecision& d : r.started) {
+    EXPECT_EQ(d.placement.node, other);
+    EXPECT_EQ(s_->task(d.task).starts, 2U);  // The generation the agents see.
+  }
+  // More work waits rather than go to the lost node, and the fair shares divide only the
+  // GPUs of the node that is up: 8 of the 10 asked for.
+  WorkloadId more = submit("more", "b", 1, 1, 2);
+  r = s_->schedule();
+  EXPECT_EQ(s_->queues().queue(*s_->queues().find("org")).fair_share[kGpuDim], 8000);
+  EXPECT_TRUE(r.started.empty());
+  EXPECT_NE(s_->explain(more).message.find("node down"), std::string::npos)
+      << s_->explain(more).message;
+  // Back: it takes work again.
+  s_->nodeBack(first);
+  EXPECT_TRUE(s_->cluster().up(first));
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(r.started[0].placement.node, first);
+  // All 10 GPUs asked for fit again (it was 8, one node's, while the node was down).
+  EXPECT_EQ(s_->queues().queue(*s_->queues().find("org")).fair_share[kGpuDim], 10000);
+}
+
+TEST_F(SchedulerTest, LosingANodeRequeuesOnlyItsUnfinishedTasks) {
+  build(1, 8, 0);
+  WorkloadId w = submit("w", "a", 2, 1, 4);
+  ASSERT_EQ(s_->schedule().started.size(), 2U);
+  s_->cancel(w);  // Nothing left to requeue of a cancelled workload.
+  EXPECT_TRUE(s_->nodeLost(0).empty());
+  s_->nodeBack(0);
+  WorkloadId v = submit("v", "a", 1, 1, 8);
+  ASSERT_EQ(s_->schedule().started.size(), 1U);
+  EXPECT_EQ(s_->nodeLost(0).size(), 1U);
+  EXPECT_EQ(s_->workload(v).pending, 1);
+  EXPECT_TRUE(s_->schedule().started.empty());  // The only node is down.
+}
+
 }  // namespace
 }  // namespace tessera::sched
