@@ -42,6 +42,75 @@ const char* pcieLinkName(PcieLink link) {
   return "unknown";
 }
 
+std::string topologyLabel(const NodeGpus& gpus, size_t i, size_t j) {
+  if (i == j) {
+    return "X";
+  }
+  if (i < gpus.nvlink.size() && j < gpus.nvlink[i].size() && gpus.nvlink[i][j]) {
+    return "NV";
+  }
+  const PcieLink link =
+      i < gpus.pcie.size() && j < gpus.pcie[i].size() ? gpus.pcie[i][j] : PcieLink::kUnknown;
+  switch (link) {
+    case PcieLink::kSame:
+      return "X";
+    case PcieLink::kSwitch:
+      return "PIX";
+    case PcieLink::kSwitches:
+      return "PXB";
+    case PcieLink::kHostBridge:
+      return "PHB";
+    case PcieLink::kNuma:
+      return "NODE";
+    case PcieLink::kSystem:
+      return "SYS";
+    case PcieLink::kUnknown:
+      break;
+  }
+  return "?";
+}
+
+nlohmann::json toJson(const NodeGpus& gpus) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Gpu& g : gpus.gpus) {
+    nlohmann::json mig = nlohmann::json::array();
+    for (const MigDevice& m : g.mig_devices) {
+      mig.push_back({{"index", m.index},
+                     {"uuid", m.uuid},
+                     {"name", m.name},
+                     {"profile", m.profile},
+                     {"memory_mib", m.memory_mib},
+                     {"gpu_instance_id", m.gpu_instance_id},
+                     {"compute_instance_id", m.compute_instance_id}});
+    }
+    list.push_back({{"index", g.index},
+                    {"uuid", g.uuid},
+                    {"name", g.name},
+                    {"model", g.model},
+                    {"memory_mib", g.memory_mib},
+                    {"pci_bus_id", g.pci_bus_id},
+                    {"minor", g.minor},
+                    {"mig_capable", g.mig_capable},
+                    {"mig_enabled", g.mig_enabled},
+                    {"mig_pending", g.mig_pending},
+                    {"mig_devices", mig}});
+  }
+  nlohmann::json topology = nlohmann::json::array();
+  for (size_t i = 0; i < gpus.gpus.size(); ++i) {
+    nlohmann::json row = nlohmann::json::array();
+    for (size_t j = 0; j < gpus.gpus.size(); ++j) {
+      row.push_back(topologyLabel(gpus, i, j));
+    }
+    topology.push_back(row);
+  }
+  return {{"backend", gpus.backend},
+          {"driver_version", gpus.driver_version},
+          {"cuda_version", gpus.cuda_version},
+          {"gpus", list},
+          {"topology", topology},
+          {"warnings", gpus.warnings}};
+}
+
 std::string modelFromProductName(const std::string& name, int64_t memory_mib) {
   // H100 NVL (94 GB) and H100 PCIe 80GB report "H100"; only the 80 GB parts are in the catalogue.
   if (hasWord(name, "H100")) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,14 @@ class GpuDiscovery {
   // Reads the node's GPUs now. Errors say which call failed, on which GPU, and why.
   virtual core::Result<NodeGpus> discover() = 0;
 };
+
+// The JSON form (for `tessera agent discover -format=json` and the node's registration): GPUs
+// with their MIG devices, versions, and the topology as nvidia-smi's labels ("NV", "PIX", ...).
+nlohmann::json toJson(const NodeGpus& gpus);
+
+// nvidia-smi topo's label for a pair: "X" for a GPU with itself, "NV" when NVLink joins them,
+// else PIX (one PCIe switch), PXB (several), PHB (host bridge), NODE (one NUMA node), SYS.
+std::string topologyLabel(const NodeGpus& gpus, size_t i, size_t j);
 
 // The catalogue model of an NVML product name ("NVIDIA H100 80GB HBM3" -> "H100-80GB",
 // "NVIDIA A100-SXM4-40GB" -> "A100-40GB", "Tesla T4" -> "T4"); empty when it is not one we know.

@@ -16,6 +16,13 @@ uint64_t fnv1a(const std::string& s, uint64_t seed) {
   return h;
 }
 
+// SplitMix64's finalizer: spreads FNV's output so that neighbouring GPUs' UUIDs look unrelated.
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 // PCI buses of a DGX H100's eight GPUs; other profiles count up from 0x10.
 constexpr unsigned kDgxBuses[] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
 
@@ -23,8 +30,8 @@ constexpr unsigned kDgxBuses[] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb
 
 std::string simGpuUuid(const std::string& node, int index) {
   const std::string key = "tessera-sim/" + node + "/" + std::to_string(index);
-  const uint64_t a = fnv1a(key, 0);
-  const uint64_t b = fnv1a(key, 0x9e3779b97f4a7c15ull);
+  const uint64_t a = mix(fnv1a(key, 0));
+  const uint64_t b = mix(fnv1a(key, 0x9e3779b97f4a7c15ull));
   char buf[64];
   std::snprintf(buf, sizeof buf, "GPU-%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
                 static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xffff),

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/agent_command.h"
 #include "cli/audit_command.h"
 #include "cli/client_commands.h"
 #include "cli/server_command.h"
@@ -36,6 +37,7 @@ int run(int argc, char** argv) {
   tessera::cli::addSimCommand(app, &rc);
   tessera::cli::addAuditCommand(app, &rc);
   tessera::cli::addServerCommands(app, &rc);
+  tessera::cli::addAgentCommands(app, &rc);
   tessera::cli::addClientCommands(app, &rc);
   tessera::cli::addAuditTail(*app.get_subcommand("audit"), &rc);
   try {

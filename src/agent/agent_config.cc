@@ -1,0 +1,122 @@
+#include "agent/agent_config.h"
+
+#include <unistd.h>
+
+#include "agent/nvml_discovery.h"
+#include "agent/sim_discovery.h"
+#include "core/hcl.h"
+#include "core/json_node.h"
+#include "model/node_profiles.h"
+
+namespace tessera::agent {
+namespace {
+
+// The named profile: a built-in one, or one of `profile_file`'s.
+core::Result<model::NodeProfile> findProfile(const std::string& name,
+                                             const std::string& profile_file,
+                                             const model::GpuCatalogue& catalogue) {
+  if (!profile_file.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<model::NodeProfile> profiles,
+                             model::readNodeProfiles(profile_file, catalogue));
+    for (const model::NodeProfile& p : profiles) {
+      if (p.name == name) {
+        return p;
+      }
+    }
+  }
+  if (std::optional<model::NodeProfile> p = model::findNodeProfile(name)) {
+    return *p;
+  }
+  std::string known;
+  for (const std::string& n : model::nodeProfileNames()) {
+    known += (known.empty() ? "" : ", ") + n;
+  }
+  return core::invalidArgument("unknown node profile '" + name + "' (built in: " + known +
+                               (profile_file.empty() ? "" : "; or one of " + profile_file) + ")");
+}
+
+core::Result<NodeGpus> simulate(const std::string& profile, const GpuConfig& config,
+                                const std::string& node_name,
+                                const model::GpuCatalogue& catalogue) {
+  TESSERA_ASSIGN_OR_RETURN(model::NodeProfile p,
+                           findProfile(profile, config.profile_file, catalogue));
+  return SimDiscovery(p, node_name, catalogue).discover();
+}
+
+}  // namespace
+
+std::string hostName() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0') {
+    return "localhost";
+  }
+  return buf;
+}
+
+core::Status validateGpuConfig(const GpuConfig& config) {
+  if (config.backend != "nvml" && config.backend != "sim") {
+    return core::invalidArgument("gpus.backend: '" + config.backend +
+                                 "' is not a backend (nvml or sim)");
+  }
+  if (config.backend == "sim" && config.profile.empty()) {
+    return core::invalidArgument("gpus.profile: the sim backend needs a node profile");
+  }
+  if (config.backend == "nvml" && config.nvml_library.empty()) {
+    return core::invalidArgument("gpus.nvml_library: empty");
+  }
+  return core::Status::ok();
+}
+
+core::Result<AgentConfig> readAgentConfig(const std::string& path) {
+  TESSERA_ASSIGN_OR_RETURN(nlohmann::json doc, core::parseConfigFile(path));
+  core::JsonNode top(doc, "", path);
+  TESSERA_RETURN_IF_ERROR(top.checkKeys({"node_name", "gpus"}));
+  AgentConfig c;
+  if (top.has("node_name")) {
+    TESSERA_ASSIGN_OR_RETURN(c.node_name, top.child("node_name").str());
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> gpus, core::hclBlocks(doc, "gpus", 0, path));
+  if (gpus.size() > 1) {
+    return core::invalidArgument(path + ": one gpus { ... } block at most");
+  }
+  if (!gpus.empty()) {
+    core::JsonNode g(*gpus[0].body, "gpus", path);
+    TESSERA_RETURN_IF_ERROR(
+        g.checkKeys({"backend", "nvml_library", "profile", "profile_file", "fallback_profile"}));
+    for (const auto& [key, field] :
+         {std::pair<const char*, std::string*>{"backend", &c.gpus.backend},
+          {"nvml_library", &c.gpus.nvml_library},
+          {"profile", &c.gpus.profile},
+          {"profile_file", &c.gpus.profile_file},
+          {"fallback_profile", &c.gpus.fallback_profile}}) {
+      if (g.has(key)) {
+        TESSERA_ASSIGN_OR_RETURN(*field, g.child(key).str());
+      }
+    }
+  }
+  if (core::Status s = validateGpuConfig(c.gpus); !s.isOk()) {
+    return core::invalidArgument(path + ": " + s.message());
+  }
+  return c;
+}
+
+core::Result<NodeGpus> discoverGpus(const GpuConfig& config, const std::string& node_name,
+                                    const model::GpuCatalogue& catalogue,
+                                    std::vector<std::string>* log) {
+  TESSERA_RETURN_IF_ERROR(validateGpuConfig(config));
+  if (config.backend == "sim") {
+    return simulate(config.profile, config, node_name, catalogue);
+  }
+  NvmlDiscovery nvml(config.nvml_library);
+  core::Result<NodeGpus> found = nvml.discover();
+  if (found.isOk() || config.fallback_profile.empty()) {
+    return found;
+  }
+  if (log != nullptr) {
+    log->push_back(found.status().message() + "; simulating node profile '" +
+                   config.fallback_profile + "' instead (gpus.fallback_profile)");
+  }
+  return simulate(config.fallback_profile, config, node_name, catalogue);
+}
+
+}  // namespace tessera::agent
