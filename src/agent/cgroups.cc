@@ -15,6 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/device_filter.h"
+
 namespace tessera::agent {
 namespace {
 
@@ -132,6 +134,11 @@ core::Result<Cgroups> Cgroups::detect(const std::string& folder, const std::stri
     const std::string mine = self.contains("") ? self[""] : "/";
     cg.self_dir_ = root + (mine == "/" ? "" : mine);
     cg.unified_parent_ = cg.self_dir_ + "/" + folder;
+    std::ifstream available(cg.self_dir_ + "/cgroup.controllers");
+    for (std::string c; available >> c;) {
+      cg.v2_controllers_.insert(c);
+    }
+    cg.v2_devices_ = probeDeviceFilter();
     return cg;
   }
   // v1: find the mount folder of each controller we use.
@@ -165,7 +172,17 @@ core::Result<Cgroups> Cgroups::detect(const std::string& folder, const std::stri
 
 std::string Cgroups::describe() const {
   if (version_ == 2) {
-    return "cgroup v2 (cpu, memory; device rules not enforced) under " + unified_parent_;
+    std::string c;
+    for (const char* controller : {"cpu", "memory"}) {
+      if (v2_controllers_.contains(controller)) {
+        c += (c.empty() ? "" : ", ") + std::string(controller);
+      }
+    }
+    if (v2_devices_.isOk()) {
+      c += (c.empty() ? "" : ", ") + std::string("devices");
+    }
+    return "cgroup v2 (" + c + ") under " + unified_parent_ +
+           (v2_devices_.isOk() ? "" : "; device rules not enforced: " + v2_devices_.message());
   }
   std::string c;
   for (const auto& [name, parent] : {std::pair<const char*, const std::string&>{"cpu", cpu_parent_},
@@ -203,35 +220,64 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
   };
   if (version_ == 2) {
     // Task groups get the cpu and memory controllers from their parents: enable them at every
-    // level from the agent's own group down.
+    // level from the agent's own group down. A controller the hierarchy does not offer is an
+    // error only for a task that asks for its limit.
+    const bool want_cpu = limits.cpu_milli > 0;
+    const bool want_memory = limits.memory_mib > 0;
+    for (const auto& [controller, wanted] :
+         {std::pair<const char*, bool>{"cpu", want_cpu}, {"memory", want_memory}}) {
+      if (wanted && !v2_controllers_.contains(controller)) {
+        return core::failedPrecondition(
+            std::string("cgroup v2: the ") + controller + " controller is not available under " +
+            self_dir_ + " (cgroup.controllers), so no " + controller + " limit can be set");
+      }
+    }
     std::error_code ec;
     fs::create_directories(unified_parent_, ec);
     std::vector<std::string> levels = {self_dir_};
     for (const fs::path& part : fs::path(unified_parent_).lexically_relative(self_dir_)) {
       levels.push_back(levels.back() + "/" + part.string());
     }
-    for (const std::string& level : levels) {
-      if (core::Status s = writeFile(level + "/cgroup.subtree_control", "+cpu +memory");
-          !s.isOk()) {
+    std::string enable;
+    for (const char* controller : {"cpu", "memory"}) {
+      if (v2_controllers_.contains(controller)) {
+        enable += (enable.empty() ? "+" : " +") + std::string(controller);
+      }
+    }
+    for (const std::string& level : enable.empty() ? std::vector<std::string>{} : levels) {
+      if (core::Status s = writeFile(level + "/cgroup.subtree_control", enable);
+          !s.isOk() && (want_cpu || want_memory)) {
         return core::Status(s.code(), s.message() +
                                           " (the agent needs a delegated cgroup: run it as a "
                                           "systemd service with Delegate=yes)");
       }
     }
     TESSERA_ASSIGN_OR_RETURN(std::string dir, make_dir(unified_parent_));
-    g.memory_dir = dir;
-    const std::string cpu =
-        limits.cpu_milli > 0 ? std::to_string(limits.cpu_milli * 100) + " 100000" : "max 100000";
-    if (core::Status s = writeFile(dir + "/cpu.max", cpu); !s.isOk()) {
-      return fail(s);
+    g.memory_dir = v2_controllers_.contains("memory") ? dir : "";
+    if (v2_controllers_.contains("cpu")) {
+      const std::string cpu =
+          want_cpu ? std::to_string(limits.cpu_milli * 100) + " 100000" : "max 100000";
+      if (core::Status s = writeFile(dir + "/cpu.max", cpu); !s.isOk() && want_cpu) {
+        return fail(s);
+      }
     }
-    const std::string mem =
-        limits.memory_mib > 0 ? std::to_string(limits.memory_mib << 20) : std::string("max");
-    if (core::Status s = writeFile(dir + "/memory.max", mem); !s.isOk()) {
-      return fail(s);
+    if (v2_controllers_.contains("memory")) {
+      const std::string mem =
+          want_memory ? std::to_string(limits.memory_mib << 20) : std::string("max");
+      if (core::Status s = writeFile(dir + "/memory.max", mem); !s.isOk() && want_memory) {
+        return fail(s);
+      }
+      if (want_memory && fs::exists(dir + "/memory.swap.max", ec)) {
+        (void)writeFile(dir + "/memory.swap.max", "0");
+      }
     }
-    if (limits.memory_mib > 0 && fs::exists(dir + "/memory.swap.max", ec)) {
-      (void)writeFile(dir + "/memory.swap.max", "0");
+    if (limits.restrict_devices) {
+      if (!v2_devices_.isOk()) {
+        return fail(v2_devices_);
+      }
+      if (core::Status s = attachDeviceFilter(dir, limits.devices); !s.isOk()) {
+        return fail(s);
+      }
     }
     return g;
   }

@@ -4,8 +4,9 @@
 //     cpu.cfs_quota_us, memory.limit_in_bytes, devices.deny/devices.allow; OOM kills counted in
 //     memory.oom_control's oom_kill;
 //   - v2 (one unified hierarchy): cpu.max, memory.max (memory.swap.max 0), OOM kills in
-//     memory.events. The v2 devices rule needs an eBPF program, which this does not load yet:
-//     on v2, `devicesEnforced()` is false and the agent says so at start.
+//     memory.events, and the devices rule as an eBPF program attached to the task's group
+//     (agent/device_filter.h); where that cannot be loaded, `devicesEnforced()` is false and
+//     `describe()` says why.
 // Task groups live under the agent's own group of each controller (from /proc/self/cgroup), in
 // a folder of their own (`tessera` by default), so a machine's other services are not touched.
 //
@@ -19,6 +20,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,7 +70,9 @@ class Cgroups {
                                       const std::string& self_cgroup = "/proc/self/cgroup");
 
   int version() const { return version_; }
-  bool devicesEnforced() const { return version_ == 1 && !devices_parent_.empty(); }
+  bool devicesEnforced() const {
+    return version_ == 1 ? !devices_parent_.empty() : v2_devices_.isOk();
+  }
   // "cgroup v1 (cpu, memory, devices)", for the agent's start-up line.
   std::string describe() const;
 
@@ -86,7 +90,9 @@ class Cgroups {
   std::string memory_parent_;
   std::string devices_parent_;
   std::string unified_parent_;
-  std::string self_dir_;  // v2: the agent's own group.
+  std::string self_dir_;                  // v2: the agent's own group.
+  std::set<std::string> v2_controllers_;  // v2: what the agent's group offers (cpu, memory, ...).
+  core::Status v2_devices_;               // v2: whether device filters can be loaded, or why not.
 };
 
 }  // namespace tessera::agent

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "agent/device_filter.h"
+
 namespace tessera::agent {
 namespace {
 
@@ -42,6 +44,7 @@ TEST_F(CgroupsTest, V2WritesCpuMaxMemoryMaxAndEnablesControllersDownTheTree) {
   for (const fs::path& level : {self, self / "tessera", self / "tessera/node-1"}) {
     touch(level / "cgroup.subtree_control");
   }
+  touch(self / "cgroup.controllers", "cpuset cpu io memory pids\n");
   for (const char* f : {"cpu.max", "memory.max", "memory.swap.max", "cgroup.procs"}) {
     touch(group / f);
   }
@@ -49,7 +52,7 @@ TEST_F(CgroupsTest, V2WritesCpuMaxMemoryMaxAndEnablesControllersDownTheTree) {
   auto cg = Cgroups::detect("tessera/node-1", root_.string(), (root_ / "self").string());
   ASSERT_TRUE(cg.isOk()) << cg.status().message();
   EXPECT_EQ(cg->version(), 2);
-  EXPECT_FALSE(cg->devicesEnforced());
+  EXPECT_EQ(cg->devicesEnforced(), probeDeviceFilter().isOk());
   CgroupLimits limits;
   limits.cpu_milli = 1500;
   limits.memory_mib = 64;
@@ -68,6 +71,15 @@ TEST_F(CgroupsTest, V2WritesCpuMaxMemoryMaxAndEnablesControllersDownTheTree) {
   ASSERT_TRUE(unlimited.isOk());
   EXPECT_EQ(read(group / "cpu.max"), "max 100000");
   EXPECT_EQ(read(group / "memory.max"), "max");
+  // A hierarchy without the memory controller: a memory limit cannot be kept, so it is refused.
+  touch(self / "cgroup.controllers", "cpu pids\n");
+  cg = Cgroups::detect("tessera/node-1", root_.string(), (root_ / "self").string());
+  ASSERT_TRUE(cg.isOk());
+  auto refused = cg->create("t1", limits);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("the memory controller is not available"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 TEST_F(CgroupsTest, V1WritesEachControllersFilesAndTheDeviceRules) {

@@ -55,7 +55,7 @@ bool waitFor(const std::function<bool()>& done, std::chrono::milliseconds limit 
 }
 
 class RuntimeTest : public ::testing::Test {
- protected:
+ public:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("tessera-runtime-" + std::to_string(::getpid()));
     fs::create_directories(dir_);
@@ -292,27 +292,61 @@ TEST_F(CgroupRuntimeTest, ATaskOverItsMemoryLimitIsReportedOomKilled) {
   EXPECT_FALSE(ok->oom_killed);
 }
 
-TEST_F(CgroupRuntimeTest, ATaskCanOpenOnlyItsOwnDeviceNodes) {
-  // Fake GPU device nodes with a major number no driver uses: opening one that is allowed gets
-  // "No such device or address" (no driver behind it), one that is not, "Operation not
-  // permitted" (the devices rule).
-  const std::string mine = (dir_ / "nvidia0").string();
-  const std::string other = (dir_ / "nvidia1").string();
+// Fake GPU device nodes with a major number no driver uses: opening one that is allowed gets
+// "No such device or address" (no driver behind it), one that is not, "Operation not permitted"
+// (the devices rule).
+void expectOnlyItsOwnDeviceNodes(RuntimeTest& t, ProcessRuntime& rt, const fs::path& dir,
+                                 const std::string& id) {
+  const std::string mine = (dir / (id + "-nvidia0")).string();
+  const std::string other = (dir / (id + "-nvidia1")).string();
   ASSERT_EQ(::mknod(mine.c_str(), S_IFCHR | 0666, makedev(4000, 0)), 0) << std::strerror(errno);
   ASSERT_EQ(::mknod(other.c_str(), S_IFCHR | 0666, makedev(4000, 1)), 0) << std::strerror(errno);
-  ProcessRuntime& rt = runtime(&*cgroups_);
-  TaskSpec spec = shell("devs", "cat " + mine + " 2>&1; cat " + other +
-                                    " 2>&1; cat /dev/null &&"
-                                    " echo null-ok");
+  TaskSpec spec;
+  spec.id = id;
+  spec.command = {"sh", "-c",
+                  "cat " + mine + " 2>&1; cat " + other + " 2>&1; cat /dev/null && echo null-ok"};
   spec.device_nodes = {mine};
   spec.limits.restrict_devices = true;
   ASSERT_TRUE(rt.start(spec).isOk());
-  auto e = exitOf("devs");
-  ASSERT_TRUE(e.has_value());
-  const std::string out = log("devs");
+  ASSERT_TRUE(t.exitOf(id).has_value());
+  const std::string out = readFile(rt.taskDir(id) + "/stdout.log");
   EXPECT_NE(out.find(mine + ": No such device or address"), std::string::npos) << out;
   EXPECT_NE(out.find(other + ": Operation not permitted"), std::string::npos) << out;
   EXPECT_NE(out.find("null-ok"), std::string::npos) << out;
+}
+
+TEST_F(CgroupRuntimeTest, ATaskCanOpenOnlyItsOwnDeviceNodes) {
+  expectOnlyItsOwnDeviceNodes(*this, runtime(&*cgroups_), dir_, "devs");
+}
+
+// The v2 device rule (an eBPF program), on the machine's cgroup2 mount: the unified hierarchy
+// of a pure v2 machine, or the one beside the v1 controllers of a hybrid one.
+TEST_F(RuntimeTest, OnCgroupV2ATaskCanOpenOnlyItsOwnDeviceNodes) {
+  if (::getuid() != 0) {
+    GTEST_SKIP() << "cgroups need root";
+  }
+  std::string mount;
+  std::ifstream mounts("/proc/mounts");
+  for (std::string dev, point, type, rest;
+       mounts >> dev >> point >> type && std::getline(mounts, rest);) {
+    if (type == "cgroup2") {
+      mount = point;
+      break;
+    }
+  }
+  if (mount.empty()) {
+    GTEST_SKIP() << "no cgroup2 mount";
+  }
+  auto cg = Cgroups::detect("tessera-test-" + std::to_string(::getpid()), mount);
+  ASSERT_TRUE(cg.isOk()) << cg.status().message();
+  ASSERT_EQ(cg->version(), 2);
+  if (!cg->devicesEnforced()) {
+    GTEST_SKIP() << cg->describe();
+  }
+  expectOnlyItsOwnDeviceNodes(*this, runtime(&*cg), dir_, "devs-v2");
+  runtime_.reset();
+  std::error_code ec;
+  fs::remove(fs::path(mount) / ("tessera-test-" + std::to_string(::getpid())), ec);
 }
 
 TEST_F(CgroupRuntimeTest, StoppingKillsWhatEscapedTheProcessGroup) {
