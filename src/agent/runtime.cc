@@ -116,24 +116,6 @@ core::Result<Identity> identityOf(const std::string& user, const std::string& di
   return who;
 }
 
-// The file `command` names: itself if it has a '/', else the first executable in `path`.
-core::Result<std::string> findCommand(const std::string& command, const std::string& path,
-                                      const std::string& where) {
-  if (command.find('/') != std::string::npos) {
-    return command;
-  }
-  size_t start = 0;
-  while (start <= path.size()) {
-    const size_t colon = std::min(path.find(':', start), path.size());
-    const std::string candidate = path.substr(start, colon - start) + "/" + command;
-    if (::access(candidate.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-    start = colon + 1;
-  }
-  return core::failedPrecondition(where + ": command '" + command + "' not found in PATH " + path);
-}
-
 // "KEY=value" strings: a clean base (HOME is the task's folder), the workload's own, then what the
 // agent sets (which the workload cannot override).
 std::vector<std::string> taskEnvironment(const TaskSpec& spec, const std::string& path,
@@ -173,6 +155,22 @@ std::vector<char*> cStrings(std::vector<std::string>& strings) {
 }
 
 }  // namespace
+
+core::Result<std::string> findExecutable(const std::string& command, const std::string& path) {
+  if (command.find('/') != std::string::npos) {
+    return command;
+  }
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t colon = std::min(path.find(':', start), path.size());
+    const std::string candidate = path.substr(start, colon - start) + "/" + command;
+    if (::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    start = colon + 1;
+  }
+  return core::failedPrecondition("command '" + command + "' not found in PATH " + path);
+}
 
 std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin) {
   std::map<std::string, std::string> env;
@@ -415,7 +413,11 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   if (auto it = spec.env.find("PATH"); it != spec.env.end()) {
     path = it->second;
   }
-  TESSERA_ASSIGN_OR_RETURN(const std::string exe, findCommand(spec.command[0], path, where));
+  auto found = findExecutable(spec.command[0], path);
+  if (!found.isOk()) {
+    return found.status().withContext(where);
+  }
+  const std::string exe = std::move(found).value();
   std::vector<std::string> env = taskEnvironment(spec, impl_->options.path, dir, who);
   std::vector<std::string> args = spec.command;
   const std::vector<char*> envp = cStrings(env);

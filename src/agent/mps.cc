@@ -1,0 +1,216 @@
+#include "agent/mps.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "agent/runtime.h"
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool plainName(const std::string& s) {
+  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos;
+}
+
+constexpr const char* kPath = "/usr/local/bin:/usr/bin:/bin";
+
+// `user`'s uid and gid ("" : ours).
+core::Result<std::pair<uid_t, gid_t>> lookupUser(const std::string& user) {
+  if (user.empty()) {
+    return std::make_pair(::getuid(), ::getgid());
+  }
+  passwd pw{};
+  passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return core::failedPrecondition("mps: no Unix user '" + user + "'");
+  }
+  return std::make_pair(pw.pw_uid, pw.pw_gid);
+}
+
+// Runs `program args` with `env` as `user` (or ourselves), `input` on its standard input;
+// returns its exit status. Errors say what could not be done.
+core::Result<int> runAs(const std::string& program, const std::vector<std::string>& args,
+                        const std::vector<std::string>& env, const std::string& user,
+                        const std::string& input) {
+  TESSERA_ASSIGN_OR_RETURN(const auto ids, lookupUser(user));
+  const auto [uid, gid] = ids;
+  auto exe = findExecutable(program, kPath);
+  if (!exe.isOk()) {
+    return exe.status().withContext("mps");
+  }
+  const std::string binary = std::move(exe).value();
+  std::vector<std::string> argv_s = {binary};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<std::string> env_s = env;
+  // Pointers for execve, prepared before fork.
+  auto pointers = [](std::vector<std::string>& strings) {
+    std::vector<char*> out;
+    out.reserve(strings.size() + 1);
+    for (std::string& s : strings) {
+      out.push_back(s.data());
+    }
+    out.push_back(nullptr);
+    return out;
+  };
+  const std::vector<char*> argv = pointers(argv_s);
+  const std::vector<char*> envp = pointers(env_s);
+  int in[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) {
+    return core::unavailable(std::string("mps: pipe: ") + std::strerror(errno));
+  }
+  const bool switch_user = !user.empty();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(in[0], 0);
+    if (switch_user && (::setgroups(1, &gid) != 0 || ::setgid(gid) != 0 || ::setuid(uid) != 0)) {
+      ::_exit(126);
+    }
+    ::execve(binary.c_str(), argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  if (pid < 0) {
+    ::close(in[1]);
+    return core::unavailable(std::string("mps: fork: ") + std::strerror(errno));
+  }
+  // A short command: its input fits the pipe, and SIGPIPE is not ours to take if it exits early.
+  struct sigaction ignore {};
+  struct sigaction old {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &old);
+  (void)!::write(in[1], input.data(), input.size());
+  ::sigaction(SIGPIPE, &old, nullptr);
+  ::close(in[1]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status)) {
+    if (WEXITSTATUS(status) == 127) {
+      return core::failedPrecondition("mps: cannot run " + binary);
+    }
+    if (WEXITSTATUS(status) == 126) {
+      return core::failedPrecondition("mps: cannot become user '" + user + "'");
+    }
+    return WEXITSTATUS(status);
+  }
+  return 128 + WTERMSIG(status);
+}
+
+std::vector<std::string> daemonEnv(const MpsDaemon& d) {
+  return {std::string("PATH=") + kPath, "CUDA_VISIBLE_DEVICES=" + d.gpu_uuid,
+          "CUDA_MPS_PIPE_DIRECTORY=" + d.pipe_directory,
+          "CUDA_MPS_LOG_DIRECTORY=" + d.log_directory};
+}
+
+}  // namespace
+
+core::Status ProcessMpsControl::start(const MpsDaemon& d) {
+  TESSERA_ASSIGN_OR_RETURN(int rc, runAs(binary_, {"-d"}, daemonEnv(d), d.user, ""));
+  if (rc != 0) {
+    return core::unavailable("mps: " + binary_ + " -d for " + d.gpu_uuid + " exited " +
+                             std::to_string(rc) + " (see " + d.log_directory + "/control.log)");
+  }
+  return core::Status::ok();
+}
+
+core::Status ProcessMpsControl::stop(const MpsDaemon& d) {
+  TESSERA_ASSIGN_OR_RETURN(int rc, runAs(binary_, {}, daemonEnv(d), d.user, "quit\n"));
+  if (rc != 0) {
+    return core::unavailable("mps: quit for " + d.gpu_uuid + " exited " + std::to_string(rc));
+  }
+  return core::Status::ok();
+}
+
+core::Status RecordingMpsControl::start(const MpsDaemon& d) {
+  std::lock_guard lock(mu_);
+  calls_.push_back("start " + d.gpu_uuid + " " + d.user + " " + d.pipe_directory);
+  return core::Status::ok();
+}
+
+core::Status RecordingMpsControl::stop(const MpsDaemon& d) {
+  std::lock_guard lock(mu_);
+  calls_.push_back("stop " + d.gpu_uuid + " " + d.user + " " + d.pipe_directory);
+  return core::Status::ok();
+}
+
+std::vector<std::string> RecordingMpsControl::calls() const {
+  std::lock_guard lock(mu_);
+  return calls_;
+}
+
+MpsDaemons::~MpsDaemons() {
+  for (auto& [key, e] : daemons_) {
+    (void)control_.stop(e.daemon);
+  }
+}
+
+core::Result<std::string> MpsDaemons::acquire(const std::string& gpu_uuid,
+                                              const std::string& user) {
+  if (!plainName(gpu_uuid) || (!user.empty() && !plainName(user))) {
+    return core::invalidArgument("mps: bad GPU '" + gpu_uuid + "' or user '" + user + "'");
+  }
+  std::lock_guard lock(mu_);
+  auto key = std::make_pair(gpu_uuid, user);
+  if (auto it = daemons_.find(key); it != daemons_.end()) {
+    ++it->second.clients;
+    return it->second.daemon.pipe_directory;
+  }
+  const std::string base =
+      run_dir_ + "/mps/" + gpu_uuid + "-" + (user.empty() ? std::string("agent") : user);
+  MpsDaemon d{gpu_uuid, user, base + "/pipe", base + "/log"};
+  std::error_code ec;
+  for (const std::string& dir : {d.pipe_directory, d.log_directory}) {
+    fs::create_directories(dir, ec);
+    if (ec) {
+      return core::unavailable("mps: cannot create " + dir + ": " + ec.message());
+    }
+  }
+  if (!user.empty() && control_.runsAsUser()) {
+    TESSERA_ASSIGN_OR_RETURN(const auto ids, lookupUser(user));
+    for (const std::string& dir : {base, d.pipe_directory, d.log_directory}) {
+      if (::chown(dir.c_str(), ids.first, ids.second) != 0) {
+        return core::unavailable("mps: cannot give " + dir + " to " + user + ": " +
+                                 std::strerror(errno));
+      }
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(control_.start(d));
+  daemons_.emplace(key, Entry{d, 1});
+  return d.pipe_directory;
+}
+
+core::Status MpsDaemons::release(const std::string& gpu_uuid, const std::string& user) {
+  std::lock_guard lock(mu_);
+  auto it = daemons_.find({gpu_uuid, user});
+  if (it == daemons_.end()) {
+    return core::notFound("mps: no daemon for " + gpu_uuid + " and user '" + user + "'");
+  }
+  if (--it->second.clients > 0) {
+    return core::Status::ok();
+  }
+  const MpsDaemon d = it->second.daemon;
+  daemons_.erase(it);
+  return control_.stop(d);
+}
+
+std::map<std::pair<std::string, std::string>, int> MpsDaemons::clients() const {
+  std::lock_guard lock(mu_);
+  std::map<std::pair<std::string, std::string>, int> out;
+  for (const auto& [key, e] : daemons_) {
+    out[key] = e.clients;
+  }
+  return out;
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,101 @@
+#include "agent/mps.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+class MpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tessera-mps-" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string read(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  fs::path dir_;
+};
+
+TEST_F(MpsTest, OneDaemonPerGpuAndUserStartedByTheFirstClientStoppedAfterTheLast) {
+  RecordingMpsControl control;
+  {
+    MpsDaemons daemons(control, dir_.string());
+    auto a1 = daemons.acquire("GPU-1", "team-a");
+    ASSERT_TRUE(a1.isOk()) << a1.status().message();
+    EXPECT_EQ(*a1, (dir_ / "mps/GPU-1-team-a/pipe").string());
+    EXPECT_TRUE(fs::is_directory(*a1));
+    auto a2 = daemons.acquire("GPU-1", "team-a");  // Same GPU and user: the same daemon.
+    ASSERT_TRUE(a2.isOk());
+    EXPECT_EQ(*a2, *a1);
+    auto b = daemons.acquire("GPU-1", "team-b");  // Another user: its own.
+    ASSERT_TRUE(b.isOk());
+    EXPECT_NE(*b, *a1);
+    ASSERT_TRUE(daemons.acquire("GPU-2", "team-a").isOk());
+    EXPECT_EQ(control.calls().size(), 3U);
+    EXPECT_EQ((daemons.clients().at({"GPU-1", "team-a"})), 2);
+    ASSERT_TRUE(daemons.release("GPU-1", "team-a").isOk());
+    EXPECT_EQ(control.calls().size(), 3U);  // One client left.
+    ASSERT_TRUE(daemons.release("GPU-1", "team-a").isOk());
+    ASSERT_EQ(control.calls().size(), 4U);
+    EXPECT_EQ(control.calls()[3], "stop GPU-1 team-a " + *a1);
+    EXPECT_EQ(daemons.release("GPU-1", "team-a").code(), core::StatusCode::kNotFound);
+    EXPECT_FALSE(daemons.acquire("../x", "team-a").isOk());
+    EXPECT_FALSE(daemons.acquire("GPU-1", "a/b").isOk());
+  }
+  // Going away stops what is left: GPU-1 team-b and GPU-2 team-a.
+  const std::vector<std::string> calls = control.calls();
+  ASSERT_EQ(calls.size(), 6U);
+  EXPECT_EQ(calls[0].rfind("start GPU-1 team-a ", 0), 0U);
+  EXPECT_EQ(calls[4].rfind("stop ", 0), 0U);
+  EXPECT_EQ(calls[5].rfind("stop ", 0), 0U);
+}
+
+TEST_F(MpsTest, TheRealControlRunsAsTheUserWithItsGpuAndFolders) {
+  // A stand-in for nvidia-cuda-mps-control that writes down how it was called.
+  const fs::path fake = dir_ / "nvidia-cuda-mps-control";
+  std::ofstream(fake) << "#!/bin/sh\n"
+                      << "echo \"$(id -un) $CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY $*\" >> "
+                         "\"$CUDA_MPS_LOG_DIRECTORY/calls\"\n"
+                      << "[ \"$1\" = -d ] || cat >> \"$CUDA_MPS_LOG_DIRECTORY/calls\"\n";
+  fs::permissions(fake, fs::perms::all);
+  fs::permissions(dir_, fs::perms::all);
+  const std::string user = ::getuid() == 0 ? "nobody" : "";
+  ProcessMpsControl control(fake.string());
+  MpsDaemons daemons(control, (dir_ / "run").string());
+  auto pipe = daemons.acquire("GPU-abc", user);
+  ASSERT_TRUE(pipe.isOk()) << pipe.status().message();
+  ASSERT_TRUE(daemons.release("GPU-abc", user).isOk());
+  const fs::path log = fs::path(*pipe).parent_path() / "log/calls";
+  const std::string calls = read(log);
+  const std::string name = user.empty() ? calls.substr(0, calls.find(' ')) : user;
+  EXPECT_EQ(calls, name + " GPU-abc " + *pipe + " -d\n" + name + " GPU-abc " + *pipe + " \nquit\n")
+      << calls;
+  // A control that fails is an error that says where to look.
+  std::ofstream(dir_ / "failing") << "#!/bin/sh\nexit 3\n";
+  fs::permissions(dir_ / "failing", fs::perms::all);
+  ProcessMpsControl failing((dir_ / "failing").string());
+  MpsDaemons broken(failing, (dir_ / "run2").string());
+  auto refused = broken.acquire("GPU-abc", "");
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("exited 3"), std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(broken.clients().empty());
+  ProcessMpsControl missing((dir_ / "no-such-control").string());
+  MpsDaemons nothing(missing, (dir_ / "run3").string());
+  EXPECT_FALSE(nothing.acquire("GPU-abc", "").isOk());
+}
+
+}  // namespace
+}  // namespace tessera::agent
