@@ -1,126 +1,17 @@
 #include "agent/nvml_discovery.h"
 
-#include <dlfcn.h>
-
 #include <cstdio>
 #include <string_view>
 #include <utility>
 
+#include "agent/nvml_library.h"
+
 namespace tessera::agent {
 namespace {
 
-// The NVML ABI, as nvml.h (NVML_API_VERSION 13) declares it, for the calls the agent makes:
-// NvmlDevice is nvmlDevice_t (one pointer, passed by value), NvmlMemory nvmlMemory_t and
-// NvmlPciInfo nvmlPciInfo_t.
-using NvmlReturn = int;  // nvmlReturn_t.
-struct NvmlDeviceSt;     // nvmlDevice_st.
-struct NvmlDevice {
-  NvmlDeviceSt* handle;
-};
-struct NvmlMemory {
-  unsigned long long total, free, used;
-};
-struct NvmlPciInfo {
-  char busIdLegacy[16];
-  unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
-  char busId[32];
-};
-
-constexpr NvmlReturn kSuccess = 0;
-constexpr NvmlReturn kNotSupported = 3;
-constexpr NvmlReturn kNotFound = 6;
 constexpr int kP2pCapsIndexNvlink = 2;
 constexpr int kP2pStatusOk = 0;
 constexpr unsigned kBufferSize = 96;  // NVML_DEVICE_UUID_V2_BUFFER_SIZE, ..._NAME_V2_...
-
-}  // namespace
-
-// The loaded library and its functions. Optional ones are nullptr when the library lacks them.
-class NvmlLibrary {
- public:
-  static core::Result<std::shared_ptr<NvmlLibrary>> open(const std::string& path) {
-    dlerror();
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* why = dlerror();
-      return core::failedPrecondition("nvml: cannot load " + path + ": " +
-                                      (why != nullptr ? why : "unknown error") +
-                                      " (is the NVIDIA driver installed?)");
-    }
-    auto lib = std::shared_ptr<NvmlLibrary>(new NvmlLibrary(handle));
-    std::string missing;
-    auto need = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(handle, name));
-      if (fn == nullptr) {
-        missing += (missing.empty() ? "" : ", ") + std::string(name);
-      }
-    };
-    auto want = [&](auto& fn, const char* name) {
-      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(handle, name));
-    };
-    need(lib->init, "nvmlInit_v2");
-    need(lib->shutdown, "nvmlShutdown");
-    need(lib->error_string, "nvmlErrorString");
-    need(lib->driver_version, "nvmlSystemGetDriverVersion");
-    need(lib->count, "nvmlDeviceGetCount_v2");
-    need(lib->by_index, "nvmlDeviceGetHandleByIndex_v2");
-    need(lib->uuid, "nvmlDeviceGetUUID");
-    need(lib->name, "nvmlDeviceGetName");
-    need(lib->memory, "nvmlDeviceGetMemoryInfo");
-    if (!missing.empty()) {
-      return core::failedPrecondition("nvml: " + path + " lacks " + missing +
-                                      " (a driver older than NVML 11, or not NVML)");
-    }
-    want(lib->cuda_version, "nvmlSystemGetCudaDriverVersion_v2");
-    want(lib->pci, "nvmlDeviceGetPciInfo_v3");
-    want(lib->minor, "nvmlDeviceGetMinorNumber");
-    want(lib->mig_mode, "nvmlDeviceGetMigMode");
-    want(lib->max_mig, "nvmlDeviceGetMaxMigDeviceCount");
-    want(lib->mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
-    want(lib->gi_id, "nvmlDeviceGetGpuInstanceId");
-    want(lib->ci_id, "nvmlDeviceGetComputeInstanceId");
-    want(lib->common_ancestor, "nvmlDeviceGetTopologyCommonAncestor");
-    want(lib->p2p, "nvmlDeviceGetP2PStatus");
-    return lib;
-  }
-
-  ~NvmlLibrary() { ::dlclose(handle_); }
-  NvmlLibrary(const NvmlLibrary&) = delete;
-  NvmlLibrary& operator=(const NvmlLibrary&) = delete;
-
-  // "nvmlDeviceGetUUID: GPU is lost (15)".
-  std::string explain(const char* call, NvmlReturn rc) const {
-    const char* text = error_string(rc);
-    return std::string(call) + ": " + (text != nullptr ? text : "unknown error") + " (" +
-           std::to_string(rc) + ")";
-  }
-
-  NvmlReturn (*init)() = nullptr;
-  NvmlReturn (*shutdown)() = nullptr;
-  const char* (*error_string)(NvmlReturn) = nullptr;
-  NvmlReturn (*driver_version)(char*, unsigned) = nullptr;
-  NvmlReturn (*cuda_version)(int*) = nullptr;
-  NvmlReturn (*count)(unsigned*) = nullptr;
-  NvmlReturn (*by_index)(unsigned, NvmlDevice*) = nullptr;
-  NvmlReturn (*uuid)(NvmlDevice, char*, unsigned) = nullptr;
-  NvmlReturn (*name)(NvmlDevice, char*, unsigned) = nullptr;
-  NvmlReturn (*memory)(NvmlDevice, NvmlMemory*) = nullptr;
-  NvmlReturn (*pci)(NvmlDevice, NvmlPciInfo*) = nullptr;
-  NvmlReturn (*minor)(NvmlDevice, unsigned*) = nullptr;
-  NvmlReturn (*mig_mode)(NvmlDevice, unsigned*, unsigned*) = nullptr;
-  NvmlReturn (*max_mig)(NvmlDevice, unsigned*) = nullptr;
-  NvmlReturn (*mig_by_index)(NvmlDevice, unsigned, NvmlDevice*) = nullptr;
-  NvmlReturn (*gi_id)(NvmlDevice, unsigned*) = nullptr;
-  NvmlReturn (*ci_id)(NvmlDevice, unsigned*) = nullptr;
-  NvmlReturn (*common_ancestor)(NvmlDevice, NvmlDevice, int*) = nullptr;
-  NvmlReturn (*p2p)(NvmlDevice, NvmlDevice, int, int*) = nullptr;
-
- private:
-  explicit NvmlLibrary(void* handle) : handle_(handle) {}
-  void* handle_;
-};
-
-namespace {
 
 // A NUL-terminated string from a fixed buffer NVML filled (never reads past it).
 std::string fromBuffer(const char* buf, size_t size) {
@@ -159,17 +50,17 @@ PcieLink pcieLinkFrom(int level) {
 core::Status readIdentity(const NvmlLibrary& lib, NvmlDevice dev, const std::string& where,
                           std::string* uuid, std::string* name, int64_t* memory_mib) {
   char buf[kBufferSize] = {};
-  if (NvmlReturn rc = lib.uuid(dev, buf, sizeof buf); rc != kSuccess) {
+  if (NvmlReturn rc = lib.uuid(dev, buf, sizeof buf); rc != kNvmlSuccess) {
     return core::unavailable("nvml: " + where + ": " + lib.explain("nvmlDeviceGetUUID", rc));
   }
   *uuid = fromBuffer(buf, sizeof buf);
   char nbuf[kBufferSize] = {};
-  if (NvmlReturn rc = lib.name(dev, nbuf, sizeof nbuf); rc != kSuccess) {
+  if (NvmlReturn rc = lib.name(dev, nbuf, sizeof nbuf); rc != kNvmlSuccess) {
     return core::unavailable("nvml: " + where + ": " + lib.explain("nvmlDeviceGetName", rc));
   }
   *name = fromBuffer(nbuf, sizeof nbuf);
   NvmlMemory mem{};
-  if (NvmlReturn rc = lib.memory(dev, &mem); rc != kSuccess) {
+  if (NvmlReturn rc = lib.memory(dev, &mem); rc != kNvmlSuccess) {
     return core::unavailable("nvml: " + where + ": " + lib.explain("nvmlDeviceGetMemoryInfo", rc));
   }
   *memory_mib = static_cast<int64_t>(mem.total >> 20);
@@ -189,18 +80,18 @@ void readMigDevices(const NvmlLibrary& lib, NvmlDevice dev, Gpu& gpu,
     return;
   }
   unsigned max = 0;
-  if (NvmlReturn rc = lib.max_mig(dev, &max); rc != kSuccess) {
+  if (NvmlReturn rc = lib.max_mig(dev, &max); rc != kNvmlSuccess) {
     warnings.push_back("nvml: " + where + ": " + lib.explain("nvmlDeviceGetMaxMigDeviceCount", rc));
     return;
   }
   for (unsigned i = 0; i < max; ++i) {
     NvmlDevice mig{};
     const NvmlReturn rc = lib.mig_by_index(dev, i, &mig);
-    if (rc == kNotFound) {
+    if (rc == kNvmlNotFound) {
       continue;  // Indices have gaps where no instance exists.
     }
     const std::string mwhere = where + " MIG device " + std::to_string(i);
-    if (rc != kSuccess) {
+    if (rc != kNvmlSuccess) {
       warnings.push_back("nvml: " + mwhere + ": " +
                          lib.explain("nvmlDeviceGetMigDeviceHandleByIndex", rc));
       continue;
@@ -214,10 +105,10 @@ void readMigDevices(const NvmlLibrary& lib, NvmlDevice dev, Gpu& gpu,
     }
     m.profile = migProfileFromName(m.name);
     unsigned id = 0;
-    if (lib.gi_id != nullptr && lib.gi_id(mig, &id) == kSuccess) {
+    if (lib.gi_id != nullptr && lib.gi_id(mig, &id) == kNvmlSuccess) {
       m.gpu_instance_id = static_cast<int>(id);
     }
-    if (lib.ci_id != nullptr && lib.ci_id(mig, &id) == kSuccess) {
+    if (lib.ci_id != nullptr && lib.ci_id(mig, &id) == kNvmlSuccess) {
       m.compute_instance_id = static_cast<int>(id);
     }
     gpu.mig_devices.push_back(std::move(m));
@@ -237,7 +128,7 @@ core::Result<NodeGpus> NvmlDiscovery::discover() {
     TESSERA_ASSIGN_OR_RETURN(lib_, NvmlLibrary::open(library_));
   }
   const NvmlLibrary& lib = *lib_;
-  if (NvmlReturn rc = lib.init(); rc != kSuccess) {
+  if (NvmlReturn rc = lib.init(); rc != kNvmlSuccess) {
     return core::unavailable("nvml: " + lib.explain("nvmlInit_v2", rc));
   }
   // Every return below shuts NVML down again.
@@ -249,21 +140,21 @@ core::Result<NodeGpus> NvmlDiscovery::discover() {
   NodeGpus out;
   out.backend = "nvml";
   char buf[kBufferSize] = {};
-  if (NvmlReturn rc = lib.driver_version(buf, sizeof buf); rc == kSuccess) {
+  if (NvmlReturn rc = lib.driver_version(buf, sizeof buf); rc == kNvmlSuccess) {
     out.driver_version = fromBuffer(buf, sizeof buf);
   } else {
     out.warnings.push_back("nvml: " + lib.explain("nvmlSystemGetDriverVersion", rc));
   }
   if (lib.cuda_version != nullptr) {
     int v = 0;
-    if (NvmlReturn rc = lib.cuda_version(&v); rc == kSuccess && v > 0) {
+    if (NvmlReturn rc = lib.cuda_version(&v); rc == kNvmlSuccess && v > 0) {
       out.cuda_version = cudaVersionText(v);
-    } else if (rc != kSuccess) {
+    } else if (rc != kNvmlSuccess) {
       out.warnings.push_back("nvml: " + lib.explain("nvmlSystemGetCudaDriverVersion_v2", rc));
     }
   }
   unsigned count = 0;
-  if (NvmlReturn rc = lib.count(&count); rc != kSuccess) {
+  if (NvmlReturn rc = lib.count(&count); rc != kNvmlSuccess) {
     return core::unavailable("nvml: " + lib.explain("nvmlDeviceGetCount_v2", rc));
   }
   constexpr unsigned kMaxGpus = 64;  // model::kMaxGpusPerNode.
@@ -274,7 +165,7 @@ core::Result<NodeGpus> NvmlDiscovery::discover() {
   std::vector<NvmlDevice> handles(count);
   for (unsigned i = 0; i < count; ++i) {
     const std::string where = "GPU " + std::to_string(i);
-    if (NvmlReturn rc = lib.by_index(i, &handles[i]); rc != kSuccess) {
+    if (NvmlReturn rc = lib.by_index(i, &handles[i]); rc != kNvmlSuccess) {
       return core::unavailable("nvml: " + where + ": " +
                                lib.explain("nvmlDeviceGetHandleByIndex_v2", rc));
     }
@@ -288,7 +179,7 @@ core::Result<NodeGpus> NvmlDiscovery::discover() {
     }
     if (lib.pci != nullptr) {
       NvmlPciInfo pci{};
-      if (NvmlReturn rc = lib.pci(handles[i], &pci); rc == kSuccess) {
+      if (NvmlReturn rc = lib.pci(handles[i], &pci); rc == kNvmlSuccess) {
         g.pci_bus_id = fromBuffer(pci.busId, sizeof pci.busId);
       } else {
         out.warnings.push_back("nvml: " + where + ": " +
@@ -297,7 +188,7 @@ core::Result<NodeGpus> NvmlDiscovery::discover() {
     }
     if (lib.minor != nullptr) {
       unsigned minor = 0;
-      if (NvmlReturn rc = lib.minor(handles[i], &minor); rc == kSuccess) {
+      if (NvmlReturn rc = lib.minor(handles[i], &minor); rc == kNvmlSuccess) {
         g.minor = static_cast<int>(minor);
       } else {
         out.warnings.push_back("nvml: " + where + ": " +
@@ -308,11 +199,11 @@ core::Result<NodeGpus> NvmlDiscovery::discover() {
       unsigned current = 0;
       unsigned pending = 0;
       const NvmlReturn rc = lib.mig_mode(handles[i], &current, &pending);
-      if (rc == kSuccess) {
+      if (rc == kNvmlSuccess) {
         g.mig_capable = true;
         g.mig_enabled = current == 1;
         g.mig_pending = pending == 1;
-      } else if (rc != kNotSupported) {
+      } else if (rc != kNvmlNotSupported) {
         out.warnings.push_back("nvml: " + where + ": " + lib.explain("nvmlDeviceGetMigMode", rc));
       }
       if (g.mig_enabled) {
@@ -332,7 +223,7 @@ core::Result<NodeGpus> NvmlDiscovery::discover() {
       if (lib.common_ancestor != nullptr) {
         int level = 0;
         const NvmlReturn rc = lib.common_ancestor(handles[i], handles[j], &level);
-        if (rc == kSuccess) {
+        if (rc == kNvmlSuccess) {
           out.pcie[i][j] = out.pcie[j][i] = pcieLinkFrom(level);
         } else if (!pcie_warned) {
           pcie_warned = true;
@@ -343,7 +234,7 @@ core::Result<NodeGpus> NvmlDiscovery::discover() {
       if (lib.p2p != nullptr) {
         int status = -1;
         const NvmlReturn rc = lib.p2p(handles[i], handles[j], kP2pCapsIndexNvlink, &status);
-        if (rc == kSuccess) {
+        if (rc == kNvmlSuccess) {
           out.nvlink[i][j] = out.nvlink[j][i] = status == kP2pStatusOk;
         } else if (!nvlink_warned) {
           nvlink_warned = true;

@@ -24,7 +24,18 @@
 //                  {"index": 0, "uuid": "MIG-5c2a...",                  // both required
 //                   "name": "NVIDIA H100 80GB HBM3 MIG 3g.40gb",        // required
 //                   "memory_mib": 40448, "used_mib": 0,                 // default 0
-//                   "gpu_instance_id": 2, "compute_instance_id": 0}]}}  // default 0
+//                   "gpu_instance_id": 2, "compute_instance_id": 0}],   // default 0
+//                "profiles": [                 // GPU instance profiles; absent: none
+//                  {"index": 2, "id": 9, "name": "3g.40gb",             // all required
+//                   "compute_slices": 3, "memory_slices": 4, "memory_mib": 40448,
+//                   "max_instances": 2, "starts": [0, 4]}],
+//                "instances": [                // GPU instances at init, made as the calls
+//                                              // below make them; needs current 1 and no
+//                                              // (or an empty) "devices"
+//                  {"profile_id": 9, "start": 0,                        // both required
+//                   "compute": 1}]},           // default 0; 1: one compute instance as big
+//                                              // as the GPU instance
+//        "processes": [1234, 5678]}            // GetComputeRunningProcesses_v3; absent: none
 //     ],
 //     "topology": [[0, 10], [10, 0]],   // GetTopologyCommonAncestor(i, j) = [i][j]; N x N for
 //                                       // N GPUs; absent: 3
@@ -37,9 +48,9 @@
 // "errors" maps an exported function's name to the code it returns on every call, checked right
 // after the init check and before anything else. "name#N" applies only to calls about GPU N: the
 // index passed to nvmlDeviceGetHandleByIndex_v2, the GPU (or MIG device's parent GPU) a handle
-// belongs to, the first device of the two-device calls. "name#N" wins over "name", and 0 means
-// "no error", so {"f": 15, "f#0": 0} fails f for every GPU but GPU 0. "nvmlShutdown" still shuts
-// down; "nvmlInit_v2" leaves the library uninitialized.
+// belongs to, the GPU a GPU or compute instance is on, the first device of the two-device calls.
+// "name#N" wins over "name", and 0 means "no error", so {"f": 15, "f#0": 0} fails f for every GPU
+// but GPU 0. "nvmlShutdown" still shuts down; "nvmlInit_v2" leaves the library uninitialized.
 //
 // Other behaviour: every call but nvmlInit_v2 and nvmlErrorString returns 1 (UNINITIALIZED)
 // before init and after shutdown; null output pointers and handles the library did not give out
@@ -51,9 +62,34 @@
 // GetMaxMigDeviceCount and GetMigDeviceHandleByIndex; a missing MIG index returns 6 (NOT_FOUND).
 // An exception (out of memory) returns 999 (UNKNOWN); none crosses the C boundary.
 //
-// Variants: -DFAKE_NVML_NO_OPTIONAL leaves the MIG, topology, P2P, PCI, minor-number and
-// CUDA-version functions unexported (they become hidden), -DFAKE_NVML_NO_COUNT leaves
-// nvmlDeviceGetCount_v2 unexported, so a loader's handling of missing symbols can be tested.
+// MIG management. GetGpuInstanceProfileInfo finds a profile by "index" whatever the MIG mode
+// (none, or no "mig": 3) and answers id, sliceCount = compute_slices, instanceCount =
+// max_instances, memorySizeMB = memory_mib, the rest 0; the other calls take its "id" (unknown:
+// 2). Without "mig" or with current 0, GetGpuInstances and CreateGpuInstanceWithPlacement return
+// 3. A placement needs size = memory_slices and a start in "starts" (else 2); overlapping another
+// GPU instance's [start, start + memory_slices) or exceeding max_instances returns 23
+// (INSUFFICIENT_RESOURCES). GPU instance ids count up from 1 per GPU, compute instance ids from 0
+// per GPU instance; neither is reused. Compute instance profiles are fixed, index = id, with 1, 2,
+// 3, 4, 7, 8, 6 slices for 0-6: GetComputeInstanceProfileInfo takes engProfile 0 only (else 2)
+// and returns 3 for another index or one bigger than the GPU instance's compute_slices
+// (instanceCount = compute_slices / slices); CreateComputeInstance and GetComputeInstances return
+// 2 for another id, and CreateComputeInstance returns 23 if the GPU instance's compute instances
+// would use more than compute_slices or no MIG index below max_devices is free. Each compute
+// instance is a MIG device of its GPU, at the lowest free MIG index: uuid
+// "MIG-fake-g<gpu>-gi<gi id>-ci<ci id>", name "<GPU name> MIG <GPU instance profile name>",
+// memory_mib the GPU instance profile's, used 0, its instance ids; destroying the compute
+// instance removes the device (its handle returns 2). GpuInstanceDestroy returns 19 (IN_USE)
+// while compute instances remain. The list calls (GetGpuInstances, GetComputeInstances,
+// GetComputeRunningProcesses_v3) take a null count as 2; with n to list, a null array or a count
+// < n sets count = n and returns 7, unless n is 0 (count = 0, success). Processes have
+// usedGpuMemory 0 and instance ids 0xFFFFFFFF; MIG device handles return 2 there. GPU and compute
+// instance handles work like device handles: destroyed ones, and those from before a shutdown,
+// return 2.
+//
+// Variants: -DFAKE_NVML_NO_OPTIONAL leaves the MIG (management included), process, topology,
+// P2P, PCI, minor-number and CUDA-version functions unexported (they become hidden),
+// -DFAKE_NVML_NO_COUNT leaves nvmlDeviceGetCount_v2 unexported, so a loader's handling of
+// missing symbols can be tested.
 
 #include <algorithm>
 #include <cerrno>
@@ -95,6 +131,52 @@ typedef struct {
   unsigned int pciSubSystemId;
   char busId[32];
 } nvmlPciInfo_t;
+typedef struct {
+  struct nvmlGpuInstance_st* handle;
+} nvmlGpuInstance_t;
+typedef struct {
+  struct nvmlComputeInstance_st* handle;
+} nvmlComputeInstance_t;
+typedef struct {
+  unsigned int start;
+  unsigned int size;
+} nvmlGpuInstancePlacement_t;
+typedef struct {
+  unsigned int id;
+  unsigned int isP2pSupported;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int copyEngineCount;
+  unsigned int decoderCount;
+  unsigned int encoderCount;
+  unsigned int jpegCount;
+  unsigned int ofaCount;
+  unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+typedef struct {
+  nvmlDevice_t device;
+  unsigned int id;
+  unsigned int profileId;
+  nvmlGpuInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+typedef struct {
+  unsigned int id;
+  unsigned int sliceCount;
+  unsigned int instanceCount;
+  unsigned int multiprocessorCount;
+  unsigned int sharedCopyEngineCount;
+  unsigned int sharedDecoderCount;
+  unsigned int sharedEncoderCount;
+  unsigned int sharedJpegCount;
+  unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+typedef struct {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+} nvmlProcessInfo_t;
 
 #define FAKE_NVML_EXPORT extern "C" __attribute__((visibility("default")))
 #define FAKE_NVML_HIDDEN extern "C" __attribute__((visibility("hidden")))
@@ -121,10 +203,30 @@ constexpr nvmlReturn_t kNotSupported = 3;
 constexpr nvmlReturn_t kNotFound = 6;
 constexpr nvmlReturn_t kInsufficientSize = 7;
 constexpr nvmlReturn_t kDriverNotLoaded = 9;
+constexpr nvmlReturn_t kInUse = 19;
+constexpr nvmlReturn_t kInsufficientResources = 23;
 constexpr nvmlReturn_t kUnknown = 999;
 
 constexpr int kP2pIndexNvlink = 2;
 constexpr unsigned long long kBytesPerMib = 1024 * 1024;
+constexpr unsigned kSharedEngines = 0;  // NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED.
+constexpr unsigned kNoInstance = 0xFFFFFFFF;
+// The compute instance profiles by index (which the fake also uses as their ID): their slices.
+constexpr unsigned kComputeProfileSlices[] = {1, 2, 3, 4, 7, 8, 6};
+
+// A GPU instance profile from the script.
+struct GpuInstanceProfile {
+  unsigned index = 0;
+  unsigned id = 0;
+  std::string name;
+  unsigned compute_slices = 0;
+  unsigned memory_slices = 0;
+  unsigned long long memory_mib = 0;
+  unsigned max_instances = 0;
+  std::vector<unsigned> starts;
+};
+
+struct GpuInstance;
 
 // A full GPU or a MIG device; its address is the handle given out for it.
 struct Device {
@@ -142,10 +244,57 @@ struct Device {
   unsigned mig_pending = 0;
   unsigned mig_max_devices = 0;
   std::map<unsigned, const Device*> mig_devices;  // By MIG index.
+  std::vector<GpuInstanceProfile> gpu_instance_profiles;
+  std::map<unsigned, GpuInstance*> gpu_instances;  // The live ones, by id.
+  unsigned next_gpu_instance_id = 1;
+  std::vector<unsigned> processes;
   // MIG devices only.
   unsigned gpu_instance_id = 0;
   unsigned compute_instance_id = 0;
+
+  const GpuInstanceProfile* profileByIndex(unsigned index) const {
+    for (const GpuInstanceProfile& profile : gpu_instance_profiles) {
+      if (profile.index == index) {
+        return &profile;
+      }
+    }
+    return nullptr;
+  }
+
+  const GpuInstanceProfile* profileById(unsigned id) const {
+    for (const GpuInstanceProfile& profile : gpu_instance_profiles) {
+      if (profile.id == id) {
+        return &profile;
+      }
+    }
+    return nullptr;
+  }
 };
+
+struct ComputeInstance;
+
+// A GPU instance; its address is the handle given out for it.
+struct GpuInstance {
+  Device* gpu = nullptr;
+  unsigned id = 0;
+  const GpuInstanceProfile* profile = nullptr;  // One of gpu->gpu_instance_profiles.
+  unsigned start = 0;
+  std::map<unsigned, ComputeInstance*> compute_instances;  // The live ones, by id.
+  unsigned next_compute_instance_id = 0;
+};
+
+// A compute instance; its address is the handle given out for it.
+struct ComputeInstance {
+  GpuInstance* gpu_instance = nullptr;
+  unsigned id = 0;
+  unsigned profile_id = 0;  // = its index in kComputeProfileSlices.
+  unsigned slices = 0;
+  unsigned mig_index = 0;
+  const Device* mig_device = nullptr;  // The MIG device it is, at mig_index of its GPU.
+};
+
+unsigned gpuIndexOf(const GpuInstance& instance) { return instance.gpu->gpu_index; }
+unsigned gpuIndexOf(const ComputeInstance& instance) { return gpuIndexOf(*instance.gpu_instance); }
 
 using Matrix = std::vector<std::vector<int>>;
 
@@ -153,16 +302,25 @@ using Matrix = std::vector<std::vector<int>>;
 struct State {
   std::optional<std::string> driver_version;
   std::optional<int> cuda_version;
-  std::vector<std::unique_ptr<Device>> devices;  // Owns GPUs and MIG devices alike.
-  std::vector<const Device*> gpus;               // By GPU index.
-  std::unordered_map<const nvmlDevice_st*, const Device*> handles;
+  std::vector<std::unique_ptr<Device>> devices;               // Owns GPUs and MIG devices alike.
+  std::vector<Device*> gpus;                                  // By GPU index.
+  std::unordered_map<const nvmlDevice_st*, Device*> handles;  // The live devices.
+  // Own every GPU and compute instance made since init, destroyed ones too, so that no later one
+  // reuses the address (and so the handle) of a destroyed one.
+  std::vector<std::unique_ptr<GpuInstance>> gpu_instances;
+  std::vector<std::unique_ptr<ComputeInstance>> compute_instances;
+  std::unordered_map<const nvmlGpuInstance_st*, GpuInstance*> gpu_instance_handles;  // Live.
+  std::unordered_map<const nvmlComputeInstance_st*, ComputeInstance*> compute_instance_handles;
   std::optional<Matrix> topology;
   std::optional<Matrix> p2p_nvlink;
   std::map<std::string, int, std::less<>> errors;
 
-  const Device* find(nvmlDevice_t handle) const {
-    auto it = handles.find(handle.handle);
-    return it == handles.end() ? nullptr : it->second;
+  Device* find(nvmlDevice_t handle) const { return lookUp(handles, handle.handle); }
+  GpuInstance* find(nvmlGpuInstance_t handle) const {
+    return lookUp(gpu_instance_handles, handle.handle);
+  }
+  ComputeInstance* find(nvmlComputeInstance_t handle) const {
+    return lookUp(compute_instance_handles, handle.handle);
   }
 
   // The code the script makes `function` fail with on calls not about one GPU; 0 for none.
@@ -177,16 +335,31 @@ struct State {
     return it == errors.end() ? scriptedError(function) : it->second;
   }
 
-  const Device& add(Device device) {
+  Device& add(Device device) {
     devices.push_back(std::make_unique<Device>(std::move(device)));
-    const Device* added = devices.back().get();
+    Device* added = devices.back().get();
     handles.emplace(handleOf(*added).handle, added);
     return *added;
   }
 
+  // Handles are opaque to callers, and only ever turned back into objects through the maps.
   static nvmlDevice_t handleOf(const Device& device) {
-    // Opaque to callers, and only ever turned back into a Device through `handles`.
     return nvmlDevice_t{reinterpret_cast<nvmlDevice_st*>(const_cast<Device*>(&device))};
+  }
+  static nvmlGpuInstance_t handleOf(const GpuInstance& instance) {
+    return nvmlGpuInstance_t{
+        reinterpret_cast<nvmlGpuInstance_st*>(const_cast<GpuInstance*>(&instance))};
+  }
+  static nvmlComputeInstance_t handleOf(const ComputeInstance& instance) {
+    return nvmlComputeInstance_t{
+        reinterpret_cast<nvmlComputeInstance_st*>(const_cast<ComputeInstance*>(&instance))};
+  }
+
+ private:
+  template <typename Map, typename Key>
+  static typename Map::mapped_type lookUp(const Map& map, Key key) {
+    auto it = map.find(key);
+    return it == map.end() ? nullptr : it->second;
   }
 };
 
@@ -197,6 +370,142 @@ int g_init_count = 0;
 // The devices of earlier inits, kept allocated so that no later Device reuses their addresses: a
 // handle kept across nvmlShutdown stays unknown (2) rather than naming some new device.
 std::vector<std::unique_ptr<Device>> g_retired_devices;
+std::vector<std::unique_ptr<GpuInstance>> g_retired_gpu_instances;  // Likewise.
+std::vector<std::unique_ptr<ComputeInstance>> g_retired_compute_instances;
+
+// NVML's description of a return code (what nvmlErrorString says).
+const char* errorString(nvmlReturn_t result) {
+  switch (result) {
+    case 0:
+      return "Success";
+    case 1:
+      return "Uninitialized";
+    case 2:
+      return "Invalid Argument";
+    case 3:
+      return "Not Supported";
+    case 4:
+      return "Insufficient Permissions";
+    case 6:
+      return "Not Found";
+    case 7:
+      return "Insufficient Size";
+    case 9:
+      return "Driver Not Loaded";
+    case 13:
+      return "Function Not Found";
+    case 15:
+      return "GPU is lost";
+    case 19:
+      return "In use by another client";
+    case 23:
+      return "Insufficient Resources";
+    default:
+      return "Unknown Error";
+  }
+}
+
+// --- MIG management, shared by the exported calls and the script's "instances". Each returns the
+// NVML code the call returns, and changes nothing when that is an error.
+
+nvmlReturn_t createGpuInstance(State& state, Device& gpu, unsigned profile_id,
+                               const nvmlGpuInstancePlacement_t& placement, GpuInstance*& created) {
+  if (!gpu.has_mig || gpu.mig_current == 0) {
+    return kNotSupported;
+  }
+  const GpuInstanceProfile* profile = gpu.profileById(profile_id);
+  if (profile == nullptr || placement.size != profile->memory_slices ||
+      std::find(profile->starts.begin(), profile->starts.end(), placement.start) ==
+          profile->starts.end()) {
+    return kInvalidArgument;
+  }
+  const unsigned long long start = placement.start;
+  const unsigned long long end = start + placement.size;
+  unsigned same_profile = 0;
+  for (const auto& [id, other] : gpu.gpu_instances) {
+    const unsigned long long other_start = other->start;
+    if (start < other_start + other->profile->memory_slices && other_start < end) {
+      return kInsufficientResources;
+    }
+    same_profile += other->profile == profile ? 1 : 0;
+  }
+  if (same_profile >= profile->max_instances) {
+    return kInsufficientResources;
+  }
+  auto instance = std::make_unique<GpuInstance>();
+  instance->gpu = &gpu;
+  instance->id = gpu.next_gpu_instance_id;
+  instance->profile = profile;
+  instance->start = placement.start;
+  GpuInstance* gi = state.gpu_instances.emplace_back(std::move(instance)).get();
+  state.gpu_instance_handles.emplace(State::handleOf(*gi).handle, gi);
+  gpu.gpu_instances.emplace(gi->id, gi);
+  ++gpu.next_gpu_instance_id;
+  created = gi;
+  return kSuccess;
+}
+
+// Also makes the compute instance a MIG device of the GPU.
+nvmlReturn_t createComputeInstance(State& state, GpuInstance& gi, unsigned profile_id,
+                                   ComputeInstance*& created) {
+  if (profile_id >= std::size(kComputeProfileSlices)) {
+    return kInvalidArgument;
+  }
+  const unsigned slices = kComputeProfileSlices[profile_id];
+  unsigned long long used = slices;
+  for (const auto& [id, other] : gi.compute_instances) {
+    used += other->slices;
+  }
+  Device& gpu = *gi.gpu;
+  unsigned mig_index = 0;
+  while (gpu.mig_devices.contains(mig_index)) {
+    ++mig_index;
+  }
+  if (used > gi.profile->compute_slices || mig_index >= gpu.mig_max_devices) {
+    return kInsufficientResources;
+  }
+  const unsigned id = gi.next_compute_instance_id;
+  Device device;
+  device.is_mig = true;
+  device.gpu_index = gpu.gpu_index;
+  device.uuid = "MIG-fake-g" + std::to_string(gpu.gpu_index) + "-gi" + std::to_string(gi.id) +
+                "-ci" + std::to_string(id);
+  device.name = gpu.name + " MIG " + gi.profile->name;
+  device.memory_mib = gi.profile->memory_mib;
+  device.gpu_instance_id = gi.id;
+  device.compute_instance_id = id;
+  auto instance = std::make_unique<ComputeInstance>();
+  instance->gpu_instance = &gi;
+  instance->id = id;
+  instance->profile_id = profile_id;
+  instance->slices = slices;
+  instance->mig_index = mig_index;
+  instance->mig_device = &state.add(std::move(device));
+  ComputeInstance* ci = state.compute_instances.emplace_back(std::move(instance)).get();
+  gpu.mig_devices.emplace(mig_index, ci->mig_device);
+  state.compute_instance_handles.emplace(State::handleOf(*ci).handle, ci);
+  gi.compute_instances.emplace(id, ci);
+  ++gi.next_compute_instance_id;
+  created = ci;
+  return kSuccess;
+}
+
+// Forgets the compute instance and its MIG device (both stay allocated, unknown).
+void destroyComputeInstance(State& state, ComputeInstance& ci) {
+  ci.gpu_instance->gpu->mig_devices.erase(ci.mig_index);
+  state.handles.erase(State::handleOf(*ci.mig_device).handle);
+  ci.gpu_instance->compute_instances.erase(ci.id);
+  state.compute_instance_handles.erase(State::handleOf(ci).handle);
+}
+
+nvmlReturn_t destroyGpuInstance(State& state, GpuInstance& gi) {
+  if (!gi.compute_instances.empty()) {
+    return kInUse;
+  }
+  gi.gpu->gpu_instances.erase(gi.id);
+  state.gpu_instance_handles.erase(State::handleOf(gi).handle);
+  return kSuccess;
+}
 
 // --- Reading the script. Every helper throws std::runtime_error naming what is wrong.
 
@@ -229,6 +538,28 @@ unsigned unsigned32Field(const json& object, const char* key, const std::string&
     fail(where + "." + key + ": too large");
   }
   return static_cast<unsigned>(value);
+}
+
+// An array of unsigned 32-bit integers; `fallback` when absent.
+std::vector<unsigned> unsignedArrayField(const json& object, const char* key,
+                                         const std::string& where,
+                                         std::optional<std::vector<unsigned>> fallback) {
+  auto it = object.find(key);
+  if (it == object.end() && fallback) {
+    return *fallback;
+  }
+  const std::string field = where + "." + key;
+  if (it == object.end() || !it->is_array()) {
+    fail(field + ": want an array of non-negative integers");
+  }
+  std::vector<unsigned> values;
+  for (const json& value : *it) {
+    if (!value.is_number_unsigned() || value.get<unsigned long long>() > 0xffffffffULL) {
+      fail(field + ": want an array of non-negative 32-bit integers");
+    }
+    values.push_back(value.get<unsigned>());
+  }
+  return values;
 }
 
 int intValue(const json& value, const std::string& where) {
@@ -290,6 +621,89 @@ void readMig(const json& mig, const std::string& where, Device& gpu, State& stat
       fail(entry_where + ".index: " + std::to_string(index) + " appears twice");
     }
   }
+  const json profiles = mig.value("profiles", json::array());
+  if (!profiles.is_array()) {
+    fail(where + ".profiles: want an array");
+  }
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    const json& entry = profiles[i];
+    const std::string entry_where = where + ".profiles[" + std::to_string(i) + "]";
+    if (!entry.is_object()) {
+      fail(entry_where + ": want an object");
+    }
+    GpuInstanceProfile profile;
+    profile.index = unsigned32Field(entry, "index", entry_where, std::nullopt);
+    profile.id = unsigned32Field(entry, "id", entry_where, std::nullopt);
+    profile.name = stringField(entry, "name", entry_where);
+    profile.compute_slices = unsigned32Field(entry, "compute_slices", entry_where, std::nullopt);
+    profile.memory_slices = unsigned32Field(entry, "memory_slices", entry_where, std::nullopt);
+    profile.memory_mib = unsignedField(entry, "memory_mib", entry_where, std::nullopt);
+    profile.max_instances = unsigned32Field(entry, "max_instances", entry_where, std::nullopt);
+    profile.starts = unsignedArrayField(entry, "starts", entry_where, std::nullopt);
+    if (gpu.profileByIndex(profile.index) != nullptr) {
+      fail(entry_where + ".index: " + std::to_string(profile.index) + " appears twice");
+    }
+    if (gpu.profileById(profile.id) != nullptr) {
+      fail(entry_where + ".id: " + std::to_string(profile.id) + " appears twice");
+    }
+    gpu.gpu_instance_profiles.push_back(std::move(profile));
+  }
+}
+
+// The script's "instances" of `gpu`, made once the GPU has its final address.
+void readInstances(const json& mig, const std::string& where, Device& gpu, State& state) {
+  if (!mig.contains("instances")) {
+    return;
+  }
+  const json& instances = mig.at("instances");
+  if (!instances.is_array()) {
+    fail(where + ".instances: want an array");
+  }
+  if (!gpu.mig_devices.empty()) {
+    fail(where +
+         ".devices: want none with \"instances\" (their compute instances are MIG devices)");
+  }
+  if (!instances.empty() && gpu.mig_current == 0) {
+    fail(where + ".instances: want MIG on (\"current\": 1)");
+  }
+  for (size_t i = 0; i < instances.size(); ++i) {
+    const json& entry = instances[i];
+    const std::string entry_where = where + ".instances[" + std::to_string(i) + "]";
+    if (!entry.is_object()) {
+      fail(entry_where + ": want an object");
+    }
+    const unsigned profile_id = unsigned32Field(entry, "profile_id", entry_where, std::nullopt);
+    const unsigned start = unsigned32Field(entry, "start", entry_where, std::nullopt);
+    const unsigned compute = unsigned32Field(entry, "compute", entry_where, 0);
+    const GpuInstanceProfile* profile = gpu.profileById(profile_id);
+    if (profile == nullptr) {
+      fail(entry_where + ".profile_id: no profile has id " + std::to_string(profile_id));
+    }
+    if (compute > 1) {
+      fail(entry_where + ".compute: want 0 or 1");
+    }
+    GpuInstance* gi = nullptr;
+    const nvmlReturn_t created =
+        createGpuInstance(state, gpu, profile_id, {start, profile->memory_slices}, gi);
+    if (created != kSuccess) {
+      fail(entry_where + ": cannot make a " + profile->name + " GPU instance at slice " +
+           std::to_string(start) + ": " + errorString(created));
+    }
+    if (compute == 0) {
+      continue;
+    }
+    const unsigned* whole = std::find(std::begin(kComputeProfileSlices),
+                                      std::end(kComputeProfileSlices), profile->compute_slices);
+    if (whole == std::end(kComputeProfileSlices)) {
+      fail(entry_where + ".compute: no compute instance profile has " +
+           std::to_string(profile->compute_slices) + " slices");
+    }
+    ComputeInstance* ci = nullptr;
+    const unsigned ci_profile = static_cast<unsigned>(whole - std::begin(kComputeProfileSlices));
+    if (nvmlReturn_t rc = createComputeInstance(state, *gi, ci_profile, ci); rc != kSuccess) {
+      fail(entry_where + ".compute: cannot make its compute instance: " + errorString(rc));
+    }
+  }
 }
 
 State readScript(const json& script) {
@@ -321,10 +735,15 @@ State readScript(const json& script) {
     gpu.used_mib = unsignedField(entry, "used_mib", where, 0);
     gpu.pci_bus_id = entry.contains("pci_bus_id") ? stringField(entry, "pci_bus_id", where) : "";
     gpu.minor = unsigned32Field(entry, "minor", where, gpu.gpu_index);
+    gpu.processes = unsignedArrayField(entry, "processes", where, std::vector<unsigned>{});
     if (entry.contains("mig")) {
       readMig(entry.at("mig"), where + ".mig", gpu, state);
     }
-    state.gpus.push_back(&state.add(std::move(gpu)));
+    Device& added = state.add(std::move(gpu));
+    state.gpus.push_back(&added);
+    if (entry.contains("mig")) {
+      readInstances(entry.at("mig"), where + ".mig", added, state);
+    }
   }
   if (script.contains("topology")) {
     state.topology = readMatrix(script.at("topology"), gpus.size(), "script.topology");
@@ -441,7 +860,7 @@ template <typename Body>
 nvmlReturn_t deviceCall(const char* function, nvmlDevice_t handle, Accepts accepts,
                         Body&& body) noexcept {
   return guarded([&](State& state) -> nvmlReturn_t {
-    const Device* device = state.find(handle);
+    Device* device = state.find(handle);
     const nvmlReturn_t error =
         device ? state.scriptedError(function, device->gpu_index) : state.scriptedError(function);
     if (error != kSuccess) {
@@ -466,6 +885,44 @@ nvmlReturn_t pairCall(const char* function, nvmlDevice_t handle1, nvmlDevice_t h
     }
     return body(state, device1, *device2);
   });
+}
+
+// Runs a call about a GPU or compute instance `handle`: its scripted error first (for the GPU it
+// is on), then 2 unless the handle names a live instance.
+template <typename Handle, typename Body>
+nvmlReturn_t instanceCall(const char* function, Handle handle, Body&& body) noexcept {
+  return guarded([&](State& state) -> nvmlReturn_t {
+    auto* instance = state.find(handle);
+    const nvmlReturn_t error = instance ? state.scriptedError(function, gpuIndexOf(*instance))
+                                        : state.scriptedError(function);
+    if (error != kSuccess) {
+      return error;
+    }
+    if (instance == nullptr) {
+      return kInvalidArgument;
+    }
+    return body(state, *instance);
+  });
+}
+
+// NVML's list protocol: `*count` in is the room at `out`, out the number listed (or needed).
+template <typename T>
+nvmlReturn_t copyList(const std::vector<T>& items, T* out, unsigned int* count) {
+  if (count == nullptr) {
+    return kInvalidArgument;
+  }
+  const auto n = static_cast<unsigned>(items.size());
+  if (n == 0) {
+    *count = 0;
+    return kSuccess;
+  }
+  if (out == nullptr || *count < n) {
+    *count = n;
+    return kInsufficientSize;
+  }
+  std::copy(items.begin(), items.end(), out);
+  *count = n;
+  return kSuccess;
 }
 
 }  // namespace
@@ -500,38 +957,17 @@ FAKE_NVML_EXPORT nvmlReturn_t nvmlShutdown(void) {
     const nvmlReturn_t error = state.scriptedError(function);
     if (--g_init_count == 0) {
       std::move(state.devices.begin(), state.devices.end(), std::back_inserter(g_retired_devices));
+      std::move(state.gpu_instances.begin(), state.gpu_instances.end(),
+                std::back_inserter(g_retired_gpu_instances));
+      std::move(state.compute_instances.begin(), state.compute_instances.end(),
+                std::back_inserter(g_retired_compute_instances));
       g_state.reset();  // `state` dangles from here on.
     }
     return error;
   });
 }
 
-FAKE_NVML_EXPORT const char* nvmlErrorString(nvmlReturn_t result) {
-  switch (result) {
-    case 0:
-      return "Success";
-    case 1:
-      return "Uninitialized";
-    case 2:
-      return "Invalid Argument";
-    case 3:
-      return "Not Supported";
-    case 4:
-      return "Insufficient Permissions";
-    case 6:
-      return "Not Found";
-    case 7:
-      return "Insufficient Size";
-    case 9:
-      return "Driver Not Loaded";
-    case 13:
-      return "Function Not Found";
-    case 15:
-      return "GPU is lost";
-    default:
-      return "Unknown Error";
-  }
-}
+FAKE_NVML_EXPORT const char* nvmlErrorString(nvmlReturn_t result) { return errorString(result); }
 
 FAKE_NVML_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
   return systemCall(__func__, [&](const State& state) {
@@ -731,6 +1167,159 @@ FAKE_NVML_OPTIONAL nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvm
                     *p2pStatus = (*state.p2p_nvlink)[d1.gpu_index][d2.gpu_index];
                     return kSuccess;
                   });
+}
+
+// --- MIG management.
+
+FAKE_NVML_OPTIONAL nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(
+    nvmlDevice_t device, unsigned int profile, nvmlGpuInstanceProfileInfo_t* info) {
+  return deviceCall(__func__, device, Accepts::kGpu, [&](const State&, const Device& d) {
+    if (info == nullptr) {
+      return kInvalidArgument;
+    }
+    const GpuInstanceProfile* found = d.profileByIndex(profile);
+    if (found == nullptr) {
+      return kNotSupported;
+    }
+    *info = nvmlGpuInstanceProfileInfo_t{};
+    info->id = found->id;
+    info->sliceCount = found->compute_slices;
+    info->instanceCount = found->max_instances;
+    info->memorySizeMB = found->memory_mib;
+    return kSuccess;
+  });
+}
+
+FAKE_NVML_OPTIONAL nvmlReturn_t nvmlDeviceGetGpuInstances(nvmlDevice_t device,
+                                                          unsigned int profileId,
+                                                          nvmlGpuInstance_t* gpuInstances,
+                                                          unsigned int* count) {
+  return deviceCall(__func__, device, Accepts::kGpu, [&](const State&, const Device& d) {
+    if (count == nullptr) {
+      return kInvalidArgument;
+    }
+    if (!d.has_mig || d.mig_current == 0) {
+      return kNotSupported;
+    }
+    const GpuInstanceProfile* profile = d.profileById(profileId);
+    if (profile == nullptr) {
+      return kInvalidArgument;
+    }
+    std::vector<nvmlGpuInstance_t> found;
+    for (const auto& [id, gi] : d.gpu_instances) {
+      if (gi->profile == profile) {
+        found.push_back(State::handleOf(*gi));
+      }
+    }
+    return copyList(found, gpuInstances, count);
+  });
+}
+
+FAKE_NVML_OPTIONAL nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
+    nvmlDevice_t device, unsigned int profileId, const nvmlGpuInstancePlacement_t* placement,
+    nvmlGpuInstance_t* gpuInstance) {
+  return deviceCall(__func__, device, Accepts::kGpu, [&](State& state, Device& d) {
+    if (placement == nullptr || gpuInstance == nullptr) {
+      return kInvalidArgument;
+    }
+    GpuInstance* created = nullptr;
+    const nvmlReturn_t rc = createGpuInstance(state, d, profileId, *placement, created);
+    if (rc == kSuccess) {
+      *gpuInstance = State::handleOf(*created);
+    }
+    return rc;
+  });
+}
+
+FAKE_NVML_OPTIONAL nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance,
+                                                       nvmlGpuInstanceInfo_t* info) {
+  return instanceCall(__func__, gpuInstance, [&](const State&, const GpuInstance& gi) {
+    if (info == nullptr) {
+      return kInvalidArgument;
+    }
+    *info = nvmlGpuInstanceInfo_t{};
+    info->device = State::handleOf(*gi.gpu);
+    info->id = gi.id;
+    info->profileId = gi.profile->id;
+    info->placement = {gi.start, gi.profile->memory_slices};
+    return kSuccess;
+  });
+}
+
+FAKE_NVML_OPTIONAL nvmlReturn_t nvmlGpuInstanceDestroy(nvmlGpuInstance_t gpuInstance) {
+  return instanceCall(__func__, gpuInstance,
+                      [&](State& state, GpuInstance& gi) { return destroyGpuInstance(state, gi); });
+}
+
+FAKE_NVML_OPTIONAL nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(
+    nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
+    nvmlComputeInstanceProfileInfo_t* info) {
+  return instanceCall(__func__, gpuInstance, [&](const State&, const GpuInstance& gi) {
+    if (info == nullptr || engProfile != kSharedEngines) {
+      return kInvalidArgument;
+    }
+    if (profile >= std::size(kComputeProfileSlices) ||
+        kComputeProfileSlices[profile] > gi.profile->compute_slices) {
+      return kNotSupported;
+    }
+    const unsigned slices = kComputeProfileSlices[profile];
+    *info = nvmlComputeInstanceProfileInfo_t{};
+    info->id = profile;
+    info->sliceCount = slices;
+    info->instanceCount = gi.profile->compute_slices / slices;
+    return kSuccess;
+  });
+}
+
+FAKE_NVML_OPTIONAL nvmlReturn_t nvmlGpuInstanceCreateComputeInstance(
+    nvmlGpuInstance_t gpuInstance, unsigned int profileId, nvmlComputeInstance_t* computeInstance) {
+  return instanceCall(__func__, gpuInstance, [&](State& state, GpuInstance& gi) {
+    if (computeInstance == nullptr) {
+      return kInvalidArgument;
+    }
+    ComputeInstance* created = nullptr;
+    const nvmlReturn_t rc = createComputeInstance(state, gi, profileId, created);
+    if (rc == kSuccess) {
+      *computeInstance = State::handleOf(*created);
+    }
+    return rc;
+  });
+}
+
+FAKE_NVML_OPTIONAL nvmlReturn_t
+nvmlGpuInstanceGetComputeInstances(nvmlGpuInstance_t gpuInstance, unsigned int profileId,
+                                   nvmlComputeInstance_t* computeInstances, unsigned int* count) {
+  return instanceCall(__func__, gpuInstance, [&](const State&, const GpuInstance& gi) {
+    if (count == nullptr || profileId >= std::size(kComputeProfileSlices)) {
+      return kInvalidArgument;
+    }
+    std::vector<nvmlComputeInstance_t> found;
+    for (const auto& [id, ci] : gi.compute_instances) {
+      if (ci->profile_id == profileId) {
+        found.push_back(State::handleOf(*ci));
+      }
+    }
+    return copyList(found, computeInstances, count);
+  });
+}
+
+FAKE_NVML_OPTIONAL nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance) {
+  return instanceCall(__func__, computeInstance, [&](State& state, ComputeInstance& ci) {
+    destroyComputeInstance(state, ci);
+    return kSuccess;
+  });
+}
+
+FAKE_NVML_OPTIONAL nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                        unsigned int* infoCount,
+                                                                        nvmlProcessInfo_t* infos) {
+  return deviceCall(__func__, device, Accepts::kGpu, [&](const State&, const Device& d) {
+    std::vector<nvmlProcessInfo_t> found;
+    for (unsigned pid : d.processes) {
+      found.push_back({pid, 0, kNoInstance, kNoInstance});
+    }
+    return copyList(found, infos, infoCount);
+  });
 }
 
 }  // namespace tessera::fake_nvml

@@ -1,0 +1,242 @@
+#include "agent/mig_manager.h"
+
+#include <algorithm>
+#include <set>
+
+#include "agent/nvml_library.h"
+
+namespace tessera::agent {
+namespace {
+
+constexpr unsigned kSharedEngines = 0;  // NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED.
+constexpr unsigned kMaxInstances = 8;   // GPU or compute instances of one profile on a GPU.
+constexpr int kComputeProfileCount = 7;
+
+// The model's entry, and the layout checked against its MIG rules.
+core::Result<const model::GpuModelInfo*> checkLayout(const model::GpuCatalogue& catalogue,
+                                                     const std::string& name,
+                                                     const std::vector<model::MigInstance>& layout,
+                                                     int gpu) {
+  const std::optional<model::GpuModelId> id = catalogue.find(name);
+  if (!id || !catalogue.model(*id).supportsMig()) {
+    return core::invalidArgument("mig: GPU " + std::to_string(gpu) + ": '" + name +
+                                 "' has no MIG profiles");
+  }
+  const model::GpuModelInfo& info = catalogue.model(*id);
+  if (core::Status s = model::validateMigLayout(info, layout); !s.isOk()) {
+    return s.withContext("mig: GPU " + std::to_string(gpu));
+  }
+  return &info;
+}
+
+}  // namespace
+
+int nvmlGpuInstanceProfileIndex(int catalogue_profile) {
+  static constexpr int kIndex[] = {0, 7, 9, 1, 2, 3, 4};
+  return catalogue_profile >= 0 && catalogue_profile < 7 ? kIndex[catalogue_profile] : -1;
+}
+
+int nvmlComputeInstanceProfileIndex(int compute_slices) {
+  switch (compute_slices) {
+    case 1:
+      return 0;
+    case 2:
+      return 1;
+    case 3:
+      return 2;
+    case 4:
+      return 3;
+    case 7:
+      return 4;
+    case 8:
+      return 5;
+    case 6:
+      return 6;
+    default:
+      return -1;
+  }
+}
+
+NvmlMigManager::NvmlMigManager(std::string library, const model::GpuCatalogue& catalogue)
+    : library_(std::move(library)), catalogue_(catalogue) {}
+
+NvmlMigManager::~NvmlMigManager() = default;
+
+core::Status NvmlMigManager::apply(int gpu, const std::string& model,
+                                   const std::vector<model::MigInstance>& layout) {
+  TESSERA_ASSIGN_OR_RETURN(const model::GpuModelInfo* info,
+                           checkLayout(catalogue_, model, layout, gpu));
+  if (lib_ == nullptr) {
+    TESSERA_ASSIGN_OR_RETURN(lib_, NvmlLibrary::open(library_));
+  }
+  const NvmlLibrary& lib = *lib_;
+  if (!lib.hasMigManagement() || lib.mig_mode == nullptr) {
+    return core::failedPrecondition("nvml: " + library_ +
+                                    " cannot manage MIG instances (a driver older than R470?)");
+  }
+  const std::string where = "nvml: GPU " + std::to_string(gpu) + ": ";
+  if (NvmlReturn rc = lib.init(); rc != kNvmlSuccess) {
+    return core::unavailable("nvml: " + lib.explain("nvmlInit_v2", rc));
+  }
+  struct Shutdown {
+    const NvmlLibrary& lib;
+    ~Shutdown() { lib.shutdown(); }
+  } shutdown{lib};
+  NvmlDevice dev{};
+  if (NvmlReturn rc = lib.by_index(static_cast<unsigned>(gpu), &dev); rc != kNvmlSuccess) {
+    return core::unavailable(where + lib.explain("nvmlDeviceGetHandleByIndex_v2", rc));
+  }
+  unsigned current = 0;
+  unsigned pending = 0;
+  if (NvmlReturn rc = lib.mig_mode(dev, &current, &pending); rc != kNvmlSuccess) {
+    return core::failedPrecondition(where + lib.explain("nvmlDeviceGetMigMode", rc));
+  }
+  if (current != 1) {
+    return core::failedPrecondition(where + "MIG mode is off; turn it on first (nvidia-smi -i " +
+                                    std::to_string(gpu) + " -mig 1, which resets the GPU)");
+  }
+  // Idle: no compute process on the GPU.
+  unsigned procs = 0;
+  const NvmlReturn prc = lib.processes(dev, &procs, nullptr);
+  if (prc == kNvmlInsufficientSize || (prc == kNvmlSuccess && procs > 0)) {
+    return core::failedPrecondition(where + "busy (" + std::to_string(procs) +
+                                    " compute processes): its MIG layout changes only when idle");
+  }
+  if (prc != kNvmlSuccess) {
+    return core::unavailable(where + lib.explain("nvmlDeviceGetComputeRunningProcesses_v3", prc));
+  }
+  // What is there now: GPU instances by (catalogue profile, start).
+  struct Existing {
+    model::MigInstance instance;
+    NvmlGpuInstance handle;
+  };
+  std::vector<Existing> existing;
+  std::vector<unsigned> profile_ids(info->mig_profiles.size(), 0);
+  std::vector<bool> supported(info->mig_profiles.size(), false);
+  for (size_t p = 0; p < info->mig_profiles.size(); ++p) {
+    NvmlGpuInstanceProfileInfo pi{};
+    const int index = nvmlGpuInstanceProfileIndex(static_cast<int>(p));
+    const NvmlReturn prc = lib.gi_profile(dev, static_cast<unsigned>(index), &pi);
+    if (prc == kNvmlNotSupported) {
+      continue;  // This GPU does not offer it: there are none to find, and none may be made.
+    }
+    if (prc != kNvmlSuccess) {
+      return core::unavailable(where + lib.explain("nvmlDeviceGetGpuInstanceProfileInfo", prc) +
+                               " for " + info->mig_profiles[p].name);
+    }
+    supported[p] = true;
+    profile_ids[p] = pi.id;
+    NvmlGpuInstance gis[kMaxInstances] = {};
+    unsigned n = kMaxInstances;
+    if (NvmlReturn rc = lib.gi_list(dev, pi.id, gis, &n); rc != kNvmlSuccess) {
+      return core::unavailable(where + lib.explain("nvmlDeviceGetGpuInstances", rc));
+    }
+    for (unsigned i = 0; i < n && i < kMaxInstances; ++i) {
+      NvmlGpuInstanceInfo gi{};
+      if (NvmlReturn rc = lib.gi_info(gis[i], &gi); rc != kNvmlSuccess) {
+        return core::unavailable(where + lib.explain("nvmlGpuInstanceGetInfo", rc));
+      }
+      existing.push_back({{static_cast<int>(p), static_cast<int>(gi.placement.start)}, gis[i]});
+    }
+  }
+  const std::set<model::MigInstance> wanted(layout.begin(), layout.end());
+  // The compute instances of a GPU instance, over every compute profile.
+  auto compute_instances =
+      [&](NvmlGpuInstance gi) -> core::Result<std::vector<NvmlComputeInstance>> {
+    std::vector<NvmlComputeInstance> out;
+    for (int c = 0; c < kComputeProfileCount; ++c) {
+      NvmlComputeInstanceProfileInfo ci{};
+      if (lib.ci_profile(gi, static_cast<unsigned>(c), kSharedEngines, &ci) != kNvmlSuccess) {
+        continue;  // A profile bigger than the instance.
+      }
+      NvmlComputeInstance cis[kMaxInstances] = {};
+      unsigned n = kMaxInstances;
+      if (NvmlReturn rc = lib.ci_list(gi, ci.id, cis, &n); rc != kNvmlSuccess) {
+        return core::unavailable(where + lib.explain("nvmlGpuInstanceGetComputeInstances", rc));
+      }
+      out.insert(out.end(), cis, cis + std::min(n, kMaxInstances));
+    }
+    return out;
+  };
+  // Destroy what the layout does not keep (compute instances first).
+  std::set<model::MigInstance> kept;
+  for (const Existing& e : existing) {
+    if (wanted.contains(e.instance)) {
+      kept.insert(e.instance);
+      continue;
+    }
+    TESSERA_ASSIGN_OR_RETURN(std::vector<NvmlComputeInstance> cis, compute_instances(e.handle));
+    for (NvmlComputeInstance ci : cis) {
+      if (NvmlReturn rc = lib.ci_destroy(ci); rc != kNvmlSuccess) {
+        return core::unavailable(where + lib.explain("nvmlComputeInstanceDestroy", rc));
+      }
+    }
+    if (NvmlReturn rc = lib.gi_destroy(e.handle); rc != kNvmlSuccess) {
+      return core::unavailable(where + lib.explain("nvmlGpuInstanceDestroy", rc));
+    }
+  }
+  // A kept instance without a compute instance gets one, like a new one.
+  auto add_compute = [&](NvmlGpuInstance gi, const model::MigProfile& profile) -> core::Status {
+    NvmlComputeInstanceProfileInfo ci{};
+    const int c = nvmlComputeInstanceProfileIndex(profile.compute_slices);
+    if (NvmlReturn rc = lib.ci_profile(gi, static_cast<unsigned>(c), kSharedEngines, &ci);
+        rc != kNvmlSuccess) {
+      return core::unavailable(where +
+                               lib.explain("nvmlGpuInstanceGetComputeInstanceProfileInfo", rc) +
+                               " for " + profile.name);
+    }
+    NvmlComputeInstance handle{};
+    if (NvmlReturn rc = lib.ci_create(gi, ci.id, &handle); rc != kNvmlSuccess) {
+      return core::unavailable(where + lib.explain("nvmlGpuInstanceCreateComputeInstance", rc) +
+                               " for " + profile.name);
+    }
+    return core::Status::ok();
+  };
+  for (const Existing& e : existing) {
+    if (!kept.contains(e.instance)) {
+      continue;
+    }
+    TESSERA_ASSIGN_OR_RETURN(std::vector<NvmlComputeInstance> cis, compute_instances(e.handle));
+    if (cis.empty()) {
+      TESSERA_RETURN_IF_ERROR(
+          add_compute(e.handle, info->mig_profiles[static_cast<size_t>(e.instance.profile)]));
+    }
+  }
+  for (const model::MigInstance& m : wanted) {
+    if (kept.contains(m)) {
+      continue;
+    }
+    const model::MigProfile& profile = info->mig_profiles[static_cast<size_t>(m.profile)];
+    if (!supported[static_cast<size_t>(m.profile)]) {
+      return core::failedPrecondition(where + "the GPU does not offer MIG profile " + profile.name);
+    }
+    const NvmlGpuInstancePlacement placement{static_cast<unsigned>(m.start),
+                                             static_cast<unsigned>(profile.memory_slices)};
+    NvmlGpuInstance gi{};
+    if (NvmlReturn rc =
+            lib.gi_create(dev, profile_ids[static_cast<size_t>(m.profile)], &placement, &gi);
+        rc != kNvmlSuccess) {
+      return core::unavailable(where + lib.explain("nvmlDeviceCreateGpuInstanceWithPlacement", rc) +
+                               " for " + profile.name + " at slice " + std::to_string(m.start));
+    }
+    TESSERA_RETURN_IF_ERROR(add_compute(gi, profile));
+  }
+  return core::Status::ok();
+}
+
+core::Status RecordingMigManager::apply(int gpu, const std::string& model,
+                                        const std::vector<model::MigInstance>& layout) {
+  TESSERA_RETURN_IF_ERROR(checkLayout(catalogue_, model, layout, gpu).status());
+  std::vector<model::MigInstance> sorted = layout;
+  std::sort(sorted.begin(), sorted.end());
+  std::lock_guard lock(mu_);
+  layouts_[gpu] = std::move(sorted);
+  return core::Status::ok();
+}
+
+std::map<int, std::vector<model::MigInstance>> RecordingMigManager::layouts() const {
+  std::lock_guard lock(mu_);
+  return layouts_;
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,193 @@
+// MIG layouts through the fake NVML (tests/fake_nvml), whose GPU and compute instances show up
+// as MIG devices in discovery, as on a real GPU.
+#include "agent/mig_manager.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "agent/nvml_discovery.h"
+#include "agent/nvml_library.h"
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+const std::string kFull = std::string(FAKE_NVML_DIR) + "/full/libnvidia-ml.so.1";
+
+// H100-80GB's GPU instance profiles as NVML numbers them (index, id), with the catalogue's
+// slices, memory, limits and starts.
+json h100Profiles() {
+  auto p = [](int index, int id, const char* name, int compute, int memory, int mib, int max,
+              json starts) {
+    return json{{"index", index},
+                {"id", id},
+                {"name", name},
+                {"compute_slices", compute},
+                {"memory_slices", memory},
+                {"memory_mib", mib},
+                {"max_instances", max},
+                {"starts", starts}};
+  };
+  return {p(0, 19, "1g.10gb", 1, 1, 9984, 7, {0, 1, 2, 3, 4, 5, 6}),
+          p(7, 20, "1g.10gb+me", 1, 1, 9984, 1, {0, 1, 2, 3, 4, 5, 6}),
+          p(9, 15, "1g.20gb", 1, 2, 20090, 4, {0, 2, 4, 6}),
+          p(1, 14, "2g.20gb", 2, 2, 20090, 3, {0, 2, 4}),
+          p(2, 9, "3g.40gb", 3, 4, 40448, 2, {0, 4}),
+          p(3, 5, "4g.40gb", 4, 4, 40448, 1, {0}),
+          p(4, 0, "7g.80gb", 7, 8, 81152, 1, {0})};
+}
+
+class MigManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    script_ = (std::filesystem::temp_directory_path() /
+               ("tessera-fake-mig-" + std::to_string(::getpid()) + ".json"))
+                  .string();
+    ::setenv("FAKE_NVML_SCRIPT", script_.c_str(), 1);
+  }
+  void TearDown() override {
+    if (holder_ != nullptr) {
+      holder_->shutdown();
+    }
+    holder_.reset();
+    std::filesystem::remove(script_);
+    ::unsetenv("FAKE_NVML_SCRIPT");
+  }
+  // Writes the script and keeps NVML initialized, so that the fake keeps its state between the
+  // manager's and discovery's own init and shutdown (NVML counts inits).
+  void start(const json& gpu0, const json& gpu1 = nullptr) {
+    json gpus = {gpu0};
+    if (!gpu1.is_null()) {
+      gpus.push_back(gpu1);
+    }
+    std::ofstream(script_) << json{{"driver_version", "550.54.15"}, {"gpus", gpus}}.dump();
+    auto lib = NvmlLibrary::open(kFull);
+    ASSERT_TRUE(lib.isOk()) << lib.status().message();
+    holder_ = *lib;
+    ASSERT_EQ(holder_->init(), kNvmlSuccess);
+  }
+  static json h100(int i, json mig) {
+    return {{"uuid", "GPU-" + std::to_string(i)},
+            {"name", "NVIDIA H100 80GB HBM3"},
+            {"memory_mib", 81559},
+            {"mig", std::move(mig)}};
+  }
+  std::vector<MigDevice> migDevices(int gpu) {
+    auto found = NvmlDiscovery(kFull).discover();
+    EXPECT_TRUE(found.isOk()) << found.status().message();
+    return found.isOk() ? found->gpus[static_cast<size_t>(gpu)].mig_devices
+                        : std::vector<MigDevice>{};
+  }
+
+  model::GpuCatalogue cat_ = model::GpuCatalogue::builtin();
+  std::string script_;
+  std::shared_ptr<NvmlLibrary> holder_;
+};
+
+TEST(MigProfileIndices, FollowNvml) {
+  EXPECT_EQ(nvmlGpuInstanceProfileIndex(0), 0);  // 1g
+  EXPECT_EQ(nvmlGpuInstanceProfileIndex(1), 7);  // 1g+me: REV1
+  EXPECT_EQ(nvmlGpuInstanceProfileIndex(2), 9);  // 1g, double memory: REV2
+  EXPECT_EQ(nvmlGpuInstanceProfileIndex(4), 2);  // 3g
+  EXPECT_EQ(nvmlGpuInstanceProfileIndex(6), 4);  // 7g
+  EXPECT_EQ(nvmlGpuInstanceProfileIndex(7), -1);
+  EXPECT_EQ(nvmlComputeInstanceProfileIndex(7), 4);
+  EXPECT_EQ(nvmlComputeInstanceProfileIndex(5), -1);
+}
+
+TEST_F(MigManagerTest, ReplacesTheLayoutAndKeepsWhatStays) {
+  // One 7g.80gb instance now; the scheduler wants two 3g.40gb.
+  start(h100(0, {{"current", 1},
+                 {"profiles", h100Profiles()},
+                 {"instances", {{{"profile_id", 0}, {"start", 0}, {"compute", 1}}}}}));
+  ASSERT_EQ(migDevices(0).size(), 1U);
+  NvmlMigManager mig(kFull, cat_);
+  const int p3g = cat_.model(*cat_.find("H100-80GB")).findMigProfile("3g.40gb");
+  ASSERT_TRUE(mig.apply(0, "H100-80GB", {{p3g, 0}, {p3g, 4}}).isOk());
+  std::vector<MigDevice> after = migDevices(0);
+  ASSERT_EQ(after.size(), 2U);
+  for (const MigDevice& m : after) {
+    EXPECT_EQ(m.profile, "3g.40gb");
+    EXPECT_EQ(m.memory_mib, 40448);
+  }
+  // The same layout again changes nothing: the same instances, the same UUIDs.
+  ASSERT_TRUE(mig.apply(0, "H100-80GB", {{p3g, 4}, {p3g, 0}}).isOk());
+  std::vector<MigDevice> again = migDevices(0);
+  ASSERT_EQ(again.size(), 2U);
+  EXPECT_EQ(again[0].uuid, after[0].uuid);
+  EXPECT_EQ(again[1].uuid, after[1].uuid);
+  // Keeping one and changing the other: 3g.40gb at 0 stays, 4 slices become two 2g.20gb.
+  const int p2g = cat_.model(*cat_.find("H100-80GB")).findMigProfile("2g.20gb");
+  ASSERT_TRUE(mig.apply(0, "H100-80GB", {{p3g, 0}, {p2g, 4}}).isOk());
+  std::vector<MigDevice> mixed = migDevices(0);
+  ASSERT_EQ(mixed.size(), 2U);
+  int kept = 0;
+  for (const MigDevice& m : mixed) {
+    kept += m.uuid == after[0].uuid || m.uuid == after[1].uuid ? 1 : 0;
+  }
+  EXPECT_EQ(kept, 1);
+  // Empty: no instances.
+  ASSERT_TRUE(mig.apply(0, "H100-80GB", {}).isOk());
+  EXPECT_TRUE(migDevices(0).empty());
+}
+
+TEST_F(MigManagerTest, RefusesBusyGpusMigOffAndInvalidLayouts) {
+  json busy = h100(0, {{"current", 1}, {"profiles", h100Profiles()}});
+  busy["processes"] = {4242};
+  start(busy, h100(1, {{"current", 0}, {"profiles", h100Profiles()}}));
+  NvmlMigManager mig(kFull, cat_);
+  const int p3g = cat_.model(*cat_.find("H100-80GB")).findMigProfile("3g.40gb");
+  const int p4g = cat_.model(*cat_.find("H100-80GB")).findMigProfile("4g.40gb");
+  core::Status s = mig.apply(0, "H100-80GB", {{p3g, 0}});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("GPU 0: busy (1 compute processes)"), std::string::npos)
+      << s.message();
+  s = mig.apply(1, "H100-80GB", {{p3g, 0}});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("GPU 1: MIG mode is off"), std::string::npos) << s.message();
+  s = mig.apply(1, "H100-80GB", {{p3g, 0}, {p4g, 0}});  // Overlapping slices.
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("mig: GPU 1"), std::string::npos) << s.message();
+  EXPECT_FALSE(mig.apply(0, "T4", {}).isOk());  // No MIG at all.
+  NvmlMigManager missing("/nonexistent/libnvidia-ml.so.1", cat_);
+  EXPECT_NE(missing.apply(0, "H100-80GB", {}).message().find("cannot load"), std::string::npos);
+}
+
+TEST_F(MigManagerTest, AFailingNvmlCallIsNamedWithTheInstance) {
+  json gpu = h100(0, {{"current", 1}, {"profiles", h100Profiles()}});
+  start(gpu);
+  // Re-script with a failure (the holder keeps the state, so write it before re-starting).
+  holder_->shutdown();
+  holder_.reset();
+  std::ofstream(script_) << json{{"driver_version", "1"},
+                                 {"gpus", {gpu}},
+                                 {"errors", {{"nvmlDeviceCreateGpuInstanceWithPlacement", 999}}}}
+                                .dump();
+  NvmlMigManager mig(kFull, cat_);
+  const int p7g = cat_.model(*cat_.find("H100-80GB")).findMigProfile("7g.80gb");
+  core::Status s = mig.apply(0, "H100-80GB", {{p7g, 0}});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("nvmlDeviceCreateGpuInstanceWithPlacement: Unknown Error (999) for "
+                             "7g.80gb at slice 0"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(RecordingMigManager, RecordsValidLayoutsOnly) {
+  const model::GpuCatalogue cat = model::GpuCatalogue::builtin();
+  RecordingMigManager mig(cat);
+  const int p3g = cat.model(*cat.find("H200-141GB")).findMigProfile("3g.71gb");
+  ASSERT_TRUE(mig.apply(2, "H200-141GB", {{p3g, 4}, {p3g, 0}}).isOk());
+  const std::vector<model::MigInstance> want = {{p3g, 0}, {p3g, 4}};
+  EXPECT_EQ(mig.layouts().at(2), want);
+  EXPECT_FALSE(mig.apply(2, "H200-141GB", {{p3g, 1}}).isOk());  // 3g starts at 0 or 4.
+  EXPECT_EQ(mig.layouts().at(2), want);
+}
+
+}  // namespace
+}  // namespace tessera::agent
