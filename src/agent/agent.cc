@@ -1,0 +1,140 @@
+#include "agent/agent.h"
+
+#include <utility>
+
+namespace tessera::agent {
+
+Agent::Agent(std::string node, NodeGpus gpus, ControlPlaneClient& server, Runtime& runtime,
+             const core::Clock& clock, AgentOptions options)
+    : node_(std::move(node)),
+      gpus_(std::move(gpus)),
+      server_(server),
+      runtime_(runtime),
+      clock_(clock),
+      options_(options),
+      last_ok_(clock.now()) {}
+
+void Agent::onExit(const std::string& id, const TaskExit& exit) {
+  std::lock_guard lock(mu_);
+  auto it = running_.find(id);
+  if (it == running_.end()) {
+    return;
+  }
+  TaskReport r;
+  r.id = id;
+  r.generation = it->second;
+  r.state = TaskReport::State::kExited;
+  r.exit = exit;
+  outbox_.push_back(std::move(r));
+  done_.insert({id, it->second});
+  running_.erase(it);
+  stopping_.erase(id);
+}
+
+core::Status Agent::tick() {
+  std::vector<TaskReport> reports;
+  {
+    std::lock_guard lock(mu_);
+    reports = outbox_;
+  }
+  auto wanted = server_.heartbeat(node_, gpus_, reports);
+  if (!wanted.isOk()) {
+    const bool lost = clock_.now() - last_ok_ >= options_.fence_after;
+    if (lost) {
+      fence();
+    }
+    return wanted.status();
+  }
+  {
+    std::lock_guard lock(mu_);
+    // What was sent is acknowledged; what came in meanwhile stays for the next round.
+    outbox_.erase(outbox_.begin(), outbox_.begin() + static_cast<std::ptrdiff_t>(
+                                                         std::min(reports.size(), outbox_.size())));
+    last_ok_ = clock_.now();
+    fenced_ = false;
+  }
+  reconcile(*wanted);
+  return core::Status::ok();
+}
+
+void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
+  std::map<std::string, const TaskAssignment*> by_id;
+  for (const TaskAssignment& a : wanted) {
+    by_id[a.spec.id] = &a;
+  }
+  // Stop what is no longer ours, or ours at an older generation.
+  std::vector<std::pair<std::string, std::chrono::milliseconds>> stops;
+  {
+    std::lock_guard lock(mu_);
+    // What ended and is no longer assigned is forgotten (the server has its report).
+    std::erase_if(done_, [&](const auto& d) { return !by_id.contains(d.first); });
+    for (const auto& [id, generation] : running_) {
+      auto it = by_id.find(id);
+      if ((it == by_id.end() || it->second->generation != generation) && !stopping_.contains(id)) {
+        stops.emplace_back(id, it == by_id.end() ? options_.unassigned_grace : it->second->grace);
+        stopping_.insert(id);
+      }
+    }
+  }
+  for (const auto& [id, grace] : stops) {
+    (void)runtime_.stop(id, grace);  // Not found: it ended meanwhile, and onExit reports it.
+  }
+  // Start what is ours and not running (a new generation waits for the old one's exit).
+  for (const TaskAssignment& a : wanted) {
+    {
+      std::lock_guard lock(mu_);
+      if (running_.contains(a.spec.id) || done_.contains({a.spec.id, a.generation})) {
+        continue;
+      }
+      running_[a.spec.id] = a.generation;  // Before start: an exit may come at once.
+    }
+    core::Status s = runtime_.start(a.spec);
+    if (!s.isOk()) {
+      std::lock_guard lock(mu_);
+      running_.erase(a.spec.id);
+      done_.insert({a.spec.id, a.generation});
+      TaskReport r;
+      r.id = a.spec.id;
+      r.generation = a.generation;
+      r.state = TaskReport::State::kFailedToStart;
+      r.error = s.message();
+      outbox_.push_back(std::move(r));
+      continue;
+    }
+    std::lock_guard lock(mu_);
+    TaskReport r;
+    r.id = a.spec.id;
+    r.generation = a.generation;
+    r.state = TaskReport::State::kRunning;
+    outbox_.push_back(std::move(r));
+  }
+}
+
+void Agent::fence() {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard lock(mu_);
+    fenced_ = true;
+    for (const auto& [id, generation] : running_) {
+      if (!stopping_.contains(id)) {
+        ids.push_back(id);
+        stopping_.insert(id);
+      }
+    }
+  }
+  for (const std::string& id : ids) {
+    (void)runtime_.stop(id, options_.fence_grace);
+  }
+}
+
+bool Agent::fenced() const {
+  std::lock_guard lock(mu_);
+  return fenced_;
+}
+
+std::map<std::string, uint32_t> Agent::running() const {
+  std::lock_guard lock(mu_);
+  return running_;
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,101 @@
+// The agent's loop, apart from how it talks to the server: each `tick` sends what happened to
+// tasks since the last one and renews the node's lease, gets back the tasks the node should run
+// (each with its generation), and makes the runtime match:
+//   - a task assigned and not running (at that generation) is started;
+//   - a running task no longer assigned, or assigned at a newer generation (it was placed again
+//     after this node was thought lost), is stopped with its grace period;
+//   - a task that ended is reported once, with its generation, and not started again for that
+//     generation.
+// Fencing: when no heartbeat has succeeded for `fence_after` (shorter than the server's lease),
+// the agent stops every task itself, before the server can place them elsewhere, so a task
+// never runs on two nodes at once.
+//
+// The server side of the protocol (HTTP, leases, `Scheduler::nodeLost`) is the next step
+// (docs/agent.md); `ControlPlaneClient` is what this loop needs from it.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/gpu_discovery.h"
+#include "agent/runtime.h"
+#include "core/clock.h"
+#include "core/status.h"
+
+namespace tessera::agent {
+
+// One task the server wants on this node.
+struct TaskAssignment {
+  TaskSpec spec;                           // spec.id is the task's id on the node.
+  uint32_t generation = 0;                 // Raised each time the task is placed anew.
+  std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL when it is stopped.
+};
+
+struct TaskReport {
+  enum class State { kRunning, kExited, kFailedToStart };
+  std::string id;
+  uint32_t generation = 0;
+  State state = State::kRunning;
+  TaskExit exit;      // kExited.
+  std::string error;  // kFailedToStart.
+};
+
+class ControlPlaneClient {
+ public:
+  virtual ~ControlPlaneClient() = default;
+  // Renews the node's lease (registering it the first time) with the reports since the last
+  // call, and returns the tasks the node should run now. An error means the server was not
+  // reached or refused: the reports are sent again next time.
+  virtual core::Result<std::vector<TaskAssignment>> heartbeat(
+      const std::string& node, const NodeGpus& gpus, const std::vector<TaskReport>& reports) = 0;
+};
+
+struct AgentOptions {
+  // No successful heartbeat for this long: stop every task (the server's lease is longer).
+  std::chrono::milliseconds fence_after{10000};
+  std::chrono::milliseconds fence_grace{2000};  // SIGTERM to SIGKILL when fencing.
+  // SIGTERM to SIGKILL for a task the server no longer assigns here.
+  std::chrono::milliseconds unassigned_grace{10000};
+};
+
+class Agent {
+ public:
+  // `runtime`'s exits must be passed to onExit (the runtime's OnExit callback).
+  Agent(std::string node, NodeGpus gpus, ControlPlaneClient& server, Runtime& runtime,
+        const core::Clock& clock, AgentOptions options = {});
+
+  // One round with the server; returns its error when it could not be reached (after fencing,
+  // if it has been unreachable too long).
+  core::Status tick();
+  // The runtime reports that a task ended.
+  void onExit(const std::string& id, const TaskExit& exit);
+
+  bool fenced() const;
+  // Tasks running and the generation each runs at.
+  std::map<std::string, uint32_t> running() const;
+
+ private:
+  void reconcile(const std::vector<TaskAssignment>& wanted);
+  void fence();
+
+  const std::string node_;
+  const NodeGpus gpus_;
+  ControlPlaneClient& server_;
+  Runtime& runtime_;
+  const core::Clock& clock_;
+  const AgentOptions options_;
+
+  mutable std::mutex mu_;
+  std::map<std::string, uint32_t> running_;          // Started and not yet ended.
+  std::set<std::string> stopping_;                   // Asked to stop; their exit is pending.
+  std::set<std::pair<std::string, uint32_t>> done_;  // Ended at that generation: not again.
+  std::vector<TaskReport> outbox_;                   // Not yet acknowledged by the server.
+  core::TimePoint last_ok_{};  // The last successful heartbeat (or the agent's start).
+  bool fenced_ = false;
+};
+
+}  // namespace tessera::agent

@@ -1,0 +1,201 @@
+#include "agent/agent.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+namespace tessera::agent {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A runtime that records what it is asked; exits are delivered by the test.
+class FakeRuntime : public Runtime {
+ public:
+  core::Status start(const TaskSpec& spec) override {
+    if (fail_.contains(spec.id)) {
+      return core::failedPrecondition("command 'x' not found in PATH");
+    }
+    starts.push_back(spec.id);
+    running_.insert(spec.id);
+    return core::Status::ok();
+  }
+  core::Status stop(const std::string& id, std::chrono::milliseconds grace) override {
+    if (!running_.contains(id)) {
+      return core::notFound(id);
+    }
+    stops.emplace_back(id, grace);
+    return core::Status::ok();
+  }
+  std::vector<std::string> running() const override { return {running_.begin(), running_.end()}; }
+  // The task ended: tells the agent, as ProcessRuntime's callback does.
+  void exit(Agent& agent, const std::string& id, TaskExit e) {
+    running_.erase(id);
+    agent.onExit(id, e);
+  }
+  void failStarting(const std::string& id) { fail_.insert(id); }
+
+  std::vector<std::string> starts;
+  std::vector<std::pair<std::string, std::chrono::milliseconds>> stops;
+
+ private:
+  std::set<std::string> running_;
+  std::set<std::string> fail_;
+};
+
+class FakeServer : public ControlPlaneClient {
+ public:
+  core::Result<std::vector<TaskAssignment>> heartbeat(
+      const std::string& node, const NodeGpus&, const std::vector<TaskReport>& reports) override {
+    ++calls;
+    if (down) {
+      return core::unavailable("connection refused");
+    }
+    EXPECT_EQ(node, "gpu-01");
+    received.insert(received.end(), reports.begin(), reports.end());
+    return assigned;
+  }
+  void assign(const std::string& id, uint32_t generation, std::chrono::milliseconds grace = 5s) {
+    TaskAssignment a;
+    a.spec.id = id;
+    a.spec.command = {"true"};
+    a.generation = generation;
+    a.grace = grace;
+    for (TaskAssignment& old : assigned) {
+      if (old.spec.id == id) {
+        old = a;
+        return;
+      }
+    }
+    assigned.push_back(a);
+  }
+  void unassign(const std::string& id) {
+    std::erase_if(assigned, [&](const TaskAssignment& a) { return a.spec.id == id; });
+  }
+
+  bool down = false;
+  int calls = 0;
+  std::vector<TaskAssignment> assigned;
+  std::vector<TaskReport> received;
+};
+
+class AgentTest : public ::testing::Test {
+ protected:
+  Agent agent() { return Agent("gpu-01", NodeGpus{}, server_, runtime_, clock_, options_); }
+
+  core::FakeClock clock_;
+  FakeServer server_;
+  FakeRuntime runtime_;
+  AgentOptions options_{.fence_after = 10s, .fence_grace = 1s, .unassigned_grace = 7s};
+};
+
+TEST_F(AgentTest, StartsWhatIsAssignedAndReportsEachChangeOnce) {
+  Agent a = agent();
+  server_.assign("t.w.0", 1);
+  server_.assign("t.w.1", 1);
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime_.starts, (std::vector<std::string>{"t.w.0", "t.w.1"}));
+  ASSERT_TRUE(a.tick().isOk());  // Reports the starts; starts nothing again.
+  EXPECT_EQ(runtime_.starts.size(), 2U);
+  ASSERT_EQ(server_.received.size(), 2U);
+  EXPECT_EQ(server_.received[0].state, TaskReport::State::kRunning);
+  EXPECT_EQ(server_.received[0].generation, 1U);
+  // It ends; the server has not caught up yet and still assigns it: it is not run again.
+  TaskExit e;
+  e.exit_code = 0;
+  runtime_.exit(a, "t.w.0", e);
+  ASSERT_TRUE(a.tick().isOk());
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime_.starts.size(), 2U);
+  ASSERT_EQ(server_.received.size(), 3U);  // The exit, once.
+  EXPECT_EQ(server_.received[2].state, TaskReport::State::kExited);
+  EXPECT_EQ(server_.received[2].id, "t.w.0");
+  EXPECT_EQ(server_.received[2].exit.exit_code, 0);
+  EXPECT_EQ(a.running(), (std::map<std::string, uint32_t>{{"t.w.1", 1}}));
+  // Once the server drops it, the same id at the same generation would be new work again
+  // (the agent keeps no memory of finished tasks past their assignment).
+  server_.unassign("t.w.0");
+  ASSERT_TRUE(a.tick().isOk());
+  server_.assign("t.w.0", 1);
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime_.starts.size(), 3U);
+}
+
+TEST_F(AgentTest, StopsWhatIsNoLongerAssignedAndReplacesAnOlderGeneration) {
+  Agent a = agent();
+  server_.assign("t.w.0", 1, 3s);
+  server_.assign("t.w.1", 1);
+  ASSERT_TRUE(a.tick().isOk());
+  server_.unassign("t.w.1");
+  server_.assign("t.w.0", 2, 3s);  // Placed again (this node was thought lost, say).
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime_.stops, (std::vector<std::pair<std::string, std::chrono::milliseconds>>{
+                                {"t.w.0", 3s}, {"t.w.1", 7s}}));
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime_.stops.size(), 2U);   // Asked once.
+  EXPECT_EQ(runtime_.starts.size(), 2U);  // Generation 2 waits for generation 1 to end.
+  TaskExit stopped;
+  stopped.signal = 15;
+  stopped.stopped = true;
+  runtime_.exit(a, "t.w.0", stopped);
+  runtime_.exit(a, "t.w.1", stopped);
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime_.starts.back(), "t.w.0");
+  EXPECT_EQ(runtime_.starts.size(), 3U);
+  EXPECT_EQ(a.running(), (std::map<std::string, uint32_t>{{"t.w.0", 2}}));
+  ASSERT_TRUE(a.tick().isOk());
+  // The old generation's exit was reported with its own generation.
+  bool old_reported = false;
+  for (const TaskReport& r : server_.received) {
+    old_reported |= r.id == "t.w.0" && r.generation == 1 && r.state == TaskReport::State::kExited;
+  }
+  EXPECT_TRUE(old_reported);
+}
+
+TEST_F(AgentTest, AStartThatFailsIsReportedAndNotRetriedForThatGeneration) {
+  Agent a = agent();
+  runtime_.failStarting("t.w.0");
+  server_.assign("t.w.0", 1);
+  ASSERT_TRUE(a.tick().isOk());
+  ASSERT_TRUE(a.tick().isOk());
+  ASSERT_EQ(server_.received.size(), 1U);
+  EXPECT_EQ(server_.received[0].state, TaskReport::State::kFailedToStart);
+  EXPECT_NE(server_.received[0].error.find("not found in PATH"), std::string::npos);
+  EXPECT_TRUE(a.running().empty());
+}
+
+TEST_F(AgentTest, CutOffFromTheServerItStopsEverythingBeforeTheLeaseLapses) {
+  Agent a = agent();
+  server_.assign("t.w.0", 1);
+  server_.assign("t.w.1", 1);
+  ASSERT_TRUE(a.tick().isOk());
+  server_.down = true;
+  clock_.advance(9s);
+  EXPECT_FALSE(a.tick().isOk());
+  EXPECT_TRUE(runtime_.stops.empty());  // Not yet: a short outage changes nothing.
+  EXPECT_FALSE(a.fenced());
+  clock_.advance(1s);
+  EXPECT_FALSE(a.tick().isOk());
+  EXPECT_TRUE(a.fenced());
+  ASSERT_EQ(runtime_.stops.size(), 2U);
+  EXPECT_EQ(runtime_.stops[0].second, 1s);  // fence_grace.
+  TaskExit stopped;
+  stopped.signal = 15;
+  stopped.stopped = true;
+  runtime_.exit(a, "t.w.0", stopped);
+  runtime_.exit(a, "t.w.1", stopped);
+  // Back: the reports kept through the outage (the starts and both exits) reach the server,
+  // and the old generation is not started again; a new one would be.
+  server_.down = false;
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_FALSE(a.fenced());
+  EXPECT_EQ(server_.received.size(), 4U);
+  EXPECT_EQ(runtime_.starts.size(), 2U);
+  server_.assign("t.w.0", 2);
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime_.starts.size(), 3U);
+}
+
+}  // namespace
+}  // namespace tessera::agent
