@@ -75,13 +75,8 @@ core::Status NvmlMigManager::apply(int gpu, const std::string& model,
                                     " cannot manage MIG instances (a driver older than R470?)");
   }
   const std::string where = "nvml: GPU " + std::to_string(gpu) + ": ";
-  if (NvmlReturn rc = lib.init(); rc != kNvmlSuccess) {
-    return core::unavailable("nvml: " + lib.explain("nvmlInit_v2", rc));
-  }
-  struct Shutdown {
-    const NvmlLibrary& lib;
-    ~Shutdown() { lib.shutdown(); }
-  } shutdown{lib};
+  // NVML is shut down again when this returns.
+  TESSERA_ASSIGN_OR_RETURN(const std::unique_ptr<NvmlSession> session, NvmlSession::begin(lib));
   NvmlDevice dev{};
   if (NvmlReturn rc = lib.by_index(static_cast<unsigned>(gpu), &dev); rc != kNvmlSuccess) {
     return core::unavailable(where + lib.explain("nvmlDeviceGetHandleByIndex_v2", rc));

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "agent/runtime.h"
+#include "agent/exec_util.h"
 
 namespace tessera::agent {
 namespace {
@@ -53,18 +53,8 @@ core::Result<int> runAs(const std::string& program, const std::vector<std::strin
   std::vector<std::string> argv_s = {binary};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<std::string> env_s = env;
-  // Pointers for execve, prepared before fork.
-  auto pointers = [](std::vector<std::string>& strings) {
-    std::vector<char*> out;
-    out.reserve(strings.size() + 1);
-    for (std::string& s : strings) {
-      out.push_back(s.data());
-    }
-    out.push_back(nullptr);
-    return out;
-  };
-  const std::vector<char*> argv = pointers(argv_s);
-  const std::vector<char*> envp = pointers(env_s);
+  const std::vector<char*> argv = cStrings(argv_s);
+  const std::vector<char*> envp = cStrings(env_s);
   int in[2];
   if (::pipe2(in, O_CLOEXEC) != 0) {
     return core::unavailable(std::string("mps: pipe: ") + std::strerror(errno));

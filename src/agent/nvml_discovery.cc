@@ -128,14 +128,8 @@ core::Result<NodeGpus> NvmlDiscovery::discover() {
     TESSERA_ASSIGN_OR_RETURN(lib_, NvmlLibrary::open(library_));
   }
   const NvmlLibrary& lib = *lib_;
-  if (NvmlReturn rc = lib.init(); rc != kNvmlSuccess) {
-    return core::unavailable("nvml: " + lib.explain("nvmlInit_v2", rc));
-  }
-  // Every return below shuts NVML down again.
-  struct Shutdown {
-    const NvmlLibrary& lib;
-    ~Shutdown() { lib.shutdown(); }
-  } shutdown{lib};
+  // NVML is shut down again when this returns.
+  TESSERA_ASSIGN_OR_RETURN(const std::unique_ptr<NvmlSession> session, NvmlSession::begin(lib));
 
   NodeGpus out;
   out.backend = "nvml";

@@ -70,4 +70,11 @@ std::string NvmlLibrary::explain(const char* call, NvmlReturn rc) const {
          std::to_string(rc) + ")";
 }
 
+core::Result<std::unique_ptr<NvmlSession>> NvmlSession::begin(const NvmlLibrary& lib) {
+  if (NvmlReturn rc = lib.init(); rc != kNvmlSuccess) {
+    return core::unavailable("nvml: " + lib.explain("nvmlInit_v2", rc));
+  }
+  return std::unique_ptr<NvmlSession>(new NvmlSession(lib));
+}
+
 }  // namespace tessera::agent

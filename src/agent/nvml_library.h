@@ -123,4 +123,18 @@ class NvmlLibrary {
   void* handle_;
 };
 
+// NVML initialized for a scope: nvmlInit_v2 when it begins, nvmlShutdown when it goes.
+class NvmlSession {
+ public:
+  // Fails with NVML's reason ("nvml: nvmlInit_v2: Driver Not Loaded (9)").
+  static core::Result<std::unique_ptr<NvmlSession>> begin(const NvmlLibrary& lib);
+  ~NvmlSession() { lib_.shutdown(); }
+  NvmlSession(const NvmlSession&) = delete;
+  NvmlSession& operator=(const NvmlSession&) = delete;
+
+ private:
+  explicit NvmlSession(const NvmlLibrary& lib) : lib_(lib) {}
+  const NvmlLibrary& lib_;
+};
+
 }  // namespace tessera::agent

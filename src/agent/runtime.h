@@ -51,10 +51,6 @@ struct GpuPinning {
 // (CUDA then sees none), never the node's.
 std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin);
 
-// The file `command` names: itself if it has a '/', else the first executable of that name in
-// `path` (colon-separated). Errors name the command and the path.
-core::Result<std::string> findExecutable(const std::string& command, const std::string& path);
-
 struct TaskSpec {
   std::string id;  // Unique on the node, a plain file name: its folder and cgroup names.
   std::string tenant;

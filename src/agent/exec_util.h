@@ -1,0 +1,19 @@
+// Small helpers for starting programs from a process with threads: everything a forked child
+// needs is prepared before fork, so the child only makes system calls.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tessera::agent {
+
+// The file `command` names: itself if it has a '/', else the first executable of that name in
+// `path` (colon-separated). Errors name the command and the path.
+core::Result<std::string> findExecutable(const std::string& command, const std::string& path);
+
+// argv/envp for execve: pointers into `strings` (which must outlive them), then a null.
+std::vector<char*> cStrings(std::vector<std::string>& strings);
+
+}  // namespace tessera::agent
