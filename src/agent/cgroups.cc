@@ -200,6 +200,18 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
   if (!plainName(name)) {
     return core::invalidArgument("cgroup: '" + name + "' is not a plain group name");
   }
+  // A group of this name left over (an agent that died with its tasks) is reused once its
+  // processes are gone, so the new task starts clean.
+  TaskCgroup leftover;
+  leftover.name = name;
+  for (const std::string* parent :
+       {&cpu_parent_, &memory_parent_, &devices_parent_, &unified_parent_}) {
+    std::error_code ec;
+    if (!parent->empty() && fs::is_directory(*parent + "/" + name, ec)) {
+      leftover.dirs.push_back(*parent + "/" + name);
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(killAll(leftover));
   TaskCgroup g;
   g.name = name;
   g.version = version_;
@@ -333,8 +345,8 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
   return g;
 }
 
-core::Status Cgroups::remove(const TaskCgroup& group) const {
-  // Kill what is left, then wait for the groups to empty (exits are asynchronous).
+core::Status Cgroups::killAll(const TaskCgroup& group) {
+  // Exits are asynchronous: kill, then wait for the groups to empty.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (std::vector<pid_t> left = group.pids(); !left.empty(); left = group.pids()) {
     for (pid_t p : left) {
@@ -346,6 +358,11 @@ core::Status Cgroups::remove(const TaskCgroup& group) const {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  return core::Status::ok();
+}
+
+core::Status Cgroups::remove(const TaskCgroup& group) const {
+  TESSERA_RETURN_IF_ERROR(killAll(group));
   core::Status status;
   for (const std::string& d : group.dirs) {
     if (::rmdir(d.c_str()) != 0 && errno != ENOENT && status.isOk()) {

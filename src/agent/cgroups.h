@@ -77,10 +77,12 @@ class Cgroups {
   std::string describe() const;
 
   // Creates the task's groups and writes its limits. `name` must be a plain file name. A group
-  // left over from an earlier run of the same name is reused (after its processes are killed).
+  // left over from an earlier run of the same name is removed first, its processes killed.
   core::Result<TaskCgroup> create(const std::string& name, const CgroupLimits& limits) const;
   // Kills what is left in the groups (SIGKILL) and removes them. Idempotent.
   core::Status remove(const TaskCgroup& group) const;
+  // Kills every process in the groups (SIGKILL) and waits until they are empty (up to 5 s).
+  static core::Status killAll(const TaskCgroup& group);
 
  private:
   int version_ = 1;

@@ -8,8 +8,10 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -360,6 +362,31 @@ TEST_F(CgroupRuntimeTest, StoppingKillsWhatEscapedTheProcessGroup) {
   ASSERT_TRUE(rt.stop("escape", 2s).isOk());
   ASSERT_TRUE(exitOf("escape").has_value());
   EXPECT_TRUE(waitFor([&] { return gone(escaped); }));  // Found through its cgroup.
+}
+
+TEST_F(CgroupRuntimeTest, AGroupLeftOverByADeadAgentIsEmptiedBeforeReuse) {
+  auto g = cgroups_->create("leftover", {});
+  ASSERT_TRUE(g.isOk()) << g.status().message();
+  const std::vector<std::string> joins = g->joinPaths();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    for (const std::string& p : joins) {
+      std::ofstream(p) << "0";
+    }
+    ::execl("/bin/sleep", "sleep", "300", nullptr);
+    ::_exit(1);
+  }
+  ASSERT_TRUE(waitFor([&] {
+    const std::vector<pid_t> in = g->pids();
+    return std::find(in.begin(), in.end(), child) != in.end();
+  }));
+  auto again = cgroups_->create("leftover", {});
+  ASSERT_TRUE(again.isOk()) << again.status().message();
+  EXPECT_TRUE(again->pids().empty());
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_TRUE(cgroups_->remove(*again).isOk());
 }
 
 }  // namespace
