@@ -30,7 +30,8 @@ namespace {
 
 constexpr std::string_view kVersion = "0.1.0";
 
-// Requests of a tenant that may wait for a worker: per request it may have running, and at least.
+// Requests of a tenant that may wait for a worker: kQueuedPerRunning per request it may have
+// running, and at least kMinQueued.
 constexpr size_t kQueuedPerRunning = 8;
 constexpr size_t kMinQueued = 64;
 
