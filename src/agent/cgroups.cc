@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "agent/device_filter.h"
+#include "agent/exec_util.h"
 
 namespace tessera::agent {
 namespace {
@@ -58,11 +59,6 @@ std::set<std::string> controllersOf(const std::string& folder) {
     out.insert(c);
   }
   return out;
-}
-
-bool plainName(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-         name.size() <= 200;
 }
 
 // Devices every process may open: null, zero, full, random, urandom, tty, ptmx and the ptys.
@@ -197,7 +193,7 @@ std::string Cgroups::describe() const {
 
 core::Result<TaskCgroup> Cgroups::create(const std::string& name,
                                          const CgroupLimits& limits) const {
-  if (!plainName(name)) {
+  if (!plainFileName(name)) {
     return core::invalidArgument("cgroup: '" + name + "' is not a plain group name");
   }
   // A group of this name left over (an agent that died with its tasks) is reused once its

@@ -1,5 +1,6 @@
 #include "agent/exec_util.h"
 
+#include <pwd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -30,6 +31,21 @@ std::vector<char*> cStrings(std::vector<std::string>& strings) {
   }
   out.push_back(nullptr);
   return out;
+}
+
+bool plainFileName(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.size() <= 200;
+}
+
+std::optional<UnixUser> lookupUser(const std::string& name) {
+  passwd pw{};
+  passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+    return std::nullopt;
+  }
+  return UnixUser{pw.pw_uid, pw.pw_gid};
 }
 
 }  // namespace tessera::agent

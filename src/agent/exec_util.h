@@ -2,6 +2,9 @@
 // needs is prepared before fork, so the child only makes system calls.
 #pragma once
 
+#include <sys/types.h>
+
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,5 +18,16 @@ core::Result<std::string> findExecutable(const std::string& command, const std::
 
 // argv/envp for execve: pointers into `strings` (which must outlive them), then a null.
 std::vector<char*> cStrings(std::vector<std::string>& strings);
+
+// Whether `name` can be one path component: not empty, ".", ".." or containing '/', and at most
+// 200 characters (task ids, cgroup names, GPU UUIDs and user names in folder names).
+bool plainFileName(const std::string& name);
+
+struct UnixUser {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+// The user's ids; nullopt when there is no such user.
+std::optional<UnixUser> lookupUser(const std::string& name);
 
 }  // namespace tessera::agent

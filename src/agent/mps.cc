@@ -18,24 +18,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-bool plainName(const std::string& s) {
-  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos;
-}
-
 constexpr const char* kPath = "/usr/local/bin:/usr/bin:/bin";
 
 // `user`'s uid and gid ("" : ours).
-core::Result<std::pair<uid_t, gid_t>> lookupUser(const std::string& user) {
+core::Result<std::pair<uid_t, gid_t>> idsOf(const std::string& user) {
   if (user.empty()) {
     return std::make_pair(::getuid(), ::getgid());
   }
-  passwd pw{};
-  passwd* found = nullptr;
-  std::vector<char> buf(16384);
-  if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+  const std::optional<UnixUser> found = lookupUser(user);
+  if (!found) {
     return core::failedPrecondition("mps: no Unix user '" + user + "'");
   }
-  return std::make_pair(pw.pw_uid, pw.pw_gid);
+  return std::make_pair(found->uid, found->gid);
 }
 
 // Runs `program args` with `env` as `user` (or ourselves), `input` on its standard input;
@@ -43,7 +37,7 @@ core::Result<std::pair<uid_t, gid_t>> lookupUser(const std::string& user) {
 core::Result<int> runAs(const std::string& program, const std::vector<std::string>& args,
                         const std::vector<std::string>& env, const std::string& user,
                         const std::string& input) {
-  TESSERA_ASSIGN_OR_RETURN(const auto ids, lookupUser(user));
+  TESSERA_ASSIGN_OR_RETURN(const auto ids, idsOf(user));
   const auto [uid, gid] = ids;
   auto exe = findExecutable(program, kPath);
   if (!exe.isOk()) {
@@ -147,7 +141,7 @@ MpsDaemons::~MpsDaemons() {
 
 core::Result<std::string> MpsDaemons::acquire(const std::string& gpu_uuid,
                                               const std::string& user) {
-  if (!plainName(gpu_uuid) || (!user.empty() && !plainName(user))) {
+  if (!plainFileName(gpu_uuid) || (!user.empty() && !plainFileName(user))) {
     return core::invalidArgument("mps: bad GPU '" + gpu_uuid + "' or user '" + user + "'");
   }
   std::lock_guard lock(mu_);
@@ -167,7 +161,7 @@ core::Result<std::string> MpsDaemons::acquire(const std::string& gpu_uuid,
     }
   }
   if (!user.empty() && control_.runsAsUser()) {
-    TESSERA_ASSIGN_OR_RETURN(const auto ids, lookupUser(user));
+    TESSERA_ASSIGN_OR_RETURN(const auto ids, idsOf(user));
     for (const std::string& dir : {base, d.pipe_directory, d.log_directory}) {
       if (::chown(dir.c_str(), ids.first, ids.second) != 0) {
         return core::unavailable("mps: cannot give " + dir + " to " + user + ": " +

@@ -38,11 +38,6 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return out;
 }
 
-bool plainName(const std::string& name) {
-  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-         name.size() <= 200;
-}
-
 int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
 // What the child reports through the pipe before exec fails: the step and errno.
@@ -101,16 +96,14 @@ core::Result<Identity> identityOf(const std::string& user, const std::string& di
   if (user.empty()) {
     return who;
   }
-  passwd pw{};
-  passwd* found = nullptr;
-  std::vector<char> buf(16384);
-  if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+  const std::optional<UnixUser> found = lookupUser(user);
+  if (!found) {
     return core::failedPrecondition(where + ": no Unix user '" + user + "'");
   }
   who.switch_user = true;
   who.user = user;
-  who.uid = pw.pw_uid;
-  who.gid = pw.pw_gid;
+  who.uid = found->uid;
+  who.gid = found->gid;
   if (::chown(dir.c_str(), who.uid, who.gid) != 0) {
     return core::unavailable(where + ": cannot give " + dir + " to " + user + ": " +
                              std::strerror(errno));
@@ -349,7 +342,7 @@ std::vector<std::string> ProcessRuntime::running() const {
 }
 
 core::Status ProcessRuntime::start(const TaskSpec& spec) {
-  if (!plainName(spec.id)) {
+  if (!plainFileName(spec.id)) {
     return core::invalidArgument("task id '" + spec.id + "' is not a plain name");
   }
   if (spec.command.empty() || spec.command[0].empty()) {

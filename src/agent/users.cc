@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "agent/exec_util.h"
+
 namespace tessera::agent {
 namespace {
 
@@ -35,13 +37,6 @@ uint32_t fnv1a32(const std::string& s) {
   return h;
 }
 
-bool userExists(const std::string& name) {
-  passwd pw{};
-  passwd* found = nullptr;
-  std::vector<char> buf(16384);
-  return ::getpwnam_r(name.c_str(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr;
-}
-
 }  // namespace
 
 core::Result<std::string> UserMapping::nameFor(const std::string& tenant) const {
@@ -66,7 +61,7 @@ core::Result<std::string> UserMapping::nameFor(const std::string& tenant) const 
 
 core::Result<std::string> UserMapping::ensure(const std::string& tenant) {
   TESSERA_ASSIGN_OR_RETURN(std::string name, nameFor(tenant));
-  if (name.empty() || userExists(name)) {
+  if (name.empty() || lookupUser(name).has_value()) {
     return name;
   }
   if (!options_.create) {
@@ -75,7 +70,7 @@ core::Result<std::string> UserMapping::ensure(const std::string& tenant) {
                                     ") or let the agent create users");
   }
   std::lock_guard lock(mu_);
-  if (userExists(name)) {
+  if (lookupUser(name).has_value()) {
     return name;  // Another task of the tenant created it meanwhile.
   }
   std::vector<std::string> args = {options_.useradd,
