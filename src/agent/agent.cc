@@ -53,6 +53,9 @@ core::Status Agent::tick() {
     last_ok_ = clock_.now();
     fenced_ = false;
   }
+  if (options_.renewed) {
+    options_.renewed();
+  }
   reconcile(*wanted);
   return core::Status::ok();
 }
@@ -88,7 +91,8 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
       }
       running_[a.spec.id] = a.generation;  // Before start: an exit may come at once.
     }
-    core::Status s = runtime_.start(a.spec);
+    core::Status s =
+        a.invalid.empty() ? runtime_.start(a.spec) : core::failedPrecondition(a.invalid);
     if (!s.isOk()) {
       std::lock_guard lock(mu_);
       running_.erase(a.spec.id);

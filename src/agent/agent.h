@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -33,6 +34,8 @@ struct TaskAssignment {
   TaskSpec spec;                           // spec.id is the task's id on the node.
   uint32_t generation = 0;                 // Raised each time the task is placed anew.
   std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL when it is stopped.
+  // Set: the task cannot run on this node, and why (the agent reports it as failed to start).
+  std::string invalid;
 };
 
 struct TaskReport {
@@ -60,6 +63,9 @@ struct AgentOptions {
   std::chrono::milliseconds fence_grace{2000};  // SIGTERM to SIGKILL when fencing.
   // SIGTERM to SIGKILL for a task the server no longer assigns here.
   std::chrono::milliseconds unassigned_grace{10000};
+  // Called after each successful heartbeat, before the tasks are reconciled (the agent renews
+  // the lease file its tasks' shims watch, ProcessRuntimeOptions::lease_file).
+  std::function<void()> renewed;
 };
 
 class Agent {

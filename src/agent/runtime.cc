@@ -3,14 +3,17 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/close_range.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,11 +43,16 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 
 int pidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
-// What the child reports through the pipe before exec fails: the step and errno.
-struct ChildError {
+// What goes through the start pipe: the shim sends the task's pid, and the task, if it cannot
+// get to exec, the step that failed and errno. The pipe closes when both are done.
+struct ChildMsg {
+  int kind = 0;  // kPid or kError.
+  pid_t pid = 0;
   int step = 0;
   int err = 0;
 };
+constexpr int kPid = 1;
+constexpr int kError = 2;
 constexpr const char* kSteps[] = {"",
                                   "joining its cgroup",
                                   "opening /dev/null",
@@ -52,12 +60,101 @@ constexpr const char* kSteps[] = {"",
                                   "taking its user's groups",
                                   "taking its user's group",
                                   "taking its user",
-                                  "running the command"};
+                                  "running the command",
+                                  "starting its process"};
 
 [[noreturn]] void childFail(int fd, int step) {
-  const ChildError e{step, errno};
+  const ChildMsg e{kError, 0, step, errno};
   (void)!::write(fd, &e, sizeof e);
   ::_exit(127);
+}
+
+int64_t monotonicNs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// Whether the lease in `path` (a CLOCK_MONOTONIC deadline in ns, as text) has run out. A file
+// that cannot be read has: the shim errs on the side of stopping. Async-signal-safe.
+bool leaseExpired(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return true;
+  }
+  char buf[32];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  int64_t deadline = 0;
+  bool digits = false;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) {
+    deadline = deadline * 10 + (buf[i] - '0');
+    digits = true;
+  }
+  return !digits || monotonicNs() >= deadline;
+}
+
+// Writes "<wait status> <fenced>\n" to `path`. Async-signal-safe.
+void writeExit(const char* path, int status, bool fenced) {
+  char buf[32];
+  char digits[16];
+  int len = 0;
+  auto u = static_cast<unsigned>(status);
+  int nd = 0;
+  do {
+    digits[nd++] = static_cast<char>('0' + u % 10);
+    u /= 10;
+  } while (u != 0 && nd < 16);
+  while (nd > 0) {
+    buf[len++] = digits[--nd];
+  }
+  buf[len++] = ' ';
+  buf[len++] = fenced ? '1' : '0';
+  buf[len++] = '\n';
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    (void)!::write(fd, buf, static_cast<size_t>(len));
+    ::close(fd);
+  }
+}
+
+// The shim: the task's parent, outside its cgroup, in a session of its own. It waits for the
+// task and keeps its exit status in the task's folder, so the agent learns it even if it was
+// restarted meanwhile; and when the agent's lease runs out (the agent died or lost the server)
+// it stops the task itself: SIGTERM to its group, SIGKILL after `grace_ns`. Only system calls:
+// it runs in a fork of a threaded process.
+[[noreturn]] void runShim(pid_t task, const char* lease, const char* exit_path, int64_t grace_ns) {
+  ::prctl(PR_SET_NAME, "tessera-shim");  // In ps and top; its command line is the agent's.
+  const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, task, 0));
+  bool fenced = false;
+  int64_t kill_at = 0;
+  while (true) {
+    int status = 0;
+    const pid_t r = ::waitpid(task, &status, WNOHANG);
+    if (r == task) {
+      writeExit(exit_path, status, fenced);
+      ::_exit(0);
+    }
+    if (r < 0 && errno == ECHILD) {
+      ::_exit(1);
+    }
+    if (lease != nullptr && !fenced && leaseExpired(lease)) {
+      fenced = true;
+      ::kill(-task, SIGTERM);
+      kill_at = monotonicNs() + grace_ns;
+    }
+    if (fenced && kill_at != 0 && monotonicNs() >= kill_at) {
+      ::kill(-task, SIGKILL);
+      kill_at = 0;
+    }
+    if (pidfd >= 0) {
+      pollfd p{pidfd, POLLIN, 0};
+      (void)::poll(&p, 1, 200);
+    } else {
+      const timespec ts{0, 200'000'000};
+      ::nanosleep(&ts, nullptr);
+    }
+  }
 }
 
 // Closes its descriptor when it goes.
@@ -138,6 +235,19 @@ std::vector<std::string> taskEnvironment(const TaskSpec& spec, const std::string
   return out;
 }
 
+// Reads what writeExit wrote.
+bool readExitFile(const std::string& path, int& status, bool& fenced) {
+  FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) {
+    return false;
+  }
+  int fenced_flag = 0;
+  const int n = std::fscanf(f, "%d %d", &status, &fenced_flag);
+  std::fclose(f);
+  fenced = fenced_flag != 0;
+  return n == 2;
+}
+
 }  // namespace
 
 std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin) {
@@ -170,6 +280,22 @@ std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin) {
   return env;
 }
 
+core::Status writeLease(const std::string& lease_file, std::chrono::milliseconds valid_for) {
+  const std::string text =
+      std::to_string(monotonicNs() + int64_t{valid_for.count()} * 1'000'000) + "\n";
+  const std::string tmp = lease_file + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return core::unavailable("cannot write " + tmp + ": " + std::strerror(errno));
+  }
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), lease_file.c_str()) != 0) {
+    return core::unavailable("cannot write " + lease_file + ": " + std::strerror(errno));
+  }
+  return core::Status::ok();
+}
+
 std::string TaskExit::describe() const {
   std::string s;
   if (exit_code >= 0) {
@@ -192,8 +318,10 @@ std::string TaskExit::describe() const {
 struct ProcessRuntime::Impl {
   struct Task {
     std::string id;
-    pid_t pid = 0;
+    pid_t pid = 0;   // The task's first process (its process group).
+    pid_t shim = 0;  // Its parent, our child: pidfd and waitpid are the shim's.
     int pidfd = -1;
+    std::string exit_file;  // Where the shim keeps the task's exit status.
     Clock::time_point started;
     std::optional<TaskCgroup> cgroup;
     bool stopped = false;
@@ -268,16 +396,23 @@ struct ProcessRuntime::Impl {
     ::epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nullptr);
     ::close(fd);
     int status = 0;
-    while (::waitpid(t.pid, &status, 0) < 0 && errno == EINTR) {
+    while (::waitpid(t.shim, &status, 0) < 0 && errno == EINTR) {
     }
     TaskExit e;
     e.run_time = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t.started);
-    if (WIFEXITED(status)) {
-      e.exit_code = WEXITSTATUS(status);
-    } else if (WIFSIGNALED(status)) {
-      e.signal = WTERMSIG(status);
+    // The task's own status, as its shim kept it; without it (the shim was killed) the task's
+    // fate is unknown: reported as killed.
+    bool fenced = false;
+    int task_status = 0;
+    if (!readExitFile(t.exit_file, task_status, fenced)) {
+      task_status = SIGKILL;  // As if WIFSIGNALED with SIGKILL.
     }
-    e.stopped = t.stopped;
+    if (WIFEXITED(task_status)) {
+      e.exit_code = WEXITSTATUS(task_status);
+    } else if (WIFSIGNALED(task_status)) {
+      e.signal = WTERMSIG(task_status);
+    }
+    e.stopped = t.stopped || fenced;
     // The first process is gone: so is the rest of its tree.
     killTree(t, SIGKILL);
     if (t.cgroup) {
@@ -312,7 +447,7 @@ ProcessRuntime::~ProcessRuntime() {
   for (auto& [id, t] : impl_->tasks) {
     impl_->killTree(t, SIGKILL);
     int status = 0;
-    ::waitpid(t.pid, &status, 0);
+    ::waitpid(t.shim, &status, 0);
     ::close(t.pidfd);
     if (t.cgroup) {
       (void)impl_->options.cgroups->remove(*t.cgroup);
@@ -423,16 +558,33 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   for (const std::string& p : join_paths) {
     joins.push_back(p.c_str());
   }
+  const std::string exit_file = dir + "/exit";
+  ::unlink(exit_file.c_str());  // A previous generation's.
+  const char* lease =
+      impl_->options.lease_file.empty() ? nullptr : impl_->options.lease_file.c_str();
+  const int64_t fence_grace_ns = impl_->options.fence_grace.count() * 1'000'000;
   int report[2];
   if (::pipe2(report, O_CLOEXEC) != 0) {
     return fail(core::unavailable(where + ": pipe: " + std::strerror(errno)));
   }
   const Fd report_read(report[0]);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // The child: async-signal-safe calls only.
+  const pid_t shim = ::fork();
+  if (shim == 0) {
+    // The shim, then the task: async-signal-safe calls only.
     const int w = report[1];
     ::setsid();
+    const pid_t task = ::fork();
+    if (task < 0) {
+      childFail(w, 8);
+    }
+    if (task > 0) {
+      const ChildMsg m{kPid, task, 0, 0};
+      (void)!::write(w, &m, sizeof m);
+      // Nothing of the agent's stays open in the shim (sockets, the store, the pipe).
+      ::syscall(SYS_close_range, 3U, ~0U, 0U);
+      runShim(task, lease, exit_file.c_str(), fence_grace_ns);
+    }
+    ::setpgid(0, 0);  // Its own process group, which stop() signals.
     // No descriptor of the agent's (sockets, the store) reaches the task.
     ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
     for (const char* p : joins) {
@@ -466,36 +618,58 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     sigset_t none;
     ::sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int s = 1; s < NSIG; ++s) {
-      ::signal(s, SIG_DFL);
+    for (int sig = 1; sig < NSIG; ++sig) {
+      ::signal(sig, SIG_DFL);
     }
     ::execve(exe.c_str(), argv.data(), envp.data());
     childFail(w, 7);
   }
   const int fork_errno = errno;
   ::close(report[1]);
-  if (pid < 0) {
+  if (shim < 0) {
     return fail(core::unavailable(where + ": fork: " + std::strerror(fork_errno)));
   }
-  // The pipe closes on exec (nothing read), or carries why the child could not get there.
-  ChildError ce;
-  ssize_t got = 0;
-  while ((got = ::read(report_read.get(), &ce, sizeof ce)) < 0 && errno == EINTR) {
+  // The pipe carries the task's pid (from the shim) and, if the task could not get to exec,
+  // why; it closes once the shim has let go of it and the task has exec'd (or died).
+  pid_t task = 0;
+  std::optional<ChildMsg> error;
+  while (true) {
+    ChildMsg m;
+    const ssize_t got = ::read(report_read.get(), &m, sizeof m);
+    if (got < 0 && errno == EINTR) {
+      continue;
+    }
+    if (got != static_cast<ssize_t>(sizeof m)) {
+      break;
+    }
+    if (m.kind == kPid) {
+      task = m.pid;
+    } else {
+      error = m;
+    }
   }
-  if (got == static_cast<ssize_t>(sizeof ce)) {
+  if (error || task <= 0) {
+    if (task > 0) {
+      ::kill(-task, SIGKILL);
+      ::kill(task, SIGKILL);
+    }
     int status = 0;
-    ::waitpid(pid, &status, 0);
+    ::waitpid(shim, &status, 0);
+    const int step = error ? error->step : 8;
+    const int err_no = error ? error->err : EIO;
     return fail(core::failedPrecondition(where + ": cannot start '" + spec.command[0] +
-                                         "': " + kSteps[ce.step] + ": " + std::strerror(ce.err)));
+                                         "': " + kSteps[step] + ": " + std::strerror(err_no)));
   }
-  t.pid = pid;
-  t.pidfd = pidfdOpen(pid);
+  t.pid = task;
+  t.shim = shim;
+  t.exit_file = exit_file;
+  t.pidfd = pidfdOpen(shim);
   t.started = Clock::now();
   if (t.pidfd < 0) {
     const int e = errno;
     impl_->killTree(t, SIGKILL);
     int status = 0;
-    ::waitpid(pid, &status, 0);
+    ::waitpid(shim, &status, 0);
     return fail(core::unavailable(where + ": pidfd_open: " + std::strerror(e) +
                                   " (Linux 5.3 or later is needed)"));
   }

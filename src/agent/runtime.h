@@ -6,6 +6,10 @@
 //     stdout.log and stderr.log there (what `tessera logs` serves);
 //   - in its own cgroups (agent/cgroups.h) for CPU and memory limits and device nodes;
 //   - with an environment that pins its GPUs (gpuEnvironment) and names it (TESSERA_TASK, ...).
+// Each task runs under a shim, a small process (a fork of the agent, not in the task's cgroup)
+// that waits for it, keeps its exit status in <work_dir>/<id>/exit, and stops it when the
+// agent's lease file runs out, so a task never outlives an agent that died or lost the server
+// for longer than the fencing period.
 // A task ends when its first process exits; what is left of its tree is killed then. Stopping
 // (preemption, cancel) sends SIGTERM to the group, then SIGKILL to the group and everything
 // left in its cgroups after the grace period. Exits are reported with exit code or signal,
@@ -91,7 +95,16 @@ struct ProcessRuntimeOptions {
   std::string work_dir;                               // Task folders go here (created if missing).
   const Cgroups* cgroups = nullptr;                   // null: no limits (the agent warns at start).
   std::string path = "/usr/local/bin:/usr/bin:/bin";  // PATH of tasks.
+  // The agent's lease: a file holding a CLOCK_MONOTONIC deadline in nanoseconds (writeLease).
+  // Each task's shim stops its task (SIGTERM, SIGKILL after `fence_grace`) once the deadline
+  // has passed or the file cannot be read, even if the agent is gone. "" : no such fencing.
+  std::string lease_file;
+  std::chrono::milliseconds fence_grace{2000};
 };
+
+// Writes `lease_file` (whole, through a rename): tasks may run until CLOCK_MONOTONIC reaches now
+// + `valid_for`.
+core::Status writeLease(const std::string& lease_file, std::chrono::milliseconds valid_for);
 
 class ProcessRuntime : public Runtime {
  public:

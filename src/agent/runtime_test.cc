@@ -68,9 +68,12 @@ class RuntimeTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  ProcessRuntime& runtime(const Cgroups* cgroups = nullptr) {
+  ProcessRuntime& runtime(const Cgroups* cgroups = nullptr, const std::string& lease = "") {
     runtime_ = std::make_unique<ProcessRuntime>(
-        ProcessRuntimeOptions{.work_dir = (dir_ / "tasks").string(), .cgroups = cgroups},
+        ProcessRuntimeOptions{.work_dir = (dir_ / "tasks").string(),
+                              .cgroups = cgroups,
+                              .lease_file = lease,
+                              .fence_grace = 300ms},
         [this](const std::string& id, const TaskExit& e) {
           std::lock_guard lock(mu_);
           exits_[id] = e;
@@ -218,6 +221,63 @@ TEST_F(RuntimeTest, StoppingKillsTheWholeProcessTree) {
   EXPECT_TRUE(waitFor([&] { return gone(child) && gone(leader); }));
   EXPECT_TRUE(rt.running().empty());
   EXPECT_EQ(rt.stop("tree", 1s).code(), core::StatusCode::kNotFound);
+}
+
+TEST_F(RuntimeTest, ATasksShimStopsItWhenTheAgentsLeaseRunsOut) {
+  const std::string lease = (dir_ / "lease").string();
+  ASSERT_TRUE(writeLease(lease, 60s).isOk());
+  ProcessRuntime& rt = runtime(nullptr, lease);
+  ASSERT_TRUE(rt.start(shell("kept", "sleep 300")).isOk());
+  ASSERT_TRUE(rt.start(shell("stubborn", "trap '' TERM; while true; do sleep 0.05; done")).isOk());
+  std::this_thread::sleep_for(500ms);
+  EXPECT_FALSE(exitOf("kept", 0ms).has_value());  // The lease holds: they run.
+  // The lease runs out (the agent stopped renewing it): each shim stops its task on its own,
+  // SIGKILL after the grace for one that ignores SIGTERM; both count as stopped (fenced).
+  ASSERT_TRUE(writeLease(lease, 0ms).isOk());
+  auto kept = exitOf("kept", 5s);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_TRUE(kept->stopped);
+  EXPECT_EQ(kept->signal, SIGTERM) << kept->describe();
+  auto stubborn = exitOf("stubborn", 5s);
+  ASSERT_TRUE(stubborn.has_value());
+  EXPECT_TRUE(stubborn->stopped);
+  EXPECT_EQ(stubborn->signal, SIGKILL) << stubborn->describe();
+  // A lease file that cannot be read counts as run out.
+  fs::remove(lease);
+  ASSERT_TRUE(rt.start(shell("orphan", "sleep 300")).isOk());
+  auto orphan = exitOf("orphan", 5s);
+  ASSERT_TRUE(orphan.has_value());
+  EXPECT_TRUE(orphan->stopped);
+}
+
+TEST_F(RuntimeTest, ATaskOutlivesItsAgentOnlyUntilTheLeaseRunsOut) {
+  // The agent is a forked child here, killed with SIGKILL: nothing of it runs any more, yet its
+  // task's shim still stops the task when the lease it left behind runs out.
+  const std::string lease = (dir_ / "lease").string();
+  const std::string pid_file = (dir_ / "task.pid").string();
+  ASSERT_TRUE(writeLease(lease, 1500ms).isOk());
+  const pid_t agent = ::fork();
+  if (agent == 0) {
+    ProcessRuntime rt({.work_dir = (dir_ / "tasks").string(), .lease_file = lease},
+                      [](const std::string&, const TaskExit&) {});
+    TaskSpec s;
+    s.id = "left";
+    s.command = {"sh", "-c", "echo $$ > " + pid_file + "; sleep 300"};
+    if (!rt.start(s).isOk()) {
+      ::_exit(1);
+    }
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_TRUE(waitFor([&] { return !readFile(pid_file).empty(); }));
+  const pid_t task = std::stoi(readFile(pid_file));
+  ::kill(agent, SIGKILL);
+  int status = 0;
+  ::waitpid(agent, &status, 0);
+  EXPECT_FALSE(gone(task));  // The agent's death alone does not stop it...
+  EXPECT_TRUE(waitFor([&] { return gone(task); }, 5s));  // ...its lease's end does.
+  EXPECT_NE(readFile((dir_ / "tasks" / "left" / "exit").string()).find(" 1"),
+            std::string::npos);  // Recorded as fenced.
 }
 
 TEST_F(RuntimeTest, ATaskThatIgnoresSigtermIsKilledAfterItsGrace) {

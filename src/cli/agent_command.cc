@@ -1,11 +1,25 @@
 #include "cli/agent_command.h"
 
 #include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <mutex>
+#include <thread>
 
+#include "agent/agent.h"
 #include "agent/agent_config.h"
+#include "agent/cgroups.h"
+#include "agent/protocol.h"
+#include "agent/runtime.h"
+#include "agent/users.h"
+#include "cli/client.h"
 #include "model/gpu_catalogue.h"
 
 namespace tessera::cli {
@@ -72,15 +86,11 @@ void printTable(const agent::NodeGpus& found, const std::string& node) {
   }
 }
 
-int discover(const DiscoverFlags& f) {
+// The config file, with the flags over it; errors are the user's (exit status 2).
+core::Result<agent::AgentConfig> resolveConfig(const DiscoverFlags& f) {
   agent::AgentConfig config;
   if (!f.config.empty()) {
-    auto read = agent::readAgentConfig(f.config);
-    if (!read.isOk()) {
-      std::cerr << "error: " << read.status().message() << "\n";
-      return 2;
-    }
-    config = std::move(read).value();
+    TESSERA_ASSIGN_OR_RETURN(config, agent::readAgentConfig(f.config));
   }
   // Flags override the file.
   for (const auto& [opt, from, to] :
@@ -99,10 +109,17 @@ int discover(const DiscoverFlags& f) {
   if (config.node_name.empty()) {
     config.node_name = agent::hostName();
   }
-  if (core::Status s = agent::validateGpuConfig(config.gpus); !s.isOk()) {
-    std::cerr << "error: " << s.message() << "\n";
+  TESSERA_RETURN_IF_ERROR(agent::validateGpuConfig(config.gpus));
+  return config;
+}
+
+int discover(const DiscoverFlags& f) {
+  auto resolved = resolveConfig(f);
+  if (!resolved.isOk()) {
+    std::cerr << "error: " << resolved.status().message() << "\n";
     return 2;
   }
+  const agent::AgentConfig& config = *resolved;
   const model::GpuCatalogue catalogue = model::GpuCatalogue::builtin();
   std::vector<std::string> log;
   auto found = agent::discoverGpus(config.gpus, config.node_name, catalogue, &log);
@@ -123,6 +140,318 @@ int discover(const DiscoverFlags& f) {
   } else {
     printTable(*found, config.node_name);
   }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// tessera agent run
+
+struct RunFlags {
+  DiscoverFlags node;
+  std::string address;
+  std::string token;
+  std::string ca_cert;
+  std::string work_dir = "/var/lib/tessera/agent";
+  std::string cgroups = "auto";
+  std::string run_as;  // "" : tenant when root, else agent.
+  std::string user_pattern = "tessera-{tenant}";
+  std::string device_dir;  // "" : /dev with NVML, none when simulated.
+  CLI::Option* device_dir_opt = nullptr;
+  int64_t wait_ms = 2000;
+  int64_t fence_after_ms = 10000;
+};
+
+std::atomic<bool> g_agent_stop{false};
+
+void agentLog(const std::string& line) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  std::cerr << fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z agent: {}\n", tm.tm_year + 1900,
+                           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, line);
+}
+
+std::string envOr(const std::string& flag, const char* name) {
+  if (!flag.empty()) {
+    return flag;
+  }
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+void sleepUnlessStopped(std::chrono::milliseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (!g_agent_stop && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// The node protocol over HTTPS: PUT /v1/sys/nodes/<node>/heartbeat (docs/agent.md).
+class HttpControlPlane final : public agent::ControlPlaneClient {
+ public:
+  HttpControlPlane(std::unique_ptr<ApiClient> api, agent::AssignmentOptions assign,
+                   agent::UserMapping* users)
+      : api_(std::move(api)), assign_(std::move(assign)), users_(users) {}
+
+  core::Result<std::vector<agent::TaskAssignment>> heartbeat(
+      const std::string& node, const agent::NodeGpus& gpus,
+      const std::vector<agent::TaskReport>& reports) override {
+    nlohmann::json list = nlohmann::json::array();
+    for (const agent::TaskReport& r : reports) {
+      list.push_back(agent::reportToJson(r));
+    }
+    const std::string target = "/v1/sys/nodes/" + pathSegment(node) + "/heartbeat";
+    auto answer =
+        api_->call("PUT", target, {{"node", agent::toJson(gpus)}, {"reports", std::move(list)}});
+    if (!answer.isOk()) {
+      return answer.status();
+    }
+    for (const agent::TaskReport& r : reports) {
+      describe(r);
+    }
+    const nlohmann::json& data = (*answer)["data"];
+    if (!registered_) {
+      agentLog(fmt::format("node {} registered with {} ({} GPUs, lease {} ms)", node,
+                           api_->address(), gpus.gpus.size(), data.value("lease_ttl_ms", 0)));
+      registered_ = true;
+    }
+    std::vector<agent::TaskAssignment> out;
+    for (const nlohmann::json& t : data.value("tasks", nlohmann::json::array())) {
+      auto a = agent::assignmentFromJson(t, gpus, assign_);
+      if (!a.isOk()) {
+        if (!t.is_object() || !t.contains("task") || !t["task"].is_string() ||
+            !t.contains("generation") || !t["generation"].is_number_unsigned()) {
+          agentLog("ignoring a task the server sent: " + a.status().message());
+          continue;
+        }
+        agent::TaskAssignment bad;
+        bad.spec.id = t["task"].get<std::string>();
+        bad.generation = t["generation"].get<uint32_t>();
+        bad.invalid = a.status().message();
+        out.push_back(std::move(bad));
+        continue;
+      }
+      if (users_ != nullptr) {
+        auto user = users_->ensure(a->spec.tenant);
+        if (user.isOk()) {
+          a->spec.user = *user;
+        } else {
+          a->invalid = user.status().message();
+        }
+      }
+      out.push_back(std::move(a).value());
+    }
+    return out;
+  }
+
+ private:
+  static void describe(const agent::TaskReport& r) {
+    switch (r.state) {
+      case agent::TaskReport::State::kRunning:
+        agentLog(fmt::format("task {} (generation {}) started", r.id, r.generation));
+        break;
+      case agent::TaskReport::State::kExited:
+        agentLog(fmt::format("task {} (generation {}) {} after {} ms", r.id, r.generation,
+                             r.exit.describe(), r.exit.run_time.count()));
+        break;
+      case agent::TaskReport::State::kFailedToStart:
+        agentLog(fmt::format("task {} (generation {}) could not start: {}", r.id, r.generation,
+                             r.error));
+        break;
+    }
+  }
+
+  std::unique_ptr<ApiClient> api_;
+  agent::AssignmentOptions assign_;
+  agent::UserMapping* users_;
+  bool registered_ = false;
+};
+
+// Wakes the agent's loop: the node's task list changed at the server (the watcher saw it), a
+// task ended here, or it is time to renew the lease.
+class Wakeup {
+ public:
+  void poke() {
+    std::lock_guard lock(mu_);
+    poked_ = true;
+    cv_.notify_all();
+  }
+  // Waits until poked or `limit` has passed (checking for a stop request meanwhile).
+  void wait(std::chrono::milliseconds limit) {
+    std::unique_lock lock(mu_);
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (!poked_ && !g_agent_stop && std::chrono::steady_clock::now() < until) {
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    poked_ = false;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool poked_ = false;
+};
+
+// Watches the node's task list on its own connection (GET sys/nodes/<node>/tasks, which waits
+// at the server for a change) and pokes the loop when it moves.
+void watchTasks(ApiClient& api, const std::string& node, std::chrono::milliseconds wait,
+                Wakeup& wakeup) {
+  std::optional<uint64_t> known;
+  while (!g_agent_stop) {
+    std::string target = "/v1/sys/nodes/" + pathSegment(node) + "/tasks";
+    if (known) {
+      target += fmt::format("?index={}&wait_ms={}", *known, wait.count());
+    }
+    auto r = api.call("GET", target);
+    if (!r.isOk()) {
+      sleepUnlessStopped(std::chrono::milliseconds(1000));  // The heartbeat says why.
+      continue;
+    }
+    const uint64_t version = (*r)["data"].value("version", uint64_t{0});
+    if (known != version) {
+      known = version;
+      wakeup.poke();
+    } else if (!(*r)["data"].value("waited", true)) {
+      sleepUnlessStopped(std::chrono::milliseconds(1000));  // The server could not wait.
+    }
+  }
+}
+
+int runAgent(const RunFlags& f) {
+  auto resolved = resolveConfig(f.node);
+  if (!resolved.isOk()) {
+    std::cerr << "error: " << resolved.status().message() << "\n";
+    return 2;
+  }
+  const agent::AgentConfig& config = *resolved;
+  ClientConfig cc;
+  cc.address = envOr(f.address, "TESSERA_ADDR");
+  cc.ca_cert_file = envOr(f.ca_cert, "TESSERA_CACERT");
+  cc.token = envOr(f.token, "TESSERA_TOKEN");
+  if (cc.address.empty() || cc.token.empty()) {
+    std::cerr << "error: the agent needs the server's address and a token whose policy allows "
+                 "update on sys/nodes/<node>/heartbeat (--address/--token, or TESSERA_ADDR/"
+                 "TESSERA_TOKEN)\n";
+    return 2;
+  }
+  cc.timeout = std::chrono::milliseconds(f.wait_ms + 5000);
+  auto api = ApiClient::create(cc);
+  auto watch_api = ApiClient::create(cc);
+  if (!api.isOk() || !watch_api.isOk()) {
+    std::cerr << "error: " << (api.isOk() ? watch_api : api).status().message() << "\n";
+    return 2;
+  }
+  const model::GpuCatalogue catalogue = model::GpuCatalogue::builtin();
+  std::vector<std::string> log;
+  auto gpus = agent::discoverGpus(config.gpus, config.node_name, catalogue, &log);
+  for (const std::string& line : log) {
+    agentLog("warning: " + line);
+  }
+  if (!gpus.isOk()) {
+    std::cerr << "error: " << gpus.status().message() << "\n";
+    return 1;
+  }
+  // Cgroups: one folder per node, so several agents can share a machine (tests, dev).
+  std::optional<agent::Cgroups> cgroups;
+  if (f.cgroups != "off") {
+    auto cg = agent::Cgroups::detect("tessera/" + config.node_name);
+    if (cg.isOk()) {
+      cgroups = std::move(cg).value();
+      agentLog("cgroups: " + cgroups->describe());
+    } else if (f.cgroups == "required") {
+      std::cerr << "error: " << cg.status().message() << "\n";
+      return 1;
+    } else {
+      agentLog("warning: no cgroups (" + cg.status().message() +
+               "): tasks run without CPU, memory or device limits");
+    }
+  }
+  const bool root = ::geteuid() == 0;
+  const std::string run_as = f.run_as.empty() ? (root ? "tenant" : "agent") : f.run_as;
+  std::optional<agent::UserMapping> users;
+  if (run_as == "tenant") {
+    users.emplace(agent::UserMappingOptions{.pattern = f.user_pattern, .create = root});
+  } else {
+    agentLog("tasks run as the agent's own user (--run-as agent)");
+  }
+  agent::AssignmentOptions assign;
+  assign.device_dir = f.device_dir_opt->count() > 0 ? f.device_dir
+                      : gpus->backend == "nvml"     ? "/dev"
+                                                    : "";
+  HttpControlPlane server(std::move(api).value(), assign, users ? &*users : nullptr);
+  Wakeup wakeup;
+  // The lease the tasks' shims watch: renewed with every heartbeat, it runs out `fence_after`
+  // after the last one, and then they stop their tasks even if this process is gone.
+  std::error_code ec;
+  std::filesystem::create_directories(f.work_dir, ec);
+  if (ec) {
+    std::cerr << "error: cannot create " << f.work_dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  const std::string lease_file = f.work_dir + "/lease";
+  const auto fence_after = std::chrono::milliseconds(f.fence_after_ms);
+  if (core::Status st = agent::writeLease(lease_file, fence_after); !st.isOk()) {
+    std::cerr << "error: " << st.message() << "\n";
+    return 1;
+  }
+  agent::Agent* agent_ptr = nullptr;
+  agent::ProcessRuntime runtime(
+      {.work_dir = f.work_dir, .cgroups = cgroups ? &*cgroups : nullptr, .lease_file = lease_file},
+      [&agent_ptr, &wakeup](const std::string& id, const agent::TaskExit& e) {
+        if (agent_ptr != nullptr) {
+          agent_ptr->onExit(id, e);
+          wakeup.poke();  // Reported at once, not at the next renewal.
+        }
+      });
+  core::RealClock clock;
+  agent::AgentOptions options;
+  options.fence_after = fence_after;
+  options.renewed = [&] {
+    if (core::Status st = agent::writeLease(lease_file, fence_after); !st.isOk()) {
+      agentLog("warning: " + st.message());
+    }
+  };
+  agent::Agent agent(config.node_name, *gpus, server, runtime, clock, options);
+  agent_ptr = &agent;
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_agent_stop = true; };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  agentLog(fmt::format("node {}: {} GPUs ({}), tasks in {}", config.node_name, gpus->gpus.size(),
+                       gpus->backend, f.work_dir));
+  std::thread watcher([&] {
+    watchTasks(**watch_api, config.node_name, std::chrono::milliseconds(f.wait_ms), wakeup);
+  });
+  // Renew well within the fencing period, so one lost call does not stop the tasks.
+  const auto renew_every = std::max(std::chrono::milliseconds(200), fence_after / 4);
+  bool failing = false;
+  bool fenced = false;
+  while (!g_agent_stop) {
+    core::Status st = agent.tick();
+    if (!st.isOk()) {
+      if (!failing) {
+        agentLog("cannot renew the node's lease: " + st.message());
+      }
+      failing = true;
+      if (agent.fenced() && !fenced) {
+        agentLog(fmt::format("no heartbeat for {} ms: stopped every task here (fenced)",
+                             f.fence_after_ms));
+      }
+      fenced = agent.fenced();
+      sleepUnlessStopped(std::chrono::milliseconds(500));
+      continue;
+    }
+    if (failing) {
+      agentLog("lease renewed");
+    }
+    failing = false;
+    fenced = false;
+    wakeup.wait(renew_every);
+  }
+  watcher.join();
+  agentLog(fmt::format("stopping: {} task(s) still running are killed", runtime.running().size()));
   return 0;
 }
 
@@ -155,6 +484,60 @@ void addAgentCommands(CLI::App& app, int* rc) {
       "Exit status: 0 found, 1 discovery failed (the error says which call and why), 2 bad "
       "flags or config. Warnings (facts NVML could not give) go to standard error.");
   d->callback([f, rc] { *rc = discover(*f); });
+
+  auto r = std::make_shared<RunFlags>();
+  CLI::App* run = agent_cmd->add_subcommand(
+      "run", "Run the node agent: register this node with the server and run its tasks");
+  run->add_option("-c,--config", r->node.config, "Agent configuration (.hcl or .json)");
+  run->add_option("--node", r->node.node,
+                  "Node name, one of the server's nodes { agents = ... } (default: the config's "
+                  "node_name, or the host name)");
+  r->node.backend = run->add_option("--backend", r->node.gpus.backend, "nvml or sim")
+                        ->check(CLI::IsMember({"nvml", "sim"}));
+  r->node.library = run->add_option("--nvml-library", r->node.gpus.nvml_library,
+                                    "The NVML library to load (default libnvidia-ml.so.1)");
+  r->node.profile =
+      run->add_option("--profile", r->node.gpus.profile, "Node profile for --backend sim");
+  r->node.profile_file = run->add_option("--profile-file", r->node.gpus.profile_file,
+                                         "More node profiles (.hcl or .json)");
+  r->node.fallback = run->add_option("--fallback-profile", r->node.gpus.fallback_profile,
+                                     "Simulate this profile when NVML fails (default: fail)");
+  run->add_option("--address", r->address, "Server address (default: $TESSERA_ADDR)");
+  run->add_option("--token", r->token,
+                  "Token allowed to update sys/nodes/<node>/heartbeat (default: $TESSERA_TOKEN)");
+  run->add_option("--ca-cert", r->ca_cert,
+                  "PEM file of the CA that signed the server's certificate (default: "
+                  "$TESSERA_CACERT, else the system's CAs)");
+  run->add_option("--work-dir", r->work_dir, "Where task folders and logs go")
+      ->capture_default_str();
+  run->add_option("--cgroups", r->cgroups,
+                  "auto (use them if the machine allows), required, or off")
+      ->check(CLI::IsMember({"auto", "required", "off"}))
+      ->capture_default_str();
+  run->add_option("--run-as", r->run_as,
+                  "tenant (each tenant's own Unix user, created on demand; the default as root) "
+                  "or agent (the agent's user; the default otherwise)")
+      ->check(CLI::IsMember({"tenant", "agent"}));
+  run->add_option("--user-pattern", r->user_pattern, "Unix user of a tenant's tasks")
+      ->capture_default_str();
+  r->device_dir_opt = run->add_option(
+      "--device-dir", r->device_dir,
+      "Where the GPUs' device nodes (nvidiaN) are; a task may open only its own (default: /dev "
+      "with NVML, none when simulated)");
+  run->add_option("--wait-ms", r->wait_ms,
+                  "How long a watch for new tasks waits at the server before it asks again")
+      ->check(CLI::Range(int64_t{0}, int64_t{10000}))
+      ->capture_default_str();
+  run->add_option("--fence-after-ms", r->fence_after_ms,
+                  "Stop every task when the server has not been reached for this long (keep it "
+                  "below the server's lease, 15 s by default)")
+      ->check(CLI::Range(int64_t{1000}, int64_t{3600000}))
+      ->capture_default_str();
+  run->footer(
+      "The node must be declared in the server's config (nodes { agents = \"NAME=PROFILE\" }) "
+      "with the GPUs this machine has. Exit status: 0 stopped by SIGTERM/SIGINT, 1 discovery or "
+      "cgroups failed, 2 bad flags or config.");
+  run->callback([r, rc] { *rc = runAgent(*r); });
 }
 
 }  // namespace tessera::cli

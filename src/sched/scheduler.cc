@@ -391,6 +391,12 @@ void Scheduler::taskStopped(TaskId t) {
   }
 }
 
+void Scheduler::taskInterrupted(TaskId t) {
+  if (tasks_[t].state == TaskState::kRunning || tasks_[t].state == TaskState::kTerminating) {
+    requeue(t);
+  }
+}
+
 std::vector<TaskId> Scheduler::nodeLost(NodeIndex n) {
   if (!state_.up(n)) {
     return {};

@@ -147,6 +147,9 @@ class Scheduler {
   void taskFinished(TaskId t);
   // An evicted task has stopped: its resources are released and it is pending again.
   void taskStopped(TaskId t);
+  // A running task ended through no fault of its own (its node's agent stopped it while cut off
+  // from the server): its resources are released and it is pending again.
+  void taskInterrupted(TaskId t);
   // Removes a workload: pending tasks are dropped, running ones end now.
   void cancel(WorkloadId w);
   // Node `n`'s agent is lost. No task goes there until `nodeBack`; its running and terminating

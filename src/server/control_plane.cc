@@ -291,6 +291,59 @@ core::Status ControlPlane::load() {
   return core::Status::ok();
 }
 
+namespace {
+
+// A workload's "command" (argv) and "env" (variables), as an agent will run them.
+core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
+  if (n.has("command")) {
+    const core::JsonNode c = n.child("command");
+    if (!c.value().is_array() || c.value().empty() || c.value().size() > 1024) {
+      return c.error("expected a list of 1 to 1024 strings (argv)");
+    }
+    size_t bytes = 0;
+    for (size_t i = 0; i < c.value().size(); ++i) {
+      if (!c.value()[i].is_string()) {
+        return c.at(i).error("expected a string");
+      }
+      std::string arg = c.value()[i].get<std::string>();
+      if (arg.find('\0') != std::string::npos || (i == 0 && arg.empty())) {
+        return c.at(i).error(i == 0 ? "the program may not be empty"
+                                    : "may not contain a NUL byte");
+      }
+      bytes += arg.size();
+      cmd.command.push_back(std::move(arg));
+    }
+    if (bytes > 128 * 1024) {
+      return c.error("longer than 128 KiB in all");
+    }
+  }
+  if (n.has("env")) {
+    const core::JsonNode e = n.child("env");
+    if (!e.value().is_object() || e.value().size() > 256) {
+      return e.error("expected an object of at most 256 NAME: \"value\" pairs");
+    }
+    for (const auto& [key, value] : e.value().items()) {
+      const bool valid_name =
+          !key.empty() && key.size() <= 256 && (std::isalpha(key[0]) != 0 || key[0] == '_') &&
+          std::all_of(key.begin(), key.end(), [](char ch) {
+            return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_';
+          });
+      if (!valid_name) {
+        return e.error("'" + key.substr(0, 64) +
+                       "' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)");
+      }
+      if (!value.is_string() || value.get<std::string>().size() > 32768 ||
+          value.get<std::string>().find('\0') != std::string::npos) {
+        return e.child(key.c_str()).error("expected a string of at most 32 KiB without NUL bytes");
+      }
+      cmd.env[key] = value.get<std::string>();
+    }
+  }
+  return core::Status::ok();
+}
+
+}  // namespace
+
 core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& tenant,
                                                             const json& record) const {
   const json& spec = record.at("spec");
@@ -305,6 +358,7 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
   cmd.spec.preemptible = spec.value("preemptible", true);
   cmd.queue = spec.value("queue", "default");
   cmd.duration = std::chrono::seconds(spec.value("duration", int64_t{0}));
+  TESSERA_RETURN_IF_ERROR(parseCommandAndEnv(node, cmd));
   return cmd;
 }
 
@@ -391,6 +445,26 @@ Admission ControlPlane::admit(const HttpRequest& http) {
     return a;
   }
   a.key = token->tenant.empty() ? "/admin" : token->tenant;
+  if (token->tenant.empty()) {
+    // An agent's heartbeat (it may wait for news): its node's own key, so agents neither wait
+    // behind operators nor hold their turns. Only declared agent nodes get one (a bounded set).
+    constexpr std::string_view kPrefix = "/v1/sys/nodes/";
+    const std::string_view target =
+        std::string_view(http.target)
+            .substr(0, std::min(http.target.size(), http.target.find('?')));
+    const std::string_view rest =
+        target.starts_with(kPrefix) ? target.substr(kPrefix.size()) : std::string_view();
+    const size_t slash = rest.find('/');
+    if (slash != std::string_view::npos &&
+        (rest.substr(slash) == "/heartbeat" || rest.substr(slash) == "/tasks")) {
+      const std::string node(rest.substr(0, slash));
+      if (driver_.isAgentNode(node)) {
+        a.key = "/node/" + node;
+        a.limits = fairLimits(2);
+        return a;
+      }
+    }
+  }
   std::shared_lock tenants_lock(mu_);  // A new bucket reads the tenant's limits.
   std::lock_guard lock(buckets_mu_);
   Bucket& b = bucketLocked(a.key);
@@ -572,6 +646,12 @@ HttpResponse ControlPlane::route(Request& r) {
     }
     if (first == "sys" && parts.size() >= 2 && parts[1] == "policies") {
       return policiesApi(r);
+    }
+    if (first == "sys" && parts.size() == 4 && parts[1] == "nodes" && parts[3] == "heartbeat") {
+      return heartbeatApi(r, parts[2]);
+    }
+    if (first == "sys" && parts.size() == 4 && parts[1] == "nodes" && parts[3] == "tasks") {
+      return watchNodeApi(r, parts[2]);
     }
     if (first == "sys" && parts.size() == 2 && parts[1] == "metrics") {
       if (!authorized(r, Capability::kRead)) {
@@ -1087,6 +1167,9 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   if (st.isOk()) {
     st = model::parseTaskRequest(n, catalogue_, {}, cmd.spec.request);
   }
+  if (st.isOk()) {
+    st = parseCommandAndEnv(n, cmd);
+  }
   if (st.isOk() && n.has("queue")) {
     auto q = n.child("queue").str();
     st = q.status();
@@ -1209,17 +1292,194 @@ HttpResponse ControlPlane::nodesApi(Request& r) {
   }
   // Capacity only: which tenant runs what on a node is not the caller's business.
   json nodes = json::array();
-  for (const model::Node& n : driver_.nodes()) {
+  const std::vector<NodeState> states = driver_.nodeStates();
+  for (size_t i = 0; i < driver_.nodes().size(); ++i) {
+    const model::Node& n = driver_.nodes()[i];
     json gpus = json::object();
     for (const model::GpuDevice& g : n.gpus) {
       gpus[catalogue_.model(g.model).name] = gpus.value(catalogue_.model(g.model).name, 0) + 1;
     }
-    nodes.push_back({{"name", n.name},
-                     {"cpu_milli", n.cpu.value()},
-                     {"memory_mib", n.memory.value()},
-                     {"gpus", gpus}});
+    json node = {{"name", n.name},
+                 {"cpu_milli", n.cpu.value()},
+                 {"memory_mib", n.memory.value()},
+                 {"gpus", gpus},
+                 {"state", states[i].state}};
+    if (!r.scope.tenant) {  // Operators also see how its agent is doing.
+      node["agent"] = states[i].agent;
+      node["seconds_since_heartbeat"] = states[i].seconds_since_heartbeat;
+      node["tasks"] = states[i].tasks;
+    }
+    nodes.push_back(std::move(node));
   }
   return reply(200, {{"request_id", r.request_id}, {"data", {{"nodes", nodes}}}});
+}
+
+namespace {
+
+// An agent's report of one task (docs/agent.md, "The node protocol").
+core::Result<NodeTaskReport> reportFromJson(const core::JsonNode& n) {
+  TESSERA_RETURN_IF_ERROR(n.checkKeys({"task", "generation", "state", "exit_code", "signal",
+                                       "oom_killed", "stopped", "run_time_ms", "error"}));
+  for (const char* required : {"task", "generation", "state"}) {
+    if (!n.has(required)) {
+      return n.error(std::string("missing '") + required + "'");
+    }
+  }
+  NodeTaskReport r;
+  TESSERA_ASSIGN_OR_RETURN(r.task, n.child("task").str());
+  TESSERA_ASSIGN_OR_RETURN(const int64_t generation, n.child("generation").integer(0, UINT32_MAX));
+  r.generation = static_cast<uint32_t>(generation);
+  TESSERA_ASSIGN_OR_RETURN(const std::string state, n.child("state").str());
+  if (state == "running") {
+    r.state = NodeTaskReport::State::kRunning;
+  } else if (state == "exited") {
+    r.state = NodeTaskReport::State::kExited;
+  } else if (state == "failed_to_start") {
+    r.state = NodeTaskReport::State::kFailedToStart;
+  } else {
+    return n.child("state").error("expected running, exited or failed_to_start");
+  }
+  auto integer = [&](const char* f, int64_t lo, int64_t hi, int64_t def) -> core::Result<int64_t> {
+    return n.has(f) ? n.child(f).integer(lo, hi) : core::Result<int64_t>(def);
+  };
+  auto boolean = [&](const char* f) -> core::Result<bool> {
+    if (!n.has(f)) {
+      return false;
+    }
+    if (!n.child(f).value().is_boolean()) {
+      return n.child(f).error("expected true or false");
+    }
+    return n.child(f).value().get<bool>();
+  };
+  TESSERA_ASSIGN_OR_RETURN(const int64_t code, integer("exit_code", -1, 255, -1));
+  TESSERA_ASSIGN_OR_RETURN(const int64_t sig, integer("signal", 0, 128, 0));
+  TESSERA_ASSIGN_OR_RETURN(r.run_time_ms, integer("run_time_ms", 0, INT64_MAX, 0));
+  TESSERA_ASSIGN_OR_RETURN(r.oom_killed, boolean("oom_killed"));
+  TESSERA_ASSIGN_OR_RETURN(r.stopped, boolean("stopped"));
+  r.exit_code = static_cast<int>(code);
+  r.signal = static_cast<int>(sig);
+  if (n.has("error")) {
+    TESSERA_ASSIGN_OR_RETURN(r.error, n.child("error").str());
+    r.error = r.error.substr(0, 1024);
+  }
+  return r;
+}
+
+json nodeTaskJson(const NodeTask& t) {
+  json out = {{"task", t.id},
+              {"generation", t.generation},
+              {"tenant", t.tenant},
+              {"workload", t.workload},
+              {"index", t.index},
+              {"command", t.command},
+              {"env", t.env},
+              {"gpus", t.gpus},
+              {"milli_per_gpu", t.milli_per_gpu},
+              {"cpu_milli", t.cpu_milli},
+              {"memory_mib", t.memory_mib},
+              {"duration_s", t.duration_s}};
+  if (t.mig_profile >= 0) {
+    out["mig_profile"] = t.mig_profile;
+  }
+  return out;
+}
+
+}  // namespace
+
+HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
+  if (r.method != "PUT" && r.method != "POST") {
+    return error(405, "method not allowed");
+  }
+  if (!authorized(r, Capability::kUpdate)) {
+    return error(403, "permission denied");
+  }
+  const std::string source = "heartbeat of node '" + node + "'";
+  core::JsonNode body(r.body, "", source);
+  if (core::Status st = body.checkKeys({"node", "reports"}); !st.isOk()) {
+    return fromStatus(st);
+  }
+  // The GPUs its agent found, in index order, by catalogue model.
+  std::vector<std::string> models;
+  if (body.has("node")) {
+    const json& found = r.body["node"];
+    if (!found.is_object() || !found.contains("gpus") || !found["gpus"].is_array()) {
+      return error(400, source + ": node: expected the agent's discovery ({\"gpus\": [...]})");
+    }
+    for (const json& g : found["gpus"]) {
+      if (!g.is_object() || !g.contains("model") || !g["model"].is_string()) {
+        return error(400, source + ": node.gpus: each GPU needs its \"model\"");
+      }
+      models.push_back(g["model"].get<std::string>());
+    }
+  } else {
+    return error(400, source + ": node: missing (the agent's discovery)");
+  }
+  std::vector<NodeTaskReport> reports;
+  if (body.has("reports")) {
+    const json& list = r.body["reports"];
+    if (!list.is_array() || list.size() > 10000) {
+      return error(400, source + ": reports: expected a list (at most 10000)");
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      core::JsonNode item(list[i], "reports[" + std::to_string(i) + "]", source);
+      auto rep = reportFromJson(item);
+      if (!rep.isOk()) {
+        return fromStatus(rep.status());
+      }
+      reports.push_back(std::move(rep).value());
+    }
+  }
+  // The answer comes at once: agents wait for news on GET sys/nodes/<node>/tasks instead, so
+  // that their reports are never held behind a waiting call.
+  auto answer = driver_.heartbeat(node, models, std::move(reports));
+  if (!answer.isOk()) {
+    return fromStatus(answer.status());
+  }
+  json tasks = json::array();
+  for (const NodeTask& t : answer->tasks) {
+    tasks.push_back(nodeTaskJson(t));
+  }
+  return reply(200, {{"request_id", r.request_id},
+                     {"data",
+                      {{"version", answer->version},
+                       {"lease_ttl_ms", options_.node_lease_ttl.count()},
+                       {"tasks", tasks}}}});
+}
+
+HttpResponse ControlPlane::watchNodeApi(Request& r, const std::string& node) {
+  if (r.method != "GET") {
+    return error(405, "method not allowed");
+  }
+  if (!authorized(r, Capability::kRead)) {
+    return error(403, "permission denied");
+  }
+  const std::string source = "tasks of node '" + node + "'";
+  uint64_t known = UINT64_MAX;
+  int64_t wait_ms = 0;
+  try {
+    if (auto it = r.scope.query.find("index"); it != r.scope.query.end()) {
+      known = std::stoull(it->second);
+    }
+    if (auto it = r.scope.query.find("wait_ms"); it != r.scope.query.end()) {
+      wait_ms = std::clamp<int64_t>(std::stoll(it->second), 0, 10000);
+    }
+  } catch (const std::exception&) {
+    return error(400, source + ": index and wait_ms must be numbers");
+  }
+  // Waiting holds a worker: only so many wait at once, the rest answer at once.
+  const bool may_wait = wait_ms > 0 && node_waits_.fetch_add(1) < options_.max_waiting_heartbeats;
+  if (wait_ms > 0 && !may_wait) {
+    node_waits_.fetch_sub(1);
+  }
+  auto version = driver_.watchNode(node, known, std::chrono::milliseconds(may_wait ? wait_ms : 0));
+  if (may_wait) {
+    node_waits_.fetch_sub(1);
+  }
+  if (!version.isOk()) {
+    return fromStatus(version.status());
+  }
+  return reply(
+      200, {{"request_id", r.request_id}, {"data", {{"version", *version}, {"waited", may_wait}}}});
 }
 
 HttpResponse ControlPlane::queuesApi(Request& r) {

@@ -51,6 +51,10 @@ struct ControlPlaneOptions {
   // and its connection is not read meanwhile: a client that retries at once, ignoring
   // Retry-After, costs the server one refusal per delay per connection instead of a core.
   std::chrono::milliseconds reject_delay{100};
+  // Agents' watches that may wait for news at once (each holds a worker while it waits).
+  int max_waiting_heartbeats = 8;
+  // What heartbeats tell agents their lease is (the driver's DriverOptions::lease_ttl).
+  std::chrono::milliseconds node_lease_ttl{15000};
   // The audit file a tenant's view (GET audit) is read from; empty: no view.
   std::string audit_file;
 };
@@ -109,6 +113,10 @@ class ControlPlane {
   HttpResponse tokensApi(Request& r);
   HttpResponse workloadsApi(Request& r);
   HttpResponse nodesApi(Request& r);
+  // PUT sys/nodes/<node>/heartbeat: an agent's lease, reports and task list.
+  HttpResponse heartbeatApi(Request& r, const std::string& node);
+  // GET sys/nodes/<node>/tasks?index=N&wait_ms=W: waits for the node's task list to change.
+  HttpResponse watchNodeApi(Request& r, const std::string& node);
   HttpResponse queuesApi(Request& r);
   // A team's queue inside the tenant: GET, or POST to create or change it.
   HttpResponse teamQueueApi(Request& r, const std::string& name);
@@ -133,8 +141,9 @@ class ControlPlane {
   int64_t loaded_revision_ = 0;  // The store revision load() read.
   store::WatchId watch_{};
   bool watching_ = false;
-  std::mutex status_write_mu_;  // Held from reading a workload's record to writing it back.
-  std::mutex tenant_admin_mu_;  // One tenant create or update at a time; taken before mu_.
+  std::atomic<int> node_waits_{0};  // Watches waiting for news now.
+  std::mutex status_write_mu_;      // Held from reading a workload's record to writing it back.
+  std::mutex tenant_admin_mu_;      // One tenant create or update at a time; taken before mu_.
   // Guards the caches below. Reads (most requests) share it; writes take it alone.
   mutable std::shared_mutex mu_;
   std::map<std::string, nlohmann::json> tenants_;                  // name -> config

@@ -1,5 +1,6 @@
 #include "server/driver.h"
 
+#include <algorithm>
 #include <bit>
 
 namespace tessera::server {
@@ -14,6 +15,17 @@ core::Result<std::unique_ptr<SchedulerDriver>> SchedulerDriver::create(
   std::unique_ptr<SchedulerDriver> d(
       new SchedulerDriver(clock, std::move(options), std::move(listener)));
   d->nodes_ = nodes;
+  d->catalogue_ = &catalogue;
+  for (const std::string& name : d->options_.agent_nodes) {
+    auto it = std::find_if(nodes.begin(), nodes.end(),
+                           [&](const model::Node& n) { return n.name == name; });
+    if (it == nodes.end()) {
+      return core::invalidArgument("agent node '" + name + "' is not one of the nodes");
+    }
+    const auto n = static_cast<sched::NodeIndex>(it - nodes.begin());
+    d->agent_index_[name] = n;
+    d->agents_[n] = {};
+  }
   sched::ResourceSpace space = sched::ResourceSpace::withModels(catalogue, {});
   TESSERA_ASSIGN_OR_RETURN(sched::QueueTree tree,
                            sched::QueueTree::create(space, {{kRoot, "", {}, {}, 1, 100}}));
@@ -22,6 +34,9 @@ core::Result<std::unique_ptr<SchedulerDriver>> SchedulerDriver::create(
   so.min_runtime = std::chrono::seconds(0);
   TESSERA_ASSIGN_OR_RETURN(d->scheduler_, sched::Scheduler::create(catalogue, std::move(nodes),
                                                                    std::move(tree), {}, so, clock));
+  for (const auto& [name, n] : d->agent_index_) {
+    d->scheduler_->nodeLost(n);  // Down until its agent is heard from.
+  }
   return d;
 }
 
@@ -197,6 +212,7 @@ void SchedulerDriver::forgetTenant(const std::string& tenant) {
   auto starts = [&](const std::string& key) { return key.rfind(prefix, 0) == 0; };
   std::lock_guard pass_lock(pass_mu_);
   std::erase_if(ids_, [&](const auto& kv) { return starts(kv.first); });
+  std::erase_if(task_ids_, [&](const auto& kv) { return kv.first.rfind(tenant + ".", 0) == 0; });
   std::lock_guard lock(mu_);
   std::erase_if(published_, [&](const auto& kv) { return starts(kv.first); });
 }
@@ -242,6 +258,7 @@ void SchedulerDriver::stop() {
     stopping_ = true;
   }
   wake_.notify_all();
+  node_changed_.notify_all();
   if (thread_.joinable()) {
     thread_.join();
   }
@@ -265,6 +282,9 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
   WorkloadStatus s;
   if (cancelled_[w]) {
     s.phase = "cancelled";
+  } else if (!failed_[w].empty()) {
+    s.phase = "failed";
+    s.reason = failed_[w];
   } else if (info.finished == info.spec.tasks) {
     s.phase = "succeeded";
   } else if (info.running > 0) {
@@ -272,7 +292,7 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
   } else {
     s.phase = "pending";
   }
-  if (info.pending > 0 && !cancelled_[w]) {
+  if (info.pending > 0 && !cancelled_[w] && failed_[w].empty()) {
     s.reason = std::string(sched::waitReasonName(scheduler_->explain(w).reason)) + ": " +
                scheduler_->explain(w).message;
   }
@@ -287,6 +307,11 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
         ts.gpus.push_back(std::countr_zero(g));
       }
       ts.milli_per_gpu = task.assignment.milli_per_gpu;
+      if (auto started = agent_started_.find(t); started != agent_started_.end() &&
+                                                 !started->second &&
+                                                 task.state == sched::TaskState::kRunning) {
+        ts.state = "starting";
+      }
       if (p.mig_profile >= 0 && p.gpus != 0) {
         ts.mig_profile = std::to_string(p.mig_profile);
       }
@@ -327,8 +352,12 @@ void SchedulerDriver::runOnce() {
     }
     ids_[key] = *id;
     keys_.push_back(key);
-    durations_.push_back(c.duration);
     cancelled_.push_back(false);
+    failed_.emplace_back();
+    for (sched::TaskId t : scheduler_->workload(*id).tasks) {
+      task_ids_[c.tenant + "." + c.name + "." + std::to_string(scheduler_->task(t).index)] = t;
+    }
+    specs_.push_back(std::move(c));
     touched.push_back(*id);
   }
   const core::TimePoint now = clock_.now();
@@ -354,10 +383,17 @@ void SchedulerDriver::runOnce() {
       ++it;
     }
   }
+  applyNodeEvents(now, touched);
   sched::PassResult r = scheduler_->schedule();
   for (const sched::StartDecision& s : r.started) {
     touched.push_back(s.workload);
-    const core::Duration d = durations_[s.workload];
+    const sched::NodeIndex node = scheduler_->task(s.task).assignment.placement.node;
+    if (agents_.contains(node)) {  // The set of agent nodes is fixed: no lock needed to look.
+      node_tasks_[node].insert(s.task);
+      agent_started_[s.task] = false;
+      continue;
+    }
+    const core::Duration d = specs_[s.workload].duration;
     if (d > core::Duration::zero()) {
       ends_[s.task] = now + d;
     }
@@ -365,8 +401,13 @@ void SchedulerDriver::runOnce() {
   for (const sched::EvictDecision& e : r.evicted) {
     touched.push_back(e.victim);
     ends_.erase(e.task);
-    scheduler_->taskStopped(e.task);  // Simulated nodes stop at once.
+    if (!agents_.contains(scheduler_->task(e.task).assignment.placement.node)) {
+      scheduler_->taskStopped(e.task);  // Simulated nodes stop at once.
+    }
+    // An agent's node: the task leaves its list below, and it holds its GPUs until the agent
+    // reports it stopped (or the node is lost).
   }
+  publishNodeTasks();
   for (sched::WorkloadId w : touched) {
     changed[keys_[w]] = statusOf(w);
   }
@@ -391,6 +432,264 @@ void SchedulerDriver::runOnce() {
   }
   if (!changed.empty() && listener_) {
     listener_(changed);
+  }
+}
+
+std::vector<NodeState> SchedulerDriver::nodeStates() const {
+  const core::TimePoint now = clock_.now();
+  std::lock_guard lock(mu_);
+  std::vector<NodeState> out;
+  out.reserve(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    NodeState s;
+    s.name = nodes_[i].name;
+    auto it = agents_.find(static_cast<sched::NodeIndex>(i));
+    if (it == agents_.end()) {
+      s.state = "simulated";
+    } else {
+      const AgentNode& a = it->second;
+      s.agent = true;
+      s.state = !a.registered ? "waiting" : a.up ? "ready" : "lost";
+      if (a.registered) {
+        s.seconds_since_heartbeat =
+            std::chrono::duration_cast<std::chrono::seconds>(now - a.last_heartbeat).count();
+      }
+      s.tasks = static_cast<int>(a.tasks.size());
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node,
+                                                         const std::vector<std::string>& gpu_models,
+                                                         std::vector<NodeTaskReport> reports) {
+  auto found = agent_index_.find(node);
+  if (found == agent_index_.end()) {
+    for (const model::Node& n : nodes_) {
+      if (n.name == node) {
+        return core::failedPrecondition("node '" + node +
+                                        "' is simulated by the server, not run by an agent "
+                                        "(list it in nodes { agents = ... })");
+      }
+    }
+    return core::notFound("no node '" + node +
+                          "': agents register only under the names in the server's "
+                          "nodes { agents = ... }");
+  }
+  const model::Node& n = nodes_[found->second];
+  std::vector<std::string> declared;
+  declared.reserve(n.gpus.size());
+  for (const model::GpuDevice& g : n.gpus) {
+    declared.push_back(catalogue_->model(g.model).name);
+  }
+  if (gpu_models != declared) {
+    auto describe = [](const std::vector<std::string>& models) {
+      std::map<std::string, int> count;
+      for (const std::string& m : models) {
+        ++count[m];
+      }
+      std::string out;
+      for (const auto& [m, c] : count) {
+        out += (out.empty() ? "" : ", ") + std::to_string(c) + " x " + (m.empty() ? "?" : m);
+      }
+      return out.empty() ? std::string("no GPUs") : out;
+    };
+    return core::failedPrecondition("node '" + node + "' is declared with " + describe(declared) +
+                                    " but its agent found " + describe(gpu_models));
+  }
+  std::lock_guard lock(mu_);
+  AgentNode& a = agents_.at(found->second);
+  const core::TimePoint now = clock_.now();
+  a.registered = true;
+  a.last_heartbeat = now;
+  a.expires = now + options_.lease_ttl;
+  bool wake = !reports.empty();
+  if (!a.up) {
+    a.up = true;
+    a.back = true;
+    wake = true;
+  }
+  for (NodeTaskReport& r : reports) {
+    a.reports.push_back(std::move(r));
+  }
+  if (wake) {
+    wake_.notify_one();
+  }
+  return HeartbeatAnswer{a.version, a.tasks};
+}
+
+core::Result<uint64_t> SchedulerDriver::watchNode(const std::string& node, uint64_t known_version,
+                                                  std::chrono::milliseconds wait) {
+  auto found = agent_index_.find(node);
+  if (found == agent_index_.end()) {
+    return core::notFound("no node '" + node + "' run by an agent");
+  }
+  std::unique_lock lock(mu_);
+  const AgentNode& a = agents_.at(found->second);
+  node_changed_.wait_for(lock, wait, [&] { return a.version != known_version || stopping_; });
+  return a.version;
+}
+
+void SchedulerDriver::applyNodeEvents(core::TimePoint now,
+                                      std::vector<sched::WorkloadId>& touched) {
+  if (agents_.empty()) {
+    return;
+  }
+  std::vector<sched::NodeIndex> back;
+  std::vector<sched::NodeIndex> lost;
+  std::vector<std::pair<sched::NodeIndex, std::vector<NodeTaskReport>>> reports;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [n, a] : agents_) {
+      if (a.back) {
+        back.push_back(n);
+        a.back = false;
+      }
+      if (!a.reports.empty()) {
+        reports.emplace_back(n, std::move(a.reports));
+        a.reports.clear();
+      }
+      if (a.up && a.expires <= now) {
+        a.up = false;
+        lost.push_back(n);
+      }
+    }
+  }
+  for (sched::NodeIndex n : back) {
+    scheduler_->nodeBack(n);
+  }
+  for (const auto& [n, list] : reports) {
+    for (const NodeTaskReport& r : list) {
+      applyReport(n, r, touched);
+    }
+  }
+  for (sched::NodeIndex n : lost) {
+    std::fprintf(stderr, "node %s lost: no heartbeat from its agent for %lld ms\n",
+                 nodes_[n].name.c_str(), static_cast<long long>(options_.lease_ttl.count()));
+    for (sched::TaskId t : scheduler_->nodeLost(n)) {
+      touched.push_back(scheduler_->task(t).workload);
+      agent_started_.erase(t);
+    }
+    node_tasks_[n].clear();
+  }
+}
+
+void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
+                                  std::vector<sched::WorkloadId>& touched) {
+  auto it = task_ids_.find(r.task);
+  if (it == task_ids_.end()) {
+    return;  // Not a task of ours (a stray the agent will stop).
+  }
+  const sched::TaskId t = it->second;
+  const sched::TaskInfo& task = scheduler_->task(t);
+  const bool placed =
+      task.state == sched::TaskState::kRunning || task.state == sched::TaskState::kTerminating;
+  if (!placed || task.assignment.placement.node != n || task.starts != r.generation) {
+    return;  // An older generation, or a task already cancelled or finished: nothing to do.
+  }
+  const sched::WorkloadId w = task.workload;
+  touched.push_back(w);
+  const std::string who = "task " + std::to_string(task.index) + " on node " + nodes_[n].name;
+  switch (r.state) {
+    case NodeTaskReport::State::kRunning:
+      agent_started_[t] = true;
+      return;
+    case NodeTaskReport::State::kFailedToStart:
+      node_tasks_[n].erase(t);
+      agent_started_.erase(t);
+      failWorkload(w, who + " could not start: " + r.error);
+      return;
+    case NodeTaskReport::State::kExited:
+      break;
+  }
+  node_tasks_[n].erase(t);
+  agent_started_.erase(t);
+  if (task.state == sched::TaskState::kTerminating) {
+    scheduler_->taskStopped(t);  // Evicted, and now gone: it waits to be placed again.
+  } else if (r.stopped) {
+    scheduler_->taskInterrupted(t);  // Its agent stopped it (fenced): placed again.
+  } else if (r.exit_code == 0 && !r.oom_killed) {
+    scheduler_->taskFinished(t);
+  } else {
+    std::string how = r.exit_code >= 0 ? "exited with code " + std::to_string(r.exit_code)
+                                       : "was killed by signal " + std::to_string(r.signal);
+    if (r.oom_killed) {
+      how += " (out of memory: over its memoryMiB)";
+    }
+    scheduler_->taskFinished(t);
+    failWorkload(w, who + " " + how);
+  }
+}
+
+void SchedulerDriver::failWorkload(sched::WorkloadId w, const std::string& reason) {
+  if (cancelled_[w] || !failed_[w].empty()) {
+    return;
+  }
+  failed_[w] = reason;
+  for (sched::TaskId t : scheduler_->workload(w).tasks) {
+    ends_.erase(t);
+  }
+  scheduler_->cancel(w);  // Its other tasks leave their nodes' lists: their agents stop them.
+}
+
+NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
+  const sched::TaskInfo& task = scheduler_->task(t);
+  const SubmitCommand& c = specs_[task.workload];
+  NodeTask nt;
+  nt.id = c.tenant + "." + c.name + "." + std::to_string(task.index);
+  nt.generation = task.starts;
+  nt.tenant = c.tenant;
+  nt.workload = c.name;
+  nt.index = static_cast<int>(task.index);
+  nt.command = c.command;
+  nt.env = c.env;
+  const sched::Placement& p = task.assignment.placement;
+  for (uint64_t g = p.gpus; g != 0; g &= g - 1) {
+    nt.gpus.push_back(std::countr_zero(g));
+  }
+  nt.milli_per_gpu = task.assignment.milli_per_gpu;
+  nt.mig_profile = p.gpus != 0 ? p.mig_profile : -1;
+  nt.cpu_milli = c.spec.request.cpu.value();
+  nt.memory_mib = c.spec.request.memory.value();
+  nt.duration_s = std::chrono::duration_cast<std::chrono::seconds>(c.duration).count();
+  return nt;
+}
+
+void SchedulerDriver::publishNodeTasks() {
+  for (auto& [n, tasks] : node_tasks_) {
+    // Whatever is no longer running here at its generation (finished, cancelled, evicted,
+    // lost) leaves the list.
+    std::erase_if(tasks, [&](sched::TaskId t) {
+      const sched::TaskInfo& task = scheduler_->task(t);
+      return task.state != sched::TaskState::kRunning || task.assignment.placement.node != n;
+    });
+  }
+  std::map<sched::NodeIndex, std::vector<NodeTask>> lists;
+  for (const auto& [n, a] : agents_) {
+    std::vector<NodeTask>& list = lists[n];
+    for (sched::TaskId t : node_tasks_[n]) {
+      list.push_back(nodeTask(t));
+    }
+    std::sort(list.begin(), list.end(),
+              [](const NodeTask& x, const NodeTask& y) { return x.id < y.id; });
+  }
+  bool changed = false;
+  std::lock_guard lock(mu_);
+  for (auto& [n, list] : lists) {
+    AgentNode& a = agents_.at(n);
+    const bool same = std::equal(list.begin(), list.end(), a.tasks.begin(), a.tasks.end(),
+                                 [](const NodeTask& x, const NodeTask& y) {
+                                   return x.id == y.id && x.generation == y.generation;
+                                 });
+    if (!same) {
+      a.tasks = std::move(list);
+      ++a.version;
+      changed = true;
+    }
+  }
+  if (changed) {
+    node_changed_.notify_all();
   }
 }
 

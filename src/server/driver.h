@@ -6,8 +6,14 @@
 // command arrives. Starts and evictions are reported through `Listener` so the control plane
 // can persist them.
 //
-// Nodes are simulated until agents exist (issue #5): a started task "runs" for the workload's
-// `duration` (or until cancelled when it has none) and an evicted one stops at once.
+// A node is either simulated or run by an agent (`tessera agent`, docs/agent.md):
+//   - simulated: a started task "runs" for the workload's `duration` (or until cancelled when it
+//     has none) and an evicted one stops at once;
+//   - agent-run: the node is down until its agent's first heartbeat; each heartbeat renews its
+//     lease, carries what happened to its tasks and answers with the tasks it should run, each
+//     with its generation (raised each time a task is placed anew). An evicted task holds its
+//     GPUs until its agent reports it stopped. A lease that lapses makes the node lost: its
+//     tasks are placed elsewhere at a higher generation, and reports of the old one are ignored.
 //
 //   SchedulerDriver driver(catalogue, nodes, clock, options, listener);
 //   driver.addTenantQueue("team-1", quota);
@@ -21,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,11 +42,58 @@ namespace tessera::server {
 
 // Where a task is, as the API shows it.
 struct TaskStatus {
-  std::string state = "pending";  // pending, running, terminating, finished.
+  // pending, starting (placed on an agent's node, not yet started there), running, terminating,
+  // finished.
+  std::string state = "pending";
   std::string node;
   std::vector<int> gpus;  // Device indexes on the node.
   std::string mig_profile;
   int64_t milli_per_gpu = 0;
+};
+
+// A task an agent should run: the node protocol's answer (docs/agent.md).
+struct NodeTask {
+  std::string id;  // "<tenant>.<workload>.<index>": unique on the node, a plain file name.
+  uint32_t generation = 0;
+  std::string tenant;
+  std::string workload;
+  int index = 0;
+  std::vector<std::string> command;  // Empty: none given (the agent runs a placeholder).
+  std::map<std::string, std::string> env;
+  std::vector<int> gpus;  // Device indexes on the node.
+  int64_t milli_per_gpu = 0;
+  int mig_profile = -1;  // Catalogue profile index when the task has a MIG slice.
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int64_t duration_s = 0;  // The workload's `duration` (for the placeholder), 0: none.
+};
+
+// What an agent says happened to one of its tasks.
+struct NodeTaskReport {
+  enum class State { kRunning, kExited, kFailedToStart };
+  std::string task;
+  uint32_t generation = 0;
+  State state = State::kRunning;
+  int exit_code = -1;  // kExited: >= 0 when it exited, else `signal` ended it.
+  int signal = 0;
+  bool oom_killed = false;
+  bool stopped = false;  // The agent stopped it (evicted, cancelled, fenced).
+  int64_t run_time_ms = 0;
+  std::string error;  // kFailedToStart.
+};
+
+struct HeartbeatAnswer {
+  uint64_t version = 0;  // Of the node's task list; send it back to wait for a change.
+  std::vector<NodeTask> tasks;
+};
+
+// A node as operators see it.
+struct NodeState {
+  std::string name;
+  bool agent = false;
+  std::string state;                     // simulated, waiting (no agent yet), ready, lost.
+  int64_t seconds_since_heartbeat = -1;  // -1: never.
+  int tasks = 0;                         // Assigned to it now (agent-run nodes).
 };
 
 struct WorkloadStatus {
@@ -59,14 +113,20 @@ struct QueueStatus {
 struct SubmitCommand {
   std::string tenant;
   std::string name;
-  std::string queue = "default";  // The tenant's queue ("default", or a team's).
-  sched::WorkloadSpec spec;       // spec.queue is ignored: `queue` names it.
-  core::Duration duration{0};     // Simulated run time; 0 = until cancelled.
+  std::string queue = "default";           // The tenant's queue ("default", or a team's).
+  sched::WorkloadSpec spec;                // spec.queue is ignored: `queue` names it.
+  core::Duration duration{0};              // Simulated run time; 0 = until cancelled.
+  std::vector<std::string> command;        // What an agent runs (argv).
+  std::map<std::string, std::string> env;  // Its own environment variables.
 };
 
 struct DriverOptions {
   std::string policy = "tessera";
   std::chrono::milliseconds pass_interval{200};
+  // Nodes run by agents (by name); the others are simulated.
+  std::vector<std::string> agent_nodes;
+  // An agent-run node whose agent has not renewed its lease for this long is lost.
+  std::chrono::milliseconds lease_ttl{15000};
 };
 
 class SchedulerDriver {
@@ -112,6 +172,21 @@ class SchedulerDriver {
   std::optional<WorkloadStatus> status(const std::string& tenant, const std::string& name) const;
   std::vector<QueueStatus> queues(const std::string& tenant) const;
   const std::vector<model::Node>& nodes() const { return nodes_; }
+  std::vector<NodeState> nodeStates() const;
+  // An agent's heartbeat for `node`: renews its lease (bringing it back if it was lost or
+  // waiting), queues its reports for the next pass, and answers with the tasks it should run.
+  // `gpu_models` are the catalogue names of the GPUs the agent found, in index order: they must
+  // be the node's. Not found: no such node; failed precondition: a simulated node, or other
+  // GPUs.
+  core::Result<HeartbeatAnswer> heartbeat(const std::string& node,
+                                          const std::vector<std::string>& gpu_models,
+                                          std::vector<NodeTaskReport> reports);
+  // Waits up to `wait` for the agent-run `node`'s task list to move past `known_version`, and
+  // returns its version then (at once if it already has). Not found: not an agent-run node.
+  core::Result<uint64_t> watchNode(const std::string& node, uint64_t known_version,
+                                   std::chrono::milliseconds wait);
+  // Whether `node` is run by an agent (its heartbeats then count against their own key).
+  bool isAgentNode(const std::string& node) const { return agent_index_.contains(node); }
   // Milliseconds the last pass took, for metrics.
   double lastPassMs() const;
   int64_t passes() const;
@@ -127,8 +202,16 @@ class SchedulerDriver {
   void loop();
   void pass();
   WorkloadStatus statusOf(sched::WorkloadId w) const;
+  // Agent-run nodes: apply reports and lapsed leases (in a pass), then republish task lists.
+  void applyNodeEvents(core::TimePoint now, std::vector<sched::WorkloadId>& touched);
+  void applyReport(sched::NodeIndex n, const NodeTaskReport& r,
+                   std::vector<sched::WorkloadId>& touched);
+  void failWorkload(sched::WorkloadId w, const std::string& reason);
+  void publishNodeTasks();
+  NodeTask nodeTask(sched::TaskId t) const;
 
   const core::Clock& clock_;
+  const model::GpuCatalogue* catalogue_ = nullptr;
   DriverOptions options_;
   Listener listener_;
   std::vector<model::Node> nodes_;
@@ -146,6 +229,20 @@ class SchedulerDriver {
   std::map<std::string, WorkloadStatus> published_;
   std::vector<QueueStatus> queue_status_;
   std::map<std::string, sched::QueueId> leaves_;  // "tenant/queue" -> leaf.
+  // Agent-run nodes, by node index.
+  struct AgentNode {
+    bool registered = false;  // An agent has been heard from.
+    bool up = false;          // Its lease holds.
+    core::TimePoint expires{};
+    core::TimePoint last_heartbeat{};
+    bool back = false;  // Came (back) since the last pass: the scheduler must learn it.
+    std::vector<NodeTaskReport> reports;  // Since the last pass.
+    uint64_t version = 0;
+    std::vector<NodeTask> tasks;  // Published.
+  };
+  std::map<sched::NodeIndex, AgentNode> agents_;
+  std::map<std::string, sched::NodeIndex> agent_index_;  // Name -> index; fixed at creation.
+  std::condition_variable node_changed_;
   double last_pass_ms_ = 0;
   int64_t passes_ = 0;
   bool stopping_ = false;
@@ -153,10 +250,15 @@ class SchedulerDriver {
 
   // Driver-thread state, guarded by pass_mu_.
   std::map<std::string, sched::WorkloadId> ids_;
-  std::vector<std::string> keys_;  // WorkloadId -> "tenant/name".
-  std::vector<core::Duration> durations_;
+  std::vector<std::string> keys_;                  // WorkloadId -> "tenant/name".
   std::map<sched::TaskId, core::TimePoint> ends_;  // Running simulated tasks.
   std::vector<bool> cancelled_;
+  std::vector<std::string> failed_;   // Why a workload failed ("" : it did not).
+  std::vector<SubmitCommand> specs_;  // Command, env, duration of each workload, for agents.
+  std::map<std::string, sched::TaskId> task_ids_;  // NodeTask id -> task.
+  std::map<sched::TaskId, bool> agent_started_;    // Placed on an agent's node: started there?
+  // Tasks assigned to each agent-run node (running there at their current generation).
+  std::map<sched::NodeIndex, std::set<sched::TaskId>> node_tasks_;
 };
 
 }  // namespace tessera::server

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "model/node_profiles.h"
 
 namespace tessera::server {
@@ -119,6 +121,206 @@ TEST_F(DriverTest, RunsPassesOnItsOwnThread) {
   }
   EXPECT_EQ((*d)->status("t", "w")->phase, "running");
   (*d)->stop();
+}
+
+// Two nodes run by agents, "a" and "b" (2 H100 each), and one simulated, "sim" (2 T4, too few
+// CPUs for the tests' tasks).
+class AgentNodesTest : public DriverTest {
+ protected:
+  void SetUp() override {
+    std::vector<model::Node> nodes = {*model::makeProfileNode("t4-2x", "sim", cat_, 0)};
+    nodes[0].cpu = core::MilliCpu{1000};
+    for (const char* name : {"a", "b"}) {
+      model::Node n = *model::makeProfileNode("dgx-h100", name, cat_, 0);
+      n.gpus.resize(2);
+      nodes.push_back(n);
+    }
+    DriverOptions opts;
+    opts.agent_nodes = {"a", "b"};
+    opts.lease_ttl = std::chrono::seconds(15);
+    auto d = SchedulerDriver::create(cat_, std::move(nodes), clock_, opts, {});
+    ASSERT_TRUE(d.isOk()) << d.status().message();
+    driver_ = std::move(d).value();
+    ASSERT_TRUE(driver_->addTenantQueue("team-1", 4000, 0, 1, 100).isOk());
+  }
+  core::Result<HeartbeatAnswer> beat(const std::string& node,
+                                     std::vector<NodeTaskReport> reports = {}) {
+    return driver_->heartbeat(node, {"H100-80GB", "H100-80GB"}, std::move(reports));
+  }
+  static NodeTaskReport report(const NodeTask& t, NodeTaskReport::State state, int code = -1) {
+    NodeTaskReport r;
+    r.task = t.id;
+    r.generation = t.generation;
+    r.state = state;
+    r.exit_code = code;
+    return r;
+  }
+  std::string stateOf(const std::string& node) {
+    for (const NodeState& n : driver_->nodeStates()) {
+      if (n.name == node) {
+        return n.state;
+      }
+    }
+    return "?";
+  }
+};
+
+TEST_F(AgentNodesTest, AgentNodesWaitForTheirAgentThenRunItsTasks) {
+  EXPECT_EQ(stateOf("a"), "waiting");
+  EXPECT_EQ(stateOf("sim"), "simulated");
+  SubmitCommand c = cmd("team-1", "train", 1, 2);
+  c.command = {"sh", "-c", "echo hi"};
+  c.env = {{"LR", "0.1"}};
+  ASSERT_TRUE(driver_->submit(c).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, "pending");  // No agent yet.
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  EXPECT_EQ(stateOf("a"), "ready");
+  auto answer = beat("a");
+  ASSERT_TRUE(answer.isOk());
+  ASSERT_EQ(answer->tasks.size(), 1U);
+  const NodeTask t = answer->tasks[0];
+  EXPECT_EQ(t.id, "team-1.train.0");
+  EXPECT_EQ(t.generation, 1U);
+  EXPECT_EQ(t.command, c.command);
+  EXPECT_EQ(t.env.at("LR"), "0.1");
+  EXPECT_EQ(t.gpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(driver_->status("team-1", "train")->tasks[0].state, "starting");
+  ASSERT_TRUE(beat("a", {report(t, NodeTaskReport::State::kRunning)}).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "train")->tasks[0].state, "running");
+  ASSERT_TRUE(beat("a", {report(t, NodeTaskReport::State::kExited, 0)}).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, "succeeded");
+  EXPECT_TRUE(beat("a")->tasks.empty());
+}
+
+TEST_F(AgentNodesTest, ALapsedLeaseMovesTasksToAnotherNodeAtAHigherGeneration) {
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 2)).isOk());
+  driver_->runOnce();
+  const NodeTask first = beat("a")->tasks.at(0);
+  ASSERT_TRUE(beat("b").isOk());
+  // "b" keeps beating, "a" goes silent past its lease.
+  clock_.advance(std::chrono::seconds(10));
+  ASSERT_TRUE(beat("b").isOk());
+  driver_->runOnce();
+  EXPECT_EQ(stateOf("a"), "ready");
+  clock_.advance(std::chrono::seconds(6));
+  ASSERT_TRUE(beat("b").isOk());
+  driver_->runOnce();
+  EXPECT_EQ(stateOf("a"), "lost");
+  auto on_b = beat("b");
+  ASSERT_EQ(on_b->tasks.size(), 1U);
+  EXPECT_EQ(on_b->tasks[0].id, first.id);
+  EXPECT_EQ(on_b->tasks[0].generation, first.generation + 1);
+  EXPECT_EQ(driver_->status("team-1", "train")->tasks[0].node, "b");
+  // "a" comes back: nothing of its old generation counts, and it gets nothing.
+  auto back = beat("a", {report(first, NodeTaskReport::State::kExited, 1)});
+  driver_->runOnce();
+  EXPECT_TRUE(beat("a")->tasks.empty());
+  EXPECT_EQ(stateOf("a"), "ready");
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, "running");
+}
+
+TEST_F(AgentNodesTest, AFailedTaskFailsItsWorkloadAndStopsTheOthers) {
+  ASSERT_TRUE(beat("a").isOk());
+  ASSERT_TRUE(beat("b").isOk());
+  driver_->runOnce();
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 2, 2)).isOk());
+  driver_->runOnce();
+  const NodeTask on_a = beat("a")->tasks.at(0);
+  ASSERT_EQ(beat("b")->tasks.size(), 1U);
+  NodeTaskReport oom = report(on_a, NodeTaskReport::State::kExited);
+  oom.signal = 9;
+  oom.oom_killed = true;
+  ASSERT_TRUE(beat("a", {oom}).isOk());
+  driver_->runOnce();
+  const WorkloadStatus s = *driver_->status("team-1", "train");
+  EXPECT_EQ(s.phase, "failed");
+  EXPECT_NE(s.reason.find("killed by signal 9"), std::string::npos) << s.reason;
+  EXPECT_NE(s.reason.find("out of memory"), std::string::npos) << s.reason;
+  EXPECT_TRUE(beat("b")->tasks.empty());  // Its other task is no longer wanted.
+}
+
+TEST_F(AgentNodesTest, ATaskThatCannotStartFailsWithTheAgentsReason) {
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 1)).isOk());
+  driver_->runOnce();
+  NodeTaskReport r = report(beat("a")->tasks.at(0), NodeTaskReport::State::kFailedToStart);
+  r.error = "no such program 'trian.py'";
+  ASSERT_TRUE(beat("a", {r}).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, "failed");
+  EXPECT_NE(driver_->status("team-1", "train")->reason.find("trian.py"), std::string::npos);
+}
+
+TEST_F(AgentNodesTest, AnAgentStoppedTaskIsPlacedAgain) {
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 1)).isOk());
+  driver_->runOnce();
+  const NodeTask t = beat("a")->tasks.at(0);
+  NodeTaskReport fenced = report(t, NodeTaskReport::State::kExited);
+  fenced.signal = 15;
+  fenced.stopped = true;
+  ASSERT_TRUE(beat("a", {fenced}).isOk());
+  driver_->runOnce();
+  auto again = beat("a");
+  ASSERT_EQ(again->tasks.size(), 1U);
+  EXPECT_EQ(again->tasks[0].generation, t.generation + 1);
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, "running");
+}
+
+TEST_F(AgentNodesTest, CancellingTakesTheTaskOffItsNode) {
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 1)).isOk());
+  driver_->runOnce();
+  ASSERT_EQ(beat("a")->tasks.size(), 1U);
+  driver_->cancel("team-1", "train");
+  driver_->runOnce();
+  EXPECT_TRUE(beat("a")->tasks.empty());
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, "cancelled");
+}
+
+TEST_F(AgentNodesTest, RefusesUnknownNodesSimulatedNodesAndOtherHardware) {
+  EXPECT_EQ(beat("nope").status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(driver_->heartbeat("sim", {"T4", "T4"}, {}).status().code(),
+            core::StatusCode::kFailedPrecondition);
+  auto other = driver_->heartbeat("a", {"L40S"}, {});
+  EXPECT_EQ(other.status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find("2 x H100-80GB"), std::string::npos)
+      << other.status().message();
+  EXPECT_NE(other.status().message().find("1 x L40S"), std::string::npos);
+  EXPECT_EQ(stateOf("a"), "waiting");  // A refused heartbeat registers nothing.
+}
+
+TEST_F(AgentNodesTest, AWatchWaitsForItsNodesTasksToChange) {
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  const uint64_t version = beat("a")->version;
+  EXPECT_EQ(*driver_->watchNode("a", version + 7, std::chrono::seconds(10)), version);  // At once.
+  EXPECT_EQ(driver_->watchNode("sim", 0, {}).status().code(), core::StatusCode::kNotFound);
+  std::optional<uint64_t> got;
+  std::thread waiter([&] {
+    auto v = driver_->watchNode("a", version, std::chrono::seconds(10));
+    if (v.isOk()) {
+      got = *v;
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 1)).isOk());
+  driver_->runOnce();
+  waiter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_GT(*got, version);
+  EXPECT_EQ(beat("a")->tasks.size(), 1U);
 }
 
 }  // namespace

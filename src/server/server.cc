@@ -15,9 +15,11 @@
 #include "audit/file_sink.h"
 #include "core/hcl.h"
 #include "core/json_node.h"
+#include "core/strings.h"
 #include "model/node_profiles.h"
 #include "server/certs.h"
 #include "server/control_plane.h"
+#include "server/route.h"
 #include "store/sqlite_store.h"
 
 namespace tessera::server {
@@ -26,43 +28,56 @@ using nlohmann::json;
 
 namespace {
 
-core::Result<std::vector<model::Node>> simulatedNodes(const std::string& spec,
-                                                      const model::GpuCatalogue& catalogue) {
-  std::vector<model::Node> nodes;
-  size_t start = 0;
-  int index = 0;
-  while (start < spec.size()) {
-    size_t comma = spec.find(',', start);
-    if (comma == std::string::npos) {
-      comma = spec.size();
-    }
-    const std::string item = spec.substr(start, comma - start);
-    start = comma + 1;
-    const size_t colon = item.find(':');
-    const std::string profile = item.substr(0, colon);
-    int count = 1;
-    if (colon != std::string::npos) {
-      try {
-        count = std::stoi(item.substr(colon + 1));
-      } catch (const std::exception&) {
-        count = -1;
+// Nodes from a list like "dgx-h100:2,a100-8x:1" (named PROFILE-0, PROFILE-1, ...) or
+// "gpu-a=dgx-h100,gpu-b=l40s-4x" (named), or both kinds mixed. `index` numbers them on.
+core::Status parseNodes(const std::string& spec, const char* field,
+                        const model::GpuCatalogue& catalogue, std::vector<model::Node>& nodes) {
+  for (const std::string& item : core::splitList(spec, ',')) {
+    const size_t eq = item.find('=');
+    std::vector<std::pair<std::string, std::string>> named;  // (name, profile)
+    if (eq != std::string::npos) {
+      const std::string name = item.substr(0, eq);
+      if (!validName(name)) {
+        return core::invalidArgument(std::string("nodes: ") + field + ": '" + name +
+                                     "' is not a valid node name (lowercase letters, digits, "
+                                     "'-')");
+      }
+      named.emplace_back(name, item.substr(eq + 1));
+    } else {
+      const size_t colon = item.find(':');
+      const std::string profile = item.substr(0, colon);
+      int count = 1;
+      if (colon != std::string::npos) {
+        try {
+          count = std::stoi(item.substr(colon + 1));
+        } catch (const std::exception&) {
+          count = -1;
+        }
+      }
+      if (count < 1 || count > 10000) {
+        return core::invalidArgument(std::string("nodes: ") + field +
+                                     ": expected PROFILE:COUNT or NAME=PROFILE, got '" + item +
+                                     "'");
+      }
+      for (int i = 0; i < count; ++i) {
+        named.emplace_back(profile + "-" + std::to_string(i), profile);
       }
     }
-    if (count < 1 || count > 10000) {
-      return core::invalidArgument("nodes '" + spec + "': expected PROFILE:COUNT, got '" + item +
-                                   "'");
-    }
-    for (int i = 0; i < count; ++i) {
-      TESSERA_ASSIGN_OR_RETURN(
-          model::Node n,
-          model::makeProfileNode(profile, profile + "-" + std::to_string(i), catalogue, index++));
-      nodes.push_back(std::move(n));
+    for (const auto& [name, profile] : named) {
+      for (const model::Node& n : nodes) {
+        if (n.name == name) {
+          return core::invalidArgument(std::string("nodes: ") + field + ": node '" + name +
+                                       "' is declared twice");
+        }
+      }
+      auto n = model::makeProfileNode(profile, name, catalogue, static_cast<int>(nodes.size()));
+      if (!n.isOk()) {
+        return n.status().withContext(std::string("nodes: ") + field);
+      }
+      nodes.push_back(std::move(n).value());
     }
   }
-  if (nodes.empty()) {
-    return core::invalidArgument("nodes: none given");
-  }
-  return nodes;
+  return core::Status::ok();
 }
 
 // One block of a type that takes no label, or none.
@@ -124,9 +139,18 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     std::cerr << "error: " << s.message() << "\n";
     return 1;
   };
-  auto nodes = simulatedNodes(config.simulated_nodes, catalogue);
-  if (!nodes.isOk()) {
-    return fail(nodes.status());
+  std::vector<model::Node> nodes;
+  if (core::Status st = parseNodes(config.simulated_nodes, "simulated", catalogue, nodes);
+      !st.isOk()) {
+    return fail(st);
+  }
+  const size_t simulated = nodes.size();
+  if (core::Status st = parseNodes(config.agent_nodes, "agents", catalogue, nodes); !st.isOk()) {
+    return fail(st);
+  }
+  if (nodes.empty()) {
+    return fail(
+        core::invalidArgument("nodes: none given (nodes { simulated = ... agents = ... })"));
   }
   auto store = store::SqliteStore::open(config.storage_path, {}, clock);
   if (!store.isOk()) {
@@ -163,8 +187,12 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   DriverOptions dopts;
   dopts.policy = config.policy;
   dopts.pass_interval = std::chrono::milliseconds(config.pass_interval_ms);
+  dopts.lease_ttl = std::chrono::milliseconds(config.node_lease_ttl_ms);
+  for (size_t i = simulated; i < nodes.size(); ++i) {
+    dopts.agent_nodes.push_back(nodes[i].name);
+  }
   auto driver =
-      SchedulerDriver::create(catalogue, std::move(nodes).value(), clock, dopts,
+      SchedulerDriver::create(catalogue, std::move(nodes), clock, dopts,
                               [&cp_ptr](const std::map<std::string, WorkloadStatus>& changed) {
                                 if (cp_ptr != nullptr) {
                                   cp_ptr->onDriverChanges(changed);
@@ -183,6 +211,8 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
           ? config.tenant_max_in_flight
           : defaultTenantConcurrency(std::thread::hardware_concurrency(), config.workers);
   copts.reject_delay = std::chrono::milliseconds(config.reject_delay_ms);
+  copts.node_lease_ttl = dopts.lease_ttl;
+  copts.max_waiting_heartbeats = std::max(1, config.workers / 2);
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
   copts.tokens.max_ttl = std::chrono::seconds(config.max_ttl_s);
@@ -362,8 +392,18 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* nodes, singleBlock(doc, "nodes", path));
   if (nodes != nullptr) {
     core::JsonNode n(*nodes, "nodes", path);
-    TESSERA_RETURN_IF_ERROR(n.checkKeys({"simulated"}));
-    TESSERA_ASSIGN_OR_RETURN(c.simulated_nodes, strField(n, "simulated", c.simulated_nodes));
+    TESSERA_RETURN_IF_ERROR(n.checkKeys({"simulated", "agents", "lease_ttl_ms"}));
+    // Agents alone: no simulated nodes unless asked for.
+    const std::string def = n.has("agents") ? "" : c.simulated_nodes;
+    c.simulated_nodes = def;
+    if (n.has("simulated")) {
+      TESSERA_ASSIGN_OR_RETURN(c.simulated_nodes, strField(n, "simulated", def));
+    }
+    if (n.has("agents")) {
+      TESSERA_ASSIGN_OR_RETURN(c.agent_nodes, strField(n, "agents", ""));
+    }
+    TESSERA_ASSIGN_OR_RETURN(c.node_lease_ttl_ms,
+                             intField(n, "lease_ttl_ms", 1000, 3600000, c.node_lease_ttl_ms));
   }
   TESSERA_ASSIGN_OR_RETURN(const json* limits, singleBlock(doc, "limits", path));
   if (limits != nullptr) {

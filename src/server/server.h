@@ -12,7 +12,9 @@
 //   }
 //   audit "file" { path = "/var/log/tessera/audit.log"  salt_file = "/etc/tessera/audit.salt" }
 //   scheduler { policy = "tessera"  pass_interval_ms = 200 }
-//   nodes { simulated = "dgx-h100:2,a100-8x:1" }            # until agents exist (issue #5)
+//   nodes { simulated = "dgx-h100:2,a100-8x:1"               # run by the server itself
+//           agents = "gpu-a=dgx-h100,gpu-b=dgx-h100"         # run by `tessera agent`
+//           lease_ttl_ms = 15000 }                           # an agent silent this long: lost
 //   limits { tenant_rate = 1000  tenant_burst = 2000  tenant_concurrency = <half the cores>
 //            max_workloads = 10000  max_pending = 1000  reject_delay_ms = 100 }
 //   tokens { default_ttl = "1h"  max_ttl = "768h" }
@@ -43,7 +45,9 @@ struct ServerConfig {
   std::vector<AuditFile> audit;
   std::string policy = "tessera";
   int pass_interval_ms = 200;
-  std::string simulated_nodes = "dgx-h100:2";
+  std::string simulated_nodes = "dgx-h100:2";  // "" when only agents are declared.
+  std::string agent_nodes;                     // Nodes agents register under.
+  int64_t node_lease_ttl_ms = 15000;
   double tenant_rate = 1000;
   double tenant_burst = 2000;
   int64_t max_workloads = 10000;

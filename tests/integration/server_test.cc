@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "process.h"
 #include "server/certs.h"
 #include "util.h"
 
@@ -33,109 +34,10 @@ using tcp = asio::ip::tcp;
 using nlohmann::json;
 
 using tessera::integration::binary;
+using tessera::integration::Client;
+using tessera::integration::Process;
+using tessera::integration::Response;
 using tessera::integration::slurp;
-
-// A running `tessera` process with its output in files.
-class Process {
- public:
-  Process(std::vector<std::string> args, const fs::path& out) : out_(out) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      freopen(out.string().c_str(), "w", stdout);
-      freopen((out.string() + ".err").c_str(), "w", stderr);
-      std::vector<char*> argv;
-      std::string bin = binary();
-      argv.push_back(bin.data());
-      for (std::string& a : args) {
-        argv.push_back(a.data());
-      }
-      argv.push_back(nullptr);
-      execv(bin.c_str(), argv.data());
-      _exit(127);
-    }
-  }
-  ~Process() { stop(SIGKILL); }
-  pid_t pid() const { return pid_; }
-  int stop(int sig) {
-    if (pid_ <= 0) {
-      return -1;
-    }
-    kill(pid_, sig);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  }
-  std::string output() const { return slurp(out_); }
-  std::string errors() const { return slurp(out_.string() + ".err"); }
-
- private:
-  pid_t pid_ = -1;
-  fs::path out_;
-};
-
-struct Response {
-  unsigned status = 0;
-  json body;
-  std::string raw;
-  std::string retry_after;  // The Retry-After header, if any.
-};
-
-// An HTTPS client for one server; a connection per request keeps it simple.
-class Client {
- public:
-  Client(std::string address, std::string ca_pem) : ca_pem_(std::move(ca_pem)) {
-    const std::smatch m = [&] {
-      std::smatch mm;
-      std::regex_match(address, mm, std::regex(R"(https://([^:]+):(\d+))"));
-      return mm;
-    }();
-    host_ = m[1];
-    port_ = static_cast<uint16_t>(std::stoi(m[2]));
-  }
-  Response call(const std::string& method, const std::string& target, const std::string& token,
-                const json& body = nullptr) const {
-    asio::io_context io;
-    asio::ssl::context ctx(asio::ssl::context::tls_client);
-    ctx.add_certificate_authority(asio::buffer(ca_pem_));
-    ctx.set_verify_mode(asio::ssl::verify_peer);
-    beast::ssl_stream<beast::tcp_stream> stream(io, ctx);
-    beast::get_lowest_layer(stream).connect(
-        tcp::endpoint(asio::ip::make_address(host_ == "localhost" ? "127.0.0.1" : host_), port_));
-    stream.handshake(asio::ssl::stream_base::client);
-    http::request<http::string_body> req;
-    req.method_string(method);
-    req.target(target);
-    req.version(11);
-    req.set(http::field::host, host_);
-    if (!token.empty()) {
-      req.set("X-Tessera-Token", token);
-    }
-    if (!body.is_null()) {
-      req.body() = body.dump();
-    }
-    req.prepare_payload();
-    http::write(stream, req);
-    beast::flat_buffer buf;
-    http::response<http::string_body> resp;
-    http::read(stream, buf, resp);
-    Response r;
-    r.status = resp.result_int();
-    r.raw = resp.body();
-    r.retry_after = std::string(resp[http::field::retry_after]);
-    if (!r.raw.empty() && r.raw[0] == '{') {
-      r.body = json::parse(r.raw, nullptr, false);
-    }
-    beast::error_code ec;
-    stream.shutdown(ec);
-    return r;
-  }
-
- private:
-  std::string host_;
-  uint16_t port_ = 0;
-  std::string ca_pem_;
-};
 
 class ServerTest : public ::testing::Test {
  protected:

@@ -1,0 +1,119 @@
+#include "agent/protocol.h"
+
+#include <filesystem>
+
+#include "core/json_node.h"
+
+namespace tessera::agent {
+
+using nlohmann::json;
+
+core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus& gpus,
+                                                const AssignmentOptions& options) {
+  const std::string source = "assigned task";
+  const core::JsonNode n(task, "", source);
+  if (!task.is_object()) {
+    return n.error("expected an object");
+  }
+  for (const char* required : {"task", "generation", "tenant", "workload", "index"}) {
+    if (!n.has(required)) {
+      return n.error(std::string("missing '") + required + "'");
+    }
+  }
+  TaskAssignment a;
+  TaskSpec& spec = a.spec;
+  TESSERA_ASSIGN_OR_RETURN(spec.id, n.child("task").str());
+  TESSERA_ASSIGN_OR_RETURN(const int64_t generation, n.child("generation").integer(0, UINT32_MAX));
+  a.generation = static_cast<uint32_t>(generation);
+  a.grace = options.grace;
+  TESSERA_ASSIGN_OR_RETURN(spec.tenant, n.child("tenant").str());
+  TESSERA_ASSIGN_OR_RETURN(spec.workload, n.child("workload").str());
+  TESSERA_ASSIGN_OR_RETURN(const int64_t index, n.child("index").integer(0, INT32_MAX));
+  spec.index = static_cast<int>(index);
+  try {
+    if (n.has("command")) {
+      spec.command = task.at("command").get<std::vector<std::string>>();
+    }
+    if (n.has("env")) {
+      spec.env = task.at("env").get<std::map<std::string, std::string>>();
+    }
+  } catch (const json::exception& e) {
+    return n.error(std::string("command or env: ") + e.what());
+  }
+  if (spec.command.empty()) {
+    const int64_t duration = task.value("duration_s", int64_t{0});
+    spec.command = {"sleep", duration > 0 ? std::to_string(duration) : "infinity"};
+  }
+  if (n.has("mig_profile")) {
+    return core::failedPrecondition("task " + spec.id +
+                                    ": MIG slices are not run by agents yet (docs/agent.md)");
+  }
+  std::vector<int> indexes;
+  if (n.has("gpus")) {
+    try {
+      indexes = task.at("gpus").get<std::vector<int>>();
+    } catch (const json::exception& e) {
+      return n.error(std::string("gpus: ") + e.what());
+    }
+  }
+  const int64_t milli = task.value("milli_per_gpu", int64_t{1000});
+  GpuPinning& pin = spec.gpus;
+  for (int i : indexes) {
+    if (i < 0 || static_cast<size_t>(i) >= gpus.gpus.size()) {
+      return core::failedPrecondition("task " + spec.id + ": GPU " + std::to_string(i) +
+                                      " is not on this node (it has " +
+                                      std::to_string(gpus.gpus.size()) + ")");
+    }
+    const Gpu& g = gpus.gpus[static_cast<size_t>(i)];
+    pin.uuids.push_back(g.uuid);
+    if (!options.device_dir.empty()) {
+      spec.device_nodes.push_back(options.device_dir + "/nvidia" +
+                                  std::to_string(g.minor >= 0 ? g.minor : g.index));
+    }
+    if (milli > 0 && milli < 1000) {
+      pin.memory_limit_mib = g.memory_mib * milli / 1000;
+    }
+  }
+  if (!indexes.empty()) {
+    pin.mode = milli > 0 && milli < 1000 ? GpuPinning::Mode::kFractional : GpuPinning::Mode::kWhole;
+    pin.compute_share_percent = static_cast<int>(std::clamp<int64_t>(milli / 10, 1, 100));
+    if (!options.device_dir.empty()) {
+      // What every CUDA process opens besides its GPUs.
+      for (const char* shared : {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}) {
+        const std::string path = options.device_dir + "/" + shared;
+        std::error_code ec;
+        if (std::filesystem::exists(path, ec)) {
+          spec.device_nodes.push_back(path);
+        }
+      }
+    }
+  }
+  spec.limits.cpu_milli = task.value("cpu_milli", int64_t{0});
+  spec.limits.memory_mib = task.value("memory_mib", int64_t{0});
+  spec.limits.restrict_devices = true;
+  return a;
+}
+
+json reportToJson(const TaskReport& report) {
+  json r = {{"task", report.id}, {"generation", report.generation}};
+  switch (report.state) {
+    case TaskReport::State::kRunning:
+      r["state"] = "running";
+      break;
+    case TaskReport::State::kExited:
+      r["state"] = "exited";
+      r["exit_code"] = report.exit.exit_code;
+      r["signal"] = report.exit.signal;
+      r["oom_killed"] = report.exit.oom_killed;
+      r["stopped"] = report.exit.stopped;
+      r["run_time_ms"] = report.exit.run_time.count();
+      break;
+    case TaskReport::State::kFailedToStart:
+      r["state"] = "failed_to_start";
+      r["error"] = report.error;
+      break;
+  }
+  return r;
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,35 @@
+// The agent's side of the node protocol's JSON (docs/agent.md, "The node protocol"): a task the
+// server assigns becomes a `TaskAssignment` the runtime can start, and a `TaskReport` becomes
+// the JSON the server reads.
+//
+//   auto a = assignmentFromJson(task_json, gpus, {.device_dir = "/dev"});
+//   json r = reportToJson(report);
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "agent/agent.h"
+#include "agent/gpu_discovery.h"
+#include "core/status.h"
+
+namespace tessera::agent {
+
+struct AssignmentOptions {
+  // Where the GPUs' device nodes are: GPU i's is <device_dir>/nvidia<minor> (its index when the
+  // minor is unknown), and a task may open only its own (plus nvidiactl and nvidia-uvm when
+  // they exist there). "" : the GPUs have no device nodes (simulated): a task may open none.
+  std::string device_dir = "/dev";
+  std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL when the task is stopped.
+};
+
+// One entry of a heartbeat answer's "tasks". GPU indexes become the node's UUIDs (an index the
+// node does not have is an error: the server and the agent disagree about the node). A task
+// without a command runs `sleep <duration_s>` (or `sleep infinity`), as on simulated nodes.
+// The user is left empty (the caller maps the tenant to one).
+core::Result<TaskAssignment> assignmentFromJson(const nlohmann::json& task, const NodeGpus& gpus,
+                                                const AssignmentOptions& options);
+
+nlohmann::json reportToJson(const TaskReport& report);
+
+}  // namespace tessera::agent

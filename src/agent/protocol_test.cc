@@ -1,0 +1,105 @@
+#include "agent/protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::agent {
+namespace {
+
+using nlohmann::json;
+
+NodeGpus fourGpus() {
+  NodeGpus g;
+  for (int i = 0; i < 4; ++i) {
+    Gpu gpu;
+    gpu.index = i;
+    gpu.uuid = "GPU-" + std::to_string(i);
+    gpu.memory_mib = 80000;
+    gpu.minor = 10 + i;
+    g.gpus.push_back(gpu);
+  }
+  return g;
+}
+
+json task() {
+  return {{"task", "team-1.train.0"}, {"generation", 3},    {"tenant", "team-1"},
+          {"workload", "train"},      {"index", 0},         {"command", {"python", "t.py"}},
+          {"env", {{"LR", "0.1"}}},   {"gpus", {2, 0}},     {"milli_per_gpu", 1000},
+          {"cpu_milli", 4000},        {"memory_mib", 2048}, {"duration_s", 0}};
+}
+
+TEST(ProtocolTest, AnAssignmentPinsTheNodesOwnGpusAndDevices) {
+  auto a = assignmentFromJson(task(), fourGpus(), {.device_dir = "/fake/dev"});
+  ASSERT_TRUE(a.isOk()) << a.status().message();
+  EXPECT_EQ(a->spec.id, "team-1.train.0");
+  EXPECT_EQ(a->generation, 3U);
+  EXPECT_EQ(a->spec.command, (std::vector<std::string>{"python", "t.py"}));
+  EXPECT_EQ(a->spec.env.at("LR"), "0.1");
+  EXPECT_EQ(a->spec.gpus.mode, GpuPinning::Mode::kWhole);
+  EXPECT_EQ(a->spec.gpus.uuids, (std::vector<std::string>{"GPU-2", "GPU-0"}));
+  EXPECT_EQ(a->spec.device_nodes,
+            (std::vector<std::string>{"/fake/dev/nvidia12", "/fake/dev/nvidia10"}));
+  EXPECT_EQ(a->spec.limits.cpu_milli, 4000);
+  EXPECT_EQ(a->spec.limits.memory_mib, 2048);
+  EXPECT_TRUE(a->spec.limits.restrict_devices);
+}
+
+TEST(ProtocolTest, FractionsGetTheInterposersLimitsAndNoCommandSleeps) {
+  json t = task();
+  t["milli_per_gpu"] = 250;
+  t["gpus"] = {1};
+  t.erase("command");
+  t["duration_s"] = 30;
+  auto a = assignmentFromJson(t, fourGpus(), {.device_dir = ""});
+  ASSERT_TRUE(a.isOk()) << a.status().message();
+  EXPECT_EQ(a->spec.gpus.mode, GpuPinning::Mode::kFractional);
+  EXPECT_EQ(a->spec.gpus.memory_limit_mib, 20000);
+  EXPECT_EQ(a->spec.gpus.compute_share_percent, 25);
+  EXPECT_TRUE(a->spec.device_nodes.empty());
+  EXPECT_EQ(a->spec.command, (std::vector<std::string>{"sleep", "30"}));
+  t["duration_s"] = 0;
+  EXPECT_EQ(assignmentFromJson(t, fourGpus(), {})->spec.command,
+            (std::vector<std::string>{"sleep", "infinity"}));
+  t["gpus"] = json::array();
+  EXPECT_EQ(assignmentFromJson(t, fourGpus(), {})->spec.gpus.mode, GpuPinning::Mode::kNone);
+}
+
+TEST(ProtocolTest, RefusesGpusTheNodeDoesNotHaveAndMalformedTasks) {
+  json t = task();
+  t["gpus"] = {4};
+  auto a = assignmentFromJson(t, fourGpus(), {});
+  ASSERT_FALSE(a.isOk());
+  EXPECT_NE(a.status().message().find("GPU 4 is not on this node"), std::string::npos);
+  t = task();
+  t["command"] = "python t.py";
+  EXPECT_EQ(assignmentFromJson(t, fourGpus(), {}).status().code(),
+            core::StatusCode::kInvalidArgument);
+  t = task();
+  t.erase("generation");
+  EXPECT_FALSE(assignmentFromJson(t, fourGpus(), {}).isOk());
+  t = task();
+  t["mig_profile"] = 0;
+  EXPECT_NE(assignmentFromJson(t, fourGpus(), {}).status().message().find("MIG"),
+            std::string::npos);
+}
+
+TEST(ProtocolTest, ReportsSayWhatHappened) {
+  TaskReport r;
+  r.id = "t.w.0";
+  r.generation = 2;
+  r.state = TaskReport::State::kExited;
+  r.exit.signal = 9;
+  r.exit.oom_killed = true;
+  r.exit.run_time = std::chrono::milliseconds(1500);
+  const json j = reportToJson(r);
+  EXPECT_EQ(j["state"], "exited");
+  EXPECT_EQ(j["signal"], 9);
+  EXPECT_EQ(j["oom_killed"], true);
+  EXPECT_EQ(j["run_time_ms"], 1500);
+  r.state = TaskReport::State::kFailedToStart;
+  r.error = "no such program";
+  EXPECT_EQ(reportToJson(r)["error"], "no such program");
+  EXPECT_EQ(reportToJson(r)["state"], "failed_to_start");
+}
+
+}  // namespace
+}  // namespace tessera::agent

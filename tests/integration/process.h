@@ -1,0 +1,129 @@
+// The real `tessera` binary as a process, and a small HTTPS client for its API, for the
+// integration tests that start servers and agents.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "util.h"
+
+namespace tessera::integration {
+
+namespace process_fs = std::filesystem;
+
+// A running `tessera` process with its output in files.
+class Process {
+ public:
+  Process(std::vector<std::string> args, const process_fs::path& out) : out_(out) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      freopen(out.string().c_str(), "w", stdout);
+      freopen((out.string() + ".err").c_str(), "w", stderr);
+      std::vector<char*> argv;
+      std::string bin = binary();
+      argv.push_back(bin.data());
+      for (std::string& a : args) {
+        argv.push_back(a.data());
+      }
+      argv.push_back(nullptr);
+      execv(bin.c_str(), argv.data());
+      _exit(127);
+    }
+  }
+  ~Process() { stop(SIGKILL); }
+  pid_t pid() const { return pid_; }
+  int stop(int sig) {
+    if (pid_ <= 0) {
+      return -1;
+    }
+    kill(pid_, sig);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  std::string output() const { return slurp(out_); }
+  std::string errors() const { return slurp(out_.string() + ".err"); }
+
+ private:
+  pid_t pid_ = -1;
+  process_fs::path out_;
+};
+
+struct Response {
+  unsigned status = 0;
+  nlohmann::json body;
+  std::string raw;
+  std::string retry_after;  // The Retry-After header, if any.
+};
+
+// An HTTPS client for one server; a connection per request keeps it simple.
+class Client {
+ public:
+  Client(std::string address, std::string ca_pem) : ca_pem_(std::move(ca_pem)) {
+    const std::smatch m = [&] {
+      std::smatch mm;
+      std::regex_match(address, mm, std::regex(R"(https://([^:]+):(\d+))"));
+      return mm;
+    }();
+    host_ = m[1];
+    port_ = static_cast<uint16_t>(std::stoi(m[2]));
+  }
+  Response call(const std::string& method, const std::string& target, const std::string& token,
+                const nlohmann::json& body = nullptr) const {
+    boost::asio::io_context io;
+    boost::asio::ssl::context ctx(boost::asio::ssl::context::tls_client);
+    ctx.add_certificate_authority(boost::asio::buffer(ca_pem_));
+    ctx.set_verify_mode(boost::asio::ssl::verify_peer);
+    boost::beast::ssl_stream<boost::beast::tcp_stream> stream(io, ctx);
+    boost::beast::get_lowest_layer(stream).connect(boost::asio::ip::tcp::endpoint(
+        boost::asio::ip::make_address(host_ == "localhost" ? "127.0.0.1" : host_), port_));
+    stream.handshake(boost::asio::ssl::stream_base::client);
+    boost::beast::http::request<boost::beast::http::string_body> req;
+    req.method_string(method);
+    req.target(target);
+    req.version(11);
+    req.set(boost::beast::http::field::host, host_);
+    if (!token.empty()) {
+      req.set("X-Tessera-Token", token);
+    }
+    if (!body.is_null()) {
+      req.body() = body.dump();
+    }
+    req.prepare_payload();
+    boost::beast::http::write(stream, req);
+    boost::beast::flat_buffer buf;
+    boost::beast::http::response<boost::beast::http::string_body> resp;
+    boost::beast::http::read(stream, buf, resp);
+    Response r;
+    r.status = resp.result_int();
+    r.raw = resp.body();
+    r.retry_after = std::string(resp[boost::beast::http::field::retry_after]);
+    if (!r.raw.empty() && r.raw[0] == '{') {
+      r.body = nlohmann::json::parse(r.raw, nullptr, false);
+    }
+    boost::beast::error_code ec;
+    stream.shutdown(ec);
+    return r;
+  }
+
+ private:
+  std::string host_;
+  uint16_t port_ = 0;
+  std::string ca_pem_;
+};
+
+}  // namespace tessera::integration
