@@ -1,0 +1,371 @@
+// A server and two real agents (`tessera agent run`, simulated GPUs) on loopback, used as an
+// operator and a tenant would: tasks run as processes pinned to their GPUs, limits hold,
+// cancelling stops the process tree, and a `kill -9`'d agent's node is declared lost and its
+// task restarts on the other node only after the old process is gone.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "process.h"
+#include "server/certs.h"
+#include "util.h"
+
+namespace tessera::integration {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+bool waitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  return true;
+}
+
+bool gone(pid_t pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return stat.empty() ||
+         (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z');
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tessera-agents-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    auto ca = server::CertAuthority::create("test CA", std::chrono::hours(1));
+    ASSERT_TRUE(ca.isOk());
+    auto leaf = (*ca)->issue("localhost", {"localhost"}, {"127.0.0.1"}, false);
+    ASSERT_TRUE(leaf.isOk());
+    ca_pem_ = (*ca)->certPem();
+    ASSERT_TRUE(server::writeFile((dir_ / "ca.pem").string(), ca_pem_, false).isOk());
+    ASSERT_TRUE(server::writeFile((dir_ / "cert.pem").string(), leaf->cert_pem, false).isOk());
+    ASSERT_TRUE(server::writeFile((dir_ / "key.pem").string(), leaf->key_pem, true).isOk());
+    const std::string d = dir_.string();
+    std::ofstream(dir_ / "server.hcl")
+        << "storage \"sqlite\" { path = \"" << d << "/t.db\" }\n"
+        << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
+        << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
+        << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
+        << "scheduler { pass_interval_ms = 50 }\n"
+        << "nodes {\n  agents = \"gpu-a=t4-2x,gpu-b=t4-2x\"\n  lease_ttl_ms = 4000\n}\n";
+    server_ = std::make_unique<Process>(
+        std::vector<std::string>{"server", "-config=" + d + "/server.hcl"}, dir_ / "server.out");
+    std::smatch m;
+    std::string out;
+    ASSERT_TRUE(waitFor(
+        [&] {
+          out = server_->output();
+          return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
+        },
+        30s))
+        << out << server_->errors();
+    address_ = m[1];
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
+    root_ = m[1];
+    client_ = std::make_unique<Client>(address_, ca_pem_);
+    // One token per node, allowed only its own node's calls.
+    for (const std::string node : {"gpu-a", "gpu-b"}) {
+      const json policy = {
+          {"path", {{"sys/nodes/" + node + "/*", {{"capabilities", {"read", "update"}}}}}}};
+      ASSERT_EQ(call("POST", "/v1/sys/policies/node-" + node, root_, policy).status, 204U);
+      Response t = call("POST", "/v1/auth/token/create", root_,
+                        {{"policies", {"node-" + node}}, {"ttl", "1h"}});
+      ASSERT_EQ(t.status, 200U) << t.raw;
+      node_tokens_[node] = t.body["auth"]["client_token"];
+    }
+    ASSERT_EQ(call("POST", "/v1/tenants/team-1", root_, {{"quota", {{"gpu", 4}}}}).status, 204U);
+    Response t = call("POST", "/v1/auth/token/create", root_,
+                      {{"tenant", "team-1"}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+    ASSERT_EQ(t.status, 200U) << t.raw;
+    tenant_ = t.body["auth"]["client_token"];
+  }
+  void TearDown() override {
+    agents_.clear();
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+
+  Response call(const std::string& method, const std::string& target, const std::string& token,
+                const json& body = nullptr) {
+    return client_->call(method, target, token, body);
+  }
+  // Starts the agent of `node` with its tasks in DIR/<node>.
+  void startAgent(const std::string& node, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"agent",
+                                     "run",
+                                     "--node",
+                                     node,
+                                     "--backend",
+                                     "sim",
+                                     "--profile",
+                                     "t4-2x",
+                                     "--address",
+                                     address_,
+                                     "--token",
+                                     node_tokens_[node],
+                                     "--ca-cert",
+                                     (dir_ / "ca.pem").string(),
+                                     "--work-dir",
+                                     (dir_ / node).string(),
+                                     "--run-as",
+                                     "agent",
+                                     "--fence-after-ms",
+                                     "2500"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    agents_[node] = std::make_unique<Process>(args, dir_ / (node + ".out"));
+  }
+  std::string nodeState(const std::string& node) {
+    Response r = call("GET", "/v1/nodes", root_);
+    for (const json& n : r.body["data"]["nodes"]) {
+      if (n["name"] == node) {
+        return n["state"];
+      }
+    }
+    return "?";
+  }
+  void startBothAgents(const std::vector<std::string>& extra = {}) {
+    startAgent("gpu-a", extra);
+    startAgent("gpu-b", extra);
+    ASSERT_TRUE(waitFor(
+        [&] { return nodeState("gpu-a") == "ready" && nodeState("gpu-b") == "ready"; }, 20s))
+        << agents_["gpu-a"]->errors() << agents_["gpu-b"]->errors();
+  }
+  json workload(const std::string& name) {
+    return call("GET", "/v1/tenants/team-1/workloads/" + name, tenant_).body["data"];
+  }
+  bool phaseIs(const std::string& name, const std::string& phase) {
+    return workload(name)["status"].value("phase", "") == phase;
+  }
+  // The task's folder on `node`.
+  fs::path taskDir(const std::string& node, const std::string& workload, int index = 0) {
+    return dir_ / node / ("team-1." + workload + "." + std::to_string(index));
+  }
+  // The simulated UUIDs of a node's GPUs, as its agent discovers them.
+  std::vector<std::string> uuids(const std::string& node) {
+    CmdResult r =
+        runTessera("agent discover --backend sim --profile t4-2x --node " + node + " -format=json",
+                   dir_ / "discover.err");
+    std::vector<std::string> out;
+    const json found = json::parse(r.out);
+    for (const json& g : found["gpus"]) {
+      out.push_back(g["uuid"]);
+    }
+    return out;
+  }
+
+  fs::path dir_;
+  std::string ca_pem_;
+  std::string address_;
+  std::string root_;
+  std::string tenant_;
+  std::map<std::string, std::string> node_tokens_;
+  std::unique_ptr<Process> server_;
+  std::unique_ptr<Client> client_;
+  std::map<std::string, std::unique_ptr<Process>> agents_;
+};
+
+TEST_F(AgentTest, TasksRunPinnedToTheirGpusAndMoveWhenAnAgentDies) {
+  // Nodes declared for agents wait for them; a tenant cannot pose as an agent.
+  EXPECT_EQ(nodeState("gpu-a"), "waiting");
+  EXPECT_EQ(
+      call("PUT", "/v1/sys/nodes/gpu-a/heartbeat", tenant_, {{"node", {{"gpus", json::array()}}}})
+              .status /
+          100,
+      4U);
+  EXPECT_EQ(call("PUT", "/v1/sys/nodes/gpu-b/heartbeat", node_tokens_["gpu-a"],
+                 {{"node", {{"gpus", json::array()}}}})
+                .status,
+            403U);  // gpu-a's token is for gpu-a only.
+  startBothAgents();
+
+  // A task sees exactly its own GPUs, by their UUIDs.
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/hello", tenant_,
+                 {{"gpu", {{"count", 1}}},
+                  {"command", {"sh", "-c", "echo $CUDA_VISIBLE_DEVICES; sleep 1"}}})
+                .status,
+            202U);
+  std::string node;
+  int gpu = -1;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        const json s = workload("hello")["status"];
+        if (!s["tasks"].empty() && s["tasks"][0].contains("node")) {
+          node = s["tasks"][0]["node"];
+          gpu = s["tasks"][0]["gpus"][0];
+        }
+        return s.value("phase", "") == "succeeded";
+      },
+      20s))
+      << workload("hello").dump();
+  ASSERT_FALSE(node.empty());
+  EXPECT_EQ(slurp(taskDir(node, "hello") / "stdout.log"),
+            uuids(node).at(static_cast<size_t>(gpu)) + "\n");
+
+  // A failing command fails its workload, with the exit code in the reason.
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/broken", tenant_,
+                 {{"command", {"sh", "-c", "exit 3"}}, {"cpuMilli", 100}})
+                .status,
+            202U);
+  ASSERT_TRUE(waitFor([&] { return phaseIs("broken", "failed"); }, 20s));
+  EXPECT_NE(workload("broken")["status"]["reason"].get<std::string>().find("exited with code 3"),
+            std::string::npos)
+      << workload("broken").dump();
+
+  // Cancelling stops the whole process tree, a child in the background included.
+  ASSERT_EQ(
+      call("POST", "/v1/tenants/team-1/workloads/tree", tenant_,
+           {{"gpu", {{"count", 1}}},
+            {"command", {"sh", "-c", "sleep 300 & echo $! > child.pid; echo $$ > sh.pid; wait"}}})
+          .status,
+      202U);
+  fs::path tree;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        for (const std::string n : {"gpu-a", "gpu-b"}) {
+          if (!slurp(taskDir(n, "tree") / "child.pid").empty() &&
+              !slurp(taskDir(n, "tree") / "sh.pid").empty()) {
+            tree = taskDir(n, "tree");
+            return true;
+          }
+        }
+        return false;
+      },
+      20s));
+  const pid_t child = std::stoi(slurp(tree / "child.pid"));
+  const pid_t shell = std::stoi(slurp(tree / "sh.pid"));
+  ASSERT_FALSE(gone(child));
+  ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/tree", tenant_).status, 204U);
+  EXPECT_TRUE(waitFor([&] { return gone(child) && gone(shell); }, 20s));
+  EXPECT_TRUE(waitFor([&] { return phaseIs("tree", "cancelled"); }, 10s));
+
+  // kill -9 of one agent: its task stops (the shim fences it once the lease it left behind
+  // runs out), then the server declares the node lost and the task starts on the other node.
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/long", tenant_,
+                 {{"gpu", {{"count", 2}}},
+                  {"command", {"sh", "-c", "echo $$ > task.pid; exec sleep 300"}}})
+                .status,
+            202U);
+  std::string first;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        for (const std::string n : {"gpu-a", "gpu-b"}) {
+          if (!slurp(taskDir(n, "long") / "task.pid").empty()) {
+            first = n;
+            return true;
+          }
+        }
+        return false;
+      },
+      20s));
+  const std::string second = first == "gpu-a" ? "gpu-b" : "gpu-a";
+  const pid_t old_task = std::stoi(slurp(taskDir(first, "long") / "task.pid"));
+  ASSERT_FALSE(gone(old_task));
+  agents_[first]->stop(SIGKILL);
+  // Watch both: the old process must be gone before the new one starts.
+  std::optional<std::chrono::steady_clock::time_point> old_gone;
+  std::optional<std::chrono::steady_clock::time_point> new_started;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        const auto now = std::chrono::steady_clock::now();
+        if (!old_gone && gone(old_task)) {
+          old_gone = now;
+        }
+        if (!new_started && !slurp(taskDir(second, "long") / "task.pid").empty()) {
+          new_started = now;
+        }
+        return old_gone && new_started;
+      },
+      30s))
+      << agents_[second]->errors();
+  EXPECT_LE(*old_gone, *new_started);
+  EXPECT_EQ(nodeState(first), "lost");
+  const json moved = workload("long")["status"];
+  EXPECT_EQ(moved["phase"], "running") << moved.dump();
+  EXPECT_EQ(moved["tasks"][0]["node"], second) << moved.dump();
+  // The shim wrote down why the old one ended: SIGTERM (15), fenced (1).
+  EXPECT_EQ(slurp(taskDir(first, "long") / "exit"), "15 1\n");
+}
+
+// Limits through the whole path: the workload's memoryMiB becomes the task's cgroup limit, and
+// its GPUs' device nodes the only ones it may open (fake nodes, major 4000, in a folder given
+// to the agent as --device-dir). Needs root and cgroups.
+TEST_F(AgentTest, LimitsHoldForAgentsTasks) {
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "cgroups and device nodes need root";
+  }
+  const fs::path devices = dir_ / "dev";
+  fs::create_directories(devices);
+  for (int i = 0; i < 2; ++i) {
+    const std::string path = (devices / ("nvidia" + std::to_string(i))).string();
+    ASSERT_EQ(::mknod(path.c_str(), S_IFCHR | 0666, makedev(4000, static_cast<unsigned>(i))), 0)
+        << std::strerror(errno);
+  }
+  startBothAgents({"--cgroups", "required", "--device-dir", devices.string()});
+  const std::string d = devices.string();
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/devs", tenant_,
+                 {{"gpu", {{"count", 1}}},
+                  {"command",
+                   {"sh", "-c",
+                    "echo $CUDA_VISIBLE_DEVICES; cat " + d + "/nvidia0 2>&1; cat " + d +
+                        "/nvidia1 2>&1; true"}}})
+                .status,
+            202U);
+  std::string node;
+  int gpu = -1;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        const json s = workload("devs")["status"];
+        if (!s["tasks"].empty() && s["tasks"][0].contains("node")) {
+          node = s["tasks"][0]["node"];
+          gpu = s["tasks"][0]["gpus"][0];
+        }
+        return s.value("phase", "") == "succeeded";
+      },
+      20s))
+      << workload("devs").dump();
+  ASSERT_FALSE(node.empty());
+  const std::string out = slurp(taskDir(node, "devs") / "stdout.log");
+  const std::string mine = d + "/nvidia" + std::to_string(gpu);
+  const std::string other = d + "/nvidia" + std::to_string(1 - gpu);
+  EXPECT_NE(out.find(mine + ": No such device or address"), std::string::npos) << out;
+  EXPECT_NE(out.find(other + ": Operation not permitted"), std::string::npos) << out;
+
+  // Over its memory: killed by the kernel, and the workload says so.
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/hog", tenant_,
+                 {{"memoryMiB", 32},
+                  {"cpuMilli", 100},
+                  {"command", {"sh", "-c", "dd if=/dev/zero of=/dev/null bs=256M count=1"}}})
+                .status,
+            202U);
+  ASSERT_TRUE(waitFor([&] { return phaseIs("hog", "failed"); }, 30s)) << workload("hog").dump();
+  EXPECT_NE(workload("hog")["status"]["reason"].get<std::string>().find("out of memory"),
+            std::string::npos)
+      << workload("hog").dump();
+}
+
+}  // namespace
+}  // namespace tessera::integration
