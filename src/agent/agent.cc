@@ -31,6 +31,29 @@ void Agent::onExit(const std::string& id, const TaskExit& exit) {
   stopping_.erase(id);
 }
 
+void Agent::adopt(const std::vector<AdoptedTask>& tasks) {
+  std::lock_guard lock(mu_);
+  for (const AdoptedTask& t : tasks) {
+    uint32_t generation = 0;
+    try {
+      generation = static_cast<uint32_t>(std::stoul(t.tag));
+    } catch (const std::exception&) {
+      // Not one of ours (no generation): reported as generation 0, which the server ignores.
+    }
+    if (!t.ended) {
+      running_[t.id] = generation;
+      continue;
+    }
+    TaskReport r;
+    r.id = t.id;
+    r.generation = generation;
+    r.state = TaskReport::State::kExited;
+    r.exit = *t.ended;
+    outbox_.push_back(std::move(r));
+    done_.insert({t.id, generation});
+  }
+}
+
 core::Status Agent::tick() {
   std::vector<TaskReport> reports;
   {
@@ -91,8 +114,9 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
       }
       running_[a.spec.id] = a.generation;  // Before start: an exit may come at once.
     }
-    core::Status s =
-        a.invalid.empty() ? runtime_.start(a.spec) : core::failedPrecondition(a.invalid);
+    TaskSpec spec = a.spec;
+    spec.tag = std::to_string(a.generation);  // Given back on adoption after a restart.
+    core::Status s = a.invalid.empty() ? runtime_.start(spec) : core::failedPrecondition(a.invalid);
     if (!s.isOk()) {
       std::lock_guard lock(mu_);
       running_.erase(a.spec.id);

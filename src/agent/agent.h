@@ -74,6 +74,11 @@ class Agent {
   Agent(std::string node, NodeGpus gpus, ControlPlaneClient& server, Runtime& runtime,
         const core::Clock& clock, AgentOptions options = {});
 
+  // Tasks a restarted agent found still running (or ended meanwhile) from before
+  // (ProcessRuntime::adopt; each tag is the generation the task was started at): running ones
+  // count as started here, and the server's next answer keeps or stops them; ended ones are
+  // reported. Call before the first tick.
+  void adopt(const std::vector<AdoptedTask>& tasks);
   // One round with the server; returns its error when it could not be reached (after fencing,
   // if it has been unreachable too long).
   core::Status tick();

@@ -18,6 +18,7 @@ class FakeRuntime : public Runtime {
       return core::failedPrecondition("command 'x' not found in PATH");
     }
     starts.push_back(spec.id);
+    tags[spec.id] = spec.tag;
     running_.insert(spec.id);
     return core::Status::ok();
   }
@@ -35,8 +36,11 @@ class FakeRuntime : public Runtime {
     agent.onExit(id, e);
   }
   void failStarting(const std::string& id) { fail_.insert(id); }
+  // A task an earlier runtime started, now adopted.
+  void adopted(const std::string& id) { running_.insert(id); }
 
   std::vector<std::string> starts;
+  std::map<std::string, std::string> tags;  // What adoption will give back: the generation.
   std::vector<std::pair<std::string, std::chrono::milliseconds>> stops;
 
  private:
@@ -96,6 +100,7 @@ TEST_F(AgentTest, StartsWhatIsAssignedAndReportsEachChangeOnce) {
   server_.assign("t.w.1", 1);
   ASSERT_TRUE(a.tick().isOk());
   EXPECT_EQ(runtime_.starts, (std::vector<std::string>{"t.w.0", "t.w.1"}));
+  EXPECT_EQ(runtime_.tags["t.w.0"], "1");
   ASSERT_TRUE(a.tick().isOk());  // Reports the starts; starts nothing again.
   EXPECT_EQ(runtime_.starts.size(), 2U);
   ASSERT_EQ(server_.received.size(), 2U);
@@ -151,6 +156,31 @@ TEST_F(AgentTest, StopsWhatIsNoLongerAssignedAndReplacesAnOlderGeneration) {
     old_reported |= r.id == "t.w.0" && r.generation == 1 && r.state == TaskReport::State::kExited;
   }
   EXPECT_TRUE(old_reported);
+}
+
+TEST_F(AgentTest, ARestartedAgentKeepsAdoptedTasksStillAssignedAndStopsStrays) {
+  Agent a = agent();
+  for (const char* id : {"t.w.0", "t.w.1", "t.old.0"}) {
+    runtime_.adopted(id);
+  }
+  TaskExit ended;
+  ended.exit_code = 2;
+  a.adopt({{"t.w.0", "3", std::nullopt},
+           {"t.w.1", "1", std::nullopt},
+           {"t.old.0", "1", std::nullopt},
+           {"t.done.0", "4", ended}});
+  server_.assign("t.w.0", 3);    // Still this node's, same generation: kept.
+  server_.assign("t.w.1", 2);    // Placed anew meanwhile: the old one goes, the new one waits.
+  ASSERT_TRUE(a.tick().isOk());  // t.old.0 is not assigned at all: a stray.
+  EXPECT_TRUE(runtime_.starts.empty());
+  EXPECT_EQ(runtime_.stops, (std::vector<std::pair<std::string, std::chrono::milliseconds>>{
+                                {"t.old.0", 7s}, {"t.w.1", 5s}}));
+  // What ended while no agent watched is reported with its generation.
+  ASSERT_EQ(server_.received.size(), 1U);
+  EXPECT_EQ(server_.received[0].id, "t.done.0");
+  EXPECT_EQ(server_.received[0].generation, 4U);
+  EXPECT_EQ(server_.received[0].exit.exit_code, 2);
+  EXPECT_EQ(a.running().at("t.w.0"), 3U);
 }
 
 TEST_F(AgentTest, AStartThatFailsIsReportedAndNotRetriedForThatGeneration) {

@@ -191,6 +191,28 @@ std::string Cgroups::describe() const {
   return "cgroup v1 (" + c + ")";
 }
 
+TaskCgroup Cgroups::existing(const std::string& name) const {
+  TaskCgroup g;
+  g.name = name;
+  g.version = version_;
+  if (!plainFileName(name)) {
+    return g;
+  }
+  for (const std::string* parent :
+       {&cpu_parent_, &memory_parent_, &devices_parent_, &unified_parent_}) {
+    std::error_code ec;
+    const std::string dir = *parent + "/" + name;
+    if (!parent->empty() && fs::is_directory(dir, ec)) {
+      g.dirs.push_back(dir);
+      if (parent == &memory_parent_ ||
+          (version_ == 2 && parent == &unified_parent_ && v2_controllers_.contains("memory"))) {
+        g.memory_dir = dir;
+      }
+    }
+  }
+  return g;
+}
+
 core::Result<TaskCgroup> Cgroups::create(const std::string& name,
                                          const CgroupLimits& limits) const {
   if (!plainFileName(name)) {
@@ -198,16 +220,7 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
   }
   // A group of this name left over (an agent that died with its tasks) is reused once its
   // processes are gone, so the new task starts clean.
-  TaskCgroup leftover;
-  leftover.name = name;
-  for (const std::string* parent :
-       {&cpu_parent_, &memory_parent_, &devices_parent_, &unified_parent_}) {
-    std::error_code ec;
-    if (!parent->empty() && fs::is_directory(*parent + "/" + name, ec)) {
-      leftover.dirs.push_back(*parent + "/" + name);
-    }
-  }
-  TESSERA_RETURN_IF_ERROR(killAll(leftover));
+  TESSERA_RETURN_IF_ERROR(killAll(existing(name)));
   TaskCgroup g;
   g.name = name;
   g.version = version_;

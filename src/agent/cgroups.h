@@ -79,6 +79,9 @@ class Cgroups {
   // Creates the task's groups and writes its limits. `name` must be a plain file name. A group
   // left over from an earlier run of the same name is removed first, its processes killed.
   core::Result<TaskCgroup> create(const std::string& name, const CgroupLimits& limits) const;
+  // The groups of `name` as they are (a task an earlier agent started, being adopted): nothing
+  // is written or killed. Empty `dirs` when there are none.
+  TaskCgroup existing(const std::string& name) const;
   // Kills what is left in the groups (SIGKILL) and removes them. Idempotent.
   core::Status remove(const TaskCgroup& group) const;
   // Kills every process in the groups (SIGKILL) and waits until they are empty (up to 5 s).

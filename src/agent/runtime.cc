@@ -21,7 +21,9 @@
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <utility>
 
@@ -235,6 +237,25 @@ std::vector<std::string> taskEnvironment(const TaskSpec& spec, const std::string
   return out;
 }
 
+// The start time of a process (field 22 of /proc/<pid>/stat, in clock ticks since boot), which
+// tells it from a later process that reuses its pid; 0 when it is gone.
+uint64_t processStartTime(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) {
+    return 0;
+  }
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) {
+      return std::strtoull(field.c_str(), nullptr, 10);
+    }
+  }
+  return 0;
+}
+
 // Reads what writeExit wrote.
 bool readExitFile(const std::string& path, int& status, bool& fenced) {
   FILE* f = std::fopen(path.c_str(), "re");
@@ -330,12 +351,22 @@ struct ProcessRuntime::Impl {
 
   ProcessRuntimeOptions options;
   OnExit on_exit;
+  bool detached = false;
   mutable std::mutex mu;
   std::map<std::string, Task> tasks;  // Running ones.
   int epoll = -1;
   int wake = -1;  // eventfd: a stop deadline changed, or shutting down.
   bool stopping = false;
   std::thread monitor;
+
+  // Starts watching a task's shim. Requires mu.
+  void watch(Task t) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = t.pidfd;
+    ::epoll_ctl(epoll, EPOLL_CTL_ADD, t.pidfd, &ev);
+    tasks.emplace(t.id, std::move(t));
+  }
 
   void killTree(const Task& t, int sig) const {
     ::kill(-t.pid, sig);  // The process group (its own session's).
@@ -413,6 +444,7 @@ struct ProcessRuntime::Impl {
       e.signal = WTERMSIG(task_status);
     }
     e.stopped = t.stopped || fenced;
+    ::unlink((options.work_dir + "/" + t.id + "/shim").c_str());  // Nothing left to adopt.
     // The first process is gone: so is the rest of its tree.
     killTree(t, SIGKILL);
     if (t.cgroup) {
@@ -445,6 +477,10 @@ ProcessRuntime::~ProcessRuntime() {
   (void)!::write(impl_->wake, &one, sizeof one);
   impl_->monitor.join();
   for (auto& [id, t] : impl_->tasks) {
+    if (impl_->detached) {
+      ::close(t.pidfd);  // The shim keeps watching it; the next agent adopts it.
+      continue;
+    }
     impl_->killTree(t, SIGKILL);
     int status = 0;
     ::waitpid(t.shim, &status, 0);
@@ -673,13 +709,95 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     return fail(core::unavailable(where + ": pidfd_open: " + std::strerror(e) +
                                   " (Linux 5.3 or later is needed)"));
   }
+  // What a later runtime needs to adopt it: the shim (and its start time, against pid reuse),
+  // the task's process group, and the caller's tag.
+  {
+    std::ofstream rec(dir + "/shim", std::ios::trunc);
+    rec << shim << " " << task << " " << processStartTime(shim) << "\n" << spec.tag << "\n";
+  }
   std::lock_guard lock(impl_->mu);
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = t.pidfd;
-  ::epoll_ctl(impl_->epoll, EPOLL_CTL_ADD, t.pidfd, &ev);
-  impl_->tasks.emplace(spec.id, std::move(t));
+  impl_->watch(std::move(t));
   return core::Status::ok();
+}
+
+void ProcessRuntime::detach() {
+  std::lock_guard lock(impl_->mu);
+  impl_->detached = true;
+}
+
+std::vector<AdoptedTask> ProcessRuntime::adopt() {
+  std::vector<AdoptedTask> out;
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(impl_->options.work_dir, ec)) {
+    const std::string id = entry.path().filename().string();
+    const std::string dir = entry.path().string();
+    std::ifstream rec(dir + "/shim");
+    if (!entry.is_directory(ec) || !plainFileName(id) || !rec) {
+      continue;
+    }
+    pid_t shim = 0;
+    pid_t task = 0;
+    uint64_t start_time = 0;
+    std::string tag;
+    rec >> shim >> task >> start_time;
+    rec.ignore(1);
+    std::getline(rec, tag);
+    rec.close();
+    {
+      std::lock_guard lock(impl_->mu);
+      if (impl_->tasks.contains(id)) {
+        continue;
+      }
+    }
+    Impl::Task t;
+    t.id = id;
+    t.pid = task;
+    t.shim = shim;
+    t.exit_file = dir + "/exit";
+    if (impl_->options.cgroups != nullptr) {
+      TaskCgroup g = impl_->options.cgroups->existing(id);
+      if (!g.dirs.empty()) {
+        t.cgroup = std::move(g);
+      }
+    }
+    // The shim writes the exit file just before it exits: with the file there, the task ended.
+    const bool alive = shim > 0 && processStartTime(shim) == start_time && start_time != 0 &&
+                       !fs::exists(t.exit_file, ec);
+    if (alive) {
+      t.pidfd = pidfdOpen(shim);
+    }
+    if (t.pidfd >= 0) {
+      t.started = Clock::now();
+      std::lock_guard lock(impl_->mu);
+      impl_->watch(std::move(t));
+      out.push_back({id, tag, std::nullopt});
+      continue;
+    }
+    // It ended while no agent watched it: its shim kept the status (or, if the shim itself was
+    // killed, nobody did: reported as killed). Whatever is left of it goes.
+    TaskExit e;
+    bool fenced = false;
+    int status = 0;
+    if (!readExitFile(t.exit_file, status, fenced)) {
+      status = SIGKILL;
+    }
+    if (WIFEXITED(status)) {
+      e.exit_code = WEXITSTATUS(status);
+    } else if (WIFSIGNALED(status)) {
+      e.signal = WTERMSIG(status);
+    }
+    e.stopped = fenced;
+    if (t.cgroup) {
+      e.oom_killed = t.cgroup->oomKills() > 0;
+      (void)impl_->options.cgroups->remove(*t.cgroup);
+    }
+    ::unlink((dir + "/shim").c_str());
+    int shim_status = 0;
+    (void)::waitpid(shim, &shim_status, WNOHANG);  // Reaped if it was ours (a runtime in this
+                                                   // process before); else init reaps it.
+    out.push_back({id, tag, e});
+  }
+  return out;
 }
 
 core::Status ProcessRuntime::stop(const std::string& id, std::chrono::milliseconds grace) {

@@ -66,6 +66,7 @@ struct TaskSpec {
   CgroupLimits limits;                     // CPU, memory, device nodes.
   std::vector<std::string> device_nodes;   // Paths of the device nodes it may open.
   std::string user;                        // Unix user to run as; "": the agent's.
+  std::string tag;  // Opaque to the runtime: kept with the task, given back by adopt().
 };
 
 struct TaskExit {
@@ -106,6 +107,14 @@ struct ProcessRuntimeOptions {
 // + `valid_for`.
 core::Status writeLease(const std::string& lease_file, std::chrono::milliseconds valid_for);
 
+// A task found by ProcessRuntime::adopt: still running (now watched by this runtime), or ended
+// while no agent watched it.
+struct AdoptedTask {
+  std::string id;
+  std::string tag;
+  std::optional<TaskExit> ended;
+};
+
 class ProcessRuntime : public Runtime {
  public:
   // `on_exit` runs on the runtime's own thread, once per task that ended.
@@ -118,6 +127,14 @@ class ProcessRuntime : public Runtime {
   core::Status stop(const std::string& id, std::chrono::milliseconds grace) override;
   std::vector<std::string> running() const override;
 
+  // Takes over the tasks an earlier runtime (an agent that was restarted or died) started in the
+  // same work_dir: those whose shim still runs are watched as if started here (their exits are
+  // reported through OnExit); those that ended meanwhile are returned with their exit status
+  // and cleaned up. Call before starting anything.
+  std::vector<AdoptedTask> adopt();
+  // From now on the destructor leaves running tasks to their shims (an agent restarting: the
+  // next one adopts them; if none does in time, the lease runs out and the shims stop them).
+  void detach();
   // The task's folder (its stdout.log and stderr.log are there).
   std::string taskDir(const std::string& id) const;
   // The pid of a running task's first process (tests, diagnostics).

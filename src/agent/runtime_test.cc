@@ -280,6 +280,60 @@ TEST_F(RuntimeTest, ATaskOutlivesItsAgentOnlyUntilTheLeaseRunsOut) {
             std::string::npos);  // Recorded as fenced.
 }
 
+TEST_F(RuntimeTest, ARestartedRuntimeAdoptsTasksAndLearnsHowTheOthersEnded) {
+  const std::string lease = (dir_ / "lease").string();
+  ASSERT_TRUE(writeLease(lease, 60s).isOk());
+  {
+    ProcessRuntime& first = runtime(nullptr, lease);
+    TaskSpec keeps = shell("keeps", "echo $$ > pid; read line < fifo; echo got $line; exit 4");
+    keeps.tag = "7";
+    fs::create_directories(dir_ / "tasks" / "keeps");
+    ASSERT_EQ(::mkfifo((dir_ / "tasks" / "keeps" / "fifo").c_str(), 0666), 0);
+    ASSERT_TRUE(first.start(keeps).isOk());
+    TaskSpec quick = shell("quick", "exit 3");
+    quick.tag = "2";
+    ASSERT_TRUE(first.start(quick).isOk());
+    ASSERT_TRUE(exitOf("quick").has_value());  // Reported by the first: not adopted again.
+    TaskSpec later = shell("later", "read line < fifo; exit 5");
+    later.tag = "9";
+    fs::create_directories(dir_ / "tasks" / "later");
+    ASSERT_EQ(::mkfifo((dir_ / "tasks" / "later" / "fifo").c_str(), 0666), 0);
+    ASSERT_TRUE(first.start(later).isOk());
+    ASSERT_TRUE(waitFor([&] { return !readFile(first.taskDir("keeps") + "/pid").empty(); }));
+    first.detach();
+    runtime_.reset();  // The agent goes; its tasks stay.
+  }
+  exits_.clear();
+  const pid_t pid = std::stoi(readFile((dir_ / "tasks" / "keeps" / "pid").string()));
+  EXPECT_FALSE(gone(pid));
+  // "later" ends while no runtime watches it.
+  std::ofstream((dir_ / "tasks" / "later" / "fifo").string()) << "x\n";
+  ASSERT_TRUE(waitFor([&] { return fs::exists(dir_ / "tasks" / "later" / "exit"); }));
+
+  ProcessRuntime& second = runtime(nullptr, lease);
+  std::vector<AdoptedTask> adopted = second.adopt();
+  std::sort(adopted.begin(), adopted.end(),
+            [](const AdoptedTask& a, const AdoptedTask& b) { return a.id < b.id; });
+  ASSERT_EQ(adopted.size(), 2U);
+  EXPECT_EQ(adopted[0].id, "keeps");
+  EXPECT_EQ(adopted[0].tag, "7");
+  EXPECT_FALSE(adopted[0].ended.has_value());
+  EXPECT_EQ(adopted[1].id, "later");
+  EXPECT_EQ(adopted[1].tag, "9");
+  ASSERT_TRUE(adopted[1].ended.has_value());
+  EXPECT_EQ(adopted[1].ended->exit_code, 5);
+  EXPECT_EQ(second.running(), std::vector<std::string>{"keeps"});
+  EXPECT_TRUE(second.adopt().empty());  // Once only.
+  // The adopted task is the same process, and its end is reported by the new runtime.
+  std::ofstream((dir_ / "tasks" / "keeps" / "fifo").string()) << "hello\n";
+  auto e = exitOf("keeps");
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 4) << e->describe();
+  EXPECT_FALSE(e->stopped);
+  EXPECT_EQ(log("keeps"), "got hello\n");
+  EXPECT_TRUE(gone(pid));
+}
+
 TEST_F(RuntimeTest, ATaskThatIgnoresSigtermIsKilledAfterItsGrace) {
   ProcessRuntime& rt = runtime();
   ASSERT_TRUE(

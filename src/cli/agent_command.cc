@@ -390,9 +390,13 @@ int runAgent(const RunFlags& f) {
   }
   const std::string lease_file = f.work_dir + "/lease";
   const auto fence_after = std::chrono::milliseconds(f.fence_after_ms);
-  if (core::Status st = agent::writeLease(lease_file, fence_after); !st.isOk()) {
-    std::cerr << "error: " << st.message() << "\n";
-    return 1;
+  // An earlier agent's lease is left as it is: only a heartbeat may extend it, or a restart
+  // that cannot reach the server would keep its tasks running past the server's lease.
+  if (!std::filesystem::exists(lease_file, ec)) {
+    if (core::Status st = agent::writeLease(lease_file, fence_after); !st.isOk()) {
+      std::cerr << "error: " << st.message() << "\n";
+      return 1;
+    }
   }
   agent::Agent* agent_ptr = nullptr;
   agent::ProcessRuntime runtime(
@@ -413,6 +417,14 @@ int runAgent(const RunFlags& f) {
   };
   agent::Agent agent(config.node_name, *gpus, server, runtime, clock, options);
   agent_ptr = &agent;
+  // Tasks an earlier agent left to their shims (a restart): adopted, or reported if they ended.
+  const std::vector<agent::AdoptedTask> adopted = runtime.adopt();
+  agent.adopt(adopted);
+  for (const agent::AdoptedTask& t : adopted) {
+    agentLog(t.ended ? fmt::format("task {} (generation {}) ended while no agent watched it: {}",
+                                   t.id, t.tag, t.ended->describe())
+                     : fmt::format("task {} (generation {}) adopted: still running", t.id, t.tag));
+  }
   struct sigaction sa {};
   sa.sa_handler = [](int) { g_agent_stop = true; };
   sigemptyset(&sa.sa_mask);
@@ -451,7 +463,13 @@ int runAgent(const RunFlags& f) {
     wakeup.wait(renew_every);
   }
   watcher.join();
-  agentLog(fmt::format("stopping: {} task(s) still running are killed", runtime.running().size()));
+  // A restart must not stop the node's work: the tasks stay with their shims, the next agent
+  // adopts them, and if none comes before the lease runs out the shims stop them.
+  runtime.detach();
+  agentLog(
+      fmt::format("stopping: {} task(s) left running under their shims; they stop in {} ms "
+                  "unless an agent takes them over",
+                  runtime.running().size(), f.fence_after_ms));
   return 0;
 }
 

@@ -310,6 +310,43 @@ TEST_F(AgentTest, TasksRunPinnedToTheirGpusAndMoveWhenAnAgentDies) {
   EXPECT_EQ(slurp(taskDir(first, "long") / "exit"), "15 1\n");
 }
 
+TEST_F(AgentTest, ARestartedAgentAdoptsItsRunningTasks) {
+  startBothAgents();
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/steady", tenant_,
+                 {{"gpu", {{"count", 2}}},
+                  {"command",
+                   {"sh", "-c", "echo $$ > task.pid; echo start >> runs; sleep 4; echo done"}}})
+                .status,
+            202U);
+  std::string node;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        for (const std::string n : {"gpu-a", "gpu-b"}) {
+          if (!slurp(taskDir(n, "steady") / "task.pid").empty()) {
+            node = n;
+            return true;
+          }
+        }
+        return false;
+      },
+      20s));
+  const pid_t task = std::stoi(slurp(taskDir(node, "steady") / "task.pid"));
+  // An upgrade, say: the agent stops (SIGTERM) and a new one starts; the task runs on.
+  EXPECT_EQ(agents_[node]->stop(SIGTERM), 0);
+  EXPECT_FALSE(gone(task));
+  const std::string first_log = slurp(dir_ / (node + ".out.err"));
+  EXPECT_NE(first_log.find("left running under their shims"), std::string::npos) << first_log;
+  startAgent(node);
+  ASSERT_TRUE(waitFor([&] { return phaseIs("steady", "succeeded"); }, 30s))
+      << workload("steady").dump() << slurp(dir_ / (node + ".out.err"));
+  EXPECT_EQ(slurp(taskDir(node, "steady") / "runs"), "start\n")  // Never started twice.
+      << first_log << "---\n"
+      << slurp(dir_ / (node + ".out.err"));
+  EXPECT_EQ(slurp(taskDir(node, "steady") / "stdout.log"), "done\n");
+  EXPECT_NE(slurp(dir_ / (node + ".out.err")).find("adopted: still running"), std::string::npos);
+  EXPECT_EQ(nodeState(node), "ready");
+}
+
 // Limits through the whole path: the workload's memoryMiB becomes the task's cgroup limit, and
 // its GPUs' device nodes the only ones it may open (fake nodes, major 4000, in a folder given
 // to the agent as --device-dir). Needs root and cgroups.
