@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -16,10 +17,12 @@
 #include "agent/agent.h"
 #include "agent/agent_config.h"
 #include "agent/cgroups.h"
+#include "agent/exec_util.h"
 #include "agent/protocol.h"
 #include "agent/runtime.h"
 #include "agent/users.h"
 #include "cli/client.h"
+#include "core/strings.h"
 #include "model/gpu_catalogue.h"
 
 namespace tessera::cli {
@@ -292,10 +295,47 @@ class Wakeup {
   bool poked_ = false;
 };
 
+// Answers one of the server's log requests from the task's folder: PUT
+// sys/nodes/<node>/logs/<id> with the bytes (as hex) and the log's size, or why not.
+void answerLogRequest(ApiClient& api, const std::string& node, const std::string& work_dir,
+                      const nlohmann::json& req) {
+  const std::string id = req.value("id", "");
+  const std::string task = req.value("task", "");
+  const std::string stream = req.value("stream", "");
+  const int64_t offset = req.value("offset", int64_t{0});
+  const int64_t limit = std::clamp<int64_t>(req.value("limit", int64_t{65536}), 1, 256 * 1024);
+  nlohmann::json body;
+  const std::string path = work_dir + "/" + task + "/" + stream + ".log";
+  std::ifstream in(path, std::ios::binary);
+  if (!agent::plainFileName(task) || (stream != "stdout" && stream != "stderr") || offset < 0) {
+    body = {{"error", "bad log request"}};
+  } else if (!in) {
+    body = {{"error", "no " + stream + " log of task " + task + " on node " + node}};
+  } else {
+    in.seekg(0, std::ios::end);
+    const int64_t size = in.tellg();
+    std::string data;
+    if (offset < size) {
+      data.resize(static_cast<size_t>(std::min(limit, size - offset)));
+      in.seekg(offset);
+      in.read(data.data(), static_cast<std::streamsize>(data.size()));
+      data.resize(static_cast<size_t>(in.gcount()));
+    }
+    body = {{"data_hex",
+             core::hexEncode(reinterpret_cast<const unsigned char*>(data.data()), data.size())},
+            {"size", size}};
+  }
+  auto r = api.call("PUT", "/v1/sys/nodes/" + pathSegment(node) + "/logs/" + pathSegment(id), body);
+  if (!r.isOk()) {
+    agentLog("cannot answer a log request: " + r.status().message());
+  }
+}
+
 // Watches the node's task list on its own connection (GET sys/nodes/<node>/tasks, which waits
-// at the server for a change) and pokes the loop when it moves.
-void watchTasks(ApiClient& api, const std::string& node, std::chrono::milliseconds wait,
-                Wakeup& wakeup) {
+// at the server for a change) and pokes the loop when it moves; answers the server's log
+// requests that come with it.
+void watchTasks(ApiClient& api, const std::string& node, const std::string& work_dir,
+                std::chrono::milliseconds wait, Wakeup& wakeup) {
   std::optional<uint64_t> known;
   while (!g_agent_stop) {
     std::string target = "/v1/sys/nodes/" + pathSegment(node) + "/tasks";
@@ -306,6 +346,11 @@ void watchTasks(ApiClient& api, const std::string& node, std::chrono::millisecon
     if (!r.isOk()) {
       sleepUnlessStopped(std::chrono::milliseconds(1000));  // The heartbeat says why.
       continue;
+    }
+    for (const nlohmann::json& req : (*r)["data"].value("log_requests", nlohmann::json::array())) {
+      if (req.is_object()) {
+        answerLogRequest(api, node, work_dir, req);
+      }
     }
     const uint64_t version = (*r)["data"].value("version", uint64_t{0});
     if (known != version) {
@@ -434,7 +479,8 @@ int runAgent(const RunFlags& f) {
   agentLog(fmt::format("node {}: {} GPUs ({}), tasks in {}", config.node_name, gpus->gpus.size(),
                        gpus->backend, f.work_dir));
   std::thread watcher([&] {
-    watchTasks(**watch_api, config.node_name, std::chrono::milliseconds(f.wait_ms), wakeup);
+    watchTasks(**watch_api, config.node_name, f.work_dir, std::chrono::milliseconds(f.wait_ms),
+               wakeup);
   });
   // Renew well within the fencing period, so one lost call does not stop the tasks.
   const auto renew_every = std::max(std::chrono::milliseconds(200), fence_after / 4);

@@ -1283,6 +1283,43 @@ core::Status auditTail(const AuditTailFlags& f) {
   return core::Status::ok();
 }
 
+struct LogsFlags {
+  CommonFlags common;
+  std::string name;
+  int64_t task = 0;
+  bool stderr_stream = false;
+  bool follow = false;
+  double interval_s = 1;
+};
+
+// A task's log from its node's agent, from the start; -f keeps reading while the workload runs.
+core::Status logs(const LogsFlags& f) {
+  if (f.interval_s < 0.1 || f.interval_s > 3600) {
+    return core::invalidArgument("--interval: expected 0.1 to 3600 seconds");
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("workloads"));
+  const std::string base = Session::path(tenant, "workloads/" + pathSegment(f.name) + "/logs") +
+                           "?task=" + std::to_string(f.task) +
+                           "&stream=" + (f.stderr_stream ? "stderr" : "stdout");
+  int64_t offset = 0;
+  while (true) {
+    TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", base + "&offset=" + std::to_string(offset)));
+    const json data = r.value("data", json::object());
+    const std::string text = data.value("text", "");
+    std::cout << text << std::flush;
+    offset = data.value("next_offset", offset);
+    if (offset < data.value("size", int64_t{0})) {
+      continue;  // More is there already.
+    }
+    const std::string phase = data.value("phase", "");
+    if (!f.follow || (phase != "running" && phase != "pending")) {
+      return core::Status::ok();
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(f.interval_s));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Wiring.
 
@@ -1513,6 +1550,22 @@ void addWorkloadCommands(CLI::App& app, int* rc) {
     addCommonFlags(c, f->common);
     c->add_option("NAME", f->name, "Workload name")->required();
     bind(c, f, &show, rc);
+  }
+  {
+    auto f = std::make_shared<LogsFlags>();
+    CLI::App* c = app.add_subcommand(
+        "logs", "Print a task's output (from its node's agent); -f follows while it runs");
+    addCommonFlags(c, f->common);
+    c->add_option("NAME", f->name, "Workload name")->required();
+    c->add_option("--task", f->task, "Task index in the workload")->capture_default_str();
+    c->add_flag("--stderr", f->stderr_stream, "Standard error instead of standard output");
+    c->add_flag("-f,--follow", f->follow, "Keep printing new output until the workload ends");
+    c->add_option("--interval", f->interval_s, "Seconds between polls with -f")
+        ->capture_default_str();
+    c->footer(
+        "Tasks on simulated nodes keep no logs. A task placed again after its node was lost "
+        "shows the log of its current node.");
+    bind(c, f, &logs, rc);
   }
   {
     auto f = std::make_shared<WorkloadFlags>();

@@ -9,6 +9,7 @@
 #include "audit/crypto.h"
 #include "audit/verify.h"
 #include "core/json_node.h"
+#include "core/strings.h"
 #include "model/codec.h"
 #include "server/request.h"
 
@@ -456,7 +457,8 @@ Admission ControlPlane::admit(const HttpRequest& http) {
         target.starts_with(kPrefix) ? target.substr(kPrefix.size()) : std::string_view();
     const size_t slash = rest.find('/');
     if (slash != std::string_view::npos &&
-        (rest.substr(slash) == "/heartbeat" || rest.substr(slash) == "/tasks")) {
+        (rest.substr(slash) == "/heartbeat" || rest.substr(slash) == "/tasks" ||
+         rest.substr(slash).starts_with("/logs/"))) {
       const std::string node(rest.substr(0, slash));
       if (driver_.isAgentNode(node)) {
         a.key = "/node/" + node;
@@ -652,6 +654,9 @@ HttpResponse ControlPlane::route(Request& r) {
     }
     if (first == "sys" && parts.size() == 4 && parts[1] == "nodes" && parts[3] == "tasks") {
       return watchNodeApi(r, parts[2]);
+    }
+    if (first == "sys" && parts.size() == 5 && parts[1] == "nodes" && parts[3] == "logs") {
+      return logAnswerApi(r, parts[2], parts[4]);
     }
     if (first == "sys" && parts.size() == 2 && parts[1] == "metrics") {
       if (!authorized(r, Capability::kRead)) {
@@ -1084,6 +1089,12 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     }
   }
   const bool exists = !record.is_null();
+  if (parts.size() == 3 && parts[2] == "logs") {
+    if (!exists) {
+      return error(404, "no workload '" + name + "'");
+    }
+    return workloadLogs(r, tenant, name);
+  }
   if (parts.size() == 3 && parts[2] == "events" && r.method == "GET") {
     if (!authorized(r, Capability::kRead)) {
       return error(403, "permission denied");
@@ -1471,15 +1482,154 @@ HttpResponse ControlPlane::watchNodeApi(Request& r, const std::string& node) {
   if (wait_ms > 0 && !may_wait) {
     node_waits_.fetch_sub(1);
   }
-  auto version = driver_.watchNode(node, known, std::chrono::milliseconds(may_wait ? wait_ms : 0));
+  // The task list's changes wake the driver's wait at once; requests for the agent are looked
+  // for between slices of it.
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(may_wait ? wait_ms : 0);
+  core::Result<uint64_t> version = driver_.watchNode(node, known, std::chrono::milliseconds(0));
+  while (version.isOk() && *version == known && !mailbox_.hasWaiting(node) &&
+         std::chrono::steady_clock::now() < until) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    version = driver_.watchNode(node, known, std::min(left, std::chrono::milliseconds(100)));
+  }
   if (may_wait) {
     node_waits_.fetch_sub(1);
   }
   if (!version.isOk()) {
     return fromStatus(version.status());
   }
+  json requests = json::array();
+  for (const LogRequest& l : mailbox_.take(node)) {
+    requests.push_back({{"id", l.id},
+                        {"task", l.task},
+                        {"stream", l.stream},
+                        {"offset", l.offset},
+                        {"limit", l.limit}});
+  }
   return reply(
-      200, {{"request_id", r.request_id}, {"data", {{"version", *version}, {"waited", may_wait}}}});
+      200, {{"request_id", r.request_id},
+            {"data", {{"version", *version}, {"waited", may_wait}, {"log_requests", requests}}}});
+}
+
+HttpResponse ControlPlane::logAnswerApi(Request& r, const std::string& node,
+                                        const std::string& id) {
+  if (r.method != "PUT" && r.method != "POST") {
+    return error(405, "method not allowed");
+  }
+  if (!authorized(r, Capability::kUpdate)) {
+    return error(403, "permission denied");
+  }
+  const std::string source = "log answer of node '" + node + "'";
+  core::JsonNode body(r.body, "", source);
+  if (core::Status st = body.checkKeys({"data_hex", "size", "error"}); !st.isOk()) {
+    return fromStatus(st);
+  }
+  LogPiece piece;
+  if (body.has("error")) {
+    auto e = body.child("error").str();
+    if (!e.isOk()) {
+      return fromStatus(e.status());
+    }
+    piece.error = e->substr(0, 1024);
+  } else {
+    const json hex = r.body.value("data_hex", json(""));
+    if (!hex.is_string() || hex.get<std::string>().size() % 2 != 0) {
+      return error(400, source + ": data_hex: expected hex digits");
+    }
+    const std::string& h = hex.get_ref<const std::string&>();
+    piece.data.reserve(h.size() / 2);
+    for (size_t i = 0; i < h.size(); i += 2) {
+      const int hi = core::hexDigitValue(h[i]);
+      const int lo = core::hexDigitValue(h[i + 1]);
+      if (hi < 0 || lo < 0) {
+        return error(400, source + ": data_hex: expected hex digits");
+      }
+      piece.data.push_back(static_cast<char>(hi * 16 + lo));
+    }
+    auto size = body.has("size") ? body.child("size").integer(0, INT64_MAX)
+                                 : core::Result<int64_t>(int64_t{0});
+    if (!size.isOk()) {
+      return fromStatus(size.status());
+    }
+    piece.size = *size;
+  }
+  if (core::Status st = mailbox_.answer(node, id, std::move(piece)); !st.isOk()) {
+    return fromStatus(st);
+  }
+  return noContent();
+}
+
+HttpResponse ControlPlane::workloadLogs(Request& r, const std::string& tenant,
+                                        const std::string& name) {
+  if (r.method != "GET") {
+    return error(405, "method not allowed");
+  }
+  if (!authorized(r, Capability::kRead)) {
+    return error(403, "permission denied");
+  }
+  int64_t task = 0;
+  LogRequest req;
+  req.stream = "stdout";
+  try {
+    if (auto it = r.scope.query.find("task"); it != r.scope.query.end()) {
+      task = std::stoll(it->second);
+    }
+    if (auto it = r.scope.query.find("offset"); it != r.scope.query.end()) {
+      req.offset = std::stoll(it->second);
+    }
+    if (auto it = r.scope.query.find("limit"); it != r.scope.query.end()) {
+      req.limit = std::stoll(it->second);
+    }
+  } catch (const std::exception&) {
+    return error(400, "logs: task, offset and limit must be numbers");
+  }
+  if (auto it = r.scope.query.find("stream"); it != r.scope.query.end()) {
+    req.stream = it->second;
+  }
+  if (req.stream != "stdout" && req.stream != "stderr") {
+    return error(400, "logs: stream: expected stdout or stderr");
+  }
+  if (req.offset < 0 || req.limit < 1 || req.limit > 256 * 1024) {
+    return error(400, "logs: offset must be >= 0 and limit 1..262144 bytes");
+  }
+  const std::optional<WorkloadStatus> status = driver_.status(tenant, name);
+  if (!status) {
+    return error(404, "no workload '" + name + "'");
+  }
+  if (task < 0 || task >= static_cast<int64_t>(status->tasks.size())) {
+    return error(404, "workload '" + name + "' has no task " + std::to_string(task));
+  }
+  const std::string& node = status->tasks[static_cast<size_t>(task)].node;
+  if (node.empty()) {
+    return error(404, "task " + std::to_string(task) + " of '" + name +
+                          "' has not run on an agent's node (no logs yet)");
+  }
+  if (!driver_.isAgentNode(node)) {
+    return error(404, "task " + std::to_string(task) + " runs on simulated node '" + node +
+                          "', which keeps no logs");
+  }
+  req.task = tenant + "." + name + "." + std::to_string(task);
+  const int64_t offset = req.offset;
+  const std::string stream = req.stream;
+  auto piece = mailbox_.fetchLog(node, std::move(req), std::chrono::seconds(5));
+  if (!piece.isOk()) {
+    return fromStatus(piece.status());
+  }
+  // Logs are bytes; JSON wants UTF-8: invalid sequences become U+FFFD.
+  const std::string text =
+      json::parse(json(piece->data).dump(-1, ' ', false, json::error_handler_t::replace))
+          .get<std::string>();
+  return reply(200, {{"request_id", r.request_id},
+                     {"data",
+                      {{"task", task},
+                       {"node", node},
+                       {"stream", stream},
+                       {"offset", offset},
+                       {"next_offset", offset + static_cast<int64_t>(piece->data.size())},
+                       {"size", piece->size},
+                       {"phase", status->phase},
+                       {"text", text}}}});
 }
 
 HttpResponse ControlPlane::queuesApi(Request& r) {

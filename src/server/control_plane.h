@@ -29,6 +29,7 @@
 #include "server/acl.h"
 #include "server/driver.h"
 #include "server/http_server.h"
+#include "server/node_mailbox.h"
 #include "server/route.h"
 #include "server/tokens.h"
 #include "store/store.h"
@@ -115,8 +116,14 @@ class ControlPlane {
   HttpResponse nodesApi(Request& r);
   // PUT sys/nodes/<node>/heartbeat: an agent's lease, reports and task list.
   HttpResponse heartbeatApi(Request& r, const std::string& node);
-  // GET sys/nodes/<node>/tasks?index=N&wait_ms=W: waits for the node's task list to change.
+  // GET sys/nodes/<node>/tasks?index=N&wait_ms=W: waits for the node's task list to change or
+  // a request for its agent (log pieces) to arrive.
   HttpResponse watchNodeApi(Request& r, const std::string& node);
+  // PUT sys/nodes/<node>/logs/<id>: the agent's answer to a log request.
+  HttpResponse logAnswerApi(Request& r, const std::string& node, const std::string& id);
+  // GET workloads/<name>/logs?task=&stream=&offset=&limit=: a piece of a task's log, from its
+  // node's agent.
+  HttpResponse workloadLogs(Request& r, const std::string& tenant, const std::string& name);
   HttpResponse queuesApi(Request& r);
   // A team's queue inside the tenant: GET, or POST to create or change it.
   HttpResponse teamQueueApi(Request& r, const std::string& name);
@@ -142,6 +149,7 @@ class ControlPlane {
   store::WatchId watch_{};
   bool watching_ = false;
   std::atomic<int> node_waits_{0};  // Watches waiting for news now.
+  NodeMailbox mailbox_;             // Log requests for agents.
   std::mutex status_write_mu_;      // Held from reading a workload's record to writing it back.
   std::mutex tenant_admin_mu_;      // One tenant create or update at a time; taken before mu_.
   // Guards the caches below. Reads (most requests) share it; writes take it alone.

@@ -316,6 +316,10 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
         ts.mig_profile = std::to_string(p.mig_profile);
       }
     }
+    if (auto ran = ran_on_.find(t);
+        ran != ran_on_.end() && task.state == sched::TaskState::kFinished) {
+      ts.node = nodes_[ran->second].name;
+    }
     s.tasks.push_back(std::move(ts));
   }
   return s;
@@ -391,6 +395,7 @@ void SchedulerDriver::runOnce() {
     if (agents_.contains(node)) {  // The set of agent nodes is fixed: no lock needed to look.
       node_tasks_[node].insert(s.task);
       agent_started_[s.task] = false;
+      ran_on_[s.task] = node;
       continue;
     }
     const core::Duration d = specs_[s.workload].duration;

@@ -42,6 +42,7 @@ namespace tessera::server {
 
 // Where a task is, as the API shows it.
 struct TaskStatus {
+  // `node` is also set for a finished task that ran on an agent's node (where its logs are).
   // pending, starting (placed on an agent's node, not yet started there), running, terminating,
   // finished.
   std::string state = "pending";
@@ -255,8 +256,9 @@ class SchedulerDriver {
   std::vector<bool> cancelled_;
   std::vector<std::string> failed_;   // Why a workload failed ("" : it did not).
   std::vector<SubmitCommand> specs_;  // Command, env, duration of each workload, for agents.
-  std::map<std::string, sched::TaskId> task_ids_;  // NodeTask id -> task.
-  std::map<sched::TaskId, bool> agent_started_;    // Placed on an agent's node: started there?
+  std::map<std::string, sched::TaskId> task_ids_;     // NodeTask id -> task.
+  std::map<sched::TaskId, bool> agent_started_;       // Placed on an agent's node: started there?
+  std::map<sched::TaskId, sched::NodeIndex> ran_on_;  // The agent's node a task last ran on.
   // Tasks assigned to each agent-run node (running there at their current generation).
   std::map<sched::NodeIndex, std::set<sched::TaskId>> node_tasks_;
 };

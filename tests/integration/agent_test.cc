@@ -138,6 +138,12 @@ class AgentTest : public ::testing::Test {
     args.insert(args.end(), extra.begin(), extra.end());
     agents_[node] = std::make_unique<Process>(args, dir_ / (node + ".out"));
   }
+  // The tessera client with the tenant's token.
+  CmdResult tenantCli(const std::string& args) {
+    return runTessera(args, dir_ / "cli.err",
+                      "TESSERA_ADDR=" + address_ + " TESSERA_CACERT=" + (dir_ / "ca.pem").string() +
+                          " TESSERA_TENANT= HOME=" + dir_.string() + " TESSERA_TOKEN=" + tenant_);
+  }
   std::string nodeState(const std::string& node) {
     Response r = call("GET", "/v1/nodes", root_);
     for (const json& n : r.body["data"]["nodes"]) {
@@ -213,7 +219,8 @@ TEST_F(AgentTest, TasksRunPinnedToTheirGpusAndMoveWhenAnAgentDies) {
   ASSERT_TRUE(waitFor(
       [&] {
         const json s = workload("hello")["status"];
-        if (!s["tasks"].empty() && s["tasks"][0].contains("node")) {
+        if (!s["tasks"].empty() && s["tasks"][0].contains("node") &&
+            !s["tasks"][0].value("gpus", json::array()).empty()) {
           node = s["tasks"][0]["node"];
           gpu = s["tasks"][0]["gpus"][0];
         }
@@ -222,8 +229,26 @@ TEST_F(AgentTest, TasksRunPinnedToTheirGpusAndMoveWhenAnAgentDies) {
       20s))
       << workload("hello").dump();
   ASSERT_FALSE(node.empty());
-  EXPECT_EQ(slurp(taskDir(node, "hello") / "stdout.log"),
-            uuids(node).at(static_cast<size_t>(gpu)) + "\n");
+  const std::string uuid = uuids(node).at(static_cast<size_t>(gpu));
+  EXPECT_EQ(slurp(taskDir(node, "hello") / "stdout.log"), uuid + "\n");
+  // `tessera logs` gets it from the node's agent, as a user would.
+  CmdResult logs = tenantCli("logs hello");
+  EXPECT_EQ(logs.rc, 0) << logs.err;
+  EXPECT_EQ(logs.out, uuid + "\n");
+  CmdResult no_task = tenantCli("logs hello --task 3");
+  EXPECT_EQ(no_task.rc, 1);
+  EXPECT_NE(no_task.err.find("has no task 3"), std::string::npos) << no_task.err;
+  // -f follows a running task to its end.
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/ticks", tenant_,
+                 {{"cpuMilli", 100},
+                  {"command", {"sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 0.5; done"}}})
+                .status,
+            202U);
+  ASSERT_TRUE(waitFor(
+      [&] { return !workload("ticks")["status"]["tasks"][0].value("node", "").empty(); }, 20s));
+  CmdResult follow = tenantCli("logs ticks -f --interval 0.2");
+  EXPECT_EQ(follow.rc, 0) << follow.err;
+  EXPECT_EQ(follow.out, "tick 1\ntick 2\ntick 3\n");
 
   // A failing command fails its workload, with the exit code in the reason.
   ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/broken", tenant_,
@@ -376,7 +401,8 @@ TEST_F(AgentTest, LimitsHoldForAgentsTasks) {
   ASSERT_TRUE(waitFor(
       [&] {
         const json s = workload("devs")["status"];
-        if (!s["tasks"].empty() && s["tasks"][0].contains("node")) {
+        if (!s["tasks"].empty() && s["tasks"][0].contains("node") &&
+            !s["tasks"][0].value("gpus", json::array()).empty()) {
           node = s["tasks"][0]["node"];
           gpu = s["tasks"][0]["gpus"][0];
         }
