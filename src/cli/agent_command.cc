@@ -164,14 +164,18 @@ struct RunFlags {
   int64_t fence_after_ms = 10000;
 };
 
-std::atomic<bool> g_agent_stop{false};
+std::atomic<bool> g_agent_stop{false};  // `tessera agent run`'s: set by SIGTERM and SIGINT.
+
+// The node whose agent runs on this thread (several share a process in `tessera dev`), for logs.
+thread_local std::string t_log_node;
 
 void agentLog(const std::string& line) {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   ::gmtime_r(&now, &tm);
-  std::cerr << fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z agent: {}\n", tm.tm_year + 1900,
-                           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, line);
+  std::cerr << fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z agent {}: {}\n", tm.tm_year + 1900,
+                           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, t_log_node,
+                           line);
 }
 
 std::string envOr(const std::string& flag, const char* name) {
@@ -182,9 +186,9 @@ std::string envOr(const std::string& flag, const char* name) {
   return v != nullptr ? v : "";
 }
 
-void sleepUnlessStopped(std::chrono::milliseconds d) {
+void sleepUnlessStopped(std::chrono::milliseconds d, const std::atomic<bool>& stop) {
   const auto until = std::chrono::steady_clock::now() + d;
-  while (!g_agent_stop && std::chrono::steady_clock::now() < until) {
+  while (!stop && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
@@ -274,6 +278,7 @@ class HttpControlPlane final : public agent::ControlPlaneClient {
 // task ended here, or it is time to renew the lease.
 class Wakeup {
  public:
+  explicit Wakeup(const std::atomic<bool>& stop) : stop_(stop) {}
   void poke() {
     std::lock_guard lock(mu_);
     poked_ = true;
@@ -283,13 +288,14 @@ class Wakeup {
   void wait(std::chrono::milliseconds limit) {
     std::unique_lock lock(mu_);
     const auto until = std::chrono::steady_clock::now() + limit;
-    while (!poked_ && !g_agent_stop && std::chrono::steady_clock::now() < until) {
+    while (!poked_ && !stop_ && std::chrono::steady_clock::now() < until) {
       cv_.wait_for(lock, std::chrono::milliseconds(100));
     }
     poked_ = false;
   }
 
  private:
+  const std::atomic<bool>& stop_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool poked_ = false;
@@ -335,16 +341,17 @@ void answerLogRequest(ApiClient& api, const std::string& node, const std::string
 // at the server for a change) and pokes the loop when it moves; answers the server's log
 // requests that come with it.
 void watchTasks(ApiClient& api, const std::string& node, const std::string& work_dir,
-                std::chrono::milliseconds wait, Wakeup& wakeup) {
+                std::chrono::milliseconds wait, Wakeup& wakeup, const std::atomic<bool>& stop) {
+  t_log_node = node;
   std::optional<uint64_t> known;
-  while (!g_agent_stop) {
+  while (!stop) {
     std::string target = "/v1/sys/nodes/" + pathSegment(node) + "/tasks";
     if (known) {
       target += fmt::format("?index={}&wait_ms={}", *known, wait.count());
     }
     auto r = api.call("GET", target);
     if (!r.isOk()) {
-      sleepUnlessStopped(std::chrono::milliseconds(1000));  // The heartbeat says why.
+      sleepUnlessStopped(std::chrono::milliseconds(1000), stop);  // The heartbeat says why.
       continue;
     }
     for (const nlohmann::json& req : (*r)["data"].value("log_requests", nlohmann::json::array())) {
@@ -357,28 +364,17 @@ void watchTasks(ApiClient& api, const std::string& node, const std::string& work
       known = version;
       wakeup.poke();
     } else if (!(*r)["data"].value("waited", true)) {
-      sleepUnlessStopped(std::chrono::milliseconds(1000));  // The server could not wait.
+      sleepUnlessStopped(std::chrono::milliseconds(1000), stop);  // The server could not wait.
     }
   }
 }
 
-int runAgent(const RunFlags& f) {
-  auto resolved = resolveConfig(f.node);
-  if (!resolved.isOk()) {
-    std::cerr << "error: " << resolved.status().message() << "\n";
-    return 2;
-  }
-  const agent::AgentConfig& config = *resolved;
-  ClientConfig cc;
-  cc.address = envOr(f.address, "TESSERA_ADDR");
-  cc.ca_cert_file = envOr(f.ca_cert, "TESSERA_CACERT");
-  cc.token = envOr(f.token, "TESSERA_TOKEN");
-  if (cc.address.empty() || cc.token.empty()) {
-    std::cerr << "error: the agent needs the server's address and a token whose policy allows "
-                 "update on sys/nodes/<node>/heartbeat (--address/--token, or TESSERA_ADDR/"
-                 "TESSERA_TOKEN)\n";
-    return 2;
-  }
+}  // namespace
+
+int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
+  const agent::AgentConfig& config = f.config;
+  t_log_node = config.node_name;
+  ClientConfig cc = f.client;
   cc.timeout = std::chrono::milliseconds(f.wait_ms + 5000);
   auto api = ApiClient::create(cc);
   auto watch_api = ApiClient::create(cc);
@@ -420,11 +416,9 @@ int runAgent(const RunFlags& f) {
     agentLog("tasks run as the agent's own user (--run-as agent)");
   }
   agent::AssignmentOptions assign;
-  assign.device_dir = f.device_dir_opt->count() > 0 ? f.device_dir
-                      : gpus->backend == "nvml"     ? "/dev"
-                                                    : "";
+  assign.device_dir = f.device_dir ? *f.device_dir : gpus->backend == "nvml" ? "/dev" : "";
   HttpControlPlane server(std::move(api).value(), assign, users ? &*users : nullptr);
-  Wakeup wakeup;
+  Wakeup wakeup(stop);
   // The lease the tasks' shims watch: renewed with every heartbeat, it runs out `fence_after`
   // after the last one, and then they stop their tasks even if this process is gone.
   std::error_code ec;
@@ -470,23 +464,17 @@ int runAgent(const RunFlags& f) {
                                    t.id, t.tag, t.ended->describe())
                      : fmt::format("task {} (generation {}) adopted: still running", t.id, t.tag));
   }
-  struct sigaction sa {};
-  sa.sa_handler = [](int) { g_agent_stop = true; };
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
   agentLog(fmt::format("node {}: {} GPUs ({}), tasks in {}", config.node_name, gpus->gpus.size(),
                        gpus->backend, f.work_dir));
   std::thread watcher([&] {
     watchTasks(**watch_api, config.node_name, f.work_dir, std::chrono::milliseconds(f.wait_ms),
-               wakeup);
+               wakeup, stop);
   });
   // Renew well within the fencing period, so one lost call does not stop the tasks.
   const auto renew_every = std::max(std::chrono::milliseconds(200), fence_after / 4);
   bool failing = false;
   bool fenced = false;
-  while (!g_agent_stop) {
+  while (!stop) {
     core::Status st = agent.tick();
     if (!st.isOk()) {
       if (!failing) {
@@ -498,7 +486,7 @@ int runAgent(const RunFlags& f) {
                              f.fence_after_ms));
       }
       fenced = agent.fenced();
-      sleepUnlessStopped(std::chrono::milliseconds(500));
+      sleepUnlessStopped(std::chrono::milliseconds(500), stop);
       continue;
     }
     if (failing) {
@@ -509,6 +497,11 @@ int runAgent(const RunFlags& f) {
     wakeup.wait(renew_every);
   }
   watcher.join();
+  if (!f.detach_on_stop) {
+    agentLog(
+        fmt::format("stopping: {} task(s) still running are stopped", runtime.running().size()));
+    return 0;
+  }
   // A restart must not stop the node's work: the tasks stay with their shims, the next agent
   // adopts them, and if none comes before the lease runs out the shims stop them.
   runtime.detach();
@@ -517,6 +510,44 @@ int runAgent(const RunFlags& f) {
                   "unless an agent takes them over",
                   runtime.running().size(), f.fence_after_ms));
   return 0;
+}
+
+namespace {
+
+int runAgent(const RunFlags& f) {
+  auto resolved = resolveConfig(f.node);
+  if (!resolved.isOk()) {
+    std::cerr << "error: " << resolved.status().message() << "\n";
+    return 2;
+  }
+  AgentSettings settings;
+  settings.config = *resolved;
+  ClientConfig& cc = settings.client;
+  cc.address = envOr(f.address, "TESSERA_ADDR");
+  cc.ca_cert_file = envOr(f.ca_cert, "TESSERA_CACERT");
+  cc.token = envOr(f.token, "TESSERA_TOKEN");
+  if (cc.address.empty() || cc.token.empty()) {
+    std::cerr << "error: the agent needs the server's address and a token whose policy allows "
+                 "read and update on sys/nodes/<node>/* (--address/--token, or TESSERA_ADDR/"
+                 "TESSERA_TOKEN)\n";
+    return 2;
+  }
+  settings.work_dir = f.work_dir;
+  settings.cgroups = f.cgroups;
+  settings.run_as = f.run_as;
+  settings.user_pattern = f.user_pattern;
+  if (f.device_dir_opt->count() > 0) {
+    settings.device_dir = f.device_dir;
+  }
+  settings.wait_ms = f.wait_ms;
+  settings.fence_after_ms = f.fence_after_ms;
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_agent_stop = true; };
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return runAgentLoop(settings, g_agent_stop);
 }
 
 }  // namespace

@@ -1,12 +1,38 @@
-// `tessera agent ...`: the node agent's commands. So far `tessera agent discover`, which shows
-// what the agent finds on this machine (GPUs, MIG devices, topology), as the agent would
-// register it.
+// `tessera agent ...`: the node agent's commands. `tessera agent discover` shows what the agent
+// finds on this machine (GPUs, MIG devices, topology); `tessera agent run` registers the node
+// with the server and runs its tasks (docs/agent.md). `runAgentLoop` is the agent itself, also
+// run in-process by `tessera dev`, one per simulated node.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <optional>
+#include <string>
+
+#include "agent/agent_config.h"
+#include "cli/client.h"
 
 namespace tessera::cli {
 
 void addAgentCommands(CLI::App& app, int* rc);
+
+struct AgentSettings {
+  agent::AgentConfig config;  // Node name and GPU discovery.
+  ClientConfig client;        // The server: address, CA, the node's token.
+  std::string work_dir = "/var/lib/tessera/agent";
+  std::string cgroups = "auto";  // auto, required or off.
+  std::string run_as;            // tenant or agent; "": tenant when root, else agent.
+  std::string user_pattern = "tessera-{tenant}";
+  std::optional<std::string> device_dir;  // Unset: /dev with NVML, none when simulated.
+  int64_t wait_ms = 2000;                 // A watch's wait at the server.
+  int64_t fence_after_ms = 10000;
+  // On stop, leave running tasks to their shims for the next agent (a restart) rather than
+  // stop them (`tessera dev`, whose nodes go away with it).
+  bool detach_on_stop = true;
+};
+
+// Runs the agent until `stop` is set. Returns the exit status: 0 stopped, 1 discovery, cgroups
+// or work folder failed, 2 bad settings. Logs go to standard error, each line naming the node.
+int runAgentLoop(const AgentSettings& settings, const std::atomic<bool>& stop);
 
 }  // namespace tessera::cli

@@ -1,8 +1,12 @@
 #include "cli/server_command.h"
 
+#include <atomic>
 #include <iostream>
 #include <memory>
+#include <thread>
+#include <vector>
 
+#include "cli/agent_command.h"
 #include "server/server.h"
 
 namespace tessera::cli {
@@ -35,10 +39,51 @@ void addServerCommands(CLI::App& app, int* rc) {
   d->add_option("--addr", dev->addr, "Address to listen on (port 0: any free port)")
       ->capture_default_str();
   d->add_option("--nodes", dev->nodes,
-                "Simulated nodes, PROFILE:COUNT,... (dgx-h100, dgx-h200, "
-                "a100-8x, a100-40gb-8x, l40s-4x, t4-2x)")
+                "Nodes, PROFILE:COUNT,... (dgx-h100, dgx-h200, a100-8x, a100-40gb-8x, l40s-4x, "
+                "t4-2x) or NAME=PROFILE,...; each is run by an in-process agent with simulated "
+                "GPUs, so workloads run as real processes (logs: DATA_DIR/nodes/<node>)")
       ->capture_default_str();
-  d->callback([dev, rc] { *rc = server::runDev(*dev); });
+  auto simulated = std::make_shared<bool>(false);
+  d->add_flag("--simulated", *simulated,
+              "No agents: the server simulates the nodes (tasks run for their --duration, "
+              "nothing is executed)");
+  d->callback([dev, simulated, rc] {
+    // One agent per node on a thread of its own, as `tessera agent run` would run on each
+    // machine; stopped (with their tasks) before the server stops.
+    struct Agents {
+      std::atomic<bool> stop{false};
+      std::vector<std::thread> threads;
+    };
+    auto agents = std::make_shared<Agents>();
+    if (!*simulated) {
+      dev->start_agents = [agents](const server::DevInfo& info) {
+        for (const server::NodeDecl& n : info.nodes) {
+          AgentSettings s;
+          s.config.node_name = n.name;
+          s.config.gpus.backend = "sim";
+          s.config.gpus.profile = n.profile;
+          s.client.address = info.address;
+          s.client.ca_cert_file = info.ca_cert;
+          s.client.token = info.root_token;
+          s.work_dir = info.data_dir + "/nodes/" + n.name;
+          s.run_as = "agent";
+          s.detach_on_stop = false;
+          agents->threads.emplace_back([s, agents] { (void)runAgentLoop(s, agents->stop); });
+        }
+      };
+      dev->stop_agents = [agents] {
+        agents->stop = true;
+        for (std::thread& t : agents->threads) {
+          t.join();
+        }
+        agents->threads.clear();
+      };
+    }
+    *rc = server::runDev(*dev);
+    if (dev->stop_agents) {
+      dev->stop_agents();  // The server failed to start: no signal came.
+    }
+  });
 }
 
 }  // namespace tessera::cli

@@ -28,54 +28,22 @@ using nlohmann::json;
 
 namespace {
 
-// Nodes from a list like "dgx-h100:2,a100-8x:1" (named PROFILE-0, PROFILE-1, ...) or
-// "gpu-a=dgx-h100,gpu-b=l40s-4x" (named), or both kinds mixed. `index` numbers them on.
-core::Status parseNodes(const std::string& spec, const char* field,
-                        const model::GpuCatalogue& catalogue, std::vector<model::Node>& nodes) {
-  for (const std::string& item : core::splitList(spec, ',')) {
-    const size_t eq = item.find('=');
-    std::vector<std::pair<std::string, std::string>> named;  // (name, profile)
-    if (eq != std::string::npos) {
-      const std::string name = item.substr(0, eq);
-      if (!validName(name)) {
-        return core::invalidArgument(std::string("nodes: ") + field + ": '" + name +
-                                     "' is not a valid node name (lowercase letters, digits, "
-                                     "'-')");
-      }
-      named.emplace_back(name, item.substr(eq + 1));
-    } else {
-      const size_t colon = item.find(':');
-      const std::string profile = item.substr(0, colon);
-      int count = 1;
-      if (colon != std::string::npos) {
-        try {
-          count = std::stoi(item.substr(colon + 1));
-        } catch (const std::exception&) {
-          count = -1;
-        }
-      }
-      if (count < 1 || count > 10000) {
-        return core::invalidArgument(std::string("nodes: ") + field +
-                                     ": expected PROFILE:COUNT or NAME=PROFILE, got '" + item +
-                                     "'");
-      }
-      for (int i = 0; i < count; ++i) {
-        named.emplace_back(profile + "-" + std::to_string(i), profile);
+// Builds the declared nodes, numbered on from those in `nodes`.
+core::Status addNodes(const std::string& spec, const char* field,
+                      const model::GpuCatalogue& catalogue, std::vector<model::Node>& nodes) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<NodeDecl> decls, parseNodeList(spec, field));
+  for (const NodeDecl& d : decls) {
+    for (const model::Node& n : nodes) {
+      if (n.name == d.name) {
+        return core::invalidArgument(std::string("nodes: ") + field + ": node '" + d.name +
+                                     "' is declared twice");
       }
     }
-    for (const auto& [name, profile] : named) {
-      for (const model::Node& n : nodes) {
-        if (n.name == name) {
-          return core::invalidArgument(std::string("nodes: ") + field + ": node '" + name +
-                                       "' is declared twice");
-        }
-      }
-      auto n = model::makeProfileNode(profile, name, catalogue, static_cast<int>(nodes.size()));
-      if (!n.isOk()) {
-        return n.status().withContext(std::string("nodes: ") + field);
-      }
-      nodes.push_back(std::move(n).value());
+    auto n = model::makeProfileNode(d.profile, d.name, catalogue, static_cast<int>(nodes.size()));
+    if (!n.isOk()) {
+      return n.status().withContext(std::string("nodes: ") + field);
     }
+    nodes.push_back(std::move(n).value());
   }
   return core::Status::ok();
 }
@@ -130,6 +98,7 @@ std::atomic<bool> g_stop{false};
 
 struct Hooks {
   std::function<void(ControlPlane&, const std::vector<std::string>&)> ready;
+  std::function<void()> stopping;  // A signal came: before the server stops answering.
 };
 
 int serve(const ServerConfig& config, const Hooks& hooks) {
@@ -140,12 +109,12 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     return 1;
   };
   std::vector<model::Node> nodes;
-  if (core::Status st = parseNodes(config.simulated_nodes, "simulated", catalogue, nodes);
+  if (core::Status st = addNodes(config.simulated_nodes, "simulated", catalogue, nodes);
       !st.isOk()) {
     return fail(st);
   }
   const size_t simulated = nodes.size();
-  if (core::Status st = parseNodes(config.agent_nodes, "agents", catalogue, nodes); !st.isOk()) {
+  if (core::Status st = addNodes(config.agent_nodes, "agents", catalogue, nodes); !st.isOk()) {
     return fail(st);
   }
   if (nodes.empty()) {
@@ -268,6 +237,9 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     cp_ptr->housekeeping();
     (void)(*store)->expireLeases();
   }
+  if (hooks.stopping) {
+    hooks.stopping();
+  }
   std::cerr << "shutting down: finishing requests in flight\n";
   (*http)->shutdown(std::chrono::seconds(10));
   (*driver)->stop();
@@ -286,6 +258,41 @@ void installSignalHandlers() {
 }
 
 }  // namespace
+
+core::Result<std::vector<NodeDecl>> parseNodeList(const std::string& spec, const char* field) {
+  std::vector<NodeDecl> out;
+  for (const std::string& item : core::splitList(spec, ',')) {
+    const size_t eq = item.find('=');
+    if (eq != std::string::npos) {
+      const std::string name = item.substr(0, eq);
+      if (!validName(name)) {
+        return core::invalidArgument(std::string("nodes: ") + field + ": '" + name +
+                                     "' is not a valid node name (lowercase letters, digits, "
+                                     "'-')");
+      }
+      out.push_back({name, item.substr(eq + 1)});
+      continue;
+    }
+    const size_t colon = item.find(':');
+    const std::string profile = item.substr(0, colon);
+    int count = 1;
+    if (colon != std::string::npos) {
+      try {
+        count = std::stoi(item.substr(colon + 1));
+      } catch (const std::exception&) {
+        count = -1;
+      }
+    }
+    if (count < 1 || count > 10000) {
+      return core::invalidArgument(std::string("nodes: ") + field +
+                                   ": expected PROFILE:COUNT or NAME=PROFILE, got '" + item + "'");
+    }
+    for (int i = 0; i < count; ++i) {
+      out.push_back({profile + "-" + std::to_string(i), profile});
+    }
+  }
+  return out;
+}
 
 int defaultTenantConcurrency(unsigned cores, int workers) {
   const int half_cores = static_cast<int>(cores / 2);
@@ -497,12 +504,27 @@ int runDev(const DevOptions& options) {
   l.tls_key_file = dir + "/server-key.pem";
   config.listeners.push_back(l);
   config.audit.push_back({dir + "/audit.log", dir + "/audit.salt", "", 1000});
-  config.simulated_nodes = options.nodes;
+  std::vector<NodeDecl> decls;
+  if (options.start_agents) {
+    auto parsed = parseNodeList(options.nodes, "--nodes");
+    if (!parsed.isOk()) {
+      std::cerr << "error: " << parsed.status().message() << "\n";
+      return 2;
+    }
+    decls = std::move(parsed).value();
+    config.simulated_nodes = "";
+    config.agent_nodes = options.nodes;
+  } else {
+    config.simulated_nodes = options.nodes;
+  }
   Hooks hooks;
+  hooks.stopping = options.stop_agents;
   hooks.ready = [&](ControlPlane& cp, const std::vector<std::string>& addresses) {
     DevInfo info;
     info.address = addresses[0];
     info.ca_cert = dir + "/ca.pem";
+    info.data_dir = dir;
+    info.nodes = decls;
     info.tenant = "demo";
     if (std::filesystem::exists(dir + "/dev.json")) {
       try {
@@ -544,15 +566,19 @@ int runDev(const DevOptions& options) {
               << "Use it from a shell with the tessera client:\n"
               << "  export TESSERA_ADDR=" << info.address << " TESSERA_CACERT=" << info.ca_cert
               << " TESSERA_TOKEN=" << info.tenant_token << "\n"
-              << "  tessera run hello --gpus 1 --duration 60 && tessera ps\n\n"
+              << "  tessera run hello --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES; sleep 30'\n"
+              << "  tessera ps && tessera logs hello -f\n\n"
               << "Or with curl:\n"
               << "  curl --cacert " << info.ca_cert << " -H 'X-Tessera-Token: " << info.tenant_token
               << "' \\\n    -X POST " << info.address
-              << "/v1/tenants/demo/workloads/hello -d '{\"gpu\": {\"count\": 1}, \"duration\": "
-                 "60}'\n"
+              << "/v1/tenants/demo/workloads/hello -d '{\"gpu\": {\"count\": 1}, \"command\": "
+                 "[\"sleep\", \"60\"]}'\n"
               << "  curl --cacert " << info.ca_cert << " -H 'X-Tessera-Token: " << info.tenant_token
               << "' " << info.address << "/v1/tenants/demo/workloads/hello\n"
               << std::flush;
+    if (options.start_agents) {
+      options.start_agents(info);
+    }
   };
   return serve(config, hooks);
 }

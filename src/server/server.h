@@ -24,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,16 @@ struct ServerConfig {
 // leaves the other half for everyone else (docs/benchmarks.md, "API end to end", measures it).
 int defaultTenantConcurrency(unsigned cores, int workers);
 
+// One node of a `nodes { simulated = ... agents = ... }` list.
+struct NodeDecl {
+  std::string name;
+  std::string profile;  // A node profile (model/node_profiles.h).
+};
+
+// "dgx-h100:2,a100-8x:1" (named PROFILE-0, PROFILE-1, ...) or "gpu-a=dgx-h100,gpu-b=l40s-4x",
+// or both mixed. `field` names the list in errors. Profiles are checked when nodes are built.
+core::Result<std::vector<NodeDecl>> parseNodeList(const std::string& spec, const char* field);
+
 // Reads and validates a config file (.hcl or .json).
 core::Result<ServerConfig> readServerConfig(const std::string& path);
 
@@ -76,12 +87,19 @@ struct DevInfo {
   std::string root_token;
   std::string tenant;
   std::string tenant_token;
+  std::string data_dir;
+  std::vector<NodeDecl> nodes;
 };
 
 struct DevOptions {
   std::string data_dir;  // Empty: a new temporary directory.
   std::string addr = "127.0.0.1:8200";
   std::string nodes = "dgx-h100:2,a100-8x:1";
+  // Set: the nodes are run by agents, which this starts once the server is ready (`tessera
+  // dev` runs one in-process agent per node); unset: the server simulates them.
+  std::function<void(const DevInfo&)> start_agents;
+  // Called when the server is about to stop (SIGINT/SIGTERM), before it stops answering.
+  std::function<void()> stop_agents;
 };
 
 // Runs the server until SIGINT or SIGTERM, then shuts down gracefully: prints each listener's

@@ -372,6 +372,49 @@ TEST_F(AgentTest, ARestartedAgentAdoptsItsRunningTasks) {
   EXPECT_EQ(nodeState(node), "ready");
 }
 
+// `tessera dev` runs an agent per node in its own process: a workload really runs, and its log
+// comes back through `tessera logs`.
+TEST(DevAgentsTest, DevModeRunsWorkloadsAsProcesses) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera-dev-agents-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    Process dev({"dev", "--data-dir", dir.string(), "--addr", "127.0.0.1:0", "--nodes", "t4-2x:1"},
+                dir / "dev.out");
+    json info;
+    ASSERT_TRUE(waitFor(
+        [&] {
+          info = json::parse(slurp(dir / "dev.json"), nullptr, false);
+          return info.is_object() && info.value("pid", 0) == dev.pid();
+        },
+        30s))
+        << dev.errors();
+    const std::string env = "TESSERA_ADDR=" + info["address"].get<std::string>() +
+                            " TESSERA_CACERT=" + info["ca_cert"].get<std::string>() +
+                            " TESSERA_TENANT= HOME=" + dir.string() +
+                            " TESSERA_TOKEN=" + info["tenant_token"].get<std::string>();
+    CmdResult run =
+        runTessera("run hello --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES from $TESSERA_TASK'",
+                   dir / "cli.err", env);
+    ASSERT_EQ(run.rc, 0) << run.err;
+    CmdResult logs;
+    ASSERT_TRUE(waitFor(
+        [&] {
+          logs = runTessera("logs hello", dir / "cli.err", env);
+          return logs.rc == 0 && !logs.out.empty();
+        },
+        30s))
+        << logs.err << dev.errors();
+    EXPECT_TRUE(
+        std::regex_match(logs.out, std::regex(R"(GPU-[0-9a-f-]{36} from demo\.hello\.0\n)")))
+        << logs.out;
+    EXPECT_EQ(slurp(dir / "nodes" / "t4-2x-0" / "demo.hello.0" / "stdout.log"), logs.out);
+    EXPECT_EQ(dev.stop(SIGTERM), 0) << dev.errors();
+  }
+  fs::remove_all(dir);
+}
+
 // Limits through the whole path: the workload's memoryMiB becomes the task's cgroup limit, and
 // its GPUs' device nodes the only ones it may open (fake nodes, major 4000, in a folder given
 // to the agent as --device-dir). Needs root and cgroups.

@@ -116,8 +116,10 @@ class ClientTest : public ::testing::Test {
       freopen((*dir_ / "server.out").c_str(), "w", stdout);
       freopen((*dir_ / "server.err").c_str(), "w", stderr);
       std::string bin = binary();
-      std::vector<std::string> args = {bin,      "dev",         "--data-dir", dir_->string(),
-                                       "--addr", "127.0.0.1:0", "--nodes",    "dgx-h100:2"};
+      // Simulated nodes: these tests are about the client, and their commands are not run.
+      std::vector<std::string> args = {bin,          "dev",         "--data-dir", dir_->string(),
+                                       "--addr",     "127.0.0.1:0", "--nodes",    "dgx-h100:2",
+                                       "--simulated"};
       std::vector<char*> argv;
       for (std::string& a : args) {
         argv.push_back(a.data());
