@@ -63,6 +63,8 @@ struct AgentOptions {
   std::chrono::milliseconds fence_grace{2000};  // SIGTERM to SIGKILL when fencing.
   // SIGTERM to SIGKILL for a task the server no longer assigns here.
   std::chrono::milliseconds unassigned_grace{10000};
+  // Tasks started at once (each start mostly waits: fork, exec, joining cgroups).
+  int parallel_starts = 8;
   // Called after each successful heartbeat, before the tasks are reconciled (the agent renews
   // the lease file its tasks' shims watch, ProcessRuntimeOptions::lease_file).
   std::function<void()> renewed;
@@ -91,6 +93,7 @@ class Agent {
 
  private:
   void reconcile(const std::vector<TaskAssignment>& wanted);
+  void startOne(const TaskAssignment& a);
   void fence();
 
   const std::string node_;

@@ -91,7 +91,9 @@ class AgentTest : public ::testing::Test {
   core::FakeClock clock_;
   FakeServer server_;
   FakeRuntime runtime_;
-  AgentOptions options_{.fence_after = 10s, .fence_grace = 1s, .unassigned_grace = 7s};
+  // One start at a time: FakeRuntime records starts in order, unsynchronized.
+  AgentOptions options_{
+      .fence_after = 10s, .fence_grace = 1s, .unassigned_grace = 7s, .parallel_starts = 1};
 };
 
 TEST_F(AgentTest, StartsWhatIsAssignedAndReportsEachChangeOnce) {

@@ -44,10 +44,16 @@ void addServerCommands(CLI::App& app, int* rc) {
                 "GPUs, so workloads run as real processes (logs: DATA_DIR/nodes/<node>)")
       ->capture_default_str();
   auto simulated = std::make_shared<bool>(false);
-  d->add_flag("--simulated", *simulated,
-              "No agents: the server simulates the nodes (tasks run for their --duration, "
-              "nothing is executed)");
-  d->callback([dev, simulated, rc] {
+  CLI::Option* simulated_opt =
+      d->add_flag("--simulated", *simulated,
+                  "No agents: the server simulates the nodes (tasks run for their --duration, "
+                  "nothing is executed)");
+  auto external = std::make_shared<bool>(false);
+  d->add_flag("--external-agents", *external,
+              "Declare the nodes for agents but start none: run `tessera agent run` for each "
+              "(the command is printed), as on real machines")
+      ->excludes(simulated_opt);
+  d->callback([dev, simulated, external, rc] {
     // One agent per node on a thread of its own, as `tessera agent run` would run on each
     // machine; stopped (with their tasks) before the server stops.
     struct Agents {
@@ -55,7 +61,18 @@ void addServerCommands(CLI::App& app, int* rc) {
       std::vector<std::thread> threads;
     };
     auto agents = std::make_shared<Agents>();
-    if (!*simulated) {
+    if (*external) {
+      dev->start_agents = [](const server::DevInfo& info) {
+        std::cout << "\nNodes wait for their agents; start each with:\n";
+        for (const server::NodeDecl& n : info.nodes) {
+          std::cout << "  tessera agent run --node " << n.name << " --backend sim --profile "
+                    << n.profile << " --address " << info.address << " --ca-cert " << info.ca_cert
+                    << " --token " << info.root_token << " --work-dir " << info.data_dir
+                    << "/nodes/" << n.name << " --run-as agent\n";
+        }
+        std::cout << std::flush;
+      };
+    } else if (!*simulated) {
       dev->start_agents = [agents](const server::DevInfo& info) {
         for (const server::NodeDecl& n : info.nodes) {
           AgentSettings s;

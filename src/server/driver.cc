@@ -590,7 +590,7 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
   const sched::TaskInfo& task = scheduler_->task(t);
   const bool placed =
       task.state == sched::TaskState::kRunning || task.state == sched::TaskState::kTerminating;
-  if (!placed || task.assignment.placement.node != n || task.starts != r.generation) {
+  if (!placed || task.assignment.placement.node != n || generationOf(t) != r.generation) {
     return;  // An older generation, or a task already cancelled or finished: nothing to do.
   }
   const sched::WorkloadId w = task.workload;
@@ -638,12 +638,16 @@ void SchedulerDriver::failWorkload(sched::WorkloadId w, const std::string& reaso
   scheduler_->cancel(w);  // Its other tasks leave their nodes' lists: their agents stop them.
 }
 
+uint32_t SchedulerDriver::generationOf(sched::TaskId t) const {
+  return (options_.epoch << 16) | (scheduler_->task(t).starts & 0xffffU);
+}
+
 NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
   const sched::TaskInfo& task = scheduler_->task(t);
   const SubmitCommand& c = specs_[task.workload];
   NodeTask nt;
   nt.id = c.tenant + "." + c.name + "." + std::to_string(task.index);
-  nt.generation = task.starts;
+  nt.generation = generationOf(t);
   nt.tenant = c.tenant;
   nt.workload = c.name;
   nt.index = static_cast<int>(task.index);

@@ -128,6 +128,10 @@ struct DriverOptions {
   std::vector<std::string> agent_nodes;
   // An agent-run node whose agent has not renewed its lease for this long is lost.
   std::chrono::milliseconds lease_ttl{15000};
+  // Counts the server's starts (kept in the store). A task's generation, as agents see it, is
+  // epoch << 16 | its start count, so a task placed anew after a server restart never has the
+  // generation of the process an agent still runs for it (which might hold other GPUs).
+  uint32_t epoch = 0;
 };
 
 class SchedulerDriver {
@@ -210,6 +214,7 @@ class SchedulerDriver {
   void failWorkload(sched::WorkloadId w, const std::string& reason);
   void publishNodeTasks();
   NodeTask nodeTask(sched::TaskId t) const;
+  uint32_t generationOf(sched::TaskId t) const;
 
   const core::Clock& clock_;
   const model::GpuCatalogue* catalogue_ = nullptr;

@@ -138,6 +138,7 @@ class AgentNodesTest : public DriverTest {
     DriverOptions opts;
     opts.agent_nodes = {"a", "b"};
     opts.lease_ttl = std::chrono::seconds(15);
+    opts.epoch = 3;
     auto d = SchedulerDriver::create(cat_, std::move(nodes), clock_, opts, {});
     ASSERT_TRUE(d.isOk()) << d.status().message();
     driver_ = std::move(d).value();
@@ -182,7 +183,7 @@ TEST_F(AgentNodesTest, AgentNodesWaitForTheirAgentThenRunItsTasks) {
   ASSERT_EQ(answer->tasks.size(), 1U);
   const NodeTask t = answer->tasks[0];
   EXPECT_EQ(t.id, "team-1.train.0");
-  EXPECT_EQ(t.generation, 1U);
+  EXPECT_EQ(t.generation, (3U << 16) | 1U);  // The server's epoch, then its first start.
   EXPECT_EQ(t.command, c.command);
   EXPECT_EQ(t.env.at("LR"), "0.1");
   EXPECT_EQ(t.gpus, (std::vector<int>{0, 1}));

@@ -152,8 +152,20 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   if (!auditor.isOk()) {
     return fail(auditor.status().withContext("audit"));
   }
+  // This start's epoch: how many times the server has started on this store.
+  uint32_t epoch = 1;
+  {
+    auto got = (*store)->range("/sys/epoch");
+    if (got.isOk() && !got->kvs.empty()) {
+      epoch = static_cast<uint32_t>(got->kvs[0].version + 1) & 0xffffU;
+    }
+    if (auto put = (*store)->put("/sys/epoch", std::to_string(epoch)); !put.isOk()) {
+      return fail(put.status());
+    }
+  }
   ControlPlane* cp_ptr = nullptr;
   DriverOptions dopts;
+  dopts.epoch = epoch;
   dopts.policy = config.policy;
   dopts.pass_interval = std::chrono::milliseconds(config.pass_interval_ms);
   dopts.lease_ttl = std::chrono::milliseconds(config.node_lease_ttl_ms);
