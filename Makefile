@@ -30,7 +30,7 @@ build: configure
 test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
-# A development server (tessera dev): store, TLS, simulated GPU nodes, a demo tenant. It prints
+# A development server (tessera dev): store, TLS, an in-process agent per node (simulated GPUs, real processes), a demo tenant. It prints
 # its address and tokens and how to submit a first workload. DEV_DIR keeps its data (default: a
 # new temporary directory each time).
 DEV_DIR ?=

@@ -356,6 +356,9 @@ int run(int argc, char** argv) {
                        {"max_ms", max},
                        {"all_started_s", total.all_started_s},
                        {"rejected_429", total.rejected}});
+    if (count == 1) {
+      results.back()["latencies_ms"] = total.latency_ms;  // In submission order.
+    }
   }
   if (ok && !results.empty() && results[0]["tasks"] == 1) {
     const double p50 = results[0]["p50_ms"];

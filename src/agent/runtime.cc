@@ -77,23 +77,21 @@ int64_t monotonicNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-// Whether the lease in `path` (a CLOCK_MONOTONIC deadline in ns, as text) has run out. A file
-// that cannot be read has: the shim errs on the side of stopping. Async-signal-safe.
-bool leaseExpired(const char* path) {
+// The deadline in `path` (a CLOCK_MONOTONIC time in ns, as text); 0 when the file cannot be
+// read: the shim errs on the side of stopping. Async-signal-safe.
+int64_t leaseDeadline(const char* path) {
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return true;
+    return 0;
   }
   char buf[32];
   const ssize_t n = ::read(fd, buf, sizeof buf);
   ::close(fd);
   int64_t deadline = 0;
-  bool digits = false;
   for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; ++i) {
     deadline = deadline * 10 + (buf[i] - '0');
-    digits = true;
   }
-  return !digits || monotonicNs() >= deadline;
+  return deadline;
 }
 
 // Writes "<wait status> <fenced>\n" to `path`. Async-signal-safe.
@@ -130,6 +128,9 @@ void writeExit(const char* path, int status, bool fenced) {
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, task, 0));
   bool fenced = false;
   int64_t kill_at = 0;
+  // The lease file is read again only when the deadline last read has passed, so a node's
+  // shims cost a read per renewal period each, not one per wake-up.
+  int64_t deadline = lease != nullptr ? leaseDeadline(lease) : INT64_MAX;
   while (true) {
     int status = 0;
     const pid_t r = ::waitpid(task, &status, WNOHANG);
@@ -140,20 +141,29 @@ void writeExit(const char* path, int status, bool fenced) {
     if (r < 0 && errno == ECHILD) {
       ::_exit(1);
     }
-    if (lease != nullptr && !fenced && leaseExpired(lease)) {
-      fenced = true;
-      ::kill(-task, SIGTERM);
-      kill_at = monotonicNs() + grace_ns;
+    int64_t now = monotonicNs();
+    if (!fenced && now >= deadline) {
+      deadline = leaseDeadline(lease);
+      if (now >= deadline) {
+        fenced = true;
+        ::kill(-task, SIGTERM);
+        kill_at = now + grace_ns;
+      }
     }
-    if (fenced && kill_at != 0 && monotonicNs() >= kill_at) {
+    if (fenced && kill_at != 0 && now >= kill_at) {
       ::kill(-task, SIGKILL);
       kill_at = 0;
     }
+    // Sleep until the task exits, the deadline (or the kill) is due, or a minute at most.
+    const int64_t until = fenced ? (kill_at != 0 ? kill_at : now + 60'000'000'000)
+                                 : std::min(deadline, now + 60'000'000'000);
+    const int timeout_ms = static_cast<int>(std::max<int64_t>(1, (until - now) / 1'000'000 + 1));
     if (pidfd >= 0) {
       pollfd p{pidfd, POLLIN, 0};
-      (void)::poll(&p, 1, 200);
+      (void)::poll(&p, 1, timeout_ms);
     } else {
-      const timespec ts{0, 200'000'000};
+      const int ms = std::min(timeout_ms, 200);
+      const timespec ts{ms / 1000, static_cast<long>(ms % 1000) * 1'000'000};
       ::nanosleep(&ts, nullptr);
     }
   }

@@ -225,15 +225,18 @@ TEST_F(RuntimeTest, StoppingKillsTheWholeProcessTree) {
 
 TEST_F(RuntimeTest, ATasksShimStopsItWhenTheAgentsLeaseRunsOut) {
   const std::string lease = (dir_ / "lease").string();
-  ASSERT_TRUE(writeLease(lease, 60s).isOk());
+  ASSERT_TRUE(writeLease(lease, 800ms).isOk());
   ProcessRuntime& rt = runtime(nullptr, lease);
   ASSERT_TRUE(rt.start(shell("kept", "sleep 300")).isOk());
   ASSERT_TRUE(rt.start(shell("stubborn", "trap '' TERM; while true; do sleep 0.05; done")).isOk());
-  std::this_thread::sleep_for(500ms);
-  EXPECT_FALSE(exitOf("kept", 0ms).has_value());  // The lease holds: they run.
-  // The lease runs out (the agent stopped renewing it): each shim stops its task on its own,
-  // SIGKILL after the grace for one that ignores SIGTERM; both count as stopped (fenced).
-  ASSERT_TRUE(writeLease(lease, 0ms).isOk());
+  // Renewed before it runs out (as the agent does after each heartbeat): the shims read the new
+  // deadline when the old one passes, and the tasks run on.
+  std::this_thread::sleep_for(400ms);
+  ASSERT_TRUE(writeLease(lease, 1200ms).isOk());
+  std::this_thread::sleep_for(700ms);
+  EXPECT_FALSE(exitOf("kept", 0ms).has_value());
+  // Not renewed again: each shim stops its task on its own, SIGKILL after the grace for one
+  // that ignores SIGTERM; both count as stopped (fenced).
   auto kept = exitOf("kept", 5s);
   ASSERT_TRUE(kept.has_value());
   EXPECT_TRUE(kept->stopped);
