@@ -30,9 +30,9 @@ build: configure
 test: build
 	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
-# A development server (tessera dev): store, TLS, an in-process agent per node (simulated GPUs, real processes), a demo tenant. It prints
-# its address and tokens and how to submit a first workload. DEV_DIR keeps its data (default: a
-# new temporary directory each time).
+# A development server (tessera dev): store, TLS, an in-process agent per node (simulated GPUs,
+# real processes), a demo tenant. It prints its address and tokens and how to submit a first
+# workload. DEV_DIR keeps its data (default: a new temporary directory each time).
 DEV_DIR ?=
 DEV_ADDR ?= 127.0.0.1:8200
 run: build
