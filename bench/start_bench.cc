@@ -290,6 +290,7 @@ int run(int argc, char** argv) {
           _exit(126);
         }
         std::vector<char*> argv;
+        argv.reserve(args.size() + 1);
         for (std::string& a : args) {
           argv.push_back(a.data());
         }
@@ -377,4 +378,11 @@ int run(int argc, char** argv) {
 }  // namespace
 }  // namespace tessera::bench
 
-int main(int argc, char** argv) { return tessera::bench::run(argc, argv); }
+int main(int argc, char** argv) {
+  try {
+    return tessera::bench::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}

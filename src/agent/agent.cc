@@ -14,7 +14,7 @@ Agent::Agent(std::string node, NodeGpus gpus, ControlPlaneClient& server, Runtim
       server_(server),
       runtime_(runtime),
       clock_(clock),
-      options_(options),
+      options_(std::move(options)),
       last_ok_(clock.now()) {}
 
 void Agent::onExit(const std::string& id, const TaskExit& exit) {

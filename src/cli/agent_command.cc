@@ -309,7 +309,8 @@ void answerLogRequest(ApiClient& api, const std::string& node, const std::string
   const std::string task = req.value("task", "");
   const std::string stream = req.value("stream", "");
   const int64_t offset = req.value("offset", int64_t{0});
-  const int64_t limit = std::clamp<int64_t>(req.value("limit", int64_t{65536}), 1, 256 * 1024);
+  const int64_t limit =
+      std::clamp<int64_t>(req.value("limit", int64_t{65536}), 1, int64_t{256} * 1024);
   nlohmann::json body;
   const std::string path = work_dir + "/" + task + "/" + stream + ".log";
   std::ifstream in(path, std::ios::binary);

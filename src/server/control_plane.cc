@@ -314,7 +314,7 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
       bytes += arg.size();
       cmd.command.push_back(std::move(arg));
     }
-    if (bytes > 128 * 1024) {
+    if (bytes > size_t{128} * 1024) {
       return c.error("longer than 128 KiB in all");
     }
   }
@@ -1590,7 +1590,7 @@ HttpResponse ControlPlane::workloadLogs(Request& r, const std::string& tenant,
   if (req.stream != "stdout" && req.stream != "stderr") {
     return error(400, "logs: stream: expected stdout or stderr");
   }
-  if (req.offset < 0 || req.limit < 1 || req.limit > 256 * 1024) {
+  if (req.offset < 0 || req.limit < 1 || req.limit > int64_t{256} * 1024) {
     return error(400, "logs: offset must be >= 0 and limit 1..262144 bytes");
   }
   const std::optional<WorkloadStatus> status = driver_.status(tenant, name);

@@ -666,9 +666,10 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
 }
 
 void SchedulerDriver::publishNodeTasks() {
-  for (auto& [n, tasks] : node_tasks_) {
+  for (auto& [node, tasks] : node_tasks_) {
     // Whatever is no longer running here at its generation (finished, cancelled, evicted,
     // lost) leaves the list.
+    const sched::NodeIndex n = node;
     std::erase_if(tasks, [&](sched::TaskId t) {
       const sched::TaskInfo& task = scheduler_->task(t);
       return task.state != sched::TaskState::kRunning || task.assignment.placement.node != n;

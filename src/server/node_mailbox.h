@@ -25,7 +25,7 @@ struct LogRequest {
   std::string task;    // The task's id on the node ("<tenant>.<workload>.<index>").
   std::string stream;  // stdout or stderr.
   int64_t offset = 0;
-  int64_t limit = 64 * 1024;
+  int64_t limit = int64_t{64} * 1024;
 };
 
 struct LogPiece {
