@@ -170,6 +170,42 @@ class AgentTest : public ::testing::Test {
   fs::path taskDir(const std::string& node, const std::string& workload, int index = 0) {
     return dir_ / node / ("team-1." + workload + "." + std::to_string(index));
   }
+  // Waits until the task writes `file` (a non-empty one) in its folder on either node; returns
+  // that node ("" if it did not within 20 s). The task's pid files say it really runs.
+  std::string nodeWhere(const std::string& workload, const std::string& file) {
+    std::string found;
+    waitFor(
+        [&] {
+          for (const std::string n : {"gpu-a", "gpu-b"}) {
+            if (!slurp(taskDir(n, workload) / file).empty()) {
+              found = n;
+              return true;
+            }
+          }
+          return false;
+        },
+        20s);
+    return found;
+  }
+  // Waits until the workload succeeds; the node and first GPU its task 0 had while it ran
+  // (node "" if it never succeeded or was never seen on a GPU).
+  std::pair<std::string, int> runToSuccess(const std::string& name) {
+    std::string node;
+    int gpu = -1;
+    const bool done = waitFor(
+        [&] {
+          const json s = workload(name)["status"];
+          if (!s["tasks"].empty() && s["tasks"][0].contains("node") &&
+              !s["tasks"][0].value("gpus", json::array()).empty()) {
+            node = s["tasks"][0]["node"];
+            gpu = s["tasks"][0]["gpus"][0];
+          }
+          return s.value("phase", "") == "succeeded";
+        },
+        20s);
+    EXPECT_TRUE(done) << workload(name).dump();
+    return {done ? node : "", gpu};
+  }
   // The simulated UUIDs of a node's GPUs, as its agent discovers them.
   std::vector<std::string> uuids(const std::string& node) {
     CmdResult r =
@@ -214,20 +250,7 @@ TEST_F(AgentTest, TasksRunPinnedToTheirGpusAndMoveWhenAnAgentDies) {
                   {"command", {"sh", "-c", "echo $CUDA_VISIBLE_DEVICES; sleep 1"}}})
                 .status,
             202U);
-  std::string node;
-  int gpu = -1;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        const json s = workload("hello")["status"];
-        if (!s["tasks"].empty() && s["tasks"][0].contains("node") &&
-            !s["tasks"][0].value("gpus", json::array()).empty()) {
-          node = s["tasks"][0]["node"];
-          gpu = s["tasks"][0]["gpus"][0];
-        }
-        return s.value("phase", "") == "succeeded";
-      },
-      20s))
-      << workload("hello").dump();
+  const auto [node, gpu] = runToSuccess("hello");
   ASSERT_FALSE(node.empty());
   const std::string uuid = uuids(node).at(static_cast<size_t>(gpu));
   EXPECT_EQ(slurp(taskDir(node, "hello") / "stdout.log"), uuid + "\n");
@@ -267,19 +290,9 @@ TEST_F(AgentTest, TasksRunPinnedToTheirGpusAndMoveWhenAnAgentDies) {
             {"command", {"sh", "-c", "sleep 300 & echo $! > child.pid; echo $$ > sh.pid; wait"}}})
           .status,
       202U);
-  fs::path tree;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        for (const std::string n : {"gpu-a", "gpu-b"}) {
-          if (!slurp(taskDir(n, "tree") / "child.pid").empty() &&
-              !slurp(taskDir(n, "tree") / "sh.pid").empty()) {
-            tree = taskDir(n, "tree");
-            return true;
-          }
-        }
-        return false;
-      },
-      20s));
+  const std::string tree_node = nodeWhere("tree", "sh.pid");  // Written after child.pid.
+  ASSERT_FALSE(tree_node.empty());
+  const fs::path tree = taskDir(tree_node, "tree");
   const pid_t child = std::stoi(slurp(tree / "child.pid"));
   const pid_t shell = std::stoi(slurp(tree / "sh.pid"));
   ASSERT_FALSE(gone(child));
@@ -294,18 +307,8 @@ TEST_F(AgentTest, TasksRunPinnedToTheirGpusAndMoveWhenAnAgentDies) {
                   {"command", {"sh", "-c", "echo $$ > task.pid; exec sleep 300"}}})
                 .status,
             202U);
-  std::string first;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        for (const std::string n : {"gpu-a", "gpu-b"}) {
-          if (!slurp(taskDir(n, "long") / "task.pid").empty()) {
-            first = n;
-            return true;
-          }
-        }
-        return false;
-      },
-      20s));
+  const std::string first = nodeWhere("long", "task.pid");
+  ASSERT_FALSE(first.empty());
   const std::string second = first == "gpu-a" ? "gpu-b" : "gpu-a";
   const pid_t old_task = std::stoi(slurp(taskDir(first, "long") / "task.pid"));
   ASSERT_FALSE(gone(old_task));
@@ -343,18 +346,8 @@ TEST_F(AgentTest, ARestartedAgentAdoptsItsRunningTasks) {
                    {"sh", "-c", "echo $$ > task.pid; echo start >> runs; sleep 4; echo done"}}})
                 .status,
             202U);
-  std::string node;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        for (const std::string n : {"gpu-a", "gpu-b"}) {
-          if (!slurp(taskDir(n, "steady") / "task.pid").empty()) {
-            node = n;
-            return true;
-          }
-        }
-        return false;
-      },
-      20s));
+  const std::string node = nodeWhere("steady", "task.pid");
+  ASSERT_FALSE(node.empty());
   const pid_t task = std::stoi(slurp(taskDir(node, "steady") / "task.pid"));
   // An upgrade, say: the agent stops (SIGTERM) and a new one starts; the task runs on.
   EXPECT_EQ(agents_[node]->stop(SIGTERM), 0);
@@ -439,20 +432,7 @@ TEST_F(AgentTest, LimitsHoldForAgentsTasks) {
                         "/nvidia1 2>&1; true"}}})
                 .status,
             202U);
-  std::string node;
-  int gpu = -1;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        const json s = workload("devs")["status"];
-        if (!s["tasks"].empty() && s["tasks"][0].contains("node") &&
-            !s["tasks"][0].value("gpus", json::array()).empty()) {
-          node = s["tasks"][0]["node"];
-          gpu = s["tasks"][0]["gpus"][0];
-        }
-        return s.value("phase", "") == "succeeded";
-      },
-      20s))
-      << workload("devs").dump();
+  const auto [node, gpu] = runToSuccess("devs");
   ASSERT_FALSE(node.empty());
   const std::string out = slurp(taskDir(node, "devs") / "stdout.log");
   const std::string mine = d + "/nvidia" + std::to_string(gpu);
