@@ -197,4 +197,65 @@ std::map<std::pair<std::string, std::string>, int> MpsDaemons::clients() const {
   return out;
 }
 
+Runtime::OnExit MpsRuntime::exitHandler() {
+  return [this](const std::string& id, const TaskExit& e) {
+    releaseFor(id);
+    on_exit_(id, e);
+  };
+}
+
+void MpsRuntime::releaseFor(const std::string& id) {
+  std::vector<std::pair<std::string, std::string>> held;
+  {
+    std::lock_guard lock(mu_);
+    auto it = held_.find(id);
+    if (it == held_.end()) {
+      return;
+    }
+    held = std::move(it->second);
+    held_.erase(it);
+  }
+  for (const auto& [gpu, user] : held) {
+    (void)daemons_.release(gpu, user);
+  }
+}
+
+core::Status MpsRuntime::start(const TaskSpec& spec) {
+  if (spec.gpus.mode != GpuPinning::Mode::kMps) {
+    return inner_->start(spec);
+  }
+  TaskSpec with_daemons = spec;
+  std::vector<std::pair<std::string, std::string>> held;
+  core::Status st;
+  for (const std::string& gpu : spec.gpus.uuids) {
+    auto pipe = daemons_.acquire(gpu, spec.user);
+    if (!pipe.isOk()) {
+      st = pipe.status().withContext("task " + spec.id);
+      break;
+    }
+    held.emplace_back(gpu, spec.user);
+    // One pipe folder per task: a task with several GPUs gets its first GPU's daemon (MPS
+    // clients talk to one control daemon).
+    if (with_daemons.gpus.mps_pipe_directory.empty()) {
+      with_daemons.gpus.mps_pipe_directory = *pipe;
+    }
+  }
+  if (st.isOk()) {
+    {
+      std::lock_guard lock(mu_);
+      held_[spec.id] = held;
+    }
+    st = inner_->start(with_daemons);
+    if (st.isOk()) {
+      return st;
+    }
+    std::lock_guard lock(mu_);
+    held_.erase(spec.id);
+  }
+  for (const auto& [gpu, user] : held) {
+    (void)daemons_.release(gpu, user);
+  }
+  return st;
+}
+
 }  // namespace tessera::agent

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "agent/runtime.h"
 #include "core/status.h"
 
 namespace tessera::agent {
@@ -93,6 +94,38 @@ class MpsDaemons {
     int clients = 0;
   };
   std::map<std::pair<std::string, std::string>, Entry> daemons_;
+};
+
+// A runtime that gives MPS tasks their daemons: before an MPS task starts it acquires the
+// daemon of each of its GPUs for its user (the pipe folder goes into the task's environment),
+// and after the task ends it releases them, so the last client's exit stops the daemon.
+// Other tasks pass through. Exits reach `on_exit` after the release.
+//
+//   MpsRuntime rt(daemons, on_exit);
+//   ProcessRuntime inner(options, rt.exitHandler());
+//   rt.wrap(inner);
+class MpsRuntime : public Runtime {
+ public:
+  MpsRuntime(MpsDaemons& daemons, OnExit on_exit)
+      : daemons_(daemons), on_exit_(std::move(on_exit)) {}
+  // The inner runtime's exit callback.
+  OnExit exitHandler();
+  void wrap(Runtime& inner) { inner_ = &inner; }
+
+  core::Status start(const TaskSpec& spec) override;
+  core::Status stop(const std::string& id, std::chrono::milliseconds grace) override {
+    return inner_->stop(id, grace);
+  }
+  std::vector<std::string> running() const override { return inner_->running(); }
+
+ private:
+  void releaseFor(const std::string& id);
+
+  MpsDaemons& daemons_;
+  OnExit on_exit_;
+  Runtime* inner_ = nullptr;
+  std::mutex mu_;
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> held_;  // id -> daemons
 };
 
 }  // namespace tessera::agent

@@ -62,6 +62,64 @@ TEST_F(MpsTest, OneDaemonPerGpuAndUserStartedByTheFirstClientStoppedAfterTheLast
   EXPECT_EQ(calls[5].rfind("stop ", 0), 0U);
 }
 
+// A runtime that records what starts and ends tasks when told.
+class RecordingRuntime : public Runtime {
+ public:
+  core::Status start(const TaskSpec& spec) override {
+    if (spec.id == "refused") {
+      return core::failedPrecondition("no");
+    }
+    started.push_back(spec);
+    return core::Status::ok();
+  }
+  core::Status stop(const std::string&, std::chrono::milliseconds) override {
+    return core::Status::ok();
+  }
+  std::vector<std::string> running() const override { return {}; }
+  std::vector<TaskSpec> started;
+};
+
+TEST_F(MpsTest, MpsTasksGetTheirDaemonsForAsLongAsTheyRun) {
+  RecordingMpsControl control;
+  MpsDaemons daemons(control, dir_.string());
+  std::vector<std::string> exits;
+  MpsRuntime rt(daemons, [&](const std::string& id, const TaskExit&) { exits.push_back(id); });
+  RecordingRuntime inner;
+  rt.wrap(inner);
+  const Runtime::OnExit exit = rt.exitHandler();
+  TaskSpec mps;
+  mps.id = "a";
+  mps.user = "team-a";
+  mps.gpus.mode = GpuPinning::Mode::kMps;
+  mps.gpus.uuids = {"GPU-1"};
+  ASSERT_TRUE(rt.start(mps).isOk());
+  TaskSpec second = mps;
+  second.id = "b";
+  ASSERT_TRUE(rt.start(second).isOk());
+  TaskSpec whole;
+  whole.id = "w";
+  whole.gpus.mode = GpuPinning::Mode::kWhole;
+  whole.gpus.uuids = {"GPU-2"};
+  ASSERT_TRUE(rt.start(whole).isOk());  // Not MPS: no daemon.
+  ASSERT_EQ(inner.started.size(), 3U);
+  EXPECT_EQ(inner.started[0].gpus.mps_pipe_directory, (dir_ / "mps/GPU-1-team-a/pipe").string());
+  EXPECT_EQ(inner.started[1].gpus.mps_pipe_directory, inner.started[0].gpus.mps_pipe_directory);
+  EXPECT_TRUE(inner.started[2].gpus.mps_pipe_directory.empty());
+  EXPECT_EQ(control.calls().size(), 1U);  // One daemon for both clients.
+  exit("a", {});
+  EXPECT_EQ(control.calls().size(), 1U);  // One client left.
+  exit("b", {});
+  ASSERT_EQ(control.calls().size(), 2U);
+  EXPECT_EQ(control.calls()[1].rfind("stop GPU-1 team-a ", 0), 0U);
+  EXPECT_EQ(exits, (std::vector<std::string>{"a", "b"}));
+  // A start that fails gives its daemon back at once.
+  TaskSpec refused = mps;
+  refused.id = "refused";
+  EXPECT_FALSE(rt.start(refused).isOk());
+  EXPECT_EQ(control.calls().size(), 4U);  // Started for it, and stopped again.
+  EXPECT_TRUE(daemons.clients().empty());
+}
+
 TEST_F(MpsTest, TheRealControlRunsAsTheUserWithItsGpuAndFolders) {
   // A stand-in for nvidia-cuda-mps-control that writes down how it was called.
   const fs::path fake = dir_ / "nvidia-cuda-mps-control";

@@ -57,6 +57,9 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
     }
   }
   const int64_t milli = task.value("milli_per_gpu", int64_t{1000});
+  const bool shared = milli > 0 && milli < 1000;
+  const std::string isolation = task.value("isolation", "hardware");
+  const int64_t gpu_memory = task.value("gpu_memory_mib", int64_t{0});
   GpuPinning& pin = spec.gpus;
   for (int i : indexes) {
     if (i < 0 || static_cast<size_t>(i) >= gpus.gpus.size()) {
@@ -70,13 +73,22 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
       spec.device_nodes.push_back(options.device_dir + "/nvidia" +
                                   std::to_string(g.minor >= 0 ? g.minor : g.index));
     }
-    if (milli > 0 && milli < 1000) {
-      pin.memory_limit_mib = g.memory_mib * milli / 1000;
+    if (shared) {
+      pin.memory_limit_mib = gpu_memory > 0 ? gpu_memory : g.memory_mib * milli / 1000;
     }
   }
   if (!indexes.empty()) {
-    pin.mode = milli > 0 && milli < 1000 ? GpuPinning::Mode::kFractional : GpuPinning::Mode::kWhole;
+    // A share of a GPU: an MPS client capped to its share of the SMs and memory (the agent
+    // starts the daemon, MpsRuntime), unless it asked for no isolation: time slicing, where
+    // only the interposer's variables say what it should keep to.
+    pin.mode = !shared               ? GpuPinning::Mode::kWhole
+               : isolation == "none" ? GpuPinning::Mode::kFractional
+                                     : GpuPinning::Mode::kMps;
     pin.compute_share_percent = static_cast<int>(std::clamp<int64_t>(milli / 10, 1, 100));
+    if (pin.mode == GpuPinning::Mode::kMps) {
+      pin.mps_thread_percentage = pin.compute_share_percent;
+      pin.mps_memory_limit_mib = pin.memory_limit_mib;
+    }
     if (!options.device_dir.empty()) {
       // What every CUDA process opens besides its GPUs.
       for (const char* shared : {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}) {

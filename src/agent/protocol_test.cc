@@ -43,9 +43,27 @@ TEST(ProtocolTest, AnAssignmentPinsTheNodesOwnGpusAndDevices) {
   EXPECT_TRUE(a->spec.limits.restrict_devices);
 }
 
-TEST(ProtocolTest, FractionsGetTheInterposersLimitsAndNoCommandSleeps) {
+TEST(ProtocolTest, SharesAreMpsClientsCappedToTheirShare) {
+  json t = task();
+  t["milli_per_gpu"] = 500;
+  t["gpus"] = {3};
+  t["isolation"] = "process";
+  auto a = assignmentFromJson(t, fourGpus(), {});
+  ASSERT_TRUE(a.isOk()) << a.status().message();
+  EXPECT_EQ(a->spec.gpus.mode, GpuPinning::Mode::kMps);
+  EXPECT_EQ(a->spec.gpus.uuids, std::vector<std::string>{"GPU-3"});
+  EXPECT_EQ(a->spec.gpus.mps_thread_percentage, 50);
+  EXPECT_EQ(a->spec.gpus.mps_memory_limit_mib, 40000);  // Half of 80,000 MiB.
+  t["gpu_memory_mib"] = 10240;                          // Its own cap, when it gave one.
+  EXPECT_EQ(assignmentFromJson(t, fourGpus(), {})->spec.gpus.mps_memory_limit_mib, 10240);
+  t["isolation"] = "hardware";  // The default: still MPS, the strongest a share can have.
+  EXPECT_EQ(assignmentFromJson(t, fourGpus(), {})->spec.gpus.mode, GpuPinning::Mode::kMps);
+}
+
+TEST(ProtocolTest, UnisolatedFractionsGetTheInterposersLimitsAndNoCommandSleeps) {
   json t = task();
   t["milli_per_gpu"] = 250;
+  t["isolation"] = "none";
   t["gpus"] = {1};
   t.erase("command");
   t["duration_s"] = 30;

@@ -18,6 +18,7 @@
 #include "agent/agent_config.h"
 #include "agent/cgroups.h"
 #include "agent/exec_util.h"
+#include "agent/mps.h"
 #include "agent/protocol.h"
 #include "agent/runtime.h"
 #include "agent/users.h"
@@ -439,14 +440,26 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     }
   }
   agent::Agent* agent_ptr = nullptr;
+  // MPS tasks get one control daemon per GPU and user: real ones with NVML, recorded ones
+  // (logged) on simulated GPUs.
+  std::unique_ptr<agent::MpsControl> mps_control;
+  if (gpus->backend == "nvml") {
+    mps_control = std::make_unique<agent::ProcessMpsControl>();
+  } else {
+    mps_control = std::make_unique<agent::RecordingMpsControl>();
+  }
+  agent::MpsDaemons mps(*mps_control, f.work_dir);
+  agent::MpsRuntime sharing(mps,
+                            [&agent_ptr, &wakeup](const std::string& id, const agent::TaskExit& e) {
+                              if (agent_ptr != nullptr) {
+                                agent_ptr->onExit(id, e);
+                                wakeup.poke();  // Reported at once, not at the next renewal.
+                              }
+                            });
   agent::ProcessRuntime runtime(
       {.work_dir = f.work_dir, .cgroups = cgroups ? &*cgroups : nullptr, .lease_file = lease_file},
-      [&agent_ptr, &wakeup](const std::string& id, const agent::TaskExit& e) {
-        if (agent_ptr != nullptr) {
-          agent_ptr->onExit(id, e);
-          wakeup.poke();  // Reported at once, not at the next renewal.
-        }
-      });
+      sharing.exitHandler());
+  sharing.wrap(runtime);
   core::RealClock clock;
   agent::AgentOptions options;
   options.fence_after = fence_after;
@@ -455,7 +468,7 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       agentLog("warning: " + st.message());
     }
   };
-  agent::Agent agent(config.node_name, *gpus, server, runtime, clock, options);
+  agent::Agent agent(config.node_name, *gpus, server, sharing, clock, options);
   agent_ptr = &agent;
   // Tasks an earlier agent left to their shims (a restart): adopted, or reported if they ended.
   const std::vector<agent::AdoptedTask> adopted = runtime.adopt();

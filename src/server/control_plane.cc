@@ -1386,6 +1386,8 @@ json nodeTaskJson(const NodeTask& t) {
               {"env", t.env},
               {"gpus", t.gpus},
               {"milli_per_gpu", t.milli_per_gpu},
+              {"isolation", t.isolation},
+              {"gpu_memory_mib", t.gpu_memory_mib},
               {"cpu_milli", t.cpu_milli},
               {"memory_mib", t.memory_mib},
               {"duration_s", t.duration_s}};

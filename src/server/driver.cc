@@ -658,6 +658,8 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
     nt.gpus.push_back(std::countr_zero(g));
   }
   nt.milli_per_gpu = task.assignment.milli_per_gpu;
+  nt.isolation = std::string(model::isolationName(c.spec.request.isolation));
+  nt.gpu_memory_mib = c.spec.request.gpu_memory.value();
   nt.mig_profile = p.gpus != 0 ? p.mig_profile : -1;
   nt.cpu_milli = c.spec.request.cpu.value();
   nt.memory_mib = c.spec.request.memory.value();

@@ -403,6 +403,28 @@ TEST(DevAgentsTest, DevModeRunsWorkloadsAsProcesses) {
         std::regex_match(logs.out, std::regex(R"(GPU-[0-9a-f-]{36} from demo\.hello\.0\n)")))
         << logs.out;
     EXPECT_EQ(slurp(dir / "nodes" / "t4-2x-0" / "demo.hello.0" / "stdout.log"), logs.out);
+    // Half a GPU: an MPS client of the GPU's daemon (recorded on simulated GPUs), capped to half
+    // the SMs and half the memory.
+    CmdResult half =
+        runTessera("run half --gpus 1 --gpu-milli 500 -- sh -c 'env | grep ^CUDA_MPS | sort'",
+                   dir / "cli.err", env);
+    ASSERT_EQ(half.rc, 0) << half.err;
+    ASSERT_TRUE(waitFor(
+        [&] {
+          logs = runTessera("logs half", dir / "cli.err", env);
+          return logs.rc == 0 && !logs.out.empty();
+        },
+        30s))
+        << logs.err;
+    EXPECT_TRUE(std::regex_search(logs.out, std::regex("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50\n")))
+        << logs.out;
+    EXPECT_TRUE(
+        std::regex_search(logs.out, std::regex("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M\n")))
+        << logs.out;
+    EXPECT_TRUE(std::regex_search(logs.out,
+                                  std::regex("CUDA_MPS_PIPE_DIRECTORY=" + dir.string() +
+                                             "/nodes/t4-2x-0/mps/GPU-[0-9a-f-]{36}-agent/pipe\n")))
+        << logs.out;
     EXPECT_EQ(dev.stop(SIGTERM), 0) << dev.errors();
   }
   fs::remove_all(dir);
