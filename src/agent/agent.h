@@ -10,8 +10,8 @@
 // the agent stops every task itself, before the server can place them elsewhere, so a task
 // never runs on two nodes at once.
 //
-// The server side of the protocol (HTTP, leases, `Scheduler::nodeLost`) is the next step
-// (docs/agent.md); `ControlPlaneClient` is what this loop needs from it.
+// `ControlPlaneClient` is what this loop needs from the server; `tessera agent run` implements
+// it over HTTPS (cli/agent_command.cc, docs/agent.md "The node protocol").
 #pragma once
 
 #include <chrono>
