@@ -26,6 +26,10 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
   TESSERA_ASSIGN_OR_RETURN(const int64_t generation, n.child("generation").integer(0, UINT32_MAX));
   a.generation = static_cast<uint32_t>(generation);
   a.grace = options.grace;
+  if (n.has("grace_ms")) {
+    TESSERA_ASSIGN_OR_RETURN(const int64_t grace, n.child("grace_ms").integer(0, 3600000));
+    a.grace = std::chrono::milliseconds(grace);
+  }
   TESSERA_ASSIGN_OR_RETURN(spec.tenant, n.child("tenant").str());
   TESSERA_ASSIGN_OR_RETURN(spec.workload, n.child("workload").str());
   TESSERA_ASSIGN_OR_RETURN(const int64_t index, n.child("index").integer(0, INT32_MAX));

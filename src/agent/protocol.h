@@ -20,7 +20,9 @@ struct AssignmentOptions {
   // minor is unknown), and a task may open only its own (plus nvidiactl and nvidia-uvm when
   // they exist there). "" : the GPUs have no device nodes (simulated): a task may open none.
   std::string device_dir = "/dev";
-  std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL when the task is stopped.
+  // SIGTERM to SIGKILL when the task is stopped, unless the task says (grace_ms: the
+  // workload's gracePeriod).
+  std::chrono::milliseconds grace{10000};
 };
 
 // One entry of a heartbeat answer's "tasks". GPU indexes become the node's UUIDs (an index the

@@ -41,6 +41,10 @@ TEST(ProtocolTest, AnAssignmentPinsTheNodesOwnGpusAndDevices) {
   EXPECT_EQ(a->spec.limits.cpu_milli, 4000);
   EXPECT_EQ(a->spec.limits.memory_mib, 2048);
   EXPECT_TRUE(a->spec.limits.restrict_devices);
+  EXPECT_EQ(a->grace, std::chrono::milliseconds(10000));  // The agent's default...
+  json t = task();
+  t["grace_ms"] = 45000;  // ...unless the workload has its own.
+  EXPECT_EQ(assignmentFromJson(t, fourGpus(), {})->grace, std::chrono::milliseconds(45000));
 }
 
 TEST(ProtocolTest, SharesAreMpsClientsCappedToTheirShare) {

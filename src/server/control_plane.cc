@@ -359,6 +359,7 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
   cmd.spec.preemptible = spec.value("preemptible", true);
   cmd.queue = spec.value("queue", "default");
   cmd.duration = std::chrono::seconds(spec.value("duration", int64_t{0}));
+  cmd.grace = std::chrono::seconds(spec.value("gracePeriod", int64_t{30}));
   TESSERA_RETURN_IF_ERROR(parseCommandAndEnv(node, cmd));
   return cmd;
 }
@@ -1171,7 +1172,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   core::JsonNode n(r.body, "", source);
   core::Status st =
       n.checkKeys({"tasks", "minAvailable", "priority", "preemptible", "maxRuntime", "duration",
-                   "command", "env", "cpuMilli", "memoryMiB", "gpu", "queue"});
+                   "gracePeriod", "command", "env", "cpuMilli", "memoryMiB", "gpu", "queue"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
@@ -1199,8 +1200,9 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   auto min = tasks.isOk() ? field("minAvailable", 1, *tasks, *tasks) : tasks;
   auto prio = field("priority", -1000000, 1000000, 0);
   auto duration = field("duration", 0, 365LL * 86400, 0);
+  auto grace = field("gracePeriod", 0, 3600, 30);
   for (const core::Status& s :
-       {st, tasks.status(), min.status(), prio.status(), duration.status()}) {
+       {st, tasks.status(), min.status(), prio.status(), duration.status(), grace.status()}) {
     if (!s.isOk()) {
       return fromStatus(s);
     }
@@ -1210,6 +1212,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   cmd.spec.priority = static_cast<int32_t>(*prio);
   cmd.spec.preemptible = r.body.value("preemptible", true);
   cmd.duration = std::chrono::seconds(*duration);
+  cmd.grace = std::chrono::seconds(*grace);
   {
     std::lock_guard lock(mu_);
     const json& config = tenants_[tenant];
@@ -1390,7 +1393,8 @@ json nodeTaskJson(const NodeTask& t) {
               {"gpu_memory_mib", t.gpu_memory_mib},
               {"cpu_milli", t.cpu_milli},
               {"memory_mib", t.memory_mib},
-              {"duration_s", t.duration_s}};
+              {"duration_s", t.duration_s},
+              {"grace_ms", t.grace_ms}};
   if (t.mig_profile >= 0) {
     out["mig_profile"] = t.mig_profile;
   }

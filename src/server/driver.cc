@@ -664,6 +664,7 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
   nt.cpu_milli = c.spec.request.cpu.value();
   nt.memory_mib = c.spec.request.memory.value();
   nt.duration_s = std::chrono::duration_cast<std::chrono::seconds>(c.duration).count();
+  nt.grace_ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.grace).count();
   return nt;
 }
 

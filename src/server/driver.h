@@ -68,7 +68,8 @@ struct NodeTask {
   int mig_profile = -1;        // Catalogue profile index when the task has a MIG slice.
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
-  int64_t duration_s = 0;  // The workload's `duration` (for the placeholder), 0: none.
+  int64_t duration_s = 0;    // The workload's `duration` (for the placeholder), 0: none.
+  int64_t grace_ms = 30000;  // SIGTERM to SIGKILL when the agent stops it.
 };
 
 // What an agent says happened to one of its tasks.
@@ -121,6 +122,8 @@ struct SubmitCommand {
   core::Duration duration{0};              // Simulated run time; 0 = until cancelled.
   std::vector<std::string> command;        // What an agent runs (argv).
   std::map<std::string, std::string> env;  // Its own environment variables.
+  // SIGTERM to SIGKILL when an agent stops a task (preemption, cancel).
+  std::chrono::seconds grace{30};
 };
 
 struct DriverOptions {

@@ -172,6 +172,7 @@ TEST_F(AgentNodesTest, AgentNodesWaitForTheirAgentThenRunItsTasks) {
   SubmitCommand c = cmd("team-1", "train", 1, 2);
   c.command = {"sh", "-c", "echo hi"};
   c.env = {{"LR", "0.1"}};
+  c.grace = std::chrono::seconds(45);
   ASSERT_TRUE(driver_->submit(c).isOk());
   driver_->runOnce();
   EXPECT_EQ(driver_->status("team-1", "train")->phase, "pending");  // No agent yet.
@@ -187,6 +188,7 @@ TEST_F(AgentNodesTest, AgentNodesWaitForTheirAgentThenRunItsTasks) {
   EXPECT_EQ(t.command, c.command);
   EXPECT_EQ(t.env.at("LR"), "0.1");
   EXPECT_EQ(t.gpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(t.grace_ms, 45000);
   EXPECT_EQ(driver_->status("team-1", "train")->tasks[0].state, "starting");
   ASSERT_TRUE(beat("a", {report(t, NodeTaskReport::State::kRunning)}).isOk());
   driver_->runOnce();
