@@ -32,6 +32,7 @@ void Agent::onExit(const std::string& id, const TaskExit& exit) {
   done_.insert({id, it->second});
   running_.erase(it);
   stopping_.erase(id);
+  graces_.erase(id);
 }
 
 void Agent::adopt(const std::vector<AdoptedTask>& tasks) {
@@ -100,7 +101,13 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
     for (const auto& [id, generation] : running_) {
       auto it = by_id.find(id);
       if ((it == by_id.end() || it->second->generation != generation) && !stopping_.contains(id)) {
-        stops.emplace_back(id, it == by_id.end() ? options_.unassigned_grace : it->second->grace);
+        // Taken off this node (cancelled, preempted): the grace it was started with.
+        auto started = graces_.find(id);
+        const std::chrono::milliseconds grace = it != by_id.end() ? it->second->grace
+                                                : started != graces_.end()
+                                                    ? started->second
+                                                    : options_.unassigned_grace;
+        stops.emplace_back(id, grace);
         stopping_.insert(id);
       }
     }
@@ -160,6 +167,9 @@ void Agent::startOne(const TaskAssignment& a) {
     r.error = s.message();
   } else {
     r.state = TaskReport::State::kRunning;
+    if (running_.contains(a.spec.id)) {  // Unless it has ended already.
+      graces_[a.spec.id] = a.grace;
+    }
   }
   outbox_.push_back(std::move(r));
 }

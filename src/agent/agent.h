@@ -61,7 +61,8 @@ struct AgentOptions {
   // No successful heartbeat for this long: stop every task (the server's lease is longer).
   std::chrono::milliseconds fence_after{10000};
   std::chrono::milliseconds fence_grace{2000};  // SIGTERM to SIGKILL when fencing.
-  // SIGTERM to SIGKILL for a task the server no longer assigns here.
+  // SIGTERM to SIGKILL for a task the server no longer assigns here, when it was not started by
+  // this agent (adopted); otherwise the grace it was assigned with.
   std::chrono::milliseconds unassigned_grace{10000};
   // Tasks started at once (each start mostly waits: fork, exec, joining cgroups).
   int parallel_starts = 8;
@@ -104,10 +105,11 @@ class Agent {
   const AgentOptions options_;
 
   mutable std::mutex mu_;
-  std::map<std::string, uint32_t> running_;          // Started and not yet ended.
-  std::set<std::string> stopping_;                   // Asked to stop; their exit is pending.
-  std::set<std::pair<std::string, uint32_t>> done_;  // Ended at that generation: not again.
-  std::vector<TaskReport> outbox_;                   // Not yet acknowledged by the server.
+  std::map<std::string, uint32_t> running_;  // Started and not yet ended.
+  std::set<std::string> stopping_;           // Asked to stop; their exit is pending.
+  std::map<std::string, std::chrono::milliseconds> graces_;  // Of the tasks started here.
+  std::set<std::pair<std::string, uint32_t>> done_;          // Ended at that generation: not again.
+  std::vector<TaskReport> outbox_;                           // Not yet acknowledged by the server.
   core::TimePoint last_ok_{};  // The last successful heartbeat (or the agent's start).
   bool fenced_ = false;
 };

@@ -137,8 +137,10 @@ TEST_F(AgentTest, StopsWhatIsNoLongerAssignedAndReplacesAnOlderGeneration) {
   server_.unassign("t.w.1");
   server_.assign("t.w.0", 2, 3s);  // Placed again (this node was thought lost, say).
   ASSERT_TRUE(a.tick().isOk());
+  // Each with the grace it was assigned (t.w.1's: the fake server's 5 s), not the agent's
+  // default for tasks it knows nothing of (7 s here; see the adoption test).
   EXPECT_EQ(runtime_.stops, (std::vector<std::pair<std::string, std::chrono::milliseconds>>{
-                                {"t.w.0", 3s}, {"t.w.1", 7s}}));
+                                {"t.w.0", 3s}, {"t.w.1", 5s}}));
   ASSERT_TRUE(a.tick().isOk());
   EXPECT_EQ(runtime_.stops.size(), 2U);   // Asked once.
   EXPECT_EQ(runtime_.starts.size(), 2U);  // Generation 2 waits for generation 1 to end.
