@@ -1,0 +1,76 @@
+// The barrier (issue #6): every secret value is sealed with AES-256-GCM before it reaches the
+// store, under a key of the tenant it belongs to, bound to where it is stored.
+//
+//   Keyring ring = Keyring::generate();          // term 1; ring.rotate() adds term 2, ...
+//   Barrier barrier(ring);
+//   std::string blob = *barrier.seal("s3cr3t", "team-1", "kv/data/db");
+//   std::string back = *barrier.open(blob, "team-1", "kv/data/db");
+//
+// Sealed format: "tsb1" | term (4 bytes, big-endian) | nonce (12 random bytes) | ciphertext |
+// GCM tag (16 bytes). The associated data is the tenant and the storage path, so a blob copied
+// to another path or tenant does not open, and any changed byte fails the tag.
+// Keys: the keyring holds one random 256-bit key per term; new writes use the newest term, and
+// older terms stay readable (online rotation). Each tenant has a random 256-bit salt in the
+// keyring (`addTenant`), and its key for a term is HKDF-SHA256(term key, salt = the tenant's
+// salt, info = "tessera-barrier-v1 tenant:" + tenant). `shred` deletes the salt: from then on
+// no key opens what was sealed for the tenant, even with every term key (crypto-shredding).
+//
+// The keyring itself is not persisted here; wrapping it with a root key and unsealing with a key
+// file or Shamir shares come next (docs/secrets.md once it exists).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace tessera::secrets {
+
+using Key = std::array<unsigned char, 32>;
+
+class Keyring {
+ public:
+  // A keyring with one random key, term 1.
+  static core::Result<Keyring> generate();
+  // Adds a new random key; new seals use it. Returns its term.
+  core::Result<uint32_t> rotate();
+  uint32_t activeTerm() const { return active_; }
+  // The key of `term`; not found for a term the keyring never had.
+  core::Result<Key> key(uint32_t term) const;
+  // Gives the tenant its random salt (nothing is sealed for a tenant without one). Adding a
+  // tenant that has one changes nothing.
+  core::Status addTenant(const std::string& tenant);
+  // Crypto-shredding: deletes the tenant's salt, so nothing sealed for it opens any more.
+  void shred(const std::string& tenant) { salts_.erase(tenant); }
+  // The tenant's salt; not found for a tenant never added, or shredded.
+  core::Result<Key> salt(const std::string& tenant) const;
+
+ private:
+  std::map<uint32_t, Key> keys_;
+  uint32_t active_ = 0;
+  std::map<std::string, Key> salts_;
+};
+
+class Barrier {
+ public:
+  explicit Barrier(const Keyring& ring) : ring_(ring) {}
+  core::Result<std::string> seal(std::string_view plaintext, const std::string& tenant,
+                                 const std::string& path) const;
+  // Invalid argument: not a sealed value, or tampered with, or sealed for another tenant or
+  // path (GCM does not tell these apart). Not found: an unknown term, or a tenant without keys
+  // (never added, or shredded).
+  core::Result<std::string> open(std::string_view sealed, const std::string& tenant,
+                                 const std::string& path) const;
+  // The term a sealed value was written with (for a rewrap job); invalid argument if it is not
+  // one.
+  static core::Result<uint32_t> termOf(std::string_view sealed);
+
+ private:
+  core::Result<Key> tenantKey(uint32_t term, const std::string& tenant) const;
+  const Keyring& ring_;
+};
+
+}  // namespace tessera::secrets
