@@ -109,9 +109,9 @@ TEST_F(DriverTest, AForgottenTenantsNamesCanBeUsedAgain) {
 TEST_F(DriverTest, RunsPassesOnItsOwnThread) {
   core::RealClock real;
   std::vector<model::Node> nodes = {*model::makeProfileNode("dgx-h100", "n0", cat_, 0)};
-  auto d = SchedulerDriver::create(
-      cat_, std::move(nodes), real,
-      {.policy = "tessera", .pass_interval = std::chrono::milliseconds(10)}, {});
+  DriverOptions opts;
+  opts.pass_interval = std::chrono::milliseconds(10);
+  auto d = SchedulerDriver::create(cat_, std::move(nodes), real, opts, {});
   ASSERT_TRUE(d.isOk());
   ASSERT_TRUE((*d)->addTenantQueue("t", 8000, 0, 1, 100).isOk());
   (*d)->start();

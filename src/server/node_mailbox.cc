@@ -24,7 +24,9 @@ core::Result<LogPiece> NodeMailbox::fetchLog(const std::string& node, LogRequest
   }
   const std::string id = std::to_string(++next_) + "-" + core::hexEncode(random, sizeof random);
   request.id = id;
-  pending_[id] = Pending{node, std::move(request)};
+  Pending& entry = pending_[id];
+  entry.node = node;
+  entry.request = std::move(request);
   const bool done = answered_.wait_for(lock, timeout, [&] { return pending_.at(id).answered; });
   Pending p = std::move(pending_.at(id));
   pending_.erase(id);
