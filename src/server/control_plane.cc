@@ -1484,7 +1484,7 @@ HttpResponse ControlPlane::watchNodeApi(Request& r, const std::string& node) {
     return error(400, source + ": index and wait_ms must be numbers");
   }
   // Waiting holds a worker: only so many wait at once, the rest answer at once.
-  const bool may_wait = wait_ms > 0 && node_waits_.fetch_add(1) < options_.max_waiting_heartbeats;
+  const bool may_wait = wait_ms > 0 && node_waits_.fetch_add(1) < options_.max_waiting_watches;
   if (wait_ms > 0 && !may_wait) {
     node_waits_.fetch_sub(1);
   }

@@ -53,7 +53,7 @@ struct ControlPlaneOptions {
   // Retry-After, costs the server one refusal per delay per connection instead of a core.
   std::chrono::milliseconds reject_delay{100};
   // Agents' watches that may wait for news at once (each holds a worker while it waits).
-  int max_waiting_heartbeats = 8;
+  int max_waiting_watches = 8;
   // What heartbeats tell agents their lease is (the driver's DriverOptions::lease_ttl).
   std::chrono::milliseconds node_lease_ttl{15000};
   // The audit file a tenant's view (GET audit) is read from; empty: no view.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "audit/auditor.h"
@@ -32,12 +33,14 @@ namespace {
 core::Status addNodes(const std::string& spec, const char* field,
                       const model::GpuCatalogue& catalogue, std::vector<model::Node>& nodes) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<NodeDecl> decls, parseNodeList(spec, field));
+  std::set<std::string> names;
+  for (const model::Node& n : nodes) {
+    names.insert(n.name);
+  }
   for (const NodeDecl& d : decls) {
-    for (const model::Node& n : nodes) {
-      if (n.name == d.name) {
-        return core::invalidArgument(std::string("nodes: ") + field + ": node '" + d.name +
-                                     "' is declared twice");
-      }
+    if (!names.insert(d.name).second) {
+      return core::invalidArgument(std::string("nodes: ") + field + ": node '" + d.name +
+                                   "' is declared twice");
     }
     auto n = model::makeProfileNode(d.profile, d.name, catalogue, static_cast<int>(nodes.size()));
     if (!n.isOk()) {
@@ -193,7 +196,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
           : defaultTenantConcurrency(std::thread::hardware_concurrency(), config.workers);
   copts.reject_delay = std::chrono::milliseconds(config.reject_delay_ms);
   copts.node_lease_ttl = dopts.lease_ttl;
-  copts.max_waiting_heartbeats = std::max(1, config.workers / 2);
+  copts.max_waiting_watches = std::max(1, config.workers / 2);
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
   copts.tokens.max_ttl = std::chrono::seconds(config.max_ttl_s);
