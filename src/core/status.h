@@ -63,6 +63,12 @@ inline Status notFound(std::string message) { return {StatusCode::kNotFound, std
 inline Status failedPrecondition(std::string message) {
   return {StatusCode::kFailedPrecondition, std::move(message)};
 }
+inline Status alreadyExists(std::string message) {
+  return {StatusCode::kAlreadyExists, std::move(message)};
+}
+inline Status permissionDenied(std::string message) {
+  return {StatusCode::kPermissionDenied, std::move(message)};
+}
 inline Status outOfRange(std::string message) {
   return {StatusCode::kOutOfRange, std::move(message)};
 }

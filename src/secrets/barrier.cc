@@ -1,11 +1,14 @@
 #include "secrets/barrier.h"
 
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 #include <openssl/rand.h>
 
 #include <algorithm>
 #include <memory>
+
+#include "secrets/shamir.h"
 
 namespace tessera::secrets {
 namespace {
@@ -96,10 +99,8 @@ core::Result<Key> Barrier::tenantKey(uint32_t term, const std::string& tenant) c
   return out;
 }
 
-core::Result<std::string> Barrier::seal(std::string_view plaintext, const std::string& tenant,
-                                        const std::string& path) const {
-  const uint32_t term = ring_.activeTerm();
-  TESSERA_ASSIGN_OR_RETURN(const Key key, tenantKey(term, tenant));
+core::Result<std::string> sealWithKey(const Key& key, uint32_t term, std::string_view plaintext,
+                                      std::string_view ad) {
   std::string out(kHeader + plaintext.size() + kTag, '\0');
   auto* o = reinterpret_cast<unsigned char*>(out.data());
   std::copy(kMagic.begin(), kMagic.end(), out.begin());
@@ -110,7 +111,6 @@ core::Result<std::string> Barrier::seal(std::string_view plaintext, const std::s
   if (RAND_bytes(nonce, kNonce) != 1) {
     return core::unavailable("barrier: no randomness for a nonce");
   }
-  const std::string ad = associatedData(tenant, path);
   CipherCtx ctx(EVP_CIPHER_CTX_new(), &EVP_CIPHER_CTX_free);
   int len = 0;
   int total = 0;
@@ -129,6 +129,37 @@ core::Result<std::string> Barrier::seal(std::string_view plaintext, const std::s
   return out;
 }
 
+core::Result<std::string> openWithKey(const Key& key, std::string_view sealed,
+                                      std::string_view ad) {
+  TESSERA_RETURN_IF_ERROR(Barrier::termOf(sealed).status());
+  const size_t n = sealed.size() - kHeader - kTag;
+  std::string out(n, '\0');
+  const unsigned char* nonce = bytes(sealed) + 8;
+  std::array<unsigned char, kTag> tag{};
+  std::copy_n(bytes(sealed) + kHeader + n, kTag, tag.begin());
+  CipherCtx ctx(EVP_CIPHER_CTX_new(), &EVP_CIPHER_CTX_free);
+  int len = 0;
+  const bool ok =
+      ctx && EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.data(), nonce) == 1 &&
+      EVP_DecryptUpdate(ctx.get(), nullptr, &len, bytes(ad), static_cast<int>(ad.size())) == 1 &&
+      EVP_DecryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &len,
+                        bytes(sealed) + kHeader, static_cast<int>(n)) == 1 &&
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTag, tag.data()) == 1 &&
+      EVP_DecryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(out.data()) + len, &len) == 1;
+  if (!ok) {
+    OPENSSL_cleanse(out.data(), out.size());
+    return core::invalidArgument("authentication failed");
+  }
+  return out;
+}
+
+core::Result<std::string> Barrier::seal(std::string_view plaintext, const std::string& tenant,
+                                        const std::string& path) const {
+  const uint32_t term = ring_.activeTerm();
+  TESSERA_ASSIGN_OR_RETURN(const Key key, tenantKey(term, tenant));
+  return sealWithKey(key, term, plaintext, associatedData(tenant, path));
+}
+
 core::Result<uint32_t> Barrier::termOf(std::string_view sealed) {
   if (sealed.size() < kHeader + kTag || sealed.substr(0, 4) != kMagic) {
     return core::invalidArgument("barrier: not a sealed value");
@@ -144,28 +175,74 @@ core::Result<std::string> Barrier::open(std::string_view sealed, const std::stri
                                         const std::string& path) const {
   TESSERA_ASSIGN_OR_RETURN(const uint32_t term, termOf(sealed));
   TESSERA_ASSIGN_OR_RETURN(const Key key, tenantKey(term, tenant));
-  const size_t n = sealed.size() - kHeader - kTag;
-  std::string out(n, '\0');
-  const std::string ad = associatedData(tenant, path);
-  const unsigned char* nonce = bytes(sealed) + 8;
-  std::array<unsigned char, kTag> tag{};
-  std::copy_n(bytes(sealed) + kHeader + n, kTag, tag.begin());
-  CipherCtx ctx(EVP_CIPHER_CTX_new(), &EVP_CIPHER_CTX_free);
-  int len = 0;
-  const bool ok =
-      ctx && EVP_DecryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key.data(), nonce) == 1 &&
-      EVP_DecryptUpdate(ctx.get(), nullptr, &len, bytes(ad), static_cast<int>(ad.size())) == 1 &&
-      EVP_DecryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(out.data()), &len,
-                        bytes(sealed) + kHeader, static_cast<int>(n)) == 1 &&
-      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_SET_TAG, kTag, tag.data()) == 1 &&
-      EVP_DecryptFinal_ex(ctx.get(), reinterpret_cast<unsigned char*>(out.data()) + len, &len) == 1;
-  if (!ok) {
+  auto out = openWithKey(key, sealed, associatedData(tenant, path));
+  if (!out.isOk()) {
     return core::invalidArgument("barrier: cannot open the value at '" + path + "' of tenant '" +
                                  tenant +
                                  "': authentication failed (tampered with, or sealed for "
                                  "another path or tenant)");
   }
   return out;
+}
+
+namespace {
+
+std::string hexOf(const Key& k) {
+  return toHex(std::string_view(reinterpret_cast<const char*>(k.data()), k.size()));
+}
+
+core::Result<Key> keyOf(const nlohmann::json& j, const std::string& what) {
+  if (!j.is_string()) {
+    return core::invalidArgument("keyring: " + what + " is not a string");
+  }
+  auto raw = fromHex(j.get<std::string>());
+  if (!raw.isOk() || raw->size() != Key{}.size()) {
+    return core::invalidArgument("keyring: " + what + " is not 64 hex digits");
+  }
+  Key k{};
+  std::copy(raw->begin(), raw->end(), k.begin());
+  OPENSSL_cleanse(raw->data(), raw->size());
+  return k;
+}
+
+}  // namespace
+
+nlohmann::json Keyring::toJson() const {
+  nlohmann::json keys = nlohmann::json::object();
+  for (const auto& [term, k] : keys_) {
+    keys[std::to_string(term)] = hexOf(k);
+  }
+  nlohmann::json tenants = nlohmann::json::object();
+  for (const auto& [tenant, s] : salts_) {
+    tenants[tenant] = hexOf(s);
+  }
+  return {{"active", active_}, {"keys", keys}, {"tenants", tenants}};
+}
+
+core::Result<Keyring> Keyring::fromJson(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("active") || !j["active"].is_number_unsigned() ||
+      !j.contains("keys") || !j["keys"].is_object() || !j.contains("tenants") ||
+      !j["tenants"].is_object()) {
+    return core::invalidArgument("keyring: malformed record");
+  }
+  Keyring ring;
+  ring.active_ = j["active"].get<uint32_t>();
+  for (const auto& [term, hex] : j["keys"].items()) {
+    uint32_t t = 0;
+    try {
+      t = static_cast<uint32_t>(std::stoul(term));
+    } catch (const std::exception&) {
+      return core::invalidArgument("keyring: bad term '" + term + "'");
+    }
+    TESSERA_ASSIGN_OR_RETURN(ring.keys_[t], keyOf(hex, "key of term " + term));
+  }
+  for (const auto& [tenant, hex] : j["tenants"].items()) {
+    TESSERA_ASSIGN_OR_RETURN(ring.salts_[tenant], keyOf(hex, "salt of tenant " + tenant));
+  }
+  if (!ring.keys_.contains(ring.active_)) {
+    return core::invalidArgument("keyring: no key for the active term");
+  }
+  return ring;
 }
 
 }  // namespace tessera::secrets

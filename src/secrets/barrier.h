@@ -15,13 +15,14 @@
 // salt, info = "tessera-barrier-v1 tenant:" + tenant). `shred` deletes the salt: from then on
 // no key opens what was sealed for the tenant, even with every term key (crypto-shredding).
 //
-// The keyring itself is not persisted here; wrapping it with a root key and unsealing with a key
-// file or Shamir shares come next (docs/secrets.md once it exists).
+// The keyring is persisted wrapped by the root key (secrets/keys.h); `toJson`/`fromJson` are that
+// record's plaintext form.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -47,12 +48,22 @@ class Keyring {
   void shred(const std::string& tenant) { salts_.erase(tenant); }
   // The tenant's salt; not found for a tenant never added, or shredded.
   core::Result<Key> salt(const std::string& tenant) const;
+  bool hasTenant(const std::string& tenant) const { return salts_.contains(tenant); }
+  // {"active": N, "keys": {"1": hex, ...}, "tenants": {"team-1": hex salt, ...}}; secret.
+  nlohmann::json toJson() const;
+  static core::Result<Keyring> fromJson(const nlohmann::json& j);
 
  private:
   std::map<uint32_t, Key> keys_;
   uint32_t active_ = 0;
   std::map<std::string, Key> salts_;
 };
+
+// The barrier's format under a raw key (for wrapping keys with keys): `term` is recorded as
+// given, `ad` is the associated data.
+core::Result<std::string> sealWithKey(const Key& key, uint32_t term, std::string_view plaintext,
+                                      std::string_view ad);
+core::Result<std::string> openWithKey(const Key& key, std::string_view sealed, std::string_view ad);
 
 class Barrier {
  public:

@@ -1,0 +1,304 @@
+#include "secrets/kv.h"
+
+#include <gtest/gtest.h>
+
+#include "secrets/test_util.h"
+
+namespace tessera::secrets {
+namespace {
+
+using nlohmann::json;
+using testing::filesContaining;
+using testing::openStore;
+using testing::TempDir;
+using testing::ThreadSafeFakeClock;
+
+// One step of a KV v2 scenario on one key, and what it must give.
+struct Step {
+  enum Op { kPut, kGet, kDelete, kUndelete, kDestroy, kMeta } op;
+  int64_t arg = 0;                // kPut: cas (-1: none); kGet: version (0: current).
+  std::vector<int64_t> versions;  // kDelete, kUndelete, kDestroy; kMeta: {max_versions}.
+  core::StatusCode want = core::StatusCode::kOk;
+  int64_t want_version = 0;  // kPut: the new version; kGet: the value read ("v<N>").
+};
+
+struct Case {
+  const char* name;
+  KvConfig config;
+  std::vector<Step> steps;
+  int64_t want_oldest = -1;  // Checked at the end unless -1.
+};
+
+using S = Step;
+using C = core::StatusCode;
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> table = {
+      {"versions count up",
+       {},
+       {{S::kPut, -1, {}, C::kOk, 1},
+        {S::kPut, -1, {}, C::kOk, 2},
+        {S::kGet, 0, {}, C::kOk, 2},
+        {S::kGet, 1, {}, C::kOk, 1},
+        {S::kGet, 3, {}, C::kNotFound}}},
+      {"cas 0 writes only a new key",
+       {},
+       {{S::kPut, 0, {}, C::kOk, 1}, {S::kPut, 0, {}, C::kFailedPrecondition}}},
+      {"cas must equal the current version",
+       {},
+       {{S::kPut, -1, {}, C::kOk, 1},
+        {S::kPut, 1, {}, C::kOk, 2},
+        {S::kPut, 1, {}, C::kFailedPrecondition},
+        {S::kPut, 3, {}, C::kFailedPrecondition},
+        {S::kPut, 2, {}, C::kOk, 3}}},
+      {"cas required by the tenant",
+       {0, true},
+       {{S::kPut, -1, {}, C::kInvalidArgument}, {S::kPut, 0, {}, C::kOk, 1}}},
+      {"cas required by the key",
+       {},
+       {{S::kPut, -1, {}, C::kOk, 1},
+        {S::kMeta, 0, {-2}},
+        {S::kPut, -1, {}, C::kInvalidArgument},
+        {S::kPut, 1, {}, C::kOk, 2}}},
+      {"max_versions drops the oldest",
+       {3, false},
+       {{S::kPut, -1, {}, C::kOk, 1},
+        {S::kPut, -1, {}, C::kOk, 2},
+        {S::kPut, -1, {}, C::kOk, 3},
+        {S::kPut, -1, {}, C::kOk, 4},
+        {S::kPut, -1, {}, C::kOk, 5},
+        {S::kGet, 1, {}, C::kNotFound},
+        {S::kGet, 2, {}, C::kNotFound},
+        {S::kGet, 3, {}, C::kOk, 3}},
+       3},
+      {"the key's smaller max_versions wins",
+       {5, false},
+       {{S::kMeta, 0, {2}},
+        {S::kPut, -1, {}, C::kOk, 1},
+        {S::kPut, -1, {}, C::kOk, 2},
+        {S::kPut, -1, {}, C::kOk, 3},
+        {S::kGet, 1, {}, C::kNotFound}},
+       2},
+      {"default keeps 10",
+       {},
+       {{S::kPut, -1, {}, C::kOk, 1},
+        {S::kPut, -1, {}, C::kOk, 2},
+        {S::kPut, -1, {}, C::kOk, 3},
+        {S::kPut, -1, {}, C::kOk, 4},
+        {S::kPut, -1, {}, C::kOk, 5},
+        {S::kPut, -1, {}, C::kOk, 6},
+        {S::kPut, -1, {}, C::kOk, 7},
+        {S::kPut, -1, {}, C::kOk, 8},
+        {S::kPut, -1, {}, C::kOk, 9},
+        {S::kPut, -1, {}, C::kOk, 10},
+        {S::kPut, -1, {}, C::kOk, 11},
+        {S::kGet, 1, {}, C::kNotFound},
+        {S::kGet, 2, {}, C::kOk, 2}},
+       2},
+      {"soft delete hides, undelete restores",
+       {},
+       {{S::kPut, -1, {}, C::kOk, 1},
+        {S::kPut, -1, {}, C::kOk, 2},
+        {S::kDelete, 0, {}},
+        {S::kGet, 0, {}, C::kNotFound},
+        {S::kGet, 1, {}, C::kOk, 1},
+        {S::kUndelete, 0, {2}},
+        {S::kGet, 0, {}, C::kOk, 2}}},
+      {"delete chosen versions; unknown ones ignored",
+       {},
+       {{S::kPut, -1, {}, C::kOk, 1},
+        {S::kPut, -1, {}, C::kOk, 2},
+        {S::kDelete, 0, {1, 7}},
+        {S::kGet, 1, {}, C::kNotFound},
+        {S::kGet, 2, {}, C::kOk, 2}}},
+      {"a deleted current version still counts for cas",
+       {},
+       {{S::kPut, -1, {}, C::kOk, 1},
+        {S::kDelete, 0, {}},
+        {S::kPut, 0, {}, C::kFailedPrecondition},
+        {S::kPut, 1, {}, C::kOk, 2}}},
+      {"destroy is for good",
+       {},
+       {{S::kPut, -1, {}, C::kOk, 1},
+        {S::kPut, -1, {}, C::kOk, 2},
+        {S::kDestroy, 0, {1}},
+        {S::kGet, 1, {}, C::kNotFound},
+        {S::kUndelete, 0, {1}},
+        {S::kGet, 1, {}, C::kNotFound},
+        {S::kGet, 2, {}, C::kOk, 2}}},
+      {"destroying a deleted version",
+       {},
+       {{S::kPut, -1, {}, C::kOk, 1},
+        {S::kDelete, 0, {}},
+        {S::kDestroy, 0, {1}},
+        {S::kUndelete, 0, {1}},
+        {S::kGet, 1, {}, C::kNotFound}}},
+  };
+  return table;
+}
+
+TEST(KvRulesTest, Table) {
+  const core::WallTime now{std::chrono::seconds(1'800'000'000)};
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    KvEntry e;
+    for (size_t i = 0; i < c.steps.size(); ++i) {
+      SCOPED_TRACE("step " + std::to_string(i));
+      const Step& s = c.steps[i];
+      switch (s.op) {
+        case S::kPut: {
+          const int64_t next = e.current + 1;
+          auto v = kvPut(e, json{{"v", next}},
+                         s.arg < 0 ? std::nullopt : std::optional<int64_t>(s.arg), c.config, now);
+          EXPECT_EQ(v.status().code(), s.want) << v.status().toString();
+          if (v.isOk()) {
+            EXPECT_EQ(*v, s.want_version);
+          }
+          break;
+        }
+        case S::kGet: {
+          auto v = kvGet(e, s.arg);
+          EXPECT_EQ(v.status().code(), s.want) << v.status().toString();
+          if (v.isOk()) {
+            EXPECT_EQ((*v)->data, (json{{"v", s.want_version}}));
+          }
+          break;
+        }
+        case S::kDelete:
+          kvDelete(e, s.versions, now);
+          break;
+        case S::kUndelete:
+          kvUndelete(e, s.versions);
+          break;
+        case S::kDestroy:
+          kvDestroy(e, s.versions);
+          break;
+        case S::kMeta: {
+          const json body = s.versions[0] == -2 ? json{{"cas_required", true}}
+                                                : json{{"max_versions", s.versions[0]}};
+          EXPECT_TRUE(kvSetMetadata(e, body, now).isOk());
+          break;
+        }
+      }
+    }
+    if (c.want_oldest >= 0) {
+      EXPECT_EQ(e.oldest, c.want_oldest);
+    }
+  }
+}
+
+TEST(KvRulesTest, MetadataAndDataAreChecked) {
+  KvEntry e;
+  const core::WallTime now{};
+  EXPECT_FALSE(kvPut(e, json::array(), std::nullopt, {}, now).isOk());
+  EXPECT_FALSE(kvSetMetadata(e, {{"max_versions", -1}}, now).isOk());
+  EXPECT_FALSE(kvSetMetadata(e, {{"cas_required", "yes"}}, now).isOk());
+  EXPECT_FALSE(kvSetMetadata(e, {{"custom_metadata", {{"k", 1}}}}, now).isOk());
+  EXPECT_FALSE(kvSetMetadata(e, {{"delete_version_after", "1h"}}, now).isOk());
+  EXPECT_TRUE(kvSetMetadata(e, {{"custom_metadata", {{"owner", "ml"}}}}, now).isOk());
+  EXPECT_EQ(e.custom_metadata["owner"], "ml");
+  for (const char* bad : {"", "/a", "a/", "a//b", "a/../b", ".", "a\nb"}) {
+    EXPECT_FALSE(KvEngine::checkPath(bad).isOk()) << bad;
+  }
+  EXPECT_TRUE(KvEngine::checkPath("app/db/password").isOk());
+}
+
+class KvEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = openStore(dir_.path(), clock_);
+    auto k = KeyManager::open(*store_, {SealOptions::Mode::kKeyFile, keys_dir_.file("key")});
+    ASSERT_TRUE(k.isOk()) << k.status().toString();
+    keys_ = std::move(k).value();
+    ASSERT_TRUE(keys_->addTenant("team-1").isOk());
+    ASSERT_TRUE(keys_->addTenant("team-2").isOk());
+    kv_ = std::make_unique<KvEngine>(*store_, *keys_, clock_);
+  }
+  TempDir dir_;
+  TempDir keys_dir_;
+  ThreadSafeFakeClock clock_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<KeyManager> keys_;
+  std::unique_ptr<KvEngine> kv_;
+};
+
+TEST_F(KvEngineTest, WritesReadsAndNeverStoresPlaintext) {
+  auto v = kv_->write("team-1", "app/db", {{"password", "zebra-unicorn-42"}}, std::nullopt);
+  ASSERT_TRUE(v.isOk()) << v.status().toString();
+  EXPECT_EQ(*v, 1);
+  ASSERT_TRUE(kv_->write("team-1", "app/db", {{"password", "zebra-unicorn-43"}}, 1).isOk());
+  auto r = kv_->read("team-1", "app/db", 0);
+  ASSERT_TRUE(r.isOk());
+  EXPECT_EQ(r->version, 2);
+  EXPECT_EQ(r->data["password"], "zebra-unicorn-43");
+  EXPECT_EQ(kv_->read("team-1", "app/db", 1)->data["password"], "zebra-unicorn-42");
+  // Another tenant's path of the same name is another secret.
+  EXPECT_EQ(kv_->read("team-2", "app/db", 0).status().code(), core::StatusCode::kNotFound);
+  // A sealed record copied into another tenant's place does not open there.
+  auto raw = store_->range("/secrets/team-1/kv/app/db");
+  ASSERT_TRUE(raw.isOk());
+  ASSERT_TRUE(store_->put("/secrets/team-2/kv/app/db", raw->kvs[0].value).isOk());
+  EXPECT_EQ(kv_->read("team-2", "app/db", 0).status().code(), core::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store_->put("/secrets/team-1/kv/app/other", raw->kvs[0].value).isOk());
+  EXPECT_FALSE(kv_->read("team-1", "app/other", 0).isOk());
+  EXPECT_EQ(filesContaining(dir_.path(), "zebra-unicorn"), std::vector<std::string>{});
+}
+
+TEST_F(KvEngineTest, ConcurrentCasWritersNeverBothWin) {
+  ASSERT_TRUE(kv_->write("team-1", "counter", {{"n", 0}}, std::nullopt).isOk());
+  std::atomic<int> wins{0};
+  std::vector<std::thread> threads;
+  threads.reserve(8);
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      if (kv_->write("team-1", "counter", {{"n", i}}, 1).isOk()) {
+        ++wins;
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(wins.load(), 1);
+  EXPECT_EQ(kv_->metadata("team-1", "counter")->current, 2);
+}
+
+TEST_F(KvEngineTest, ListMetadataAndDeleteKey) {
+  for (const char* p : {"app/a", "app/b", "app/sub/c", "top"}) {
+    ASSERT_TRUE(kv_->write("team-1", p, {{"x", 1}}, std::nullopt).isOk());
+  }
+  EXPECT_EQ(*kv_->list("team-1", ""), (std::vector<std::string>{"app/", "top"}));
+  EXPECT_EQ(*kv_->list("team-1", "app/"), (std::vector<std::string>{"a", "b", "sub/"}));
+  EXPECT_EQ(kv_->list("team-2", "").status().code(), core::StatusCode::kNotFound);
+  ASSERT_TRUE(kv_->putMetadata("team-1", "app/a", {{"max_versions", 2}}).isOk());
+  auto m = kv_->metadata("team-1", "app/a");
+  ASSERT_TRUE(m.isOk());
+  EXPECT_EQ(m->metadataJson()["max_versions"], 2);
+  EXPECT_EQ(m->metadataJson()["current_version"], 1);
+  ASSERT_TRUE(kv_->remove("team-1", "app/a", {}).isOk());
+  EXPECT_FALSE(kv_->read("team-1", "app/a", 0).isOk());
+  ASSERT_TRUE(kv_->undelete("team-1", "app/a", {1}).isOk());
+  EXPECT_TRUE(kv_->read("team-1", "app/a", 0).isOk());
+  ASSERT_TRUE(kv_->destroy("team-1", "app/a", {1}).isOk());
+  EXPECT_TRUE(kv_->metadata("team-1", "app/a")->versions.at(1).destroyed);
+  ASSERT_TRUE(kv_->deleteKey("team-1", "app/a").isOk());
+  EXPECT_EQ(kv_->metadata("team-1", "app/a").status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(kv_->deleteKey("team-1", "app/a").code(), core::StatusCode::kNotFound);
+  // The tenant's config.
+  ASSERT_TRUE(kv_->setConfig("team-1", {{"cas_required", true}}).isOk());
+  EXPECT_EQ(kv_->write("team-1", "top", {{"x", 2}}, std::nullopt).status().code(),
+            core::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(kv_->write("team-1", "top", {{"x", 2}}, 1).isOk());
+  EXPECT_FALSE(kv_->setConfig("team-1", {{"bogus", 1}}).isOk());
+}
+
+TEST_F(KvEngineTest, SealedMeansUnavailable) {
+  ASSERT_TRUE(kv_->write("team-1", "k", {{"x", 1}}, std::nullopt).isOk());
+  keys_->seal();
+  EXPECT_EQ(kv_->read("team-1", "k", 0).status().code(), core::StatusCode::kUnavailable);
+  EXPECT_EQ(kv_->write("team-1", "k", {{"x", 2}}, std::nullopt).status().code(),
+            core::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace tessera::secrets
