@@ -7,6 +7,7 @@
 #include "cli/agent_command.h"
 #include "cli/audit_command.h"
 #include "cli/client_commands.h"
+#include "cli/secrets_commands.h"
 #include "cli/server_command.h"
 #include "cli/sim_command.h"
 
@@ -17,7 +18,7 @@ namespace {
 std::vector<std::string> hashicorpArgs(int argc, char** argv) {
   std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
-    for (const char* name : {"-config", "-format", "-address"}) {
+    for (const char* name : {"-config", "-format", "-address", "-key-shares", "-key-threshold"}) {
       const std::string n(name);
       if (args[i] == n || args[i].rfind(n + "=", 0) == 0) {
         args[i] = "-" + args[i];
@@ -39,6 +40,7 @@ int run(int argc, char** argv) {
   tessera::cli::addServerCommands(app, &rc);
   tessera::cli::addAgentCommands(app, &rc);
   tessera::cli::addClientCommands(app, &rc);
+  tessera::cli::addSecretsCommands(app, &rc);
   tessera::cli::addAuditTail(*app.get_subcommand("audit"), &rc);
   try {
     std::vector<std::string> args = hashicorpArgs(argc, argv);

@@ -11,21 +11,19 @@
 #include "core/json_node.h"
 #include "core/strings.h"
 #include "model/codec.h"
+#include "server/api_util.h"
 #include "server/request.h"
 
 namespace tessera::server {
 
+using api::error;
+using api::fromStatus;
+using api::keysReply;
+using api::noContent;
+using api::reply;
+using api::requestId;
+using api::split;
 using nlohmann::json;
-
-struct ControlPlane::Request {
-  const HttpRequest& http;
-  ScopedPath scope;
-  std::string method;  // GET, LIST, POST, PUT, DELETE (LIST also for GET ?list=true).
-  std::string request_id;
-  TokenInfo token;
-  std::string route;  // For metrics: the path with names replaced by '*'.
-  json body = json::object();
-};
 
 namespace {
 
@@ -39,63 +37,6 @@ constexpr size_t kMinQueued = 64;
 FairLimits fairLimits(int max_in_flight) {
   return {max_in_flight, std::max(kMinQueued, kQueuedPerRunning *
                                                   static_cast<size_t>(std::max(1, max_in_flight)))};
-}
-
-HttpResponse reply(unsigned status, const json& body) {
-  HttpResponse r;
-  r.status = status;
-  r.body = body.dump();
-  return r;
-}
-
-HttpResponse error(unsigned status, const std::string& message) {
-  return reply(status, {{"errors", {message}}});
-}
-
-// {"data": {"keys": [...]}} from the names of a map.
-template <typename Map>
-HttpResponse keysReply(const std::string& request_id, const Map& names) {
-  json keys = json::array();
-  for (const auto& entry : names) {
-    keys.push_back(entry.first);
-  }
-  return reply(200, {{"request_id", request_id}, {"data", {{"keys", keys}}}});
-}
-
-HttpResponse noContent() {
-  HttpResponse r;
-  r.status = 204;
-  r.content_type = "application/json";
-  return r;
-}
-
-unsigned httpStatus(const core::Status& s) {
-  switch (s.code()) {
-    case core::StatusCode::kInvalidArgument:
-      return 400;
-    case core::StatusCode::kNotFound:
-      return 404;
-    case core::StatusCode::kAlreadyExists:
-    case core::StatusCode::kFailedPrecondition:
-      return 409;
-    case core::StatusCode::kPermissionDenied:
-      return 403;
-    case core::StatusCode::kUnauthenticated:
-      return 401;
-    case core::StatusCode::kResourceExhausted:
-      return 429;
-    case core::StatusCode::kUnavailable:
-      return 503;
-    default:
-      return 500;
-  }
-}
-
-HttpResponse fromStatus(const core::Status& s) { return error(httpStatus(s), s.message()); }
-
-std::string requestId() {
-  auto id = audit::randomHex(8);
-  return id.isOk() ? *id : "0000000000000000";
 }
 
 core::Result<core::Duration> parseDuration(const json& j, const std::string& field) {
@@ -141,21 +82,6 @@ core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const json& bas
   TESSERA_ASSIGN_OR_RETURN(q.weight, intOr(n, base, "weight", 0, 1000000, 1));
   TESSERA_ASSIGN_OR_RETURN(q.priority, intOr(n, base, "priority", 0, 1000000, 100));
   return q;
-}
-
-std::vector<std::string> split(const std::string& path) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= path.size()) {
-    const size_t slash = path.find('/', start);
-    out.push_back(
-        path.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
-    if (slash == std::string::npos) {
-      break;
-    }
-    start = slash + 1;
-  }
-  return out;
 }
 
 json statusJson(const WorkloadStatus& s) {
@@ -206,9 +132,10 @@ json tenantAdminPolicy() {
 
 core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
     store::Store& store, audit::Auditor& auditor, SchedulerDriver& driver,
-    const model::GpuCatalogue& catalogue, const core::Clock& clock, ControlPlaneOptions options) {
+    const model::GpuCatalogue& catalogue, const core::Clock& clock, ControlPlaneOptions options,
+    secrets::Secrets* secrets) {
   std::unique_ptr<ControlPlane> cp(
-      new ControlPlane(store, auditor, driver, catalogue, clock, std::move(options)));
+      new ControlPlane(store, auditor, driver, catalogue, clock, std::move(options), secrets));
   TESSERA_ASSIGN_OR_RETURN(cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens));
   TESSERA_RETURN_IF_ERROR(cp->load());
   // From here on the scheduler is fed by the store: every workload written after what load()
@@ -230,10 +157,19 @@ ControlPlane::~ControlPlane() {
 core::Status ControlPlane::load() {
   // Tenants (and their queues), policies, then workloads: unfinished ones go back to the
   // scheduler (their simulated tasks restart).
-  TESSERA_ASSIGN_OR_RETURN(store::RangeResult all, store_.range("/", store::prefixEnd("/")));
+  // Policies and tenants, read at one revision (secrets and leases are the secrets engine's).
+  store::Txn read{.compares = {},
+                  .success = {store::Op::get("/policies/", store::prefixEnd("/policies/")),
+                              store::Op::get("/tenants/", store::prefixEnd("/tenants/"))},
+                  .failure = {}};
+  TESSERA_ASSIGN_OR_RETURN(store::TxnResult got, store_.txn(std::move(read)));
+  std::vector<store::KeyValue> all = std::move(got.results[0].range.kvs);
+  for (store::KeyValue& kv : got.results[1].range.kvs) {
+    all.push_back(std::move(kv));
+  }
   std::vector<std::pair<std::string, json>> workloads;
   std::vector<std::pair<std::string, json>> teams;  // ("tenant/queue", config)
-  for (const store::KeyValue& kv : all.kvs) {
+  for (const store::KeyValue& kv : all) {
     const std::vector<std::string> parts = split(kv.key.substr(1));
     json value;
     try {
@@ -288,7 +224,7 @@ core::Status ControlPlane::load() {
     }
     (void)driver_.submit(std::move(cmd));  // Refused ones keep their stored status.
   }
-  loaded_revision_ = all.revision;
+  loaded_revision_ = got.revision;
   return core::Status::ok();
 }
 
@@ -537,7 +473,14 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
             "",   std::move(parsed->body)};
   // The route for metrics: names replaced by '*' after their collection.
   {
-    const std::vector<std::string> parts = split(r.scope.path);
+    std::vector<std::string> parts = split(r.scope.path);
+    // Secret paths and lease ids are the caller's names: cut them off, or every secret would
+    // be a metric of its own.
+    const size_t keep = parts[0] == "secrets" ? 3 : parts[0] == "leases" ? 2 : parts.size();
+    if (parts.size() > keep) {
+      parts.resize(keep);
+      parts.emplace_back("*");
+    }
     for (size_t i = 0; i < parts.size(); ++i) {
       const bool name = i > 0 && (parts[i - 1] == "workloads" || parts[i - 1] == "policies" ||
                                   parts[i - 1] == "tenants" || parts[i - 1] == "queues");
@@ -551,12 +494,17 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
     for (const audit::SinkHealth& h : auditor_.health()) {
       sinks.push_back({{"name", h.name}, {"error", h.last_error}});
     }
-    return reply(200, {{"initialized", true},
-                       {"sealed", false},
+    const secrets::SealStatus seal =
+        secrets_ != nullptr ? secrets_->keys().status() : secrets::SealStatus{};
+    return reply(200, {{"initialized", seal.initialized},
+                       {"sealed", seal.sealed},
                        {"version", kVersion},
                        {"server_time_utc", wallText(clock_.wallNow())},
                        {"audit_sinks", sinks},
                        {"scheduler_passes", driver_.passes()}});
+  }
+  if (auto answer = unauthenticatedSecretsApi(http, r.scope, r.body)) {
+    return *answer;
   }
   const std::string& secret = parsed->token;
   auto token = secret.empty() ? core::Result<TokenInfo>(core::notFound("no token"))
@@ -602,6 +550,7 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
   ev.request.path = r.scope.tenant ? "tenants/" + tenant + "/" + r.scope.path : r.scope.path;
   ev.request.remote_address = http.remote;
   ev.request.body = r.body;
+  ev.sensitive = sensitivePointers(r.scope);
   // A request that changes something is on stable storage in the log before it is acted on. A
   // read changes nothing and its answer is held back until its response record is durable, so
   // its request record only needs to precede that one: one disk flush for both.
@@ -671,7 +620,21 @@ HttpResponse ControlPlane::route(Request& r) {
     if (first == "queues") {
       return queuesApi(r);
     }
+    if (first == "sys" && parts.size() == 2 &&
+        (parts[1] == "seal" || parts[1] == "rotate" || parts[1] == "rewrap" ||
+         parts[1] == "key-status")) {
+      return sealApi(r);
+    }
+    if (first == "sys" && parts.size() >= 2 && parts[1] == "leases") {
+      return adminLeasesApi(r);
+    }
     return error(404, "unsupported path");
+  }
+  if (first == "secrets") {
+    return secretsApi(r);
+  }
+  if (first == "leases") {
+    return leasesApi(r);
   }
   if (first == "workloads") {
     return workloadsApi(r);
@@ -842,6 +805,13 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
         if (phase == "pending" || phase == "running") {
           return error(409,
                        "tenant '" + name + "' still has workload '" + w + "'; cancel it first");
+        }
+      }
+      // Its secrets go first: leases revoked, records removed, keys shredded. If that cannot be
+      // done (sealed, a lease that will not revoke), the tenant stays, whole.
+      if (secrets_ != nullptr) {
+        if (core::Status st = secrets_->deleteTenant(name); !st.isOk()) {
+          return fromStatus(st.withContext("deleting tenant '" + name + "'"));
         }
       }
       auto del =

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <utility>
@@ -26,6 +27,7 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "model/gpu_catalogue.h"
+#include "secrets/service.h"
 #include "server/acl.h"
 #include "server/driver.h"
 #include "server/http_server.h"
@@ -64,7 +66,8 @@ class ControlPlane {
  public:
   static core::Result<std::unique_ptr<ControlPlane>> open(
       store::Store& store, audit::Auditor& auditor, SchedulerDriver& driver,
-      const model::GpuCatalogue& catalogue, const core::Clock& clock, ControlPlaneOptions options);
+      const model::GpuCatalogue& catalogue, const core::Clock& clock, ControlPlaneOptions options,
+      secrets::Secrets* secrets = nullptr);
 
   // Runs on an I/O thread before the request waits for a worker (HttpServer's admitter): whom
   // the request counts against (its token's tenant) and that tenant's rate limit (429 beyond
@@ -95,13 +98,14 @@ class ControlPlane {
  private:
   ControlPlane(store::Store& store, audit::Auditor& auditor, SchedulerDriver& driver,
                const model::GpuCatalogue& catalogue, const core::Clock& clock,
-               ControlPlaneOptions options)
+               ControlPlaneOptions options, secrets::Secrets* secrets)
       : store_(store),
         auditor_(auditor),
         driver_(driver),
         catalogue_(catalogue),
         clock_(clock),
-        options_(std::move(options)) {}
+        options_(std::move(options)),
+        secrets_(secrets) {}
   core::Status load();
 
   // The scheduler's feed: new workloads and cancel requests as the store's watch reports them.
@@ -131,6 +135,18 @@ class ControlPlane {
                                const std::string& key);
   HttpResponse auditApi(Request& r);
   HttpResponse metrics();
+  // secrets_api.cc: the seal (sys/seal-status, sys/init and sys/unseal need no token and are
+  // answered before authentication), KV, leases.
+  std::optional<HttpResponse> unauthenticatedSecretsApi(const HttpRequest& http,
+                                                        const ScopedPath& scope,
+                                                        const nlohmann::json& body);
+  HttpResponse sealApi(Request& r);
+  HttpResponse secretsApi(Request& r);
+  HttpResponse kvApi(Request& r, const std::vector<std::string>& parts);
+  HttpResponse leasesApi(Request& r);
+  HttpResponse adminLeasesApi(Request& r);
+  // JSON pointers of an audit record to HMAC for a request to `scope` (secret values in bodies).
+  static std::vector<std::string> sensitivePointers(const ScopedPath& scope);
 
   core::Status putTenant(const std::string& name, const nlohmann::json& config, bool create);
   bool authorized(const Request& r, Capability needed) const;
@@ -143,6 +159,7 @@ class ControlPlane {
   const model::GpuCatalogue& catalogue_;
   const core::Clock& clock_;
   ControlPlaneOptions options_;
+  secrets::Secrets* secrets_;  // Null: the server has no secrets (answers 503 there).
   std::unique_ptr<TokenManager> tokens_;
 
   int64_t loaded_revision_ = 0;  // The store revision load() read.

@@ -18,6 +18,7 @@
 #include "core/json_node.h"
 #include "core/strings.h"
 #include "model/node_profiles.h"
+#include "secrets/service.h"
 #include "server/certs.h"
 #include "server/control_plane.h"
 #include "server/route.h"
@@ -200,12 +201,28 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
   copts.tokens.max_ttl = std::chrono::seconds(config.max_ttl_s);
-  auto cp = ControlPlane::open(**store, **auditor, **driver, catalogue, clock, copts);
+  secrets::SecretsOptions sopts;
+  sopts.seal.mode = config.seal == "shamir" ? secrets::SealOptions::Mode::kShamir
+                                            : secrets::SealOptions::Mode::kKeyFile;
+  sopts.seal.key_file =
+      config.seal_key_file.empty() ? config.storage_path + ".unseal-key" : config.seal_key_file;
+  auto secrets = secrets::Secrets::open(**store, clock, sopts);
+  if (!secrets.isOk()) {
+    return fail(secrets.status().withContext("secrets"));
+  }
+  if (config.seal == "shamir" && (*secrets)->keys().status().sealed) {
+    std::cerr << ((*secrets)->keys().status().initialized
+                      ? "secrets are sealed: unseal with `tessera operator unseal`\n"
+                      : "secrets are not initialized: run `tessera operator init`\n");
+  }
+  auto cp =
+      ControlPlane::open(**store, **auditor, **driver, catalogue, clock, copts, secrets->get());
   if (!cp.isOk()) {
     return fail(cp.status());
   }
   cp_ptr = cp->get();
   (*driver)->start();
+  (*secrets)->start();
   std::vector<ListenerConfig> listeners = config.listeners;
   auto http = HttpServer::create(
       listeners, [&](const HttpRequest& r) { return cp_ptr->handle(r, listeners); },
@@ -257,6 +274,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   }
   std::cerr << "shutting down: finishing requests in flight\n";
   (*http)->shutdown(std::chrono::seconds(10));
+  (*secrets)->stop();
   (*driver)->stop();
   (void)(*auditor)->close();
   return 0;
@@ -319,7 +337,7 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   ServerConfig c;
   core::JsonNode top(doc, "", path);
   TESSERA_RETURN_IF_ERROR(top.checkKeys({"storage", "listener", "audit", "scheduler", "nodes",
-                                         "limits", "tokens", "io_threads", "workers"}));
+                                         "limits", "tokens", "secrets", "io_threads", "workers"}));
   TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> storage,
                            core::hclBlocks(doc, "storage", 1, path));
   if (storage.size() != 1 || storage[0].labels[0] != "sqlite") {
@@ -450,6 +468,19 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_ASSIGN_OR_RETURN(c.max_ttl_s, durationField(t, "max_ttl", c.max_ttl_s));
     if (c.default_ttl_s > c.max_ttl_s) {
       return t.error("default_ttl is above max_ttl");
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(const json* secrets, singleBlock(doc, "secrets", path));
+  if (secrets != nullptr) {
+    core::JsonNode s(*secrets, "secrets", path);
+    TESSERA_RETURN_IF_ERROR(s.checkKeys({"seal", "key_file"}));
+    TESSERA_ASSIGN_OR_RETURN(c.seal, strField(s, "seal", "file"));
+    if (c.seal != "file" && c.seal != "shamir") {
+      return s.error("seal must be \"file\" or \"shamir\", not \"" + c.seal + "\"");
+    }
+    TESSERA_ASSIGN_OR_RETURN(c.seal_key_file, strField(s, "key_file", ""));
+    if (c.seal == "shamir" && !c.seal_key_file.empty()) {
+      return s.error("key_file is for seal = \"file\"; Shamir shares are never stored");
     }
   }
   if (top.has("io_threads")) {

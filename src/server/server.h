@@ -18,6 +18,7 @@
 //   limits { tenant_rate = 1000  tenant_burst = 2000  tenant_concurrency = <half the cores>
 //            max_workloads = 10000  max_pending = 1000  reject_delay_ms = 100 }
 //   tokens { default_ttl = "1h"  max_ttl = "768h" }
+//   secrets { seal = "file"  key_file = "/etc/tessera/unseal.key" }    # or seal = "shamir"
 //   io_threads = 2   workers = 16
 //
 // Every error names the file and the block or field.
@@ -53,6 +54,11 @@ struct ServerConfig {
   double tenant_burst = 2000;
   int64_t max_workloads = 10000;
   int64_t max_pending = 1000;
+  // secrets { seal = "file" | "shamir"  key_file = PATH }: how the barrier's unseal key is kept
+  // (docs/secrets.md). Default: a key file beside the store (created on the first start), which
+  // protects a copy of the store but not a copy of the whole disk.
+  std::string seal = "file";
+  std::string seal_key_file;  // Empty: storage_path + ".unseal-key".
   int64_t default_ttl_s = 3600;
   int64_t max_ttl_s = int64_t{768} * 3600;
   int io_threads = 2;  // TLS and HTTP; they never block.

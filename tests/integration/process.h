@@ -55,6 +55,8 @@ class Process {
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
+  // Waits for the process to end by itself (signal 0 only checks it exists); as stop.
+  int wait() { return stop(0); }
   std::string output() const { return slurp(out_); }
   std::string errors() const { return slurp(out_.string() + ".err"); }
 

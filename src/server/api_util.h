@@ -1,0 +1,104 @@
+// What the control plane's API handlers share (control_plane.cc, secrets_api.cc): the request in
+// flight, and how answers and errors are written. Internal to src/server.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "audit/crypto.h"
+#include "core/status.h"
+#include "server/control_plane.h"
+#include "server/http_server.h"
+#include "server/route.h"
+#include "server/tokens.h"
+
+namespace tessera::server {
+
+struct ControlPlane::Request {
+  const HttpRequest& http;
+  ScopedPath scope;
+  std::string method;  // GET, LIST, POST, PUT, DELETE (LIST also for GET ?list=true).
+  std::string request_id;
+  TokenInfo token;
+  std::string route;  // For metrics: the path with names replaced by '*'.
+  nlohmann::json body = nlohmann::json::object();
+};
+
+namespace api {
+
+inline HttpResponse reply(unsigned status, const nlohmann::json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = body.dump();
+  return r;
+}
+
+inline HttpResponse error(unsigned status, const std::string& message) {
+  return reply(status, {{"errors", {message}}});
+}
+
+// {"data": {"keys": [...]}} from the names of a map.
+template <typename Map>
+HttpResponse keysReply(const std::string& request_id, const Map& names) {
+  nlohmann::json keys = nlohmann::json::array();
+  for (const auto& entry : names) {
+    keys.push_back(entry.first);
+  }
+  return reply(200, {{"request_id", request_id}, {"data", {{"keys", keys}}}});
+}
+
+inline HttpResponse noContent() {
+  HttpResponse r;
+  r.status = 204;
+  r.content_type = "application/json";
+  return r;
+}
+
+inline unsigned httpStatus(const core::Status& s) {
+  switch (s.code()) {
+    case core::StatusCode::kInvalidArgument:
+      return 400;
+    case core::StatusCode::kNotFound:
+      return 404;
+    case core::StatusCode::kAlreadyExists:
+    case core::StatusCode::kFailedPrecondition:
+      return 409;
+    case core::StatusCode::kPermissionDenied:
+      return 403;
+    case core::StatusCode::kUnauthenticated:
+      return 401;
+    case core::StatusCode::kResourceExhausted:
+      return 429;
+    case core::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+inline HttpResponse fromStatus(const core::Status& s) { return error(httpStatus(s), s.message()); }
+
+inline std::string requestId() {
+  auto id = audit::randomHex(8);
+  return id.isOk() ? *id : "0000000000000000";
+}
+
+// "a/b/c" -> {"a", "b", "c"}; "" -> {""}.
+inline std::vector<std::string> split(const std::string& path) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= path.size()) {
+    const size_t slash = path.find('/', start);
+    out.push_back(
+        path.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
+    if (slash == std::string::npos) {
+      break;
+    }
+    start = slash + 1;
+  }
+  return out;
+}
+
+}  // namespace api
+}  // namespace tessera::server

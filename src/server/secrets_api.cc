@@ -1,0 +1,521 @@
+// The secrets side of the API (docs/secrets.md): the seal, KV v2 and leases. Part of
+// ControlPlane; the request path (scope, token, tenant boundary, audit) is control_plane.cc's.
+#include <algorithm>
+#include <charconv>
+
+#include "audit/record.h"
+#include "core/json_node.h"
+#include "server/api_util.h"
+#include "server/control_plane.h"
+#include "server/request.h"
+
+namespace tessera::server {
+
+using api::error;
+using api::fromStatus;
+using api::noContent;
+using api::reply;
+using api::split;
+using nlohmann::json;
+
+namespace {
+
+json sealJson(const secrets::SealStatus& s) {
+  return {{"initialized", s.initialized},
+          {"sealed", s.sealed},
+          {"type", s.mode},
+          {"n", s.shares},
+          {"t", s.threshold},
+          {"progress", s.progress},
+          {"term", s.term}};
+}
+
+HttpResponse noSecrets() { return error(503, "this server has no secrets engine configured"); }
+
+// Everything after the first `skip` parts, joined with '/'.
+std::string rest(const std::vector<std::string>& parts, size_t skip) {
+  std::string out;
+  for (size_t i = skip; i < parts.size(); ++i) {
+    out += (i > skip ? "/" : "") + parts[i];
+  }
+  return out;
+}
+
+// ?version=N (absent: 0, the current version).
+core::Result<int64_t> versionParam(const ScopedPath& scope) {
+  auto it = scope.query.find("version");
+  if (it == scope.query.end()) {
+    return int64_t{0};
+  }
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  if (ec != std::errc() || end != it->second.data() + it->second.size() || v < 0) {
+    return core::invalidArgument("version: '" + it->second + "' is not a version number");
+  }
+  return v;
+}
+
+// {"versions": [1, 2]} of delete/undelete/destroy.
+core::Result<std::vector<int64_t>> versionsField(const json& body, bool required) {
+  std::vector<int64_t> out;
+  if (!body.contains("versions")) {
+    if (required) {
+      return core::invalidArgument("\"versions\": a list of version numbers is required");
+    }
+    return out;
+  }
+  const json& v = body["versions"];
+  if (!v.is_array() || v.size() > 1000) {
+    return core::invalidArgument("\"versions\" must be a list of at most 1000 version numbers");
+  }
+  for (const json& n : v) {
+    if (!n.is_number_integer() || n.get<int64_t>() < 1) {
+      return core::invalidArgument("\"versions\" holds something that is not a version number");
+    }
+    out.push_back(n.get<int64_t>());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> ControlPlane::sensitivePointers(const ScopedPath& scope) {
+  if (scope.tenant && scope.path.rfind("secrets/", 0) == 0) {
+    // Secret values written and read; list answers name secrets, which may say too much.
+    return {"/request/body/data", "/request/body/connection_url", "/response/body/data"};
+  }
+  if (scope.tenant && scope.path.rfind("leases/", 0) == 0) {
+    return {"/response/body/data"};
+  }
+  if (!scope.tenant && scope.path == "sys/generate-root") {
+    return {"/request/body/keys", "/response/body/data"};
+  }
+  return {};
+}
+
+std::optional<HttpResponse> ControlPlane::unauthenticatedSecretsApi(const HttpRequest& http,
+                                                                    const ScopedPath& scope,
+                                                                    const json& body) {
+  if (scope.tenant ||
+      (scope.path != "sys/seal-status" && scope.path != "sys/init" && scope.path != "sys/unseal")) {
+    return std::nullopt;
+  }
+  if (secrets_ == nullptr) {
+    return noSecrets();
+  }
+  secrets::KeyManager& keys = secrets_->keys();
+  if (scope.path == "sys/seal-status") {
+    return reply(200, sealJson(keys.status()));
+  }
+  const bool put = http.method == "PUT" || http.method == "POST";
+  if (!put) {
+    return error(405, "use PUT");
+  }
+  // Init and unseal are recorded (without the shares) so an operator sees who tried.
+  audit::AuditEvent ev;
+  ev.type = audit::AuditType::kResponse;
+  ev.request_id = api::requestId();
+  ev.request.method = http.method;
+  ev.request.path = scope.path;
+  ev.request.remote_address = http.remote;
+  auto finish = [&](HttpResponse resp) {
+    ev.response.status = static_cast<int>(resp.status);
+    if (!auditor_.record(ev).isOk()) {
+      return error(503, "the audit log cannot record this request, so it is refused");
+    }
+    return resp;
+  };
+  if (scope.path == "sys/init") {
+    core::JsonNode n(body, "body", "request");
+    if (core::Status st = n.checkKeys({"secret_shares", "secret_threshold"}); !st.isOk()) {
+      return finish(fromStatus(st));
+    }
+    const int64_t shares = body.value("secret_shares", int64_t{5});
+    const int64_t threshold = body.value("secret_threshold", int64_t{3});
+    if (shares < 1 || shares > 255 || threshold < 1 || threshold > shares) {
+      return finish(error(400, "need 1 <= secret_threshold <= secret_shares <= 255"));
+    }
+    if (threshold < 2 && shares > 1) {
+      return finish(error(400, "a threshold of 1 with several shares makes every share the key"));
+    }
+    auto got = keys.initialize(static_cast<int>(shares), static_cast<int>(threshold));
+    if (!got.isOk()) {
+      return finish(fromStatus(got.status()));
+    }
+    ev.error = "";
+    return finish(reply(200, {{"keys", *got}, {"seal", sealJson(keys.status())}}));
+  }
+  // sys/unseal
+  if (body.value("reset", false)) {
+    keys.resetUnseal();
+    return finish(reply(200, sealJson(keys.status())));
+  }
+  if (!body.contains("key") || !body["key"].is_string()) {
+    return finish(error(400, "\"key\": an unseal share (hex) is required"));
+  }
+  auto st = keys.unseal(body["key"].get<std::string>());
+  if (!st.isOk()) {
+    return finish(fromStatus(st.status()));
+  }
+  return finish(reply(200, sealJson(*st)));
+}
+
+HttpResponse ControlPlane::sealApi(Request& r) {
+  if (secrets_ == nullptr) {
+    return noSecrets();
+  }
+  const std::string what = split(r.scope.path)[1];
+  // Root (or sudo) operations: they affect every tenant.
+  if (!r.token.isRoot() && !authorized(r, Capability::kSudo)) {
+    return error(403, "permission denied: sys/" + what + " needs a root or sudo token");
+  }
+  if (what == "key-status") {
+    const secrets::SealStatus s = secrets_->keys().status();
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"term", s.term}}}});
+  }
+  if (r.method != "PUT" && r.method != "POST") {
+    return error(405, "use PUT");
+  }
+  if (what == "seal") {
+    secrets_->keys().seal();
+    return noContent();
+  }
+  if (what == "rotate") {
+    auto term = secrets_->keys().rotate();
+    if (!term.isOk()) {
+      return fromStatus(term.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"term", *term}}}});
+  }
+  auto n = secrets_->rewrap();  // what == "rewrap"
+  if (!n.isOk()) {
+    return fromStatus(n.status());
+  }
+  return reply(200, {{"request_id", r.request_id}, {"data", {{"rewrapped", *n}}}});
+}
+
+HttpResponse ControlPlane::secretsApi(Request& r) {
+  if (secrets_ == nullptr) {
+    return noSecrets();
+  }
+  const std::vector<std::string> parts = split(r.scope.path);
+  if (parts.size() >= 2 && parts[1] == "kv") {
+    return kvApi(r, parts);
+  }
+  return error(404, "unsupported path: the secrets engines are kv (secrets/kv/...)");
+}
+
+HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& parts) {
+  const std::string& tenant = *r.scope.tenant;
+  secrets::KvEngine& kv = secrets_->kv();
+  if (parts.size() < 3) {
+    return error(404,
+                 "unsupported path: secrets/kv/{data,metadata,delete,undelete,destroy}/PATH "
+                 "or secrets/kv/config");
+  }
+  const std::string& op = parts[2];
+  const std::string path = rest(parts, 3);
+  auto need = [&](Capability c) { return authorized(r, c); };
+  if (op == "config") {
+    if (r.method == "GET") {
+      if (!need(Capability::kRead)) {
+        return error(403, "permission denied");
+      }
+      auto c = kv.config(tenant);
+      if (!c.isOk()) {
+        return fromStatus(c.status());
+      }
+      return reply(
+          200, {{"request_id", r.request_id},
+                {"data", {{"max_versions", c->max_versions}, {"cas_required", c->cas_required}}}});
+    }
+    if (r.method != "PUT" && r.method != "POST") {
+      return error(405, "use GET or PUT");
+    }
+    if (!need(Capability::kUpdate)) {
+      return error(403, "permission denied");
+    }
+    core::Status st = kv.setConfig(tenant, r.body);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  // LIST secrets/kv/metadata[/PREFIX]
+  if (op == "metadata" && r.method == "LIST") {
+    if (!need(Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    std::string prefix = path;
+    if (!prefix.empty() && prefix.back() != '/') {
+      prefix += '/';
+    }
+    auto names = kv.list(tenant, prefix);
+    if (!names.isOk()) {
+      return fromStatus(names.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", *names}}}});
+  }
+  if (path.empty()) {
+    return error(400, "a secret path is required after secrets/kv/" + op + "/");
+  }
+  if (core::Status st = secrets::KvEngine::checkPath(path); !st.isOk()) {
+    return fromStatus(st);
+  }
+  if (core::Status st = secrets_->keys().addTenant(tenant); !st.isOk()) {
+    return fromStatus(st);
+  }
+  if (op == "data") {
+    if (r.method == "GET") {
+      if (!need(Capability::kRead)) {
+        return error(403, "permission denied");
+      }
+      auto version = versionParam(r.scope);
+      if (!version.isOk()) {
+        return fromStatus(version.status());
+      }
+      auto got = kv.read(tenant, path, *version);
+      if (!got.isOk()) {
+        return fromStatus(got.status());
+      }
+      return reply(200, {{"request_id", r.request_id},
+                         {"data",
+                          {{"data", got->data},
+                           {"metadata",
+                            {{"version", got->version},
+                             {"created_time", audit::formatRfc3339Millis(got->created)}}}}}});
+    }
+    if (r.method == "PUT" || r.method == "POST") {
+      // Creating a key needs `create`, a new version of an existing one `update` (Vault's rule).
+      const bool exists = kv.metadata(tenant, path).isOk();
+      if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
+        return error(403, "permission denied");
+      }
+      core::JsonNode n(r.body, "body", "request");
+      if (core::Status st = n.checkKeys({"data", "options"}); !st.isOk()) {
+        return fromStatus(st);
+      }
+      if (!r.body.contains("data") || !r.body["data"].is_object()) {
+        return error(400, "\"data\": an object of the secret's fields is required");
+      }
+      std::optional<int64_t> cas;
+      if (r.body.contains("options")) {
+        const json& o = r.body["options"];
+        if (!o.is_object() || (o.contains("cas") && !o["cas"].is_number_integer())) {
+          return error(400, "\"options\": {\"cas\": VERSION} is the only option");
+        }
+        if (o.contains("cas")) {
+          cas = o["cas"].get<int64_t>();
+        }
+      }
+      auto v = kv.write(tenant, path, r.body["data"], cas);
+      if (!v.isOk()) {
+        return fromStatus(v.status());
+      }
+      return reply(200, {{"request_id", r.request_id}, {"data", {{"version", *v}}}});
+    }
+    if (r.method == "DELETE") {
+      if (!need(Capability::kDelete)) {
+        return error(403, "permission denied");
+      }
+      core::Status st = kv.remove(tenant, path, {});
+      return st.isOk() ? noContent() : fromStatus(st);
+    }
+    return error(405, "use GET, PUT or DELETE");
+  }
+  if (op == "delete" || op == "undelete" || op == "destroy") {
+    if (r.method != "PUT" && r.method != "POST") {
+      return error(405, "use PUT");
+    }
+    if (!need(Capability::kUpdate)) {
+      return error(403, "permission denied");
+    }
+    auto versions = versionsField(r.body, op != "delete");
+    if (!versions.isOk()) {
+      return fromStatus(versions.status());
+    }
+    core::Status st = op == "delete"     ? kv.remove(tenant, path, *versions)
+                      : op == "undelete" ? kv.undelete(tenant, path, *versions)
+                                         : kv.destroy(tenant, path, *versions);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  if (op == "metadata") {
+    if (r.method == "GET") {
+      if (!need(Capability::kRead)) {
+        return error(403, "permission denied");
+      }
+      auto m = kv.metadata(tenant, path);
+      if (!m.isOk()) {
+        return fromStatus(m.status());
+      }
+      return reply(200, {{"request_id", r.request_id}, {"data", m->metadataJson()}});
+    }
+    if (r.method == "PUT" || r.method == "POST") {
+      const bool exists = kv.metadata(tenant, path).isOk();
+      if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
+        return error(403, "permission denied");
+      }
+      core::Status st = kv.putMetadata(tenant, path, r.body);
+      return st.isOk() ? noContent() : fromStatus(st);
+    }
+    if (r.method == "DELETE") {
+      if (!need(Capability::kDelete)) {
+        return error(403, "permission denied");
+      }
+      core::Status st = kv.deleteKey(tenant, path);
+      return st.isOk() ? noContent() : fromStatus(st);
+    }
+    return error(405, "use GET, PUT, DELETE or LIST");
+  }
+  return error(404, "unsupported path: secrets/kv/" + op);
+}
+
+HttpResponse ControlPlane::leasesApi(Request& r) {
+  if (secrets_ == nullptr) {
+    return noSecrets();
+  }
+  const std::string& tenant = *r.scope.tenant;
+  secrets::LeaseManager& leases = secrets_->leases();
+  const std::vector<std::string> parts = split(r.scope.path);
+  const core::WallTime now = clock_.wallNow();
+  auto lease_json = [&](const secrets::Lease& l) {
+    json j = l.toJson();
+    j.erase("tenant");
+    j["ttl"] = l.ttlSeconds(now);
+    return j;
+  };
+  if (parts.size() == 1) {  // LIST leases?prefix=
+    if (r.method != "LIST" && r.method != "GET") {
+      return error(405, "use LIST");
+    }
+    if (!authorized(r, Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    auto it = r.scope.query.find("prefix");
+    json keys = json::array();
+    for (const secrets::Lease& l :
+         leases.list(tenant, it == r.scope.query.end() ? "" : it->second)) {
+      keys.push_back(l.id);
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", keys}}}});
+  }
+  const std::string& op = parts[1];
+  if (r.method != "PUT" && r.method != "POST") {
+    return error(405, "use PUT");
+  }
+  if (op == "revoke-prefix") {
+    if (!authorized(r, Capability::kUpdate)) {
+      return error(403, "permission denied");
+    }
+    auto n = leases.revokePrefix(tenant, rest(parts, 2));
+    if (!n.isOk()) {
+      return fromStatus(n.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"revoked", *n}}}});
+  }
+  if (parts.size() != 2 || (op != "lookup" && op != "renew" && op != "revoke")) {
+    return error(404, "unsupported path: leases/{lookup,renew,revoke,revoke-prefix/PREFIX}");
+  }
+  if (!r.body.contains("lease_id") || !r.body["lease_id"].is_string()) {
+    return error(400, "\"lease_id\" is required");
+  }
+  const std::string id = r.body["lease_id"].get<std::string>();
+  if (!authorized(r, op == "lookup" ? Capability::kRead : Capability::kUpdate)) {
+    return error(403, "permission denied");
+  }
+  if (op == "lookup") {
+    auto l = leases.lookup(tenant, id);
+    if (!l.isOk()) {
+      return fromStatus(l.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", lease_json(*l)}});
+  }
+  if (op == "renew") {
+    core::Duration increment{};
+    if (r.body.contains("increment")) {
+      auto s = parseDurationSeconds(r.body, "increment");
+      if (!s.isOk()) {
+        return fromStatus(s.status());
+      }
+      increment = std::chrono::seconds(*s);
+    }
+    auto l = leases.renew(tenant, id, increment);
+    if (!l.isOk()) {
+      return fromStatus(l.status());
+    }
+    return reply(200, {{"request_id", r.request_id},
+                       {"lease_id", l->id},
+                       {"lease_duration", l->ttlSeconds(now)},
+                       {"renewable", l->renewable}});
+  }
+  core::Status st = leases.revoke(tenant, id);
+  if (!st.isOk() && st.code() != core::StatusCode::kUnavailable) {
+    return fromStatus(st);
+  }
+  if (!st.isOk()) {
+    // The attempt failed; the expiry manager keeps trying. Accepted, not done.
+    return reply(202, {{"request_id", r.request_id}, {"warnings", {st.message()}}});
+  }
+  return noContent();
+}
+
+HttpResponse ControlPlane::adminLeasesApi(Request& r) {
+  if (secrets_ == nullptr) {
+    return noSecrets();
+  }
+  secrets::LeaseManager& leases = secrets_->leases();
+  const std::vector<std::string> parts = split(r.scope.path);
+  const auto state_param = [&]() -> core::Result<std::optional<secrets::LeaseState>> {
+    auto it = r.scope.query.find("type");
+    if (it == r.scope.query.end() || it->second.empty()) {
+      return std::optional<secrets::LeaseState>();
+    }
+    for (auto s : {secrets::LeaseState::kActive, secrets::LeaseState::kRevoking,
+                   secrets::LeaseState::kIrrevocable}) {
+      if (it->second == secrets::leaseStateName(s)) {
+        return std::optional<secrets::LeaseState>(s);
+      }
+    }
+    return core::invalidArgument("type: one of active, revoking, irrevocable");
+  };
+  if (parts.size() == 2 || (parts.size() == 3 && parts[2] == "count")) {
+    if (r.method != "GET" && r.method != "LIST") {
+      return error(405, "use GET");
+    }
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    auto state = state_param();
+    if (!state.isOk()) {
+      return fromStatus(state.status());
+    }
+    if (parts.size() == 3) {
+      return reply(200,
+                   {{"request_id", r.request_id}, {"data", {{"count", leases.count(*state)}}}});
+    }
+    auto tenant = r.scope.query.find("tenant");
+    auto prefix = r.scope.query.find("prefix");
+    json out = json::array();
+    for (const secrets::Lease& l :
+         leases.list(tenant == r.scope.query.end() ? "" : tenant->second,
+                     prefix == r.scope.query.end() ? "" : prefix->second, *state)) {
+      out.push_back(l.toJson());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"leases", out}}}});
+  }
+  if (parts.size() == 3 && parts[2] == "revoke-force") {
+    if (r.method != "PUT" && r.method != "POST") {
+      return error(405, "use PUT");
+    }
+    if (!r.token.isRoot() && !authorized(r, Capability::kSudo)) {
+      return error(403, "permission denied: revoke-force needs a root or sudo token");
+    }
+    const std::string tenant = r.body.value("tenant", "");
+    const std::string id = r.body.value("lease_id", "");
+    if (tenant.empty() || id.empty()) {
+      return error(400, "\"tenant\" and \"lease_id\" are required");
+    }
+    core::Status st = leases.forceRevoke(tenant, id);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  return error(404, "unsupported path: sys/leases, sys/leases/count, sys/leases/revoke-force");
+}
+
+}  // namespace tessera::server
