@@ -87,7 +87,47 @@ core::Status Agent::tick() {
   return core::Status::ok();
 }
 
+std::map<std::string, std::string> Agent::syncCredentials(
+    const std::vector<TaskAssignment>& wanted) {
+  std::map<std::string, std::string> errors;
+  if (options_.credentials == nullptr) {
+    return errors;
+  }
+  std::set<std::string> keep;
+  for (const TaskAssignment& a : wanted) {
+    if (!a.invalid.empty()) {
+      continue;
+    }
+    keep.insert(a.spec.id);
+    std::map<std::string, std::string>& have = written_[a.spec.id];
+    for (const auto& [name, content] : a.credentials) {
+      auto it = have.find(name);
+      if (it != have.end() && it->second == content) {
+        continue;
+      }
+      const core::Status s = options_.credentials->write(a.spec.id, name, content, a.spec.user);
+      if (s.isOk()) {
+        have[name] = content;
+      } else {
+        errors[a.spec.id] = s.message();
+      }
+    }
+  }
+  std::lock_guard lock(mu_);
+  for (auto it = written_.begin(); it != written_.end();) {
+    if (!keep.contains(it->first) && !running_.contains(it->first)) {
+      options_.credentials->remove(it->first);
+      it = written_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return errors;
+}
+
 void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
+  // Credentials first: a task about to start finds its files, a running one its new token.
+  const std::map<std::string, std::string> credential_errors = syncCredentials(wanted);
   std::map<std::string, const TaskAssignment*> by_id;
   for (const TaskAssignment& a : wanted) {
     by_id[a.spec.id] = &a;
@@ -117,6 +157,8 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
   }
   // Start what is ours and not running (a new generation waits for the old one's exit).
   std::vector<const TaskAssignment*> starts;
+  std::vector<TaskAssignment> unstartable;  // Their credentials could not be written.
+  unstartable.reserve(credential_errors.size());
   {
     std::lock_guard lock(mu_);
     for (const TaskAssignment& a : wanted) {
@@ -124,8 +166,16 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
         continue;
       }
       running_[a.spec.id] = a.generation;  // Before start: an exit may come at once.
+      if (auto e = credential_errors.find(a.spec.id); e != credential_errors.end()) {
+        unstartable.push_back(a);
+        unstartable.back().invalid = e->second;
+        continue;
+      }
       starts.push_back(&a);
     }
+  }
+  for (const TaskAssignment& a : unstartable) {
+    starts.push_back(&a);
   }
   // Several at once: a start mostly waits (on cgroup v1 joining a group waits for an RCU grace
   // period), and overlapping the waits starts a burst several times faster.
@@ -154,6 +204,17 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
 void Agent::startOne(const TaskAssignment& a) {
   TaskSpec spec = a.spec;
   spec.tag = std::to_string(a.generation);  // Given back on adoption after a restart.
+  if (options_.credentials != nullptr && !a.credentials.empty()) {
+    const std::string dir = options_.credentials->dir(a.spec.id);
+    spec.env["TESSERA_CREDENTIALS_DIR"] = dir;
+    if (a.credentials.contains("identity-token")) {
+      spec.env["TESSERA_IDENTITY_TOKEN_FILE"] = dir + "/identity-token";
+      // AWS SDKs assume AWS_ROLE_ARN with the token in this file by themselves.
+      if (spec.env.contains("AWS_ROLE_ARN")) {
+        spec.env.try_emplace("AWS_WEB_IDENTITY_TOKEN_FILE", dir + "/identity-token");
+      }
+    }
+  }
   const core::Status s =
       a.invalid.empty() ? runtime_.start(spec) : core::failedPrecondition(a.invalid);
   std::lock_guard lock(mu_);

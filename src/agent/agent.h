@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/credentials.h"
 #include "agent/gpu_discovery.h"
 #include "agent/runtime.h"
 #include "core/clock.h"
@@ -36,6 +37,9 @@ struct TaskAssignment {
   std::chrono::milliseconds grace{10000};  // SIGTERM to SIGKILL when it is stopped.
   // Set: the task cannot run on this node, and why (the agent reports it as failed to start).
   std::string invalid;
+  // Credential files for the task (name -> content, e.g. "identity-token"): kept in its
+  // credentials folder while it is assigned here, rewritten when the server sends a new version.
+  std::map<std::string, std::string> credentials;
 };
 
 struct TaskReport {
@@ -69,6 +73,8 @@ struct AgentOptions {
   // Called after each successful heartbeat, before the tasks are reconciled (the agent renews
   // the lease file its tasks' shims watch, ProcessRuntimeOptions::lease_file).
   std::function<void()> renewed;
+  // Where tasks' credential files go; null: credentials are not delivered.
+  const CredentialFiles* credentials = nullptr;
 };
 
 class Agent {
@@ -94,6 +100,9 @@ class Agent {
 
  private:
   void reconcile(const std::vector<TaskAssignment>& wanted);
+  // Writes the wanted tasks' new credential files and removes the folders of tasks gone from
+  // here; returns, per task, why its files could not be written.
+  std::map<std::string, std::string> syncCredentials(const std::vector<TaskAssignment>& wanted);
   void startOne(const TaskAssignment& a);
   void fence();
 
@@ -111,6 +120,9 @@ class Agent {
   std::set<std::pair<std::string, uint32_t>> done_;          // Ended at that generation: not again.
   std::vector<TaskReport> outbox_;                           // Not yet acknowledged by the server.
   core::TimePoint last_ok_{};  // The last successful heartbeat (or the agent's start).
+  // Credential files written, per task (name -> content). Only reconcile (the agent loop's
+  // thread) touches it.
+  std::map<std::string, std::map<std::string, std::string>> written_;
   bool fenced_ = false;
 };
 

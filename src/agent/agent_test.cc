@@ -1,7 +1,11 @@
 #include "agent/agent.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -19,6 +23,13 @@ class FakeRuntime : public Runtime {
     }
     starts.push_back(spec.id);
     tags[spec.id] = spec.tag;
+    envs[spec.id] = spec.env;
+    // What the task would read at its start.
+    if (auto f = spec.env.find("TESSERA_IDENTITY_TOKEN_FILE"); f != spec.env.end()) {
+      std::ifstream in(f->second);
+      seen_token[spec.id].assign(std::istreambuf_iterator<char>(in),
+                                 std::istreambuf_iterator<char>());
+    }
     running_.insert(spec.id);
     return core::Status::ok();
   }
@@ -41,6 +52,8 @@ class FakeRuntime : public Runtime {
 
   std::vector<std::string> starts;
   std::map<std::string, std::string> tags;  // What adoption will give back: the generation.
+  std::map<std::string, std::map<std::string, std::string>> envs;
+  std::map<std::string, std::string> seen_token;  // The token file's content at start.
   std::vector<std::pair<std::string, std::chrono::milliseconds>> stops;
 
  private:
@@ -229,6 +242,51 @@ TEST_F(AgentTest, CutOffFromTheServerItStopsEverythingBeforeTheLeaseLapses) {
   server_.assign("t.w.0", 2);
   ASSERT_TRUE(a.tick().isOk());
   EXPECT_EQ(runtime_.starts.size(), 3U);
+}
+
+TEST_F(AgentTest, CredentialFilesAreThereAtStartFollowRotationAndGoWithTheTask) {
+  const std::string root = ::testing::TempDir() + "creds-" + std::to_string(::getpid());
+  const CredentialFiles files(root);
+  options_.credentials = &files;
+  Agent a = agent();
+  server_.assign("t.w.0", 1);
+  server_.assigned[0].credentials["identity-token"] = "jwt-1";
+  server_.assigned[0].spec.env["AWS_ROLE_ARN"] = "arn:aws:iam::1:role/r";
+  ASSERT_TRUE(a.tick().isOk());
+  ASSERT_EQ(runtime_.starts, std::vector<std::string>{"t.w.0"});
+  const std::string path = root + "/t.w.0/identity-token";
+  EXPECT_EQ(runtime_.seen_token["t.w.0"], "jwt-1");  // Written before the start.
+  EXPECT_EQ(runtime_.envs["t.w.0"]["TESSERA_CREDENTIALS_DIR"], root + "/t.w.0");
+  EXPECT_EQ(runtime_.envs["t.w.0"]["AWS_WEB_IDENTITY_TOKEN_FILE"], path);
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0400U);
+  ASSERT_EQ(::stat((root + "/t.w.0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700U);
+  // A new token: the file changes in place, the task is not restarted.
+  server_.assigned[0].credentials["identity-token"] = "jwt-2";
+  ASSERT_TRUE(a.tick().isOk());
+  std::ifstream in(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()),
+            "jwt-2");
+  EXPECT_EQ(runtime_.starts.size(), 1U);
+  // Unassigned: stopped; once it has ended, its folder is removed.
+  server_.unassign("t.w.0");
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_TRUE(std::filesystem::exists(path));  // Still running (stopping).
+  runtime_.exit(a, "t.w.0", TaskExit{});
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_FALSE(std::filesystem::exists(root + "/t.w.0"));
+  // A file that cannot be written fails the start, with why.
+  server_.assign("t.w.1", 1);
+  server_.assigned[0].credentials["Bad Name"] = "x";
+  ASSERT_TRUE(a.tick().isOk());
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime_.starts.size(), 1U);
+  ASSERT_FALSE(server_.received.empty());
+  EXPECT_EQ(server_.received.back().state, TaskReport::State::kFailedToStart);
+  EXPECT_NE(server_.received.back().error.find("bad file name"), std::string::npos);
+  std::filesystem::remove_all(root);
 }
 
 }  // namespace

@@ -44,6 +44,18 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
   } catch (const json::exception& e) {
     return n.error(std::string("command or env: ") + e.what());
   }
+  if (n.has("credentials")) {
+    const json& files = task.at("credentials");
+    if (!files.is_object() || files.size() > 64) {
+      return n.error("credentials: expected an object of at most 64 files");
+    }
+    for (const auto& [name, content] : files.items()) {
+      if (!content.is_string()) {
+        return n.error("credentials: '" + name + "' is not a string");
+      }
+      a.credentials[name] = content.get<std::string>();
+    }
+  }
   if (spec.command.empty()) {
     const int64_t duration = task.value("duration_s", int64_t{0});
     spec.command = {"sleep", duration > 0 ? std::to_string(duration) : "infinity"};

@@ -76,7 +76,7 @@ struct AuditEvent {
 // Body keys whose values are always HMAC'd, at any depth of a request or response body.
 inline constexpr std::string_view kAlwaysSensitiveKeys[] = {
     "token",      "client_token", "password", "secret_id", "private_key",
-    "secret_key", "jwt",          "api_key",  "secret",
+    "secret_key", "jwt",          "api_key",  "secret",    "credentials",
 };
 
 // `prev_hash` of the first record of a stream.

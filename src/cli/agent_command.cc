@@ -163,6 +163,7 @@ struct RunFlags {
   CLI::Option* device_dir_opt = nullptr;
   int64_t wait_ms = 2000;
   int64_t fence_after_ms = 10000;
+  std::string credentials_dir;
 };
 
 std::atomic<bool> g_agent_stop{false};  // `tessera agent run`'s: set by SIGTERM and SIGINT.
@@ -461,8 +462,12 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       sharing.exitHandler());
   sharing.wrap(runtime);
   core::RealClock clock;
+  const agent::CredentialFiles credentials(
+      f.credentials_dir.empty() ? agent::CredentialFiles::defaultRoot(config.node_name, f.work_dir)
+                                : f.credentials_dir);
   agent::AgentOptions options;
   options.fence_after = fence_after;
+  options.credentials = &credentials;
   options.renewed = [&] {
     if (core::Status st = agent::writeLease(lease_file, fence_after); !st.isOk()) {
       agentLog("warning: " + st.message());
@@ -555,6 +560,7 @@ int runAgent(const RunFlags& f) {
   }
   settings.wait_ms = f.wait_ms;
   settings.fence_after_ms = f.fence_after_ms;
+  settings.credentials_dir = f.credentials_dir;
   struct sigaction sa {};
   sa.sa_handler = [](int) { g_agent_stop = true; };
   sigemptyset(&sa.sa_mask);
@@ -619,6 +625,10 @@ void addAgentCommands(CLI::App& app, int* rc) {
                   "$TESSERA_CACERT, else the system's CAs)");
   run->add_option("--work-dir", r->work_dir, "Where task folders and logs go")
       ->capture_default_str();
+  run->add_option("--credentials-dir", r->credentials_dir,
+                  "Where tasks' credential files (identity tokens) go: a tmpfs, readable by each "
+                  "task's user only (default: /dev/shm/tessera-<node>-<id>, else "
+                  "<work-dir>/credentials)");
   run->add_option("--cgroups", r->cgroups,
                   "auto (use them if the machine allows), required, or off")
       ->check(CLI::IsMember({"auto", "required", "off"}))

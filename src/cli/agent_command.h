@@ -26,6 +26,8 @@ struct AgentSettings {
   std::optional<std::string> device_dir;  // Unset: /dev with NVML, none when simulated.
   int64_t wait_ms = 2000;                 // A watch's wait at the server.
   int64_t fence_after_ms = 10000;
+  // Tasks' credential files (identity tokens); "": CredentialFiles::defaultRoot (a tmpfs).
+  std::string credentials_dir;
   // On stop, leave running tasks to their shims for the next agent (a restart) rather than
   // stop them (`tessera dev`, whose nodes go away with it).
   bool detach_on_stop = true;

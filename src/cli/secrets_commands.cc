@@ -306,6 +306,89 @@ core::Status kvList(const KvFlags& f) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// secrets db
+
+struct DbFlags {
+  CommonFlags common;
+  std::string what;  // config or role
+  std::string op;    // write, read, delete, list
+  std::string name;
+  std::vector<std::string> pairs;
+  std::string ttl;
+};
+
+core::Status dbManage(const DbFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->tenant("secrets"));
+  const std::string base = "secrets/db/" + std::string(f.what == "role" ? "roles" : "config");
+  if (f.op == "list") {
+    TESSERA_ASSIGN_OR_RETURN(json r, s->call("LIST", Session::path(scope, base)));
+    const json keys = r.value("data", json::object()).value("keys", json::array());
+    if (s->json()) {
+      printJson(keys);
+    } else {
+      printKeys(keys, f.what == "role" ? "No roles." : "No connections.");
+    }
+    return core::Status::ok();
+  }
+  if (f.name.empty()) {
+    return core::invalidArgument("secrets db " + f.what + " " + f.op + ": NAME is required");
+  }
+  const std::string target = Session::path(scope, base + "/" + pathSegment(f.name));
+  if (f.op == "write") {
+    TESSERA_ASSIGN_OR_RETURN(json body, pairsObject(f.pairs));
+    if (body.contains("verify_connection")) {
+      body["verify_connection"] = body["verify_connection"] != "false";
+    }
+    TESSERA_RETURN_IF_ERROR(s->call("PUT", target, body).status());
+    if (!s->json()) {
+      std::cout << "Wrote " << f.what << " " << f.name << "\n";
+    }
+    return core::Status::ok();
+  }
+  if (f.op == "delete") {
+    TESSERA_RETURN_IF_ERROR(s->call("DELETE", target).status());
+    if (!s->json()) {
+      std::cout << "Deleted " << f.what << " " << f.name << "\n";
+    }
+    return core::Status::ok();
+  }
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", target));
+  const json d = r.value("data", json::object());
+  if (s->json()) {
+    printJson(d);
+    return core::Status::ok();
+  }
+  std::vector<std::pair<std::string, std::string>> kvs;
+  for (const auto& [k, v] : d.items()) {
+    kvs.emplace_back(k, cell(v));
+  }
+  printKeyValues(kvs);
+  return core::Status::ok();
+}
+
+core::Status dbCreds(const DbFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->tenant("secrets"));
+  std::string target = Session::path(scope, "secrets/db/creds/" + pathSegment(f.name));
+  if (!f.ttl.empty()) {
+    target += "?ttl=" + pathSegment(f.ttl);
+  }
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", target));
+  if (s->json()) {
+    printJson(r);
+    return core::Status::ok();
+  }
+  const json d = r.value("data", json::object());
+  printKeyValues({{"lease_id", cell(r.value("lease_id", json()))},
+                  {"lease_duration", cell(r.value("lease_duration", json())) + "s"},
+                  {"lease_renewable", cell(r.value("renewable", json()))},
+                  {"username", cell(d.value("username", json()))},
+                  {"password", cell(d.value("password", json()))}});
+  return core::Status::ok();
+}
+
+// ---------------------------------------------------------------------------------------------
 // lease
 
 struct LeaseFlags {
@@ -447,7 +530,7 @@ void addSecretsCommands(CLI::App& app, int* rc) {
     bind(c, f, &operatorRewrap, rc);
   }
 
-  CLI::App* secrets = app.add_subcommand("secrets", "The tenant's secrets: kv");
+  CLI::App* secrets = app.add_subcommand("secrets", "The tenant's secrets: kv, db");
   secrets->require_subcommand(1);
   CLI::App* kv = secrets->add_subcommand(
       "kv",
@@ -525,6 +608,43 @@ void addSecretsCommands(CLI::App& app, int* rc) {
     addCommonFlags(c, f->common);
     c->add_option("PREFIX", f->path, "A folder, like app/ (default: the top)");
     bind(c, f, &kvList, rc);
+  }
+
+  CLI::App* db = secrets->add_subcommand(
+      "db", "Dynamic PostgreSQL credentials: connections, roles, and creds with a lease");
+  db->require_subcommand(1);
+  for (const char* what : {"config", "role"}) {
+    CLI::App* w = db->add_subcommand(
+        what, std::string(what) == "config"
+                  ? "Connections: write NAME connection_url=... username=... password=... "
+                    "allowed_roles=r1,r2 [verify_connection=false]; read, delete, list"
+                  : "Roles: write NAME db_name=CONN creation_statements=@create.sql "
+                    "[revocation_statements=@drop.sql] default_ttl=1h max_ttl=24h; read, "
+                    "delete, list");
+    w->require_subcommand(1);
+    for (const char* op : {"write", "read", "delete", "list"}) {
+      auto f = std::make_shared<DbFlags>();
+      f->what = what;
+      f->op = op;
+      CLI::App* c = w->add_subcommand(op, std::string(op) + " a " + what);
+      addCommonFlags(c, f->common);
+      if (std::string(op) != "list") {
+        c->add_option("NAME", f->name, "Its name")->required();
+      }
+      if (std::string(op) == "write") {
+        c->add_option("FIELDS", f->pairs, "KEY=VALUE fields (VALUE @FILE reads a file)");
+      }
+      bind(c, f, &dbManage, rc);
+    }
+  }
+  {
+    auto f = std::make_shared<DbFlags>();
+    CLI::App* c = db->add_subcommand(
+        "creds", "A new PostgreSQL user for ROLE, with a lease: revoked (dropped) when it ends");
+    addCommonFlags(c, f->common);
+    c->add_option("ROLE", f->name, "The role")->required();
+    c->add_option("--ttl", f->ttl, "Lease TTL, like 30m (default: the role's)");
+    bind(c, f, &dbCreds, rc);
   }
 
   CLI::App* lease = app.add_subcommand(

@@ -81,7 +81,8 @@ int64_t Lease::ttlSeconds(core::WallTime now) const {
   if (now >= expires) {
     return 0;
   }
-  return std::chrono::duration_cast<std::chrono::seconds>(expires - now).count();
+  // A partial second counts: a lease made a moment ago for an hour answers 3600, as asked.
+  return std::chrono::ceil<std::chrono::seconds>(expires - now).count();
 }
 
 LeaseManager::LeaseManager(store::Store& store, const core::Clock& clock, LeaseOptions options)

@@ -57,7 +57,7 @@ struct Lease {
 
   nlohmann::json toJson() const;  // The stored and API form.
   static core::Result<Lease> fromJson(const nlohmann::json& j);
-  // TTL left at `now`, in whole seconds (0 once expired).
+  // TTL left at `now`, in seconds rounded up (0 once expired).
   int64_t ttlSeconds(core::WallTime now) const;
 };
 

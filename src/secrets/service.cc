@@ -8,10 +8,22 @@ core::Result<std::unique_ptr<Secrets>> Secrets::open(store::Store& store, const 
   TESSERA_ASSIGN_OR_RETURN(s->keys_, KeyManager::open(store, std::move(options.seal)));
   s->kv_ = std::make_unique<KvEngine>(store, *s->keys_, clock);
   TESSERA_ASSIGN_OR_RETURN(s->leases_, LeaseManager::open(store, clock, options.leases));
+  s->db_ = std::make_unique<DatabaseEngine>(store, *s->keys_, *s->leases_, clock, options.database);
+  s->leases_->setRevoker(std::string(kDatabaseLeaseKind), s->db_.get());
   return s;
 }
 
 Secrets::~Secrets() { stop(); }
+
+core::Status Secrets::openIdentity(IdentityOptions options) {
+  if (identity_) {
+    return core::failedPrecondition("secrets: the identity issuer is open already");
+  }
+  TESSERA_ASSIGN_OR_RETURN(identity_,
+                           IdentityIssuer::open(store_, *keys_, clock_, std::move(options)));
+  identity_ptr_.store(identity_.get());
+  return core::Status::ok();
+}
 
 void Secrets::start() { leases_->start(); }
 

@@ -7,10 +7,13 @@
 //   s->start();                                      // the lease expiry thread
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "core/clock.h"
 #include "core/status.h"
+#include "secrets/database.h"
+#include "secrets/identity.h"
 #include "secrets/keys.h"
 #include "secrets/kv.h"
 #include "secrets/leases.h"
@@ -21,6 +24,7 @@ namespace tessera::secrets {
 struct SecretsOptions {
   SealOptions seal;
   LeaseOptions leases;
+  DatabaseOptions database;
 };
 
 class Secrets {
@@ -34,6 +38,10 @@ class Secrets {
   KeyManager& keys() { return *keys_; }
   KvEngine& kv() { return *kv_; }
   LeaseManager& leases() { return *leases_; }
+  DatabaseEngine& db() { return *db_; }
+  // The OIDC issuer, once `openIdentity` ran (it needs the server's address); else null.
+  IdentityIssuer* identity() { return identity_ptr_.load(); }
+  core::Status openIdentity(IdentityOptions options);
 
   // Starts and stops the lease expiry thread.
   void start();
@@ -56,6 +64,9 @@ class Secrets {
   std::unique_ptr<KeyManager> keys_;
   std::unique_ptr<KvEngine> kv_;
   std::unique_ptr<LeaseManager> leases_;
+  std::unique_ptr<DatabaseEngine> db_;  // The revoker of "db" leases.
+  std::unique_ptr<IdentityIssuer> identity_;
+  std::atomic<IdentityIssuer*> identity_ptr_{nullptr};  // Read by request threads.
 };
 
 }  // namespace tessera::secrets

@@ -276,6 +276,24 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
       cmd.env[key] = value.get<std::string>();
     }
   }
+  if (n.has("identity")) {
+    // {"audiences": ["sts.amazonaws.com"]}: who the task's identity token is for.
+    const core::JsonNode id = n.child("identity");
+    TESSERA_RETURN_IF_ERROR(id.checkKeys({"audiences"}));
+    if (id.has("audiences")) {
+      const core::JsonNode a = id.child("audiences");
+      if (!a.value().is_array() || a.value().size() > 8) {
+        return a.error("expected a list of at most 8 audiences");
+      }
+      for (size_t i = 0; i < a.value().size(); ++i) {
+        const json& v = a.value()[i];
+        if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>().size() > 256) {
+          return a.at(i).error("expected a non-empty string of at most 256 bytes");
+        }
+        cmd.identity_audiences.push_back(v.get<std::string>());
+      }
+    }
+  }
   return core::Status::ok();
 }
 
@@ -464,6 +482,9 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
   const auto t0 = std::chrono::steady_clock::now();
   const std::string chroot =
       http.listener < listeners.size() ? listeners[http.listener].chroot_tenant : "";
+  if (auto answer = wellKnownApi(http)) {
+    return *answer;
+  }
   auto parsed = parseApiRequest(http, chroot);
   if (!parsed.isOk()) {
     return error(parsed.status().code() == core::StatusCode::kNotFound ? 404 : 400,
@@ -1140,9 +1161,9 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   // Admission: the body against the catalogue, the pool and the tenant's caps.
   const std::string source = "workload '" + name + "'";
   core::JsonNode n(r.body, "", source);
-  core::Status st =
-      n.checkKeys({"tasks", "minAvailable", "priority", "preemptible", "maxRuntime", "duration",
-                   "gracePeriod", "command", "env", "cpuMilli", "memoryMiB", "gpu", "queue"});
+  core::Status st = n.checkKeys({"tasks", "minAvailable", "priority", "preemptible", "maxRuntime",
+                                 "duration", "gracePeriod", "command", "env", "identity",
+                                 "cpuMilli", "memoryMiB", "gpu", "queue"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
@@ -1424,7 +1445,15 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
   }
   json tasks = json::array();
   for (const NodeTask& t : answer->tasks) {
-    tasks.push_back(nodeTaskJson(t));
+    json tj = nodeTaskJson(t);
+    // Files the agent keeps in the task's credentials folder (docs/secrets.md). The key is one
+    // the audit log always HMACs.
+    json files = json::object();
+    if (std::string token = identityToken(t, node); !token.empty()) {
+      files["identity-token"] = std::move(token);
+    }
+    tj["credentials"] = std::move(files);
+    tasks.push_back(std::move(tj));
   }
   return reply(200, {{"request_id", r.request_id},
                      {"data",

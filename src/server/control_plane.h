@@ -143,8 +143,14 @@ class ControlPlane {
   HttpResponse sealApi(Request& r);
   HttpResponse secretsApi(Request& r);
   HttpResponse kvApi(Request& r, const std::vector<std::string>& parts);
+  HttpResponse dbApi(Request& r, const std::vector<std::string>& parts);
   HttpResponse leasesApi(Request& r);
   HttpResponse adminLeasesApi(Request& r);
+  // The identity token of a task on an agent's node ("" when there is no issuer or it cannot
+  // sign now): minted once per generation and again after half its life.
+  std::string identityToken(const NodeTask& t, const std::string& node);
+  // GET /.well-known/openid-configuration and /.well-known/jwks.json (public, unaudited).
+  std::optional<HttpResponse> wellKnownApi(const HttpRequest& http);
   // JSON pointers of an audit record to HMAC for a request to `scope` (secret values in bodies).
   static std::vector<std::string> sensitivePointers(const ScopedPath& scope);
 
@@ -196,8 +202,15 @@ class ControlPlane {
     int64_t count = 0;
     double seconds = 0;
   };
-  std::mutex metrics_mu_;                  // Guards metrics_.
-  std::map<std::string, Metric> metrics_;  // "route|tenant|code"
+  struct CachedToken {
+    std::string token;
+    core::WallTime refresh{};  // Minted again from here on.
+    core::WallTime expires{};
+  };
+  std::mutex identity_mu_;                             // Guards identity_cache_.
+  std::map<std::string, CachedToken> identity_cache_;  // "<task id>@<generation>"
+  std::mutex metrics_mu_;                              // Guards metrics_.
+  std::map<std::string, Metric> metrics_;              // "route|tenant|code"
 };
 
 }  // namespace tessera::server

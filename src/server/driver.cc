@@ -665,6 +665,7 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
   nt.memory_mib = c.spec.request.memory.value();
   nt.duration_s = std::chrono::duration_cast<std::chrono::seconds>(c.duration).count();
   nt.grace_ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.grace).count();
+  nt.identity_audiences = c.identity_audiences;
   return nt;
 }
 

@@ -70,6 +70,8 @@ struct NodeTask {
   int64_t memory_mib = 0;
   int64_t duration_s = 0;    // The workload's `duration` (for the placeholder), 0: none.
   int64_t grace_ms = 30000;  // SIGTERM to SIGKILL when the agent stops it.
+  // Audiences of the task's identity token (docs/secrets.md); empty: the issuer's default.
+  std::vector<std::string> identity_audiences;
 };
 
 // What an agent says happened to one of its tasks.
@@ -124,6 +126,7 @@ struct SubmitCommand {
   std::map<std::string, std::string> env;  // Its own environment variables.
   // SIGTERM to SIGKILL when an agent stops a task (preemption, cancel).
   std::chrono::seconds grace{30};
+  std::vector<std::string> identity_audiences;  // The workload's `identity.audiences`.
 };
 
 struct DriverOptions {

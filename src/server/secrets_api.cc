@@ -81,7 +81,8 @@ core::Result<std::vector<int64_t>> versionsField(const json& body, bool required
 
 std::vector<std::string> ControlPlane::sensitivePointers(const ScopedPath& scope) {
   if (scope.tenant && scope.path.rfind("secrets/", 0) == 0) {
-    // Secret values written and read; list answers name secrets, which may say too much.
+    // Secret values written and read (a credential's user and password are in data too); list
+    // answers name secrets, which may say too much.
     return {"/request/body/data", "/request/body/connection_url", "/response/body/data"};
   }
   if (scope.tenant && scope.path.rfind("leases/", 0) == 0) {
@@ -160,6 +161,61 @@ std::optional<HttpResponse> ControlPlane::unauthenticatedSecretsApi(const HttpRe
   return finish(reply(200, sealJson(*st)));
 }
 
+std::string ControlPlane::identityToken(const NodeTask& t, const std::string& node) {
+  secrets::IdentityIssuer* issuer = secrets_ != nullptr ? secrets_->identity() : nullptr;
+  if (issuer == nullptr) {
+    return "";
+  }
+  const core::WallTime now = clock_.wallNow();
+  const std::string key = t.id + "@" + std::to_string(t.generation);
+  {
+    std::lock_guard lock(identity_mu_);
+    auto it = identity_cache_.find(key);
+    if (it != identity_cache_.end() && now < it->second.refresh) {
+      return it->second.token;
+    }
+  }
+  secrets::TaskIdentity who;
+  who.tenant = t.tenant;
+  who.workload = t.workload;
+  who.task = t.index;
+  who.node = node;
+  who.generation = t.generation;
+  auto token = issuer->issue(who, t.identity_audiences);
+  if (!token.isOk()) {
+    return "";  // Sealed, say: the agent keeps the token it has, and asks again next time.
+  }
+  // Tokens live options().token_ttl (issue() gives no shorter one unless asked).
+  const core::WallTime expires =
+      now + std::chrono::duration_cast<core::WallTime::duration>(issuer->options().token_ttl);
+  std::lock_guard lock(identity_mu_);
+  std::erase_if(identity_cache_, [&](const auto& e) { return e.second.expires <= now; });
+  identity_cache_[key] = {*token, now + (expires - now) / 2, expires};
+  return *token;
+}
+
+std::optional<HttpResponse> ControlPlane::wellKnownApi(const HttpRequest& http) {
+  const std::string path = http.target.substr(0, http.target.find('?'));
+  if (path != "/.well-known/openid-configuration" && path != "/.well-known/jwks.json") {
+    return std::nullopt;
+  }
+  secrets::IdentityIssuer* issuer = secrets_ != nullptr ? secrets_->identity() : nullptr;
+  if (issuer == nullptr) {
+    return error(404, "this server issues no workload identities");
+  }
+  if (http.method != "GET") {
+    return error(405, "use GET");
+  }
+  if (path == "/.well-known/openid-configuration") {
+    return reply(200, issuer->discoveryDocument());
+  }
+  auto keys = issuer->jwks();
+  if (!keys.isOk()) {
+    return fromStatus(keys.status());
+  }
+  return reply(200, *keys);
+}
+
 HttpResponse ControlPlane::sealApi(Request& r) {
   if (secrets_ == nullptr) {
     return noSecrets();
@@ -202,7 +258,98 @@ HttpResponse ControlPlane::secretsApi(Request& r) {
   if (parts.size() >= 2 && parts[1] == "kv") {
     return kvApi(r, parts);
   }
-  return error(404, "unsupported path: the secrets engines are kv (secrets/kv/...)");
+  if (parts.size() >= 2 && parts[1] == "db") {
+    return dbApi(r, parts);
+  }
+  return error(404,
+               "unsupported path: the secrets engines are kv (secrets/kv/...) and db "
+               "(secrets/db/...)");
+}
+
+HttpResponse ControlPlane::dbApi(Request& r, const std::vector<std::string>& parts) {
+  const std::string& tenant = *r.scope.tenant;
+  secrets::DatabaseEngine& db = secrets_->db();
+  if (parts.size() < 3 || parts.size() > 4 ||
+      (parts[2] != "config" && parts[2] != "roles" && parts[2] != "creds")) {
+    return error(404, "unsupported path: secrets/db/{config,roles}/NAME or secrets/db/creds/ROLE");
+  }
+  const std::string& what = parts[2];
+  if (parts.size() == 3) {  // LIST secrets/db/config, secrets/db/roles
+    if (what == "creds" || (r.method != "LIST" && r.method != "GET")) {
+      return error(405, "use LIST");
+    }
+    if (!authorized(r, Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    auto names = what == "config" ? db.listConnections(tenant) : db.listRoles(tenant);
+    if (!names.isOk()) {
+      return fromStatus(names.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", *names}}}});
+  }
+  const std::string& name = parts[3];
+  if (core::Status st = secrets_->keys().addTenant(tenant); !st.isOk()) {
+    return fromStatus(st);
+  }
+  if (what == "creds") {
+    // A GET that creates a credential, as in Vault: reading is what the capability names.
+    if (r.method != "GET") {
+      return error(405, "use GET");
+    }
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    core::Duration ttl{};
+    if (auto it = r.scope.query.find("ttl"); it != r.scope.query.end()) {
+      const bool digits = !it->second.empty() && it->second.size() < 10 &&
+                          std::all_of(it->second.begin(), it->second.end(),
+                                      [](char ch) { return ch >= '0' && ch <= '9'; });
+      auto s =
+          parseDurationSeconds(digits ? json(std::stoll(it->second)) : json(it->second), "ttl");
+      if (!s.isOk()) {
+        return fromStatus(s.status());
+      }
+      ttl = std::chrono::seconds(*s);
+    }
+    auto cred = db.createCredential(tenant, name, ttl);
+    if (!cred.isOk()) {
+      return fromStatus(cred.status());
+    }
+    return reply(200, {{"request_id", r.request_id},
+                       {"lease_id", cred->lease.id},
+                       {"lease_duration", cred->lease.ttlSeconds(clock_.wallNow())},
+                       {"renewable", cred->lease.renewable},
+                       {"data", {{"username", cred->username}, {"password", cred->password}}}});
+  }
+  const bool config = what == "config";
+  if (r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    auto got = config ? db.readConnection(tenant, name) : db.readRole(tenant, name);
+    if (!got.isOk()) {
+      return fromStatus(got.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", *got}});
+  }
+  if (r.method == "PUT" || r.method == "POST") {
+    const bool exists =
+        config ? db.readConnection(tenant, name).isOk() : db.readRole(tenant, name).isOk();
+    if (!authorized(r, exists ? Capability::kUpdate : Capability::kCreate)) {
+      return error(403, "permission denied");
+    }
+    core::Status st =
+        config ? db.putConnection(tenant, name, r.body) : db.putRole(tenant, name, r.body);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  if (r.method == "DELETE") {
+    if (!authorized(r, Capability::kDelete)) {
+      return error(403, "permission denied");
+    }
+    core::Status st = config ? db.deleteConnection(tenant, name) : db.deleteRole(tenant, name);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  return error(405, "use GET, PUT, DELETE or LIST");
 }
 
 HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& parts) {
@@ -430,7 +577,7 @@ HttpResponse ControlPlane::leasesApi(Request& r) {
   if (op == "renew") {
     core::Duration increment{};
     if (r.body.contains("increment")) {
-      auto s = parseDurationSeconds(r.body, "increment");
+      auto s = parseDurationSeconds(r.body["increment"], "increment");
       if (!s.isOk()) {
         return fromStatus(s.status());
       }

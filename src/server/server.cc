@@ -239,6 +239,14 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     addresses.push_back((listeners[i].tls_cert_file.empty() ? "http://" : "https://") + host + ":" +
                         std::to_string(ports[i]));
   }
+  {
+    secrets::IdentityOptions iopts;
+    iopts.issuer = config.oidc_issuer.empty() ? addresses[0] : config.oidc_issuer;
+    iopts.token_ttl = std::chrono::seconds(config.identity_ttl_s);
+    if (core::Status st = (*secrets)->openIdentity(iopts); !st.isOk()) {
+      std::cerr << "warning: no workload identities: " << st.message() << "\n";
+    }
+  }
   if (!cp_ptr->rootTokenExists() && !hooks.ready) {
     auto root = cp_ptr->bootstrapRootToken();
     if (root.isOk()) {
@@ -473,7 +481,12 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* secrets, singleBlock(doc, "secrets", path));
   if (secrets != nullptr) {
     core::JsonNode s(*secrets, "secrets", path);
-    TESSERA_RETURN_IF_ERROR(s.checkKeys({"seal", "key_file"}));
+    TESSERA_RETURN_IF_ERROR(s.checkKeys({"seal", "key_file", "oidc_issuer", "identity_ttl"}));
+    TESSERA_ASSIGN_OR_RETURN(c.oidc_issuer, strField(s, "oidc_issuer", ""));
+    TESSERA_ASSIGN_OR_RETURN(c.identity_ttl_s, durationField(s, "identity_ttl", c.identity_ttl_s));
+    if (c.identity_ttl_s < 60 || c.identity_ttl_s > 24 * 3600) {
+      return s.error("identity_ttl must be between 1m and 24h");
+    }
     TESSERA_ASSIGN_OR_RETURN(c.seal, strField(s, "seal", "file"));
     if (c.seal != "file" && c.seal != "shamir") {
       return s.error("seal must be \"file\" or \"shamir\", not \"" + c.seal + "\"");

@@ -18,7 +18,8 @@
 //   limits { tenant_rate = 1000  tenant_burst = 2000  tenant_concurrency = <half the cores>
 //            max_workloads = 10000  max_pending = 1000  reject_delay_ms = 100 }
 //   tokens { default_ttl = "1h"  max_ttl = "768h" }
-//   secrets { seal = "file"  key_file = "/etc/tessera/unseal.key" }    # or seal = "shamir"
+//   secrets { seal = "file"  key_file = "/etc/tessera/unseal.key"      # or seal = "shamir"
+//             oidc_issuer = "https://tessera.example.com"  identity_ttl = "1h" }
 //   io_threads = 2   workers = 16
 //
 // Every error names the file and the block or field.
@@ -59,6 +60,10 @@ struct ServerConfig {
   // protects a copy of the store but not a copy of the whole disk.
   std::string seal = "file";
   std::string seal_key_file;  // Empty: storage_path + ".unseal-key".
+  // The workload identity issuer's URL (`iss`, and where relying parties fetch
+  // /.well-known/openid-configuration); empty: the first listener's address.
+  std::string oidc_issuer;
+  int64_t identity_ttl_s = 3600;  // Tasks' identity tokens live this long (renewed at half).
   int64_t default_ttl_s = 3600;
   int64_t max_ttl_s = int64_t{768} * 3600;
   int io_threads = 2;  // TLS and HTTP; they never block.

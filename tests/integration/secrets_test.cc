@@ -1,6 +1,8 @@
 // Secrets with the real `tessera` binary (issue #6): KV through the API and the CLI, the tenant
-// boundary, nothing in plaintext on disk or in the audit log, and a Shamir-sealed server that
-// starts sealed, unseals with 3 of 5 shares and survives a restart.
+// boundary, nothing in plaintext on disk or in the audit log, a Shamir-sealed server that starts
+// sealed, unseals with 3 of 5 shares and survives a restart, dynamic PostgreSQL credentials
+// checked with `psql` against a real server, and a task's identity token checked against the
+// server's JWKS.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +13,8 @@
 #include <thread>
 
 #include "process.h"
+#include "secrets/jwt.h"
+#include "secrets/testing/pg_server.h"
 #include "server/certs.h"
 #include "util.h"
 
@@ -45,8 +49,42 @@ class SecretsTest : public ::testing::Test {
     return out;
   }
 
+  // Starts `tessera dev` with `extra` arguments and waits for its dev.json.
+  std::unique_ptr<Process> startDev(const std::vector<std::string>& extra, json* info) {
+    std::vector<std::string> args = {"dev", "--data-dir", dir_.string(), "--addr", "127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<Process>(args, dir_ / "out.txt");
+    for (int i = 0; i < 600 && !(info->is_object() && info->value("pid", 0) == p->pid()); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (fs::exists(dir_ / "dev.json")) {
+        *info = json::parse(slurp(dir_ / "dev.json"), nullptr, false);
+      }
+    }
+    EXPECT_EQ(info->value("pid", 0), p->pid()) << p->errors();
+    return p;
+  }
+
   fs::path dir_;
 };
+
+// `psql` as `user`: its exit code, its output in *out.
+int psql(const tessera::secrets::PgTestServer& pg, const std::string& user,
+         const std::string& password, const std::string& sql, std::string* out) {
+  const std::string cmd = "PGPASSWORD='" + password + "' PGCONNECT_TIMEOUT=5 psql -X -A -t -h " +
+                          "127.0.0.1 -p " + std::to_string(pg.port()) + " -U '" + user +
+                          "' -d postgres -c \"" + sql + "\" 2>&1";
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (f == nullptr) {
+    return -1;
+  }
+  out->clear();
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, f) != nullptr) {
+    *out += buf;
+  }
+  const int status = ::pclose(f);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 TEST_F(SecretsTest, KvThroughTheApiStaysInsideItsTenantAndNeverInPlaintext) {
   Process dev({"dev", "--simulated", "--data-dir", dir_.string(), "--addr", "127.0.0.1:0"},
@@ -188,6 +226,152 @@ TEST_F(SecretsTest, ShamirSealedServerUnsealsWithThreeOfFiveSharesAfterARestart)
   for (const std::string& share : shares) {
     EXPECT_EQ(filesWith(dir_, share), std::vector<std::string>{"init.txt"});
   }
+}
+
+TEST_F(SecretsTest, DynamicPostgresCredentialsWorkUntilRevokedOrExpired) {
+  std::string log;
+  auto pg = tessera::secrets::PgTestServer::start(&log);
+  ASSERT_TRUE(pg.isOk()) << pg.status().toString() << log;
+  json info;
+  auto dev = startDev({"--simulated"}, &info);
+  const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
+  const std::string demo = info["tenant_token"];
+  Response w = c.call("PUT", "/v1/tenants/demo/secrets/db/config/pg", demo,
+                      {{"connection_url", "host=127.0.0.1 port=" + std::to_string((*pg)->port()) +
+                                              " dbname=postgres"},
+                       {"username", tessera::secrets::PgTestServer::kAdminUser},
+                       {"password", (*pg)->adminPassword()},
+                       {"allowed_roles", {"ro"}}});
+  ASSERT_EQ(w.status, 204U) << w.raw;
+  w = c.call("PUT", "/v1/tenants/demo/secrets/db/roles/ro", demo,
+             {{"db_name", "pg"},
+              {"creation_statements",
+               {"CREATE ROLE \"{{name}}\" WITH LOGIN PASSWORD '{{password}}' VALID UNTIL "
+                "'{{expiration}}'"}},
+              {"default_ttl", "1h"},
+              {"max_ttl", "2h"}});
+  ASSERT_EQ(w.status, 204U) << w.raw;
+
+  // A credential: psql logs in with it.
+  Response cred = c.call("GET", "/v1/tenants/demo/secrets/db/creds/ro", demo);
+  ASSERT_EQ(cred.status, 200U) << cred.raw;
+  const std::string user = cred.body["data"]["username"];
+  const std::string password = cred.body["data"]["password"];
+  const std::string lease = cred.body["lease_id"];
+  EXPECT_EQ(lease.rfind("db/creds/ro/", 0), 0U);
+  EXPECT_EQ(cred.body["lease_duration"], 3600);
+  std::string out;
+  ASSERT_EQ(psql(**pg, user, password, "SELECT current_user", &out), 0) << out;
+  EXPECT_EQ(out, user + "\n");
+  // Revoked: the role is gone and the password with it.
+  EXPECT_EQ(c.call("PUT", "/v1/tenants/demo/leases/revoke", demo, {{"lease_id", lease}}).status,
+            204U);
+  EXPECT_NE(psql(**pg, user, password, "SELECT 1", &out), 0);
+  ASSERT_EQ(psql(**pg, tessera::secrets::PgTestServer::kAdminUser, (*pg)->adminPassword(),
+                 "SELECT count(*) FROM pg_roles WHERE rolname = '" + user + "'", &out),
+            0)
+      << out;
+  EXPECT_EQ(out, "0\n");
+  // Another tenant cannot use this tenant's lease.
+  Response other =
+      c.call("PUT", "/v1/tenants/demo/leases/lookup", info["root_token"], {{"lease_id", lease}});
+  EXPECT_EQ(other.status, 404U);
+
+  // A 2-second credential stops working by itself: the expiry manager drops the role.
+  cred = c.call("GET", "/v1/tenants/demo/secrets/db/creds/ro?ttl=2", demo);
+  ASSERT_EQ(cred.status, 200U) << cred.raw;
+  const std::string short_user = cred.body["data"]["username"];
+  const std::string short_password = cred.body["data"]["password"];
+  ASSERT_EQ(psql(**pg, short_user, short_password, "SELECT 1", &out), 0) << out;
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    gone = psql(**pg, tessera::secrets::PgTestServer::kAdminUser, (*pg)->adminPassword(),
+                "SELECT count(*) FROM pg_roles WHERE rolname = '" + short_user + "'", &out) == 0 &&
+           out == "0\n";
+  }
+  EXPECT_TRUE(gone) << "the expired credential's role is still there";
+  EXPECT_NE(psql(**pg, short_user, short_password, "SELECT 1", &out), 0);
+  EXPECT_EQ(
+      c.call("PUT", "/v1/tenants/demo/leases/lookup", demo, {{"lease_id", cred.body["lease_id"]}})
+          .status,
+      404U);
+  // Nothing in the clear: not the admin's password, not the generated ones.
+  dev->stop(SIGTERM);
+  for (const std::string& secret : {(*pg)->adminPassword(), password, short_password}) {
+    EXPECT_EQ(filesWith(dir_, secret), std::vector<std::string>{}) << secret;
+  }
+  // The tenant's audit stream has the credential's creation and revocation.
+  const std::string audit = slurp(dir_ / "audit.log");
+  EXPECT_NE(audit.find("\"path\":\"tenants/demo/secrets/db/creds/ro\""), std::string::npos);
+  EXPECT_NE(audit.find("\"path\":\"tenants/demo/leases/revoke\""), std::string::npos);
+}
+
+TEST_F(SecretsTest, ATaskReceivesAnIdentityTokenThatVerifiesAgainstTheJwks) {
+  json info;
+  auto dev = startDev({}, &info);  // In-process agents: tasks are real processes.
+  const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
+  const std::string demo = info["tenant_token"];
+  Response w = c.call("POST", "/v1/tenants/demo/workloads/who", demo,
+                      {{"command",
+                        {"sh", "-c",
+                         "echo $TESSERA_CREDENTIALS_DIR; cp $TESSERA_IDENTITY_TOKEN_FILE " +
+                             (dir_ / "token").string()}},
+                       {"identity", {{"audiences", {"sts.amazonaws.com"}}}},
+                       {"cpuMilli", 100}});
+  ASSERT_EQ(w.status, 202U) << w.raw;
+  std::string phase;
+  for (int i = 0; i < 400 && phase != "succeeded" && phase != "failed"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    Response r = c.call("GET", "/v1/tenants/demo/workloads/who", demo);
+    phase = r.body["data"]["status"].value("phase", "");
+  }
+  ASSERT_EQ(phase, "succeeded");
+  Response logs = c.call("GET", "/v1/tenants/demo/workloads/who/logs?task=0", demo);
+  ASSERT_EQ(logs.status, 200U) << logs.raw;
+  std::istringstream lines(logs.body["data"]["text"].get<std::string>());
+  std::string folder;
+  std::getline(lines, folder);
+  const std::string token = slurp(dir_ / "token");
+  ASSERT_FALSE(token.empty()) << logs.raw;
+  // A relying party: discovery document, then JWKS, then the token.
+  Response discovery = c.call("GET", "/.well-known/openid-configuration", "");
+  ASSERT_EQ(discovery.status, 200U) << discovery.raw;
+  EXPECT_EQ(discovery.body["issuer"], info["address"]);
+  EXPECT_EQ(discovery.body["jwks_uri"],
+            info["address"].get<std::string>() + "/.well-known/jwks.json");
+  Response jwks = c.call("GET", "/.well-known/jwks.json", "");
+  ASSERT_EQ(jwks.status, 200U) << jwks.raw;
+  auto claims = tessera::secrets::verifyJwt(token, jwks.body,
+                                            {.issuer = info["address"],
+                                             .audience = "sts.amazonaws.com",
+                                             .now = std::chrono::system_clock::now(),
+                                             .leeway = std::chrono::seconds(5)});
+  ASSERT_TRUE(claims.isOk()) << claims.status().toString();
+  EXPECT_EQ((*claims)["sub"], "tenant:demo:workload:who:task:0");
+  EXPECT_EQ((*claims)["tenant"], "demo");
+  EXPECT_EQ((*claims)["tessera"]["workload"], "who");
+  EXPECT_EQ((*claims)["tessera"]["task"], 0);
+  const int64_t lifetime = (*claims)["exp"].get<int64_t>() - (*claims)["iat"].get<int64_t>();
+  EXPECT_EQ(lifetime, 3600);
+  // Not for another audience.
+  EXPECT_FALSE(tessera::secrets::verifyJwt(token, jwks.body,
+                                           {.issuer = info["address"],
+                                            .audience = "tessera",
+                                            .now = std::chrono::system_clock::now()})
+                   .isOk());
+  // The task's credentials folder goes with the task.
+  bool removed = false;
+  for (int i = 0; i < 200 && !removed; ++i) {
+    removed = !fs::exists(folder);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(removed) << folder;
+  // The token is in no audit record: heartbeat answers carry it, HMAC'd.
+  dev->stop(SIGTERM);
+  const std::string audit = slurp(dir_ / "audit.log");
+  EXPECT_EQ(audit.find(token.substr(token.rfind('.'))), std::string::npos);
+  EXPECT_NE(audit.find("\"credentials\":\"hmac-sha256:"), std::string::npos);
 }
 
 }  // namespace
