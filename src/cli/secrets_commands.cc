@@ -472,6 +472,90 @@ core::Status leaseList(const LeaseFlags& f) {
   return core::Status::ok();
 }
 
+// ---------------------------------------------------------------------------------------------
+// grant
+
+struct GrantFlags {
+  CommonFlags common;
+  std::string to;
+  std::string on;  // tenants/<owner>/<path>
+  std::string policy = "read";
+  std::string ttl;
+  std::string id;
+};
+
+void printGrant(const json& g) {
+  printKeyValues({{"id", cell(g.value("id", json()))},
+                  {"to", cell(g.value("grantee", json()))},
+                  {"on", cell(g.value("on", json()))},
+                  {"policy", cell(g.value("policy", json()))},
+                  {"expire_time", cell(g.value("expire_time", json()))},
+                  {"ttl", cell(g.value("ttl", json())) + "s"}});
+}
+
+core::Status grantCreate(const GrantFlags& f) {
+  // --on tenants/<owner>/<path>: the grant is the owner's.
+  const std::string prefix = "tenants/";
+  const size_t slash = f.on.find('/', prefix.size());
+  if (f.on.rfind(prefix, 0) != 0 || slash == std::string::npos) {
+    return core::invalidArgument(
+        "grant create: --on is tenants/<tenant>/<path>, like "
+        "tenants/team-2/secrets/kv/data/projects/x");
+  }
+  if (f.ttl.empty()) {
+    return core::invalidArgument("grant create: --ttl is required (like 4h); no grant is forever");
+  }
+  const std::string owner = f.on.substr(prefix.size(), slash - prefix.size());
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(
+      json r,
+      s->call(
+          "POST", Session::path(owner, "grants"),
+          {{"to", f.to}, {"on", f.on.substr(slash + 1)}, {"policy", f.policy}, {"ttl", f.ttl}}));
+  const json g = r.value("data", json::object());
+  if (s->json()) {
+    printJson(g);
+  } else {
+    printGrant(g);
+  }
+  return core::Status::ok();
+}
+
+core::Status grantList(const GrantFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->tenant("grants"));
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", Session::path(scope, "grants")));
+  const json grants = r.value("data", json::object()).value("grants", json::array());
+  if (s->json()) {
+    printJson(grants);
+    return core::Status::ok();
+  }
+  if (grants.empty()) {
+    std::cout << "No grants.\n";
+    return core::Status::ok();
+  }
+  Table t({"ID", "OWNER", "TO", "ON", "POLICY", "EXPIRES", "TTL"});
+  for (const json& g : grants) {
+    t.add({cell(g.value("id", json())), cell(g.value("owner", json())),
+           cell(g.value("grantee", json())), cell(g.value("on", json())),
+           cell(g.value("policy", json())), cell(g.value("expire_time", json())),
+           cell(g.value("ttl", json())) + "s"});
+  }
+  t.print(std::cout);
+  return core::Status::ok();
+}
+
+core::Status grantRevoke(const GrantFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->tenant("grants"));
+  TESSERA_RETURN_IF_ERROR(
+      s->call("DELETE", Session::path(scope, "grants/" + pathSegment(f.id))).status());
+  if (!s->json()) {
+    std::cout << "Revoked grant " << f.id << "\n";
+  }
+  return core::Status::ok();
+}
+
 }  // namespace
 
 void addSecretsCommands(CLI::App& app, int* rc) {
@@ -645,6 +729,40 @@ void addSecretsCommands(CLI::App& app, int* rc) {
     c->add_option("ROLE", f->name, "The role")->required();
     c->add_option("--ttl", f->ttl, "Lease TTL, like 30m (default: the role's)");
     bind(c, f, &dbCreds, rc);
+  }
+
+  CLI::App* grant = app.add_subcommand(
+      "grant", "Time-bound access for another tenant to some of this tenant's secrets");
+  grant->require_subcommand(1);
+  {
+    auto f = std::make_shared<GrantFlags>();
+    CLI::App* c =
+        grant->add_subcommand("create",
+                              "Let --to's tokens use --on for --ttl (e.g. --to team-1 --on "
+                              "tenants/team-2/secrets/kv/data/projects/x --policy read --ttl 4h)");
+    addCommonFlags(c, f->common);
+    c->add_option("--to", f->to, "The tenant that gets access")->required();
+    c->add_option("--on", f->on, "tenants/<owner>/<path under secrets/>")->required();
+    c->add_option("--policy", f->policy,
+                  "read (read, list) or write (also create, update, "
+                  "delete)")
+        ->check(CLI::IsMember({"read", "write"}))
+        ->capture_default_str();
+    c->add_option("--ttl", f->ttl, "How long, like 4h (required: no grant is forever)")->required();
+    bind(c, f, &grantCreate, rc);
+  }
+  {
+    auto f = std::make_shared<GrantFlags>();
+    CLI::App* c = grant->add_subcommand("list", "Grants the tenant gave or received");
+    addCommonFlags(c, f->common);
+    bind(c, f, &grantList, rc);
+  }
+  {
+    auto f = std::make_shared<GrantFlags>();
+    CLI::App* c = grant->add_subcommand("revoke", "End a grant the tenant gave, now");
+    addCommonFlags(c, f->common);
+    c->add_option("ID", f->id, "The grant's id")->required();
+    bind(c, f, &grantRevoke, rc);
   }
 
   CLI::App* lease = app.add_subcommand(

@@ -7,12 +7,21 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 namespace tessera::core {
 
 using Duration = std::chrono::nanoseconds;
 using TimePoint = std::chrono::time_point<std::chrono::steady_clock, Duration>;
 using WallTime = std::chrono::time_point<std::chrono::system_clock, Duration>;
+
+// Wall times as Unix milliseconds, the form stored records keep them in.
+inline int64_t unixMillis(WallTime t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+inline WallTime fromUnixMillis(int64_t ms) {
+  return WallTime(std::chrono::duration_cast<Duration>(std::chrono::milliseconds(ms)));
+}
 
 class Clock {
  public:

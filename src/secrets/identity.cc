@@ -9,13 +9,10 @@
 #include <utility>
 
 #include "audit/crypto.h"
-#include "secrets/internal/wall_ms.h"
 
 namespace tessera::secrets {
 namespace {
 
-using internal::fromMs;
-using internal::toMs;
 using nlohmann::json;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
@@ -246,7 +243,7 @@ core::Status IdentityIssuer::refreshLocked(core::WallTime now) {
 
     TESSERA_ASSIGN_OR_RETURN(SigningKey fresh, SigningKey::generate());
     std::vector<StoredKey> next;
-    next.push_back({std::move(fresh), fromMs(toMs(now))});
+    next.push_back({std::move(fresh), core::fromUnixMillis(core::unixMillis(now))});
     for (StoredKey& k : stored) {
       if (now < k.created + options_.key_rotation + options_.token_ttl) {
         next.push_back(std::move(k));
@@ -291,7 +288,8 @@ core::Result<std::vector<IdentityIssuer::StoredKey>> IdentityIssuer::parseRecord
         error = key.status().message();
         break;
       }
-      out.push_back({std::move(key).value(), fromMs(k.at("created_ms").get<int64_t>())});
+      out.push_back(
+          {std::move(key).value(), core::fromUnixMillis(k.at("created_ms").get<int64_t>())});
     }
   } catch (const json::exception& e) {
     error = e.what();
@@ -310,7 +308,8 @@ core::Result<std::string> IdentityIssuer::sealRecord(const std::vector<StoredKey
   json list = json::array();
   for (const StoredKey& k : keys) {
     TESSERA_ASSIGN_OR_RETURN(std::string pem, k.key.privatePem());
-    list.push_back({{"private_key_pem", std::move(pem)}, {"created_ms", toMs(k.created)}});
+    list.push_back(
+        {{"private_key_pem", std::move(pem)}, {"created_ms", core::unixMillis(k.created)}});
   }
   std::string plain = json{{"keys", std::move(list)}}.dump();
   auto sealed = keys_.encrypt(kSystemTenant, std::string(kOidcKeysKey), plain);

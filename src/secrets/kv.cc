@@ -7,13 +7,10 @@
 #include <set>
 
 #include "audit/record.h"
-#include "secrets/internal/wall_ms.h"
 
 namespace tessera::secrets {
 namespace {
 
-using internal::fromMs;
-using internal::toMs;
 using nlohmann::json;
 
 std::string kvPrefix(const std::string& tenant) { return "/secrets/" + tenant + "/kv/"; }
@@ -31,9 +28,10 @@ constexpr int kCasRetries = 16;
 json KvEntry::toJson() const {
   json vs = json::object();
   for (const auto& [n, v] : versions) {
-    json jv = {{"created", toMs(v.created)}, {"destroyed", v.destroyed}, {"data", v.data}};
+    json jv = {
+        {"created", core::unixMillis(v.created)}, {"destroyed", v.destroyed}, {"data", v.data}};
     if (v.deleted) {
-      jv["deleted"] = toMs(*v.deleted);
+      jv["deleted"] = core::unixMillis(*v.deleted);
     }
     vs[std::to_string(n)] = std::move(jv);
   }
@@ -42,8 +40,8 @@ json KvEntry::toJson() const {
           {"max_versions", max_versions},
           {"cas_required", cas_required},
           {"custom_metadata", custom_metadata},
-          {"created", toMs(created)},
-          {"updated", toMs(updated)},
+          {"created", core::unixMillis(created)},
+          {"updated", core::unixMillis(updated)},
           {"versions", std::move(vs)}};
 }
 
@@ -55,15 +53,15 @@ core::Result<KvEntry> KvEntry::fromJson(const json& j) {
     e.max_versions = j.at("max_versions").get<int64_t>();
     e.cas_required = j.at("cas_required").get<bool>();
     e.custom_metadata = j.at("custom_metadata");
-    e.created = fromMs(j.at("created").get<int64_t>());
-    e.updated = fromMs(j.at("updated").get<int64_t>());
+    e.created = core::fromUnixMillis(j.at("created").get<int64_t>());
+    e.updated = core::fromUnixMillis(j.at("updated").get<int64_t>());
     for (const auto& [n, jv] : j.at("versions").items()) {
       KvVersion v;
-      v.created = fromMs(jv.at("created").get<int64_t>());
+      v.created = core::fromUnixMillis(jv.at("created").get<int64_t>());
       v.destroyed = jv.at("destroyed").get<bool>();
       v.data = jv.at("data");
       if (jv.contains("deleted")) {
-        v.deleted = fromMs(jv["deleted"].get<int64_t>());
+        v.deleted = core::fromUnixMillis(jv["deleted"].get<int64_t>());
       }
       e.versions[std::stoll(n)] = std::move(v);
     }

@@ -5,13 +5,10 @@
 
 #include "audit/crypto.h"
 #include "audit/record.h"
-#include "secrets/internal/wall_ms.h"
 
 namespace tessera::secrets {
 namespace {
 
-using internal::fromMs;
-using internal::toMs;
 using nlohmann::json;
 
 bool permanent(const core::Status& s) {
@@ -43,14 +40,14 @@ json Lease::toJson() const {
           {"issue_time", audit::formatRfc3339Millis(issued)},
           {"expire_time", audit::formatRfc3339Millis(expires)},
           {"max_expire_time", audit::formatRfc3339Millis(max_expires)},
-          {"issued_ms", toMs(issued)},
-          {"expires_ms", toMs(expires)},
-          {"max_expires_ms", toMs(max_expires)},
+          {"issued_ms", core::unixMillis(issued)},
+          {"expires_ms", core::unixMillis(expires)},
+          {"max_expires_ms", core::unixMillis(max_expires)},
           {"renewable", renewable},
           {"state", leaseStateName(state)},
           {"attempts", attempts},
           {"last_error", last_error},
-          {"next_attempt_ms", toMs(next_attempt)}};
+          {"next_attempt_ms", core::unixMillis(next_attempt)}};
 }
 
 core::Result<Lease> Lease::fromJson(const json& j) {
@@ -60,9 +57,9 @@ core::Result<Lease> Lease::fromJson(const json& j) {
     l.tenant = j.at("tenant").get<std::string>();
     l.kind = j.at("kind").get<std::string>();
     l.data = j.at("data");
-    l.issued = fromMs(j.at("issued_ms").get<int64_t>());
-    l.expires = fromMs(j.at("expires_ms").get<int64_t>());
-    l.max_expires = fromMs(j.at("max_expires_ms").get<int64_t>());
+    l.issued = core::fromUnixMillis(j.at("issued_ms").get<int64_t>());
+    l.expires = core::fromUnixMillis(j.at("expires_ms").get<int64_t>());
+    l.max_expires = core::fromUnixMillis(j.at("max_expires_ms").get<int64_t>());
     l.renewable = j.at("renewable").get<bool>();
     const std::string state = j.at("state").get<std::string>();
     l.state = state == "revoking"      ? LeaseState::kRevoking
@@ -70,7 +67,7 @@ core::Result<Lease> Lease::fromJson(const json& j) {
                                        : LeaseState::kActive;
     l.attempts = j.at("attempts").get<int>();
     l.last_error = j.at("last_error").get<std::string>();
-    l.next_attempt = fromMs(j.at("next_attempt_ms").get<int64_t>());
+    l.next_attempt = core::fromUnixMillis(j.at("next_attempt_ms").get<int64_t>());
     return l;
   } catch (const std::exception& e) {
     return core::internalError(std::string("leases: a stored lease is malformed: ") + e.what());

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "audit/crypto.h"
 #include "core/status.h"
 #include "server/control_plane.h"
+#include "server/grants.h"
 #include "server/http_server.h"
 #include "server/route.h"
 #include "server/tokens.h"
@@ -23,6 +25,8 @@ struct ControlPlane::Request {
   TokenInfo token;
   std::string route;  // For metrics: the path with names replaced by '*'.
   nlohmann::json body = nlohmann::json::object();
+  // Set when a token of another tenant comes in on a grant (server/grants.h): what it may do.
+  std::optional<Grant> grant;
 };
 
 namespace api {

@@ -137,6 +137,7 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
   std::unique_ptr<ControlPlane> cp(
       new ControlPlane(store, auditor, driver, catalogue, clock, std::move(options), secrets));
   TESSERA_ASSIGN_OR_RETURN(cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens));
+  TESSERA_ASSIGN_OR_RETURN(cp->grants_, GrantTable::open(store));
   TESSERA_RETURN_IF_ERROR(cp->load());
   // From here on the scheduler is fed by the store: every workload written after what load()
   // read reaches it through this watch, in revision order.
@@ -446,6 +447,10 @@ Admission ControlPlane::admit(const HttpRequest& http) {
 }
 
 bool ControlPlane::authorized(const Request& r, Capability needed) const {
+  if (r.grant) {
+    // In on a grant: the grant's capabilities on its paths, whatever the token's policies say.
+    return r.grant->covers(r.scope.path) && r.grant->capabilities.allows(needed);
+  }
   if (r.token.isRoot()) {
     return true;
   }
@@ -491,7 +496,7 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
                  parsed.status().message());
   }
   Request r{http, std::move(parsed->scope), parsed->method, requestId(), {},
-            "",   std::move(parsed->body)};
+            "",   std::move(parsed->body),  std::nullopt};
   // The route for metrics: names replaced by '*' after their collection.
   {
     std::vector<std::string> parts = split(r.scope.path);
@@ -539,7 +544,12 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
   // which answers nothing but the token's own data (naming its tenant). That is how a client
   // holding only a token learns which scope to use.
   const bool self_lookup = !r.scope.tenant && r.scope.path == "auth/token/lookup-self";
-  if (!r.token.tenant.empty() && r.scope.tenant != r.token.tenant && !self_lookup) {
+  // The one way in from another tenant: a live grant of the scope's tenant to the token's that
+  // covers the path (server/grants.h). Anything else stays invisible.
+  if (!r.token.tenant.empty() && r.scope.tenant && r.scope.tenant != r.token.tenant) {
+    r.grant = grants_->find(*r.scope.tenant, r.token.tenant, r.scope.path, clock_.wallNow());
+  }
+  if (!r.token.tenant.empty() && r.scope.tenant != r.token.tenant && !self_lookup && !r.grant) {
     // Recorded as the caller's own (a probe of another tenant is worth an operator's look); the
     // record tells the caller nothing it did not send.
     audit::AuditEvent probe;
@@ -602,6 +612,14 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
     // The change is made but unrecorded; say so rather than pretend nothing happened.
     resp = error(503, "the audit log cannot record the response");
   }
+  if (r.grant) {
+    // The grantee's stream records its use of the grant too (the owner's has the request).
+    if (!auditGrant(r.token.tenant, *r.grant, "grant used", r.method, ev.request.path,
+                    static_cast<int>(resp.status), r.token.accessor)
+             .isOk()) {
+      resp = error(503, "the audit log cannot record this request, so it is refused");
+    }
+  }
   recordMetric(r.route, tenant, resp.status,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return resp;
@@ -656,6 +674,9 @@ HttpResponse ControlPlane::route(Request& r) {
   }
   if (first == "leases") {
     return leasesApi(r);
+  }
+  if (first == "grants") {
+    return grantsApi(r);
   }
   if (first == "workloads") {
     return workloadsApi(r);
@@ -834,6 +855,9 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
         if (core::Status st = secrets_->deleteTenant(name); !st.isOk()) {
           return fromStatus(st.withContext("deleting tenant '" + name + "'"));
         }
+      }
+      if (core::Status st = grants_->forgetTenant(name); !st.isOk()) {
+        return fromStatus(st.withContext("deleting tenant '" + name + "'"));
       }
       auto del =
           store_.deleteRange("/tenants/" + name + "/", store::prefixEnd("/tenants/" + name + "/"));
@@ -1858,6 +1882,14 @@ HttpResponse ControlPlane::auditApi(Request& r) {
                      {"data", {{"records", records}, {"total", view->size()}}}});
 }
 
-void ControlPlane::housekeeping() { (void)tokens_->expire(); }
+void ControlPlane::housekeeping() {
+  (void)tokens_->expire();
+  // Expired grants: already refused at use; here their expiry reaches both audit streams.
+  for (const Grant& g : grants_->expireDue(clock_.wallNow())) {
+    const std::string path = "tenants/" + g.owner + "/grants/" + g.id;
+    (void)auditGrant(g.owner, g, "grant expired", "EXPIRE", path, 200, "");
+    (void)auditGrant(g.grantee, g, "grant expired", "EXPIRE", path, 200, "");
+  }
+}
 
 }  // namespace tessera::server

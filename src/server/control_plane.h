@@ -30,6 +30,7 @@
 #include "secrets/service.h"
 #include "server/acl.h"
 #include "server/driver.h"
+#include "server/grants.h"
 #include "server/http_server.h"
 #include "server/node_mailbox.h"
 #include "server/route.h"
@@ -144,6 +145,12 @@ class ControlPlane {
   HttpResponse secretsApi(Request& r);
   HttpResponse kvApi(Request& r, const std::vector<std::string>& parts);
   HttpResponse dbApi(Request& r, const std::vector<std::string>& parts);
+  // grants, grants/<id>: time-bound grants of this tenant's secrets to another tenant.
+  HttpResponse grantsApi(Request& r);
+  // Writes a grant event (given, used, expired, revoked) into a tenant's audit stream.
+  core::Status auditGrant(const std::string& tenant, const Grant& g, const std::string& what,
+                          const std::string& method, const std::string& path, int status,
+                          const std::string& accessor);
   HttpResponse leasesApi(Request& r);
   HttpResponse adminLeasesApi(Request& r);
   // The identity token of a task on an agent's node ("" when there is no issuer or it cannot
@@ -167,6 +174,7 @@ class ControlPlane {
   ControlPlaneOptions options_;
   secrets::Secrets* secrets_;  // Null: the server has no secrets (answers 503 there).
   std::unique_ptr<TokenManager> tokens_;
+  std::unique_ptr<GrantTable> grants_;
 
   int64_t loaded_revision_ = 0;  // The store revision load() read.
   store::WatchId watch_{};

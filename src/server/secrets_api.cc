@@ -311,6 +311,22 @@ HttpResponse ControlPlane::dbApi(Request& r, const std::vector<std::string>& par
       }
       ttl = std::chrono::seconds(*s);
     }
+    if (r.grant) {
+      // Through a grant: the credential ends with the grant (its lease cannot be renewed by the
+      // grantee: leases/ is not a grantable path).
+      const auto left =
+          std::chrono::duration_cast<core::Duration>(r.grant->expires - clock_.wallNow());
+      if (ttl == core::Duration::zero()) {
+        auto role = db.readRole(tenant, name);
+        if (role.isOk() && role->contains("default_ttl")) {
+          ttl = std::chrono::seconds((*role)["default_ttl"].get<int64_t>());
+        }
+      }
+      ttl = ttl == core::Duration::zero() ? left : std::min(ttl, left);
+      if (ttl < std::chrono::seconds(1)) {
+        return error(403, "permission denied: the grant is about to expire");
+      }
+    }
     auto cred = db.createCredential(tenant, name, ttl);
     if (!cred.isOk()) {
       return fromStatus(cred.status());
@@ -512,6 +528,95 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
     return error(405, "use GET, PUT, DELETE or LIST");
   }
   return error(404, "unsupported path: secrets/kv/" + op);
+}
+
+core::Status ControlPlane::auditGrant(const std::string& tenant, const Grant& g,
+                                      const std::string& what, const std::string& method,
+                                      const std::string& path, int status,
+                                      const std::string& accessor) {
+  audit::AuditEvent ev;
+  ev.type = audit::AuditType::kResponse;
+  ev.request_id = api::requestId();
+  ev.tenant = tenant;
+  ev.auth.accessor = accessor;
+  ev.auth.policies = {"grant:" + g.id};
+  ev.request.method = method;
+  ev.request.path = path;
+  ev.request.body = {{"event", what},
+                     {"grant", g.id},
+                     {"owner", g.owner},
+                     {"grantee", g.grantee},
+                     {"on", "tenants/" + g.owner + "/" + g.on},
+                     {"policy", g.policy},
+                     {"expire_time", audit::formatRfc3339Millis(g.expires)}};
+  ev.response.status = status;
+  return auditor_.record(ev);
+}
+
+HttpResponse ControlPlane::grantsApi(Request& r) {
+  const std::string& tenant = *r.scope.tenant;
+  const std::vector<std::string> parts = split(r.scope.path);
+  const core::WallTime now = clock_.wallNow();
+  if (parts.size() == 1 && (r.method == "GET" || r.method == "LIST")) {
+    if (!authorized(r, Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    json out = json::array();
+    for (const Grant& g : grants_->list(tenant)) {
+      out.push_back(g.toJson(now));
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"grants", out}}}});
+  }
+  if (parts.size() == 1 && (r.method == "POST" || r.method == "PUT")) {
+    if (!authorized(r, Capability::kCreate)) {
+      return error(403, "permission denied");
+    }
+    core::JsonNode n(r.body, "body", "request");
+    if (core::Status st = n.checkKeys({"to", "on", "policy", "ttl"}); !st.isOk()) {
+      return fromStatus(st);
+    }
+    if (!r.body.contains("ttl")) {
+      return error(400, "grant: \"ttl\" is required (like \"4h\"); no grant is forever");
+    }
+    auto ttl = parseDurationSeconds(r.body["ttl"], "ttl");
+    if (!ttl.isOk()) {
+      return fromStatus(ttl.status());
+    }
+    const std::string to = r.body.value("to", "");
+    {
+      std::shared_lock lock(mu_);
+      if (!tenants_.contains(to)) {
+        return error(400, "grant: no tenant '" + to + "' to grant to");
+      }
+    }
+    auto g =
+        grants_->create(tenant, to, r.body.value("on", ""), r.body.value("policy", "read"),
+                        std::chrono::seconds(*ttl), options_.tokens.max_ttl, r.token.accessor, now);
+    if (!g.isOk()) {
+      return fromStatus(g.status());
+    }
+    // The owner's stream has this request; the grantee's learns it was given something.
+    if (!auditGrant(to, *g, "grant given", "POST", "tenants/" + tenant + "/grants/" + g->id, 200,
+                    r.token.accessor)
+             .isOk()) {
+      (void)grants_->revoke(tenant, g->id);
+      return error(503, "the audit log cannot record this request, so it is refused");
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", g->toJson(now)}});
+  }
+  if (parts.size() == 2 && r.method == "DELETE") {
+    if (!authorized(r, Capability::kDelete)) {
+      return error(403, "permission denied");
+    }
+    auto g = grants_->revoke(tenant, parts[1]);
+    if (!g.isOk()) {
+      return fromStatus(g.status());
+    }
+    (void)auditGrant(g->grantee, *g, "grant revoked", "DELETE",
+                     "tenants/" + tenant + "/grants/" + g->id, 204, r.token.accessor);
+    return noContent();
+  }
+  return error(405, "use GET or POST on grants, DELETE on grants/<id>");
 }
 
 HttpResponse ControlPlane::leasesApi(Request& r) {

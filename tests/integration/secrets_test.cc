@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
@@ -372,6 +373,93 @@ TEST_F(SecretsTest, ATaskReceivesAnIdentityTokenThatVerifiesAgainstTheJwks) {
   const std::string audit = slurp(dir_ / "audit.log");
   EXPECT_EQ(audit.find(token.substr(token.rfind('.'))), std::string::npos);
   EXPECT_NE(audit.find("\"credentials\":\"hmac-sha256:"), std::string::npos);
+}
+
+TEST_F(SecretsTest, AFourSecondGrantLetsAnotherTenantReadUntilItEnds) {
+  json info;
+  auto dev = startDev({"--simulated"}, &info);
+  const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
+  const std::string root = info["root_token"];
+  std::map<std::string, std::string> token;
+  for (const std::string t : {"team-1", "team-2"}) {
+    ASSERT_EQ(c.call("POST", "/v1/tenants/" + t, root, json::object()).status, 204U);
+    Response r = c.call("POST", "/v1/auth/token/create", root,
+                        {{"tenant", t}, {"policies", {"tenant-admin"}}});
+    ASSERT_EQ(r.status, 200U) << r.raw;
+    token[t] = r.body["auth"]["client_token"];
+  }
+  const std::string secret_path = "/v1/tenants/team-2/secrets/kv/data/projects/x/db";
+  ASSERT_EQ(c.call("PUT", secret_path, token["team-2"], {{"data", {{"password", "p-42"}}}}).status,
+            200U);
+  ASSERT_EQ(c.call("PUT", "/v1/tenants/team-2/secrets/kv/data/other", token["team-2"],
+                   {{"data", {{"k", "v"}}}})
+                .status,
+            200U);
+  // No grant: team-2 does not exist for team-1.
+  EXPECT_EQ(c.call("GET", secret_path, token["team-1"]).status, 404U);
+  // A grant needs a TTL, names a real tenant and stays under secrets/.
+  EXPECT_EQ(c.call("POST", "/v1/tenants/team-2/grants", token["team-2"],
+                   {{"to", "team-1"}, {"on", "secrets/kv/data/projects/x"}, {"policy", "read"}})
+                .status,
+            400U);
+  EXPECT_EQ(c.call("POST", "/v1/tenants/team-2/grants", token["team-2"],
+                   {{"to", "team-1"}, {"on", "workloads"}, {"policy", "read"}, {"ttl", "4s"}})
+                .status,
+            400U);
+  // team-1 cannot grant itself team-2's secrets.
+  EXPECT_EQ(c.call("POST", "/v1/tenants/team-2/grants", token["team-1"],
+                   {{"to", "team-1"},
+                    {"on", "secrets/kv/data/projects/x"},
+                    {"policy", "read"},
+                    {"ttl", "4s"}})
+                .status,
+            404U);
+  // `tessera grant create --to team-1 --on tenants/team-2/secrets/kv/data/projects/x
+  //  --policy read --ttl 4s`, by team-2's admin.
+  const auto granted_at = std::chrono::steady_clock::now();
+  {
+    Process grant(
+        {"grant", "create", "--to", "team-1", "--on", "tenants/team-2/secrets/kv/data/projects/x",
+         "--policy", "read", "--ttl", "4s", "--format", "json", "--address", info["address"],
+         "--ca-cert", info["ca_cert"], "--token", token["team-2"]},
+        dir_ / "grant.txt");
+    ASSERT_EQ(grant.wait(), 0) << grant.errors();
+  }
+  const json g = json::parse(slurp(dir_ / "grant.txt"), nullptr, false);
+  ASSERT_TRUE(g.is_object()) << slurp(dir_ / "grant.txt");
+  EXPECT_EQ(g["grantee"], "team-1");
+  // Within the grant: read, under the prefix only, and nothing but read.
+  Response r = c.call("GET", secret_path, token["team-1"]);
+  ASSERT_EQ(r.status, 200U) << r.raw;
+  EXPECT_EQ(r.body["data"]["data"]["password"], "p-42");
+  EXPECT_EQ(c.call("GET", "/v1/tenants/team-2/secrets/kv/data/other", token["team-1"]).status,
+            404U);
+  EXPECT_EQ(c.call("PUT", secret_path, token["team-1"], {{"data", {{"password", "mine"}}}}).status,
+            403U);
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/team-2/workloads", token["team-1"]).status, 404U);
+  // It stops at second 4.
+  std::this_thread::sleep_until(granted_at + std::chrono::milliseconds(3500));
+  EXPECT_EQ(c.call("GET", secret_path, token["team-1"]).status, 200U);
+  std::this_thread::sleep_until(granted_at + std::chrono::milliseconds(4100));
+  EXPECT_EQ(c.call("GET", secret_path, token["team-1"]).status, 404U);
+  // Both tenants' streams tell the story: given, used, expired (housekeeping, within a second
+  // or two).
+  bool expired = false;
+  for (int i = 0; i < 60 && !expired; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Response a = c.call("GET", "/v1/tenants/team-1/audit?limit=1000", token["team-1"]);
+    expired = a.raw.find("grant expired") != std::string::npos;
+  }
+  EXPECT_TRUE(expired);
+  Response mine = c.call("GET", "/v1/tenants/team-1/audit?limit=1000", token["team-1"]);
+  EXPECT_NE(mine.raw.find("grant given"), std::string::npos);
+  EXPECT_NE(mine.raw.find("grant used"), std::string::npos);
+  Response theirs = c.call("GET", "/v1/tenants/team-2/audit?limit=1000", token["team-2"]);
+  EXPECT_NE(theirs.raw.find("tenants/team-2/grants"), std::string::npos);
+  EXPECT_NE(theirs.raw.find("grant expired"), std::string::npos);
+  // team-2's stream has team-1's read of its secret (the value HMAC'd).
+  EXPECT_NE(theirs.raw.find("tenants/team-2/secrets/kv/data/projects/x/db"), std::string::npos);
+  EXPECT_EQ(theirs.raw.find("p-42"), std::string::npos);
 }
 
 }  // namespace
