@@ -23,6 +23,8 @@ struct OperatorFlags {
   int threshold = 3;
   std::string key;
   bool reset = false;
+  std::vector<std::string> shares_given;  // generate-root
+  std::string ttl = "15m";
 };
 
 core::Result<std::unique_ptr<ApiClient>> tokenlessClient(const CommonFlags& f) {
@@ -118,6 +120,34 @@ core::Status operatorCall(const OperatorFlags& f, const std::string& op) {
   } else {
     std::cout << "Rewrapped " << r["data"].value("rewrapped", 0) << " value(s).\n";
   }
+  return core::Status::ok();
+}
+
+core::Status operatorGenerateRoot(const OperatorFlags& f) {
+  std::vector<std::string> shares = f.shares_given;
+  if (shares.empty()) {
+    if (isatty(STDIN_FILENO) != 0) {
+      std::cerr << "Unseal key shares, one per line, then end of input (Ctrl-D):\n";
+    }
+    for (std::string line; std::getline(std::cin, line);) {
+      if (!trim(line).empty()) {
+        shares.push_back(trim(line));
+      }
+    }
+  }
+  if (shares.empty()) {
+    return core::invalidArgument("operator generate-root: no unseal key shares given");
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> c, tokenlessClient(f.common));
+  TESSERA_ASSIGN_OR_RETURN(
+      json r, c->call("PUT", "/v1/sys/generate-root", {{"keys", shares}, {"ttl", f.ttl}}));
+  const json d = r.value("data", json::object());
+  if (f.common.format == "json") {
+    printJson(d);
+    return core::Status::ok();
+  }
+  std::cout << "Root token (expires in " << d.value("ttl", 0)
+            << " s, not renewable; revoke it when done):\n  " << d.value("token", "") << "\n";
   return core::Status::ok();
 }
 
@@ -556,6 +586,40 @@ core::Status grantRevoke(const GrantFlags& f) {
   return core::Status::ok();
 }
 
+// ---------------------------------------------------------------------------------------------
+// doctor
+
+struct DoctorFlags {
+  CommonFlags common;
+  std::string threshold = "24h";
+};
+
+core::Status doctor(const DoctorFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(json r,
+                           s->call("GET", "/v1/sys/doctor?threshold=" + pathSegment(f.threshold)));
+  const json findings = r.value("data", json::object()).value("findings", json::array());
+  if (s->json()) {
+    printJson(findings);
+    return core::Status::ok();
+  }
+  if (findings.empty()) {
+    std::cout << "No token, grant or lease lives longer than " << f.threshold << ".\n";
+    return core::Status::ok();
+  }
+  Table t({"KIND", "TENANT", "ID", "NAME", "WHY"});
+  for (const json& x : findings) {
+    const std::string tenant = x.value("tenant", "");
+    t.add({cell(x.value("kind", json())), tenant.empty() ? "(admin)" : tenant,
+           cell(x.value("id", json())), cell(x.value("name", json())),
+           cell(x.value("why", json()))});
+  }
+  t.print(std::cout);
+  std::cout << findings.size() << " credential(s) live longer than " << f.threshold
+            << ": shorten or revoke them.\n";
+  return core::Status::ok();
+}
+
 }  // namespace
 
 void addSecretsCommands(CLI::App& app, int* rc) {
@@ -585,6 +649,17 @@ void addSecretsCommands(CLI::App& app, int* rc) {
     c->add_option("KEY", f->key, "The share (default, or `-`: read from standard input)");
     c->add_flag("--reset", f->reset, "Forget the shares given so far");
     bind(c, f, &operatorUnseal, rc);
+  }
+  {
+    auto f = std::make_shared<OperatorFlags>();
+    CLI::App* c = op->add_subcommand(
+        "generate-root",
+        "A short-lived root token, for a quorum of unseal key shares (in key-file mode, the key "
+        "file's contents)");
+    addCommonFlags(c, f->common, tokenless);
+    c->add_option("SHARES", f->shares_given, "The shares (default: read from standard input)");
+    c->add_option("--ttl", f->ttl, "How long the token lives, 1m to 1h")->capture_default_str();
+    bind(c, f, &operatorGenerateRoot, rc);
   }
   {
     auto f = std::make_shared<OperatorFlags>();
@@ -729,6 +804,16 @@ void addSecretsCommands(CLI::App& app, int* rc) {
     c->add_option("ROLE", f->name, "The role")->required();
     c->add_option("--ttl", f->ttl, "Lease TTL, like 30m (default: the role's)");
     bind(c, f, &dbCreds, rc);
+  }
+
+  {
+    auto f = std::make_shared<DoctorFlags>();
+    CLI::App* c = app.add_subcommand(
+        "doctor", "Tokens, grants and leases that live long or forever (root or sudo)");
+    addCommonFlags(c, f->common, admin);
+    c->add_option("--threshold", f->threshold, "What counts as long, like 24h")
+        ->capture_default_str();
+    bind(c, f, &doctor, rc);
   }
 
   CLI::App* grant = app.add_subcommand(

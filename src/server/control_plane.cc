@@ -667,6 +667,9 @@ HttpResponse ControlPlane::route(Request& r) {
     if (first == "sys" && parts.size() >= 2 && parts[1] == "leases") {
       return adminLeasesApi(r);
     }
+    if (first == "sys" && parts.size() == 2 && parts[1] == "doctor") {
+      return doctorApi(r);
+    }
     return error(404, "unsupported path");
   }
   if (first == "secrets") {

@@ -147,6 +147,8 @@ class ControlPlane {
   HttpResponse dbApi(Request& r, const std::vector<std::string>& parts);
   // grants, grants/<id>: time-bound grants of this tenant's secrets to another tenant.
   HttpResponse grantsApi(Request& r);
+  // GET sys/doctor?threshold=24h: tokens, grants and leases that live long or forever.
+  HttpResponse doctorApi(Request& r);
   // Writes a grant event (given, used, expired, revoked) into a tenant's audit stream.
   core::Status auditGrant(const std::string& tenant, const Grant& g, const std::string& what,
                           const std::string& method, const std::string& path, int status,

@@ -97,8 +97,8 @@ std::vector<std::string> ControlPlane::sensitivePointers(const ScopedPath& scope
 std::optional<HttpResponse> ControlPlane::unauthenticatedSecretsApi(const HttpRequest& http,
                                                                     const ScopedPath& scope,
                                                                     const json& body) {
-  if (scope.tenant ||
-      (scope.path != "sys/seal-status" && scope.path != "sys/init" && scope.path != "sys/unseal")) {
+  if (scope.tenant || (scope.path != "sys/seal-status" && scope.path != "sys/init" &&
+                       scope.path != "sys/unseal" && scope.path != "sys/generate-root")) {
     return std::nullopt;
   }
   if (secrets_ == nullptr) {
@@ -145,6 +145,57 @@ std::optional<HttpResponse> ControlPlane::unauthenticatedSecretsApi(const HttpRe
     }
     ev.error = "";
     return finish(reply(200, {{"keys", *got}, {"seal", sealJson(keys.status())}}));
+  }
+  if (scope.path == "sys/generate-root") {
+    // A root token only for a quorum of unseal shares (in key-file mode, the key file's
+    // contents), short-lived and not renewable: no forever credentials, not even for operators.
+    core::JsonNode n(body, "body", "request");
+    if (core::Status st = n.checkKeys({"keys", "ttl"}); !st.isOk()) {
+      return finish(fromStatus(st));
+    }
+    if (!body.contains("keys") || !body["keys"].is_array() || body["keys"].size() > 255) {
+      return finish(error(400, "\"keys\": a list of unseal shares is required"));
+    }
+    std::vector<std::string> shares;
+    for (const json& k : body["keys"]) {
+      if (!k.is_string()) {
+        return finish(error(400, "\"keys\": every share is a hex string"));
+      }
+      shares.push_back(k.get<std::string>());
+    }
+    int64_t ttl_s = int64_t{15} * 60;
+    if (body.contains("ttl")) {
+      auto t = parseDurationSeconds(body["ttl"], "ttl");
+      if (!t.isOk()) {
+        return finish(fromStatus(t.status()));
+      }
+      ttl_s = *t;
+    }
+    if (ttl_s < 60 || ttl_s > 3600) {
+      return finish(error(400, "ttl: a generated root token lives 1m to 1h"));
+    }
+    if (core::Status st = keys.checkQuorum(shares); !st.isOk()) {
+      return finish(fromStatus(st));
+    }
+    TokenInfo quorum;  // The shares stand in for a parent: root, with no cap of its own.
+    quorum.policies = {"root"};
+    quorum.max_expiry = core::WallTime::max();
+    TokenRequest req;
+    req.policies = {"root"};
+    req.display_name = "generate-root";
+    req.ttl = std::chrono::seconds(ttl_s);
+    req.explicit_max_ttl = req.ttl;
+    req.renewable = false;
+    auto token = tokens_->create(quorum, req);
+    if (!token.isOk()) {
+      return finish(fromStatus(token.status()));
+    }
+    ev.auth.accessor = token->info.accessor;  // Who it was given to shows in every later record.
+    return finish(reply(200, {{"data",
+                               {{"token", token->secret},
+                                {"accessor", token->info.accessor},
+                                {"ttl", ttl_s},
+                                {"renewable", false}}}}));
   }
   // sys/unseal
   if (body.value("reset", false)) {
@@ -617,6 +668,88 @@ HttpResponse ControlPlane::grantsApi(Request& r) {
     return noContent();
   }
   return error(405, "use GET or POST on grants, DELETE on grants/<id>");
+}
+
+HttpResponse ControlPlane::doctorApi(Request& r) {
+  if (r.method != "GET") {
+    return error(405, "use GET");
+  }
+  if (!r.token.isRoot() && !authorized(r, Capability::kSudo)) {
+    return error(403, "permission denied: sys/doctor needs a root or sudo token");
+  }
+  int64_t threshold_s = int64_t{24} * 3600;
+  if (auto it = r.scope.query.find("threshold"); it != r.scope.query.end()) {
+    auto t = parseDurationSeconds(json(it->second), "threshold");
+    if (!t.isOk()) {
+      return fromStatus(t.status());
+    }
+    threshold_s = *t;
+  }
+  const core::WallTime now = clock_.wallNow();
+  const auto limit = now + std::chrono::seconds(threshold_s);
+  const auto hours_left = [&](core::WallTime t) {
+    return std::chrono::duration_cast<std::chrono::hours>(t - now).count();
+  };
+  json findings = json::array();
+  std::vector<std::string> scopes = {""};
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& [name, config] : tenants_) {
+      scopes.push_back(name);
+    }
+  }
+  for (const std::string& scope : scopes) {
+    for (const TokenInfo& t : tokens_->list(scope)) {
+      std::string why;
+      if (t.expires == core::WallTime::max()) {
+        why = "never expires (the bootstrap root token: revoke it once other admin tokens exist)";
+      } else if (t.renewable && t.max_expiry > limit) {
+        why = "renewable for " + std::to_string(hours_left(t.max_expiry)) + " h more";
+      } else if (t.expires > limit) {
+        why = "expires in " + std::to_string(hours_left(t.expires)) + " h";
+      }
+      if (!why.empty()) {
+        findings.push_back({{"kind", "token"},
+                            {"tenant", t.tenant},
+                            {"id", t.accessor},
+                            {"name", t.display_name},
+                            {"policies", t.policies},
+                            {"why", why}});
+      }
+    }
+  }
+  for (const std::string& scope : scopes) {
+    for (const Grant& g : grants_->list(scope)) {
+      if (g.owner == scope && g.expires > limit) {
+        findings.push_back({{"kind", "grant"},
+                            {"tenant", g.owner},
+                            {"id", g.id},
+                            {"name", "to " + g.grantee + " on " + g.on},
+                            {"why", "expires in " + std::to_string(hours_left(g.expires)) + " h"}});
+      }
+    }
+  }
+  if (secrets_ != nullptr) {
+    for (const secrets::Lease& l : secrets_->leases().list("", "")) {
+      std::string why;
+      if (l.state == secrets::LeaseState::kIrrevocable) {
+        why = "irrevocable: " + l.last_error;
+      } else if (l.renewable && l.max_expires > limit) {
+        why = "renewable for " + std::to_string(hours_left(l.max_expires)) + " h more";
+      } else if (l.expires > limit) {
+        why = "expires in " + std::to_string(hours_left(l.expires)) + " h";
+      }
+      if (!why.empty()) {
+        findings.push_back({{"kind", "lease"},
+                            {"tenant", l.tenant},
+                            {"id", l.id},
+                            {"name", l.kind},
+                            {"why", why}});
+      }
+    }
+  }
+  return reply(200, {{"request_id", r.request_id},
+                     {"data", {{"threshold_s", threshold_s}, {"findings", findings}}}});
 }
 
 HttpResponse ControlPlane::leasesApi(Request& r) {

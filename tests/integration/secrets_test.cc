@@ -221,12 +221,32 @@ TEST_F(SecretsTest, ShamirSealedServerUnsealsWithThreeOfFiveSharesAfterARestart)
   Response r = c2.call("GET", "/v1/tenants/team-1/secrets/kv/data/k", root);
   ASSERT_EQ(r.status, 200U) << r.raw;
   EXPECT_EQ(r.body["data"]["data"]["v"], "one");
+  // `tessera operator generate-root`: a root token only for a quorum, short-lived.
+  EXPECT_EQ(c2.call("PUT", "/v1/sys/generate-root", "", {{"keys", {shares[0], shares[1]}}}).status,
+            400U);
+  {
+    Process gen({"operator", "generate-root", "--ttl", "10m", "--format", "json", "--address",
+                 address2, "--ca-cert", d + "/ca.pem", shares[3], shares[0], shares[4]},
+                dir_ / "gen.txt");
+    EXPECT_EQ(gen.wait(), 0) << gen.errors();
+  }
+  const json generated = json::parse(slurp(dir_ / "gen.txt"), nullptr, false);
+  ASSERT_TRUE(generated.is_object()) << slurp(dir_ / "gen.txt");
+  const std::string fresh_root = generated.value("token", "");
+  EXPECT_EQ(generated["ttl"], 600);
+  Response me = c2.call("GET", "/v1/auth/token/lookup-self", fresh_root);
+  ASSERT_EQ(me.status, 200U) << me.raw;
+  EXPECT_EQ(me.body["data"]["renewable"], false);
+  EXPECT_LE(me.body["data"]["ttl"].get<int64_t>(), 600);
+  EXPECT_EQ(c2.call("LIST", "/v1/tenants", fresh_root).status, 200U);
   // Sealing takes a root token; a tenant token cannot even see the path.
-  EXPECT_EQ(c2.call("PUT", "/v1/sys/seal", root).status, 204U);
+  EXPECT_EQ(c2.call("PUT", "/v1/sys/seal", fresh_root).status, 204U);
   EXPECT_EQ(c2.call("GET", "/v1/tenants/team-1/secrets/kv/data/k", root).status, 503U);
+  again->stop(SIGTERM);
   for (const std::string& share : shares) {
     EXPECT_EQ(filesWith(dir_, share), std::vector<std::string>{"init.txt"});
   }
+  EXPECT_EQ(filesWith(dir_, fresh_root), std::vector<std::string>{"gen.txt"});
 }
 
 TEST_F(SecretsTest, DynamicPostgresCredentialsWorkUntilRevokedOrExpired) {
@@ -264,6 +284,19 @@ TEST_F(SecretsTest, DynamicPostgresCredentialsWorkUntilRevokedOrExpired) {
   std::string out;
   ASSERT_EQ(psql(**pg, user, password, "SELECT current_user", &out), 0) << out;
   EXPECT_EQ(out, user + "\n");
+  // `tessera doctor`: the never-expiring bootstrap root token, and with a 30-minute threshold
+  // this 1-hour lease (renewable to 2 h).
+  Response doc = c.call("GET", "/v1/sys/doctor?threshold=30m", info["root_token"]);
+  ASSERT_EQ(doc.status, 200U) << doc.raw;
+  bool root_found = false;
+  bool lease_found = false;
+  for (const json& f : doc.body["data"]["findings"]) {
+    root_found |= f["kind"] == "token" && f["why"].get<std::string>().find("never") == 0;
+    lease_found |= f["kind"] == "lease" && f["id"] == lease && f["tenant"] == "demo";
+  }
+  EXPECT_TRUE(root_found) << doc.raw;
+  EXPECT_TRUE(lease_found) << doc.raw;
+  EXPECT_EQ(c.call("GET", "/v1/sys/doctor", demo).status, 404U);  // Not a tenant's business.
   // Revoked: the role is gone and the password with it.
   EXPECT_EQ(c.call("PUT", "/v1/tenants/demo/leases/revoke", demo, {{"lease_id", lease}}).status,
             204U);
