@@ -100,11 +100,8 @@ core::Status KeyManager::load() {
     return core::Status::ok();
   }
   if (!initialized_) {
-    if (std::filesystem::exists(options_.key_file)) {
-      // A key file without a store is fine (a fresh store with a kept key): use it.
-      TESSERA_ASSIGN_OR_RETURN(const Key unseal, readKeyFile(options_.key_file));
-      (void)unseal;
-    } else {
+    // A new store: a key file kept from before is used, else one is made.
+    if (!std::filesystem::exists(options_.key_file)) {
       TESSERA_RETURN_IF_ERROR(audit::createSaltFile(options_.key_file).status());
     }
     TESSERA_ASSIGN_OR_RETURN(const Key unseal, readKeyFile(options_.key_file));

@@ -143,7 +143,6 @@ std::optional<HttpResponse> ControlPlane::unauthenticatedSecretsApi(const HttpRe
     if (!got.isOk()) {
       return finish(fromStatus(got.status()));
     }
-    ev.error = "";
     return finish(reply(200, {{"keys", *got}, {"seal", sealJson(keys.status())}}));
   }
   if (scope.path == "sys/generate-root") {
