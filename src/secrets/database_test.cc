@@ -37,19 +37,6 @@ SuiteServer& suiteServer() {
   return s;
 }
 
-// A port with nothing listening on 127.0.0.1 (the kernel's pick, released again).
-uint16_t closedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 int64_t epochSeconds(core::WallTime t) {
   return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
 }
@@ -568,8 +555,8 @@ TEST_F(DatabaseTest, PasswordNeverReachesPostgresLog) {
 
 TEST_F(DatabaseTest, UnreachableServerIsRetriedAndAMissingConnectionIsIrrevocable) {
   json down = connectionBody({"ro"});
-  down["connection_url"] =
-      "host=127.0.0.1 port=" + std::to_string(closedPort()) + " dbname=postgres sslmode=disable";
+  down["connection_url"] = "host=127.0.0.1 port=" + std::to_string(PgTestServer::closedPort()) +
+                           " dbname=postgres sslmode=disable";
   down["verify_connection"] = false;
   ASSERT_TRUE(engine_->putConnection(kTenant, "down", down).isOk());
   auto lease =

@@ -98,21 +98,8 @@ TEST(PgConnectTest, MalformedConnectionStringsAreInvalidWithoutThePassword) {
   }
 }
 
-// A port with nothing listening on 127.0.0.1 (the kernel's pick, released again).
-uint16_t closedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 TEST(PgConnectTest, ClosedPortIsUnavailableAtOnce) {
-  const std::string conninfo = "host=127.0.0.1 port=" + std::to_string(closedPort()) +
+  const std::string conninfo = "host=127.0.0.1 port=" + std::to_string(PgTestServer::closedPort()) +
                                " user=u password=hunter22 dbname=d connect_timeout=30";
   const auto begin = std::chrono::steady_clock::now();
   auto r = PgConnection::connect(conninfo, 10s);

@@ -500,4 +500,18 @@ std::string PgTestServer::conninfo(const std::string& user, const std::string& p
 
 std::string PgTestServer::serverLog() const { return readFile(dir_ / "server.log"); }
 
+uint16_t PgTestServer::closedPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  if (fd >= 0) {
+    ::close(fd);
+  }
+  return ok ? ntohs(addr.sin_port) : 1;  // Port 1: nothing listens there either, in practice.
+}
+
 }  // namespace tessera::secrets

@@ -34,6 +34,9 @@ namespace tessera::secrets {
 
 class PgTestServer {
  public:
+  // A port with nothing listening on 127.0.0.1 (the kernel's pick, released again), for tests
+  // of connection failures.
+  static uint16_t closedPort();
   static constexpr const char* kAdminUser = "tessera_admin";
 
   // Creates the cluster and starts the server, waiting (up to about 30 s) until it accepts
