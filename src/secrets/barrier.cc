@@ -81,7 +81,42 @@ core::Result<Key> Keyring::key(uint32_t term) const {
   return it->second;
 }
 
+std::optional<Key> TenantKeyCache::find(const std::string& tenant, uint32_t term) const {
+  std::lock_guard lock(mu_);
+  auto it = keys_.find({tenant, term});
+  if (it == keys_.end()) {
+    return std::nullopt;
+  }
+  return it->second;
+}
+
+void TenantKeyCache::put(const std::string& tenant, uint32_t term, const Key& key) {
+  std::lock_guard lock(mu_);
+  keys_[{tenant, term}] = key;
+}
+
+void TenantKeyCache::forget(const std::string& tenant) {
+  std::lock_guard lock(mu_);
+  for (auto it = keys_.lower_bound({tenant, 0}); it != keys_.end() && it->first.first == tenant;) {
+    OPENSSL_cleanse(it->second.data(), it->second.size());
+    it = keys_.erase(it);
+  }
+}
+
+void TenantKeyCache::clear() {
+  std::lock_guard lock(mu_);
+  for (auto& [id, key] : keys_) {
+    OPENSSL_cleanse(key.data(), key.size());
+  }
+  keys_.clear();
+}
+
 core::Result<Key> Barrier::tenantKey(uint32_t term, const std::string& tenant) const {
+  if (cache_ != nullptr) {
+    if (auto cached = cache_->find(tenant, term)) {
+      return *cached;
+    }
+  }
   TESSERA_ASSIGN_OR_RETURN(const Key salt, ring_.salt(tenant));
   TESSERA_ASSIGN_OR_RETURN(const Key base, ring_.key(term));
   PkeyCtx ctx(EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, nullptr), &EVP_PKEY_CTX_free);
@@ -95,6 +130,9 @@ core::Result<Key> Barrier::tenantKey(uint32_t term, const std::string& tenant) c
       EVP_PKEY_CTX_add1_hkdf_info(ctx.get(), bytes(info), static_cast<int>(info.size())) <= 0 ||
       EVP_PKEY_derive(ctx.get(), out.data(), &len) <= 0 || len != out.size()) {
     return core::unavailable("barrier: HKDF failed");
+  }
+  if (cache_ != nullptr) {
+    cache_->put(tenant, term, out);
   }
   return out;
 }

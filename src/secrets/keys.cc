@@ -176,6 +176,7 @@ void KeyManager::forgetLocked() {
     root_.reset();
   }
   ring_.reset();  // Keyring's keys are plain arrays; cleared with the allocation.
+  derived_.clear();
   for (auto& [x, s] : given_) {
     OPENSSL_cleanse(s.data(), s.size());
   }
@@ -371,6 +372,7 @@ core::Status KeyManager::shred(const std::string& tenant) {
   next.shred(tenant);
   TESSERA_RETURN_IF_ERROR(persistKeyringLocked(next));
   *ring_ = std::move(next);
+  derived_.forget(tenant);
   return core::Status::ok();
 }
 
@@ -380,7 +382,7 @@ core::Result<std::string> KeyManager::encrypt(const std::string& tenant, const s
   if (ring_ == nullptr) {
     return core::unavailable("secrets are sealed; unseal with `tessera operator unseal`");
   }
-  return Barrier(*ring_).seal(plaintext, tenant, key);
+  return Barrier(*ring_, &derived_).seal(plaintext, tenant, key);
 }
 
 core::Result<std::string> KeyManager::decrypt(const std::string& tenant, const std::string& key,
@@ -389,7 +391,7 @@ core::Result<std::string> KeyManager::decrypt(const std::string& tenant, const s
   if (ring_ == nullptr) {
     return core::unavailable("secrets are sealed; unseal with `tessera operator unseal`");
   }
-  return Barrier(*ring_).open(sealed, tenant, key);
+  return Barrier(*ring_, &derived_).open(sealed, tenant, key);
 }
 
 uint32_t KeyManager::activeTerm() const {

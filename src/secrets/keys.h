@@ -101,9 +101,12 @@ class KeyManager {
   bool initialized_ = false;
   int shares_ = 0;
   int threshold_ = 0;
-  std::string sealed_root_;               // The root key sealed by the unseal key.
-  std::optional<Key> root_;               // Unsealed only.
-  std::unique_ptr<Keyring> ring_;         // Unsealed only.
+  std::string sealed_root_;        // The root key sealed by the unseal key.
+  std::optional<Key> root_;        // Unsealed only.
+  std::unique_ptr<Keyring> ring_;  // Unsealed only.
+  // Keys derived from ring_ (cleared with it; a shredded tenant's are forgotten). Has its own
+  // lock, as encrypt and decrypt fill it under mu_ shared.
+  mutable TenantKeyCache derived_;
   std::map<uint8_t, std::string> given_;  // Shamir shares given so far, by x.
 };
 

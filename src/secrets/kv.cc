@@ -23,6 +23,35 @@ int64_t effectiveMax(const KvEntry& e, const KvConfig& c) {
 
 constexpr int kCasRetries = 16;
 
+// Parses a stored entry. With `only_version` (0: the current one), the other versions are skipped
+// while parsing, so a read neither builds nor holds the values it does not return. The stored
+// form lists "current" before "versions" (nlohmann keeps object keys sorted); were it not so, no
+// version would be skipped.
+json parseEntry(const std::string& plain, std::optional<int64_t> only_version) {
+  if (!only_version) {
+    return json::parse(plain);
+  }
+  std::string top;     // The top-level key being parsed.
+  std::string wanted;  // The version to keep, once known.
+  if (*only_version != 0) {
+    wanted = std::to_string(*only_version);
+  }
+  const json::parser_callback_t keep = [&](int depth, json::parse_event_t event,
+                                           json& parsed) -> bool {
+    if (depth == 1 && event == json::parse_event_t::key) {
+      top = parsed.get<std::string>();
+    } else if (depth == 1 && event == json::parse_event_t::value && top == "current" &&
+               wanted.empty() && parsed.is_number_integer()) {
+      wanted = std::to_string(parsed.get<int64_t>());
+    } else if (depth == 2 && event == json::parse_event_t::key && top == "versions" &&
+               !wanted.empty()) {
+      return parsed.get<std::string>() == wanted;
+    }
+    return true;
+  };
+  return json::parse(plain, keep);
+}
+
 }  // namespace
 
 json KvEntry::toJson() const {
@@ -232,8 +261,8 @@ core::Status KvEngine::checkPath(const std::string& path) {
 }
 
 core::Result<std::optional<KvEntry>> KvEngine::load(const std::string& tenant,
-                                                    const std::string& key,
-                                                    int64_t* mod_revision) const {
+                                                    const std::string& key, int64_t* mod_revision,
+                                                    std::optional<int64_t> only_version) const {
   TESSERA_ASSIGN_OR_RETURN(store::RangeResult r, store_.range(key));
   if (r.kvs.empty()) {
     *mod_revision = 0;
@@ -243,7 +272,7 @@ core::Result<std::optional<KvEntry>> KvEngine::load(const std::string& tenant,
   TESSERA_ASSIGN_OR_RETURN(std::string plain, keys_.decrypt(tenant, key, r.kvs[0].value));
   json j;
   try {
-    j = json::parse(plain);
+    j = parseEntry(plain, only_version);
   } catch (const json::exception&) {
     OPENSSL_cleanse(plain.data(), plain.size());
     return core::internalError("kv: a stored entry is not JSON");
@@ -257,12 +286,15 @@ core::Result<KvRead> KvEngine::read(const std::string& tenant, const std::string
                                     int64_t version) const {
   TESSERA_RETURN_IF_ERROR(checkPath(path));
   int64_t rev = 0;
-  TESSERA_ASSIGN_OR_RETURN(std::optional<KvEntry> e, load(tenant, kvPrefix(tenant) + path, &rev));
+  TESSERA_ASSIGN_OR_RETURN(std::optional<KvEntry> e,
+                           load(tenant, kvPrefix(tenant) + path, &rev, version));
   if (!e) {
     return core::notFound("kv: no secret at '" + path + "'");
   }
-  TESSERA_ASSIGN_OR_RETURN(const KvVersion* v, kvGet(*e, version));
-  return KvRead{v->data, version == 0 ? e->current : version, v->created};
+  TESSERA_RETURN_IF_ERROR(kvGet(*e, version).status());
+  const int64_t n = version == 0 ? e->current : version;
+  KvVersion& v = e->versions.at(n);
+  return KvRead{std::move(v.data), n, v.created};
 }
 
 core::Status KvEngine::update(

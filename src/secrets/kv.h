@@ -107,8 +107,10 @@ class KvEngine {
   static core::Status checkPath(const std::string& path);
 
  private:
+  // `only_version`: parse just that version (0: the current one), for a read.
   core::Result<std::optional<KvEntry>> load(const std::string& tenant, const std::string& key,
-                                            int64_t* mod_revision) const;
+                                            int64_t* mod_revision,
+                                            std::optional<int64_t> only_version = {}) const;
   // Reads the key's entry, applies `change` (told whether the key exists) and writes it back if
   // nobody wrote in between (else tries again).
   core::Status update(const std::string& tenant, const std::string& path, bool create,

@@ -232,6 +232,17 @@ TEST_F(KvEngineTest, WritesReadsAndNeverStoresPlaintext) {
   EXPECT_EQ(r->version, 2);
   EXPECT_EQ(r->data["password"], "zebra-unicorn-43");
   EXPECT_EQ(kv_->read("team-1", "app/db", 1)->data["password"], "zebra-unicorn-42");
+  // A read parses only the version it returns; each version is still there to be read.
+  ASSERT_TRUE(kv_->write("team-1", "app/db", {{"password", "zebra-unicorn-44"}}, 2).isOk());
+  for (int64_t n : {1, 2, 3}) {
+    auto rn = kv_->read("team-1", "app/db", n);
+    ASSERT_TRUE(rn.isOk()) << n;
+    EXPECT_EQ(rn->version, n);
+    EXPECT_EQ(rn->data["password"], "zebra-unicorn-4" + std::to_string(n + 1));
+  }
+  EXPECT_EQ(kv_->read("team-1", "app/db", 0)->version, 3);
+  EXPECT_EQ(kv_->read("team-1", "app/db", 4).status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(kv_->metadata("team-1", "app/db")->versions.size(), 3U);
   // Another tenant's path of the same name is another secret.
   EXPECT_EQ(kv_->read("team-2", "app/db", 0).status().code(), core::StatusCode::kNotFound);
   // A sealed record copied into another tenant's place does not open there.
