@@ -214,6 +214,9 @@ void Agent::startOne(const TaskAssignment& a) {
         spec.env.try_emplace("AWS_WEB_IDENTITY_TOKEN_FILE", dir + "/identity-token");
       }
     }
+    if (a.credentials.contains("secrets.json")) {
+      spec.env["TESSERA_SECRETS_FILE"] = dir + "/secrets.json";
+    }
   }
   const core::Status s =
       a.invalid.empty() ? runtime_.start(spec) : core::failedPrecondition(a.invalid);

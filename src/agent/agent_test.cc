@@ -251,6 +251,7 @@ TEST_F(AgentTest, CredentialFilesAreThereAtStartFollowRotationAndGoWithTheTask) 
   Agent a = agent();
   server_.assign("t.w.0", 1);
   server_.assigned[0].credentials["identity-token"] = "jwt-1";
+  server_.assigned[0].credentials["secrets.json"] = "{}";
   server_.assigned[0].spec.env["AWS_ROLE_ARN"] = "arn:aws:iam::1:role/r";
   ASSERT_TRUE(a.tick().isOk());
   ASSERT_EQ(runtime_.starts, std::vector<std::string>{"t.w.0"});
@@ -258,6 +259,8 @@ TEST_F(AgentTest, CredentialFilesAreThereAtStartFollowRotationAndGoWithTheTask) 
   EXPECT_EQ(runtime_.seen_token["t.w.0"], "jwt-1");  // Written before the start.
   EXPECT_EQ(runtime_.envs["t.w.0"]["TESSERA_CREDENTIALS_DIR"], root + "/t.w.0");
   EXPECT_EQ(runtime_.envs["t.w.0"]["AWS_WEB_IDENTITY_TOKEN_FILE"], path);
+  EXPECT_EQ(runtime_.envs["t.w.0"]["TESSERA_SECRETS_FILE"], root + "/t.w.0/secrets.json");
+  EXPECT_TRUE(std::filesystem::exists(root + "/t.w.0/secrets.json"));
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0400U);
@@ -279,7 +282,7 @@ TEST_F(AgentTest, CredentialFilesAreThereAtStartFollowRotationAndGoWithTheTask) 
   EXPECT_FALSE(std::filesystem::exists(root + "/t.w.0"));
   // A file that cannot be written fails the start, with why.
   server_.assign("t.w.1", 1);
-  server_.assigned[0].credentials["Bad Name"] = "x";
+  server_.assigned[0].credentials[".hidden"] = "x";  // No hidden files, no paths.
   ASSERT_TRUE(a.tick().isOk());
   ASSERT_TRUE(a.tick().isOk());
   EXPECT_EQ(runtime_.starts.size(), 1U);

@@ -18,10 +18,12 @@
 namespace tessera::agent {
 namespace {
 
+// [a-z0-9][a-z0-9.-]*: no hidden files, no "." or "..", no path.
 bool validName(const std::string& s) {
-  return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-  });
+  return !s.empty() && s.size() <= 64 && s[0] != '.' && s[0] != '-' &&
+         std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.';
+         });
 }
 
 core::Status fail(const std::string& what) {

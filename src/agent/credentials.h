@@ -24,8 +24,8 @@ class CredentialFiles {
 
   const std::string& root() const { return root_; }
   std::string dir(const std::string& task) const { return root_ + "/" + task; }
-  // Writes `content` to the task's file `name` ([a-z0-9-], 1-64 bytes), mode 0400, owned by
-  // `user` ("" : the agent's own user), in a folder of mode 0700 owned by the same user.
+  // Writes `content` to the task's file `name` ([a-z0-9][a-z0-9.-]*, 1-64 bytes), mode 0400,
+  // owned by `user` ("" : the agent's own user), in a folder of mode 0700 owned by the same user.
   core::Status write(const std::string& task, const std::string& name, const std::string& content,
                      const std::string& user) const;
   // Removes the task's folder and everything in it.

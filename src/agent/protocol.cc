@@ -44,6 +44,11 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
   } catch (const json::exception& e) {
     return n.error(std::string("command or env: ") + e.what());
   }
+  if (n.has("credentials_error")) {
+    // The server could not resolve what the task needs (its secrets): it must not start.
+    TESSERA_ASSIGN_OR_RETURN(const std::string why, n.child("credentials_error").str());
+    return core::failedPrecondition("task " + spec.id + ": " + why.substr(0, 1024));
+  }
   if (n.has("credentials")) {
     const json& files = task.at("credentials");
     if (!files.is_object() || files.size() > 64) {

@@ -102,6 +102,12 @@ TEST(ProtocolTest, RefusesGpusTheNodeDoesNotHaveAndMalformedTasks) {
   t["mig_profile"] = 0;
   EXPECT_NE(assignmentFromJson(t, fourGpus(), {}).status().message().find("MIG"),
             std::string::npos);
+  // The server could not resolve the task's secrets: it must not start, and the agent says why.
+  t = task();
+  t["credentials_error"] = "its secrets: secret 'app/x': kv: no secret at 'app/x'";
+  auto refused = assignmentFromJson(t, fourGpus(), {});
+  EXPECT_EQ(refused.status().code(), core::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("no secret at 'app/x'"), std::string::npos);
 }
 
 TEST(ProtocolTest, ReportsSayWhatHappened) {

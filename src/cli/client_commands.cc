@@ -601,16 +601,18 @@ struct RunFlags {
   bool no_preempt = false;
   int64_t duration = 0;
   std::string queue;
+  std::vector<std::string> secret_kv;
+  std::vector<std::string> secret_db;
   std::vector<std::string> command;
   // Set flags override the file; unset ones leave it alone.
   std::vector<std::pair<CLI::Option*, std::function<void(json&)>>> overrides;
 };
 
-// The workload spec from -f FILE, with HCL blocks (`gpu { ... }`, `env { ... }`) as the
-// objects the API takes.
+// The workload spec from -f FILE, with HCL blocks (`gpu { ... }`, `env { ... }`,
+// `identity { ... }`, `secrets { ... }`) as the objects the API takes.
 core::Result<json> workloadFile(const std::string& file) {
   TESSERA_ASSIGN_OR_RETURN(json doc, readDocument(file));
-  for (const char* block : {"gpu", "env"}) {
+  for (const char* block : {"gpu", "env", "identity", "secrets"}) {
     if (!doc.contains(block) || doc[block].is_object()) {
       continue;
     }
@@ -1242,6 +1244,15 @@ void addRun(CLI::App& app, int* rc) {
        [r](json& b) { b["duration"] = r->duration; });
   flag(c->add_option("--queue", r->queue, "The tenant's queue (a team's; default: default)"),
        [r](json& b) { b["queue"] = r->queue; });
+  flag(c->add_option("--secret-kv", r->secret_kv,
+                     "A KV secret each task gets in $TESSERA_SECRETS_FILE (repeat, or a,b)")
+           ->delimiter(','),
+       [r](json& b) { b["secrets"]["kv"] = r->secret_kv; });
+  flag(c->add_option("--secret-db", r->secret_db,
+                     "A database role each task gets a credential of, revoked when the task "
+                     "ends (repeat, or a,b)")
+           ->delimiter(','),
+       [r](json& b) { b["secrets"]["db"] = r->secret_db; });
   bind(c, f, &run, rc);
 }
 

@@ -138,6 +138,10 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
       new ControlPlane(store, auditor, driver, catalogue, clock, std::move(options), secrets));
   TESSERA_ASSIGN_OR_RETURN(cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens));
   TESSERA_ASSIGN_OR_RETURN(cp->grants_, GrantTable::open(store));
+  if (secrets != nullptr) {
+    cp->task_secrets_ = std::make_unique<TaskSecrets>(*secrets, store, auditor, clock);
+    TESSERA_RETURN_IF_ERROR(cp->task_secrets_->load());
+  }
   TESSERA_RETURN_IF_ERROR(cp->load());
   // From here on the scheduler is fed by the store: every workload written after what load()
   // read reaches it through this watch, in revision order.
@@ -295,6 +299,39 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
       }
     }
   }
+  if (n.has("secrets")) {
+    // {"kv": ["app/config"], "db": ["readonly"]}: delivered to each task (docs/secrets.md).
+    const core::JsonNode sec = n.child("secrets");
+    TESSERA_RETURN_IF_ERROR(sec.checkKeys({"kv", "db"}));
+    auto names = [&](const char* field, size_t most, std::vector<std::string>& out,
+                     const std::function<core::Status(const std::string&)>& check) {
+      if (!sec.has(field)) {
+        return core::Status::ok();
+      }
+      const core::JsonNode list = sec.child(field);
+      if (!list.value().is_array() || list.value().size() > most) {
+        return list.error("expected a list of at most " + std::to_string(most) + " names");
+      }
+      for (size_t i = 0; i < list.value().size(); ++i) {
+        const json& v = list.value()[i];
+        if (!v.is_string()) {
+          return list.at(i).error("expected a string");
+        }
+        if (core::Status st = check(v.get<std::string>()); !st.isOk()) {
+          return list.at(i).error(st.message());
+        }
+        if (std::find(out.begin(), out.end(), v.get<std::string>()) != out.end()) {
+          return list.at(i).error("named twice");
+        }
+        out.push_back(v.get<std::string>());
+      }
+      return core::Status::ok();
+    };
+    TESSERA_RETURN_IF_ERROR(names("kv", 32, cmd.secrets.kv, secrets::KvEngine::checkPath));
+    TESSERA_RETURN_IF_ERROR(names("db", 8, cmd.secrets.db, [](const std::string& role) {
+      return secrets::DatabaseEngine::checkName("role", role);
+    }));
+  }
   return core::Status::ok();
 }
 
@@ -447,9 +484,14 @@ Admission ControlPlane::admit(const HttpRequest& http) {
 }
 
 bool ControlPlane::authorized(const Request& r, Capability needed) const {
+  return authorizedOn(r, r.scope.path, needed);
+}
+
+bool ControlPlane::authorizedOn(const Request& r, const std::string& scoped_path,
+                                Capability needed) const {
   if (r.grant) {
     // In on a grant: the grant's capabilities on its paths, whatever the token's policies say.
-    return r.grant->covers(r.scope.path) && r.grant->capabilities.allows(needed);
+    return r.grant->covers(scoped_path) && r.grant->capabilities.allows(needed);
   }
   if (r.token.isRoot()) {
     return true;
@@ -459,8 +501,8 @@ bool ControlPlane::authorized(const Request& r, Capability needed) const {
   // policies see absolute paths.
   const std::string& scope = r.token.tenant;
   const std::string path = scope.empty() && r.scope.tenant
-                               ? "tenants/" + *r.scope.tenant + "/" + r.scope.path
-                               : r.scope.path;
+                               ? "tenants/" + *r.scope.tenant + "/" + scoped_path
+                               : scoped_path;
   std::vector<const Policy*> policies;
   auto it = policies_.find(scope);
   for (const std::string& name : r.token.policies) {
@@ -862,6 +904,11 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
       if (core::Status st = grants_->forgetTenant(name); !st.isOk()) {
         return fromStatus(st.withContext("deleting tenant '" + name + "'"));
       }
+      if (task_secrets_ != nullptr) {
+        if (core::Status st = task_secrets_->forgetTenant(name); !st.isOk()) {
+          return fromStatus(st.withContext("deleting tenant '" + name + "'"));
+        }
+      }
       auto del =
           store_.deleteRange("/tenants/" + name + "/", store::prefixEnd("/tenants/" + name + "/"));
       if (del.isOk()) {
@@ -1189,7 +1236,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   const std::string source = "workload '" + name + "'";
   core::JsonNode n(r.body, "", source);
   core::Status st = n.checkKeys({"tasks", "minAvailable", "priority", "preemptible", "maxRuntime",
-                                 "duration", "gracePeriod", "command", "env", "identity",
+                                 "duration", "gracePeriod", "command", "env", "identity", "secrets",
                                  "cpuMilli", "memoryMiB", "gpu", "queue"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
@@ -1199,6 +1246,11 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   }
   if (st.isOk()) {
     st = parseCommandAndEnv(n, cmd);
+  }
+  if (st.isOk() && !cmd.secrets.empty()) {
+    if (core::Status allowed = checkWorkloadSecrets(r, cmd.secrets); !allowed.isOk()) {
+      return fromStatus(allowed.withContext(source));
+    }
   }
   if (st.isOk() && n.has("queue")) {
     auto q = n.child("queue").str();
@@ -1478,6 +1530,17 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
     json files = json::object();
     if (std::string token = identityToken(t, node); !token.empty()) {
       files["identity-token"] = std::move(token);
+    }
+    if (!t.secrets.empty()) {
+      auto file = task_secrets_ != nullptr
+                      ? task_secrets_->resolve(t)
+                      : core::Result<std::string>(core::failedPrecondition("no secrets engine"));
+      if (file.isOk()) {
+        files["secrets.json"] = std::move(file).value();
+      } else {
+        // The agent does not start the task, and reports why.
+        tj["credentials_error"] = "its secrets: " + file.status().message();
+      }
     }
     tj["credentials"] = std::move(files);
     tasks.push_back(std::move(tj));
@@ -1887,6 +1950,10 @@ HttpResponse ControlPlane::auditApi(Request& r) {
 
 void ControlPlane::housekeeping() {
   (void)tokens_->expire();
+  // Credentials of tasks that ended are revoked; those of running tasks renewed.
+  if (task_secrets_ != nullptr) {
+    (void)task_secrets_->sweep(driver_.liveTasks());
+  }
   // Expired grants: already refused at use; here their expiry reaches both audit streams.
   for (const Grant& g : grants_->expireDue(clock_.wallNow())) {
     const std::string path = "tenants/" + g.owner + "/grants/" + g.id;

@@ -34,6 +34,7 @@
 #include "server/http_server.h"
 #include "server/node_mailbox.h"
 #include "server/route.h"
+#include "server/task_secrets.h"
 #include "server/tokens.h"
 #include "store/store.h"
 
@@ -165,6 +166,10 @@ class ControlPlane {
 
   core::Status putTenant(const std::string& name, const nlohmann::json& config, bool create);
   bool authorized(const Request& r, Capability needed) const;
+  // Whether the request's token may do `needed` on `path` (inside the request's tenant).
+  bool authorizedOn(const Request& r, const std::string& path, Capability needed) const;
+  // A workload's `secrets`, checked against what the submitting token may read.
+  core::Status checkWorkloadSecrets(const Request& r, const WorkloadSecrets& wanted) const;
   void recordMetric(const std::string& route, const std::string& tenant, unsigned status,
                     double seconds);
 
@@ -177,6 +182,7 @@ class ControlPlane {
   secrets::Secrets* secrets_;  // Null: the server has no secrets (answers 503 there).
   std::unique_ptr<TokenManager> tokens_;
   std::unique_ptr<GrantTable> grants_;
+  std::unique_ptr<TaskSecrets> task_secrets_;  // Null without secrets_.
 
   int64_t loaded_revision_ = 0;  // The store revision load() read.
   store::WatchId watch_{};

@@ -440,6 +440,17 @@ void SchedulerDriver::runOnce() {
   }
 }
 
+std::set<std::string> SchedulerDriver::liveTasks() const {
+  std::lock_guard lock(mu_);
+  std::set<std::string> out;
+  for (const auto& [node, agent] : agents_) {
+    for (const NodeTask& t : agent.tasks) {
+      out.insert(t.id + "@" + std::to_string(t.generation));
+    }
+  }
+  return out;
+}
+
 std::vector<NodeState> SchedulerDriver::nodeStates() const {
   const core::TimePoint now = clock_.now();
   std::lock_guard lock(mu_);
@@ -666,6 +677,7 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
   nt.duration_s = std::chrono::duration_cast<std::chrono::seconds>(c.duration).count();
   nt.grace_ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.grace).count();
   nt.identity_audiences = c.identity_audiences;
+  nt.secrets = c.secrets;
   return nt;
 }
 

@@ -53,6 +53,14 @@ struct TaskStatus {
 };
 
 // A task an agent should run: the node protocol's answer (docs/agent.md).
+// What a workload's `secrets` asks for its tasks (docs/secrets.md "Secrets into workloads"): KV
+// paths and database roles of its own tenant.
+struct WorkloadSecrets {
+  std::vector<std::string> kv;  // KV v2 paths (under secrets/kv/data/).
+  std::vector<std::string> db;  // Database roles (secrets/db/creds/<role>).
+  bool empty() const { return kv.empty() && db.empty(); }
+};
+
 struct NodeTask {
   std::string id;  // "<tenant>.<workload>.<index>": unique on the node, a plain file name.
   uint32_t generation = 0;
@@ -72,6 +80,7 @@ struct NodeTask {
   int64_t grace_ms = 30000;  // SIGTERM to SIGKILL when the agent stops it.
   // Audiences of the task's identity token (docs/secrets.md); empty: the issuer's default.
   std::vector<std::string> identity_audiences;
+  WorkloadSecrets secrets;
 };
 
 // What an agent says happened to one of its tasks.
@@ -127,6 +136,7 @@ struct SubmitCommand {
   // SIGTERM to SIGKILL when an agent stops a task (preemption, cancel).
   std::chrono::seconds grace{30};
   std::vector<std::string> identity_audiences;  // The workload's `identity.audiences`.
+  WorkloadSecrets secrets;                      // The workload's `secrets`.
 };
 
 struct DriverOptions {
@@ -198,6 +208,9 @@ class SchedulerDriver {
   // returns its version then (at once if it already has). Not found: not an agent-run node.
   core::Result<uint64_t> watchNode(const std::string& node, uint64_t known_version,
                                    std::chrono::milliseconds wait);
+  // Every task now assigned to an agent-run node, as "<task id>@<generation>": a task's
+  // credentials live as long as it is in this set.
+  std::set<std::string> liveTasks() const;
   // Whether `node` is run by an agent (its heartbeats then count against their own key).
   bool isAgentNode(const std::string& node) const { return agent_index_.contains(node); }
   // Milliseconds the last pass took, for metrics.

@@ -211,6 +211,25 @@ std::optional<HttpResponse> ControlPlane::unauthenticatedSecretsApi(const HttpRe
   return finish(reply(200, sealJson(*st)));
 }
 
+core::Status ControlPlane::checkWorkloadSecrets(const Request& r,
+                                                const WorkloadSecrets& wanted) const {
+  if (secrets_ == nullptr) {
+    return core::failedPrecondition("secrets: this server has no secrets engine");
+  }
+  // The workload gets only what its submitter may read (checked once, at submission).
+  for (const std::string& path : wanted.kv) {
+    if (!authorizedOn(r, "secrets/kv/data/" + path, Capability::kRead)) {
+      return core::permissionDenied("secrets.kv: this token may not read secrets/kv/data/" + path);
+    }
+  }
+  for (const std::string& role : wanted.db) {
+    if (!authorizedOn(r, "secrets/db/creds/" + role, Capability::kRead)) {
+      return core::permissionDenied("secrets.db: this token may not read secrets/db/creds/" + role);
+    }
+  }
+  return core::Status::ok();
+}
+
 std::string ControlPlane::identityToken(const NodeTask& t, const std::string& node) {
   secrets::IdentityIssuer* issuer = secrets_ != nullptr ? secrets_->identity() : nullptr;
   if (issuer == nullptr) {

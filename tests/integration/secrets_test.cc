@@ -496,3 +496,121 @@ TEST_F(SecretsTest, AFourSecondGrantLetsAnotherTenantReadUntilItEnds) {
 }
 
 }  // namespace
+
+// Secrets into workloads: a task finds its KV secret and a PostgreSQL credential in
+// $TESSERA_SECRETS_FILE; the credential works while the task runs and is dropped when it ends.
+// A workload may not ask for what its submitter cannot read, and a task whose secret is missing
+// does not start.
+TEST_F(SecretsTest, ATaskGetsItsSecretsAndItsDatabaseCredentialEndsWithIt) {
+  std::string log;
+  auto pg = tessera::secrets::PgTestServer::start(&log);
+  ASSERT_TRUE(pg.isOk()) << pg.status().toString() << log;
+  json info;
+  auto dev = startDev({}, &info);  // In-process agents: tasks are real processes.
+  const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
+  const std::string demo = info["tenant_token"];
+  ASSERT_EQ(c.call("POST", "/v1/tenants/demo/secrets/kv/data/app/config", demo,
+                   {{"data", {{"api_key", "kiwi-mango-77"}}}})
+                .status,
+            200U);
+  ASSERT_EQ(c.call("PUT", "/v1/tenants/demo/secrets/db/config/pg", demo,
+                   {{"connection_url",
+                     "host=127.0.0.1 port=" + std::to_string((*pg)->port()) + " dbname=postgres"},
+                    {"username", tessera::secrets::PgTestServer::kAdminUser},
+                    {"password", (*pg)->adminPassword()},
+                    {"allowed_roles", {"ro"}}})
+                .status,
+            204U);
+  ASSERT_EQ(c.call("PUT", "/v1/tenants/demo/secrets/db/roles/ro", demo,
+                   {{"db_name", "pg"},
+                    {"creation_statements",
+                     {"CREATE ROLE \"{{name}}\" WITH LOGIN PASSWORD '{{password}}' VALID UNTIL "
+                      "'{{expiration}}'"}},
+                    {"default_ttl", "1h"}})
+                .status,
+            204U);
+  // The task copies its secrets file out and waits to be cancelled. Submitted with the CLI.
+  const fs::path copy = dir_ / "secrets-copy.json";
+  {
+    Process run({"run", "app", "--secret-kv", "app/config", "--secret-db", "ro", "--cpu-milli",
+                 "100", "--address", info["address"], "--ca-cert", info["ca_cert"], "--token", demo,
+                 "--", "sh", "-c",
+                 "cp \"$TESSERA_SECRETS_FILE\" " + copy.string() + ".tmp && mv " + copy.string() +
+                     ".tmp " + copy.string() + " && sleep 600"},
+                dir_ / "run.txt");
+    ASSERT_EQ(run.wait(), 0) << run.errors();
+  }
+  for (int i = 0; i < 400 && !fs::exists(copy); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  ASSERT_TRUE(fs::exists(copy)) << c.call("GET", "/v1/tenants/demo/workloads/app", demo).raw;
+  const json file = json::parse(slurp(copy), nullptr, false);
+  ASSERT_TRUE(file.is_object()) << slurp(copy);
+  EXPECT_EQ(file["kv"]["app/config"]["api_key"], "kiwi-mango-77");
+  const std::string user = file["db"]["ro"]["username"];
+  const std::string password = file["db"]["ro"]["password"];
+  EXPECT_EQ(file["db"]["ro"]["lease_id"].get<std::string>().rfind("db/creds/ro/", 0), 0U);
+  std::string out;
+  ASSERT_EQ(psql(**pg, user, password, "SELECT current_user", &out), 0) << out;
+  EXPECT_EQ(out, user + "\n");
+  // The task ends (cancelled): its credential is revoked, the role dropped.
+  ASSERT_EQ(c.call("DELETE", "/v1/tenants/demo/workloads/app", demo).status, 204U);
+  bool gone = false;
+  for (int i = 0; i < 150 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    gone = psql(**pg, tessera::secrets::PgTestServer::kAdminUser, (*pg)->adminPassword(),
+                "SELECT count(*) FROM pg_roles WHERE rolname = '" + user + "'", &out) == 0 &&
+           out == "0\n";
+  }
+  EXPECT_TRUE(gone) << "the ended task's role is still there";
+  EXPECT_NE(psql(**pg, user, password, "SELECT 1", &out), 0);
+
+  // Only what the submitter may read: a token whose policy reads secrets/kv/data/public/* only.
+  const std::string root = info["root_token"];
+  ASSERT_EQ(c.call("PUT", "/v1/tenants/demo/policies/public-only", root,
+                   {{"path",
+                     {{"workloads/*", {{"capabilities", {"create", "read", "update", "list"}}}},
+                      {"secrets/kv/data/public/*", {{"capabilities", {"read"}}}}}}})
+                .status,
+            204U);
+  Response tok = c.call("POST", "/v1/auth/token/create", root,
+                        {{"tenant", "demo"}, {"policies", {"public-only"}}, {"ttl", "10m"}});
+  ASSERT_EQ(tok.status, 200U) << tok.raw;
+  const std::string limited = tok.body["auth"]["client_token"];
+  Response denied =
+      c.call("POST", "/v1/tenants/demo/workloads/sneaky", limited,
+             {{"command", {"true"}}, {"secrets", {{"kv", {"app/config"}}}}, {"cpuMilli", 100}});
+  EXPECT_EQ(denied.status, 403U) << denied.raw;
+  denied = c.call("POST", "/v1/tenants/demo/workloads/sneaky", limited,
+                  {{"command", {"true"}}, {"secrets", {{"db", {"ro"}}}}, {"cpuMilli", 100}});
+  EXPECT_EQ(denied.status, 403U) << denied.raw;
+  EXPECT_EQ(c.call("POST", "/v1/tenants/demo/workloads/bad-path", demo,
+                   {{"command", {"true"}}, {"secrets", {{"kv", {"../x"}}}}, {"cpuMilli", 100}})
+                .status,
+            400U);
+
+  // A task whose secret does not exist is not started, and says why.
+  Response w =
+      c.call("POST", "/v1/tenants/demo/workloads/missing", demo,
+             {{"command", {"true"}}, {"secrets", {{"kv", {"app/nope"}}}}, {"cpuMilli", 100}});
+  ASSERT_EQ(w.status, 202U) << w.raw;
+  Response r;
+  std::string phase;
+  for (int i = 0; i < 400 && phase != "succeeded" && phase != "failed"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    r = c.call("GET", "/v1/tenants/demo/workloads/missing", demo);
+    phase = r.body["data"]["status"].value("phase", "");
+  }
+  EXPECT_EQ(phase, "failed") << r.raw;
+  EXPECT_NE(r.raw.find("app/nope"), std::string::npos) << r.raw;
+
+  // Nothing in the clear on disk; the tenant's audit stream has the issue and the revocation.
+  dev->stop(SIGTERM);
+  fs::remove(copy);
+  for (const std::string& secret : {std::string("kiwi-mango-77"), password}) {
+    EXPECT_EQ(filesWith(dir_, secret), std::vector<std::string>{}) << secret;
+  }
+  const std::string audit = slurp(dir_ / "audit.log");
+  EXPECT_NE(audit.find("task credentials issued"), std::string::npos);
+  EXPECT_NE(audit.find("task credentials revoked"), std::string::npos);
+}

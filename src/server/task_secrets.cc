@@ -1,0 +1,271 @@
+#include "server/task_secrets.h"
+
+#include <openssl/crypto.h>
+
+#include <iostream>
+
+#include "audit/record.h"
+#include "server/api_util.h"
+
+namespace tessera::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::string_view kPrefix = "/taskcreds/";
+
+}  // namespace
+
+TaskSecrets::TaskSecrets(secrets::Secrets& engine, store::Store& store, audit::Auditor& auditor,
+                         const core::Clock& clock, TaskSecretsOptions options)
+    : engine_(engine), store_(store), auditor_(auditor), clock_(clock), options_(options) {}
+
+std::string TaskSecrets::recordKey(const std::string& tenant, const std::string& key) {
+  return std::string(kPrefix) + tenant + "/" + key;
+}
+
+core::Status TaskSecrets::load() {
+  const std::string prefix(kPrefix);
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult r, store_.range(prefix, store::prefixEnd(prefix)));
+  std::lock_guard lock(mu_);
+  for (const store::KeyValue& kv : r.kvs) {
+    // /taskcreds/<tenant>/<task>@<generation>
+    const std::string rest = kv.key.substr(prefix.size());
+    const size_t slash = rest.find('/');
+    const json j = json::parse(kv.value, nullptr, false);
+    if (slash == std::string::npos || !j.is_object() || !j.contains("leases") ||
+        !j["leases"].is_array()) {
+      std::cerr << "warning: ignoring a malformed task credentials record at " << kv.key << "\n";
+      continue;
+    }
+    auto e = std::make_shared<Entry>();
+    e->tenant = rest.substr(0, slash);
+    e->workload = j.value("workload", "");
+    e->index = j.value("index", 0);
+    for (const json& id : j["leases"]) {
+      if (id.is_string()) {
+        e->stored_leases.push_back(id.get<std::string>());
+      }
+    }
+    entries_[rest.substr(slash + 1)] = std::move(e);
+  }
+  return core::Status::ok();
+}
+
+core::Result<json> TaskSecrets::readKv(const std::string& tenant,
+                                       const std::vector<std::string>& paths) const {
+  json out = json::object();
+  for (const std::string& path : paths) {
+    auto r = engine_.kv().read(tenant, path, 0);
+    if (!r.isOk()) {
+      return core::Status(r.status().code(), "secret '" + path + "': " + r.status().message());
+    }
+    out[path] = std::move(r->data);
+  }
+  return out;
+}
+
+std::string TaskSecrets::render(const json& kv, const std::vector<DbCred>& db) const {
+  json dbj = json::object();
+  for (const DbCred& c : db) {
+    dbj[c.role] = {{"username", c.username},
+                   {"password", c.password},
+                   {"lease_id", c.lease.id},
+                   {"expire_time", audit::formatRfc3339Millis(c.lease.expires)}};
+  }
+  std::string out = json{{"kv", kv}, {"db", std::move(dbj)}}.dump(2);
+  out.push_back('\n');
+  return out;
+}
+
+core::Status TaskSecrets::audit(const std::string& tenant, const std::string& what,
+                                const std::string& key, const json& details) {
+  audit::AuditEvent ev;
+  ev.type = audit::AuditType::kResponse;
+  ev.request_id = api::requestId();
+  ev.tenant = tenant;
+  ev.auth.policies = {"task-credentials"};
+  ev.request.method = "TASK";
+  ev.request.path = "tenants/" + tenant + "/tasks/" + key + "/credentials";
+  ev.request.body = details;
+  ev.request.body["event"] = what;
+  ev.response.status = 200;
+  return auditor_.record(ev);
+}
+
+core::Status TaskSecrets::issueLocked(Entry& e, const NodeTask& t, const std::string& key) {
+  TESSERA_ASSIGN_OR_RETURN(json kv, readKv(t.tenant, t.secrets.kv));
+  std::vector<DbCred> made;
+  auto undo = [&] {
+    for (const DbCred& c : made) {
+      (void)engine_.leases().revoke(t.tenant, c.lease.id);  // Retried by the lease manager.
+    }
+  };
+  for (const std::string& role : t.secrets.db) {
+    auto c = engine_.db().createCredential(t.tenant, role, core::Duration::zero());
+    if (!c.isOk()) {
+      undo();
+      return core::Status(c.status().code(),
+                          "database role '" + role + "': " + c.status().message());
+    }
+    const core::WallTime issued = c->lease.issued;
+    made.push_back(
+        {role, c->username, c->password, c->lease, issued + (c->lease.expires - issued) / 2});
+    OPENSSL_cleanse(c->password.data(), c->password.size());
+  }
+  json leases = json::array();
+  for (const DbCred& c : made) {
+    leases.push_back(c.lease.id);
+  }
+  if (!made.empty()) {
+    const json record = {{"workload", t.workload}, {"index", t.index}, {"leases", leases}};
+    if (auto put = store_.put(recordKey(t.tenant, key), record.dump()); !put.isOk()) {
+      undo();
+      return put.status();
+    }
+  }
+  const json details = {{"workload", t.workload},
+                        {"task", t.index},
+                        {"kv", t.secrets.kv},
+                        {"db", t.secrets.db},
+                        {"leases", leases}};
+  if (!audit(t.tenant, "task credentials issued", key, details).isOk()) {
+    undo();
+    (void)store_.deleteRange(recordKey(t.tenant, key));
+    return core::unavailable("the audit log cannot record the task's credentials");
+  }
+  e.tenant = t.tenant;
+  e.workload = t.workload;
+  e.index = t.index;
+  e.db = std::move(made);
+  e.kv = std::move(kv);
+  e.content = render(e.kv, e.db);
+  e.kv_read = clock_.wallNow();
+  e.resolved = true;
+  return core::Status::ok();
+}
+
+core::Result<std::string> TaskSecrets::resolve(const NodeTask& t) {
+  const std::string key = t.id + "@" + std::to_string(t.generation);
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard lock(mu_);
+    std::shared_ptr<Entry>& slot = entries_[key];
+    if (slot == nullptr) {
+      slot = std::make_shared<Entry>();
+      slot->tenant = t.tenant;
+    }
+    e = slot;
+  }
+  std::lock_guard lock(e->mu);
+  if (e->ended) {
+    return core::failedPrecondition("the task has ended; its credentials are revoked");
+  }
+  if (!e->resolved) {
+    TESSERA_RETURN_IF_ERROR(issueLocked(*e, t, key));
+    return e->content;
+  }
+  const core::WallTime now = clock_.wallNow();
+  if (!t.secrets.kv.empty() && now - e->kv_read >= options_.kv_refresh) {
+    // A failed refresh keeps the values the task has.
+    if (auto kv = readKv(t.tenant, t.secrets.kv); kv.isOk() && *kv != e->kv) {
+      e->kv = std::move(kv).value();
+      e->content = render(e->kv, e->db);
+    }
+    e->kv_read = now;
+  }
+  return e->content;
+}
+
+void TaskSecrets::revokeLocked(Entry& e, const std::string& key) {
+  json leases = json::array();
+  for (const DbCred& c : e.db) {
+    leases.push_back(c.lease.id);
+  }
+  for (const std::string& id : e.stored_leases) {
+    leases.push_back(id);
+  }
+  for (const json& id : leases) {
+    // A failed attempt is retried by the lease manager (and the lease expires anyway).
+    const core::Status s = engine_.leases().revoke(e.tenant, id.get<std::string>());
+    if (!s.isOk() && s.code() != core::StatusCode::kNotFound) {
+      std::cerr << "warning: revoking lease " << id.get<std::string>() << " of task " << key << ": "
+                << s.message() << " (retried)\n";
+    }
+  }
+  if (!leases.empty()) {
+    (void)store_.deleteRange(recordKey(e.tenant, key));
+  }
+  if (e.resolved || !leases.empty()) {
+    (void)audit(e.tenant, "task credentials revoked", key,
+                {{"workload", e.workload}, {"task", e.index}, {"leases", leases}});
+  }
+  for (DbCred& c : e.db) {
+    OPENSSL_cleanse(c.password.data(), c.password.size());
+  }
+  if (!e.content.empty()) {
+    OPENSSL_cleanse(e.content.data(), e.content.size());
+  }
+  e.db.clear();
+  e.kv = json();
+  e.stored_leases.clear();
+  e.content.clear();
+  e.ended = true;
+}
+
+size_t TaskSecrets::sweep(const std::set<std::string>& live) {
+  std::vector<std::pair<std::string, std::shared_ptr<Entry>>> all;
+  {
+    std::lock_guard lock(mu_);
+    all.assign(entries_.begin(), entries_.end());
+  }
+  size_t revoked = 0;
+  const core::WallTime now = clock_.wallNow();
+  for (auto& [key, e] : all) {
+    std::lock_guard lock(e->mu);
+    if (e->ended) {
+      continue;
+    }
+    if (!live.contains(key)) {
+      revokeLocked(*e, key);
+      ++revoked;
+      std::lock_guard map_lock(mu_);
+      entries_.erase(key);
+      continue;
+    }
+    bool renewed = false;
+    for (DbCred& c : e->db) {
+      if (now < c.renew_at || c.lease.expires >= c.lease.max_expires) {
+        continue;
+      }
+      auto r = engine_.leases().renew(e->tenant, c.lease.id, core::Duration::zero());
+      if (r.isOk()) {
+        // Renewed from now by the lease's TTL: the next renewal is due half of it from here.
+        c.renew_at = now + (r->expires - now) / 2;
+        c.lease.expires = r->expires;
+        renewed = true;
+      }
+    }
+    if (renewed) {
+      e->content = render(e->kv, e->db);  // The new expire_time reaches the task.
+    }
+  }
+  return revoked;
+}
+
+core::Status TaskSecrets::forgetTenant(const std::string& tenant) {
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(entries_, [&](const auto& kv) { return kv.second->tenant == tenant; });
+  }
+  const std::string prefix = std::string(kPrefix) + tenant + "/";
+  return store_.deleteRange(prefix, store::prefixEnd(prefix)).status();
+}
+
+size_t TaskSecrets::size() const {
+  std::lock_guard lock(mu_);
+  return entries_.size();
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,110 @@
+// Secrets into workloads (issue #6; docs/secrets.md "Secrets into workloads"). A workload's
+// `secrets` names KV paths and database roles of its own tenant; each of its tasks gets them in
+// one file, `secrets.json`, which travels with the task's assignment in the heartbeat answer
+// (over TLS) and which the agent keeps in the task's credentials folder (a tmpfs where the
+// machine has one), next to its identity token:
+//   {"kv": {"app/config": {<the current version's data>}},
+//    "db": {"readonly": {"username", "password", "lease_id", "expire_time"}}}
+//
+//   TaskSecrets secrets(engine, store, auditor, clock);
+//   TESSERA_RETURN_IF_ERROR(secrets.load());          // at start: leases of earlier tasks
+//   auto file = secrets.resolve(task);                // per heartbeat, per task with secrets
+//   secrets.sweep(driver.liveTasks());                // housekeeping
+//
+// - Dynamic credentials are made once per task generation (a lease of the role's default TTL),
+//   renewed by `sweep` while the task is assigned (at half of the TTL, up to the role's max TTL),
+//   and revoked by `sweep` once it is not (finished, cancelled, preempted, its node lost).
+// - KV values are read again when older than `kv_refresh`, so a changed secret reaches running
+//   tasks (the agent rewrites the file when its content changes).
+// - The credentials themselves are kept only in memory and in the task's folder. Their lease ids
+//   are stored (/taskcreds/<tenant>/<task>@<generation>, no secret in it), so a restarted server
+//   revokes those of tasks that ended while it was down (after a restart every task runs at a
+//   new generation, with new credentials).
+// - Each issue and revocation is in the tenant's audit stream (paths, roles and lease ids; no
+//   value). An issue the audit log cannot record is undone and refused.
+// - A task whose secrets cannot be resolved (no such path, a role that fails, sealed) is not
+//   started: the heartbeat answer carries the error, and the agent reports the start as failed.
+//   Once a task has its file, a later failure to refresh keeps the file it has.
+// Thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "audit/auditor.h"
+#include "core/clock.h"
+#include "core/status.h"
+#include "secrets/service.h"
+#include "server/driver.h"
+#include "store/store.h"
+
+namespace tessera::server {
+
+struct TaskSecretsOptions {
+  core::Duration kv_refresh = std::chrono::seconds(30);
+};
+
+class TaskSecrets {
+ public:
+  TaskSecrets(secrets::Secrets& engine, store::Store& store, audit::Auditor& auditor,
+              const core::Clock& clock, TaskSecretsOptions options = {});
+
+  // Reads the lease ids kept for earlier tasks; the next `sweep` revokes those not live.
+  core::Status load();
+  // The content of `t`'s secrets.json (its first call makes the task's credentials).
+  core::Result<std::string> resolve(const NodeTask& t);
+  // Revokes the credentials of tasks not in `live` ("<task id>@<generation>") and renews the
+  // leases of those that are, past half their TTL. Returns how many tasks' credentials it
+  // revoked.
+  size_t sweep(const std::set<std::string>& live);
+  // Forgets a deleted tenant's tasks and their records (its leases are revoked with the
+  // tenant).
+  core::Status forgetTenant(const std::string& tenant);
+  // Tasks with credentials now (for tests and metrics).
+  size_t size() const;
+
+ private:
+  struct DbCred {
+    std::string role;
+    std::string username;
+    std::string password;
+    secrets::Lease lease;
+    core::WallTime renew_at{};  // Half its TTL after it was made or last renewed.
+  };
+  struct Entry {
+    std::mutex mu;  // Guards the fields below; held while credentials are made or revoked.
+    std::string tenant;
+    std::string workload;
+    int index = 0;
+    bool resolved = false;  // `content` holds a complete file.
+    bool ended = false;     // Revoked by sweep: never resolved again.
+    std::string content;    // The file: `kv` and `db` rendered.
+    nlohmann::json kv;      // The KV values as last read.
+    core::WallTime kv_read{};
+    std::vector<DbCred> db;
+    std::vector<std::string> stored_leases;  // Loaded at start (earlier process).
+  };
+
+  static std::string recordKey(const std::string& tenant, const std::string& key);
+  core::Status issueLocked(Entry& e, const NodeTask& t, const std::string& key);
+  core::Result<nlohmann::json> readKv(const std::string& tenant,
+                                      const std::vector<std::string>& paths) const;
+  std::string render(const nlohmann::json& kv, const std::vector<DbCred>& db) const;
+  void revokeLocked(Entry& e, const std::string& key);
+  core::Status audit(const std::string& tenant, const std::string& what, const std::string& key,
+                     const nlohmann::json& details);
+
+  secrets::Secrets& engine_;
+  store::Store& store_;
+  audit::Auditor& auditor_;
+  const core::Clock& clock_;
+  const TaskSecretsOptions options_;
+  mutable std::mutex mu_;                                  // Guards entries_ (not the entries).
+  std::map<std::string, std::shared_ptr<Entry>> entries_;  // By "<task id>@<generation>".
+};
+
+}  // namespace tessera::server

@@ -1,0 +1,234 @@
+// TaskSecrets against a real PostgreSQL on loopback (secrets/testing/pg_server.h) and a fake
+// clock: one credential per task generation, KV values refreshed, leases renewed at half their
+// TTL while the task is live and revoked when it is not, also by a restarted server.
+#include "server/task_secrets.h"
+
+#include <gtest/gtest.h>
+
+#include "audit/sink.h"
+#include "secrets/postgres.h"
+#include "secrets/test_util.h"
+#include "secrets/testing/pg_server.h"
+
+namespace tessera::server {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+using secrets::PgTestServer;
+using secrets::testing::openStore;
+using secrets::testing::TempDir;
+using secrets::testing::ThreadSafeFakeClock;
+
+PgTestServer* suiteServer(std::string* error) {
+  static std::unique_ptr<PgTestServer> server;
+  static std::string failure;
+  if (server == nullptr && failure.empty()) {
+    std::string log;
+    auto started = PgTestServer::start(&log);
+    if (started.isOk()) {
+      server = std::move(started).value();
+    } else {
+      failure = started.status().message() + "\n" + log;
+    }
+  }
+  *error = failure;
+  return server.get();
+}
+
+class TaskSecretsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string error;
+    pg_ = suiteServer(&error);
+    ASSERT_NE(pg_, nullptr) << error;
+    // PostgreSQL checks VALID UNTIL against the real clock: start the fake one at real time.
+    clock_.advance(std::chrono::system_clock::now().time_since_epoch());
+    store_ = openStore(dir_.path(), clock_);
+    ASSERT_NE(store_, nullptr);
+    openEngine();
+    ASSERT_TRUE(engine_->keys().addTenant("team-1").isOk());
+    ASSERT_TRUE(engine_->kv().write("team-1", "app/config", {{"k", "v1"}}, std::nullopt).isOk());
+    ASSERT_TRUE(engine_->db()
+                    .putConnection(
+                        "team-1", "main",
+                        {{"connection_url", "host=127.0.0.1 port=" + std::to_string(pg_->port()) +
+                                                " dbname=postgres sslmode=disable"},
+                         {"username", PgTestServer::kAdminUser},
+                         {"password", pg_->adminPassword()},
+                         {"allowed_roles", {"ro"}}})
+                    .isOk());
+    ASSERT_TRUE(engine_->db()
+                    .putRole("team-1", "ro",
+                             {{"db_name", "main"},
+                              {"creation_statements",
+                               {"CREATE ROLE \"{{name}}\" WITH LOGIN PASSWORD '{{password}}' "
+                                "VALID UNTIL '{{expiration}}'"}},
+                              {"default_ttl", "10m"},
+                              {"max_ttl", "1h"}})
+                    .isOk());
+    auto admin = secrets::PgConnection::connect(pg_->superuserConninfo(), 5s);
+    ASSERT_TRUE(admin.isOk()) << admin.status().message();
+    admin_ = std::move(admin).value();
+  }
+
+  void openEngine() {
+    secrets::SecretsOptions options;
+    options.seal = {secrets::SealOptions::Mode::kKeyFile, keys_dir_.file("key")};
+    auto engine = secrets::Secrets::open(*store_, clock_, options);
+    ASSERT_TRUE(engine.isOk()) << engine.status().toString();
+    engine_ = std::move(engine).value();
+    auto sink =
+        std::make_unique<audit::MemorySink>("memory", audit::SinkOptions{.salt = "s"}, clock_);
+    sink_ = sink.get();
+    std::vector<std::unique_ptr<audit::AuditSink>> sinks;
+    sinks.push_back(std::move(sink));
+    auditor_ = std::move(audit::Auditor::create(std::move(sinks))).value();
+    secrets_ = std::make_unique<TaskSecrets>(*engine_, *store_, *auditor_, clock_,
+                                             TaskSecretsOptions{.kv_refresh = 30s});
+    ASSERT_TRUE(secrets_->load().isOk());
+  }
+
+  static NodeTask task(uint32_t generation) {
+    NodeTask t;
+    t.id = "team-1.train.0";
+    t.generation = generation;
+    t.tenant = "team-1";
+    t.workload = "train";
+    t.secrets.kv = {"app/config"};
+    t.secrets.db = {"ro"};
+    return t;
+  }
+
+  int64_t count(const std::string& sql, const std::vector<std::string>& params = {}) {
+    auto r = admin_->exec(sql, params);
+    return r.isOk() && r->rows.size() == 1 && r->rows[0][0] ? std::stoll(*r->rows[0][0]) : -1;
+  }
+  bool roleExists(const std::string& user) {
+    return count("SELECT count(*) FROM pg_roles WHERE rolname = $1", {user}) == 1;
+  }
+  int64_t generatedRoles() {
+    return count("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'v-team-1-%'");
+  }
+
+  size_t auditLinesWith(const std::string& needle) const {
+    size_t n = 0;
+    for (const std::string& line : sink_->lines()) {
+      n += line.find(needle) != std::string::npos ? 1 : 0;
+    }
+    return n;
+  }
+
+  PgTestServer* pg_ = nullptr;
+  TempDir dir_;
+  TempDir keys_dir_;
+  ThreadSafeFakeClock clock_;
+  std::unique_ptr<store::Store> store_;
+  std::unique_ptr<secrets::Secrets> engine_;
+  audit::MemorySink* sink_ = nullptr;
+  std::unique_ptr<audit::Auditor> auditor_;
+  std::unique_ptr<TaskSecrets> secrets_;
+  std::unique_ptr<secrets::PgConnection> admin_;
+};
+
+TEST_F(TaskSecretsTest, OneCredentialPerGenerationRefreshedRenewedAndRevokedWhenTheTaskEnds) {
+  auto first = secrets_->resolve(task(1));
+  ASSERT_TRUE(first.isOk()) << first.status().toString();
+  const json file = json::parse(*first);
+  EXPECT_EQ(file["kv"]["app/config"]["k"], "v1");
+  const std::string user = file["db"]["ro"]["username"];
+  const std::string lease = file["db"]["ro"]["lease_id"];
+  EXPECT_TRUE(roleExists(user));
+  EXPECT_EQ(auditLinesWith("task credentials issued"), 1U);
+  // The audit record names the lease, never the password.
+  EXPECT_EQ(auditLinesWith(file["db"]["ro"]["password"].get<std::string>()), 0U);
+  // Every heartbeat gets the same file: no second credential.
+  EXPECT_EQ(*secrets_->resolve(task(1)), *first);
+  EXPECT_EQ(auditLinesWith("task credentials issued"), 1U);
+
+  // A changed KV value reaches the task after kv_refresh, not before.
+  ASSERT_TRUE(engine_->kv().write("team-1", "app/config", {{"k", "v2"}}, std::nullopt).isOk());
+  clock_.advance(10s);
+  EXPECT_EQ(json::parse(*secrets_->resolve(task(1)))["kv"]["app/config"]["k"], "v1");
+  clock_.advance(25s);
+  const json refreshed = json::parse(*secrets_->resolve(task(1)));
+  EXPECT_EQ(refreshed["kv"]["app/config"]["k"], "v2");
+  EXPECT_EQ(refreshed["db"]["ro"]["username"], user);
+
+  // Live past half the 10-minute TTL: the lease is renewed (from now), and the file says so.
+  const std::set<std::string> live = {"team-1.train.0@1"};
+  EXPECT_EQ(secrets_->sweep(live), 0U);
+  const auto before = engine_->leases().lookup("team-1", lease);
+  ASSERT_TRUE(before.isOk());
+  clock_.advance(6min);
+  EXPECT_EQ(secrets_->sweep(live), 0U);
+  const auto after = engine_->leases().lookup("team-1", lease);
+  ASSERT_TRUE(after.isOk());
+  EXPECT_EQ(after->expires, clock_.wallNow() + 10min);
+  EXPECT_GT(after->expires, before->expires);
+  EXPECT_NE(json::parse(*secrets_->resolve(task(1)))["db"]["ro"]["expire_time"],
+            refreshed["db"]["ro"]["expire_time"]);
+
+  // The task ends (not live any more): the lease is revoked and the role dropped.
+  EXPECT_EQ(secrets_->sweep({}), 1U);
+  EXPECT_FALSE(roleExists(user));
+  EXPECT_EQ(engine_->leases().lookup("team-1", lease).status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(auditLinesWith("task credentials revoked"), 1U);
+  EXPECT_EQ(secrets_->size(), 0U);
+  // A new generation gets a new credential.
+  auto second = secrets_->resolve(task(2));
+  ASSERT_TRUE(second.isOk());
+  const std::string user2 = json::parse(*second)["db"]["ro"]["username"];
+  EXPECT_NE(user2, user);
+  EXPECT_TRUE(roleExists(user2));
+  EXPECT_EQ(secrets_->sweep({}), 1U);
+  EXPECT_FALSE(roleExists(user2));
+}
+
+TEST_F(TaskSecretsTest, ARestartedServerRevokesTheCredentialsOfTasksThatEnded) {
+  auto file = secrets_->resolve(task(1));
+  ASSERT_TRUE(file.isOk()) << file.status().toString();
+  const std::string user = json::parse(*file)["db"]["ro"]["username"];
+  // The server goes away without a sweep; a new one loads what the old one kept.
+  secrets_.reset();
+  engine_.reset();
+  openEngine();
+  EXPECT_EQ(secrets_->size(), 1U);
+  EXPECT_TRUE(roleExists(user));
+  EXPECT_EQ(secrets_->sweep({}), 1U);  // After a restart no old generation is live.
+  EXPECT_FALSE(roleExists(user));
+  EXPECT_EQ(secrets_->size(), 0U);
+  // Nothing left to revoke after another restart.
+  secrets_.reset();
+  engine_.reset();
+  openEngine();
+  EXPECT_EQ(secrets_->size(), 0U);
+}
+
+TEST_F(TaskSecretsTest, WhatCannotBeResolvedIsAnErrorAndLeavesNoCredentialBehind) {
+  const int64_t roles_before = generatedRoles();  // The server is shared by the tests.
+  NodeTask t = task(1);
+  t.secrets.kv = {"app/missing"};
+  auto missing = secrets_->resolve(t);
+  ASSERT_FALSE(missing.isOk());
+  EXPECT_NE(missing.status().message().find("app/missing"), std::string::npos);
+  // A role that fails after another was made: the one made is revoked again.
+  t = task(2);
+  t.secrets.db = {"ro", "nope"};
+  auto bad_role = secrets_->resolve(t);
+  ASSERT_FALSE(bad_role.isOk());
+  EXPECT_NE(bad_role.status().message().find("nope"), std::string::npos);
+  EXPECT_EQ(generatedRoles(), roles_before);
+  // Sealed: nothing resolves.
+  engine_->keys().seal();
+  EXPECT_EQ(secrets_->resolve(task(3)).status().code(), core::StatusCode::kUnavailable);
+  // An audit log that cannot record the issue: refused, and nothing is left.
+  ASSERT_TRUE(engine_->keys().unsealWithKeyFile().isOk());
+  sink_->setFailWrites(true);
+  EXPECT_EQ(secrets_->resolve(task(4)).status().code(), core::StatusCode::kUnavailable);
+  sink_->setFailWrites(false);
+  EXPECT_EQ(generatedRoles(), roles_before);
+}
+
+}  // namespace
+}  // namespace tessera::server
