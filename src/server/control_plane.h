@@ -155,6 +155,8 @@ class ControlPlane {
                           const std::string& method, const std::string& path, int status,
                           const std::string& accessor);
   HttpResponse leasesApi(Request& r);
+  // lookup, renew or revoke of a token's lease ("auth/token/create/<accessor>").
+  HttpResponse tokenLeaseApi(Request& r, const std::string& op, const std::string& accessor);
   HttpResponse adminLeasesApi(Request& r);
   // The identity token of a task on an agent's node ("" when there is no issuer or it cannot
   // sign now): minted once per generation and again after half its life.

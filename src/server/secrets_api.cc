@@ -32,6 +32,28 @@ json sealJson(const secrets::SealStatus& s) {
 
 HttpResponse noSecrets() { return error(503, "this server has no secrets engine configured"); }
 
+// Tokens are leases too (docs/secrets.md "Leases"): "auth/token/create/<accessor>", with the
+// token's own expiry, renewal and revocation (the token manager keeps them, restart-safe).
+constexpr std::string_view kTokenLeasePrefix = "auth/token/create/";
+
+std::string tokenLeaseId(const TokenInfo& t) { return std::string(kTokenLeasePrefix) + t.accessor; }
+
+json tokenLeaseJson(const TokenInfo& t, core::WallTime now) {
+  auto time = [](core::WallTime w) {
+    return w == core::WallTime::max() ? json(nullptr) : json(audit::formatRfc3339Millis(w));
+  };
+  return {{"lease_id", tokenLeaseId(t)},
+          {"tenant", t.tenant},
+          {"kind", "token"},
+          {"data", {{"accessor", t.accessor}, {"policies", t.policies}}},
+          {"issue_time", time(t.issued)},
+          {"expire_time", time(t.expires)},
+          {"max_expire_time", time(t.max_expiry)},
+          {"renewable", t.renewable},
+          {"state", "active"},
+          {"ttl", t.ttlSeconds(now)}};
+}
+
 // Everything after the first `skip` parts, joined with '/'.
 std::string rest(const std::vector<std::string>& parts, size_t skip) {
   std::string out;
@@ -770,6 +792,41 @@ HttpResponse ControlPlane::doctorApi(Request& r) {
                      {"data", {{"threshold_s", threshold_s}, {"findings", findings}}}});
 }
 
+HttpResponse ControlPlane::tokenLeaseApi(Request& r, const std::string& op,
+                                         const std::string& accessor) {
+  const std::string& tenant = *r.scope.tenant;
+  const core::WallTime now = clock_.wallNow();
+  auto t = tokens_->lookupAccessor(accessor);
+  if (!t.isOk() || t->tenant != tenant) {
+    return error(404, "no lease 'auth/token/create/" + accessor + "'");
+  }
+  if (op == "lookup") {
+    json j = tokenLeaseJson(*t, now);
+    j.erase("tenant");
+    return reply(200, {{"request_id", r.request_id}, {"data", j}});
+  }
+  if (op == "renew") {
+    core::Duration increment{};
+    if (r.body.contains("increment")) {
+      auto s = parseDurationSeconds(r.body["increment"], "increment");
+      if (!s.isOk()) {
+        return fromStatus(s.status());
+      }
+      increment = std::chrono::seconds(*s);
+    }
+    auto renewed = tokens_->renew(accessor, increment);
+    if (!renewed.isOk()) {
+      return fromStatus(renewed.status());
+    }
+    return reply(200, {{"request_id", r.request_id},
+                       {"lease_id", tokenLeaseId(*renewed)},
+                       {"lease_duration", renewed->ttlSeconds(now)},
+                       {"renewable", renewed->renewable}});
+  }
+  auto revoked = tokens_->revoke(accessor);
+  return revoked.isOk() ? noContent() : fromStatus(revoked.status());
+}
+
 HttpResponse ControlPlane::leasesApi(Request& r) {
   if (secrets_ == nullptr) {
     return noSecrets();
@@ -792,10 +849,15 @@ HttpResponse ControlPlane::leasesApi(Request& r) {
       return error(403, "permission denied");
     }
     auto it = r.scope.query.find("prefix");
+    const std::string prefix = it == r.scope.query.end() ? "" : it->second;
     json keys = json::array();
-    for (const secrets::Lease& l :
-         leases.list(tenant, it == r.scope.query.end() ? "" : it->second)) {
+    for (const secrets::Lease& l : leases.list(tenant, prefix)) {
       keys.push_back(l.id);
+    }
+    for (const TokenInfo& t : tokens_->list(tenant)) {
+      if (tokenLeaseId(t).starts_with(prefix)) {
+        keys.push_back(tokenLeaseId(t));
+      }
     }
     return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", keys}}}});
   }
@@ -807,11 +869,22 @@ HttpResponse ControlPlane::leasesApi(Request& r) {
     if (!authorized(r, Capability::kUpdate)) {
       return error(403, "permission denied");
     }
-    auto n = leases.revokePrefix(tenant, rest(parts, 2));
+    const std::string prefix = rest(parts, 2);
+    auto n = leases.revokePrefix(tenant, prefix);
     if (!n.isOk()) {
       return fromStatus(n.status());
     }
-    return reply(200, {{"request_id", r.request_id}, {"data", {{"revoked", *n}}}});
+    // Tokens only for a prefix under auth/: revoking db/ (or everything else) logs no one out.
+    size_t tokens = 0;
+    if (prefix.starts_with("auth/")) {
+      for (const TokenInfo& t : tokens_->list(tenant)) {
+        if (tokenLeaseId(t).starts_with(prefix)) {
+          auto revoked = tokens_->revoke(t.accessor);  // Its children too.
+          tokens += revoked.isOk() ? static_cast<size_t>(*revoked) : 0;
+        }
+      }
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"revoked", *n + tokens}}}});
   }
   if (parts.size() != 2 || (op != "lookup" && op != "renew" && op != "revoke")) {
     return error(404, "unsupported path: leases/{lookup,renew,revoke,revoke-prefix/PREFIX}");
@@ -822,6 +895,9 @@ HttpResponse ControlPlane::leasesApi(Request& r) {
   const std::string id = r.body["lease_id"].get<std::string>();
   if (!authorized(r, op == "lookup" ? Capability::kRead : Capability::kUpdate)) {
     return error(403, "permission denied");
+  }
+  if (id.starts_with(kTokenLeasePrefix)) {
+    return tokenLeaseApi(r, op, id.substr(kTokenLeasePrefix.size()));
   }
   if (op == "lookup") {
     auto l = leases.lookup(tenant, id);
@@ -889,17 +965,44 @@ HttpResponse ControlPlane::adminLeasesApi(Request& r) {
     if (!state.isOk()) {
       return fromStatus(state.status());
     }
-    if (parts.size() == 3) {
-      return reply(200,
-                   {{"request_id", r.request_id}, {"data", {{"count", leases.count(*state)}}}});
-    }
+    const bool counting = parts.size() == 3;  // The count is of every lease, like the store's.
     auto tenant = r.scope.query.find("tenant");
-    auto prefix = r.scope.query.find("prefix");
+    auto prefix_it = r.scope.query.find("prefix");
+    const std::string prefix =
+        counting || prefix_it == r.scope.query.end() ? "" : prefix_it->second;
+    // Tokens are always active: they are listed unless another state is asked for.
+    std::vector<TokenInfo> tokens;
+    if (!*state || **state == secrets::LeaseState::kActive) {
+      std::vector<std::string> scopes;
+      if (!counting && tenant != r.scope.query.end()) {
+        scopes.push_back(tenant->second);
+      } else {
+        std::shared_lock lock(mu_);
+        scopes.emplace_back();  // Admin tokens.
+        for (const auto& [name, config] : tenants_) {
+          scopes.push_back(name);
+        }
+      }
+      for (const std::string& scope : scopes) {
+        for (TokenInfo& t : tokens_->list(scope)) {
+          if (tokenLeaseId(t).starts_with(prefix)) {
+            tokens.push_back(std::move(t));
+          }
+        }
+      }
+    }
+    if (counting) {
+      return reply(200, {{"request_id", r.request_id},
+                         {"data", {{"count", leases.count(*state) + tokens.size()}}}});
+    }
     json out = json::array();
     for (const secrets::Lease& l :
-         leases.list(tenant == r.scope.query.end() ? "" : tenant->second,
-                     prefix == r.scope.query.end() ? "" : prefix->second, *state)) {
+         leases.list(tenant == r.scope.query.end() ? "" : tenant->second, prefix, *state)) {
       out.push_back(l.toJson());
+    }
+    const core::WallTime now = clock_.wallNow();
+    for (const TokenInfo& t : tokens) {
+      out.push_back(tokenLeaseJson(t, now));
     }
     return reply(200, {{"request_id", r.request_id}, {"data", {{"leases", out}}}});
   }

@@ -614,3 +614,68 @@ TEST_F(SecretsTest, ATaskGetsItsSecretsAndItsDatabaseCredentialEndsWithIt) {
   EXPECT_NE(audit.find("task credentials issued"), std::string::npos);
   EXPECT_NE(audit.find("task credentials revoked"), std::string::npos);
 }
+
+// Every token has a lease: the lease API lists, looks up, renews and revokes tokens as
+// "auth/token/create/<accessor>", and a prefix outside auth/ never revokes a token.
+TEST_F(SecretsTest, TokensAreLeasesToo) {
+  json info;
+  auto dev = startDev({"--simulated"}, &info);
+  const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
+  const std::string root = info["root_token"];
+  const std::string demo = info["tenant_token"];
+  auto make = [&](const std::string& ttl) {
+    Response t = c.call("POST", "/v1/auth/token/create", root,
+                        {{"tenant", "demo"}, {"policies", {"tenant-admin"}}, {"ttl", ttl}});
+    EXPECT_EQ(t.status, 200U) << t.raw;
+    return std::make_pair(t.body["auth"]["client_token"].get<std::string>(),
+                          "auth/token/create/" + t.body["auth"]["accessor"].get<std::string>());
+  };
+  const auto [a, a_lease] = make("10m");
+  const auto [b, b_lease] = make("10m");
+  Response list = c.call("LIST", "/v1/tenants/demo/leases?prefix=auth/token/", demo);
+  ASSERT_EQ(list.status, 200U) << list.raw;
+  const json keys = list.body["data"]["keys"];
+  EXPECT_NE(std::find(keys.begin(), keys.end(), a_lease), keys.end()) << list.raw;
+  EXPECT_NE(std::find(keys.begin(), keys.end(), b_lease), keys.end()) << list.raw;
+  Response look = c.call("PUT", "/v1/tenants/demo/leases/lookup", demo, {{"lease_id", a_lease}});
+  ASSERT_EQ(look.status, 200U) << look.raw;
+  EXPECT_EQ(look.body["data"]["kind"], "token");
+  EXPECT_GT(look.body["data"]["ttl"].get<int64_t>(), 590);
+  EXPECT_LE(look.body["data"]["ttl"].get<int64_t>(), 600);
+  // Renewed by an increment, from now.
+  Response renew = c.call("PUT", "/v1/tenants/demo/leases/renew", demo,
+                          {{"lease_id", a_lease}, {"increment", "1h"}});
+  ASSERT_EQ(renew.status, 200U) << renew.raw;
+  EXPECT_GT(renew.body["lease_duration"].get<int64_t>(), 3590);
+  // Another tenant, or the admin scope's listing without this tenant, cannot reach it.
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-2", root, json::object()).status, 204U);
+  Response t2 = c.call("POST", "/v1/auth/token/create", root,
+                       {{"tenant", "team-2"}, {"policies", {"tenant-admin"}}, {"ttl", "10m"}});
+  const std::string team2 = t2.body["auth"]["client_token"];
+  EXPECT_EQ(
+      c.call("PUT", "/v1/tenants/team-2/leases/revoke", team2, {{"lease_id", a_lease}}).status,
+      404U);
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", a).status, 200U);
+  // The operator's view lists tokens with the other leases.
+  Response all = c.call("GET", "/v1/sys/leases?tenant=demo&prefix=auth/token/", root);
+  ASSERT_EQ(all.status, 200U) << all.raw;
+  size_t token_leases = 0;
+  for (const json& l : all.body["data"]["leases"]) {
+    token_leases += l["kind"] == "token" ? 1 : 0;
+  }
+  EXPECT_GE(token_leases, 3U);  // a, b and the demo token.
+  // Revoked as a lease: the token is refused from then on.
+  EXPECT_EQ(c.call("PUT", "/v1/tenants/demo/leases/revoke", demo, {{"lease_id", a_lease}}).status,
+            204U);
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", a).status, 403U);
+  // A prefix outside auth/ leaves tokens alone; one under it revokes them.
+  Response none = c.call("PUT", "/v1/tenants/demo/leases/revoke-prefix/db", demo);
+  ASSERT_EQ(none.status, 200U) << none.raw;
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", b).status, 200U);
+  Response some = c.call("PUT", "/v1/tenants/demo/leases/revoke-prefix/" + b_lease, demo);
+  ASSERT_EQ(some.status, 200U) << some.raw;
+  EXPECT_EQ(some.body["data"]["revoked"], 1);
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", b).status, 403U);
+  EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", demo).status, 200U);
+  dev->stop(SIGTERM);
+}
