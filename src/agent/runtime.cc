@@ -71,6 +71,31 @@ constexpr const char* kSteps[] = {"",
   ::_exit(127);
 }
 
+// Closes every descriptor from 3 up except `a`, `b` and `c` (async-signal-safe: after fork).
+void closeAllBut(int a, int b, int c) {
+  int keep[3] = {a, b, c};
+  // Sorted by hand: std::sort is not on the list of what a forked child may call.
+  for (int i = 0; i < 3; ++i) {
+    for (int j = i + 1; j < 3; ++j) {
+      if (keep[j] < keep[i]) {
+        const int t = keep[i];
+        keep[i] = keep[j];
+        keep[j] = t;
+      }
+    }
+  }
+  unsigned from = 3;
+  for (int k : keep) {
+    if (k >= 0 && static_cast<unsigned>(k) >= from) {
+      if (static_cast<unsigned>(k) > from) {
+        ::syscall(SYS_close_range, from, static_cast<unsigned>(k) - 1, 0U);
+      }
+      from = static_cast<unsigned>(k) + 1;
+    }
+  }
+  ::syscall(SYS_close_range, from, ~0U, 0U);
+}
+
 int64_t monotonicNs() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -631,7 +656,11 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
       runShim(task, lease, exit_file.c_str(), fence_grace_ns);
     }
     ::setpgid(0, 0);  // Its own process group, which stop() signals.
-    // No descriptor of the agent's (sockets, the store) reaches the task.
+    // No descriptor of the agent's (sockets, the store) reaches the task. All but the three it
+    // needs until exec are closed now rather than at exec: joining a cgroup can wait (an RCU
+    // grace period), and meanwhile a copy of, say, the server's store lock would keep a
+    // restarted server out after a crash.
+    closeAllBut(w, out.get(), err.get());
     ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
     for (const char* p : joins) {
       const int fd = ::open(p, O_WRONLY | O_CLOEXEC);

@@ -3,6 +3,7 @@
 // skipped, and say why.
 #include "agent/runtime.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
@@ -156,6 +157,21 @@ TEST_F(RuntimeTest, RunsTheCommandWithItsGpusAndNamesInTheEnvironmentAndLogsIt) 
                             rt.taskDir("t-1") + "\n");
   EXPECT_EQ(log("t-1", "stderr.log"), "oops\n");
   EXPECT_TRUE(rt.running().empty());
+}
+
+TEST_F(RuntimeTest, NoDescriptorOfTheAgentReachesTheTask) {
+  ProcessRuntime& rt = runtime();
+  // An inheritable descriptor of the agent's (as a store lock or a socket might be).
+  const int leaky = ::open("/dev/null", O_RDONLY);
+  ASSERT_GE(leaky, 3);
+  const std::string fd = std::to_string(leaky);
+  ASSERT_TRUE(rt.start(shell("fds", "if [ -e /proc/$$/fd/" + fd + " ]; then echo leaked " + fd +
+                                        "; else echo closed; fi"))
+                  .isOk());
+  auto e = exitOf("fds");
+  ::close(leaky);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(log("fds"), "closed\n");
 }
 
 TEST_F(RuntimeTest, ReportsExitCodesAndSignals) {
