@@ -94,6 +94,25 @@ core::Status TaskSecrets::audit(const std::string& tenant, const std::string& wh
   return auditor_.record(ev);
 }
 
+void TaskSecrets::wipe(std::vector<DbCred>& creds) {
+  for (DbCred& c : creds) {
+    OPENSSL_cleanse(c.password.data(), c.password.size());
+  }
+  creds.clear();
+}
+
+core::Status TaskSecrets::persistLocked(const Entry& e, const std::string& key) {
+  json leases = json::array();
+  for (const DbCred& c : e.db) {
+    leases.push_back(c.lease.id);
+  }
+  for (const std::string& id : e.stored_leases) {
+    leases.push_back(id);
+  }
+  const json record = {{"workload", e.workload}, {"index", e.index}, {"leases", leases}};
+  return store_.put(recordKey(e.tenant, key), record.dump()).status();
+}
+
 core::Status TaskSecrets::issueLocked(Entry& e, const NodeTask& t, const std::string& key) {
   TESSERA_ASSIGN_OR_RETURN(json kv, readKv(t.tenant, t.secrets.kv));
   std::vector<DbCred> made;
@@ -101,6 +120,8 @@ core::Status TaskSecrets::issueLocked(Entry& e, const NodeTask& t, const std::st
     for (const DbCred& c : made) {
       (void)engine_.leases().revoke(t.tenant, c.lease.id);  // Retried by the lease manager.
     }
+    wipe(made);
+    wipe(e.db);
   };
   for (const std::string& role : t.secrets.db) {
     auto c = engine_.db().createCredential(t.tenant, role, core::Duration::zero());
@@ -118,11 +139,14 @@ core::Status TaskSecrets::issueLocked(Entry& e, const NodeTask& t, const std::st
   for (const DbCred& c : made) {
     leases.push_back(c.lease.id);
   }
+  e.tenant = t.tenant;
+  e.workload = t.workload;
+  e.index = t.index;
+  e.db = made;
   if (!made.empty()) {
-    const json record = {{"workload", t.workload}, {"index", t.index}, {"leases", leases}};
-    if (auto put = store_.put(recordKey(t.tenant, key), record.dump()); !put.isOk()) {
+    if (core::Status put = persistLocked(e, key); !put.isOk()) {
       undo();
-      return put.status();
+      return put;
     }
   }
   const json details = {{"workload", t.workload},
@@ -135,10 +159,7 @@ core::Status TaskSecrets::issueLocked(Entry& e, const NodeTask& t, const std::st
     (void)store_.deleteRange(recordKey(t.tenant, key));
     return core::unavailable("the audit log cannot record the task's credentials");
   }
-  e.tenant = t.tenant;
-  e.workload = t.workload;
-  e.index = t.index;
-  e.db = std::move(made);
+  wipe(made);
   e.kv = std::move(kv);
   e.content = render(e.kv, e.db);
   e.kv_read = clock_.wallNow();
@@ -201,13 +222,10 @@ void TaskSecrets::revokeLocked(Entry& e, const std::string& key) {
     (void)audit(e.tenant, "task credentials revoked", key,
                 {{"workload", e.workload}, {"task", e.index}, {"leases", leases}});
   }
-  for (DbCred& c : e.db) {
-    OPENSSL_cleanse(c.password.data(), c.password.size());
-  }
+  wipe(e.db);
   if (!e.content.empty()) {
     OPENSSL_cleanse(e.content.data(), e.content.size());
   }
-  e.db.clear();
   e.kv = json();
   e.stored_leases.clear();
   e.content.clear();
@@ -234,21 +252,46 @@ size_t TaskSecrets::sweep(const std::set<std::string>& live) {
       entries_.erase(key);
       continue;
     }
-    bool renewed = false;
+    bool changed = false;
     for (DbCred& c : e->db) {
-      if (now < c.renew_at || c.lease.expires >= c.lease.max_expires) {
+      if (now < c.renew_at) {
         continue;
       }
-      auto r = engine_.leases().renew(e->tenant, c.lease.id, core::Duration::zero());
-      if (r.isOk()) {
-        // Renewed from now by the lease's TTL: the next renewal is due half of it from here.
-        c.renew_at = now + (r->expires - now) / 2;
-        c.lease.expires = r->expires;
-        renewed = true;
+      if (c.lease.expires < c.lease.max_expires) {
+        auto r = engine_.leases().renew(e->tenant, c.lease.id, core::Duration::zero());
+        if (r.isOk()) {
+          // Renewed from now by the lease's TTL: the next renewal is due half of it from here.
+          c.renew_at = now + (r->expires - now) / 2;
+          c.lease.expires = r->expires;
+          changed = true;
+        }
+        continue;
       }
+      // At its max TTL: a new credential takes over while the old one still works (a task
+      // reads the file again when a login fails). The old one ends by itself, or with the task.
+      auto fresh = engine_.db().createCredential(e->tenant, c.role, core::Duration::zero());
+      if (!fresh.isOk()) {
+        continue;  // Tried again at the next sweep; the old one lasts until its max TTL.
+      }
+      e->stored_leases.push_back(c.lease.id);
+      const std::string old_lease = c.lease.id;
+      OPENSSL_cleanse(c.password.data(), c.password.size());
+      c.username = fresh->username;
+      c.password = fresh->password;
+      OPENSSL_cleanse(fresh->password.data(), fresh->password.size());
+      c.lease = fresh->lease;
+      c.renew_at = now + (c.lease.expires - now) / 2;
+      (void)persistLocked(*e, key);
+      (void)audit(e->tenant, "task credentials rotated", key,
+                  {{"workload", e->workload},
+                   {"task", e->index},
+                   {"role", c.role},
+                   {"lease", c.lease.id},
+                   {"replaces", old_lease}});
+      changed = true;
     }
-    if (renewed) {
-      e->content = render(e->kv, e->db);  // The new expire_time reaches the task.
+    if (changed) {
+      e->content = render(e->kv, e->db);  // The new expiry or credential reaches the task.
     }
   }
   return revoked;

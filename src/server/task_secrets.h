@@ -12,8 +12,9 @@
 //   secrets.sweep(driver.liveTasks());                // housekeeping
 //
 // - Dynamic credentials are made once per task generation (a lease of the role's default TTL),
-//   renewed by `sweep` while the task is assigned (at half of the TTL, up to the role's max TTL),
-//   and revoked by `sweep` once it is not (finished, cancelled, preempted, its node lost).
+//   renewed by `sweep` while the task is assigned (at half of the TTL, up to the role's max TTL,
+//   where a new credential replaces it in the file), and revoked by `sweep` once it is not
+//   (finished, cancelled, preempted, its node lost).
 // - KV values are read again when older than `kv_refresh`, so a changed secret reaches running
 //   tasks (the agent rewrites the file when its content changes).
 // - The credentials themselves are kept only in memory and in the task's folder. Their lease ids
@@ -86,11 +87,16 @@ class TaskSecrets {
     nlohmann::json kv;      // The KV values as last read.
     core::WallTime kv_read{};
     std::vector<DbCred> db;
-    std::vector<std::string> stored_leases;  // Loaded at start (earlier process).
+    // Leases no longer in the file: loaded at start (an earlier process's), or replaced at
+    // their max TTL. Revoked with the task.
+    std::vector<std::string> stored_leases;
   };
 
+  static void wipe(std::vector<DbCred>& creds);  // Clears the passwords' bytes, then the list.
   static std::string recordKey(const std::string& tenant, const std::string& key);
   core::Status issueLocked(Entry& e, const NodeTask& t, const std::string& key);
+  // Stores the ids of every lease the entry holds (no secret), for a restarted server.
+  core::Status persistLocked(const Entry& e, const std::string& key);
   core::Result<nlohmann::json> readKv(const std::string& tenant,
                                       const std::vector<std::string>& paths) const;
   std::string render(const nlohmann::json& kv, const std::vector<DbCred>& db) const;

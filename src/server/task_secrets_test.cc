@@ -185,6 +185,31 @@ TEST_F(TaskSecretsTest, OneCredentialPerGenerationRefreshedRenewedAndRevokedWhen
   EXPECT_FALSE(roleExists(user2));
 }
 
+TEST_F(TaskSecretsTest, ALongTaskGetsANewCredentialBeforeTheOldOneReachesItsMaxTtl) {
+  auto file = secrets_->resolve(task(1));
+  ASSERT_TRUE(file.isOk()) << file.status().toString();
+  const std::string first = json::parse(*file)["db"]["ro"]["username"];
+  const std::set<std::string> live = {"team-1.train.0@1"};
+  // Renewed every few minutes up to the role's 1-hour max TTL, then replaced.
+  std::string now_user = first;
+  int minutes = 0;
+  for (; minutes < 90 && now_user == first; minutes += 3) {
+    clock_.advance(3min);
+    secrets_->sweep(live);
+    now_user = json::parse(*secrets_->resolve(task(1)))["db"]["ro"]["username"];
+  }
+  ASSERT_NE(now_user, first) << "no new credential after " << minutes << " minutes";
+  EXPECT_GE(minutes, 30);          // Not before the old one was at its max TTL.
+  EXPECT_LE(minutes, 60);          // Before it ended.
+  EXPECT_TRUE(roleExists(first));  // It ends by itself at its max TTL...
+  EXPECT_TRUE(roleExists(now_user));
+  EXPECT_EQ(auditLinesWith("task credentials rotated"), 1U);
+  // ...or with the task, with the new one.
+  EXPECT_EQ(secrets_->sweep({}), 1U);
+  EXPECT_FALSE(roleExists(first));
+  EXPECT_FALSE(roleExists(now_user));
+}
+
 TEST_F(TaskSecretsTest, ARestartedServerRevokesTheCredentialsOfTasksThatEnded) {
   auto file = secrets_->resolve(task(1));
   ASSERT_TRUE(file.isOk()) << file.status().toString();
