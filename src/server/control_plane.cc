@@ -1952,7 +1952,7 @@ void ControlPlane::housekeeping() {
   (void)tokens_->expire();
   // Credentials of tasks that ended are revoked; those of running tasks renewed.
   if (task_secrets_ != nullptr) {
-    (void)task_secrets_->sweep(driver_.liveTasks());
+    (void)task_secrets_->sweep([this] { return driver_.liveTasks(); });
   }
   // Expired grants: already refused at use; here their expiry reaches both audit streams.
   for (const Grant& g : grants_->expireDue(clock_.wallNow())) {

@@ -94,6 +94,11 @@ core::Status TaskSecrets::audit(const std::string& tenant, const std::string& wh
   return auditor_.record(ev);
 }
 
+void TaskSecrets::setContent(Entry& e, std::string content) {
+  OPENSSL_cleanse(e.content.data(), e.content.size());
+  e.content = std::move(content);
+}
+
 void TaskSecrets::wipe(std::vector<DbCred>& creds) {
   for (DbCred& c : creds) {
     OPENSSL_cleanse(c.password.data(), c.password.size());
@@ -161,7 +166,7 @@ core::Status TaskSecrets::issueLocked(Entry& e, const NodeTask& t, const std::st
   }
   wipe(made);
   e.kv = std::move(kv);
-  e.content = render(e.kv, e.db);
+  setContent(e, render(e.kv, e.db));
   e.kv_read = clock_.wallNow();
   e.resolved = true;
   return core::Status::ok();
@@ -192,7 +197,7 @@ core::Result<std::string> TaskSecrets::resolve(const NodeTask& t) {
     // A failed refresh keeps the values the task has.
     if (auto kv = readKv(t.tenant, t.secrets.kv); kv.isOk() && *kv != e->kv) {
       e->kv = std::move(kv).value();
-      e->content = render(e->kv, e->db);
+      setContent(*e, render(e->kv, e->db));
     }
     e->kv_read = now;
   }
@@ -223,21 +228,21 @@ void TaskSecrets::revokeLocked(Entry& e, const std::string& key) {
                 {{"workload", e.workload}, {"task", e.index}, {"leases", leases}});
   }
   wipe(e.db);
-  if (!e.content.empty()) {
-    OPENSSL_cleanse(e.content.data(), e.content.size());
-  }
+  setContent(e, "");
   e.kv = json();
   e.stored_leases.clear();
-  e.content.clear();
   e.ended = true;
 }
 
-size_t TaskSecrets::sweep(const std::set<std::string>& live) {
+size_t TaskSecrets::sweep(const std::function<std::set<std::string>()>& live_tasks) {
   std::vector<std::pair<std::string, std::shared_ptr<Entry>>> all;
   {
     std::lock_guard lock(mu_);
     all.assign(entries_.begin(), entries_.end());
   }
+  // Asked after the entries were taken: an entry is made only for a task that was live, so one
+  // missing from this set has ended (asked before, a task started in between would look ended).
+  const std::set<std::string> live = live_tasks();
   size_t revoked = 0;
   const core::WallTime now = clock_.wallNow();
   for (auto& [key, e] : all) {
@@ -291,7 +296,7 @@ size_t TaskSecrets::sweep(const std::set<std::string>& live) {
       changed = true;
     }
     if (changed) {
-      e->content = render(e->kv, e->db);  // The new expiry or credential reaches the task.
+      setContent(*e, render(e->kv, e->db));  // The new expiry or credential reaches the task.
     }
   }
   return revoked;

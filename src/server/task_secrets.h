@@ -9,7 +9,7 @@
 //   TaskSecrets secrets(engine, store, auditor, clock);
 //   TESSERA_RETURN_IF_ERROR(secrets.load());          // at start: leases of earlier tasks
 //   auto file = secrets.resolve(task);                // per heartbeat, per task with secrets
-//   secrets.sweep(driver.liveTasks());                // housekeeping
+//   secrets.sweep([&] { return driver.liveTasks(); });  // housekeeping
 //
 // - Dynamic credentials are made once per task generation (a lease of the role's default TTL),
 //   renewed by `sweep` while the task is assigned (at half of the TTL, up to the role's max TTL,
@@ -29,6 +29,7 @@
 // Thread-safe.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -58,10 +59,10 @@ class TaskSecrets {
   core::Status load();
   // The content of `t`'s secrets.json (its first call makes the task's credentials).
   core::Result<std::string> resolve(const NodeTask& t);
-  // Revokes the credentials of tasks not in `live` ("<task id>@<generation>") and renews the
-  // leases of those that are, past half their TTL. Returns how many tasks' credentials it
-  // revoked.
-  size_t sweep(const std::set<std::string>& live);
+  // Revokes the credentials of tasks that are not live and renews the leases of those that
+  // are, past half their TTL. `live_tasks` gives the live ones now ("<task id>@<generation>",
+  // SchedulerDriver::liveTasks). Returns how many tasks' credentials it revoked.
+  size_t sweep(const std::function<std::set<std::string>()>& live_tasks);
   // Forgets a deleted tenant's tasks and their records (its leases are revoked with the
   // tenant).
   core::Status forgetTenant(const std::string& tenant);
@@ -92,7 +93,9 @@ class TaskSecrets {
     std::vector<std::string> stored_leases;
   };
 
-  static void wipe(std::vector<DbCred>& creds);  // Clears the passwords' bytes, then the list.
+  static void wipe(std::vector<DbCred>& creds);
+  static void setContent(Entry& e, std::string content);  // Wipes the old file's bytes.  // Clears
+                                                          // the passwords' bytes, then the list.
   static std::string recordKey(const std::string& tenant, const std::string& key);
   core::Status issueLocked(Entry& e, const NodeTask& t, const std::string& key);
   // Stores the ids of every lease the entry holds (no secret), for a restarted server.

@@ -89,6 +89,11 @@ class TaskSecretsTest : public ::testing::Test {
     ASSERT_TRUE(secrets_->load().isOk());
   }
 
+  // One sweep, with these tasks live.
+  size_t sweep(const std::set<std::string>& live) {
+    return secrets_->sweep([&] { return live; });
+  }
+
   static NodeTask task(uint32_t generation) {
     NodeTask t;
     t.id = "team-1.train.0";
@@ -157,11 +162,11 @@ TEST_F(TaskSecretsTest, OneCredentialPerGenerationRefreshedRenewedAndRevokedWhen
 
   // Live past half the 10-minute TTL: the lease is renewed (from now), and the file says so.
   const std::set<std::string> live = {"team-1.train.0@1"};
-  EXPECT_EQ(secrets_->sweep(live), 0U);
+  EXPECT_EQ(sweep(live), 0U);
   const auto before = engine_->leases().lookup("team-1", lease);
   ASSERT_TRUE(before.isOk());
   clock_.advance(6min);
-  EXPECT_EQ(secrets_->sweep(live), 0U);
+  EXPECT_EQ(sweep(live), 0U);
   const auto after = engine_->leases().lookup("team-1", lease);
   ASSERT_TRUE(after.isOk());
   EXPECT_EQ(after->expires, clock_.wallNow() + 10min);
@@ -170,7 +175,7 @@ TEST_F(TaskSecretsTest, OneCredentialPerGenerationRefreshedRenewedAndRevokedWhen
             refreshed["db"]["ro"]["expire_time"]);
 
   // The task ends (not live any more): the lease is revoked and the role dropped.
-  EXPECT_EQ(secrets_->sweep({}), 1U);
+  EXPECT_EQ(sweep({}), 1U);
   EXPECT_FALSE(roleExists(user));
   EXPECT_EQ(engine_->leases().lookup("team-1", lease).status().code(), core::StatusCode::kNotFound);
   EXPECT_EQ(auditLinesWith("task credentials revoked"), 1U);
@@ -181,7 +186,7 @@ TEST_F(TaskSecretsTest, OneCredentialPerGenerationRefreshedRenewedAndRevokedWhen
   const std::string user2 = json::parse(*second)["db"]["ro"]["username"];
   EXPECT_NE(user2, user);
   EXPECT_TRUE(roleExists(user2));
-  EXPECT_EQ(secrets_->sweep({}), 1U);
+  EXPECT_EQ(sweep({}), 1U);
   EXPECT_FALSE(roleExists(user2));
 }
 
@@ -195,7 +200,7 @@ TEST_F(TaskSecretsTest, ALongTaskGetsANewCredentialBeforeTheOldOneReachesItsMaxT
   int minutes = 0;
   for (; minutes < 90 && now_user == first; minutes += 3) {
     clock_.advance(3min);
-    secrets_->sweep(live);
+    sweep(live);
     now_user = json::parse(*secrets_->resolve(task(1)))["db"]["ro"]["username"];
   }
   ASSERT_NE(now_user, first) << "no new credential after " << minutes << " minutes";
@@ -205,7 +210,7 @@ TEST_F(TaskSecretsTest, ALongTaskGetsANewCredentialBeforeTheOldOneReachesItsMaxT
   EXPECT_TRUE(roleExists(now_user));
   EXPECT_EQ(auditLinesWith("task credentials rotated"), 1U);
   // ...or with the task, with the new one.
-  EXPECT_EQ(secrets_->sweep({}), 1U);
+  EXPECT_EQ(sweep({}), 1U);
   EXPECT_FALSE(roleExists(first));
   EXPECT_FALSE(roleExists(now_user));
 }
@@ -220,7 +225,8 @@ TEST_F(TaskSecretsTest, ARestartedServerRevokesTheCredentialsOfTasksThatEnded) {
   openEngine();
   EXPECT_EQ(secrets_->size(), 1U);
   EXPECT_TRUE(roleExists(user));
-  EXPECT_EQ(secrets_->sweep({}), 1U);  // After a restart no old generation is live.
+  EXPECT_EQ(sweep({}),
+            1U);  // After a restart no old generation is live.
   EXPECT_FALSE(roleExists(user));
   EXPECT_EQ(secrets_->size(), 0U);
   // Nothing left to revoke after another restart.
