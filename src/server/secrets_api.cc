@@ -50,6 +50,7 @@ json tokenLeaseJson(const TokenInfo& t, core::WallTime now) {
           {"expire_time", time(t.expires)},
           {"max_expire_time", time(t.max_expiry)},
           {"renewable", t.renewable},
+          {"revocable", true},
           {"state", "active"},
           {"ttl", t.ttlSeconds(now)}};
 }
@@ -839,6 +840,7 @@ HttpResponse ControlPlane::leasesApi(Request& r) {
     json j = l.toJson();
     j.erase("tenant");
     j["ttl"] = l.ttlSeconds(now);
+    j["revocable"] = true;  // Every lease has a revoker; expire-only credentials get none.
     return j;
   };
   if (parts.size() == 1) {  // LIST leases?prefix=
@@ -998,7 +1000,9 @@ HttpResponse ControlPlane::adminLeasesApi(Request& r) {
     json out = json::array();
     for (const secrets::Lease& l :
          leases.list(tenant == r.scope.query.end() ? "" : tenant->second, prefix, *state)) {
-      out.push_back(l.toJson());
+      json j = l.toJson();
+      j["revocable"] = true;
+      out.push_back(std::move(j));
     }
     const core::WallTime now = clock_.wallNow();
     for (const TokenInfo& t : tokens) {

@@ -72,7 +72,8 @@ std::string TaskSecrets::render(const json& kv, const std::vector<DbCred>& db) c
     dbj[c.role] = {{"username", c.username},
                    {"password", c.password},
                    {"lease_id", c.lease.id},
-                   {"expire_time", audit::formatRfc3339Millis(c.lease.expires)}};
+                   {"expire_time", audit::formatRfc3339Millis(c.lease.expires)},
+                   {"revocable", true}};
   }
   std::string out = json{{"kv", kv}, {"db", std::move(dbj)}}.dump(2);
   out.push_back('\n');

@@ -640,6 +640,7 @@ TEST_F(SecretsTest, TokensAreLeasesToo) {
   Response look = c.call("PUT", "/v1/tenants/demo/leases/lookup", demo, {{"lease_id", a_lease}});
   ASSERT_EQ(look.status, 200U) << look.raw;
   EXPECT_EQ(look.body["data"]["kind"], "token");
+  EXPECT_EQ(look.body["data"]["revocable"], true);
   EXPECT_GT(look.body["data"]["ttl"].get<int64_t>(), 590);
   EXPECT_LE(look.body["data"]["ttl"].get<int64_t>(), 600);
   // Renewed by an increment, from now.
