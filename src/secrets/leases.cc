@@ -123,11 +123,11 @@ void LeaseManager::setRevoker(const std::string& kind, Revoker* revoker) {
 }
 
 core::WallTime LeaseManager::dueOf(const Lease& l) const {
-  return l.state == LeaseState::kRevoking ? l.next_attempt : l.expires;
+  return l.state == LeaseState::kActive ? l.expires : l.next_attempt;
 }
 
 void LeaseManager::indexLocked(const Lease& l) {
-  if (l.state != LeaseState::kIrrevocable) {
+  if (l.state != LeaseState::kIrrevocable || options_.irrevocable_retry > core::Duration::zero()) {
     due_.emplace(dueOf(l), mapKey(l.tenant, l.id));
   }
 }
@@ -396,6 +396,8 @@ core::Result<size_t> LeaseManager::process(std::vector<Lease> batch, core::Statu
     l.last_error = st.message().substr(0, kMaxErrorBytes);
     if (permanent(st) || l.attempts >= options_.max_attempts) {
       l.state = LeaseState::kIrrevocable;
+      // Tried once more later, in case whatever failed was mended.
+      l.next_attempt = now + options_.irrevocable_retry;
       ++finished;
     } else {
       double factor = std::ldexp(1.0, l.attempts - 1);

@@ -82,7 +82,10 @@ struct LeaseOptions {
   core::Duration backoff_base = std::chrono::seconds(10);
   core::Duration max_ttl = std::chrono::hours(24 * 32);  // No lease outlives this.
   size_t batch = 128;  // Leases per store transaction (the store's txn limit).
-  uint64_t seed = 0;   // Jitter; 0 picks one from the clock.
+  // Irrevocable leases are tried once more this long after they became irrevocable, and again
+  // as long as they fail (Vault retries them daily); 0: never.
+  core::Duration irrevocable_retry = std::chrono::hours(24);
+  uint64_t seed = 0;  // Jitter; 0 picks one from the clock.
 };
 
 class LeaseManager {
@@ -153,7 +156,7 @@ class LeaseManager {
   core::Rng rng_;
   std::map<std::string, Revoker*> revokers_;
   std::map<std::string, Lease> leases_;                   // mapKey -> lease
-  std::set<std::pair<core::WallTime, std::string>> due_;  // (due, mapKey), not irrevocable
+  std::set<std::pair<core::WallTime, std::string>> due_;  // (due, mapKey)
   std::set<std::string> in_flight_;                       // mapKeys being revoked now
   std::condition_variable wake_;
   bool stopping_ = false;
