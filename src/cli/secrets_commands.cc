@@ -201,9 +201,11 @@ core::Result<json> pairsObject(const std::vector<std::string>& pairs) {
   return data;
 }
 
-core::Status kvPut(const KvFlags& f) {
+// `kv put` (a whole new version) and `kv patch` (the current one with these fields changed).
+core::Status kvWrite(const KvFlags& f, bool patch) {
+  const char* what = patch ? "secrets kv patch" : "secrets kv put";
   if (f.pairs.empty()) {
-    return core::invalidArgument("secrets kv put: give at least one KEY=VALUE");
+    return core::invalidArgument(std::string(what) + ": give at least one KEY=VALUE");
   }
   TESSERA_ASSIGN_OR_RETURN(json data, pairsObject(f.pairs));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
@@ -212,7 +214,8 @@ core::Status kvPut(const KvFlags& f) {
   if (f.cas >= 0) {
     body["options"] = {{"cas", f.cas}};
   }
-  TESSERA_ASSIGN_OR_RETURN(json r, s->call("PUT", kvPath(scope, "data", f.path), body));
+  TESSERA_ASSIGN_OR_RETURN(json r,
+                           s->call(patch ? "PATCH" : "PUT", kvPath(scope, "data", f.path), body));
   if (s->json()) {
     printJson(r.value("data", json::object()));
   } else {
@@ -220,6 +223,9 @@ core::Status kvPut(const KvFlags& f) {
   }
   return core::Status::ok();
 }
+
+core::Status kvPut(const KvFlags& f) { return kvWrite(f, false); }
+core::Status kvPatch(const KvFlags& f) { return kvWrite(f, true); }
 
 core::Status kvGet(const KvFlags& f) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
@@ -710,6 +716,18 @@ void addSecretsCommands(CLI::App& app, int* rc) {
     c->add_option("--cas", f->cas,
                   "Write only if the current version is this (0: only if the key is new)");
     bind(c, f, &kvPut, rc);
+  }
+  {
+    auto f = std::make_shared<KvFlags>();
+    CLI::App* c = kv->add_subcommand(
+        "patch",
+        "Write a new version from the current one with these fields changed: PATH KEY=VALUE... "
+        "(fields not named keep their values)");
+    addCommonFlags(c, f->common);
+    path_arg(c, *f);
+    c->add_option("PAIRS", f->pairs, "KEY=VALUE fields");
+    c->add_option("--cas", f->cas, "Write only if the current version is this");
+    bind(c, f, &kvPatch, rc);
   }
   {
     auto f = std::make_shared<KvFlags>();

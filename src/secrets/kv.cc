@@ -161,6 +161,17 @@ core::Result<const KvVersion*> kvGet(const KvEntry& e, int64_t version) {
   return &it->second;
 }
 
+core::Result<int64_t> kvPatch(KvEntry& e, const json& patch, std::optional<int64_t> cas,
+                              const KvConfig& config, core::WallTime now) {
+  if (!patch.is_object()) {
+    return core::invalidArgument("kv: \"data\" must be an object");
+  }
+  TESSERA_ASSIGN_OR_RETURN(const KvVersion* current, kvGet(e, 0));
+  json merged = current->data;
+  merged.merge_patch(patch);
+  return kvPut(e, std::move(merged), cas, config, now);
+}
+
 void kvDelete(KvEntry& e, const std::vector<int64_t>& versions, core::WallTime now) {
   std::vector<int64_t> which = versions;
   if (which.empty()) {
@@ -334,6 +345,17 @@ core::Result<int64_t> KvEngine::write(const std::string& tenant, const std::stri
   const core::WallTime now = clock_.wallNow();
   TESSERA_RETURN_IF_ERROR(update(tenant, path, true, [&](KvEntry& e, const KvConfig& cfg) {
     TESSERA_ASSIGN_OR_RETURN(version, kvPut(e, data, cas, cfg, now));
+    return core::Status::ok();
+  }));
+  return version;
+}
+
+core::Result<int64_t> KvEngine::patch(const std::string& tenant, const std::string& path,
+                                      const json& patch, std::optional<int64_t> cas) {
+  int64_t version = 0;
+  const core::WallTime now = clock_.wallNow();
+  TESSERA_RETURN_IF_ERROR(update(tenant, path, false, [&](KvEntry& e, const KvConfig& cfg) {
+    TESSERA_ASSIGN_OR_RETURN(version, kvPatch(e, patch, cas, cfg, now));
     return core::Status::ok();
   }));
   return version;

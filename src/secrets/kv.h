@@ -62,6 +62,11 @@ core::Result<int64_t> kvPut(KvEntry& e, nlohmann::json data, std::optional<int64
                             const KvConfig& config, core::WallTime now);
 // Version 0: the current one.
 core::Result<const KvVersion*> kvGet(const KvEntry& e, int64_t version);
+// A new version: the current one's data with `patch` merged in (JSON merge patch, RFC 7386: a
+// null removes a field). Not found when there is no current version, or it is deleted or
+// destroyed; `cas` as for kvPut.
+core::Result<int64_t> kvPatch(KvEntry& e, const nlohmann::json& patch, std::optional<int64_t> cas,
+                              const KvConfig& config, core::WallTime now);
 // Empty `versions`: the current one.
 void kvDelete(KvEntry& e, const std::vector<int64_t>& versions, core::WallTime now);
 void kvUndelete(KvEntry& e, const std::vector<int64_t>& versions);
@@ -86,6 +91,9 @@ class KvEngine {
   // Returns the new version.
   core::Result<int64_t> write(const std::string& tenant, const std::string& path,
                               nlohmann::json data, std::optional<int64_t> cas);
+  // See kvPatch; returns the new version.
+  core::Result<int64_t> patch(const std::string& tenant, const std::string& path,
+                              const nlohmann::json& patch, std::optional<int64_t> cas);
   core::Status remove(const std::string& tenant, const std::string& path,
                       const std::vector<int64_t>& versions);
   core::Status undelete(const std::string& tenant, const std::string& path,

@@ -203,6 +203,36 @@ TEST(KvRulesTest, MetadataAndDataAreChecked) {
   EXPECT_TRUE(KvEngine::checkPath("app/db/password").isOk());
 }
 
+TEST(KvRulesTest, PatchMergesIntoTheCurrentVersion) {
+  KvEntry e;
+  const core::WallTime now{};
+  using core::StatusCode;
+  EXPECT_EQ(kvPatch(e, {{"a", 1}}, std::nullopt, {}, now).status().code(),
+            StatusCode::kNotFound);  // Nothing to patch.
+  ASSERT_EQ(*kvPut(e, {{"a", 1}, {"b", 2}, {"o", {{"x", 1}, {"y", 2}}}}, std::nullopt, {}, now), 1);
+  // RFC 7386: fields merge, objects merge recursively, null removes.
+  auto v = kvPatch(e, {{"b", nullptr}, {"c", 3}, {"o", {{"y", nullptr}, {"z", 3}}}}, std::nullopt,
+                   {}, now);
+  ASSERT_TRUE(v.isOk()) << v.status().toString();
+  EXPECT_EQ(*v, 2);
+  EXPECT_EQ((*kvGet(e, 2))->data, json({{"a", 1}, {"c", 3}, {"o", {{"x", 1}, {"z", 3}}}}));
+  EXPECT_EQ((*kvGet(e, 1))->data, json({{"a", 1}, {"b", 2}, {"o", {{"x", 1}, {"y", 2}}}}));
+  // Check-and-set, and the tenant's cas_required, as for a put.
+  EXPECT_EQ(kvPatch(e, {{"a", 2}}, 1, {}, now).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(kvPatch(e, {{"a", 2}}, std::nullopt, {0, true}, now).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(*kvPatch(e, {{"a", 2}}, 2, {0, true}, now), 3);
+  EXPECT_EQ(kvPatch(e, json::array(), std::nullopt, {}, now).status().code(),
+            StatusCode::kInvalidArgument);
+  // A deleted or destroyed current version cannot be patched.
+  kvDelete(e, {}, now);
+  EXPECT_EQ(kvPatch(e, {{"a", 3}}, std::nullopt, {}, now).status().code(), StatusCode::kNotFound);
+  kvUndelete(e, {3});
+  kvDestroy(e, {3});
+  EXPECT_EQ(kvPatch(e, {{"a", 3}}, std::nullopt, {}, now).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(e.current, 3);
+}
+
 class KvEngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -253,6 +283,19 @@ TEST_F(KvEngineTest, WritesReadsAndNeverStoresPlaintext) {
   ASSERT_TRUE(store_->put("/secrets/team-1/kv/app/other", raw->kvs[0].value).isOk());
   EXPECT_FALSE(kv_->read("team-1", "app/other", 0).isOk());
   EXPECT_EQ(filesContaining(dir_.path(), "zebra-unicorn"), std::vector<std::string>{});
+}
+
+TEST_F(KvEngineTest, PatchWritesANewVersionOnlyOfAnExistingKey) {
+  EXPECT_EQ(kv_->patch("team-1", "app/db", {{"user", "x"}}, std::nullopt).status().code(),
+            core::StatusCode::kNotFound);
+  ASSERT_TRUE(
+      kv_->write("team-1", "app/db", {{"user", "app"}, {"password", "p1"}}, std::nullopt).isOk());
+  auto v = kv_->patch("team-1", "app/db", {{"password", "p2"}}, std::nullopt);
+  ASSERT_TRUE(v.isOk()) << v.status().toString();
+  EXPECT_EQ(*v, 2);
+  EXPECT_EQ(kv_->read("team-1", "app/db", 0)->data, json({{"user", "app"}, {"password", "p2"}}));
+  EXPECT_EQ(kv_->patch("team-2", "app/db", {{"user", "x"}}, std::nullopt).status().code(),
+            core::StatusCode::kNotFound);  // Another tenant's key of that name does not exist.
 }
 
 TEST_F(KvEngineTest, ConcurrentCasWritersNeverBothWin) {

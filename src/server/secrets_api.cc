@@ -537,9 +537,11 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
                             {{"version", got->version},
                              {"created_time", audit::formatRfc3339Millis(got->created)}}}}}});
     }
-    if (r.method == "PUT" || r.method == "POST") {
-      // Creating a key needs `create`, a new version of an existing one `update` (Vault's rule).
-      const bool exists = kv.metadata(tenant, path).isOk();
+    if (r.method == "PUT" || r.method == "POST" || r.method == "PATCH") {
+      // Creating a key needs `create`, a new version of an existing one `update` (Vault's rule);
+      // a patch only ever makes a new version.
+      const bool patch = r.method == "PATCH";
+      const bool exists = patch || kv.metadata(tenant, path).isOk();
       if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
         return error(403, "permission denied");
       }
@@ -560,7 +562,8 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
           cas = o["cas"].get<int64_t>();
         }
       }
-      auto v = kv.write(tenant, path, r.body["data"], cas);
+      auto v = patch ? kv.patch(tenant, path, r.body["data"], cas)
+                     : kv.write(tenant, path, r.body["data"], cas);
       if (!v.isOk()) {
         return fromStatus(v.status());
       }
@@ -573,7 +576,7 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       core::Status st = kv.remove(tenant, path, {});
       return st.isOk() ? noContent() : fromStatus(st);
     }
-    return error(405, "use GET, PUT or DELETE");
+    return error(405, "use GET, PUT, PATCH or DELETE");
   }
   if (op == "delete" || op == "undelete" || op == "destroy") {
     if (r.method != "PUT" && r.method != "POST") {

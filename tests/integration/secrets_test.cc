@@ -131,6 +131,26 @@ TEST_F(SecretsTest, KvThroughTheApiStaysInsideItsTenantAndNeverInPlaintext) {
     EXPECT_EQ(get.wait(), 0) << get.errors();
   }
   EXPECT_EQ(slurp(dir_ / "get.txt"), secret + "\n");
+  // A patch changes one field and keeps the others (through the CLI, then the API).
+  ASSERT_EQ(c.call("PUT", path, demo, {{"data", {{"password", secret}, {"user", "app"}}}}).status,
+            200U);
+  {
+    Process patch({"secrets", "kv", "patch", "app/db", "user=svc", "--address", info["address"],
+                   "--ca-cert", info["ca_cert"], "--token", demo},
+                  dir_ / "patch.txt");
+    EXPECT_EQ(patch.wait(), 0) << patch.errors();
+  }
+  r = c.call("GET", path, demo);
+  EXPECT_EQ(r.body["data"]["data"], json({{"password", secret}, {"user", "svc"}})) << r.raw;
+  EXPECT_EQ(r.body["data"]["metadata"]["version"], 3);
+  EXPECT_EQ(c.call("PATCH", path, demo, {{"data", {{"user", nullptr}}}, {"options", {{"cas", 2}}}})
+                .status,
+            409U);
+  EXPECT_EQ(c.call("PATCH", "/v1/tenants/demo/secrets/kv/data/app/none", demo,
+                   {{"data", {{"user", "x"}}}})
+                .status,
+            404U);
+  EXPECT_EQ(c.call("PATCH", path, team2, {{"data", {{"user", "x"}}}}).status, 404U);
   // The audit log has the write and the read, with the value HMAC'd.
   const std::string audit = slurp(dir_ / "audit.log");
   EXPECT_NE(audit.find("\"path\":\"tenants/demo/secrets/kv/data/app/db\""), std::string::npos);
