@@ -847,9 +847,8 @@ void addSecretsCommands(CLI::App& app, int* rc) {
     c->add_option("--to", f->to, "The tenant that gets access")->required();
     c->add_option("--on", f->on, "tenants/<owner>/<path under secrets/>")->required();
     c->add_option("--policy", f->policy,
-                  "read (read, list) or write (also create, update, "
-                  "delete)")
-        ->check(CLI::IsMember({"read", "write"}))
+                  "read (read, list), write (also create, update, delete), or the name of one "
+                  "of the owner's policies (judged at each use)")
         ->capture_default_str();
     c->add_option("--ttl", f->ttl, "How long, like 4h (required: no grant is forever)")->required();
     bind(c, f, &grantCreate, rc);

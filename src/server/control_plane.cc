@@ -491,7 +491,20 @@ bool ControlPlane::authorizedOn(const Request& r, const std::string& scoped_path
                                 Capability needed) const {
   if (r.grant) {
     // In on a grant: the grant's capabilities on its paths, whatever the token's policies say.
-    return r.grant->covers(scoped_path) && r.grant->capabilities.allows(needed);
+    if (!r.grant->covers(scoped_path)) {
+      return false;
+    }
+    if (!r.grant->ownerPolicy()) {
+      return r.grant->capabilities.allows(needed);
+    }
+    // An owner's policy, as it is now (gone: nothing), on the owner's path.
+    std::shared_lock lock(mu_);
+    auto owner = policies_.find(r.grant->owner);
+    if (owner == policies_.end()) {
+      return false;
+    }
+    auto p = owner->second.find(r.grant->policy);
+    return p != owner->second.end() && resolve({&p->second}, scoped_path).allows(needed);
   }
   if (r.token.isRoot()) {
     return true;

@@ -21,11 +21,12 @@ core::Result<Capabilities> preset(const std::string& policy) {
                          Capability::kDelete, Capability::kList}) {
       c.add(k);
     }
-  } else {
-    return core::invalidArgument("grant: policy must be \"read\" or \"write\", not \"" + policy +
-                                 "\"");
+  } else if (!validName(policy)) {
+    return core::invalidArgument(
+        "grant: policy must be \"read\", \"write\" or the name of one of your policies, not \"" +
+        policy + "\"");
   }
-  return c;
+  return c;  // Empty for an owner's policy: judged by that policy at each use.
 }
 
 // A clean relative path: segments non-empty, no "." or "..".

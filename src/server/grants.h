@@ -4,10 +4,12 @@
 // prefix, through team-2's paths (/v1/tenants/team-2/secrets/kv/data/projects/x/...), until the
 // grant expires or is revoked; everywhere else team-2 stays invisible to it (404).
 //
-// Every grant has a TTL (none without). Grants cover only paths under `secrets/` and carry a
-// fixed capability set ("read": read and list; "write": also create, update and delete). A use
-// is checked against the clock each time, so a grant stops at its expiry to the request;
-// `expireDue` then removes its record so its expiry can be audited.
+// Every grant has a TTL (none without). Grants cover only paths under `secrets/`, with either a
+// preset capability set ("read": read and list; "write": also create, update and delete) or one
+// of the owner's ACL policies, by name, judged at each use (so editing or deleting the policy
+// changes or ends what the grant allows). A use is checked against the clock each time, so a
+// grant stops at its expiry to the request; `expireDue` then removes its record so its expiry
+// can be audited.
 //
 // Records: /grants/<id> (JSON). Thread-safe.
 #pragma once
@@ -28,11 +30,13 @@ namespace tessera::server {
 
 struct Grant {
   std::string id;
-  std::string owner;    // The tenant whose secrets it opens.
-  std::string grantee;  // The tenant whose tokens it lets in.
-  std::string on;       // A path prefix inside the owner ("secrets/kv/data/projects/x").
-  std::string policy;   // "read" or "write".
-  Capabilities capabilities;
+  std::string owner;          // The tenant whose secrets it opens.
+  std::string grantee;        // The tenant whose tokens it lets in.
+  std::string on;             // A path prefix inside the owner ("secrets/kv/data/projects/x").
+  std::string policy;         // "read" or "write" (presets), or the name of an owner's policy.
+  Capabilities capabilities;  // A preset's; empty for an owner's policy.
+
+  bool ownerPolicy() const { return policy != "read" && policy != "write"; }
   core::WallTime created{};
   core::WallTime expires{};
   std::string created_by;  // The creating token's accessor.
@@ -47,7 +51,8 @@ class GrantTable {
   // Loads /grants/ from the store.
   static core::Result<std::unique_ptr<GrantTable>> open(store::Store& store);
 
-  // Checks and stores a new grant. `max_ttl` caps the TTL.
+  // Checks and stores a new grant. `max_ttl` caps the TTL. A `policy` that is not a preset must
+  // name a policy of the owner's; the caller checks that it exists.
   core::Result<Grant> create(const std::string& owner, const std::string& grantee,
                              const std::string& on, const std::string& policy, core::Duration ttl,
                              core::Duration max_ttl, const std::string& created_by,

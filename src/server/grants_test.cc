@@ -67,7 +67,8 @@ TEST_F(GrantsTest, RefusesWhatItMustNotGrant) {
   EXPECT_FALSE(grant("workloads", hours(1)).isOk());            // Not a secret.
   EXPECT_FALSE(grant("secrets/../workloads", hours(1)).isOk());
   EXPECT_FALSE(grant("/secrets/kv", hours(1)).isOk());
-  EXPECT_FALSE(grant("secrets/kv", hours(1), "admin").isOk());
+  EXPECT_FALSE(grant("secrets/kv", hours(1), "Not A Name").isOk());
+  EXPECT_FALSE(grant("secrets/kv", hours(1), "").isOk());
   EXPECT_FALSE(
       table_->create("team-2", "team-2", "secrets/kv", "read", hours(1), hours(24), "a", now_)
           .isOk());
@@ -75,6 +76,22 @@ TEST_F(GrantsTest, RefusesWhatItMustNotGrant) {
   ASSERT_TRUE(w.isOk());
   EXPECT_TRUE(w->capabilities.allows(Capability::kUpdate));
   EXPECT_FALSE(w->capabilities.allows(Capability::kSudo));
+}
+
+TEST_F(GrantsTest, AnOwnersPolicyIsNamedNotCopied) {
+  // Whether the owner has the policy is the control plane's check; the grant keeps the name and
+  // no capabilities of its own, so the policy as it is at each use decides.
+  auto g = grant("secrets/kv/data/x", hours(1), "x-readers");
+  ASSERT_TRUE(g.isOk()) << g.status().toString();
+  EXPECT_TRUE(g->ownerPolicy());
+  EXPECT_FALSE(g->capabilities.allows(Capability::kRead));
+  auto reopened = GrantTable::open(*store_);
+  ASSERT_TRUE(reopened.isOk());
+  const auto listed = (*reopened)->list("team-1");
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_EQ(listed[0].policy, "x-readers");
+  EXPECT_TRUE(listed[0].ownerPolicy());
+  EXPECT_FALSE(grant("secrets/kv/data/x", hours(1), "read")->ownerPolicy());
 }
 
 TEST_F(GrantsTest, SurvivesARestartAndExpiresOnce) {

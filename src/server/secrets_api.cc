@@ -677,16 +677,27 @@ HttpResponse ControlPlane::grantsApi(Request& r) {
     if (!ttl.isOk()) {
       return fromStatus(ttl.status());
     }
+    for (const char* field : {"to", "on", "policy"}) {
+      if (r.body.contains(field) && !r.body[field].is_string()) {
+        return error(400, std::string("grant: \"") + field + "\" must be a string");
+      }
+    }
     const std::string to = r.body.value("to", "");
+    const std::string policy = r.body.value("policy", "read");
     {
       std::shared_lock lock(mu_);
       if (!tenants_.contains(to)) {
         return error(400, "grant: no tenant '" + to + "' to grant to");
       }
+      auto own = policies_.find(tenant);
+      if (policy != "read" && policy != "write" &&
+          (own == policies_.end() || !own->second.contains(policy))) {
+        return error(400, "grant: policy must be \"read\", \"write\" or one of tenant '" + tenant +
+                              "''s policies; it has no policy '" + policy + "'");
+      }
     }
-    auto g =
-        grants_->create(tenant, to, r.body.value("on", ""), r.body.value("policy", "read"),
-                        std::chrono::seconds(*ttl), options_.tokens.max_ttl, r.token.accessor, now);
+    auto g = grants_->create(tenant, to, r.body.value("on", ""), policy, std::chrono::seconds(*ttl),
+                             options_.tokens.max_ttl, r.token.accessor, now);
     if (!g.isOk()) {
       return fromStatus(g.status());
     }

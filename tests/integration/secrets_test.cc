@@ -700,3 +700,59 @@ TEST_F(SecretsTest, TokensAreLeasesToo) {
   EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", demo).status, 200U);
   dev->stop(SIGTERM);
 }
+
+// A grant may name one of the owner's policies instead of a preset: the grantee gets what that
+// policy allows inside the granted prefix, judged at each request, so narrowing or deleting the
+// policy narrows or ends the grant.
+TEST_F(SecretsTest, AGrantNamingAnOwnersPolicyAllowsWhatThePolicyAllowsNow) {
+  json info;
+  auto dev = startDev({"--simulated"}, &info);
+  const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
+  const std::string root = info["root_token"];
+  std::map<std::string, std::string> token;
+  for (const std::string t : {"team-1", "team-2"}) {
+    ASSERT_EQ(c.call("POST", "/v1/tenants/" + t, root, json::object()).status, 204U);
+    Response r = c.call("POST", "/v1/auth/token/create", root,
+                        {{"tenant", t}, {"policies", {"tenant-admin"}}});
+    ASSERT_EQ(r.status, 200U) << r.raw;
+    token[t] = r.body["auth"]["client_token"];
+  }
+  const std::string base = "/v1/tenants/team-2/secrets/kv/data/projects/x/";
+  for (const std::string key : {"public/a", "private/b"}) {
+    ASSERT_EQ(c.call("PUT", base + key, token["team-2"], {{"data", {{"k", key}}}}).status, 200U);
+  }
+  // Reads of public/ only, and writes there too.
+  auto policy = [&](const json& capabilities) {
+    return c.call(
+        "PUT", "/v1/tenants/team-2/policies/x-public", root,
+        {{"path", {{"secrets/kv/data/projects/x/public/*", {{"capabilities", capabilities}}}}}});
+  };
+  ASSERT_EQ(policy({"read", "update"}).status, 204U);
+  // A name that is neither a preset nor one of team-2's policies is refused.
+  EXPECT_EQ(c.call("POST", "/v1/tenants/team-2/grants", token["team-2"],
+                   {{"to", "team-1"},
+                    {"on", "secrets/kv/data/projects/x"},
+                    {"policy", "nope"},
+                    {"ttl", "1m"}})
+                .status,
+            400U);
+  Response g = c.call("POST", "/v1/tenants/team-2/grants", token["team-2"],
+                      {{"to", "team-1"},
+                       {"on", "secrets/kv/data/projects/x"},
+                       {"policy", "x-public"},
+                       {"ttl", "1m"}});
+  ASSERT_EQ(g.status, 200U) << g.raw;
+  EXPECT_EQ(g.body["data"]["policy"], "x-public");
+  EXPECT_EQ(c.call("GET", base + "public/a", token["team-1"]).status, 200U);
+  EXPECT_EQ(c.call("PUT", base + "public/a", token["team-1"], {{"data", {{"k", "mine"}}}}).status,
+            200U);
+  EXPECT_NE(c.call("GET", base + "private/b", token["team-1"]).status, 200U);
+  // The policy narrowed: read only. Then deleted: nothing.
+  ASSERT_EQ(policy({"read"}).status, 204U);
+  EXPECT_EQ(c.call("GET", base + "public/a", token["team-1"]).status, 200U);
+  EXPECT_NE(c.call("PUT", base + "public/a", token["team-1"], {{"data", {{"k", "again"}}}}).status,
+            200U);
+  ASSERT_EQ(c.call("DELETE", "/v1/tenants/team-2/policies/x-public", root).status, 204U);
+  EXPECT_NE(c.call("GET", base + "public/a", token["team-1"]).status, 200U);
+  dev->stop(SIGTERM);
+}
