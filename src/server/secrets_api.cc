@@ -55,6 +55,15 @@ json tokenLeaseJson(const TokenInfo& t, core::WallTime now) {
           {"ttl", t.ttlSeconds(now)}};
 }
 
+// A renewal's "increment" ("1h" or seconds); zero when absent (the lease's own TTL).
+core::Result<core::Duration> incrementOf(const json& body) {
+  if (!body.contains("increment")) {
+    return core::Duration::zero();
+  }
+  TESSERA_ASSIGN_OR_RETURN(const int64_t s, parseDurationSeconds(body["increment"], "increment"));
+  return std::chrono::duration_cast<core::Duration>(std::chrono::seconds(s));
+}
+
 // Everything after the first `skip` parts, joined with '/'.
 std::string rest(const std::vector<std::string>& parts, size_t skip) {
   std::string out;
@@ -821,15 +830,11 @@ HttpResponse ControlPlane::tokenLeaseApi(Request& r, const std::string& op,
     return reply(200, {{"request_id", r.request_id}, {"data", j}});
   }
   if (op == "renew") {
-    core::Duration increment{};
-    if (r.body.contains("increment")) {
-      auto s = parseDurationSeconds(r.body["increment"], "increment");
-      if (!s.isOk()) {
-        return fromStatus(s.status());
-      }
-      increment = std::chrono::seconds(*s);
+    auto increment = incrementOf(r.body);
+    if (!increment.isOk()) {
+      return fromStatus(increment.status());
     }
-    auto renewed = tokens_->renew(accessor, increment);
+    auto renewed = tokens_->renew(accessor, *increment);
     if (!renewed.isOk()) {
       return fromStatus(renewed.status());
     }
@@ -923,15 +928,11 @@ HttpResponse ControlPlane::leasesApi(Request& r) {
     return reply(200, {{"request_id", r.request_id}, {"data", lease_json(*l)}});
   }
   if (op == "renew") {
-    core::Duration increment{};
-    if (r.body.contains("increment")) {
-      auto s = parseDurationSeconds(r.body["increment"], "increment");
-      if (!s.isOk()) {
-        return fromStatus(s.status());
-      }
-      increment = std::chrono::seconds(*s);
+    auto increment = incrementOf(r.body);
+    if (!increment.isOk()) {
+      return fromStatus(increment.status());
     }
-    auto l = leases.renew(tenant, id, increment);
+    auto l = leases.renew(tenant, id, *increment);
     if (!l.isOk()) {
       return fromStatus(l.status());
     }

@@ -65,6 +65,19 @@ class SecretsTest : public ::testing::Test {
     return p;
   }
 
+  // Creates each tenant and a tenant-admin token for it (in *token, by tenant).
+  static void addTenants(const Client& c, const std::string& root,
+                         const std::vector<std::string>& tenants,
+                         std::map<std::string, std::string>* token) {
+    for (const std::string& t : tenants) {
+      ASSERT_EQ(c.call("POST", "/v1/tenants/" + t, root, json::object()).status, 204U);
+      Response r = c.call("POST", "/v1/auth/token/create", root,
+                          {{"tenant", t}, {"policies", {"tenant-admin"}}});
+      ASSERT_EQ(r.status, 200U) << r.raw;
+      (*token)[t] = r.body["auth"]["client_token"];
+    }
+  }
+
   fs::path dir_;
 };
 
@@ -434,13 +447,7 @@ TEST_F(SecretsTest, AFourSecondGrantLetsAnotherTenantReadUntilItEnds) {
   const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
   const std::string root = info["root_token"];
   std::map<std::string, std::string> token;
-  for (const std::string t : {"team-1", "team-2"}) {
-    ASSERT_EQ(c.call("POST", "/v1/tenants/" + t, root, json::object()).status, 204U);
-    Response r = c.call("POST", "/v1/auth/token/create", root,
-                        {{"tenant", t}, {"policies", {"tenant-admin"}}});
-    ASSERT_EQ(r.status, 200U) << r.raw;
-    token[t] = r.body["auth"]["client_token"];
-  }
+  ASSERT_NO_FATAL_FAILURE(addTenants(c, root, {"team-1", "team-2"}, &token));
   const std::string secret_path = "/v1/tenants/team-2/secrets/kv/data/projects/x/db";
   ASSERT_EQ(c.call("PUT", secret_path, token["team-2"], {{"data", {{"password", "p-42"}}}}).status,
             200U);
@@ -710,13 +717,7 @@ TEST_F(SecretsTest, AGrantNamingAnOwnersPolicyAllowsWhatThePolicyAllowsNow) {
   const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
   const std::string root = info["root_token"];
   std::map<std::string, std::string> token;
-  for (const std::string t : {"team-1", "team-2"}) {
-    ASSERT_EQ(c.call("POST", "/v1/tenants/" + t, root, json::object()).status, 204U);
-    Response r = c.call("POST", "/v1/auth/token/create", root,
-                        {{"tenant", t}, {"policies", {"tenant-admin"}}});
-    ASSERT_EQ(r.status, 200U) << r.raw;
-    token[t] = r.body["auth"]["client_token"];
-  }
+  ASSERT_NO_FATAL_FAILURE(addTenants(c, root, {"team-1", "team-2"}, &token));
   const std::string base = "/v1/tenants/team-2/secrets/kv/data/projects/x/";
   for (const std::string key : {"public/a", "private/b"}) {
     ASSERT_EQ(c.call("PUT", base + key, token["team-2"], {{"data", {{"k", key}}}}).status, 200U);
