@@ -282,6 +282,27 @@ TEST_F(SecretsTest, ShamirSealedServerUnsealsWithThreeOfFiveSharesAfterARestart)
   EXPECT_EQ(filesWith(dir_, fresh_root), std::vector<std::string>{"gen.txt"});
 }
 
+// Tenant demo's connection "pg" to `pg` and its role "ro" (a login with VALID UNTIL, default
+// TTL 1h), with `role_extra` fields added to the role.
+void configurePostgres(const Client& c, const std::string& demo,
+                       const tessera::secrets::PgTestServer& pg, const json& role_extra) {
+  Response w = c.call(
+      "PUT", "/v1/tenants/demo/secrets/db/config/pg", demo,
+      {{"connection_url", "host=127.0.0.1 port=" + std::to_string(pg.port()) + " dbname=postgres"},
+       {"username", tessera::secrets::PgTestServer::kAdminUser},
+       {"password", pg.adminPassword()},
+       {"allowed_roles", {"ro"}}});
+  ASSERT_EQ(w.status, 204U) << w.raw;
+  json role = {{"db_name", "pg"},
+               {"creation_statements",
+                {"CREATE ROLE \"{{name}}\" WITH LOGIN PASSWORD '{{password}}' VALID UNTIL "
+                 "'{{expiration}}'"}},
+               {"default_ttl", "1h"}};
+  role.update(role_extra);
+  w = c.call("PUT", "/v1/tenants/demo/secrets/db/roles/ro", demo, role);
+  ASSERT_EQ(w.status, 204U) << w.raw;
+}
+
 TEST_F(SecretsTest, DynamicPostgresCredentialsWorkUntilRevokedOrExpired) {
   std::string log;
   auto pg = tessera::secrets::PgTestServer::start(&log);
@@ -290,21 +311,7 @@ TEST_F(SecretsTest, DynamicPostgresCredentialsWorkUntilRevokedOrExpired) {
   auto dev = startDev({"--simulated"}, &info);
   const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
   const std::string demo = info["tenant_token"];
-  Response w = c.call("PUT", "/v1/tenants/demo/secrets/db/config/pg", demo,
-                      {{"connection_url", "host=127.0.0.1 port=" + std::to_string((*pg)->port()) +
-                                              " dbname=postgres"},
-                       {"username", tessera::secrets::PgTestServer::kAdminUser},
-                       {"password", (*pg)->adminPassword()},
-                       {"allowed_roles", {"ro"}}});
-  ASSERT_EQ(w.status, 204U) << w.raw;
-  w = c.call("PUT", "/v1/tenants/demo/secrets/db/roles/ro", demo,
-             {{"db_name", "pg"},
-              {"creation_statements",
-               {"CREATE ROLE \"{{name}}\" WITH LOGIN PASSWORD '{{password}}' VALID UNTIL "
-                "'{{expiration}}'"}},
-              {"default_ttl", "1h"},
-              {"max_ttl", "2h"}});
-  ASSERT_EQ(w.status, 204U) << w.raw;
+  ASSERT_NO_FATAL_FAILURE(configurePostgres(c, demo, **pg, {{"max_ttl", "2h"}}));
 
   // A credential: psql logs in with it.
   Response cred = c.call("GET", "/v1/tenants/demo/secrets/db/creds/ro", demo);
@@ -540,22 +547,7 @@ TEST_F(SecretsTest, ATaskGetsItsSecretsAndItsDatabaseCredentialEndsWithIt) {
                    {{"data", {{"api_key", "kiwi-mango-77"}}}})
                 .status,
             200U);
-  ASSERT_EQ(c.call("PUT", "/v1/tenants/demo/secrets/db/config/pg", demo,
-                   {{"connection_url",
-                     "host=127.0.0.1 port=" + std::to_string((*pg)->port()) + " dbname=postgres"},
-                    {"username", tessera::secrets::PgTestServer::kAdminUser},
-                    {"password", (*pg)->adminPassword()},
-                    {"allowed_roles", {"ro"}}})
-                .status,
-            204U);
-  ASSERT_EQ(c.call("PUT", "/v1/tenants/demo/secrets/db/roles/ro", demo,
-                   {{"db_name", "pg"},
-                    {"creation_statements",
-                     {"CREATE ROLE \"{{name}}\" WITH LOGIN PASSWORD '{{password}}' VALID UNTIL "
-                      "'{{expiration}}'"}},
-                    {"default_ttl", "1h"}})
-                .status,
-            204U);
+  ASSERT_NO_FATAL_FAILURE(configurePostgres(c, demo, **pg, json::object()));
   // The task copies its secrets file out and waits to be cancelled. Submitted with the CLI.
   const fs::path copy = dir_ / "secrets-copy.json";
   {
