@@ -26,48 +26,35 @@ using testing::ThreadSafeFakeClock;
 
 constexpr const char* kTenant = "team-1";
 
-// One server for the suite: starting one takes about two seconds.
-struct SuiteServer {
-  std::unique_ptr<PgTestServer> server;
-  std::string error;
-  std::string log;
-};
-SuiteServer& suiteServer() {
-  static SuiteServer s;
-  return s;
-}
-
 int64_t epochSeconds(core::WallTime t) {
   return std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
 }
 
 class DatabaseTest : public ::testing::Test {
  protected:
+  // The binary's server, with a table to grant on.
   static void SetUpTestSuite() {
-    SuiteServer& s = suiteServer();
-    auto started = PgTestServer::start(&s.log);
-    if (!started.isOk()) {
-      s.error = started.status().message();
+    PgTestServer* pg = PgTestServer::shared(&suite_error_);
+    if (pg == nullptr) {
       return;
     }
-    s.server = std::move(started).value();
-    auto admin = PgConnection::connect(s.server->superuserConninfo(), 5s);
+    auto admin = PgConnection::connect(pg->superuserConninfo(), 5s);
     if (!admin.isOk()) {
-      s.error = admin.status().message();
+      suite_error_ = admin.status().message();
       return;
     }
     auto made = (*admin)->execScript(
         "CREATE TABLE widgets (id int); INSERT INTO widgets VALUES (1), (2), (3)");
     if (!made.isOk()) {
-      s.error = made.status().message();
+      suite_error_ = made.status().message();
     }
   }
-  static void TearDownTestSuite() { suiteServer().server.reset(); }
 
   void SetUp() override {
-    server_ = suiteServer().server.get();
-    ASSERT_NE(server_, nullptr) << suiteServer().error << "\n" << suiteServer().log;
-    ASSERT_TRUE(suiteServer().error.empty()) << suiteServer().error;
+    ASSERT_TRUE(suite_error_.empty()) << suite_error_;
+    std::string error;
+    server_ = PgTestServer::shared(&error);
+    ASSERT_NE(server_, nullptr) << error;
     // PostgreSQL checks VALID UNTIL against the real clock: start the fake one at real time.
     clock_.advance(std::chrono::system_clock::now().time_since_epoch());
     store_ = openStore(dir_.path(), clock_);
@@ -140,6 +127,7 @@ class DatabaseTest : public ::testing::Test {
     return PgConnection::connect(server_->conninfo(c.username, c.password), 5s);
   }
 
+  static inline std::string suite_error_;  // Why the suite's server is unusable.
   PgTestServer* server_ = nullptr;
   TempDir dir_;
   TempDir keys_dir_;

@@ -147,33 +147,12 @@ std::string utc(std::chrono::system_clock::time_point t) {
   return buf;
 }
 
-// One server for the suite: starting one takes about two seconds.
-struct SuiteServer {
-  std::unique_ptr<PgTestServer> server;
-  std::string error;
-  std::string log;
-};
-SuiteServer& suiteServer() {
-  static SuiteServer s;
-  return s;
-}
-
 class PgServerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    SuiteServer& s = suiteServer();
-    auto started = PgTestServer::start(&s.log);
-    if (started.isOk()) {
-      s.server = std::move(started).value();
-    } else {
-      s.error = started.status().message();
-    }
-  }
-  static void TearDownTestSuite() { suiteServer().server.reset(); }
-
   void SetUp() override {
-    server_ = suiteServer().server.get();
-    ASSERT_NE(server_, nullptr) << suiteServer().error << "\n" << suiteServer().log;
+    std::string error;
+    server_ = PgTestServer::shared(&error);
+    ASSERT_NE(server_, nullptr) << error;
     auto admin = PgConnection::connect(server_->superuserConninfo(), 5s);
     ASSERT_TRUE(admin.isOk()) << admin.status().message();
     admin_ = std::move(admin).value();

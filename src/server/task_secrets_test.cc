@@ -20,27 +20,11 @@ using secrets::testing::openStore;
 using secrets::testing::TempDir;
 using secrets::testing::ThreadSafeFakeClock;
 
-PgTestServer* suiteServer(std::string* error) {
-  static std::unique_ptr<PgTestServer> server;
-  static std::string failure;
-  if (server == nullptr && failure.empty()) {
-    std::string log;
-    auto started = PgTestServer::start(&log);
-    if (started.isOk()) {
-      server = std::move(started).value();
-    } else {
-      failure = started.status().message() + "\n" + log;
-    }
-  }
-  *error = failure;
-  return server.get();
-}
-
 class TaskSecretsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     std::string error;
-    pg_ = suiteServer(&error);
+    pg_ = PgTestServer::shared(&error);
     ASSERT_NE(pg_, nullptr) << error;
     // PostgreSQL checks VALID UNTIL against the real clock: start the fake one at real time.
     clock_.advance(std::chrono::system_clock::now().time_since_epoch());

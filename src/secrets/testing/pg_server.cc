@@ -481,6 +481,22 @@ void PgTestServer::stop() {
   pid_ = -1;
 }
 
+PgTestServer* PgTestServer::shared(std::string* error) {
+  static std::unique_ptr<PgTestServer> server;
+  static std::string failure;
+  if (server == nullptr && failure.empty()) {
+    std::string log;
+    auto started = start(&log);
+    if (started.isOk()) {
+      server = std::move(started).value();
+    } else {
+      failure = started.status().message() + "\n" + log;
+    }
+  }
+  *error = failure;
+  return server.get();
+}
+
 PgTestServer::~PgTestServer() {
   stop();
   if (!dir_.empty()) {

@@ -44,6 +44,9 @@ class PgTestServer {
   // (binaries, user, directory, port) and, on failure, the output of the step that failed; the
   // returned error also ends with the tail of the server's log.
   static core::Result<std::unique_ptr<PgTestServer>> start(std::string* log);
+  // One server for the whole test binary, started on first use (a start takes about two seconds)
+  // and stopped at exit. Null if it could not start; *error then says why, with the start's log.
+  static PgTestServer* shared(std::string* error);
   // Stops the server (SIGINT, a fast shutdown; SIGKILL if it is not gone within 10 s) and
   // removes the temp dir.
   ~PgTestServer();
