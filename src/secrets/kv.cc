@@ -396,6 +396,12 @@ core::Result<KvEntry> KvEngine::metadata(const std::string& tenant, const std::s
   return std::move(*e);
 }
 
+core::Result<bool> KvEngine::exists(const std::string& tenant, const std::string& path) const {
+  TESSERA_RETURN_IF_ERROR(checkPath(path));
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult r, store_.range(kvPrefix(tenant) + path));
+  return !r.kvs.empty();
+}
+
 core::Status KvEngine::putMetadata(const std::string& tenant, const std::string& path,
                                    const json& body) {
   const core::WallTime now = clock_.wallNow();

@@ -101,6 +101,9 @@ class KvEngine {
   core::Status destroy(const std::string& tenant, const std::string& path,
                        const std::vector<int64_t>& versions);
   core::Result<KvEntry> metadata(const std::string& tenant, const std::string& path) const;
+  // Whether the key has a record (any version, even deleted ones), without opening it: what
+  // decides between `create` and `update` before a write.
+  core::Result<bool> exists(const std::string& tenant, const std::string& path) const;
   core::Status putMetadata(const std::string& tenant, const std::string& path,
                            const nlohmann::json& body);
   core::Status deleteKey(const std::string& tenant, const std::string& path);

@@ -288,8 +288,11 @@ TEST_F(KvEngineTest, WritesReadsAndNeverStoresPlaintext) {
 TEST_F(KvEngineTest, PatchWritesANewVersionOnlyOfAnExistingKey) {
   EXPECT_EQ(kv_->patch("team-1", "app/db", {{"user", "x"}}, std::nullopt).status().code(),
             core::StatusCode::kNotFound);
+  EXPECT_FALSE(*kv_->exists("team-1", "app/db"));
   ASSERT_TRUE(
       kv_->write("team-1", "app/db", {{"user", "app"}, {"password", "p1"}}, std::nullopt).isOk());
+  EXPECT_TRUE(*kv_->exists("team-1", "app/db"));
+  EXPECT_FALSE(*kv_->exists("team-2", "app/db"));
   auto v = kv_->patch("team-1", "app/db", {{"password", "p2"}}, std::nullopt);
   ASSERT_TRUE(v.isOk()) << v.status().toString();
   EXPECT_EQ(*v, 2);

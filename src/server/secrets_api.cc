@@ -550,7 +550,8 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       // Creating a key needs `create`, a new version of an existing one `update` (Vault's rule);
       // a patch only ever makes a new version.
       const bool patch = r.method == "PATCH";
-      const bool exists = patch || kv.metadata(tenant, path).isOk();
+      const auto found = patch ? core::Result<bool>(true) : kv.exists(tenant, path);
+      const bool exists = found.isOk() && *found;
       if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
         return error(403, "permission denied");
       }
@@ -615,7 +616,8 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       return reply(200, {{"request_id", r.request_id}, {"data", m->metadataJson()}});
     }
     if (r.method == "PUT" || r.method == "POST") {
-      const bool exists = kv.metadata(tenant, path).isOk();
+      const auto found = kv.exists(tenant, path);
+      const bool exists = found.isOk() && *found;
       if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
         return error(403, "permission denied");
       }
