@@ -389,18 +389,20 @@ struct BadBody {
   std::string names;
 };
 
+// `body` with field `k` set to `v`, or without field `k`.
+json withField(json body, const std::string& k, const json& v) {
+  body[k] = v;
+  return body;
+}
+json withoutField(json body, const std::string& k) {
+  body.erase(k);
+  return body;
+}
+
 TEST_F(DatabaseTest, BadConnectionBodiesAreInvalidAndStoreNothing) {
   const json good = connectionBody({"ro"});
-  auto with = [&](const std::string& k, const json& v) {
-    json b = good;
-    b[k] = v;
-    return b;
-  };
-  auto without = [&](const std::string& k) {
-    json b = good;
-    b.erase(k);
-    return b;
-  };
+  auto with = [&](const std::string& k, const json& v) { return withField(good, k, v); };
+  auto without = [&](const std::string& k) { return withoutField(good, k); };
   const std::vector<BadBody> cases = {
       {"unknown field", with("bogus", 1), "bogus"},
       {"not an object", json::array(), "object"},
@@ -436,16 +438,8 @@ TEST_F(DatabaseTest, BadConnectionBodiesAreInvalidAndStoreNothing) {
 
 TEST_F(DatabaseTest, BadRoleBodiesAreInvalid) {
   const json good = readOnlyRole();
-  auto with = [&](const std::string& k, const json& v) {
-    json b = good;
-    b[k] = v;
-    return b;
-  };
-  auto without = [&](const std::string& k) {
-    json b = good;
-    b.erase(k);
-    return b;
-  };
+  auto with = [&](const std::string& k, const json& v) { return withField(good, k, v); };
+  auto without = [&](const std::string& k) { return withoutField(good, k); };
   json default_over_max = with("default_ttl", "2h");
   default_over_max["max_ttl"] = "1h";
   const std::vector<BadBody> cases = {
