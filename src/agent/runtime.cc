@@ -120,7 +120,9 @@ int64_t leaseDeadline(const char* path) {
 }
 
 // Writes "<wait status> <fenced>\n" to `path`. Async-signal-safe.
-void writeExit(const char* path, int status, bool fenced) {
+// Written whole under a temporary name and renamed: a reader (a restarted agent adopting the
+// task, which takes the file's presence to mean the task ended) never sees half of it.
+void writeExit(const char* path, const char* tmp_path, int status, bool fenced) {
   char buf[32];
   char digits[16];
   int len = 0;
@@ -136,10 +138,13 @@ void writeExit(const char* path, int status, bool fenced) {
   buf[len++] = ' ';
   buf[len++] = fenced ? '1' : '0';
   buf[len++] = '\n';
-  const int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd >= 0) {
-    (void)!::write(fd, buf, static_cast<size_t>(len));
+    const bool whole = ::write(fd, buf, static_cast<size_t>(len)) == len;
     ::close(fd);
+    if (whole) {
+      (void)::rename(tmp_path, path);
+    }
   }
 }
 
@@ -148,7 +153,8 @@ void writeExit(const char* path, int status, bool fenced) {
 // restarted meanwhile; and when the agent's lease runs out (the agent died or lost the server)
 // it stops the task itself: SIGTERM to its group, SIGKILL after `grace_ns`. Only system calls:
 // it runs in a fork of a threaded process.
-[[noreturn]] void runShim(pid_t task, const char* lease, const char* exit_path, int64_t grace_ns) {
+[[noreturn]] void runShim(pid_t task, const char* lease, const char* exit_path,
+                          const char* exit_tmp_path, int64_t grace_ns) {
   ::prctl(PR_SET_NAME, "tessera-shim");  // In ps and top; its command line is the agent's.
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, task, 0));
   bool fenced = false;
@@ -160,7 +166,7 @@ void writeExit(const char* path, int status, bool fenced) {
     int status = 0;
     const pid_t r = ::waitpid(task, &status, WNOHANG);
     if (r == task) {
-      writeExit(exit_path, status, fenced);
+      writeExit(exit_path, exit_tmp_path, status, fenced);
       ::_exit(0);
     }
     if (r < 0 && errno == ECHILD) {
@@ -630,6 +636,7 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     joins.push_back(p.c_str());
   }
   const std::string exit_file = dir + "/exit";
+  const std::string exit_tmp_file = dir + "/exit.tmp";
   ::unlink(exit_file.c_str());  // A previous generation's.
   const char* lease =
       impl_->options.lease_file.empty() ? nullptr : impl_->options.lease_file.c_str();
@@ -653,7 +660,7 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
       (void)!::write(w, &m, sizeof m);
       // Nothing of the agent's stays open in the shim (sockets, the store, the pipe).
       ::syscall(SYS_close_range, 3U, ~0U, 0U);
-      runShim(task, lease, exit_file.c_str(), fence_grace_ns);
+      runShim(task, lease, exit_file.c_str(), exit_tmp_file.c_str(), fence_grace_ns);
     }
     ::setpgid(0, 0);  // Its own process group, which stop() signals.
     // No descriptor of the agent's (sockets, the store) reaches the task. All but the three it

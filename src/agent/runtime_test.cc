@@ -295,8 +295,10 @@ TEST_F(RuntimeTest, ATaskOutlivesItsAgentOnlyUntilTheLeaseRunsOut) {
   ::waitpid(agent, &status, 0);
   EXPECT_FALSE(gone(task));  // The agent's death alone does not stop it...
   EXPECT_TRUE(waitFor([&] { return gone(task); }, 5s));  // ...its lease's end does.
-  EXPECT_NE(readFile((dir_ / "tasks" / "left" / "exit").string()).find(" 1"),
-            std::string::npos);  // Recorded as fenced.
+  // Recorded as fenced, by the shim once it has reaped the task (gone() is true of a zombie).
+  const std::string exit_file = (dir_ / "tasks" / "left" / "exit").string();
+  ASSERT_TRUE(waitFor([&] { return fs::exists(exit_file); }, 5s));
+  EXPECT_EQ(readFile(exit_file), std::to_string(SIGTERM) + " 1\n");
 }
 
 TEST_F(RuntimeTest, ARestartedRuntimeAdoptsTasksAndLearnsHowTheOthersEnded) {
