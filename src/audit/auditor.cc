@@ -72,6 +72,57 @@ Status Auditor::recordAfter(const AuditEvent& event, const Appended& earlier) {
                                               (errors.empty() ? std::string() : ": " + errors)};
 }
 
+void Auditor::recordAfterAsync(const AuditEvent& event, const Appended& earlier,
+                               std::function<void(Status)> done) {
+  std::vector<bool> stored;
+  const std::string errors = writeAll(event, Durability::kAppended, stored);
+  std::vector<size_t> both;  // Sinks holding the earlier record and this one.
+  for (size_t i = 0; i < stored.size(); ++i) {
+    if (stored[i] && i < earlier.sinks.size() && earlier.sinks[i]) {
+      both.push_back(i);
+    }
+  }
+  if (both.empty()) {
+    done({core::StatusCode::kUnavailable, "no audit sink stored both the request and its response" +
+                                              (errors.empty() ? std::string() : ": " + errors)});
+    return;
+  }
+  // The answer once every such sink has flushed: OK if one of them did.
+  struct Pending {
+    std::mutex mu;
+    size_t left;
+    bool durable = false;
+    std::string errors;
+    std::function<void(Status)> done;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = both.size();
+  pending->errors = errors;
+  pending->done = std::move(done);
+  for (const size_t i : both) {
+    sinks_[i]->whenDurable([this, i, pending](const Status& s) {
+      if (!s.isOk()) {
+        std::lock_guard lock(health_mu_);
+        health_[i].last_error = s.message();
+      }
+      std::unique_lock lock(pending->mu);
+      pending->durable = pending->durable || s.isOk();
+      if (!s.isOk()) {
+        pending->errors += (pending->errors.empty() ? "" : "; ") + s.message();
+      }
+      if (--pending->left > 0) {
+        return;
+      }
+      lock.unlock();
+      pending->done(pending->durable
+                        ? Status::ok()
+                        : Status{core::StatusCode::kUnavailable,
+                                 "no audit sink stored both the request and its response: " +
+                                     pending->errors});
+    });
+  }
+}
+
 Status Auditor::close() {
   Status first;
   for (const auto& sink : sinks_) {

@@ -8,6 +8,7 @@
 //   if (!auditor->record(event).isOk()) { /* refuse the request: 503 */ }
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -46,6 +47,13 @@ class Auditor {
   // Writes `event` durably to every sink. OK only if a sink that took `earlier` stored it too,
   // which makes `earlier` durable there as well (a sink flushes its records in order).
   core::Status recordAfter(const AuditEvent& event, const Appended& earlier);
+  // recordAfter without a thread waiting for the disk: appends `event` to every sink and calls
+  // `done` with what recordAfter would return once the sinks have flushed it (on a sink's
+  // flusher thread, or at once on this one). `done` runs exactly once; it must be quick and must
+  // not write to the auditor. Many callers' records then share each flush while the threads that
+  // wrote them go on with other work.
+  void recordAfterAsync(const AuditEvent& event, const Appended& earlier,
+                        std::function<void(core::Status)> done);
 
   // Closes every sink (final checkpoints); returns the first error. Thread-safe.
   core::Status close();

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <csignal>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -108,6 +110,63 @@ TEST_F(AuditorTest, AnAppendedRecordCountsOnlyWithALaterRecordInTheSameSink) {
   // No sink takes the append: it fails at once.
   b_ptr->setFailWrites(true);
   EXPECT_EQ(auditor->append(sampleEvent(4)).status().code(), core::StatusCode::kUnavailable);
+}
+
+TEST_F(AuditorTest, RecordAfterAsyncAnswersAsRecordAfterWould) {
+  MemorySink* a_ptr = nullptr;
+  MemorySink* b_ptr = nullptr;
+  auto auditor = twoSinks(&a_ptr, &b_ptr);
+  auto answer = [&](const Auditor::Appended& earlier, int i) {
+    std::optional<core::Status> got;
+    auditor->recordAfterAsync(sampleEvent(i), earlier, [&](const core::Status& s) {
+      EXPECT_FALSE(got.has_value()) << "answered twice";
+      got = s;
+    });
+    EXPECT_TRUE(got.has_value());  // Memory sinks answer at once.
+    return got.value_or(core::Status::ok());
+  };
+  auto appended = auditor->append(sampleEvent(0));
+  ASSERT_TRUE(appended.isOk());
+  EXPECT_TRUE(answer(*appended, 1).isOk());
+  EXPECT_EQ(a_ptr->lines().size(), 2U);
+  EXPECT_EQ(b_ptr->lines().size(), 2U);
+  // One sink missing the response: the other holds both, which is enough.
+  b_ptr->setFailWrites(true);
+  appended = auditor->append(sampleEvent(2));
+  ASSERT_TRUE(appended.isOk());
+  EXPECT_TRUE(answer(*appended, 3).isOk());
+  // a took only the request, b only the response: no sink holds both.
+  b_ptr->setFailWrites(true);
+  appended = auditor->append(sampleEvent(4));
+  b_ptr->setFailWrites(false);
+  a_ptr->setFailWrites(true);
+  const core::Status split = answer(*appended, 5);
+  EXPECT_EQ(split.code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(split.message().find("no audit sink stored both"), std::string::npos)
+      << split.message();
+}
+
+TEST_F(AuditorTest, RecordAfterAsyncWithAFileSinkAnswersOnceFlushed) {
+  testing::TempDir dir;
+  auto file = FileSink::open(dir.file("audit.log"), {{.salt = "s"}}, clock_);
+  ASSERT_TRUE(file.isOk());
+  std::vector<std::unique_ptr<AuditSink>> sinks;
+  sinks.push_back(std::move(file).value());
+  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  constexpr int kRequests = 200;
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+  for (int i = 0; i < kRequests; ++i) {
+    auto appended = auditor->append(sampleEvent(2 * i));
+    ASSERT_TRUE(appended.isOk());
+    auditor->recordAfterAsync(sampleEvent(2 * i + 1), *appended,
+                              [&](const core::Status& s) { ++(s.isOk() ? ok : failed); });
+  }
+  ASSERT_TRUE(auditor->close().isOk());  // Answers what is still waiting, after its flush.
+  EXPECT_EQ(ok, kRequests);
+  EXPECT_EQ(failed, 0);
+  EXPECT_EQ(testing::splitLines(testing::readFile(dir.file("audit.log"))).size(),
+            size_t{2 * kRequests});
 }
 
 // A real file that cannot grow (RLIMIT_FSIZE, which binds root too) next to a working sink.

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -154,6 +155,8 @@ FileSink::FileSink(std::string path, int fd, uint64_t size, SyncMode sync, inter
 FileSink::~FileSink() {
   std::unique_lock lock(mu_);
   synced_cv_.wait(lock, [this] { return !syncing_; });
+  stopFlusher(lock);  // Callbacks still waiting are answered (durable or not) before it goes.
+  synced_cv_.wait(lock, [this] { return !syncing_; });
   if (fd_ >= 0) {
     ::close(fd_);
   }
@@ -212,23 +215,97 @@ Status FileSink::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket)
     if (closed_) {
       return unavailable(name_ + ": the audit sink was closed before the record was flushed");
     }
-    // Lead a flush for everything appended so far, without the lock so others keep appending.
-    syncing_ = true;
-    const uint64_t target = appended_;
-    const int fd = fd_;  // close() waits for syncing_ to clear, so fd stays open.
-    lock.unlock();
-    const int rc = ::fdatasync(fd);
-    const int err = errno;
-    lock.lock();
-    syncing_ = false;
-    if (rc != 0) {
-      broken_ = "fdatasync failed: " + errnoText(err);
-    } else {
-      synced_ = target;
-    }
-    synced_cv_.notify_all();
+    leadFlushLocked(lock);
   }
   return Status::ok();
+}
+
+void FileSink::leadFlushLocked(std::unique_lock<std::mutex>& lock) {
+  // Without the lock, so others keep appending (and join the next flush).
+  syncing_ = true;
+  const uint64_t target = appended_;
+  const int fd = fd_;  // close() waits for syncing_ to clear, so fd stays open.
+  lock.unlock();
+  const int rc = ::fdatasync(fd);
+  const int err = errno;
+  lock.lock();
+  syncing_ = false;
+  if (rc != 0) {
+    broken_ = "fdatasync failed: " + errnoText(err);
+  } else {
+    synced_ = std::max(synced_, target);
+  }
+  synced_cv_.notify_all();
+  flusher_cv_.notify_one();
+}
+
+void FileSink::whenDurable(std::function<void(Status)> done) {
+  std::unique_lock lock(mu_);
+  Status now = Status::ok();
+  if (!broken_.empty()) {
+    now = brokenError();
+  } else if (synced_ < appended_ && closed_) {
+    now = unavailable(name_ + ": the audit sink was closed before the record was flushed");
+  } else if (synced_ < appended_ && sync_ == SyncMode::kEveryRecord) {
+    now = syncLocked(lock, appended_);
+  } else if (synced_ < appended_) {
+    waiters_.push_back({appended_, std::move(done)});
+    if (!flusher_.joinable()) {
+      flusher_ = std::thread([this] { flushLoop(); });
+    }
+    flusher_cv_.notify_one();
+    return;
+  }
+  lock.unlock();
+  done(now);
+}
+
+void FileSink::flushLoop() {
+  std::unique_lock lock(mu_);
+  std::vector<std::pair<std::function<void(Status)>, Status>> ready;
+  while (true) {
+    flusher_cv_.wait(lock, [this] {
+      return stopping_ || (!waiters_.empty() && (!broken_.empty() || closed_ || !syncing_ ||
+                                                 waiters_.front().ticket <= synced_));
+    });
+    // Answer what is durable; once the sink is broken or closed, the rest with the error.
+    const Status failed =
+        !broken_.empty() ? brokenError()
+        : closed_ ? unavailable(name_ + ": the audit sink was closed before the record was flushed")
+                  : Status::ok();
+    while (!waiters_.empty() && (!failed.isOk() || waiters_.front().ticket <= synced_)) {
+      Waiter& w = waiters_.front();
+      ready.emplace_back(std::move(w.done), w.ticket <= synced_ ? Status::ok() : failed);
+      waiters_.pop_front();
+    }
+    if (!ready.empty()) {
+      lock.unlock();
+      for (auto& [done, status] : ready) {
+        try {
+          done(status);
+        } catch (...) {
+          // A callback must not throw; if one does, the others are still answered.
+        }
+      }
+      ready.clear();
+      lock.lock();
+    } else if (!waiters_.empty() && !syncing_) {
+      leadFlushLocked(lock);
+    } else if (waiters_.empty() && stopping_) {
+      return;
+    }
+  }
+}
+
+void FileSink::stopFlusher(std::unique_lock<std::mutex>& lock) {
+  if (!flusher_.joinable()) {
+    return;
+  }
+  stopping_ = true;
+  flusher_cv_.notify_one();
+  lock.unlock();
+  flusher_.join();
+  lock.lock();
 }
 
 Status FileSink::write(const AuditEvent& event, Durability durability) {
@@ -286,6 +363,8 @@ Status FileSink::close() {
   ::close(fd_);
   fd_ = -1;
   synced_cv_.notify_all();
+  // The flusher answers its callbacks (durable now, unless the last flush failed) and ends.
+  stopFlusher(lock);
   return status;
 }
 

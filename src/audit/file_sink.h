@@ -3,6 +3,7 @@
 //   SinkOptions options{.salt = salt, .signing_key = key};
 //   TESSERA_ASSIGN_OR_RETURN(auto sink, FileSink::open(path, {options}, clock));
 //   TESSERA_RETURN_IF_ERROR(sink->write(event));  // durable (fdatasync'd) when this returns OK
+//   sink->whenDurable([](core::Status s) { ... });  // later, on the sink's flusher thread
 //   TESSERA_RETURN_IF_ERROR(sink->close());       // final signed checkpoint
 //
 // Opening an existing file resumes its chain from its last record (only that record is read and
@@ -16,9 +17,12 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "audit/internal/chain.h"
 #include "audit/sink.h"
@@ -58,6 +62,10 @@ class FileSink final : public AuditSink {
   const std::string& name() const override { return name_; }
   core::Status write(const AuditEvent& event,
                      Durability durability = Durability::kDurable) override;
+  // Group commit: `done` waits on a flusher thread of the sink's own (started by the first
+  // call), which flushes as soon as no writer is flushing, so every record appended meanwhile
+  // shares the next flush. kEveryRecord: flushes at once, on the caller's thread.
+  void whenDurable(std::function<void(core::Status)> done) override;
   core::Status close() override;
 
   // The head of the chain as stored: the last record's seq and hash.
@@ -70,6 +78,12 @@ class FileSink final : public AuditSink {
   core::Status appendLocked(std::string_view bytes);
   // Makes everything appended up to `ticket` durable (see SyncMode).
   core::Status syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket);
+  // Flushes everything appended so far, without the lock meanwhile; requires !syncing_.
+  void leadFlushLocked(std::unique_lock<std::mutex>& lock);
+  // The flusher thread: runs whenDurable callbacks once their records are durable.
+  void flushLoop();
+  // Stops the flusher (after it has answered every callback) and joins it.
+  void stopFlusher(std::unique_lock<std::mutex>& lock);
   core::Status brokenError() const;
 
   const std::string path_;
@@ -85,6 +99,14 @@ class FileSink final : public AuditSink {
   std::string broken_;     // Why the sink stopped taking records; empty if it has not.
   bool closed_ = false;
   internal::Chain chain_;
+  struct Waiter {
+    uint64_t ticket;  // Answered once `synced_` reaches it.
+    std::function<void(core::Status)> done;
+  };
+  std::deque<Waiter> waiters_;          // whenDurable callbacks, in ticket order.
+  std::condition_variable flusher_cv_;  // Signalled for the flusher: a waiter, a flush, a stop.
+  bool stopping_ = false;               // The flusher answers what is left and ends.
+  std::thread flusher_;                 // Started by the first whenDurable (group commit).
 };
 
 }  // namespace tessera::audit

@@ -4,7 +4,11 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <csignal>
+#include <functional>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "audit/test_util.h"
@@ -264,6 +268,93 @@ TEST_P(FileSinkTest, ConcurrentWritersProduceOneValidChain) {
   EXPECT_TRUE(r.intact()) << r.summary();
   EXPECT_EQ(r.records - r.checkpoints, uint64_t{kThreads * kPerThread});
   EXPECT_EQ(r.checkpoints, uint64_t{kThreads * kPerThread / 50});
+}
+
+// Waits up to 10 s for `done`.
+bool eventually(const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+TEST_P(FileSinkTest, WhenDurableAnswersOnceWhatWasAppendedIsFlushed) {
+  auto sink = open();
+  // Nothing waiting to be flushed: answered at once, here.
+  std::optional<core::Status> now;
+  sink->whenDurable([&](const core::Status& s) { now = s; });
+  ASSERT_TRUE(now.has_value());
+  EXPECT_TRUE(now->isOk());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(sink->write(sampleEvent(i), Durability::kAppended).isOk());
+  }
+  std::mutex mu;
+  std::optional<core::Status> status;
+  std::thread::id answered_on;
+  sink->whenDurable([&](const core::Status& s) {
+    std::lock_guard lock(mu);
+    status = s;
+    answered_on = std::this_thread::get_id();
+  });
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(mu);
+    return status.has_value();
+  }));
+  std::lock_guard lock(mu);
+  EXPECT_TRUE(status->isOk()) << status->toString();
+  EXPECT_EQ(splitLines(readFile(path_)).size(), 3U);
+  // Group commit answers from the sink's flusher, so the caller never waits for the disk;
+  // kEveryRecord flushes on the caller's thread.
+  if (GetParam() == SyncMode::kGroupCommit) {
+    EXPECT_NE(answered_on, std::this_thread::get_id());
+  } else {
+    EXPECT_EQ(answered_on, std::this_thread::get_id());
+  }
+}
+
+TEST_P(FileSinkTest, EveryWhenDurableIsAnsweredOnceEvenIfTheSinkGoesFirst) {
+  auto sink = open(50);
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 100;
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        ASSERT_TRUE(
+            sink->write(sampleEvent(i, "team-" + std::to_string(t)), Durability::kAppended).isOk());
+        sink->whenDurable([&](core::Status s) { ++(s.isOk() ? ok : failed); });
+      }
+    });
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  ASSERT_TRUE(eventually([&] { return ok + failed == kThreads * kPerThread; }));
+  EXPECT_EQ(ok, kThreads * kPerThread);
+  // Callbacks still waiting when the sink is destroyed (without close) are answered before
+  // the destructor returns, after a last flush.
+  ASSERT_TRUE(sink->write(sampleEvent(0), Durability::kAppended).isOk());
+  bool last = false;
+  sink->whenDurable([&](core::Status s) { last = s.isOk(); });
+  sink.reset();
+  EXPECT_TRUE(last);
+  const VerifyReport r = verify();
+  EXPECT_TRUE(r.intact()) << r.summary();
+  EXPECT_EQ(r.records - r.checkpoints, uint64_t{kThreads * kPerThread + 1});
+  // After close, everything is flushed: answered at once.
+  auto reopened = open();
+  ASSERT_TRUE(reopened->write(sampleEvent(1), Durability::kAppended).isOk());
+  ASSERT_TRUE(reopened->close().isOk());
+  std::optional<core::Status> after_close;
+  reopened->whenDurable([&](core::Status s) { after_close = s; });
+  ASSERT_TRUE(after_close.has_value());
+  EXPECT_TRUE(after_close->isOk());
 }
 
 INSTANTIATE_TEST_SUITE_P(SyncModes, FileSinkTest,

@@ -6,12 +6,14 @@
 //   TESSERA_RETURN_IF_ERROR(mem.write(event));  // the record is stored when this returns OK
 //
 // Sinks are thread-safe: concurrent writes are ordered into one chain per sink. They use a lock
-// rather than a writer thread because every caller must wait for its own record to be stored
-// before the request may proceed (fail closed); the lock orders the chain and group commit
-// (audit/file_sink.h) lets waiting writers share one disk flush.
+// rather than a writer thread because every caller must know its own record is stored before
+// the request may proceed (fail closed); the lock orders the chain and group commit
+// (audit/file_sink.h) lets waiting writers share one disk flush. A caller that need not wait
+// (an answer held back until its record is durable) appends and asks `whenDurable` instead.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,6 +57,13 @@ class AuditSink {
   virtual core::Status write(const AuditEvent& event,
                              Durability durability = Durability::kDurable) = 0;
 
+  // Calls `done` once every record appended to this sink so far is on stable storage: with OK,
+  // or with the error that keeps them from it (the sink failed, or was closed first). For an
+  // answer held back until its record is durable, without a thread waiting meanwhile. `done`
+  // runs exactly once, at once on this thread or later on a thread of the sink's (before close
+  // or destruction returns); it must be quick and must not write to this sink. Thread-safe.
+  virtual void whenDurable(std::function<void(core::Status)> done) = 0;
+
   // Writes the final checkpoint (if there is a signing key and records since the last one) and
   // stops: later writes fail. Thread-safe; a second close is a no-op.
   virtual core::Status close() = 0;
@@ -69,6 +78,8 @@ class MemorySink final : public AuditSink {
   const std::string& name() const override { return name_; }
   core::Status write(const AuditEvent& event,
                      Durability durability = Durability::kDurable) override;
+  // Records are stored when write returns: `done` runs at once, with OK.
+  void whenDurable(std::function<void(core::Status)> done) override { done(core::Status::ok()); }
   core::Status close() override;
 
   // Every line written so far, each without its newline.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <future>
 #include <limits>
 #include <optional>
 
@@ -537,8 +538,24 @@ void ControlPlane::recordMetric(const std::string& route, const std::string& ten
   m.seconds += seconds;
 }
 
+void ControlPlane::handle(const HttpRequest& http, const std::vector<ListenerConfig>& listeners,
+                          Reply reply) {
+  if (std::optional<HttpResponse> now = serve(http, listeners, reply)) {
+    reply(std::move(*now));
+  }
+}
+
 HttpResponse ControlPlane::handle(const HttpRequest& http,
                                   const std::vector<ListenerConfig>& listeners) {
+  std::promise<HttpResponse> answer;
+  std::future<HttpResponse> answered = answer.get_future();
+  handle(http, listeners, [&answer](HttpResponse r) { answer.set_value(std::move(r)); });
+  return answered.get();
+}
+
+std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
+                                                const std::vector<ListenerConfig>& listeners,
+                                                Reply& later) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string chroot =
       http.listener < listeners.size() ? listeners[http.listener].chroot_tenant : "";
@@ -658,6 +675,22 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
     ev.response.body = resp.body.empty() ? json::object() : json::parse(resp.body);
   } catch (const json::exception&) {
     ev.response.body = json::object();
+  }
+  if (read_only && !r.grant) {
+    // Answered once both records are durable, from the flusher; this worker goes on meanwhile.
+    auditor_.recordAfterAsync(
+        ev, appended,
+        [this, resp = std::move(resp), later = std::move(later), metric = std::move(r.route),
+         tenant, t0](const core::Status& recorded) mutable {
+          if (!recorded.isOk()) {
+            resp = error(503, "the audit log cannot record this request, so it is refused");
+          }
+          recordMetric(
+              metric, tenant, resp.status,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+          later(std::move(resp));
+        });
+    return std::nullopt;
   }
   if (read_only) {
     if (!auditor_.recordAfter(ev, appended).isOk()) {

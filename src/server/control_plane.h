@@ -3,7 +3,9 @@
 //
 //   auto cp = ControlPlane::open(store, *auditor, driver, clock, options);
 //   auto root = cp->bootstrapRootToken();   // first start only
-//   HttpServer::create(listeners, [&](const HttpRequest& r) { return cp->handle(r, listeners); });
+//   HttpServer::create(listeners, [&](const HttpRequest& r, Reply reply) {
+//     cp->handle(r, listeners, std::move(reply));
+//   });
 //
 // Every request goes: scope (the listener's chroot, the path's tenant) -> authenticate ->
 // per-tenant rate limit -> tenant boundary (another tenant's path is 404, never 403) -> audit
@@ -76,7 +78,11 @@ class ControlPlane {
   // it). Cheap: a token hash and a map lookup.
   Admission admit(const HttpRequest& req);
   // The request handler (on a worker). `listeners` are the server's listener configs (for the
-  // chroot). Rate and concurrency are admit's and the pool's business, not checked here.
+  // chroot). Rate and concurrency are admit's and the pool's business, not checked here. Most
+  // answers go to `reply` before it returns; a read's answer waits for its audit records to be
+  // durable, and goes from the audit sink's flusher thread, so the worker does not wait.
+  void handle(const HttpRequest& req, const std::vector<ListenerConfig>& listeners, Reply reply);
+  // The same, waiting for the answer.
   HttpResponse handle(const HttpRequest& req, const std::vector<ListenerConfig>& listeners);
 
   // Creates the bootstrap root token if none exists (first start).
@@ -172,6 +178,9 @@ class ControlPlane {
   bool authorizedOn(const Request& r, const std::string& path, Capability needed) const;
   // A workload's `secrets`, checked against what the submitting token may read.
   core::Status checkWorkloadSecrets(const Request& r, const WorkloadSecrets& wanted) const;
+  // handle's work: the answer, or nullopt when it goes to `later` (moved from) afterwards.
+  std::optional<HttpResponse> serve(const HttpRequest& req,
+                                    const std::vector<ListenerConfig>& listeners, Reply& later);
   void recordMetric(const std::string& route, const std::string& tenant, unsigned status,
                     double seconds);
 

@@ -29,7 +29,7 @@ struct HttpServer::Impl {
   std::vector<ListenerConfig> configs;
   std::vector<std::unique_ptr<tcp::acceptor>> acceptors;
   std::vector<std::unique_ptr<ssl::context>> tls;  // Null for plain listeners.
-  Handler handler;
+  AsyncHandler handler;
   Admitter admitter;
   std::vector<std::thread> threads;
   std::unique_ptr<FairPool> pool;  // Created by start(); stopped before the I/O threads end.
@@ -77,6 +77,29 @@ HttpResponse errorResponse(unsigned status, std::string_view message) {
   r.body = std::string(R"({"errors":[")") + std::string(message) + "\"]}";
   return r;
 }
+
+// The one answer to a request, however many copies of its Reply there are: the first send wins,
+// and if none comes before the last copy goes, a 500.
+class Answer {
+ public:
+  explicit Answer(std::function<void(HttpResponse)> write) : write_(std::move(write)) {}
+  ~Answer() {
+    if (!sent_.exchange(true)) {
+      write_(errorResponse(500, "internal error: the request was never answered"));
+    }
+  }
+  Answer(const Answer&) = delete;
+  Answer& operator=(const Answer&) = delete;
+  void send(HttpResponse resp) {
+    if (!sent_.exchange(true)) {
+      write_(std::move(resp));
+    }
+  }
+
+ private:
+  std::function<void(HttpResponse)> write_;
+  std::atomic<bool> sent_{false};
+};
 
 // One connection. `Stream` is beast::tcp_stream or beast::ssl_stream<beast::tcp_stream>.
 template <typename Stream>
@@ -180,20 +203,23 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       replyLater(std::move(*admission.response), keep_alive);
       return;
     }
-    // The handler may block: it runs on a worker, and the reply comes back to this strand.
+    // The handler may block: it runs on a worker, and the reply comes back to this strand,
+    // from the worker or from whichever thread answers later.
     const bool queued = server_.pool->submit(
         admission.key, admission.limits,
         [self = this->shared_from_this(), r = std::move(r), keep_alive]() mutable {
-          HttpResponse resp;
+          auto answer = std::make_shared<Answer>([self, keep_alive](HttpResponse resp) {
+            asio::post(self->stream_.get_executor(),
+                       [self, resp = std::move(resp), keep_alive]() mutable {
+                         self->replyLater(std::move(resp), keep_alive);
+                       });
+          });
           try {
-            resp = self->server_.handler(r);
+            self->server_.handler(r,
+                                  [answer](HttpResponse resp) { answer->send(std::move(resp)); });
           } catch (const std::exception& e) {
-            resp = errorResponse(500, "internal error");
+            answer->send(errorResponse(500, "internal error"));
           }
-          asio::post(self->stream_.get_executor(),
-                     [self, resp = std::move(resp), keep_alive]() mutable {
-                       self->replyLater(std::move(resp), keep_alive);
-                     });
         });
     if (!queued) {
       HttpResponse resp = errorResponse(429, "too many requests waiting; slow down");
@@ -313,6 +339,17 @@ HttpServer::~HttpServer() { shutdown(std::chrono::milliseconds(0)); }
 
 core::Result<std::unique_ptr<HttpServer>> HttpServer::create(std::vector<ListenerConfig> listeners,
                                                              Handler handler, Admitter admitter) {
+  return create(
+      std::move(listeners),
+      [handler = std::move(handler)](const HttpRequest& r, const Reply& reply) {
+        reply(handler(r));
+      },
+      std::move(admitter));
+}
+
+core::Result<std::unique_ptr<HttpServer>> HttpServer::create(std::vector<ListenerConfig> listeners,
+                                                             AsyncHandler handler,
+                                                             Admitter admitter) {
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
   impl->admitter = std::move(admitter);

@@ -89,10 +89,17 @@ struct Admission {
   std::chrono::milliseconds reject_delay{0};
 };
 
+// Answers one request: call it once, from any thread (it only queues the write; later calls are
+// ignored). A Reply dropped without being called answers 500, so no request is left hanging.
+using Reply = std::function<void(HttpResponse)>;
+
 class HttpServer {
  public:
   // Runs on a worker thread and may block (disk flushes).
   using Handler = std::function<HttpResponse(const HttpRequest&)>;
+  // Runs on a worker thread and answers through its Reply, there or later from another thread:
+  // a request waiting on something slow (a disk flush) then holds no worker meanwhile.
+  using AsyncHandler = std::function<void(const HttpRequest&, Reply)>;
   // Runs on an I/O thread for every request and must not block: it decides whom the request
   // counts against (and may answer cheap refusals itself).
   using Admitter = std::function<Admission(const HttpRequest&)>;
@@ -101,6 +108,9 @@ class HttpServer {
   // admitter every request has the same key.
   static core::Result<std::unique_ptr<HttpServer>> create(std::vector<ListenerConfig> listeners,
                                                           Handler handler,
+                                                          Admitter admitter = nullptr);
+  static core::Result<std::unique_ptr<HttpServer>> create(std::vector<ListenerConfig> listeners,
+                                                          AsyncHandler handler,
                                                           Admitter admitter = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;

@@ -9,6 +9,9 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <filesystem>
+#include <future>
+#include <mutex>
+#include <thread>
 
 #include "server/certs.h"
 
@@ -118,6 +121,74 @@ TEST(HttpServerTest, IdleConnectionsTimeOut) {
   EXPECT_TRUE(ec);  // Closed by the server.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   server->shutdown(std::chrono::seconds(1));
+}
+
+// Sends `target` on a kept-alive connection and returns the response.
+http::response<http::string_body> get(beast::tcp_stream& stream, const std::string& target) {
+  http::request<http::string_body> req{http::verb::get, target, 11};
+  http::write(stream, req);
+  beast::flat_buffer buf;
+  http::response<http::string_body> resp;
+  http::read(stream, buf, resp);
+  return resp;
+}
+
+TEST(HttpServerTest, AnAsyncHandlerAnswersOnceFromAnyThreadAndNeverLeavesARequestHanging) {
+  std::mutex mu;
+  std::vector<std::thread> later;  // Threads answering after the handler has returned.
+  std::promise<void> gate;         // Opened once another request has been answered meanwhile.
+  std::shared_future<void> opened = gate.get_future().share();
+  HttpServer::AsyncHandler handler = [&](const HttpRequest& r, const Reply& reply) {
+    if (r.target == "/later") {
+      // Answered from another thread, after the handler (and its worker) are done.
+      std::lock_guard lock(mu);
+      later.emplace_back([reply, opened] {
+        const bool in_time = opened.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+        reply({200, in_time ? "later" : "the worker was held: nothing else was served"});
+      });
+    } else if (r.target == "/twice") {
+      reply({200, "first"});
+      reply({201, "second"});  // Ignored.
+    } else if (r.target == "/dropped") {
+      // Never answered: the Reply goes with the handler, and the client gets a 500.
+    } else if (r.target == "/throws") {
+      throw std::runtime_error("boom");
+    } else {
+      reply({200, "now"});
+    }
+  };
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  auto created = HttpServer::create({l}, handler);
+  ASSERT_TRUE(created.isOk());
+  auto server = std::move(created).value();
+  server->start(1, 1);  // One worker: "/later" must not hold it while it waits.
+  asio::io_context io;
+  beast::tcp_stream waiting(io);
+  beast::tcp_stream other(io);
+  waiting.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->ports()[0]));
+  other.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->ports()[0]));
+  http::request<http::string_body> req{http::verb::get, "/later", 11};
+  http::write(waiting, req);
+  // While "/later" waits for its answer, the only worker serves another connection.
+  EXPECT_EQ(get(other, "/now").body(), "now");
+  gate.set_value();
+  beast::flat_buffer buf;
+  http::response<http::string_body> resp;
+  http::read(waiting, buf, resp);
+  EXPECT_EQ(resp.result_int(), 200U);
+  EXPECT_EQ(resp.body(), "later");
+  auto twice = get(other, "/twice");
+  EXPECT_EQ(twice.result_int(), 200U);
+  EXPECT_EQ(twice.body(), "first");
+  EXPECT_EQ(get(other, "/dropped").result_int(), 500U);
+  EXPECT_EQ(get(other, "/throws").result_int(), 500U);
+  EXPECT_EQ(get(other, "/now").body(), "now");  // The connection is still in step.
+  EXPECT_EQ(server->inFlight(), 0);
+  server->shutdown(std::chrono::seconds(1));
+  for (std::thread& t : later) {
+    t.join();
+  }
 }
 
 TEST(HttpServerTest, ShutdownLetsRequestsInFlightFinish) {

@@ -225,7 +225,8 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   (*secrets)->start();
   std::vector<ListenerConfig> listeners = config.listeners;
   auto http = HttpServer::create(
-      listeners, [&](const HttpRequest& r) { return cp_ptr->handle(r, listeners); },
+      listeners,
+      [&](const HttpRequest& r, Reply reply) { cp_ptr->handle(r, listeners, std::move(reply)); },
       [&](const HttpRequest& r) { return cp_ptr->admit(r); });
   if (!http.isOk()) {
     (*driver)->stop();

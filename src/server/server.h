@@ -67,7 +67,7 @@ struct ServerConfig {
   int64_t default_ttl_s = 3600;
   int64_t max_ttl_s = int64_t{768} * 3600;
   int io_threads = 2;  // TLS and HTTP; they never block.
-  int workers = 16;    // Run the handlers, which block on fsync: more share each group commit.
+  int workers = 16;    // Run the handlers; writes block on fsync: more share each group commit.
   // Requests of one tenant handled at once. 0: defaultTenantConcurrency (half the cores).
   int tenant_max_in_flight = 0;
   int64_t reject_delay_ms = 100;
