@@ -12,16 +12,17 @@ FairPool::FairPool(int workers) {
 
 FairPool::~FairPool() { stop(); }
 
-void FairPool::markReadyLocked(const std::string& name, Key& k) {
+bool FairPool::markReadyLocked(const std::string& name, Key& k) {
   if (!k.ready && !k.jobs.empty() && k.running < std::max(1, k.limits.max_running)) {
     k.ready = true;
     ready_.push_back(name);
-    cv_.notify_one();
+    return true;
   }
+  return false;
 }
 
 bool FairPool::submit(const std::string& key, FairLimits limits, Job job) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (stopping_) {
     return false;
   }
@@ -35,7 +36,10 @@ bool FairPool::submit(const std::string& key, FairLimits limits, Job job) {
   }
   k.jobs.push_back(std::move(job));
   ++queued_;
-  markReadyLocked(key, k);
+  if (markReadyLocked(key, k)) {
+    lock.unlock();  // The worker woken does not then wait for this lock.
+    cv_.notify_one();
+  }
   return true;
 }
 
@@ -54,8 +58,12 @@ void FairPool::work() {
     k.jobs.pop_front();
     --queued_;
     ++k.running;
-    markReadyLocked(name, k);  // Its next job goes to the back of the ring: one per turn.
+    // Its next job goes to the back of the ring (one per turn), for another worker.
+    const bool more = markReadyLocked(name, k);
     lock.unlock();
+    if (more) {
+      cv_.notify_one();
+    }
     job();
     job = nullptr;  // Whatever it captured goes before the lock is taken again.
     lock.lock();
@@ -64,6 +72,7 @@ void FairPool::work() {
     if (after.jobs.empty() && after.running == 0) {
       keys_.erase(name);
     } else {
+      // No wake-up: this worker looks at the ring before it waits again.
       markReadyLocked(name, after);
     }
   }

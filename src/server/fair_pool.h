@@ -56,8 +56,9 @@ class FairPool {
     bool ready = false;  // In ready_.
   };
   void work();
-  // Puts `k` at the back of the ring if it has a job it may start. Requires mu_.
-  void markReadyLocked(const std::string& name, Key& k);
+  // Puts `k` at the back of the ring if it has a job it may start; true if it did (the caller
+  // then wakes a worker, unless it is a worker about to look at the ring itself). Requires mu_.
+  bool markReadyLocked(const std::string& name, Key& k);
 
   mutable std::mutex mu_;  // Guards everything below.
   std::condition_variable cv_;
