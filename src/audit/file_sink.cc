@@ -154,8 +154,7 @@ FileSink::FileSink(std::string path, int fd, uint64_t size, SyncMode sync, inter
 
 FileSink::~FileSink() {
   std::unique_lock lock(mu_);
-  synced_cv_.wait(lock, [this] { return !syncing_; });
-  stopFlusher(lock);  // Callbacks still waiting are answered (durable or not) before it goes.
+  stopFlusher(lock);  // Callbacks still waiting are answered (after a last flush) before it goes.
   synced_cv_.wait(lock, [this] { return !syncing_; });
   if (fd_ >= 0) {
     ::close(fd_);
