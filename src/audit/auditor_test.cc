@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <future>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -167,6 +168,32 @@ TEST_F(AuditorTest, RecordAfterAsyncWithAFileSinkAnswersOnceFlushed) {
   EXPECT_EQ(failed, 0);
   EXPECT_EQ(testing::splitLines(testing::readFile(dir.file("audit.log"))).size(),
             size_t{2 * kRequests});
+}
+
+TEST_F(AuditorTest, RecordAfterAsyncFailsWhenTheFlushFails) {
+  testing::TempDir dir;
+  FileSinkOptions options{{.salt = "s"}};
+  options.fdatasync = [](int) {
+    errno = EIO;
+    return -1;
+  };
+  auto file = FileSink::open(dir.file("audit.log"), options, clock_);
+  ASSERT_TRUE(file.isOk());
+  std::vector<std::unique_ptr<AuditSink>> sinks;
+  sinks.push_back(std::move(file).value());
+  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  auto appended = auditor->append(sampleEvent(0));
+  ASSERT_TRUE(appended.isOk());
+  std::promise<core::Status> answer;
+  auditor->recordAfterAsync(sampleEvent(1), *appended,
+                            [&](const core::Status& s) { answer.set_value(s); });
+  std::future<core::Status> answered = answer.get_future();
+  ASSERT_EQ(answered.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const core::Status s = answered.get();
+  EXPECT_EQ(s.code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("no audit sink stored both"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("fdatasync failed"), std::string::npos) << s.message();
+  EXPECT_NE(auditor->health()[0].last_error.find("fdatasync failed"), std::string::npos);
 }
 
 // A real file that cannot grow (RLIMIT_FSIZE, which binds root too) next to a working sink.

@@ -139,15 +139,17 @@ Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path,
     // Unknown how many records follow the last checkpoint; 1 makes close() sign the tail.
     head.since_checkpoint = rec->type == "checkpoint" ? 0 : 1;
   }
-  const SyncMode sync = options.sync;
   internal::Chain chain(chainOptions(options.sink), std::move(head), clock);
-  return std::unique_ptr<FileSink>(new FileSink(path, fd, size, sync, std::move(chain)));
+  return std::unique_ptr<FileSink>(new FileSink(path, fd, size, options, std::move(chain)));
 }
 
-FileSink::FileSink(std::string path, int fd, uint64_t size, SyncMode sync, internal::Chain chain)
+FileSink::FileSink(std::string path, int fd, uint64_t size, const FileSinkOptions& options,
+                   internal::Chain chain)
     : path_(std::move(path)),
       name_("file:" + path_),
-      sync_(sync),
+      sync_(options.sync),
+      fdatasync_(options.fdatasync != nullptr ? options.fdatasync
+                                              : [](int fd) { return ::fdatasync(fd); }),
       fd_(fd),
       size_(size),
       chain_(std::move(chain)) {}
@@ -196,7 +198,7 @@ Status FileSink::appendLocked(std::string_view bytes) {
 
 Status FileSink::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket) {
   if (sync_ == SyncMode::kEveryRecord) {
-    if (::fdatasync(fd_) != 0) {
+    if (fdatasync_(fd_) != 0) {
       broken_ = "fdatasync failed: " + errnoText(errno);
       return brokenError();
     }
@@ -225,7 +227,7 @@ void FileSink::leadFlushLocked(std::unique_lock<std::mutex>& lock) {
   const uint64_t target = appended_;
   const int fd = fd_;  // close() waits for syncing_ to clear, so fd stays open.
   lock.unlock();
-  const int rc = ::fdatasync(fd);
+  const int rc = fdatasync_(fd);
   const int err = errno;
   lock.lock();
   syncing_ = false;
@@ -348,7 +350,7 @@ Status FileSink::close() {
     }
     // Flush even without a checkpoint: writers may be waiting for their records' flush.
     if (broken_.empty()) {
-      if (::fdatasync(fd_) != 0) {
+      if (fdatasync_(fd_) != 0) {
         broken_ = "fdatasync failed: " + errnoText(errno);
         status = brokenError();
       } else {

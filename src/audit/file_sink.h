@@ -44,6 +44,9 @@ enum class SyncMode {
 struct FileSinkOptions {
   SinkOptions sink = {};
   SyncMode sync = SyncMode::kGroupCommit;
+  // How the file is flushed: ::fdatasync when null. Tests pass one that fails (-1 with errno
+  // set), since no real disk can be made to fail on demand.
+  std::function<int(int fd)> fdatasync = nullptr;
 };
 
 class FileSink final : public AuditSink {
@@ -72,7 +75,8 @@ class FileSink final : public AuditSink {
   internal::ChainHead head() const;
 
  private:
-  FileSink(std::string path, int fd, uint64_t size, SyncMode sync, internal::Chain chain);
+  FileSink(std::string path, int fd, uint64_t size, const FileSinkOptions& options,
+           internal::Chain chain);
 
   // Appends `bytes` at the end; on failure truncates back to `size_` (or marks the sink broken).
   core::Status appendLocked(std::string_view bytes);
@@ -89,8 +93,9 @@ class FileSink final : public AuditSink {
   const std::string path_;
   const std::string name_;
   const SyncMode sync_;
-  mutable std::mutex mu_;              // Guards everything below.
-  std::condition_variable synced_cv_;  // Signalled when `synced_` or `broken_` changes.
+  const std::function<int(int fd)> fdatasync_;  // Never null.
+  mutable std::mutex mu_;                       // Guards everything below.
+  std::condition_variable synced_cv_;           // Signalled when `synced_` or `broken_` changes.
   int fd_;
   uint64_t size_;          // Bytes of complete records in the file.
   uint64_t appended_ = 0;  // Appends so far (tickets); the n-th append has ticket n.

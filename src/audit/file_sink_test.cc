@@ -7,6 +7,7 @@
 #include <atomic>
 #include <csignal>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -355,6 +356,51 @@ TEST_P(FileSinkTest, EveryWhenDurableIsAnsweredOnceEvenIfTheSinkGoesFirst) {
   reopened->whenDurable([&](core::Status s) { after_close = s; });
   ASSERT_TRUE(after_close.has_value());
   EXPECT_TRUE(after_close->isOk());
+}
+
+TEST_P(FileSinkTest, AFailedFlushFailsItsWaitersAndStopsTheSink) {
+  std::atomic<bool> fail{false};
+  FileSinkOptions o = options();
+  o.fdatasync = [&fail](int fd) {
+    if (fail) {
+      errno = EIO;
+      return -1;
+    }
+    return ::fdatasync(fd);
+  };
+  auto opened = FileSink::open(path_, o, clock_);
+  ASSERT_TRUE(opened.isOk());
+  auto sink = std::move(opened).value();
+  ASSERT_TRUE(sink->write(sampleEvent(0)).isOk());
+  ASSERT_TRUE(sink->write(sampleEvent(1), Durability::kAppended).isOk());
+  fail = true;
+  // A read's answer waiting for this flush must get the error, never OK.
+  std::promise<core::Status> answer;
+  sink->whenDurable([&](const core::Status& s) { answer.set_value(s); });
+  std::future<core::Status> answered = answer.get_future();
+  ASSERT_EQ(answered.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const core::Status s = answered.get();
+  EXPECT_EQ(s.code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("fdatasync failed: Input/output error"), std::string::npos)
+      << s.message();
+  // The sink is broken until reopened (the kernel may have dropped the data): writes are
+  // refused and later waiters get the error at once, even with the disk well again.
+  fail = false;
+  const core::Status refused = sink->write(sampleEvent(2));
+  EXPECT_NE(refused.message().find("stopped taking records"), std::string::npos)
+      << refused.message();
+  std::optional<core::Status> later;
+  sink->whenDurable([&](const core::Status& st) { later = st; });
+  ASSERT_TRUE(later.has_value());
+  EXPECT_FALSE(later->isOk());
+  // A writer that waits for its own flush gets the error too.
+  sink.reset();
+  opened = FileSink::open(path_, o, clock_);
+  ASSERT_TRUE(opened.isOk());
+  sink = std::move(opened).value();
+  fail = true;
+  const core::Status durable = sink->write(sampleEvent(3));
+  EXPECT_NE(durable.message().find("fdatasync failed"), std::string::npos) << durable.message();
 }
 
 INSTANTIATE_TEST_SUITE_P(SyncModes, FileSinkTest,
