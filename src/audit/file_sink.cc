@@ -173,6 +173,10 @@ Status FileSink::brokenError() const {
                      "; reopen it to resume from what is on disk");
 }
 
+Status FileSink::closedError() const {
+  return unavailable(name_ + ": the audit sink was closed before the record was flushed");
+}
+
 Status FileSink::appendLocked(std::string_view bytes) {
   size_t done = 0;
   while (done < bytes.size()) {
@@ -214,7 +218,7 @@ Status FileSink::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket)
       continue;
     }
     if (closed_) {
-      return unavailable(name_ + ": the audit sink was closed before the record was flushed");
+      return closedError();
     }
     leadFlushLocked(lock);
   }
@@ -246,7 +250,7 @@ void FileSink::whenDurable(std::function<void(Status)> done) {
   if (!broken_.empty()) {
     now = brokenError();
   } else if (synced_ < appended_ && closed_) {
-    now = unavailable(name_ + ": the audit sink was closed before the record was flushed");
+    now = closedError();
   } else if (synced_ < appended_ && sync_ == SyncMode::kEveryRecord) {
     now = syncLocked(lock, appended_);
   } else if (synced_ < appended_) {
@@ -270,10 +274,7 @@ void FileSink::flushLoop() {
                                                  waiters_.front().ticket <= synced_));
     });
     // Answer what is durable; once the sink is broken or closed, the rest with the error.
-    const Status failed =
-        !broken_.empty() ? brokenError()
-        : closed_ ? unavailable(name_ + ": the audit sink was closed before the record was flushed")
-                  : Status::ok();
+    const Status failed = !broken_.empty() ? brokenError() : closed_ ? closedError() : Status::ok();
     while (!waiters_.empty() && (!failed.isOk() || waiters_.front().ticket <= synced_)) {
       Waiter& w = waiters_.front();
       ready.emplace_back(std::move(w.done), w.ticket <= synced_ ? Status::ok() : failed);

@@ -89,6 +89,8 @@ class FileSink final : public AuditSink {
   // Stops the flusher (after it has answered every callback) and joins it.
   void stopFlusher(std::unique_lock<std::mutex>& lock);
   core::Status brokenError() const;
+  // For a record that was appended but not flushed when the sink closed.
+  core::Status closedError() const;
 
   const std::string path_;
   const std::string name_;
