@@ -1,9 +1,11 @@
 #include "audit/crypto.h"
 
 #include <fcntl.h>
+#include <openssl/core_names.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/pem.h>
 #include <openssl/rand.h>
 #include <unistd.h>
@@ -137,10 +139,48 @@ std::string sha256Hex(std::string_view data) {
 }
 
 std::string hmacValue(std::string_view salt, std::string_view value) {
+  // A context per thread keyed with the last salt, re-initialized for each value: HMAC() would
+  // fetch the algorithm and set the key every time, which was most of its cost (a sink has one
+  // salt, and every audit record HMACs at least the token accessor).
+  struct Keyed {
+    std::string salt;
+    EVP_MAC_CTX* ctx = nullptr;
+    ~Keyed() { EVP_MAC_CTX_free(ctx); }
+  };
+  static EVP_MAC* const hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  thread_local Keyed keyed;
   std::array<unsigned char, EVP_MAX_MD_SIZE> mac{};
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), salt.data(), static_cast<int>(salt.size()),
-       reinterpret_cast<const unsigned char*>(value.data()), value.size(), mac.data(), &len);
+  size_t len = 0;
+  bool ok = hmac != nullptr;
+  if (ok && (keyed.ctx == nullptr || keyed.salt != salt)) {
+    EVP_MAC_CTX_free(keyed.ctx);
+    keyed.ctx = EVP_MAC_CTX_new(hmac);
+    keyed.salt.clear();
+    char digest[] = "SHA256";
+    const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0),
+                                 OSSL_PARAM_construct_end()};
+    ok = keyed.ctx != nullptr &&
+         EVP_MAC_init(keyed.ctx, reinterpret_cast<const unsigned char*>(salt.data()), salt.size(),
+                      params) == 1;
+    if (ok) {
+      keyed.salt = salt;
+    }
+  } else if (ok) {
+    ok = EVP_MAC_init(keyed.ctx, nullptr, 0, nullptr) == 1;  // Same key, fresh state.
+  }
+  ok = ok &&
+       EVP_MAC_update(keyed.ctx, reinterpret_cast<const unsigned char*>(value.data()),
+                      value.size()) == 1 &&
+       EVP_MAC_final(keyed.ctx, mac.data(), &len, mac.size()) == 1;
+  if (!ok) {
+    // Not expected with a working OpenSSL; the one-shot call then decides.
+    EVP_MAC_CTX_free(keyed.ctx);
+    keyed = {};
+    unsigned int one_shot = 0;
+    HMAC(EVP_sha256(), salt.data(), static_cast<int>(salt.size()),
+         reinterpret_cast<const unsigned char*>(value.data()), value.size(), mac.data(), &one_shot);
+    len = one_shot;
+  }
   return std::string(kHmacPrefix) + toHex(mac.data(), len);
 }
 

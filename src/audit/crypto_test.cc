@@ -5,6 +5,10 @@
 #include <openssl/pem.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "audit/test_util.h"
 
 namespace tessera::audit {
@@ -24,6 +28,36 @@ TEST(CryptoTest, HmacValueIsPrefixedHmacSha256KeyedWithTheSalt) {
   EXPECT_EQ(hmacValue("Jefe", "what do ya want for nothing?"),
             "hmac-sha256:5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
   EXPECT_NE(hmacValue("Jefe", "x"), hmacValue("Jeff", "x"));
+}
+
+TEST(CryptoTest, HmacValueStaysRightAcrossSaltsAndThreads) {
+  // RFC 4231 test case 1 (key: 20 bytes of 0x0b) and case 2, interleaved: each thread keeps
+  // a keyed context for its last salt and must re-key when the salt changes.
+  const std::string key1(20, '\x0b');
+  const std::string want1 =
+      "hmac-sha256:b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7";
+  const std::string want2 =
+      "hmac-sha256:5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843";
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        if ((i + t) % 3 == 0) {
+          wrong += hmacValue(key1, "Hi There") != want1;
+        } else {
+          wrong += hmacValue("Jefe", "what do ya want for nothing?") != want2;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) {
+    th.join();
+  }
+  EXPECT_EQ(wrong, 0);
+  // The same salt twice in a row: the second value is not mixed with the first.
+  EXPECT_EQ(hmacValue(key1, "Hi There"), want1);
+  EXPECT_EQ(hmacValue(key1, "Hi There"), want1);
 }
 
 TEST(CryptoTest, RandomHexHasTheLengthAskedAndDiffers) {
