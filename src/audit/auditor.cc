@@ -60,31 +60,47 @@ Result<Auditor::Appended> Auditor::append(const AuditEvent& event) {
   return out;
 }
 
+std::vector<size_t> Auditor::heldByBoth(const std::vector<bool>& stored, const Appended& earlier) {
+  std::vector<size_t> both;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    if (stored[i] && i < earlier.sinks.size() && earlier.sinks[i]) {
+      both.push_back(i);
+    }
+  }
+  return both;
+}
+
+Status Auditor::notHeldByBoth(const std::string& errors) {
+  return {core::StatusCode::kUnavailable, "no audit sink stored both the request and its response" +
+                                              (errors.empty() ? std::string() : ": " + errors)};
+}
+
+void Auditor::noteFlush(size_t i, const Status& flushed) {
+  if (!flushed.isOk()) {
+    std::lock_guard lock(health_mu_);
+    health_[i].last_error = flushed.message();
+  }
+}
+
 Status Auditor::recordAfter(const AuditEvent& event, const Appended& earlier) {
   std::vector<bool> stored;
   const std::string errors = writeAll(event, Durability::kDurable, stored);
-  for (size_t i = 0; i < stored.size(); ++i) {
-    if (stored[i] && i < earlier.sinks.size() && earlier.sinks[i]) {
-      return Status::ok();
-    }
-  }
-  return {core::StatusCode::kUnavailable, "no audit sink stored both the request and its response" +
-                                              (errors.empty() ? std::string() : ": " + errors)};
+  return heldByBoth(stored, earlier).empty() ? notHeldByBoth(errors) : Status::ok();
+}
+
+Status Auditor::recordAppendedAfter(const AuditEvent& event, const Appended& earlier) {
+  std::vector<bool> stored;
+  const std::string errors = writeAll(event, Durability::kAppended, stored);
+  return heldByBoth(stored, earlier).empty() ? notHeldByBoth(errors) : Status::ok();
 }
 
 void Auditor::recordAfterAsync(const AuditEvent& event, const Appended& earlier,
                                std::function<void(Status)> done) {
   std::vector<bool> stored;
   const std::string errors = writeAll(event, Durability::kAppended, stored);
-  std::vector<size_t> both;  // Sinks holding the earlier record and this one.
-  for (size_t i = 0; i < stored.size(); ++i) {
-    if (stored[i] && i < earlier.sinks.size() && earlier.sinks[i]) {
-      both.push_back(i);
-    }
-  }
+  const std::vector<size_t> both = heldByBoth(stored, earlier);
   if (both.empty()) {
-    done({core::StatusCode::kUnavailable, "no audit sink stored both the request and its response" +
-                                              (errors.empty() ? std::string() : ": " + errors)});
+    done(notHeldByBoth(errors));
     return;
   }
   // The answer once every such sink has flushed: OK if one of them did.
@@ -101,10 +117,7 @@ void Auditor::recordAfterAsync(const AuditEvent& event, const Appended& earlier,
   pending->done = std::move(done);
   for (const size_t i : both) {
     sinks_[i]->whenDurable([this, i, pending](const Status& s) {
-      if (!s.isOk()) {
-        std::lock_guard lock(health_mu_);
-        health_[i].last_error = s.message();
-      }
+      noteFlush(i, s);
       std::unique_lock lock(pending->mu);
       pending->durable = pending->durable || s.isOk();
       if (!s.isOk()) {

@@ -54,6 +54,13 @@ class Auditor {
   // wrote them go on with other work.
   void recordAfterAsync(const AuditEvent& event, const Appended& earlier,
                         std::function<void(core::Status)> done);
+  // recordAfter that does not wait for the disk at all: OK once `event` is appended to a sink
+  // that took `earlier` (for a file, written to the kernel: it survives a crash of this process,
+  // not of the machine). The sink flushes both soon by itself (FileSink: within
+  // `appended_flush_delay`, or with the next durable record); if that flush fails, the sink
+  // refuses every later record. For a read whose answer reveals nothing secret
+  // (docs/server.md, `audit_flush_reads`).
+  core::Status recordAppendedAfter(const AuditEvent& event, const Appended& earlier);
 
   // Closes every sink (final checkpoints); returns the first error. Thread-safe.
   core::Status close();
@@ -65,10 +72,17 @@ class Auditor {
   explicit Auditor(std::vector<std::unique_ptr<AuditSink>> sinks);
   // Writes to every sink; `stored[i]` says whether sink i took the event.
   std::string writeAll(const AuditEvent& event, Durability durability, std::vector<bool>& stored);
+  // The sinks that hold both an earlier record and this one.
+  static std::vector<size_t> heldByBoth(const std::vector<bool>& stored, const Appended& earlier);
+  static core::Status notHeldByBoth(const std::string& errors);
+  // Keeps a failed flush of sink `i` for health().
+  void noteFlush(size_t i, const core::Status& flushed);
 
-  const std::vector<std::unique_ptr<AuditSink>> sinks_;
+  // Before the sinks, so it outlives them: a sink being destroyed may still answer a
+  // whenDurable callback, which notes its flush here.
   mutable std::mutex health_mu_;  // Guards health_.
   std::vector<SinkHealth> health_;
+  const std::vector<std::unique_ptr<AuditSink>> sinks_;
 };
 
 }  // namespace tessera::audit

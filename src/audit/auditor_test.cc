@@ -196,6 +196,71 @@ TEST_F(AuditorTest, RecordAfterAsyncFailsWhenTheFlushFails) {
   EXPECT_NE(auditor->health()[0].last_error.find("fdatasync failed"), std::string::npos);
 }
 
+TEST_F(AuditorTest, RecordAppendedAfterAnswersBeforeTheFlushThatFollowsByItself) {
+  testing::TempDir dir;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> flushes{0};
+  FileSinkOptions options{{.salt = "s"}};
+  options.appended_flush_delay = std::chrono::milliseconds(0);
+  options.fdatasync = [&](int fd) {
+    released.wait();
+    ++flushes;
+    return ::fdatasync(fd);
+  };
+  auto file = FileSink::open(dir.file("audit.log"), options, clock_);
+  ASSERT_TRUE(file.isOk());
+  std::vector<std::unique_ptr<AuditSink>> sinks;
+  sinks.push_back(std::move(file).value());
+  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  // Lets the flush go before the auditor goes, whatever the test's outcome.
+  struct Release {
+    std::promise<void>& p;
+    bool done = false;
+    ~Release() {
+      if (!done) {
+        p.set_value();
+      }
+    }
+  } guard{release};
+  auto appended = auditor->append(sampleEvent(0));
+  ASSERT_TRUE(appended.isOk());
+  // The disk flush is held back; the answer must not wait for it.
+  auto answered = std::async(
+      std::launch::async, [&] { return auditor->recordAppendedAfter(sampleEvent(1), *appended); });
+  ASSERT_EQ(answered.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(answered.get().isOk());
+  EXPECT_EQ(flushes, 0);
+  // Both records are in the file (the kernel's cache) already, in order.
+  EXPECT_EQ(testing::splitLines(testing::readFile(dir.file("audit.log"))).size(), 2U);
+  // The sink flushes them by itself once the disk lets it, with nobody waiting.
+  guard.done = true;
+  release.set_value();
+  for (int i = 0; i < 1000 && flushes == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(flushes, 1);
+}
+
+TEST_F(AuditorTest, RecordAppendedAfterFailsWhenNoSinkHoldsBothRecords) {
+  MemorySink* a_ptr = nullptr;
+  MemorySink* b_ptr = nullptr;
+  auto auditor = twoSinks(&a_ptr, &b_ptr);
+  auto appended = auditor->append(sampleEvent(0));
+  ASSERT_TRUE(appended.isOk());
+  EXPECT_TRUE(auditor->recordAppendedAfter(sampleEvent(1), *appended).isOk());
+  // a took only the request, b only the response.
+  b_ptr->setFailWrites(true);
+  appended = auditor->append(sampleEvent(2));
+  ASSERT_TRUE(appended.isOk());
+  b_ptr->setFailWrites(false);
+  a_ptr->setFailWrites(true);
+  const core::Status split = auditor->recordAppendedAfter(sampleEvent(3), *appended);
+  EXPECT_EQ(split.code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(split.message().find("no audit sink stored both"), std::string::npos)
+      << split.message();
+}
+
 // A real file that cannot grow (RLIMIT_FSIZE, which binds root too) next to a working sink.
 TEST_F(AuditorTest, AFileSinkThatCannotWriteFailsClosedUnlessAnotherSinkWrites) {
   testing::TempDir dir;

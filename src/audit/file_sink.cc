@@ -150,6 +150,7 @@ FileSink::FileSink(std::string path, int fd, uint64_t size, const FileSinkOption
       sync_(options.sync),
       fdatasync_(options.fdatasync != nullptr ? options.fdatasync
                                               : [](int fd) { return ::fdatasync(fd); }),
+      appended_flush_delay_(std::max(std::chrono::milliseconds(0), options.appended_flush_delay)),
       fd_(fd),
       size_(size),
       chain_(std::move(chain)) {}
@@ -206,7 +207,7 @@ Status FileSink::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket)
       broken_ = "fdatasync failed: " + errnoText(errno);
       return brokenError();
     }
-    synced_ = ticket;
+    synced_ = std::max(synced_, ticket);
     return Status::ok();
   }
   while (synced_ < ticket) {
@@ -229,7 +230,8 @@ void FileSink::leadFlushLocked(std::unique_lock<std::mutex>& lock) {
   // Without the lock, so others keep appending (and join the next flush).
   syncing_ = true;
   const uint64_t target = appended_;
-  const int fd = fd_;  // close() waits for syncing_ to clear, so fd stays open.
+  unflushed_since_.reset();  // This flush covers every record appended so far.
+  const int fd = fd_;        // close() waits for syncing_ to clear, so fd stays open.
   lock.unlock();
   const int rc = fdatasync_(fd);
   const int err = errno;
@@ -255,9 +257,7 @@ void FileSink::whenDurable(std::function<void(Status)> done) {
     now = syncLocked(lock, appended_);
   } else if (synced_ < appended_) {
     waiters_.push_back({appended_, std::move(done)});
-    if (!flusher_.joinable()) {
-      flusher_ = std::thread([this] { flushLoop(); });
-    }
+    startFlusherLocked();
     flusher_cv_.notify_one();
     return;
   }
@@ -265,14 +265,36 @@ void FileSink::whenDurable(std::function<void(Status)> done) {
   done(now);
 }
 
+void FileSink::startFlusherLocked() {
+  if (!flusher_.joinable()) {
+    flusher_ = std::thread([this] { flushLoop(); });
+  }
+}
+
 void FileSink::flushLoop() {
   std::unique_lock lock(mu_);
   std::vector<std::pair<std::function<void(Status)>, Status>> ready;
+  // Whether appended records without a waiter are due for their flush (at once when stopping).
+  auto appended_due = [this] {
+    return unflushed_since_ && !syncing_ && broken_.empty() && !closed_ &&
+           (stopping_ ||
+            std::chrono::steady_clock::now() >= *unflushed_since_ + appended_flush_delay_);
+  };
   while (true) {
-    flusher_cv_.wait(lock, [this] {
-      return stopping_ || (!waiters_.empty() && (!broken_.empty() || closed_ || !syncing_ ||
-                                                 waiters_.front().ticket <= synced_));
-    });
+    auto woken = [&] {
+      return stopping_ ||
+             (!waiters_.empty() &&
+              (!broken_.empty() || closed_ || !syncing_ || waiters_.front().ticket <= synced_)) ||
+             appended_due();
+    };
+    while (!woken()) {
+      // Re-decided at each wake-up: an append may have set a deadline meanwhile.
+      if (unflushed_since_ && !syncing_ && waiters_.empty()) {
+        flusher_cv_.wait_until(lock, *unflushed_since_ + appended_flush_delay_);
+      } else {
+        flusher_cv_.wait(lock);
+      }
+    }
     // Answer what is durable; once the sink is broken or closed, the rest with the error.
     const Status failed = !broken_.empty() ? brokenError() : closed_ ? closedError() : Status::ok();
     while (!waiters_.empty() && (!failed.isOk() || waiters_.front().ticket <= synced_)) {
@@ -291,7 +313,7 @@ void FileSink::flushLoop() {
       }
       ready.clear();
       lock.lock();
-    } else if (!waiters_.empty() && !syncing_) {
+    } else if ((!waiters_.empty() || appended_due()) && !syncing_) {
       leadFlushLocked(lock);
     } else if (waiters_.empty() && stopping_) {
       return;
@@ -326,6 +348,11 @@ Status FileSink::write(const AuditEvent& event, Durability durability) {
   chain_.commit(std::move(pending));
   const uint64_t ticket = ++appended_;
   if (durability == Durability::kAppended) {
+    if (!unflushed_since_) {
+      unflushed_since_ = std::chrono::steady_clock::now();
+      startFlusherLocked();
+      flusher_cv_.notify_one();
+    }
     return Status::ok();
   }
   return syncLocked(lock, ticket);

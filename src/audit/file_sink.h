@@ -16,11 +16,13 @@
 // records ("broken") until it is reopened, which re-reads what is really on disk.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -47,6 +49,13 @@ struct FileSinkOptions {
   // How the file is flushed: ::fdatasync when null. Tests pass one that fails (-1 with errno
   // set), since no real disk can be made to fail on demand.
   std::function<int(int fd)> fdatasync = nullptr;
+  // A record written with Durability::kAppended that no durable write or whenDurable flushes
+  // first is flushed by the flusher thread this long after it was appended (plus one flush).
+  // Every flush briefly slows the appends that meet it (ext4 allocates the blocks and commits
+  // its journal meanwhile), so fewer flushes keep the latency of answers that do not wait for
+  // one low; the cost is how long such records may sit in the kernel's cache only, where a
+  // crash of the machine (not of the server) loses them (docs/benchmarks.md).
+  std::chrono::milliseconds appended_flush_delay{50};
 };
 
 class FileSink final : public AuditSink {
@@ -57,7 +66,8 @@ class FileSink final : public AuditSink {
   static core::Result<std::unique_ptr<FileSink>> open(const std::string& path,
                                                       const FileSinkOptions& options,
                                                       const core::Clock& clock);
-  // Closes the file without a final checkpoint if `close` was not called.
+  // Closes the file without a final checkpoint if `close` was not called (after flushing what
+  // was appended).
   ~FileSink() override;
   FileSink(const FileSink&) = delete;
   FileSink& operator=(const FileSink&) = delete;
@@ -66,8 +76,9 @@ class FileSink final : public AuditSink {
   core::Status write(const AuditEvent& event,
                      Durability durability = Durability::kDurable) override;
   // Group commit: `done` waits on a flusher thread of the sink's own (started by the first
-  // call), which flushes as soon as no writer is flushing, so every record appended meanwhile
-  // shares the next flush. kEveryRecord: flushes at once, on the caller's thread.
+  // call, or the first kAppended write), which flushes as soon as no writer is flushing, so
+  // every record appended meanwhile shares the next flush. kEveryRecord: flushes at once, on the
+  // caller's thread.
   void whenDurable(std::function<void(core::Status)> done) override;
   core::Status close() override;
 
@@ -84,8 +95,10 @@ class FileSink final : public AuditSink {
   core::Status syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket);
   // Flushes everything appended so far, without the lock meanwhile; requires !syncing_.
   void leadFlushLocked(std::unique_lock<std::mutex>& lock);
-  // The flusher thread: runs whenDurable callbacks once their records are durable.
+  // The flusher thread: runs whenDurable callbacks once their records are durable, and
+  // flushes kAppended records within `appended_flush_delay_`.
   void flushLoop();
+  void startFlusherLocked();
   // Stops the flusher (after it has answered every callback) and joins it.
   void stopFlusher(std::unique_lock<std::mutex>& lock);
   core::Status brokenError() const;
@@ -96,8 +109,9 @@ class FileSink final : public AuditSink {
   const std::string name_;
   const SyncMode sync_;
   const std::function<int(int fd)> fdatasync_;  // Never null.
-  mutable std::mutex mu_;                       // Guards everything below.
-  std::condition_variable synced_cv_;           // Signalled when `synced_` or `broken_` changes.
+  const std::chrono::milliseconds appended_flush_delay_;
+  mutable std::mutex mu_;              // Guards everything below.
+  std::condition_variable synced_cv_;  // Signalled when `synced_` or `broken_` changes.
   int fd_;
   uint64_t size_;          // Bytes of complete records in the file.
   uint64_t appended_ = 0;  // Appends so far (tickets); the n-th append has ticket n.
@@ -113,7 +127,9 @@ class FileSink final : public AuditSink {
   std::deque<Waiter> waiters_;          // whenDurable callbacks, in ticket order.
   std::condition_variable flusher_cv_;  // Signalled for the flusher: a waiter, a flush, a stop.
   bool stopping_ = false;               // The flusher answers what is left and ends.
-  std::thread flusher_;                 // Started by the first whenDurable (group commit).
+  // When the oldest record that no flush has started on yet was appended (kAppended only).
+  std::optional<std::chrono::steady_clock::time_point> unflushed_since_;
+  std::thread flusher_;  // Started by the first whenDurable (group commit).
 };
 
 }  // namespace tessera::audit

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -401,6 +402,66 @@ TEST_P(FileSinkTest, AFailedFlushFailsItsWaitersAndStopsTheSink) {
   fail = true;
   const core::Status durable = sink->write(sampleEvent(3));
   EXPECT_NE(durable.message().find("fdatasync failed"), std::string::npos) << durable.message();
+}
+
+TEST_P(FileSinkTest, AppendedRecordsAreFlushedByTheSinkAfterTheDelayAndShareTheFlush) {
+  using std::chrono::steady_clock;
+  std::mutex mu;
+  std::vector<std::pair<steady_clock::time_point, off_t>> flushes;  // When, and the file's size.
+  FileSinkOptions o = options();
+  o.appended_flush_delay = std::chrono::milliseconds(300);
+  o.fdatasync = [&](int fd) {
+    struct stat st {};
+    ::fstat(fd, &st);
+    std::lock_guard lock(mu);
+    flushes.emplace_back(steady_clock::now(), st.st_size);
+    return ::fdatasync(fd);
+  };
+  auto opened = FileSink::open(path_, o, clock_);
+  ASSERT_TRUE(opened.isOk());
+  auto sink = std::move(opened).value();
+  const auto first_append = steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(sink->write(sampleEvent(i), Durability::kAppended).isOk());
+  }
+  const auto size = static_cast<off_t>(std::filesystem::file_size(path_));
+  // No durable write and no waiter: the sink flushes them by itself.
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(mu);
+    return !flushes.empty() && flushes.back().second >= size;
+  }));
+  {
+    std::lock_guard lock(mu);
+    // Not before the delay (nothing else asked for a flush), and one flush for all twenty.
+    EXPECT_GE(flushes.front().first - first_append, o.appended_flush_delay);
+    EXPECT_EQ(flushes.size(), 1U);
+  }
+  // A record appended while the flusher has nothing to do is flushed as well.
+  ASSERT_TRUE(sink->write(sampleEvent(20), Durability::kAppended).isOk());
+  const auto grown = static_cast<off_t>(std::filesystem::file_size(path_));
+  EXPECT_TRUE(eventually([&] {
+    std::lock_guard lock(mu);
+    return flushes.back().second >= grown;
+  }));
+}
+
+TEST_P(FileSinkTest, AppendedRecordsAreFlushedWhenTheSinkGoes) {
+  std::atomic<off_t> flushed{-1};
+  FileSinkOptions o = options();
+  o.appended_flush_delay = std::chrono::hours(1);
+  o.fdatasync = [&](int fd) {
+    struct stat st {};
+    ::fstat(fd, &st);
+    flushed = st.st_size;
+    return ::fdatasync(fd);
+  };
+  auto opened = FileSink::open(path_, o, clock_);
+  ASSERT_TRUE(opened.isOk());
+  auto sink = std::move(opened).value();
+  ASSERT_TRUE(sink->write(sampleEvent(0), Durability::kAppended).isOk());
+  const auto size = static_cast<off_t>(std::filesystem::file_size(path_));
+  sink.reset();  // Without close: no checkpoint, but the record is flushed first.
+  EXPECT_EQ(flushed, size);
 }
 
 INSTANTIATE_TEST_SUITE_P(SyncModes, FileSinkTest,

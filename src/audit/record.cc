@@ -54,6 +54,20 @@ void hmacSensitiveKeys(json& value, const json::json_pointer& where, std::string
   }
 }
 
+bool hasSensitiveKey(const json& value) {
+  if (value.is_object()) {
+    for (const auto& [key, item] : value.items()) {
+      if (isAlwaysSensitiveKey(key) || hasSensitiveKey(item)) {
+        return true;
+      }
+    }
+  } else if (value.is_array()) {
+    return std::any_of(value.begin(), value.end(),
+                       [](const json& v) { return hasSensitiveKey(v); });
+  }
+  return false;
+}
+
 bool isLowerHex(const std::string& s, size_t size) {
   return s.size() == size && std::all_of(s.begin(), s.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -85,6 +99,12 @@ std::string formatRfc3339Millis(core::WallTime t) {
                      static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
                      hms.hours().count(), hms.minutes().count(), hms.seconds().count(),
                      hms.subseconds().count());
+}
+
+bool responseIsSensitive(const AuditEvent& event) {
+  return std::any_of(event.sensitive.begin(), event.sensitive.end(),
+                     [](const std::string& p) { return p.rfind("/response/", 0) == 0; }) ||
+         hasSensitiveKey(event.response.body);
 }
 
 Result<json> redactedEventJson(const AuditEvent& event, const RedactionOptions& options) {

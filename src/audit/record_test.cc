@@ -57,6 +57,27 @@ TEST(RecordTest, AccessorIsHmacdByDefault) {
   EXPECT_EQ((*j)["auth"]["accessor"], hmacValue("pepper", "accessor-team-1"));
 }
 
+TEST(RecordTest, AResponseIsSensitiveIfItsRecordHidesAnyOfIt) {
+  AuditEvent e = testing::sampleEvent(1);
+  e.response.body = {{"data", {{"phase", "Running"}, {"tasks", {{{"node", "n0"}}}}}}};
+  EXPECT_FALSE(responseIsSensitive(e));
+  // Sensitive pointers into the request only: the answer still reveals nothing.
+  e.sensitive = {"/request/body/data"};
+  EXPECT_FALSE(responseIsSensitive(e));
+  // A pointer into the response, present or not (a secret's path says what it holds).
+  e.sensitive = {"/request/body/data", "/response/body/data"};
+  EXPECT_TRUE(responseIsSensitive(e));
+  // An always-sensitive key at any depth, in any case, in objects inside arrays too.
+  e.sensitive.clear();
+  e.response.body["data"]["tasks"][0]["Credentials"] = {{"identity-token", "eyJ..."}};
+  EXPECT_TRUE(responseIsSensitive(e));
+  // Only the response counts: a token in the request body is not revealed by the answer.
+  AuditEvent q = testing::sampleEvent(2);
+  q.request.body = {{"token", "tsr.x"}};
+  q.response.body = {{"data", json::array({1, 2})}};
+  EXPECT_FALSE(responseIsSensitive(q));
+}
+
 TEST(RecordTest, SensitivePointersAreHmacdWithTheSalt) {
   AuditEvent e = testing::sampleEvent(1);
   e.request.body["data"] = {{"api-key", "AKIA123"}, {"limits", {{"gpus", 4}}}};

@@ -43,6 +43,13 @@ void addServerCommands(CLI::App& app, int* rc) {
                 "t4-2x) or NAME=PROFILE,...; each is run by an in-process agent with simulated "
                 "GPUs, so workloads run as real processes (logs: DATA_DIR/nodes/<node>)")
       ->capture_default_str();
+  auto flush_reads = std::make_shared<std::string>("secrets");
+  d->add_option("--audit-flush-reads", *flush_reads,
+                "Which reads wait until their audit records are on disk before they are "
+                "answered: those that reveal secrets, or all (audit_flush_reads in a server "
+                "config)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"secrets", "all"}));
   auto simulated = std::make_shared<bool>(false);
   CLI::Option* simulated_opt =
       d->add_flag("--simulated", *simulated,
@@ -53,7 +60,8 @@ void addServerCommands(CLI::App& app, int* rc) {
               "Declare the nodes for agents but start none: run `tessera agent run` for each "
               "(the command is printed), as on real machines")
       ->excludes(simulated_opt);
-  d->callback([dev, simulated, external, rc] {
+  d->callback([dev, flush_reads, simulated, external, rc] {
+    dev->audit_flush_every_read = *flush_reads == "all";
     // One agent per node on a thread of its own, as `tessera agent run` would run on each
     // machine; stopped (with their tasks) before the server stops.
     struct Agents {

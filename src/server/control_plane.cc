@@ -655,8 +655,8 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   ev.request.body = r.body;
   ev.sensitive = sensitivePointers(r.scope);
   // A request that changes something is on stable storage in the log before it is acted on. A
-  // read changes nothing and its answer is held back until its response record is durable, so
-  // its request record only needs to precede that one: one disk flush for both.
+  // read changes nothing, so its request record only needs to precede its response record in
+  // the log: one disk flush for both, which the answer waits for if it reveals secrets.
   const bool read_only = r.method == "GET" || r.method == "LIST";
   audit::Auditor::Appended appended;
   if (read_only) {
@@ -675,6 +675,17 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     ev.response.body = resp.body.empty() ? json::object() : json::parse(resp.body);
   } catch (const json::exception&) {
     ev.response.body = json::object();
+  }
+  if (read_only && !r.grant && !options_.flush_every_read && !audit::responseIsSensitive(ev)) {
+    // Nothing secret in the answer: it goes once both records are appended, and they are
+    // flushed behind it (a crash of the machine in between could lose them, one of the server
+    // could not).
+    if (!auditor_.recordAppendedAfter(ev, appended).isOk()) {
+      resp = error(503, "the audit log cannot record this request, so it is refused");
+    }
+    recordMetric(r.route, tenant, resp.status,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return resp;
   }
   if (read_only && !r.grant) {
     // Answered once both records are durable, from the flusher; this worker goes on meanwhile.

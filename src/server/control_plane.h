@@ -64,6 +64,11 @@ struct ControlPlaneOptions {
   std::chrono::milliseconds node_lease_ttl{15000};
   // The audit file a tenant's view (GET audit) is read from; empty: no view.
   std::string audit_file;
+  // When a read (GET, LIST) is answered. false (`audit_flush_reads = "secrets"`): a read whose
+  // answer reveals secrets waits until its audit records are on stable storage; any other read
+  // is answered once they are appended, and they are flushed right behind it. true ("all"):
+  // every read waits for the flush. A change always waits (docs/server.md, the request path).
+  bool flush_every_read = false;
 };
 
 class ControlPlane {

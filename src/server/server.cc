@@ -139,6 +139,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     audit::FileSinkOptions opts;
     opts.sink.salt = *salt;
     opts.sink.checkpoint_every = a.checkpoint_every;
+    opts.appended_flush_delay = std::chrono::milliseconds(a.flush_delay_ms);
     if (!a.signing_key_file.empty()) {
       auto key = audit::SigningKey::fromPemFile(a.signing_key_file);
       if (!key.isOk()) {
@@ -199,6 +200,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.node_lease_ttl = dopts.lease_ttl;
   copts.max_waiting_watches = std::max(1, config.workers / 2);
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
+  copts.flush_every_read = config.audit_flush_every_read;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
   copts.tokens.max_ttl = std::chrono::seconds(config.max_ttl_s);
   secrets::SecretsOptions sopts;
@@ -345,8 +347,9 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(json doc, core::parseConfigFile(path));
   ServerConfig c;
   core::JsonNode top(doc, "", path);
-  TESSERA_RETURN_IF_ERROR(top.checkKeys({"storage", "listener", "audit", "scheduler", "nodes",
-                                         "limits", "tokens", "secrets", "io_threads", "workers"}));
+  TESSERA_RETURN_IF_ERROR(
+      top.checkKeys({"storage", "listener", "audit", "scheduler", "nodes", "limits", "tokens",
+                     "secrets", "audit_flush_reads", "io_threads", "workers"}));
   TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> storage,
                            core::hclBlocks(doc, "storage", 1, path));
   if (storage.size() != 1 || storage[0].labels[0] != "sqlite") {
@@ -417,8 +420,8 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
       return core::invalidArgument(path + ": " + at + ": only audit \"file\" exists");
     }
     core::JsonNode a(*audits[i].body, at, path);
-    TESSERA_RETURN_IF_ERROR(
-        a.checkKeys({"path", "salt_file", "signing_key_file", "checkpoint_every"}));
+    TESSERA_RETURN_IF_ERROR(a.checkKeys(
+        {"path", "salt_file", "signing_key_file", "checkpoint_every", "flush_delay_ms"}));
     ServerConfig::AuditFile af;
     if (!a.has("path")) {
       return a.error("missing 'path'");
@@ -428,6 +431,7 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_ASSIGN_OR_RETURN(af.signing_key_file, strField(a, "signing_key_file", ""));
     TESSERA_ASSIGN_OR_RETURN(int64_t every, intField(a, "checkpoint_every", 0, 1000000000, 1000));
     af.checkpoint_every = static_cast<uint64_t>(every);
+    TESSERA_ASSIGN_OR_RETURN(af.flush_delay_ms, intField(a, "flush_delay_ms", 0, 1000, 50));
     c.audit.push_back(std::move(af));
   }
   TESSERA_ASSIGN_OR_RETURN(const json* sched, singleBlock(doc, "scheduler", path));
@@ -485,7 +489,7 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_RETURN_IF_ERROR(s.checkKeys({"seal", "key_file", "oidc_issuer", "identity_ttl"}));
     TESSERA_ASSIGN_OR_RETURN(c.oidc_issuer, strField(s, "oidc_issuer", ""));
     TESSERA_ASSIGN_OR_RETURN(c.identity_ttl_s, durationField(s, "identity_ttl", c.identity_ttl_s));
-    if (c.identity_ttl_s < 60 || c.identity_ttl_s > 24 * 3600) {
+    if (c.identity_ttl_s < 60 || c.identity_ttl_s > int64_t{24} * 3600) {
       return s.error("identity_ttl must be between 1m and 24h");
     }
     TESSERA_ASSIGN_OR_RETURN(c.seal, strField(s, "seal", "file"));
@@ -497,6 +501,13 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
       return s.error("key_file is for seal = \"file\"; Shamir shares are never stored");
     }
   }
+  TESSERA_ASSIGN_OR_RETURN(const std::string flush_reads,
+                           strField(top, "audit_flush_reads", "secrets"));
+  if (flush_reads != "secrets" && flush_reads != "all") {
+    return top.child("audit_flush_reads")
+        .error("expected \"secrets\" or \"all\", not \"" + flush_reads + "\"");
+  }
+  c.audit_flush_every_read = flush_reads == "all";
   if (top.has("io_threads")) {
     TESSERA_ASSIGN_OR_RETURN(int64_t n, top.child("io_threads").integer(1, 256));
     c.io_threads = static_cast<int>(n);
@@ -563,7 +574,8 @@ int runDev(const DevOptions& options) {
   l.tls_cert_file = dir + "/server.pem";
   l.tls_key_file = dir + "/server-key.pem";
   config.listeners.push_back(l);
-  config.audit.push_back({dir + "/audit.log", dir + "/audit.salt", "", 1000});
+  config.audit.push_back({dir + "/audit.log", dir + "/audit.salt", "", 1000, 50});
+  config.audit_flush_every_read = options.audit_flush_every_read;
   std::vector<NodeDecl> decls;
   if (options.start_agents) {
     auto parsed = parseNodeList(options.nodes, "--nodes");
