@@ -274,11 +274,14 @@ void FileSink::startFlusherLocked() {
 void FileSink::flushLoop() {
   std::unique_lock lock(mu_);
   std::vector<std::pair<std::function<void(Status)>, Status>> ready;
-  // Whether appended records without a waiter are due for their flush (at once when stopping).
-  auto appended_due = [this] {
-    return unflushed_since_ && !syncing_ && broken_.empty() && !closed_ &&
-           (stopping_ ||
-            std::chrono::steady_clock::now() >= *unflushed_since_ + appended_flush_delay_);
+  // Whether appended records without a waiter wait for a flush of the flusher's own, and
+  // whether it is due (at once when stopping). A broken or closed sink flushes nothing more.
+  auto appended_pending = [this] {
+    return unflushed_since_ && !syncing_ && broken_.empty() && !closed_;
+  };
+  auto appended_due = [&] {
+    return appended_pending() && (stopping_ || std::chrono::steady_clock::now() >=
+                                                   *unflushed_since_ + appended_flush_delay_);
   };
   while (true) {
     auto woken = [&] {
@@ -289,7 +292,7 @@ void FileSink::flushLoop() {
     };
     while (!woken()) {
       // Re-decided at each wake-up: an append may have set a deadline meanwhile.
-      if (unflushed_since_ && !syncing_ && waiters_.empty()) {
+      if (appended_pending() && waiters_.empty()) {
         flusher_cv_.wait_until(lock, *unflushed_since_ + appended_flush_delay_);
       } else {
         flusher_cv_.wait(lock);

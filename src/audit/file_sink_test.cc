@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <future>
@@ -462,6 +463,40 @@ TEST_P(FileSinkTest, AppendedRecordsAreFlushedWhenTheSinkGoes) {
   const auto size = static_cast<off_t>(std::filesystem::file_size(path_));
   sink.reset();  // Without close: no checkpoint, but the record is flushed first.
   EXPECT_EQ(flushed, size);
+}
+
+TEST_P(FileSinkTest, AFailedFlushWithAppendedRecordsLeftLeavesTheFlusherAsleep) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> calls{0};
+  FileSinkOptions o = options();
+  o.appended_flush_delay = std::chrono::milliseconds(0);
+  o.fdatasync = [&](int) {
+    ++calls;
+    released.wait();
+    errno = EIO;
+    return -1;
+  };
+  auto opened = FileSink::open(path_, o, clock_);
+  ASSERT_TRUE(opened.isOk());
+  auto sink = std::move(opened).value();
+  ASSERT_TRUE(sink->write(sampleEvent(0), Durability::kAppended).isOk());
+  ASSERT_TRUE(eventually([&] { return calls == 1; }));
+  // Appended while that flush is under way: it waits for the next one, which never comes,
+  // since the one under way fails and the sink stops.
+  ASSERT_TRUE(sink->write(sampleEvent(1), Durability::kAppended).isOk());
+  release.set_value();
+  ASSERT_TRUE(eventually([&] {
+    return sink->write(sampleEvent(2), Durability::kAppended)
+               .message()
+               .find("stopped taking records") != std::string::npos;
+  }));
+  // The flusher sleeps now: it neither retries nor spins on a deadline long past.
+  const std::clock_t cpu0 = std::clock();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double cpu_ms = 1000.0 * static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  EXPECT_LT(cpu_ms, 100) << "the flusher is busy while the sink is broken";
+  EXPECT_EQ(calls, 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(SyncModes, FileSinkTest,
