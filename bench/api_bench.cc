@@ -815,7 +815,7 @@ int run(int argc, char** argv) {
   std::string dev_json;
   std::string work_dir = fs::temp_directory_path().string();
   std::string nodes;
-  std::string flush_reads = "secrets";
+  std::string durable_answers = "secrets";
   std::string out;
   std::string clients_text = "1,16";
   std::string phases_text = "submit,get,noisy";
@@ -829,9 +829,9 @@ int run(int argc, char** argv) {
                  "Where the started server's data directory goes (its disk decides fsync costs)")
       ->capture_default_str();
   app.add_option("--nodes", nodes, "--nodes for tessera dev (default: its own)");
-  app.add_option("--audit-flush-reads", flush_reads,
-                 "--audit-flush-reads for tessera dev: whether every GET waits for the audit "
-                 "log's disk flush (all) or only one that reveals secrets (secrets)")
+  app.add_option("--audit-durable-answers", durable_answers,
+                 "--audit-durable-answers for tessera dev: whether every answer waits for the "
+                 "audit log's disk flush (all) or only one that reveals secrets (secrets)")
       ->capture_default_str()
       ->check(CLI::IsMember({"secrets", "all"}));
   app.add_option("--clients", clients_text, "Concurrent clients per phase, comma-separated")
@@ -901,7 +901,7 @@ int run(int argc, char** argv) {
     data_dir = pattern;
     // Simulated nodes: this measures the API; agents would run every submission as a process.
     server = DevServer::start(tessera, data_dir, nodes, /*simulated=*/true, &error,
-                              {"--audit-flush-reads", flush_reads});
+                              {"--audit-durable-answers", durable_answers});
     if (server == nullptr) {
       std::cerr << "error: " << error << "\n";
       fs::remove_all(data_dir);
@@ -945,7 +945,7 @@ int run(int argc, char** argv) {
                 {"sample", o.sample},
                 {"spec", json::parse(o.spec, nullptr, false)},
                 {"nodes", nodes},
-                {"audit_flush_reads", server != nullptr ? flush_reads : ""},
+                {"audit_durable_answers", server != nullptr ? durable_answers : ""},
                 {"server", server != nullptr ? "started: tessera dev" : "dev.json " + dev_json},
                 {"work_dir", server != nullptr ? work_dir : ""},
                 {"hardware_threads", std::thread::hardware_concurrency()}}},

@@ -59,7 +59,7 @@ class Auditor {
   // not of the machine). The sink flushes both soon by itself (FileSink: within
   // `appended_flush_delay`, or with the next durable record); if that flush fails, the sink
   // refuses every later record. For a read whose answer reveals nothing secret
-  // (docs/server.md, `audit_flush_reads`).
+  // (docs/server.md, `audit_durable_answers`).
   core::Status recordAppendedAfter(const AuditEvent& event, const Appended& earlier);
 
   // Closes every sink (final checkpoints); returns the first error. Thread-safe.

@@ -43,11 +43,11 @@ void addServerCommands(CLI::App& app, int* rc) {
                 "t4-2x) or NAME=PROFILE,...; each is run by an in-process agent with simulated "
                 "GPUs, so workloads run as real processes (logs: DATA_DIR/nodes/<node>)")
       ->capture_default_str();
-  auto flush_reads = std::make_shared<std::string>("secrets");
-  d->add_option("--audit-flush-reads", *flush_reads,
-                "Which reads wait until their audit records are on disk before they are "
-                "answered: those that reveal secrets, or all (audit_flush_reads in a server "
-                "config)")
+  auto durable_answers = std::make_shared<std::string>("secrets");
+  d->add_option("--audit-durable-answers", *durable_answers,
+                "Which answers wait until their audit records are on disk: those that reveal "
+                "secrets, or all (audit_durable_answers in a server config; a change always "
+                "waits for its request's record)")
       ->capture_default_str()
       ->check(CLI::IsMember({"secrets", "all"}));
   auto simulated = std::make_shared<bool>(false);
@@ -60,8 +60,8 @@ void addServerCommands(CLI::App& app, int* rc) {
               "Declare the nodes for agents but start none: run `tessera agent run` for each "
               "(the command is printed), as on real machines")
       ->excludes(simulated_opt);
-  d->callback([dev, flush_reads, simulated, external, rc] {
-    dev->audit_flush_every_read = *flush_reads == "all";
+  d->callback([dev, durable_answers, simulated, external, rc] {
+    dev->audit_durable_every_answer = *durable_answers == "all";
     // One agent per node on a thread of its own, as `tessera agent run` would run on each
     // machine; stopped (with their tasks) before the server stops.
     struct Agents {

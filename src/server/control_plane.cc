@@ -656,7 +656,8 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   ev.sensitive = sensitivePointers(r.scope);
   // A request that changes something is on stable storage in the log before it is acted on. A
   // read changes nothing, so its request record only needs to precede its response record in
-  // the log: one disk flush for both, which the answer waits for if it reveals secrets.
+  // the log: one disk flush for both, which the answer waits for if it reveals secrets
+  // (audit_durable_answers).
   const bool read_only = r.method == "GET" || r.method == "LIST";
   audit::Auditor::Appended appended;
   if (read_only) {
@@ -676,12 +677,15 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   } catch (const json::exception&) {
     ev.response.body = json::object();
   }
-  if (read_only && !r.grant && !options_.flush_every_read && !audit::responseIsSensitive(ev)) {
-    // Nothing secret in the answer: it goes once both records are appended, and they are
-    // flushed behind it (a crash of the machine in between could lose them, one of the server
-    // could not).
-    if (!auditor_.recordAppendedAfter(ev, appended).isOk()) {
+  if (!r.grant && !options_.durable_every_answer && !audit::responseIsSensitive(ev)) {
+    // Nothing secret in the answer: it goes once the response record is appended (a read's
+    // request record with it), and the log flushes them soon after: a crash of the machine in
+    // between could lose them, one of the server could not. A change's request record is on
+    // stable storage already.
+    if (read_only && !auditor_.recordAppendedAfter(ev, appended).isOk()) {
       resp = error(503, "the audit log cannot record this request, so it is refused");
+    } else if (!read_only && !auditor_.append(ev).isOk() && resp.status < 300) {
+      resp = error(503, "the audit log cannot record the response");
     }
     recordMetric(r.route, tenant, resp.status,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -64,11 +64,12 @@ struct ControlPlaneOptions {
   std::chrono::milliseconds node_lease_ttl{15000};
   // The audit file a tenant's view (GET audit) is read from; empty: no view.
   std::string audit_file;
-  // When a read (GET, LIST) is answered. false (`audit_flush_reads = "secrets"`): a read whose
-  // answer reveals secrets waits until its audit records are on stable storage; any other read
-  // is answered once they are appended, and they are flushed right behind it. true ("all"):
-  // every read waits for the flush. A change always waits (docs/server.md, the request path).
-  bool flush_every_read = false;
+  // Which answers wait until their audit records are on stable storage. false
+  // (`audit_durable_answers = "secrets"`): one that reveals secrets, or answers under a grant;
+  // any other is sent once its records are appended, and they are flushed soon after. true
+  // ("all"): every answer. Either way a change is made only once its request record is on
+  // stable storage (docs/server.md, the request path).
+  bool durable_every_answer = false;
 };
 
 class ControlPlane {

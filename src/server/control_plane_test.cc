@@ -1,6 +1,6 @@
-// When a read's answer leaves, relative to the audit log's disk flush: the policy of
-// `audit_flush_reads` (docs/server.md, "A request's path", step 5), on a real ControlPlane over
-// SQLite and a FileSink whose flush the test holds back.
+// When an answer leaves, relative to the audit log's disk flush: the policy of
+// `audit_durable_answers` (docs/server.md, "A request's path", step 5), on a real ControlPlane
+// over SQLite and a FileSink whose flush the test holds back or counts.
 #include "server/control_plane.h"
 
 #include <gtest/gtest.h>
@@ -83,7 +83,7 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
     store_ = std::move(store).value();
     audit::FileSinkOptions fo{{.salt = "pepper"}};
     fo.fdatasync = [this](int fd) { return disk_.fdatasync(fd); };
-    fo.appended_flush_delay = 1ms;
+    fo.appended_flush_delay = flush_delay_;
     auto sink = audit::FileSink::open((dir_ / "audit.log").string(), fo, clock_);
     ASSERT_TRUE(sink.isOk()) << sink.status().toString();
     std::vector<std::unique_ptr<audit::AuditSink>> sinks;
@@ -99,7 +99,7 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
     ASSERT_TRUE(secrets.isOk()) << secrets.status().toString();
     secrets_ = std::move(secrets).value();
     ControlPlaneOptions co;
-    co.flush_every_read = GetParam();
+    co.durable_every_answer = GetParam();
     auto cp =
         ControlPlane::open(*store_, *auditor_, *driver_, catalogue_, clock_, co, secrets_.get());
     ASSERT_TRUE(cp.isOk()) << cp.status().toString();
@@ -146,17 +146,18 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
   HttpResponse call(const std::string& method, const std::string& path,
                     const json& body = nullptr) {
     auto answered = send(method, path, body);
-    EXPECT_EQ(answered.wait_for(10s), std::future_status::ready) << method << " " << path;
-    return answered.valid() ? answered.get() : HttpResponse{};
+    const bool ready = answered.wait_for(10s) == std::future_status::ready;
+    EXPECT_TRUE(ready) << method << " " << path << " unanswered";
+    return ready ? answered.get() : HttpResponse{.status = 0};
   }
 
   // Whether a request's answer leaves while the disk holds every flush (each answer that does
   // must still come once the disk lets go).
   bool answeredWhileTheDiskIsHeld(const std::string& method, const std::string& path,
-                                  unsigned want_status) {
+                                  unsigned want_status, const json& body = nullptr) {
     disk_.hold();
     const int flushes_before = disk_.started();
-    auto answered = send(method, path);
+    auto answered = send(method, path, body);
     // A flush has started and waits on the disk; an answer that waited for it cannot be sent.
     for (int i = 0; i < 1000 && disk_.started() == flushes_before; ++i) {
       std::this_thread::sleep_for(5ms);
@@ -164,11 +165,14 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
     EXPECT_GT(disk_.started(), flushes_before) << "no flush for " << path;
     const bool early = answered.wait_for(300ms) == std::future_status::ready;
     disk_.release();
-    EXPECT_EQ(answered.wait_for(10s), std::future_status::ready) << path;
-    EXPECT_EQ(answered.get().status, want_status) << path;
+    const bool ready = answered.wait_for(10s) == std::future_status::ready;
+    EXPECT_TRUE(ready) << path << " unanswered after the flush";
+    EXPECT_EQ(ready ? answered.get().status : 0U, want_status) << path;
     return early;
   }
 
+  // When the audit log flushes records nobody waits for.
+  std::chrono::milliseconds flush_delay_ = 1ms;
   fs::path dir_;
   core::RealClock clock_;
   const model::GpuCatalogue catalogue_ = model::GpuCatalogue::builtin();
@@ -184,11 +188,11 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(ControlPlaneAuditTest, ReadsRevealingNothingSecretGoBeforeTheFlushUnlessAllMustWait) {
-  const bool flush_every_read = GetParam();
+  const bool durable_every_answer = GetParam();
   ASSERT_EQ(call("POST", "workloads/w1", {{"cpuMilli", 100}, {"duration", 1}}).status, 202U);
   // A workload's status and a list reveal nothing secret.
-  EXPECT_EQ(answeredWhileTheDiskIsHeld("GET", "workloads/w1", 200), !flush_every_read);
-  EXPECT_EQ(answeredWhileTheDiskIsHeld("LIST", "workloads", 200), !flush_every_read);
+  EXPECT_EQ(answeredWhileTheDiskIsHeld("GET", "workloads/w1", 200), !durable_every_answer);
+  EXPECT_EQ(answeredWhileTheDiskIsHeld("LIST", "workloads", 200), !durable_every_answer);
 }
 
 TEST_P(ControlPlaneAuditTest, ReadsOfSecretsAndChangesAlwaysWaitForTheFlush) {
@@ -199,6 +203,8 @@ TEST_P(ControlPlaneAuditTest, ReadsOfSecretsAndChangesAlwaysWaitForTheFlush) {
   EXPECT_FALSE(answeredWhileTheDiskIsHeld("GET", "secrets/kv/data/absent", 404));
   // A change waits for its request record before it is made.
   EXPECT_FALSE(answeredWhileTheDiskIsHeld("DELETE", "secrets/kv/data/db", 204));
+  EXPECT_FALSE(answeredWhileTheDiskIsHeld("POST", "workloads/w2", 202,
+                                          {{"cpuMilli", 100}, {"duration", 1}}));
 }
 
 TEST_P(ControlPlaneAuditTest, ARecordAnsweredBeforeItsFlushIsOnDiskRightAfter) {
@@ -215,7 +221,35 @@ TEST_P(ControlPlaneAuditTest, ARecordAnsweredBeforeItsFlushIsOnDiskRightAfter) {
   EXPECT_GT(disk_.started(), flushes_before);
 }
 
-INSTANTIATE_TEST_SUITE_P(AuditFlushReads, ControlPlaneAuditTest, ::testing::Bool(),
+// The audit log flushes only when someone waits, so each request's flushes can be counted.
+class ControlPlaneAuditFlushCountTest : public ControlPlaneAuditTest {
+ protected:
+  ControlPlaneAuditFlushCountTest() { flush_delay_ = std::chrono::hours(1); }
+
+  // The audit log's flushes before `method path` was answered.
+  int flushesFor(const std::string& method, const std::string& path, unsigned want_status,
+                 const json& body = nullptr) {
+    const int before = disk_.started();
+    EXPECT_EQ(call(method, path, body).status, want_status) << method << " " << path;
+    return disk_.started() - before;
+  }
+};
+
+TEST_P(ControlPlaneAuditFlushCountTest, EachAnswerWaitsForTheFlushesItNeeds) {
+  const bool all = GetParam();
+  const json spec = {{"cpuMilli", 100}, {"duration", 1}};
+  // A submission: its request record before the change; its response too with "all".
+  EXPECT_EQ(flushesFor("POST", "workloads/w1", 202, spec), all ? 2 : 1);
+  // A status read: none, or one for both records.
+  EXPECT_EQ(flushesFor("GET", "workloads/w1", 200), all ? 1 : 0);
+  // A secret written (its answer names the version: under data, which the log HMACs) and read.
+  EXPECT_EQ(flushesFor("PUT", "secrets/kv/data/db", 200, {{"data", {{"password", "hunter2"}}}}), 2);
+  EXPECT_EQ(flushesFor("GET", "secrets/kv/data/db", 200), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "All" : "Secrets"; });
+INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditFlushCountTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "All" : "Secrets"; });
 
 }  // namespace

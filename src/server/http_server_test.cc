@@ -184,6 +184,12 @@ TEST(HttpServerTest, AnAsyncHandlerAnswersOnceFromAnyThreadAndNeverLeavesAReques
   EXPECT_EQ(get(other, "/dropped").result_int(), 500U);
   EXPECT_EQ(get(other, "/throws").result_int(), 500U);
   EXPECT_EQ(get(other, "/now").body(), "now");  // The connection is still in step.
+  // Nothing left in flight: the count drops when a write completes on the server, which may
+  // be a moment after the client has read the answer.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (server->inFlight() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_EQ(server->inFlight(), 0);
   server->shutdown(std::chrono::seconds(1));
   for (std::thread& t : later) {

@@ -200,7 +200,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.node_lease_ttl = dopts.lease_ttl;
   copts.max_waiting_watches = std::max(1, config.workers / 2);
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
-  copts.flush_every_read = config.audit_flush_every_read;
+  copts.durable_every_answer = config.audit_durable_every_answer;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
   copts.tokens.max_ttl = std::chrono::seconds(config.max_ttl_s);
   secrets::SecretsOptions sopts;
@@ -349,7 +349,7 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   core::JsonNode top(doc, "", path);
   TESSERA_RETURN_IF_ERROR(
       top.checkKeys({"storage", "listener", "audit", "scheduler", "nodes", "limits", "tokens",
-                     "secrets", "audit_flush_reads", "io_threads", "workers"}));
+                     "secrets", "audit_durable_answers", "io_threads", "workers"}));
   TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> storage,
                            core::hclBlocks(doc, "storage", 1, path));
   if (storage.size() != 1 || storage[0].labels[0] != "sqlite") {
@@ -501,13 +501,13 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
       return s.error("key_file is for seal = \"file\"; Shamir shares are never stored");
     }
   }
-  TESSERA_ASSIGN_OR_RETURN(const std::string flush_reads,
-                           strField(top, "audit_flush_reads", "secrets"));
-  if (flush_reads != "secrets" && flush_reads != "all") {
-    return top.child("audit_flush_reads")
-        .error("expected \"secrets\" or \"all\", not \"" + flush_reads + "\"");
+  TESSERA_ASSIGN_OR_RETURN(const std::string durable_answers,
+                           strField(top, "audit_durable_answers", "secrets"));
+  if (durable_answers != "secrets" && durable_answers != "all") {
+    return top.child("audit_durable_answers")
+        .error("expected \"secrets\" or \"all\", not \"" + durable_answers + "\"");
   }
-  c.audit_flush_every_read = flush_reads == "all";
+  c.audit_durable_every_answer = durable_answers == "all";
   if (top.has("io_threads")) {
     TESSERA_ASSIGN_OR_RETURN(int64_t n, top.child("io_threads").integer(1, 256));
     c.io_threads = static_cast<int>(n);
@@ -575,7 +575,7 @@ int runDev(const DevOptions& options) {
   l.tls_key_file = dir + "/server-key.pem";
   config.listeners.push_back(l);
   config.audit.push_back({dir + "/audit.log", dir + "/audit.salt", "", 1000, 50});
-  config.audit_flush_every_read = options.audit_flush_every_read;
+  config.audit_durable_every_answer = options.audit_durable_every_answer;
   std::vector<NodeDecl> decls;
   if (options.start_agents) {
     auto parsed = parseNodeList(options.nodes, "--nodes");

@@ -48,10 +48,10 @@ struct ServerConfig {
     int64_t flush_delay_ms = 50;
   };
   std::vector<AuditFile> audit;
-  // audit_flush_reads = "secrets" (false) | "all" (true): whether every read's answer waits
-  // until its audit records are on stable storage, or only one that reveals secrets
-  // (ControlPlaneOptions::flush_every_read).
-  bool audit_flush_every_read = false;
+  // audit_durable_answers = "secrets" (false) | "all" (true): whether every answer waits until
+  // its audit records are on stable storage, or only one that reveals secrets
+  // (ControlPlaneOptions::durable_every_answer).
+  bool audit_durable_every_answer = false;
   std::string policy = "tessera";
   int pass_interval_ms = 200;
   std::string simulated_nodes = "dgx-h100:2";  // "" when only agents are declared.
@@ -112,7 +112,7 @@ struct DevOptions {
   std::string data_dir;  // Empty: a new temporary directory.
   std::string addr = "127.0.0.1:8200";
   std::string nodes = "dgx-h100:2,a100-8x:1";
-  bool audit_flush_every_read = false;  // ServerConfig::audit_flush_every_read.
+  bool audit_durable_every_answer = false;  // ServerConfig::audit_durable_every_answer.
   // Set: the nodes are run by agents, which this starts once the server is ready (`tessera
   // dev` runs one in-process agent per node); unset: the server simulates them.
   std::function<void(const DevInfo&)> start_agents;

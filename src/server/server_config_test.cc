@@ -61,33 +61,33 @@ TEST_F(ServerConfigTest, TenantConcurrencyOutOfRangeNamesTheFieldAndFile) {
   EXPECT_NE(c.status().message().find(path), std::string::npos) << c.status().message();
 }
 
-TEST_F(ServerConfigTest, AuditFlushReadsIsSecretsUnlessAllIsAsked) {
+TEST_F(ServerConfigTest, AuditDurableAnswersIsSecretsUnlessAllIsAsked) {
   auto c = readServerConfig(write(kBase));
   ASSERT_TRUE(c.isOk()) << c.status().message();
-  EXPECT_FALSE(c->audit_flush_every_read);
+  EXPECT_FALSE(c->audit_durable_every_answer);
   EXPECT_EQ(c->audit[0].flush_delay_ms, 50);
 
-  c = readServerConfig(write(std::string(kBase) + "audit_flush_reads = \"all\"\n"));
+  c = readServerConfig(write(std::string(kBase) + "audit_durable_answers = \"all\"\n"));
   ASSERT_TRUE(c.isOk()) << c.status().message();
-  EXPECT_TRUE(c->audit_flush_every_read);
+  EXPECT_TRUE(c->audit_durable_every_answer);
 
-  c = readServerConfig(write(std::string(kBase) + "audit_flush_reads = \"secrets\"\n" +
+  c = readServerConfig(write(std::string(kBase) + "audit_durable_answers = \"secrets\"\n" +
                              "audit \"file\" { path = \"/tmp/b.log\" flush_delay_ms = 5 }\n"));
   ASSERT_TRUE(c.isOk()) << c.status().message();
-  EXPECT_FALSE(c->audit_flush_every_read);
+  EXPECT_FALSE(c->audit_durable_every_answer);
   EXPECT_EQ(c->audit[1].flush_delay_ms, 5);
 }
 
 TEST_F(ServerConfigTest, BadAuditFlushSettingsNameTheFieldAndFile) {
-  for (const std::string& bad :
-       {std::string("audit_flush_reads = \"none\"\n"), std::string("audit_flush_reads = true\n"),
-        std::string("audit \"file\" { path = \"/tmp/b.log\" "
-                    "flush_delay_ms = 5000 }\n")}) {
+  for (const std::string& bad : {std::string("audit_durable_answers = \"none\"\n"),
+                                 std::string("audit_durable_answers = true\n"),
+                                 std::string("audit \"file\" { path = \"/tmp/b.log\" "
+                                             "flush_delay_ms = 5000 }\n")}) {
     const std::string path = write(std::string(kBase) + bad);
     auto c = readServerConfig(path);
     ASSERT_FALSE(c.isOk()) << bad;
     const std::string& m = c.status().message();
-    EXPECT_TRUE(m.find("audit_flush_reads") != std::string::npos ||
+    EXPECT_TRUE(m.find("audit_durable_answers") != std::string::npos ||
                 m.find("flush_delay_ms") != std::string::npos)
         << m;
     EXPECT_NE(m.find(path), std::string::npos) << m;
