@@ -129,7 +129,7 @@ class FileSink final : public AuditSink {
   bool stopping_ = false;               // The flusher answers what is left and ends.
   // When the oldest record that no flush has started on yet was appended (kAppended only).
   std::optional<std::chrono::steady_clock::time_point> unflushed_since_;
-  std::thread flusher_;  // Started by the first whenDurable (group commit).
+  std::thread flusher_;  // Started by the first whenDurable or kAppended write.
 };
 
 }  // namespace tessera::audit

@@ -81,7 +81,7 @@ inline constexpr std::string_view kAlwaysSensitiveKeys[] = {
 
 // Whether the record of `event` hides part of its response: a `sensitive` pointer into the
 // response, or an always-sensitive key anywhere in the response body. When it does not, the
-// response reveals no secret (the server answers such reads without waiting for the disk).
+// response reveals no secret (the server sends such answers without waiting for the disk).
 bool responseIsSensitive(const AuditEvent& event);
 
 // `prev_hash` of the first record of a stream.

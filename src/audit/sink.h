@@ -41,9 +41,9 @@ struct SinkOptions {
 enum class Durability {
   kDurable,   // Once the record (and every record appended before it) is on stable storage.
   kAppended,  // Once the record is in the chain; it becomes durable with the next durable write
-              // to the same sink, a whenDurable, its close, or (FileSink) a flush of its own a
-              // few milliseconds later. For a record whose effect waits on a later one, or that
-              // may be answered before it is durable.
+              // to the same sink, a whenDurable, its close, or (FileSink) a flush of its own
+              // shortly after (FileSinkOptions::appended_flush_delay). For a record whose
+              // effect waits on a later one, or that may be answered before it is durable.
 };
 
 class AuditSink {

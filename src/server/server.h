@@ -44,7 +44,7 @@ struct ServerConfig {
     std::string salt_file;         // Created (0600) if missing.
     std::string signing_key_file;  // Optional: signed checkpoints.
     uint64_t checkpoint_every = 1000;
-    // Records nobody waits for (reads answered before their flush) are flushed this long after.
+    // Records nobody waits for (answers sent before their flush) are flushed this long after.
     int64_t flush_delay_ms = 50;
   };
   std::vector<AuditFile> audit;
