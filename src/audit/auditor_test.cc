@@ -36,6 +36,29 @@ class AuditorTest : public ::testing::Test {
     sinks.push_back(std::move(b));
     return std::move(Auditor::create(std::move(sinks))).value();
   }
+  // An auditor over one FileSink at `path` (null, with a test failure, if it cannot open).
+  std::unique_ptr<Auditor> overFile(const std::string& path, const FileSinkOptions& options) {
+    auto file = FileSink::open(path, options, clock_);
+    EXPECT_TRUE(file.isOk()) << file.status().toString();
+    if (!file.isOk()) {
+      return nullptr;
+    }
+    std::vector<std::unique_ptr<AuditSink>> sinks;
+    sinks.push_back(std::move(file).value());
+    return std::move(Auditor::create(std::move(sinks))).value();
+  }
+  // Appends request `i` to a only (b refuses it), then leaves a refusing and b taking writes:
+  // the response that follows lands in b only, so no sink holds both.
+  static Auditor::Appended splitRequest(Auditor& auditor, MemorySink* a, MemorySink* b, int i) {
+    b->setFailWrites(true);
+    auto appended = auditor.append(sampleEvent(i));
+    EXPECT_TRUE(appended.isOk());
+    EXPECT_EQ(appended.isOk() ? appended->sinks : std::vector<bool>{},
+              (std::vector<bool>{true, false}));
+    b->setFailWrites(false);
+    a->setFailWrites(true);
+    return appended.isOk() ? *appended : Auditor::Appended{};
+  }
   core::FakeClock clock_;
 };
 
@@ -101,13 +124,8 @@ TEST_F(AuditorTest, AnAppendedRecordCountsOnlyWithALaterRecordInTheSameSink) {
   EXPECT_EQ(appended->sinks, (std::vector<bool>{true, true}));
   EXPECT_TRUE(auditor->recordAfter(sampleEvent(1), *appended).isOk());
   // Only a took the request and only b the response: no sink holds both, so it fails.
-  b_ptr->setFailWrites(true);
-  appended = auditor->append(sampleEvent(2));
-  ASSERT_TRUE(appended.isOk());
-  EXPECT_EQ(appended->sinks, (std::vector<bool>{true, false}));
-  b_ptr->setFailWrites(false);
-  a_ptr->setFailWrites(true);
-  EXPECT_EQ(auditor->recordAfter(sampleEvent(3), *appended).code(), core::StatusCode::kUnavailable);
+  const Auditor::Appended split = splitRequest(*auditor, a_ptr, b_ptr, 2);
+  EXPECT_EQ(auditor->recordAfter(sampleEvent(3), split).code(), core::StatusCode::kUnavailable);
   // No sink takes the append: it fails at once.
   b_ptr->setFailWrites(true);
   EXPECT_EQ(auditor->append(sampleEvent(4)).status().code(), core::StatusCode::kUnavailable);
@@ -137,11 +155,7 @@ TEST_F(AuditorTest, RecordAfterAsyncAnswersAsRecordAfterWould) {
   ASSERT_TRUE(appended.isOk());
   EXPECT_TRUE(answer(*appended, 3).isOk());
   // a took only the request, b only the response: no sink holds both.
-  b_ptr->setFailWrites(true);
-  appended = auditor->append(sampleEvent(4));
-  b_ptr->setFailWrites(false);
-  a_ptr->setFailWrites(true);
-  const core::Status split = answer(*appended, 5);
+  const core::Status split = answer(splitRequest(*auditor, a_ptr, b_ptr, 4), 5);
   EXPECT_EQ(split.code(), core::StatusCode::kUnavailable);
   EXPECT_NE(split.message().find("no audit sink stored both"), std::string::npos)
       << split.message();
@@ -149,11 +163,8 @@ TEST_F(AuditorTest, RecordAfterAsyncAnswersAsRecordAfterWould) {
 
 TEST_F(AuditorTest, RecordAfterAsyncWithAFileSinkAnswersOnceFlushed) {
   testing::TempDir dir;
-  auto file = FileSink::open(dir.file("audit.log"), {{.salt = "s"}}, clock_);
-  ASSERT_TRUE(file.isOk());
-  std::vector<std::unique_ptr<AuditSink>> sinks;
-  sinks.push_back(std::move(file).value());
-  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  auto auditor = overFile(dir.file("audit.log"), {{.salt = "s"}});
+  ASSERT_NE(auditor, nullptr);
   constexpr int kRequests = 200;
   std::atomic<int> ok{0};
   std::atomic<int> failed{0};
@@ -177,11 +188,8 @@ TEST_F(AuditorTest, RecordAfterAsyncFailsWhenTheFlushFails) {
     errno = EIO;
     return -1;
   };
-  auto file = FileSink::open(dir.file("audit.log"), options, clock_);
-  ASSERT_TRUE(file.isOk());
-  std::vector<std::unique_ptr<AuditSink>> sinks;
-  sinks.push_back(std::move(file).value());
-  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  auto auditor = overFile(dir.file("audit.log"), options);
+  ASSERT_NE(auditor, nullptr);
   auto appended = auditor->append(sampleEvent(0));
   ASSERT_TRUE(appended.isOk());
   std::promise<core::Status> answer;
@@ -208,11 +216,8 @@ TEST_F(AuditorTest, RecordAppendedAfterAnswersBeforeTheFlushThatFollowsByItself)
     ++flushes;
     return ::fdatasync(fd);
   };
-  auto file = FileSink::open(dir.file("audit.log"), options, clock_);
-  ASSERT_TRUE(file.isOk());
-  std::vector<std::unique_ptr<AuditSink>> sinks;
-  sinks.push_back(std::move(file).value());
-  auto auditor = std::move(Auditor::create(std::move(sinks))).value();
+  auto auditor = overFile(dir.file("audit.log"), options);
+  ASSERT_NE(auditor, nullptr);
   // Lets the flush go before the auditor goes, whatever the test's outcome.
   struct Release {
     std::promise<void>& p;
@@ -250,12 +255,8 @@ TEST_F(AuditorTest, RecordAppendedAfterFailsWhenNoSinkHoldsBothRecords) {
   ASSERT_TRUE(appended.isOk());
   EXPECT_TRUE(auditor->recordAppendedAfter(sampleEvent(1), *appended).isOk());
   // a took only the request, b only the response.
-  b_ptr->setFailWrites(true);
-  appended = auditor->append(sampleEvent(2));
-  ASSERT_TRUE(appended.isOk());
-  b_ptr->setFailWrites(false);
-  a_ptr->setFailWrites(true);
-  const core::Status split = auditor->recordAppendedAfter(sampleEvent(3), *appended);
+  const core::Status split =
+      auditor->recordAppendedAfter(sampleEvent(3), splitRequest(*auditor, a_ptr, b_ptr, 2));
   EXPECT_EQ(split.code(), core::StatusCode::kUnavailable);
   EXPECT_NE(split.message().find("no audit sink stored both"), std::string::npos)
       << split.message();

@@ -677,7 +677,9 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   } catch (const json::exception&) {
     ev.response.body = json::object();
   }
-  if (!r.grant && !options_.durable_every_answer && !audit::responseIsSensitive(ev)) {
+  const bool durable_answer =
+      r.grant || options_.durable_every_answer || audit::responseIsSensitive(ev);
+  if (!durable_answer) {
     // Nothing secret in the answer: it goes once the response record is appended (a read's
     // request record with it), and the log flushes them soon after: a crash of the machine in
     // between could lose them, one of the server could not. A change's request record is on
@@ -687,11 +689,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     } else if (!read_only && !auditor_.append(ev).isOk() && resp.status < 300) {
       resp = error(503, "the audit log cannot record the response");
     }
-    recordMetric(r.route, tenant, resp.status,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    return resp;
-  }
-  if (read_only && !r.grant) {
+  } else if (read_only && !r.grant) {
     // Answered once both records are durable, from the flusher; this worker goes on meanwhile.
     auditor_.recordAfterAsync(
         ev, appended,
@@ -706,8 +704,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
           later(std::move(resp));
         });
     return std::nullopt;
-  }
-  if (read_only) {
+  } else if (read_only) {
     if (!auditor_.recordAfter(ev, appended).isOk()) {
       resp = error(503, "the audit log cannot record this request, so it is refused");
     }
