@@ -103,19 +103,41 @@ void Auditor::recordAfterAsync(const AuditEvent& event, const Appended& earlier,
     done(notHeldByBoth(errors));
     return;
   }
+  whenFlushed(both, errors, "no audit sink stored both the request and its response",
+              std::move(done));
+}
+
+void Auditor::whenDurable(const Appended& appended, std::function<void(Status)> done) {
+  std::vector<size_t> held;
+  for (size_t i = 0; i < appended.sinks.size() && i < sinks_.size(); ++i) {
+    if (appended.sinks[i]) {
+      held.push_back(i);
+    }
+  }
+  if (held.empty()) {
+    done(Status{core::StatusCode::kUnavailable, "no audit sink holds the record"});
+    return;
+  }
+  whenFlushed(held, "", "no audit sink could store the record", std::move(done));
+}
+
+void Auditor::whenFlushed(const std::vector<size_t>& sinks, std::string errors, std::string failure,
+                          std::function<void(Status)> done) {
   // The answer once every such sink has flushed: OK if one of them did.
   struct Pending {
     std::mutex mu;
     size_t left;
     bool durable = false;
+    std::string failure;
     std::string errors;
     std::function<void(Status)> done;
   };
   auto pending = std::make_shared<Pending>();
-  pending->left = both.size();
-  pending->errors = errors;
+  pending->left = sinks.size();
+  pending->failure = std::move(failure);
+  pending->errors = std::move(errors);
   pending->done = std::move(done);
-  for (const size_t i : both) {
+  for (const size_t i : sinks) {
     sinks_[i]->whenDurable([this, i, pending](const Status& s) {
       noteFlush(i, s);
       std::unique_lock lock(pending->mu);
@@ -127,11 +149,9 @@ void Auditor::recordAfterAsync(const AuditEvent& event, const Appended& earlier,
         return;
       }
       lock.unlock();
-      pending->done(pending->durable
-                        ? Status::ok()
-                        : Status{core::StatusCode::kUnavailable,
-                                 "no audit sink stored both the request and its response: " +
-                                     pending->errors});
+      pending->done(pending->durable ? Status::ok()
+                                     : Status{core::StatusCode::kUnavailable,
+                                              pending->failure + ": " + pending->errors});
     });
   }
 }

@@ -54,6 +54,11 @@ class Auditor {
   // wrote them go on with other work.
   void recordAfterAsync(const AuditEvent& event, const Appended& earlier,
                         std::function<void(core::Status)> done);
+  // Calls `done` once a sink that took `appended` has it on stable storage (OK), or with
+  // UNAVAILABLE once none can; the sinks start flushing at once, and no thread waits meanwhile.
+  // `done` runs as for recordAfterAsync. For a change that is prepared while its request record
+  // is flushed, and made only after (store::Txn::precondition).
+  void whenDurable(const Appended& appended, std::function<void(core::Status)> done);
   // recordAfter that does not wait for the disk at all: OK once `event` is appended to a sink
   // that took `earlier` (for a file, written to the kernel: it survives a crash of this process,
   // not of the machine). The sink flushes both soon by itself (FileSink: within
@@ -75,6 +80,10 @@ class Auditor {
   // The sinks that hold both an earlier record and this one.
   static std::vector<size_t> heldByBoth(const std::vector<bool>& stored, const Appended& earlier);
   static core::Status notHeldByBoth(const std::string& errors);
+  // Calls `done` once each of `sinks` has answered whenDurable: OK if one flushed, otherwise
+  // UNAVAILABLE with `failure` and every error (`errors` first).
+  void whenFlushed(const std::vector<size_t>& sinks, std::string errors, std::string failure,
+                   std::function<void(core::Status)> done);
   // Keeps a failed flush of sink `i` for health().
   void noteFlush(size_t i, const core::Status& flushed);
 

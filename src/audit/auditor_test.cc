@@ -204,6 +204,73 @@ TEST_F(AuditorTest, RecordAfterAsyncFailsWhenTheFlushFails) {
   EXPECT_NE(auditor->health()[0].last_error.find("fdatasync failed"), std::string::npos);
 }
 
+TEST_F(AuditorTest, WhenDurableAnswersOnceTheRecordIsFlushedWithoutAnyoneAskingFirst) {
+  testing::TempDir dir;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> flushes{0};
+  FileSinkOptions options{{.salt = "s"}};
+  options.appended_flush_delay = std::chrono::hours(1);  // Only a waiter makes it flush.
+  options.fdatasync = [&](int fd) {
+    ++flushes;
+    released.wait();
+    return ::fdatasync(fd);
+  };
+  auto auditor = overFile(dir.file("audit.log"), options);
+  ASSERT_NE(auditor, nullptr);
+  auto appended = auditor->append(sampleEvent(0));
+  ASSERT_TRUE(appended.isOk());
+  std::promise<core::Status> answer;
+  std::future<core::Status> answered = answer.get_future();
+  auditor->whenDurable(*appended, [&](const core::Status& s) { answer.set_value(s); });
+  // The flush starts at once, and the answer waits for it.
+  for (int i = 0; i < 1000 && flushes == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(flushes, 1);
+  EXPECT_EQ(answered.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  release.set_value();
+  ASSERT_EQ(answered.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_TRUE(answered.get().isOk());
+}
+
+TEST_F(AuditorTest, WhenDurableFailsWhenNoSinkThatTookTheRecordCanFlushIt) {
+  MemorySink* a_ptr = nullptr;
+  MemorySink* b_ptr = nullptr;
+  auto auditor = twoSinks(&a_ptr, &b_ptr);
+  std::optional<core::Status> got;
+  // Memory sinks answer at once: OK for a record either holds.
+  b_ptr->setFailWrites(true);
+  auto appended = auditor->append(sampleEvent(0));
+  ASSERT_TRUE(appended.isOk());
+  auditor->whenDurable(*appended, [&](const core::Status& s) { got = s; });
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(got->isOk()) << got->toString();
+  // A file sink whose flush fails.
+  testing::TempDir dir;
+  FileSinkOptions options{{.salt = "s"}};
+  options.fdatasync = [](int) {
+    errno = EIO;
+    return -1;
+  };
+  auto file = overFile(dir.file("audit.log"), options);
+  ASSERT_NE(file, nullptr);
+  appended = file->append(sampleEvent(1));
+  ASSERT_TRUE(appended.isOk());
+  std::promise<core::Status> answer;
+  std::future<core::Status> answered = answer.get_future();
+  file->whenDurable(*appended, [&](const core::Status& s) { answer.set_value(s); });
+  ASSERT_EQ(answered.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const core::Status s = answered.get();
+  EXPECT_EQ(s.code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("fdatasync failed"), std::string::npos) << s.message();
+  // Nothing appended at all (an empty Appended): no sink holds it.
+  got.reset();
+  auditor->whenDurable(Auditor::Appended{}, [&](const core::Status& st) { got = st; });
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->code(), core::StatusCode::kUnavailable);
+}
+
 TEST_F(AuditorTest, RecordAppendedAfterAnswersBeforeTheFlushThatFollowsByItself) {
   testing::TempDir dir;
   std::promise<void> release;

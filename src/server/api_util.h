@@ -30,6 +30,10 @@ struct ControlPlane::Request {
   nlohmann::json body = nlohmann::json::object();
   // Set when a token of another tenant comes in on a grant (server/grants.h): what it may do.
   std::optional<Grant> grant;
+  // Set for a change that is prepared while its request record goes to stable storage
+  // (ControlPlane::serve): waits until it is there, or fails (UNAVAILABLE) if it cannot be. The
+  // change's one store txn takes it as its precondition, so nothing is changed before.
+  std::function<core::Status()> recorded = {};
 };
 
 namespace api {

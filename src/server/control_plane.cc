@@ -657,10 +657,12 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   // A request that changes something is on stable storage in the log before it is acted on. A
   // read changes nothing, so its request record only needs to precede its response record in
   // the log: one disk flush for both, which the answer waits for if it reveals secrets
-  // (audit_durable_answers).
+  // (audit_durable_answers). A submission too is only appended before it is routed: its one
+  // change is a store txn, which waits for the flush instead (Request::recorded), so it is
+  // checked and queued for the store while its record goes to disk.
   const bool read_only = r.method == "GET" || r.method == "LIST";
   audit::Auditor::Appended appended;
-  if (read_only) {
+  if (read_only || preparedWhileRecorded(r)) {
     auto a = auditor_.append(ev);
     if (!a.isOk()) {
       return error(503, "the audit log cannot record this request, so it is refused");
@@ -668,6 +670,18 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     appended = std::move(a).value();
   } else if (!auditor_.record(ev).isOk()) {
     return error(503, "the audit log cannot record this request, so it is refused");
+  }
+  if (!read_only && !appended.sinks.empty()) {
+    auto flushed = std::make_shared<std::promise<core::Status>>();
+    std::shared_future<core::Status> durable = flushed->get_future().share();
+    auditor_.whenDurable(appended, [flushed](const core::Status& s) { flushed->set_value(s); });
+    r.recorded = [durable]() -> core::Status {
+      if (!durable.get().isOk()) {
+        return {core::StatusCode::kUnavailable,
+                "the audit log cannot record this request, so it is refused"};
+      }
+      return core::Status::ok();
+    };
   }
   HttpResponse resp = route(r);
   ev.type = audit::AuditType::kResponse;
@@ -723,6 +737,16 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   recordMetric(r.route, tenant, resp.status,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return resp;
+}
+
+bool ControlPlane::preparedWhileRecorded(const Request& r) {
+  // workloadsApi's submission: nothing but its store txn (which takes r.recorded) changes
+  // anything, and that comes last.
+  if (r.method != "POST" || !r.scope.tenant || r.grant) {
+    return false;
+  }
+  const std::vector<std::string> parts = split(r.scope.path);
+  return parts.size() == 2 && parts[0] == "workloads";
 }
 
 HttpResponse ControlPlane::route(Request& r) {
@@ -1364,6 +1388,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     return error(400, source + ": " + ok.message());
   }
   store::Txn txn;
+  txn.precondition = r.recorded;
   txn.compares.push_back(
       store::Compare::version(workloadKey(tenant, name), store::Compare::kEqual, 0));
   txn.success.push_back(store::Op::put(workloadKey(tenant, name), stored.dump()));

@@ -126,6 +126,9 @@ class ControlPlane {
   void onStoreEvents(const store::WatchResponse& w);
   core::Result<SubmitCommand> commandFromRecord(const std::string& tenant,
                                                 const nlohmann::json& record) const;
+  // Whether `r` is a change whose one effect is a store txn that can wait for its request's audit
+  // record (Request::recorded), so that it need not wait before being routed.
+  static bool preparedWhileRecorded(const Request& r);
   HttpResponse route(Request& r);
   HttpResponse tenantsApi(Request& r);
   HttpResponse policiesApi(Request& r);

@@ -44,8 +44,17 @@ class HeldDisk {
     cv_.wait(lock, [this] { return !held_; });
     ++passed_;
     cv_.notify_all();
+    if (failing_) {
+      errno = EIO;
+      return -1;
+    }
     lock.unlock();
     return ::fdatasync(fd);
+  }
+  // Every later flush fails, as a dying disk's would.
+  void fail() {
+    std::lock_guard lock(mu_);
+    failing_ = true;
   }
   void hold() {
     std::lock_guard lock(mu_);
@@ -68,6 +77,7 @@ class HeldDisk {
   std::mutex mu_;
   std::condition_variable cv_;
   bool held_ = false;
+  bool failing_ = false;
   int started_ = 0;  // Flushes that reached the disk,
   int passed_ = 0;   // and those it let through.
 };
@@ -148,7 +158,12 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
     auto answered = send(method, path, body);
     const bool ready = answered.wait_for(10s) == std::future_status::ready;
     EXPECT_TRUE(ready) << method << " " << path << " unanswered";
-    return ready ? answered.get() : HttpResponse{.status = 0};
+    if (ready) {
+      return answered.get();
+    }
+    HttpResponse none;
+    none.status = 0;
+    return none;
   }
 
   // Whether a request's answer leaves while the disk holds every flush (each answer that does
@@ -205,6 +220,42 @@ TEST_P(ControlPlaneAuditTest, ReadsOfSecretsAndChangesAlwaysWaitForTheFlush) {
   EXPECT_FALSE(answeredWhileTheDiskIsHeld("DELETE", "secrets/kv/data/db", 204));
   EXPECT_FALSE(answeredWhileTheDiskIsHeld("POST", "workloads/w2", 202,
                                           {{"cpuMilli", 100}, {"duration", 1}}));
+}
+
+TEST_P(ControlPlaneAuditTest, ASubmissionIsStoredOnlyOnceItsRequestRecordIsOnDisk) {
+  const std::string key = "/tenants/demo/workloads/w1";
+  disk_.hold();
+  const int flushes_before = disk_.started();
+  auto answered = send("POST", "workloads/w1", {{"cpuMilli", 100}, {"duration", 1}});
+  for (int i = 0; i < 1000 && disk_.started() == flushes_before; ++i) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_GT(disk_.started(), flushes_before);
+  // Checked and queued for the store meanwhile, but not stored.
+  std::this_thread::sleep_for(200ms);
+  auto stored = store_->get(key);
+  ASSERT_TRUE(stored.isOk());
+  EXPECT_FALSE(stored->has_value());
+  EXPECT_EQ(answered.wait_for(0ms), std::future_status::timeout);
+  disk_.release();
+  ASSERT_EQ(answered.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(answered.get().status, 202U);
+  stored = store_->get(key);
+  ASSERT_TRUE(stored.isOk());
+  EXPECT_TRUE(stored->has_value());
+}
+
+TEST_P(ControlPlaneAuditTest, ASubmissionWhoseRequestRecordCannotReachTheDiskIsRefused) {
+  disk_.fail();
+  const HttpResponse r = call("POST", "workloads/w1", {{"cpuMilli", 100}, {"duration", 1}});
+  EXPECT_EQ(r.status, 503U);
+  EXPECT_NE(r.body.find("audit log cannot record"), std::string::npos) << r.body;
+  auto stored = store_->get("/tenants/demo/workloads/w1");
+  ASSERT_TRUE(stored.isOk());
+  EXPECT_FALSE(stored->has_value());
+  // The log stays stopped: the next one is refused before anything is done.
+  EXPECT_EQ(call("POST", "workloads/w2", {{"cpuMilli", 100}, {"duration", 1}}).status, 503U);
+  EXPECT_EQ(call("GET", "workloads/w1").status, 503U);
 }
 
 TEST_P(ControlPlaneAuditTest, ARecordAnsweredBeforeItsFlushIsOnDiskRightAfter) {

@@ -738,6 +738,9 @@ class SqliteStoreImpl final : public Store {
 
   Status applyTxn(WriteRequest& req, Batch& b) {
     Txn& txn = req.txn;
+    if (txn.precondition) {
+      TESSERA_RETURN_IF_ERROR(txn.precondition());
+    }
     bool holds = true;
     for (const Compare& c : txn.compares) {
       TESSERA_ASSIGN_OR_RETURN(std::optional<KeyValue> kv, readKv(*writer_, c.key));

@@ -122,6 +122,12 @@ struct Txn {
   std::vector<Compare> compares;
   std::vector<Op> success;
   std::vector<Op> failure;
+  // If set, called by the store just before it applies the txn. An error fails the txn with that
+  // error and changes nothing. It may block, briefly: the writes queued behind it wait too. For
+  // a change that is queued for the store while something else still goes to stable storage,
+  // and must not be made before that is there: the server's audit record of the request
+  // (docs/server.md, "A request's path", step 5).
+  std::function<core::Status()> precondition = {};
 };
 
 struct OpResult {

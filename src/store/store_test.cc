@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -286,6 +290,80 @@ TEST_P(StoreTest, FailedTxnWritesNothing) {
   EXPECT_EQ(put("a", "2"), 2);
   EXPECT_EQ(describe(q.waitFor(1, kWait)), std::vector<std::string>{"PUT a=2 @2"});
   store_->cancelWatch(w);
+}
+
+// A gate a precondition waits at: the test sees it arrive, then opens it with an answer.
+class Gate {
+ public:
+  std::function<core::Status()> precondition() {
+    return [this] {
+      std::unique_lock lock(mu_);
+      arrived_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return answer_.has_value(); });
+      return *answer_;
+    };
+  }
+  bool waitForArrival() {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, kWait, [this] { return arrived_; });
+  }
+  void open(core::Status answer) {
+    std::lock_guard lock(mu_);
+    answer_ = std::move(answer);
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool arrived_ = false;
+  std::optional<core::Status> answer_;
+};
+
+TEST_P(StoreTest, APreconditionHoldsItsTxnBackUntilItAnswers) {
+  Gate gate;
+  Txn txn{{}, {Op::put("a", "1")}, {}};
+  txn.precondition = gate.precondition();
+  std::future<core::Result<TxnResult>> done =
+      std::async(std::launch::async, [&] { return store_->txn(std::move(txn)); });
+  ASSERT_TRUE(gate.waitForArrival());
+  EXPECT_EQ(done.wait_for(100ms), std::future_status::timeout);
+  EXPECT_TRUE(keysIn(kAll, kAll).empty());
+  EXPECT_EQ(revision(), 0);
+  gate.open(core::Status::ok());
+  core::Result<TxnResult> r = done.get();
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_TRUE(r->succeeded);
+  EXPECT_EQ(r->revision, 1);
+  EXPECT_EQ(keysIn(kAll, kAll), std::vector<std::string>{"a"});
+}
+
+TEST_P(StoreTest, AFailedPreconditionFailsOnlyItsTxnAndChangesNothing) {
+  // The first txn holds the store's writer at its gate while two more queue behind it, so that
+  // (in a backend that batches writes) those two are applied together.
+  Gate first;
+  Txn t1{{}, {Op::put("first", "1")}, {}};
+  t1.precondition = first.precondition();
+  auto done1 = std::async(std::launch::async, [&] { return store_->txn(std::move(t1)); });
+  ASSERT_TRUE(first.waitForArrival());
+  Txn refused{{}, {Op::put("refused", "1"), Op::del("first")}, {}};
+  refused.precondition = [] { return core::Status{core::StatusCode::kUnavailable, "no record"}; };
+  auto done2 = std::async(std::launch::async, [&] { return store_->txn(std::move(refused)); });
+  auto done3 = std::async(std::launch::async, [&] {
+    return store_->txn(Txn{{}, {Op::put("after", "1")}, {}});
+  });
+  std::this_thread::sleep_for(50ms);  // Both queued (nothing to wait on: the writer is held).
+  first.open(core::Status::ok());
+  EXPECT_TRUE(done1.get().isOk());
+  core::Result<TxnResult> r2 = done2.get();
+  EXPECT_EQ(r2.status().code(), core::StatusCode::kUnavailable);
+  EXPECT_EQ(r2.status().message(), "no record");
+  core::Result<TxnResult> r3 = done3.get();
+  ASSERT_TRUE(r3.isOk()) << r3.status().toString();
+  EXPECT_EQ(r3->revision, 2);
+  EXPECT_EQ(keysIn(kAll, kAll), (std::vector<std::string>{"after", "first"}));
+  EXPECT_EQ(revision(), 2);
 }
 
 TEST_P(StoreTest, TxnMayWriteAKeyOnlyOncePerBranch) {
