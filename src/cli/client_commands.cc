@@ -258,6 +258,8 @@ struct TenantFlags {
   int64_t max_pending = 0;
   CLI::Option* max_workloads_opt = nullptr;
   CLI::Option* max_pending_opt = nullptr;
+  int64_t max_queues = 0;
+  CLI::Option* max_queues_opt = nullptr;
   int64_t request_rate = 0;
   int64_t request_burst = 0;
   int64_t request_concurrency = 0;
@@ -278,6 +280,9 @@ json tenantBody(const TenantFlags& f) {
   }
   if (f.max_pending_opt->count() > 0) {
     body["max_pending"] = f.max_pending;
+  }
+  if (f.max_queues_opt->count() > 0) {
+    body["max_queues"] = f.max_queues;
   }
   if (f.request_rate_opt->count() > 0) {
     body["request_rate"] = f.request_rate;
@@ -1062,6 +1067,8 @@ void addTenantCommands(CLI::App& app, int* rc) {
     f.max_workloads_opt =
         c->add_option("--max-workloads", f.max_workloads, "Most workloads stored");
     f.max_pending_opt = c->add_option("--max-pending", f.max_pending, "Most pending workloads");
+    f.max_queues_opt = c->add_option("--max-queues", f.max_queues,
+                                     "Most team queues (deleted ones count until a restart)");
     f.request_rate_opt =
         c->add_option("--request-rate", f.request_rate, "API requests per second, sustained");
     f.request_burst_opt =

@@ -838,9 +838,9 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   json config = {{"name", name}};
   const std::string source = "tenant '" + name + "'";
   core::JsonNode n(body, "", source);
-  TESSERA_RETURN_IF_ERROR(
-      n.checkKeys({"quota", "limit", "weight", "priority", "trust_group", "max_workloads",
-                   "max_pending", "request_rate", "request_burst", "request_concurrency"}));
+  TESSERA_RETURN_IF_ERROR(n.checkKeys({"quota", "limit", "weight", "priority", "trust_group",
+                                       "max_workloads", "max_pending", "max_queues", "request_rate",
+                                       "request_burst", "request_concurrency"}));
   TESSERA_ASSIGN_OR_RETURN(const QueueNumbers q, queueNumbers(n, base, source));
   config["quota_milli_gpu"] = q.quota;
   config["limit_milli_gpu"] = q.limit;
@@ -859,6 +859,8 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
                            integer("max_workloads", 1, 10000000, options_.default_max_workloads));
   TESSERA_ASSIGN_OR_RETURN(config["max_pending"],
                            integer("max_pending", 1, 10000000, options_.default_max_pending));
+  TESSERA_ASSIGN_OR_RETURN(config["max_queues"],
+                           integer("max_queues", 0, 10000, options_.default_max_queues));
   // API admission: requests per second (sustained and burst) and requests handled at once.
   TESSERA_ASSIGN_OR_RETURN(
       config["request_rate"],
@@ -1878,6 +1880,25 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
     std::shared_lock lock(mu_);
     if (!tenants_.contains(tenant)) {
       return error(404, "not found");
+    }
+  }
+  if (!exists) {
+    // A cap on queues, since every queue is a node of the scheduler's tree that each pass walks,
+    // for every tenant. A deleted queue's node stays until a restart (SchedulerDriver::
+    // retireTeamQueue), so it still counts; creating it again reuses it.
+    int64_t max_queues = options_.default_max_queues;
+    {
+      std::shared_lock lock(mu_);
+      if (auto t = tenants_.find(tenant); t != tenants_.end()) {
+        max_queues = t->second.value("max_queues", max_queues);
+      }
+    }
+    const std::vector<std::string> nodes = driver_.teamQueueNodes(tenant);
+    if (std::find(nodes.begin(), nodes.end(), name) == nodes.end() &&
+        static_cast<int64_t>(nodes.size()) >= max_queues) {
+      return error(429, "tenant '" + tenant + "' is at its limit of " + std::to_string(max_queues) +
+                            " queues (max_queues; a deleted queue counts until the server "
+                            "restarts)");
     }
   }
   const json base = exists ? json::parse((*got)->value, nullptr, false) : json::object();

@@ -110,6 +110,24 @@ bool SchedulerDriver::hasQueue(const std::string& tenant, const std::string& que
   return leaves_.contains(tenant + "/" + queue);
 }
 
+std::vector<std::string> SchedulerDriver::teamQueueNodes(const std::string& tenant) {
+  std::lock_guard pass_lock(pass_mu_);
+  const sched::QueueTree& tree = scheduler_->queues();
+  std::vector<std::string> names;
+  const std::optional<sched::QueueId> t = tree.find(tenant);
+  if (!t) {
+    return names;
+  }
+  const std::string prefix = tenant + "/";
+  for (const sched::QueueId c : tree.queue(*t).children) {
+    const std::string& name = tree.queue(c).name;
+    if (name.starts_with(prefix) && name != prefix + "default") {
+      names.push_back(name.substr(prefix.size()));
+    }
+  }
+  return names;
+}
+
 core::Status SchedulerDriver::retireTeamQueue(const std::string& tenant, const std::string& queue) {
   const std::string name = tenant + "/" + queue;
   std::lock_guard pass_lock(pass_mu_);  // No pass changes the totals while they are read.

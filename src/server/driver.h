@@ -174,6 +174,9 @@ class SchedulerDriver {
                             int64_t quota_milli_gpu, int64_t limit_milli_gpu, int64_t weight,
                             int32_t priority);
   bool hasQueue(const std::string& tenant, const std::string& queue) const;
+  // The names of the tenant's team queues in the scheduler's tree (not "default"), retired ones
+  // included: what a cap on a tenant's queues counts, since each is a node every pass walks.
+  std::vector<std::string> teamQueueNodes(const std::string& tenant);
   // Takes a team's queue out of service: no workload may be submitted to it any more. Refused
   // (failed precondition) while it has pending or running work. Its node stays in the
   // scheduler's tree until restart, with no demand and so no share; created again, it is

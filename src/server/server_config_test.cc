@@ -61,6 +61,18 @@ TEST_F(ServerConfigTest, TenantConcurrencyOutOfRangeNamesTheFieldAndFile) {
   EXPECT_NE(c.status().message().find(path), std::string::npos) << c.status().message();
 }
 
+TEST_F(ServerConfigTest, MaxQueuesDefaultsTo32AndIsBounded) {
+  auto c = readServerConfig(write(kBase));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->max_queues, 32);
+  c = readServerConfig(write(std::string(kBase) + "limits { max_queues = 0 }\n"));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->max_queues, 0);  // No team queues: only each tenant's default.
+  c = readServerConfig(write(std::string(kBase) + "limits { max_queues = 10001 }\n"));
+  ASSERT_FALSE(c.isOk());
+  EXPECT_NE(c.status().message().find("max_queues"), std::string::npos) << c.status().message();
+}
+
 TEST_F(ServerConfigTest, AuditDurableAnswersIsSecretsUnlessAllIsAsked) {
   auto c = readServerConfig(write(kBase));
   ASSERT_TRUE(c.isOk()) << c.status().message();

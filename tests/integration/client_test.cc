@@ -442,6 +442,28 @@ TEST_F(ClientTest, TeamQueuesInsideATenant) {
   EXPECT_EQ(cancel_again.rc, 0) << cancel_again;
 }
 
+TEST_F(ClientTest, ATenantsTeamQueuesAreCappedDeletedOnesIncluded) {
+  const std::string team = tenantWithToken("team-cap");
+  ASSERT_EQ(as(root(), {"tenant", "update", "team-cap", "--max-queues", "2"}).rc, 0);
+  ASSERT_EQ(as(team, {"queue", "create", "one"}).rc, 0);
+  ASSERT_EQ(as(team, {"queue", "create", "two"}).rc, 0);
+  Outcome third = as(team, {"queue", "create", "three"});
+  EXPECT_EQ(third.rc, 1) << third;
+  EXPECT_NE(third.err.find("limit of 2 queues"), std::string::npos) << third;
+  // Changing one is no new queue.
+  EXPECT_EQ(as(team, {"queue", "update", "one", "--weight", "2"}).rc, 0);
+  // A deleted queue's scheduler node stays until a restart: it still counts, and creating it
+  // again takes no more room.
+  ASSERT_EQ(as(team, {"queue", "delete", "two"}).rc, 0);
+  EXPECT_EQ(as(team, {"queue", "create", "three"}).rc, 1);
+  EXPECT_EQ(as(team, {"queue", "create", "two"}).rc, 0);
+  // The admin raises the cap.
+  ASSERT_EQ(as(root(), {"tenant", "update", "team-cap", "--max-queues", "3"}).rc, 0);
+  EXPECT_EQ(as(team, {"queue", "create", "three"}).rc, 0);
+  Outcome shown = as(root(), {"tenant", "show", "team-cap", "-format=json"});
+  EXPECT_EQ(parsed(shown)["max_queues"], 3) << shown;
+}
+
 TEST_F(ClientTest, RunFromAnHclFileWithFlagsOverridingIt) {
   const std::string t = tenantWithToken("team-f");
   std::ofstream(home_ / "job.hcl") << "tasks = 1\n"
