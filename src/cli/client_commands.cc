@@ -260,6 +260,10 @@ struct TenantFlags {
   CLI::Option* max_pending_opt = nullptr;
   int64_t max_queues = 0;
   CLI::Option* max_queues_opt = nullptr;
+  int64_t max_tokens = 0;
+  CLI::Option* max_tokens_opt = nullptr;
+  int64_t max_policies = 0;
+  CLI::Option* max_policies_opt = nullptr;
   int64_t request_rate = 0;
   int64_t request_burst = 0;
   int64_t request_concurrency = 0;
@@ -283,6 +287,12 @@ json tenantBody(const TenantFlags& f) {
   }
   if (f.max_queues_opt->count() > 0) {
     body["max_queues"] = f.max_queues;
+  }
+  if (f.max_tokens_opt->count() > 0) {
+    body["max_tokens"] = f.max_tokens;
+  }
+  if (f.max_policies_opt->count() > 0) {
+    body["max_policies"] = f.max_policies;
   }
   if (f.request_rate_opt->count() > 0) {
     body["request_rate"] = f.request_rate;
@@ -1069,6 +1079,10 @@ void addTenantCommands(CLI::App& app, int* rc) {
     f.max_pending_opt = c->add_option("--max-pending", f.max_pending, "Most pending workloads");
     f.max_queues_opt = c->add_option("--max-queues", f.max_queues,
                                      "Most team queues (deleted ones count until a restart)");
+    f.max_tokens_opt = c->add_option("--max-tokens", f.max_tokens,
+                                     "Most tokens held at once (until revoked or expired)");
+    f.max_policies_opt = c->add_option("--max-policies", f.max_policies,
+                                       "Most ACL policies (tenant-admin included)");
     f.request_rate_opt =
         c->add_option("--request-rate", f.request_rate, "API requests per second, sustained");
     f.request_burst_opt =

@@ -838,9 +838,10 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   json config = {{"name", name}};
   const std::string source = "tenant '" + name + "'";
   core::JsonNode n(body, "", source);
-  TESSERA_RETURN_IF_ERROR(n.checkKeys({"quota", "limit", "weight", "priority", "trust_group",
-                                       "max_workloads", "max_pending", "max_queues", "request_rate",
-                                       "request_burst", "request_concurrency"}));
+  TESSERA_RETURN_IF_ERROR(
+      n.checkKeys({"quota", "limit", "weight", "priority", "trust_group", "max_workloads",
+                   "max_pending", "max_queues", "max_tokens", "max_policies", "request_rate",
+                   "request_burst", "request_concurrency"}));
   TESSERA_ASSIGN_OR_RETURN(const QueueNumbers q, queueNumbers(n, base, source));
   config["quota_milli_gpu"] = q.quota;
   config["limit_milli_gpu"] = q.limit;
@@ -861,6 +862,10 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
                            integer("max_pending", 1, 10000000, options_.default_max_pending));
   TESSERA_ASSIGN_OR_RETURN(config["max_queues"],
                            integer("max_queues", 0, 10000, options_.default_max_queues));
+  TESSERA_ASSIGN_OR_RETURN(config["max_tokens"],
+                           integer("max_tokens", 1, 10000000, options_.default_max_tokens));
+  TESSERA_ASSIGN_OR_RETURN(config["max_policies"],
+                           integer("max_policies", 1, 100000, options_.default_max_policies));
   // API admission: requests per second (sustained and burst) and requests handled at once.
   TESSERA_ASSIGN_OR_RETURN(
       config["request_rate"],
@@ -1055,6 +1060,22 @@ HttpResponse ControlPlane::policiesApi(Request& r) {
     if (!p.isOk()) {
       return fromStatus(p.status());
     }
+    // A tenant holds a bounded number of policies (each lives in the server's memory). One
+    // creation at a time, so that two cannot both take the last place.
+    std::unique_lock admin_lock(tenant_admin_mu_, std::defer_lock);
+    if (!scope.empty()) {
+      admin_lock.lock();
+      std::lock_guard lock(mu_);
+      auto t = tenants_.find(scope);
+      const int64_t max_policies =
+          t == tenants_.end() ? options_.default_max_policies
+                              : t->second.value("max_policies", options_.default_max_policies);
+      const auto& held = policies_[scope];
+      if (!held.contains(name) && static_cast<int64_t>(held.size()) >= max_policies) {
+        return error(429, "tenant '" + scope + "' holds its limit of " +
+                              std::to_string(max_policies) + " policies (max_policies)");
+      }
+    }
     auto put = store_.put(policyKey(scope, name), p->toJson().dump());
     if (!put.isOk()) {
       return fromStatus(put.status());
@@ -1159,7 +1180,15 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
     }
     req.renewable = r.body.value("renewable", true);
     req.display_name = r.body.value("display_name", "");
-    auto created = tokens_->create(r.token, req);
+    // Every token lives in the server's memory until it expires: a tenant holds a bounded number.
+    int64_t max_tokens = 0;
+    if (!req.tenant.empty()) {
+      std::shared_lock lock(mu_);
+      auto t = tenants_.find(req.tenant);
+      max_tokens = t == tenants_.end() ? options_.default_max_tokens
+                                       : t->second.value("max_tokens", options_.default_max_tokens);
+    }
+    auto created = tokens_->create(r.token, req, static_cast<size_t>(max_tokens));
     if (!created.isOk()) {
       return fromStatus(created.status());
     }

@@ -50,6 +50,8 @@ struct ControlPlaneOptions {
   // Defaults for tenants that do not set their own caps.
   int64_t default_max_workloads = 10000;  // Stored workloads, finished ones included.
   int64_t default_max_pending = 1000;     // Workloads not yet running.
+  int64_t default_max_tokens = 10000;     // A tenant's tokens held (until revoked or expired).
+  int64_t default_max_policies = 256;     // A tenant's ACL policies, tenant-admin included.
   int64_t default_max_queues = 32;        // Team queues (besides default), deleted ones included
                                           // until a restart: each is a node every pass walks.
   // Requests of one tenant being handled at once; more wait their turn (up to 8 per running

@@ -193,6 +193,8 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.default_max_workloads = config.max_workloads;
   copts.default_max_pending = config.max_pending;
   copts.default_max_queues = config.max_queues;
+  copts.default_max_tokens = config.max_tokens;
+  copts.default_max_policies = config.max_policies;
   copts.tenant_max_in_flight =
       config.tenant_max_in_flight > 0
           ? config.tenant_max_in_flight
@@ -462,9 +464,9 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* limits, singleBlock(doc, "limits", path));
   if (limits != nullptr) {
     core::JsonNode l(*limits, "limits", path);
-    TESSERA_RETURN_IF_ERROR(
-        l.checkKeys({"tenant_rate", "tenant_burst", "tenant_concurrency", "max_workloads",
-                     "max_pending", "max_queues", "reject_delay_ms"}));
+    TESSERA_RETURN_IF_ERROR(l.checkKeys({"tenant_rate", "tenant_burst", "tenant_concurrency",
+                                         "max_workloads", "max_pending", "max_queues", "max_tokens",
+                                         "max_policies", "reject_delay_ms"}));
     TESSERA_ASSIGN_OR_RETURN(int64_t rate, intField(l, "tenant_rate", 1, 10000000, 1000));
     TESSERA_ASSIGN_OR_RETURN(int64_t burst, intField(l, "tenant_burst", 1, 10000000, 2000));
     c.tenant_rate = static_cast<double>(rate);
@@ -472,6 +474,8 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_ASSIGN_OR_RETURN(c.max_workloads, intField(l, "max_workloads", 1, 100000000, 10000));
     TESSERA_ASSIGN_OR_RETURN(c.max_pending, intField(l, "max_pending", 1, 100000000, 1000));
     TESSERA_ASSIGN_OR_RETURN(c.max_queues, intField(l, "max_queues", 0, 10000, 32));
+    TESSERA_ASSIGN_OR_RETURN(c.max_tokens, intField(l, "max_tokens", 1, 10000000, 10000));
+    TESSERA_ASSIGN_OR_RETURN(c.max_policies, intField(l, "max_policies", 1, 100000, 256));
     TESSERA_ASSIGN_OR_RETURN(int64_t conc, intField(l, "tenant_concurrency", 1, 10000, 0));
     c.tenant_max_in_flight = static_cast<int>(conc);
     TESSERA_ASSIGN_OR_RETURN(c.reject_delay_ms, intField(l, "reject_delay_ms", 0, 10000, 100));

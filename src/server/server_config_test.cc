@@ -61,10 +61,19 @@ TEST_F(ServerConfigTest, TenantConcurrencyOutOfRangeNamesTheFieldAndFile) {
   EXPECT_NE(c.status().message().find(path), std::string::npos) << c.status().message();
 }
 
-TEST_F(ServerConfigTest, MaxQueuesDefaultsTo32AndIsBounded) {
+TEST_F(ServerConfigTest, CapsOnATenantsObjectsHaveDefaultsAndBounds) {
   auto c = readServerConfig(write(kBase));
   ASSERT_TRUE(c.isOk()) << c.status().message();
   EXPECT_EQ(c->max_queues, 32);
+  EXPECT_EQ(c->max_tokens, 10000);
+  EXPECT_EQ(c->max_policies, 256);
+  c = readServerConfig(write(std::string(kBase) + "limits { max_tokens = 5  max_policies = 7 }\n"));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->max_tokens, 5);
+  EXPECT_EQ(c->max_policies, 7);
+  c = readServerConfig(write(std::string(kBase) + "limits { max_tokens = 0 }\n"));
+  ASSERT_FALSE(c.isOk());
+  EXPECT_NE(c.status().message().find("max_tokens"), std::string::npos) << c.status().message();
   c = readServerConfig(write(std::string(kBase) + "limits { max_queues = 0 }\n"));
   ASSERT_TRUE(c.isOk()) << c.status().message();
   EXPECT_EQ(c->max_queues, 0);  // No team queues: only each tenant's default.

@@ -124,15 +124,25 @@ core::Result<std::unique_ptr<TokenManager>> TokenManager::open(store::Store& sto
   TESSERA_ASSIGN_OR_RETURN(store::RangeResult all, store.range(kPrefix, store::prefixEnd(kPrefix)));
   for (const store::KeyValue& kv : all.kvs) {
     TESSERA_ASSIGN_OR_RETURN(TokenInfo t, decode(kv.key, kv.value));
-    const std::string hash = kv.key.substr(kPrefix.size());
-    m->hash_of_[t.accessor] = hash;
-    if (!t.parent.empty()) {
-      m->children_.emplace(t.parent, t.accessor);
-    }
-    m->by_hash_.emplace(hash, std::move(t));
+    m->addLocked(kv.key.substr(kPrefix.size()), std::move(t));
   }
   TESSERA_RETURN_IF_ERROR(m->expire().status());
   return m;
+}
+
+void TokenManager::addLocked(const std::string& hash, TokenInfo t) {
+  hash_of_[t.accessor] = hash;
+  if (!t.parent.empty()) {
+    children_.emplace(t.parent, t.accessor);
+  }
+  ++held_[t.tenant];
+  by_hash_[hash] = std::move(t);
+}
+
+size_t TokenManager::held(const std::string& tenant) const {
+  std::shared_lock lock(mu_);
+  auto it = held_.find(tenant);
+  return it == held_.end() ? 0 : it->second;
 }
 
 core::Status TokenManager::persist(const std::string& hash, const TokenInfo& info) {
@@ -163,12 +173,12 @@ core::Result<CreatedToken> TokenManager::bootstrapRoot() {
   t.renewable = false;
   const std::string hash = hashSecret(out.secret);
   TESSERA_RETURN_IF_ERROR(persist(hash, t));
-  hash_of_[t.accessor] = hash;
-  by_hash_[hash] = t;
+  addLocked(hash, t);
   return out;
 }
 
-core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const TokenRequest& req) {
+core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const TokenRequest& req,
+                                                size_t max_tenant_tokens) {
   const core::WallTime now = clock_.wallNow();
   if (!parent.tenant.empty() && req.tenant != parent.tenant) {
     return core::Status(core::StatusCode::kPermissionDenied,
@@ -218,16 +228,19 @@ core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const T
   if (!parent.accessor.empty() && !hash_of_.contains(parent.accessor)) {
     return core::notFound("the parent token is gone");
   }
+  if (auto h = held_.find(t.tenant); !t.tenant.empty() && max_tenant_tokens > 0 &&
+                                     h != held_.end() && h->second >= max_tenant_tokens) {
+    return core::Status(core::StatusCode::kResourceExhausted,
+                        "tenant '" + t.tenant + "' holds its limit of " +
+                            std::to_string(max_tenant_tokens) +
+                            " tokens (max_tokens); revoke some, or let them expire");
+  }
   CreatedToken out;
   out.secret = "tsr." + randomBase62(24);
   t.accessor = randomBase62(24);
   const std::string hash = hashSecret(out.secret);
   TESSERA_RETURN_IF_ERROR(persist(hash, t));
-  hash_of_[t.accessor] = hash;
-  if (!t.parent.empty()) {
-    children_.emplace(t.parent, t.accessor);
-  }
-  by_hash_[hash] = t;
+  addLocked(hash, t);
   out.info = std::move(t);
   return out;
 }
@@ -301,6 +314,9 @@ core::Result<int> TokenManager::revokeLocked(const std::string& accessor) {
     }
   }
   children_.erase(accessor);
+  if (auto held = held_.find(t.tenant); held != held_.end() && --held->second == 0) {
+    held_.erase(held);
+  }
   by_hash_.erase(hash);
   hash_of_.erase(accessor);
   return revoked + 1;

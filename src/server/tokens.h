@@ -58,9 +58,9 @@ struct TokenInfo {
 };
 
 struct TokenRequest {
-  std::string tenant;
-  std::vector<std::string> policies;
-  std::string display_name;
+  std::string tenant = {};
+  std::vector<std::string> policies = {};
+  std::string display_name = {};
   core::Duration ttl{0};               // 0: the default TTL.
   core::Duration explicit_max_ttl{0};  // 0: none beyond the system maximum.
   bool renewable = true;
@@ -88,8 +88,11 @@ class TokenManager {
   core::Result<CreatedToken> bootstrapRoot();
   bool rootTokenExists() const;
 
-  // Creates a child of `parent` (see the rules above); errors say which rule failed.
-  core::Result<CreatedToken> create(const TokenInfo& parent, const TokenRequest& req);
+  // Creates a child of `parent` (see the rules above); errors say which rule failed. A tenant's
+  // token is refused (RESOURCE_EXHAUSTED) if its tenant already holds `max_tenant_tokens` tokens
+  // (0: no cap; admin tokens have none): each one lives in this manager's memory until it expires.
+  core::Result<CreatedToken> create(const TokenInfo& parent, const TokenRequest& req,
+                                    size_t max_tenant_tokens = 0);
   // The live token with this secret; NOT_FOUND for unknown, revoked or expired ones.
   core::Result<TokenInfo> lookup(const std::string& secret) const;
   core::Result<TokenInfo> lookupAccessor(const std::string& accessor) const;
@@ -101,6 +104,8 @@ class TokenManager {
   core::Result<int> expire();
   // Live tokens of a tenant ("" = admin), by accessor.
   std::vector<TokenInfo> list(const std::string& tenant) const;
+  // How many tokens a tenant holds: those not yet revoked, or swept by expire() once expired.
+  size_t held(const std::string& tenant) const;
 
   static std::string hashSecret(const std::string& secret);
 
@@ -109,6 +114,8 @@ class TokenManager {
       : store_(store), clock_(clock), options_(options) {}
   core::Status persist(const std::string& hash, const TokenInfo& info);
   core::Result<int> revokeLocked(const std::string& accessor);
+  // Adds `t` to the in-memory maps under `hash` (not to the store).
+  void addLocked(const std::string& hash, TokenInfo t);
 
   store::Store& store_;
   const core::Clock& clock_;
@@ -117,6 +124,7 @@ class TokenManager {
   std::map<std::string, TokenInfo> by_hash_;
   std::map<std::string, std::string> hash_of_;        // accessor -> hash
   std::multimap<std::string, std::string> children_;  // parent accessor -> child accessor
+  std::map<std::string, size_t> held_;                // tenant -> tokens in by_hash_
 };
 
 }  // namespace tessera::server

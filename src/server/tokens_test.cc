@@ -148,6 +148,43 @@ TEST_F(TokensTest, TenantTokensStayInTheirTenantAndPolicies) {
   EXPECT_EQ(tokens_->list("team-2").size(), 0U);
 }
 
+TEST_F(TokensTest, ATenantHoldsAtMostItsCapOfTokensUntilSomeGo) {
+  CreatedToken r = root();
+  const TokenRequest team1{.tenant = "team-1", .policies = {"dev"}, .ttl = hours(1)};
+  auto a = tokens_->create(r.info, team1, 2);
+  auto b = tokens_->create(r.info, team1, 2);
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  EXPECT_EQ(tokens_->held("team-1"), 2U);
+  auto refused = tokens_->create(r.info, team1, 2);
+  EXPECT_EQ(refused.status().code(), core::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("limit of 2 tokens"), std::string::npos)
+      << refused.status().message();
+  // Other tenants and the admin scope are not held to team-1's count.
+  EXPECT_TRUE(tokens_->create(r.info, {.tenant = "team-2", .ttl = hours(1)}, 2).isOk());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(tokens_->create(r.info, {.policies = {"root"}, .ttl = hours(1)}, 1).isOk());
+  }
+  // A revoked token frees its place, with its children.
+  ASSERT_TRUE(tokens_->revoke(a->info.accessor).isOk());
+  EXPECT_EQ(tokens_->held("team-1"), 1U);
+  auto child = tokens_->create(b->info, {.tenant = "team-1", .policies = {"dev"}}, 2);
+  ASSERT_TRUE(child.isOk()) << child.status().message();
+  EXPECT_FALSE(tokens_->create(r.info, team1, 2).isOk());
+  ASSERT_EQ(tokens_->revoke(b->info.accessor).value(), 2);
+  EXPECT_EQ(tokens_->held("team-1"), 0U);
+  // So does an expired one, once swept; and the count survives a restart.
+  ASSERT_TRUE(tokens_->create(r.info, team1, 2).isOk());
+  ASSERT_TRUE(tokens_->create(r.info, {.tenant = "team-1", .ttl = hours(3)}, 2).isOk());
+  reopen();
+  EXPECT_EQ(tokens_->held("team-1"), 2U);
+  EXPECT_EQ(tokens_->held("team-2"), 1U);
+  clock_.advance(hours(2));
+  ASSERT_TRUE(tokens_->expire().isOk());
+  EXPECT_EQ(tokens_->held("team-1"), 1U);
+  EXPECT_EQ(tokens_->held("team-2"), 0U);
+  EXPECT_TRUE(tokens_->create(r.info, team1, 2).isOk());
+}
+
 TEST_F(TokensTest, OnlyTheHashOfASecretIsStored) {
   CreatedToken r = root();
   auto t = tokens_->create(r.info, {.tenant = "team-1", .policies = {"dev"}});

@@ -442,6 +442,33 @@ TEST_F(ClientTest, TeamQueuesInsideATenant) {
   EXPECT_EQ(cancel_again.rc, 0) << cancel_again;
 }
 
+TEST_F(ClientTest, ATenantsPoliciesAreCapped) {
+  // tenant-admin, which every tenant has, is one of the two.
+  const std::string team = tenantWithToken("team-pol");
+  ASSERT_EQ(as(root(), {"tenant", "update", "team-pol", "--max-policies", "2"}).rc, 0);
+  std::ofstream(home_ / "p.hcl") << "path \"workloads/*\" { capabilities = [\"read\"] }\n";
+  const std::string file = (home_ / "p.hcl").string();
+  ASSERT_EQ(as(team, {"policy", "write", "reader", file}).rc, 0);
+  Outcome third = as(team, {"policy", "write", "other", file});
+  EXPECT_EQ(third.rc, 1) << third;
+  EXPECT_NE(third.err.find("limit of 2 policies"), std::string::npos) << third;
+  EXPECT_EQ(as(team, {"policy", "write", "reader", file}).rc, 0);  // A change is no new one.
+  ASSERT_EQ(as(team, {"policy", "delete", "reader"}).rc, 0);
+  EXPECT_EQ(as(team, {"policy", "write", "other", file}).rc, 0);
+}
+
+TEST_F(ClientTest, ATenantsTokensAreCapped) {
+  // The tenant's first token (its admin's) is one of the two.
+  const std::string team = tenantWithToken("team-tok");
+  ASSERT_EQ(as(root(), {"tenant", "update", "team-tok", "--max-tokens", "2"}).rc, 0);
+  ASSERT_EQ(as(team, {"token", "create", "--policy", "tenant-admin", "--ttl", "1h"}).rc, 0);
+  Outcome third = as(team, {"token", "create", "--policy", "tenant-admin", "--ttl", "1h"});
+  EXPECT_EQ(third.rc, 1) << third;
+  EXPECT_NE(third.err.find("limit of 2 tokens"), std::string::npos) << third;
+  // The admin is held to the tenant's cap too when it creates the tenant's tokens.
+  EXPECT_EQ(as(root(), {"token", "create", "--tenant", "team-tok", "--ttl", "1h"}).rc, 1);
+}
+
 TEST_F(ClientTest, ATenantsTeamQueuesAreCappedDeletedOnesIncluded) {
   const std::string team = tenantWithToken("team-cap");
   ASSERT_EQ(as(root(), {"tenant", "update", "team-cap", "--max-queues", "2"}).rc, 0);
