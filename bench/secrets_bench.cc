@@ -481,7 +481,9 @@ int run(int argc, char** argv) {
   app.add_option("--seconds", o.seconds, "Length of each KV phase")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 3600.0));
-  app.add_option("--keys", o.keys, "KV keys written first, then read and rewritten at random")
+  app.add_option("--keys", o.keys,
+                 "KV keys written first, then read and rewritten at random (at most the "
+                 "tenant's max_secrets: 10,000 unless the server's limits say otherwise)")
       ->capture_default_str()
       ->check(CLI::Range(1, 10000000));
   app.add_option("--leases", o.leases, "Leases due at once in the expiry phase")

@@ -264,6 +264,8 @@ struct TenantFlags {
   CLI::Option* max_tokens_opt = nullptr;
   int64_t max_policies = 0;
   CLI::Option* max_policies_opt = nullptr;
+  int64_t max_secrets = 0;
+  CLI::Option* max_secrets_opt = nullptr;
   int64_t request_rate = 0;
   int64_t request_burst = 0;
   int64_t request_concurrency = 0;
@@ -293,6 +295,9 @@ json tenantBody(const TenantFlags& f) {
   }
   if (f.max_policies_opt->count() > 0) {
     body["max_policies"] = f.max_policies;
+  }
+  if (f.max_secrets_opt->count() > 0) {
+    body["max_secrets"] = f.max_secrets;
   }
   if (f.request_rate_opt->count() > 0) {
     body["request_rate"] = f.request_rate;
@@ -1083,6 +1088,8 @@ void addTenantCommands(CLI::App& app, int* rc) {
                                      "Most tokens held at once (until revoked or expired)");
     f.max_policies_opt = c->add_option("--max-policies", f.max_policies,
                                        "Most ACL policies (tenant-admin included)");
+    f.max_secrets_opt = c->add_option("--max-secrets", f.max_secrets,
+                                      "Most KV secrets (until destroyed with their metadata)");
     f.request_rate_opt =
         c->add_option("--request-rate", f.request_rate, "API requests per second, sustained");
     f.request_burst_opt =

@@ -402,6 +402,13 @@ core::Result<bool> KvEngine::exists(const std::string& tenant, const std::string
   return !r.kvs.empty();
 }
 
+core::Result<int64_t> KvEngine::count(const std::string& tenant) const {
+  const std::string prefix = kvPrefix(tenant);
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult r,
+                           store_.range(prefix, store::prefixEnd(prefix), /*limit=*/1));
+  return r.count;
+}
+
 core::Status KvEngine::putMetadata(const std::string& tenant, const std::string& path,
                                    const json& body) {
   const core::WallTime now = clock_.wallNow();

@@ -104,6 +104,9 @@ class KvEngine {
   // Whether the key has a record (any version, even deleted ones), without opening it: what
   // decides between `create` and `update` before a write.
   core::Result<bool> exists(const std::string& tenant, const std::string& path) const;
+  // How many keys the tenant has (deleted versions and all: a key counts until it is destroyed
+  // with its metadata).
+  core::Result<int64_t> count(const std::string& tenant) const;
   core::Status putMetadata(const std::string& tenant, const std::string& path,
                            const nlohmann::json& body);
   core::Status deleteKey(const std::string& tenant, const std::string& path);

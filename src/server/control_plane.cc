@@ -840,8 +840,8 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   core::JsonNode n(body, "", source);
   TESSERA_RETURN_IF_ERROR(
       n.checkKeys({"quota", "limit", "weight", "priority", "trust_group", "max_workloads",
-                   "max_pending", "max_queues", "max_tokens", "max_policies", "request_rate",
-                   "request_burst", "request_concurrency"}));
+                   "max_pending", "max_queues", "max_tokens", "max_policies", "max_secrets",
+                   "request_rate", "request_burst", "request_concurrency"}));
   TESSERA_ASSIGN_OR_RETURN(const QueueNumbers q, queueNumbers(n, base, source));
   config["quota_milli_gpu"] = q.quota;
   config["limit_milli_gpu"] = q.limit;
@@ -866,6 +866,8 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
                            integer("max_tokens", 1, 10000000, options_.default_max_tokens));
   TESSERA_ASSIGN_OR_RETURN(config["max_policies"],
                            integer("max_policies", 1, 100000, options_.default_max_policies));
+  TESSERA_ASSIGN_OR_RETURN(config["max_secrets"],
+                           integer("max_secrets", 0, 10000000, options_.default_max_secrets));
   // API admission: requests per second (sustained and burst) and requests handled at once.
   TESSERA_ASSIGN_OR_RETURN(
       config["request_rate"],

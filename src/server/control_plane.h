@@ -51,6 +51,7 @@ struct ControlPlaneOptions {
   int64_t default_max_workloads = 10000;  // Stored workloads, finished ones included.
   int64_t default_max_pending = 1000;     // Workloads not yet running.
   int64_t default_max_tokens = 10000;     // A tenant's tokens held (until revoked or expired).
+  int64_t default_max_secrets = 10000;    // A tenant's KV keys (until destroyed with metadata).
   int64_t default_max_policies = 256;     // A tenant's ACL policies, tenant-admin included.
   int64_t default_max_queues = 32;        // Team queues (besides default), deleted ones included
                                           // until a restart: each is a node every pass walks.
@@ -164,6 +165,8 @@ class ControlPlane {
   HttpResponse sealApi(Request& r);
   HttpResponse secretsApi(Request& r);
   HttpResponse kvApi(Request& r, const std::vector<std::string>& parts);
+  // The lock a tenant's creations of KV keys take in turn (the max_secrets check and the write).
+  std::mutex& kvCreationLock(const std::string& tenant);
   HttpResponse dbApi(Request& r, const std::vector<std::string>& parts);
   // grants, grants/<id>: time-bound grants of this tenant's secrets to another tenant.
   HttpResponse grantsApi(Request& r);
@@ -247,7 +250,9 @@ class ControlPlane {
     core::WallTime refresh{};  // Minted again from here on.
     core::WallTime expires{};
   };
-  std::mutex identity_mu_;                             // Guards identity_cache_.
+  std::mutex kv_creation_mu_;  // Guards kv_creation_locks_.
+  std::map<std::string, std::unique_ptr<std::mutex>> kv_creation_locks_;  // tenant -> lock
+  std::mutex identity_mu_;                                                // Guards identity_cache_.
   std::map<std::string, CachedToken> identity_cache_;  // "<task id>@<generation>"
   std::mutex metrics_mu_;                              // Guards metrics_.
   std::map<std::string, Metric> metrics_;              // "route|tenant|code"

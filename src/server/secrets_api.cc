@@ -480,6 +480,36 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   const std::string& op = parts[2];
   const std::string path = rest(parts, 3);
   auto need = [&](Capability c) { return authorized(r, c); };
+  // A new key takes one of the tenant's max_secrets places. The tenant's creations go one at a
+  // time (held in `creating` until the write is done), so two cannot take the last place.
+  std::unique_lock<std::mutex> creating;
+  auto room_for_new_key = [&]() -> std::optional<HttpResponse> {
+    creating = std::unique_lock(kvCreationLock(tenant));
+    auto exists = kv.exists(tenant, path);  // Again: another request may have created it.
+    if (!exists.isOk()) {
+      return fromStatus(exists.status());
+    }
+    if (*exists) {
+      return std::nullopt;
+    }
+    int64_t max_secrets = options_.default_max_secrets;
+    {
+      std::shared_lock lock(mu_);
+      if (auto t = tenants_.find(tenant); t != tenants_.end()) {
+        max_secrets = t->second.value("max_secrets", max_secrets);
+      }
+    }
+    auto held = kv.count(tenant);
+    if (!held.isOk()) {
+      return fromStatus(held.status());
+    }
+    if (*held >= max_secrets) {
+      return error(429, "tenant '" + tenant + "' holds its limit of " +
+                            std::to_string(max_secrets) +
+                            " secrets (max_secrets); destroy some with their metadata");
+    }
+    return std::nullopt;
+  };
   if (op == "config") {
     if (r.method == "GET") {
       if (!need(Capability::kRead)) {
@@ -562,6 +592,11 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       if (!r.body.contains("data") || !r.body["data"].is_object()) {
         return error(400, "\"data\": an object of the secret's fields is required");
       }
+      if (!exists) {
+        if (auto refused = room_for_new_key()) {
+          return *refused;
+        }
+      }
       std::optional<int64_t> cas;
       if (r.body.contains("options")) {
         const json& o = r.body["options"];
@@ -621,6 +656,11 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
         return error(403, "permission denied");
       }
+      if (!exists) {
+        if (auto refused = room_for_new_key()) {
+          return *refused;
+        }
+      }
       core::Status st = kv.putMetadata(tenant, path, r.body);
       return st.isOk() ? noContent() : fromStatus(st);
     }
@@ -634,6 +674,15 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
     return error(405, "use GET, PUT, DELETE or LIST");
   }
   return error(404, "unsupported path: secrets/kv/" + op);
+}
+
+std::mutex& ControlPlane::kvCreationLock(const std::string& tenant) {
+  std::lock_guard lock(kv_creation_mu_);
+  std::unique_ptr<std::mutex>& m = kv_creation_locks_[tenant];
+  if (!m) {
+    m = std::make_unique<std::mutex>();
+  }
+  return *m;
 }
 
 core::Status ControlPlane::auditGrant(const std::string& tenant, const Grant& g,

@@ -195,6 +195,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.default_max_queues = config.max_queues;
   copts.default_max_tokens = config.max_tokens;
   copts.default_max_policies = config.max_policies;
+  copts.default_max_secrets = config.max_secrets;
   copts.tenant_max_in_flight =
       config.tenant_max_in_flight > 0
           ? config.tenant_max_in_flight
@@ -476,6 +477,7 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_ASSIGN_OR_RETURN(c.max_queues, intField(l, "max_queues", 0, 10000, 32));
     TESSERA_ASSIGN_OR_RETURN(c.max_tokens, intField(l, "max_tokens", 1, 10000000, 10000));
     TESSERA_ASSIGN_OR_RETURN(c.max_policies, intField(l, "max_policies", 1, 100000, 256));
+    TESSERA_ASSIGN_OR_RETURN(c.max_secrets, intField(l, "max_secrets", 0, 10000000, 10000));
     TESSERA_ASSIGN_OR_RETURN(int64_t conc, intField(l, "tenant_concurrency", 1, 10000, 0));
     c.tenant_max_in_flight = static_cast<int>(conc);
     TESSERA_ASSIGN_OR_RETURN(c.reject_delay_ms, intField(l, "reject_delay_ms", 0, 10000, 100));

@@ -67,6 +67,7 @@ TEST_F(ServerConfigTest, CapsOnATenantsObjectsHaveDefaultsAndBounds) {
   EXPECT_EQ(c->max_queues, 32);
   EXPECT_EQ(c->max_tokens, 10000);
   EXPECT_EQ(c->max_policies, 256);
+  EXPECT_EQ(c->max_secrets, 10000);
   c = readServerConfig(write(std::string(kBase) + "limits { max_tokens = 5  max_policies = 7 }\n"));
   ASSERT_TRUE(c.isOk()) << c.status().message();
   EXPECT_EQ(c->max_tokens, 5);
