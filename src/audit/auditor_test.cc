@@ -47,6 +47,15 @@ class AuditorTest : public ::testing::Test {
     sinks.push_back(std::move(file).value());
     return std::move(Auditor::create(std::move(sinks))).value();
   }
+  // Options for a FileSink whose every flush fails, as a dying disk's would.
+  static FileSinkOptions failingFlushes() {
+    FileSinkOptions options{{.salt = "s"}};
+    options.fdatasync = [](int) {
+      errno = EIO;
+      return -1;
+    };
+    return options;
+  }
   // Appends request `i` to a only (b refuses it), then leaves a refusing and b taking writes:
   // the response that follows lands in b only, so no sink holds both.
   static Auditor::Appended splitRequest(Auditor& auditor, MemorySink* a, MemorySink* b, int i) {
@@ -183,12 +192,7 @@ TEST_F(AuditorTest, RecordAfterAsyncWithAFileSinkAnswersOnceFlushed) {
 
 TEST_F(AuditorTest, RecordAfterAsyncFailsWhenTheFlushFails) {
   testing::TempDir dir;
-  FileSinkOptions options{{.salt = "s"}};
-  options.fdatasync = [](int) {
-    errno = EIO;
-    return -1;
-  };
-  auto auditor = overFile(dir.file("audit.log"), options);
+  auto auditor = overFile(dir.file("audit.log"), failingFlushes());
   ASSERT_NE(auditor, nullptr);
   auto appended = auditor->append(sampleEvent(0));
   ASSERT_TRUE(appended.isOk());
@@ -248,12 +252,7 @@ TEST_F(AuditorTest, WhenDurableFailsWhenNoSinkThatTookTheRecordCanFlushIt) {
   EXPECT_TRUE(got->isOk()) << got->toString();
   // A file sink whose flush fails.
   testing::TempDir dir;
-  FileSinkOptions options{{.salt = "s"}};
-  options.fdatasync = [](int) {
-    errno = EIO;
-    return -1;
-  };
-  auto file = overFile(dir.file("audit.log"), options);
+  auto file = overFile(dir.file("audit.log"), failingFlushes());
   ASSERT_NE(file, nullptr);
   appended = file->append(sampleEvent(1));
   ASSERT_TRUE(appended.isOk());

@@ -18,6 +18,7 @@
 #include <functional>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -254,24 +255,26 @@ struct TenantFlags {
   std::string name;
   QueueSettings queue;
   std::string trust_group;
-  int64_t max_workloads = 0;
-  int64_t max_pending = 0;
-  CLI::Option* max_workloads_opt = nullptr;
-  CLI::Option* max_pending_opt = nullptr;
-  int64_t max_queues = 0;
-  CLI::Option* max_queues_opt = nullptr;
-  int64_t max_tokens = 0;
-  CLI::Option* max_tokens_opt = nullptr;
-  int64_t max_policies = 0;
-  CLI::Option* max_policies_opt = nullptr;
-  int64_t max_secrets = 0;
-  CLI::Option* max_secrets_opt = nullptr;
-  int64_t request_rate = 0;
-  int64_t request_burst = 0;
-  int64_t request_concurrency = 0;
-  CLI::Option* request_rate_opt = nullptr;
-  CLI::Option* request_burst_opt = nullptr;
-  CLI::Option* request_concurrency_opt = nullptr;
+  // The tenant's numeric settings given as flags, by API field (kTenantLimits).
+  std::map<std::string, int64_t> limits;
+};
+
+// The tenant's numeric settings: API field, flag, help.
+struct TenantLimit {
+  const char* field;
+  const char* flag;
+  const char* help;
+};
+constexpr TenantLimit kTenantLimits[] = {
+    {"max_workloads", "--max-workloads", "Most workloads stored"},
+    {"max_pending", "--max-pending", "Most pending workloads"},
+    {"max_queues", "--max-queues", "Most team queues (deleted ones count until a restart)"},
+    {"max_tokens", "--max-tokens", "Most tokens held at once (until revoked or expired)"},
+    {"max_policies", "--max-policies", "Most ACL policies (tenant-admin included)"},
+    {"max_secrets", "--max-secrets", "Most KV secrets (until destroyed with their metadata)"},
+    {"request_rate", "--request-rate", "API requests per second, sustained"},
+    {"request_burst", "--request-burst", "API requests in a burst"},
+    {"request_concurrency", "--request-concurrency", "API requests handled at once"},
 };
 
 // The fields given on the command line, as the API takes them.
@@ -281,32 +284,8 @@ json tenantBody(const TenantFlags& f) {
   if (!f.trust_group.empty()) {
     body["trust_group"] = f.trust_group;
   }
-  if (f.max_workloads_opt->count() > 0) {
-    body["max_workloads"] = f.max_workloads;
-  }
-  if (f.max_pending_opt->count() > 0) {
-    body["max_pending"] = f.max_pending;
-  }
-  if (f.max_queues_opt->count() > 0) {
-    body["max_queues"] = f.max_queues;
-  }
-  if (f.max_tokens_opt->count() > 0) {
-    body["max_tokens"] = f.max_tokens;
-  }
-  if (f.max_policies_opt->count() > 0) {
-    body["max_policies"] = f.max_policies;
-  }
-  if (f.max_secrets_opt->count() > 0) {
-    body["max_secrets"] = f.max_secrets;
-  }
-  if (f.request_rate_opt->count() > 0) {
-    body["request_rate"] = f.request_rate;
-  }
-  if (f.request_burst_opt->count() > 0) {
-    body["request_burst"] = f.request_burst;
-  }
-  if (f.request_concurrency_opt->count() > 0) {
-    body["request_concurrency"] = f.request_concurrency;
+  for (const auto& [field, value] : f.limits) {
+    body[field] = value;
   }
   return body;
 }
@@ -1079,23 +1058,11 @@ void addTenantCommands(CLI::App& app, int* rc) {
     f.queue.addFlags(c, "Guaranteed GPUs", "Fair-share weight (default 1)",
                      "Queue priority (default 100; higher first)");
     c->add_option("--trust-group", f.trust_group, "Tenants that may share a GPU's memory");
-    f.max_workloads_opt =
-        c->add_option("--max-workloads", f.max_workloads, "Most workloads stored");
-    f.max_pending_opt = c->add_option("--max-pending", f.max_pending, "Most pending workloads");
-    f.max_queues_opt = c->add_option("--max-queues", f.max_queues,
-                                     "Most team queues (deleted ones count until a restart)");
-    f.max_tokens_opt = c->add_option("--max-tokens", f.max_tokens,
-                                     "Most tokens held at once (until revoked or expired)");
-    f.max_policies_opt = c->add_option("--max-policies", f.max_policies,
-                                       "Most ACL policies (tenant-admin included)");
-    f.max_secrets_opt = c->add_option("--max-secrets", f.max_secrets,
-                                      "Most KV secrets (until destroyed with their metadata)");
-    f.request_rate_opt =
-        c->add_option("--request-rate", f.request_rate, "API requests per second, sustained");
-    f.request_burst_opt =
-        c->add_option("--request-burst", f.request_burst, "API requests in a burst");
-    f.request_concurrency_opt = c->add_option("--request-concurrency", f.request_concurrency,
-                                              "API requests handled at once");
+    for (const TenantLimit& l : kTenantLimits) {
+      c->add_option_function<int64_t>(
+          l.flag, [&f, field = std::string(l.field)](const int64_t& v) { f.limits[field] = v; },
+          l.help);
+    }
   };
   {
     auto f = std::make_shared<TenantFlags>();

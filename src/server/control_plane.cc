@@ -856,18 +856,20 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   } else if (base.contains("trust_group")) {
     config["trust_group"] = base["trust_group"];
   }
-  TESSERA_ASSIGN_OR_RETURN(config["max_workloads"],
-                           integer("max_workloads", 1, 10000000, options_.default_max_workloads));
-  TESSERA_ASSIGN_OR_RETURN(config["max_pending"],
-                           integer("max_pending", 1, 10000000, options_.default_max_pending));
-  TESSERA_ASSIGN_OR_RETURN(config["max_queues"],
-                           integer("max_queues", 0, 10000, options_.default_max_queues));
-  TESSERA_ASSIGN_OR_RETURN(config["max_tokens"],
-                           integer("max_tokens", 1, 10000000, options_.default_max_tokens));
-  TESSERA_ASSIGN_OR_RETURN(config["max_policies"],
-                           integer("max_policies", 1, 100000, options_.default_max_policies));
-  TESSERA_ASSIGN_OR_RETURN(config["max_secrets"],
-                           integer("max_secrets", 0, 10000000, options_.default_max_secrets));
+  // Caps on what the tenant keeps: each within its range, the server's default if never set.
+  struct Cap {
+    const char* field;
+    int64_t lo, hi, default_value;
+  };
+  for (const Cap& cap : {Cap{"max_workloads", 1, 10000000, options_.default_max_workloads},
+                         Cap{"max_pending", 1, 10000000, options_.default_max_pending},
+                         Cap{"max_queues", 0, 10000, options_.default_max_queues},
+                         Cap{"max_tokens", 1, 10000000, options_.default_max_tokens},
+                         Cap{"max_policies", 1, 100000, options_.default_max_policies},
+                         Cap{"max_secrets", 0, 10000000, options_.default_max_secrets}}) {
+    TESSERA_ASSIGN_OR_RETURN(config[cap.field],
+                             integer(cap.field, cap.lo, cap.hi, cap.default_value));
+  }
   // API admission: requests per second (sustained and burst) and requests handled at once.
   TESSERA_ASSIGN_OR_RETURN(
       config["request_rate"],
