@@ -749,6 +749,22 @@ bool ControlPlane::preparedWhileRecorded(const Request& r) {
   return parts.size() == 2 && parts[0] == "workloads";
 }
 
+std::mutex& ControlPlane::creationLock(const std::string& tenant) {
+  std::lock_guard lock(creation_locks_mu_);
+  std::unique_ptr<std::mutex>& m = creation_locks_[tenant];
+  if (!m) {
+    m = std::make_unique<std::mutex>();
+  }
+  return *m;
+}
+
+int64_t ControlPlane::tenantSetting(const std::string& tenant, const char* field,
+                                    int64_t fallback) const {
+  std::shared_lock lock(mu_);
+  auto t = tenants_.find(tenant);
+  return t == tenants_.end() ? fallback : t->second.value(field, fallback);
+}
+
 HttpResponse ControlPlane::route(Request& r) {
   const std::vector<std::string> parts = split(r.scope.path);
   const std::string& first = parts[0];
@@ -1064,16 +1080,13 @@ HttpResponse ControlPlane::policiesApi(Request& r) {
     if (!p.isOk()) {
       return fromStatus(p.status());
     }
-    // A tenant holds a bounded number of policies (each lives in the server's memory). One
-    // creation at a time, so that two cannot both take the last place.
-    std::unique_lock admin_lock(tenant_admin_mu_, std::defer_lock);
+    // A tenant holds a bounded number of policies (each lives in the server's memory).
+    std::unique_lock<std::mutex> creating;
     if (!scope.empty()) {
-      admin_lock.lock();
-      std::lock_guard lock(mu_);
-      auto t = tenants_.find(scope);
+      creating = std::unique_lock(creationLock(scope));
       const int64_t max_policies =
-          t == tenants_.end() ? options_.default_max_policies
-                              : t->second.value("max_policies", options_.default_max_policies);
+          tenantSetting(scope, "max_policies", options_.default_max_policies);
+      std::lock_guard lock(mu_);
       const auto& held = policies_[scope];
       if (!held.contains(name) && static_cast<int64_t>(held.size()) >= max_policies) {
         return error(429, "tenant '" + scope + "' holds its limit of " +
@@ -1185,13 +1198,9 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
     req.renewable = r.body.value("renewable", true);
     req.display_name = r.body.value("display_name", "");
     // Every token lives in the server's memory until it expires: a tenant holds a bounded number.
-    int64_t max_tokens = 0;
-    if (!req.tenant.empty()) {
-      std::shared_lock lock(mu_);
-      auto t = tenants_.find(req.tenant);
-      max_tokens = t == tenants_.end() ? options_.default_max_tokens
-                                       : t->second.value("max_tokens", options_.default_max_tokens);
-    }
+    const int64_t max_tokens =
+        req.tenant.empty() ? 0
+                           : tenantSetting(req.tenant, "max_tokens", options_.default_max_tokens);
     auto created = tokens_->create(r.token, req, static_cast<size_t>(max_tokens));
     if (!created.isOk()) {
       return fromStatus(created.status());
@@ -1919,13 +1928,7 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
     // A cap on queues, since every queue is a node of the scheduler's tree that each pass walks,
     // for every tenant. A deleted queue's node stays until a restart (SchedulerDriver::
     // retireTeamQueue), so it still counts; creating it again reuses it.
-    int64_t max_queues = options_.default_max_queues;
-    {
-      std::shared_lock lock(mu_);
-      if (auto t = tenants_.find(tenant); t != tenants_.end()) {
-        max_queues = t->second.value("max_queues", max_queues);
-      }
-    }
+    const int64_t max_queues = tenantSetting(tenant, "max_queues", options_.default_max_queues);
     const std::vector<std::string> nodes = driver_.teamQueueNodes(tenant);
     if (std::find(nodes.begin(), nodes.end(), name) == nodes.end() &&
         static_cast<int64_t>(nodes.size()) >= max_queues) {

@@ -165,8 +165,12 @@ class ControlPlane {
   HttpResponse sealApi(Request& r);
   HttpResponse secretsApi(Request& r);
   HttpResponse kvApi(Request& r, const std::vector<std::string>& parts);
-  // The lock a tenant's creations of KV keys take in turn (the max_secrets check and the write).
-  std::mutex& kvCreationLock(const std::string& tenant);
+  // The lock a tenant's creations of capped objects (policies, KV keys) take in turn, from the
+  // check of its cap to the write, so that two cannot take the last place. One per tenant: no
+  // tenant's creations wait for another's.
+  std::mutex& creationLock(const std::string& tenant);
+  // A tenant's numeric setting (a cap), or `fallback` if it has none. Takes mu_ (shared).
+  int64_t tenantSetting(const std::string& tenant, const char* field, int64_t fallback) const;
   HttpResponse dbApi(Request& r, const std::vector<std::string>& parts);
   // grants, grants/<id>: time-bound grants of this tenant's secrets to another tenant.
   HttpResponse grantsApi(Request& r);
@@ -250,12 +254,12 @@ class ControlPlane {
     core::WallTime refresh{};  // Minted again from here on.
     core::WallTime expires{};
   };
-  std::mutex kv_creation_mu_;  // Guards kv_creation_locks_.
-  std::map<std::string, std::unique_ptr<std::mutex>> kv_creation_locks_;  // tenant -> lock
-  std::mutex identity_mu_;                                                // Guards identity_cache_.
-  std::map<std::string, CachedToken> identity_cache_;  // "<task id>@<generation>"
-  std::mutex metrics_mu_;                              // Guards metrics_.
-  std::map<std::string, Metric> metrics_;              // "route|tenant|code"
+  std::mutex creation_locks_mu_;                                       // Guards creation_locks_.
+  std::map<std::string, std::unique_ptr<std::mutex>> creation_locks_;  // tenant -> lock
+  std::mutex identity_mu_;                                             // Guards identity_cache_.
+  std::map<std::string, CachedToken> identity_cache_;                  // "<task id>@<generation>"
+  std::mutex metrics_mu_;                                              // Guards metrics_.
+  std::map<std::string, Metric> metrics_;                              // "route|tenant|code"
 };
 
 }  // namespace tessera::server

@@ -480,11 +480,11 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   const std::string& op = parts[2];
   const std::string path = rest(parts, 3);
   auto need = [&](Capability c) { return authorized(r, c); };
-  // A new key takes one of the tenant's max_secrets places. The tenant's creations go one at a
-  // time (held in `creating` until the write is done), so two cannot take the last place.
+  // A new key takes one of the tenant's max_secrets places; `creating` holds the tenant's
+  // creation lock until the write is done.
   std::unique_lock<std::mutex> creating;
   auto room_for_new_key = [&]() -> std::optional<HttpResponse> {
-    creating = std::unique_lock(kvCreationLock(tenant));
+    creating = std::unique_lock(creationLock(tenant));
     auto exists = kv.exists(tenant, path);  // Again: another request may have created it.
     if (!exists.isOk()) {
       return fromStatus(exists.status());
@@ -492,13 +492,7 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
     if (*exists) {
       return std::nullopt;
     }
-    int64_t max_secrets = options_.default_max_secrets;
-    {
-      std::shared_lock lock(mu_);
-      if (auto t = tenants_.find(tenant); t != tenants_.end()) {
-        max_secrets = t->second.value("max_secrets", max_secrets);
-      }
-    }
+    const int64_t max_secrets = tenantSetting(tenant, "max_secrets", options_.default_max_secrets);
     auto held = kv.count(tenant);
     if (!held.isOk()) {
       return fromStatus(held.status());
@@ -674,15 +668,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
     return error(405, "use GET, PUT, DELETE or LIST");
   }
   return error(404, "unsupported path: secrets/kv/" + op);
-}
-
-std::mutex& ControlPlane::kvCreationLock(const std::string& tenant) {
-  std::lock_guard lock(kv_creation_mu_);
-  std::unique_ptr<std::mutex>& m = kv_creation_locks_[tenant];
-  if (!m) {
-    m = std::make_unique<std::mutex>();
-  }
-  return *m;
 }
 
 core::Status ControlPlane::auditGrant(const std::string& tenant, const Grant& g,
