@@ -1018,6 +1018,10 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
           return fromStatus(st.withContext("deleting tenant '" + name + "'"));
         }
       }
+      // Its tokens too: a tenant created later under this name must not be reachable with them.
+      if (auto revoked = tokens_->revokeTenant(name); !revoked.isOk()) {
+        return fromStatus(revoked.status().withContext("deleting tenant '" + name + "'"));
+      }
       auto del =
           store_.deleteRange("/tenants/" + name + "/", store::prefixEnd("/tenants/" + name + "/"));
       if (del.isOk()) {

@@ -347,6 +347,23 @@ core::Result<int> TokenManager::expire() {
   return revoked;
 }
 
+core::Result<int> TokenManager::revokeTenant(const std::string& tenant) {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> theirs;
+  for (const auto& [hash, t] : by_hash_) {
+    if (t.tenant == tenant) {
+      theirs.push_back(t.accessor);
+    }
+  }
+  int revoked = 0;
+  for (const std::string& a : theirs) {
+    // A token may be gone already, as a descendant of one revoked before it.
+    TESSERA_ASSIGN_OR_RETURN(int n, revokeLocked(a));
+    revoked += n;
+  }
+  return revoked;
+}
+
 std::vector<TokenInfo> TokenManager::list(const std::string& tenant) const {
   const core::WallTime now = clock_.wallNow();
   std::lock_guard lock(mu_);

@@ -102,6 +102,9 @@ class TokenManager {
   core::Result<int> revoke(const std::string& accessor);
   // Revokes every token past its expiry (with its descendants). Call on a timer.
   core::Result<int> expire();
+  // Revokes every token of a tenant (with its descendants): for a tenant being deleted, so that
+  // none works for a tenant created later under the same name. Returns how many were revoked.
+  core::Result<int> revokeTenant(const std::string& tenant);
   // Live tokens of a tenant ("" = admin), by accessor.
   std::vector<TokenInfo> list(const std::string& tenant) const;
   // How many tokens a tenant holds: those not yet revoked, or swept by expire() once expired.

@@ -185,6 +185,28 @@ TEST_F(TokensTest, ATenantHoldsAtMostItsCapOfTokensUntilSomeGo) {
   EXPECT_TRUE(tokens_->create(r.info, team1, 2).isOk());
 }
 
+TEST_F(TokensTest, RevokingATenantsTokensLeavesNoneOfItsOwnAndTouchesNoOther) {
+  CreatedToken r = root();
+  auto a = tokens_->create(r.info, {.tenant = "team-1", .policies = {"dev"}});
+  auto b = tokens_->create(r.info, {.tenant = "team-1"});
+  auto other = tokens_->create(r.info, {.tenant = "team-2"});
+  ASSERT_TRUE(a.isOk() && b.isOk() && other.isOk());
+  auto child = tokens_->create(a->info, {.tenant = "team-1", .policies = {"dev"}});
+  ASSERT_TRUE(child.isOk());
+  EXPECT_EQ(tokens_->revokeTenant("team-1").value(), 3);
+  for (const std::string& secret : {a->secret, b->secret, child->secret}) {
+    EXPECT_FALSE(tokens_->lookup(secret).isOk());
+  }
+  EXPECT_EQ(tokens_->held("team-1"), 0U);
+  EXPECT_TRUE(tokens_->lookup(other->secret).isOk());
+  EXPECT_TRUE(tokens_->lookup(r.secret).isOk());
+  // Gone from the store as well.
+  reopen();
+  EXPECT_FALSE(tokens_->lookup(a->secret).isOk());
+  EXPECT_TRUE(tokens_->lookup(other->secret).isOk());
+  EXPECT_EQ(tokens_->revokeTenant("team-1").value(), 0);
+}
+
 TEST_F(TokensTest, OnlyTheHashOfASecretIsStored) {
   CreatedToken r = root();
   auto t = tokens_->create(r.info, {.tenant = "team-1", .policies = {"dev"}});

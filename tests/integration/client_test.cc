@@ -342,6 +342,10 @@ TEST_F(ClientTest, TenantTokenRunPsShowCancel) {
   EXPECT_EQ(as(root(), {"tenant", "show", "team-a"}).rc, 1);
   // Created again, the tenant can reuse its old workload names: they run afresh.
   const std::string reborn = tenantWithToken("team-a");
+  // The old tenant's tokens died with it: none reaches the new one of the same name.
+  Outcome stale = as(team_a, {"ps"});
+  EXPECT_EQ(stale.rc, 1) << stale;
+  EXPECT_NE(stale.err.find("permission denied"), std::string::npos) << stale;
   ASSERT_EQ(as(reborn, {"run", "train", "--gpus", "1", "--cpu-milli", "1000"}).rc, 0);
   waitInPs(reborn, "train", "running");
   EXPECT_EQ(as(reborn, {"cancel", "train"}).rc, 0);
