@@ -852,6 +852,13 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
     base = it->second;
   }
   json config = {{"name", name}};
+  // When this tenant began: its audit view starts there, so that a tenant created under the name
+  // of a deleted one does not read that one's records (auditApi).
+  if (create) {
+    config["created_time"] = audit::formatRfc3339Millis(clock_.wallNow());
+  } else if (base.contains("created_time")) {
+    config["created_time"] = base["created_time"];
+  }
   const std::string source = "tenant '" + name + "'";
   core::JsonNode n(body, "", source);
   TESSERA_RETURN_IF_ERROR(
@@ -2071,6 +2078,24 @@ HttpResponse ControlPlane::auditApi(Request& r) {
   if (!view.isOk()) {
     return fromStatus(view.status());
   }
+  // Records from before the tenant was created belong to a deleted tenant of the same name: the
+  // view starts at the first record since (records are in time order).
+  std::string created;
+  {
+    std::shared_lock lock(mu_);
+    if (auto t = tenants_.find(*r.scope.tenant); t != tenants_.end()) {
+      created = t->second.value("created_time", "");
+    }
+  }
+  auto time_of = [](const std::string& line) {
+    const json rec = json::parse(line, nullptr, false);
+    return rec.is_object() ? rec.value("time", std::string()) : std::string();
+  };
+  size_t first = 0;
+  while (!created.empty() && first < view->size() && time_of((*view)[first]) < created) {
+    ++first;
+  }
+  view->erase(view->begin(), view->begin() + static_cast<std::ptrdiff_t>(first));
   json records = json::array();
   const auto n = static_cast<size_t>(*limit);
   if (*after >= 0) {

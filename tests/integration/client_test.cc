@@ -346,6 +346,11 @@ TEST_F(ClientTest, TenantTokenRunPsShowCancel) {
   Outcome stale = as(team_a, {"ps"});
   EXPECT_EQ(stale.rc, 1) << stale;
   EXPECT_NE(stale.err.find("permission denied"), std::string::npos) << stale;
+  // Nor does its audit view hold the old tenant's records.
+  Outcome view = as(reborn, {"audit", "tail", "-n", "1000", "-format=json"});
+  ASSERT_EQ(view.rc, 0) << view;
+  EXPECT_EQ(view.out.find("workloads/train"), std::string::npos) << view;
+  EXPECT_NE(view.out.find("tenants/team-a/audit"), std::string::npos) << view;  // Its own.
   ASSERT_EQ(as(reborn, {"run", "train", "--gpus", "1", "--cpu-milli", "1000"}).rc, 0);
   waitInPs(reborn, "train", "running");
   EXPECT_EQ(as(reborn, {"cancel", "train"}).rc, 0);
