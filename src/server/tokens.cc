@@ -330,38 +330,32 @@ core::Result<int> TokenManager::revoke(const std::string& accessor) {
   return revokeLocked(accessor);
 }
 
-core::Result<int> TokenManager::expire() {
-  const core::WallTime now = clock_.wallNow();
-  std::lock_guard lock(mu_);
-  std::vector<std::string> expired;
+core::Result<int> TokenManager::revokeWhereLocked(
+    const std::function<bool(const TokenInfo&)>& matches) {
+  std::vector<std::string> chosen;
   for (const auto& [hash, t] : by_hash_) {
-    if (t.expires <= now) {
-      expired.push_back(t.accessor);
+    if (matches(t)) {
+      chosen.push_back(t.accessor);
     }
   }
   int revoked = 0;
-  for (const std::string& a : expired) {
+  for (const std::string& a : chosen) {
+    // A token may be gone already, as a descendant of one revoked before it.
     TESSERA_ASSIGN_OR_RETURN(int n, revokeLocked(a));
     revoked += n;
   }
   return revoked;
 }
 
+core::Result<int> TokenManager::expire() {
+  const core::WallTime now = clock_.wallNow();
+  std::lock_guard lock(mu_);
+  return revokeWhereLocked([now](const TokenInfo& t) { return t.expires <= now; });
+}
+
 core::Result<int> TokenManager::revokeTenant(const std::string& tenant) {
   std::lock_guard lock(mu_);
-  std::vector<std::string> theirs;
-  for (const auto& [hash, t] : by_hash_) {
-    if (t.tenant == tenant) {
-      theirs.push_back(t.accessor);
-    }
-  }
-  int revoked = 0;
-  for (const std::string& a : theirs) {
-    // A token may be gone already, as a descendant of one revoked before it.
-    TESSERA_ASSIGN_OR_RETURN(int n, revokeLocked(a));
-    revoked += n;
-  }
-  return revoked;
+  return revokeWhereLocked([&tenant](const TokenInfo& t) { return t.tenant == tenant; });
 }
 
 std::vector<TokenInfo> TokenManager::list(const std::string& tenant) const {

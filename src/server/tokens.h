@@ -24,6 +24,7 @@
 // Thread-safe: one mutex serialises writes; lookups read an in-memory copy of every live token.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -117,6 +118,8 @@ class TokenManager {
       : store_(store), clock_(clock), options_(options) {}
   core::Status persist(const std::string& hash, const TokenInfo& info);
   core::Result<int> revokeLocked(const std::string& accessor);
+  // Revokes every token that `matches` (with its descendants); returns how many went.
+  core::Result<int> revokeWhereLocked(const std::function<bool(const TokenInfo&)>& matches);
   // Adds `t` to the in-memory maps under `hash` (not to the store).
   void addLocked(const std::string& hash, TokenInfo t);
 
