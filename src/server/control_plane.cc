@@ -661,8 +661,9 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   // change is a store txn, which waits for the flush instead (Request::recorded), so it is
   // checked and queued for the store while its record goes to disk.
   const bool read_only = r.method == "GET" || r.method == "LIST";
+  const bool prepared = !read_only && preparedWhileRecorded(r);
   audit::Auditor::Appended appended;
-  if (read_only || preparedWhileRecorded(r)) {
+  if (read_only || prepared) {
     auto a = auditor_.append(ev);
     if (!a.isOk()) {
       return error(503, "the audit log cannot record this request, so it is refused");
@@ -671,7 +672,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   } else if (!auditor_.record(ev).isOk()) {
     return error(503, "the audit log cannot record this request, so it is refused");
   }
-  if (!read_only && !appended.sinks.empty()) {
+  if (prepared) {
     auto flushed = std::make_shared<std::promise<core::Status>>();
     std::shared_future<core::Status> durable = flushed->get_future().share();
     auditor_.whenDurable(appended, [flushed](const core::Status& s) { flushed->set_value(s); });
