@@ -381,9 +381,13 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
     const std::string& tenant = parts[1];
     if (!e.prev_kv) {
       // A new workload: into the cache (if the handler has not put it there yet, so that the
-      // scheduler's first status change finds it), then to the scheduler.
+      // scheduler's first status change finds it), then to the scheduler. Not if its tenant
+      // was deleted since: that deletion removed it from the store.
       {
         std::lock_guard lock(mu_);
+        if (!tenants_.contains(tenant)) {
+          continue;
+        }
         if (workloads_[tenant].try_emplace(parts[3], record).second) {
           ++pending_[tenant];
         }
@@ -750,9 +754,9 @@ bool ControlPlane::preparedWhileRecorded(const Request& r) {
   return parts.size() == 2 && parts[0] == "workloads";
 }
 
-std::mutex& ControlPlane::creationLock(const std::string& tenant) {
-  std::lock_guard lock(creation_locks_mu_);
-  std::unique_ptr<std::mutex>& m = creation_locks_[tenant];
+std::mutex& ControlPlane::tenantLock(const std::string& tenant) {
+  std::lock_guard lock(tenant_locks_mu_);
+  std::unique_ptr<std::mutex>& m = tenant_locks_[tenant];
   if (!m) {
     m = std::make_unique<std::mutex>();
   }
@@ -841,8 +845,9 @@ HttpResponse ControlPlane::route(Request& r) {
 }
 
 core::Status ControlPlane::putTenant(const std::string& name, const json& body, bool create) {
-  // One tenant change at a time: an update reads the current config and writes it back.
-  std::lock_guard admin_lock(tenant_admin_mu_);
+  // An update reads the current config and writes it back: one change of this tenant at a time
+  // (and none while it is deleted).
+  std::lock_guard tenant_lock(tenantLock(name));
   json base = json::object();  // What a field left out keeps: the current value on update.
   if (!create) {
     std::shared_lock lock(mu_);
@@ -1000,8 +1005,11 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
       return error(403, "permission denied");
     }
     {
+      // No change of the tenant's that read it before (a queue, a policy, a KV key) lands
+      // after its keys are gone.
+      std::lock_guard tenant_lock(tenantLock(name));
       std::lock_guard lock(mu_);
-      if (!exists) {
+      if (!tenants_.contains(name)) {  // Again: another DELETE may have been first.
         return error(404, "no tenant '" + name + "'");
       }
       for (const auto& [w, record] : workloads_[name]) {
@@ -1095,7 +1103,7 @@ HttpResponse ControlPlane::policiesApi(Request& r) {
     // A tenant holds a bounded number of policies (each lives in the server's memory).
     std::unique_lock<std::mutex> creating;
     if (!scope.empty()) {
-      creating = std::unique_lock(creationLock(scope));
+      creating = std::unique_lock(tenantLock(scope));
       const int64_t max_policies =
           tenantSetting(scope, "max_policies", options_.default_max_policies);
       std::lock_guard lock(mu_);
@@ -1423,7 +1431,11 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   cmd.grace = std::chrono::seconds(*grace);
   {
     std::lock_guard lock(mu_);
-    const json& config = tenants_[tenant];
+    auto t = tenants_.find(tenant);
+    if (t == tenants_.end()) {
+      return error(404, "not found");  // Deleted since the request was routed.
+    }
+    const json& config = t->second;
     const int64_t pending = pending_[tenant];
     if (static_cast<int64_t>(workloads_[tenant].size()) >=
         config.value("max_workloads", options_.default_max_workloads)) {
@@ -1443,23 +1455,27 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   if (core::Status ok = driver_.check(cmd); !ok.isOk()) {
     return error(400, source + ": " + ok.message());
   }
+  // Stored only while the tenant is: a tenant deleted since the checks above (its deletion does
+  // not wait for submissions) must not be left with a workload.
   store::Txn txn;
   txn.precondition = r.recorded;
   txn.compares.push_back(
       store::Compare::version(workloadKey(tenant, name), store::Compare::kEqual, 0));
+  txn.compares.push_back(store::Compare::version(tenantKey(tenant), store::Compare::kGreater, 0));
   txn.success.push_back(store::Op::put(workloadKey(tenant, name), stored.dump()));
   auto res = store_.txn(std::move(txn));
   if (!res.isOk()) {
     return fromStatus(res.status());
   }
+  std::lock_guard lock(mu_);
+  if (!tenants_.contains(tenant)) {
+    return error(404, "not found");  // Deleted meanwhile: the workload is not in the store.
+  }
   if (!res->succeeded) {
     return error(409, "workload '" + name + "' exists");
   }
-  {
-    std::lock_guard lock(mu_);
-    if (workloads_[tenant].try_emplace(name, stored).second) {  // Unless the watch was first.
-      ++pending_[tenant];
-    }
+  if (workloads_[tenant].try_emplace(name, stored).second) {  // Unless the watch was first.
+    ++pending_[tenant];
   }
   return reply(202, {{"request_id", r.request_id},
                      {"data", {{"name", name}, {"tenant", tenant}, {"phase", "pending"}}}});
@@ -1920,8 +1936,10 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
   if (r.method == "DELETE") {
     return deleteTeamQueue(r, tenant, name, key);
   }
-  // Create or update, like tenants: what the body leaves out keeps its value.
-  std::lock_guard admin_lock(tenant_admin_mu_);
+  // Create or update, like tenants: what the body leaves out keeps its value. The tenant's lock
+  // keeps the read, the cap's check and the write together, and the tenant from being deleted
+  // in between (its deletion would leave the queue behind).
+  std::lock_guard tenant_lock(tenantLock(tenant));
   auto got = store_.get(key);
   if (!got.isOk()) {
     return fromStatus(got.status());
@@ -1981,7 +1999,7 @@ HttpResponse ControlPlane::deleteTeamQueue(Request& r, const std::string& tenant
   if (!authorized(r, Capability::kDelete)) {
     return error(403, "permission denied");
   }
-  std::lock_guard admin_lock(tenant_admin_mu_);
+  std::lock_guard tenant_lock(tenantLock(tenant));
   auto got = store_.get(key);
   if (!got.isOk()) {
     return fromStatus(got.status());

@@ -165,10 +165,12 @@ class ControlPlane {
   HttpResponse sealApi(Request& r);
   HttpResponse secretsApi(Request& r);
   HttpResponse kvApi(Request& r, const std::vector<std::string>& parts);
-  // The lock a tenant's creations of capped objects (policies, KV keys) take in turn, from the
-  // check of its cap to the write, so that two cannot take the last place. One per tenant: no
-  // tenant's creations wait for another's.
-  std::mutex& creationLock(const std::string& tenant);
+  // The lock that a tenant's changes which read before they write take in turn: a tenant create
+  // or update (it reads the config it changes), a queue change, a creation of a capped object
+  // (policies, KV keys; from the check of the cap to the write, so that two cannot take the last
+  // place), and the tenant's deletion (so none of those writes lands after it). One per tenant:
+  // no tenant's changes wait for another's. Taken before mu_.
+  std::mutex& tenantLock(const std::string& tenant);
   // A tenant's numeric setting (a cap), or `fallback` if it has none. Takes mu_ (shared).
   int64_t tenantSetting(const std::string& tenant, const char* field, int64_t fallback) const;
   HttpResponse dbApi(Request& r, const std::vector<std::string>& parts);
@@ -221,7 +223,6 @@ class ControlPlane {
   std::atomic<int> node_waits_{0};  // Watches waiting for news now.
   NodeMailbox mailbox_;             // Log requests for agents.
   std::mutex status_write_mu_;      // Held from reading a workload's record to writing it back.
-  std::mutex tenant_admin_mu_;      // One tenant create or update at a time; taken before mu_.
   // Guards the caches below. Reads (most requests) share it; writes take it alone.
   mutable std::shared_mutex mu_;
   std::map<std::string, nlohmann::json> tenants_;                  // name -> config
@@ -254,12 +255,12 @@ class ControlPlane {
     core::WallTime refresh{};  // Minted again from here on.
     core::WallTime expires{};
   };
-  std::mutex creation_locks_mu_;                                       // Guards creation_locks_.
-  std::map<std::string, std::unique_ptr<std::mutex>> creation_locks_;  // tenant -> lock
-  std::mutex identity_mu_;                                             // Guards identity_cache_.
-  std::map<std::string, CachedToken> identity_cache_;                  // "<task id>@<generation>"
-  std::mutex metrics_mu_;                                              // Guards metrics_.
-  std::map<std::string, Metric> metrics_;                              // "route|tenant|code"
+  std::mutex tenant_locks_mu_;                                       // Guards tenant_locks_.
+  std::map<std::string, std::unique_ptr<std::mutex>> tenant_locks_;  // tenant -> tenantLock
+  std::mutex identity_mu_;                                           // Guards identity_cache_.
+  std::map<std::string, CachedToken> identity_cache_;                // "<task id>@<generation>"
+  std::mutex metrics_mu_;                                            // Guards metrics_.
+  std::map<std::string, Metric> metrics_;                            // "route|tenant|code"
 };
 
 }  // namespace tessera::server

@@ -1,6 +1,8 @@
-// When an answer leaves, relative to the audit log's disk flush: the policy of
-// `audit_durable_answers` (docs/server.md, "A request's path", step 5), on a real ControlPlane
-// over SQLite and a FileSink whose flush the test holds back or counts.
+// A real ControlPlane over SQLite and a FileSink, with the audit disk's flushes and the store's
+// writes held back or counted by the test:
+// - when an answer leaves, relative to the audit log's disk flush: the policy of
+//   `audit_durable_answers` (docs/server.md, "A request's path", step 5);
+// - which of a tenant's changes wait for one another, and that none waits for another tenant's.
 #include "server/control_plane.h"
 
 #include <gtest/gtest.h>
@@ -82,7 +84,88 @@ class HeldDisk {
   int passed_ = 0;   // and those it let through.
 };
 
-class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
+// A store whose writes under one key prefix can be held: while held, such a write waits until it
+// is let go. Everything else goes straight to the SQLite store underneath.
+class HeldStore final : public store::Store {
+ public:
+  explicit HeldStore(store::Store& inner) : inner_(inner) {}
+
+  void hold(std::string prefix) {
+    std::lock_guard lock(mu_);
+    prefix_ = std::move(prefix);
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    prefix_.reset();
+    cv_.notify_all();
+  }
+  // Writes that have waited, so far.
+  int held() {
+    std::lock_guard lock(mu_);
+    return held_;
+  }
+  // Waits (up to 5 s) until `n` writes have waited.
+  bool waitHeld(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, 5s, [&] { return held_ >= n; });
+  }
+
+  core::Result<store::RangeResult> range(std::string_view key, std::string_view range_end,
+                                         int64_t limit, int64_t revision) override {
+    return inner_.range(key, range_end, limit, revision);
+  }
+  core::Result<int64_t> put(std::string_view key, std::string_view value,
+                            store::LeaseId lease) override {
+    waitIfHeld(key);
+    return inner_.put(key, value, lease);
+  }
+  core::Result<store::DeleteResult> deleteRange(std::string_view key,
+                                                std::string_view range_end) override {
+    waitIfHeld(key);
+    return inner_.deleteRange(key, range_end);
+  }
+  core::Result<store::TxnResult> txn(store::Txn txn) override {
+    for (const store::Op& op : txn.success) {
+      waitIfHeld(op.key);
+    }
+    return inner_.txn(std::move(txn));
+  }
+  core::Result<store::WatchId> watch(std::string_view key, std::string_view range_end,
+                                     int64_t from_revision,
+                                     store::WatchCallback callback) override {
+    return inner_.watch(key, range_end, from_revision, std::move(callback));
+  }
+  void cancelWatch(store::WatchId id) override { inner_.cancelWatch(id); }
+  core::Result<store::LeaseId> grant(core::Duration ttl) override { return inner_.grant(ttl); }
+  core::Result<core::Duration> keepAlive(store::LeaseId id) override {
+    return inner_.keepAlive(id);
+  }
+  core::Result<int64_t> revoke(store::LeaseId id) override { return inner_.revoke(id); }
+  core::Result<std::vector<store::LeaseId>> expireLeases() override {
+    return inner_.expireLeases();
+  }
+  core::Status compact(int64_t revision) override { return inner_.compact(revision); }
+  store::StoreStats stats() const override { return inner_.stats(); }
+
+ private:
+  void waitIfHeld(std::string_view key) {
+    std::unique_lock lock(mu_);
+    if (!prefix_ || !key.starts_with(*prefix_)) {
+      return;
+    }
+    ++held_;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return !prefix_; });
+  }
+
+  store::Store& inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<std::string> prefix_;  // Set: writes of keys under it wait.
+  int held_ = 0;
+};
+
+class ControlPlaneTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/tessera-cp-test-XXXXXX";
@@ -91,6 +174,7 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
     auto store = store::SqliteStore::open((dir_ / "tessera.db").string(), {}, clock_);
     ASSERT_TRUE(store.isOk()) << store.status().toString();
     store_ = std::move(store).value();
+    held_store_ = std::make_unique<HeldStore>(*store_);
     audit::FileSinkOptions fo{{.salt = "pepper"}};
     fo.fdatasync = [this](int fd) { return disk_.fdatasync(fd); };
     fo.appended_flush_delay = flush_delay_;
@@ -109,13 +193,14 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
     ASSERT_TRUE(secrets.isOk()) << secrets.status().toString();
     secrets_ = std::move(secrets).value();
     ControlPlaneOptions co;
-    co.durable_every_answer = GetParam();
-    auto cp =
-        ControlPlane::open(*store_, *auditor_, *driver_, catalogue_, clock_, co, secrets_.get());
+    co.durable_every_answer = durable_every_answer_;
+    auto cp = ControlPlane::open(*held_store_, *auditor_, *driver_, catalogue_, clock_, co,
+                                 secrets_.get());
     ASSERT_TRUE(cp.isOk()) << cp.status().toString();
     cp_ = std::move(cp).value();
     auto root = cp_->bootstrapRootToken();
     ASSERT_TRUE(root.isOk());
+    root_ = *root;
     auto demo = cp_->createTenantWithToken("demo", json{{"quota", {{"gpu", 8}}}}, root->info);
     ASSERT_TRUE(demo.isOk()) << demo.status().toString();
     token_ = demo->secret;
@@ -124,6 +209,7 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
 
   void TearDown() override {
     disk_.release();
+    held_store_->release();
     for (std::thread& t : threads_) {
       t.join();
     }
@@ -131,6 +217,7 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
     secrets_.reset();
     driver_.reset();
     auditor_.reset();
+    held_store_.reset();
     store_.reset();
     fs::remove_all(dir_);
   }
@@ -138,10 +225,15 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
   // Sends a request as tenant demo; the future is ready when the answer is sent.
   std::future<HttpResponse> send(const std::string& method, const std::string& path,
                                  const json& body = nullptr) {
+    return sendAs(token_, method, "/v1/tenants/demo/" + path, body);
+  }
+  // Sends a request to `target` with `token`.
+  std::future<HttpResponse> sendAs(const std::string& token, const std::string& method,
+                                   const std::string& target, const json& body = nullptr) {
     HttpRequest r;
     r.method = method;
-    r.target = "/v1/tenants/demo/" + path;
-    r.headers = {{"x-tessera-token", token_}};
+    r.target = target;
+    r.headers = {{"x-tessera-token", token}};
     r.body = body.is_null() ? "" : body.dump();
     r.remote = "127.0.0.1:1";
     auto answer = std::make_shared<std::promise<HttpResponse>>();
@@ -155,15 +247,34 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
   // Sends a request with the disk free and waits for its answer.
   HttpResponse call(const std::string& method, const std::string& path,
                     const json& body = nullptr) {
-    auto answered = send(method, path, body);
+    return answer(send(method, path, body), method + " " + path);
+  }
+  HttpResponse callAs(const std::string& token, const std::string& method,
+                      const std::string& target, const json& body = nullptr) {
+    return answer(sendAs(token, method, target, body), method + " " + target);
+  }
+  // The answer, once it comes (status 0 if not within 10 s).
+  static HttpResponse answer(std::future<HttpResponse> answered, const std::string& what) {
     const bool ready = answered.wait_for(10s) == std::future_status::ready;
-    EXPECT_TRUE(ready) << method << " " << path << " unanswered";
+    EXPECT_TRUE(ready) << what << " unanswered";
     if (ready) {
       return answered.get();
     }
     HttpResponse none;
     none.status = 0;
     return none;
+  }
+  // Keys in the store under `prefix`.
+  std::vector<std::string> keysUnder(const std::string& prefix) {
+    std::vector<std::string> keys;
+    auto got = store_->range(prefix, store::prefixEnd(prefix));
+    EXPECT_TRUE(got.isOk()) << got.status().toString();
+    if (got.isOk()) {
+      for (const store::KeyValue& kv : got->kvs) {
+        keys.push_back(kv.key);
+      }
+    }
+    return keys;
   }
 
   // Whether a request's answer leaves while the disk holds every flush (each answer that does
@@ -186,6 +297,8 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
     return early;
   }
 
+  // Whether every answer waits for the audit log's flush (audit_durable_answers = "all").
+  bool durable_every_answer_ = false;
   // When the audit log flushes records nobody waits for.
   std::chrono::milliseconds flush_delay_ = 1ms;
   fs::path dir_;
@@ -193,13 +306,20 @@ class ControlPlaneAuditTest : public ::testing::TestWithParam<bool> {
   const model::GpuCatalogue catalogue_ = model::GpuCatalogue::builtin();
   HeldDisk disk_;
   std::unique_ptr<store::Store> store_;
+  std::unique_ptr<HeldStore> held_store_;  // The ControlPlane's view of store_.
   std::unique_ptr<audit::Auditor> auditor_;
   std::unique_ptr<SchedulerDriver> driver_;
   std::unique_ptr<secrets::Secrets> secrets_;
   std::unique_ptr<ControlPlane> cp_;
-  std::string token_;
+  CreatedToken root_;
+  std::string token_;  // Tenant demo's admin.
   std::vector<ListenerConfig> listeners_;
   std::vector<std::thread> threads_;  // Each runs one request's handler.
+};
+
+class ControlPlaneAuditTest : public ControlPlaneTest, public ::testing::WithParamInterface<bool> {
+ protected:
+  ControlPlaneAuditTest() { durable_every_answer_ = GetParam(); }
 };
 
 TEST_P(ControlPlaneAuditTest, ReadsRevealingNothingSecretGoBeforeTheFlushUnlessAllMustWait) {
@@ -296,6 +416,70 @@ TEST_P(ControlPlaneAuditFlushCountTest, EachAnswerWaitsForTheFlushesItNeeds) {
   // A secret written (its answer names the version: under data, which the log HMACs) and read.
   EXPECT_EQ(flushesFor("PUT", "secrets/kv/data/db", 200, {{"data", {{"password", "hunter2"}}}}), 2);
   EXPECT_EQ(flushesFor("GET", "secrets/kv/data/db", 200), 1);
+}
+
+// A tenant's changes that read before they write take that tenant's lock, and only its.
+using ControlPlaneTenantLockTest = ControlPlaneTest;
+
+TEST_F(ControlPlaneTenantLockTest, AQueueChangeWaitsForNoOtherTenant) {
+  auto other = cp_->createTenantWithToken("other", json{{"quota", {{"gpu", 8}}}}, root_.info);
+  ASSERT_TRUE(other.isOk()) << other.status().toString();
+  held_store_->hold("/tenants/demo/queues/");
+  auto demo_queue = send("POST", "queues/team-a", {{"quota", {{"gpu", 1}}}});
+  ASSERT_TRUE(held_store_->waitHeld(1)) << "the queue's write never reached the store";
+  // While demo's queue change waits on the store, another tenant changes its queues and an
+  // operator creates and changes tenants.
+  EXPECT_EQ(
+      callAs(other->secret, "POST", "/v1/tenants/other/queues/team-b", {{"quota", {{"gpu", 1}}}})
+          .status,
+      204U);
+  EXPECT_EQ(callAs(other->secret, "DELETE", "/v1/tenants/other/queues/team-b").status, 204U);
+  EXPECT_EQ(callAs(root_.secret, "POST", "/v1/tenants/third", {{"quota", {{"gpu", 1}}}}).status,
+            204U);
+  EXPECT_EQ(callAs(root_.secret, "POST", "/v1/tenants/other", {{"quota", {{"gpu", 2}}}}).status,
+            204U);
+  // demo's own next change of a queue waits for the first.
+  auto demo_second = send("POST", "queues/team-c", {{"quota", {{"gpu", 1}}}});
+  EXPECT_EQ(demo_second.wait_for(300ms), std::future_status::timeout);
+  EXPECT_EQ(demo_queue.wait_for(0ms), std::future_status::timeout);
+  held_store_->release();
+  EXPECT_EQ(answer(std::move(demo_queue), "demo's first queue").status, 204U);
+  EXPECT_EQ(answer(std::move(demo_second), "demo's second queue").status, 204U);
+}
+
+TEST_F(ControlPlaneTenantLockTest, ATenantDeletedWhileItsQueueIsWrittenKeepsNoQueue) {
+  held_store_->hold("/tenants/demo/queues/");
+  auto queue = send("POST", "queues/team-a", {{"quota", {{"gpu", 1}}}});
+  ASSERT_TRUE(held_store_->waitHeld(1));
+  auto deleted = sendAs(root_.secret, "DELETE", "/v1/tenants/demo");
+  // The deletion waits for the queue's write: otherwise the write would land after the
+  // tenant's keys are gone and outlive it.
+  EXPECT_EQ(deleted.wait_for(300ms), std::future_status::timeout);
+  held_store_->release();
+  EXPECT_EQ(answer(std::move(queue), "the queue").status, 204U);
+  EXPECT_EQ(answer(std::move(deleted), "the deletion").status, 204U);
+  EXPECT_EQ(keysUnder("/tenants/demo"), std::vector<std::string>{});
+  // And a tenant of that name created later starts with no queue.
+  ASSERT_EQ(callAs(root_.secret, "POST", "/v1/tenants/demo", {{"quota", {{"gpu", 1}}}}).status,
+            204U);
+  EXPECT_EQ(keysUnder("/tenants/demo/queues/"), std::vector<std::string>{});
+}
+
+TEST_F(ControlPlaneTenantLockTest, ASubmissionOvertakenByItsTenantsDeletionStoresNothing) {
+  held_store_->hold("/tenants/demo/workloads/");
+  auto submitted = send("POST", "workloads/w1", {{"cpuMilli", 100}, {"duration", 1}});
+  ASSERT_TRUE(held_store_->waitHeld(1));
+  // Checked, not yet stored: the deletion sees no workload of demo's and goes ahead.
+  EXPECT_EQ(callAs(root_.secret, "DELETE", "/v1/tenants/demo").status, 204U);
+  held_store_->release();
+  EXPECT_EQ(answer(std::move(submitted), "the submission").status, 404U);
+  EXPECT_EQ(keysUnder("/tenants/demo"), std::vector<std::string>{});
+  // Nothing of it stays in memory either: the name is free, and a new tenant there is empty.
+  ASSERT_EQ(callAs(root_.secret, "POST", "/v1/tenants/demo", {{"quota", {{"gpu", 1}}}}).status,
+            204U);
+  const HttpResponse list = callAs(root_.secret, "LIST", "/v1/tenants/demo/workloads");
+  EXPECT_EQ(list.status, 200U) << list.body;
+  EXPECT_EQ(list.body.find("w1"), std::string::npos) << list.body;
 }
 
 INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditTest, ::testing::Bool(),

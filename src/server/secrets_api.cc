@@ -480,11 +480,11 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   const std::string& op = parts[2];
   const std::string path = rest(parts, 3);
   auto need = [&](Capability c) { return authorized(r, c); };
-  // A new key takes one of the tenant's max_secrets places; `creating` holds the tenant's
-  // creation lock until the write is done.
+  // A new key takes one of the tenant's max_secrets places; `creating` holds the tenant's lock
+  // until the write is done.
   std::unique_lock<std::mutex> creating;
   auto room_for_new_key = [&]() -> std::optional<HttpResponse> {
-    creating = std::unique_lock(creationLock(tenant));
+    creating = std::unique_lock(tenantLock(tenant));
     auto exists = kv.exists(tenant, path);  // Again: another request may have created it.
     if (!exists.isOk()) {
       return fromStatus(exists.status());
