@@ -268,7 +268,7 @@ struct TenantLimit {
 constexpr TenantLimit kTenantLimits[] = {
     {"max_workloads", "--max-workloads", "Most workloads stored"},
     {"max_pending", "--max-pending", "Most pending workloads"},
-    {"max_queues", "--max-queues", "Most team queues (deleted ones count until a restart)"},
+    {"max_queues", "--max-queues", "Most team queues in service (besides default)"},
     {"max_tokens", "--max-tokens", "Most tokens held at once (until revoked or expired)"},
     {"max_policies", "--max-policies", "Most ACL policies (tenant-admin included)"},
     {"max_secrets", "--max-secrets", "Most KV secrets (until destroyed with their metadata)"},

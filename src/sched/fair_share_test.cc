@@ -224,6 +224,28 @@ TEST_F(FairShareTreeTest, AllocatedCountsAsDemandAndTotalsFollowThePath) {
   EXPECT_EQ(t.queue(*t.find("org")).allocated[kGpuDim], 0);
 }
 
+TEST_F(FairShareTreeTest, ARenamedQueueKeepsItsIdTotalsAndChildren) {
+  auto tree =
+      QueueTree::create(space_, {spec("org", "", 4), spec("a", "org", 2), spec("b", "", 1)});
+  ASSERT_TRUE(tree.isOk());
+  QueueTree& t = tree.value();
+  const QueueId org = *t.find("org");
+  const QueueId a = *t.find("a");
+  t.addAllocated(a, gpus(3), +1);
+  ASSERT_TRUE(t.rename(org, "team").isOk());
+  EXPECT_FALSE(t.find("org").has_value());
+  EXPECT_EQ(t.find("team"), org);
+  EXPECT_EQ(t.queue(org).name, "team");
+  EXPECT_EQ(t.queue(org).quota[kGpuDim], 4000);
+  EXPECT_EQ(t.queue(org).allocated[kGpuDim], 3000);
+  EXPECT_EQ(t.queue(a).parent, org);
+  // A name in use, or none, is refused and changes nothing.
+  EXPECT_EQ(t.rename(a, "b").message(), "queue 'b' is declared twice");
+  EXPECT_EQ(t.rename(a, "").message(), "queue 1 has an empty name");
+  EXPECT_EQ(t.queue(a).name, "a");
+  EXPECT_EQ(t.find("a"), a);
+}
+
 TEST_F(FairShareTreeTest, TreeValidation) {
   auto err = [&](std::vector<QueueSpec> specs) {
     auto t = QueueTree::create(space_, std::move(specs));

@@ -143,6 +143,21 @@ core::Status QueueTree::update(QueueId q, const Amounts& quota, const Amounts& l
   return rebuild(std::move(all));
 }
 
+core::Status QueueTree::rename(QueueId q, std::string name) {
+  if (q >= queues_.size()) {
+    return core::notFound("no queue with id " + std::to_string(q));
+  }
+  std::vector<QueueSpec> all = specs();
+  const std::string old = all[q].name;
+  for (QueueSpec& s : all) {
+    if (s.parent == old) {
+      s.parent = name;
+    }
+  }
+  all[q].name = std::move(name);
+  return rebuild(std::move(all));
+}
+
 std::optional<QueueId> QueueTree::find(const std::string& name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) {

@@ -78,6 +78,9 @@ class QueueTree {
   // parent stay). Totals are kept.
   core::Status update(QueueId q, const Amounts& quota, const Amounts& limit, int64_t weight,
                       int32_t priority);
+  // Renames queue `q` (the name validated as in `create`); its id, place, numbers and totals
+  // stay, and its children follow it.
+  core::Status rename(QueueId q, std::string name);
 
   // Adds (sign +1) or removes (sign -1) `amounts` to the allocated or pending totals of `leaf`
   // and all its ancestors. O(depth).

@@ -1417,6 +1417,15 @@ core::Status Scheduler::updateQueue(QueueId q, const Amounts& quota, const Amoun
   return core::Status::ok();
 }
 
+core::Status Scheduler::renameQueue(QueueId q, std::string name) {
+  TESSERA_RETURN_IF_ERROR(tree_.rename(q, std::move(name)));
+  if (usage_ != nullptr) {
+    usage_->forget(q);
+  }
+  fair_share_dirty_ = true;
+  return core::Status::ok();
+}
+
 void Scheduler::forgetVerdicts() {
   blocked_.clear();
   for (std::vector<Bucket>& buckets : buckets_) {

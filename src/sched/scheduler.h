@@ -169,6 +169,9 @@ class Scheduler {
   // stops new starts; running tasks are not evicted for it.
   core::Status updateQueue(QueueId q, const Amounts& quota, const Amounts& limit, int64_t weight,
                            int32_t priority);
+  // Renames a queue (see QueueTree::rename) that now stands for another team: its usage history
+  // is dropped. For a server that reuses a queue's slot in the tree instead of growing it.
+  core::Status renameQueue(QueueId q, std::string name);
   // Drops every standing "no room" verdict, so the next pass tries all pending work again, as
   // the first pass after a restart does. A cheap safety net for a driver to run now and then.
   void forgetVerdicts();

@@ -26,6 +26,8 @@ class UsageHistory {
   double usage(QueueId q) const { return usage_[q]; }
   // Makes room for queues added to the tree (with no history).
   void resize(size_t queue_count) { usage_.resize(queue_count, 0.0); }
+  // Queue `q` starts again with no history (its id now names another queue).
+  void forget(QueueId q) { usage_[q] = 0; }
 
   // Over-quota weights tilted by usage, per queue, in millionths: among siblings with
   // normalised weight nW and normalised usage nU, max(0, nW + k (nW - nU)). Siblings with no

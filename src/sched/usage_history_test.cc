@@ -63,6 +63,20 @@ TEST_F(UsageHistoryTest, RecentUsageShrinksTheSurplusShareAndDecays) {
   EXPECT_GT(w[a], w[b]);
 }
 
+TEST_F(UsageHistoryTest, AForgottenQueueStartsOverAndTheOthersKeepTheirs) {
+  UsageHistory h(tree_->size(), hours(1));
+  const QueueId a = *tree_->find("a");
+  const QueueId b = *tree_->find("b");
+  h.advance(*tree_, clock_.now());
+  tree_->addAllocated(a, gpus(8), +1);
+  tree_->addAllocated(b, gpus(2), +1);
+  clock_.advance(hours(1));
+  h.advance(*tree_, clock_.now());
+  h.forget(a);
+  EXPECT_EQ(h.usage(a), 0);
+  EXPECT_NEAR(h.usage(b), 2 * 3600.0, 1e-6);
+}
+
 TEST_F(UsageHistoryTest, NoUsageMeansPlainWeights) {
   UsageHistory h(tree_->size(), hours(1));
   std::vector<int64_t> w = h.tiltedWeights(*tree_, 1.0);

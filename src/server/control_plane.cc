@@ -1956,15 +1956,12 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
   }
   if (!exists) {
     // A cap on queues, since every queue is a node of the scheduler's tree that each pass walks,
-    // for every tenant. A deleted queue's node stays until a restart (SchedulerDriver::
-    // retireTeamQueue), so it still counts; creating it again reuses it.
+    // for every tenant. A deleted queue's node is taken by the tenant's next new queue
+    // (SchedulerDriver::putTeamQueue), so the queues in service are what counts.
     const int64_t max_queues = tenantSetting(tenant, "max_queues", options_.default_max_queues);
-    const std::vector<std::string> nodes = driver_.teamQueueNodes(tenant);
-    if (std::find(nodes.begin(), nodes.end(), name) == nodes.end() &&
-        static_cast<int64_t>(nodes.size()) >= max_queues) {
+    if (static_cast<int64_t>(driver_.teamQueues(tenant).size()) >= max_queues) {
       return error(429, "tenant '" + tenant + "' is at its limit of " + std::to_string(max_queues) +
-                            " queues (max_queues; a deleted queue counts until the server "
-                            "restarts)");
+                            " queues (max_queues)");
     }
   }
   const json base = exists ? json::parse((*got)->value, nullptr, false) : json::object();

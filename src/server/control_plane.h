@@ -53,8 +53,8 @@ struct ControlPlaneOptions {
   int64_t default_max_tokens = 10000;     // A tenant's tokens held (until revoked or expired).
   int64_t default_max_secrets = 10000;    // A tenant's KV keys (until destroyed with metadata).
   int64_t default_max_policies = 256;     // A tenant's ACL policies, tenant-admin included.
-  int64_t default_max_queues = 32;        // Team queues (besides default), deleted ones included
-                                          // until a restart: each is a node every pass walks.
+  int64_t default_max_queues = 32;        // Team queues in service (besides default): each is
+                                          // a node every pass walks.
   // Requests of one tenant being handled at once; more wait their turn (up to 8 per running
   // one and at least 64, then 429). Keeps a flooding tenant from holding every worker and
   // every core, so the others are still served.

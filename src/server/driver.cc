@@ -98,6 +98,28 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
     leaves_[name] = *q;  // In service again if it was retired.
     return core::Status::ok();
   }
+  // A retired queue's node, if the tenant has one: it holds no work (retireTeamQueue) and none
+  // can reach it (it is not in leaves_), so it can be renamed.
+  std::optional<sched::QueueId> retired;
+  {
+    std::lock_guard lock(mu_);
+    const std::string prefix = tenant + "/";
+    for (const sched::QueueId c : tree.queue(*tree.find(tenant)).children) {
+      const std::string& n = tree.queue(c).name;
+      if (n.starts_with(prefix) && n != prefix + "default" && !leaves_.contains(n)) {
+        retired = c;
+        break;
+      }
+    }
+  }
+  if (retired) {
+    // The numbers first: if they are refused, the retired node keeps its name.
+    TESSERA_RETURN_IF_ERROR(scheduler_->updateQueue(*retired, quota, limit, weight, priority));
+    TESSERA_RETURN_IF_ERROR(scheduler_->renameQueue(*retired, name));
+    std::lock_guard lock(mu_);
+    leaves_[name] = *retired;
+    return core::Status::ok();
+  }
   TESSERA_ASSIGN_OR_RETURN(sched::QueueId leaf,
                            scheduler_->addQueue({name, tenant, quota, limit, weight, priority}));
   std::lock_guard lock(mu_);
@@ -110,22 +132,25 @@ bool SchedulerDriver::hasQueue(const std::string& tenant, const std::string& que
   return leaves_.contains(tenant + "/" + queue);
 }
 
-std::vector<std::string> SchedulerDriver::teamQueueNodes(const std::string& tenant) {
-  std::lock_guard pass_lock(pass_mu_);
-  const sched::QueueTree& tree = scheduler_->queues();
-  std::vector<std::string> names;
-  const std::optional<sched::QueueId> t = tree.find(tenant);
-  if (!t) {
-    return names;
-  }
+std::vector<std::string> SchedulerDriver::teamQueues(const std::string& tenant) const {
   const std::string prefix = tenant + "/";
-  for (const sched::QueueId c : tree.queue(*t).children) {
-    const std::string& name = tree.queue(c).name;
-    if (name.starts_with(prefix) && name != prefix + "default") {
-      names.push_back(name.substr(prefix.size()));
+  std::vector<std::string> names;
+  std::lock_guard lock(mu_);
+  for (auto it = leaves_.lower_bound(prefix); it != leaves_.end() && it->first.starts_with(prefix);
+       ++it) {
+    if (it->first != prefix + "default") {
+      names.push_back(it->first.substr(prefix.size()));
     }
   }
   return names;
+}
+
+size_t SchedulerDriver::teamQueueNodeCount(const std::string& tenant) {
+  std::lock_guard pass_lock(pass_mu_);
+  const sched::QueueTree& tree = scheduler_->queues();
+  const std::optional<sched::QueueId> t = tree.find(tenant);
+  const size_t children = t ? tree.queue(*t).children.size() : 0;
+  return children > 0 ? children - 1 : 0;  // Less its default.
 }
 
 core::Status SchedulerDriver::retireTeamQueue(const std::string& tenant, const std::string& queue) {
@@ -249,6 +274,9 @@ std::vector<QueueStatus> SchedulerDriver::queues(const std::string& tenant) cons
   std::lock_guard lock(mu_);
   std::vector<QueueStatus> out;
   for (const QueueStatus& q : queue_status_) {
+    if (q.name.find('/') != std::string::npos && !leaves_.contains(q.name)) {
+      continue;  // A deleted team queue's node, kept for the next new one.
+    }
     if (tenant.empty() || q.name == tenant || q.name.rfind(tenant + "/", 0) == 0) {
       out.push_back(q);
     }

@@ -169,18 +169,23 @@ class SchedulerDriver {
   // add theirs with putTeamQueue).
   core::Status addTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                               int64_t limit_milli_gpu, int64_t weight, int32_t priority);
-  // Adds queue "<tenant>/<queue>" under the tenant's (a team's), or changes it if it exists.
+  // Adds queue "<tenant>/<queue>" under the tenant's (a team's), or changes it if it exists. A
+  // new queue takes the node of one of the tenant's retired queues if there is one (the same
+  // name's first, with its usage history; another's without), so a tenant's subtree never holds
+  // more team queues than it had in service at once.
   core::Status putTeamQueue(const std::string& tenant, const std::string& queue,
                             int64_t quota_milli_gpu, int64_t limit_milli_gpu, int64_t weight,
                             int32_t priority);
   bool hasQueue(const std::string& tenant, const std::string& queue) const;
-  // The names of the tenant's team queues in the scheduler's tree (not "default"), retired ones
-  // included: what a cap on a tenant's queues counts, since each is a node every pass walks.
-  std::vector<std::string> teamQueueNodes(const std::string& tenant);
+  // The names of the tenant's team queues in service (not "default", not retired ones).
+  std::vector<std::string> teamQueues(const std::string& tenant) const;
+  // The tenant's team-queue nodes in the scheduler's tree, retired ones included.
+  size_t teamQueueNodeCount(const std::string& tenant);
   // Takes a team's queue out of service: no workload may be submitted to it any more. Refused
   // (failed precondition) while it has pending or running work. Its node stays in the
-  // scheduler's tree until restart, with no demand and so no share; created again, it is
-  // reused. Retiring a queue that is not in service is a no-op.
+  // scheduler's tree, with no demand and so no share, until the tenant's next new queue takes
+  // it (putTeamQueue) or the server restarts. Retiring a queue that is not in service is a
+  // no-op.
   core::Status retireTeamQueue(const std::string& tenant, const std::string& queue);
   // Changes a tenant's queue (and its default leaf) to these numbers.
   core::Status updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,

@@ -106,6 +106,48 @@ TEST_F(DriverTest, AForgottenTenantsNamesCanBeUsedAgain) {
   EXPECT_EQ(driver_->status("team-1", "train")->phase, "running");
 }
 
+TEST_F(DriverTest, ADeletedTeamQueuesNodeGoesToTheTenantsNextNewQueue) {
+  ASSERT_TRUE(driver_->putTeamQueue("team-1", "a", 2000, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->putTeamQueue("team-1", "b", 2000, 0, 1, 100).isOk());
+  SubmitCommand in_a = cmd("team-1", "in-a", 1, 1, std::chrono::seconds(10));
+  in_a.queue = "a";
+  ASSERT_TRUE(driver_->submit(in_a).isOk());
+  driver_->runOnce();
+  clock_.advance(std::chrono::seconds(11));
+  driver_->runOnce();
+  ASSERT_EQ(driver_->status("team-1", "in-a")->phase, "succeeded");
+  ASSERT_TRUE(driver_->retireTeamQueue("team-1", "a").isOk());
+  EXPECT_EQ(driver_->teamQueues("team-1"), (std::vector<std::string>{"b"}));
+  EXPECT_EQ(driver_->teamQueueNodeCount("team-1"), 2U);
+  // Another tenant's new queue does not take it; team-1's next new queue does.
+  ASSERT_TRUE(driver_->putTeamQueue("team-2", "x", 1000, 0, 1, 100).isOk());
+  EXPECT_EQ(driver_->teamQueueNodeCount("team-2"), 1U);
+  ASSERT_TRUE(driver_->putTeamQueue("team-1", "c", 3000, 0, 1, 100).isOk());
+  EXPECT_EQ(driver_->teamQueueNodeCount("team-1"), 2U);
+  EXPECT_EQ(driver_->teamQueues("team-1"), (std::vector<std::string>{"b", "c"}));
+  EXPECT_FALSE(driver_->hasQueue("team-1", "a"));
+  // It takes work, under its own numbers; the deleted queue is not listed.
+  SubmitCommand in_c = cmd("team-1", "in-c", 1, 2);
+  in_c.queue = "c";
+  ASSERT_TRUE(driver_->submit(in_c).isOk());
+  in_a.name = "in-a-again";
+  EXPECT_FALSE(driver_->submit(in_a).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "in-c")->phase, "running");
+  EXPECT_EQ(driver_->status("team-1", "in-a")->phase, "succeeded");  // Its record stays.
+  std::map<std::string, QueueStatus> listed;
+  for (const QueueStatus& q : driver_->queues("team-1")) {
+    listed[q.name] = q;
+  }
+  EXPECT_FALSE(listed.contains("team-1/a"));
+  ASSERT_TRUE(listed.contains("team-1/c"));
+  EXPECT_EQ(listed["team-1/c"].quota_milli_gpu, 3000);
+  EXPECT_EQ(listed["team-1/c"].allocated_milli_gpu, 2000);
+  // With no retired node left, a new queue gets a node of its own.
+  ASSERT_TRUE(driver_->putTeamQueue("team-1", "a", 2000, 0, 1, 100).isOk());
+  EXPECT_EQ(driver_->teamQueueNodeCount("team-1"), 3U);
+}
+
 TEST_F(DriverTest, RunsPassesOnItsOwnThread) {
   core::RealClock real;
   std::vector<model::Node> nodes = {*model::makeProfileNode("dgx-h100", "n0", cat_, 0)};

@@ -478,7 +478,7 @@ TEST_F(ClientTest, ATenantsTokensAreCapped) {
   EXPECT_EQ(as(root(), {"token", "create", "--tenant", "team-tok", "--ttl", "1h"}).rc, 1);
 }
 
-TEST_F(ClientTest, ATenantsTeamQueuesAreCappedDeletedOnesIncluded) {
+TEST_F(ClientTest, ATenantsTeamQueuesInServiceAreCapped) {
   const std::string team = tenantWithToken("team-cap");
   ASSERT_EQ(as(root(), {"tenant", "update", "team-cap", "--max-queues", "2"}).rc, 0);
   ASSERT_EQ(as(team, {"queue", "create", "one"}).rc, 0);
@@ -488,11 +488,15 @@ TEST_F(ClientTest, ATenantsTeamQueuesAreCappedDeletedOnesIncluded) {
   EXPECT_NE(third.err.find("limit of 2 queues"), std::string::npos) << third;
   // Changing one is no new queue.
   EXPECT_EQ(as(team, {"queue", "update", "one", "--weight", "2"}).rc, 0);
-  // A deleted queue's scheduler node stays until a restart: it still counts, and creating it
-  // again takes no more room.
+  // A deleted queue's place is free at once (its scheduler node goes to the next new queue),
+  // under its own name or another.
   ASSERT_EQ(as(team, {"queue", "delete", "two"}).rc, 0);
-  EXPECT_EQ(as(team, {"queue", "create", "three"}).rc, 1);
+  EXPECT_EQ(as(team, {"queue", "create", "three"}).rc, 0);
+  EXPECT_EQ(as(team, {"queue", "create", "two"}).rc, 1);
+  ASSERT_EQ(as(team, {"queue", "delete", "three"}).rc, 0);
   EXPECT_EQ(as(team, {"queue", "create", "two"}).rc, 0);
+  // The new queue takes work.
+  EXPECT_EQ(as(team, {"run", "in-two", "--queue", "two", "--cpu-milli", "100"}).rc, 0);
   // The admin raises the cap.
   ASSERT_EQ(as(root(), {"tenant", "update", "team-cap", "--max-queues", "3"}).rc, 0);
   EXPECT_EQ(as(team, {"queue", "create", "three"}).rc, 0);
