@@ -114,18 +114,179 @@ struct Pace {
   double per_client_per_s = 0;           // > 0: each client sends at most this often.
 };
 
-// `clients` threads, each with its own connection, sending requests from begin() until stop():
-// back to back, or paced (a client that falls behind sends at once, without catching up).
+// One client: a keep-alive HTTPS connection that sends a request, reads its answer, logs it and
+// sends the next, until stopped; back to back, or paced (a client that falls behind sends at
+// once, without catching up). Asynchronous, so that many clients can share one thread, as wrk's
+// connections do.
+class Client : public std::enable_shared_from_this<Client> {
+ public:
+  Client(asio::io_context& io, ssl::context& ctx, const DevInfo& dev, int id, const Generator& gen,
+         Pace pace, const std::atomic<bool>& stop, ClientLog& log)
+      : io_(io),
+        ctx_(ctx),
+        dev_(dev),
+        id_(id),
+        gen_(gen),
+        pace_(pace),
+        stop_(stop),
+        log_(log),
+        timer_(io) {}
+
+  // Connects and completes the TLS handshake now (blocking), so that no timed request pays it.
+  bool connect(std::string* error) {
+    stream_.emplace(io_, ctx_);
+    buffer_.clear();
+    beast::error_code ec;
+    const asio::ip::address ip =
+        asio::ip::make_address(dev_.host == "localhost" ? "127.0.0.1" : dev_.host, ec);
+    if (!ec) {
+      beast::get_lowest_layer(*stream_).socket().connect(tcp::endpoint(ip, dev_.port), ec);
+    }
+    if (!ec) {
+      beast::get_lowest_layer(*stream_).socket().set_option(tcp::no_delay(true), ec);
+    }
+    if (!ec) {
+      stream_->set_verify_callback(ssl::host_name_verification(dev_.host));
+      stream_->handshake(ssl::stream_base::client, ec);
+    }
+    if (ec) {
+      *error = "connecting to " + dev_.host + ":" + std::to_string(dev_.port) + ": " + ec.message();
+      stream_.reset();
+      return false;
+    }
+    ++log_.connects;
+    return true;
+  }
+
+  // Sends the first request (on the io_context's thread); the phase began at `began`.
+  void start(SteadyClock::time_point began) {
+    next_ = began;
+    interval_ = std::chrono::duration_cast<SteadyClock::duration>(
+        std::chrono::duration<double>(pace_.per_client_per_s > 0 ? 1 / pace_.per_client_per_s : 0));
+    asio::post(io_, [self = shared_from_this()] { self->next(); });
+  }
+
+ private:
+  void next() {
+    if (stop_) {
+      return;
+    }
+    if (interval_.count() > 0) {
+      next_ = std::max(next_ + interval_, SteadyClock::now());
+      after(next_, [](Client& c) { c.send(); });
+      return;
+    }
+    send();
+  }
+
+  // Calls `then` at `at`, unless the phase has stopped by then.
+  void after(SteadyClock::time_point at, void (*then)(Client&)) {
+    timer_.expires_at(at);
+    timer_.async_wait([self = shared_from_this(), then](beast::error_code ec) {
+      if (!ec && !self->stop_) {
+        then(*self);
+      }
+    });
+  }
+
+  void send() {
+    if (!stream_) {
+      std::string error;
+      if (!connect(&error)) {
+        finish({0, "", error}, SteadyClock::now());
+        return;
+      }
+    }
+    current_ = gen_(id_, seq_++);
+    req_ = {};
+    req_.method_string(current_.method);
+    req_.target(current_.target);
+    req_.version(11);
+    req_.set(http::field::host, dev_.host);
+    req_.keep_alive(true);
+    if (!current_.token.empty()) {
+      req_.set("X-Tessera-Token", current_.token);
+    }
+    req_.body() = current_.body;
+    req_.prepare_payload();
+    sent_ = SteadyClock::now();
+    http::async_write(*stream_, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) {
+        self->finish({0, "", ec.message()}, SteadyClock::now());
+        return;
+      }
+      self->resp_ = {};
+      http::async_read(
+          *self->stream_, self->buffer_, self->resp_, [self](beast::error_code ec, size_t) {
+            const auto at = SteadyClock::now();
+            if (ec) {
+              self->finish({0, "", ec.message()}, at);
+              return;
+            }
+            if (!self->resp_.keep_alive()) {
+              self->close();
+            }
+            self->finish({self->resp_.result_int(), std::move(self->resp_.body()), ""}, at);
+          });
+    });
+  }
+
+  void finish(const Reply& rep, SteadyClock::time_point at) {
+    logReply(current_, rep, secondsBetween(sent_, at) * 1000, at, log_);
+    if (rep.status == 0 || rep.status == 429) {
+      // Do not spin: a refused client backs off briefly, as a polite one would; one whose
+      // connection failed connects again after a pause.
+      if (rep.status == 0) {
+        close();
+      }
+      after(at + (rep.status == 0 ? std::chrono::milliseconds(10) : pace_.backoff),
+            [](Client& c) { c.next(); });
+      return;
+    }
+    next();
+  }
+
+  void close() {
+    if (stream_) {
+      beast::error_code ec;
+      beast::get_lowest_layer(*stream_).socket().close(ec);
+      stream_.reset();
+    }
+  }
+
+  asio::io_context& io_;
+  ssl::context& ctx_;
+  const DevInfo& dev_;
+  const int id_;
+  const Generator& gen_;
+  const Pace pace_;
+  const std::atomic<bool>& stop_;
+  ClientLog& log_;
+  asio::steady_timer timer_;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> stream_;
+  beast::flat_buffer buffer_;
+  Request current_;
+  http::request<http::string_body> req_;
+  http::response<http::string_body> resp_;
+  uint64_t seq_ = 0;
+  SteadyClock::time_point sent_{};
+  SteadyClock::time_point next_{};
+  SteadyClock::duration interval_{};
+};
+
+// `clients` clients spread over `threads` threads (each with its own event loop), sending
+// requests from begin() until stop().
 class Load {
  public:
-  Load(const DevInfo& dev, int clients, Generator gen, Pace pace)
-      : ready_(clients),
+  Load(const DevInfo& dev, int clients, int threads, Generator gen, Pace pace)
+      : threads_count_(std::clamp(threads, 1, clients)),
+        ready_(threads_count_),
         go_(1),
         gen_(std::move(gen)),
         pace_(pace),
         logs_(static_cast<size_t>(clients)) {
-    for (int c = 0; c < clients; ++c) {
-      threads_.emplace_back([this, &dev, c] { run(dev, c); });
+    for (int t = 0; t < threads_count_; ++t) {
+      threads_.emplace_back([this, &dev, t, clients] { run(dev, t, clients); });
     }
   }
   ~Load() {
@@ -163,40 +324,31 @@ class Load {
   SteadyClock::time_point began() const { return began_; }
 
  private:
-  void run(const DevInfo& dev, int c) {
-    Connection conn(dev);
-    ClientLog& log = logs_[static_cast<size_t>(c)];
-    std::string error;
-    if (!conn.connect(&error)) {
-      log.first_error = error;
+  // Thread `t` runs clients t, t + threads, t + 2 threads, ...
+  void run(const DevInfo& dev, int t, int clients) {
+    asio::io_context io(1);
+    ssl::context ctx(ssl::context::tls_client);
+    ctx.add_certificate_authority(asio::buffer(dev.ca_pem));
+    ctx.set_verify_mode(ssl::verify_peer);
+    std::vector<std::shared_ptr<Client>> mine;
+    for (int c = t; c < clients; c += threads_count_) {
+      ClientLog& log = logs_[static_cast<size_t>(c)];
+      auto client = std::make_shared<Client>(io, ctx, dev, c, gen_, pace_, stop_, log);
+      std::string error;
+      if (!client->connect(&error)) {
+        log.first_error = error;
+      }
+      mine.push_back(std::move(client));
     }
     ready_.count_down();
     go_.wait();
-    const auto interval = std::chrono::duration_cast<SteadyClock::duration>(
-        std::chrono::duration<double>(pace_.per_client_per_s > 0 ? 1 / pace_.per_client_per_s : 0));
-    SteadyClock::time_point next = began_;
-    for (uint64_t seq = 0; !stop_; ++seq) {
-      if (interval.count() > 0) {
-        next = std::max(next + interval, SteadyClock::now());
-        std::this_thread::sleep_until(next);
-        if (stop_) {
-          break;
-        }
-      }
-      const Request req = gen_(c, seq);
-      const auto t0 = SteadyClock::now();
-      const Reply rep = conn.call(req);
-      const auto t1 = SteadyClock::now();
-      logReply(req, rep, secondsBetween(t0, t1) * 1000, t1, log);
-      if (rep.status == 0 || rep.status == 429) {
-        // Do not spin: a refused client backs off briefly, as a polite one would.
-        std::this_thread::sleep_for(rep.status == 0 ? std::chrono::milliseconds(10)
-                                                    : pace_.backoff);
-      }
+    for (const auto& client : mine) {
+      client->start(began_);
     }
-    log.connects = conn.connects();
+    io.run();  // Until every client has stopped after its last answer.
   }
 
+  const int threads_count_;
   std::latch ready_;
   std::latch go_;
   Generator gen_;
@@ -345,6 +497,7 @@ class Bench {
     std::string spec = R"({"cpuMilli": 10, "duration": 1})";
     std::vector<std::string> phases = {"submit", "get", "noisy"};
     std::string load_tenant = "bench-load";
+    int client_threads = 0;  // Threads the clients of a phase share; 0: one per client.
   };
 
   Bench(const DevInfo& dev, Options options)
@@ -453,6 +606,10 @@ class Bench {
     return true;
   }
 
+  int threadsFor(int clients) const {
+    return options_.client_threads > 0 ? options_.client_threads : clients;
+  }
+
   Pace pace(double per_client_per_s = 0) const {
     return {std::chrono::milliseconds(options_.backoff_ms), per_client_per_s};
   }
@@ -475,7 +632,7 @@ class Bench {
     std::cerr << fmt::format("  {} ({}, {} client{}) ...\n", name, tenant, clients,
                              clients == 1 ? "" : "s");
     const auto metrics0 = handlerTime(admin_, dev_);
-    Load load(dev_, clients, std::move(gen), pace(per_client_per_s));
+    Load load(dev_, clients, threadsFor(clients), std::move(gen), pace(per_client_per_s));
     load.begin();
     const CpuSample cpu0 = cpuNow(dev_.pid);
     std::this_thread::sleep_for(std::chrono::duration<double>(options_.seconds));
@@ -654,7 +811,7 @@ class Bench {
     const Generator sub = submit(flood_, "flood");
     const int every = options_.flood_submit_every;
     Load flood(
-        dev_, options_.noisy_clients,
+        dev_, options_.noisy_clients, threadsFor(options_.noisy_clients),
         [get, sub, every](int c, uint64_t seq) {
           return every > 0 && seq % static_cast<uint64_t>(every) == 0 ? sub(c, seq) : get(c, seq);
         },
@@ -853,6 +1010,11 @@ int run(int argc, char** argv) {
   app.add_option("--flood-submit-every", o.flood_submit_every,
                  "Every Nth flood request is a submission, the others GETs (0: GETs only)")
       ->capture_default_str();
+  app.add_option("--client-threads", o.client_threads,
+                 "Threads a phase's clients share, each running an event loop over its share of "
+                 "the connections, like wrk's (0: one thread per client)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   app.add_option("--sample", o.sample, "Accepted workloads polled for the end-to-end time")
       ->capture_default_str();
   app.add_option("--load-tenant", o.load_tenant,
