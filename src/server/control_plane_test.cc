@@ -239,7 +239,8 @@ class ControlPlaneTest : public ::testing::Test {
     auto answer = std::make_shared<std::promise<HttpResponse>>();
     std::future<HttpResponse> answered = answer->get_future();
     threads_.emplace_back([this, r, answer] {
-      cp_->handle(r, listeners_, [answer](HttpResponse resp) { answer->set_value(resp); });
+      cp_->handle(r, listeners_,
+                  [answer](HttpResponse resp) { answer->set_value(std::move(resp)); });
     });
     return answered;
   }
