@@ -730,6 +730,7 @@ class Bench {
         SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(
                                  std::chrono::duration<double>(options_.drain_timeout_s));
     std::vector<std::thread> threads;
+    threads.reserve(static_cast<size_t>(pollers));
     for (int k = 0; k < pollers; ++k) {
       threads.emplace_back([&, k] {
         Connection conn(dev_);

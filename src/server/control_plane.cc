@@ -430,7 +430,8 @@ void ControlPlane::applyLimitsLocked(const std::string& key) {
   b.tokens = std::min(b.tokens, b.burst);
 }
 
-Admission ControlPlane::admit(const HttpRequest& http) {
+Admission ControlPlane::admit(const HttpRequest& http,
+                              const std::vector<ListenerConfig>& listeners) {
   Admission a;
   a.reject_delay = options_.reject_delay;
   const std::string secret = requestToken(http);
@@ -485,7 +486,29 @@ Admission ControlPlane::admit(const HttpRequest& http) {
   }
   b.tokens -= 1;
   a.limits = fairLimits(b.max_in_flight);
+  a.run_now = isOwnStatusRead(http, listeners, *token);
   return a;
+}
+
+bool ControlPlane::isOwnStatusRead(const HttpRequest& http,
+                                   const std::vector<ListenerConfig>& listeners,
+                                   const TokenInfo& token) {
+  if (http.method != "GET") {
+    return false;
+  }
+  const std::string chroot =
+      http.listener < listeners.size() ? listeners[http.listener].chroot_tenant : "";
+  auto parsed = parseApiRequest(http, chroot);
+  if (!parsed.isOk() || parsed->method != "GET" || !parsed->scope.tenant) {
+    return false;
+  }
+  // Its own tenant's, or an operator's: never one that could come in on a grant, whose answer
+  // waits for the audit log's flush on the thread that handles it.
+  if (!token.tenant.empty() && token.tenant != *parsed->scope.tenant) {
+    return false;
+  }
+  const std::vector<std::string> parts = split(parsed->scope.path);
+  return parts.size() == 2 && parts[0] == "workloads";
 }
 
 bool ControlPlane::authorized(const Request& r, Capability needed) const {

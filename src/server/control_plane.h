@@ -86,8 +86,11 @@ class ControlPlane {
 
   // Runs on an I/O thread before the request waits for a worker (HttpServer's admitter): whom
   // the request counts against (its token's tenant) and that tenant's rate limit (429 beyond
-  // it). Cheap: a token hash and a map lookup.
-  Admission admit(const HttpRequest& req);
+  // it). Cheap: a token hash and a map lookup. `listeners` as for handle(). A read of a
+  // workload's status in the token's own tenant is marked to run on the I/O thread
+  // (Admission::run_now): it is answered from memory, and its audit records are appended
+  // without waiting for a flush (a read that must wait goes on from the flusher thread).
+  Admission admit(const HttpRequest& req, const std::vector<ListenerConfig>& listeners);
   // The request handler (on a worker). `listeners` are the server's listener configs (for the
   // chroot). Rate and concurrency are admit's and the pool's business, not checked here. Most
   // answers go to `reply` before it returns; a read's answer waits for its audit records to be
@@ -195,6 +198,10 @@ class ControlPlane {
   static std::vector<std::string> sensitivePointers(const ScopedPath& scope);
 
   core::Status putTenant(const std::string& name, const nlohmann::json& config, bool create);
+  // Whether `http` reads a workload's status in `token`'s own tenant (or is an operator's such
+  // read): admit's test for a request that never blocks.
+  static bool isOwnStatusRead(const HttpRequest& http, const std::vector<ListenerConfig>& listeners,
+                              const TokenInfo& token);
   bool authorized(const Request& r, Capability needed) const;
   // Whether the request's token may do `needed` on `path` (inside the request's tenant).
   bool authorizedOn(const Request& r, const std::string& path, Capability needed) const;

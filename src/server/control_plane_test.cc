@@ -483,6 +483,43 @@ TEST_F(ControlPlaneTenantLockTest, ASubmissionOvertakenByItsTenantsDeletionStore
   EXPECT_EQ(list.body.find("w1"), std::string::npos) << list.body;
 }
 
+// Which requests admit() lets run on the I/O thread: reads of a workload's status in the
+// token's own tenant, nothing that could block.
+using ControlPlaneAdmitTest = ControlPlaneTest;
+
+TEST_F(ControlPlaneAdmitTest, OnlyReadsOfAWorkloadsStatusInTheTokensOwnTenantRunNow) {
+  auto other = cp_->createTenantWithToken("other", json{{"quota", {{"gpu", 1}}}}, root_.info);
+  ASSERT_TRUE(other.isOk());
+  ListenerConfig chroot;
+  chroot.chroot_tenant = "demo";
+  listeners_.push_back(chroot);
+  auto runs_now = [&](const std::string& token, const std::string& method,
+                      const std::string& target, size_t listener = 0) {
+    HttpRequest r;
+    r.method = method;
+    r.target = target;
+    r.headers = {{"x-tessera-token", token}};
+    r.listener = listener;
+    return cp_->admit(r, listeners_).run_now;
+  };
+  EXPECT_TRUE(runs_now(token_, "GET", "/v1/tenants/demo/workloads/w1"));
+  EXPECT_TRUE(runs_now(root_.secret, "GET", "/v1/tenants/demo/workloads/w1"));
+  EXPECT_TRUE(runs_now(token_, "GET", "/v1/workloads/w1", 1));  // On demo's chroot listener.
+  // Not another tenant's (it could come in on a grant), not even on that one's listener.
+  EXPECT_FALSE(runs_now(token_, "GET", "/v1/tenants/other/workloads/w1"));
+  EXPECT_FALSE(runs_now(other->secret, "GET", "/v1/workloads/w1", 1));
+  // Not lists, logs (they may wait for an agent), events, changes, or anything unparsed.
+  EXPECT_FALSE(runs_now(token_, "LIST", "/v1/tenants/demo/workloads"));
+  EXPECT_FALSE(runs_now(token_, "GET", "/v1/tenants/demo/workloads?list=true"));
+  EXPECT_FALSE(runs_now(token_, "GET", "/v1/tenants/demo/workloads/w1/logs/0"));
+  EXPECT_FALSE(runs_now(token_, "GET", "/v1/tenants/demo/workloads/w1/events"));
+  EXPECT_FALSE(runs_now(token_, "DELETE", "/v1/tenants/demo/workloads/w1"));
+  EXPECT_FALSE(runs_now(token_, "POST", "/v1/tenants/demo/workloads/w1"));
+  EXPECT_FALSE(runs_now(token_, "GET", "/v1/tenants/demo/secrets/kv/data/w1"));
+  EXPECT_FALSE(runs_now(token_, "GET", "/v1/tenants/demo/workloads%2Fw1"));
+  EXPECT_FALSE(runs_now("tsr.not-a-token", "GET", "/v1/tenants/demo/workloads/w1"));
+}
+
 INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "All" : "Secrets"; });
 INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditFlushCountTest, ::testing::Bool(),

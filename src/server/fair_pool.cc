@@ -43,6 +43,47 @@ bool FairPool::submit(const std::string& key, FairLimits limits, Job job) {
   return true;
 }
 
+bool FairPool::runNowIfFree(const std::string& key, FairLimits limits, const Job& job) {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_) {
+      return false;
+    }
+    auto it = keys_.find(key);
+    if (it != keys_.end() &&
+        (!it->second.jobs.empty() || it->second.running >= std::max(1, limits.max_running))) {
+      return false;
+    }
+    Key& k = it != keys_.end() ? it->second : keys_[key];
+    k.limits = limits;
+    ++k.running;
+  }
+  // Its place is given back even if the job throws.
+  struct Done {
+    FairPool& pool;
+    const std::string& key;
+    ~Done() {
+      std::unique_lock lock(pool.mu_);
+      if (pool.finishedLocked(key)) {
+        lock.unlock();
+        pool.cv_.notify_one();  // A job of the key that waited for this place.
+      }
+    }
+  } done{*this, key};
+  job();
+  return true;
+}
+
+bool FairPool::finishedLocked(const std::string& name) {
+  Key& k = keys_.at(name);  // Still there: a key with a running job is never erased.
+  --k.running;
+  if (k.jobs.empty() && k.running == 0) {
+    keys_.erase(name);
+    return false;
+  }
+  return markReadyLocked(name, k);
+}
+
 void FairPool::work() {
   std::unique_lock lock(mu_);
   while (true) {
@@ -67,14 +108,8 @@ void FairPool::work() {
     job();
     job = nullptr;  // Whatever it captured goes before the lock is taken again.
     lock.lock();
-    Key& after = keys_.at(name);  // Still there: a key with a running job is never erased.
-    --after.running;
-    if (after.jobs.empty() && after.running == 0) {
-      keys_.erase(name);
-    } else {
-      // No wake-up: this worker looks at the ring before it waits again.
-      markReadyLocked(name, after);
-    }
+    // No wake-up: this worker looks at the ring before it waits again.
+    finishedLocked(name);
   }
 }
 

@@ -9,6 +9,9 @@
 //   }
 //   pool.stop();                                         // drops what waits, joins the workers
 //
+// A caller with a job that never blocks may run it itself instead (runNowIfFree): it then counts
+// as one of the key's running jobs, and is run only when it would not jump the key's queue.
+//
 // Thread-safe. Keys with nothing queued or running take no memory.
 #pragma once
 
@@ -42,6 +45,11 @@ class FairPool {
   // `limits.max_queued` jobs waiting, or the pool is stopped. The limits of the latest submit
   // apply to the key.
   bool submit(const std::string& key, FairLimits limits, Job job);
+  // Runs `job` on the calling thread now, as one of the key's running jobs, if the key has no job
+  // waiting and a free place (`limits.max_running`); true if it did. Otherwise false, and `job`
+  // has not run (submit it). For short jobs that never block, so that an I/O thread can skip
+  // the hand-off to a worker and back without giving the key more than its places.
+  bool runNowIfFree(const std::string& key, FairLimits limits, const Job& job);
   // Drops every waiting job, lets running ones finish and joins the workers. Idempotent.
   void stop();
 
@@ -59,6 +67,10 @@ class FairPool {
   // Puts `k` at the back of the ring if it has a job it may start; true if it did (the caller
   // then wakes a worker, unless it is a worker about to look at the ring itself). Requires mu_.
   bool markReadyLocked(const std::string& name, Key& k);
+  // One of the key's running jobs is done: forgets the key if it has nothing left, or puts it in
+  // the ring if it may start a job now (true: the caller wakes a worker, unless it is one).
+  // Requires mu_.
+  bool finishedLocked(const std::string& name);
 
   mutable std::mutex mu_;  // Guards everything below.
   std::condition_variable cv_;

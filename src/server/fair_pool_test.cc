@@ -57,7 +57,9 @@ TEST(FairPoolTest, KeysTakeTurnsSoAFloodDoesNotDelayAnotherKeysJob) {
   ASSERT_TRUE(pool.submit("flood", {8, 64}, [&] { gate.wait(); }));
   ASSERT_TRUE(gate.waitForWaiting(1));
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(pool.submit("flood", {8, 64}, job("f" + std::to_string(i))));
+    std::string name = "f";  // Not "f" + to_string(i): GCC 12 warns falsely (-Wrestrict).
+    name += std::to_string(i);
+    ASSERT_TRUE(pool.submit("flood", {8, 64}, job(name)));
   }
   ASSERT_TRUE(pool.submit("quiet", {8, 64}, job("q0")));
   ASSERT_TRUE(pool.submit("quiet", {8, 64}, job("q1")));
@@ -109,6 +111,50 @@ TEST(FairPoolTest, RefusesBeyondAKeysQueueAndOnlyThatKey) {
   gate.open();
   pool.stop();
   EXPECT_FALSE(pool.submit("b", {1, 2}, [] {}));  // Stopped.
+}
+
+TEST(FairPoolTest, AJobRunNowTakesOneOfItsKeysPlacesAndNeverJumpsItsQueue) {
+  FairPool pool(2);
+  const auto caller = std::this_thread::get_id();
+  // A key with a free place and nothing waiting: run here, at once.
+  std::thread::id ran_on;
+  EXPECT_TRUE(pool.runNowIfFree("a", {1, 8}, [&] { ran_on = std::this_thread::get_id(); }));
+  EXPECT_EQ(ran_on, caller);
+  // While it runs, it holds the key's one place: the key's next job waits for it, and is
+  // started when it ends.
+  std::atomic<bool> queued_ran{false};
+  Gate gate;
+  std::thread runner([&] {
+    EXPECT_TRUE(pool.runNowIfFree("a", {1, 8}, [&] {
+      gate.wait();
+      EXPECT_FALSE(queued_ran);
+    }));
+  });
+  ASSERT_TRUE(gate.waitForWaiting(1));
+  ASSERT_TRUE(pool.submit("a", {1, 8}, [&] { queued_ran = true; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(queued_ran);
+  // No place free, and then a job waiting: not run now, whoever asks.
+  bool ran = false;
+  EXPECT_FALSE(pool.runNowIfFree("a", {1, 8}, [&] { ran = true; }));
+  EXPECT_FALSE(pool.runNowIfFree("a", {2, 8}, [&] { ran = true; }));  // Its queue is not empty.
+  EXPECT_FALSE(ran);
+  // Another key is not affected.
+  EXPECT_TRUE(pool.runNowIfFree("b", {1, 8}, [&] { ran = true; }));
+  EXPECT_TRUE(ran);
+  gate.open();
+  runner.join();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!queued_ran && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(queued_ran);
+  // A job that throws gives its place back.
+  EXPECT_THROW(pool.runNowIfFree("c", {1, 8}, [] { throw std::runtime_error("boom"); }),
+               std::runtime_error);
+  EXPECT_TRUE(pool.runNowIfFree("c", {1, 8}, [] {}));
+  pool.stop();
+  EXPECT_FALSE(pool.runNowIfFree("c", {1, 8}, [] {}));  // Stopped.
 }
 
 TEST(FairPoolTest, StopDropsWaitingJobsAndLetsRunningOnesFinish) {

@@ -204,23 +204,25 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return;
     }
     // The handler may block: it runs on a worker, and the reply comes back to this strand,
-    // from the worker or from whichever thread answers later.
-    const bool queued = server_.pool->submit(
-        admission.key, admission.limits,
-        [self = this->shared_from_this(), r = std::move(r), keep_alive]() mutable {
-          auto answer = std::make_shared<Answer>([self, keep_alive](HttpResponse resp) {
-            asio::post(self->stream_.get_executor(),
+    // from the worker or from whichever thread answers later (at once if that is this strand's
+    // own: a handler run here, see Admission::run_now).
+    FairPool::Job job = [self = this->shared_from_this(), r = std::move(r), keep_alive]() {
+      auto answer = std::make_shared<Answer>([self, keep_alive](HttpResponse resp) {
+        asio::dispatch(self->stream_.get_executor(),
                        [self, resp = std::move(resp), keep_alive]() mutable {
                          self->replyLater(std::move(resp), keep_alive);
                        });
-          });
-          try {
-            self->server_.handler(r,
-                                  [answer](HttpResponse resp) { answer->send(std::move(resp)); });
-          } catch (const std::exception& e) {
-            answer->send(errorResponse(500, "internal error"));
-          }
-        });
+      });
+      try {
+        self->server_.handler(r, [answer](HttpResponse resp) { answer->send(std::move(resp)); });
+      } catch (const std::exception& e) {
+        answer->send(errorResponse(500, "internal error"));
+      }
+    };
+    if (admission.run_now && server_.pool->runNowIfFree(admission.key, admission.limits, job)) {
+      return;
+    }
+    const bool queued = server_.pool->submit(admission.key, admission.limits, std::move(job));
     if (!queued) {
       HttpResponse resp = errorResponse(429, "too many requests waiting; slow down");
       resp.headers.emplace_back("Retry-After", "1");

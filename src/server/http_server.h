@@ -14,11 +14,12 @@
 //
 // Limits: a request's header block and body are bounded per listener (431 and 413 beyond
 // them); each request must arrive within the listener's timeout, and an idle keep-alive
-// connection is closed after it. I/O threads only read, write and admit requests; the
-// handler runs on a pool of worker threads (it may block, and must be thread-safe) that serves
-// the admitter's keys in turn, so one key's flood delays another key's request by at most one
-// handler. Shutdown stops accepting, lets requests in flight finish (up to the grace period)
-// and closes every connection.
+// connection is closed after it. I/O threads read, write and admit requests; the handler runs on
+// a pool of worker threads (it may block, and must be thread-safe) that serves the admitter's
+// keys in turn, so one key's flood delays another key's request by at most one handler. A
+// request the admitter marks `run_now` (it never blocks) runs on its I/O thread instead, within
+// its key's places. Shutdown stops accepting, lets requests in flight finish (up to the grace
+// period) and closes every connection.
 #pragma once
 
 #include <atomic>
@@ -72,7 +73,7 @@ struct HttpResponse {
   unsigned status = 200;
   std::string body;
   std::string content_type = "application/json";
-  std::vector<std::pair<std::string, std::string>> headers;
+  std::vector<std::pair<std::string, std::string>> headers = {};
   // Written only after this long, without reading the connection's next request meanwhile: the
   // server's backpressure on a client it refuses (a client that retries at once then costs a
   // refusal per delay per connection, not a core).
@@ -87,6 +88,11 @@ struct Admission {
   // When the key's queue is full the answer is 429, sent after this delay (see
   // HttpResponse::delay).
   std::chrono::milliseconds reject_delay{0};
+  // The handler will not block (a read served from memory, whose answer waits for no disk):
+  // it runs on the I/O thread, saving the hand-off to a worker and back, when the key has a
+  // free place and nothing waiting (FairPool::runNowIfFree); otherwise it waits for a worker
+  // like any other.
+  bool run_now = false;
 };
 
 // Answers one request: call it once, from any thread (it only queues the write; later calls are

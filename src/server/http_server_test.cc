@@ -197,6 +197,59 @@ TEST(HttpServerTest, AnAsyncHandlerAnswersOnceFromAnyThreadAndNeverLeavesAReques
   }
 }
 
+TEST(HttpServerTest, ARequestMarkedRunNowIsHandledOnItsIoThreadWithinItsKeysPlaces) {
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  HttpServer::Handler handler = [&](const HttpRequest& r) -> HttpResponse {
+    if (r.target == "/block") {
+      opened.wait();
+    }
+    return {200, r.target};
+  };
+  // "/now..." is marked to run now; each target's first segment after the slash is its key.
+  HttpServer::Admitter admitter = [](const HttpRequest& r) {
+    Admission a;
+    a.key = r.target.starts_with("/now-b") ? "b" : "a";
+    a.limits = {1, 8};
+    a.run_now = r.target.starts_with("/now");
+    return a;
+  };
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  auto created = HttpServer::create({l}, handler, admitter);
+  ASSERT_TRUE(created.isOk());
+  auto server = std::move(created).value();
+  server->start(1, 1);
+  asio::io_context io;
+  beast::tcp_stream blocked(io);
+  beast::tcp_stream other(io);
+  blocked.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->ports()[0]));
+  other.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), server->ports()[0]));
+  // The only worker is held by key a's request, which holds a's only place too.
+  http::request<http::string_body> req{http::verb::get, "/block", 11};
+  http::write(blocked, req);
+  while (server->inFlight() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Key b's quick read needs no worker: it is answered on the I/O thread meanwhile.
+  EXPECT_EQ(get(other, "/now-b").body(), "/now-b");
+  // Key a's has no free place: it waits for a worker like any other, after the blocked one.
+  http::request<http::string_body> mine{http::verb::get, "/now-a", 11};
+  http::write(other, mine);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(server->inFlight(), 2);
+  gate.set_value();
+  beast::flat_buffer buf;
+  http::response<http::string_body> resp;
+  http::read(blocked, buf, resp);
+  EXPECT_EQ(resp.body(), "/block");
+  http::response<http::string_body> waited;
+  beast::flat_buffer buf2;
+  http::read(other, buf2, waited);
+  EXPECT_EQ(waited.body(), "/now-a");
+  server->shutdown(std::chrono::seconds(1));
+}
+
 TEST(HttpServerTest, ShutdownLetsRequestsInFlightFinish) {
   ListenerConfig l;
   l.address = "127.0.0.1:0";

@@ -233,7 +233,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   auto http = HttpServer::create(
       listeners,
       [&](const HttpRequest& r, Reply reply) { cp_ptr->handle(r, listeners, std::move(reply)); },
-      [&](const HttpRequest& r) { return cp_ptr->admit(r); });
+      [&](const HttpRequest& r) { return cp_ptr->admit(r, listeners); });
   if (!http.isOk()) {
     (*driver)->stop();
     return fail(http.status());
