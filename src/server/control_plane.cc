@@ -1027,12 +1027,22 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
     if (!authorized(r, Capability::kDelete)) {
       return error(403, "permission denied");
     }
+    // No change of the tenant's that read it before (its settings, a queue, a policy, a KV key)
+    // lands after its keys are gone.
+    std::lock_guard tenant_lock(tenantLock(name));
+    // Out of the caches first, in one step: from here on every request finds no such tenant,
+    // so the slow part below (store writes, each a disk flush) holds no lock that other
+    // tenants' requests take. Put back if it cannot be done.
+    struct Held {
+      json config;
+      std::map<std::string, Policy> policies;
+      std::map<std::string, json> workloads;
+      int64_t pending = 0;
+    } held;
     {
-      // No change of the tenant's that read it before (a queue, a policy, a KV key) lands
-      // after its keys are gone.
-      std::lock_guard tenant_lock(tenantLock(name));
       std::lock_guard lock(mu_);
-      if (!tenants_.contains(name)) {  // Again: another DELETE may have been first.
+      auto t = tenants_.find(name);
+      if (t == tenants_.end()) {  // Again: another DELETE may have been first.
         return error(404, "no tenant '" + name + "'");
       }
       for (const auto& [w, record] : workloads_[name]) {
@@ -1042,39 +1052,51 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
                        "tenant '" + name + "' still has workload '" + w + "'; cancel it first");
         }
       }
-      // Its secrets go first: leases revoked, records removed, keys shredded. If that cannot be
-      // done (sealed, a lease that will not revoke), the tenant stays, whole.
-      if (secrets_ != nullptr) {
-        if (core::Status st = secrets_->deleteTenant(name); !st.isOk()) {
-          return fromStatus(st.withContext("deleting tenant '" + name + "'"));
-        }
-      }
-      if (core::Status st = grants_->forgetTenant(name); !st.isOk()) {
-        return fromStatus(st.withContext("deleting tenant '" + name + "'"));
-      }
-      if (task_secrets_ != nullptr) {
-        if (core::Status st = task_secrets_->forgetTenant(name); !st.isOk()) {
-          return fromStatus(st.withContext("deleting tenant '" + name + "'"));
-        }
-      }
-      // Its tokens too: a tenant created later under this name must not be reachable with them.
-      if (auto revoked = tokens_->revokeTenant(name); !revoked.isOk()) {
-        return fromStatus(revoked.status().withContext("deleting tenant '" + name + "'"));
-      }
-      auto del =
-          store_.deleteRange("/tenants/" + name + "/", store::prefixEnd("/tenants/" + name + "/"));
-      if (del.isOk()) {
-        del = store_.deleteRange(tenantKey(name));
-      }
-      if (!del.isOk()) {
-        return fromStatus(del.status());
-      }
-      tenants_.erase(name);
+      held.config = std::move(t->second);
+      held.policies = std::move(policies_[name]);
+      held.workloads = std::move(workloads_[name]);
+      held.pending = pending_[name];
+      tenants_.erase(t);
       policies_.erase(name);
       workloads_.erase(name);
       pending_.erase(name);
     }
-    // After mu_ is released: a pass holds the driver's lock while it takes mu_.
+    auto failed = [&](core::Status st) {
+      std::lock_guard lock(mu_);
+      tenants_[name] = std::move(held.config);
+      policies_[name] = std::move(held.policies);
+      workloads_[name] = std::move(held.workloads);
+      pending_[name] = held.pending;
+      return fromStatus(st.withContext("deleting tenant '" + name + "'"));
+    };
+    // Its secrets go first: leases revoked, records removed, keys shredded. If that cannot be
+    // done (sealed, a lease that will not revoke), the tenant stays, whole.
+    if (secrets_ != nullptr) {
+      if (core::Status st = secrets_->deleteTenant(name); !st.isOk()) {
+        return failed(st);
+      }
+    }
+    if (core::Status st = grants_->forgetTenant(name); !st.isOk()) {
+      return failed(st);
+    }
+    if (task_secrets_ != nullptr) {
+      if (core::Status st = task_secrets_->forgetTenant(name); !st.isOk()) {
+        return failed(st);
+      }
+    }
+    // Its tokens too: a tenant created later under this name must not be reachable with them.
+    if (auto revoked = tokens_->revokeTenant(name); !revoked.isOk()) {
+      return failed(revoked.status());
+    }
+    auto del =
+        store_.deleteRange("/tenants/" + name + "/", store::prefixEnd("/tenants/" + name + "/"));
+    if (del.isOk()) {
+      del = store_.deleteRange(tenantKey(name));
+    }
+    if (!del.isOk()) {
+      return failed(del.status());
+    }
+    // Without mu_: a pass holds the driver's lock while it takes mu_.
     driver_.forgetTenant(name);
     return noContent();
   }

@@ -99,6 +99,11 @@ class HeldStore final : public store::Store {
     prefix_.reset();
     cv_.notify_all();
   }
+  // Writes of keys under `prefix` fail at once (UNAVAILABLE), as on a failing disk.
+  void fail(std::string prefix) {
+    std::lock_guard lock(mu_);
+    failing_ = std::move(prefix);
+  }
   // Writes that have waited, so far.
   int held() {
     std::lock_guard lock(mu_);
@@ -116,17 +121,17 @@ class HeldStore final : public store::Store {
   }
   core::Result<int64_t> put(std::string_view key, std::string_view value,
                             store::LeaseId lease) override {
-    waitIfHeld(key);
+    TESSERA_RETURN_IF_ERROR(waitIfHeld(key));
     return inner_.put(key, value, lease);
   }
   core::Result<store::DeleteResult> deleteRange(std::string_view key,
                                                 std::string_view range_end) override {
-    waitIfHeld(key);
+    TESSERA_RETURN_IF_ERROR(waitIfHeld(key));
     return inner_.deleteRange(key, range_end);
   }
   core::Result<store::TxnResult> txn(store::Txn txn) override {
     for (const store::Op& op : txn.success) {
-      waitIfHeld(op.key);
+      TESSERA_RETURN_IF_ERROR(waitIfHeld(op.key));
     }
     return inner_.txn(std::move(txn));
   }
@@ -148,20 +153,25 @@ class HeldStore final : public store::Store {
   store::StoreStats stats() const override { return inner_.stats(); }
 
  private:
-  void waitIfHeld(std::string_view key) {
+  core::Status waitIfHeld(std::string_view key) {
     std::unique_lock lock(mu_);
+    if (failing_ && key.starts_with(*failing_)) {
+      return {core::StatusCode::kUnavailable, "the test's disk fails"};
+    }
     if (!prefix_ || !key.starts_with(*prefix_)) {
-      return;
+      return core::Status::ok();
     }
     ++held_;
     cv_.notify_all();
     cv_.wait(lock, [this] { return !prefix_; });
+    return core::Status::ok();
   }
 
   store::Store& inner_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<std::string> prefix_;  // Set: writes of keys under it wait.
+  std::optional<std::string> prefix_;   // Set: writes of keys under it wait.
+  std::optional<std::string> failing_;  // Set: writes of keys under it fail.
   int held_ = 0;
 };
 
@@ -481,6 +491,50 @@ TEST_F(ControlPlaneTenantLockTest, ASubmissionOvertakenByItsTenantsDeletionStore
   const HttpResponse list = callAs(root_.secret, "LIST", "/v1/tenants/demo/workloads");
   EXPECT_EQ(list.status, 200U) << list.body;
   EXPECT_EQ(list.body.find("w1"), std::string::npos) << list.body;
+}
+
+TEST_F(ControlPlaneTenantLockTest, ATenantsDeletionHoldsUpNoOtherTenantsRequests) {
+  auto other = cp_->createTenantWithToken("other", json{{"quota", {{"gpu", 8}}}}, root_.info);
+  ASSERT_TRUE(other.isOk());
+  ASSERT_EQ(callAs(other->secret, "POST", "/v1/tenants/other/workloads/w1",
+                   {{"cpuMilli", 100}, {"duration", 1}})
+                .status,
+            202U);
+  held_store_->hold("/tenants/demo/");
+  auto deleted = sendAs(root_.secret, "DELETE", "/v1/tenants/demo");
+  ASSERT_TRUE(held_store_->waitHeld(1)) << "the deletion never reached the store";
+  // While its keys are being removed, the others are served, and demo is gone already.
+  EXPECT_EQ(callAs(other->secret, "GET", "/v1/tenants/other/workloads/w1").status, 200U);
+  EXPECT_EQ(callAs(root_.secret, "GET", "/v1/tenants/other").status, 200U);
+  EXPECT_EQ(callAs(root_.secret, "GET", "/v1/tenants/demo").status, 404U);
+  EXPECT_EQ(deleted.wait_for(0ms), std::future_status::timeout);
+  held_store_->release();
+  EXPECT_EQ(answer(std::move(deleted), "the deletion").status, 204U);
+  EXPECT_EQ(keysUnder("/tenants/demo"), std::vector<std::string>{});
+}
+
+TEST_F(ControlPlaneTenantLockTest, ADeletionThatCannotFinishLeavesTheTenantInPlace) {
+  ASSERT_EQ(call("POST", "queues/team-a", {{"quota", {{"gpu", 1}}}}).status, 204U);
+  ASSERT_EQ(
+      call("POST", "policies/reader", {{"path", {{"workloads/*", {{"capabilities", {"read"}}}}}}})
+          .status,
+      204U);
+  held_store_->fail("/tenants/demo/");
+  const HttpResponse refused = callAs(root_.secret, "DELETE", "/v1/tenants/demo");
+  EXPECT_EQ(refused.status, 503U) << refused.body;
+  EXPECT_NE(refused.body.find("deleting tenant 'demo'"), std::string::npos) << refused.body;
+  held_store_->fail("/nothing/");
+  // Its settings, policies and queues are back, for the operator to try again. (Its tokens were
+  // revoked before the store failed: a tenant created later under its name must not be
+  // reachable with them.)
+  EXPECT_EQ(callAs(root_.secret, "GET", "/v1/tenants/demo").status, 200U);
+  EXPECT_EQ(callAs(root_.secret, "GET", "/v1/tenants/demo/policies/reader").status, 200U);
+  EXPECT_EQ(callAs(root_.secret, "GET", "/v1/tenants/demo/queues/team-a").status, 200U);
+  EXPECT_EQ(callAs(root_.secret, "LIST", "/v1/tenants/demo/workloads").status, 200U);
+  // And it is deleted once the store takes writes again.
+  EXPECT_EQ(callAs(root_.secret, "DELETE", "/v1/tenants/demo").status, 204U);
+  EXPECT_EQ(callAs(root_.secret, "GET", "/v1/tenants/demo").status, 404U);
+  EXPECT_EQ(keysUnder("/tenants/demo"), std::vector<std::string>{});
 }
 
 // Which requests admit() lets run on the I/O thread: reads of a workload's status in the
