@@ -28,6 +28,7 @@
 #include "server/driver.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
+#include "store/test_util.h"
 
 namespace tessera::server {
 namespace {
@@ -84,97 +85,6 @@ class HeldDisk {
   int passed_ = 0;   // and those it let through.
 };
 
-// A store whose writes under one key prefix can be held: while held, such a write waits until it
-// is let go. Everything else goes straight to the SQLite store underneath.
-class HeldStore final : public store::Store {
- public:
-  explicit HeldStore(store::Store& inner) : inner_(inner) {}
-
-  void hold(std::string prefix) {
-    std::lock_guard lock(mu_);
-    prefix_ = std::move(prefix);
-  }
-  void release() {
-    std::lock_guard lock(mu_);
-    prefix_.reset();
-    cv_.notify_all();
-  }
-  // Writes of keys under `prefix` fail at once (UNAVAILABLE), as on a failing disk.
-  void fail(std::string prefix) {
-    std::lock_guard lock(mu_);
-    failing_ = std::move(prefix);
-  }
-  // Writes that have waited, so far.
-  int held() {
-    std::lock_guard lock(mu_);
-    return held_;
-  }
-  // Waits (up to 5 s) until `n` writes have waited.
-  bool waitHeld(int n) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, 5s, [&] { return held_ >= n; });
-  }
-
-  core::Result<store::RangeResult> range(std::string_view key, std::string_view range_end,
-                                         int64_t limit, int64_t revision) override {
-    return inner_.range(key, range_end, limit, revision);
-  }
-  core::Result<int64_t> put(std::string_view key, std::string_view value,
-                            store::LeaseId lease) override {
-    TESSERA_RETURN_IF_ERROR(waitIfHeld(key));
-    return inner_.put(key, value, lease);
-  }
-  core::Result<store::DeleteResult> deleteRange(std::string_view key,
-                                                std::string_view range_end) override {
-    TESSERA_RETURN_IF_ERROR(waitIfHeld(key));
-    return inner_.deleteRange(key, range_end);
-  }
-  core::Result<store::TxnResult> txn(store::Txn txn) override {
-    for (const store::Op& op : txn.success) {
-      TESSERA_RETURN_IF_ERROR(waitIfHeld(op.key));
-    }
-    return inner_.txn(std::move(txn));
-  }
-  core::Result<store::WatchId> watch(std::string_view key, std::string_view range_end,
-                                     int64_t from_revision,
-                                     store::WatchCallback callback) override {
-    return inner_.watch(key, range_end, from_revision, std::move(callback));
-  }
-  void cancelWatch(store::WatchId id) override { inner_.cancelWatch(id); }
-  core::Result<store::LeaseId> grant(core::Duration ttl) override { return inner_.grant(ttl); }
-  core::Result<core::Duration> keepAlive(store::LeaseId id) override {
-    return inner_.keepAlive(id);
-  }
-  core::Result<int64_t> revoke(store::LeaseId id) override { return inner_.revoke(id); }
-  core::Result<std::vector<store::LeaseId>> expireLeases() override {
-    return inner_.expireLeases();
-  }
-  core::Status compact(int64_t revision) override { return inner_.compact(revision); }
-  store::StoreStats stats() const override { return inner_.stats(); }
-
- private:
-  core::Status waitIfHeld(std::string_view key) {
-    std::unique_lock lock(mu_);
-    if (failing_ && key.starts_with(*failing_)) {
-      return {core::StatusCode::kUnavailable, "the test's disk fails"};
-    }
-    if (!prefix_ || !key.starts_with(*prefix_)) {
-      return core::Status::ok();
-    }
-    ++held_;
-    cv_.notify_all();
-    cv_.wait(lock, [this] { return !prefix_; });
-    return core::Status::ok();
-  }
-
-  store::Store& inner_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<std::string> prefix_;   // Set: writes of keys under it wait.
-  std::optional<std::string> failing_;  // Set: writes of keys under it fail.
-  int held_ = 0;
-};
-
 class ControlPlaneTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -184,7 +94,7 @@ class ControlPlaneTest : public ::testing::Test {
     auto store = store::SqliteStore::open((dir_ / "tessera.db").string(), {}, clock_);
     ASSERT_TRUE(store.isOk()) << store.status().toString();
     store_ = std::move(store).value();
-    held_store_ = std::make_unique<HeldStore>(*store_);
+    held_store_ = std::make_unique<store::HeldStore>(*store_);
     audit::FileSinkOptions fo{{.salt = "pepper"}};
     fo.fdatasync = [this](int fd) { return disk_.fdatasync(fd); };
     fo.appended_flush_delay = flush_delay_;
@@ -317,7 +227,7 @@ class ControlPlaneTest : public ::testing::Test {
   const model::GpuCatalogue catalogue_ = model::GpuCatalogue::builtin();
   HeldDisk disk_;
   std::unique_ptr<store::Store> store_;
-  std::unique_ptr<HeldStore> held_store_;  // The ControlPlane's view of store_.
+  std::unique_ptr<store::HeldStore> held_store_;  // The ControlPlane's view of store_.
   std::unique_ptr<audit::Auditor> auditor_;
   std::unique_ptr<SchedulerDriver> driver_;
   std::unique_ptr<secrets::Secrets> secrets_;

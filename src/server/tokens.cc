@@ -150,17 +150,17 @@ core::Status TokenManager::persist(const std::string& hash, const TokenInfo& inf
 }
 
 bool TokenManager::rootTokenExists() const {
-  std::lock_guard lock(mu_);
+  std::shared_lock lock(mu_);
   return std::any_of(by_hash_.begin(), by_hash_.end(), [](const auto& e) {
     return e.second.isRoot() && e.second.expires == core::WallTime::max();
   });
 }
 
 core::Result<CreatedToken> TokenManager::bootstrapRoot() {
+  std::lock_guard write(write_mu_);
   if (rootTokenExists()) {
     return core::Status(core::StatusCode::kAlreadyExists, "a root token already exists");
   }
-  std::lock_guard lock(mu_);
   CreatedToken out;
   out.secret = "tsr." + randomBase62(24);
   TokenInfo& t = out.info;
@@ -173,6 +173,7 @@ core::Result<CreatedToken> TokenManager::bootstrapRoot() {
   t.renewable = false;
   const std::string hash = hashSecret(out.secret);
   TESSERA_RETURN_IF_ERROR(persist(hash, t));
+  std::lock_guard lock(mu_);
   addLocked(hash, t);
   return out;
 }
@@ -224,7 +225,9 @@ core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const T
   if (t.expires <= now) {
     return core::invalidArgument("the token would expire at once (its parent's cap has passed)");
   }
-  std::lock_guard lock(mu_);
+  // The maps change only under write_mu_, so holding it they can be read without mu_; mu_ is
+  // taken only to add the token once it is in the store.
+  std::lock_guard write(write_mu_);
   if (!parent.accessor.empty() && !hash_of_.contains(parent.accessor)) {
     return core::notFound("the parent token is gone");
   }
@@ -240,8 +243,9 @@ core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const T
   t.accessor = randomBase62(24);
   const std::string hash = hashSecret(out.secret);
   TESSERA_RETURN_IF_ERROR(persist(hash, t));
-  addLocked(hash, t);
-  out.info = std::move(t);
+  out.info = t;
+  std::lock_guard lock(mu_);
+  addLocked(hash, std::move(t));
   return out;
 }
 
@@ -256,7 +260,7 @@ core::Result<TokenInfo> TokenManager::lookup(const std::string& secret) const {
 }
 
 core::Result<TokenInfo> TokenManager::lookupAccessor(const std::string& accessor) const {
-  std::lock_guard lock(mu_);
+  std::shared_lock lock(mu_);
   auto h = hash_of_.find(accessor);
   if (h == hash_of_.end()) {
     return core::notFound("unknown, revoked or expired token");
@@ -270,7 +274,7 @@ core::Result<TokenInfo> TokenManager::lookupAccessor(const std::string& accessor
 
 core::Result<TokenInfo> TokenManager::renew(const std::string& accessor, core::Duration increment) {
   const core::WallTime now = clock_.wallNow();
-  std::lock_guard lock(mu_);
+  std::lock_guard write(write_mu_);
   auto h = hash_of_.find(accessor);
   if (h == hash_of_.end() || by_hash_.at(h->second).expires <= now) {
     return core::notFound("unknown, revoked or expired token");
@@ -285,6 +289,7 @@ core::Result<TokenInfo> TokenManager::renew(const std::string& accessor, core::D
   const core::Duration by = increment > core::Duration::zero() ? increment : t.ttl;
   t.expires = std::min(now + by, t.max_expiry);
   TESSERA_RETURN_IF_ERROR(persist(h->second, t));
+  std::lock_guard lock(mu_);
   by_hash_[h->second] = t;
   return t;
 }
@@ -305,7 +310,9 @@ core::Result<int> TokenManager::revokeLocked(const std::string& accessor) {
     revoked += n;
   }
   const std::string hash = h->second;
+  // Out of the store first: if that fails, the token stays, in both.
   TESSERA_RETURN_IF_ERROR(store_.deleteRange(std::string(kPrefix) + hash).status());
+  std::lock_guard lock(mu_);
   const TokenInfo& t = by_hash_.at(hash);
   for (auto [it, end] = children_.equal_range(t.parent); it != end; ++it) {
     if (it->second == accessor) {
@@ -323,7 +330,7 @@ core::Result<int> TokenManager::revokeLocked(const std::string& accessor) {
 }
 
 core::Result<int> TokenManager::revoke(const std::string& accessor) {
-  std::lock_guard lock(mu_);
+  std::lock_guard write(write_mu_);
   if (!hash_of_.contains(accessor)) {
     return core::notFound("unknown, revoked or expired token");
   }
@@ -349,18 +356,18 @@ core::Result<int> TokenManager::revokeWhereLocked(
 
 core::Result<int> TokenManager::expire() {
   const core::WallTime now = clock_.wallNow();
-  std::lock_guard lock(mu_);
+  std::lock_guard write(write_mu_);
   return revokeWhereLocked([now](const TokenInfo& t) { return t.expires <= now; });
 }
 
 core::Result<int> TokenManager::revokeTenant(const std::string& tenant) {
-  std::lock_guard lock(mu_);
+  std::lock_guard write(write_mu_);
   return revokeWhereLocked([&tenant](const TokenInfo& t) { return t.tenant == tenant; });
 }
 
 std::vector<TokenInfo> TokenManager::list(const std::string& tenant) const {
   const core::WallTime now = clock_.wallNow();
-  std::lock_guard lock(mu_);
+  std::shared_lock lock(mu_);
   std::vector<TokenInfo> out;
   for (const auto& [hash, t] : by_hash_) {
     if (t.tenant == tenant && t.expires > now) {

@@ -21,7 +21,8 @@
 //   - The secret ("tsr." + 24 base62 characters, 143 bits) is shown once, at creation. The store
 //     keeps only its SHA-256; the accessor is a second, public handle for lookup, renew and
 //     revoke that cannot authenticate.
-// Thread-safe: one mutex serialises writes; lookups read an in-memory copy of every live token.
+// Thread-safe: changes take turns (each waits for its store write); lookups read an in-memory
+// copy of every live token and never wait for a store write.
 #pragma once
 
 #include <functional>
@@ -117,16 +118,25 @@ class TokenManager {
   TokenManager(store::Store& store, const core::Clock& clock, TokenOptions options)
       : store_(store), clock_(clock), options_(options) {}
   core::Status persist(const std::string& hash, const TokenInfo& info);
+  // Revokes the token and its descendants, each out of the store and then out of the maps.
+  // Requires write_mu_ (and not mu_, which it takes for each map update).
   core::Result<int> revokeLocked(const std::string& accessor);
-  // Revokes every token that `matches` (with its descendants); returns how many went.
+  // Revokes every token that `matches` (with its descendants); returns how many went. Requires
+  // write_mu_, as revokeLocked.
   core::Result<int> revokeWhereLocked(const std::function<bool(const TokenInfo&)>& matches);
-  // Adds `t` to the in-memory maps under `hash` (not to the store).
+  // Adds `t` to the in-memory maps under `hash` (not to the store). Requires mu_ (alone) and
+  // write_mu_, or no other thread (open).
   void addLocked(const std::string& hash, TokenInfo t);
 
   store::Store& store_;
   const core::Clock& clock_;
   TokenOptions options_;
-  mutable std::shared_mutex mu_;  // Lookups share it; changes take it alone.
+  // One change at a time, held across its store write, so that a change reads the maps without
+  // mu_ and no two writes of a token cross. Taken before mu_.
+  std::mutex write_mu_;
+  // Guards the maps below: lookups share it; a change takes it alone only to update them, after
+  // its store write, so a lookup (every request's) never waits for a disk flush.
+  mutable std::shared_mutex mu_;
   std::map<std::string, TokenInfo> by_hash_;
   std::map<std::string, std::string> hash_of_;        // accessor -> hash
   std::multimap<std::string, std::string> children_;  // parent accessor -> child accessor

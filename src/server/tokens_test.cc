@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <future>
 
 #include "store/sqlite_store.h"
+#include "store/test_util.h"
 
 namespace tessera::server {
 namespace {
@@ -183,6 +185,48 @@ TEST_F(TokensTest, ATenantHoldsAtMostItsCapOfTokensUntilSomeGo) {
   EXPECT_EQ(tokens_->held("team-1"), 1U);
   EXPECT_EQ(tokens_->held("team-2"), 0U);
   EXPECT_TRUE(tokens_->create(r.info, team1, 2).isOk());
+}
+
+TEST_F(TokensTest, LookupsNeverWaitForAChangesStoreWrite) {
+  // Every request looks its token up: a change (each one a disk flush) must not hold them.
+  store::HeldStore held(*store_);
+  auto opened = TokenManager::open(held, clock_, {});
+  ASSERT_TRUE(opened.isOk());
+  TokenManager& tokens = **opened;
+  auto r = tokens.bootstrapRoot();
+  ASSERT_TRUE(r.isOk());
+  auto a = tokens.create(r->info, {.tenant = "team-1", .ttl = hours(1), .renewable = true});
+  auto b = tokens.create(r->info, {.tenant = "team-1", .ttl = hours(1)});
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  held.hold("/tokens/");
+  auto created = std::async(std::launch::async, [&] {
+    return tokens.create(r->info, {.tenant = "team-2", .ttl = hours(1)});
+  });
+  ASSERT_TRUE(held.waitHeld(1));
+  // Changes take turns: these wait behind the create.
+  auto renewed =
+      std::async(std::launch::async, [&] { return tokens.renew(a->info.accessor, hours(2)); });
+  auto revoked = std::async(std::launch::async, [&] { return tokens.revoke(b->info.accessor); });
+  auto reads = std::async(std::launch::async, [&] {
+    return tokens.lookup(a->secret).isOk() && tokens.lookup(b->secret).isOk() &&
+           tokens.lookupAccessor(a->info.accessor).isOk() && tokens.list("team-1").size() == 2 &&
+           tokens.held("team-1") == 2 && tokens.rootTokenExists();
+  });
+  ASSERT_EQ(reads.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "a lookup waited for a change's store write";
+  EXPECT_TRUE(reads.get());
+  EXPECT_EQ(renewed.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  held.release();
+  auto c = created.get();
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_TRUE(tokens.lookup(c->secret).isOk());
+  ASSERT_TRUE(renewed.get().isOk());
+  EXPECT_EQ(tokens.lookup(a->secret)->expires, clock_.wallNow() + hours(2));
+  auto gone = revoked.get();
+  ASSERT_TRUE(gone.isOk());
+  EXPECT_EQ(*gone, 1);
+  EXPECT_FALSE(tokens.lookup(b->secret).isOk());
+  EXPECT_EQ(tokens.held("team-1"), 1U);
 }
 
 TEST_F(TokensTest, RevokingATenantsTokensLeavesNoneOfItsOwnAndTouchesNoOther) {

@@ -1,17 +1,23 @@
-// Helpers for the store tests: a temporary directory, a fake clock that may be read from store
-// threads, and the options the tests open SQLite stores with.
+// Helpers for the store tests (and others over a store): a temporary directory, a fake clock that
+// may be read from store threads, the options the tests open SQLite stores with, and a store
+// whose writes a test can hold back or fail.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "core/clock.h"
 #include "store/sqlite_store.h"
+#include "store/store.h"
 
 // Asserts that a Status is OK, printing it if not.
 #define TESSERA_ASSERT_OK(expr)                \
@@ -81,5 +87,91 @@ inline SqliteStoreOptions testOptions() {
   options.lease_check_interval = std::chrono::milliseconds(0);
   return options;
 }
+
+// A store whose writes under one key prefix can be held (each waits until it is let go) or made
+// to fail; everything else goes straight to the store underneath. For tests of what waits for a
+// store write and what does not.
+class HeldStore final : public Store {
+ public:
+  explicit HeldStore(Store& inner) : inner_(inner) {}
+
+  void hold(std::string prefix) {
+    std::lock_guard lock(mu_);
+    prefix_ = std::move(prefix);
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    prefix_.reset();
+    cv_.notify_all();
+  }
+  // Writes of keys under `prefix` fail at once (UNAVAILABLE), as on a failing disk.
+  void fail(std::string prefix) {
+    std::lock_guard lock(mu_);
+    failing_ = std::move(prefix);
+  }
+  // Writes that have waited, so far.
+  int held() {
+    std::lock_guard lock(mu_);
+    return held_;
+  }
+  // Waits (up to 5 s) until `n` writes have waited.
+  bool waitHeld(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(5), [&] { return held_ >= n; });
+  }
+
+  core::Result<RangeResult> range(std::string_view key, std::string_view range_end, int64_t limit,
+                                  int64_t revision) override {
+    return inner_.range(key, range_end, limit, revision);
+  }
+  core::Result<int64_t> put(std::string_view key, std::string_view value, LeaseId lease) override {
+    TESSERA_RETURN_IF_ERROR(waitIfHeld(key));
+    return inner_.put(key, value, lease);
+  }
+  core::Result<DeleteResult> deleteRange(std::string_view key,
+                                         std::string_view range_end) override {
+    TESSERA_RETURN_IF_ERROR(waitIfHeld(key));
+    return inner_.deleteRange(key, range_end);
+  }
+  core::Result<TxnResult> txn(Txn txn) override {
+    for (const Op& op : txn.success) {
+      TESSERA_RETURN_IF_ERROR(waitIfHeld(op.key));
+    }
+    return inner_.txn(std::move(txn));
+  }
+  core::Result<WatchId> watch(std::string_view key, std::string_view range_end,
+                              int64_t from_revision, WatchCallback callback) override {
+    return inner_.watch(key, range_end, from_revision, std::move(callback));
+  }
+  void cancelWatch(WatchId id) override { inner_.cancelWatch(id); }
+  core::Result<LeaseId> grant(core::Duration ttl) override { return inner_.grant(ttl); }
+  core::Result<core::Duration> keepAlive(LeaseId id) override { return inner_.keepAlive(id); }
+  core::Result<int64_t> revoke(LeaseId id) override { return inner_.revoke(id); }
+  core::Result<std::vector<LeaseId>> expireLeases() override { return inner_.expireLeases(); }
+  core::Status compact(int64_t revision) override { return inner_.compact(revision); }
+  StoreStats stats() const override { return inner_.stats(); }
+
+ private:
+  core::Status waitIfHeld(std::string_view key) {
+    std::unique_lock lock(mu_);
+    if (failing_ && key.starts_with(*failing_)) {
+      return {core::StatusCode::kUnavailable, "the test's disk fails"};
+    }
+    if (!prefix_ || !key.starts_with(*prefix_)) {
+      return core::Status::ok();
+    }
+    ++held_;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return !prefix_; });
+    return core::Status::ok();
+  }
+
+  Store& inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<std::string> prefix_;   // Set: writes of keys under it wait.
+  std::optional<std::string> failing_;  // Set: writes of keys under it fail.
+  int held_ = 0;
+};
 
 }  // namespace tessera::store
