@@ -136,21 +136,7 @@ class Client : public std::enable_shared_from_this<Client> {
   bool connect(std::string* error) {
     stream_.emplace(io_, ctx_);
     buffer_.clear();
-    beast::error_code ec;
-    const asio::ip::address ip =
-        asio::ip::make_address(dev_.host == "localhost" ? "127.0.0.1" : dev_.host, ec);
-    if (!ec) {
-      beast::get_lowest_layer(*stream_).socket().connect(tcp::endpoint(ip, dev_.port), ec);
-    }
-    if (!ec) {
-      beast::get_lowest_layer(*stream_).socket().set_option(tcp::no_delay(true), ec);
-    }
-    if (!ec) {
-      stream_->set_verify_callback(ssl::host_name_verification(dev_.host));
-      stream_->handshake(ssl::stream_base::client, ec);
-    }
-    if (ec) {
-      *error = "connecting to " + dev_.host + ":" + std::to_string(dev_.port) + ": " + ec.message();
+    if (!connectTls(*stream_, dev_, error)) {
       stream_.reset();
       return false;
     }

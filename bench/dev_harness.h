@@ -183,6 +183,30 @@ struct Reply {
   std::string error;
 };
 
+// Connects `stream` to the server `dev` describes and completes the TLS handshake (blocking);
+// false, with `error` saying why, if either failed.
+inline bool connectTls(beast::ssl_stream<beast::tcp_stream>& stream, const DevInfo& dev,
+                       std::string* error) {
+  beast::error_code ec;
+  const asio::ip::address ip =
+      asio::ip::make_address(dev.host == "localhost" ? "127.0.0.1" : dev.host, ec);
+  if (!ec) {
+    beast::get_lowest_layer(stream).socket().connect(tcp::endpoint(ip, dev.port), ec);
+  }
+  if (!ec) {
+    beast::get_lowest_layer(stream).socket().set_option(tcp::no_delay(true), ec);
+  }
+  if (!ec) {
+    stream.set_verify_callback(ssl::host_name_verification(dev.host));
+    stream.handshake(ssl::stream_base::client, ec);
+  }
+  if (ec) {
+    *error = "connecting to " + dev.host + ":" + std::to_string(dev.port) + ": " + ec.message();
+    return false;
+  }
+  return true;
+}
+
 // One HTTPS keep-alive connection, used by one thread. Reconnects when the server closed it.
 class Connection {
  public:
@@ -196,21 +220,7 @@ class Connection {
     close();
     stream_.emplace(io_, ctx_);
     buffer_.clear();
-    beast::error_code ec;
-    const asio::ip::address ip =
-        asio::ip::make_address(dev_.host == "localhost" ? "127.0.0.1" : dev_.host, ec);
-    if (!ec) {
-      beast::get_lowest_layer(*stream_).socket().connect(tcp::endpoint(ip, dev_.port), ec);
-    }
-    if (!ec) {
-      beast::get_lowest_layer(*stream_).socket().set_option(tcp::no_delay(true), ec);
-    }
-    if (!ec) {
-      stream_->set_verify_callback(ssl::host_name_verification(dev_.host));
-      stream_->handshake(ssl::stream_base::client, ec);
-    }
-    if (ec) {
-      *error = "connecting to " + dev_.host + ":" + std::to_string(dev_.port) + ": " + ec.message();
+    if (!connectTls(*stream_, dev_, error)) {
       stream_.reset();
       return false;
     }
