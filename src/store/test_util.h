@@ -109,11 +109,6 @@ class HeldStore final : public Store {
     std::lock_guard lock(mu_);
     failing_ = std::move(prefix);
   }
-  // Writes that have waited, so far.
-  int held() {
-    std::lock_guard lock(mu_);
-    return held_;
-  }
   // Waits (up to 5 s) until `n` writes have waited.
   bool waitHeld(int n) {
     std::unique_lock lock(mu_);
