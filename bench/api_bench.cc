@@ -184,17 +184,7 @@ class Client : public std::enable_shared_from_this<Client> {
       }
     }
     current_ = gen_(id_, seq_++);
-    req_ = {};
-    req_.method_string(current_.method);
-    req_.target(current_.target);
-    req_.version(11);
-    req_.set(http::field::host, dev_.host);
-    req_.keep_alive(true);
-    if (!current_.token.empty()) {
-      req_.set("X-Tessera-Token", current_.token);
-    }
-    req_.body() = current_.body;
-    req_.prepare_payload();
+    req_ = toHttp(current_, dev_.host);
     sent_ = SteadyClock::now();
     http::async_write(*stream_, req_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) {

@@ -207,6 +207,22 @@ inline bool connectTls(beast::ssl_stream<beast::tcp_stream>& stream, const DevIn
   return true;
 }
 
+// `r` as a keep-alive HTTP/1.1 request to `host`.
+inline http::request<http::string_body> toHttp(const Request& r, const std::string& host) {
+  http::request<http::string_body> req;
+  req.method_string(r.method);
+  req.target(r.target);
+  req.version(11);
+  req.set(http::field::host, host);
+  req.keep_alive(true);
+  if (!r.token.empty()) {
+    req.set("X-Tessera-Token", r.token);
+  }
+  req.body() = r.body;
+  req.prepare_payload();
+  return req;
+}
+
 // One HTTPS keep-alive connection, used by one thread. Reconnects when the server closed it.
 class Connection {
  public:
@@ -236,17 +252,7 @@ class Connection {
       if (!stream_ && !connect(&out.error)) {
         return out;
       }
-      http::request<http::string_body> req;
-      req.method_string(r.method);
-      req.target(r.target);
-      req.version(11);
-      req.set(http::field::host, dev_.host);
-      req.keep_alive(true);
-      if (!r.token.empty()) {
-        req.set("X-Tessera-Token", r.token);
-      }
-      req.body() = r.body;
-      req.prepare_payload();
+      const http::request<http::string_body> req = toHttp(r, dev_.host);
       beast::error_code ec;
       http::write(*stream_, req, ec);
       bool may_retry = true;
