@@ -385,8 +385,9 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
       // was deleted since: that deletion removed it from the store.
       {
         std::lock_guard lock(mu_);
+        watched_revision_ = e.kv.mod_revision;
         if (!tenants_.contains(tenant)) {
-          continue;
+          continue;  // If that deletion fails, it hands this one to the scheduler.
         }
         if (workloads_[tenant].try_emplace(parts[3], record).second) {
           ++pending_[tenant];
@@ -1061,12 +1062,48 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
       workloads_.erase(name);
       pending_.erase(name);
     }
-    auto failed = [&](core::Status st) {
-      std::lock_guard lock(mu_);
-      tenants_[name] = std::move(held.config);
-      policies_[name] = std::move(held.policies);
-      workloads_[name] = std::move(held.workloads);
-      pending_[name] = held.pending;
+    auto failed = [&](const core::Status& st) {
+      // Put back as it was, with the workloads stored meanwhile: submissions checked before the
+      // deletion began. The store's watch passed over those it saw while the tenant was out of
+      // the caches; they go to the scheduler from here, later ones from the watch as usual.
+      const std::string prefix = "/tenants/" + name + "/workloads/";
+      std::vector<store::KeyValue> stored;
+      if (auto got = store_.range(prefix, store::prefixEnd(prefix)); got.isOk()) {
+        stored = std::move(got->kvs);
+      } else {  // Then they are back after a restart (load()), not before.
+        std::fprintf(stderr,
+                     "error: tenant '%s' was not deleted, and its workloads cannot be read: %s\n",
+                     name.c_str(), got.status().message().c_str());
+      }
+      std::vector<std::pair<std::string, json>> passed_over;
+      {
+        std::lock_guard lock(mu_);
+        tenants_[name] = std::move(held.config);
+        policies_[name] = std::move(held.policies);
+        workloads_[name] = std::move(held.workloads);
+        pending_[name] = held.pending;
+        for (const store::KeyValue& kv : stored) {
+          json record = json::parse(kv.value, nullptr, false);
+          const std::string workload = kv.key.substr(prefix.size());
+          if (!record.is_object() || !workloads_[name].try_emplace(workload, record).second) {
+            continue;
+          }
+          if (record["status"].value("phase", "") == "pending") {
+            ++pending_[name];
+          }
+          if (kv.create_revision <= watched_revision_) {
+            passed_over.emplace_back(workload, std::move(record));
+          }
+        }
+      }
+      for (const auto& [workload, record] : passed_over) {
+        auto cmd = commandFromRecord(name, record);
+        core::Status submitted = cmd.isOk() ? driver_.submit(std::move(cmd).value()) : cmd.status();
+        if (!submitted.isOk()) {
+          onDriverChanges(
+              {{name + "/" + workload, WorkloadStatus{"failed", submitted.message(), {}}}});
+        }
+      }
       return fromStatus(st.withContext("deleting tenant '" + name + "'"));
     };
     // Its secrets go first: leases revoked, records removed, keys shredded. If that cannot be
@@ -1088,13 +1125,16 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
     if (auto revoked = tokens_->revokeTenant(name); !revoked.isOk()) {
       return failed(revoked.status());
     }
-    auto del =
-        store_.deleteRange("/tenants/" + name + "/", store::prefixEnd("/tenants/" + name + "/"));
-    if (del.isOk()) {
-      del = store_.deleteRange(tenantKey(name));
-    }
-    if (!del.isOk()) {
-      return failed(del.status());
+    // Its keys and the tenant's own in one txn: a submission checked before the deletion began
+    // (which compares the tenant's key) is stored before it, and goes with the rest, or not at
+    // all.
+    store::Txn del{.compares = {},
+                   .success = {store::Op::del("/tenants/" + name + "/",
+                                              store::prefixEnd("/tenants/" + name + "/")),
+                               store::Op::del(tenantKey(name))},
+                   .failure = {}};
+    if (auto deleted = store_.txn(std::move(del)); !deleted.isOk()) {
+      return failed(deleted.status());
     }
     // Without mu_: a pass holds the driver's lock while it takes mu_.
     driver_.forgetTenant(name);
@@ -1512,8 +1552,19 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   if (!res.isOk()) {
     return fromStatus(res.status());
   }
+  bool deleting = false;
+  if (res->succeeded) {
+    std::shared_lock lock(mu_);
+    deleting = !tenants_.contains(tenant);
+  }
+  if (deleting) {
+    // Stored, while the tenant is out of the caches: its deletion began after the checks above
+    // and is under way. It holds the tenant's lock until it is done, and either removes the
+    // workload with the rest or, if it fails, puts the tenant back with the workload.
+    std::lock_guard wait(tenantLock(tenant));
+  }
   std::lock_guard lock(mu_);
-  if (!tenants_.contains(tenant)) {
+  if (!tenants_.contains(tenant) || (deleting && !workloads_[tenant].contains(name))) {
     return error(404, "not found");  // Deleted meanwhile: the workload is not in the store.
   }
   if (!res->succeeded) {

@@ -253,6 +253,9 @@ class ControlPlane {
   std::mutex buckets_mu_;  // Guards buckets_ (and their contents); taken after mu_, if both.
   std::map<std::string, std::unique_ptr<Bucket>> buckets_;
   std::map<std::string, int64_t> pending_;  // Per tenant: stored workloads in phase "pending".
+  // Guarded by mu_: the revision of the last new workload onStoreEvents has taken or passed over
+  // (passed over: its tenant was out of the caches, being deleted).
+  int64_t watched_revision_ = 0;
   struct Metric {
     int64_t count = 0;
     double seconds = 0;

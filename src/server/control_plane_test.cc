@@ -403,6 +403,63 @@ TEST_F(ControlPlaneTenantLockTest, ASubmissionOvertakenByItsTenantsDeletionStore
   EXPECT_EQ(list.body.find("w1"), std::string::npos) << list.body;
 }
 
+// A submission checked before its tenant's deletion began, and stored before the deletion
+// removed the tenant's keys: held at the store, then let go once the deletion (held at the
+// revocation of demo's tokens) has taken the tenant out of the caches.
+class ControlPlaneDeletionRaceTest : public ControlPlaneTest {
+ protected:
+  void submitDuringDeletion() {
+    held_store_->hold("/tenants/demo/workloads/");
+    submitted_ = send("POST", "workloads/w1", {{"cpuMilli", 100}, {"duration", 1}});
+    ASSERT_TRUE(held_store_->waitHeld(1)) << "the submission never reached the store";
+    held_store_->hold("/tokens/");
+    deleted_ = sendAs(root_.secret, "DELETE", "/v1/tenants/demo");
+    ASSERT_TRUE(held_store_->waitHeld(2)) << "the deletion never reached demo's tokens";
+    EXPECT_EQ(callAs(root_.secret, "GET", "/v1/tenants/demo").status, 404U);
+    held_store_->release("/tenants/demo/workloads/");
+    // Stored (demo's key is still there), and answered only once the deletion is done.
+    for (int i = 0; i < 500 && keysUnder("/tenants/demo/workloads/").empty(); ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_EQ(keysUnder("/tenants/demo/workloads/"),
+              std::vector<std::string>{"/tenants/demo/workloads/w1"});
+    EXPECT_EQ(submitted_.wait_for(100ms), std::future_status::timeout);
+  }
+
+  std::future<HttpResponse> submitted_;
+  std::future<HttpResponse> deleted_;
+};
+
+TEST_F(ControlPlaneDeletionRaceTest, ADeletionThatSucceedsTakesTheWorkloadWithIt) {
+  submitDuringDeletion();
+  held_store_->release("/tokens/");
+  EXPECT_EQ(answer(std::move(deleted_), "the deletion").status, 204U);
+  EXPECT_EQ(answer(std::move(submitted_), "the submission").status, 404U);
+  EXPECT_EQ(keysUnder("/tenants/demo"), std::vector<std::string>{});
+}
+
+TEST_F(ControlPlaneDeletionRaceTest, ADeletionThatFailsKeepsTheWorkloadAndSchedulesIt) {
+  submitDuringDeletion();
+  held_store_->fail("/tokens/");
+  held_store_->release("/tokens/");
+  EXPECT_EQ(answer(std::move(deleted_), "the deletion").status, 503U);
+  held_store_->fail("/nothing/");
+  // Accepted, as it is stored: in the tenant's list, and with the scheduler, which the store's
+  // watch did not tell while the tenant was out of the caches.
+  EXPECT_EQ(answer(std::move(submitted_), "the submission").status, 202U);
+  EXPECT_EQ(call("GET", "workloads/w1").status, 200U);
+  std::optional<WorkloadStatus> status;
+  for (int i = 0; i < 500 && !(status && status->phase == "running"); ++i) {
+    driver_->runOnce();
+    status = driver_->status("demo", "w1");
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(status.has_value()) << "the scheduler never got the workload";
+  EXPECT_EQ(status->phase, "running");
+  // It counts as demo's: the tenant cannot be deleted while it runs.
+  EXPECT_EQ(callAs(root_.secret, "DELETE", "/v1/tenants/demo").status, 409U);
+}
+
 TEST_F(ControlPlaneTenantLockTest, ATenantsDeletionHoldsUpNoOtherTenantsRequests) {
   auto other = cp_->createTenantWithToken("other", json{{"quota", {{"gpu", 8}}}}, root_.info);
   ASSERT_TRUE(other.isOk());

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -95,16 +97,23 @@ class HeldStore final : public Store {
  public:
   explicit HeldStore(Store& inner) : inner_(inner) {}
 
+  // Writes of keys under `prefix` wait until it is released (several prefixes may be held).
   void hold(std::string prefix) {
     std::lock_guard lock(mu_);
-    prefix_ = std::move(prefix);
+    prefixes_.insert(std::move(prefix));
+  }
+  void release(const std::string& prefix) {
+    std::lock_guard lock(mu_);
+    prefixes_.erase(prefix);
+    cv_.notify_all();
   }
   void release() {
     std::lock_guard lock(mu_);
-    prefix_.reset();
+    prefixes_.clear();
     cv_.notify_all();
   }
-  // Writes of keys under `prefix` fail at once (UNAVAILABLE), as on a failing disk.
+  // Writes of keys under `prefix` fail (UNAVAILABLE), as on a failing disk: at once, or when
+  // released if they were held.
   void fail(std::string prefix) {
     std::lock_guard lock(mu_);
     failing_ = std::move(prefix);
@@ -149,22 +158,25 @@ class HeldStore final : public Store {
  private:
   core::Status waitIfHeld(std::string_view key) {
     std::unique_lock lock(mu_);
+    auto held = [&] {
+      return std::any_of(prefixes_.begin(), prefixes_.end(),
+                         [&](const std::string& p) { return key.starts_with(p); });
+    };
+    if (held()) {
+      ++held_;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return !held(); });
+    }
     if (failing_ && key.starts_with(*failing_)) {
       return {core::StatusCode::kUnavailable, "the test's disk fails"};
     }
-    if (!prefix_ || !key.starts_with(*prefix_)) {
-      return core::Status::ok();
-    }
-    ++held_;
-    cv_.notify_all();
-    cv_.wait(lock, [this] { return !prefix_; });
     return core::Status::ok();
   }
 
   Store& inner_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<std::string> prefix_;   // Set: writes of keys under it wait.
+  std::set<std::string> prefixes_;      // Writes of keys under one of them wait.
   std::optional<std::string> failing_;  // Set: writes of keys under it fail.
   int held_ = 0;
 };
