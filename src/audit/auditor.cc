@@ -52,7 +52,21 @@ Status Auditor::record(const AuditEvent& event) {
 
 Result<Auditor::Appended> Auditor::append(const AuditEvent& event) {
   Appended out;
-  const std::string errors = writeAll(event, Durability::kAppended, out.sinks);
+  out.sinks.assign(sinks_.size(), false);
+  out.records.resize(sinks_.size());
+  std::string errors;
+  for (size_t i = 0; i < sinks_.size(); ++i) {
+    Result<WrittenRecord> written = sinks_[i]->append(event);
+    const std::string error = written.isOk() ? "" : written.status().message();
+    out.sinks[i] = written.isOk();
+    if (written.isOk()) {
+      out.records[i] = std::move(written).value();
+    } else {
+      errors += (errors.empty() ? "" : "; ") + error;
+    }
+    std::lock_guard lock(health_mu_);
+    health_[i].last_error = error;
+  }
   if (std::find(out.sinks.begin(), out.sinks.end(), true) == out.sinks.end()) {
     return Status{core::StatusCode::kUnavailable,
                   "no audit sink could record the event: " + errors};
@@ -107,20 +121,6 @@ void Auditor::recordAfterAsync(const AuditEvent& event, const Appended& earlier,
               std::move(done));
 }
 
-void Auditor::whenDurable(const Appended& appended, std::function<void(Status)> done) {
-  std::vector<size_t> held;
-  for (size_t i = 0; i < appended.sinks.size() && i < sinks_.size(); ++i) {
-    if (appended.sinks[i]) {
-      held.push_back(i);
-    }
-  }
-  if (held.empty()) {
-    done(Status{core::StatusCode::kUnavailable, "no audit sink holds the record"});
-    return;
-  }
-  whenFlushed(held, "", "no audit sink could store the record", std::move(done));
-}
-
 void Auditor::whenFlushed(const std::vector<size_t>& sinks, std::string errors, std::string failure,
                           std::function<void(Status)> done) {
   // The answer once every such sink has flushed: OK if one of them did.
@@ -165,6 +165,20 @@ Status Auditor::close() {
     }
   }
   return first;
+}
+
+std::vector<std::string> Auditor::sinkNames() const {
+  std::vector<std::string> names;
+  for (const auto& sink : sinks_) {
+    names.push_back(sink->name());
+  }
+  return names;
+}
+
+uint64_t Auditor::durableSeq(size_t i) const { return sinks_.at(i)->durableSeq(); }
+
+Status Auditor::writeRecovered(size_t i, std::string_view line) {
+  return sinks_.at(i)->writeRecovered(line);
 }
 
 std::vector<SinkHealth> Auditor::health() const {

@@ -35,14 +35,17 @@ class Auditor {
   // UNAVAILABLE with every sink's error. Thread-safe.
   core::Status record(const AuditEvent& event);
 
-  // Which sinks hold an appended record.
+  // Which sinks hold an appended record, and the record as each wrote it.
   struct Appended {
     std::vector<bool> sinks;
+    std::vector<WrittenRecord> records;  // Per sink; empty (seq 0) where `sinks` is false.
   };
   // Appends `event` to every sink without waiting for stable storage (Durability::kAppended):
   // OK, with the sinks that took it, if at least one did. For a request whose effect is held
   // back until a later record is durable, e.g. a read whose answer is sent only after
-  // `recordAfter(response, appended)` succeeds: one disk flush for both records.
+  // `recordAfter(response, appended)` succeeds: one disk flush for both records; or one whose
+  // change stores a copy of the records with it (the server's submissions, store::Note), which
+  // the sinks then flush within their `appended_flush_delay`.
   core::Result<Appended> append(const AuditEvent& event);
   // Writes `event` durably to every sink. OK only if a sink that took `earlier` stored it too,
   // which makes `earlier` durable there as well (a sink flushes its records in order).
@@ -54,11 +57,6 @@ class Auditor {
   // wrote them go on with other work.
   void recordAfterAsync(const AuditEvent& event, const Appended& earlier,
                         std::function<void(core::Status)> done);
-  // Calls `done` once a sink that took `appended` has it on stable storage (OK), or with
-  // UNAVAILABLE once none can; the sinks start flushing at once, and no thread waits meanwhile.
-  // `done` runs as for recordAfterAsync. For a change that is prepared while its request record
-  // is flushed, and made only after (store::Txn::precondition).
-  void whenDurable(const Appended& appended, std::function<void(core::Status)> done);
   // recordAfter that does not wait for the disk at all: OK once `event` is appended to a sink
   // that took `earlier` (for a file, written to the kernel: it survives a crash of this process,
   // not of the machine). The sink flushes both soon by itself (FileSink: within
@@ -66,6 +64,14 @@ class Auditor {
   // refuses every later record. For a read whose answer reveals nothing secret
   // (docs/server.md, `audit_durable_answers`).
   core::Status recordAppendedAfter(const AuditEvent& event, const Appended& earlier);
+
+  // The sinks' names, in order: the index is the sink's in Appended, durableSeq and
+  // writeRecovered.
+  std::vector<std::string> sinkNames() const;
+  // Every record of sink `i` up to this seq is on stable storage.
+  uint64_t durableSeq(size_t i) const;
+  // AuditSink::writeRecovered on sink `i`: a record it lost, from a copy kept elsewhere.
+  core::Status writeRecovered(size_t i, std::string_view line);
 
   // Closes every sink (final checkpoints); returns the first error. Thread-safe.
   core::Status close();

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <filesystem>
 #include <future>
 #include <optional>
 #include <sstream>
@@ -208,66 +209,73 @@ TEST_F(AuditorTest, RecordAfterAsyncFailsWhenTheFlushFails) {
   EXPECT_NE(auditor->health()[0].last_error.find("fdatasync failed"), std::string::npos);
 }
 
-TEST_F(AuditorTest, WhenDurableAnswersOnceTheRecordIsFlushedWithoutAnyoneAskingFirst) {
+TEST_F(AuditorTest, AppendReturnsEachSinksRecordAndDurableSeqFollowsTheFlush) {
   testing::TempDir dir;
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> flushes{0};
   FileSinkOptions options{{.salt = "s"}};
-  options.appended_flush_delay = std::chrono::hours(1);  // Only a waiter makes it flush.
-  options.fdatasync = [&](int fd) {
-    ++flushes;
-    released.wait();
-    return ::fdatasync(fd);
-  };
+  options.appended_flush_delay = std::chrono::hours(1);  // Only a durable write flushes.
   auto auditor = overFile(dir.file("audit.log"), options);
   ASSERT_NE(auditor, nullptr);
+  EXPECT_EQ(auditor->sinkNames(), std::vector<std::string>{"file:" + dir.file("audit.log")});
   auto appended = auditor->append(sampleEvent(0));
-  ASSERT_TRUE(appended.isOk());
-  std::promise<core::Status> answer;
-  std::future<core::Status> answered = answer.get_future();
-  auditor->whenDurable(*appended, [&](const core::Status& s) { answer.set_value(s); });
-  // The flush starts at once, and the answer waits for it.
-  for (int i = 0; i < 1000 && flushes == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  EXPECT_EQ(flushes, 1);
-  EXPECT_EQ(answered.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
-  release.set_value();
-  ASSERT_EQ(answered.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  EXPECT_TRUE(answered.get().isOk());
-}
-
-TEST_F(AuditorTest, WhenDurableFailsWhenNoSinkThatTookTheRecordCanFlushIt) {
+  ASSERT_TRUE(appended.isOk()) << appended.status().toString();
+  ASSERT_EQ(appended->records.size(), 1U);
+  EXPECT_EQ(appended->records[0].seq, 1U);
+  EXPECT_EQ(appended->records[0].line + "\n", testing::readFile(dir.file("audit.log")));
+  EXPECT_EQ(auditor->durableSeq(0), 0U);  // Appended, not flushed.
+  ASSERT_TRUE(auditor->record(sampleEvent(1)).isOk());
+  EXPECT_EQ(auditor->durableSeq(0), 2U);
+  // A sink that refuses the record gives none.
   MemorySink* a_ptr = nullptr;
   MemorySink* b_ptr = nullptr;
-  auto auditor = twoSinks(&a_ptr, &b_ptr);
-  std::optional<core::Status> got;
-  // Memory sinks answer at once: OK for a record either holds.
+  auto two = twoSinks(&a_ptr, &b_ptr);
   b_ptr->setFailWrites(true);
-  auto appended = auditor->append(sampleEvent(0));
-  ASSERT_TRUE(appended.isOk());
-  auditor->whenDurable(*appended, [&](const core::Status& s) { got = s; });
-  ASSERT_TRUE(got.has_value());
-  EXPECT_TRUE(got->isOk()) << got->toString();
-  // A file sink whose flush fails.
+  auto one = two->append(sampleEvent(2));
+  ASSERT_TRUE(one.isOk());
+  EXPECT_EQ(one->sinks, (std::vector<bool>{true, false}));
+  EXPECT_EQ(one->records[0].line, a_ptr->lines().back());
+  EXPECT_EQ(one->records[1].seq, 0U);
+  EXPECT_TRUE(one->records[1].line.empty());
+}
+
+TEST_F(AuditorTest, WriteRecoveredAppendsALostRecordAsANewOneTheChainTakes) {
   testing::TempDir dir;
-  auto file = overFile(dir.file("audit.log"), failingFlushes());
-  ASSERT_NE(file, nullptr);
-  appended = file->append(sampleEvent(1));
-  ASSERT_TRUE(appended.isOk());
-  std::promise<core::Status> answer;
-  std::future<core::Status> answered = answer.get_future();
-  file->whenDurable(*appended, [&](const core::Status& s) { answer.set_value(s); });
-  ASSERT_EQ(answered.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  const core::Status s = answered.get();
-  EXPECT_EQ(s.code(), core::StatusCode::kUnavailable);
-  EXPECT_NE(s.message().find("fdatasync failed"), std::string::npos) << s.message();
-  // Nothing appended at all (an empty Appended): no sink holds it.
-  got.reset();
-  auditor->whenDurable(Auditor::Appended{}, [&](const core::Status& st) { got = st; });
-  ASSERT_TRUE(got.has_value());
-  EXPECT_EQ(got->code(), core::StatusCode::kUnavailable);
+  const std::string path = dir.file("audit.log");
+  std::string lost;
+  uint64_t kept_size = 0;
+  {
+    auto auditor = overFile(path, FileSinkOptions{{.salt = "s"}});
+    ASSERT_NE(auditor, nullptr);
+    ASSERT_TRUE(auditor->record(sampleEvent(0)).isOk());
+    ASSERT_TRUE(auditor->record(sampleEvent(1)).isOk());
+    kept_size = std::filesystem::file_size(path);
+    auto appended = auditor->append(sampleEvent(2));
+    ASSERT_TRUE(appended.isOk());
+    lost = appended->records[0].line;
+    ASSERT_TRUE(auditor->close().isOk());
+  }
+  // The machine crashed before the third record's flush: the file ends after the second.
+  std::filesystem::resize_file(path, kept_size);
+  auto auditor = overFile(path, FileSinkOptions{{.salt = "s"}});
+  ASSERT_NE(auditor, nullptr);
+  EXPECT_EQ(auditor->durableSeq(0), 2U);
+  EXPECT_FALSE(auditor->writeRecovered(0, "not a record").isOk());
+  ASSERT_TRUE(auditor->writeRecovered(0, lost).isOk());
+  EXPECT_EQ(auditor->durableSeq(0), 3U);
+  auto report = verifyAuditFile(path);
+  ASSERT_TRUE(report.isOk());
+  EXPECT_TRUE(report->intact()) << report->summary();
+  EXPECT_EQ(report->records, 3U);
+  const std::vector<std::string> lines = testing::splitLines(testing::readFile(path));
+  ASSERT_EQ(lines.size(), 3U);
+  const json original = json::parse(lost);
+  const json recovered = json::parse(lines[2]);
+  EXPECT_EQ(recovered["seq"], 3);
+  EXPECT_EQ(recovered["recovered"]["seq"], original["seq"]);
+  EXPECT_EQ(recovered["recovered"]["hash"], original["hash"]);
+  EXPECT_EQ(recovered["recovered"]["time"], original["time"]);
+  for (const char* field : {"type", "request_id", "tenant", "auth", "request"}) {
+    EXPECT_EQ(recovered.value(field, json()), original.value(field, json())) << field;
+  }
 }
 
 TEST_F(AuditorTest, RecordAppendedAfterAnswersBeforeTheFlushThatFollowsByItself) {

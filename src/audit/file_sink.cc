@@ -139,8 +139,16 @@ Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path,
     // Unknown how many records follow the last checkpoint; 1 makes close() sign the tail.
     head.since_checkpoint = rec->type == "checkpoint" ? 0 : 1;
   }
+  // What is in the file now may be in the kernel's cache only (the process that wrote it was
+  // killed before a flush): flushed now, it counts as durable (durableSeq) from the start.
+  if (::fdatasync(fd) != 0) {
+    return fail(unavailable(path + ": cannot flush: " + errnoText(errno)));
+  }
+  const uint64_t durable_seq = head.seq;
   internal::Chain chain(chainOptions(options.sink), std::move(head), clock);
-  return std::unique_ptr<FileSink>(new FileSink(path, fd, size, options, std::move(chain)));
+  auto sink = std::unique_ptr<FileSink>(new FileSink(path, fd, size, options, std::move(chain)));
+  sink->synced_seq_ = durable_seq;
+  return sink;
 }
 
 FileSink::FileSink(std::string path, int fd, uint64_t size, const FileSinkOptions& options,
@@ -208,6 +216,7 @@ Status FileSink::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket)
       return brokenError();
     }
     synced_ = std::max(synced_, ticket);
+    synced_seq_ = chain_.head().seq;
     return Status::ok();
   }
   while (synced_ < ticket) {
@@ -230,6 +239,7 @@ void FileSink::leadFlushLocked(std::unique_lock<std::mutex>& lock) {
   // Without the lock, so others keep appending (and join the next flush).
   syncing_ = true;
   const uint64_t target = appended_;
+  const uint64_t target_seq = chain_.head().seq;
   unflushed_since_.reset();  // This flush covers every record appended so far.
   const int fd = fd_;        // close() waits for syncing_ to clear, so fd stays open.
   lock.unlock();
@@ -241,6 +251,7 @@ void FileSink::leadFlushLocked(std::unique_lock<std::mutex>& lock) {
     broken_ = "fdatasync failed: " + errnoText(err);
   } else {
     synced_ = std::max(synced_, target);
+    synced_seq_ = std::max(synced_seq_, target_seq);
   }
   synced_cv_.notify_all();
   flusher_cv_.notify_one();
@@ -335,11 +346,7 @@ void FileSink::stopFlusher(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-Status FileSink::write(const AuditEvent& event, Durability durability) {
-  // Serializing and HMAC'ing need no lock (chain_'s options never change); only the join,
-  // the hash and the append are ordered.
-  TESSERA_ASSIGN_OR_RETURN(internal::RedactedRecord record, chain_.redact(event));
-  std::unique_lock lock(mu_);
+Result<WrittenRecord> FileSink::appendRecordLocked(const internal::RedactedRecord& record) {
   if (closed_) {
     return core::failedPrecondition(name_ + ": the audit sink is closed");
   }
@@ -348,17 +355,51 @@ Status FileSink::write(const AuditEvent& event, Durability durability) {
   }
   TESSERA_ASSIGN_OR_RETURN(internal::PendingLines pending, chain_.seal(record));
   TESSERA_RETURN_IF_ERROR(appendLocked(pending.bytes));
+  WrittenRecord written{chain_.head().seq + 1, pending.bytes.substr(0, pending.bytes.find('\n'))};
   chain_.commit(std::move(pending));
-  const uint64_t ticket = ++appended_;
+  ++appended_;
+  return written;
+}
+
+void FileSink::flushSoonLocked() {
+  if (!unflushed_since_) {
+    unflushed_since_ = std::chrono::steady_clock::now();
+    startFlusherLocked();
+    flusher_cv_.notify_one();
+  }
+}
+
+Status FileSink::write(const AuditEvent& event, Durability durability) {
+  // Serializing and HMAC'ing need no lock (chain_'s options never change); only the join,
+  // the hash and the append are ordered.
+  TESSERA_ASSIGN_OR_RETURN(internal::RedactedRecord record, chain_.redact(event));
+  std::unique_lock lock(mu_);
+  TESSERA_RETURN_IF_ERROR(appendRecordLocked(record).status());
   if (durability == Durability::kAppended) {
-    if (!unflushed_since_) {
-      unflushed_since_ = std::chrono::steady_clock::now();
-      startFlusherLocked();
-      flusher_cv_.notify_one();
-    }
+    flushSoonLocked();
     return Status::ok();
   }
-  return syncLocked(lock, ticket);
+  return syncLocked(lock, appended_);
+}
+
+Result<WrittenRecord> FileSink::append(const AuditEvent& event) {
+  TESSERA_ASSIGN_OR_RETURN(internal::RedactedRecord record, chain_.redact(event));
+  std::unique_lock lock(mu_);
+  TESSERA_ASSIGN_OR_RETURN(WrittenRecord written, appendRecordLocked(record));
+  flushSoonLocked();
+  return written;
+}
+
+uint64_t FileSink::durableSeq() const {
+  std::lock_guard lock(mu_);
+  return synced_seq_;
+}
+
+Status FileSink::writeRecovered(std::string_view line) {
+  TESSERA_ASSIGN_OR_RETURN(internal::RedactedRecord record, internal::Chain::recovered(line));
+  std::unique_lock lock(mu_);
+  TESSERA_RETURN_IF_ERROR(appendRecordLocked(record).status());
+  return syncLocked(lock, appended_);
 }
 
 Status FileSink::close() {
@@ -386,6 +427,7 @@ Status FileSink::close() {
         status = brokenError();
       } else {
         synced_ = appended_;
+        synced_seq_ = chain_.head().seq;
       }
     }
   } else {

@@ -80,6 +80,9 @@ class FileSink final : public AuditSink {
   // every record appended meanwhile shares the next flush. kEveryRecord: flushes at once, on the
   // caller's thread.
   void whenDurable(std::function<void(core::Status)> done) override;
+  core::Result<WrittenRecord> append(const AuditEvent& event) override;
+  uint64_t durableSeq() const override;
+  core::Status writeRecovered(std::string_view line) override;
   core::Status close() override;
 
   // The head of the chain as stored: the last record's seq and hash.
@@ -91,6 +94,10 @@ class FileSink final : public AuditSink {
 
   // Appends `bytes` at the end; on failure truncates back to `size_` (or marks the sink broken).
   core::Status appendLocked(std::string_view bytes);
+  // Seals and appends `record` (and a checkpoint when one is due); its ticket is `appended_`.
+  core::Result<WrittenRecord> appendRecordLocked(const internal::RedactedRecord& record);
+  // Has the flusher flush what was appended within `appended_flush_delay_`.
+  void flushSoonLocked();
   // Makes everything appended up to `ticket` durable (see SyncMode).
   core::Status syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket);
   // Flushes everything appended so far, without the lock meanwhile; requires !syncing_.
@@ -113,11 +120,12 @@ class FileSink final : public AuditSink {
   mutable std::mutex mu_;              // Guards everything below.
   std::condition_variable synced_cv_;  // Signalled when `synced_` or `broken_` changes.
   int fd_;
-  uint64_t size_;          // Bytes of complete records in the file.
-  uint64_t appended_ = 0;  // Appends so far (tickets); the n-th append has ticket n.
-  uint64_t synced_ = 0;    // Every append with ticket <= this is durable.
-  bool syncing_ = false;   // A writer is in fdatasync (without the lock).
-  std::string broken_;     // Why the sink stopped taking records; empty if it has not.
+  uint64_t size_;            // Bytes of complete records in the file.
+  uint64_t appended_ = 0;    // Appends so far (tickets); the n-th append has ticket n.
+  uint64_t synced_ = 0;      // Every append with ticket <= this is durable.
+  uint64_t synced_seq_ = 0;  // And every record with seq <= this.
+  bool syncing_ = false;     // A writer is in fdatasync (without the lock).
+  std::string broken_;       // Why the sink stopped taking records; empty if it has not.
   bool closed_ = false;
   internal::Chain chain_;
   struct Waiter {

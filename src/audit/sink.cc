@@ -24,15 +24,36 @@ Status MemorySink::store(std::string_view bytes) {
   return Status::ok();
 }
 
-Status MemorySink::write(const AuditEvent& event, Durability /*durability*/) {
-  std::lock_guard lock(mu_);
+core::Result<WrittenRecord> MemorySink::storeLocked(const internal::RedactedRecord& record) {
   if (closed_) {
     return core::failedPrecondition(name_ + ": the audit sink is closed");
   }
-  TESSERA_ASSIGN_OR_RETURN(internal::PendingLines pending, chain_.prepare(event));
+  TESSERA_ASSIGN_OR_RETURN(internal::PendingLines pending, chain_.seal(record));
   TESSERA_RETURN_IF_ERROR(store(pending.bytes));
+  WrittenRecord written{chain_.head().seq + 1, pending.bytes.substr(0, pending.bytes.find('\n'))};
   chain_.commit(std::move(pending));
-  return Status::ok();
+  return written;
+}
+
+Status MemorySink::write(const AuditEvent& event, Durability /*durability*/) {
+  return append(event).status();
+}
+
+core::Result<WrittenRecord> MemorySink::append(const AuditEvent& event) {
+  TESSERA_ASSIGN_OR_RETURN(internal::RedactedRecord record, chain_.redact(event));
+  std::lock_guard lock(mu_);
+  return storeLocked(record);
+}
+
+uint64_t MemorySink::durableSeq() const {
+  std::lock_guard lock(mu_);
+  return chain_.head().seq;
+}
+
+Status MemorySink::writeRecovered(std::string_view line) {
+  TESSERA_ASSIGN_OR_RETURN(internal::RedactedRecord record, internal::Chain::recovered(line));
+  std::lock_guard lock(mu_);
+  return storeLocked(record).status();
 }
 
 Status MemorySink::close() {

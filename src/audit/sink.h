@@ -46,6 +46,12 @@ enum class Durability {
               // effect waits on a later one, or that may be answered before it is durable.
 };
 
+// A record as a sink wrote it.
+struct WrittenRecord {
+  uint64_t seq = 0;
+  std::string line;  // Without its newline.
+};
+
 class AuditSink {
  public:
   virtual ~AuditSink() = default;
@@ -66,6 +72,20 @@ class AuditSink {
   // or destruction returns); it must be quick and must not write to this sink. Thread-safe.
   virtual void whenDurable(std::function<void(core::Status)> done) = 0;
 
+  // write(event, Durability::kAppended) that also returns the record as written: for a copy
+  // kept elsewhere, on stable storage, until this sink has it there too (durableSeq). A
+  // checkpoint that follows it is not part of `line`.
+  virtual core::Result<WrittenRecord> append(const AuditEvent& event) = 0;
+
+  // Every record of this sink up to this seq is on stable storage.
+  virtual uint64_t durableSeq() const = 0;
+
+  // Appends, durably, a record of this sink's stream that the stream lost (the tail of its file
+  // in a crash of the machine, before a flush), from a copy kept elsewhere (`line`, as append
+  // returned it). It goes in as a new record: the old one's fields, a seq, time and hashes of
+  // its own, and "recovered": the old seq, time and hash. Fails if `line` is not a record.
+  virtual core::Status writeRecovered(std::string_view line) = 0;
+
   // Writes the final checkpoint (if there is a signing key and records since the last one) and
   // stops: later writes fail. Thread-safe; a second close is a no-op.
   virtual core::Status close() = 0;
@@ -82,6 +102,9 @@ class MemorySink final : public AuditSink {
                      Durability durability = Durability::kDurable) override;
   // Records are stored when write returns: `done` runs at once, with OK.
   void whenDurable(std::function<void(core::Status)> done) override { done(core::Status::ok()); }
+  core::Result<WrittenRecord> append(const AuditEvent& event) override;
+  uint64_t durableSeq() const override;
+  core::Status writeRecovered(std::string_view line) override;
   core::Status close() override;
 
   // Every line written so far, each without its newline.
@@ -91,6 +114,8 @@ class MemorySink final : public AuditSink {
 
  private:
   core::Status store(std::string_view bytes);
+  // Seals `record`, stores it and moves the chain on; returns the record's seq and line.
+  core::Result<WrittenRecord> storeLocked(const internal::RedactedRecord& record);
 
   const std::string name_;
   mutable std::mutex mu_;  // Guards everything below.

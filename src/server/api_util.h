@@ -17,6 +17,7 @@
 #include "server/http_server.h"
 #include "server/route.h"
 #include "server/tokens.h"
+#include "store/store.h"
 
 namespace tessera::server {
 
@@ -30,10 +31,11 @@ struct ControlPlane::Request {
   nlohmann::json body = nlohmann::json::object();
   // Set when a token of another tenant comes in on a grant (server/grants.h): what it may do.
   std::optional<Grant> grant;
-  // Set for a change that is prepared while its request record goes to stable storage
-  // (ControlPlane::serve): waits until it is there, or fails (UNAVAILABLE) if it cannot be. The
-  // change's one store txn takes it as its precondition, so nothing is changed before.
-  std::function<core::Status()> recorded = {};
+  // Set for a change whose request record is only appended to the audit log before it is
+  // routed (ControlPlane::serve): a copy of that record per sink, which the change's one store
+  // txn stores with it (store::Note), so the record is on stable storage no later than the
+  // change, while the log flushes it by itself soon after.
+  std::vector<store::Note> audit_notes = {};
 };
 
 namespace api {

@@ -137,6 +137,7 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
     secrets::Secrets* secrets) {
   std::unique_ptr<ControlPlane> cp(
       new ControlPlane(store, auditor, driver, catalogue, clock, std::move(options), secrets));
+  TESSERA_RETURN_IF_ERROR(cp->recoverAuditNotes());
   TESSERA_ASSIGN_OR_RETURN(cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens));
   TESSERA_ASSIGN_OR_RETURN(cp->grants_, GrantTable::open(store));
   if (secrets != nullptr) {
@@ -152,6 +153,52 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
                               [self](const store::WatchResponse& w) { self->onStoreEvents(w); }));
   cp->watching_ = true;
   return cp;
+}
+
+core::Status ControlPlane::recoverAuditNotes() {
+  for (size_t i = 0; i < audit_sinks_.size(); ++i) {
+    const std::string topic = auditNoteTopic(i);
+    TESSERA_ASSIGN_OR_RETURN(std::vector<store::Note> notes, store_.notes(topic));
+    if (notes.empty()) {
+      continue;
+    }
+    const uint64_t durable = auditor_.durableSeq(i);
+    size_t recovered = 0;
+    for (const store::Note& note : notes) {
+      if (note.id <= durable) {
+        continue;  // The sink has it.
+      }
+      if (core::Status s = auditor_.writeRecovered(i, note.body); !s.isOk()) {
+        return s.withContext("recovering audit record " + std::to_string(note.id) + " of " +
+                             audit_sinks_[i] + " from the store");
+      }
+      ++recovered;
+    }
+    if (recovered > 0) {
+      std::fprintf(stderr,
+                   "warning: %s had lost %zu record(s) after seq %llu (a crash of the machine "
+                   "before the log's flush); written again from the store's copies, each marked "
+                   "\"recovered\" with its old seq\n",
+                   audit_sinks_[i].c_str(), recovered, static_cast<unsigned long long>(durable));
+    }
+    TESSERA_RETURN_IF_ERROR(store_.dropNotes(topic, notes.back().id));
+  }
+  return core::Status::ok();
+}
+
+void ControlPlane::dropDurableAuditNotes() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t last = last_note_drop_ns_.load();
+  if (now - last < std::chrono::nanoseconds(std::chrono::seconds(1)).count() ||
+      !last_note_drop_ns_.compare_exchange_strong(last, now)) {
+    return;  // Dropped less than a second ago, or another thread is at it.
+  }
+  for (size_t i = 0; i < audit_sinks_.size(); ++i) {
+    // A failure leaves the copies for the next drop (or the next start) to take.
+    (void)store_.dropNotes(auditNoteTopic(i), auditor_.durableSeq(i));
+  }
 }
 
 ControlPlane::~ControlPlane() {
@@ -686,8 +733,11 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   // read changes nothing, so its request record only needs to precede its response record in
   // the log: one disk flush for both, which the answer waits for if it reveals secrets
   // (audit_durable_answers). A submission too is only appended before it is routed: its one
-  // change is a store txn, which waits for the flush instead (Request::recorded), so it is
-  // checked and queued for the store while its record goes to disk.
+  // change is a store txn, which stores a copy of the record with it (Request::audit_notes), so
+  // the record is on stable storage no later than the workload, with no disk flush of the log's
+  // own in the way; the log flushes it within its flush delay, and a record the log lost in a
+  // crash of the machine is written again from the copy at the next start
+  // (recoverAuditNotes).
   const bool read_only = r.method == "GET" || r.method == "LIST";
   const bool prepared = !read_only && preparedWhileRecorded(r);
   audit::Auditor::Appended appended;
@@ -701,16 +751,12 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     return error(503, "the audit log cannot record this request, so it is refused");
   }
   if (prepared) {
-    auto flushed = std::make_shared<std::promise<core::Status>>();
-    std::shared_future<core::Status> durable = flushed->get_future().share();
-    auditor_.whenDurable(appended, [flushed](const core::Status& s) { flushed->set_value(s); });
-    r.recorded = [durable]() -> core::Status {
-      if (!durable.get().isOk()) {
-        return {core::StatusCode::kUnavailable,
-                "the audit log cannot record this request, so it is refused"};
+    for (size_t i = 0; i < appended.sinks.size(); ++i) {
+      if (appended.sinks[i]) {
+        r.audit_notes.push_back(
+            {auditNoteTopic(i), appended.records[i].seq, std::move(appended.records[i].line)});
       }
-      return core::Status::ok();
-    };
+    }
   }
   HttpResponse resp = route(r);
   ev.type = audit::AuditType::kResponse;
@@ -769,7 +815,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
 }
 
 bool ControlPlane::preparedWhileRecorded(const Request& r) {
-  // workloadsApi's submission: nothing but its store txn (which takes r.recorded) changes
+  // workloadsApi's submission: nothing but its store txn (which takes r.audit_notes) changes
   // anything, and that comes last.
   if (r.method != "POST" || !r.scope.tenant || r.grant) {
     return false;
@@ -1543,7 +1589,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   // Stored only while the tenant is: a tenant deleted since the checks above (its deletion does
   // not wait for submissions) must not be left with a workload.
   store::Txn txn;
-  txn.precondition = r.recorded;
+  txn.notes = std::move(r.audit_notes);
   txn.compares.push_back(
       store::Compare::version(workloadKey(tenant, name), store::Compare::kEqual, 0));
   txn.compares.push_back(store::Compare::version(tenantKey(tenant), store::Compare::kGreater, 0));
@@ -1563,7 +1609,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     // workload with the rest or, if it fails, puts the tenant back with the workload.
     std::lock_guard wait(tenantLock(tenant));
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (!tenants_.contains(tenant) || (deleting && !workloads_[tenant].contains(name))) {
     return error(404, "not found");  // Deleted meanwhile: the workload is not in the store.
   }
@@ -1573,6 +1619,8 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   if (workloads_[tenant].try_emplace(name, stored).second) {  // Unless the watch was first.
     ++pending_[tenant];
   }
+  lock.unlock();
+  dropDurableAuditNotes();
   return reply(202, {{"request_id", r.request_id},
                      {"data", {{"name", name}, {"tenant", tenant}, {"phase", "pending"}}}});
 }

@@ -127,15 +127,24 @@ class ControlPlane {
         catalogue_(catalogue),
         clock_(clock),
         options_(std::move(options)),
-        secrets_(secrets) {}
+        secrets_(secrets),
+        audit_sinks_(auditor.sinkNames()) {}
   core::Status load();
+
+  // The store's notes that hold copies of the audit sink `i`'s records (Request::audit_notes).
+  std::string auditNoteTopic(size_t i) const { return "audit/" + audit_sinks_[i]; }
+  // At start: the records a sink lost (its file's tail, in a crash of the machine before a
+  // flush) that the store holds copies of go back into the sink; then the copies are dropped.
+  core::Status recoverAuditNotes();
+  // Drops the copies of records the sinks have flushed; at most once a second.
+  void dropDurableAuditNotes();
 
   // The scheduler's feed: new workloads and cancel requests as the store's watch reports them.
   void onStoreEvents(const store::WatchResponse& w);
   core::Result<SubmitCommand> commandFromRecord(const std::string& tenant,
                                                 const nlohmann::json& record) const;
-  // Whether `r` is a change whose one effect is a store txn that can wait for its request's audit
-  // record (Request::recorded), so that it need not wait before being routed.
+  // Whether `r` is a change whose one effect is a store txn that can store a copy of its request's
+  // audit record (Request::audit_notes), so that it need not wait for the log's disk flush.
   static bool preparedWhileRecorded(const Request& r);
   HttpResponse route(Request& r);
   HttpResponse tenantsApi(Request& r);
@@ -224,7 +233,9 @@ class ControlPlane {
   std::unique_ptr<GrantTable> grants_;
   std::unique_ptr<TaskSecrets> task_secrets_;  // Null without secrets_.
 
-  int64_t loaded_revision_ = 0;  // The store revision load() read.
+  int64_t loaded_revision_ = 0;                 // The store revision load() read.
+  const std::vector<std::string> audit_sinks_;  // The auditor's sinks' names, in its order.
+  std::atomic<int64_t> last_note_drop_ns_{0};   // dropDurableAuditNotes, steady clock.
   store::WatchId watch_{};
   bool watching_ = false;
   std::atomic<int> node_waits_{0};  // Watches waiting for news now.

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -21,6 +22,7 @@
 
 #include "audit/auditor.h"
 #include "audit/file_sink.h"
+#include "audit/verify.h"
 #include "core/clock.h"
 #include "model/gpu_catalogue.h"
 #include "model/node_profiles.h"
@@ -198,6 +200,18 @@ class ControlPlaneTest : public ::testing::Test {
     return keys;
   }
 
+  // Waits (up to 5 s) until `key` is in the store.
+  void waitStored(const std::string& key) {
+    for (int i = 0; i < 500; ++i) {
+      auto kv = store_->get(key);
+      if (kv.isOk() && kv->has_value()) {
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    ADD_FAILURE() << key << " was never stored";
+  }
+
   // Whether a request's answer leaves while the disk holds every flush (each answer that does
   // must still come once the disk lets go).
   bool answeredWhileTheDiskIsHeld(const std::string& method, const std::string& path,
@@ -259,44 +273,117 @@ TEST_P(ControlPlaneAuditTest, ReadsOfSecretsAndChangesAlwaysWaitForTheFlush) {
   EXPECT_FALSE(answeredWhileTheDiskIsHeld("GET", "secrets/kv/data/absent", 404));
   // A change waits for its request record before it is made.
   EXPECT_FALSE(answeredWhileTheDiskIsHeld("DELETE", "secrets/kv/data/db", 204));
-  EXPECT_FALSE(answeredWhileTheDiskIsHeld("POST", "workloads/w2", 202,
-                                          {{"cpuMilli", 100}, {"duration", 1}}));
+  // A submission does not (its request record is on stable storage with it, in the store), unless
+  // every answer waits for its response record.
+  EXPECT_EQ(
+      answeredWhileTheDiskIsHeld("POST", "workloads/w2", 202, {{"cpuMilli", 100}, {"duration", 1}}),
+      !durable_every_answer_);
 }
 
-TEST_P(ControlPlaneAuditTest, ASubmissionIsStoredOnlyOnceItsRequestRecordIsOnDisk) {
-  const std::string key = "/tenants/demo/workloads/w1";
-  disk_.hold();
-  const int flushes_before = disk_.started();
+TEST_P(ControlPlaneAuditTest, ASubmissionStoresACopyOfItsRequestRecordWithIt) {
+  disk_.hold();  // No flush of the log gets through.
   auto answered = send("POST", "workloads/w1", {{"cpuMilli", 100}, {"duration", 1}});
-  for (int i = 0; i < 1000 && disk_.started() == flushes_before; ++i) {
-    std::this_thread::sleep_for(5ms);
+  waitStored("/tenants/demo/workloads/w1");
+  // The request record, byte for byte as the log has it (written, not yet flushed), is in the
+  // store under its seq.
+  const std::string topic = "audit/file:" + (dir_ / "audit.log").string();
+  auto notes = store_->notes(topic);
+  ASSERT_TRUE(notes.isOk()) << notes.status().toString();
+  ASSERT_EQ(notes->size(), 1U);
+  const json record = json::parse(notes->front().body);
+  EXPECT_EQ(record["type"], "request");
+  EXPECT_EQ(record["request"]["method"], "POST");
+  EXPECT_EQ(record["request"]["path"], "tenants/demo/workloads/w1");
+  EXPECT_EQ(record["seq"], notes->front().id);
+  std::ifstream log(dir_ / "audit.log");
+  std::string line;
+  bool in_log = false;
+  while (std::getline(log, line)) {
+    in_log = in_log || line == notes->front().body;
   }
-  ASSERT_GT(disk_.started(), flushes_before);
-  // Checked and queued for the store meanwhile, but not stored.
-  std::this_thread::sleep_for(200ms);
-  auto stored = store_->get(key);
-  ASSERT_TRUE(stored.isOk());
-  EXPECT_FALSE(stored->has_value());
-  EXPECT_EQ(answered.wait_for(0ms), std::future_status::timeout);
+  EXPECT_TRUE(in_log);
   disk_.release();
-  ASSERT_EQ(answered.wait_for(10s), std::future_status::ready);
-  EXPECT_EQ(answered.get().status, 202U);
-  stored = store_->get(key);
-  ASSERT_TRUE(stored.isOk());
-  EXPECT_TRUE(stored->has_value());
+  EXPECT_EQ(answer(std::move(answered), "the submission").status, 202U);
 }
 
-TEST_P(ControlPlaneAuditTest, ASubmissionWhoseRequestRecordCannotReachTheDiskIsRefused) {
+TEST_P(ControlPlaneAuditTest, CopiesOfFlushedRecordsAreDropped) {
+  ASSERT_EQ(call("POST", "workloads/w1", {{"cpuMilli", 100}, {"duration", 1}}).status, 202U);
+  const std::string topic = "audit/file:" + (dir_ / "audit.log").string();
+  ASSERT_EQ(store_->notes(topic)->size(), 1U);
+  // Once the log has flushed it (its flush delay here is 1 ms), the next submission a second
+  // later drops the copy.
+  std::this_thread::sleep_for(1100ms);
+  ASSERT_EQ(call("POST", "workloads/w2", {{"cpuMilli", 100}, {"duration", 1}}).status, 202U);
+  auto notes = store_->notes(topic);
+  ASSERT_TRUE(notes.isOk());
+  for (const store::Note& note : *notes) {
+    EXPECT_NE(json::parse(note.body)["request"]["path"], "tenants/demo/workloads/w1");
+  }
+}
+
+TEST_P(ControlPlaneAuditTest, OnceTheLogCannotFlushSubmissionsAreRefusedAndNothingIsStored) {
   disk_.fail();
+  // A change that waits for its record finds the log failing, and the log stops.
+  const HttpResponse first = call("DELETE", "workloads/none");
+  EXPECT_EQ(first.status, 503U) << first.body;
   const HttpResponse r = call("POST", "workloads/w1", {{"cpuMilli", 100}, {"duration", 1}});
   EXPECT_EQ(r.status, 503U);
   EXPECT_NE(r.body.find("audit log cannot record"), std::string::npos) << r.body;
   auto stored = store_->get("/tenants/demo/workloads/w1");
   ASSERT_TRUE(stored.isOk());
   EXPECT_FALSE(stored->has_value());
-  // The log stays stopped: the next one is refused before anything is done.
-  EXPECT_EQ(call("POST", "workloads/w2", {{"cpuMilli", 100}, {"duration", 1}}).status, 503U);
   EXPECT_EQ(call("GET", "workloads/w1").status, 503U);
+}
+
+TEST_P(ControlPlaneAuditTest, ASubmissionsRecordTheLogLostIsWrittenAgainAtTheNextStart) {
+  const fs::path log = dir_ / "audit.log";
+  ASSERT_EQ(call("POST", "workloads/w0", {{"cpuMilli", 100}, {"duration", 1}}).status, 202U);
+  disk_.hold();
+  const uintmax_t before = fs::file_size(log);
+  auto answered = send("POST", "workloads/w1", {{"cpuMilli", 100}, {"duration", 1}});
+  waitStored("/tenants/demo/workloads/w1");
+  disk_.release();
+  ASSERT_EQ(answer(std::move(answered), "the submission").status, 202U);
+  for (std::thread& t : threads_) {
+    t.join();
+  }
+  threads_.clear();
+  cp_.reset();
+  ASSERT_TRUE(auditor_->close().isOk());
+  auditor_.reset();
+  // The machine crashed before the log's flush: the file ends where it was before w1.
+  fs::resize_file(log, before);
+  audit::FileSinkOptions fo{{.salt = "pepper"}};
+  auto sink = audit::FileSink::open(log.string(), fo, clock_);
+  ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+  std::vector<std::unique_ptr<audit::AuditSink>> sinks;
+  sinks.push_back(std::move(sink).value());
+  auditor_ = std::move(audit::Auditor::create(std::move(sinks))).value();
+  auto cp =
+      ControlPlane::open(*held_store_, *auditor_, *driver_, catalogue_, clock_, {}, secrets_.get());
+  ASSERT_TRUE(cp.isOk()) << cp.status().toString();
+  cp_ = std::move(cp).value();
+  // The request record of w1 is back, as a new record marked recovered, and the chain verifies.
+  auto report = audit::verifyAuditFile(log.string());
+  ASSERT_TRUE(report.isOk());
+  EXPECT_TRUE(report->intact()) << report->summary();
+  std::ifstream in(log);
+  std::string line;
+  std::vector<json> recovered;
+  while (std::getline(in, line)) {
+    json rec = json::parse(line);
+    if (rec.contains("recovered")) {
+      recovered.push_back(std::move(rec));
+    }
+  }
+  ASSERT_EQ(recovered.size(), 1U);
+  EXPECT_EQ(recovered[0]["request"]["path"], "tenants/demo/workloads/w1");
+  EXPECT_EQ(recovered[0]["tenant"], "demo");
+  EXPECT_GT(recovered[0]["recovered"]["seq"].get<uint64_t>(), 0U);
+  // The copies are gone; a start after this one recovers nothing again.
+  auto notes = store_->notes("audit/file:" + log.string());
+  ASSERT_TRUE(notes.isOk());
+  EXPECT_TRUE(notes->empty());
 }
 
 TEST_P(ControlPlaneAuditTest, ARecordAnsweredBeforeItsFlushIsOnDiskRightAfter) {
@@ -330,8 +417,8 @@ class ControlPlaneAuditFlushCountTest : public ControlPlaneAuditTest {
 TEST_P(ControlPlaneAuditFlushCountTest, EachAnswerWaitsForTheFlushesItNeeds) {
   const bool all = GetParam();
   const json spec = {{"cpuMilli", 100}, {"duration", 1}};
-  // A submission: its request record before the change; its response too with "all".
-  EXPECT_EQ(flushesFor("POST", "workloads/w1", 202, spec), all ? 2 : 1);
+  // A submission: none (its request record is stored with it); its response's with "all".
+  EXPECT_EQ(flushesFor("POST", "workloads/w1", 202, spec), all ? 1 : 0);
   // A status read: none, or one for both records.
   EXPECT_EQ(flushesFor("GET", "workloads/w1", 200), all ? 1 : 0);
   // A secret written (its answer names the version: under data, which the log HMACs) and read.

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -54,6 +55,13 @@ INSERT INTO meta VALUES ('schema_version', 1), ('revision', 0), ('compact_revisi
   ('next_lease_id', 1);
 )sql";
 
+// Notes (store.h): added after schema version 1 shipped, so also created in a store that lacks
+// them; they need no other change.
+constexpr char kNotesSchema[] = R"sql(
+CREATE TABLE IF NOT EXISTS notes (
+  topic BLOB NOT NULL, id INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY (topic, id));
+)sql";
+
 // The statements every connection prepares once. Writes are prepared on readers too (they are
 // cheap and never run there).
 enum Q {
@@ -79,6 +87,9 @@ enum Q {
   kSavepoint,
   kRelease,
   kRollbackTo,
+  kAddNote,
+  kNotesOf,
+  kDropNotes,
   kQueryCount,
 };
 
@@ -113,6 +124,9 @@ constexpr std::array<const char*, kQueryCount> kQueries = {
     "SAVEPOINT write_request",
     "RELEASE write_request",
     "ROLLBACK TO write_request",
+    "INSERT INTO notes (topic, id, body) VALUES (?1, ?2, ?3)",
+    "SELECT id, body FROM notes WHERE topic = ?1 ORDER BY id",
+    "DELETE FROM notes WHERE topic = ?1 AND id <= ?2",
 };
 
 // A connection with its prepared statements.
@@ -383,14 +397,15 @@ bool compareHolds(const std::optional<KeyValue>& kv, const Compare& c) {
 
 // A write waiting for the writer thread, on its caller's stack until `finished`.
 struct WriteRequest {
-  enum class Kind { kTxn, kGrant, kRevoke, kExpire, kCompact };
+  enum class Kind { kTxn, kGrant, kRevoke, kExpire, kCompact, kDropNotes };
 
   Kind kind = Kind::kTxn;
   Txn txn;                // kTxn.
   LeaseId lease;          // kRevoke.
   core::Duration ttl{};   // kGrant.
   core::TimePoint now{};  // kGrant, kExpire: when the caller asked.
-  int64_t revision = 0;   // kCompact.
+  int64_t revision = 0;   // kCompact; kDropNotes: up to which id.
+  std::string topic;      // kDropNotes.
 
   // The answer, written by the writer thread before it sets `finished`.
   Status status;
@@ -581,6 +596,30 @@ class SqliteStoreImpl final : public Store {
     return submit(req);
   }
 
+  Result<std::vector<Note>> notes(std::string_view topic) override {
+    return withReader<std::vector<Note>>([&](Conn& c) -> Result<std::vector<Note>> {
+      std::vector<Note> out;
+      Stmt::Use q(c[kNotesOf]);
+      q.bind(1, topic);
+      for (;;) {
+        TESSERA_ASSIGN_OR_RETURN(bool row, q.step("reading notes"));
+        if (!row) {
+          return out;
+        }
+        out.push_back({std::string(topic), static_cast<uint64_t>(q.integer(0)), q.bytes(1)});
+      }
+    });
+  }
+
+  Status dropNotes(std::string_view topic, uint64_t up_to) override {
+    WriteRequest req;
+    req.kind = WriteRequest::Kind::kDropNotes;
+    req.topic = std::string(topic);
+    req.revision =
+        static_cast<int64_t>(std::min<uint64_t>(up_to, std::numeric_limits<int64_t>::max()));
+    return submit(req);
+  }
+
   StoreStats stats() const override {
     StoreStats s;
     s.revision = revision_.load();
@@ -737,14 +776,24 @@ class SqliteStoreImpl final : public Store {
         return applyExpire(req, b);
       case WriteRequest::Kind::kCompact:
         return applyCompact(req, b);
+      case WriteRequest::Kind::kDropNotes: {
+        Stmt::Use q((*writer_)[kDropNotes]);
+        q.bind(1, req.topic);
+        q.bind(2, req.revision);
+        return q.run("dropping notes");
+      }
     }
     return core::internalError("unknown write kind");
   }
 
   Status applyTxn(WriteRequest& req, Batch& b) {
     Txn& txn = req.txn;
-    if (txn.precondition) {
-      TESSERA_RETURN_IF_ERROR(txn.precondition());
+    for (const Note& note : txn.notes) {
+      Stmt::Use q((*writer_)[kAddNote]);
+      q.bind(1, note.topic);
+      q.bind(2, static_cast<int64_t>(note.id));
+      q.bind(3, note.body);
+      TESSERA_RETURN_IF_ERROR(q.run("storing a note"));
     }
     bool holds = true;
     for (const Compare& c : txn.compares) {
@@ -1127,7 +1176,8 @@ Status initSchema(Conn& c) {
       }
     }
     if (!any) {
-      return db.exec(kSchema, "creating the schema");
+      TESSERA_RETURN_IF_ERROR(db.exec(kSchema, "creating the schema"));
+      return db.exec(kNotesSchema, "creating the notes table");
     }
     if (!has_meta) {
       return core::failedPrecondition("sqlite store " + db.path() +
@@ -1145,7 +1195,7 @@ Status initSchema(Conn& c) {
                                       ", but this build reads version " +
                                       std::to_string(kSchemaVersion));
     }
-    return Status::ok();
+    return db.exec(kNotesSchema, "creating the notes table");
   };
   Status s = body();
   Status end = db.exec(s.isOk() ? "COMMIT" : "ROLLBACK", "finishing the schema");

@@ -55,6 +55,20 @@ class SqliteStoreTest : public ::testing::Test {
   ThreadSafeFakeClock clock_;
 };
 
+TEST_F(SqliteStoreTest, ReopenKeepsNotes) {
+  {
+    TESSERA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, open());
+    Txn txn{{}, {Op::put("a", "1")}, {}};
+    txn.notes = {{"audit", 7, "kept"}};
+    ASSERT_TRUE(store->txn(std::move(txn)).isOk());
+  }
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, open());
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::vector<Note> notes, store->notes("audit"));
+  ASSERT_EQ(notes.size(), 1U);
+  EXPECT_EQ(notes[0].id, 7U);
+  EXPECT_EQ(notes[0].body, "kept");
+}
+
 TEST_F(SqliteStoreTest, ReopenKeepsKeysRevisionsAndLeases) {
   LeaseId lease;
   {

@@ -116,18 +116,24 @@ struct Op {
   static Op get(std::string key, std::string range_end = "", int64_t limit = 0);
 };
 
+// A note: bytes stored with a txn, atomically (durable when its change is), outside the keys:
+// in no revision, never watched, never compacted; kept until dropped. For a copy of something
+// that must be on stable storage no later than the txn's change, while its own flush to where it
+// belongs comes later: the server's audit record of a submission (docs/server.md, "A request's
+// path", step 5). Notes of one topic are told apart, and dropped, by `id`.
+struct Note {
+  std::string topic;
+  uint64_t id = 0;
+  std::string body;
+};
+
 // If every compare holds, the success ops run, otherwise the failure ops; atomically, at one
 // revision. A key may be written (put, or covered by a delete) at most once per branch.
 struct Txn {
   std::vector<Compare> compares;
   std::vector<Op> success;
   std::vector<Op> failure;
-  // If set, called by the store just before it applies the txn. An error fails the txn with that
-  // error and changes nothing. It may block, briefly: the writes queued behind it wait too. For
-  // a change that is queued for the store while something else still goes to stable storage,
-  // and must not be made before that is there: the server's audit record of the request
-  // (docs/server.md, "A request's path", step 5).
-  std::function<core::Status()> precondition = {};
+  std::vector<Note> notes = {};  // Stored with the txn, whichever branch runs.
 };
 
 struct OpResult {
@@ -228,6 +234,12 @@ class Store {
   virtual core::Status compact(int64_t revision) = 0;
 
   virtual StoreStats stats() const = 0;
+
+  // The notes of `topic` (see Note), in id order.
+  virtual core::Result<std::vector<Note>> notes(std::string_view topic) = 0;
+
+  // Drops the notes of `topic` whose id is at most `up_to`. Durable when it returns.
+  virtual core::Status dropNotes(std::string_view topic, uint64_t up_to) = 0;
 
   // The key's current value, or nullopt if it does not exist.
   core::Result<std::optional<KeyValue>> get(std::string_view key);

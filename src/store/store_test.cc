@@ -292,78 +292,65 @@ TEST_P(StoreTest, FailedTxnWritesNothing) {
   store_->cancelWatch(w);
 }
 
-// A gate a precondition waits at: the test sees it arrive, then opens it with an answer.
-class Gate {
- public:
-  std::function<core::Status()> precondition() {
-    return [this] {
-      std::unique_lock lock(mu_);
-      arrived_ = true;
-      cv_.notify_all();
-      cv_.wait(lock, [this] { return answer_.has_value(); });
-      return *answer_;
-    };
-  }
-  bool waitForArrival() {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, kWait, [this] { return arrived_; });
-  }
-  void open(core::Status answer) {
-    std::lock_guard lock(mu_);
-    answer_ = std::move(answer);
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool arrived_ = false;
-  std::optional<core::Status> answer_;
-};
-
-TEST_P(StoreTest, APreconditionHoldsItsTxnBackUntilItAnswers) {
-  Gate gate;
+TEST_P(StoreTest, NotesAreStoredWithTheirTxnOutsideTheKeys) {
+  EventQueue q;
+  TESSERA_ASSERT_OK_AND_ASSIGN(WatchId w, store_->watch(kAll, kAll, 0, q.callback()));
   Txn txn{{}, {Op::put("a", "1")}, {}};
-  txn.precondition = gate.precondition();
-  std::future<core::Result<TxnResult>> done =
-      std::async(std::launch::async, [&] { return store_->txn(std::move(txn)); });
-  ASSERT_TRUE(gate.waitForArrival());
-  EXPECT_EQ(done.wait_for(100ms), std::future_status::timeout);
-  EXPECT_TRUE(keysIn(kAll, kAll).empty());
-  EXPECT_EQ(revision(), 0);
-  gate.open(core::Status::ok());
-  core::Result<TxnResult> r = done.get();
-  ASSERT_TRUE(r.isOk()) << r.status().toString();
-  EXPECT_TRUE(r->succeeded);
-  EXPECT_EQ(r->revision, 1);
+  txn.notes = {{"audit", 2, "second"}, {"audit", 1, "first"}, {"other", 1, "elsewhere"}};
+  TESSERA_ASSERT_OK_AND_ASSIGN(TxnResult r, store_->txn(std::move(txn)));
+  EXPECT_EQ(r.revision, 1);
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::vector<Note> notes, store_->notes("audit"));
+  ASSERT_EQ(notes.size(), 2U);
+  EXPECT_EQ(notes[0].topic, "audit");
+  EXPECT_EQ(notes[0].id, 1U);
+  EXPECT_EQ(notes[0].body, "first");
+  EXPECT_EQ(notes[1].id, 2U);
+  EXPECT_EQ(notes[1].body, "second");
+  // No key, no revision and no event of their own.
   EXPECT_EQ(keysIn(kAll, kAll), std::vector<std::string>{"a"});
+  EXPECT_EQ(describe(q.waitFor(1, kWait)), std::vector<std::string>{"PUT a=1 @1"});
+  Txn only_notes{{}, {}, {}};
+  only_notes.notes = {{"audit", 3, "third"}};
+  TESSERA_ASSERT_OK_AND_ASSIGN(TxnResult r2, store_->txn(std::move(only_notes)));
+  EXPECT_EQ(r2.revision, 1);
+  EXPECT_EQ(revision(), 1);
+  // The next event is the next put's: the notes made none.
+  EXPECT_EQ(put("b", "1"), 2);
+  EXPECT_EQ(describe(q.waitFor(1, kWait)), std::vector<std::string>{"PUT b=1 @2"});
+  store_->cancelWatch(w);
 }
 
-TEST_P(StoreTest, AFailedPreconditionFailsOnlyItsTxnAndChangesNothing) {
-  // The first txn holds the store's writer at its gate while two more queue behind it, so that
-  // (in a backend that batches writes) those two are applied together.
-  Gate first;
-  Txn t1{{}, {Op::put("first", "1")}, {}};
-  t1.precondition = first.precondition();
-  auto done1 = std::async(std::launch::async, [&] { return store_->txn(std::move(t1)); });
-  ASSERT_TRUE(first.waitForArrival());
-  Txn refused{{}, {Op::put("refused", "1"), Op::del("first")}, {}};
-  refused.precondition = [] { return core::Status{core::StatusCode::kUnavailable, "no record"}; };
-  auto done2 = std::async(std::launch::async, [&] { return store_->txn(std::move(refused)); });
-  auto done3 = std::async(std::launch::async, [&] {
-    return store_->txn(Txn{{}, {Op::put("after", "1")}, {}});
-  });
-  std::this_thread::sleep_for(50ms);  // Both queued (nothing to wait on: the writer is held).
-  first.open(core::Status::ok());
-  EXPECT_TRUE(done1.get().isOk());
-  core::Result<TxnResult> r2 = done2.get();
-  EXPECT_EQ(r2.status().code(), core::StatusCode::kUnavailable);
-  EXPECT_EQ(r2.status().message(), "no record");
-  core::Result<TxnResult> r3 = done3.get();
-  ASSERT_TRUE(r3.isOk()) << r3.status().toString();
-  EXPECT_EQ(r3->revision, 2);
-  EXPECT_EQ(keysIn(kAll, kAll), (std::vector<std::string>{"after", "first"}));
-  EXPECT_EQ(revision(), 2);
+TEST_P(StoreTest, NotesGoWithWhicheverBranchRunsAndNotWithAFailedTxn) {
+  Txn failing{{Compare::version("a", Compare::kGreater, 0)}, {Op::put("a", "2")}, {}};
+  failing.notes = {{"audit", 1, "compare failed"}};
+  TESSERA_ASSERT_OK_AND_ASSIGN(TxnResult r, store_->txn(std::move(failing)));
+  EXPECT_FALSE(r.succeeded);
+  // A txn that fails (a lease that does not exist) stores nothing, its notes included.
+  Txn refused{{}, {Op::put("b", "1", LeaseId{99})}, {}};
+  refused.notes = {{"audit", 2, "refused"}};
+  EXPECT_EQ(store_->txn(std::move(refused)).status().code(), core::StatusCode::kNotFound);
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::vector<Note> notes, store_->notes("audit"));
+  ASSERT_EQ(notes.size(), 1U);
+  EXPECT_EQ(notes[0].body, "compare failed");
+}
+
+TEST_P(StoreTest, DropNotesDropsOneTopicsUpToAnId) {
+  Txn txn{{}, {}, {}};
+  for (uint64_t id = 1; id <= 4; ++id) {
+    txn.notes.push_back({"audit", id, "a" + std::to_string(id)});
+  }
+  txn.notes.push_back({"other", 1, "o1"});
+  ASSERT_TRUE(store_->txn(std::move(txn)).isOk());
+  ASSERT_TRUE(store_->dropNotes("audit", 2).isOk());
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::vector<Note> left, store_->notes("audit"));
+  ASSERT_EQ(left.size(), 2U);
+  EXPECT_EQ(left[0].id, 3U);
+  EXPECT_EQ(left[1].id, 4U);
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::vector<Note> other, store_->notes("other"));
+  EXPECT_EQ(other.size(), 1U);
+  ASSERT_TRUE(store_->dropNotes("audit", UINT64_MAX).isOk());
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::vector<Note> none, store_->notes("audit"));
+  EXPECT_TRUE(none.empty());
 }
 
 TEST_P(StoreTest, TxnMayWriteAKeyOnlyOncePerBranch) {

@@ -154,6 +154,12 @@ class HeldStore final : public Store {
   core::Result<std::vector<LeaseId>> expireLeases() override { return inner_.expireLeases(); }
   core::Status compact(int64_t revision) override { return inner_.compact(revision); }
   StoreStats stats() const override { return inner_.stats(); }
+  core::Result<std::vector<Note>> notes(std::string_view topic) override {
+    return inner_.notes(topic);
+  }
+  core::Status dropNotes(std::string_view topic, uint64_t up_to) override {
+    return inner_.dropNotes(topic, up_to);
+  }
 
  private:
   core::Status waitIfHeld(std::string_view key) {

@@ -63,6 +63,23 @@ Result<RedactedRecord> Chain::redact(const AuditEvent& event) const {
   return out;
 }
 
+Result<RedactedRecord> Chain::recovered(std::string_view line) {
+  TESSERA_ASSIGN_OR_RETURN(AuditRecord lost, parseRecordLine(line));
+  if (lost.type == "checkpoint") {
+    return core::invalidArgument("a checkpoint is not recovered: a new one signs what follows");
+  }
+  json record = std::move(lost.json);
+  record["recovered"] = {{"seq", lost.seq}, {"time", record["time"]}, {"hash", lost.hash}};
+  RedactedRecord out;
+  for (auto it = record.begin(); it != record.end(); ++it) {  // Key order.
+    if (it.key() == "seq" || it.key() == "time" || it.key() == "prev_hash" || it.key() == "hash") {
+      continue;
+    }
+    out.fields.emplace_back(it.key(), field(it.key(), it.value()));
+  }
+  return out;
+}
+
 Result<PendingLines> Chain::prepare(const AuditEvent& event) const {
   TESSERA_ASSIGN_OR_RETURN(RedactedRecord record, redact(event));
   return seal(record);

@@ -53,6 +53,10 @@ class Chain {
   // The chain-independent part of `event`'s record; reads only the options, so it may run
   // concurrently with anything but a change of options.
   core::Result<RedactedRecord> redact(const AuditEvent& event) const;
+  // The chain-independent part of a new record for a record line this stream lost (see
+  // AuditSink::writeRecovered): its fields but the chain's, and "recovered" with its seq, time
+  // and hash. Fails if `line` is not a record.
+  static core::Result<RedactedRecord> recovered(std::string_view line);
   // The record after the current head (byte for byte what canonicalJson of the whole record
   // gives), followed by a checkpoint when one is due.
   core::Result<PendingLines> seal(const RedactedRecord& record) const;
