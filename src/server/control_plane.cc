@@ -187,14 +187,6 @@ core::Status ControlPlane::recoverAuditNotes() {
 }
 
 void ControlPlane::dropDurableAuditNotes() {
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
-  int64_t last = last_note_drop_ns_.load();
-  if (now - last < std::chrono::nanoseconds(std::chrono::seconds(1)).count() ||
-      !last_note_drop_ns_.compare_exchange_strong(last, now)) {
-    return;  // Dropped less than a second ago, or another thread is at it.
-  }
   for (size_t i = 0; i < audit_sinks_.size(); ++i) {
     // A failure leaves the copies for the next drop (or the next start) to take.
     (void)store_.dropNotes(auditNoteTopic(i), auditor_.durableSeq(i));
@@ -1609,7 +1601,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     // workload with the rest or, if it fails, puts the tenant back with the workload.
     std::lock_guard wait(tenantLock(tenant));
   }
-  std::unique_lock lock(mu_);
+  std::lock_guard lock(mu_);
   if (!tenants_.contains(tenant) || (deleting && !workloads_[tenant].contains(name))) {
     return error(404, "not found");  // Deleted meanwhile: the workload is not in the store.
   }
@@ -1619,8 +1611,6 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   if (workloads_[tenant].try_emplace(name, stored).second) {  // Unless the watch was first.
     ++pending_[tenant];
   }
-  lock.unlock();
-  dropDurableAuditNotes();
   return reply(202, {{"request_id", r.request_id},
                      {"data", {{"name", name}, {"tenant", tenant}, {"phase", "pending"}}}});
 }
@@ -2289,6 +2279,7 @@ void ControlPlane::housekeeping() {
     (void)auditGrant(g.owner, g, "grant expired", "EXPIRE", path, 200, "");
     (void)auditGrant(g.grantee, g, "grant expired", "EXPIRE", path, 200, "");
   }
+  dropDurableAuditNotes();
 }
 
 }  // namespace tessera::server

@@ -112,8 +112,13 @@ class ControlPlane {
   ControlPlane& operator=(const ControlPlane&) = delete;
   // Persists status changes reported by the driver (its listener).
   void onDriverChanges(const std::map<std::string, WorkloadStatus>& changed);
-  // Revokes expired tokens; call on a timer.
+  // Revokes expired tokens and grants, sweeps task credentials, and drops the store's copies of
+  // audit records the sinks have flushed (dropDurableAuditNotes); call about once a second.
   void housekeeping();
+  // Drops the store's copies of submissions' audit records (Request::audit_notes) that their
+  // sinks hold on disk now. Also call it once after closing the auditor, which flushes every
+  // sink: then none is left for the next start to look at.
+  void dropDurableAuditNotes();
 
   struct Request;  // One request in flight (internal).
 
@@ -136,8 +141,6 @@ class ControlPlane {
   // At start: the records a sink lost (its file's tail, in a crash of the machine before a
   // flush) that the store holds copies of go back into the sink; then the copies are dropped.
   core::Status recoverAuditNotes();
-  // Drops the copies of records the sinks have flushed; at most once a second.
-  void dropDurableAuditNotes();
 
   // The scheduler's feed: new workloads and cancel requests as the store's watch reports them.
   void onStoreEvents(const store::WatchResponse& w);
@@ -235,7 +238,6 @@ class ControlPlane {
 
   int64_t loaded_revision_ = 0;                 // The store revision load() read.
   const std::vector<std::string> audit_sinks_;  // The auditor's sinks' names, in its order.
-  std::atomic<int64_t> last_note_drop_ns_{0};   // dropDurableAuditNotes, steady clock.
   store::WatchId watch_{};
   bool watching_ = false;
   std::atomic<int> node_waits_{0};  // Watches waiting for news now.

@@ -292,6 +292,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   (*secrets)->stop();
   (*driver)->stop();
   (void)(*auditor)->close();
+  cp_ptr->dropDurableAuditNotes();  // The close flushed every sink.
   return 0;
 }
 
