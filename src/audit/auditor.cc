@@ -26,11 +26,23 @@ Auditor::Auditor(std::vector<std::unique_ptr<AuditSink>> sinks) : sinks_(std::mo
 }
 
 std::string Auditor::writeAll(const AuditEvent& event, Durability durability,
-                              std::vector<bool>& stored) {
+                              std::vector<bool>& stored, std::vector<WrittenRecord>* records) {
   std::string errors;
   stored.assign(sinks_.size(), false);
+  if (records != nullptr) {
+    records->assign(sinks_.size(), WrittenRecord{});
+  }
   for (size_t i = 0; i < sinks_.size(); ++i) {
-    const Status s = sinks_[i]->write(event, durability);
+    Status s;
+    if (records != nullptr) {  // Appended (durability is kAppended), and the record kept.
+      Result<WrittenRecord> written = sinks_[i]->append(event);
+      s = written.status();
+      if (s.isOk()) {
+        (*records)[i] = std::move(written).value();
+      }
+    } else {
+      s = sinks_[i]->write(event, durability);
+    }
     stored[i] = s.isOk();
     if (!s.isOk()) {
       errors += (errors.empty() ? "" : "; ") + s.message();
@@ -52,21 +64,7 @@ Status Auditor::record(const AuditEvent& event) {
 
 Result<Auditor::Appended> Auditor::append(const AuditEvent& event) {
   Appended out;
-  out.sinks.assign(sinks_.size(), false);
-  out.records.resize(sinks_.size());
-  std::string errors;
-  for (size_t i = 0; i < sinks_.size(); ++i) {
-    Result<WrittenRecord> written = sinks_[i]->append(event);
-    const std::string error = written.isOk() ? "" : written.status().message();
-    out.sinks[i] = written.isOk();
-    if (written.isOk()) {
-      out.records[i] = std::move(written).value();
-    } else {
-      errors += (errors.empty() ? "" : "; ") + error;
-    }
-    std::lock_guard lock(health_mu_);
-    health_[i].last_error = error;
-  }
+  const std::string errors = writeAll(event, Durability::kAppended, out.sinks, &out.records);
   if (std::find(out.sinks.begin(), out.sinks.end(), true) == out.sinks.end()) {
     return Status{core::StatusCode::kUnavailable,
                   "no audit sink could record the event: " + errors};

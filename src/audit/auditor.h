@@ -81,8 +81,10 @@ class Auditor {
 
  private:
   explicit Auditor(std::vector<std::unique_ptr<AuditSink>> sinks);
-  // Writes to every sink; `stored[i]` says whether sink i took the event.
-  std::string writeAll(const AuditEvent& event, Durability durability, std::vector<bool>& stored);
+  // Writes to every sink; `stored[i]` says whether sink i took the event. With `records`, each
+  // sink appends it (AuditSink::append) and `(*records)[i]` is its record as written.
+  std::string writeAll(const AuditEvent& event, Durability durability, std::vector<bool>& stored,
+                       std::vector<WrittenRecord>* records = nullptr);
   // The sinks that hold both an earlier record and this one.
   static std::vector<size_t> heldByBoth(const std::vector<bool>& stored, const Appended& earlier);
   static core::Status notHeldByBoth(const std::string& errors);

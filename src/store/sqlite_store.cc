@@ -404,8 +404,9 @@ struct WriteRequest {
   LeaseId lease;          // kRevoke.
   core::Duration ttl{};   // kGrant.
   core::TimePoint now{};  // kGrant, kExpire: when the caller asked.
-  int64_t revision = 0;   // kCompact; kDropNotes: up to which id.
-  std::string topic;      // kDropNotes.
+  int64_t revision = 0;   // kCompact.
+  std::string topic;      // kDropNotes: the notes of `topic` with an id up to `up_to`.
+  uint64_t up_to = 0;
 
   // The answer, written by the writer thread before it sets `finished`.
   Status status;
@@ -615,8 +616,7 @@ class SqliteStoreImpl final : public Store {
     WriteRequest req;
     req.kind = WriteRequest::Kind::kDropNotes;
     req.topic = std::string(topic);
-    req.revision =
-        static_cast<int64_t>(std::min<uint64_t>(up_to, std::numeric_limits<int64_t>::max()));
+    req.up_to = up_to;
     return submit(req);
   }
 
@@ -779,7 +779,9 @@ class SqliteStoreImpl final : public Store {
       case WriteRequest::Kind::kDropNotes: {
         Stmt::Use q((*writer_)[kDropNotes]);
         q.bind(1, req.topic);
-        q.bind(2, req.revision);
+        // SQLite's integers are signed: an id above its largest drops every note of the topic.
+        q.bind(2, static_cast<int64_t>(
+                      std::min<uint64_t>(req.up_to, std::numeric_limits<int64_t>::max())));
         return q.run("dropping notes");
       }
     }

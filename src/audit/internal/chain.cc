@@ -50,8 +50,10 @@ std::string join(const std::vector<std::pair<std::string, std::string>>& fields,
   return out;
 }
 
-Result<RedactedRecord> Chain::redact(const AuditEvent& event) const {
-  TESSERA_ASSIGN_OR_RETURN(json record, redactedEventJson(event, options_.redaction));
+namespace {
+
+// The fields of `record` but the chain's (seq, time, prev_hash, hash), serialized, in key order.
+RedactedRecord withoutChainFields(const json& record) {
   RedactedRecord out;
   out.fields.reserve(record.size());
   for (auto it = record.begin(); it != record.end(); ++it) {  // Key order.
@@ -63,6 +65,13 @@ Result<RedactedRecord> Chain::redact(const AuditEvent& event) const {
   return out;
 }
 
+}  // namespace
+
+Result<RedactedRecord> Chain::redact(const AuditEvent& event) const {
+  TESSERA_ASSIGN_OR_RETURN(json record, redactedEventJson(event, options_.redaction));
+  return withoutChainFields(record);
+}
+
 Result<RedactedRecord> Chain::recovered(std::string_view line) {
   TESSERA_ASSIGN_OR_RETURN(AuditRecord lost, parseRecordLine(line));
   if (lost.type == "checkpoint") {
@@ -70,14 +79,7 @@ Result<RedactedRecord> Chain::recovered(std::string_view line) {
   }
   json record = std::move(lost.json);
   record["recovered"] = {{"seq", lost.seq}, {"time", record["time"]}, {"hash", lost.hash}};
-  RedactedRecord out;
-  for (auto it = record.begin(); it != record.end(); ++it) {  // Key order.
-    if (it.key() == "seq" || it.key() == "time" || it.key() == "prev_hash" || it.key() == "hash") {
-      continue;
-    }
-    out.fields.emplace_back(it.key(), field(it.key(), it.value()));
-  }
-  return out;
+  return withoutChainFields(record);
 }
 
 Result<PendingLines> Chain::prepare(const AuditEvent& event) const {
