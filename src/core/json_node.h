@@ -1,7 +1,8 @@
 // A JSON value with its path in the document, so that every error says where:
 // "scenario.json: workloads[3].gpu.count: value 9 is outside 0..8".
 //
-//   JsonNode root(doc, "", "scenario.json");
+//   const std::string source = "scenario.json";
+//   JsonNode root(doc, "", source);
 //   TESSERA_RETURN_IF_ERROR(root.checkKeys({"cluster", "queues"}));
 //   TESSERA_ASSIGN_OR_RETURN(int64_t n, root.child("cluster").child("count").integer(1, 100));
 //
@@ -24,6 +25,8 @@ class JsonNode {
  public:
   JsonNode(const nlohmann::json& j, std::string path, const std::string& source)
       : j_(j), path_(std::move(path)), source_(source) {}
+  // The source is kept by reference: a temporary (a string literal, say) would dangle.
+  JsonNode(const nlohmann::json& j, std::string path, std::string&& source) = delete;
 
   const nlohmann::json& value() const { return j_; }
   const std::string& path() const { return path_; }

@@ -65,6 +65,13 @@ ClusterState::ClusterState(const model::GpuCatalogue& catalogue, std::vector<mod
   }
 }
 
+void ClusterState::setTrustGroup(model::TenantId tenant, uint32_t group) {
+  trust_.setGroup(tenant, group);
+  for (NodeIndex n = 0; n < nodes_.size(); ++n) {
+    touch(n);
+  }
+}
+
 void ClusterState::setUp(NodeIndex n, bool up) {
   if (this->up(n) != up) {
     down_[n] = up ? 0 : 1;

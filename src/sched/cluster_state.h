@@ -122,6 +122,9 @@ class ClusterState {
 
   const model::GpuCatalogue& catalogue() const { return *catalogue_; }
   const TrustGroups& trust() const { return trust_; }
+  // Puts `tenant` in trust group `group` (0: alone). Every node counts as changed, so cached
+  // filter verdicts are taken again; what already shares a GPU stays where it is.
+  void setTrustGroup(model::TenantId tenant, uint32_t group);
   size_t nodeCount() const { return nodes_.size(); }
   const model::Node& node(NodeIndex n) const { return nodes_[n]; }
   const NodeState& nodeState(NodeIndex n) const { return node_state_[n]; }

@@ -127,7 +127,9 @@ NodeFit checkNode(const ClusterState& state, NodeIndex node, const ResolvedReque
   if (r.whole && ns.idle_gpus < r.gpu_count) {
     return {FilterReason::kGpuShare, 0};
   }
-  if (ns.free_gpu_milli < static_cast<int64_t>(r.milli)) {
+  // (A MIG request is checked by its slots: its share field may say 1000 while a free slot
+  // needs only the slices' part of a GPU.)
+  if (!r.mig && ns.free_gpu_milli < static_cast<int64_t>(r.milli)) {
     return {FilterReason::kGpuShare, 0};
   }
   uint64_t eligible = 0;

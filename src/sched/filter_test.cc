@@ -112,6 +112,19 @@ TEST_F(FilterTest, MigProfileAndSlot) {
             FilterReason::kSharingMode);
 }
 
+// The API gives a MIG request a share of 1000 (its gpu count of 1): a free slot is what counts,
+// not whether a whole GPU's share is free on the node. (Two tenants' slices on the last GPU.)
+TEST_F(FilterTest, AMigRequestFitsAFreeSlotWhateverItsShareField) {
+  const model::GpuModelInfo& h100 = cat_.model(*cat_.find("H100-80GB"));
+  state_->apply(gpuTask(1000, 1), Placement{0, 0b10});
+  model::TaskRequest slice = migTask("3g.40gb");
+  slice.gpu_milli = core::kWholeGpu;
+  slice.tenant = model::TenantId{5};
+  state_->apply(slice, Placement{0, 0b01, h100.findMigProfile("3g.40gb"), 0});
+  slice.tenant = model::TenantId{6};  // Another tenant, in no trust group: slices may share.
+  EXPECT_TRUE(check(0, slice).fits()) << filterReasonName(check(0, slice).reason);
+}
+
 TEST_F(FilterTest, SharingModeKeepsOneIsolationKind) {
   model::TaskRequest mps = gpuTask(1000, 1, 300);
   model::TaskRequest timeslice = mps;

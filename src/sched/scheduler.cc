@@ -1426,6 +1426,11 @@ core::Status Scheduler::renameQueue(QueueId q, std::string name) {
   return core::Status::ok();
 }
 
+void Scheduler::setTrustGroup(model::TenantId tenant, uint32_t group) {
+  state_.setTrustGroup(tenant, group);
+  forgetVerdicts();
+}
+
 void Scheduler::forgetVerdicts() {
   blocked_.clear();
   for (std::vector<Bucket>& buckets : buckets_) {

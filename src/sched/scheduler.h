@@ -172,6 +172,10 @@ class Scheduler {
   // Renames a queue (see QueueTree::rename) that now stands for another team: its usage history
   // is dropped. For a server that reuses a queue's slot in the tree instead of growing it.
   core::Status renameQueue(QueueId q, std::string name);
+  // Puts a tenant in a trust group (0: alone; ClusterState::setTrustGroup) and drops the standing
+  // "no room" verdicts, which a wider group may overturn. Tasks already sharing a GPU stay; a
+  // new task joins a softly shared GPU only if it may share with every tenant already there.
+  void setTrustGroup(model::TenantId tenant, uint32_t group);
   // Drops every standing "no room" verdict, so the next pass tries all pending work again, as
   // the first pass after a restart does. A cheap safety net for a driver to run now and then.
   void forgetVerdicts();

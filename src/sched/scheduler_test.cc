@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "sched/test_util.h"
 
 namespace tessera::sched {
@@ -72,6 +75,67 @@ class SchedulerTest : public ::testing::Test {
   core::FakeClock clock_;
   std::unique_ptr<Scheduler> s_;
 };
+
+// A softly shared GPU hosts one tenant, or tenants of one trust group; a change of group takes
+// effect at once for new work and moves nothing that already shares a GPU.
+TEST_F(SchedulerTest, TrustGroupsDecideWhoSharesAGpuAndMayChangeWhileWorkRuns) {
+  build(1, 4, 4);
+  auto half = [&](const std::string& name, const std::string& queue, uint32_t tenant) {
+    WorkloadSpec w;
+    w.name = name;
+    w.queue = *s_->queues().find(queue);
+    w.request = testing::gpuTask(1000, 1, 500);
+    w.request.tenant = model::TenantId{tenant};
+    auto id = s_->submit(w);
+    EXPECT_TRUE(id.isOk()) << id.status().message();
+    return id.value();
+  };
+  auto gpuOf = [&](WorkloadId w) {
+    return s_->task(s_->workload(w).tasks[0]).assignment.placement.gpus;
+  };
+  // Eight GPUs, one node: 1 and 2 (no group) never share one.
+  std::vector<WorkloadId> ones;
+  std::vector<WorkloadId> twos;
+  for (int i = 0; i < 8; ++i) {
+    ones.push_back(half("one-" + std::to_string(i), "a", 1));
+    twos.push_back(half("two-" + std::to_string(i), "b", 2));
+  }
+  s_->schedule();
+  std::map<uint64_t, std::set<uint32_t>> tenants_on;
+  for (int i = 0; i < 8; ++i) {
+    tenants_on[gpuOf(ones[i])].insert(1);
+    tenants_on[gpuOf(twos[i])].insert(2);
+  }
+  EXPECT_EQ(tenants_on.size(), 8U);  // Four GPUs each, two halves per GPU.
+  for (const auto& [gpu, tenants] : tenants_on) {
+    EXPECT_EQ(tenants.size(), 1U) << "GPU mask " << gpu;
+  }
+  // 1 and 3 in one group: once one of 1's halves ends, 3 may take its place beside 1's other.
+  s_->setTrustGroup(model::TenantId{1}, 7);
+  s_->setTrustGroup(model::TenantId{3}, 7);
+  const uint64_t freed = gpuOf(ones[0]);
+  s_->taskFinished(s_->workload(ones[0]).tasks[0]);
+  WorkloadId three = half("three", "a", 3);
+  WorkloadId two_more = half("two-more", "b", 2);
+  s_->schedule();
+  ASSERT_EQ(running(three), 1);
+  EXPECT_EQ(gpuOf(three), freed);
+  EXPECT_EQ(running(two_more), 0);  // 2 is in no group, and no GPU is free of others.
+  // 3 leaves the group while it shares a GPU with 1: it keeps running, but when 1's task there
+  // ends, 1's next one may not take its place beside 3.
+  s_->setTrustGroup(model::TenantId{3}, 0);
+  EXPECT_EQ(running(three), 1);
+  for (size_t i = 1; i < ones.size(); ++i) {
+    if (gpuOf(ones[i]) == freed) {
+      s_->taskFinished(s_->workload(ones[i]).tasks[0]);
+    }
+  }
+  WorkloadId one_more = half("one-more", "a", 1);
+  s_->schedule();
+  EXPECT_EQ(running(one_more), 0);
+  EXPECT_NE(s_->explain(one_more).message.find("untrusted"), std::string::npos)
+      << s_->explain(one_more).message;
+}
 
 TEST_F(SchedulerTest, BorrowsIdleGpusAndGivesBackExactlyTheOverShare) {
   build(1, 4, 4);

@@ -43,7 +43,9 @@ namespace api {
 inline HttpResponse reply(unsigned status, const nlohmann::json& body) {
   HttpResponse r;
   r.status = status;
-  r.body = body.dump();
+  // A message may quote the caller's bytes, cut anywhere: invalid UTF-8 becomes U+FFFD rather
+  // than an exception.
+  r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return r;
 }
 

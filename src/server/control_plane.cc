@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <limits>
 #include <optional>
@@ -29,6 +30,12 @@ using nlohmann::json;
 namespace {
 
 constexpr std::string_view kVersion = "0.1.0";
+
+// A workload's tasks, at most; and what its record may grow by for each task's status (a
+// running task on 8 GPUs of a long-named node) and for its events (at most 100 kept).
+constexpr int64_t kMaxWorkloadTasks = 10000;
+constexpr size_t kTaskStatusBytes = 128;
+constexpr size_t kEventsBytes = 100 * 400;
 
 // Requests of a tenant that may wait for a worker: kQueuedPerRunning per request it may have
 // running, and at least kMinQueued.
@@ -248,6 +255,7 @@ core::Status ControlPlane::load() {
         driver_.addTenantQueue(name, config.value("quota_milli_gpu", int64_t{0}),
                                config.value("limit_milli_gpu", int64_t{0}),
                                config.value("weight", int64_t{1}), config.value("priority", 100)));
+    driver_.setTrustGroup(name, config.value("trust_group", std::string()));
   }
   for (const auto& [key, config] : teams) {
     const size_t slash = key.find('/');
@@ -380,7 +388,8 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
 core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& tenant,
                                                             const json& record) const {
   const json& spec = record.at("spec");
-  core::JsonNode node(spec, "", "stored workload");
+  static const std::string kSource = "stored workload";
+  core::JsonNode node(spec, "", kSource);
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = record.at("name").get<std::string>();
@@ -750,7 +759,20 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
       }
     }
   }
-  HttpResponse resp = route(r);
+  // Whatever happens in a handler, the request recorded above gets its response record: an
+  // exception is an answer too. A JSON type error is the body's (a field of the wrong type that
+  // a handler read without checking), the caller's to fix; anything else is ours.
+  HttpResponse resp;
+  try {
+    resp = route(r);
+  } catch (const json::type_error& e) {
+    resp = error(400, std::string("request body: a field has the wrong type: ") +
+                          (std::strchr(e.what(), ']') != nullptr ? std::strchr(e.what(), ']') + 2
+                                                                 : e.what()));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s %s: %s\n", r.method.c_str(), ev.request.path.c_str(), e.what());
+    resp = error(500, "internal error (request " + r.request_id + ")");
+  }
   ev.type = audit::AuditType::kResponse;
   ev.response.status = static_cast<int>(resp.status);
   try {
@@ -942,8 +964,14 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
     return intOr(n, base, field, lo, hi, def);
   };
   if (n.has("trust_group")) {
-    TESSERA_ASSIGN_OR_RETURN(std::string g, n.child("trust_group").str());
-    config["trust_group"] = g;
+    // "" leaves the group: the tenant's fractional tasks then share a GPU with no other tenant.
+    const json& g = n.child("trust_group").value();
+    if (!g.is_string() || g.get<std::string>().size() > 128) {
+      return n.child("trust_group").error("expected a string of at most 128 bytes");
+    }
+    if (!g.get<std::string>().empty()) {
+      config["trust_group"] = g;
+    }
   } else if (base.contains("trust_group")) {
     config["trust_group"] = base["trust_group"];
   }
@@ -993,6 +1021,7 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
     TESSERA_RETURN_IF_ERROR(driver_.updateTenantQueue(name, q.quota, q.limit, q.weight,
                                                       static_cast<int32_t>(q.priority)));
   }
+  driver_.setTrustGroup(name, config.value("trust_group", std::string()));
   std::lock_guard lock(mu_);
   tenants_[name] = config;
   {
@@ -1188,6 +1217,9 @@ HttpResponse ControlPlane::policiesApi(Request& r) {
   }
   const std::string scope = r.scope.tenant.value_or("");
   if (parts.size() == 1) {
+    if (r.method != "GET" && r.method != "LIST") {
+      return error(405, "method not allowed: the policy list is read with GET or LIST");
+    }
     if (!authorized(r, Capability::kList)) {
       return error(403, "permission denied");
     }
@@ -1271,9 +1303,15 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
   const core::WallTime now = clock_.wallNow();
   // The token itself may always look itself up, renew and revoke itself.
   if (op == "lookup-self") {
+    if (r.method != "GET" && r.method != "POST") {
+      return error(405, "use GET or POST");
+    }
     return reply(200, {{"request_id", r.request_id}, {"data", r.token.toJson(now)}});
   }
   if (op == "renew-self" || op == "revoke-self") {
+    if (r.method != "POST" && r.method != "PUT") {  // A read must never renew or revoke.
+      return error(405, "use POST");
+    }
     if (op == "revoke-self") {
       auto n = tokens_->revoke(r.token.accessor);
       return n.isOk() ? noContent() : fromStatus(n.status());
@@ -1338,8 +1376,20 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
         (std::string(f) == "ttl" ? req.ttl : req.explicit_max_ttl) = *d;
       }
     }
-    req.renewable = r.body.value("renewable", true);
-    req.display_name = r.body.value("display_name", "");
+    if (n.has("renewable")) {
+      auto renewable = n.child("renewable").boolean();
+      if (!renewable.isOk()) {
+        return fromStatus(renewable.status());
+      }
+      req.renewable = *renewable;
+    }
+    if (n.has("display_name")) {
+      const json& name = n.child("display_name").value();
+      if (!name.is_string() || name.get<std::string>().size() > 256) {
+        return fromStatus(n.child("display_name").error("expected a string of at most 256 bytes"));
+      }
+      req.display_name = name.get<std::string>();
+    }
     // Every token lives in the server's memory until it expires: a tenant holds a bounded number.
     const int64_t max_tokens =
         req.tenant.empty() ? 0
@@ -1358,6 +1408,9 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
                          {"renewable", created->info.renewable}}}});
   }
   // lookup, renew, revoke by accessor: only tokens of this scope.
+  if (r.body.contains("accessor") && !r.body["accessor"].is_string()) {
+    return error(400, "token request: accessor: expected a string");
+  }
   const std::string accessor = r.body.value(
       "accessor", r.scope.query.count("accessor") != 0 ? r.scope.query.at("accessor") : "");
   auto target = tokens_->lookupAccessor(accessor);
@@ -1535,7 +1588,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   auto field = [&](const char* f, int64_t lo, int64_t hi, int64_t def) -> core::Result<int64_t> {
     return n.has(f) ? n.child(f).integer(lo, hi) : core::Result<int64_t>(def);
   };
-  auto tasks = field("tasks", 1, 100000, 1);
+  auto tasks = field("tasks", 1, kMaxWorkloadTasks, 1);
   auto min = tasks.isOk() ? field("minAvailable", 1, *tasks, *tasks) : tasks;
   auto prio = field("priority", -1000000, 1000000, 0);
   auto duration = field("duration", 0, 365LL * 86400, 0);
@@ -1549,7 +1602,13 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   cmd.spec.tasks = static_cast<int>(*tasks);
   cmd.spec.min_available = static_cast<int>(*min);
   cmd.spec.priority = static_cast<int32_t>(*prio);
-  cmd.spec.preemptible = r.body.value("preemptible", true);
+  if (n.has("preemptible")) {
+    auto preemptible = n.child("preemptible").boolean();
+    if (!preemptible.isOk()) {
+      return fromStatus(preemptible.status());
+    }
+    cmd.spec.preemptible = *preemptible;
+  }
   cmd.duration = std::chrono::seconds(*duration);
   cmd.grace = std::chrono::seconds(*grace);
   {
@@ -1573,6 +1632,17 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
                  {"submitted", wallText(clock_.wallNow())},
                  {"status", {{"phase", "pending"}, {"tasks", json::array()}}},
                  {"events", {{{"time", wallText(clock_.wallNow())}, {"event", "submitted"}}}}};
+  // The record grows with its tasks' status and its events, and must stay within what the store
+  // takes, or it could never be updated again (nor cancelled).
+  const size_t largest = stored.dump(-1, ' ', false, json::error_handler_t::replace).size() +
+                         static_cast<size_t>(*tasks) * kTaskStatusBytes + kEventsBytes;
+  if (largest > store::kMaxValueBytes) {
+    return error(400, source + ": its record could grow to " + std::to_string(largest) +
+                          " bytes with the status of its " + std::to_string(*tasks) +
+                          " tasks, over the store's limit of " +
+                          std::to_string(store::kMaxValueBytes) +
+                          "; submit fewer tasks or a shorter command and env");
+  }
   // Refused now if it could never run; then stored (durable) and acknowledged. The scheduler
   // gets it from the store's watch (onStoreEvents), and after a restart from load().
   if (core::Status ok = driver_.check(cmd); !ok.isOk()) {
@@ -1639,12 +1709,16 @@ void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& 
       if ((before == "pending") != (status.phase == "pending")) {
         pending_[tenant] += status.phase == "pending" ? 1 : -1;
       }
+      json& events = rec["events"];
+      for (const std::string& text : status.events) {
+        events.push_back(
+            {{"time", wallText(clock_.wallNow())}, {"event", "evicted"}, {"reason", text}});
+      }
       if (before != status.phase) {
-        json& events = rec["events"];
         events.push_back({{"time", wallText(clock_.wallNow())}, {"event", status.phase}});
-        if (events.size() > 100) {
-          events.erase(events.begin());
-        }
+      }
+      while (events.size() > 100) {
+        events.erase(events.begin());
       }
       record = rec;
     }
@@ -1660,6 +1734,9 @@ void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& 
 }
 
 HttpResponse ControlPlane::nodesApi(Request& r) {
+  if (r.method != "GET" && r.method != "LIST") {
+    return error(405, "method not allowed: nodes are read with GET or LIST");
+  }
   if (!authorized(r, Capability::kRead) && !authorized(r, Capability::kList)) {
     return error(403, "permission denied");
   }
@@ -2024,6 +2101,9 @@ HttpResponse ControlPlane::queuesApi(Request& r) {
   if (parts.size() != 1) {
     return error(404, "unsupported path");
   }
+  if (r.method != "GET" && r.method != "LIST") {
+    return error(405, "method not allowed: the queue list is read with GET or LIST");
+  }
   if (!authorized(r, Capability::kRead) && !authorized(r, Capability::kList)) {
     return error(403, "permission denied");
   }
@@ -2099,7 +2179,8 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
     }
   }
   const json base = exists ? json::parse((*got)->value, nullptr, false) : json::object();
-  core::JsonNode n(r.body, "", "queue '" + name + "'");
+  const std::string source = "queue '" + name + "'";
+  core::JsonNode n(r.body, "", source);
   core::Status st = n.checkKeys({"quota", "limit", "weight", "priority"});
   if (!st.isOk()) {
     return fromStatus(st);

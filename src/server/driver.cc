@@ -1,5 +1,7 @@
 #include "server/driver.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <bit>
 
@@ -77,9 +79,26 @@ core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t 
       scheduler_->addQueue({tenant, kRoot, quota, limit, weight, priority}).status());
   TESSERA_ASSIGN_OR_RETURN(sched::QueueId leaf, scheduler_->addQueue({tenant + "/default", tenant,
                                                                       quota, limit, 1, 100}));
+  (void)tenantId(tenant);
   std::lock_guard lock(mu_);
   leaves_[tenant + "/default"] = leaf;
   return core::Status::ok();
+}
+
+model::TenantId SchedulerDriver::tenantId(const std::string& tenant) {
+  auto [it, added] = tenant_ids_.try_emplace(
+      tenant, model::TenantId{static_cast<uint32_t>(tenant_ids_.size() + 1)});
+  return it->second;
+}
+
+void SchedulerDriver::setTrustGroup(const std::string& tenant, const std::string& group) {
+  std::lock_guard pass_lock(pass_mu_);
+  uint32_t id = 0;
+  if (!group.empty()) {
+    id = trust_group_ids_.try_emplace(group, static_cast<uint32_t>(trust_group_ids_.size() + 1))
+             .first->second;
+  }
+  scheduler_->setTrustGroup(tenantId(tenant), id);
 }
 
 core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std::string& queue,
@@ -207,35 +226,153 @@ core::Status SchedulerDriver::submit(SubmitCommand cmd) {
   std::lock_guard lock(mu_);
   published_.try_emplace(
       cmd.tenant + "/" + cmd.name,
-      WorkloadStatus{"pending", "not scheduled yet",
-                     std::vector<TaskStatus>(static_cast<size_t>(cmd.spec.tasks))});
+      WorkloadStatus{"pending",
+                     "not scheduled yet",
+                     std::vector<TaskStatus>(static_cast<size_t>(cmd.spec.tasks)),
+                     {}});
   submits_.push_back(std::move(cmd));
   wake_.notify_one();
   return core::Status::ok();
 }
 
+namespace {
+
+// "a, b and c"
+std::string listText(const std::set<std::string>& names) {
+  std::string out;
+  size_t i = 0;
+  for (const std::string& n : names) {
+    out += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + n;
+    ++i;
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
 core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
-  core::Status valid = model::validateTaskRequest(cmd.spec.request);
-  if (!valid.isOk()) {
-    return valid;
-  }
-  // Something in the pool must be able to hold one task, or it would wait forever.
-  bool fits_somewhere = false;
-  for (const model::Node& n : nodes_) {
-    const model::TaskRequest& r = cmd.spec.request;
-    if (n.cpu.value() < r.cpu.value() || n.memory.value() < r.memory.value() ||
-        static_cast<int>(n.gpus.size()) < r.gpu_count) {
-      continue;
+  const model::TaskRequest& r = cmd.spec.request;
+  TESSERA_RETURN_IF_ERROR(model::validateTaskRequest(r));
+  // What the pool offers, for a reason that says which part of the request nothing meets.
+  std::set<std::string> models;
+  std::set<std::string> profiles;
+  int64_t largest_gpu_mib = 0;
+  size_t most_gpus = 0;
+  int64_t most_cpu = 0;
+  int64_t most_memory = 0;
+  // How many such tasks the whole pool holds at once, when empty: a gang must fit it whole.
+  int64_t pool_holds = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const model::Node& n = nodes_[i];
+    const bool agent = agents_.contains(static_cast<sched::NodeIndex>(i));
+    most_gpus = std::max(most_gpus, n.gpus.size());
+    most_cpu = std::max(most_cpu, n.cpu.value());
+    most_memory = std::max(most_memory, n.memory.value());
+    int64_t fits = INT64_MAX;
+    if (r.cpu.value() > 0) {
+      fits = n.cpu.value() / r.cpu.value();
     }
-    if (r.gpu_count > 0 && !r.models.empty() &&
-        std::find(r.models.begin(), r.models.end(), n.gpus[0].model) == r.models.end()) {
-      continue;
+    if (r.memory.value() > 0) {
+      fits = std::min(fits, n.memory.value() / r.memory.value());
     }
-    fits_somewhere = true;
-    break;
+    if (r.gpu_count > 0) {
+      int64_t slots = 0;  // Tasks of this request the node's GPUs hold at once.
+      int64_t usable = 0;
+      for (const model::GpuDevice& g : n.gpus) {
+        const model::GpuModelInfo& info = catalogue_->model(g.model);
+        const int64_t mib = g.memory.value() > 0 ? g.memory.value() : info.memory.value();
+        models.insert(info.name);
+        largest_gpu_mib = std::max(largest_gpu_mib, mib);
+        if (!agent) {  // Agents do not run MIG slices yet.
+          for (const model::MigProfile& p : info.mig_profiles) {
+            profiles.insert(p.name);
+          }
+        }
+        if (!r.models.empty() &&
+            std::find(r.models.begin(), r.models.end(), g.model) == r.models.end()) {
+          continue;
+        }
+        if (r.isMig()) {
+          const int p = info.findMigProfile(r.mig_profile);
+          if (p >= 0 && !agent) {
+            slots += info.mig_profiles[static_cast<size_t>(p)].max_instances;
+          }
+          continue;
+        }
+        if (r.gpu_memory.value() > 0 && mib > 0 && mib < r.gpu_memory.value()) {
+          continue;
+        }
+        ++usable;
+        if (r.isFractional()) {
+          int64_t per_gpu = core::kWholeGpu.value() / std::max<int64_t>(1, r.gpu_milli.value());
+          if (r.gpu_memory.value() > 0 && mib > 0) {
+            per_gpu = std::min(per_gpu, mib / r.gpu_memory.value());
+          }
+          slots += per_gpu;
+        }
+      }
+      if (!r.isMig() && !r.isFractional()) {
+        slots = usable / r.gpu_count;
+      }
+      fits = std::min(fits, slots);
+    }
+    if (fits == INT64_MAX) {
+      fits = 1000000;  // Asks for nothing: any number fit, as far as admission can tell.
+    }
+    pool_holds += fits;
   }
-  if (!fits_somewhere) {
-    return core::invalidArgument("no node in the pool can hold one task of this workload");
+  const std::string_view offered = "; the pool offers ";
+  if (r.gpu_count > 0) {
+    std::set<std::string> wanted;
+    for (model::GpuModelId m : r.models) {
+      wanted.insert(catalogue_->model(m).name);
+    }
+    bool any_model = wanted.empty();
+    for (const std::string& m : wanted) {
+      any_model |= models.contains(m);
+    }
+    if (!any_model) {
+      return core::invalidArgument("gpu.models: no GPU in the pool is a " + listText(wanted) +
+                                   std::string(offered) + listText(models));
+    }
+    if (r.isMig() && !profiles.contains(r.mig_profile)) {
+      return core::invalidArgument("gpu.mig: no GPU in the pool offers MIG profile '" +
+                                   r.mig_profile + "'" + std::string(offered) + listText(profiles) +
+                                   (profiles.empty() ? " (nodes run by agents do not run MIG "
+                                                       "slices yet)"
+                                                     : ""));
+    }
+    if (r.gpu_memory.value() > largest_gpu_mib && largest_gpu_mib > 0) {
+      return core::invalidArgument("gpu.memoryMiB: no GPU in the pool has " +
+                                   std::to_string(r.gpu_memory.value()) + " MiB; the largest has " +
+                                   std::to_string(largest_gpu_mib));
+    }
+    if (static_cast<size_t>(r.gpu_count) > most_gpus) {
+      return core::invalidArgument("gpu.count: no node in the pool has " +
+                                   std::to_string(r.gpu_count) + " GPUs; the most is " +
+                                   std::to_string(most_gpus));
+    }
+  }
+  if (r.cpu.value() > most_cpu) {
+    return core::invalidArgument("cpuMilli: no node in the pool has " +
+                                 std::to_string(r.cpu.value()) + " milli-CPU; the most is " +
+                                 std::to_string(most_cpu));
+  }
+  if (r.memory.value() > most_memory) {
+    return core::invalidArgument("memoryMiB: no node in the pool has " +
+                                 std::to_string(r.memory.value()) + " MiB; the most is " +
+                                 std::to_string(most_memory));
+  }
+  if (pool_holds == 0) {
+    return core::invalidArgument(
+        "no node in the pool can hold one task of this workload (its CPU, memory and GPUs "
+        "together)");
+  }
+  if (cmd.spec.min_available > pool_holds) {
+    return core::invalidArgument("minAvailable: its " + std::to_string(cmd.spec.min_available) +
+                                 " tasks must start together, but the whole pool holds at "
+                                 "most " +
+                                 std::to_string(pool_holds) + " of them at once");
   }
   std::lock_guard lock(mu_);
   if (!leaves_.contains(cmd.tenant + "/" + cmd.queue)) {
@@ -341,6 +478,9 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
   if (info.pending > 0 && !cancelled_[w] && failed_[w].empty()) {
     s.reason = std::string(sched::waitReasonName(scheduler_->explain(w).reason)) + ": " +
                scheduler_->explain(w).message;
+  } else if (s.phase == "pending" && info.terminating > 0) {
+    s.reason = "terminating: " + std::to_string(info.terminating) +
+               " evicted task(s) stopping; then it waits to be placed again";
   }
   for (sched::TaskId t : info.tasks) {
     const sched::TaskInfo& task = scheduler_->task(t);
@@ -392,6 +532,7 @@ void SchedulerDriver::runOnce() {
       continue;  // Replayed after a restart, or a retry: already known.
     }
     c.spec.name = key;
+    c.spec.request.tenant = tenantId(c.tenant);  // The trust rule compares tenants.
     auto id = scheduler_->submit(c.spec);
     if (!id.isOk()) {
       WorkloadStatus s;
@@ -449,18 +590,28 @@ void SchedulerDriver::runOnce() {
       ends_[s.task] = now + d;
     }
   }
+  std::map<sched::WorkloadId, std::vector<std::string>> events;
   for (const sched::EvictDecision& e : r.evicted) {
     touched.push_back(e.victim);
+    std::vector<std::string>& said = events[e.victim];
+    if (std::string text = evictionEvent(e);
+        std::find(said.begin(), said.end(), text) == said.end()) {
+      said.push_back(std::move(text));
+    }
     ends_.erase(e.task);
     if (!agents_.contains(scheduler_->task(e.task).assignment.placement.node)) {
       scheduler_->taskStopped(e.task);  // Simulated nodes stop at once.
     }
     // An agent's node: the task leaves its list below, and it holds its GPUs until the agent
-    // reports it stopped (or the node is lost).
+    // reports it stopped, or proves by a later heartbeat that it never started it (or the node
+    // is lost).
   }
   publishNodeTasks();
   for (sched::WorkloadId w : touched) {
     changed[keys_[w]] = statusOf(w);
+  }
+  for (auto& [w, list] : events) {
+    changed[keys_[w]].events = std::move(list);
   }
   // Pending workloads' reasons change without a start: refresh them every pass.
   std::vector<QueueStatus> queue_status;
@@ -474,7 +625,9 @@ void SchedulerDriver::runOnce() {
   {
     std::lock_guard lock(mu_);
     for (const auto& [key, status] : changed) {
-      published_[key] = status;
+      WorkloadStatus& p = published_[key];
+      p = status;
+      p.events.clear();  // Told once, to the listener.
     }
     queue_status_ = std::move(queue_status);
     ++passes_;
@@ -564,6 +717,7 @@ core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node
   AgentNode& a = agents_.at(found->second);
   const core::TimePoint now = clock_.now();
   a.registered = true;
+  ++a.heartbeats;
   a.last_heartbeat = now;
   a.expires = now + options_.lease_ttl;
   bool wake = !reports.empty();
@@ -601,9 +755,11 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
   std::vector<sched::NodeIndex> back;
   std::vector<sched::NodeIndex> lost;
   std::vector<std::pair<sched::NodeIndex, std::vector<NodeTaskReport>>> reports;
+  std::map<sched::NodeIndex, uint64_t> answered;
   {
     std::lock_guard lock(mu_);
     for (auto& [n, a] : agents_) {
+      answered[n] = a.heartbeats;
       if (a.back) {
         back.push_back(n);
         a.back = false;
@@ -626,6 +782,7 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
       applyReport(n, r, touched);
     }
   }
+  releaseUnconfirmed(answered, touched);
   for (sched::NodeIndex n : lost) {
     std::fprintf(stderr, "node %s lost: no heartbeat from its agent for %lld ms\n",
                  nodes_[n].name.c_str(), static_cast<long long>(options_.lease_ttl.count()));
@@ -684,6 +841,76 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
   }
 }
 
+void SchedulerDriver::releaseUnconfirmed(const std::map<sched::NodeIndex, uint64_t>& answered,
+                                         std::vector<sched::WorkloadId>& touched) {
+  for (auto it = unconfirmed_.begin(); it != unconfirmed_.end();) {
+    const sched::TaskId t = it->first;
+    const sched::TaskInfo& task = scheduler_->task(t);
+    auto started = agent_started_.find(t);
+    if (task.state != sched::TaskState::kTerminating ||
+        task.assignment.placement.node != it->second.node ||
+        (started != agent_started_.end() && started->second)) {
+      // Stopped, lost with its node, or placed anew; or the agent did start it, and its exit
+      // report will release it.
+      it = unconfirmed_.erase(it);
+      continue;
+    }
+    // The agent answers heartbeats one at a time, and each carries what it made of the answer
+    // before: a heartbeat after the last answer that listed the task, with no report that it
+    // started, proves the agent never started it.
+    auto a = answered.find(it->second.node);
+    if (a == answered.end() || a->second <= it->second.answered) {
+      ++it;
+      continue;
+    }
+    agent_started_.erase(t);
+    touched.push_back(task.workload);
+    scheduler_->taskStopped(t);
+    it = unconfirmed_.erase(it);
+  }
+}
+
+std::string SchedulerDriver::evictionEvent(const sched::EvictDecision& e) const {
+  const sched::TaskInfo& task = scheduler_->task(e.task);
+  const std::string where =
+      fmt::format(" (task {} on node {})", task.index, nodes_[task.assignment.placement.node].name);
+  const SubmitCommand& by = specs_[e.preemptor];
+  if (!e.reclaim) {  // Inside one leaf queue: the preemptor is of the victim's own tenant.
+    return fmt::format("preempted by workload {} (priority {}){}", by.name, by.spec.priority,
+                       where);
+  }
+  // Reclaim: the queue that gives GPUs back is the victim's side of the split between the two
+  // queues (the victim's tenant, when the preemptor is of another tenant). Another tenant's
+  // workload names are not the victim's business; its queue is.
+  const sched::QueueTree& tree = scheduler_->queues();
+  auto path = [&](sched::QueueId q) {
+    std::vector<sched::QueueId> up;
+    for (; q != sched::kNoQueue; q = tree.queue(q).parent) {
+      up.insert(up.begin(), q);
+    }
+    return up;
+  };
+  const std::vector<sched::QueueId> mine = path(scheduler_->workload(e.victim).spec.queue);
+  const std::vector<sched::QueueId> theirs = path(scheduler_->workload(e.preemptor).spec.queue);
+  size_t split = 0;
+  while (split + 1 < mine.size() && split < theirs.size() && mine[split] == theirs[split]) {
+    ++split;
+  }
+  const sched::Queue& held = tree.queue(mine[split]);
+  auto gpus = [](int64_t milli) {
+    std::string text = fmt::format("{:.3f}", static_cast<double>(milli) / 1000.0);
+    text.erase(text.find_last_not_of('0') + 1);
+    if (text.back() == '.') {
+      text.pop_back();
+    }
+    return text;
+  };
+  return fmt::format("reclaimed by queue {}: {} held {} GPUs, fair share {}{}",
+                     tree.queue(theirs.back()).name, held.name,
+                     gpus(held.allocated[sched::kGpuDim]), gpus(held.fair_share[sched::kGpuDim]),
+                     where);
+}
+
 void SchedulerDriver::failWorkload(sched::WorkloadId w, const std::string& reason) {
   if (cancelled_[w] || !failed_[w].empty()) {
     return;
@@ -728,13 +955,23 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
 }
 
 void SchedulerDriver::publishNodeTasks() {
+  std::vector<std::pair<sched::NodeIndex, sched::TaskId>> unconfirmed;
   for (auto& [node, tasks] : node_tasks_) {
     // Whatever is no longer running here at its generation (finished, cancelled, evicted,
     // lost) leaves the list.
     const sched::NodeIndex n = node;
     std::erase_if(tasks, [&](sched::TaskId t) {
       const sched::TaskInfo& task = scheduler_->task(t);
-      return task.state != sched::TaskState::kRunning || task.assignment.placement.node != n;
+      if (task.state == sched::TaskState::kRunning && task.assignment.placement.node == n) {
+        return false;
+      }
+      if (task.state == sched::TaskState::kTerminating && task.assignment.placement.node == n) {
+        auto started = agent_started_.find(t);
+        if (started == agent_started_.end() || !started->second) {
+          unconfirmed.emplace_back(n, t);  // Evicted before its agent said it started it.
+        }
+      }
+      return true;
     });
   }
   std::map<sched::NodeIndex, std::vector<NodeTask>> lists;
@@ -748,6 +985,10 @@ void SchedulerDriver::publishNodeTasks() {
   }
   bool changed = false;
   std::lock_guard lock(mu_);
+  // Every answer from now on leaves these tasks out; those given so far may have listed them.
+  for (const auto& [n, t] : unconfirmed) {
+    unconfirmed_[t] = {n, agents_.at(n).heartbeats};
+  }
   for (auto& [n, list] : lists) {
     AgentNode& a = agents_.at(n);
     const bool same = std::equal(list.begin(), list.end(), a.tasks.begin(), a.tasks.end(),

@@ -113,8 +113,11 @@ struct NodeState {
 
 struct WorkloadStatus {
   std::string phase = "pending";  // pending, running, succeeded, cancelled, failed.
-  std::string reason;             // Why it waits, while pending.
+  std::string reason;             // Why it waits, while pending (never empty then).
   std::vector<TaskStatus> tasks;
+  // What happened to it in the pass that published this status, beyond its phase: each
+  // eviction of one of its tasks, with who took the GPUs and why. Given to the listener once.
+  std::vector<std::string> events;
 };
 
 struct QueueStatus {
@@ -187,6 +190,9 @@ class SchedulerDriver {
   // it (putTeamQueue) or the server restarts. Retiring a queue that is not in service is a
   // no-op.
   core::Status retireTeamQueue(const std::string& tenant, const std::string& queue);
+  // Puts the tenant in a trust group ("": alone). Its fractional tasks share a GPU only with
+  // tenants of the same group (docs/server.md, "Trust groups"); what already shares a GPU stays.
+  void setTrustGroup(const std::string& tenant, const std::string& group);
   // Changes a tenant's queue (and its default leaf) to these numbers.
   core::Status updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                                  int64_t limit_milli_gpu, int64_t weight, int32_t priority);
@@ -241,6 +247,12 @@ class SchedulerDriver {
   void applyReport(sched::NodeIndex n, const NodeTaskReport& r,
                    std::vector<sched::WorkloadId>& touched);
   void failWorkload(sched::WorkloadId w, const std::string& reason);
+  // Releases the unconfirmed tasks that the agents' heartbeats since have proved not running;
+  // `answered` is each agent node's count of heartbeats whose reports have been applied.
+  void releaseUnconfirmed(const std::map<sched::NodeIndex, uint64_t>& answered,
+                          std::vector<sched::WorkloadId>& touched);
+  // The victim's event for an eviction: who took its GPUs and why.
+  std::string evictionEvent(const sched::EvictDecision& e) const;
   void publishNodeTasks();
   NodeTask nodeTask(sched::TaskId t) const;
   uint32_t generationOf(sched::TaskId t) const;
@@ -270,7 +282,8 @@ class SchedulerDriver {
     bool up = false;          // Its lease holds.
     core::TimePoint expires{};
     core::TimePoint last_heartbeat{};
-    bool back = false;  // Came (back) since the last pass: the scheduler must learn it.
+    bool back = false;        // Came (back) since the last pass: the scheduler must learn it.
+    uint64_t heartbeats = 0;  // Answered so far.
     std::vector<NodeTaskReport> reports;  // Since the last pass.
     uint64_t version = 0;
     std::vector<NodeTask> tasks;  // Published.
@@ -284,6 +297,20 @@ class SchedulerDriver {
   std::thread thread_;
 
   // Driver-thread state, guarded by pass_mu_.
+  // Tenants as the scheduler knows them (its trust rule compares these), from 1, and trust
+  // groups by name, from 1 (0: none).
+  std::map<std::string, model::TenantId> tenant_ids_;
+  std::map<std::string, uint32_t> trust_group_ids_;
+  model::TenantId tenantId(const std::string& tenant);
+  // Tasks evicted or cancelled on an agent's node that the agent never said it started, with the
+  // number of heartbeats it had been answered when the task left its list: a later heartbeat
+  // that does not report it started proves it is not running (docs/agent.md, "Tasks that never
+  // started"), and its resources are released.
+  struct Unconfirmed {
+    sched::NodeIndex node = 0;
+    uint64_t answered = 0;
+  };
+  std::map<sched::TaskId, Unconfirmed> unconfirmed_;
   std::map<std::string, sched::WorkloadId> ids_;
   std::vector<std::string> keys_;                  // WorkloadId -> "tenant/name".
   std::map<sched::TaskId, core::TimePoint> ends_;  // Running simulated tasks.

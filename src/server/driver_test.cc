@@ -22,6 +22,9 @@ class DriverTest : public ::testing::Test {
                                      [this](const std::map<std::string, WorkloadStatus>& c) {
                                        for (const auto& [k, v] : c) {
                                          seen_[k] = v.phase;
+                                         for (const std::string& e : v.events) {
+                                           events_[k].push_back(e);
+                                         }
                                        }
                                      });
     ASSERT_TRUE(d.isOk()) << d.status().message();
@@ -48,6 +51,7 @@ class DriverTest : public ::testing::Test {
   core::FakeClock clock_;
   std::unique_ptr<SchedulerDriver> driver_;
   std::map<std::string, std::string> seen_;
+  std::map<std::string, std::vector<std::string>> events_;
 };
 
 TEST_F(DriverTest, SchedulesTenantsWorkAndReportsChanges) {
@@ -87,6 +91,43 @@ TEST_F(DriverTest, SchedulesTenantsWorkAndReportsChanges) {
 TEST_F(DriverTest, RefusesWorkNoNodeCanHoldAndUnknownTenants) {
   EXPECT_FALSE(driver_->submit(cmd("team-1", "huge", 1, 16)).isOk());
   EXPECT_EQ(driver_->submit(cmd("nobody", "x", 1, 1)).code(), core::StatusCode::kInvalidArgument);
+}
+
+// What could never run is refused with the field that asks for it.
+TEST_F(DriverTest, RefusesWhatThePoolCanNeverRunAndSaysWhichField) {
+  auto refusal = [&](SubmitCommand c) {
+    const core::Status s = driver_->check(c);
+    EXPECT_EQ(s.code(), core::StatusCode::kInvalidArgument);
+    return s.message();
+  };
+  SubmitCommand mig = cmd("team-1", "mig", 1, 1);
+  mig.spec.request.mig_profile = "9g.99gb";
+  EXPECT_TRUE(refusal(mig).starts_with("gpu.mig: no GPU in the pool offers MIG profile '9g.99gb'"))
+      << refusal(mig);
+  mig.spec.request.mig_profile = "3g.40gb";
+  EXPECT_TRUE(driver_->check(mig).isOk());
+  SubmitCommand t4 = cmd("team-1", "t4", 1, 1);
+  t4.spec.request.models = {*cat_.find("T4")};
+  EXPECT_TRUE(refusal(t4).starts_with("gpu.models: no GPU in the pool is a T4")) << refusal(t4);
+  SubmitCommand big_memory = cmd("team-1", "mem", 1, 1);
+  big_memory.spec.request.gpu_memory = core::MiB{200000};
+  EXPECT_TRUE(refusal(big_memory).starts_with("gpu.memoryMiB")) << refusal(big_memory);
+  // Sixteen GPUs in all: a gang of 17 one-GPU tasks never starts, 17 elastic ones do.
+  SubmitCommand gang = cmd("team-1", "gang", 17, 1);
+  EXPECT_TRUE(
+      refusal(gang).starts_with("minAvailable: its 17 tasks must start together, but "
+                                "the whole pool holds at most 16"))
+      << refusal(gang);
+  gang.spec.min_available = 16;
+  EXPECT_TRUE(driver_->check(gang).isOk());
+  // Most of a node's CPU each: one fits a node, three cannot start together on two.
+  SubmitCommand cpu = cmd("team-1", "cpu", 3, 0);
+  cpu.spec.request.gpu_milli = core::MilliGpu{0};
+  cpu.spec.request.cpu = core::MilliCpu{200000};
+  EXPECT_TRUE(refusal(cpu).starts_with("minAvailable")) << refusal(cpu);
+  cpu.spec.request.cpu = core::MilliCpu{300000};
+  cpu.spec.tasks = cpu.spec.min_available = 1;
+  EXPECT_TRUE(refusal(cpu).starts_with("cpuMilli")) << refusal(cpu);
 }
 
 TEST_F(DriverTest, AForgottenTenantsNamesCanBeUsedAgain) {
@@ -146,6 +187,43 @@ TEST_F(DriverTest, ADeletedTeamQueuesNodeGoesToTheTenantsNextNewQueue) {
   // With no retired node left, a new queue gets a node of its own.
   ASSERT_TRUE(driver_->putTeamQueue("team-1", "a", 2000, 0, 1, 100).isOk());
   EXPECT_EQ(driver_->teamQueueNodeCount("team-1"), 3U);
+}
+
+// An evicted workload is told who took its GPUs and why, without the name of another tenant's
+// workload; a workload waiting for its own tasks to stop says so.
+TEST_F(DriverTest, AnEvictionIsAnEventOnTheVictimWithWhoTookTheGpusAndWhy) {
+  SubmitCommand wide = cmd("team-1", "wide", 16, 1);
+  wide.spec.min_available = 1;
+  ASSERT_TRUE(driver_->submit(wide).isOk());
+  driver_->runOnce();
+  ASSERT_EQ(driver_->status("team-1", "wide")->phase, "running");
+  ASSERT_TRUE(driver_->submit(cmd("team-2", "secret-project", 1, 8)).isOk());
+  driver_->runOnce();  // Evicts; simulated nodes stop their tasks at once.
+  driver_->runOnce();  // Places.
+  ASSERT_FALSE(events_["team-1/wide"].empty());
+  const std::string& e = events_["team-1/wide"][0];
+  EXPECT_TRUE(
+      e.starts_with("reclaimed by queue team-2/default: team-1 held 16 GPUs, fair share 8 "
+                    "(task "))
+      << e;
+  EXPECT_EQ(e.find("secret-project"), std::string::npos) << e;
+  EXPECT_TRUE(driver_->status("team-1", "wide")->events.empty());  // Told once.
+  // Inside a queue: the preemptor is named, with its priority.
+  ASSERT_EQ(driver_->status("team-2", "secret-project")->phase, "running");
+  SubmitCommand urgent = cmd("team-2", "urgent", 1, 8);
+  urgent.spec.priority = 10;
+  ASSERT_TRUE(driver_->submit(urgent).isOk());
+  driver_->runOnce();
+  ASSERT_FALSE(events_["team-2/secret-project"].empty())
+      << driver_->status("team-2", "urgent")->reason;
+  EXPECT_TRUE(
+      events_["team-2/secret-project"][0].starts_with("preempted by workload urgent (priority 10)"))
+      << events_["team-2/secret-project"][0];
+  for (const std::string w : {"team-1/wide", "team-2/secret-project", "team-2/urgent"}) {
+    const size_t slash = w.find('/');
+    const WorkloadStatus s = *driver_->status(w.substr(0, slash), w.substr(slash + 1));
+    EXPECT_TRUE(s.phase != "pending" || !s.reason.empty()) << w;
+  }
 }
 
 TEST_F(DriverTest, RunsPassesOnItsOwnThread) {
@@ -330,6 +408,71 @@ TEST_F(AgentNodesTest, CancellingTakesTheTaskOffItsNode) {
   driver_->runOnce();
   EXPECT_TRUE(beat("a")->tasks.empty());
   EXPECT_EQ(driver_->status("team-1", "train")->phase, "cancelled");
+}
+
+// A task evicted before its agent started it holds its GPUs only until a heartbeat proves the
+// agent is not running it; one the agent said it started holds them until it reports the exit.
+TEST_F(AgentNodesTest, AnEvictedTaskTheAgentNeverStartedFreesItsGpus) {
+  ASSERT_TRUE(driver_->updateTenantQueue("team-1", 0, 0, 1, 100).isOk());  // Borrows all it has.
+  ASSERT_TRUE(driver_->addTenantQueue("team-2", 4000, 0, 1, 100).isOk());
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  // team-1 borrows both GPUs of "a" (the only node up): two elastic tasks.
+  SubmitCommand wide = cmd("team-1", "wide", 2, 1);
+  wide.spec.min_available = 1;
+  ASSERT_TRUE(driver_->submit(wide).isOk());
+  driver_->runOnce();
+  ASSERT_EQ(driver_->status("team-1", "wide")->phase, "running");
+  // The agent is told, and says it started one of them only (its answer to the other is lost,
+  // say, or it is still starting).
+  const std::vector<NodeTask> listed = beat("a")->tasks;
+  ASSERT_EQ(listed.size(), 2U);
+  ASSERT_TRUE(beat("a", {report(listed[0], NodeTaskReport::State::kRunning)}).isOk());
+  driver_->runOnce();
+  // team-2 reclaims both GPUs: both tasks are evicted. (It asks for more than "a" has, or the
+  // simulated node's GPUs, which its tasks cannot use, would count as team-1's fair share.)
+  ASSERT_TRUE(driver_->submit(cmd("team-2", "big", 1, 2)).isOk());
+  ASSERT_TRUE(driver_->submit(cmd("team-2", "more", 1, 2)).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-2", "big")->reason.rfind("waiting-for-evictions", 0), 0U)
+      << driver_->status("team-2", "big")->reason;
+  // The next heartbeat reports nothing more: the unstarted task's GPU is free, the started one
+  // is not, and the gang of two waits for it.
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  WorkloadStatus wide_now = *driver_->status("team-1", "wide");
+  EXPECT_EQ(wide_now.tasks[1].state, "pending");
+  EXPECT_EQ(wide_now.tasks[0].state, "terminating");
+  EXPECT_EQ(wide_now.tasks[0].node, "a");
+  EXPECT_EQ(driver_->status("team-2", "big")->phase, "pending");
+  // Its exit frees the other; the reclaimer starts.
+  ASSERT_TRUE(beat("a", {report(listed[0], NodeTaskReport::State::kExited, 143)}).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-2", "big")->phase, "running");
+  EXPECT_EQ(driver_->status("team-1", "wide")->tasks[0].state, "pending");
+}
+
+// A task placed and evicted before any heartbeat listed it is free at the next heartbeat.
+TEST_F(AgentNodesTest, ATaskEvictedBeforeItsAgentHeardOfItFreesItsGpusAtTheNextHeartbeat) {
+  ASSERT_TRUE(driver_->updateTenantQueue("team-1", 0, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->addTenantQueue("team-2", 4000, 0, 1, 100).isOk());
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "early", 1, 2)).isOk());
+  driver_->runOnce();
+  ASSERT_TRUE(driver_->submit(cmd("team-2", "big", 1, 2)).isOk());
+  ASSERT_TRUE(driver_->submit(cmd("team-2", "more", 1, 2)).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "early")->tasks[0].state, "terminating");
+  driver_->runOnce();  // Without a heartbeat, nothing proves it is not running.
+  EXPECT_EQ(driver_->status("team-1", "early")->tasks[0].state, "terminating");
+  auto answer = beat("a");
+  ASSERT_TRUE(answer.isOk());
+  EXPECT_TRUE(answer->tasks.empty());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-2", "big")->phase, "running");
+  EXPECT_EQ(driver_->status("team-1", "early")->phase, "pending");
+  EXPECT_FALSE(driver_->status("team-1", "early")->reason.empty());
 }
 
 TEST_F(AgentNodesTest, RefusesUnknownNodesSimulatedNodesAndOtherHardware) {

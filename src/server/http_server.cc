@@ -153,6 +153,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void onRead(beast::error_code ec) {
+    head_ = false;
     if (ec == http::error::end_of_stream || ec == beast::error::timeout ||
         ec == asio::error::operation_aborted) {
       close();
@@ -175,6 +176,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return;
     }
     const http::request<http::string_body>& req = parser_->get();
+    head_ = req.method() == http::verb::head;
     HttpRequest r;
     r.method = std::string(req.method_string());
     r.target = std::string(req.target());
@@ -260,6 +262,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     msg->body() = std::move(resp.body);
     msg->keep_alive(keep_alive);
     msg->prepare_payload();
+    if (head_) {
+      // The headers a GET would have, and no body: a keep-alive client reads none after a HEAD.
+      msg->body().clear();
+    }
     beast::get_lowest_layer(stream_).expires_after(config().request_timeout);
     http::async_write(
         stream_, *msg,
@@ -280,6 +286,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  bool head_ = false;  // The request being answered is a HEAD.
   std::atomic<bool> open_{true};
 };
 

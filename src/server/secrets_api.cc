@@ -159,12 +159,23 @@ std::optional<HttpResponse> ControlPlane::unauthenticatedSecretsApi(const HttpRe
     return resp;
   };
   if (scope.path == "sys/init") {
-    core::JsonNode n(body, "body", "request");
+    static const std::string kRequest = "request";
+    core::JsonNode n(body, "body", kRequest);
     if (core::Status st = n.checkKeys({"secret_shares", "secret_threshold"}); !st.isOk()) {
       return finish(fromStatus(st));
     }
-    const int64_t shares = body.value("secret_shares", int64_t{5});
-    const int64_t threshold = body.value("secret_threshold", int64_t{3});
+    int64_t shares = 5;
+    int64_t threshold = 3;
+    for (const auto& [field, out] :
+         {std::pair{"secret_shares", &shares}, std::pair{"secret_threshold", &threshold}}) {
+      if (n.has(field)) {
+        auto v = n.child(field).integer(1, 255);
+        if (!v.isOk()) {
+          return finish(fromStatus(v.status()));
+        }
+        *out = *v;
+      }
+    }
     if (shares < 1 || shares > 255 || threshold < 1 || threshold > shares) {
       return finish(error(400, "need 1 <= secret_threshold <= secret_shares <= 255"));
     }
@@ -180,7 +191,8 @@ std::optional<HttpResponse> ControlPlane::unauthenticatedSecretsApi(const HttpRe
   if (scope.path == "sys/generate-root") {
     // A root token only for a quorum of unseal shares (in key-file mode, the key file's
     // contents), short-lived and not renewable: no forever credentials, not even for operators.
-    core::JsonNode n(body, "body", "request");
+    static const std::string kRequest = "request";
+    core::JsonNode n(body, "body", kRequest);
     if (core::Status st = n.checkKeys({"keys", "ttl"}); !st.isOk()) {
       return finish(fromStatus(st));
     }
@@ -229,6 +241,12 @@ std::optional<HttpResponse> ControlPlane::unauthenticatedSecretsApi(const HttpRe
                                 {"renewable", false}}}}));
   }
   // sys/unseal
+  if (!body.is_object()) {
+    return finish(error(400, "request: body: expected an object"));
+  }
+  if (body.contains("reset") && !body["reset"].is_boolean()) {
+    return finish(error(400, "\"reset\": expected true or false"));
+  }
   if (body.value("reset", false)) {
     keys.resetUnseal();
     return finish(reply(200, sealJson(keys.status())));
@@ -579,7 +597,8 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
         return error(403, "permission denied");
       }
-      core::JsonNode n(r.body, "body", "request");
+      static const std::string kRequest = "request";
+      core::JsonNode n(r.body, "body", kRequest);
       if (core::Status st = n.checkKeys({"data", "options"}); !st.isOk()) {
         return fromStatus(st);
       }
@@ -711,7 +730,8 @@ HttpResponse ControlPlane::grantsApi(Request& r) {
     if (!authorized(r, Capability::kCreate)) {
       return error(403, "permission denied");
     }
-    core::JsonNode n(r.body, "body", "request");
+    static const std::string kRequest = "request";
+    core::JsonNode n(r.body, "body", kRequest);
     if (core::Status st = n.checkKeys({"to", "on", "policy", "ttl"}); !st.isOk()) {
       return fromStatus(st);
     }

@@ -12,8 +12,10 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <climits>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -408,6 +410,145 @@ TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
                       {{"queue", "short-lived"}, {"cpuMilli", 100}})
                 .status,
             400U);
+}
+
+// Bad bodies on every route that reads one: fields of the wrong type, missing, huge, nested, at
+// every field each route knows. None is answered 500, and every request the audit log recorded
+// has its response record.
+TEST_F(ServerTest, BadBodiesNeverAnswer500AndEveryAuditedRequestHasItsResponse) {
+  auto server = startDev();
+  const Client c = client();
+  json deep = json::array();
+  for (int i = 0; i < 200; ++i) {
+    deep = json::array({deep});
+  }
+  const std::vector<json> bad = {"yes",
+                                 "",
+                                 std::string(70000, 'x'),
+                                 1e300,
+                                 -1,
+                                 json(18446744073709551615ULL),
+                                 json(INT64_MIN),
+                                 1.5,
+                                 true,
+                                 nullptr,
+                                 json::array({1, json::array({2})}),
+                                 {{"a", {{"b", {{"c", json::object()}}}}}},
+                                 deep};
+  struct Route {
+    std::string method, path, token;
+    std::vector<std::string> fields;  // Dotted paths into the body.
+  };
+  const std::vector<std::string> tenant_fields = {
+      "quota",       "quota.gpu",    "limit",         "limit.gpu",
+      "weight",      "priority",     "trust_group",   "max_workloads",
+      "max_pending", "max_queues",   "max_tokens",    "max_policies",
+      "max_secrets", "request_rate", "request_burst", "request_concurrency"};
+  const std::vector<std::string> token_fields = {"policies",  "ttl",          "explicit_max_ttl",
+                                                 "renewable", "display_name", "tenant"};
+  const std::vector<Route> routes = {
+      {"POST", "/v1/tenants/new-N", root(), tenant_fields},
+      {"POST",
+       "/v1/tenants/demo/workloads/w-N",
+       demo(),
+       {"tasks",         "minAvailable", "priority",    "preemptible",
+        "maxRuntime",    "duration",     "gracePeriod", "command",
+        "env",           "env.LR",       "identity",    "identity.audiences",
+        "secrets",       "secrets.kv",   "secrets.db",  "cpuMilli",
+        "memoryMiB",     "gpu",          "gpu.count",   "gpu.milli",
+        "gpu.memoryMiB", "gpu.mig",      "gpu.models",  "gpu.isolation",
+        "queue"}},
+      {"POST", "/v1/auth/token/create", root(), token_fields},
+      {"POST", "/v1/tenants/demo/auth/token/create", demo(), token_fields},
+      {"POST", "/v1/tenants/demo/auth/token/renew-self", demo(), {"increment"}},
+      {"POST", "/v1/auth/token/lookup", root(), {"accessor"}},
+      {"POST", "/v1/auth/token/renew", root(), {"accessor", "increment"}},
+      {"POST", "/v1/sys/policies/p-N", root(), {"path", "policy"}},
+      {"POST", "/v1/tenants/demo/policies/p-N", demo(), {"path", "policy"}},
+      {"POST",
+       "/v1/tenants/demo/queues/q-N",
+       demo(),
+       {"quota", "quota.gpu", "limit", "limit.gpu", "weight", "priority"}},
+      {"POST", "/v1/tenants/demo/grants", demo(), {"to", "on", "policy", "ttl"}},
+      {"POST", "/v1/tenants/demo/secrets/kv/data/app", demo(), {"data", "options", "options.cas"}},
+      {"POST", "/v1/tenants/demo/secrets/kv/config", demo(), {"max_versions", "cas_required"}},
+      {"PUT", "/v1/sys/init", "", {"secret_shares", "secret_threshold", "x"}},
+      {"PUT", "/v1/sys/unseal", "", {"key", "reset"}},
+      {"PUT", "/v1/sys/generate-root", "", {"keys", "ttl"}},
+      {"PUT", "/v1/sys/nodes/t4-2x-0/heartbeat", root(), {"node", "node.gpus", "reports"}},
+      // Last: a value that is valid but odd (a request rate of 1.5/s) slows demo's own requests.
+      {"POST", "/v1/tenants/demo", root(), tenant_fields},
+  };
+  int n = 0;
+  int sent = 0;
+  std::vector<std::string> failures;
+  auto send = [&](const Route& route, const json& body) {
+    std::string path = route.path;
+    if (const size_t at = path.find("-N"); at != std::string::npos) {
+      path.replace(at, 2, "-" + std::to_string(++n));
+    }
+    Response r = c.call(route.method, path, route.token, body);
+    ++sent;
+    if (r.status >= 500 && r.status != 503) {
+      failures.push_back(route.method + " " + path + " " + body.dump().substr(0, 200) + " -> " +
+                         std::to_string(r.status) + " " + r.raw.substr(0, 200));
+    }
+  };
+  for (const Route& route : routes) {
+    send(route, json::object());       // Every field missing.
+    send(route, json::array({1, 2}));  // Not an object.
+    send(route, json("a string"));
+    for (const std::string& field : route.fields) {
+      for (const json& value : bad) {
+        json body = json::object();
+        json* at = &body;
+        size_t start = 0;
+        for (size_t dot = field.find('.'); dot != std::string::npos; dot = field.find('.', start)) {
+          at = &(*at)[field.substr(start, dot - start)];
+          start = dot + 1;
+        }
+        (*at)[field.substr(start)] = value;
+        send(route, body);
+      }
+    }
+  }
+  // Query strings and paths that are not UTF-8.
+  for (const std::string& path :
+       {"/v1/tenants/demo/secrets/kv/data/app?version=%FF", "/v1/tenants/demo/workloads/%FF%FE",
+        "/v1/tenants/demo/secrets/kv/data/app?version=99999999999999999999",
+        "/v1/tenants/demo/workloads/x/logs?task=%FF&offset=-5&limit=1e99"}) {
+    send({"GET", path, demo(), {}}, nullptr);
+  }
+  EXPECT_TRUE(failures.empty()) << failures.size() << " of " << sent << " answered 5xx:\n"
+                                << [&] {
+                                     std::string all;
+                                     for (const std::string& f : failures) {
+                                       all += f + "\n";
+                                     }
+                                     return all;
+                                   }();
+  EXPECT_GT(sent, 800);
+  EXPECT_EQ(server->stop(SIGTERM), 0) << server->errors();
+  // Every request record has its response record.
+  std::map<std::string, int> open;
+  int requests = 0;
+  std::istringstream log(slurp(dir_ / "audit.log"));
+  for (std::string line; std::getline(log, line);) {
+    const json rec = json::parse(line, nullptr, false);
+    ASSERT_FALSE(rec.is_discarded()) << line.substr(0, 200);
+    const std::string id = rec.value("request_id", "");
+    if (rec.value("type", "") == "request") {
+      ++open[id];
+      ++requests;
+    } else if (rec.value("type", "") == "response" && open.contains(id)) {
+      if (--open[id] == 0) {
+        open.erase(id);
+      }
+    }
+  }
+  EXPECT_GT(requests, 800);
+  EXPECT_TRUE(open.empty()) << open.size() << " requests without a response record, e.g. "
+                            << (open.empty() ? "" : open.begin()->first);
 }
 
 TEST_F(ServerTest, AuditChainVerifiesAndPointsAtAnEditedRecord) {
