@@ -412,6 +412,14 @@ class PromisesTest : public AgentTest {
     waitFor([&] { return !slurp(file).empty(); }, 20s);
     return slurp(file);
   }
+  // Whether the workload comes to wait on the trust rule within 10 s.
+  bool waitsUntrusted(const std::string& tenant, const std::string& name) {
+    return waitFor(
+        [&] {
+          return status(tenant, name).value("reason", "").find("untrusted") != std::string::npos;
+        },
+        10s);
+  }
   std::map<std::string, std::string> tokens_;
 };
 
@@ -432,12 +440,7 @@ TEST_F(PromisesTest, FractionalTasksOfTwoTenantsShareAGpuOnlyInATrustGroup) {
   half("team-2", "two-b");
   EXPECT_EQ(gpu(where("team-2", "two-b")), gpu(two));
   half("team-2", "two-c");
-  ASSERT_TRUE(waitFor(
-      [&] {
-        return status("team-2", "two-c").value("reason", "").find("untrusted") != std::string::npos;
-      },
-      10s))
-      << status("team-2", "two-c").dump();
+  ASSERT_TRUE(waitsUntrusted("team-2", "two-c")) << status("team-2", "two-c").dump();
   EXPECT_EQ(status("team-2", "two-c")["phase"], "pending");
   // One trust group: it joins team-1's GPU and its MPS daemon.
   for (const std::string t : {"team-1", "team-2"}) {
@@ -453,12 +456,7 @@ TEST_F(PromisesTest, FractionalTasksOfTwoTenantsShareAGpuOnlyInATrustGroup) {
   ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/one", tenant_).status, 204U);
   ASSERT_TRUE(waitFor([&] { return status("team-1", "one")["phase"] == "cancelled"; }, 10s));
   half("team-1", "one-b");
-  ASSERT_TRUE(waitFor(
-      [&] {
-        return status("team-1", "one-b").value("reason", "").find("untrusted") != std::string::npos;
-      },
-      10s))
-      << status("team-1", "one-b").dump();
+  ASSERT_TRUE(waitsUntrusted("team-1", "one-b")) << status("team-1", "one-b").dump();
   // The rule holds across a restart of the server: the groups come back from the store.
   EXPECT_EQ(server_->stop(SIGTERM), 0) << server_->errors();
   const std::string d = dir_.string();
