@@ -34,15 +34,39 @@ std::string hmacOf(const json& value, std::string_view salt) {
   return hmacValue(salt, canonicalJson(value));
 }
 
+// Whether a key's value, or part of it, is HMAC'd by the key-name rules: any value under an
+// always-sensitive key; a string, or the strings of a list, under a key that looks secret.
+bool hidesByName(std::string_view key, const json& item) {
+  if (isAlwaysSensitiveKey(key)) {
+    return true;
+  }
+  if (!looksSecret(key)) {
+    return false;
+  }
+  return item.is_string() ||
+         (item.is_array() &&
+          std::any_of(item.begin(), item.end(), [](const json& v) { return v.is_string(); }));
+}
+
 // HMACs, in place, every value under an always-sensitive key anywhere inside `value` (found at
-// `where`), and records where it did so in `done`.
+// `where`), and every string under a key that looks secret, and records where it did so in
+// `done`.
 void hmacSensitiveKeys(json& value, const json::json_pointer& where, std::string_view salt,
                        std::vector<std::string>* done) {
   if (value.is_object()) {
     for (auto& [key, item] : value.items()) {
-      if (isAlwaysSensitiveKey(key)) {
+      if (isAlwaysSensitiveKey(key) || (looksSecret(key) && item.is_string())) {
         item = hmacOf(item, salt);
         done->push_back((where / key).to_string());
+      } else if (looksSecret(key) && item.is_array()) {
+        for (size_t i = 0; i < item.size(); ++i) {
+          if (item[i].is_string()) {
+            item[i] = hmacOf(item[i], salt);
+            done->push_back((where / key / i).to_string());
+          } else {
+            hmacSensitiveKeys(item[i], where / key / i, salt, done);
+          }
+        }
       } else {
         hmacSensitiveKeys(item, where / key, salt, done);
       }
@@ -57,7 +81,7 @@ void hmacSensitiveKeys(json& value, const json::json_pointer& where, std::string
 bool hasSensitiveKey(const json& value) {
   if (value.is_object()) {
     for (const auto& [key, item] : value.items()) {
-      if (isAlwaysSensitiveKey(key) || hasSensitiveKey(item)) {
+      if (hidesByName(key, item) || hasSensitiveKey(item)) {
         return true;
       }
     }
@@ -84,6 +108,18 @@ Result<std::string> stringField(const json& record, const char* name) {
 }
 
 }  // namespace
+
+bool looksSecret(std::string_view key) {
+  std::string lower(key);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (std::string_view word : {"token", "passw", "secret", "credential"}) {
+    if (lower.find(word) != std::string::npos) {
+      return true;
+    }
+  }
+  return lower.ends_with("key");
+}
 
 std::string canonicalJson(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);

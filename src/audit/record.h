@@ -26,7 +26,8 @@
 // message = the value's UTF-8 bytes) for a string, or of its canonical JSON for any other value;
 // an operator who holds the salt can test a candidate value with `tessera audit hash`. A value is
 // sensitive if the event lists a JSON pointer to it, or if it sits in a request or response body
-// under a key named in `kAlwaysSensitiveKeys` (a safety net for tokens and passwords).
+// under a key named in `kAlwaysSensitiveKeys`, or if it is a string (alone or in a list) under a
+// key that `looksSecret` (a safety net for tokens and passwords: `env.DB_PASSWORD`).
 #pragma once
 
 #include <cstdint>
@@ -78,6 +79,12 @@ inline constexpr std::string_view kAlwaysSensitiveKeys[] = {
     "token",      "client_token", "password", "secret_id", "private_key",
     "secret_key", "jwt",          "api_key",  "secret",    "credentials",
 };
+
+// Whether a key names something secret: case-insensitively, it contains "token", "passw",
+// "secret" or "credential", or ends in "key" (`GITHUB_TOKEN`, `DB_PASSWORD`, `apiKey`,
+// `AWS_SECRET_ACCESS_KEY`, `ssh_key`; not `keys` or `max_tokens`' number). Under such a key, string
+// values are HMAC'd by the audit log and env values are sealed by the server's barrier.
+bool looksSecret(std::string_view key);
 
 // Whether the record of `event` hides part of its response: a `sensitive` pointer into the
 // response, or an always-sensitive key anywhere in the response body. When it does not, the

@@ -107,6 +107,35 @@ TEST(RecordTest, AlwaysSensitiveKeysAreHmacdAtAnyDepthOnce) {
   EXPECT_EQ((*j)["response"]["body"]["auth"]["client_token"], hmacValue("pepper", "s.root"));
 }
 
+TEST(RecordTest, StringsUnderSecretLookingNamesAreHmacd) {
+  for (const char* name : {"DB_PASSWORD", "GITHUB_TOKEN", "apiKey", "AWS_SECRET_ACCESS_KEY",
+                           "ssh_key", "MyCredentialFile", "refresh_token"}) {
+    EXPECT_TRUE(looksSecret(name)) << name;
+  }
+  for (const char* name : {"keys", "PATH", "HOME", "name", "monkeys", "max_workloads"}) {
+    EXPECT_FALSE(looksSecret(name)) << name;
+  }
+  AuditEvent e = testing::sampleEvent(1);
+  e.request.body = {{"env", {{"DB_PASSWORD", "hunter2"}, {"HOME", "/root"}}},
+                    {"max_tokens", 5},
+                    {"access_tokens", json::array({"t1", 7})},
+                    {"secrets", {{"kv", json::array({"app/config"})}}}};
+  e.response.body = {{"data", {{"env", {{"GITHUB_TOKEN", "ghp_x"}}}}}};
+  auto j = redactedEventJson(e, kSalted);
+  ASSERT_TRUE(j.isOk());
+  const json& body = (*j)["request"]["body"];
+  EXPECT_EQ(body["env"]["DB_PASSWORD"], hmacValue("pepper", "hunter2"));
+  EXPECT_EQ(body["env"]["HOME"], "/root");
+  EXPECT_EQ(body["max_tokens"], 5);  // A number under such a name is no secret.
+  EXPECT_EQ(body["access_tokens"][0], hmacValue("pepper", "t1"));
+  EXPECT_EQ(body["access_tokens"][1], 7);
+  EXPECT_EQ(body["secrets"]["kv"][0], "app/config");  // Names of secrets, not their values.
+  EXPECT_EQ((*j)["response"]["body"]["data"]["env"]["GITHUB_TOKEN"], hmacValue("pepper", "ghp_x"));
+  EXPECT_TRUE(responseIsSensitive(e));
+  e.response.body = {{"data", {{"max_tokens", 5}}}};
+  EXPECT_FALSE(responseIsSensitive(e));
+}
+
 TEST(RecordTest, BadSensitivePointersAreErrors) {
   AuditEvent e = testing::sampleEvent(0);
   for (const char* p : {"/seq", "/hash", "/prev_hash", "no-leading-slash", ""}) {

@@ -363,10 +363,21 @@ void Scheduler::taskFinished(TaskId t) {
   fair_share_dirty_ = true;
 }
 
-void Scheduler::cancel(WorkloadId w) {
+void Scheduler::cancel(WorkloadId w, const std::function<bool(TaskId)>& stops_later) {
   WorkloadInfo& info = workloads_[w];
+  info.cancelled = true;
   for (TaskId t : info.tasks) {
     TaskInfo& task = tasks_[t];
+    const bool running = task.state == TaskState::kRunning;
+    if ((running || task.state == TaskState::kTerminating) && stops_later && stops_later(t)) {
+      if (running) {
+        task.state = TaskState::kTerminating;
+        addRunning(w, -1);
+        ++info.terminating;
+        refile(w);
+      }
+      continue;
+    }
     if (task.state == TaskState::kPending) {
       tree_.addPending(info.spec.queue, pendingAmounts(w), -1);
       task.state = TaskState::kFinished;
@@ -440,6 +451,10 @@ void Scheduler::addCapacity(NodeIndex n, int sign) {
 
 void Scheduler::requeue(TaskId t) {
   TaskInfo& task = tasks_[t];
+  if (workloads_[task.workload].cancelled) {
+    taskFinished(t);  // Stopped, and nothing more to run.
+    return;
+  }
   releaseTask(t);
   WorkloadInfo& w = workloads_[task.workload];
   tree_.addPending(w.spec.queue, pendingAmounts(task.workload), +1);

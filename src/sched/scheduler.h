@@ -30,6 +30,7 @@
 
 #include <compare>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -128,6 +129,7 @@ struct WorkloadInfo {
   uint64_t seq = 0;         // Submission order.
   Explanation why;          // From its last try; see Scheduler::explain.
   int awaited_victims = 0;  // Tasks evicted for it that have not stopped yet.
+  bool cancelled = false;   // Its tasks that stop are finished, never pending again.
   uint32_t shape = 0;       // The placer's class of its request.
   int32_t bucket = -1;      // Index in its leaf queue's buckets; -1 = none.
   uint64_t tried_pass = 0;  // The last pass that tried it.
@@ -150,8 +152,11 @@ class Scheduler {
   // A running task ended through no fault of its own (its node's agent stopped it while cut off
   // from the server): its resources are released and it is pending again.
   void taskInterrupted(TaskId t);
-  // Removes a workload: pending tasks are dropped, running ones end now.
-  void cancel(WorkloadId w);
+  // Removes a workload: pending tasks are dropped, running ones end now, except those for which
+  // `stops_later` is true (a process an agent must still stop): they are terminating, holding
+  // their resources until taskStopped (or taskInterrupted, or their node's loss), which then
+  // finishes them instead of queueing them again.
+  void cancel(WorkloadId w, const std::function<bool(TaskId)>& stops_later = {});
   // Node `n`'s agent is lost. No task goes there until `nodeBack`; its running and terminating
   // tasks are pending again (the next start of each raises TaskInfo::starts, the generation
   // its assignment carries, so the lost node's copy is known stale); its capacity leaves the

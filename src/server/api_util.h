@@ -16,6 +16,7 @@
 #include "server/grants.h"
 #include "server/http_server.h"
 #include "server/route.h"
+#include "server/route_table.h"
 #include "server/tokens.h"
 #include "store/store.h"
 
@@ -27,7 +28,7 @@ struct ControlPlane::Request {
   std::string method;  // GET, LIST, POST, PUT, DELETE (LIST also for GET ?list=true).
   std::string request_id;
   TokenInfo token;
-  std::string route;  // For metrics: the path with names replaced by '*'.
+  std::string route;  // For metrics: the route's pattern (RouteMatch::label).
   nlohmann::json body = nlohmann::json::object();
   // Set when a token of another tenant comes in on a grant (server/grants.h): what it may do.
   std::optional<Grant> grant;
@@ -36,6 +37,7 @@ struct ControlPlane::Request {
   // txn stores with it (store::Note), so the record is on stable storage no later than the
   // change, while the log flushes it by itself soon after.
   std::vector<store::Note> audit_notes = {};
+  RouteMatch match = {};  // The route table's entry for this path and method (ControlPlane::serve).
 };
 
 namespace api {

@@ -402,7 +402,65 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
   cmd.duration = std::chrono::seconds(spec.value("duration", int64_t{0}));
   cmd.grace = std::chrono::seconds(spec.value("gracePeriod", int64_t{30}));
   TESSERA_RETURN_IF_ERROR(parseCommandAndEnv(node, cmd));
+  if (const auto sealed = record.find("sealed_env"); sealed != record.end()) {
+    for (const auto& [var, hex] : sealed->items()) {
+      cmd.env.erase(var);
+      cmd.sealed_env[var] = hex.get<std::string>();
+    }
+  }
   return cmd;
+}
+
+namespace {
+
+std::string envKey(const std::string& workload, const std::string& var) {
+  return "workloads/" + workload + "/env/" + var;
+}
+
+}  // namespace
+
+core::Status ControlPlane::sealEnv(const std::string& tenant, const std::string& name,
+                                   SubmitCommand& cmd, json& spec, json& sealed) {
+  for (auto it = cmd.env.begin(); it != cmd.env.end();) {
+    if (!audit::looksSecret(it->first)) {
+      ++it;
+      continue;
+    }
+    const std::string where = "workload '" + name + "': env." + it->first;
+    if (secrets_ == nullptr) {
+      return core::invalidArgument(where +
+                                   ": its name looks secret, and this server has no secrets "
+                                   "engine to seal it with; rename it, or enable secrets");
+    }
+    TESSERA_RETURN_IF_ERROR(secrets_->keys().addTenant(tenant).withContext(where));
+    auto blob = secrets_->keys().encrypt(tenant, envKey(name, it->first), it->second);
+    if (!blob.isOk()) {
+      return blob.status().withContext(where + ": cannot seal it");
+    }
+    sealed[it->first] =
+        core::hexEncode(reinterpret_cast<const unsigned char*>(blob->data()), blob->size());
+    spec["env"][it->first] = "(sealed)";
+    cmd.sealed_env[it->first] = sealed[it->first].get<std::string>();
+    it = cmd.env.erase(it);
+  }
+  return core::Status::ok();
+}
+
+core::Result<std::string> ControlPlane::openEnv(const NodeTask& t, const std::string& var,
+                                                const std::string& hex) const {
+  if (secrets_ == nullptr) {
+    return core::failedPrecondition("no secrets engine");
+  }
+  std::string blob;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    const int hi = core::hexDigitValue(hex[i]);
+    const int lo = core::hexDigitValue(hex[i + 1]);
+    if (hi < 0 || lo < 0) {
+      return core::internalError("env." + var + ": the stored sealed value is not hex");
+    }
+    blob.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return secrets_->keys().decrypt(t.tenant, envKey(t.workload, var), blob);
 }
 
 void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
@@ -444,7 +502,8 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
       auto cmd = commandFromRecord(tenant, record);
       core::Status st = cmd.isOk() ? driver_.submit(std::move(cmd).value()) : cmd.status();
       if (!st.isOk()) {
-        onDriverChanges({{tenant + "/" + parts[3], WorkloadStatus{"failed", st.message(), {}}}});
+        onDriverChanges(
+            {{tenant + "/" + parts[3], WorkloadStatus{"failed", st.message(), {}, {}}}});
       }
       continue;
     }
@@ -645,37 +704,23 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   }
   Request r{http, std::move(parsed->scope), parsed->method, requestId(), {},
             "",   std::move(parsed->body),  std::nullopt};
-  // The route for metrics: names replaced by '*' after their collection.
-  {
-    std::vector<std::string> parts = split(r.scope.path);
-    // Secret paths and lease ids are the caller's names: cut them off, or every secret would
-    // be a metric of its own.
-    const size_t keep = parts[0] == "secrets" ? 3 : parts[0] == "leases" ? 2 : parts.size();
-    if (parts.size() > keep) {
-      parts.resize(keep);
-      parts.emplace_back("*");
+  // The route table decides what the path is (404 if nothing), which methods it takes (405
+  // otherwise) and the label its metrics get: the pattern, never the caller's names.
+  r.match =
+      matchRoute(r.scope.tenant ? RouteScope::kTenant : RouteScope::kAdmin, r.scope.path, r.method);
+  r.route = r.match.label;
+  if (r.match.route != nullptr && !r.match.route->authenticated) {
+    if (!r.match.allowed) {
+      return methodNotAllowed(r);
     }
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const bool name = i > 0 && (parts[i - 1] == "workloads" || parts[i - 1] == "policies" ||
-                                  parts[i - 1] == "tenants" || parts[i - 1] == "queues");
-      r.route += (i > 0 ? "/" : "") + (name ? std::string("*") : parts[i]);
+    switch (r.match.route->api) {
+      case Api::kHealth:
+        return health();
+      case Api::kOpenApi:
+        return reply(200, openApiDocument(kVersion));
+      default:
+        break;
     }
-    r.route = (r.scope.tenant ? "tenant/" : "") + r.route;
-  }
-  // Unauthenticated: health (admin scope only).
-  if (!r.scope.tenant && r.scope.path == "sys/health") {
-    json sinks = json::array();
-    for (const audit::SinkHealth& h : auditor_.health()) {
-      sinks.push_back({{"name", h.name}, {"error", h.last_error}});
-    }
-    const secrets::SealStatus seal =
-        secrets_ != nullptr ? secrets_->keys().status() : secrets::SealStatus{};
-    return reply(200, {{"initialized", seal.initialized},
-                       {"sealed", seal.sealed},
-                       {"version", kVersion},
-                       {"server_time_utc", wallText(clock_.wallNow())},
-                       {"audit_sinks", sinks},
-                       {"scheduler_passes", driver_.passes()}});
   }
   if (auto answer = unauthenticatedSecretsApi(http, r.scope, r.body)) {
     return *answer;
@@ -790,7 +835,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     if (read_only && !auditor_.recordAppendedAfter(ev, appended).isOk()) {
       resp = error(503, "the audit log cannot record this request, so it is refused");
     } else if (!read_only && !auditor_.append(ev).isOk() && resp.status < 300) {
-      resp = error(503, "the audit log cannot record the response");
+      resp = appliedButUnrecorded(resp.status);
     }
   } else if (read_only && !r.grant) {
     // Answered once both records are durable, from the flusher; this worker goes on meanwhile.
@@ -813,7 +858,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     }
   } else if (!auditor_.record(ev).isOk() && resp.status < 300) {
     // The change is made but unrecorded; say so rather than pretend nothing happened.
-    resp = error(503, "the audit log cannot record the response");
+    resp = appliedButUnrecorded(resp.status);
   }
   if (r.grant) {
     // The grantee's stream records its use of the grant too (the owner's has the request).
@@ -825,6 +870,17 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   }
   recordMetric(r.route, tenant, resp.status,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return resp;
+}
+
+HttpResponse ControlPlane::appliedButUnrecorded(unsigned status) {
+  // Not the refusal a client may retry blindly ("... so it is refused": nothing changed): the
+  // change is made. The header says so to a program; the status it would have had comes along.
+  HttpResponse resp = error(503,
+                            "the change was made, but the audit log cannot record the response "
+                            "(it would have answered " +
+                                std::to_string(status) + "); do not repeat it, check its result");
+  resp.headers.emplace_back("X-Tessera-Applied", "true");
   return resp;
 }
 
@@ -854,76 +910,80 @@ int64_t ControlPlane::tenantSetting(const std::string& tenant, const char* field
   return t == tenants_.end() ? fallback : t->second.value(field, fallback);
 }
 
-HttpResponse ControlPlane::route(Request& r) {
-  const std::vector<std::string> parts = split(r.scope.path);
-  const std::string& first = parts[0];
-  if (first == "auth" && parts.size() >= 2 && parts[1] == "token") {
-    return tokensApi(r);
+HttpResponse ControlPlane::methodNotAllowed(const Request& r) {
+  const std::string allow = allowHeader(*r.match.route);
+  HttpResponse resp = error(405, "method " + r.method + " not allowed on " +
+                                     std::string(r.match.route->pattern) + "; use " + allow);
+  resp.headers.emplace_back("Allow", allow);
+  return resp;
+}
+
+HttpResponse ControlPlane::health() {
+  json sinks = json::array();
+  for (const audit::SinkHealth& h : auditor_.health()) {
+    sinks.push_back({{"name", h.name}, {"error", h.last_error}});
   }
-  if (!r.scope.tenant) {
-    if (first == "tenants") {
+  const secrets::SealStatus seal =
+      secrets_ != nullptr ? secrets_->keys().status() : secrets::SealStatus{};
+  return reply(200, {{"initialized", seal.initialized},
+                     {"sealed", seal.sealed},
+                     {"version", kVersion},
+                     {"server_time_utc", wallText(clock_.wallNow())},
+                     {"audit_sinks", sinks},
+                     {"scheduler_passes", driver_.passes()}});
+}
+
+HttpResponse ControlPlane::route(Request& r) {
+  if (r.match.route == nullptr) {
+    return error(404, "unsupported path");
+  }
+  if (!r.match.allowed) {
+    return methodNotAllowed(r);
+  }
+  const std::map<std::string, std::string>& p = r.match.params;
+  switch (r.match.route->api) {
+    case Api::kTenants:
       return tenantsApi(r);
-    }
-    if (first == "sys" && parts.size() >= 2 && parts[1] == "policies") {
+    case Api::kTokens:
+      return tokensApi(r);
+    case Api::kPolicies:
       return policiesApi(r);
-    }
-    if (first == "sys" && parts.size() == 4 && parts[1] == "nodes" && parts[3] == "heartbeat") {
-      return heartbeatApi(r, parts[2]);
-    }
-    if (first == "sys" && parts.size() == 4 && parts[1] == "nodes" && parts[3] == "tasks") {
-      return watchNodeApi(r, parts[2]);
-    }
-    if (first == "sys" && parts.size() == 5 && parts[1] == "nodes" && parts[3] == "logs") {
-      return logAnswerApi(r, parts[2], parts[4]);
-    }
-    if (first == "sys" && parts.size() == 2 && parts[1] == "metrics") {
+    case Api::kNodeHeartbeat:
+      return heartbeatApi(r, p.at("node"));
+    case Api::kNodeTasks:
+      return watchNodeApi(r, p.at("node"));
+    case Api::kNodeLogs:
+      return logAnswerApi(r, p.at("node"), p.at("id"));
+    case Api::kMetrics:
       if (!authorized(r, Capability::kRead)) {
         return error(403, "permission denied");
       }
       return metrics();
-    }
-    if (first == "nodes") {
+    case Api::kNodes:
       return nodesApi(r);
-    }
-    if (first == "queues") {
+    case Api::kQueues:
       return queuesApi(r);
-    }
-    if (first == "sys" && parts.size() == 2 &&
-        (parts[1] == "seal" || parts[1] == "rotate" || parts[1] == "rewrap" ||
-         parts[1] == "key-status")) {
+    case Api::kSeal:
       return sealApi(r);
-    }
-    if (first == "sys" && parts.size() >= 2 && parts[1] == "leases") {
+    case Api::kAdminLeases:
       return adminLeasesApi(r);
-    }
-    if (first == "sys" && parts.size() == 2 && parts[1] == "doctor") {
+    case Api::kDoctor:
       return doctorApi(r);
-    }
-    return error(404, "unsupported path");
-  }
-  if (first == "secrets") {
-    return secretsApi(r);
-  }
-  if (first == "leases") {
-    return leasesApi(r);
-  }
-  if (first == "grants") {
-    return grantsApi(r);
-  }
-  if (first == "workloads") {
-    return workloadsApi(r);
-  }
-  if (first == "policies") {
-    return policiesApi(r);
-  }
-  if (first == "nodes") {
-    return nodesApi(r);
-  }
-  if (first == "queues") {
-    return queuesApi(r);
-  }
-  if (first == "audit" && parts.size() == 1) {
-    return auditApi(r);
+    case Api::kSecrets:
+      return secretsApi(r);
+    case Api::kLeases:
+      return leasesApi(r);
+    case Api::kGrants:
+      return grantsApi(r);
+    case Api::kWorkloads:
+      return workloadsApi(r);
+    case Api::kAudit:
+      return auditApi(r);
+    case Api::kHealth:
+    case Api::kOpenApi:
+    case Api::kSealUnauthenticated:
+    case Api::kWellKnown:
+      break;  // Answered before authentication.
   }
   return error(404, "unsupported path");
 }
@@ -1015,6 +1075,10 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
                   : core::notFound("no tenant '" + name + "'");
   }
   if (create) {
+    // Grants given to this name before the tenant existed are void (a granter is never told
+    // whether a name is a tenant). Any grant given from here on is to this tenant.
+    TESSERA_RETURN_IF_ERROR(grants_->forgetTenant(name).withContext(
+        "tenant '" + name + "' is created, but grants to its name from before are not dropped"));
     TESSERA_RETURN_IF_ERROR(
         driver_.addTenantQueue(name, q.quota, q.limit, q.weight, static_cast<int32_t>(q.priority)));
   } else {
@@ -1168,7 +1232,7 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
         core::Status submitted = cmd.isOk() ? driver_.submit(std::move(cmd).value()) : cmd.status();
         if (!submitted.isOk()) {
           onDriverChanges(
-              {{name + "/" + workload, WorkloadStatus{"failed", submitted.message(), {}}}});
+              {{name + "/" + workload, WorkloadStatus{"failed", submitted.message(), {}, {}}}});
         }
       }
       return fromStatus(st.withContext("deleting tenant '" + name + "'"));
@@ -1569,6 +1633,11 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   if (st.isOk()) {
     st = parseCommandAndEnv(n, cmd);
   }
+  json spec = r.body;
+  json sealed_env = json::object();
+  if (st.isOk()) {
+    st = sealEnv(tenant, name, cmd, spec, sealed_env);
+  }
   if (st.isOk() && !cmd.secrets.empty()) {
     if (core::Status allowed = checkWorkloadSecrets(r, cmd.secrets); !allowed.isOk()) {
       return fromStatus(allowed.withContext(source));
@@ -1628,10 +1697,13 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     }
   }
   json stored = {{"name", name},
-                 {"spec", r.body},
+                 {"spec", std::move(spec)},
                  {"submitted", wallText(clock_.wallNow())},
                  {"status", {{"phase", "pending"}, {"tasks", json::array()}}},
                  {"events", {{{"time", wallText(clock_.wallNow())}, {"event", "submitted"}}}}};
+  if (!sealed_env.empty()) {
+    stored["sealed_env"] = std::move(sealed_env);
+  }
   // The record grows with its tasks' status and its events, and must stay within what the store
   // takes, or it could never be updated again (nor cancelled).
   const size_t largest = stored.dump(-1, ' ', false, json::error_handler_t::replace).size() +
@@ -1893,6 +1965,14 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
     json tj = nodeTaskJson(t);
     // Files the agent keeps in the task's credentials folder (docs/secrets.md). The key is one
     // the audit log always HMACs.
+    for (const auto& [var, hex] : t.sealed_env) {
+      auto plain = openEnv(t, var, hex);
+      if (plain.isOk()) {
+        tj["env"][var] = std::move(plain).value();
+      } else {
+        tj["credentials_error"] = "its env." + var + ": " + plain.status().message();
+      }
+    }
     json files = json::object();
     if (std::string token = identityToken(t, node); !token.empty()) {
       files["identity-token"] = std::move(token);

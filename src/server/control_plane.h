@@ -219,6 +219,18 @@ class ControlPlane {
   bool authorizedOn(const Request& r, const std::string& path, Capability needed) const;
   // A workload's `secrets`, checked against what the submitting token may read.
   core::Status checkWorkloadSecrets(const Request& r, const WorkloadSecrets& wanted) const;
+  // Env values of workload `name` whose names look secret (audit::looksSecret): sealed by the
+  // barrier into `sealed` (NAME -> hex) and moved out of cmd.env, their spec value replaced by
+  // "(sealed)"; and opened again for an agent. Unavailable while the barrier is sealed.
+  core::Status sealEnv(const std::string& tenant, const std::string& name, SubmitCommand& cmd,
+                       nlohmann::json& spec, nlohmann::json& sealed);
+  core::Result<std::string> openEnv(const NodeTask& t, const std::string& var,
+                                    const std::string& hex) const;
+  // 405 with `Allow`, for a request whose route does not take its method.
+  static HttpResponse methodNotAllowed(const Request& r);
+  HttpResponse health();
+  // The 503 for a change that was made but whose response record the audit log refused.
+  static HttpResponse appliedButUnrecorded(unsigned status);
   // handle's work: the answer, or nullopt when it goes to `later` (moved from) afterwards.
   std::optional<HttpResponse> serve(const HttpRequest& req,
                                     const std::vector<ListenerConfig>& listeners, Reply& later);

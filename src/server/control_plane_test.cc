@@ -337,6 +337,31 @@ TEST_P(ControlPlaneAuditTest, OnceTheLogCannotFlushSubmissionsAreRefusedAndNothi
   EXPECT_EQ(call("GET", "workloads/w1").status, 503U);
 }
 
+TEST_P(ControlPlaneAuditTest, AChangeMadeButUnrecordedSaysItWasMade) {
+  ASSERT_EQ(call("POST", "workloads/w1", {{"cpuMilli", 100}}).status, 202U);
+  waitStored("/tenants/demo/workloads/w1");
+  // The cancel's request record is on disk; its store write waits; meanwhile the disk dies, so
+  // the response record cannot be written after the change is made.
+  held_store_->hold("/tenants/demo/workloads/");
+  auto cancelled = send("DELETE", "workloads/w1");
+  ASSERT_TRUE(held_store_->waitHeld(1));
+  disk_.fail();
+  // The log finds out at its next flush (this refusal's) and stops.
+  const HttpResponse refused = call("DELETE", "workloads/none");
+  EXPECT_EQ(refused.status, 503U);
+  EXPECT_TRUE(refused.headers.empty()) << "nothing changed: " << refused.body;
+  held_store_->release();
+  const HttpResponse r = answer(std::move(cancelled), "the cancel");
+  EXPECT_EQ(r.status, 503U);
+  EXPECT_NE(r.body.find("the change was made"), std::string::npos) << r.body;
+  EXPECT_NE(std::find(r.headers.begin(), r.headers.end(),
+                      std::pair<std::string, std::string>("X-Tessera-Applied", "true")),
+            r.headers.end());
+  auto stored = store_->get("/tenants/demo/workloads/w1");
+  ASSERT_TRUE(stored.isOk() && stored->has_value());
+  EXPECT_TRUE(json::parse((*stored)->value).value("cancel_requested", false));
+}
+
 TEST_P(ControlPlaneAuditTest, ASubmissionsRecordTheLogLostIsWrittenAgainAtTheNextStart) {
   const fs::path log = dir_ / "audit.log";
   ASSERT_EQ(call("POST", "workloads/w0", {{"cpuMilli", 100}, {"duration", 1}}).status, 202U);

@@ -478,6 +478,9 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
   if (info.pending > 0 && !cancelled_[w] && failed_[w].empty()) {
     s.reason = std::string(sched::waitReasonName(scheduler_->explain(w).reason)) + ": " +
                scheduler_->explain(w).message;
+  } else if (s.phase == "cancelled" && info.terminating > 0) {
+    s.reason = "stopping: " + std::to_string(info.terminating) +
+               " task(s) hold their GPUs until their agents have stopped them";
   } else if (s.phase == "pending" && info.terminating > 0) {
     s.reason = "terminating: " + std::to_string(info.terminating) +
                " evicted task(s) stopping; then it waits to be placed again";
@@ -561,7 +564,7 @@ void SchedulerDriver::runOnce() {
       ends_.erase(t);
     }
     cancelled_[it->second] = true;
-    scheduler_->cancel(it->second);
+    scheduler_->cancel(it->second, stopsOnAgent());
     touched.push_back(it->second);
   }
   // Simulated tasks that have run their duration.
@@ -919,7 +922,17 @@ void SchedulerDriver::failWorkload(sched::WorkloadId w, const std::string& reaso
   for (sched::TaskId t : scheduler_->workload(w).tasks) {
     ends_.erase(t);
   }
-  scheduler_->cancel(w);  // Its other tasks leave their nodes' lists: their agents stop them.
+  // Its other tasks leave their nodes' lists: their agents stop them, and they hold their GPUs
+  // until then.
+  scheduler_->cancel(w, stopsOnAgent());
+}
+
+std::function<bool(sched::TaskId)> SchedulerDriver::stopsOnAgent() {
+  return [this](sched::TaskId t) {
+    const sched::NodeIndex n = scheduler_->task(t).assignment.placement.node;
+    auto it = node_tasks_.find(n);
+    return it != node_tasks_.end() && it->second.contains(t);
+  };
 }
 
 uint32_t SchedulerDriver::generationOf(sched::TaskId t) const {
@@ -937,6 +950,7 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
   nt.index = static_cast<int>(task.index);
   nt.command = c.command;
   nt.env = c.env;
+  nt.sealed_env = c.sealed_env;
   const sched::Placement& p = task.assignment.placement;
   for (uint64_t g = p.gpus; g != 0; g &= g - 1) {
     nt.gpus.push_back(std::countr_zero(g));

@@ -69,6 +69,9 @@ struct NodeTask {
   int index = 0;
   std::vector<std::string> command;  // Empty: none given (the agent runs a placeholder).
   std::map<std::string, std::string> env;
+  // Variables whose names look secret (audit::looksSecret), as the barrier sealed them (hex);
+  // opened into the environment only in the answer to the node's agent.
+  std::map<std::string, std::string> sealed_env;
   std::vector<int> gpus;  // Device indexes on the node.
   int64_t milli_per_gpu = 0;
   std::string isolation;       // hardware, process (MPS when shared) or none (time slicing).
@@ -131,11 +134,12 @@ struct QueueStatus {
 struct SubmitCommand {
   std::string tenant;
   std::string name;
-  std::string queue = "default";           // The tenant's queue ("default", or a team's).
-  sched::WorkloadSpec spec;                // spec.queue is ignored: `queue` names it.
-  core::Duration duration{0};              // Simulated run time; 0 = until cancelled.
-  std::vector<std::string> command;        // What an agent runs (argv).
-  std::map<std::string, std::string> env;  // Its own environment variables.
+  std::string queue = "default";                  // The tenant's queue ("default", or a team's).
+  sched::WorkloadSpec spec;                       // spec.queue is ignored: `queue` names it.
+  core::Duration duration{0};                     // Simulated run time; 0 = until cancelled.
+  std::vector<std::string> command;               // What an agent runs (argv).
+  std::map<std::string, std::string> env;         // Its own environment variables.
+  std::map<std::string, std::string> sealed_env;  // Secret-looking ones, sealed (hex).
   // SIGTERM to SIGKILL when an agent stops a task (preemption, cancel).
   std::chrono::seconds grace{30};
   std::vector<std::string> identity_audiences;  // The workload's `identity.audiences`.
@@ -255,6 +259,9 @@ class SchedulerDriver {
   std::string evictionEvent(const sched::EvictDecision& e) const;
   void publishNodeTasks();
   NodeTask nodeTask(sched::TaskId t) const;
+  // For Scheduler::cancel: whether a task is one an agent was given (its process must stop
+  // before its GPUs are free).
+  std::function<bool(sched::TaskId)> stopsOnAgent();
   uint32_t generationOf(sched::TaskId t) const;
 
   const core::Clock& clock_;

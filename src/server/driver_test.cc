@@ -398,16 +398,54 @@ TEST_F(AgentNodesTest, AnAgentStoppedTaskIsPlacedAgain) {
   EXPECT_EQ(driver_->status("team-1", "train")->phase, "running");
 }
 
-TEST_F(AgentNodesTest, CancellingTakesTheTaskOffItsNode) {
+// A cancelled task leaves its node's list at once, but its GPUs stay its own until its agent
+// reports the process gone: nothing else is placed on a GPU a dying process still uses.
+TEST_F(AgentNodesTest, CancellingTakesTheTaskOffItsNodeAndFreesItsGpusWhenItHasStopped) {
   ASSERT_TRUE(beat("a").isOk());
   driver_->runOnce();
-  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 1)).isOk());
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 2)).isOk());
   driver_->runOnce();
-  ASSERT_EQ(beat("a")->tasks.size(), 1U);
+  const std::vector<NodeTask> listed = beat("a")->tasks;
+  ASSERT_EQ(listed.size(), 1U);
+  ASSERT_TRUE(beat("a", {report(listed[0], NodeTaskReport::State::kRunning)}).isOk());
+  driver_->runOnce();
   driver_->cancel("team-1", "train");
   driver_->runOnce();
   EXPECT_TRUE(beat("a")->tasks.empty());
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, "cancelled");
+  WorkloadStatus s = *driver_->status("team-1", "train");
+  EXPECT_EQ(s.phase, "cancelled");
+  EXPECT_EQ(s.tasks[0].state, "terminating");
+  EXPECT_EQ(s.tasks[0].node, "a");
+  EXPECT_NE(s.reason.find("stopping"), std::string::npos) << s.reason;
+  // Another workload for those GPUs waits for the process to stop (grace period, SIGKILL).
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "next", 1, 2)).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "next")->phase, "pending");
+  EXPECT_TRUE(beat("a")->tasks.empty());
+  NodeTaskReport gone = report(listed[0], NodeTaskReport::State::kExited, 143);
+  gone.stopped = true;
+  ASSERT_TRUE(beat("a", {gone}).isOk());
+  driver_->runOnce();
+  s = *driver_->status("team-1", "train");
+  EXPECT_EQ(s.phase, "cancelled");
+  EXPECT_EQ(s.tasks[0].state, "finished");  // Not pending again: nothing is left to run.
+  EXPECT_EQ(driver_->status("team-1", "next")->phase, "running");
+}
+
+// A cancelled task its agent never started frees its GPUs at the next heartbeat.
+TEST_F(AgentNodesTest, ACancelledTaskItsAgentNeverStartedFreesItsGpusAtTheNextHeartbeat) {
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 2)).isOk());
+  driver_->runOnce();
+  ASSERT_EQ(beat("a")->tasks.size(), 1U);  // Listed; the agent never says it started it.
+  driver_->cancel("team-1", "train");
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "train")->tasks[0].state, "terminating");
+  ASSERT_TRUE(beat("a").isOk());  // Answers the list without it.
+  ASSERT_TRUE(beat("a").isOk());  // Says nothing of it: it never ran.
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "train")->tasks[0].state, "finished");
 }
 
 // A task evicted before its agent started it holds its GPUs only until a heartbeat proves the

@@ -160,6 +160,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return;
     }
     if (ec == http::error::body_limit) {
+      linger_ = true;  // The body may still be on its way.
       reply(errorResponse(413, "request body too large"), false);
       return;
     }
@@ -273,6 +274,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
           if (counted) {
             --self->server_.in_flight;
           }
+          if (!ec && !keep_alive && self->linger_) {
+            self->lingerThenClose();
+            return;
+          }
           if (ec || !keep_alive) {
             self->close();
             return;
@@ -281,12 +286,41 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         });
   }
 
+  // After refusing a request whose body is still coming (413): stop sending, read and drop what
+  // the client still sends (for a while, up to a bound), then close. Closing at once would make
+  // the kernel answer the unread bytes with a reset, which can destroy the 413 on its way to a
+  // client still busy writing, so that it sees a broken connection instead of the reason.
+  void lingerThenClose() {
+    constexpr auto kLingerTime = std::chrono::seconds(5);
+    auto& tcp = beast::get_lowest_layer(stream_);
+    beast::error_code ec;
+    tcp.socket().shutdown(tcp::socket::shutdown_send, ec);
+    tcp.expires_after(kLingerTime);
+    drain_.resize(64 * 1024);
+    drain();
+  }
+  void drain() {
+    constexpr size_t kLingerBytes = size_t{256} << 20;
+    beast::get_lowest_layer(stream_).async_read_some(
+        asio::buffer(drain_), [self = this->shared_from_this()](beast::error_code ec, size_t n) {
+          self->drained_ += n;
+          if (ec || self->drained_ > kLingerBytes || self->server_.stopping) {
+            self->close();
+            return;
+          }
+          self->drain();
+        });
+  }
+
   HttpServer::Impl& server_;
   size_t listener_;
   Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  bool head_ = false;  // The request being answered is a HEAD.
+  bool head_ = false;    // The request being answered is a HEAD.
+  bool linger_ = false;  // Drain the client's bytes before closing (lingerThenClose).
+  std::vector<char> drain_;
+  size_t drained_ = 0;
   std::atomic<bool> open_{true};
 };
 

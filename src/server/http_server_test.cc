@@ -105,6 +105,41 @@ TEST(HttpServerTest, BoundsHeadersAndBodies) {
   server->shutdown(std::chrono::seconds(1));
 }
 
+TEST(HttpServerTest, ABodyOverTheLimitThatIsActuallySentGetsA413NotAReset) {
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  l.max_body_bytes = 1000;
+  auto server = start(l);
+  const uint16_t port = server->ports()[0];
+  // 8 MiB, sent whole while the server answers after the headers: more than the socket buffers
+  // hold, so a server that closed at once would reset the connection under the client.
+  const std::string body(size_t{8} << 20, 'x');
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    asio::io_context io;
+    tcp::socket sock(io);
+    sock.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    std::thread writer([&] {
+      beast::error_code ec;
+      asio::write(sock,
+                  asio::buffer("POST /v1/x HTTP/1.1\r\nHost: a\r\nContent-Length: " +
+                               std::to_string(body.size()) + "\r\n\r\n"),
+                  ec);
+      asio::write(sock, asio::buffer(body), ec);
+      EXPECT_FALSE(ec) << "the server broke the connection while the body was sent: "
+                       << ec.message();
+    });
+    writer.join();
+    beast::flat_buffer buf;
+    http::response<http::string_body> resp;
+    beast::error_code ec;
+    http::read(sock, buf, resp, ec);
+    ASSERT_FALSE(ec) << ec.message();
+    EXPECT_EQ(resp.result_int(), 413U);
+    EXPECT_NE(resp.body().find("too large"), std::string::npos);
+  }
+  server->shutdown(std::chrono::seconds(1));
+}
+
 TEST(HttpServerTest, IdleConnectionsTimeOut) {
   ListenerConfig l;
   l.address = "127.0.0.1:0";

@@ -120,6 +120,16 @@ std::vector<std::string> ControlPlane::sensitivePointers(const ScopedPath& scope
   if (scope.tenant && scope.path.rfind("leases/", 0) == 0) {
     return {"/response/body/data"};
   }
+  // A task's output may print anything it was given (its env, its secrets): the text an agent
+  // sends and the text a reader gets.
+  const std::vector<std::string> parts = split(scope.path);
+  if (scope.tenant && parts.size() == 3 && parts[0] == "workloads" && parts[2] == "logs") {
+    return {"/response/body/data/text"};
+  }
+  if (!scope.tenant && parts.size() == 5 && parts[0] == "sys" && parts[1] == "nodes" &&
+      parts[3] == "logs") {
+    return {"/request/body/data_hex"};
+  }
   if (!scope.tenant && scope.path == "sys/generate-root") {
     return {"/request/body/keys", "/response/body/data"};
   }
@@ -749,11 +759,16 @@ HttpResponse ControlPlane::grantsApi(Request& r) {
     }
     const std::string to = r.body.value("to", "");
     const std::string policy = r.body.value("policy", "read");
+    if (!validName(to)) {
+      return error(400, "grant: \"to\" must name a tenant (lowercase letters, digits and '-')");
+    }
+    // Whether `to` is a tenant is not this tenant's business: a grant to a name with no tenant
+    // is given like any other, and is void (a tenant created later under that name starts with
+    // no grants, see putTenant).
+    bool grantee_exists = false;
     {
       std::shared_lock lock(mu_);
-      if (!tenants_.contains(to)) {
-        return error(400, "grant: no tenant '" + to + "' to grant to");
-      }
+      grantee_exists = tenants_.contains(to);
       auto own = policies_.find(tenant);
       if (policy != "read" && policy != "write" &&
           (own == policies_.end() || !own->second.contains(policy))) {
@@ -767,7 +782,8 @@ HttpResponse ControlPlane::grantsApi(Request& r) {
       return fromStatus(g.status());
     }
     // The owner's stream has this request; the grantee's learns it was given something.
-    if (!auditGrant(to, *g, "grant given", "POST", "tenants/" + tenant + "/grants/" + g->id, 200,
+    if (grantee_exists &&
+        !auditGrant(to, *g, "grant given", "POST", "tenants/" + tenant + "/grants/" + g->id, 200,
                     r.token.accessor)
              .isOk()) {
       (void)grants_->revoke(tenant, g->id);

@@ -681,6 +681,82 @@ TEST_F(SecretsTest, ATaskGetsItsSecretsAndItsDatabaseCredentialEndsWithIt) {
   EXPECT_NE(audit.find("task credentials revoked"), std::string::npos);
 }
 
+// Issue #19: what looks like a secret stays one. An env value under a secret-looking name is
+// sealed in the store, shown as "(sealed)", HMAC'd in the audit log, and reaches the task as
+// given; a task's log text read through the API is HMAC'd in the audit log; a grant's answer
+// does not say whether the grantee exists, and a grant to a name with no tenant is void for a
+// tenant created later under it.
+TEST_F(SecretsTest, SecretLookingEnvIsSealedLogsAreHmacdAndGrantsRevealNoTenant) {
+  json info;
+  auto dev = startDev({}, &info);  // In-process agents: tasks are real processes.
+  const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
+  const std::string root = info["root_token"];
+  const std::string demo = info["tenant_token"];
+  const std::string secret = "pw-" + std::to_string(::getpid()) + "-amber-lynx";
+  Response w = c.call("POST", "/v1/tenants/demo/workloads/envy", demo,
+                      {{"command", {"sh", "-c", "echo \"got=$DB_PASSWORD home=$APP_HOME\""}},
+                       {"env", {{"DB_PASSWORD", secret}, {"APP_HOME", "/srv/app"}}},
+                       {"cpuMilli", 100}});
+  ASSERT_EQ(w.status, 202U) << w.raw;
+  Response r = c.call("GET", "/v1/tenants/demo/workloads/envy", demo);
+  ASSERT_EQ(r.status, 200U) << r.raw;
+  EXPECT_EQ(r.body["data"]["spec"]["env"]["DB_PASSWORD"], "(sealed)");
+  EXPECT_EQ(r.body["data"]["spec"]["env"]["APP_HOME"], "/srv/app");
+  std::string phase;
+  for (int i = 0; i < 400 && phase != "succeeded" && phase != "failed"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    r = c.call("GET", "/v1/tenants/demo/workloads/envy", demo);
+    phase = r.body["data"]["status"].value("phase", "");
+  }
+  ASSERT_EQ(phase, "succeeded") << r.raw;
+  Response log = c.call("GET", "/v1/tenants/demo/workloads/envy/logs?task=0&stream=stdout", demo);
+  ASSERT_EQ(log.status, 200U) << log.raw;
+  EXPECT_EQ(log.body["data"]["text"], "got=" + secret + " home=/srv/app\n");
+
+  // Grants: the same answer whether or not the grantee exists; the void one stays void.
+  std::map<std::string, std::string> token;
+  ASSERT_NO_FATAL_FAILURE(addTenants(c, root, {"team-1"}, &token));
+  ASSERT_EQ(
+      c.call("PUT", "/v1/tenants/demo/secrets/kv/data/shared/x", demo, {{"data", {{"k", "v"}}}})
+          .status,
+      200U);
+  const json grant = {{"on", "secrets/kv/data/shared"}, {"policy", "read"}, {"ttl", "1h"}};
+  json to_real = grant, to_none = grant;
+  to_real["to"] = "team-1";
+  to_none["to"] = "later-team";
+  Response real = c.call("POST", "/v1/tenants/demo/grants", demo, to_real);
+  Response none = c.call("POST", "/v1/tenants/demo/grants", demo, to_none);
+  EXPECT_EQ(real.status, 200U) << real.raw;
+  EXPECT_EQ(none.status, real.status) << none.raw;
+  EXPECT_EQ(none.body["data"]["grantee"], "later-team");
+  EXPECT_EQ(
+      c.call("POST", "/v1/tenants/demo/grants", demo, json{{"to", "Not A Name"}, {"ttl", "1h"}})
+          .status,
+      400U);
+  ASSERT_NO_FATAL_FAILURE(addTenants(c, root, {"later-team"}, &token));
+  EXPECT_EQ(c.call("GET", "/v1/tenants/demo/secrets/kv/data/shared/x", token["later-team"]).status,
+            404U);
+  EXPECT_EQ(c.call("GET", "/v1/tenants/demo/secrets/kv/data/shared/x", token["team-1"]).status,
+            200U);
+  // The real grantee's stream learnt of its grant; the later tenant's of nothing.
+  EXPECT_NE(
+      c.call("GET", "/v1/tenants/team-1/audit?limit=1000", token["team-1"]).raw.find("grant given"),
+      std::string::npos);
+  Response later = c.call("GET", "/v1/tenants/later-team/audit?limit=1000", token["later-team"]);
+  ASSERT_EQ(later.status, 200U) << later.raw;
+  EXPECT_EQ(later.raw.find("grant given"), std::string::npos) << later.raw;
+
+  // On disk, only the task's own output holds the value: not the store, not the audit log.
+  dev->stop(SIGTERM);
+  for (const std::string& f : filesWith(dir_, secret)) {
+    EXPECT_EQ(f, "stdout.log") << "the env secret is in the clear in " << f;
+  }
+  EXPECT_FALSE(filesWith(dir_, secret).empty()) << "the task never printed it";
+  const std::string audit = slurp(dir_ / "audit.log");
+  EXPECT_EQ(audit.find(secret), std::string::npos);
+  EXPECT_EQ(audit.find("home=/srv/app"), std::string::npos) << "log text in the audit log";
+}
+
 // Every token has a lease: the lease API lists, looks up, renews and revokes tokens as
 // "auth/token/create/<accessor>", and a prefix outside auth/ never revokes a token.
 TEST_F(SecretsTest, TokensAreLeasesToo) {

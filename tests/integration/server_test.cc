@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -19,6 +20,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -513,7 +515,7 @@ TEST_F(ServerTest, BadBodiesNeverAnswer500AndEveryAuditedRequestHasItsResponse) 
     }
   }
   // Query strings and paths that are not UTF-8.
-  for (const std::string& path :
+  for (const std::string path :
        {"/v1/tenants/demo/secrets/kv/data/app?version=%FF", "/v1/tenants/demo/workloads/%FF%FE",
         "/v1/tenants/demo/secrets/kv/data/app?version=99999999999999999999",
         "/v1/tenants/demo/workloads/x/logs?task=%FF&offset=-5&limit=1e99"}) {
@@ -549,6 +551,78 @@ TEST_F(ServerTest, BadBodiesNeverAnswer500AndEveryAuditedRequestHasItsResponse) 
   EXPECT_GT(requests, 800);
   EXPECT_TRUE(open.empty()) << open.size() << " requests without a response record, e.g. "
                             << (open.empty() ? "" : open.begin()->first);
+}
+
+// Issue #19: the API is one table. `GET /v1/sys/openapi` lists every route, and every route
+// answers only its methods: any other is a 405 naming those it takes, before a handler runs (so
+// before anything can change), and is audited like any request.
+TEST_F(ServerTest, OpenApiListsEveryRouteAndEachAnswersOnlyItsMethods) {
+  auto server = startDev();
+  const Client c = client();
+  Response doc = c.call("GET", "/v1/sys/openapi", "");
+  ASSERT_EQ(doc.status, 200U) << doc.raw;
+  EXPECT_EQ(doc.body["openapi"], "3.0.3");
+  const json& paths = doc.body["paths"];
+  // The routes a user reaches first are there, with their methods.
+  for (const auto& [path, op] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/tenants/{tenant}/workloads/{name}", "post"},
+           {"/v1/tenants/{tenant}/workloads/{name}", "delete"},
+           {"/v1/tenants/{tenant}/workloads/{name}/logs", "get"},
+           {"/v1/tenants/{tenant}/secrets/kv/data/{path}", "patch"},
+           {"/v1/auth/token/create", "post"},
+           {"/v1/sys/nodes/{node}/heartbeat", "post"},
+           {"/v1/sys/health", "get"},
+           {"/v1/sys/openapi", "get"},
+           {"/.well-known/jwks.json", "get"}}) {
+    EXPECT_TRUE(paths.contains(path) && paths[path].contains(op)) << path << " " << op;
+  }
+  ASSERT_GT(paths.size(), 60U);
+  // Every path, with every method it does not take: 405 with Allow, never a change.
+  int probes = 0;
+  for (const auto& [pattern, item] : paths.items()) {
+    if (pattern.rfind("/v1/", 0) != 0) {
+      continue;
+    }
+    std::string path = std::regex_replace(pattern, std::regex(R"(\{tenant\})"), "demo");
+    path = std::regex_replace(path, std::regex(R"(\{[a-z]+\})"), "x-1");
+    std::set<std::string> allowed;
+    for (const auto& [op, spec] : item.items()) {
+      if (op == "parameters") {
+        continue;
+      }
+      std::string m = op;
+      std::transform(m.begin(), m.end(), m.begin(), ::toupper);
+      allowed.insert(m);
+      if (m == "POST") {
+        allowed.insert("PUT");
+      }
+      if (m == "GET" && spec.contains("parameters")) {
+        allowed.insert("LIST");
+      }
+    }
+    // (HEAD too, in http_server_test: this client would wait for the body a HEAD answer lacks.)
+    for (const std::string method :
+         {"GET", "POST", "PUT", "PATCH", "DELETE", "LIST", "OPTIONS", "TRACE"}) {
+      if (allowed.contains(method)) {
+        continue;
+      }
+      Response r = c.call(method, path, root());
+      ++probes;
+      EXPECT_EQ(r.status, 405U) << method << " " << path << ": " << r.raw;
+      EXPECT_NE(r.raw.find("not allowed"), std::string::npos) << method << " " << path;
+    }
+  }
+  EXPECT_GT(probes, 300);
+  // Nothing was created by any of them.
+  EXPECT_EQ(c.call("GET", "/v1/tenants/demo/workloads/x-1", root()).status, 404U);
+  EXPECT_EQ(c.call("GET", "/v1/tenants/x-1", root()).status, 404U);
+  // A path no route has is a 404, and its metric label is not the caller's name.
+  EXPECT_EQ(c.call("GET", "/v1/tenants/demo/workloads/x-1/no-such-thing", demo()).status, 404U);
+  Response metrics = c.call("GET", "/v1/sys/metrics", root());
+  ASSERT_EQ(metrics.status, 200U);
+  EXPECT_EQ(metrics.raw.find("no-such-thing"), std::string::npos);
+  EXPECT_NE(metrics.raw.find("route=\"unmatched\""), std::string::npos);
+  EXPECT_NE(metrics.raw.find("route=\"tenant/workloads/{name}\""), std::string::npos);
 }
 
 TEST_F(ServerTest, AuditChainVerifiesAndPointsAtAnEditedRecord) {
