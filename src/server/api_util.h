@@ -1,5 +1,6 @@
-// What the control plane's API handlers share (control_plane.cc, secrets_api.cc): the request in
-// flight, and how answers and errors are written. Internal to src/server.
+// What the control plane's API handlers share (control_plane.cc, api/*.cc): the request in
+// flight, how answers and errors are written, and the helpers several families use. Internal to
+// src/server.
 #pragma once
 
 #include <fmt/format.h>
@@ -11,8 +12,12 @@
 #include <vector>
 
 #include "audit/crypto.h"
+#include "core/clock.h"
+#include "core/json_node.h"
 #include "core/status.h"
+#include "secrets/keys.h"
 #include "server/control_plane.h"
+#include "server/driver.h"
 #include "server/grants.h"
 #include "server/http_server.h"
 #include "server/route.h"
@@ -122,6 +127,64 @@ inline std::vector<std::string> split(const std::string& path) {
   }
   return out;
 }
+
+constexpr std::string_view kVersion = "0.1.0";
+
+// A workload's tasks, at most; and what its record may grow by for each task's status (a
+// running task on 8 GPUs of a long-named node) and for its events (at most 100 kept).
+constexpr int64_t kMaxWorkloadTasks = 10000;
+constexpr size_t kTaskStatusBytes = 128;
+constexpr size_t kEventsBytes = 100 * 400;
+
+// Tokens are leases too (docs/secrets.md "Leases"): "auth/token/create/<accessor>", with the
+// token's own expiry, renewal and revocation (the token manager keeps them, restart-safe).
+constexpr std::string_view kTokenLeasePrefix = "auth/token/create/";
+
+// A Vault-style duration field (server/request.h) as a duration.
+core::Result<core::Duration> parseDuration(const nlohmann::json& j, const std::string& field);
+
+// The body's integer `field`, in [lo, hi]; left out, its value in `base` (the stored settings
+// being changed; empty when creating), else `def`.
+core::Result<int64_t> intOr(const core::JsonNode& n, const nlohmann::json& base, const char* field,
+                            int64_t lo, int64_t hi, int64_t def);
+
+// A queue's settings, a tenant's or a team's, from a request body; what it leaves out keeps its
+// value in `base`, as intOr.
+struct QueueNumbers {
+  int64_t quota = 0;  // Milli-GPU.
+  int64_t limit = 0;  // Milli-GPU; 0: none.
+  int64_t weight = 1;
+  int64_t priority = 100;
+};
+core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const nlohmann::json& base,
+                                        const std::string& source);
+
+// A workload's status as the API shows it.
+nlohmann::json statusJson(const WorkloadStatus& s);
+// "2026-12-02T05:12:42Z".
+std::string wallText(core::WallTime t);
+
+// Store keys.
+std::string tenantKey(const std::string& t);
+std::string policyKey(const std::string& scope, const std::string& name);
+std::string workloadKey(const std::string& t, const std::string& name);
+
+// The default policy of a tenant: everything inside the tenant except creating more policies
+// is the tenant admin's call.
+nlohmann::json tenantAdminPolicy();
+
+nlohmann::json sealJson(const secrets::SealStatus& s);
+HttpResponse noSecrets();  // 503: the server runs without secrets.
+std::string tokenLeaseId(const TokenInfo& t);
+nlohmann::json tokenLeaseJson(const TokenInfo& t, core::WallTime now);
+// A renewal's "increment" ("1h" or seconds); zero when absent (the lease's own TTL).
+core::Result<core::Duration> incrementOf(const nlohmann::json& body);
+// Everything after the first `skip` parts, joined with '/'.
+std::string rest(const std::vector<std::string>& parts, size_t skip);
+// ?version=N (absent: 0, the current version).
+core::Result<int64_t> versionParam(const ScopedPath& scope);
+// {"versions": [1, 2]} of delete/undelete/destroy.
+core::Result<std::vector<int64_t>> versionsField(const nlohmann::json& body, bool required);
 
 }  // namespace api
 }  // namespace tessera::server

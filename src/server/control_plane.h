@@ -149,6 +149,11 @@ class ControlPlane {
   // Whether `r` is a change whose one effect is a store txn that can store a copy of its request's
   // audit record (Request::audit_notes), so that it need not wait for the log's disk flush.
   static bool preparedWhileRecorded(const Request& r);
+  // The handler of a request's route (server/route_table.h). The handlers live by family in
+  // api/: tenants.cc (putTenant, tenantsApi), auth.cc (policies, tokens), workloads.cc,
+  // nodes.cc (the agents' protocol too), queues.cc, audit_metrics.cc, seal.cc (the seal, the
+  // identity issuer, sys/doctor, audit HMAC pointers), secrets.cc (KV, database credentials),
+  // grants_leases.cc.
   HttpResponse route(Request& r);
   HttpResponse tenantsApi(Request& r);
   HttpResponse policiesApi(Request& r);
@@ -172,8 +177,8 @@ class ControlPlane {
                                const std::string& key);
   HttpResponse auditApi(Request& r);
   HttpResponse metrics();
-  // secrets_api.cc: the seal (sys/seal-status, sys/init and sys/unseal need no token and are
-  // answered before authentication), KV, leases.
+  // The seal's unauthenticated routes (sys/seal-status, sys/init, sys/unseal,
+  // sys/generate-root), answered before authentication.
   std::optional<HttpResponse> unauthenticatedSecretsApi(const HttpRequest& http,
                                                         const ScopedPath& scope,
                                                         const nlohmann::json& body);

@@ -1,0 +1,320 @@
+// Nodes: the list operators and tenants read, and the agents' protocol (heartbeat, the task
+// list watch, log answers); docs/agent.md.
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "audit/crypto.h"
+#include "audit/record.h"
+#include "core/json_node.h"
+#include "core/strings.h"
+#include "model/codec.h"
+#include "server/api_util.h"
+#include "server/control_plane.h"
+#include "server/request.h"
+
+namespace tessera::server {
+
+using namespace api;  // NOLINT(google-build-using-namespace): the handlers' shared vocabulary.
+using nlohmann::json;
+
+HttpResponse ControlPlane::nodesApi(Request& r) {
+  if (r.method != "GET" && r.method != "LIST") {
+    return error(405, "method not allowed: nodes are read with GET or LIST");
+  }
+  if (!authorized(r, Capability::kRead) && !authorized(r, Capability::kList)) {
+    return error(403, "permission denied");
+  }
+  // Capacity only: which tenant runs what on a node is not the caller's business.
+  json nodes = json::array();
+  const std::vector<NodeState> states = driver_.nodeStates();
+  for (size_t i = 0; i < driver_.nodes().size(); ++i) {
+    const model::Node& n = driver_.nodes()[i];
+    json gpus = json::object();
+    for (const model::GpuDevice& g : n.gpus) {
+      gpus[catalogue_.model(g.model).name] = gpus.value(catalogue_.model(g.model).name, 0) + 1;
+    }
+    json node = {{"name", n.name},
+                 {"cpu_milli", n.cpu.value()},
+                 {"memory_mib", n.memory.value()},
+                 {"gpus", gpus},
+                 {"state", states[i].state}};
+    if (!r.scope.tenant) {  // Operators also see how its agent is doing.
+      node["agent"] = states[i].agent;
+      node["seconds_since_heartbeat"] = states[i].seconds_since_heartbeat;
+      node["tasks"] = states[i].tasks;
+    }
+    nodes.push_back(std::move(node));
+  }
+  return reply(200, {{"request_id", r.request_id}, {"data", {{"nodes", nodes}}}});
+}
+
+namespace {
+
+// An agent's report of one task (docs/agent.md, "The node protocol").
+core::Result<NodeTaskReport> reportFromJson(const core::JsonNode& n) {
+  TESSERA_RETURN_IF_ERROR(n.checkKeys({"task", "generation", "state", "exit_code", "signal",
+                                       "oom_killed", "stopped", "run_time_ms", "error"}));
+  for (const char* required : {"task", "generation", "state"}) {
+    if (!n.has(required)) {
+      return n.error(std::string("missing '") + required + "'");
+    }
+  }
+  NodeTaskReport r;
+  TESSERA_ASSIGN_OR_RETURN(r.task, n.child("task").str());
+  TESSERA_ASSIGN_OR_RETURN(const int64_t generation, n.child("generation").integer(0, UINT32_MAX));
+  r.generation = static_cast<uint32_t>(generation);
+  TESSERA_ASSIGN_OR_RETURN(const std::string state, n.child("state").str());
+  if (state == "running") {
+    r.state = NodeTaskReport::State::kRunning;
+  } else if (state == "exited") {
+    r.state = NodeTaskReport::State::kExited;
+  } else if (state == "failed_to_start") {
+    r.state = NodeTaskReport::State::kFailedToStart;
+  } else {
+    return n.child("state").error("expected running, exited or failed_to_start");
+  }
+  auto integer = [&](const char* f, int64_t lo, int64_t hi, int64_t def) -> core::Result<int64_t> {
+    return n.has(f) ? n.child(f).integer(lo, hi) : core::Result<int64_t>(def);
+  };
+  auto boolean = [&](const char* f) -> core::Result<bool> {
+    if (!n.has(f)) {
+      return false;
+    }
+    if (!n.child(f).value().is_boolean()) {
+      return n.child(f).error("expected true or false");
+    }
+    return n.child(f).value().get<bool>();
+  };
+  TESSERA_ASSIGN_OR_RETURN(const int64_t code, integer("exit_code", -1, 255, -1));
+  TESSERA_ASSIGN_OR_RETURN(const int64_t sig, integer("signal", 0, 128, 0));
+  TESSERA_ASSIGN_OR_RETURN(r.run_time_ms, integer("run_time_ms", 0, INT64_MAX, 0));
+  TESSERA_ASSIGN_OR_RETURN(r.oom_killed, boolean("oom_killed"));
+  TESSERA_ASSIGN_OR_RETURN(r.stopped, boolean("stopped"));
+  r.exit_code = static_cast<int>(code);
+  r.signal = static_cast<int>(sig);
+  if (n.has("error")) {
+    TESSERA_ASSIGN_OR_RETURN(r.error, n.child("error").str());
+    r.error = r.error.substr(0, 1024);
+  }
+  return r;
+}
+
+json nodeTaskJson(const NodeTask& t) {
+  json out = {{"task", t.id},
+              {"generation", t.generation},
+              {"tenant", t.tenant},
+              {"workload", t.workload},
+              {"index", t.index},
+              {"command", t.command},
+              {"env", t.env},
+              {"gpus", t.gpus},
+              {"milli_per_gpu", t.milli_per_gpu},
+              {"isolation", t.isolation},
+              {"gpu_memory_mib", t.gpu_memory_mib},
+              {"cpu_milli", t.cpu_milli},
+              {"memory_mib", t.memory_mib},
+              {"duration_s", t.duration_s},
+              {"grace_ms", t.grace_ms}};
+  if (t.mig_profile >= 0) {
+    out["mig_profile"] = t.mig_profile;
+  }
+  return out;
+}
+
+}  // namespace
+
+HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
+  if (r.method != "PUT" && r.method != "POST") {
+    return error(405, "method not allowed");
+  }
+  if (!authorized(r, Capability::kUpdate)) {
+    return error(403, "permission denied");
+  }
+  const std::string source = "heartbeat of node '" + node + "'";
+  core::JsonNode body(r.body, "", source);
+  if (core::Status st = body.checkKeys({"node", "reports"}); !st.isOk()) {
+    return fromStatus(st);
+  }
+  // The GPUs its agent found, in index order, by catalogue model.
+  std::vector<std::string> models;
+  if (body.has("node")) {
+    const json& found = r.body["node"];
+    if (!found.is_object() || !found.contains("gpus") || !found["gpus"].is_array()) {
+      return error(400, source + ": node: expected the agent's discovery ({\"gpus\": [...]})");
+    }
+    for (const json& g : found["gpus"]) {
+      if (!g.is_object() || !g.contains("model") || !g["model"].is_string()) {
+        return error(400, source + ": node.gpus: each GPU needs its \"model\"");
+      }
+      models.push_back(g["model"].get<std::string>());
+    }
+  } else {
+    return error(400, source + ": node: missing (the agent's discovery)");
+  }
+  std::vector<NodeTaskReport> reports;
+  if (body.has("reports")) {
+    const json& list = r.body["reports"];
+    if (!list.is_array() || list.size() > 10000) {
+      return error(400, source + ": reports: expected a list (at most 10000)");
+    }
+    for (size_t i = 0; i < list.size(); ++i) {
+      core::JsonNode item(list[i], "reports[" + std::to_string(i) + "]", source);
+      auto rep = reportFromJson(item);
+      if (!rep.isOk()) {
+        return fromStatus(rep.status());
+      }
+      reports.push_back(std::move(rep).value());
+    }
+  }
+  // The answer comes at once: agents wait for news on GET sys/nodes/<node>/tasks instead, so
+  // that their reports are never held behind a waiting call.
+  auto answer = driver_.heartbeat(node, models, std::move(reports));
+  if (!answer.isOk()) {
+    return fromStatus(answer.status());
+  }
+  json tasks = json::array();
+  for (const NodeTask& t : answer->tasks) {
+    json tj = nodeTaskJson(t);
+    // Files the agent keeps in the task's credentials folder (docs/secrets.md). The key is one
+    // the audit log always HMACs.
+    for (const auto& [var, hex] : t.sealed_env) {
+      auto plain = openEnv(t, var, hex);
+      if (plain.isOk()) {
+        tj["env"][var] = std::move(plain).value();
+      } else {
+        tj["credentials_error"] = "its env." + var + ": " + plain.status().message();
+      }
+    }
+    json files = json::object();
+    if (std::string token = identityToken(t, node); !token.empty()) {
+      files["identity-token"] = std::move(token);
+    }
+    if (!t.secrets.empty()) {
+      auto file = task_secrets_ != nullptr
+                      ? task_secrets_->resolve(t)
+                      : core::Result<std::string>(core::failedPrecondition("no secrets engine"));
+      if (file.isOk()) {
+        files["secrets.json"] = std::move(file).value();
+      } else {
+        // The agent does not start the task, and reports why.
+        tj["credentials_error"] = "its secrets: " + file.status().message();
+      }
+    }
+    tj["credentials"] = std::move(files);
+    tasks.push_back(std::move(tj));
+  }
+  return reply(200, {{"request_id", r.request_id},
+                     {"data",
+                      {{"version", answer->version},
+                       {"lease_ttl_ms", options_.node_lease_ttl.count()},
+                       {"tasks", tasks}}}});
+}
+
+HttpResponse ControlPlane::watchNodeApi(Request& r, const std::string& node) {
+  if (r.method != "GET") {
+    return error(405, "method not allowed");
+  }
+  if (!authorized(r, Capability::kRead)) {
+    return error(403, "permission denied");
+  }
+  const std::string source = "tasks of node '" + node + "'";
+  uint64_t known = UINT64_MAX;
+  int64_t wait_ms = 0;
+  try {
+    if (auto it = r.scope.query.find("index"); it != r.scope.query.end()) {
+      known = std::stoull(it->second);
+    }
+    if (auto it = r.scope.query.find("wait_ms"); it != r.scope.query.end()) {
+      wait_ms = std::clamp<int64_t>(std::stoll(it->second), 0, 10000);
+    }
+  } catch (const std::exception&) {
+    return error(400, source + ": index and wait_ms must be numbers");
+  }
+  // Waiting holds a worker: only so many wait at once, the rest answer at once.
+  const bool may_wait = wait_ms > 0 && node_waits_.fetch_add(1) < options_.max_waiting_watches;
+  if (wait_ms > 0 && !may_wait) {
+    node_waits_.fetch_sub(1);
+  }
+  // The task list's changes wake the driver's wait at once; requests for the agent are looked
+  // for between slices of it.
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(may_wait ? wait_ms : 0);
+  core::Result<uint64_t> version = driver_.watchNode(node, known, std::chrono::milliseconds(0));
+  while (version.isOk() && *version == known && !mailbox_.hasWaiting(node) &&
+         std::chrono::steady_clock::now() < until) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    version = driver_.watchNode(node, known, std::min(left, std::chrono::milliseconds(100)));
+  }
+  if (may_wait) {
+    node_waits_.fetch_sub(1);
+  }
+  if (!version.isOk()) {
+    return fromStatus(version.status());
+  }
+  json requests = json::array();
+  for (const LogRequest& l : mailbox_.take(node)) {
+    requests.push_back({{"id", l.id},
+                        {"task", l.task},
+                        {"stream", l.stream},
+                        {"offset", l.offset},
+                        {"limit", l.limit}});
+  }
+  return reply(
+      200, {{"request_id", r.request_id},
+            {"data", {{"version", *version}, {"waited", may_wait}, {"log_requests", requests}}}});
+}
+
+HttpResponse ControlPlane::logAnswerApi(Request& r, const std::string& node,
+                                        const std::string& id) {
+  if (r.method != "PUT" && r.method != "POST") {
+    return error(405, "method not allowed");
+  }
+  if (!authorized(r, Capability::kUpdate)) {
+    return error(403, "permission denied");
+  }
+  const std::string source = "log answer of node '" + node + "'";
+  core::JsonNode body(r.body, "", source);
+  if (core::Status st = body.checkKeys({"data_hex", "size", "error"}); !st.isOk()) {
+    return fromStatus(st);
+  }
+  LogPiece piece;
+  if (body.has("error")) {
+    auto e = body.child("error").str();
+    if (!e.isOk()) {
+      return fromStatus(e.status());
+    }
+    piece.error = e->substr(0, 1024);
+  } else {
+    const json hex = r.body.value("data_hex", json(""));
+    if (!hex.is_string() || hex.get<std::string>().size() % 2 != 0) {
+      return error(400, source + ": data_hex: expected hex digits");
+    }
+    const std::string& h = hex.get_ref<const std::string&>();
+    piece.data.reserve(h.size() / 2);
+    for (size_t i = 0; i < h.size(); i += 2) {
+      const int hi = core::hexDigitValue(h[i]);
+      const int lo = core::hexDigitValue(h[i + 1]);
+      if (hi < 0 || lo < 0) {
+        return error(400, source + ": data_hex: expected hex digits");
+      }
+      piece.data.push_back(static_cast<char>(hi * 16 + lo));
+    }
+    auto size = body.has("size") ? body.child("size").integer(0, INT64_MAX)
+                                 : core::Result<int64_t>(int64_t{0});
+    if (!size.isOk()) {
+      return fromStatus(size.status());
+    }
+    piece.size = *size;
+  }
+  if (core::Status st = mailbox_.answer(node, id, std::move(piece)); !st.isOk()) {
+    return fromStatus(st);
+  }
+  return noContent();
+}
+
+}  // namespace tessera::server

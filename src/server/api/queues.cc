@@ -1,0 +1,161 @@
+// Queues: the fair-share view, and a tenant's team queues.
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "audit/crypto.h"
+#include "audit/record.h"
+#include "core/json_node.h"
+#include "core/strings.h"
+#include "model/codec.h"
+#include "server/api_util.h"
+#include "server/control_plane.h"
+#include "server/request.h"
+
+namespace tessera::server {
+
+using namespace api;  // NOLINT(google-build-using-namespace): the handlers' shared vocabulary.
+using nlohmann::json;
+
+HttpResponse ControlPlane::queuesApi(Request& r) {
+  const std::vector<std::string> parts = split(r.scope.path);
+  if (parts.size() == 2 && r.scope.tenant) {
+    return teamQueueApi(r, parts[1]);
+  }
+  if (parts.size() != 1) {
+    return error(404, "unsupported path");
+  }
+  if (r.method != "GET" && r.method != "LIST") {
+    return error(405, "method not allowed: the queue list is read with GET or LIST");
+  }
+  if (!authorized(r, Capability::kRead) && !authorized(r, Capability::kList)) {
+    return error(403, "permission denied");
+  }
+  json queues = json::array();
+  for (const QueueStatus& q : driver_.queues(r.scope.tenant.value_or(""))) {
+    queues.push_back({{"name", q.name},
+                      {"allocated_milli_gpu", q.allocated_milli_gpu},
+                      {"fair_share_milli_gpu", q.fair_share_milli_gpu},
+                      {"quota_milli_gpu", q.quota_milli_gpu},
+                      {"pending_milli_gpu", q.pending_milli_gpu}});
+  }
+  return reply(200, {{"request_id", r.request_id}, {"data", {{"queues", queues}}}});
+}
+
+HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
+  const std::string tenant = *r.scope.tenant;
+  if (!validName(name)) {
+    return error(400, "queue names are lowercase letters, digits and '-' (at most 63)");
+  }
+  const std::string key = "/tenants/" + tenant + "/queues/" + name;
+  if (r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    auto got = store_.get(key);
+    if (!got.isOk()) {
+      return fromStatus(got.status());
+    }
+    if (!got->has_value()) {
+      return error(404, "no queue '" + name + "' in tenant '" + tenant + "'");
+    }
+    return reply(
+        200, {{"request_id", r.request_id}, {"data", json::parse((*got)->value, nullptr, false)}});
+  }
+  if (r.method != "POST" && r.method != "DELETE") {
+    return error(405, "use GET, POST to create or change a queue, or DELETE");
+  }
+  if (name == "default") {
+    return error(400, r.method == "DELETE"
+                          ? "the default queue lives as long as its tenant"
+                          : "the default queue follows the tenant's own quota and limit; change "
+                            "the tenant instead");
+  }
+  if (r.method == "DELETE") {
+    return deleteTeamQueue(r, tenant, name, key);
+  }
+  // Create or update, like tenants: what the body leaves out keeps its value. The tenant's lock
+  // keeps the read, the cap's check and the write together, and the tenant from being deleted
+  // in between (its deletion would leave the queue behind).
+  std::lock_guard tenant_lock(tenantLock(tenant));
+  auto got = store_.get(key);
+  if (!got.isOk()) {
+    return fromStatus(got.status());
+  }
+  const bool exists = got->has_value();
+  if (!authorized(r, exists ? Capability::kUpdate : Capability::kCreate)) {
+    return error(403, "permission denied");
+  }
+  {
+    std::shared_lock lock(mu_);
+    if (!tenants_.contains(tenant)) {
+      return error(404, "not found");
+    }
+  }
+  if (!exists) {
+    // A cap on queues, since every queue is a node of the scheduler's tree that each pass walks,
+    // for every tenant. A deleted queue's node is taken by the tenant's next new queue
+    // (SchedulerDriver::putTeamQueue), so the queues in service are what counts.
+    const int64_t max_queues = tenantSetting(tenant, "max_queues", options_.default_max_queues);
+    if (static_cast<int64_t>(driver_.teamQueues(tenant).size()) >= max_queues) {
+      return error(429, "tenant '" + tenant + "' is at its limit of " + std::to_string(max_queues) +
+                            " queues (max_queues)");
+    }
+  }
+  const json base = exists ? json::parse((*got)->value, nullptr, false) : json::object();
+  const std::string source = "queue '" + name + "'";
+  core::JsonNode n(r.body, "", source);
+  core::Status st = n.checkKeys({"quota", "limit", "weight", "priority"});
+  if (!st.isOk()) {
+    return fromStatus(st);
+  }
+  auto q = queueNumbers(n, base, "queue '" + name + "'");
+  if (!q.isOk()) {
+    return fromStatus(q.status());
+  }
+  const json config = {{"name", name},
+                       {"quota_milli_gpu", q->quota},
+                       {"limit_milli_gpu", q->limit},
+                       {"weight", q->weight},
+                       {"priority", q->priority}};
+  auto put = store_.put(key, config.dump());
+  if (!put.isOk()) {
+    return fromStatus(put.status());
+  }
+  core::Status applied = driver_.putTeamQueue(tenant, name, q->quota, q->limit, q->weight,
+                                              static_cast<int32_t>(q->priority));
+  if (!applied.isOk()) {
+    return fromStatus(applied);
+  }
+  return noContent();
+}
+
+HttpResponse ControlPlane::deleteTeamQueue(Request& r, const std::string& tenant,
+                                           const std::string& name, const std::string& key) {
+  if (!authorized(r, Capability::kDelete)) {
+    return error(403, "permission denied");
+  }
+  std::lock_guard tenant_lock(tenantLock(tenant));
+  auto got = store_.get(key);
+  if (!got.isOk()) {
+    return fromStatus(got.status());
+  }
+  if (!got->has_value()) {
+    return error(404, "no queue '" + name + "' in tenant '" + tenant + "'");
+  }
+  // Out of service first (refused while it has work), then gone from the store: a failed
+  // delete leaves it retired until the DELETE is retried or the server restarts.
+  if (core::Status st = driver_.retireTeamQueue(tenant, name); !st.isOk()) {
+    return error(409, st.message());
+  }
+  auto del = store_.deleteRange(key);
+  if (!del.isOk()) {
+    return fromStatus(del.status());
+  }
+  return noContent();
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,362 @@
+// Secrets engines: KV v2 and dynamic PostgreSQL credentials; docs/secrets.md.
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "audit/crypto.h"
+#include "audit/record.h"
+#include "core/json_node.h"
+#include "core/strings.h"
+#include "model/codec.h"
+#include "server/api_util.h"
+#include "server/control_plane.h"
+#include "server/request.h"
+
+namespace tessera::server {
+
+using namespace api;  // NOLINT(google-build-using-namespace): the handlers' shared vocabulary.
+using nlohmann::json;
+
+core::Status ControlPlane::checkWorkloadSecrets(const Request& r,
+                                                const WorkloadSecrets& wanted) const {
+  if (secrets_ == nullptr) {
+    return core::failedPrecondition("secrets: this server has no secrets engine");
+  }
+  // The workload gets only what its submitter may read (checked once, at submission).
+  for (const std::string& path : wanted.kv) {
+    if (!authorizedOn(r, "secrets/kv/data/" + path, Capability::kRead)) {
+      return core::permissionDenied("secrets.kv: this token may not read secrets/kv/data/" + path);
+    }
+  }
+  for (const std::string& role : wanted.db) {
+    if (!authorizedOn(r, "secrets/db/creds/" + role, Capability::kRead)) {
+      return core::permissionDenied("secrets.db: this token may not read secrets/db/creds/" + role);
+    }
+  }
+  return core::Status::ok();
+}
+
+HttpResponse ControlPlane::secretsApi(Request& r) {
+  if (secrets_ == nullptr) {
+    return noSecrets();
+  }
+  const std::vector<std::string> parts = split(r.scope.path);
+  if (parts.size() >= 2 && parts[1] == "kv") {
+    return kvApi(r, parts);
+  }
+  if (parts.size() >= 2 && parts[1] == "db") {
+    return dbApi(r, parts);
+  }
+  return error(404,
+               "unsupported path: the secrets engines are kv (secrets/kv/...) and db "
+               "(secrets/db/...)");
+}
+
+HttpResponse ControlPlane::dbApi(Request& r, const std::vector<std::string>& parts) {
+  const std::string& tenant = *r.scope.tenant;
+  secrets::DatabaseEngine& db = secrets_->db();
+  if (parts.size() < 3 || parts.size() > 4 ||
+      (parts[2] != "config" && parts[2] != "roles" && parts[2] != "creds")) {
+    return error(404, "unsupported path: secrets/db/{config,roles}/NAME or secrets/db/creds/ROLE");
+  }
+  const std::string& what = parts[2];
+  if (parts.size() == 3) {  // LIST secrets/db/config, secrets/db/roles
+    if (what == "creds" || (r.method != "LIST" && r.method != "GET")) {
+      return error(405, "use LIST");
+    }
+    if (!authorized(r, Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    auto names = what == "config" ? db.listConnections(tenant) : db.listRoles(tenant);
+    if (!names.isOk()) {
+      return fromStatus(names.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", *names}}}});
+  }
+  const std::string& name = parts[3];
+  if (core::Status st = secrets_->keys().addTenant(tenant); !st.isOk()) {
+    return fromStatus(st);
+  }
+  if (what == "creds") {
+    // A GET that creates a credential, as in Vault: reading is what the capability names.
+    if (r.method != "GET") {
+      return error(405, "use GET");
+    }
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    core::Duration ttl{};
+    if (auto it = r.scope.query.find("ttl"); it != r.scope.query.end()) {
+      const bool digits = !it->second.empty() && it->second.size() < 10 &&
+                          std::all_of(it->second.begin(), it->second.end(),
+                                      [](char ch) { return ch >= '0' && ch <= '9'; });
+      auto s =
+          parseDurationSeconds(digits ? json(std::stoll(it->second)) : json(it->second), "ttl");
+      if (!s.isOk()) {
+        return fromStatus(s.status());
+      }
+      ttl = std::chrono::seconds(*s);
+    }
+    if (r.grant) {
+      // Through a grant: the credential ends with the grant (its lease cannot be renewed by the
+      // grantee: leases/ is not a grantable path).
+      const auto left =
+          std::chrono::duration_cast<core::Duration>(r.grant->expires - clock_.wallNow());
+      if (ttl == core::Duration::zero()) {
+        auto role = db.readRole(tenant, name);
+        if (role.isOk() && role->contains("default_ttl")) {
+          ttl = std::chrono::seconds((*role)["default_ttl"].get<int64_t>());
+        }
+      }
+      ttl = ttl == core::Duration::zero() ? left : std::min(ttl, left);
+      if (ttl < std::chrono::seconds(1)) {
+        return error(403, "permission denied: the grant is about to expire");
+      }
+    }
+    auto cred = db.createCredential(tenant, name, ttl);
+    if (!cred.isOk()) {
+      return fromStatus(cred.status());
+    }
+    return reply(200, {{"request_id", r.request_id},
+                       {"lease_id", cred->lease.id},
+                       {"lease_duration", cred->lease.ttlSeconds(clock_.wallNow())},
+                       {"renewable", cred->lease.renewable},
+                       {"data", {{"username", cred->username}, {"password", cred->password}}}});
+  }
+  const bool config = what == "config";
+  if (r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    auto got = config ? db.readConnection(tenant, name) : db.readRole(tenant, name);
+    if (!got.isOk()) {
+      return fromStatus(got.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", *got}});
+  }
+  if (r.method == "PUT" || r.method == "POST") {
+    const bool exists =
+        config ? db.readConnection(tenant, name).isOk() : db.readRole(tenant, name).isOk();
+    if (!authorized(r, exists ? Capability::kUpdate : Capability::kCreate)) {
+      return error(403, "permission denied");
+    }
+    core::Status st =
+        config ? db.putConnection(tenant, name, r.body) : db.putRole(tenant, name, r.body);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  if (r.method == "DELETE") {
+    if (!authorized(r, Capability::kDelete)) {
+      return error(403, "permission denied");
+    }
+    core::Status st = config ? db.deleteConnection(tenant, name) : db.deleteRole(tenant, name);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  return error(405, "use GET, PUT, DELETE or LIST");
+}
+
+HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& parts) {
+  const std::string& tenant = *r.scope.tenant;
+  secrets::KvEngine& kv = secrets_->kv();
+  if (parts.size() < 3) {
+    return error(404,
+                 "unsupported path: secrets/kv/{data,metadata,delete,undelete,destroy}/PATH "
+                 "or secrets/kv/config");
+  }
+  const std::string& op = parts[2];
+  const std::string path = rest(parts, 3);
+  auto need = [&](Capability c) { return authorized(r, c); };
+  // A new key takes one of the tenant's max_secrets places; `creating` holds the tenant's lock
+  // until the write is done.
+  std::unique_lock<std::mutex> creating;
+  auto room_for_new_key = [&]() -> std::optional<HttpResponse> {
+    creating = std::unique_lock(tenantLock(tenant));
+    auto exists = kv.exists(tenant, path);  // Again: another request may have created it.
+    if (!exists.isOk()) {
+      return fromStatus(exists.status());
+    }
+    if (*exists) {
+      return std::nullopt;
+    }
+    const int64_t max_secrets = tenantSetting(tenant, "max_secrets", options_.default_max_secrets);
+    auto held = kv.count(tenant);
+    if (!held.isOk()) {
+      return fromStatus(held.status());
+    }
+    if (*held >= max_secrets) {
+      return error(429, "tenant '" + tenant + "' holds its limit of " +
+                            std::to_string(max_secrets) +
+                            " secrets (max_secrets); destroy some with their metadata");
+    }
+    return std::nullopt;
+  };
+  if (op == "config") {
+    if (r.method == "GET") {
+      if (!need(Capability::kRead)) {
+        return error(403, "permission denied");
+      }
+      auto c = kv.config(tenant);
+      if (!c.isOk()) {
+        return fromStatus(c.status());
+      }
+      return reply(
+          200, {{"request_id", r.request_id},
+                {"data", {{"max_versions", c->max_versions}, {"cas_required", c->cas_required}}}});
+    }
+    if (r.method != "PUT" && r.method != "POST") {
+      return error(405, "use GET or PUT");
+    }
+    if (!need(Capability::kUpdate)) {
+      return error(403, "permission denied");
+    }
+    core::Status st = kv.setConfig(tenant, r.body);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  // LIST secrets/kv/metadata[/PREFIX]
+  if (op == "metadata" && r.method == "LIST") {
+    if (!need(Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    std::string prefix = path;
+    if (!prefix.empty() && prefix.back() != '/') {
+      prefix += '/';
+    }
+    auto names = kv.list(tenant, prefix);
+    if (!names.isOk()) {
+      return fromStatus(names.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", *names}}}});
+  }
+  if (path.empty()) {
+    return error(400, "a secret path is required after secrets/kv/" + op + "/");
+  }
+  if (core::Status st = secrets::KvEngine::checkPath(path); !st.isOk()) {
+    return fromStatus(st);
+  }
+  if (core::Status st = secrets_->keys().addTenant(tenant); !st.isOk()) {
+    return fromStatus(st);
+  }
+  if (op == "data") {
+    if (r.method == "GET") {
+      if (!need(Capability::kRead)) {
+        return error(403, "permission denied");
+      }
+      auto version = versionParam(r.scope);
+      if (!version.isOk()) {
+        return fromStatus(version.status());
+      }
+      auto got = kv.read(tenant, path, *version);
+      if (!got.isOk()) {
+        return fromStatus(got.status());
+      }
+      return reply(200, {{"request_id", r.request_id},
+                         {"data",
+                          {{"data", got->data},
+                           {"metadata",
+                            {{"version", got->version},
+                             {"created_time", audit::formatRfc3339Millis(got->created)}}}}}});
+    }
+    if (r.method == "PUT" || r.method == "POST" || r.method == "PATCH") {
+      // Creating a key needs `create`, a new version of an existing one `update` (Vault's rule);
+      // a patch only ever makes a new version.
+      const bool patch = r.method == "PATCH";
+      const auto found = patch ? core::Result<bool>(true) : kv.exists(tenant, path);
+      const bool exists = found.isOk() && *found;
+      if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
+        return error(403, "permission denied");
+      }
+      static const std::string kRequest = "request";
+      core::JsonNode n(r.body, "body", kRequest);
+      if (core::Status st = n.checkKeys({"data", "options"}); !st.isOk()) {
+        return fromStatus(st);
+      }
+      if (!r.body.contains("data") || !r.body["data"].is_object()) {
+        return error(400, "\"data\": an object of the secret's fields is required");
+      }
+      if (!exists) {
+        if (auto refused = room_for_new_key()) {
+          return *refused;
+        }
+      }
+      std::optional<int64_t> cas;
+      if (r.body.contains("options")) {
+        const json& o = r.body["options"];
+        if (!o.is_object() || (o.contains("cas") && !o["cas"].is_number_integer())) {
+          return error(400, "\"options\": {\"cas\": VERSION} is the only option");
+        }
+        if (o.contains("cas")) {
+          cas = o["cas"].get<int64_t>();
+        }
+      }
+      auto v = patch ? kv.patch(tenant, path, r.body["data"], cas)
+                     : kv.write(tenant, path, r.body["data"], cas);
+      if (!v.isOk()) {
+        return fromStatus(v.status());
+      }
+      return reply(200, {{"request_id", r.request_id}, {"data", {{"version", *v}}}});
+    }
+    if (r.method == "DELETE") {
+      if (!need(Capability::kDelete)) {
+        return error(403, "permission denied");
+      }
+      core::Status st = kv.remove(tenant, path, {});
+      return st.isOk() ? noContent() : fromStatus(st);
+    }
+    return error(405, "use GET, PUT, PATCH or DELETE");
+  }
+  if (op == "delete" || op == "undelete" || op == "destroy") {
+    if (r.method != "PUT" && r.method != "POST") {
+      return error(405, "use PUT");
+    }
+    if (!need(Capability::kUpdate)) {
+      return error(403, "permission denied");
+    }
+    auto versions = versionsField(r.body, op != "delete");
+    if (!versions.isOk()) {
+      return fromStatus(versions.status());
+    }
+    core::Status st = op == "delete"     ? kv.remove(tenant, path, *versions)
+                      : op == "undelete" ? kv.undelete(tenant, path, *versions)
+                                         : kv.destroy(tenant, path, *versions);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  if (op == "metadata") {
+    if (r.method == "GET") {
+      if (!need(Capability::kRead)) {
+        return error(403, "permission denied");
+      }
+      auto m = kv.metadata(tenant, path);
+      if (!m.isOk()) {
+        return fromStatus(m.status());
+      }
+      return reply(200, {{"request_id", r.request_id}, {"data", m->metadataJson()}});
+    }
+    if (r.method == "PUT" || r.method == "POST") {
+      const auto found = kv.exists(tenant, path);
+      const bool exists = found.isOk() && *found;
+      if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
+        return error(403, "permission denied");
+      }
+      if (!exists) {
+        if (auto refused = room_for_new_key()) {
+          return *refused;
+        }
+      }
+      core::Status st = kv.putMetadata(tenant, path, r.body);
+      return st.isOk() ? noContent() : fromStatus(st);
+    }
+    if (r.method == "DELETE") {
+      if (!need(Capability::kDelete)) {
+        return error(403, "permission denied");
+      }
+      core::Status st = kv.deleteKey(tenant, path);
+      return st.isOk() ? noContent() : fromStatus(st);
+    }
+    return error(405, "use GET, PUT, DELETE or LIST");
+  }
+  return error(404, "unsupported path: secrets/kv/" + op);
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,527 @@
+// Workloads: submit (admission), read, cancel, events and logs; a workload's command and env,
+// the secret-looking env values sealed by the barrier.
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+#include "audit/crypto.h"
+#include "audit/record.h"
+#include "core/json_node.h"
+#include "core/strings.h"
+#include "model/codec.h"
+#include "server/api_util.h"
+#include "server/control_plane.h"
+#include "server/request.h"
+
+namespace tessera::server {
+
+using namespace api;  // NOLINT(google-build-using-namespace): the handlers' shared vocabulary.
+using nlohmann::json;
+
+namespace {
+
+// A workload's "command" (argv) and "env" (variables), as an agent will run them.
+core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
+  if (n.has("command")) {
+    const core::JsonNode c = n.child("command");
+    if (!c.value().is_array() || c.value().empty() || c.value().size() > 1024) {
+      return c.error("expected a list of 1 to 1024 strings (argv)");
+    }
+    size_t bytes = 0;
+    for (size_t i = 0; i < c.value().size(); ++i) {
+      if (!c.value()[i].is_string()) {
+        return c.at(i).error("expected a string");
+      }
+      std::string arg = c.value()[i].get<std::string>();
+      if (arg.find('\0') != std::string::npos || (i == 0 && arg.empty())) {
+        return c.at(i).error(i == 0 ? "the program may not be empty"
+                                    : "may not contain a NUL byte");
+      }
+      bytes += arg.size();
+      cmd.command.push_back(std::move(arg));
+    }
+    if (bytes > size_t{128} * 1024) {
+      return c.error("longer than 128 KiB in all");
+    }
+  }
+  if (n.has("env")) {
+    const core::JsonNode e = n.child("env");
+    if (!e.value().is_object() || e.value().size() > 256) {
+      return e.error("expected an object of at most 256 NAME: \"value\" pairs");
+    }
+    for (const auto& [key, value] : e.value().items()) {
+      const bool valid_name =
+          !key.empty() && key.size() <= 256 && (std::isalpha(key[0]) != 0 || key[0] == '_') &&
+          std::all_of(key.begin(), key.end(), [](char ch) {
+            return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_';
+          });
+      if (!valid_name) {
+        return e.error("'" + key.substr(0, 64) +
+                       "' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)");
+      }
+      if (!value.is_string() || value.get<std::string>().size() > 32768 ||
+          value.get<std::string>().find('\0') != std::string::npos) {
+        return e.child(key.c_str()).error("expected a string of at most 32 KiB without NUL bytes");
+      }
+      cmd.env[key] = value.get<std::string>();
+    }
+  }
+  if (n.has("identity")) {
+    // {"audiences": ["sts.amazonaws.com"]}: who the task's identity token is for.
+    const core::JsonNode id = n.child("identity");
+    TESSERA_RETURN_IF_ERROR(id.checkKeys({"audiences"}));
+    if (id.has("audiences")) {
+      const core::JsonNode a = id.child("audiences");
+      if (!a.value().is_array() || a.value().size() > 8) {
+        return a.error("expected a list of at most 8 audiences");
+      }
+      for (size_t i = 0; i < a.value().size(); ++i) {
+        const json& v = a.value()[i];
+        if (!v.is_string() || v.get<std::string>().empty() || v.get<std::string>().size() > 256) {
+          return a.at(i).error("expected a non-empty string of at most 256 bytes");
+        }
+        cmd.identity_audiences.push_back(v.get<std::string>());
+      }
+    }
+  }
+  if (n.has("secrets")) {
+    // {"kv": ["app/config"], "db": ["readonly"]}: delivered to each task (docs/secrets.md).
+    const core::JsonNode sec = n.child("secrets");
+    TESSERA_RETURN_IF_ERROR(sec.checkKeys({"kv", "db"}));
+    auto names = [&](const char* field, size_t most, std::vector<std::string>& out,
+                     const std::function<core::Status(const std::string&)>& check) {
+      if (!sec.has(field)) {
+        return core::Status::ok();
+      }
+      const core::JsonNode list = sec.child(field);
+      if (!list.value().is_array() || list.value().size() > most) {
+        return list.error("expected a list of at most " + std::to_string(most) + " names");
+      }
+      for (size_t i = 0; i < list.value().size(); ++i) {
+        const json& v = list.value()[i];
+        if (!v.is_string()) {
+          return list.at(i).error("expected a string");
+        }
+        if (core::Status st = check(v.get<std::string>()); !st.isOk()) {
+          return list.at(i).error(st.message());
+        }
+        if (std::find(out.begin(), out.end(), v.get<std::string>()) != out.end()) {
+          return list.at(i).error("named twice");
+        }
+        out.push_back(v.get<std::string>());
+      }
+      return core::Status::ok();
+    };
+    TESSERA_RETURN_IF_ERROR(names("kv", 32, cmd.secrets.kv, secrets::KvEngine::checkPath));
+    TESSERA_RETURN_IF_ERROR(names("db", 8, cmd.secrets.db, [](const std::string& role) {
+      return secrets::DatabaseEngine::checkName("role", role);
+    }));
+  }
+  return core::Status::ok();
+}
+
+std::string envKey(const std::string& workload, const std::string& var) {
+  return "workloads/" + workload + "/env/" + var;
+}
+
+}  // namespace
+
+core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& tenant,
+                                                            const json& record) const {
+  const json& spec = record.at("spec");
+  static const std::string kSource = "stored workload";
+  core::JsonNode node(spec, "", kSource);
+  SubmitCommand cmd;
+  cmd.tenant = tenant;
+  cmd.name = record.at("name").get<std::string>();
+  TESSERA_RETURN_IF_ERROR(model::parseTaskRequest(node, catalogue_, {}, cmd.spec.request));
+  cmd.spec.tasks = spec.value("tasks", 1);
+  cmd.spec.min_available = spec.value("minAvailable", cmd.spec.tasks);
+  cmd.spec.priority = spec.value("priority", 0);
+  cmd.spec.preemptible = spec.value("preemptible", true);
+  cmd.queue = spec.value("queue", "default");
+  cmd.duration = std::chrono::seconds(spec.value("duration", int64_t{0}));
+  cmd.grace = std::chrono::seconds(spec.value("gracePeriod", int64_t{30}));
+  TESSERA_RETURN_IF_ERROR(parseCommandAndEnv(node, cmd));
+  if (const auto sealed = record.find("sealed_env"); sealed != record.end()) {
+    for (const auto& [var, hex] : sealed->items()) {
+      cmd.env.erase(var);
+      cmd.sealed_env[var] = hex.get<std::string>();
+    }
+  }
+  return cmd;
+}
+
+core::Status ControlPlane::sealEnv(const std::string& tenant, const std::string& name,
+                                   SubmitCommand& cmd, json& spec, json& sealed) {
+  for (auto it = cmd.env.begin(); it != cmd.env.end();) {
+    if (!audit::looksSecret(it->first)) {
+      ++it;
+      continue;
+    }
+    const std::string where = "workload '" + name + "': env." + it->first;
+    if (secrets_ == nullptr) {
+      return core::invalidArgument(where +
+                                   ": its name looks secret, and this server has no secrets "
+                                   "engine to seal it with; rename it, or enable secrets");
+    }
+    TESSERA_RETURN_IF_ERROR(secrets_->keys().addTenant(tenant).withContext(where));
+    auto blob = secrets_->keys().encrypt(tenant, envKey(name, it->first), it->second);
+    if (!blob.isOk()) {
+      return blob.status().withContext(where + ": cannot seal it");
+    }
+    sealed[it->first] =
+        core::hexEncode(reinterpret_cast<const unsigned char*>(blob->data()), blob->size());
+    spec["env"][it->first] = "(sealed)";
+    cmd.sealed_env[it->first] = sealed[it->first].get<std::string>();
+    it = cmd.env.erase(it);
+  }
+  return core::Status::ok();
+}
+
+core::Result<std::string> ControlPlane::openEnv(const NodeTask& t, const std::string& var,
+                                                const std::string& hex) const {
+  if (secrets_ == nullptr) {
+    return core::failedPrecondition("no secrets engine");
+  }
+  std::string blob;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    const int hi = core::hexDigitValue(hex[i]);
+    const int lo = core::hexDigitValue(hex[i + 1]);
+    if (hi < 0 || lo < 0) {
+      return core::internalError("env." + var + ": the stored sealed value is not hex");
+    }
+    blob.push_back(static_cast<char>(hi * 16 + lo));
+  }
+  return secrets_->keys().decrypt(t.tenant, envKey(t.workload, var), blob);
+}
+
+HttpResponse ControlPlane::workloadsApi(Request& r) {
+  const std::string tenant = *r.scope.tenant;
+  const std::vector<std::string> parts = split(r.scope.path);
+  {
+    std::shared_lock lock(mu_);
+    if (!tenants_.contains(tenant)) {
+      return error(404, "not found");
+    }
+  }
+  if (parts.size() == 1) {
+    if (r.method != "LIST") {
+      return error(405, "use LIST (or GET ?list=true) on workloads");
+    }
+    if (!authorized(r, Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    std::shared_lock lock(mu_);
+    auto it = workloads_.find(tenant);
+    return keysReply(r.request_id,
+                     it == workloads_.end() ? std::map<std::string, json>{} : it->second);
+  }
+  const std::string& name = parts[1];
+  if (!validName(name)) {
+    return error(400, "workload names are lowercase letters, digits and '-' (at most 63)");
+  }
+  json record;
+  {
+    std::shared_lock lock(mu_);
+    auto t = workloads_.find(tenant);
+    if (t != workloads_.end()) {
+      auto it = t->second.find(name);
+      if (it != t->second.end()) {
+        record = it->second;
+      }
+    }
+  }
+  const bool exists = !record.is_null();
+  if (parts.size() == 3 && parts[2] == "logs") {
+    if (!exists) {
+      return error(404, "no workload '" + name + "'");
+    }
+    return workloadLogs(r, tenant, name);
+  }
+  if (parts.size() == 3 && parts[2] == "events" && r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    if (!exists) {
+      return error(404, "no workload '" + name + "'");
+    }
+    return reply(200, {{"request_id", r.request_id},
+                       {"data", {{"events", record.value("events", json::array())}}}});
+  }
+  if (parts.size() != 2) {
+    return error(404, "unsupported path");
+  }
+  if (r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    if (!exists) {
+      return error(404, "no workload '" + name + "'");
+    }
+    json data = {{"name", name},
+                 {"tenant", tenant},
+                 {"spec", record["spec"]},
+                 {"submitted", record["submitted"]}};
+    auto live = driver_.status(tenant, name);
+    data["status"] = live ? statusJson(*live) : record["status"];
+    return reply(200, {{"request_id", r.request_id}, {"data", data}});
+  }
+  if (r.method == "DELETE") {
+    if (!authorized(r, Capability::kDelete)) {
+      return error(403, "permission denied");
+    }
+    if (!exists) {
+      return error(404, "no workload '" + name + "'");
+    }
+    // The request is stored (durable, so it survives a restart); the scheduler stops the
+    // workload when the store's watch brings it (onStoreEvents).
+    std::lock_guard write_lock(status_write_mu_);
+    json updated;
+    {
+      std::lock_guard lock(mu_);
+      auto t = workloads_.find(tenant);
+      if (t == workloads_.end() || !t->second.contains(name)) {
+        return error(404, "no workload '" + name + "'");
+      }
+      json& rec = t->second[name];
+      const std::string phase = rec["status"].value("phase", "");
+      if (rec.value("cancel_requested", false) || phase == "succeeded" || phase == "failed" ||
+          phase == "cancelled") {
+        return noContent();  // Nothing left to stop.
+      }
+      rec["cancel_requested"] = true;
+      rec["events"].push_back(
+          {{"time", wallText(clock_.wallNow())}, {"event", "cancel requested"}});
+      updated = rec;
+    }
+    auto put = store_.put(workloadKey(tenant, name), updated.dump());
+    if (!put.isOk()) {
+      return fromStatus(put.status());
+    }
+    return noContent();
+  }
+  if (r.method != "POST") {
+    return error(405, "method not allowed");
+  }
+  if (!authorized(r, exists ? Capability::kUpdate : Capability::kCreate)) {
+    return error(403, "permission denied");
+  }
+  if (exists) {
+    return error(409, "workload '" + name + "' exists; workloads cannot be changed");
+  }
+  // Admission: the body against the catalogue, the pool and the tenant's caps.
+  const std::string source = "workload '" + name + "'";
+  core::JsonNode n(r.body, "", source);
+  core::Status st = n.checkKeys({"tasks", "minAvailable", "priority", "preemptible", "maxRuntime",
+                                 "duration", "gracePeriod", "command", "env", "identity", "secrets",
+                                 "cpuMilli", "memoryMiB", "gpu", "queue"});
+  SubmitCommand cmd;
+  cmd.tenant = tenant;
+  cmd.name = name;
+  if (st.isOk()) {
+    st = model::parseTaskRequest(n, catalogue_, {}, cmd.spec.request);
+  }
+  if (st.isOk()) {
+    st = parseCommandAndEnv(n, cmd);
+  }
+  json spec = r.body;
+  json sealed_env = json::object();
+  if (st.isOk()) {
+    st = sealEnv(tenant, name, cmd, spec, sealed_env);
+  }
+  if (st.isOk() && !cmd.secrets.empty()) {
+    if (core::Status allowed = checkWorkloadSecrets(r, cmd.secrets); !allowed.isOk()) {
+      return fromStatus(allowed.withContext(source));
+    }
+  }
+  if (st.isOk() && n.has("queue")) {
+    auto q = n.child("queue").str();
+    st = q.status();
+    if (q.isOk()) {
+      cmd.queue = *q;
+      if (!driver_.hasQueue(tenant, cmd.queue)) {
+        st = core::invalidArgument(source + ": queue: tenant '" + tenant + "' has no queue '" +
+                                   cmd.queue + "'");
+      }
+    }
+  }
+  auto field = [&](const char* f, int64_t lo, int64_t hi, int64_t def) -> core::Result<int64_t> {
+    return n.has(f) ? n.child(f).integer(lo, hi) : core::Result<int64_t>(def);
+  };
+  auto tasks = field("tasks", 1, kMaxWorkloadTasks, 1);
+  auto min = tasks.isOk() ? field("minAvailable", 1, *tasks, *tasks) : tasks;
+  auto prio = field("priority", -1000000, 1000000, 0);
+  auto duration = field("duration", 0, 365LL * 86400, 0);
+  auto grace = field("gracePeriod", 0, 3600, 30);
+  for (const core::Status& s :
+       {st, tasks.status(), min.status(), prio.status(), duration.status(), grace.status()}) {
+    if (!s.isOk()) {
+      return fromStatus(s);
+    }
+  }
+  cmd.spec.tasks = static_cast<int>(*tasks);
+  cmd.spec.min_available = static_cast<int>(*min);
+  cmd.spec.priority = static_cast<int32_t>(*prio);
+  if (n.has("preemptible")) {
+    auto preemptible = n.child("preemptible").boolean();
+    if (!preemptible.isOk()) {
+      return fromStatus(preemptible.status());
+    }
+    cmd.spec.preemptible = *preemptible;
+  }
+  cmd.duration = std::chrono::seconds(*duration);
+  cmd.grace = std::chrono::seconds(*grace);
+  {
+    std::lock_guard lock(mu_);
+    auto t = tenants_.find(tenant);
+    if (t == tenants_.end()) {
+      return error(404, "not found");  // Deleted since the request was routed.
+    }
+    const json& config = t->second;
+    const int64_t pending = pending_[tenant];
+    if (static_cast<int64_t>(workloads_[tenant].size()) >=
+        config.value("max_workloads", options_.default_max_workloads)) {
+      return error(429, "tenant '" + tenant + "' is at its limit of stored workloads");
+    }
+    if (pending >= config.value("max_pending", options_.default_max_pending)) {
+      return error(429, "tenant '" + tenant + "' is at its limit of pending workloads");
+    }
+  }
+  json stored = {{"name", name},
+                 {"spec", std::move(spec)},
+                 {"submitted", wallText(clock_.wallNow())},
+                 {"status", {{"phase", "pending"}, {"tasks", json::array()}}},
+                 {"events", {{{"time", wallText(clock_.wallNow())}, {"event", "submitted"}}}}};
+  if (!sealed_env.empty()) {
+    stored["sealed_env"] = std::move(sealed_env);
+  }
+  // The record grows with its tasks' status and its events, and must stay within what the store
+  // takes, or it could never be updated again (nor cancelled).
+  const size_t largest = stored.dump(-1, ' ', false, json::error_handler_t::replace).size() +
+                         static_cast<size_t>(*tasks) * kTaskStatusBytes + kEventsBytes;
+  if (largest > store::kMaxValueBytes) {
+    return error(400, source + ": its record could grow to " + std::to_string(largest) +
+                          " bytes with the status of its " + std::to_string(*tasks) +
+                          " tasks, over the store's limit of " +
+                          std::to_string(store::kMaxValueBytes) +
+                          "; submit fewer tasks or a shorter command and env");
+  }
+  // Refused now if it could never run; then stored (durable) and acknowledged. The scheduler
+  // gets it from the store's watch (onStoreEvents), and after a restart from load().
+  if (core::Status ok = driver_.check(cmd); !ok.isOk()) {
+    return error(400, source + ": " + ok.message());
+  }
+  // Stored only while the tenant is: a tenant deleted since the checks above (its deletion does
+  // not wait for submissions) must not be left with a workload.
+  store::Txn txn;
+  txn.notes = std::move(r.audit_notes);
+  txn.compares.push_back(
+      store::Compare::version(workloadKey(tenant, name), store::Compare::kEqual, 0));
+  txn.compares.push_back(store::Compare::version(tenantKey(tenant), store::Compare::kGreater, 0));
+  txn.success.push_back(store::Op::put(workloadKey(tenant, name), stored.dump()));
+  auto res = store_.txn(std::move(txn));
+  if (!res.isOk()) {
+    return fromStatus(res.status());
+  }
+  bool deleting = false;
+  if (res->succeeded) {
+    std::shared_lock lock(mu_);
+    deleting = !tenants_.contains(tenant);
+  }
+  if (deleting) {
+    // Stored, while the tenant is out of the caches: its deletion began after the checks above
+    // and is under way. It holds the tenant's lock until it is done, and either removes the
+    // workload with the rest or, if it fails, puts the tenant back with the workload.
+    std::lock_guard wait(tenantLock(tenant));
+  }
+  std::lock_guard lock(mu_);
+  if (!tenants_.contains(tenant) || (deleting && !workloads_[tenant].contains(name))) {
+    return error(404, "not found");  // Deleted meanwhile: the workload is not in the store.
+  }
+  if (!res->succeeded) {
+    return error(409, "workload '" + name + "' exists");
+  }
+  if (workloads_[tenant].try_emplace(name, stored).second) {  // Unless the watch was first.
+    ++pending_[tenant];
+  }
+  return reply(202, {{"request_id", r.request_id},
+                     {"data", {{"name", name}, {"tenant", tenant}, {"phase", "pending"}}}});
+}
+
+HttpResponse ControlPlane::workloadLogs(Request& r, const std::string& tenant,
+                                        const std::string& name) {
+  if (r.method != "GET") {
+    return error(405, "method not allowed");
+  }
+  if (!authorized(r, Capability::kRead)) {
+    return error(403, "permission denied");
+  }
+  int64_t task = 0;
+  LogRequest req;
+  req.stream = "stdout";
+  try {
+    if (auto it = r.scope.query.find("task"); it != r.scope.query.end()) {
+      task = std::stoll(it->second);
+    }
+    if (auto it = r.scope.query.find("offset"); it != r.scope.query.end()) {
+      req.offset = std::stoll(it->second);
+    }
+    if (auto it = r.scope.query.find("limit"); it != r.scope.query.end()) {
+      req.limit = std::stoll(it->second);
+    }
+  } catch (const std::exception&) {
+    return error(400, "logs: task, offset and limit must be numbers");
+  }
+  if (auto it = r.scope.query.find("stream"); it != r.scope.query.end()) {
+    req.stream = it->second;
+  }
+  if (req.stream != "stdout" && req.stream != "stderr") {
+    return error(400, "logs: stream: expected stdout or stderr");
+  }
+  if (req.offset < 0 || req.limit < 1 || req.limit > int64_t{256} * 1024) {
+    return error(400, "logs: offset must be >= 0 and limit 1..262144 bytes");
+  }
+  const std::optional<WorkloadStatus> status = driver_.status(tenant, name);
+  if (!status) {
+    return error(404, "no workload '" + name + "'");
+  }
+  if (task < 0 || task >= static_cast<int64_t>(status->tasks.size())) {
+    return error(404, "workload '" + name + "' has no task " + std::to_string(task));
+  }
+  const std::string& node = status->tasks[static_cast<size_t>(task)].node;
+  if (node.empty()) {
+    return error(404, "task " + std::to_string(task) + " of '" + name +
+                          "' has not run on an agent's node (no logs yet)");
+  }
+  if (!driver_.isAgentNode(node)) {
+    return error(404, "task " + std::to_string(task) + " runs on simulated node '" + node +
+                          "', which keeps no logs");
+  }
+  req.task = tenant + "." + name + "." + std::to_string(task);
+  const int64_t offset = req.offset;
+  const std::string stream = req.stream;
+  auto piece = mailbox_.fetchLog(node, std::move(req), std::chrono::seconds(5));
+  if (!piece.isOk()) {
+    return fromStatus(piece.status());
+  }
+  // Logs are bytes; JSON wants UTF-8: invalid sequences become U+FFFD.
+  const std::string text =
+      json::parse(json(piece->data).dump(-1, ' ', false, json::error_handler_t::replace))
+          .get<std::string>();
+  return reply(200, {{"request_id", r.request_id},
+                     {"data",
+                      {{"task", task},
+                       {"node", node},
+                       {"stream", stream},
+                       {"offset", offset},
+                       {"next_offset", offset + static_cast<int64_t>(piece->data.size())},
+                       {"size", piece->size},
+                       {"phase", status->phase},
+                       {"text", text}}}});
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,172 @@
+#include "server/api_util.h"
+
+#include <charconv>
+#include <ctime>
+
+#include "core/json_node.h"
+#include "server/request.h"
+
+namespace tessera::server::api {
+
+using nlohmann::json;
+
+core::Result<core::Duration> parseDuration(const json& j, const std::string& field) {
+  TESSERA_ASSIGN_OR_RETURN(int64_t seconds, parseDurationSeconds(j, field));
+  return std::chrono::duration_cast<core::Duration>(std::chrono::seconds(seconds));
+}
+
+core::Result<int64_t> intOr(const core::JsonNode& n, const json& base, const char* field,
+                            int64_t lo, int64_t hi, int64_t def) {
+  if (!n.has(field)) {
+    return base.value(field, def);
+  }
+  return n.child(field).integer(lo, hi);
+}
+
+core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const json& base,
+                                        const std::string& source) {
+  auto gpus = [&](const char* field, const char* stored) -> core::Result<int64_t> {
+    if (!n.has(field)) {
+      return base.value(stored, int64_t{0});
+    }
+    core::JsonNode f = n.child(field);
+    TESSERA_RETURN_IF_ERROR(f.checkKeys({"gpu"}));
+    return f.has("gpu") ? f.child("gpu").scaled(1000) : core::Result<int64_t>(int64_t{0});
+  };
+  QueueNumbers q;
+  TESSERA_ASSIGN_OR_RETURN(q.quota, gpus("quota", "quota_milli_gpu"));
+  TESSERA_ASSIGN_OR_RETURN(q.limit, gpus("limit", "limit_milli_gpu"));
+  if (q.limit > 0 && q.limit < q.quota) {
+    return core::invalidArgument(source + ": limit.gpu is below quota.gpu");
+  }
+  TESSERA_ASSIGN_OR_RETURN(q.weight, intOr(n, base, "weight", 0, 1000000, 1));
+  TESSERA_ASSIGN_OR_RETURN(q.priority, intOr(n, base, "priority", 0, 1000000, 100));
+  return q;
+}
+
+json statusJson(const WorkloadStatus& s) {
+  json tasks = json::array();
+  for (const TaskStatus& t : s.tasks) {
+    json tj = {{"state", t.state}};
+    if (!t.node.empty()) {
+      tj["node"] = t.node;
+      tj["gpus"] = t.gpus;
+      if (t.milli_per_gpu > 0 && t.milli_per_gpu < 1000) {
+        tj["milli_per_gpu"] = t.milli_per_gpu;
+      }
+    }
+    tasks.push_back(std::move(tj));
+  }
+  json j = {{"phase", s.phase}, {"tasks", tasks}};
+  if (!s.reason.empty()) {
+    j["reason"] = s.reason;
+  }
+  return j;
+}
+
+std::string wallText(core::WallTime t) {
+  const std::time_t secs =
+      std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string tenantKey(const std::string& t) { return "/tenants/" + t; }
+
+std::string policyKey(const std::string& scope, const std::string& name) {
+  return scope.empty() ? "/policies/" + name : "/tenants/" + scope + "/policies/" + name;
+}
+
+std::string workloadKey(const std::string& t, const std::string& name) {
+  return "/tenants/" + t + "/workloads/" + name;
+}
+
+json tenantAdminPolicy() {
+  return {{"path", {{"*", {{"capabilities", {"create", "read", "update", "delete", "list"}}}}}}};
+}
+
+json sealJson(const secrets::SealStatus& s) {
+  return {{"initialized", s.initialized},
+          {"sealed", s.sealed},
+          {"type", s.mode},
+          {"n", s.shares},
+          {"t", s.threshold},
+          {"progress", s.progress},
+          {"term", s.term}};
+}
+
+HttpResponse noSecrets() { return error(503, "this server has no secrets engine configured"); }
+
+std::string tokenLeaseId(const TokenInfo& t) { return std::string(kTokenLeasePrefix) + t.accessor; }
+
+json tokenLeaseJson(const TokenInfo& t, core::WallTime now) {
+  auto time = [](core::WallTime w) {
+    return w == core::WallTime::max() ? json(nullptr) : json(audit::formatRfc3339Millis(w));
+  };
+  return {{"lease_id", tokenLeaseId(t)},
+          {"tenant", t.tenant},
+          {"kind", "token"},
+          {"data", {{"accessor", t.accessor}, {"policies", t.policies}}},
+          {"issue_time", time(t.issued)},
+          {"expire_time", time(t.expires)},
+          {"max_expire_time", time(t.max_expiry)},
+          {"renewable", t.renewable},
+          {"revocable", true},
+          {"state", "active"},
+          {"ttl", t.ttlSeconds(now)}};
+}
+
+core::Result<core::Duration> incrementOf(const json& body) {
+  if (!body.contains("increment")) {
+    return core::Duration::zero();
+  }
+  TESSERA_ASSIGN_OR_RETURN(const int64_t s, parseDurationSeconds(body["increment"], "increment"));
+  return std::chrono::duration_cast<core::Duration>(std::chrono::seconds(s));
+}
+
+std::string rest(const std::vector<std::string>& parts, size_t skip) {
+  std::string out;
+  for (size_t i = skip; i < parts.size(); ++i) {
+    out += (i > skip ? "/" : "") + parts[i];
+  }
+  return out;
+}
+
+core::Result<int64_t> versionParam(const ScopedPath& scope) {
+  auto it = scope.query.find("version");
+  if (it == scope.query.end()) {
+    return int64_t{0};
+  }
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+  if (ec != std::errc() || end != it->second.data() + it->second.size() || v < 0) {
+    return core::invalidArgument("version: '" + it->second + "' is not a version number");
+  }
+  return v;
+}
+
+core::Result<std::vector<int64_t>> versionsField(const json& body, bool required) {
+  std::vector<int64_t> out;
+  if (!body.contains("versions")) {
+    if (required) {
+      return core::invalidArgument("\"versions\": a list of version numbers is required");
+    }
+    return out;
+  }
+  const json& v = body["versions"];
+  if (!v.is_array() || v.size() > 1000) {
+    return core::invalidArgument("\"versions\" must be a list of at most 1000 version numbers");
+  }
+  for (const json& n : v) {
+    if (!n.is_number_integer() || n.get<int64_t>() < 1) {
+      return core::invalidArgument("\"versions\" holds something that is not a version number");
+    }
+    out.push_back(n.get<int64_t>());
+  }
+  return out;
+}
+
+}  // namespace tessera::server::api

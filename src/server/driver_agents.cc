@@ -1,0 +1,325 @@
+// The driver's side of the agents' protocol: heartbeats and leases, task reports, the task lists
+// agents watch, and when a stopped or never-started task gives its GPUs back (docs/agent.md).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+
+#include "server/driver.h"
+
+namespace tessera::server {
+
+std::vector<NodeState> SchedulerDriver::nodeStates() const {
+  const core::TimePoint now = clock_.now();
+  std::lock_guard lock(mu_);
+  std::vector<NodeState> out;
+  out.reserve(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    NodeState s;
+    s.name = nodes_[i].name;
+    auto it = agents_.find(static_cast<sched::NodeIndex>(i));
+    if (it == agents_.end()) {
+      s.state = "simulated";
+    } else {
+      const AgentNode& a = it->second;
+      s.agent = true;
+      s.state = !a.registered ? "waiting" : a.up ? "ready" : "lost";
+      if (a.registered) {
+        s.seconds_since_heartbeat =
+            std::chrono::duration_cast<std::chrono::seconds>(now - a.last_heartbeat).count();
+      }
+      s.tasks = static_cast<int>(a.tasks.size());
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node,
+                                                         const std::vector<std::string>& gpu_models,
+                                                         std::vector<NodeTaskReport> reports) {
+  auto found = agent_index_.find(node);
+  if (found == agent_index_.end()) {
+    for (const model::Node& n : nodes_) {
+      if (n.name == node) {
+        return core::failedPrecondition("node '" + node +
+                                        "' is simulated by the server, not run by an agent "
+                                        "(list it in nodes { agents = ... })");
+      }
+    }
+    return core::notFound("no node '" + node +
+                          "': agents register only under the names in the server's "
+                          "nodes { agents = ... }");
+  }
+  const model::Node& n = nodes_[found->second];
+  std::vector<std::string> declared;
+  declared.reserve(n.gpus.size());
+  for (const model::GpuDevice& g : n.gpus) {
+    declared.push_back(catalogue_->model(g.model).name);
+  }
+  if (gpu_models != declared) {
+    auto describe = [](const std::vector<std::string>& models) {
+      std::map<std::string, int> count;
+      for (const std::string& m : models) {
+        ++count[m];
+      }
+      std::string out;
+      for (const auto& [m, c] : count) {
+        out += (out.empty() ? "" : ", ") + std::to_string(c) + " x " + (m.empty() ? "?" : m);
+      }
+      return out.empty() ? std::string("no GPUs") : out;
+    };
+    return core::failedPrecondition("node '" + node + "' is declared with " + describe(declared) +
+                                    " but its agent found " + describe(gpu_models));
+  }
+  std::lock_guard lock(mu_);
+  AgentNode& a = agents_.at(found->second);
+  const core::TimePoint now = clock_.now();
+  a.registered = true;
+  ++a.heartbeats;
+  a.last_heartbeat = now;
+  a.expires = now + options_.lease_ttl;
+  bool wake = !reports.empty();
+  if (!a.up) {
+    a.up = true;
+    a.back = true;
+    wake = true;
+  }
+  for (NodeTaskReport& r : reports) {
+    a.reports.push_back(std::move(r));
+  }
+  if (wake) {
+    wake_.notify_one();
+  }
+  return HeartbeatAnswer{a.version, a.tasks};
+}
+
+core::Result<uint64_t> SchedulerDriver::watchNode(const std::string& node, uint64_t known_version,
+                                                  std::chrono::milliseconds wait) {
+  auto found = agent_index_.find(node);
+  if (found == agent_index_.end()) {
+    return core::notFound("no node '" + node + "' run by an agent");
+  }
+  std::unique_lock lock(mu_);
+  const AgentNode& a = agents_.at(found->second);
+  node_changed_.wait_for(lock, wait, [&] { return a.version != known_version || stopping_; });
+  return a.version;
+}
+
+void SchedulerDriver::applyNodeEvents(core::TimePoint now,
+                                      std::vector<sched::WorkloadId>& touched) {
+  if (agents_.empty()) {
+    return;
+  }
+  std::vector<sched::NodeIndex> back;
+  std::vector<sched::NodeIndex> lost;
+  std::vector<std::pair<sched::NodeIndex, std::vector<NodeTaskReport>>> reports;
+  std::map<sched::NodeIndex, uint64_t> answered;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [n, a] : agents_) {
+      answered[n] = a.heartbeats;
+      if (a.back) {
+        back.push_back(n);
+        a.back = false;
+      }
+      if (!a.reports.empty()) {
+        reports.emplace_back(n, std::move(a.reports));
+        a.reports.clear();
+      }
+      if (a.up && a.expires <= now) {
+        a.up = false;
+        lost.push_back(n);
+      }
+    }
+  }
+  for (sched::NodeIndex n : back) {
+    scheduler_->nodeBack(n);
+  }
+  for (const auto& [n, list] : reports) {
+    for (const NodeTaskReport& r : list) {
+      applyReport(n, r, touched);
+    }
+  }
+  releaseUnconfirmed(answered, touched);
+  for (sched::NodeIndex n : lost) {
+    std::fprintf(stderr, "node %s lost: no heartbeat from its agent for %lld ms\n",
+                 nodes_[n].name.c_str(), static_cast<long long>(options_.lease_ttl.count()));
+    for (sched::TaskId t : scheduler_->nodeLost(n)) {
+      touched.push_back(scheduler_->task(t).workload);
+      agent_started_.erase(t);
+    }
+    node_tasks_[n].clear();
+  }
+}
+
+void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
+                                  std::vector<sched::WorkloadId>& touched) {
+  auto it = task_ids_.find(r.task);
+  if (it == task_ids_.end()) {
+    return;  // Not a task of ours (a stray the agent will stop).
+  }
+  const sched::TaskId t = it->second;
+  const sched::TaskInfo& task = scheduler_->task(t);
+  const bool placed =
+      task.state == sched::TaskState::kRunning || task.state == sched::TaskState::kTerminating;
+  if (!placed || task.assignment.placement.node != n || generationOf(t) != r.generation) {
+    return;  // An older generation, or a task already cancelled or finished: nothing to do.
+  }
+  const sched::WorkloadId w = task.workload;
+  touched.push_back(w);
+  const std::string who = "task " + std::to_string(task.index) + " on node " + nodes_[n].name;
+  switch (r.state) {
+    case NodeTaskReport::State::kRunning:
+      agent_started_[t] = true;
+      return;
+    case NodeTaskReport::State::kFailedToStart:
+      node_tasks_[n].erase(t);
+      agent_started_.erase(t);
+      failWorkload(w, who + " could not start: " + r.error);
+      return;
+    case NodeTaskReport::State::kExited:
+      break;
+  }
+  node_tasks_[n].erase(t);
+  agent_started_.erase(t);
+  if (task.state == sched::TaskState::kTerminating) {
+    scheduler_->taskStopped(t);  // Evicted, and now gone: it waits to be placed again.
+  } else if (r.stopped) {
+    scheduler_->taskInterrupted(t);  // Its agent stopped it (fenced): placed again.
+  } else if (r.exit_code == 0 && !r.oom_killed) {
+    scheduler_->taskFinished(t);
+  } else {
+    std::string how = r.exit_code >= 0 ? "exited with code " + std::to_string(r.exit_code)
+                                       : "was killed by signal " + std::to_string(r.signal);
+    if (r.oom_killed) {
+      how += " (out of memory: over its memoryMiB)";
+    }
+    scheduler_->taskFinished(t);
+    failWorkload(w, who + " " + how);
+  }
+}
+
+void SchedulerDriver::releaseUnconfirmed(const std::map<sched::NodeIndex, uint64_t>& answered,
+                                         std::vector<sched::WorkloadId>& touched) {
+  for (auto it = unconfirmed_.begin(); it != unconfirmed_.end();) {
+    const sched::TaskId t = it->first;
+    const sched::TaskInfo& task = scheduler_->task(t);
+    auto started = agent_started_.find(t);
+    if (task.state != sched::TaskState::kTerminating ||
+        task.assignment.placement.node != it->second.node ||
+        (started != agent_started_.end() && started->second)) {
+      // Stopped, lost with its node, or placed anew; or the agent did start it, and its exit
+      // report will release it.
+      it = unconfirmed_.erase(it);
+      continue;
+    }
+    // The agent answers heartbeats one at a time, and each carries what it made of the answer
+    // before: a heartbeat after the last answer that listed the task, with no report that it
+    // started, proves the agent never started it.
+    auto a = answered.find(it->second.node);
+    if (a == answered.end() || a->second <= it->second.answered) {
+      ++it;
+      continue;
+    }
+    agent_started_.erase(t);
+    touched.push_back(task.workload);
+    scheduler_->taskStopped(t);
+    it = unconfirmed_.erase(it);
+  }
+}
+
+std::function<bool(sched::TaskId)> SchedulerDriver::stopsOnAgent() {
+  return [this](sched::TaskId t) {
+    const sched::NodeIndex n = scheduler_->task(t).assignment.placement.node;
+    auto it = node_tasks_.find(n);
+    return it != node_tasks_.end() && it->second.contains(t);
+  };
+}
+
+uint32_t SchedulerDriver::generationOf(sched::TaskId t) const {
+  return (options_.epoch << 16) | (scheduler_->task(t).starts & 0xffffU);
+}
+
+NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
+  const sched::TaskInfo& task = scheduler_->task(t);
+  const SubmitCommand& c = specs_[task.workload];
+  NodeTask nt;
+  nt.id = c.tenant + "." + c.name + "." + std::to_string(task.index);
+  nt.generation = generationOf(t);
+  nt.tenant = c.tenant;
+  nt.workload = c.name;
+  nt.index = static_cast<int>(task.index);
+  nt.command = c.command;
+  nt.env = c.env;
+  nt.sealed_env = c.sealed_env;
+  const sched::Placement& p = task.assignment.placement;
+  for (uint64_t g = p.gpus; g != 0; g &= g - 1) {
+    nt.gpus.push_back(std::countr_zero(g));
+  }
+  nt.milli_per_gpu = task.assignment.milli_per_gpu;
+  nt.isolation = std::string(model::isolationName(c.spec.request.isolation));
+  nt.gpu_memory_mib = c.spec.request.gpu_memory.value();
+  nt.mig_profile = p.gpus != 0 ? p.mig_profile : -1;
+  nt.cpu_milli = c.spec.request.cpu.value();
+  nt.memory_mib = c.spec.request.memory.value();
+  nt.duration_s = std::chrono::duration_cast<std::chrono::seconds>(c.duration).count();
+  nt.grace_ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.grace).count();
+  nt.identity_audiences = c.identity_audiences;
+  nt.secrets = c.secrets;
+  return nt;
+}
+
+void SchedulerDriver::publishNodeTasks() {
+  std::vector<std::pair<sched::NodeIndex, sched::TaskId>> unconfirmed;
+  for (auto& [node, tasks] : node_tasks_) {
+    // Whatever is no longer running here at its generation (finished, cancelled, evicted,
+    // lost) leaves the list.
+    const sched::NodeIndex n = node;
+    std::erase_if(tasks, [&](sched::TaskId t) {
+      const sched::TaskInfo& task = scheduler_->task(t);
+      if (task.state == sched::TaskState::kRunning && task.assignment.placement.node == n) {
+        return false;
+      }
+      if (task.state == sched::TaskState::kTerminating && task.assignment.placement.node == n) {
+        auto started = agent_started_.find(t);
+        if (started == agent_started_.end() || !started->second) {
+          unconfirmed.emplace_back(n, t);  // Evicted before its agent said it started it.
+        }
+      }
+      return true;
+    });
+  }
+  std::map<sched::NodeIndex, std::vector<NodeTask>> lists;
+  for (const auto& [n, a] : agents_) {
+    std::vector<NodeTask>& list = lists[n];
+    for (sched::TaskId t : node_tasks_[n]) {
+      list.push_back(nodeTask(t));
+    }
+    std::sort(list.begin(), list.end(),
+              [](const NodeTask& x, const NodeTask& y) { return x.id < y.id; });
+  }
+  bool changed = false;
+  std::lock_guard lock(mu_);
+  // Every answer from now on leaves these tasks out; those given so far may have listed them.
+  for (const auto& [n, t] : unconfirmed) {
+    unconfirmed_[t] = {n, agents_.at(n).heartbeats};
+  }
+  for (auto& [n, list] : lists) {
+    AgentNode& a = agents_.at(n);
+    const bool same = std::equal(list.begin(), list.end(), a.tasks.begin(), a.tasks.end(),
+                                 [](const NodeTask& x, const NodeTask& y) {
+                                   return x.id == y.id && x.generation == y.generation;
+                                 });
+    if (!same) {
+      a.tasks = std::move(list);
+      ++a.version;
+      changed = true;
+    }
+  }
+  if (changed) {
+    node_changed_.notify_all();
+  }
+}
+
+}  // namespace tessera::server
