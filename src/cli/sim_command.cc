@@ -10,6 +10,7 @@
 
 #include "cli/progress.h"
 #include "cli/seeds.h"
+#include "cli/sim_api.h"
 #include "core/strings.h"
 #include "sched/policy.h"
 #include "sim/openb_experiment.h"
@@ -199,12 +200,33 @@ int runCheck(const std::string& nodes, const std::vector<std::string>& files) {
 int simulateAndReport(const sim::Scenario& scenario, const std::string& label,
                       const std::string& out, bool quiet);
 
-int runScenarioCommand(const std::string& file, const std::string& out, bool quiet) {
+int runScenarioCommand(const std::string& file, const std::string& out, bool quiet,
+                       bool through_api) {
   auto scenario = sim::readScenario(file);
   if (!scenario.isOk()) {
     return fail(kExitBadInput, scenario.status().message());
   }
-  return simulateAndReport(*scenario, file, out, quiet);
+  if (!through_api) {
+    return simulateAndReport(*scenario, file, out, quiet);
+  }
+  if (!quiet) {
+    std::cerr << "running " << file << " through a server's API (its files in " << out
+              << "/server)\n";
+  }
+  auto result = runScenarioThroughApi(*scenario, out + "/server");
+  if (!result.isOk()) {
+    return fail(
+        result.status().code() == core::StatusCode::kInvalidArgument ? kExitBadInput : kExitFailure,
+        result.status().message());
+  }
+  if (core::Status st = sim::writeScenarioOutputs(*result, out); !st.isOk()) {
+    return fail(kExitFailure, st.message());
+  }
+  std::cout << fmt::format("makespan {:.0f} s, {} evictions, {} passes, {} workloads never ran\n",
+                           result->makespan_s, result->evictions, result->passes,
+                           result->failed_workloads);
+  std::cout << "Wrote " << out << "/tenants.csv, events.csv and summary.json.\n";
+  return 0;
 }
 
 struct PhillyArgs {
@@ -320,8 +342,14 @@ void addSimCommand(CLI::App& app, int* rc) {
   scenario->add_option("file", *scenario_file, "Scenario JSON file")->required();
   scenario->add_option("--out,-o", *scenario_out, "Output directory")->capture_default_str();
   scenario->add_flag("--quiet,-q", *scenario_quiet, "No progress bar");
-  scenario->callback(
-      [=] { *rc = runScenarioCommand(*scenario_file, *scenario_out, *scenario_quiet); });
+  auto through_api = std::make_shared<bool>(false);
+  scenario->add_flag("--through-api", *through_api,
+                     "Run it through a real server in this process, over its HTTPS API (a "
+                     "scenario with \"tenants\"), with simulated nodes and a virtual clock: "
+                     "events.csv and tenants.csv must match the simulator's");
+  scenario->callback([=] {
+    *rc = runScenarioCommand(*scenario_file, *scenario_out, *scenario_quiet, *through_api);
+  });
 
   auto philly = std::make_shared<PhillyArgs>();
   CLI::App* philly_cmd = sim->add_subcommand(

@@ -5,11 +5,9 @@
 #include <algorithm>
 #include <bit>
 
-namespace tessera::server {
+#include "sched/tenant_queues.h"
 
-namespace {
-constexpr const char* kRoot = "tessera";
-}
+namespace tessera::server {
 
 core::Result<std::unique_ptr<SchedulerDriver>> SchedulerDriver::create(
     const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes, const core::Clock& clock,
@@ -30,12 +28,14 @@ core::Result<std::unique_ptr<SchedulerDriver>> SchedulerDriver::create(
   }
   sched::ResourceSpace space = sched::ResourceSpace::withModels(catalogue, {});
   TESSERA_ASSIGN_OR_RETURN(sched::QueueTree tree,
-                           sched::QueueTree::create(space, {{kRoot, "", {}, {}, 1, 100}}));
+                           sched::QueueTree::create(space, {sched::rootQueueSpec()}));
   sched::SchedulerOptions so;
   so.policy = d->options_.policy;
   so.min_runtime = std::chrono::seconds(0);
-  TESSERA_ASSIGN_OR_RETURN(d->scheduler_, sched::Scheduler::create(catalogue, std::move(nodes),
-                                                                   std::move(tree), {}, so, clock));
+  TESSERA_ASSIGN_OR_RETURN(
+      d->scheduler_,
+      sched::Scheduler::create(catalogue, std::move(nodes), std::move(tree), d->options_.typical,
+                               d->options_.scheduler.value_or(so), clock));
   for (const auto& [name, n] : d->agent_index_) {
     d->scheduler_->nodeLost(n);  // Down until its agent is heard from.
   }
@@ -43,23 +43,6 @@ core::Result<std::unique_ptr<SchedulerDriver>> SchedulerDriver::create(
 }
 
 SchedulerDriver::~SchedulerDriver() { stop(); }
-
-namespace {
-
-// A tenant's GPU quota and limit (milli-GPU; a limit of 0 is none) as scheduler amounts.
-std::pair<sched::Amounts, sched::Amounts> gpuAmounts(const sched::ResourceSpace& space,
-                                                     int64_t quota_milli_gpu,
-                                                     int64_t limit_milli_gpu) {
-  sched::Amounts quota = space.zeros();
-  quota[sched::kGpuDim] = quota_milli_gpu;
-  sched::Amounts limit = space.unlimited();
-  if (limit_milli_gpu > 0) {
-    limit[sched::kGpuDim] = limit_milli_gpu;
-  }
-  return {quota, limit};
-}
-
-}  // namespace
 
 core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                                              int64_t limit_milli_gpu, int64_t weight,
@@ -71,14 +54,14 @@ core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t 
       return core::Status::ok();
     }
   }
-  const auto [quota, limit] =
-      gpuAmounts(scheduler_->queues().space(), quota_milli_gpu, limit_milli_gpu);
+  const sched::ResourceSpace& space = scheduler_->queues().space();
+  const sched::GpuQueueNumbers numbers{quota_milli_gpu, limit_milli_gpu, weight, priority};
   // Adding queues changes the scheduler: the driver thread must not run a pass meanwhile, which
   // holding `pass_mu_` guarantees.
   TESSERA_RETURN_IF_ERROR(
-      scheduler_->addQueue({tenant, kRoot, quota, limit, weight, priority}).status());
-  TESSERA_ASSIGN_OR_RETURN(sched::QueueId leaf, scheduler_->addQueue({tenant + "/default", tenant,
-                                                                      quota, limit, 1, 100}));
+      scheduler_->addQueue(sched::tenantQueueSpec(space, tenant, numbers)).status());
+  TESSERA_ASSIGN_OR_RETURN(sched::QueueId leaf, scheduler_->addQueue(sched::tenantDefaultQueueSpec(
+                                                    space, tenant, numbers)));
   (void)tenantId(tenant);
   std::lock_guard lock(mu_);
   leaves_[tenant + "/default"] = leaf;
@@ -110,7 +93,7 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
     return core::notFound("tenant '" + tenant + "' has no queue");
   }
   const std::string name = tenant + "/" + queue;
-  const auto [quota, limit] = gpuAmounts(tree.space(), quota_milli_gpu, limit_milli_gpu);
+  const auto [quota, limit] = sched::gpuAmounts(tree.space(), quota_milli_gpu, limit_milli_gpu);
   if (const std::optional<sched::QueueId> q = tree.find(name)) {
     TESSERA_RETURN_IF_ERROR(scheduler_->updateQueue(*q, quota, limit, weight, priority));
     std::lock_guard lock(mu_);
@@ -139,8 +122,10 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
     leaves_[name] = *retired;
     return core::Status::ok();
   }
-  TESSERA_ASSIGN_OR_RETURN(sched::QueueId leaf,
-                           scheduler_->addQueue({name, tenant, quota, limit, weight, priority}));
+  TESSERA_ASSIGN_OR_RETURN(
+      sched::QueueId leaf,
+      scheduler_->addQueue(sched::teamQueueSpec(
+          tree.space(), tenant, queue, {quota_milli_gpu, limit_milli_gpu, weight, priority})));
   std::lock_guard lock(mu_);
   leaves_[name] = leaf;
   return core::Status::ok();
@@ -215,7 +200,7 @@ core::Status SchedulerDriver::updateTenantQueue(const std::string& tenant, int64
   if (!q || !leaf) {
     return core::notFound("tenant '" + tenant + "' has no queue");
   }
-  const auto [quota, limit] = gpuAmounts(tree.space(), quota_milli_gpu, limit_milli_gpu);
+  const auto [quota, limit] = sched::gpuAmounts(tree.space(), quota_milli_gpu, limit_milli_gpu);
   // Both are checked the same way (quota within limit), so the second cannot fail alone.
   TESSERA_RETURN_IF_ERROR(scheduler_->updateQueue(*q, quota, limit, weight, priority));
   return scheduler_->updateQueue(*leaf, quota, limit, 1, 100);
@@ -567,12 +552,22 @@ void SchedulerDriver::runOnce() {
     scheduler_->cancel(it->second, stopsOnAgent());
     touched.push_back(it->second);
   }
-  // Simulated tasks that have run their duration.
+  // Simulated tasks that have run their duration, and evicted ones whose grace period is over.
   for (auto it = ends_.begin(); it != ends_.end();) {
     if (it->second <= now) {
       touched.push_back(scheduler_->task(it->first).workload);
       scheduler_->taskFinished(it->first);
+      kept_.erase(it->first);
       it = ends_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = stops_.begin(); it != stops_.end();) {
+    if (it->second <= now) {
+      touched.push_back(scheduler_->task(it->first).workload);
+      scheduler_->taskStopped(it->first);  // Pending again (or finished, if cancelled since).
+      it = stops_.erase(it);
     } else {
       ++it;
     }
@@ -590,7 +585,7 @@ void SchedulerDriver::runOnce() {
     }
     const core::Duration d = specs_[s.workload].duration;
     if (d > core::Duration::zero()) {
-      ends_[s.task] = now + d;
+      ends_[s.task] = now + std::max(core::Duration::zero(), d - kept_[s.task]);
     }
   }
   std::map<sched::WorkloadId, std::vector<std::string>> events;
@@ -603,7 +598,18 @@ void SchedulerDriver::runOnce() {
     }
     ends_.erase(e.task);
     if (!agents_.contains(scheduler_->task(e.task).assignment.placement.node)) {
-      scheduler_->taskStopped(e.task);  // Simulated nodes stop at once.
+      // A simulated node: the task keeps the work of its last checkpoint, and stops at once or,
+      // as in `tessera sim` (sim/scenario_run.h), after its grace period.
+      const SubmitCommand& c = specs_[e.victim];
+      const core::Duration ran = kept_[e.task] + (now - scheduler_->task(e.task).started);
+      kept_[e.task] = c.checkpoint_every > core::Duration::zero()
+                          ? (ran / c.checkpoint_every) * c.checkpoint_every
+                          : core::Duration::zero();
+      if (options_.simulate_grace) {
+        stops_[e.task] = now + c.grace;
+      } else {
+        scheduler_->taskStopped(e.task);
+      }
     }
     // An agent's node: the task leaves its list below, and it holds its GPUs until the agent
     // reports it stopped, or proves by a later heartbeat that it never started it (or the node
@@ -642,6 +648,24 @@ void SchedulerDriver::runOnce() {
   }
 }
 
+size_t SchedulerDriver::queuedSubmits() const {
+  std::lock_guard lock(mu_);
+  return submits_.size();
+}
+
+std::optional<core::TimePoint> SchedulerDriver::nextSimulatedEvent() const {
+  std::lock_guard pass_lock(pass_mu_);
+  std::optional<core::TimePoint> next;
+  for (const auto* m : {&ends_, &stops_}) {
+    for (const auto& [task, at] : *m) {
+      if (!next || at < *next) {
+        next = at;
+      }
+    }
+  }
+  return next;
+}
+
 std::set<std::string> SchedulerDriver::liveTasks() const {
   std::lock_guard lock(mu_);
   std::set<std::string> out;
@@ -654,44 +678,7 @@ std::set<std::string> SchedulerDriver::liveTasks() const {
 }
 
 std::string SchedulerDriver::evictionEvent(const sched::EvictDecision& e) const {
-  const sched::TaskInfo& task = scheduler_->task(e.task);
-  const std::string where =
-      fmt::format(" (task {} on node {})", task.index, nodes_[task.assignment.placement.node].name);
-  const SubmitCommand& by = specs_[e.preemptor];
-  if (!e.reclaim) {  // Inside one leaf queue: the preemptor is of the victim's own tenant.
-    return fmt::format("preempted by workload {} (priority {}){}", by.name, by.spec.priority,
-                       where);
-  }
-  // Reclaim: the queue that gives GPUs back is the victim's side of the split between the two
-  // queues (the victim's tenant, when the preemptor is of another tenant). Another tenant's
-  // workload names are not the victim's business; its queue is.
-  const sched::QueueTree& tree = scheduler_->queues();
-  auto path = [&](sched::QueueId q) {
-    std::vector<sched::QueueId> up;
-    for (; q != sched::kNoQueue; q = tree.queue(q).parent) {
-      up.insert(up.begin(), q);
-    }
-    return up;
-  };
-  const std::vector<sched::QueueId> mine = path(scheduler_->workload(e.victim).spec.queue);
-  const std::vector<sched::QueueId> theirs = path(scheduler_->workload(e.preemptor).spec.queue);
-  size_t split = 0;
-  while (split + 1 < mine.size() && split < theirs.size() && mine[split] == theirs[split]) {
-    ++split;
-  }
-  const sched::Queue& held = tree.queue(mine[split]);
-  auto gpus = [](int64_t milli) {
-    std::string text = fmt::format("{:.3f}", static_cast<double>(milli) / 1000.0);
-    text.erase(text.find_last_not_of('0') + 1);
-    if (text.back() == '.') {
-      text.pop_back();
-    }
-    return text;
-  };
-  return fmt::format("reclaimed by queue {}: {} held {} GPUs, fair share {}{}",
-                     tree.queue(theirs.back()).name, held.name,
-                     gpus(held.allocated[sched::kGpuDim]), gpus(held.fair_share[sched::kGpuDim]),
-                     where);
+  return sched::evictionEvent(*scheduler_, e, specs_[e.preemptor].name);
 }
 
 void SchedulerDriver::failWorkload(sched::WorkloadId w, const std::string& reason) {

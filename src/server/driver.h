@@ -140,8 +140,12 @@ struct SubmitCommand {
   std::vector<std::string> command;               // What an agent runs (argv).
   std::map<std::string, std::string> env;         // Its own environment variables.
   std::map<std::string, std::string> sealed_env;  // Secret-looking ones, sealed (hex).
-  // SIGTERM to SIGKILL when an agent stops a task (preemption, cancel).
+  // SIGTERM to SIGKILL when an agent stops a task (preemption, cancel); on a simulated node, the
+  // time an evicted task takes to stop.
   std::chrono::seconds grace{30};
+  // Simulated nodes: a task evicted and placed again resumes from its last checkpoint (a multiple
+  // of this since its first start); 0: from zero.
+  core::Duration checkpoint_every{0};
   std::vector<std::string> identity_audiences;  // The workload's `identity.audiences`.
   WorkloadSecrets secrets;                      // The workload's `secrets`.
 };
@@ -157,6 +161,15 @@ struct DriverOptions {
   // epoch << 16 | its start count, so a task placed anew after a server restart never has the
   // generation of the process an agent still runs for it (which might hold other GPUs).
   uint32_t epoch = 0;
+  // Set: the scheduler's options, whole (`policy` is then ignored); the simulator's parity
+  // harness runs the server with a scenario's. Unset: `policy`, no minimum runtime.
+  std::optional<sched::SchedulerOptions> scheduler;
+  // The task shapes the cluster expects (the fgd and tessera policies' view of fragmentation).
+  std::vector<sched::PodShape> typical;
+  // Simulated nodes: an evicted task stops after its workload's grace period, as in `tessera
+  // sim`; false: at once (`tessera dev --simulated`, where nobody waits for the simulated
+  // process).
+  bool simulate_grace = false;
 };
 
 class SchedulerDriver {
@@ -239,6 +252,11 @@ class SchedulerDriver {
   void stop();
   // Runs one pass on the calling thread (tests; the driver thread must not be running).
   void runOnce();
+  // For a harness that runs passes itself on a virtual clock (the simulator's parity harness):
+  // submissions queued for the next pass, and the earliest time a simulated task finishes or an
+  // evicted one stops (none: nothing will happen on simulated nodes without a pass).
+  size_t queuedSubmits() const;
+  std::optional<core::TimePoint> nextSimulatedEvent() const;
 
  private:
   SchedulerDriver(const core::Clock& clock, DriverOptions options, Listener listener)
@@ -271,7 +289,7 @@ class SchedulerDriver {
   std::vector<model::Node> nodes_;
   // Held for a whole pass, and to change the scheduler (queues). Taken before `mu_`, never
   // while holding it.
-  std::mutex pass_mu_;
+  mutable std::mutex pass_mu_;
   std::unique_ptr<sched::Scheduler> scheduler_;  // Guarded by pass_mu_.
 
   // Guards everything below; held only briefly, so a request thread reading a status never
@@ -319,8 +337,10 @@ class SchedulerDriver {
   };
   std::map<sched::TaskId, Unconfirmed> unconfirmed_;
   std::map<std::string, sched::WorkloadId> ids_;
-  std::vector<std::string> keys_;                  // WorkloadId -> "tenant/name".
-  std::map<sched::TaskId, core::TimePoint> ends_;  // Running simulated tasks.
+  std::vector<std::string> keys_;                   // WorkloadId -> "tenant/name".
+  std::map<sched::TaskId, core::TimePoint> ends_;   // Running simulated tasks.
+  std::map<sched::TaskId, core::TimePoint> stops_;  // Evicted simulated tasks, stopping.
+  std::map<sched::TaskId, core::Duration> kept_;    // Simulated tasks' work kept by checkpoints.
   std::vector<bool> cancelled_;
   std::vector<std::string> failed_;   // Why a workload failed ("" : it did not).
   std::vector<SubmitCommand> specs_;  // Command, env, duration of each workload, for agents.

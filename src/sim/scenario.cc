@@ -111,6 +111,186 @@ core::Status parseQueue(const Node& q, const std::string& parent, Scenario& s) {
   return core::Status::ok();
 }
 
+// A name as the server takes it (server/route.h validName): 1..63 lowercase letters, digits and
+// '-', starting with a letter or digit.
+core::Status checkName(const Node& n, const std::string& name) {
+  const bool ok = !name.empty() && name.size() <= 63 && name[0] != '-' &&
+                  std::all_of(name.begin(), name.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+                  });
+  return ok ? core::Status::ok()
+            : n.error("'" + name +
+                      "' is not a name the server takes (lowercase letters, digits "
+                      "and '-', at most 63)");
+}
+
+// A trust group as the API takes it: a string of at most 128 bytes, "" for none.
+core::Result<std::string> trustGroup(const Node& n) {
+  if (!n.value().is_string() || n.value().get<std::string>().size() > 128) {
+    return n.error("expected a string of at most 128 bytes (\"\": no group)");
+  }
+  return n.value().get<std::string>();
+}
+
+// A tenant's or a team's numbers, with the API's fields and defaults.
+core::Result<sched::GpuQueueNumbers> parseGpuNumbers(const Node& n) {
+  sched::GpuQueueNumbers out;
+  for (const char* field : {"quota", "limit"}) {
+    if (!n.has(field)) {
+      continue;
+    }
+    Node f = n.child(field);
+    TESSERA_RETURN_IF_ERROR(f.checkKeys({"gpu"}));
+    if (f.has("gpu")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t milli, f.child("gpu").scaled(1000));
+      (std::string_view(field) == "quota" ? out.quota_milli_gpu : out.limit_milli_gpu) = milli;
+    }
+  }
+  if (out.limit_milli_gpu > 0 && out.limit_milli_gpu < out.quota_milli_gpu) {
+    return n.error("limit.gpu is below quota.gpu");
+  }
+  if (n.has("weight")) {
+    TESSERA_ASSIGN_OR_RETURN(out.weight, n.child("weight").integer(0, 1000000));
+  }
+  if (n.has("priority")) {
+    TESSERA_ASSIGN_OR_RETURN(int64_t p, n.child("priority").integer(0, 1000000));
+    out.priority = static_cast<int32_t>(p);
+  }
+  return out;
+}
+
+// "tenants": the server's tree for them (sched/tenant_queues.h), in creation order.
+core::Status parseTenants(const Node& list, Scenario& s) {
+  if (!list.value().is_array() || list.value().empty()) {
+    return list.error("expected a non-empty array of tenants");
+  }
+  s.space = sched::ResourceSpace::withModels(s.catalogue, {});  // As the server's.
+  s.queues.push_back(sched::rootQueueSpec());
+  std::set<std::string> names;
+  for (size_t i = 0; i < list.value().size(); ++i) {
+    const Node t = list.at(i);
+    TESSERA_RETURN_IF_ERROR(
+        t.checkKeys({"name", "quota", "limit", "weight", "priority", "trust_group", "queues"}));
+    if (!t.has("name")) {
+      return t.error("missing field 'name'");
+    }
+    ScenarioTenant tenant;
+    TESSERA_ASSIGN_OR_RETURN(tenant.name, t.child("name").str());
+    TESSERA_RETURN_IF_ERROR(checkName(t.child("name"), tenant.name));
+    if (!names.insert(tenant.name).second) {
+      return t.child("name").error("tenant '" + tenant.name + "' is declared twice");
+    }
+    TESSERA_ASSIGN_OR_RETURN(tenant.numbers, parseGpuNumbers(t));
+    if (t.has("trust_group")) {
+      TESSERA_ASSIGN_OR_RETURN(tenant.trust_group, trustGroup(t.child("trust_group")));
+    }
+    tenant.body = t.value();
+    tenant.body.erase("name");
+    tenant.body.erase("queues");
+    s.queues.push_back(sched::tenantQueueSpec(s.space, tenant.name, tenant.numbers));
+    s.queues.push_back(sched::tenantDefaultQueueSpec(s.space, tenant.name, tenant.numbers));
+    if (t.has("queues")) {
+      const Node qs = t.child("queues");
+      if (!qs.value().is_array()) {
+        return qs.error("expected an array of team queues");
+      }
+      std::set<std::string> teams = {"default"};
+      for (size_t k = 0; k < qs.value().size(); ++k) {
+        const Node q = qs.at(k);
+        TESSERA_RETURN_IF_ERROR(q.checkKeys({"name", "quota", "limit", "weight", "priority"}));
+        if (!q.has("name")) {
+          return q.error("missing field 'name'");
+        }
+        TESSERA_ASSIGN_OR_RETURN(std::string team, q.child("name").str());
+        TESSERA_RETURN_IF_ERROR(checkName(q.child("name"), team));
+        if (!teams.insert(team).second) {
+          return q.child("name").error("queue '" + team +
+                                       "' is declared twice (or is the "
+                                       "tenant's own 'default')");
+        }
+        TESSERA_ASSIGN_OR_RETURN(const sched::GpuQueueNumbers n, parseGpuNumbers(q));
+        s.queues.push_back(sched::teamQueueSpec(s.space, tenant.name, team, n));
+        json body = q.value();
+        body.erase("name");
+        tenant.queues.emplace_back(team, std::move(body));
+      }
+    }
+    s.tenants.push_back(std::move(tenant));
+  }
+  return core::Status::ok();
+}
+
+core::Status parseTenantUpdates(const Node& list, Scenario& s) {
+  if (!list.value().is_array()) {
+    return list.error("expected an array");
+  }
+  // Each tenant's numbers as the updates leave them, in time order.
+  std::vector<sched::GpuQueueNumbers> current;
+  std::vector<std::string> groups;
+  for (const ScenarioTenant& t : s.tenants) {
+    current.push_back(t.numbers);
+    groups.push_back(t.trust_group);
+  }
+  std::vector<size_t> order(list.value().size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+  }
+  std::vector<core::Duration> times(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Node u = list.at(i);
+    TESSERA_RETURN_IF_ERROR(
+        u.checkKeys({"at", "tenant", "quota", "limit", "weight", "priority", "trust_group"}));
+    for (const char* f : {"at", "tenant"}) {
+      if (!u.has(f)) {
+        return u.error(std::string("missing field '") + f + "'");
+      }
+    }
+    TESSERA_ASSIGN_OR_RETURN(times[i], u.child("at").seconds());
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return times[a] < times[b]; });
+  for (size_t i : order) {
+    const Node u = list.at(i);
+    ScenarioTenantUpdate up;
+    up.at = times[i];
+    TESSERA_ASSIGN_OR_RETURN(std::string name, u.child("tenant").str());
+    const auto t = std::find_if(s.tenants.begin(), s.tenants.end(),
+                                [&](const ScenarioTenant& x) { return x.name == name; });
+    if (t == s.tenants.end()) {
+      return u.child("tenant").error("unknown tenant '" + name + "'");
+    }
+    up.tenant = static_cast<size_t>(t - s.tenants.begin());
+    sched::GpuQueueNumbers& n = current[up.tenant];
+    TESSERA_ASSIGN_OR_RETURN(const sched::GpuQueueNumbers given, parseGpuNumbers(u));
+    const json& v = u.value();
+    if (v.contains("quota")) {
+      n.quota_milli_gpu = given.quota_milli_gpu;
+    }
+    if (v.contains("limit")) {
+      n.limit_milli_gpu = given.limit_milli_gpu;
+    }
+    if (v.contains("weight")) {
+      n.weight = given.weight;
+    }
+    if (v.contains("priority")) {
+      n.priority = given.priority;
+    }
+    if (n.limit_milli_gpu > 0 && n.limit_milli_gpu < n.quota_milli_gpu) {
+      return u.error("limit.gpu would be below quota.gpu");
+    }
+    up.numbers = n;
+    if (u.has("trust_group")) {
+      TESSERA_ASSIGN_OR_RETURN(groups[up.tenant], trustGroup(u.child("trust_group")));
+    }
+    up.trust_group = groups[up.tenant];
+    up.body = v;
+    up.body.erase("at");
+    up.body.erase("tenant");
+    s.tenant_updates.push_back(std::move(up));
+  }
+  return core::Status::ok();
+}
+
 core::Status parseNodes(const Node& cluster, Scenario& s) {
   TESSERA_RETURN_IF_ERROR(cluster.checkKeys({"nodes"}));
   if (!cluster.has("nodes") || !cluster.value().at("nodes").is_array()) {
@@ -175,17 +355,38 @@ core::Status parseNodes(const Node& cluster, Scenario& s) {
 
 core::Status parseWorkload(const Node& w, const Scenario& s, const sched::QueueTree& tree,
                            std::vector<ScenarioWorkload>& out) {
-  TESSERA_RETURN_IF_ERROR(w.checkKeys(
-      {"name", "queue", "at", "tasks", "minAvailable", "gpu", "cpuMilli", "memoryMiB", "duration",
-       "priority", "preemptible", "checkpointEvery", "maxRuntime", "gracePeriod", "repeat"}));
-  for (const char* f : {"name", "queue", "duration"}) {
+  const bool tenants = !s.tenants.empty();
+  TESSERA_RETURN_IF_ERROR(
+      w.checkKeys({"name", "queue", "at", "tasks", "minAvailable", "gpu", "cpuMilli", "memoryMiB",
+                   "duration", "priority", "preemptible", "checkpointEvery", "maxRuntime",
+                   "gracePeriod", "repeat", "tenant"}));
+  for (const char* f : {"name", tenants ? "tenant" : "queue", "duration"}) {
     if (!w.has(f)) {
       return w.error(std::string("missing field '") + f + "'");
     }
   }
+  if (!tenants && w.has("tenant")) {
+    return w.child("tenant").error("a scenario without \"tenants\" names queues, not tenants");
+  }
   ScenarioWorkload sw;
   TESSERA_ASSIGN_OR_RETURN(sw.spec.name, w.child("name").str());
-  TESSERA_ASSIGN_OR_RETURN(std::string queue, w.child("queue").str());
+  std::string queue = "default";
+  if (w.has("queue")) {
+    TESSERA_ASSIGN_OR_RETURN(queue, w.child("queue").str());
+  }
+  if (tenants) {
+    TESSERA_ASSIGN_OR_RETURN(sw.tenant, w.child("tenant").str());
+    const auto t = std::find_if(s.tenants.begin(), s.tenants.end(),
+                                [&](const ScenarioTenant& x) { return x.name == sw.tenant; });
+    if (t == s.tenants.end()) {
+      return w.child("tenant").error("unknown tenant '" + sw.tenant + "'");
+    }
+    TESSERA_RETURN_IF_ERROR(checkName(w.child("name"), sw.spec.name));
+    sw.spec.request.tenant = model::TenantId{static_cast<uint32_t>(t - s.tenants.begin() + 1)};
+    sw.name = sw.spec.name;
+    sw.spec.name = sw.tenant + "/" + sw.name;
+    queue = sw.tenant + "/" + queue;
+  }
   auto q = tree.find(queue);
   if (!q) {
     return w.child("queue").error("unknown queue '" + queue + "'");
@@ -233,6 +434,14 @@ core::Status parseWorkload(const Node& w, const Scenario& s, const sched::QueueT
   if (w.has("gracePeriod")) {
     TESSERA_ASSIGN_OR_RETURN(sw.grace_period, w.child("gracePeriod").seconds());
   }
+  if (tenants) {
+    sw.body = w.value();
+    for (const char* f : {"name", "at", "tenant", "repeat"}) {
+      sw.body.erase(f);
+    }
+    sw.body["gracePeriod"] =
+        std::chrono::duration_cast<std::chrono::seconds>(sw.grace_period).count();
+  }
   if (!w.has("repeat")) {
     out.push_back(std::move(sw));
     return core::Status::ok();
@@ -247,6 +456,9 @@ core::Status parseWorkload(const Node& w, const Scenario& s, const sched::QueueT
   for (int64_t k = 0; k < count; ++k) {
     ScenarioWorkload copy = sw;
     copy.spec.name = sw.spec.name + "-" + std::to_string(k);
+    if (tenants) {
+      copy.name = sw.name + "-" + std::to_string(k);
+    }
     copy.at = sw.at + every * k;
     out.push_back(std::move(copy));
   }
@@ -306,29 +518,45 @@ core::Result<Scenario> parseScenario(std::string_view json_text, const std::stri
   Scenario s;
   s.catalogue = model::GpuCatalogue::builtin();
   Node top(doc, "", source);
-  TESSERA_RETURN_IF_ERROR(top.checkKeys({"cluster", "queues", "workloads", "options"}));
-  for (const char* f : {"cluster", "queues", "workloads"}) {
+  TESSERA_RETURN_IF_ERROR(
+      top.checkKeys({"cluster", "queues", "tenants", "tenantUpdates", "workloads", "options"}));
+  for (const char* f : {"cluster", "workloads"}) {
     if (!top.has(f)) {
       return top.error(std::string("missing field '") + f + "'");
     }
   }
+  if (top.has("queues") == top.has("tenants")) {
+    return top.error(
+        "expected either \"queues\" (a queue tree) or \"tenants\" (the server's "
+        "tree for them)");
+  }
   TESSERA_RETURN_IF_ERROR(parseNodes(top.child("cluster"), s));
-  Node queues = top.child("queues");
-  if (!queues.value().is_array() || queues.value().empty()) {
-    return queues.error("expected a non-empty array of queues");
+  Node queues = top.child(top.has("queues") ? "queues" : "tenants");
+  if (top.has("tenantUpdates") && !top.has("tenants")) {
+    return top.child("tenantUpdates").error("tenant updates need \"tenants\"");
   }
-  std::set<uint16_t> models;
-  for (size_t i = 0; i < queues.value().size(); ++i) {
-    TESSERA_RETURN_IF_ERROR(collectModels(queues.at(i), s.catalogue, models));
-  }
-  std::vector<model::GpuModelId> model_ids;
-  model_ids.reserve(models.size());
-  for (uint16_t m : models) {
-    model_ids.emplace_back(m);
-  }
-  s.space = sched::ResourceSpace::withModels(s.catalogue, model_ids);
-  for (size_t i = 0; i < queues.value().size(); ++i) {
-    TESSERA_RETURN_IF_ERROR(parseQueue(queues.at(i), "", s));
+  if (top.has("tenants")) {
+    TESSERA_RETURN_IF_ERROR(parseTenants(queues, s));
+    if (top.has("tenantUpdates")) {
+      TESSERA_RETURN_IF_ERROR(parseTenantUpdates(top.child("tenantUpdates"), s));
+    }
+  } else {
+    if (!queues.value().is_array() || queues.value().empty()) {
+      return queues.error("expected a non-empty array of queues");
+    }
+    std::set<uint16_t> models;
+    for (size_t i = 0; i < queues.value().size(); ++i) {
+      TESSERA_RETURN_IF_ERROR(collectModels(queues.at(i), s.catalogue, models));
+    }
+    std::vector<model::GpuModelId> model_ids;
+    model_ids.reserve(models.size());
+    for (uint16_t m : models) {
+      model_ids.emplace_back(m);
+    }
+    s.space = sched::ResourceSpace::withModels(s.catalogue, model_ids);
+    for (size_t i = 0; i < queues.value().size(); ++i) {
+      TESSERA_RETURN_IF_ERROR(parseQueue(queues.at(i), "", s));
+    }
   }
   auto tree = sched::QueueTree::create(s.space, s.queues);
   if (!tree.isOk()) {

@@ -16,12 +16,27 @@
 //                 "usageK": 1}
 //   }
 //
+// Or, in place of "queues", tenants as the server keeps them (sched/tenant_queues.h), with the
+// same fields as its API, so that `tessera sim scenario --through-api` can run the scenario
+// through a real server and compare:
+//   "tenants": [{"name": "team-1", "quota": {"gpu": 8}, "limit": {"gpu": 16}, "weight": 1,
+//                "priority": 100, "trust_group": "lab",
+//                "queues": [{"name": "research", "quota": {"gpu": 2}, "weight": 1}]}],
+//   "workloads": [{"at": 0, "tenant": "team-1", "queue": "research", "name": "x", ...}]
+// A workload then names its tenant and, optionally, a team queue ("default" if not), and its
+// events name it "<tenant>/<name>", as the server does. Tenants may change while work runs,
+// with the fields of the API's update (what is left out keeps its value; "trust_group": ""
+// leaves the group), applied before the submissions of the same instant:
+//   "tenantUpdates": [{"at": 3600, "tenant": "team-1", "quota": {"gpu": 2}, "trust_group": ""}]
+//
 // Amounts: "gpu" in GPUs (fractions allowed, kept in milli-GPU), "cpu" in cores or "cpuMilli",
 // "memoryGiB" or "memoryMiB", and "gpu:<model>" for a per-model amount. Times in seconds.
 // A workload may repeat: "repeat": {"count": 50, "every": 60} submits name-0 .. name-49.
 // Every error names the file and the JSON path: "s.json: workloads[2].gpu.count: ...".
 #pragma once
 
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,16 +46,41 @@
 #include "model/node.h"
 #include "sched/queue_tree.h"
 #include "sched/scheduler.h"
+#include "sched/tenant_queues.h"
 #include "sched/workload.h"
 
 namespace tessera::sim {
 
 struct ScenarioWorkload {
-  sched::WorkloadSpec spec;  // spec.queue resolved.
+  sched::WorkloadSpec spec;  // spec.queue resolved; with tenants, spec.name is "tenant/name".
+  // With tenants: the workload's tenant (its index + 1 is its TenantId), its name there, and its
+  // fields as the API takes them (POST tenants/<tenant>/workloads/<name>).
+  std::string tenant;
+  std::string name;
+  nlohmann::json body;
   core::Duration at{0};
   core::Duration duration{0};
   core::Duration checkpoint_every{0};  // 0: a preempted task restarts from zero.
   core::Duration grace_period{0};      // Time an evicted task takes to stop.
+};
+
+// A tenant of a scenario with tenants: its numbers, and the API bodies that create it and its
+// team queues.
+struct ScenarioTenant {
+  std::string name;
+  std::string trust_group;  // "": none.
+  sched::GpuQueueNumbers numbers;
+  nlohmann::json body;                                         // POST tenants/<name>
+  std::vector<std::pair<std::string, nlohmann::json>> queues;  // POST tenants/<name>/queues/<q>
+};
+
+// A change of a tenant at a time (scenarios with tenants).
+struct ScenarioTenantUpdate {
+  core::Duration at{0};
+  size_t tenant = 0;               // Index in Scenario::tenants.
+  sched::GpuQueueNumbers numbers;  // All of them, after the change.
+  std::string trust_group;         // After the change ("": none).
+  nlohmann::json body;             // POST tenants/<name>, as given.
 };
 
 struct Scenario {
@@ -51,6 +91,10 @@ struct Scenario {
   sched::SchedulerOptions options;
   core::Duration default_grace_period = std::chrono::seconds(30);
   std::vector<ScenarioWorkload> workloads;  // Sorted by arrival.
+  // Non-empty: `queues` is the server's tree for these tenants, in this order (the root, then
+  // each tenant's queue, default queue and team queues).
+  std::vector<ScenarioTenant> tenants;
+  std::vector<ScenarioTenantUpdate> tenant_updates;  // Sorted by time.
 };
 
 core::Result<Scenario> parseScenario(std::string_view json_text, const std::string& source);

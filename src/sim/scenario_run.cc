@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <queue>
 
@@ -20,7 +21,7 @@ using sched::QueueId;
 using sched::TaskId;
 using sched::WorkloadId;
 
-enum class EvKind : uint8_t { kSubmit, kFinish, kStop };
+enum class EvKind : uint8_t { kUpdate, kSubmit, kFinish, kStop };
 
 struct Ev {
   Duration at;
@@ -46,10 +47,7 @@ double percentile(std::vector<double> v, double p) {
 
 }  // namespace
 
-core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgress& progress) {
-  core::FakeClock clock;
-  const core::TimePoint t0 = clock.now();
-  TESSERA_ASSIGN_OR_RETURN(sched::QueueTree tree, sched::QueueTree::create(sc.space, sc.queues));
+std::vector<sched::PodShape> typicalShapes(const Scenario& sc) {
   std::vector<sched::PodShape> shapes;
   for (const ScenarioWorkload& w : sc.workloads) {
     const model::TaskRequest& r = w.spec.request;
@@ -59,13 +57,35 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
                         r.gpu_count, r.models});
     }
   }
+  return shapes;
+}
+
+core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgress& progress) {
+  core::FakeClock clock;
+  const core::TimePoint t0 = clock.now();
+  TESSERA_ASSIGN_OR_RETURN(sched::QueueTree tree, sched::QueueTree::create(sc.space, sc.queues));
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<sched::Scheduler> s,
                            sched::Scheduler::create(sc.catalogue, sc.nodes, std::move(tree),
-                                                    std::move(shapes), sc.options, clock));
+                                                    typicalShapes(sc), sc.options, clock));
+  // Trust groups numbered as the server numbers them: in the order tenants first name them.
+  std::map<std::string, uint32_t> groups;
+  for (size_t i = 0; i < sc.tenants.size(); ++i) {
+    uint32_t group = 0;
+    if (!sc.tenants[i].trust_group.empty()) {
+      group =
+          groups.try_emplace(sc.tenants[i].trust_group, static_cast<uint32_t>(groups.size() + 1))
+              .first->second;
+    }
+    s->setTrustGroup(model::TenantId{static_cast<uint32_t>(i + 1)}, group);
+  }
   const sched::QueueTree& queues = s->queues();
   ScenarioResult out;
   std::priority_queue<Ev, std::vector<Ev>, std::greater<>> events;
   uint64_t seq = 0;
+  // Tenant updates before the submissions of the same instant (as the parity harness posts them).
+  for (size_t i = 0; i < sc.tenant_updates.size(); ++i) {
+    events.push({sc.tenant_updates[i].at, seq++, EvKind::kUpdate, static_cast<uint32_t>(i), 0});
+  }
   for (size_t i = 0; i < sc.workloads.size(); ++i) {
     events.push({sc.workloads[i].at, seq++, EvKind::kSubmit, static_cast<uint32_t>(i), 0});
   }
@@ -159,6 +179,25 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
       const Ev ev = events.top();
       events.pop();
       ++processed;
+      if (ev.kind == EvKind::kUpdate) {
+        // As the server's tenant update: the tenant's queue and its default leaf, then its group.
+        const ScenarioTenantUpdate& u = sc.tenant_updates[ev.id];
+        const ScenarioTenant& tenant = sc.tenants[u.tenant];
+        const sched::QueueSpec q = sched::tenantQueueSpec(queues.space(), tenant.name, u.numbers);
+        const sched::QueueSpec leaf =
+            sched::tenantDefaultQueueSpec(queues.space(), tenant.name, u.numbers);
+        TESSERA_RETURN_IF_ERROR(s->updateQueue(*queues.find(q.name), q.quota, q.limit,
+                                               q.over_quota_weight, q.priority));
+        TESSERA_RETURN_IF_ERROR(s->updateQueue(*queues.find(leaf.name), leaf.quota, leaf.limit,
+                                               leaf.over_quota_weight, leaf.priority));
+        uint32_t group = 0;
+        if (!u.trust_group.empty()) {
+          group = groups.try_emplace(u.trust_group, static_cast<uint32_t>(groups.size() + 1))
+                      .first->second;
+        }
+        s->setTrustGroup(model::TenantId{static_cast<uint32_t>(u.tenant + 1)}, group);
+        continue;
+      }
       if (ev.kind == EvKind::kSubmit) {
         ++submitted;
         const ScenarioWorkload& sw = sc.workloads[ev.id];
@@ -221,8 +260,12 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
       events.push({now + sw.grace_period, seq++, EvKind::kStop, e.task, ++generation[e.task]});
       ++evicted_per_queue[s->workload(e.victim).spec.queue];
       ++out.evictions;
+      // With tenants, the words the server tells the victim's tenant.
       record(t, "evict", e.victim, static_cast<int>(info.index),
-             node_name(info.assignment.placement), e.detail);
+             node_name(info.assignment.placement),
+             sc.tenants.empty()
+                 ? e.detail
+                 : sched::evictionEvent(*s, e, sc.workloads[scenario_of[e.preemptor]].name));
     }
     snapshot(t);
     out.makespan_s = t;

@@ -60,6 +60,9 @@ struct ScenarioResult {
 
 using ScenarioProgress = std::function<void(size_t done, size_t total)>;
 
+// The task shapes the scheduler expects: every task of every workload of the scenario.
+std::vector<sched::PodShape> typicalShapes(const Scenario& scenario);
+
 core::Result<ScenarioResult> runScenario(const Scenario& scenario,
                                          const ScenarioProgress& progress = {});
 

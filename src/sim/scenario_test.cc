@@ -146,7 +146,7 @@ TEST(ScenarioTest, ParseErrorsSayWhere) {
   EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 1, "colour": "red"})")),
             "s.json: workloads[0]: unknown field 'colour' (known: name, queue, at, tasks, "
             "minAvailable, gpu, cpuMilli, memoryMiB, duration, priority, preemptible, "
-            "checkpointEvery, maxRuntime, gracePeriod, repeat)");
+            "checkpointEvery, maxRuntime, gracePeriod, repeat, tenant)");
   EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 1},
                               {"name": "w", "queue": "q", "duration": 1})")),
             "s.json: workloads[1]: workload name 'w' is used twice");
@@ -163,6 +163,71 @@ TEST(ScenarioTest, ParseErrorsSayWhere) {
   EXPECT_EQ(parseError("{" + cluster + R"(, "queues": [{"name": "q", "quota": {"gpu:B200": 2}}],
                         "workloads": []})"),
             "s.json: queues[0].quota: unknown GPU model 'B200'");
+}
+
+TEST(ScenarioTest, TenantsBuildTheServersTreeAndSayWhatIsWrong) {
+  const std::string cluster = R"("cluster": {"nodes": [{"profile": "l40s-4x"}]})";
+  auto s = parseScenario("{" + cluster + R"(,
+    "tenants": [{"name": "team-1", "quota": {"gpu": 2}, "limit": {"gpu": 3}, "weight": 2,
+                 "trust_group": "lab", "queues": [{"name": "research", "quota": {"gpu": 1}}]},
+                {"name": "team-2"}],
+    "tenantUpdates": [{"at": 60, "tenant": "team-2", "trust_group": "lab"},
+                      {"at": 30, "tenant": "team-1", "quota": {"gpu": 1}, "trust_group": ""}],
+    "workloads": [{"name": "w", "tenant": "team-1", "queue": "research", "duration": 5},
+                  {"name": "v", "tenant": "team-2", "duration": 5, "gpu": {"count": 1}}]})",
+                         "s.json");
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  std::vector<std::string> names;
+  for (const sched::QueueSpec& q : s->queues) {
+    names.push_back(q.name + "<" + q.parent);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"tessera<", "team-1<tessera", "team-1/default<team-1",
+                                             "team-1/research<team-1", "team-2<tessera",
+                                             "team-2/default<team-2"}));
+  EXPECT_EQ(s->queues[1].quota[sched::kGpuDim], 2000);
+  EXPECT_EQ(s->queues[1].over_quota_weight, 2);
+  EXPECT_EQ(s->queues[2].over_quota_weight, 1);  // The default leaf: weight 1, as the server's.
+  ASSERT_EQ(s->workloads.size(), 2U);
+  EXPECT_EQ(s->workloads[0].spec.name, "team-1/w");
+  EXPECT_EQ(s->workloads[0].name, "w");
+  EXPECT_EQ(s->workloads[1].spec.request.tenant, model::TenantId{2});
+  EXPECT_EQ(s->workloads[1].body["gracePeriod"], 30);  // Explicit for the API.
+  EXPECT_FALSE(s->workloads[1].body.contains("tenant"));
+  // Updates in time order, each with all the numbers and the group after it.
+  ASSERT_EQ(s->tenant_updates.size(), 2U);
+  EXPECT_EQ(s->tenant_updates[0].tenant, 0U);
+  EXPECT_EQ(s->tenant_updates[0].numbers.quota_milli_gpu, 1000);
+  EXPECT_EQ(s->tenant_updates[0].numbers.limit_milli_gpu, 3000);  // Kept.
+  EXPECT_EQ(s->tenant_updates[0].trust_group, "");
+  EXPECT_EQ(s->tenant_updates[1].trust_group, "lab");
+
+  auto doc = [&](const std::string& rest) { return "{" + cluster + "," + rest + "}"; };
+  EXPECT_EQ(parseError(doc(R"("queues": [{"name": "q"}], "tenants": [{"name": "t"}],
+                              "workloads": [])")),
+            "s.json: (top): expected either \"queues\" (a queue tree) or \"tenants\" (the server's "
+            "tree for them)");
+  EXPECT_EQ(parseError(doc(R"("tenants": [{"name": "Team"}], "workloads": [])")),
+            "s.json: tenants[0].name: 'Team' is not a name the server takes (lowercase letters, "
+            "digits and '-', at most 63)");
+  EXPECT_EQ(parseError(doc(R"("tenants": [{"name": "t"}], "workloads": [{"name": "w",
+                              "tenant": "u", "duration": 1}])")),
+            "s.json: workloads[0].tenant: unknown tenant 'u'");
+  EXPECT_EQ(parseError(doc(R"("tenants": [{"name": "t"}], "workloads": [{"name": "w",
+                              "tenant": "t", "queue": "nope", "duration": 1}])")),
+            "s.json: workloads[0].queue: unknown queue 't/nope'");
+  EXPECT_EQ(parseError(doc(R"("tenants": [{"name": "t", "quota": {"gpu": 2},
+                              "limit": {"gpu": 1}}], "workloads": [])")),
+            "s.json: tenants[0]: limit.gpu is below quota.gpu");
+  EXPECT_EQ(parseError(doc(R"("tenants": [{"name": "t", "queues": [{"name": "default"}]}],
+                              "workloads": [])")),
+            "s.json: tenants[0].queues[0].name: queue 'default' is declared twice (or is the "
+            "tenant's own 'default')");
+  EXPECT_EQ(parseError(doc(R"("queues": [{"name": "q"}], "tenantUpdates": [],
+                              "workloads": [])")),
+            "s.json: tenantUpdates: tenant updates need \"tenants\"");
+  EXPECT_EQ(parseError(doc(R"("tenants": [{"name": "t", "trust_group": 7}], "workloads": [])")),
+            "s.json: tenants[0].trust_group: expected a string of at most 128 bytes (\"\": no "
+            "group)");
 }
 
 TEST(ScenarioTest, PerModelQuotasParse) {

@@ -145,6 +145,8 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
   cmd.queue = spec.value("queue", "default");
   cmd.duration = std::chrono::seconds(spec.value("duration", int64_t{0}));
   cmd.grace = std::chrono::seconds(spec.value("gracePeriod", int64_t{30}));
+  cmd.checkpoint_every = std::chrono::seconds(spec.value("checkpointEvery", int64_t{0}));
+  cmd.spec.max_runtime = std::chrono::seconds(spec.value("maxRuntime", int64_t{0}));
   TESSERA_RETURN_IF_ERROR(parseCommandAndEnv(node, cmd));
   if (const auto sealed = record.find("sealed_env"); sealed != record.end()) {
     for (const auto& [var, hex] : sealed->items()) {
@@ -317,8 +319,8 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   const std::string source = "workload '" + name + "'";
   core::JsonNode n(r.body, "", source);
   core::Status st = n.checkKeys({"tasks", "minAvailable", "priority", "preemptible", "maxRuntime",
-                                 "duration", "gracePeriod", "command", "env", "identity", "secrets",
-                                 "cpuMilli", "memoryMiB", "gpu", "queue"});
+                                 "duration", "checkpointEvery", "gracePeriod", "command", "env",
+                                 "identity", "secrets", "cpuMilli", "memoryMiB", "gpu", "queue"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
@@ -357,12 +359,16 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   auto prio = field("priority", -1000000, 1000000, 0);
   auto duration = field("duration", 0, 365LL * 86400, 0);
   auto grace = field("gracePeriod", 0, 3600, 30);
-  for (const core::Status& s :
-       {st, tasks.status(), min.status(), prio.status(), duration.status(), grace.status()}) {
+  auto checkpoint = field("checkpointEvery", 0, 365LL * 86400, 0);
+  auto max_runtime = field("maxRuntime", 0, 365LL * 86400, 0);
+  for (const core::Status& s : {st, tasks.status(), min.status(), prio.status(), duration.status(),
+                                grace.status(), checkpoint.status(), max_runtime.status()}) {
     if (!s.isOk()) {
       return fromStatus(s);
     }
   }
+  cmd.checkpoint_every = std::chrono::seconds(*checkpoint);
+  cmd.spec.max_runtime = std::chrono::seconds(*max_runtime);
   cmd.spec.tasks = static_cast<int>(*tasks);
   cmd.spec.min_available = static_cast<int>(*min);
   cmd.spec.priority = static_cast<int32_t>(*prio);

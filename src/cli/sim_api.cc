@@ -1,0 +1,340 @@
+#include "cli/sim_api.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "audit/auditor.h"
+#include "audit/crypto.h"
+#include "audit/file_sink.h"
+#include "cli/client.h"
+#include "server/certs.h"
+#include "server/control_plane.h"
+#include "server/driver.h"
+#include "server/http_server.h"
+#include "store/sqlite_store.h"
+
+namespace tessera::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+double seconds(core::Duration d) { return std::chrono::duration<double>(d).count(); }
+
+core::Status writeFile(const fs::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.flush();
+  return f ? core::Status::ok() : core::unavailable(path.string() + ": cannot write");
+}
+
+// What the harness last saw of one workload's tasks.
+struct Seen {
+  std::string tenant;
+  std::string name;   // In its tenant.
+  std::string queue;  // "tenant/queue", as the scheduler names it.
+  std::vector<std::pair<std::string, std::string>> tasks;  // state, node
+  bool done = false;  // Succeeded, failed or cancelled: nothing more will happen.
+};
+
+}  // namespace
+
+core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
+                                                        const std::string& work_dir) {
+  if (sc.tenants.empty()) {
+    return core::invalidArgument(
+        "--through-api runs scenarios with \"tenants\" (the server knows tenants, not queue "
+        "trees); see sim/scenario.h");
+  }
+  for (const sim::ScenarioWorkload& w : sc.workloads) {
+    if (w.duration <= core::Duration::zero()) {
+      return core::invalidArgument("workload '" + w.spec.name +
+                                   "': duration 0 means \"until cancelled\" to the server, and "
+                                   "\"done at once\" to the simulator; give it a duration");
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(work_dir, ec);  // Ours: a run starts from an empty store.
+  fs::create_directories(work_dir, ec);
+  if (ec) {
+    return core::unavailable(work_dir + ": cannot create directory: " + ec.message());
+  }
+  const fs::path dir(work_dir);
+  core::FakeClock clock;
+  const core::TimePoint t0 = clock.now();
+
+  // The server, wired as `tessera server` wires it.
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<store::Store> store,
+                           store::SqliteStore::open((dir / "tessera.db").string(), {}, clock));
+  const std::string salt_file = (dir / "audit.salt").string();
+  TESSERA_ASSIGN_OR_RETURN(std::string salt, fs::exists(salt_file)
+                                                 ? audit::readSaltFile(salt_file)
+                                                 : audit::createSaltFile(salt_file));
+  audit::FileSinkOptions sink_options;
+  sink_options.sink.salt = salt;
+  std::vector<std::unique_ptr<audit::AuditSink>> sinks;
+  TESSERA_ASSIGN_OR_RETURN(sinks.emplace_back(), audit::FileSink::open((dir / "audit.log").string(),
+                                                                       sink_options, clock));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<audit::Auditor> auditor,
+                           audit::Auditor::create(std::move(sinks)));
+  server::DriverOptions dopts;
+  dopts.epoch = 1;
+  dopts.scheduler = sc.options;
+  dopts.typical = sim::typicalShapes(sc);
+  dopts.simulate_grace = true;
+  server::ControlPlane* cp_ptr = nullptr;
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<server::SchedulerDriver> driver,
+      server::SchedulerDriver::create(
+          sc.catalogue, sc.nodes, clock, dopts,
+          [&cp_ptr](const std::map<std::string, server::WorkloadStatus>& changed) {
+            if (cp_ptr != nullptr) {
+              cp_ptr->onDriverChanges(changed);
+            }
+          }));
+  server::ControlPlaneOptions copts;
+  // Virtual time stands still between passes: no admission bucket would refill.
+  copts.tenant_rate_per_s = 1e9;
+  copts.tenant_burst = 1e9;
+  copts.default_max_workloads = 10'000'000;
+  copts.default_max_pending = 10'000'000;
+  copts.tokens.max_ttl = std::chrono::hours(24 * 365 * 10);
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<server::ControlPlane> cp,
+      server::ControlPlane::open(*store, *auditor, *driver, sc.catalogue, clock, copts, nullptr));
+  cp_ptr = cp.get();
+  TESSERA_ASSIGN_OR_RETURN(server::CreatedToken root, cp->bootstrapRootToken());
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<server::CertAuthority> ca,
+                           server::CertAuthority::create("tessera sim", std::chrono::hours(24)));
+  TESSERA_ASSIGN_OR_RETURN(server::IssuedCert leaf,
+                           ca->issue("localhost", {"localhost"}, {"127.0.0.1"}, false));
+  TESSERA_RETURN_IF_ERROR(writeFile(dir / "ca.pem", ca->certPem()));
+  TESSERA_RETURN_IF_ERROR(writeFile(dir / "cert.pem", leaf.cert_pem));
+  TESSERA_RETURN_IF_ERROR(writeFile(dir / "key.pem", leaf.key_pem));
+  server::ListenerConfig listener;
+  listener.address = "127.0.0.1:0";
+  listener.tls_cert_file = (dir / "cert.pem").string();
+  listener.tls_key_file = (dir / "key.pem").string();
+  const std::vector<server::ListenerConfig> listeners = {listener};
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<server::HttpServer> http,
+      server::HttpServer::create(
+          listeners,
+          [&](const server::HttpRequest& r, server::Reply reply) {
+            cp_ptr->handle(r, listeners, std::move(reply));
+          },
+          [&](const server::HttpRequest& r) { return cp_ptr->admit(r, listeners); }));
+  http->start(1, 4);
+  struct Stop {
+    server::HttpServer& http;
+    ~Stop() { http.shutdown(std::chrono::seconds(5)); }
+  } stop{*http};
+
+  ClientConfig cc;
+  cc.address = "https://127.0.0.1:" + std::to_string(http->ports()[0]);
+  cc.ca_cert_file = (dir / "ca.pem").string();
+  cc.token = root.secret;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> admin, ApiClient::create(cc));
+
+  // Tenants, their team queues and a token each, in the scenario's order (the order decides
+  // the scheduler's queue and tenant numbers, as the simulator's).
+  std::map<std::string, std::unique_ptr<ApiClient>> clients;
+  std::vector<std::string> leaves;  // In the tree's order, as the simulator writes them.
+  for (const sim::ScenarioTenant& t : sc.tenants) {
+    auto where = [&](const std::string& what) { return "tenant '" + t.name + "': " + what; };
+    TESSERA_RETURN_IF_ERROR(
+        admin->call("POST", "/v1/tenants/" + t.name, t.body).status().withContext(where("create")));
+    leaves.push_back(t.name + "/default");
+    for (const auto& [team, body] : t.queues) {
+      TESSERA_RETURN_IF_ERROR(admin->call("POST", "/v1/tenants/" + t.name + "/queues/" + team, body)
+                                  .status()
+                                  .withContext(where("queue '" + team + "'")));
+      leaves.push_back(t.name + "/" + team);
+    }
+    TESSERA_ASSIGN_OR_RETURN(json token, admin->call("POST", "/v1/auth/token/create",
+                                                     {{"tenant", t.name},
+                                                      {"policies", {"tenant-admin"}},
+                                                      {"ttl", "87600h"},
+                                                      {"display_name", "sim"}}));
+    ClientConfig tc = cc;
+    tc.token = token["auth"]["client_token"].get<std::string>();
+    TESSERA_ASSIGN_OR_RETURN(clients[t.name], ApiClient::create(tc));
+  }
+
+  sim::ScenarioResult out;
+  std::vector<Seen> seen;
+  std::map<std::string, std::array<int64_t, 4>> last_row;
+  size_t next = 0;
+  // Reads every workload that may still change through the API, and writes what changed.
+  auto observe = [&](double t) -> core::Status {
+    std::map<std::string, int64_t> pending;  // By leaf.
+    for (Seen& w : seen) {
+      if (w.done) {
+        continue;
+      }
+      ApiClient& c = *clients.at(w.tenant);
+      const std::string path = "/v1/tenants/" + w.tenant + "/workloads/" + w.name;
+      TESSERA_ASSIGN_OR_RETURN(json got, c.call("GET", path));
+      const json& status = got["data"]["status"];
+      const json& tasks = status["tasks"];
+      json events;  // Fetched once, if a task was evicted.
+      for (size_t i = 0; i < tasks.size(); ++i) {
+        const std::string state = tasks[i].value("state", "");
+        const std::string node = tasks[i].value("node", "");
+        if (w.tasks.size() <= i) {
+          w.tasks.emplace_back("pending", "");
+        }
+        const auto& [was, was_on] = w.tasks[i];
+        const std::string full = w.tenant + "/" + w.name;
+        // Started in this pass: running now, or terminating already (one pass may start a task
+        // and then evict it for another).
+        const bool started = was != "running" && was != "terminating" &&
+                             (state == "running" || state == "terminating");
+        if (started) {
+          out.events.push_back({t, "start", full, static_cast<int>(i), w.queue, node, ""});
+        }
+        const std::string on = started ? node : was_on;
+        if (was == "running" && state == "finished") {
+          out.events.push_back({t, "finish", full, static_cast<int>(i), w.queue, was_on, ""});
+        } else if ((was == "running" || started) &&
+                   (state == "terminating" || state == "pending")) {
+          // The victim's event says who took the GPUs, naming this task and its node.
+          if (events.is_null()) {
+            TESSERA_ASSIGN_OR_RETURN(json e, c.call("GET", path + "/events"));
+            events = e["data"]["events"];
+          }
+          const std::string tail = fmt::format("(task {} on node {})", i, on);
+          std::string detail;
+          for (auto e = events.rbegin(); e != events.rend(); ++e) {
+            const std::string reason = e->value("reason", "");
+            if (e->value("event", "") == "evicted" && reason.ends_with(tail)) {
+              detail = reason;
+              break;
+            }
+          }
+          out.events.push_back({t, "evict", full, static_cast<int>(i), w.queue, on, detail});
+          ++out.evictions;
+        }
+        w.tasks[i] = {state, node};
+        if (state == "pending") {
+          ++pending[w.queue];
+        }
+      }
+      const std::string phase = status.value("phase", "");
+      w.done = phase == "succeeded" || phase == "failed" || phase == "cancelled";
+    }
+    TESSERA_ASSIGN_OR_RETURN(json queues, admin->call("GET", "/v1/queues"));
+    std::map<std::string, const json*> by_name;
+    for (const json& q : queues["data"]["queues"]) {
+      by_name[q.value("name", "")] = &q;
+    }
+    for (const std::string& leaf : leaves) {
+      auto q = by_name.find(leaf);
+      if (q == by_name.end()) {
+        return core::internalError("GET /v1/queues does not list queue '" + leaf + "'");
+      }
+      const json& j = *q->second;
+      const std::array<int64_t, 4> now{j.value("allocated_milli_gpu", int64_t{0}),
+                                       j.value("fair_share_milli_gpu", int64_t{0}),
+                                       j.value("quota_milli_gpu", int64_t{0}), pending[leaf]};
+      auto [it, added] = last_row.try_emplace(leaf, std::array<int64_t, 4>{-1, -1, -1, -1});
+      if (it->second != now) {
+        it->second = now;
+        out.tenants.push_back({t, leaf, now[0], now[1], now[2], now[3]});
+      }
+    }
+    return core::Status::ok();
+  };
+
+  size_t next_update = 0;
+  while (true) {
+    std::optional<core::Duration> at;
+    if (next < sc.workloads.size()) {
+      at = sc.workloads[next].at;
+    }
+    if (next_update < sc.tenant_updates.size() &&
+        (!at || sc.tenant_updates[next_update].at < *at)) {
+      at = sc.tenant_updates[next_update].at;
+    }
+    if (std::optional<core::TimePoint> e = driver->nextSimulatedEvent()) {
+      if (!at || *e - t0 < *at) {
+        at = *e - t0;
+      }
+    }
+    if (!at) {
+      break;
+    }
+    clock.advance(*at - (clock.now() - t0));
+    const double t = seconds(*at);
+    // Tenant updates first, as the simulator applies them.
+    for (; next_update < sc.tenant_updates.size() && sc.tenant_updates[next_update].at == *at;
+         ++next_update) {
+      const sim::ScenarioTenantUpdate& u = sc.tenant_updates[next_update];
+      const std::string& name = sc.tenants[u.tenant].name;
+      TESSERA_RETURN_IF_ERROR(
+          admin->call("POST", "/v1/tenants/" + name, u.body)
+              .status()
+              .withContext(fmt::format("at {:.3f} s: tenant '{}': update", t, name)));
+    }
+    size_t posted = 0;
+    for (; next < sc.workloads.size() && sc.workloads[next].at == *at; ++next) {
+      const sim::ScenarioWorkload& w = sc.workloads[next];
+      const std::string queue = sc.queues[w.spec.queue].name;
+      auto r = clients.at(w.tenant)->call(
+          "POST", "/v1/tenants/" + w.tenant + "/workloads/" + w.name, w.body);
+      if (!r.isOk()) {
+        out.events.push_back({t, "fail", w.spec.name, -1, queue, "", r.status().message()});
+        ++out.failed_workloads;
+        continue;
+      }
+      ++posted;
+      seen.push_back({w.tenant, w.name, queue, {}, false});
+      out.events.push_back(
+          {t, "submit", w.spec.name, -1, queue, "",
+           fmt::format("{} task(s), minAvailable {}", w.spec.tasks, w.spec.min_available)});
+    }
+    // The server hands submissions to the scheduler through its store's watch: wait for them.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (driver->queuedSubmits() < posted) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        return core::internalError(fmt::format(
+            "at {:.3f} s: {} submission(s) accepted, {} reached the scheduler within 30 s", t,
+            posted, driver->queuedSubmits()));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    driver->runOnce();
+    ++out.passes;
+    TESSERA_RETURN_IF_ERROR(observe(t));
+    out.makespan_s = t;
+  }
+  // Whatever is still pending can never run (as the simulator says it).
+  for (const Seen& w : seen) {
+    int pending = 0;
+    for (const auto& [state, node] : w.tasks) {
+      pending += state == "pending" ? 1 : 0;
+    }
+    if (pending == 0) {
+      continue;
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        json got,
+        clients.at(w.tenant)->call("GET", "/v1/tenants/" + w.tenant + "/workloads/" + w.name));
+    std::string reason = got["data"]["status"].value("reason", "");
+    if (const size_t colon = reason.find(": "); colon != std::string::npos) {
+      reason = reason.substr(colon + 2);  // "<reason name>: <message>"
+    }
+    out.events.push_back({out.makespan_s, "fail", w.tenant + "/" + w.name, -1, w.queue, "",
+                          fmt::format("{} task(s) never started: {}", pending, reason)});
+    ++out.failed_workloads;
+  }
+  return out;
+}
+
+}  // namespace tessera::cli
