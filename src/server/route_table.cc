@@ -337,30 +337,42 @@ std::pair<std::string_view, char> param(std::string_view segment) {
   return {name, '1'};
 }
 
-bool matches(const RouteSpec& route, const std::vector<std::string_view>& parts,
+// Each route's pattern, split once.
+const std::vector<std::vector<std::string_view>>& patterns() {
+  static const std::vector<std::vector<std::string_view>> split = [] {
+    std::vector<std::vector<std::string_view>> out;
+    for (const RouteSpec& route : routeTable()) {
+      out.push_back(splitPath(route.pattern));
+    }
+    return out;
+  }();
+  return split;
+}
+
+// Whether `parts` match `pattern`; if so, and `params` is not null, its parameters.
+bool matches(const std::vector<std::string_view>& pattern,
+             const std::vector<std::string_view>& parts,
              std::map<std::string, std::string>* params) {
-  const std::vector<std::string_view> pattern = splitPath(route.pattern);
-  params->clear();
   for (size_t i = 0; i < pattern.size(); ++i) {
     const auto [name, kind] = param(pattern[i]);
     if (kind == '*' || kind == '+') {
       if (kind == '+' && i >= parts.size()) {
         return false;
       }
-      std::string rest;
-      for (size_t j = i; j < parts.size(); ++j) {
-        rest += (j > i ? "/" : "") + std::string(parts[j]);
+      if (params != nullptr) {
+        std::string rest;
+        for (size_t j = i; j < parts.size(); ++j) {
+          rest += (j > i ? "/" : "") + std::string(parts[j]);
+        }
+        (*params)[std::string(name)] = std::move(rest);
       }
-      (*params)[std::string(name)] = std::move(rest);
       return true;
     }
-    if (i >= parts.size()) {
+    if (i >= parts.size() || (kind == 0 && pattern[i] != parts[i])) {
       return false;
     }
-    if (kind == '1') {
+    if (kind == '1' && params != nullptr) {
       (*params)[std::string(name)] = std::string(parts[i]);
-    } else if (pattern[i] != parts[i]) {
-      return false;
     }
   }
   return parts.size() == pattern.size();
@@ -378,8 +390,12 @@ const std::vector<RouteSpec>& routeTable() {
 RouteMatch matchRoute(RouteScope scope, std::string_view path, std::string_view method) {
   RouteMatch m;
   const std::vector<std::string_view> parts = splitPath(path);
-  for (const RouteSpec& route : routeTable()) {
-    if (route.scope == scope && matches(route, parts, &m.params)) {
+  const std::vector<RouteSpec>& table = routeTable();
+  const std::vector<std::vector<std::string_view>>& split = patterns();
+  for (size_t i = 0; i < table.size(); ++i) {
+    const RouteSpec& route = table[i];
+    if (route.scope == scope && matches(split[i], parts, nullptr)) {
+      matches(split[i], parts, &m.params);
       m.route = &route;
       m.allowed = std::find(route.methods.begin(), route.methods.end(), methodOf(method)) !=
                   route.methods.end();
@@ -388,7 +404,6 @@ RouteMatch matchRoute(RouteScope scope, std::string_view path, std::string_view 
       return m;
     }
   }
-  m.params.clear();
   m.label = "unmatched";
   return m;
 }
