@@ -1,0 +1,54 @@
+// What the scheduler's source files share (scheduler.cc, scheduler_queue.cc, scheduler_reserve.cc,
+// scheduler_evict.cc): exact ratios of amounts to fair shares. Internal to src/sched.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+
+#include "sched/queue_tree.h"
+#include "sched/resources.h"
+
+namespace tessera::sched::internal {
+
+__extension__ typedef __int128 Int128;  // NOLINT(modernize-use-using)
+
+// allocated / fair share as an exact fraction; den == 0 with num > 0 is "infinitely over".
+struct Ratio {
+  Int128 num = 0;
+  Int128 den = 1;
+};
+
+inline bool lessThan(const Ratio& a, const Ratio& b) {
+  if (a.den == 0 || b.den == 0) {
+    return a.den != 0 && b.den == 0;  // Finite < infinite; infinite is not < anything.
+  }
+  return a.num * b.den < b.num * a.den;
+}
+
+inline bool greaterThanOne(const Ratio& r) { return r.den == 0 ? r.num > 0 : r.num > r.den; }
+
+// The dominant share of a queue: the largest allocated / fair share over its dimensions.
+inline Ratio dominantShare(const Amounts& allocated, const Amounts& fair) {
+  Ratio best{0, 1};
+  for (size_t d = 0; d < allocated.size(); ++d) {
+    if (allocated[d] <= 0) {
+      continue;
+    }
+    if (fair[d] <= 0) {
+      return Ratio{1, 0};
+    }
+    const Ratio r{allocated[d], fair[d]};
+    if (lessThan(best, r)) {
+      best = r;
+    }
+  }
+  return best;
+}
+
+inline std::string shareText(const Queue& q, const Amounts& allocated) {
+  return fmt::format("{} gpu {}/{}", q.name, allocated[kGpuDim], q.fair_share[kGpuDim]);
+}
+
+}  // namespace tessera::sched::internal
