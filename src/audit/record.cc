@@ -140,18 +140,6 @@ std::string canonicalJson(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-std::string formatRfc3339Millis(core::WallTime t) {
-  using namespace std::chrono;
-  const auto ms = floor<milliseconds>(t);
-  const auto day = floor<days>(ms);
-  const year_month_day ymd{day};
-  const hh_mm_ss hms{ms - day};
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", static_cast<int>(ymd.year()),
-                     static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
-                     hms.hours().count(), hms.minutes().count(), hms.seconds().count(),
-                     hms.subseconds().count());
-}
-
 bool responseIsSensitive(const AuditEvent& event) {
   return std::any_of(event.sensitive.begin(), event.sensitive.end(),
                      [](const std::string& p) { return p.rfind("/response/", 0) == 0; }) ||

@@ -108,9 +108,6 @@ core::Result<nlohmann::json> redactedEventJson(const AuditEvent& event,
 // The canonical serialization described above.
 std::string canonicalJson(const nlohmann::json& value);
 
-// "2024-05-01T12:34:56.789Z" (truncated to the millisecond).
-std::string formatRfc3339Millis(core::WallTime t);
-
 // The bytes a checkpoint's signature covers: "tessera-audit-checkpoint-v1\n" followed by the
 // canonical serialization of the checkpoint record without `hash` and without
 // `checkpoint.signature` (so it covers seq, time, prev_hash and key_id).

@@ -4,6 +4,7 @@
 
 #include "audit/crypto.h"
 #include "audit/test_util.h"
+#include "core/rfc3339.h"
 
 namespace tessera::audit {
 namespace {
@@ -16,10 +17,11 @@ using std::chrono::seconds;
 const RedactionOptions kSalted{"pepper", true};
 
 TEST(RecordTest, TimeIsRfc3339UtcWithMilliseconds) {
-  EXPECT_EQ(formatRfc3339Millis(core::WallTime{}), "1970-01-01T00:00:00.000Z");
-  EXPECT_EQ(formatRfc3339Millis(core::WallTime{seconds(1'700'000'000) + nanoseconds(123'999'999)}),
-            "2023-11-14T22:13:20.123Z");
-  EXPECT_EQ(formatRfc3339Millis(core::WallTime{seconds(951'782'400) + milliseconds(7)}),
+  EXPECT_EQ(core::formatRfc3339Millis(core::WallTime{}), "1970-01-01T00:00:00.000Z");
+  EXPECT_EQ(
+      core::formatRfc3339Millis(core::WallTime{seconds(1'700'000'000) + nanoseconds(123'999'999)}),
+      "2023-11-14T22:13:20.123Z");
+  EXPECT_EQ(core::formatRfc3339Millis(core::WallTime{seconds(951'782'400) + milliseconds(7)}),
             "2000-02-29T00:00:00.007Z");
 }
 

@@ -23,6 +23,7 @@
 #include "agent/runtime.h"
 #include "agent/users.h"
 #include "cli/client.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "model/gpu_catalogue.h"
 
@@ -171,14 +172,7 @@ std::atomic<bool> g_agent_stop{false};  // `tessera agent run`'s: set by SIGTERM
 // The node whose agent runs on this thread (several share a process in `tessera dev`), for logs.
 thread_local std::string t_log_node;
 
-void agentLog(const std::string& line) {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&now, &tm);
-  std::cerr << fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z agent {}: {}\n", tm.tm_year + 1900,
-                           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, t_log_node,
-                           line);
-}
+void agentLog(const std::string& line) { core::logInfo("agent {}: {}", t_log_node, line); }
 
 std::string envOr(const std::string& flag, const char* name) {
   if (!flag.empty()) {

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "audit/record.h"
+#include "core/rfc3339.h"
 
 namespace tessera::secrets {
 namespace {
@@ -104,8 +105,8 @@ json KvEntry::metadataJson() const {
   json vs = json::object();
   for (const auto& [n, v] : versions) {
     vs[std::to_string(n)] = {
-        {"created_time", audit::formatRfc3339Millis(v.created)},
-        {"deletion_time", v.deleted ? audit::formatRfc3339Millis(*v.deleted) : ""},
+        {"created_time", core::formatRfc3339Millis(v.created)},
+        {"deletion_time", v.deleted ? core::formatRfc3339Millis(*v.deleted) : ""},
         {"destroyed", v.destroyed}};
   }
   return {{"current_version", current},
@@ -113,8 +114,8 @@ json KvEntry::metadataJson() const {
           {"max_versions", max_versions},
           {"cas_required", cas_required},
           {"custom_metadata", custom_metadata},
-          {"created_time", audit::formatRfc3339Millis(created)},
-          {"updated_time", audit::formatRfc3339Millis(updated)},
+          {"created_time", core::formatRfc3339Millis(created)},
+          {"updated_time", core::formatRfc3339Millis(updated)},
           {"versions", std::move(vs)}};
 }
 

@@ -5,6 +5,7 @@
 
 #include "audit/crypto.h"
 #include "audit/record.h"
+#include "core/rfc3339.h"
 
 namespace tessera::secrets {
 namespace {
@@ -37,9 +38,9 @@ json Lease::toJson() const {
           {"tenant", tenant},
           {"kind", kind},
           {"data", data},
-          {"issue_time", audit::formatRfc3339Millis(issued)},
-          {"expire_time", audit::formatRfc3339Millis(expires)},
-          {"max_expire_time", audit::formatRfc3339Millis(max_expires)},
+          {"issue_time", core::formatRfc3339Millis(issued)},
+          {"expire_time", core::formatRfc3339Millis(expires)},
+          {"max_expire_time", core::formatRfc3339Millis(max_expires)},
           {"issued_ms", core::unixMillis(issued)},
           {"expires_ms", core::unixMillis(expires)},
           {"max_expires_ms", core::unixMillis(max_expires)},

@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "core/json_node.h"
+#include "core/rfc3339.h"
 #include "server/request.h"
 
 namespace tessera::server::api {
@@ -64,16 +65,6 @@ json statusJson(const WorkloadStatus& s) {
   return j;
 }
 
-std::string wallText(core::WallTime t) {
-  const std::time_t secs =
-      std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 std::string tenantKey(const std::string& t) { return "/tenants/" + t; }
 
 std::string policyKey(const std::string& scope, const std::string& name) {
@@ -104,7 +95,7 @@ std::string tokenLeaseId(const TokenInfo& t) { return std::string(kTokenLeasePre
 
 json tokenLeaseJson(const TokenInfo& t, core::WallTime now) {
   auto time = [](core::WallTime w) {
-    return w == core::WallTime::max() ? json(nullptr) : json(audit::formatRfc3339Millis(w));
+    return w == core::WallTime::max() ? json(nullptr) : json(core::formatRfc3339Millis(w));
   };
   return {{"lease_id", tokenLeaseId(t)},
           {"tenant", t.tenant},

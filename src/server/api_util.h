@@ -161,8 +161,6 @@ core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const nlohmann:
 
 // A workload's status as the API shows it.
 nlohmann::json statusJson(const WorkloadStatus& s);
-// "2026-12-02T05:12:42Z".
-std::string wallText(core::WallTime t);
 
 // Store keys.
 std::string tenantKey(const std::string& t);

@@ -13,6 +13,8 @@
 #include "audit/crypto.h"
 #include "audit/record.h"
 #include "core/json_node.h"
+#include "core/log.h"
+#include "core/rfc3339.h"
 #include "core/strings.h"
 #include "model/codec.h"
 #include "server/api_util.h"
@@ -82,11 +84,11 @@ core::Status ControlPlane::recoverAuditNotes() {
       ++recovered;
     }
     if (recovered > 0) {
-      std::fprintf(stderr,
-                   "warning: %s had lost %zu record(s) after seq %llu (a crash of the machine "
-                   "before the log's flush); written again from the store's copies, each marked "
-                   "\"recovered\" with its old seq\n",
-                   audit_sinks_[i].c_str(), recovered, static_cast<unsigned long long>(durable));
+      core::logWarn(
+          "{} had lost {} record(s) after seq {} (a crash of the machine before the log's "
+          "flush); written again from the store's copies, each marked \"recovered\" with its "
+          "old seq",
+          audit_sinks_[i], recovered, durable);
     }
     TESSERA_RETURN_IF_ERROR(store_.dropNotes(topic, notes.back().id));
   }
@@ -183,8 +185,7 @@ core::Status ControlPlane::load() {
 
 void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
   if (!w.error.isOk()) {
-    std::fprintf(stderr, "error: the scheduler's store watch ended: %s\n",
-                 w.error.message().c_str());
+    core::logError("the scheduler's store watch ended: {}", w.error.message());
     return;
   }
   for (const store::Event& e : w.events) {
@@ -533,7 +534,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
                           (std::strchr(e.what(), ']') != nullptr ? std::strchr(e.what(), ']') + 2
                                                                  : e.what()));
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s %s: %s\n", r.method.c_str(), ev.request.path.c_str(), e.what());
+    core::logError("{} {} (request {}): {}", r.method, ev.request.path, r.request_id, e.what());
     resp = error(500, "internal error (request " + r.request_id + ")");
   }
   ev.type = audit::AuditType::kResponse;
@@ -646,7 +647,7 @@ HttpResponse ControlPlane::health() {
   return reply(200, {{"initialized", seal.initialized},
                      {"sealed", seal.sealed},
                      {"version", kVersion},
-                     {"server_time_utc", wallText(clock_.wallNow())},
+                     {"server_time_utc", core::formatRfc3339(clock_.wallNow())},
                      {"audit_sinks", sinks},
                      {"scheduler_passes", driver_.passes()}});
 }
@@ -732,11 +733,13 @@ void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& 
       }
       json& events = rec["events"];
       for (const std::string& text : status.events) {
-        events.push_back(
-            {{"time", wallText(clock_.wallNow())}, {"event", "evicted"}, {"reason", text}});
+        events.push_back({{"time", core::formatRfc3339(clock_.wallNow())},
+                          {"event", "evicted"},
+                          {"reason", text}});
       }
       if (before != status.phase) {
-        events.push_back({{"time", wallText(clock_.wallNow())}, {"event", status.phase}});
+        events.push_back(
+            {{"time", core::formatRfc3339(clock_.wallNow())}, {"event", status.phase}});
       }
       while (events.size() > 100) {
         events.erase(events.begin());

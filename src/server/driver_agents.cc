@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "core/log.h"
 #include "server/driver.h"
 
 namespace tessera::server {
@@ -143,8 +144,8 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
   }
   releaseUnconfirmed(answered, touched);
   for (sched::NodeIndex n : lost) {
-    std::fprintf(stderr, "node %s lost: no heartbeat from its agent for %lld ms\n",
-                 nodes_[n].name.c_str(), static_cast<long long>(options_.lease_ttl.count()));
+    core::logWarn("node {} lost: no heartbeat from its agent for {} ms", nodes_[n].name,
+                  options_.lease_ttl.count());
     for (sched::TaskId t : scheduler_->nodeLost(n)) {
       touched.push_back(scheduler_->task(t).workload);
       agent_started_.erase(t);

@@ -4,6 +4,7 @@
 
 #include "audit/crypto.h"
 #include "audit/record.h"
+#include "core/rfc3339.h"
 #include "server/route.h"
 
 namespace tessera::server {
@@ -89,8 +90,8 @@ json Grant::toJson(core::WallTime now) const {
           {"on", "tenants/" + owner + "/" + on},
           {"policy", policy},
           {"capabilities", capabilities.names()},
-          {"created_time", audit::formatRfc3339Millis(created)},
-          {"expire_time", audit::formatRfc3339Millis(expires)},
+          {"created_time", core::formatRfc3339Millis(created)},
+          {"expire_time", core::formatRfc3339Millis(expires)},
           {"ttl", left},
           {"expired", now >= expires}};
 }

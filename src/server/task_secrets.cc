@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include "audit/record.h"
+#include "core/log.h"
+#include "core/rfc3339.h"
 #include "server/api_util.h"
 
 namespace tessera::server {
@@ -36,7 +38,7 @@ core::Status TaskSecrets::load() {
     const json j = json::parse(kv.value, nullptr, false);
     if (slash == std::string::npos || !j.is_object() || !j.contains("leases") ||
         !j["leases"].is_array()) {
-      std::cerr << "warning: ignoring a malformed task credentials record at " << kv.key << "\n";
+      core::logWarn("ignoring a malformed task credentials record at {}", kv.key);
       continue;
     }
     auto e = std::make_shared<Entry>();
@@ -72,7 +74,7 @@ std::string TaskSecrets::render(const json& kv, const std::vector<DbCred>& db) c
     dbj[c.role] = {{"username", c.username},
                    {"password", c.password},
                    {"lease_id", c.lease.id},
-                   {"expire_time", audit::formatRfc3339Millis(c.lease.expires)},
+                   {"expire_time", core::formatRfc3339Millis(c.lease.expires)},
                    {"revocable", true}};
   }
   std::string out = json{{"kv", kv}, {"db", std::move(dbj)}}.dump(2);
@@ -217,8 +219,8 @@ void TaskSecrets::revokeLocked(Entry& e, const std::string& key) {
     // A failed attempt is retried by the lease manager (and the lease expires anyway).
     const core::Status s = engine_.leases().revoke(e.tenant, id.get<std::string>());
     if (!s.isOk() && s.code() != core::StatusCode::kNotFound) {
-      std::cerr << "warning: revoking lease " << id.get<std::string>() << " of task " << key << ": "
-                << s.message() << " (retried)\n";
+      core::logWarn("revoking lease {} of task {}: {} (retried)", id.get<std::string>(), key,
+                    s.message());
     }
   }
   if (!leases.empty()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "audit/crypto.h"
+#include "core/rfc3339.h"
 
 namespace tessera::server {
 namespace {
@@ -41,16 +42,7 @@ core::WallTime fromMillis(int64_t ms) {
 }
 
 std::string rfc3339(core::WallTime t) {
-  if (t == core::WallTime::max()) {
-    return "";
-  }
-  const std::time_t secs =
-      std::chrono::duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return t == core::WallTime::max() ? "" : core::formatRfc3339(t);
 }
 
 json encode(const TokenInfo& t) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/rfc3339.h"
+
 namespace tessera::audit::internal {
 
 using core::Result;
@@ -89,7 +91,7 @@ Result<PendingLines> Chain::prepare(const AuditEvent& event) const {
 
 Result<PendingLines> Chain::seal(const RedactedRecord& record) const {
   PendingLines pending{{}, head_};
-  const std::string time = formatRfc3339Millis(clock_.wallNow());
+  const std::string time = core::formatRfc3339Millis(clock_.wallNow());
   ++pending.head.seq;
   std::vector<std::pair<std::string, std::string>> chain = {
       {"prev_hash", field("prev_hash", pending.head.hash)},
@@ -112,7 +114,7 @@ Result<PendingLines> Chain::prepareFinalCheckpoint() const {
   PendingLines pending{{}, head_};
   if (options_.signing_key != nullptr && head_.since_checkpoint > 0) {
     TESSERA_RETURN_IF_ERROR(
-        appendCheckpoint(pending.head, formatRfc3339Millis(clock_.wallNow()), pending.bytes));
+        appendCheckpoint(pending.head, core::formatRfc3339Millis(clock_.wallNow()), pending.bytes));
   }
   return pending;
 }

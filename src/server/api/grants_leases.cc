@@ -9,6 +9,7 @@
 #include "audit/crypto.h"
 #include "audit/record.h"
 #include "core/json_node.h"
+#include "core/rfc3339.h"
 #include "core/strings.h"
 #include "model/codec.h"
 #include "server/api_util.h"
@@ -38,7 +39,7 @@ core::Status ControlPlane::auditGrant(const std::string& tenant, const Grant& g,
                      {"grantee", g.grantee},
                      {"on", "tenants/" + g.owner + "/" + g.on},
                      {"policy", g.policy},
-                     {"expire_time", audit::formatRfc3339Millis(g.expires)}};
+                     {"expire_time", core::formatRfc3339Millis(g.expires)}};
   ev.response.status = status;
   return auditor_.record(ev);
 }

@@ -9,6 +9,7 @@
 #include "audit/crypto.h"
 #include "audit/record.h"
 #include "core/json_node.h"
+#include "core/rfc3339.h"
 #include "core/strings.h"
 #include "model/codec.h"
 #include "server/api_util.h"
@@ -256,7 +257,7 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
                           {{"data", got->data},
                            {"metadata",
                             {{"version", got->version},
-                             {"created_time", audit::formatRfc3339Millis(got->created)}}}}}});
+                             {"created_time", core::formatRfc3339Millis(got->created)}}}}}});
     }
     if (r.method == "PUT" || r.method == "POST" || r.method == "PATCH") {
       // Creating a key needs `create`, a new version of an existing one `update` (Vault's rule);

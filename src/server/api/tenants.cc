@@ -9,6 +9,8 @@
 #include "audit/crypto.h"
 #include "audit/record.h"
 #include "core/json_node.h"
+#include "core/log.h"
+#include "core/rfc3339.h"
 #include "core/strings.h"
 #include "model/codec.h"
 #include "server/api_util.h"
@@ -37,7 +39,7 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   // When this tenant began: its audit view starts there, so that a tenant created under the name
   // of a deleted one does not read that one's records (auditApi).
   if (create) {
-    config["created_time"] = audit::formatRfc3339Millis(clock_.wallNow());
+    config["created_time"] = core::formatRfc3339Millis(clock_.wallNow());
   } else if (base.contains("created_time")) {
     config["created_time"] = base["created_time"];
   }
@@ -234,9 +236,8 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
       if (auto got = store_.range(prefix, store::prefixEnd(prefix)); got.isOk()) {
         stored = std::move(got->kvs);
       } else {  // Then they are back after a restart (load()), not before.
-        std::fprintf(stderr,
-                     "error: tenant '%s' was not deleted, and its workloads cannot be read: %s\n",
-                     name.c_str(), got.status().message().c_str());
+        core::logError("tenant '{}' was not deleted, and its workloads cannot be read: {}", name,
+                       got.status().message());
       }
       std::vector<std::pair<std::string, json>> passed_over;
       {

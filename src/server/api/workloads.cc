@@ -10,6 +10,7 @@
 #include "audit/crypto.h"
 #include "audit/record.h"
 #include "core/json_node.h"
+#include "core/rfc3339.h"
 #include "core/strings.h"
 #include "model/codec.h"
 #include "server/api_util.h"
@@ -297,7 +298,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
       }
       rec["cancel_requested"] = true;
       rec["events"].push_back(
-          {{"time", wallText(clock_.wallNow())}, {"event", "cancel requested"}});
+          {{"time", core::formatRfc3339(clock_.wallNow())}, {"event", "cancel requested"}});
       updated = rec;
     }
     auto put = store_.put(workloadKey(tenant, name), updated.dump());
@@ -397,11 +398,12 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
       return error(429, "tenant '" + tenant + "' is at its limit of pending workloads");
     }
   }
-  json stored = {{"name", name},
-                 {"spec", std::move(spec)},
-                 {"submitted", wallText(clock_.wallNow())},
-                 {"status", {{"phase", "pending"}, {"tasks", json::array()}}},
-                 {"events", {{{"time", wallText(clock_.wallNow())}, {"event", "submitted"}}}}};
+  json stored = {
+      {"name", name},
+      {"spec", std::move(spec)},
+      {"submitted", core::formatRfc3339(clock_.wallNow())},
+      {"status", {{"phase", "pending"}, {"tasks", json::array()}}},
+      {"events", {{{"time", core::formatRfc3339(clock_.wallNow())}, {"event", "submitted"}}}}};
   if (!sealed_env.empty()) {
     stored["sealed_env"] = std::move(sealed_env);
   }
