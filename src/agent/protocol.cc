@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "core/json_node.h"
+#include "protocol/node_protocol.h"
 
 namespace tessera::agent {
 
@@ -10,77 +10,35 @@ using nlohmann::json;
 
 core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus& gpus,
                                                 const AssignmentOptions& options) {
-  const std::string source = "assigned task";
-  const core::JsonNode n(task, "", source);
-  if (!task.is_object()) {
-    return n.error("expected an object");
-  }
-  for (const char* required : {"task", "generation", "tenant", "workload", "index"}) {
-    if (!n.has(required)) {
-      return n.error(std::string("missing '") + required + "'");
-    }
-  }
+  TESSERA_ASSIGN_OR_RETURN(const protocol::AssignedTask t,
+                           protocol::assignedTaskFromJson(task, "", "assigned task"));
   TaskAssignment a;
   TaskSpec& spec = a.spec;
-  TESSERA_ASSIGN_OR_RETURN(spec.id, n.child("task").str());
-  TESSERA_ASSIGN_OR_RETURN(const int64_t generation, n.child("generation").integer(0, UINT32_MAX));
-  a.generation = static_cast<uint32_t>(generation);
-  a.grace = options.grace;
-  if (n.has("grace_ms")) {
-    TESSERA_ASSIGN_OR_RETURN(const int64_t grace, n.child("grace_ms").integer(0, 3600000));
-    a.grace = std::chrono::milliseconds(grace);
-  }
-  TESSERA_ASSIGN_OR_RETURN(spec.tenant, n.child("tenant").str());
-  TESSERA_ASSIGN_OR_RETURN(spec.workload, n.child("workload").str());
-  TESSERA_ASSIGN_OR_RETURN(const int64_t index, n.child("index").integer(0, INT32_MAX));
-  spec.index = static_cast<int>(index);
-  try {
-    if (n.has("command")) {
-      spec.command = task.at("command").get<std::vector<std::string>>();
-    }
-    if (n.has("env")) {
-      spec.env = task.at("env").get<std::map<std::string, std::string>>();
-    }
-  } catch (const json::exception& e) {
-    return n.error(std::string("command or env: ") + e.what());
-  }
-  if (n.has("credentials_error")) {
+  spec.id = t.id;
+  a.generation = t.generation;
+  a.grace = t.grace_ms >= 0 ? std::chrono::milliseconds(t.grace_ms) : options.grace;
+  spec.tenant = t.tenant;
+  spec.workload = t.workload;
+  spec.index = t.index;
+  spec.command = t.command;
+  spec.env = t.env;
+  if (!t.credentials_error.empty()) {
     // The server could not resolve what the task needs (its secrets): it must not start.
-    TESSERA_ASSIGN_OR_RETURN(const std::string why, n.child("credentials_error").str());
-    return core::failedPrecondition("task " + spec.id + ": " + why.substr(0, 1024));
+    return core::failedPrecondition("task " + spec.id + ": " + t.credentials_error);
   }
-  if (n.has("credentials")) {
-    const json& files = task.at("credentials");
-    if (!files.is_object() || files.size() > 64) {
-      return n.error("credentials: expected an object of at most 64 files");
-    }
-    for (const auto& [name, content] : files.items()) {
-      if (!content.is_string()) {
-        return n.error("credentials: '" + name + "' is not a string");
-      }
-      a.credentials[name] = content.get<std::string>();
-    }
-  }
+  a.credentials = t.credentials;
   if (spec.command.empty()) {
-    const int64_t duration = task.value("duration_s", int64_t{0});
-    spec.command = {"sleep", duration > 0 ? std::to_string(duration) : "infinity"};
+    spec.command = {"sleep", t.duration_s > 0 ? std::to_string(t.duration_s) : "infinity"};
   }
-  if (n.has("mig_profile")) {
+  if (t.mig_profile >= 0) {
     return core::failedPrecondition("task " + spec.id +
                                     ": MIG slices are not run by agents yet (docs/agent.md)");
   }
-  std::vector<int> indexes;
-  if (n.has("gpus")) {
-    try {
-      indexes = task.at("gpus").get<std::vector<int>>();
-    } catch (const json::exception& e) {
-      return n.error(std::string("gpus: ") + e.what());
-    }
-  }
-  const int64_t milli = task.value("milli_per_gpu", int64_t{1000});
+  const std::vector<int>& indexes = t.gpus;
+  const int64_t milli = t.milli_per_gpu;
   const bool shared = milli > 0 && milli < 1000;
-  const std::string isolation = task.value("isolation", "hardware");
-  const int64_t gpu_memory = task.value("gpu_memory_mib", int64_t{0});
+  const std::string& isolation = t.isolation;
+  const int64_t gpu_memory = t.gpu_memory_mib;
   GpuPinning& pin = spec.gpus;
   for (int i : indexes) {
     if (i < 0 || static_cast<size_t>(i) >= gpus.gpus.size()) {
@@ -121,32 +79,34 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
       }
     }
   }
-  spec.limits.cpu_milli = task.value("cpu_milli", int64_t{0});
-  spec.limits.memory_mib = task.value("memory_mib", int64_t{0});
+  spec.limits.cpu_milli = t.cpu_milli;
+  spec.limits.memory_mib = t.memory_mib;
   spec.limits.restrict_devices = true;
   return a;
 }
 
 json reportToJson(const TaskReport& report) {
-  json r = {{"task", report.id}, {"generation", report.generation}};
+  protocol::TaskReport r;
+  r.task = report.id;
+  r.generation = report.generation;
   switch (report.state) {
     case TaskReport::State::kRunning:
-      r["state"] = "running";
+      r.state = protocol::TaskReport::State::kRunning;
       break;
     case TaskReport::State::kExited:
-      r["state"] = "exited";
-      r["exit_code"] = report.exit.exit_code;
-      r["signal"] = report.exit.signal;
-      r["oom_killed"] = report.exit.oom_killed;
-      r["stopped"] = report.exit.stopped;
-      r["run_time_ms"] = report.exit.run_time.count();
+      r.state = protocol::TaskReport::State::kExited;
+      r.exit_code = report.exit.exit_code;
+      r.signal = report.exit.signal;
+      r.oom_killed = report.exit.oom_killed;
+      r.stopped = report.exit.stopped;
+      r.run_time_ms = report.exit.run_time.count();
       break;
     case TaskReport::State::kFailedToStart:
-      r["state"] = "failed_to_start";
-      r["error"] = report.error;
+      r.state = protocol::TaskReport::State::kFailedToStart;
+      r.error = report.error;
       break;
   }
-  return r;
+  return protocol::toJson(r);
 }
 
 }  // namespace tessera::agent

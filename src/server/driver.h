@@ -36,6 +36,7 @@
 #include "core/status.h"
 #include "model/gpu_catalogue.h"
 #include "model/node.h"
+#include "protocol/node_protocol.h"
 #include "sched/scheduler.h"
 
 namespace tessera::server {
@@ -86,19 +87,8 @@ struct NodeTask {
   WorkloadSecrets secrets;
 };
 
-// What an agent says happened to one of its tasks.
-struct NodeTaskReport {
-  enum class State { kRunning, kExited, kFailedToStart };
-  std::string task;
-  uint32_t generation = 0;
-  State state = State::kRunning;
-  int exit_code = -1;  // kExited: >= 0 when it exited, else `signal` ended it.
-  int signal = 0;
-  bool oom_killed = false;
-  bool stopped = false;  // The agent stopped it (evicted, cancelled, fenced).
-  int64_t run_time_ms = 0;
-  std::string error;  // kFailedToStart.
-};
+// What an agent says happened to one of its tasks (the node protocol's message).
+using NodeTaskReport = protocol::TaskReport;
 
 struct HeartbeatAnswer {
   uint64_t version = 0;  // Of the node's task list; send it back to wait for a change.

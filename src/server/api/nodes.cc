@@ -55,74 +55,26 @@ HttpResponse ControlPlane::nodesApi(Request& r) {
 namespace {
 
 // An agent's report of one task (docs/agent.md, "The node protocol").
-core::Result<NodeTaskReport> reportFromJson(const core::JsonNode& n) {
-  TESSERA_RETURN_IF_ERROR(n.checkKeys({"task", "generation", "state", "exit_code", "signal",
-                                       "oom_killed", "stopped", "run_time_ms", "error"}));
-  for (const char* required : {"task", "generation", "state"}) {
-    if (!n.has(required)) {
-      return n.error(std::string("missing '") + required + "'");
-    }
-  }
-  NodeTaskReport r;
-  TESSERA_ASSIGN_OR_RETURN(r.task, n.child("task").str());
-  TESSERA_ASSIGN_OR_RETURN(const int64_t generation, n.child("generation").integer(0, UINT32_MAX));
-  r.generation = static_cast<uint32_t>(generation);
-  TESSERA_ASSIGN_OR_RETURN(const std::string state, n.child("state").str());
-  if (state == "running") {
-    r.state = NodeTaskReport::State::kRunning;
-  } else if (state == "exited") {
-    r.state = NodeTaskReport::State::kExited;
-  } else if (state == "failed_to_start") {
-    r.state = NodeTaskReport::State::kFailedToStart;
-  } else {
-    return n.child("state").error("expected running, exited or failed_to_start");
-  }
-  auto integer = [&](const char* f, int64_t lo, int64_t hi, int64_t def) -> core::Result<int64_t> {
-    return n.has(f) ? n.child(f).integer(lo, hi) : core::Result<int64_t>(def);
-  };
-  auto boolean = [&](const char* f) -> core::Result<bool> {
-    if (!n.has(f)) {
-      return false;
-    }
-    if (!n.child(f).value().is_boolean()) {
-      return n.child(f).error("expected true or false");
-    }
-    return n.child(f).value().get<bool>();
-  };
-  TESSERA_ASSIGN_OR_RETURN(const int64_t code, integer("exit_code", -1, 255, -1));
-  TESSERA_ASSIGN_OR_RETURN(const int64_t sig, integer("signal", 0, 128, 0));
-  TESSERA_ASSIGN_OR_RETURN(r.run_time_ms, integer("run_time_ms", 0, INT64_MAX, 0));
-  TESSERA_ASSIGN_OR_RETURN(r.oom_killed, boolean("oom_killed"));
-  TESSERA_ASSIGN_OR_RETURN(r.stopped, boolean("stopped"));
-  r.exit_code = static_cast<int>(code);
-  r.signal = static_cast<int>(sig);
-  if (n.has("error")) {
-    TESSERA_ASSIGN_OR_RETURN(r.error, n.child("error").str());
-    r.error = r.error.substr(0, 1024);
-  }
-  return r;
-}
-
-json nodeTaskJson(const NodeTask& t) {
-  json out = {{"task", t.id},
-              {"generation", t.generation},
-              {"tenant", t.tenant},
-              {"workload", t.workload},
-              {"index", t.index},
-              {"command", t.command},
-              {"env", t.env},
-              {"gpus", t.gpus},
-              {"milli_per_gpu", t.milli_per_gpu},
-              {"isolation", t.isolation},
-              {"gpu_memory_mib", t.gpu_memory_mib},
-              {"cpu_milli", t.cpu_milli},
-              {"memory_mib", t.memory_mib},
-              {"duration_s", t.duration_s},
-              {"grace_ms", t.grace_ms}};
-  if (t.mig_profile >= 0) {
-    out["mig_profile"] = t.mig_profile;
-  }
-  return out;
+// The node protocol's task message for `t`, its credentials aside.
+protocol::AssignedTask assignedTask(const NodeTask& t) {
+  protocol::AssignedTask a;
+  a.id = t.id;
+  a.generation = t.generation;
+  a.tenant = t.tenant;
+  a.workload = t.workload;
+  a.index = t.index;
+  a.command = t.command;
+  a.env = t.env;
+  a.gpus = t.gpus;
+  a.milli_per_gpu = t.milli_per_gpu;
+  a.isolation = t.isolation;
+  a.gpu_memory_mib = t.gpu_memory_mib;
+  a.mig_profile = t.mig_profile;
+  a.cpu_milli = t.cpu_milli;
+  a.memory_mib = t.memory_mib;
+  a.duration_s = t.duration_s;
+  a.grace_ms = t.grace_ms;
+  return a;
 }
 
 }  // namespace
@@ -162,8 +114,7 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
       return error(400, source + ": reports: expected a list (at most 10000)");
     }
     for (size_t i = 0; i < list.size(); ++i) {
-      core::JsonNode item(list[i], "reports[" + std::to_string(i) + "]", source);
-      auto rep = reportFromJson(item);
+      auto rep = protocol::reportFromJson(list[i], "reports[" + std::to_string(i) + "]", source);
       if (!rep.isOk()) {
         return fromStatus(rep.status());
       }
@@ -178,34 +129,32 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
   }
   json tasks = json::array();
   for (const NodeTask& t : answer->tasks) {
-    json tj = nodeTaskJson(t);
-    // Files the agent keeps in the task's credentials folder (docs/secrets.md). The key is one
-    // the audit log always HMACs.
+    protocol::AssignedTask a = assignedTask(t);
     for (const auto& [var, hex] : t.sealed_env) {
       auto plain = openEnv(t, var, hex);
       if (plain.isOk()) {
-        tj["env"][var] = std::move(plain).value();
+        a.env[var] = std::move(plain).value();
       } else {
-        tj["credentials_error"] = "its env." + var + ": " + plain.status().message();
+        a.credentials_error = "its env." + var + ": " + plain.status().message();
       }
     }
-    json files = json::object();
+    // Files the agent keeps in the task's credentials folder (docs/secrets.md). The key is one
+    // the audit log always HMACs.
     if (std::string token = identityToken(t, node); !token.empty()) {
-      files["identity-token"] = std::move(token);
+      a.credentials["identity-token"] = std::move(token);
     }
     if (!t.secrets.empty()) {
       auto file = task_secrets_ != nullptr
                       ? task_secrets_->resolve(t)
                       : core::Result<std::string>(core::failedPrecondition("no secrets engine"));
       if (file.isOk()) {
-        files["secrets.json"] = std::move(file).value();
+        a.credentials["secrets.json"] = std::move(file).value();
       } else {
         // The agent does not start the task, and reports why.
-        tj["credentials_error"] = "its secrets: " + file.status().message();
+        a.credentials_error = "its secrets: " + file.status().message();
       }
     }
-    tj["credentials"] = std::move(files);
-    tasks.push_back(std::move(tj));
+    tasks.push_back(protocol::toJson(a));
   }
   return reply(200, {{"request_id", r.request_id},
                      {"data",

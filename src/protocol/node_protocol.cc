@@ -1,0 +1,206 @@
+#include "protocol/node_protocol.h"
+
+#include <cstdint>
+
+#include "core/json_node.h"
+
+namespace tessera::protocol {
+
+using nlohmann::json;
+
+namespace {
+
+// A string field, possibly empty.
+core::Result<std::string> text(const core::JsonNode& n) {
+  if (!n.value().is_string()) {
+    return n.error("expected a string");
+  }
+  return n.value().get<std::string>();
+}
+
+core::Result<int64_t> integerOr(const core::JsonNode& n, const char* field, int64_t lo, int64_t hi,
+                                int64_t def) {
+  return n.has(field) ? n.child(field).integer(lo, hi) : core::Result<int64_t>(def);
+}
+
+core::Result<bool> booleanOr(const core::JsonNode& n, const char* field) {
+  if (!n.has(field)) {
+    return false;
+  }
+  if (!n.child(field).value().is_boolean()) {
+    return n.child(field).error("expected true or false");
+  }
+  return n.child(field).value().get<bool>();
+}
+
+}  // namespace
+
+json toJson(const AssignedTask& t) {
+  json out = {{"task", t.id},
+              {"generation", t.generation},
+              {"tenant", t.tenant},
+              {"workload", t.workload},
+              {"index", t.index},
+              {"command", t.command},
+              {"env", t.env},
+              {"gpus", t.gpus},
+              {"milli_per_gpu", t.milli_per_gpu},
+              {"isolation", t.isolation},
+              {"gpu_memory_mib", t.gpu_memory_mib},
+              {"cpu_milli", t.cpu_milli},
+              {"memory_mib", t.memory_mib},
+              {"duration_s", t.duration_s},
+              {"grace_ms", t.grace_ms},
+              {"credentials", t.credentials}};
+  if (t.mig_profile >= 0) {
+    out["mig_profile"] = t.mig_profile;
+  }
+  if (!t.credentials_error.empty()) {
+    out["credentials_error"] = t.credentials_error;
+  }
+  return out;
+}
+
+core::Result<AssignedTask> assignedTaskFromJson(const json& j, const std::string& where,
+                                                const std::string& source) {
+  const core::JsonNode n(j, where, source);
+  if (!j.is_object()) {
+    return n.error("expected an object");
+  }
+  for (const char* required : {"task", "generation", "tenant", "workload", "index"}) {
+    if (!n.has(required)) {
+      return n.error(std::string("missing '") + required + "'");
+    }
+  }
+  AssignedTask t;
+  TESSERA_ASSIGN_OR_RETURN(t.id, n.child("task").str());
+  TESSERA_ASSIGN_OR_RETURN(const int64_t generation, n.child("generation").integer(0, UINT32_MAX));
+  t.generation = static_cast<uint32_t>(generation);
+  TESSERA_ASSIGN_OR_RETURN(t.tenant, n.child("tenant").str());
+  TESSERA_ASSIGN_OR_RETURN(t.workload, n.child("workload").str());
+  TESSERA_ASSIGN_OR_RETURN(const int64_t index, n.child("index").integer(0, INT32_MAX));
+  t.index = static_cast<int>(index);
+  if (n.has("command")) {
+    const core::JsonNode c = n.child("command");
+    if (!c.value().is_array()) {
+      return c.error("expected a list of strings (argv)");
+    }
+    for (size_t i = 0; i < c.value().size(); ++i) {
+      TESSERA_ASSIGN_OR_RETURN(std::string arg, text(c.at(i)));
+      t.command.push_back(std::move(arg));
+    }
+  }
+  if (n.has("env")) {
+    const core::JsonNode e = n.child("env");
+    if (!e.value().is_object()) {
+      return e.error("expected an object of NAME: \"value\"");
+    }
+    for (const auto& [name, value] : e.value().items()) {
+      TESSERA_ASSIGN_OR_RETURN(t.env[name], text(e.child(name.c_str())));
+    }
+  }
+  if (n.has("gpus")) {
+    const core::JsonNode g = n.child("gpus");
+    if (!g.value().is_array()) {
+      return g.error("expected a list of GPU indexes");
+    }
+    for (size_t i = 0; i < g.value().size(); ++i) {
+      TESSERA_ASSIGN_OR_RETURN(const int64_t gpu, g.at(i).integer(0, 1023));
+      t.gpus.push_back(static_cast<int>(gpu));
+    }
+  }
+  // Left out, a share is a whole GPU, as agents have always read it.
+  TESSERA_ASSIGN_OR_RETURN(t.milli_per_gpu, integerOr(n, "milli_per_gpu", 0, 1000, 1000));
+  t.isolation = "hardware";
+  if (n.has("isolation")) {
+    TESSERA_ASSIGN_OR_RETURN(t.isolation, text(n.child("isolation")));
+  }
+  TESSERA_ASSIGN_OR_RETURN(t.gpu_memory_mib,
+                           integerOr(n, "gpu_memory_mib", 0, int64_t{1} << 40, 0));
+  TESSERA_ASSIGN_OR_RETURN(const int64_t mig, integerOr(n, "mig_profile", 0, 1023, -1));
+  t.mig_profile = static_cast<int>(mig);
+  TESSERA_ASSIGN_OR_RETURN(t.cpu_milli, integerOr(n, "cpu_milli", 0, int64_t{1} << 40, 0));
+  TESSERA_ASSIGN_OR_RETURN(t.memory_mib, integerOr(n, "memory_mib", 0, int64_t{1} << 40, 0));
+  TESSERA_ASSIGN_OR_RETURN(t.duration_s, integerOr(n, "duration_s", 0, INT64_MAX, 0));
+  // -1: the task does not say (the agent's own default applies).
+  TESSERA_ASSIGN_OR_RETURN(t.grace_ms, integerOr(n, "grace_ms", 0, 3600000, -1));
+  if (n.has("credentials")) {
+    const json& files = j.at("credentials");
+    if (!files.is_object() || files.size() > 64) {
+      return n.error("credentials: expected an object of at most 64 files");
+    }
+    for (const auto& [name, content] : files.items()) {
+      if (!content.is_string()) {
+        return n.error("credentials: '" + name + "' is not a string");
+      }
+      t.credentials[name] = content.get<std::string>();
+    }
+  }
+  if (n.has("credentials_error")) {
+    TESSERA_ASSIGN_OR_RETURN(t.credentials_error, text(n.child("credentials_error")));
+    t.credentials_error = t.credentials_error.substr(0, 1024);
+  }
+  return t;
+}
+
+json toJson(const TaskReport& r) {
+  json out = {{"task", r.task}, {"generation", r.generation}};
+  switch (r.state) {
+    case TaskReport::State::kRunning:
+      out["state"] = "running";
+      break;
+    case TaskReport::State::kExited:
+      out["state"] = "exited";
+      out["exit_code"] = r.exit_code;
+      out["signal"] = r.signal;
+      out["oom_killed"] = r.oom_killed;
+      out["stopped"] = r.stopped;
+      out["run_time_ms"] = r.run_time_ms;
+      break;
+    case TaskReport::State::kFailedToStart:
+      out["state"] = "failed_to_start";
+      out["error"] = r.error;
+      break;
+  }
+  return out;
+}
+
+core::Result<TaskReport> reportFromJson(const json& j, const std::string& where,
+                                        const std::string& source) {
+  const core::JsonNode n(j, where, source);
+  TESSERA_RETURN_IF_ERROR(n.checkKeys({"task", "generation", "state", "exit_code", "signal",
+                                       "oom_killed", "stopped", "run_time_ms", "error"}));
+  for (const char* required : {"task", "generation", "state"}) {
+    if (!n.has(required)) {
+      return n.error(std::string("missing '") + required + "'");
+    }
+  }
+  TaskReport r;
+  TESSERA_ASSIGN_OR_RETURN(r.task, n.child("task").str());
+  TESSERA_ASSIGN_OR_RETURN(const int64_t generation, n.child("generation").integer(0, UINT32_MAX));
+  r.generation = static_cast<uint32_t>(generation);
+  TESSERA_ASSIGN_OR_RETURN(const std::string state, n.child("state").str());
+  if (state == "running") {
+    r.state = TaskReport::State::kRunning;
+  } else if (state == "exited") {
+    r.state = TaskReport::State::kExited;
+  } else if (state == "failed_to_start") {
+    r.state = TaskReport::State::kFailedToStart;
+  } else {
+    return n.child("state").error("expected running, exited or failed_to_start");
+  }
+  TESSERA_ASSIGN_OR_RETURN(const int64_t code, integerOr(n, "exit_code", -1, 255, -1));
+  TESSERA_ASSIGN_OR_RETURN(const int64_t sig, integerOr(n, "signal", 0, 128, 0));
+  TESSERA_ASSIGN_OR_RETURN(r.run_time_ms, integerOr(n, "run_time_ms", 0, INT64_MAX, 0));
+  TESSERA_ASSIGN_OR_RETURN(r.oom_killed, booleanOr(n, "oom_killed"));
+  TESSERA_ASSIGN_OR_RETURN(r.stopped, booleanOr(n, "stopped"));
+  r.exit_code = static_cast<int>(code);
+  r.signal = static_cast<int>(sig);
+  if (n.has("error")) {
+    TESSERA_ASSIGN_OR_RETURN(r.error, n.child("error").str());
+    r.error = r.error.substr(0, 1024);
+  }
+  return r;
+}
+
+}  // namespace tessera::protocol

@@ -1,0 +1,73 @@
+// The node protocol (docs/agent.md, "The node protocol"), once: the messages the server and its
+// agents exchange, as types, and the one JSON codec both sides use. A layer of its own below
+// src/server and src/agent, so neither writes the other's JSON by hand.
+//
+//   server: json task = toJson(AssignedTask{...});           // an entry of a heartbeat answer
+//           auto report = reportFromJson(agent_json["reports"][i], "reports[0]", source);
+//   agent:  auto task = assignedTaskFromJson(answer["tasks"][i]);
+//           json report = toJson(TaskReport{...});
+//
+// Decoding checks every field's type and range and names the field in its error; unknown fields
+// of a task are ignored (a newer server may send more), unknown fields of a report are refused.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace tessera::protocol {
+
+// One task as the server hands it to its node's agent (an entry of a heartbeat answer's
+// "tasks").
+struct AssignedTask {
+  std::string id;  // "<tenant>.<workload>.<index>": unique on the node, a plain file name.
+  uint32_t generation = 0;
+  std::string tenant;
+  std::string workload;
+  int index = 0;
+  std::vector<std::string> command;  // Empty: none given (the agent runs a placeholder).
+  std::map<std::string, std::string> env;
+  std::vector<int> gpus;       // Device indexes on the node.
+  int64_t milli_per_gpu = 0;   // 1000: whole GPUs (0 when it has none).
+  std::string isolation;       // hardware, process (MPS when shared) or none (time slicing).
+  int64_t gpu_memory_mib = 0;  // Per GPU, its share's cap when shared; 0: the share's part.
+  int mig_profile = -1;        // Catalogue profile index when the task has a MIG slice.
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
+  int64_t duration_s = 0;    // The workload's `duration` (for the placeholder), 0: none.
+  int64_t grace_ms = 30000;  // SIGTERM to SIGKILL when the agent stops it.
+  // Files for the task's credentials folder (identity token, secrets.json), by name.
+  std::map<std::string, std::string> credentials;
+  // Set: the server could not resolve what the task needs; the agent must not start it.
+  std::string credentials_error;
+};
+
+// What an agent says happened to one of its tasks.
+struct TaskReport {
+  enum class State { kRunning, kExited, kFailedToStart };
+  std::string task;
+  uint32_t generation = 0;
+  State state = State::kRunning;
+  int exit_code = -1;  // kExited: >= 0 when it exited, else `signal` ended it.
+  int signal = 0;
+  bool oom_killed = false;
+  bool stopped = false;  // The agent stopped it (evicted, cancelled, fenced).
+  int64_t run_time_ms = 0;
+  std::string error;  // kFailedToStart (at most 1 KiB is kept).
+};
+
+nlohmann::json toJson(const AssignedTask& task);
+// `where` names the task in errors ("tasks[2]"), `source` the message ("heartbeat answer").
+core::Result<AssignedTask> assignedTaskFromJson(const nlohmann::json& json,
+                                                const std::string& where,
+                                                const std::string& source);
+
+nlohmann::json toJson(const TaskReport& report);
+core::Result<TaskReport> reportFromJson(const nlohmann::json& json, const std::string& where,
+                                        const std::string& source);
+
+}  // namespace tessera::protocol

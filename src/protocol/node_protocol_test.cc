@@ -1,0 +1,106 @@
+#include "protocol/node_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace tessera::protocol {
+namespace {
+
+using nlohmann::json;
+
+TEST(NodeProtocolTest, ATaskRoundTripsThroughItsJson) {
+  AssignedTask t;
+  t.id = "team-1.train.0";
+  t.generation = (3U << 16) | 2U;
+  t.tenant = "team-1";
+  t.workload = "train";
+  t.command = {"python", "train.py"};
+  t.env = {{"LR", "0.1"}, {"EMPTY", ""}};
+  t.gpus = {2, 5};
+  t.milli_per_gpu = 500;
+  t.isolation = "process";
+  t.gpu_memory_mib = 20480;
+  t.mig_profile = 3;
+  t.cpu_milli = 8000;
+  t.memory_mib = 65536;
+  t.duration_s = 600;
+  t.grace_ms = 45000;
+  t.credentials = {{"identity-token", "eyJ..."}};
+  auto back = assignedTaskFromJson(toJson(t), "tasks[0]", "heartbeat answer");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(toJson(*back), toJson(t));
+  EXPECT_EQ(back->generation, t.generation);
+  EXPECT_EQ(back->env.at("EMPTY"), "");
+  // What a task leaves out: a whole GPU, hardware isolation, the agent's own grace period.
+  auto minimal = assignedTaskFromJson(
+      {{"task", "a.b.0"}, {"generation", 1}, {"tenant", "a"}, {"workload", "b"}, {"index", 0}}, "",
+      "t");
+  ASSERT_TRUE(minimal.isOk()) << minimal.status().message();
+  EXPECT_EQ(minimal->milli_per_gpu, 1000);
+  EXPECT_EQ(minimal->isolation, "hardware");
+  EXPECT_EQ(minimal->grace_ms, -1);
+  EXPECT_EQ(minimal->mig_profile, -1);
+  EXPECT_TRUE(minimal->credentials_error.empty());
+}
+
+TEST(NodeProtocolTest, ABadTaskSaysWhichField) {
+  AssignedTask task;
+  task.id = "a.b.0";
+  task.tenant = "a";
+  task.workload = "b";
+  const json good = toJson(task);
+  auto error = [&](const char* field, const json& value) {
+    json j = good;
+    j[field] = value;
+    auto t = assignedTaskFromJson(j, "tasks[1]", "answer");
+    return t.isOk() ? std::string("ok") : t.status().message();
+  };
+  EXPECT_EQ(error("generation", -1),
+            "answer: tasks[1].generation: value -1 is outside 0..4294967295");
+  EXPECT_EQ(error("command", "python t.py"),
+            "answer: tasks[1].command: expected a list of strings (argv)");
+  EXPECT_EQ(error("command", json::array({"python", 3})),
+            "answer: tasks[1].command[1]: expected a string");
+  EXPECT_EQ(error("env", json{{"LR", 0.1}}), "answer: tasks[1].env.LR: expected a string");
+  EXPECT_EQ(error("milli_per_gpu", 1500),
+            "answer: tasks[1].milli_per_gpu: value 1500 is outside 0..1000");
+  EXPECT_EQ(error("credentials", json{{"token", 7}}),
+            "answer: tasks[1]: credentials: 'token' is not a string");
+  EXPECT_EQ(error("newer_field", true), "ok");  // A newer server may say more.
+  json j = good;
+  j.erase("tenant");
+  EXPECT_EQ(assignedTaskFromJson(j, "tasks[1]", "answer").status().message(),
+            "answer: tasks[1]: missing 'tenant'");
+  EXPECT_FALSE(assignedTaskFromJson(json::array(), "tasks[1]", "answer").isOk());
+}
+
+TEST(NodeProtocolTest, AReportRoundTripsAndAnUnknownFieldIsRefused) {
+  TaskReport r;
+  r.task = "a.b.0";
+  r.generation = 7;
+  r.state = TaskReport::State::kExited;
+  r.exit_code = -1;
+  r.signal = 9;
+  r.oom_killed = true;
+  r.stopped = false;
+  r.run_time_ms = 1500;
+  auto back = reportFromJson(toJson(r), "reports[0]", "heartbeat");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(toJson(*back), toJson(r));
+  EXPECT_EQ(back->signal, 9);
+  EXPECT_TRUE(back->oom_killed);
+  r.state = TaskReport::State::kFailedToStart;
+  r.error = std::string(5000, 'x');
+  back = reportFromJson(toJson(r), "reports[0]", "heartbeat");
+  ASSERT_TRUE(back.isOk());
+  EXPECT_EQ(back->error.size(), 1024U);  // Kept short.
+  json bad = toJson(r);
+  bad["state"] = "gone";
+  EXPECT_EQ(reportFromJson(bad, "reports[0]", "heartbeat").status().message(),
+            "heartbeat: reports[0].state: expected running, exited or failed_to_start");
+  bad = toJson(r);
+  bad["pid"] = 42;
+  EXPECT_FALSE(reportFromJson(bad, "reports[0]", "heartbeat").isOk());
+}
+
+}  // namespace
+}  // namespace tessera::protocol
