@@ -149,11 +149,18 @@ void Scheduler::unblock() {
   std::sort(released_nodes_.begin(), released_nodes_.end());
   released_nodes_.erase(std::unique(released_nodes_.begin(), released_nodes_.end()),
                         released_nodes_.end());
-  // A verdict stands while no node that could hold one task of the class gained resources.
+  // A verdict stands while no node that could hold one task of the class gained resources. A
+  // node that gained room the class may not use for want of trust (a free share beside another
+  // tenant) ends it too: the class still waits, but for another reason, and its workloads must
+  // say so (they are tried again, and the verdict they leave names the trust rule).
   std::erase_if(blocked_, [&](const auto& entry) {
     for (NodeIndex n : released_nodes_) {
-      if ((!entry.first.restricted || reserved_mask_[n] == 0) &&
-          checkNode(state_, n, entry.second.resolved).fits()) {
+      if (entry.first.restricted && reserved_mask_[n] != 0) {
+        continue;
+      }
+      const NodeFit fit = checkNode(state_, n, entry.second.resolved);
+      if (fit.fits() || (fit.reason == FilterReason::kTrustBoundary &&
+                         entry.second.message.find("untrusted") == std::string::npos)) {
         return true;
       }
     }

@@ -135,6 +135,39 @@ TEST_F(SchedulerTest, TrustGroupsDecideWhoSharesAGpuAndMayChangeWhileWorkRuns) {
   EXPECT_EQ(running(one_more), 0);
   EXPECT_NE(s_->explain(one_more).message.find("untrusted"), std::string::npos)
       << s_->explain(one_more).message;
+  // 2's waiting workload was refused while every GPU was full; now that half a GPU is free
+  // beside 3, it waits on the trust rule, and says so (not the stale "no free share").
+  EXPECT_EQ(running(two_more), 0);
+  EXPECT_NE(s_->explain(two_more).message.find("untrusted"), std::string::npos)
+      << s_->explain(two_more).message;
+}
+
+// A workload refused for want of room, when the room that frees up is beside an untrusted
+// tenant, says so: its reason does not stay the one of its first try.
+TEST_F(SchedulerTest, AWaitingWorkloadsReasonFollowsWhatNowKeepsItOut) {
+  build(1, 4, 4);
+  auto half = [&](const std::string& name, uint32_t tenant) {
+    WorkloadSpec w;
+    w.name = name;
+    w.queue = *s_->queues().find(tenant == 1 ? "a" : "b");
+    w.request = testing::gpuTask(1000, 1, 500);
+    w.request.tenant = model::TenantId{tenant};
+    return s_->submit(w).value();
+  };
+  std::vector<WorkloadId> ones;
+  for (int i = 0; i < 16; ++i) {
+    ones.push_back(half("one-" + std::to_string(i), 1));
+  }
+  s_->schedule();
+  const WorkloadId two = half("two", 2);
+  s_->schedule();
+  ASSERT_EQ(running(two), 0);
+  EXPECT_EQ(s_->explain(two).message.find("untrusted"), std::string::npos);  // No room at all.
+  s_->taskFinished(s_->workload(ones[0]).tasks[0]);
+  s_->schedule();
+  EXPECT_EQ(running(two), 0);  // Half a GPU is free, beside tenant 1's other half.
+  EXPECT_NE(s_->explain(two).message.find("untrusted"), std::string::npos)
+      << s_->explain(two).message;
 }
 
 TEST_F(SchedulerTest, BorrowsIdleGpusAndGivesBackExactlyTheOverShare) {

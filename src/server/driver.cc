@@ -617,12 +617,36 @@ void SchedulerDriver::runOnce() {
   }
   publishNodeTasks();
   for (sched::WorkloadId w : touched) {
-    changed[keys_[w]] = statusOf(w);
+    WorkloadStatus& st = changed[keys_[w]];
+    st = statusOf(w);
+    if (st.phase == "pending") {
+      waiting_.insert(w);
+    } else {
+      waiting_.erase(w);
+    }
+  }
+  // A waiting workload's reason changes without anything happening to it (room freed beside an
+  // untrusted tenant, a node back after a restart): compare, and publish the new one.
+  {
+    std::vector<std::pair<const std::string*, WorkloadStatus>> now;
+    for (sched::WorkloadId w : waiting_) {
+      if (!changed.contains(keys_[w])) {
+        now.emplace_back(&keys_[w], statusOf(w));
+      }
+    }
+    std::lock_guard lock(mu_);
+    for (auto& [key, status] : now) {
+      auto p = published_.find(*key);
+      if (p == published_.end() || p->second.reason != status.reason ||
+          p->second.phase != status.phase) {
+        changed[*key] = std::move(status);
+      }
+    }
   }
   for (auto& [w, list] : events) {
     changed[keys_[w]].events = std::move(list);
   }
-  // Pending workloads' reasons change without a start: refresh them every pass.
+  // Queues' numbers change without a start: refresh them every pass.
   std::vector<QueueStatus> queue_status;
   const sched::QueueTree& tree = scheduler_->queues();
   for (sched::QueueId q = 0; q < tree.size(); ++q) {

@@ -330,7 +330,8 @@ class SchedulerDriver {
   std::vector<std::string> keys_;                   // WorkloadId -> "tenant/name".
   std::map<sched::TaskId, core::TimePoint> ends_;   // Running simulated tasks.
   std::map<sched::TaskId, core::TimePoint> stops_;  // Evicted simulated tasks, stopping.
-  std::map<sched::TaskId, core::Duration> kept_;    // Simulated tasks' work kept by checkpoints.
+  std::set<sched::WorkloadId> waiting_;  // Pending, as last published: their reasons may change.
+  std::map<sched::TaskId, core::Duration> kept_;  // Simulated tasks' work kept by checkpoints.
   std::vector<bool> cancelled_;
   std::vector<std::string> failed_;   // Why a workload failed ("" : it did not).
   std::vector<SubmitCommand> specs_;  // Command, env, duration of each workload, for agents.

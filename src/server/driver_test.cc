@@ -513,6 +513,58 @@ TEST_F(AgentNodesTest, ATaskEvictedBeforeItsAgentHeardOfItFreesItsGpusAtTheNextH
   EXPECT_FALSE(driver_->status("team-1", "early")->reason.empty());
 }
 
+// A waiting workload's reason follows what keeps it waiting, even when nothing happens to the
+// workload itself: refused while node "a" is full, it is refused later because the half GPU
+// that frees up is beside another tenant's task.
+TEST_F(AgentNodesTest, AWaitingWorkloadsReasonIsRefreshedWhenItChanges) {
+  std::vector<std::map<std::string, WorkloadStatus>> told;
+  {
+    std::vector<model::Node> nodes;
+    model::Node n = *model::makeProfileNode("dgx-h100", "a", cat_, 0);
+    n.gpus.resize(2);
+    nodes.push_back(n);
+    DriverOptions opts;
+    opts.agent_nodes = {"a"};
+    auto d = SchedulerDriver::create(
+        cat_, std::move(nodes), clock_, opts,
+        [&](const std::map<std::string, WorkloadStatus>& changed) { told.push_back(changed); });
+    ASSERT_TRUE(d.isOk()) << d.status().message();
+    driver_ = std::move(d).value();
+    ASSERT_TRUE(driver_->addTenantQueue("team-1", 2000, 0, 1, 100).isOk());
+    ASSERT_TRUE(driver_->addTenantQueue("team-2", 2000, 0, 1, 100).isOk());
+  }
+  auto half = [&](const std::string& tenant, const std::string& name) {
+    SubmitCommand c = cmd(tenant, name, 1, 1);
+    c.spec.request.gpu_milli = core::MilliGpu{500};
+    c.spec.request.isolation = model::Isolation::kProcess;
+    return driver_->submit(c);
+  };
+  ASSERT_TRUE(beat("a").isOk());
+  for (const char* name : {"h0", "h1", "h2", "h3"}) {
+    const core::Status st = half("team-1", name);
+    ASSERT_TRUE(st.isOk()) << st.message();
+  }
+  driver_->runOnce();
+  ASSERT_TRUE(half("team-2", "late").isOk());
+  driver_->runOnce();
+  const std::string before = driver_->status("team-2", "late")->reason;
+  EXPECT_EQ(before.find("untrusted"), std::string::npos) << before;  // No room at all.
+  // One of team-1's halves ends: its GPU has half free, beside team-1's other half.
+  const std::vector<NodeTask> tasks = beat("a")->tasks;
+  ASSERT_EQ(tasks.size(), 4U);
+  ASSERT_TRUE(beat("a", {report(tasks[0], NodeTaskReport::State::kExited, 0)}).isOk());
+  driver_->runOnce();
+  driver_->runOnce();
+  told.clear();
+  driver_->runOnce();  // Nothing new: not told again.
+  const WorkloadStatus now = *driver_->status("team-2", "late");
+  EXPECT_EQ(now.phase, "pending");
+  EXPECT_NE(now.reason.find("untrusted"), std::string::npos) << now.reason;
+  for (const auto& changed : told) {
+    EXPECT_FALSE(changed.contains("team-2/late")) << now.reason;
+  }
+}
+
 TEST_F(AgentNodesTest, RefusesUnknownNodesSimulatedNodesAndOtherHardware) {
   EXPECT_EQ(beat("nope").status().code(), core::StatusCode::kNotFound);
   EXPECT_EQ(driver_->heartbeat("sim", {"T4", "T4"}, {}).status().code(),
