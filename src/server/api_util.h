@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -43,6 +44,10 @@ struct ControlPlane::Request {
   // change, while the log flushes it by itself soon after.
   std::vector<store::Note> audit_notes = {};
   RouteMatch match = {};  // The route table's entry for this path and method (ControlPlane::serve).
+  // Set by a handler that answers later (a node's watch): the pipeline calls it with where the
+  // answer goes, after the handler returns (whose own answer is then ignored). The handler's
+  // request (`http`, this struct) is gone by the time the answer comes: capture copies.
+  std::function<void(std::function<void(HttpResponse)>)> defer = {};
 };
 
 namespace api {

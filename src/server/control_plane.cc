@@ -53,6 +53,12 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
     cp->task_secrets_ = std::make_unique<TaskSecrets>(*secrets, store, auditor, clock);
     TESSERA_RETURN_IF_ERROR(cp->task_secrets_->load());
   }
+  // An agent's waiting watch is answered when its node's list changes or a request for its
+  // agent is posted.
+  driver.setNodeListener(
+      [self = cp.get()](const std::string& node) { self->watchers_->notify(node); });
+  cp->mailbox_.setPosted(
+      [self = cp.get()](const std::string& node) { self->watchers_->notify(node); });
   TESSERA_RETURN_IF_ERROR(cp->load());
   // From here on the scheduler is fed by the store: every workload written after what load()
   // read reaches it through this watch, in revision order.
@@ -106,7 +112,11 @@ ControlPlane::~ControlPlane() {
   if (watching_) {
     store_.cancelWatch(watch_);
   }
+  stopWatches();
+  driver_.setNodeListener(nullptr);
 }
+
+void ControlPlane::stopWatches() { watchers_->stop(); }
 
 core::Status ControlPlane::load() {
   // Tenants (and their queues), policies, then workloads: unfinished ones go back to the
@@ -537,6 +547,28 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     core::logError("{} {} (request {}): {}", r.method, ev.request.path, r.request_id, e.what());
     resp = error(500, "internal error (request " + r.request_id + ")");
   }
+  Finish f{std::move(ev),  std::move(appended),
+           read_only,      std::move(r.grant),
+           r.token.tenant, r.token.accessor,
+           r.method,       std::move(r.route),
+           tenant,         t0};
+  if (r.defer) {
+    // The handler answers later (a node's watch, when there is news): its response record and
+    // the rest of this pipeline wait for that answer, and this worker goes on meanwhile.
+    auto finish_later = std::make_shared<std::pair<Finish, Reply>>(std::move(f), std::move(later));
+    r.defer([this, finish_later](HttpResponse answer) {
+      auto& [fin, reply_later] = *finish_later;
+      if (std::optional<HttpResponse> now = finish(fin, std::move(answer), reply_later)) {
+        reply_later(std::move(*now));
+      }
+    });
+    return std::nullopt;
+  }
+  return finish(f, std::move(resp), later);
+}
+
+std::optional<HttpResponse> ControlPlane::finish(Finish& f, HttpResponse resp, Reply& later) {
+  audit::AuditEvent& ev = f.ev;
   ev.type = audit::AuditType::kResponse;
   ev.response.status = static_cast<int>(resp.status);
   try {
@@ -544,24 +576,25 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   } catch (const json::exception&) {
     ev.response.body = json::object();
   }
+  const bool read_only = f.read_only;
   const bool durable_answer =
-      r.grant || options_.durable_every_answer || audit::responseIsSensitive(ev);
+      f.grant || options_.durable_every_answer || audit::responseIsSensitive(ev);
   if (!durable_answer) {
     // Nothing secret in the answer: it goes once the response record is appended (a read's
     // request record with it), and the log flushes them soon after: a crash of the machine in
     // between could lose them, one of the server could not. A change's request record is on
     // stable storage already.
-    if (read_only && !auditor_.recordAppendedAfter(ev, appended).isOk()) {
+    if (read_only && !auditor_.recordAppendedAfter(ev, f.appended).isOk()) {
       resp = error(503, "the audit log cannot record this request, so it is refused");
     } else if (!read_only && !auditor_.append(ev).isOk() && resp.status < 300) {
       resp = appliedButUnrecorded(resp.status);
     }
-  } else if (read_only && !r.grant) {
+  } else if (read_only && !f.grant) {
     // Answered once both records are durable, from the flusher; this worker goes on meanwhile.
     auditor_.recordAfterAsync(
-        ev, appended,
-        [this, resp = std::move(resp), later = std::move(later), metric = std::move(r.route),
-         tenant, t0](const core::Status& recorded) mutable {
+        ev, f.appended,
+        [this, resp = std::move(resp), later = std::move(later), metric = f.route,
+         tenant = f.tenant, t0 = f.t0](const core::Status& recorded) mutable {
           if (!recorded.isOk()) {
             resp = error(503, "the audit log cannot record this request, so it is refused");
           }
@@ -572,23 +605,23 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
         });
     return std::nullopt;
   } else if (read_only) {
-    if (!auditor_.recordAfter(ev, appended).isOk()) {
+    if (!auditor_.recordAfter(ev, f.appended).isOk()) {
       resp = error(503, "the audit log cannot record this request, so it is refused");
     }
   } else if (!auditor_.record(ev).isOk() && resp.status < 300) {
     // The change is made but unrecorded; say so rather than pretend nothing happened.
     resp = appliedButUnrecorded(resp.status);
   }
-  if (r.grant) {
+  if (f.grant) {
     // The grantee's stream records its use of the grant too (the owner's has the request).
-    if (!auditGrant(r.token.tenant, *r.grant, "grant used", r.method, ev.request.path,
-                    static_cast<int>(resp.status), r.token.accessor)
+    if (!auditGrant(f.token_tenant, *f.grant, "grant used", f.method, ev.request.path,
+                    static_cast<int>(resp.status), f.accessor)
              .isOk()) {
       resp = error(503, "the audit log cannot record this request, so it is refused");
     }
   }
-  recordMetric(r.route, tenant, resp.status,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  recordMetric(f.route, f.tenant, resp.status,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - f.t0).count());
   return resp;
 }
 

@@ -35,6 +35,7 @@
 #include "server/grants.h"
 #include "server/http_server.h"
 #include "server/node_mailbox.h"
+#include "server/node_watchers.h"
 #include "server/route.h"
 #include "server/task_secrets.h"
 #include "server/tokens.h"
@@ -63,8 +64,6 @@ struct ControlPlaneOptions {
   // and its connection is not read meanwhile: a client that retries at once, ignoring
   // Retry-After, costs the server one refusal per delay per connection instead of a core.
   std::chrono::milliseconds reject_delay{100};
-  // Agents' watches that may wait for news at once (each holds a worker while it waits).
-  int max_waiting_watches = 8;
   // What heartbeats tell agents their lease is (the driver's DriverOptions::lease_ttl).
   std::chrono::milliseconds node_lease_ttl{15000};
   // The audit file a tenant's view (GET audit) is read from; empty: no view.
@@ -119,6 +118,9 @@ class ControlPlane {
   // sinks hold on disk now. Also call it once after closing the auditor, which flushes every
   // sink: then none is left for the next start to look at.
   void dropDurableAuditNotes();
+  // Answers every agent's watch that waits (before the listeners stop: none then holds up the
+  // shutdown); later watches answer at once.
+  void stopWatches();
 
   struct Request;  // One request in flight (internal).
 
@@ -165,6 +167,8 @@ class ControlPlane {
   // GET sys/nodes/<node>/tasks?index=N&wait_ms=W: waits for the node's task list to change or
   // a request for its agent (log pieces) to arrive.
   HttpResponse watchNodeApi(Request& r, const std::string& node);
+  // The answer to a node's watch: its task list's version now, and the requests for its agent.
+  HttpResponse watchAnswer(const std::string& node, const std::string& request_id, bool waited);
   // PUT sys/nodes/<node>/logs/<id>: the agent's answer to a log request.
   HttpResponse logAnswerApi(Request& r, const std::string& node, const std::string& id);
   // GET workloads/<name>/logs?task=&stream=&offset=&limit=: a piece of a task's log, from its
@@ -236,6 +240,23 @@ class ControlPlane {
   HttpResponse health();
   // The 503 for a change that was made but whose response record the audit log refused.
   static HttpResponse appliedButUnrecorded(unsigned status);
+  // What the pipeline needs after the handler: the request's audit record and how it went in,
+  // to record the response; who asked, for a grant's record and the metrics.
+  struct Finish {
+    audit::AuditEvent ev;
+    audit::Auditor::Appended appended;
+    bool read_only = false;
+    std::optional<Grant> grant;
+    std::string token_tenant;
+    std::string accessor;
+    std::string method;
+    std::string route;
+    std::string tenant;
+    std::chrono::steady_clock::time_point t0;
+  };
+  // The pipeline after the handler: the response record, the grant's, the metrics. The answer,
+  // or nullopt when it goes to `later` (moved from) once the audit log has it on disk.
+  std::optional<HttpResponse> finish(Finish& f, HttpResponse resp, Reply& later);
   // handle's work: the answer, or nullopt when it goes to `later` (moved from) afterwards.
   std::optional<HttpResponse> serve(const HttpRequest& req,
                                     const std::vector<ListenerConfig>& listeners, Reply& later);
@@ -257,9 +278,8 @@ class ControlPlane {
   const std::vector<std::string> audit_sinks_;  // The auditor's sinks' names, in its order.
   store::WatchId watch_{};
   bool watching_ = false;
-  std::atomic<int> node_waits_{0};  // Watches waiting for news now.
-  NodeMailbox mailbox_;             // Log requests for agents.
-  std::mutex status_write_mu_;      // Held from reading a workload's record to writing it back.
+  NodeMailbox mailbox_;         // Log requests for agents.
+  std::mutex status_write_mu_;  // Held from reading a workload's record to writing it back.
   // Guards the caches below. Reads (most requests) share it; writes take it alone.
   mutable std::shared_mutex mu_;
   std::map<std::string, nlohmann::json> tenants_;                  // name -> config
@@ -301,6 +321,9 @@ class ControlPlane {
   std::map<std::string, CachedToken> identity_cache_;                // "<task id>@<generation>"
   std::mutex metrics_mu_;                                            // Guards metrics_.
   std::map<std::string, Metric> metrics_;                            // "route|tenant|code"
+  // Agents' watches waiting for news. Last: destroyed first, answering those still waiting
+  // while everything they read is alive.
+  std::unique_ptr<NodeWatchers> watchers_ = std::make_unique<NodeWatchers>();
 };
 
 }  // namespace tessera::server

@@ -232,6 +232,11 @@ class SchedulerDriver {
   // Every task now assigned to an agent-run node, as "<task id>@<generation>": a task's
   // credentials live as long as it is in this set.
   std::set<std::string> liveTasks() const;
+  // Called on the pass thread with the name of each agent-run node whose task list changed (a
+  // watch of it can be answered). Set before start().
+  void setNodeListener(std::function<void(const std::string& node)> listener) {
+    node_listener_ = std::move(listener);
+  }
   // Whether `node` is run by an agent (its heartbeats then count against their own key).
   bool isAgentNode(const std::string& node) const { return agent_index_.contains(node); }
   // Milliseconds the last pass took, for metrics.
@@ -276,6 +281,7 @@ class SchedulerDriver {
   const model::GpuCatalogue* catalogue_ = nullptr;
   DriverOptions options_;
   Listener listener_;
+  std::function<void(const std::string& node)> node_listener_;
   std::vector<model::Node> nodes_;
   // Held for a whole pass, and to change the scheduler (queues). Taken before `mu_`, never
   // while holding it.

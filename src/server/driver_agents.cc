@@ -300,26 +300,33 @@ void SchedulerDriver::publishNodeTasks() {
     std::sort(list.begin(), list.end(),
               [](const NodeTask& x, const NodeTask& y) { return x.id < y.id; });
   }
-  bool changed = false;
-  std::lock_guard lock(mu_);
-  // Every answer from now on leaves these tasks out; those given so far may have listed them.
-  for (const auto& [n, t] : unconfirmed) {
-    unconfirmed_[t] = {n, agents_.at(n).heartbeats};
-  }
-  for (auto& [n, list] : lists) {
-    AgentNode& a = agents_.at(n);
-    const bool same = std::equal(list.begin(), list.end(), a.tasks.begin(), a.tasks.end(),
-                                 [](const NodeTask& x, const NodeTask& y) {
-                                   return x.id == y.id && x.generation == y.generation;
-                                 });
-    if (!same) {
-      a.tasks = std::move(list);
-      ++a.version;
-      changed = true;
+  std::vector<std::string> changed;
+  {
+    std::lock_guard lock(mu_);
+    // Every answer from now on leaves these tasks out; those given so far may have listed them.
+    for (const auto& [n, t] : unconfirmed) {
+      unconfirmed_[t] = {n, agents_.at(n).heartbeats};
+    }
+    for (auto& [n, list] : lists) {
+      AgentNode& a = agents_.at(n);
+      const bool same = std::equal(list.begin(), list.end(), a.tasks.begin(), a.tasks.end(),
+                                   [](const NodeTask& x, const NodeTask& y) {
+                                     return x.id == y.id && x.generation == y.generation;
+                                   });
+      if (!same) {
+        a.tasks = std::move(list);
+        ++a.version;
+        changed.push_back(nodes_[n].name);
+      }
     }
   }
-  if (changed) {
+  if (!changed.empty()) {
     node_changed_.notify_all();
+    if (node_listener_) {
+      for (const std::string& node : changed) {
+        node_listener_(node);
+      }
+    }
   }
 }
 

@@ -27,6 +27,11 @@ core::Result<LogPiece> NodeMailbox::fetchLog(const std::string& node, LogRequest
   Pending& entry = pending_[id];
   entry.node = node;
   entry.request = std::move(request);
+  if (posted_) {
+    lock.unlock();
+    posted_(node);  // The node's waiting watch hands it over.
+    lock.lock();
+  }
   const bool done = answered_.wait_for(lock, timeout, [&] { return pending_.at(id).answered; });
   Pending p = std::move(pending_.at(id));
   pending_.erase(id);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -46,6 +47,11 @@ class NodeMailbox {
   // The node's requests not yet handed to its agent (each is handed over once).
   std::vector<LogRequest> take(const std::string& node);
   bool hasWaiting(const std::string& node) const;
+  // Called (outside the mailbox's lock) whenever a request for `node`'s agent is posted, so its
+  // watch can hand it over. Set before use.
+  void setPosted(std::function<void(const std::string& node)> posted) {
+    posted_ = std::move(posted);
+  }
   // The agent's answer. Not found: no such request for this node (answered, timed out, or
   // another node's).
   core::Status answer(const std::string& node, const std::string& id, LogPiece piece);
@@ -58,6 +64,7 @@ class NodeMailbox {
     bool answered = false;
     LogPiece piece;
   };
+  std::function<void(const std::string& node)> posted_;
   mutable std::mutex mu_;
   std::condition_variable answered_;
   std::map<std::string, Pending> pending_;  // By id.

@@ -202,7 +202,6 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
           : defaultTenantConcurrency(std::thread::hardware_concurrency(), config.workers);
   copts.reject_delay = std::chrono::milliseconds(config.reject_delay_ms);
   copts.node_lease_ttl = dopts.lease_ttl;
-  copts.max_waiting_watches = std::max(1, config.workers / 2);
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.durable_every_answer = config.audit_durable_every_answer;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
@@ -288,6 +287,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     hooks.stopping();
   }
   std::cerr << "shutting down: finishing requests in flight\n";
+  cp_ptr->stopWatches();  // Agents' waiting watches are answered now, not at their timeout.
   (*http)->shutdown(std::chrono::seconds(10));
   (*secrets)->stop();
   (*driver)->stop();

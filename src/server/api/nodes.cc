@@ -164,9 +164,6 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
 }
 
 HttpResponse ControlPlane::watchNodeApi(Request& r, const std::string& node) {
-  if (r.method != "GET") {
-    return error(405, "method not allowed");
-  }
   if (!authorized(r, Capability::kRead)) {
     return error(403, "permission denied");
   }
@@ -183,25 +180,34 @@ HttpResponse ControlPlane::watchNodeApi(Request& r, const std::string& node) {
   } catch (const std::exception&) {
     return error(400, source + ": index and wait_ms must be numbers");
   }
-  // Waiting holds a worker: only so many wait at once, the rest answer at once.
-  const bool may_wait = wait_ms > 0 && node_waits_.fetch_add(1) < options_.max_waiting_watches;
-  if (wait_ms > 0 && !may_wait) {
-    node_waits_.fetch_sub(1);
-  }
-  // The task list's changes wake the driver's wait at once; requests for the agent are looked
-  // for between slices of it.
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(may_wait ? wait_ms : 0);
   core::Result<uint64_t> version = driver_.watchNode(node, known, std::chrono::milliseconds(0));
-  while (version.isOk() && *version == known && !mailbox_.hasWaiting(node) &&
-         std::chrono::steady_clock::now() < until) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        until - std::chrono::steady_clock::now());
-    version = driver_.watchNode(node, known, std::min(left, std::chrono::milliseconds(100)));
+  if (!version.isOk()) {
+    return fromStatus(version.status());
   }
-  if (may_wait) {
-    node_waits_.fetch_sub(1);
+  if (wait_ms == 0 || *version != known || mailbox_.hasWaiting(node)) {
+    return watchAnswer(node, r.request_id, false);
   }
+  // Nothing new yet: the answer waits, without a thread, until the node's list changes, a
+  // request for its agent comes, or wait_ms is up (server/node_watchers.h).
+  const auto deadline = NodeWatchers::Clock::now() + std::chrono::milliseconds(wait_ms);
+  r.defer = [this, node, known, deadline, id = r.request_id](auto answer) {
+    auto fire = [this, node, id, answer] { answer(watchAnswer(node, id, true)); };
+    if (!watchers_->wait(node, deadline, fire)) {
+      fire();  // The node has enough watches waiting.
+      return;
+    }
+    // News that came between the look above and the wait: answer now.
+    auto now = driver_.watchNode(node, known, std::chrono::milliseconds(0));
+    if (!now.isOk() || *now != known || mailbox_.hasWaiting(node)) {
+      watchers_->notify(node);
+    }
+  };
+  return HttpResponse{};
+}
+
+HttpResponse ControlPlane::watchAnswer(const std::string& node, const std::string& request_id,
+                                       bool waited) {
+  core::Result<uint64_t> version = driver_.watchNode(node, 0, std::chrono::milliseconds(0));
   if (!version.isOk()) {
     return fromStatus(version.status());
   }
@@ -213,9 +219,9 @@ HttpResponse ControlPlane::watchNodeApi(Request& r, const std::string& node) {
                         {"offset", l.offset},
                         {"limit", l.limit}});
   }
-  return reply(
-      200, {{"request_id", r.request_id},
-            {"data", {{"version", *version}, {"waited", may_wait}, {"log_requests", requests}}}});
+  return reply(200,
+               {{"request_id", request_id},
+                {"data", {{"version", *version}, {"waited", waited}, {"log_requests", requests}}}});
 }
 
 HttpResponse ControlPlane::logAnswerApi(Request& r, const std::string& node,
