@@ -21,13 +21,20 @@
 #include "agent/mps.h"
 #include "agent/protocol.h"
 #include "agent/runtime.h"
+#include "agent/server_link.h"
 #include "agent/users.h"
-#include "cli/client.h"
+#include "api/client.h"
 #include "core/log.h"
 #include "core/strings.h"
 #include "model/gpu_catalogue.h"
 
 namespace tessera::cli {
+
+using agent::agentLog;
+using agent::sleepUnlessStopped;
+using api::ApiClient;
+using api::ClientConfig;
+using api::pathSegment;
 namespace {
 
 struct DiscoverFlags {
@@ -169,11 +176,6 @@ struct RunFlags {
 
 std::atomic<bool> g_agent_stop{false};  // `tessera agent run`'s: set by SIGTERM and SIGINT.
 
-// The node whose agent runs on this thread (several share a process in `tessera dev`), for logs.
-thread_local std::string t_log_node;
-
-void agentLog(const std::string& line) { core::logInfo("agent {}: {}", t_log_node, line); }
-
 std::string envOr(const std::string& flag, const char* name) {
   if (!flag.empty()) {
     return flag;
@@ -182,195 +184,11 @@ std::string envOr(const std::string& flag, const char* name) {
   return v != nullptr ? v : "";
 }
 
-void sleepUnlessStopped(std::chrono::milliseconds d, const std::atomic<bool>& stop) {
-  const auto until = std::chrono::steady_clock::now() + d;
-  while (!stop && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-}
-
-// The node protocol over HTTPS: PUT /v1/sys/nodes/<node>/heartbeat (docs/agent.md).
-class HttpControlPlane final : public agent::ControlPlaneClient {
- public:
-  HttpControlPlane(std::unique_ptr<ApiClient> api, agent::AssignmentOptions assign,
-                   agent::UserMapping* users)
-      : api_(std::move(api)), assign_(std::move(assign)), users_(users) {}
-
-  core::Result<std::vector<agent::TaskAssignment>> heartbeat(
-      const std::string& node, const agent::NodeGpus& gpus,
-      const std::vector<agent::TaskReport>& reports) override {
-    nlohmann::json list = nlohmann::json::array();
-    for (const agent::TaskReport& r : reports) {
-      list.push_back(agent::reportToJson(r));
-    }
-    const std::string target = "/v1/sys/nodes/" + pathSegment(node) + "/heartbeat";
-    auto answer =
-        api_->call("PUT", target, {{"node", agent::toJson(gpus)}, {"reports", std::move(list)}});
-    if (!answer.isOk()) {
-      return answer.status();
-    }
-    for (const agent::TaskReport& r : reports) {
-      describe(r);
-    }
-    const nlohmann::json& data = (*answer)["data"];
-    if (!registered_) {
-      agentLog(fmt::format("node {} registered with {} ({} GPUs, lease {} ms)", node,
-                           api_->address(), gpus.gpus.size(), data.value("lease_ttl_ms", 0)));
-      registered_ = true;
-    }
-    std::vector<agent::TaskAssignment> out;
-    for (const nlohmann::json& t : data.value("tasks", nlohmann::json::array())) {
-      auto a = agent::assignmentFromJson(t, gpus, assign_);
-      if (!a.isOk()) {
-        if (!t.is_object() || !t.contains("task") || !t["task"].is_string() ||
-            !t.contains("generation") || !t["generation"].is_number_unsigned()) {
-          agentLog("ignoring a task the server sent: " + a.status().message());
-          continue;
-        }
-        agent::TaskAssignment bad;
-        bad.spec.id = t["task"].get<std::string>();
-        bad.generation = t["generation"].get<uint32_t>();
-        bad.invalid = a.status().message();
-        out.push_back(std::move(bad));
-        continue;
-      }
-      if (users_ != nullptr) {
-        auto user = users_->ensure(a->spec.tenant);
-        if (user.isOk()) {
-          a->spec.user = *user;
-        } else {
-          a->invalid = user.status().message();
-        }
-      }
-      out.push_back(std::move(a).value());
-    }
-    return out;
-  }
-
- private:
-  static void describe(const agent::TaskReport& r) {
-    switch (r.state) {
-      case agent::TaskReport::State::kRunning:
-        agentLog(fmt::format("task {} (generation {}) started", r.id, r.generation));
-        break;
-      case agent::TaskReport::State::kExited:
-        agentLog(fmt::format("task {} (generation {}) {} after {} ms", r.id, r.generation,
-                             r.exit.describe(), r.exit.run_time.count()));
-        break;
-      case agent::TaskReport::State::kFailedToStart:
-        agentLog(fmt::format("task {} (generation {}) could not start: {}", r.id, r.generation,
-                             r.error));
-        break;
-    }
-  }
-
-  std::unique_ptr<ApiClient> api_;
-  agent::AssignmentOptions assign_;
-  agent::UserMapping* users_;
-  bool registered_ = false;
-};
-
-// Wakes the agent's loop: the node's task list changed at the server (the watcher saw it), a
-// task ended here, or it is time to renew the lease.
-class Wakeup {
- public:
-  explicit Wakeup(const std::atomic<bool>& stop) : stop_(stop) {}
-  void poke() {
-    std::lock_guard lock(mu_);
-    poked_ = true;
-    cv_.notify_all();
-  }
-  // Waits until poked or `limit` has passed (checking for a stop request meanwhile).
-  void wait(std::chrono::milliseconds limit) {
-    std::unique_lock lock(mu_);
-    const auto until = std::chrono::steady_clock::now() + limit;
-    while (!poked_ && !stop_ && std::chrono::steady_clock::now() < until) {
-      cv_.wait_for(lock, std::chrono::milliseconds(100));
-    }
-    poked_ = false;
-  }
-
- private:
-  const std::atomic<bool>& stop_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool poked_ = false;
-};
-
-// Answers one of the server's log requests from the task's folder: PUT
-// sys/nodes/<node>/logs/<id> with the bytes (as hex) and the log's size, or why not.
-void answerLogRequest(ApiClient& api, const std::string& node, const std::string& work_dir,
-                      const nlohmann::json& req) {
-  const std::string id = req.value("id", "");
-  const std::string task = req.value("task", "");
-  const std::string stream = req.value("stream", "");
-  const int64_t offset = req.value("offset", int64_t{0});
-  const int64_t limit =
-      std::clamp<int64_t>(req.value("limit", int64_t{65536}), 1, int64_t{256} * 1024);
-  nlohmann::json body;
-  const std::string path = work_dir + "/" + task + "/" + stream + ".log";
-  std::ifstream in(path, std::ios::binary);
-  if (!agent::plainFileName(task) || (stream != "stdout" && stream != "stderr") || offset < 0) {
-    body = {{"error", "bad log request"}};
-  } else if (!in) {
-    body = {{"error", "no " + stream + " log of task " + task + " on node " + node}};
-  } else {
-    in.seekg(0, std::ios::end);
-    const int64_t size = in.tellg();
-    std::string data;
-    if (offset < size) {
-      data.resize(static_cast<size_t>(std::min(limit, size - offset)));
-      in.seekg(offset);
-      in.read(data.data(), static_cast<std::streamsize>(data.size()));
-      data.resize(static_cast<size_t>(in.gcount()));
-    }
-    body = {{"data_hex",
-             core::hexEncode(reinterpret_cast<const unsigned char*>(data.data()), data.size())},
-            {"size", size}};
-  }
-  auto r = api.call("PUT", "/v1/sys/nodes/" + pathSegment(node) + "/logs/" + pathSegment(id), body);
-  if (!r.isOk()) {
-    agentLog("cannot answer a log request: " + r.status().message());
-  }
-}
-
-// Watches the node's task list on its own connection (GET sys/nodes/<node>/tasks, which waits
-// at the server for a change) and pokes the loop when it moves; answers the server's log
-// requests that come with it.
-void watchTasks(ApiClient& api, const std::string& node, const std::string& work_dir,
-                std::chrono::milliseconds wait, Wakeup& wakeup, const std::atomic<bool>& stop) {
-  t_log_node = node;
-  std::optional<uint64_t> known;
-  while (!stop) {
-    std::string target = "/v1/sys/nodes/" + pathSegment(node) + "/tasks";
-    if (known) {
-      target += fmt::format("?index={}&wait_ms={}", *known, wait.count());
-    }
-    auto r = api.call("GET", target);
-    if (!r.isOk()) {
-      sleepUnlessStopped(std::chrono::milliseconds(1000), stop);  // The heartbeat says why.
-      continue;
-    }
-    for (const nlohmann::json& req : (*r)["data"].value("log_requests", nlohmann::json::array())) {
-      if (req.is_object()) {
-        answerLogRequest(api, node, work_dir, req);
-      }
-    }
-    const uint64_t version = (*r)["data"].value("version", uint64_t{0});
-    if (known != version) {
-      known = version;
-      wakeup.poke();
-    } else if (!(*r)["data"].value("waited", true)) {
-      sleepUnlessStopped(std::chrono::milliseconds(1000), stop);  // The server could not wait.
-    }
-  }
-}
-
 }  // namespace
 
 int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   const agent::AgentConfig& config = f.config;
-  t_log_node = config.node_name;
+  agent::setLogNode(config.node_name);
   ClientConfig cc = f.client;
   cc.timeout = std::chrono::milliseconds(f.wait_ms + 5000);
   auto api = ApiClient::create(cc);
@@ -414,8 +232,9 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   }
   agent::AssignmentOptions assign;
   assign.device_dir = f.device_dir ? *f.device_dir : gpus->backend == "nvml" ? "/dev" : "";
-  HttpControlPlane server(std::move(api).value(), assign, users ? &*users : nullptr);
-  Wakeup wakeup(stop);
+  const std::unique_ptr<agent::ControlPlaneClient> server =
+      agent::httpControlPlane(std::move(api).value(), assign, users ? &*users : nullptr);
+  agent::Wakeup wakeup(stop);
   // The lease the tasks' shims watch: renewed with every heartbeat, it runs out `fence_after`
   // after the last one, and then they stop their tasks even if this process is gone.
   std::error_code ec;
@@ -467,7 +286,7 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       agentLog("warning: " + st.message());
     }
   };
-  agent::Agent agent(config.node_name, *gpus, server, sharing, clock, options);
+  agent::Agent agent(config.node_name, *gpus, *server, sharing, clock, options);
   agent_ptr = &agent;
   // Tasks an earlier agent left to their shims (a restart): adopted, or reported if they ended.
   const std::vector<agent::AdoptedTask> adopted = runtime.adopt();
@@ -480,8 +299,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   agentLog(fmt::format("node {}: {} GPUs ({}), tasks in {}", config.node_name, gpus->gpus.size(),
                        gpus->backend, f.work_dir));
   std::thread watcher([&] {
-    watchTasks(**watch_api, config.node_name, f.work_dir, std::chrono::milliseconds(f.wait_ms),
-               wakeup, stop);
+    agent::watchTasks(**watch_api, config.node_name, f.work_dir,
+                      std::chrono::milliseconds(f.wait_ms), wakeup, stop);
   });
   // Renew well within the fencing period, so one lost call does not stop the tasks.
   const auto renew_every = std::max(std::chrono::milliseconds(200), fence_after / 4);

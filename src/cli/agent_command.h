@@ -10,9 +10,13 @@
 #include <string>
 
 #include "agent/agent_config.h"
-#include "cli/client.h"
+#include "api/client.h"
 
 namespace tessera::cli {
+
+using api::ApiClient;
+using api::ClientConfig;
+using api::pathSegment;
 
 void addAgentCommands(CLI::App& app, int* rc);
 

@@ -28,11 +28,15 @@
 #include <utility>
 #include <vector>
 
-#include "cli/client.h"
+#include "api/client.h"
 #include "cli/client_session.h"
 #include "core/hcl.h"
 
 namespace tessera::cli {
+
+using api::ApiClient;
+using api::ClientConfig;
+using api::pathSegment;
 namespace {
 
 using nlohmann::json;

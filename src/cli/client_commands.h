@@ -1,7 +1,7 @@
 // The client commands of `tessera`, in the HashiCorp style: `login`, `tenant`, `token`,
 // `policy`, `run`, `ps`, `show`, `cancel`, `nodes`, `top` and `audit tail`, each one or a few
 // calls to the control plane's API (docs/server.md) over one keep-alive connection
-// (cli/client.h).
+// (api/client.h).
 //
 // Where and as whom (a flag wins over its environment variable):
 //   --address  TESSERA_ADDR    the server, default https://127.0.0.1:8200

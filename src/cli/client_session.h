@@ -22,10 +22,14 @@
 #include <utility>
 #include <vector>
 
-#include "cli/client.h"
+#include "api/client.h"
 #include "core/status.h"
 
 namespace tessera::cli {
+
+using api::ApiClient;
+using api::ClientConfig;
+using api::pathSegment;
 
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;

@@ -1,4 +1,4 @@
-#include "cli/client.h"
+#include "api/client.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -18,6 +18,10 @@
 
 namespace tessera::cli {
 namespace {
+
+using api::ApiClient;
+using api::ClientConfig;
+using api::pathSegment;
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;

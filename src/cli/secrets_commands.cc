@@ -5,10 +5,14 @@
 #include <string>
 #include <vector>
 
-#include "cli/client.h"
+#include "api/client.h"
 #include "cli/client_session.h"
 
 namespace tessera::cli {
+
+using api::ApiClient;
+using api::ClientConfig;
+using api::pathSegment;
 namespace {
 
 using nlohmann::json;

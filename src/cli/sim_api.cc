@@ -9,10 +9,10 @@
 #include <memory>
 #include <thread>
 
+#include "api/client.h"
 #include "audit/auditor.h"
 #include "audit/crypto.h"
 #include "audit/file_sink.h"
-#include "cli/client.h"
 #include "server/certs.h"
 #include "server/control_plane.h"
 #include "server/driver.h"
@@ -20,6 +20,10 @@
 #include "store/sqlite_store.h"
 
 namespace tessera::cli {
+
+using api::ApiClient;
+using api::ClientConfig;
+using api::pathSegment;
 namespace {
 
 namespace fs = std::filesystem;

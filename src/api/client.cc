@@ -1,4 +1,4 @@
-#include "cli/client.h"
+#include "api/client.h"
 
 #include <openssl/ssl.h>
 
@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <optional>
 
-namespace tessera::cli {
+namespace tessera::api {
 namespace {
 
 namespace asio = boost::asio;
@@ -366,4 +366,4 @@ std::string pathSegment(std::string_view name) {
   return out;
 }
 
-}  // namespace tessera::cli
+}  // namespace tessera::api

@@ -1,5 +1,6 @@
-// The API client the `tessera` client commands use: one HTTP/1.1 keep-alive connection (TLS
-// for https://) to the control plane, reused for every request a command makes.
+// The one API client (used by the `tessera` commands and the agent's link to the server): one
+// HTTP/1.1 keep-alive connection (TLS for https://) to the control plane, reused for every request
+// a command makes.
 //
 //   ClientConfig c;
 //   c.address = "https://127.0.0.1:8200";
@@ -27,7 +28,7 @@
 
 #include "core/status.h"
 
-namespace tessera::cli {
+namespace tessera::api {
 
 struct ClientConfig {
   // "https://HOST:PORT" (a port-less address means 443), or "http://HOST:PORT" for a
@@ -70,4 +71,4 @@ class ApiClient {
 // that whatever it holds stays one segment; the server then judges it.
 std::string pathSegment(std::string_view name);
 
-}  // namespace tessera::cli
+}  // namespace tessera::api
