@@ -288,6 +288,13 @@ int simulateAndReport(const sim::Scenario& scenario, const std::string& label,
       "passes, {} workloads never ran\n",
       result->makespan_s, 100 * result->utilisation, result->mean_jain, result->evictions,
       result->passes, result->failed_workloads);
+  std::cout << fmt::format(
+      "useful work {:.0f} GPU-hours, lost to evictions {:.0f} GPU-hours ({:.1f}%), goodput "
+      "{:.1f}%\n",
+      result->useful_gpu_seconds / 3600, result->lost_gpu_seconds / 3600,
+      result->useful_gpu_seconds > 0 ? 100 * result->lost_gpu_seconds / result->useful_gpu_seconds
+                                     : 0.0,
+      100 * result->goodput);
   std::cout << "Wrote " << out << "/tenants.csv, events.csv and summary.json.\n";
   return 0;
 }

@@ -95,6 +95,16 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
   std::vector<size_t> scenario_of;  // By scheduler workload id.
   std::vector<int64_t> pending_tasks(queues.size(), 0);
   std::vector<int> evicted_per_queue(queues.size(), 0);
+  std::vector<double> lost_per_queue(queues.size(), 0);
+  std::vector<double> useful_per_queue(queues.size(), 0);
+  // GPUs a task of `w` holds, in GPUs (a share counts as its part; a MIG slice as one).
+  auto gpusOf = [&](const sched::WorkloadInfo& w) {
+    const model::TaskRequest& r = w.spec.request;
+    return r.gpu_count == 0
+               ? 0.0
+               : static_cast<double>(r.gpu_count) *
+                     (r.isMig() ? 1000.0 : static_cast<double>(r.gpu_milli.value())) / 1000.0;
+  };
   std::vector<std::vector<double>> jcts(queues.size());
   std::vector<double> gpu_seconds(queues.size(), 0);
   // Tenants rows: last written values per leaf.
@@ -228,6 +238,8 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
         const std::string node = node_name(info.assignment.placement);
         s->taskFinished(task);
         ++generation[task];
+        useful_per_queue[winfo.spec.queue] +=
+            seconds(sc.workloads[scenario_of[w]].duration) * gpusOf(winfo);
         record(t, "finish", w, static_cast<int>(info.index), node, "");
         if (winfo.finished == winfo.spec.tasks) {
           jcts[winfo.spec.queue].push_back(t - seconds(winfo.submitted - t0));
@@ -257,6 +269,8 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
       progress_kept[e.task] = sw.checkpoint_every.count() > 0
                                   ? (ran / sw.checkpoint_every) * sw.checkpoint_every
                                   : Duration{0};
+      lost_per_queue[s->workload(e.victim).spec.queue] +=
+          seconds(ran - progress_kept[e.task]) * gpusOf(s->workload(e.victim));
       events.push({now + sw.grace_period, seq++, EvKind::kStop, e.task, ++generation[e.task]});
       ++evicted_per_queue[s->workload(e.victim).spec.queue];
       ++out.evictions;
@@ -301,6 +315,10 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
     qs.p95_jct_s = percentile(jcts[q], 0.95);
     qs.gpu_seconds = gpu_seconds[q];
     qs.tasks_evicted = evicted_per_queue[q];
+    qs.lost_gpu_seconds = lost_per_queue[q];
+    qs.useful_gpu_seconds = useful_per_queue[q];
+    out.lost_gpu_seconds += lost_per_queue[q];
+    out.useful_gpu_seconds += useful_per_queue[q];
     qs.quota_episodes = static_cast<int>(episodes[q].size());
     double esum = 0;
     for (double e : episodes[q]) {
@@ -319,6 +337,8 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
   out.utilisation =
       out.makespan_s > 0 && gpus > 0 ? total_gpu_seconds / (gpus * out.makespan_s) : 0;
   out.mean_jain = jain_time > 0 ? jain_weighted / jain_time : 1.0;
+  out.goodput =
+      out.makespan_s > 0 && gpus > 0 ? out.useful_gpu_seconds / (gpus * out.makespan_s) : 0;
   return out;
 }
 
@@ -377,6 +397,9 @@ core::Status writeScenarioOutputs(const ScenarioResult& r, const std::string& di
   summary["utilisation"] = r.utilisation;
   summary["mean_jain_index"] = r.mean_jain;
   summary["evictions"] = r.evictions;
+  summary["useful_gpu_hours"] = r.useful_gpu_seconds / 3600;
+  summary["lost_gpu_hours"] = r.lost_gpu_seconds / 3600;
+  summary["goodput"] = r.goodput;
   summary["passes"] = r.passes;
   summary["failed_workloads"] = r.failed_workloads;
   summary["queues"] = nlohmann::json::array();
@@ -387,6 +410,8 @@ core::Status writeScenarioOutputs(const ScenarioResult& r, const std::string& di
                                  {"p95_jct_s", q.p95_jct_s},
                                  {"gpu_seconds", q.gpu_seconds},
                                  {"tasks_evicted", q.tasks_evicted},
+                                 {"useful_gpu_hours", q.useful_gpu_seconds / 3600},
+                                 {"lost_gpu_hours", q.lost_gpu_seconds / 3600},
                                  {"quota_episodes", q.quota_episodes},
                                  {"max_time_to_quota_s", q.max_time_to_quota_s},
                                  {"mean_time_to_quota_s", q.mean_time_to_quota_s}});

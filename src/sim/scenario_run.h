@@ -39,6 +39,8 @@ struct QueueSummary {
   double p95_jct_s = 0;
   double gpu_seconds = 0;
   int tasks_evicted = 0;
+  double lost_gpu_seconds = 0;  // Work its evicted tasks lost (run since their last checkpoint).
+  double useful_gpu_seconds = 0;  // Work its finished tasks did (their duration, per GPU).
   // Episodes where the queue demanded at least part of its quota and held less: how long until
   // it held it again.
   int quota_episodes = 0;
@@ -54,6 +56,9 @@ struct ScenarioResult {
   double utilisation = 0;  // GPU-seconds allocated / (GPUs x makespan).
   double mean_jain = 0;    // Time-weighted Jain index of allocated / fair share over leaf queues.
   int evictions = 0;
+  double lost_gpu_seconds = 0;    // Over all queues: work thrown away by evictions,
+  double useful_gpu_seconds = 0;  // and work done by tasks that finished.
+  double goodput = 0;             // useful GPU-seconds / (GPUs x makespan).
   int passes = 0;
   int failed_workloads = 0;
 };

@@ -64,6 +64,26 @@ TEST(ScenarioTest, BorrowerGivesBackExactlyItsOverShareWithinOnePassAndGrace) {
   EXPECT_EQ(r.failed_workloads, 0);
 }
 
+// summary.json's account of work: what finished tasks did, and what evictions threw away (the
+// run since each victim's last checkpoint).
+TEST(ScenarioTest, TheWorkEvictionsThrowAwayIsCounted) {
+  // reclaim.json: a's tasks checkpoint every 600 s and are evicted at 600 s: nothing is lost.
+  ScenarioResult r = run("reclaim.json");
+  EXPECT_EQ(r.evictions, 8);
+  EXPECT_DOUBLE_EQ(r.lost_gpu_seconds, 0);
+  // 40 one-GPU tasks of 7,200 s and 2 eight-GPU tasks of 3,600 s, all finished.
+  EXPECT_DOUBLE_EQ(r.useful_gpu_seconds, 40 * 7200.0 + 2 * 8 * 3600.0);
+  EXPECT_DOUBLE_EQ(r.queues[0].useful_gpu_seconds, 40 * 7200.0);
+  EXPECT_GT(r.goodput, 0);
+  EXPECT_LE(r.goodput, r.utilisation + 1e-9);
+  // tenants-reclaim.json: 16 one-GPU tasks evicted at 900 s keep their 600 s checkpoint.
+  r = run("tenants-reclaim.json");
+  EXPECT_EQ(r.evictions, 16);
+  EXPECT_DOUBLE_EQ(r.lost_gpu_seconds, 16 * 300.0);
+  EXPECT_DOUBLE_EQ(r.queues[0].lost_gpu_seconds, 16 * 300.0);
+  EXPECT_DOUBLE_EQ(r.queues[1].lost_gpu_seconds, 0);
+}
+
 TEST(ScenarioTest, SurplusSplitsByWeightOneToTwo) {
   ScenarioResult r = run("weights.json");
   EXPECT_EQ(at(r, "light", 600).allocated_milli_gpu, 48000);  // Alone: all of it.
