@@ -207,6 +207,11 @@ void Scheduler::tryWorkload(WorkloadId w, PassResult& out) {
         return;
       }
       const bool capacity = info.why.reason == WaitReason::kNoCapacity;
+      if (!capacity && w == reserved_for_) {
+        // It waits on its queue's quota or limit now, not on room: nodes held for it would
+        // close its queue to its mates for nothing.
+        setReservation(kNoWorkload, {});
+      }
       // Reservations are for large work: a gang, or tasks of several GPUs each. Small tasks find
       // room as the cluster turns over. Not for a queue that is borrowing: it would hold nodes
       // others deserve.

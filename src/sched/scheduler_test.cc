@@ -170,6 +170,32 @@ TEST_F(SchedulerTest, AWaitingWorkloadsReasonFollowsWhatNowKeepsItOut) {
       << s_->explain(two).message;
 }
 
+// Issue #20: a reservation is for work that waits for room. Held by a workload that now fails
+// on its queue's limit, it would close the queue to its mates for ever, even on an empty node.
+TEST_F(SchedulerTest, AReservationEndsWhenItsWorkloadWaitsOnItsQueuesLimitNotOnRoom) {
+  build(1, 8, 0);
+  const WorkloadId hold = submit("hold", "a", 1, 1, 4);
+  s_->schedule();
+  ASSERT_EQ(running(hold), 1);
+  const WorkloadId big = submit("big", "a", 1, 1, 8);
+  s_->schedule();
+  ASSERT_EQ(running(big), 0);  // Waits for room: the node is reserved for it.
+  // The queue's limit falls below what it asks; then the node empties.
+  const QueueId a = *s_->queues().find("a");
+  Amounts quota = s_->queues().space().zeros();
+  quota[kGpuDim] = 4000;
+  Amounts limit = s_->queues().space().unlimited();
+  limit[kGpuDim] = 4000;
+  ASSERT_TRUE(s_->updateQueue(a, quota, limit, 1, 100).isOk());
+  s_->taskFinished(s_->workload(hold).tasks[0]);
+  s_->schedule();
+  const WorkloadId small = submit("small", "a", 1, 1, 1);
+  s_->schedule();
+  s_->schedule();
+  EXPECT_EQ(running(big), 0);
+  EXPECT_EQ(running(small), 1) << s_->explain(small).message;
+}
+
 TEST_F(SchedulerTest, BorrowsIdleGpusAndGivesBackExactlyTheOverShare) {
   build(1, 4, 4);
   WorkloadId a = submit("a-train", "a", 8, 1, 1);
