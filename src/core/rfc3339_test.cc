@@ -24,7 +24,9 @@ TEST(LogTest, ALineStartsWithItsUtcTimeAndLevel) {
   logError("{}", "the watch ended");
   const std::string out = ::testing::internal::GetCapturedStderr();
   EXPECT_TRUE(std::regex_search(
-      out, std::regex(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z warning node gpu-a lost after 15000 ms\n)")))
+      out,
+      std::regex(
+          R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z warning node gpu-a lost after 15000 ms\n)")))
       << out;
   EXPECT_NE(out.find("Z error the watch ended\n"), std::string::npos) << out;
 }

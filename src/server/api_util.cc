@@ -114,8 +114,7 @@ core::Result<core::Duration> incrementOf(const json& body) {
   if (!body.contains("increment")) {
     return core::Duration::zero();
   }
-  TESSERA_ASSIGN_OR_RETURN(const int64_t s, parseDurationSeconds(body["increment"], "increment"));
-  return std::chrono::duration_cast<core::Duration>(std::chrono::seconds(s));
+  return parseDuration(body["increment"], "increment");
 }
 
 std::string rest(const std::vector<std::string>& parts, size_t skip) {

@@ -445,7 +445,7 @@ void SchedulerDriver::loop() {
   }
 }
 
-WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
+WorkloadStatus SchedulerDriver::phaseOf(sched::WorkloadId w) const {
   const sched::WorkloadInfo& info = scheduler_->workload(w);
   WorkloadStatus s;
   if (cancelled_[w]) {
@@ -461,8 +461,8 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
     s.phase = "pending";
   }
   if (info.pending > 0 && !cancelled_[w] && failed_[w].empty()) {
-    s.reason = std::string(sched::waitReasonName(scheduler_->explain(w).reason)) + ": " +
-               scheduler_->explain(w).message;
+    const sched::Explanation why = scheduler_->explain(w);
+    s.reason = std::string(sched::waitReasonName(why.reason)) + ": " + why.message;
   } else if (s.phase == "cancelled" && info.terminating > 0) {
     s.reason = "stopping: " + std::to_string(info.terminating) +
                " task(s) hold their GPUs until their agents have stopped them";
@@ -470,6 +470,12 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
     s.reason = "terminating: " + std::to_string(info.terminating) +
                " evicted task(s) stopping; then it waits to be placed again";
   }
+  return s;
+}
+
+WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
+  WorkloadStatus s = phaseOf(w);
+  const sched::WorkloadInfo& info = scheduler_->workload(w);
   for (sched::TaskId t : info.tasks) {
     const sched::TaskInfo& task = scheduler_->task(t);
     TaskStatus ts;
@@ -628,19 +634,25 @@ void SchedulerDriver::runOnce() {
   // A waiting workload's reason changes without anything happening to it (room freed beside an
   // untrusted tenant, a node back after a restart): compare, and publish the new one.
   {
-    std::vector<std::pair<const std::string*, WorkloadStatus>> now;
+    std::vector<std::pair<sched::WorkloadId, WorkloadStatus>> now;  // Phase and reason only.
     for (sched::WorkloadId w : waiting_) {
       if (!changed.contains(keys_[w])) {
-        now.emplace_back(&keys_[w], statusOf(w));
+        now.emplace_back(w, phaseOf(w));
       }
     }
-    std::lock_guard lock(mu_);
-    for (auto& [key, status] : now) {
-      auto p = published_.find(*key);
-      if (p == published_.end() || p->second.reason != status.reason ||
-          p->second.phase != status.phase) {
-        changed[*key] = std::move(status);
+    std::vector<sched::WorkloadId> moved;
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [w, status] : now) {
+        auto p = published_.find(keys_[w]);
+        if (p == published_.end() || p->second.reason != status.reason ||
+            p->second.phase != status.phase) {
+          moved.push_back(w);
+        }
       }
+    }
+    for (sched::WorkloadId w : moved) {
+      changed[keys_[w]] = statusOf(w);
     }
   }
   for (auto& [w, list] : events) {

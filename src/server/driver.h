@@ -62,26 +62,12 @@ struct WorkloadSecrets {
   bool empty() const { return kv.empty() && db.empty(); }
 };
 
-struct NodeTask {
-  std::string id;  // "<tenant>.<workload>.<index>": unique on the node, a plain file name.
-  uint32_t generation = 0;
-  std::string tenant;
-  std::string workload;
-  int index = 0;
-  std::vector<std::string> command;  // Empty: none given (the agent runs a placeholder).
-  std::map<std::string, std::string> env;
+// A task assigned to an agent-run node: the node protocol's message (what the agent is told;
+// its credentials are added when the answer is written), and what the server keeps beside it.
+struct NodeTask : protocol::AssignedTask {
   // Variables whose names look secret (audit::looksSecret), as the barrier sealed them (hex);
   // opened into the environment only in the answer to the node's agent.
   std::map<std::string, std::string> sealed_env;
-  std::vector<int> gpus;  // Device indexes on the node.
-  int64_t milli_per_gpu = 0;
-  std::string isolation;       // hardware, process (MPS when shared) or none (time slicing).
-  int64_t gpu_memory_mib = 0;  // Per GPU, its share's cap when shared; 0: the share's part.
-  int mig_profile = -1;        // Catalogue profile index when the task has a MIG slice.
-  int64_t cpu_milli = 0;
-  int64_t memory_mib = 0;
-  int64_t duration_s = 0;    // The workload's `duration` (for the placeholder), 0: none.
-  int64_t grace_ms = 30000;  // SIGTERM to SIGKILL when the agent stops it.
   // Audiences of the task's identity token (docs/secrets.md); empty: the issuer's default.
   std::vector<std::string> identity_audiences;
   WorkloadSecrets secrets;
@@ -259,6 +245,8 @@ class SchedulerDriver {
   void loop();
   void pass();
   WorkloadStatus statusOf(sched::WorkloadId w) const;
+  // statusOf's phase and reason, without the tasks (the pass compares waiting workloads' often).
+  WorkloadStatus phaseOf(sched::WorkloadId w) const;
   // Agent-run nodes: apply reports and lapsed leases (in a pass), then republish task lists.
   void applyNodeEvents(core::TimePoint now, std::vector<sched::WorkloadId>& touched);
   void applyReport(sched::NodeIndex n, const NodeTaskReport& r,

@@ -39,7 +39,7 @@ struct QueueSummary {
   double p95_jct_s = 0;
   double gpu_seconds = 0;
   int tasks_evicted = 0;
-  double lost_gpu_seconds = 0;  // Work its evicted tasks lost (run since their last checkpoint).
+  double lost_gpu_seconds = 0;    // Work its evicted tasks lost (run since their last checkpoint).
   double useful_gpu_seconds = 0;  // Work its finished tasks did (their duration, per GPU).
   // Episodes where the queue demanded at least part of its quota and held less: how long until
   // it held it again.

@@ -126,15 +126,11 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
       auto n = tokens_->revoke(r.token.accessor);
       return n.isOk() ? noContent() : fromStatus(n.status());
     }
-    core::Duration inc{0};
-    if (r.body.contains("increment")) {
-      auto d = parseDuration(r.body["increment"], "increment");
-      if (!d.isOk()) {
-        return fromStatus(d.status());
-      }
-      inc = *d;
+    auto inc = incrementOf(r.body);
+    if (!inc.isOk()) {
+      return fromStatus(inc.status());
     }
-    auto t = tokens_->renew(r.token.accessor, inc);
+    auto t = tokens_->renew(r.token.accessor, *inc);
     return t.isOk() ? reply(200, {{"request_id", r.request_id}, {"data", t->toJson(now)}})
                     : fromStatus(t.status());
   }
@@ -231,15 +227,11 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
     return reply(200, {{"request_id", r.request_id}, {"data", target->toJson(now)}});
   }
   if (op == "renew") {
-    core::Duration inc{0};
-    if (r.body.contains("increment")) {
-      auto d = parseDuration(r.body["increment"], "increment");
-      if (!d.isOk()) {
-        return fromStatus(d.status());
-      }
-      inc = *d;
+    auto inc = incrementOf(r.body);
+    if (!inc.isOk()) {
+      return fromStatus(inc.status());
     }
-    auto t = tokens_->renew(accessor, inc);
+    auto t = tokens_->renew(accessor, *inc);
     return t.isOk() ? reply(200, {{"request_id", r.request_id}, {"data", t->toJson(now)}})
                     : fromStatus(t.status());
   }

@@ -52,33 +52,6 @@ HttpResponse ControlPlane::nodesApi(Request& r) {
   return reply(200, {{"request_id", r.request_id}, {"data", {{"nodes", nodes}}}});
 }
 
-namespace {
-
-// An agent's report of one task (docs/agent.md, "The node protocol").
-// The node protocol's task message for `t`, its credentials aside.
-protocol::AssignedTask assignedTask(const NodeTask& t) {
-  protocol::AssignedTask a;
-  a.id = t.id;
-  a.generation = t.generation;
-  a.tenant = t.tenant;
-  a.workload = t.workload;
-  a.index = t.index;
-  a.command = t.command;
-  a.env = t.env;
-  a.gpus = t.gpus;
-  a.milli_per_gpu = t.milli_per_gpu;
-  a.isolation = t.isolation;
-  a.gpu_memory_mib = t.gpu_memory_mib;
-  a.mig_profile = t.mig_profile;
-  a.cpu_milli = t.cpu_milli;
-  a.memory_mib = t.memory_mib;
-  a.duration_s = t.duration_s;
-  a.grace_ms = t.grace_ms;
-  return a;
-}
-
-}  // namespace
-
 HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
   if (r.method != "PUT" && r.method != "POST") {
     return error(405, "method not allowed");
@@ -129,7 +102,7 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
   }
   json tasks = json::array();
   for (const NodeTask& t : answer->tasks) {
-    protocol::AssignedTask a = assignedTask(t);
+    protocol::AssignedTask a = t;  // The message, without what the server keeps beside it.
     for (const auto& [var, hex] : t.sealed_env) {
       auto plain = openEnv(t, var, hex);
       if (plain.isOk()) {
