@@ -556,6 +556,19 @@ TEST_F(ServerTest, BadBodiesNeverAnswer500AndEveryAuditedRequestHasItsResponse) 
 // Issue #19: the API is one table. `GET /v1/sys/openapi` lists every route, and every route
 // answers only its methods: any other is a 405 naming those it takes, before a handler runs (so
 // before anything can change), and is audited like any request.
+// A body over the listener's limit (1 MiB) that the client sends whole gets its 413, not a
+// connection reset under the client while it is still writing.
+TEST_F(ServerTest, AnOversizedBodyGetsA413) {
+  auto server = startDev();
+  const Client c = client();
+  json big = {{"command", {"sh", "-c", std::string(size_t{8} << 20, 'x')}}};
+  Response r = c.call("POST", "/v1/tenants/demo/workloads/big", demo(), big);
+  EXPECT_EQ(r.status, 413U) << r.raw;
+  EXPECT_NE(r.raw.find("too large"), std::string::npos) << r.raw;
+  // The server is fine afterwards.
+  EXPECT_EQ(c.call("GET", "/v1/sys/health", "").status, 200U);
+}
+
 TEST_F(ServerTest, OpenApiListsEveryRouteAndEachAnswersOnlyItsMethods) {
   auto server = startDev();
   const Client c = client();
