@@ -237,6 +237,8 @@ struct PhillyArgs {
   bool quiet = false;
   int64_t checkpoint_s = 0;
   int64_t min_runtime_s = 300;
+  int64_t max_unsaved_s = 3600;
+  int64_t patience_s = 0;
   std::string reclaim_to = "fair-share";
 };
 
@@ -246,9 +248,14 @@ int runPhillyCommand(PhillyArgs args) {
     return fail(kExitBadInput, jobs.status().message());
   }
   args.options.fair_share = !args.fifo;
-  if (args.checkpoint_s < 0 || args.min_runtime_s < 0) {
-    return fail(kExitBadInput, "--checkpoint-every and --min-runtime must not be negative");
+  if (args.checkpoint_s < 0 || args.min_runtime_s < 0 || args.max_unsaved_s < 0 ||
+      args.patience_s < 0) {
+    return fail(kExitBadInput,
+                "--checkpoint-every, --min-runtime, --max-unsaved and --reclaim-patience must "
+                "not be negative");
   }
+  args.options.max_unsaved_gpu_time = std::chrono::seconds(args.max_unsaved_s);
+  args.options.reclaim_patience = std::chrono::seconds(args.patience_s);
   args.options.checkpoint_every = std::chrono::seconds(args.checkpoint_s);
   args.options.min_runtime = std::chrono::seconds(args.min_runtime_s);
   args.options.reclaim_to =
@@ -381,6 +388,16 @@ void addSimCommand(CLI::App& app, int* rc) {
   philly_cmd
       ->add_option("--min-runtime", philly->min_runtime_s,
                    "Seconds a task runs before it may be reclaimed or preempted")
+      ->capture_default_str();
+  philly_cmd
+      ->add_option("--max-unsaved", philly->max_unsaved_s,
+                   "GPU-seconds of unsaved work (run since the last checkpoint, times GPUs) above "
+                   "which reclaim leaves a job alone")
+      ->capture_default_str();
+  philly_cmd
+      ->add_option("--reclaim-patience", philly->patience_s,
+                   "Seconds a job waits while its tenant is within its fair share before it may "
+                   "reclaim")
       ->capture_default_str();
   philly_cmd
       ->add_option("--reclaim-to", philly->reclaim_to,

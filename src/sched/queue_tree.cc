@@ -42,12 +42,16 @@ core::Result<QueueTree> QueueTree::create(ResourceSpace space, std::vector<Queue
     if (s.over_quota_weight < 0) {
       return core::invalidArgument("queue '" + s.name + "': overQuotaWeight is negative");
     }
+    if (s.max_unsaved_gpu_s < -1) {
+      return core::invalidArgument("queue '" + s.name + "': maxUnsavedGpuTime is negative");
+    }
     Queue q;
     q.name = s.name;
     q.quota = s.quota;
     q.limit = s.limit;
     q.weight = s.over_quota_weight;
     q.priority = s.priority;
+    q.max_unsaved_gpu_s = s.max_unsaved_gpu_s;
     q.allocated = t.space_.zeros();
     q.pending = t.space_.zeros();
     q.fair_share = t.space_.zeros();
@@ -94,7 +98,7 @@ std::vector<QueueSpec> QueueTree::specs() const {
   out.reserve(queues_.size() + 1);
   for (const Queue& q : queues_) {
     out.push_back({q.name, q.parent == kNoQueue ? "" : queues_[q.parent].name, q.quota, q.limit,
-                   q.weight, q.priority});
+                   q.weight, q.priority, q.max_unsaved_gpu_s});
   }
   return out;
 }

@@ -31,6 +31,9 @@ struct QueueSpec {
   Amounts limit;       // By dimension; empty = unlimited.
   int64_t over_quota_weight = 1;
   int32_t priority = 100;
+  // Reclaim takes a unit of this (leaf) queue's work only while the unit's unsaved GPU-time is
+  // below this many GPU-seconds; -1: the scheduler's default (docs/fairness.md).
+  int64_t max_unsaved_gpu_s = -1;
 };
 
 struct Queue {
@@ -42,6 +45,7 @@ struct Queue {
   Amounts limit;
   int64_t weight = 1;
   int32_t priority = 100;
+  int64_t max_unsaved_gpu_s = -1;  // See QueueSpec.
   // Subtree totals, kept incrementally.
   Amounts allocated;
   Amounts pending;

@@ -96,6 +96,9 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
     s->usage_ = std::make_unique<UsageHistory>(s->tree_.size(), s->options_.usage_half_life);
   }
   s->node_tasks_.resize(s->state_.nodeCount());
+  s->moving_.assign(s->tree_.size(), space.zeros());
+  s->below_since_.assign(s->tree_.size(), core::TimePoint::max());
+  s->trial_credit_ = space.zeros();
   return s;
 }
 
@@ -179,6 +182,7 @@ core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
     tasks_.push_back(t);
   }
   info.shape = placer_->classId(info.spec.request);
+  info.promised = tree_.space().zeros();
   workloads_.push_back(std::move(info));
   const Amounts one = pendingAmounts(w);
   for (int i = 0; i < workloads_[w].spec.tasks; ++i) {
@@ -239,11 +243,16 @@ void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out) {
   out.started.push_back({t, task.workload, a.placement});
 }
 
-void Scheduler::releaseTask(TaskId t) {
+void Scheduler::releaseTask(TaskId t, WorkloadId hold_for) {
   TaskInfo& task = tasks_[t];
   WorkloadInfo& w = workloads_[task.workload];
   const Amounts used = taskAmounts(task.workload, &task.assignment.placement);
-  placer_->release(w.spec.request, task.assignment);
+  if (hold_for == kNoWorkload) {
+    placer_->release(w.spec.request, task.assignment);
+    released_nodes_.push_back(task.assignment.placement.node);
+  } else {
+    workloads_[hold_for].held.emplace_back(task.workload, task.assignment);
+  }
   trackNodeTask(t, false);
   tree_.addAllocated(w.spec.queue, used, -1);
   if (!w.spec.preemptible) {
@@ -259,8 +268,8 @@ void Scheduler::releaseTask(TaskId t) {
   if (task.evicted_for != kNoWorkload) {
     --workloads_[task.evicted_for].awaited_victims;
     task.evicted_for = kNoWorkload;
+    addMoving(w.spec.queue, used, +1);  // Its release was counted in advance.
   }
-  released_nodes_.push_back(task.assignment.placement.node);
   refile(task.workload);
 }
 
@@ -308,13 +317,21 @@ void Scheduler::cancel(WorkloadId w, const std::function<bool(TaskId)>& stops_la
   if (reserved_for_ == w) {
     setReservation(kNoWorkload, {});
   }
+  endHold(w);
   fair_share_dirty_ = true;
 }
 
 void Scheduler::taskStopped(TaskId t) {
-  if (tasks_[t].state == TaskState::kTerminating) {
-    requeue(t);
+  TaskInfo& task = tasks_[t];
+  if (task.state != TaskState::kTerminating) {
+    return;
   }
+  // An evicted task's room waits for the workload it was evicted for: nobody else, the victim
+  // included, takes it before that workload has been tried with all its victims gone.
+  const WorkloadId w = task.evicted_for;
+  requeue(t, w != kNoWorkload && !workloads_[w].cancelled && workloads_[w].pending > 0
+                 ? w
+                 : kNoWorkload);
 }
 
 void Scheduler::taskInterrupted(TaskId t) {
@@ -364,13 +381,13 @@ void Scheduler::addCapacity(NodeIndex n, int sign) {
   fair_share_dirty_ = true;
 }
 
-void Scheduler::requeue(TaskId t) {
+void Scheduler::requeue(TaskId t, WorkloadId hold_for) {
   TaskInfo& task = tasks_[t];
   if (workloads_[task.workload].cancelled) {
     taskFinished(t);  // Stopped, and nothing more to run.
     return;
   }
-  releaseTask(t);
+  releaseTask(t, hold_for);
   WorkloadInfo& w = workloads_[task.workload];
   tree_.addPending(w.spec.queue, pendingAmounts(task.workload), +1);
   task.state = TaskState::kPending;
@@ -383,7 +400,7 @@ bool Scheduler::withinLimits(QueueId leaf, const Amounts& add, Explanation* why)
   for (QueueId q = leaf; q != kNoQueue; q = tree_.queue(q).parent) {
     const Queue& queue = tree_.queue(q);
     for (size_t d = 0; d < add.size(); ++d) {
-      if (add[d] > 0 && queue.allocated[d] + add[d] > queue.limit[d]) {
+      if (add[d] > 0 && queue.allocated[d] - trial_credit_[d] + add[d] > queue.limit[d]) {
         if (why != nullptr) {
           why->reason = WaitReason::kQueueLimit;
           why->message = fmt::format("queue '{}' at its limit for {}: {} + {} > {} {}", queue.name,
@@ -420,6 +437,7 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
       }
     }
   }
+
   // A gang of several whole-GPU or CPU-only tasks first looks for one node that holds it all:
   // the same request with everything multiplied, and then each task prefers that node.
   if (count > 1 && !req.isFractional() && !req.isMig() &&
@@ -546,6 +564,8 @@ core::Result<QueueId> Scheduler::addQueue(QueueSpec spec) {
   running_priorities_.resize(n);
   buckets_.resize(n);
   np_allocated_.resize(n, tree_.space().zeros());
+  moving_.resize(n, tree_.space().zeros());
+  below_since_.resize(n, core::TimePoint::max());
   if (usage_ != nullptr) {
     usage_->resize(n);
   }

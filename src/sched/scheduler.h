@@ -17,15 +17,19 @@
 //      the reserved gang go first. Incremental: pending work sits in buckets of interchangeable
 //      requests, and a failed try leaves a "no room" verdict that keeps its whole bucket out of
 //      later passes until a node that could hold such a task frees resources;
-//   3. reclaim: a blocked workload whose queue is below its fair share may evict preemptible
+//   3. reclaim: a blocked workload whose queue is within its fair share may evict preemptible
 //      tasks of queues above theirs, only if that strictly lowers the lexicographic unfairness
-//      vector (the rule and the proof are in docs/fairness.md), only tasks that ran at least
-//      `min_runtime` (doubled for each earlier eviction of the task), and at most
-//      `max_evictions_per_pass` in all;
+//      vector and leaves the victims' side at or above its own share (the rules and the proof
+//      are in docs/fairness.md); only tasks that ran at least `min_runtime` (doubled for each
+//      earlier eviction of the task) and whose unsaved work is below their queue's bound; on
+//      the nodes where freeing room destroys the least unsaved work, the fewest victims there;
+//      at most `max_evictions_per_pass` in all;
 //   4. preempt: inside one leaf queue, a blocked workload may evict preemptible tasks of
 //      strictly lower priority.
 // Evicted tasks keep their resources until the driver calls `taskStopped` (their grace
-// period), then wait as pending tasks again. Pure library: no threads, time from `Clock`.
+// period), then wait as pending tasks again; the room they free is held for the workload they
+// were evicted for until all of them have stopped and it has been tried. Pure library: no threads,
+// time from `Clock`.
 #pragma once
 
 #include <compare>
@@ -66,6 +70,12 @@ struct SchedulerOptions {
   // Usage history tilting the surplus split (docs/fairness.md); 0 = off.
   core::Duration usage_half_life{0};
   double usage_k = 1.0;
+  // Reclaim takes a unit only while its unsaved GPU-time (run since its last checkpoint, times
+  // its GPUs) is below this; a queue may set its own (QueueSpec::max_unsaved_gpu_s).
+  core::Duration max_unsaved_gpu_time = std::chrono::hours(1);
+  // A workload may reclaim only once it has waited this long while its queue was at or below
+  // its fair share.
+  core::Duration reclaim_patience{0};
 };
 
 // Why a workload is still pending.
@@ -133,6 +143,11 @@ struct WorkloadInfo {
   uint32_t shape = 0;       // The placer's class of its request.
   int32_t bucket = -1;      // Index in its leaf queue's buckets; -1 = none.
   uint64_t tried_pass = 0;  // The last pass that tried it.
+  // While its victims stop: what it will take when it starts, counted on its queue's path so
+  // that later reclaims see the move as made; and the room of the victims that have stopped,
+  // held for it (victim workload, placement) until it is tried.
+  Amounts promised;
+  std::vector<std::pair<WorkloadId, Assignment>> held;
 };
 
 class Scheduler {
@@ -207,6 +222,7 @@ class Scheduler {
             SchedulerOptions options, const core::Clock& clock);
 
   struct Unit;  // A victim: one elastic task, or all running tasks of a gang.
+  struct EvictionPlan;
 
   // Allocation order inside a leaf queue: priority (higher first), then submission.
   using OrderKey = std::pair<int64_t, uint64_t>;  // (-priority, seq)
@@ -242,8 +258,9 @@ class Scheduler {
   };
 
   Amounts pendingAmounts(WorkloadId w) const;
-  // Gives back a running or terminating task's resources and updates every account.
-  void releaseTask(TaskId t);
+  // Gives back a running or terminating task's resources and updates every account. With
+  // `hold_for` set, its room on the node stays taken, held for that workload (endHold).
+  void releaseTask(TaskId t, WorkloadId hold_for = kNoWorkload);
   void setRunning(TaskId t, const Assignment& a, PassResult& out);
   // Leaf queues in allocation order, hierarchically by dominant share.
   QueueId pickQueue(const std::vector<int>& untried) const;
@@ -260,8 +277,8 @@ class Scheduler {
   WorkloadId nextInQueue(QueueId q);
   // Files the workload in the bucket its state calls for (or in none once nothing is pending).
   void refile(WorkloadId w);
-  // Releases a running or terminating task and makes it pending again.
-  void requeue(TaskId t);
+  // Releases a running or terminating task and makes it pending again (see releaseTask).
+  void requeue(TaskId t, WorkloadId hold_for = kNoWorkload);
   // Adds (sign +1) or removes (-1) node `n`'s capacity from what the fair shares divide.
   void addCapacity(NodeIndex n, int sign);
   OrderKey orderOf(WorkloadId w) const;
@@ -280,7 +297,18 @@ class Scheduler {
   // Records a failed try: a "no room" verdict when `capacity`, and the bucket's explanation.
   void noteFailure(WorkloadId w, bool capacity, bool restricted, int32_t need);
   void evictFor(bool reclaim, PassResult& out, int& evictions);
+  // Chooses victims for `needed` tasks of `w` (evictFor's search); false if none will do.
+  bool planEvictions(WorkloadId w, bool reclaim, int needed, int evictions, EvictionPlan& plan);
   std::vector<Unit> victimUnits(WorkloadId w) const;
+  // Unsaved GPU-milli-seconds of task `t`: its run since its last checkpoint, times its GPUs.
+  int64_t unsavedOf(TaskId t) const;
+  // What `q`'s subtree holds once the evictions under way are done: allocated, less what its
+  // stopping victims will free, plus what the workloads they stop for will take.
+  Amounts settled(QueueId q) const;
+  // Adds `a` (times `sign`) to `moving_` along the path from `leaf` to the root.
+  void addMoving(QueueId leaf, const Amounts& a, int sign);
+  // Ends what `w` was promised and gives the room held for it back to all.
+  void endHold(WorkloadId w);
   // How long task `t` must run before it may be evicted: min_runtime * 2^(its evictions).
   core::Duration protectedFor(TaskId t) const;
   // The per-queue amounts reclaim measures shares against (`SchedulerOptions::reclaim_to`).
@@ -298,9 +326,12 @@ class Scheduler {
   std::vector<WorkloadId> unfinished_;        // In submission order (FIFO mode).
   std::vector<std::vector<Bucket>> buckets_;  // Per leaf queue.
   std::map<BlockKey, Blocked> blocked_;
-  std::vector<NodeIndex> released_nodes_;  // Since the last pass: free resources grew there.
-  std::vector<uint8_t> reserved_mask_;     // Per node: 1 if reserved.
-  std::vector<WorkloadId> awaiting_;       // Workloads waiting for their victims to stop.
+  std::vector<NodeIndex> released_nodes_;     // Since the last pass: free resources grew there.
+  std::vector<uint8_t> reserved_mask_;        // Per node: 1 if reserved.
+  std::vector<WorkloadId> awaiting_;          // Workloads waiting for their victims to stop.
+  std::vector<Amounts> moving_;               // Per queue: settled(q) - allocated (see settled).
+  std::vector<core::TimePoint> below_since_;  // Per leaf: since when it is within its share.
+  Amounts trial_credit_;  // Subtracted from allocations in limit checks of a trial placement.
   uint64_t pass_ = 0;
   WorkloadId reserved_for_ = kNoWorkload;
   std::vector<NodeIndex> reserved_nodes_;

@@ -1,5 +1,11 @@
 // Eviction (docs/fairness.md): which running tasks a reclaim or a preemption stops, and the rules
-// that keep it from cycling.
+// that keep it cheap and from cycling.
+//
+// For a blocked workload the search chooses target nodes one at a time: on each candidate node it
+// releases eligible victims (least unsaved work first) until tasks of the workload fit there,
+// drops the victims that turn out not to be needed, and takes the node whose room costs the
+// least unsaved GPU-time per task. Everything is tried on the cluster state and rolled back;
+// only a plan that the real placement confirms is committed.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,11 +21,35 @@ namespace tessera::sched {
 
 using namespace internal;  // NOLINT(google-build-using-namespace): exact share ratios.
 
+namespace {
+
+// Nodes whose room is evaluated exactly per round of the search, after a cheap estimate.
+constexpr size_t kNodesPerRound = 8;
+constexpr NodeIndex kNoNode = UINT32_MAX;
+
+int64_t seconds(core::Duration d) {
+  return std::chrono::duration_cast<std::chrono::seconds>(d).count();
+}
+
+}  // namespace
+
 struct Scheduler::Unit {
   WorkloadId workload = 0;
   std::vector<TaskId> tasks;  // Running tasks to evict.
   bool elastic = false;
   core::TimePoint started{};  // Latest start among them.
+  int64_t unsaved = 0;        // Milli-GPU-seconds the eviction destroys.
+};
+
+struct Scheduler::EvictionPlan {
+  struct Victim {
+    Unit unit;
+    QueueId split_victim = kNoQueue;  // The victim's side where the two paths split.
+  };
+  std::vector<Victim> victims;
+  std::unordered_map<QueueId, Amounts> freed;  // Per split side of the victims.
+  int victim_tasks = 0;
+  int placed = 0;  // Tasks of the workload the plan makes room for.
 };
 
 const Amounts& Scheduler::reclaimBasis(const Queue& q) const {
@@ -28,10 +58,50 @@ const Amounts& Scheduler::reclaimBasis(const Queue& q) const {
 
 core::Duration Scheduler::protectedFor(TaskId t) const {
   // Doubles with every eviction the task has had: it cannot be evicted more than about
-  // log2(runtime / min_runtime) times, and the work all its evictions lose is less than
-  // min_runtime * 2^k <= twice its own runtime (docs/fairness.md).
+  // log2(runtime / min_runtime) times (docs/fairness.md).
   const uint32_t evictions = tasks_[t].starts > 0 ? tasks_[t].starts - 1 : 0;
   return options_.min_runtime * (int64_t{1} << std::min<uint32_t>(evictions, 30));
+}
+
+int64_t Scheduler::unsavedOf(TaskId t) const {
+  const TaskInfo& task = tasks_[t];
+  const WorkloadSpec& spec = workloads_[task.workload].spec;
+  core::Duration ran = clock_.now() - task.started;
+  if (spec.checkpoint_every.count() > 0) {
+    ran %= spec.checkpoint_every;
+  }
+  int64_t milli = taskAmounts(task.workload, &task.assignment.placement)[kGpuDim];
+  if (milli <= 0) {
+    milli = 1000;  // A task without GPUs counts as one: a long CPU job is no free victim.
+  }
+  return milli * std::max<int64_t>(0, seconds(ran));
+}
+
+Amounts Scheduler::settled(QueueId q) const {
+  Amounts a = tree_.queue(q).allocated;
+  addTo(a, moving_[q]);
+  return a;
+}
+
+void Scheduler::addMoving(QueueId leaf, const Amounts& a, int sign) {
+  for (QueueId p = leaf; p != kNoQueue; p = tree_.queue(p).parent) {
+    for (size_t d = 0; d < a.size(); ++d) {
+      moving_[p][d] += sign * a[d];
+    }
+  }
+}
+
+void Scheduler::endHold(WorkloadId w) {
+  WorkloadInfo& info = workloads_[w];
+  if (std::any_of(info.promised.begin(), info.promised.end(), [](int64_t v) { return v != 0; })) {
+    addMoving(info.spec.queue, info.promised, -1);
+    info.promised = tree_.space().zeros();
+  }
+  for (const auto& [victim, a] : info.held) {
+    placer_->release(workloads_[victim].spec.request, a);
+    released_nodes_.push_back(a.placement.node);  // Verdicts are tested there again.
+  }
+  info.held.clear();
 }
 
 std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
@@ -48,45 +118,417 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
       running.push_back(t);
     }
   }
-  // Latest started first: least work lost.
-  std::sort(running.begin(), running.end(), [&](TaskId a, TaskId b) {
-    return tasks_[a].started != tasks_[b].started ? tasks_[a].started > tasks_[b].started : a < b;
+  // Least unsaved work first.
+  std::vector<int64_t> unsaved(running.size());
+  std::vector<size_t> order(running.size());
+  for (size_t i = 0; i < running.size(); ++i) {
+    unsaved[i] = unsavedOf(running[i]);
+    order[i] = i;
+  }
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return unsaved[a] != unsaved[b] ? unsaved[a] < unsaved[b] : running[a] < running[b];
   });
   // Elastic units from the tasks old enough to go; the rest are the gang's core, which goes
   // whole or not at all.
   const int elastic = info.running - info.spec.min_available;
   int taken = 0;
-  std::vector<TaskId> core;
-  for (TaskId t : running) {
+  Unit core;
+  core.workload = w;
+  for (size_t i : order) {
+    const TaskId t = running[i];
     if (taken < elastic && !young(t)) {
-      units.push_back({w, {t}, true, tasks_[t].started});
+      units.push_back({w, {t}, true, tasks_[t].started, unsaved[i]});
       ++taken;
     } else {
-      core.push_back(t);
+      core.tasks.push_back(t);
+      core.unsaved += unsaved[i];
+      core.started = std::max(core.started, tasks_[t].started);
     }
   }
-  if (!core.empty() && std::none_of(core.begin(), core.end(), young)) {
-    units.push_back({w, core, false, tasks_[core.front()].started});
+  if (!core.tasks.empty() && std::none_of(core.tasks.begin(), core.tasks.end(), young)) {
+    units.push_back(std::move(core));
   }
   return units;
 }
 
+bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evictions,
+                              EvictionPlan& plan) {
+  const WorkloadInfo& info = workloads_[w];
+  const model::TaskRequest& req = info.spec.request;
+  const QueueId r_leaf = info.spec.queue;
+  const int core_needed = std::max(0, info.spec.min_available - info.running);
+  const Amounts one = pendingAmounts(w);
+  Amounts need = one;
+  for (int64_t& v : need) {
+    v *= needed;
+  }
+
+  // Where victims may come from: for reclaim, leaves whose side (where the paths split) is over
+  // its share and stays above the reclaimer's side after the move (rule b); for preemption, the
+  // workload's own leaf.
+  struct Source {
+    QueueId split_victim;
+    Ratio victim_share;
+    bool reclaimer_within_quota;  // Then the victim side's floor is its deserved quota.
+  };
+  std::unordered_map<QueueId, Source> sources;  // By victim leaf.
+  for (QueueId v = 0; v < tree_.size(); ++v) {
+    if (running_priorities_[v].empty() || (reclaim ? v == r_leaf : v != r_leaf)) {
+      continue;
+    }
+    if (!reclaim) {
+      sources.emplace(v, Source{v, Ratio{}, false});
+      continue;
+    }
+    QueueId a_v = v;
+    QueueId a_r = r_leaf;
+    while (tree_.queue(a_v).depth > tree_.queue(a_r).depth) {
+      a_v = tree_.queue(a_v).parent;
+    }
+    while (tree_.queue(a_r).depth > tree_.queue(a_v).depth) {
+      a_r = tree_.queue(a_r).parent;
+    }
+    while (tree_.queue(a_v).parent != tree_.queue(a_r).parent) {
+      a_v = tree_.queue(a_v).parent;
+      a_r = tree_.queue(a_r).parent;
+    }
+    const Queue& av = tree_.queue(a_v);
+    const Ratio s_v = dominantShare(settled(a_v), reclaimBasis(av));
+    if (!greaterThanOne(s_v)) {
+      continue;  // Only a side above its share gives back.
+    }
+    const Queue& ar = tree_.queue(a_r);
+    Amounts ar_after = settled(a_r);
+    addTo(ar_after, need);
+    if (!lessThan(dominantShare(ar_after, reclaimBasis(ar)), s_v)) {
+      continue;  // The move would not lower unfairness.
+    }
+    const bool within_quota = !greaterThanOne(dominantShare(ar_after, ar.deserved));
+    sources.emplace(v, Source{a_v, s_v, within_quota});
+  }
+  if (sources.empty()) {
+    return false;
+  }
+
+  // Candidate units, and the nodes each one is on.
+  struct Cand {
+    Unit unit;
+    const Source* source;
+    Amounts amounts;
+    bool taken = false;
+  };
+  std::vector<Cand> cands;
+  std::unordered_map<NodeIndex, std::vector<size_t>> on_node;
+  for (auto& [leaf, src] : sources) {
+    const Queue& vq = tree_.queue(leaf);
+    const int64_t bound =
+        1000 *
+        (vq.max_unsaved_gpu_s >= 0 ? vq.max_unsaved_gpu_s : seconds(options_.max_unsaved_gpu_time));
+    for (WorkloadId vw : queue_workloads_[leaf]) {
+      if (!reclaim && (vw == w || workloads_[vw].spec.priority >= info.spec.priority)) {
+        continue;
+      }
+      for (Unit& u : victimUnits(vw)) {
+        if (reclaim && u.unsaved >= bound) {
+          continue;  // Its eviction would destroy too much.
+        }
+        Amounts amounts = tree_.space().zeros();
+        for (TaskId t : u.tasks) {
+          addTo(amounts, taskAmounts(vw, &tasks_[t].assignment.placement));
+        }
+        const size_t i = cands.size();
+        cands.push_back({std::move(u), &src, std::move(amounts)});
+        for (TaskId t : cands[i].unit.tasks) {
+          std::vector<size_t>& v = on_node[tasks_[t].assignment.placement.node];
+          if (v.empty() || v.back() != i) {
+            v.push_back(i);
+          }
+        }
+      }
+    }
+  }
+  if (cands.empty()) {
+    return false;
+  }
+  auto cheaper = [&](size_t a, size_t b) {
+    const Unit& ua = cands[a].unit;
+    const Unit& ub = cands[b].unit;
+    if (ua.unsaved != ub.unsaved) {
+      return ua.unsaved < ub.unsaved;
+    }
+    const int pa = workloads_[ua.workload].spec.priority;
+    const int pb = workloads_[ub.workload].spec.priority;
+    if (pa != pb) {
+      return pa < pb;
+    }
+    if (ua.elastic != ub.elastic) {
+      return ua.elastic;
+    }
+    if (ua.started != ub.started) {
+      return ua.started > ub.started;
+    }
+    return ua.tasks.front() < ub.tasks.front();
+  };
+  // No overshoot: in every dimension where the victim's side is above its floor (its share, or
+  // its deserved quota when the reclaimer is within its own quota), it stays at or above it with
+  // everything chosen so far gone. Dimensions where it is not above (CPU nobody lacks, say) do
+  // not hold the move back: rule (b) alone speaks for them.
+  auto may_take = [&](const Cand& c, const std::unordered_map<QueueId, Amounts>& freed) {
+    if (!reclaim) {
+      return true;
+    }
+    const QueueId side = c.source->split_victim;
+    const Queue& av = tree_.queue(side);
+    const Amounts& floor = c.source->reclaimer_within_quota ? av.deserved : reclaimBasis(av);
+    Amounts before = settled(side);
+    if (auto it = freed.find(side); it != freed.end()) {
+      subtractFrom(before, it->second);
+    }
+    for (size_t d = 0; d < floor.size(); ++d) {
+      if (c.amounts[d] > 0 && before[d] > floor[d] && before[d] - c.amounts[d] < floor[d]) {
+        return false;
+      }
+    }
+    return true;
+  };
+
+  // Victims are released on the cluster state as the search goes, and restored at the end.
+  std::vector<std::pair<TaskId, Assignment>> released;
+  auto release = [&](const Unit& u) {
+    for (TaskId t : u.tasks) {
+      released.emplace_back(t, tasks_[t].assignment);
+      placer_->release(workloads_[u.workload].spec.request, tasks_[t].assignment);
+    }
+  };
+  auto restore_to = [&](size_t mark) {
+    while (released.size() > mark) {
+      const auto& [t, a] = released.back();
+      tasks_[t].assignment =
+          placer_->applyAt(workloads_[tasks_[t].workload].spec.request, a.placement);
+      released.pop_back();
+    }
+  };
+  // Tasks of `w` placed in the search, rolled back before the real placement checks the plan.
+  std::vector<Assignment> placed;
+  auto unplace_to = [&](size_t mark) {
+    while (placed.size() > mark) {
+      placer_->release(req, placed.back());
+      placed.pop_back();
+    }
+  };
+  // Nodes closed to `w`: reserved and not open to it.
+  std::vector<NodeIndex> marks;
+  if (reserved_for_ != kNoWorkload && restricted(w)) {
+    for (NodeIndex n : reserved_nodes_) {
+      preference_[n] = Placer::kForbidden;
+      marks.push_back(n);
+    }
+  }
+  auto closed = [&](NodeIndex n) { return preference_[n] == Placer::kForbidden; };
+  // Places up to `want` tasks of `w` on node `n` (or anywhere open when n == kNoNode).
+  auto fit_on = [&](NodeIndex n, int want) {
+    if (n != kNoNode) {
+      preference_[n] = 1;
+      marks.push_back(n);
+    }
+    int k = 0;
+    for (; k < want; ++k) {
+      Placer::Decision d =
+          marks.empty() ? placer_->decide(req) : placer_->decide(req, preference_, marks);
+      if (!d.placed || (n != kNoNode && d.placement.node != n)) {
+        break;
+      }
+      placed.push_back(placer_->applyAt(req, d.placement));
+    }
+    if (n != kNoNode) {
+      preference_[n] = 0;
+      marks.pop_back();
+    }
+    return k;
+  };
+
+  // Preemption past the queue's own limit: the swap must first free what the limit needs.
+  if (!reclaim && !withinLimits(r_leaf, need, nullptr)) {
+    std::vector<size_t> order(cands.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::sort(order.begin(), order.end(), cheaper);
+    for (size_t i : order) {
+      if (withinLimits(r_leaf, need, nullptr)) {
+        break;
+      }
+      cands[i].taken = true;
+      release(cands[i].unit);
+      addTo(trial_credit_, cands[i].amounts);
+      plan.victims.push_back({cands[i].unit, r_leaf});
+      plan.victim_tasks += static_cast<int>(cands[i].unit.tasks.size());
+    }
+  }
+
+  int remaining = needed;
+  remaining -= fit_on(kNoNode, remaining);  // Idle room first: it costs nothing.
+  while (remaining > 0) {
+    // Estimate each node's cost of one task's room from GPUs alone, then look closely at the
+    // cheapest few.
+    const int64_t task_milli =
+        int64_t{req.gpu_count} * (req.isMig() ? 1000 : req.gpu_milli.value());
+    std::vector<std::pair<int64_t, NodeIndex>> estimates;
+    for (auto& [n, list] : on_node) {
+      if (closed(n)) {
+        continue;
+      }
+      std::vector<size_t> open;
+      for (size_t i : list) {
+        if (!cands[i].taken) {
+          open.push_back(i);
+        }
+      }
+      std::sort(open.begin(), open.end(), cheaper);
+      int64_t room = state_.nodeState(n).free_gpu_milli;
+      int64_t cost = 0;
+      for (size_t i : open) {
+        if (room >= task_milli) {
+          break;
+        }
+        room += cands[i].amounts[kGpuDim];
+        cost += cands[i].unit.unsaved;
+      }
+      if (room >= task_milli && !open.empty()) {
+        estimates.emplace_back(cost, n);
+      }
+    }
+    const size_t look = std::min(kNodesPerRound, estimates.size());
+    std::partial_sort(estimates.begin(), estimates.begin() + static_cast<ptrdiff_t>(look),
+                      estimates.end());
+    struct Option {
+      NodeIndex node = kNoNode;
+      std::vector<size_t> units;
+      int tasks = 0;
+      int64_t cost = 0;
+    };
+    Option best;
+    for (size_t e = 0; e < look; ++e) {
+      const NodeIndex n = estimates[e].second;
+      std::vector<size_t> open;
+      for (size_t i : on_node[n]) {
+        if (!cands[i].taken) {
+          open.push_back(i);
+        }
+      }
+      std::sort(open.begin(), open.end(), cheaper);
+      const size_t mark = released.size();
+      std::unordered_map<QueueId, Amounts> freed = plan.freed;
+      std::vector<size_t> used;
+      int fits = 0;
+      for (size_t i : open) {
+        if (fits == remaining) {
+          break;
+        }
+        if (!may_take(cands[i], freed)) {
+          continue;
+        }
+        release(cands[i].unit);
+        used.push_back(i);
+        auto [slot, inserted] = freed.emplace(cands[i].source->split_victim, tree_.space().zeros());
+        addTo(slot->second, cands[i].amounts);
+        const size_t pmark = placed.size();
+        fits = fit_on(n, remaining);
+        unplace_to(pmark);
+      }
+      if (fits > 0) {
+        // Keep only the victims the room needs: give each back, most expensive first, and see
+        // whether as many tasks still fit.
+        for (size_t j = used.size(); j-- > 0;) {
+          const Unit& u = cands[used[j]].unit;
+          for (TaskId t : u.tasks) {
+            auto it = std::find_if(released.begin() + static_cast<ptrdiff_t>(mark), released.end(),
+                                   [&](const auto& r) { return r.first == t; });
+            tasks_[t].assignment =
+                placer_->applyAt(workloads_[u.workload].spec.request, it->second.placement);
+            released.erase(it);
+          }
+          const size_t pmark = placed.size();
+          const int still = fit_on(n, remaining);
+          unplace_to(pmark);
+          if (still >= fits) {
+            used.erase(used.begin() + static_cast<ptrdiff_t>(j));
+          } else {
+            release(u);
+          }
+        }
+        Option o{n, used, fits, 0};
+        for (size_t i : used) {
+          o.cost += cands[i].unit.unsaved + 1;  // + 1: fewer evictions win a tie.
+        }
+        // Least unsaved work per task made room for; then the lower node index.
+        const Int128 lhs = static_cast<Int128>(o.cost) * std::max(1, best.tasks);
+        const Int128 rhs = static_cast<Int128>(best.cost) * o.tasks;
+        if (best.node == kNoNode || lhs < rhs || (lhs == rhs && n < best.node)) {
+          best = std::move(o);
+        }
+      }
+      restore_to(mark);
+    }
+    if (best.node == kNoNode) {
+      break;
+    }
+    for (size_t i : best.units) {
+      cands[i].taken = true;
+      release(cands[i].unit);
+      auto [slot, inserted] =
+          plan.freed.emplace(cands[i].source->split_victim, tree_.space().zeros());
+      addTo(slot->second, cands[i].amounts);
+      plan.victims.push_back({cands[i].unit, cands[i].source->split_victim});
+      plan.victim_tasks += static_cast<int>(cands[i].unit.tasks.size());
+    }
+    remaining -= fit_on(best.node, std::min(remaining, best.tasks));
+    remaining -= fit_on(kNoNode, remaining);  // A gang victim may have freed room elsewhere.
+  }
+  plan.placed = needed - remaining;
+  unplace_to(0);
+  for (NodeIndex n : marks) {
+    preference_[n] = 0;
+  }
+  // The cap stops new evictions once reached; the first of a pass may exceed it, or a gang
+  // needing more victims than the cap could never be served.
+  bool ok = !plan.victims.empty() && plan.placed >= std::max(1, core_needed) &&
+            (evictions == 0 || evictions + plan.victim_tasks <= options_.max_evictions_per_pass);
+  if (ok) {
+    // The real placement (gang preferences, limits, the quota rule) must agree.
+    ok = placeTasks(w, plan.placed, /*trial=*/true, nullptr, nullptr);
+  }
+  trial_credit_ = tree_.space().zeros();
+  restore_to(0);
+  return ok;
+}
+
 void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
-  // Blocked workloads that could evict: for reclaim those of queues below their fair share, for
-  // preemption those above the lowest priority running in their queue; a bounded number per
-  // queue and per pass, most deprived queue first. Only the most deprived queues are looked at.
+  // Blocked workloads that could evict: for reclaim those of queues within their share (that
+  // have waited `reclaim_patience` so), for preemption those above the lowest priority running in
+  // their queue; a bounded number per queue and per pass, most deprived queue first. Only the most
+  // deprived queues are looked at.
   constexpr size_t kPerQueue = 16;
   constexpr size_t kPerPass = 16;
+  const core::TimePoint now = clock_.now();
   std::vector<std::pair<Ratio, QueueId>> leaves;
   for (QueueId q = 0; q < tree_.size(); ++q) {
     const Queue& queue = tree_.queue(q);
-    if (!queue.isLeaf() || queue_workloads_[q].empty() ||
-        queue.pending[kGpuDim] + queue.pending[kCpuDim] + queue.pending[kMemoryDim] == 0) {
+    if (!queue.isLeaf()) {
       continue;
     }
-    const Ratio share =
-        dominantShare(queue.allocated, (reclaim ? reclaimBasis(queue) : queue.fair_share));
-    if (reclaim ? !lessThan(share, Ratio{1, 1}) : running_priorities_[q].empty()) {
+    const bool pending =
+        !queue_workloads_[q].empty() &&
+        queue.pending[kGpuDim] + queue.pending[kCpuDim] + queue.pending[kMemoryDim] > 0;
+    const Ratio share = dominantShare(settled(q), reclaim ? reclaimBasis(queue) : queue.fair_share);
+    if (reclaim) {
+      // The patience clock runs while the queue waits at or below its share.
+      if (!pending || greaterThanOne(share)) {
+        below_since_[q] = core::TimePoint::max();
+        continue;
+      }
+      if (below_since_[q] == core::TimePoint::max()) {
+        below_since_[q] = now;
+      }
+    } else if (!pending || running_priorities_[q].empty()) {
       continue;
     }
     leaves.emplace_back(share, q);
@@ -107,8 +549,16 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       if (!reclaim && info.spec.priority <= lowest) {
         break;  // The rest of the queue is of no higher priority.
       }
-      if (info.pending > 0 && info.awaited_victims == 0 && info.terminating == 0 &&
-          explain(w).reason == WaitReason::kNoCapacity) {
+      if (info.pending == 0 || info.awaited_victims > 0 || info.terminating > 0) {
+        continue;
+      }
+      if (reclaim && now - std::max(below_since_[q], info.submitted) < options_.reclaim_patience) {
+        continue;
+      }
+      const WaitReason why = explain(w).reason;
+      // A swap inside the queue leaves its totals as they were, so preemption may also serve
+      // work that waits on its queue's limit.
+      if (why == WaitReason::kNoCapacity || (!reclaim && why == WaitReason::kQueueLimit)) {
         blocked.emplace_back(leaves[i].first, w);
         if (++taken == kPerQueue) {
           break;
@@ -130,15 +580,6 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
   if (blocked.size() > kPerPass) {
     blocked.resize(kPerPass);
   }
-  // Victim units per workload, computed once per call (and again after its tasks were evicted).
-  std::unordered_map<WorkloadId, std::vector<Unit>> units_of;
-  auto units = [&](WorkloadId v) -> const std::vector<Unit>& {
-    auto it = units_of.find(v);
-    if (it == units_of.end()) {
-      it = units_of.emplace(v, victimUnits(v)).first;
-    }
-    return it->second;
-  };
   for (const auto& entry : blocked) {
     const WorkloadId w = entry.second;
     if (evictions >= options_.max_evictions_per_pass) {
@@ -147,16 +588,18 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
     WorkloadInfo& info = workloads_[w];
     const QueueId r_leaf = info.spec.queue;
     // What to make room for: the rest of the gang minimum, or for elastic tasks as many as the
-    // queue's fair share has room for (all at once, so a borrower gives back in one pass).
+    // queue's share has room for (all at once, so a borrower gives back in one pass). Shares
+    // count the evictions already under way (settled), this pass's included.
     const Amounts one = pendingAmounts(w);
     const int core_needed = std::max(0, info.spec.min_available - info.running);
     int64_t room = info.pending;
     if (reclaim) {
       const Queue& rq = tree_.queue(r_leaf);
+      const Amounts now_settled = settled(r_leaf);
       for (size_t d = 0; d < one.size(); ++d) {
         if (one[d] > 0) {
           room =
-              std::min(room, std::max<int64_t>(0, reclaimBasis(rq)[d] - rq.allocated[d]) / one[d]);
+              std::min(room, std::max<int64_t>(0, reclaimBasis(rq)[d] - now_settled[d]) / one[d]);
         }
       }
     }
@@ -165,236 +608,70 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
     if (target == 0) {
       continue;
     }
-    // Try the whole target first; if it cannot be made to fit, fall back to fewer tasks (never
-    // fewer than the gang minimum).
-    for (int needed = target; needed >= std::max(1, core_needed);
-         needed = needed > std::max(1, core_needed) ? std::max(std::max(1, core_needed), needed / 2)
-                                                    : 0) {
+    if (reclaim) {
+      // The reclaimer must stay within its share with the work added.
+      Amounts after = settled(r_leaf);
       Amounts need = one;
-      for (size_t d = 0; d < need.size(); ++d) {
-        need[d] *= needed;
+      for (int64_t& v : need) {
+        v *= target;
       }
-      struct Candidate {
-        Unit unit;
-        Ratio victim_share;  // Of the victim's ancestor where the two paths split.
-        QueueId split_victim = kNoQueue;
-        QueueId split_reclaimer = kNoQueue;
-      };
-      // Victim leaves grouped in levels of equal victim share, most over first: candidates are
-      // drawn level by level, and a level is expanded into units only when reached.
-      struct Source {
-        Ratio victim_share;
-        QueueId leaf;
-        QueueId split_victim;
-        QueueId split_reclaimer;
-      };
-      std::vector<Source> sources;
-      if (reclaim) {
-        // The reclaimer must stay within its fair share with the work added.
-        Amounts after = tree_.queue(r_leaf).allocated;
-        addTo(after, need);
-        if (greaterThanOne(dominantShare(after, reclaimBasis(tree_.queue(r_leaf))))) {
-          continue;
-        }
-        for (QueueId v = 0; v < tree_.size(); ++v) {
-          if (v == r_leaf || running_priorities_[v].empty()) {
-            continue;
-          }
-          // Where the paths split: the children of the lowest common ancestor.
-          QueueId a_v = v;
-          QueueId a_r = r_leaf;
-          while (tree_.queue(a_v).depth > tree_.queue(a_r).depth) {
-            a_v = tree_.queue(a_v).parent;
-          }
-          while (tree_.queue(a_r).depth > tree_.queue(a_v).depth) {
-            a_r = tree_.queue(a_r).parent;
-          }
-          while (tree_.queue(a_v).parent != tree_.queue(a_r).parent) {
-            a_v = tree_.queue(a_v).parent;
-            a_r = tree_.queue(a_r).parent;
-          }
-          const Queue& av = tree_.queue(a_v);
-          const Ratio s_v = dominantShare(av.allocated, reclaimBasis(av));
-          if (!greaterThanOne(s_v)) {
-            continue;  // Only queues above their fair share give back.
-          }
-          // The move must leave the reclaimer's side strictly below where the victim's is:
-          // if it cannot for this pair of sides, none of these victims qualifies.
-          const Queue& ar = tree_.queue(a_r);
-          Amounts ar_after = ar.allocated;
-          addTo(ar_after, need);
-          if (!lessThan(dominantShare(ar_after, reclaimBasis(ar)), s_v)) {
-            continue;
-          }
-          sources.push_back({s_v, v, a_v, a_r});
-        }
-        std::stable_sort(sources.begin(), sources.end(), [](const Source& a, const Source& b) {
-          return lessThan(b.victim_share, a.victim_share);
-        });
-      } else if (!running_priorities_[r_leaf].empty()) {
-        sources.push_back({Ratio{}, r_leaf, r_leaf, r_leaf});
-      }
-      if (sources.empty()) {
+      addTo(after, need);
+      if (greaterThanOne(dominantShare(after, reclaimBasis(tree_.queue(r_leaf))))) {
         continue;
       }
-      // Candidates in eviction order, drawn lazily from a heap: usually only a few are needed.
-      auto first = [&](const Candidate& a, const Candidate& b) {
-        if (lessThan(a.victim_share, b.victim_share) || lessThan(b.victim_share, a.victim_share)) {
-          return lessThan(b.victim_share, a.victim_share);  // Most over first.
-        }
-        const int pa = workloads_[a.unit.workload].spec.priority;
-        const int pb = workloads_[b.unit.workload].spec.priority;
-        if (pa != pb) {
-          return pa < pb;
-        }
-        // Victims node by node, nodes closest to empty first, so a gang that
-        // needs whole nodes frees them with as few evictions as possible.
-        const NodeIndex na = tasks_[a.unit.tasks.front()].assignment.placement.node;
-        const NodeIndex nb = tasks_[b.unit.tasks.front()].assignment.placement.node;
-        if (na != nb) {
-          const int64_t fa = state_.nodeState(na).free_gpu_milli;
-          const int64_t fb = state_.nodeState(nb).free_gpu_milli;
-          return fa != fb ? fa > fb : na < nb;
-        }
-        if (a.unit.elastic != b.unit.elastic) {
-          return a.unit.elastic;
-        }
-        if (a.unit.started != b.unit.started) {
-          return a.unit.started > b.unit.started;
-        }
-        return a.unit.tasks.front() < b.unit.tasks.front();
-      };
-      auto later = [&](const Candidate& a, const Candidate& b) { return first(b, a); };
-      std::vector<Candidate> candidates;
-      size_t next_source = 0;
-      // Refills the heap with the next level of sources; false when none is left.
-      auto next_level = [&]() {
-        while (candidates.empty() && next_source < sources.size()) {
-          const Ratio level = sources[next_source].victim_share;
-          while (next_source < sources.size() &&
-                 !lessThan(sources[next_source].victim_share, level) &&
-                 !lessThan(level, sources[next_source].victim_share)) {
-            const Source& src = sources[next_source++];
-            for (WorkloadId vw : queue_workloads_[src.leaf]) {
-              if (!reclaim && (vw == w || workloads_[vw].spec.priority >= info.spec.priority)) {
-                continue;
-              }
-              for (const Unit& u : units(vw)) {
-                candidates.push_back({u, src.victim_share, src.split_victim, src.split_reclaimer});
-              }
-            }
-          }
-          std::make_heap(candidates.begin(), candidates.end(), later);
-        }
-        return !candidates.empty();
-      };
-      // Release victims one unit at a time (virtually: on the cluster state, restored below) until
-      // the blocked work fits.
-      std::vector<Candidate> chosen;
-      std::vector<std::pair<TaskId, Assignment>> released;
-      std::unordered_map<QueueId, Amounts> freed;  // Per split ancestor of the victims.
-      bool fits = false;
-      int chosen_tasks = 0;
-      while (next_level()) {
-        std::pop_heap(candidates.begin(), candidates.end(), later);
-        const Candidate c = std::move(candidates.back());
-        candidates.pop_back();
-        // The cap stops new reclaims once reached; the first of a pass may exceed it, or a gang
-        // needing more victims than the cap could never be served.
-        if (evictions > 0 && evictions + chosen_tasks + static_cast<int>(c.unit.tasks.size()) >
-                                 options_.max_evictions_per_pass) {
-          continue;
-        }
-        Amounts unit_amounts = tree_.space().zeros();
-        for (TaskId t : c.unit.tasks) {
-          addTo(unit_amounts, taskAmounts(c.unit.workload, &tasks_[t].assignment.placement));
-        }
-        if (reclaim) {
-          // The victim side gives back only while it is still above its fair share, and the
-          // move must leave the reclaimer's side strictly below where the victim's was.
-          const Queue& av = tree_.queue(c.split_victim);
-          Amounts av_alloc = av.allocated;
-          auto it = freed.find(c.split_victim);
-          if (it != freed.end()) {
-            subtractFrom(av_alloc, it->second);
-          }
-          if (!greaterThanOne(dominantShare(av_alloc, reclaimBasis(av)))) {
-            continue;
-          }
-          const Queue& ar = tree_.queue(c.split_reclaimer);
-          Amounts ar_after = ar.allocated;
-          addTo(ar_after, need);
-          if (!lessThan(dominantShare(ar_after, reclaimBasis(ar)), c.victim_share)) {
-            continue;
-          }
-          auto [slot, inserted] = freed.emplace(c.split_victim, tree_.space().zeros());
-          addTo(slot->second, unit_amounts);
-        }
-        chosen.push_back(c);
-        chosen_tasks += static_cast<int>(c.unit.tasks.size());
-        for (TaskId t : c.unit.tasks) {
-          released.emplace_back(t, tasks_[t].assignment);
-          placer_->release(workloads_[c.unit.workload].spec.request, tasks_[t].assignment);
-        }
-        // Only try placing once the cluster has at least the GPU share the work needs.
-        const int64_t free_milli = 1000 * state_.totalGpus() - state_.usedGpuMilli();
-        if (free_milli < need[kGpuDim]) {
-          continue;
-        }
-        if (placeTasks(w, needed, /*trial=*/true, nullptr, nullptr)) {
-          fits = true;
-          break;
-        }
-      }
-      // Restore the victims exactly where they were.
-      for (auto it = released.rbegin(); it != released.rend(); ++it) {
-        const model::TaskRequest& req = workloads_[tasks_[it->first].workload].spec.request;
-        tasks_[it->first].assignment = placer_->applyAt(req, it->second.placement);
-      }
-      if (!fits) {
-        continue;
-      }
-      // Commit: victims terminate and keep their resources until they stop.
-      std::string before_after;
-      if (reclaim) {
-        const Queue& rq = tree_.queue(r_leaf);
-        Amounts r_after = rq.allocated;
-        addTo(r_after, need);
-        before_after = fmt::format("{} -> {}", shareText(rq, rq.allocated),
-                                   fmt::format("{}", r_after[kGpuDim]));
-        for (const auto& [split, amounts] : freed) {
-          const Queue& vq = tree_.queue(split);
-          Amounts v_after = vq.allocated;
-          subtractFrom(v_after, amounts);
-          before_after += fmt::format("; {} -> {}", shareText(vq, vq.allocated), v_after[kGpuDim]);
-        }
-      }
-      for (const Candidate& c : chosen) {
-        units_of.erase(c.unit.workload);
-        WorkloadInfo& victim = workloads_[c.unit.workload];
-        for (TaskId t : c.unit.tasks) {
-          tasks_[t].state = TaskState::kTerminating;
-          tasks_[t].evicted_for = w;
-          addRunning(c.unit.workload, -1);
-          ++victim.terminating;
-          refile(c.unit.workload);
-          out.evicted.push_back(
-              {t, c.unit.workload, w, reclaim,
-               fmt::format("{} by '{}' (queue '{}'): {}{} (allocated/fair share, milli-GPU)",
-                           reclaim ? "reclaimed" : "preempted", info.spec.name,
-                           tree_.queue(r_leaf).name, c.unit.elastic ? "elastic task; " : "gang; ",
-                           before_after)});
-          ++evictions;
-        }
-      }
-      info.awaited_victims += chosen_tasks;
-      if (std::find(awaiting_.begin(), awaiting_.end(), w) == awaiting_.end()) {
-        awaiting_.push_back(w);
-      }
-      info.why = {WaitReason::kWaitingForEvictions,
-                  fmt::format("waiting for {} evicted task(s) to stop", chosen_tasks)};
-      break;
     }
+    EvictionPlan plan;
+    if (!planEvictions(w, reclaim, target, evictions, plan)) {
+      continue;
+    }
+    // Commit: victims terminate and keep their resources until they stop, and then for `w`; the
+    // move counts as made for every later decision (settled).
+    std::string before_after;
+    if (reclaim) {
+      const Queue& rq = tree_.queue(r_leaf);
+      Amounts r_after = settled(r_leaf);
+      for (size_t d = 0; d < one.size(); ++d) {
+        r_after[d] += one[d] * plan.placed;
+      }
+      before_after = fmt::format("{} -> {}", shareText(rq, settled(r_leaf)), r_after[kGpuDim]);
+      for (const auto& [split, amounts] : plan.freed) {
+        const Queue& vq = tree_.queue(split);
+        Amounts v_after = settled(split);
+        subtractFrom(v_after, amounts);
+        before_after += fmt::format("; {} -> {}", shareText(vq, settled(split)), v_after[kGpuDim]);
+      }
+    }
+    for (const EvictionPlan::Victim& v : plan.victims) {
+      WorkloadInfo& victim = workloads_[v.unit.workload];
+      for (TaskId t : v.unit.tasks) {
+        addMoving(victim.spec.queue, taskAmounts(v.unit.workload, &tasks_[t].assignment.placement),
+                  -1);
+        tasks_[t].state = TaskState::kTerminating;
+        tasks_[t].evicted_for = w;
+        addRunning(v.unit.workload, -1);
+        ++victim.terminating;
+        refile(v.unit.workload);
+        out.evicted.push_back(
+            {t, v.unit.workload, w, reclaim,
+             fmt::format("{} by '{}' (queue '{}'): {}unsaved {:.2f} GPU-h; {} "
+                         "(allocated/fair share, milli-GPU)",
+                         reclaim ? "reclaimed" : "preempted", info.spec.name,
+                         tree_.queue(r_leaf).name, v.unit.elastic ? "elastic task; " : "gang; ",
+                         static_cast<double>(v.unit.unsaved) / 3.6e6, before_after)});
+        ++evictions;
+      }
+    }
+    info.promised = one;
+    for (int64_t& v : info.promised) {
+      v *= plan.placed;
+    }
+    addMoving(r_leaf, info.promised, +1);
+    info.awaited_victims += plan.victim_tasks;
+    if (std::find(awaiting_.begin(), awaiting_.end(), w) == awaiting_.end()) {
+      awaiting_.push_back(w);
+    }
+    info.why = {WaitReason::kWaitingForEvictions,
+                fmt::format("waiting for {} evicted task(s) to stop", plan.victim_tasks)};
   }
 }
 

@@ -306,6 +306,13 @@ void Scheduler::allocate(PassResult& out) {
       reserveFor(reserved_for_);
     }
   }
+  // Room held for work whose victims have all stopped is given back now, just before that work
+  // is tried first: it is the one to take it.
+  for (WorkloadId w : awaiting_) {
+    if (workloads_[w].awaited_victims == 0) {
+      endHold(w);
+    }
+  }
   unblock();
   // First the work whose victims are stopping (the room was made for it), and the reserved one.
   std::vector<WorkloadId> first;

@@ -145,7 +145,9 @@ TEST_F(SchedulerTest, TrustGroupsDecideWhoSharesAGpuAndMayChangeWhileWorkRuns) {
 // A workload refused for want of room, when the room that frees up is beside an untrusted
 // tenant, says so: its reason does not stay the one of its first try.
 TEST_F(SchedulerTest, AWaitingWorkloadsReasonFollowsWhatNowKeepsItOut) {
-  build(1, 4, 4);
+  SchedulerOptions o;
+  o.min_runtime = std::chrono::hours(1);  // Nothing is reclaimed: the reason is the point.
+  build(1, 4, 4, o);
   auto half = [&](const std::string& name, uint32_t tenant) {
     WorkloadSpec w;
     w.name = name;

@@ -23,6 +23,9 @@ struct WorkloadSpec {
   int32_t priority = 0;           // Inside the queue; higher first.
   bool preemptible = true;        // May be reclaimed or preempted.
   core::Duration max_runtime{0};  // Declared upper bound on a task's run; 0 = unknown.
+  // A task saves its progress this often from its start (0: never); an eviction loses only the
+  // time since its last checkpoint, which is what reclaim counts as its cost.
+  core::Duration checkpoint_every{0};
 };
 
 enum class TaskState : uint8_t {

@@ -526,7 +526,8 @@ void SchedulerDriver::runOnce() {
       continue;  // Replayed after a restart, or a retry: already known.
     }
     c.spec.name = key;
-    c.spec.request.tenant = tenantId(c.tenant);  // The trust rule compares tenants.
+    c.spec.request.tenant = tenantId(c.tenant);    // The trust rule compares tenants.
+    c.spec.checkpoint_every = c.checkpoint_every;  // What an eviction would lose.
     auto id = scheduler_->submit(c.spec);
     if (!id.isOk()) {
       WorkloadStatus s;

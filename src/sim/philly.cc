@@ -106,6 +106,8 @@ core::Result<Scenario> phillyScenario(const std::vector<PhillyJob>& all_jobs,
   s.options.fair_share = options.fair_share;
   s.options.min_runtime = options.min_runtime;
   s.options.reclaim_to = options.reclaim_to;
+  s.options.max_unsaved_gpu_time = options.max_unsaved_gpu_time;
+  s.options.reclaim_patience = options.reclaim_patience;
   // Cluster: PROFILE:COUNT or NODESxGPUS.
   const std::string& spec = options.cluster;
   const size_t colon = spec.find(':');
@@ -209,7 +211,7 @@ core::Result<Scenario> phillyScenario(const std::vector<PhillyJob>& all_jobs,
     w.at = std::chrono::seconds(j.submit_s);
     w.duration = std::chrono::seconds(std::max<int64_t>(1, j.duration_s));
     w.grace_period = std::chrono::seconds(30);
-    w.checkpoint_every = options.checkpoint_every;
+    w.spec.checkpoint_every = options.checkpoint_every;
     s.workloads.push_back(std::move(w));
   }
   return s;

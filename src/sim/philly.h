@@ -34,6 +34,8 @@ struct PhillyOptions {
   core::Duration min_runtime = std::chrono::seconds(300);
   core::Duration checkpoint_every{0};  // 0: an evicted job restarts from zero.
   sched::ReclaimTo reclaim_to = sched::ReclaimTo::kFairShare;
+  core::Duration max_unsaved_gpu_time = std::chrono::hours(1);  // Per eviction (GPU-time).
+  core::Duration reclaim_patience{0};
 };
 
 core::Result<Scenario> phillyScenario(const std::vector<PhillyJob>& jobs,

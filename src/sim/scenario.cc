@@ -75,8 +75,8 @@ core::Status collectModels(const Node& q, const model::GpuCatalogue& catalogue,
 }
 
 core::Status parseQueue(const Node& q, const std::string& parent, Scenario& s) {
-  TESSERA_RETURN_IF_ERROR(
-      q.checkKeys({"name", "quota", "limit", "overQuotaWeight", "priority", "children"}));
+  TESSERA_RETURN_IF_ERROR(q.checkKeys(
+      {"name", "quota", "limit", "overQuotaWeight", "priority", "maxUnsavedGpuTime", "children"}));
   if (!q.has("name")) {
     return q.error("missing field 'name'");
   }
@@ -100,6 +100,10 @@ core::Status parseQueue(const Node& q, const std::string& parent, Scenario& s) {
   if (q.has("priority")) {
     TESSERA_ASSIGN_OR_RETURN(int64_t p, q.child("priority").integer(-1000000, 1000000));
     spec.priority = static_cast<int32_t>(p);
+  }
+  if (q.has("maxUnsavedGpuTime")) {
+    TESSERA_ASSIGN_OR_RETURN(core::Duration d, q.child("maxUnsavedGpuTime").seconds());
+    spec.max_unsaved_gpu_s = std::chrono::duration_cast<std::chrono::seconds>(d).count();
   }
   s.queues.push_back(spec);
   if (q.has("children")) {
@@ -425,7 +429,7 @@ core::Status parseWorkload(const Node& w, const Scenario& s, const sched::QueueT
     TESSERA_ASSIGN_OR_RETURN(sw.spec.preemptible, w.child("preemptible").boolean());
   }
   if (w.has("checkpointEvery")) {
-    TESSERA_ASSIGN_OR_RETURN(sw.checkpoint_every, w.child("checkpointEvery").seconds());
+    TESSERA_ASSIGN_OR_RETURN(sw.spec.checkpoint_every, w.child("checkpointEvery").seconds());
   }
   if (w.has("maxRuntime")) {
     TESSERA_ASSIGN_OR_RETURN(sw.spec.max_runtime, w.child("maxRuntime").seconds());
@@ -467,7 +471,8 @@ core::Status parseWorkload(const Node& w, const Scenario& s, const sched::QueueT
 
 core::Status parseOptions(const Node& o, Scenario& s) {
   TESSERA_RETURN_IF_ERROR(o.checkKeys({"policy", "fairShare", "minRuntime", "maxEvictionsPerPass",
-                                       "gracePeriod", "usageHalfLife", "usageK", "reclaimTo"}));
+                                       "gracePeriod", "usageHalfLife", "usageK", "reclaimTo",
+                                       "maxUnsavedGpuTime", "reclaimPatience"}));
   if (o.has("reclaimTo")) {
     TESSERA_ASSIGN_OR_RETURN(std::string to, o.child("reclaimTo").str());
     if (to == "fairShare") {
@@ -497,6 +502,13 @@ core::Status parseOptions(const Node& o, Scenario& s) {
   }
   if (o.has("gracePeriod")) {
     TESSERA_ASSIGN_OR_RETURN(s.default_grace_period, o.child("gracePeriod").seconds());
+  }
+  if (o.has("maxUnsavedGpuTime")) {
+    TESSERA_ASSIGN_OR_RETURN(s.options.max_unsaved_gpu_time,
+                             o.child("maxUnsavedGpuTime").seconds());
+  }
+  if (o.has("reclaimPatience")) {
+    TESSERA_ASSIGN_OR_RETURN(s.options.reclaim_patience, o.child("reclaimPatience").seconds());
   }
   if (o.has("maxEvictionsPerPass")) {
     TESSERA_ASSIGN_OR_RETURN(int64_t m, o.child("maxEvictionsPerPass").integer(0, 1000000));

@@ -7,13 +7,13 @@
 //                            "gpus": 8, "model": "A100-80GB", "count": 1}]},
 //     "queues": [{"name": "org", "children": [
 //         {"name": "a", "quota": {"gpu": 16}, "limit": {"gpu": 48}, "overQuotaWeight": 1,
-//          "priority": 100}]}],
+//          "priority": 100, "maxUnsavedGpuTime": 3600}]}],
 //     "workloads": [{"at": 0, "queue": "a", "name": "a-train", "tasks": 40, "minAvailable": 1,
 //                    "gpu": {"count": 1}, "duration": 7200, "priority": 50,
 //                    "preemptible": true}],
 //     "options": {"policy": "tessera", "fairShare": true, "minRuntime": 0,
 //                 "maxEvictionsPerPass": 64, "gracePeriod": 30, "usageHalfLife": 86400,
-//                 "usageK": 1}
+//                 "usageK": 1, "maxUnsavedGpuTime": 3600, "reclaimPatience": 0}
 //   }
 //
 // Or, in place of "queues", tenants as the server keeps them (sched/tenant_queues.h), with the
@@ -60,8 +60,7 @@ struct ScenarioWorkload {
   nlohmann::json body;
   core::Duration at{0};
   core::Duration duration{0};
-  core::Duration checkpoint_every{0};  // 0: a preempted task restarts from zero.
-  core::Duration grace_period{0};      // Time an evicted task takes to stop.
+  core::Duration grace_period{0};  // Time an evicted task takes to stop.
 };
 
 // A tenant of a scenario with tenants: its numbers, and the API bodies that create it and its

@@ -266,8 +266,8 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
       const ScenarioWorkload& sw = sc.workloads[scenario_of[e.victim]];
       // Work since the last checkpoint is lost; the task stops after its grace period.
       const Duration ran = progress_kept[e.task] + (clock.now() - info.started);
-      progress_kept[e.task] = sw.checkpoint_every.count() > 0
-                                  ? (ran / sw.checkpoint_every) * sw.checkpoint_every
+      progress_kept[e.task] = sw.spec.checkpoint_every.count() > 0
+                                  ? (ran / sw.spec.checkpoint_every) * sw.spec.checkpoint_every
                                   : Duration{0};
       lost_per_queue[s->workload(e.victim).spec.queue] +=
           seconds(ran - progress_kept[e.task]) * gpusOf(s->workload(e.victim));
