@@ -16,15 +16,15 @@ class SchedulerTest : public ::testing::Test {
  protected:
   // Builds a scheduler over `nodes` 8-GPU H100 nodes and queues a (quota qa GPUs) and
   // b (quota qb GPUs) under one organisation.
-  void build(int nodes, int64_t qa, int64_t qb, SchedulerOptions options = {},
-             int64_t limit_a = -1) {
+  void build(int nodes, int64_t qa, int64_t qb, SchedulerOptions options = {}, int64_t limit_a = -1,
+             int64_t max_unsaved_a_s = -1) {
     ResourceSpace space = ResourceSpace::withModels(cat_, {});
     auto gpus = [&](int64_t n) {
       Amounts a = space.zeros();
       a[kGpuDim] = n * 1000;
       return a;
     };
-    QueueSpec a{"a", "org", gpus(qa), {}, 1, 100};
+    QueueSpec a{"a", "org", gpus(qa), {}, 1, 100, max_unsaved_a_s};
     if (limit_a >= 0) {
       a.limit = space.unlimited();
       a.limit[kGpuDim] = limit_a * 1000;
@@ -58,6 +58,34 @@ class SchedulerTest : public ::testing::Test {
     auto id = s_->submit(w);
     EXPECT_TRUE(id.isOk()) << id.status().message();
     return id.value();
+  }
+
+  // A workload of `tasks` tasks of `request`, all of them one gang when `min` == `tasks`.
+  WorkloadId submitRequest(const std::string& name, const std::string& queue, int tasks, int min,
+                           model::TaskRequest request, bool preemptible = true,
+                           core::Duration checkpoint_every = core::Duration{0}) {
+    WorkloadSpec w;
+    w.name = name;
+    w.queue = *s_->queues().find(queue);
+    w.tasks = tasks;
+    w.min_available = min;
+    w.request = std::move(request);
+    w.preemptible = preemptible;
+    w.checkpoint_every = checkpoint_every;
+    auto id = s_->submit(w);
+    EXPECT_TRUE(id.isOk()) << id.status().message();
+    return id.value();
+  }
+  // The nodes of the running (or terminating) tasks of `w`.
+  std::set<NodeIndex> nodesOf(WorkloadId w) const {
+    std::set<NodeIndex> out;
+    for (TaskId t : s_->workload(w).tasks) {
+      if (s_->task(t).state == TaskState::kRunning ||
+          s_->task(t).state == TaskState::kTerminating) {
+        out.insert(s_->task(t).assignment.placement.node);
+      }
+    }
+    return out;
   }
 
   int running(WorkloadId w) const { return s_->workload(w).running; }
@@ -657,6 +685,231 @@ TEST_F(SchedulerTest, LosingANodeRequeuesOnlyItsUnfinishedTasks) {
   EXPECT_EQ(s_->nodeLost(0).size(), 1U);
   EXPECT_EQ(s_->workload(v).pending, 1);
   EXPECT_TRUE(s_->schedule().started.empty());  // The only node is down.
+}
+
+// Issue #20, rule 1: reclaim chooses the node where room costs the least unsaved work and evicts
+// there only, the fewest victims that make room; before, it released victims across the whole
+// cluster until the work fit anywhere.
+TEST_F(SchedulerTest, ReclaimEvictsOnlyOnTheNodeItWillUse) {
+  build(2, 8, 8);
+  const WorkloadId old_work = submit("a-old", "a", 8, 8, 1);
+  s_->schedule();
+  clock_.advance(std::chrono::minutes(30));
+  const WorkloadId young = submit("a-young", "a", 8, 8, 1);
+  s_->schedule();
+  ASSERT_EQ(running(old_work) + running(young), 16);
+  ASSERT_EQ(nodesOf(old_work).size(), 1U);
+  ASSERT_EQ(nodesOf(young).size(), 1U);
+  clock_.advance(std::chrono::minutes(5));
+  const WorkloadId b = submit("b-four", "b", 1, 1, 4);
+  PassResult r = s_->schedule();
+  // The young gang is the cheap one (8 x 5 GPU-minutes against 8 x 35), and it goes whole.
+  ASSERT_EQ(r.evicted.size(), 8U);
+  for (const EvictDecision& e : r.evicted) {
+    EXPECT_EQ(e.victim, young);
+    EXPECT_EQ(e.preemptor, b);
+    EXPECT_NE(e.detail.find("unsaved 0.67 GPU-h"), std::string::npos) << e.detail;
+  }
+  EXPECT_EQ(running(old_work), 8);
+}
+
+// Rule 1: what the victims free is the preemptor's until it has been tried, whoever else waits
+// (the victims themselves included), even while only some of the victims have stopped.
+TEST_F(SchedulerTest, TheRoomVictimsFreeIsHeldForTheirPreemptor) {
+  build(1, 4, 4);
+  const WorkloadId a = submit("a-wide", "a", 8, 1, 1);
+  s_->schedule();
+  ASSERT_EQ(running(a), 8);
+  const WorkloadId b = submit("b-gang", "b", 1, 1, 3);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 3U);
+  // Two victims stop; a third workload of a's arrives, and a's evicted tasks wait too.
+  s_->taskStopped(r.evicted[0].task);
+  s_->taskStopped(r.evicted[1].task);
+  const WorkloadId other = submit("a-other", "a", 1, 1, 1);
+  PassResult mid = s_->schedule();
+  EXPECT_TRUE(mid.started.empty());
+  EXPECT_EQ(running(other), 0);
+  EXPECT_EQ(running(a), 5);
+  EXPECT_EQ(s_->explain(b).reason, WaitReason::kWaitingForEvictions);
+  // The last one stops: the preemptor starts on the room made for it.
+  s_->taskStopped(r.evicted[2].task);
+  PassResult last = s_->schedule();
+  ASSERT_EQ(running(b), 1);
+  EXPECT_EQ(running(other), 0);
+  EXPECT_EQ(last.started.front().workload, b);
+}
+
+// Rule 2: reclaim takes a task only while its unsaved work is under the victim queue's bound;
+// a checkpoint makes a long job cheap to take, and a queue may set its own bound.
+TEST_F(SchedulerTest, ReclaimLeavesWorkWhoseEvictionWouldDestroyTooMuch) {
+  build(1, 4, 4);
+  const WorkloadId a = submit("a-long", "a", 8, 8, 1);
+  s_->schedule();
+  clock_.advance(std::chrono::hours(2));  // 2 GPU-hours unsaved per task.
+  const WorkloadId b = submit("b-one", "b", 1, 1, 1);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  EXPECT_EQ(s_->explain(b).reason, WaitReason::kNoCapacity);
+  s_->cancel(a);
+  s_->cancel(b);
+  // Such tasks checkpointing every 25 minutes: 2 h in, each saved 20 minutes ago.
+  const WorkloadId saved = submitRequest("a-saved", "a", 8, 1, testing::gpuTask(4000, 1), true,
+                                         std::chrono::minutes(25));
+  s_->schedule();
+  clock_.advance(std::chrono::hours(2));
+  const WorkloadId b2 = submit("b-two", "b", 1, 1, 1);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 1U);
+  EXPECT_EQ(r.evicted[0].victim, saved);
+  EXPECT_EQ(r.evicted[0].preemptor, b2);
+}
+
+TEST_F(SchedulerTest, AQueueMaySetItsOwnBoundOnUnsavedWork) {
+  build(1, 4, 4, {}, -1, /*max_unsaved_a_s=*/3 * 3600);
+  const WorkloadId a = submit("a-elastic", "a", 8, 1, 1);
+  s_->schedule();
+  clock_.advance(std::chrono::hours(2));  // 2 GPU-hours per task: under a's own 3.
+  const WorkloadId b = submit("b-one", "b", 1, 1, 1);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 1U);
+  EXPECT_EQ(r.evicted[0].victim, a);
+  EXPECT_EQ(r.evicted[0].preemptor, b);
+}
+
+// Rule 2: victims go in order of least unsaved work; a recent checkpoint makes an old task the
+// cheapest.
+TEST_F(SchedulerTest, VictimsGoInOrderOfLeastUnsavedWork) {
+  build(1, 4, 4);
+  const WorkloadId plain = submit("a-plain", "a", 5, 1, 1);
+  const WorkloadId saved = submitRequest("a-saved", "a", 3, 1, testing::gpuTask(4000, 1), true,
+                                         std::chrono::minutes(25));
+  s_->schedule();
+  ASSERT_EQ(running(saved) + running(plain), 8);
+  clock_.advance(std::chrono::minutes(30));  // a-saved saved 5 minutes ago; a-plain never.
+  submit("b-two", "b", 1, 1, 2);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 2U);
+  EXPECT_EQ(r.evicted[0].victim, saved);
+  EXPECT_EQ(r.evicted[1].victim, saved);
+}
+
+// Rule 3: the victim's side stays at or above its fair share when the reclaimer is beyond its
+// quota: a 2-GPU task of a queue one GPU over its share is not taken for one GPU.
+TEST_F(SchedulerTest, ReclaimNeverPushesTheVictimBelowItsShare) {
+  build(1, 4, 0);  // b deserves nothing: what it gets is surplus.
+  const WorkloadId a = submit("a-pairs", "a", 4, 1, 2);
+  s_->schedule();
+  ASSERT_EQ(running(a), 4);
+  // Fair shares: a 7, b 1. Taking a pair would leave a at 6.
+  const WorkloadId b = submit("b-one", "b", 1, 1, 1);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  EXPECT_EQ(s_->explain(b).reason, WaitReason::kNoCapacity);
+  s_->cancel(b);
+  // Two GPUs: fair shares 6 and 2, and a pair leaves a exactly at its share.
+  const WorkloadId b2 = submit("b-two", "b", 1, 1, 2);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 1U);
+  EXPECT_EQ(r.evicted[0].preemptor, b2);
+}
+
+// Rule 3: patience. A workload reclaims only after it waited `reclaim_patience` while its
+// queue was within its share.
+TEST_F(SchedulerTest, ReclaimWaitsForItsPatience) {
+  SchedulerOptions o;
+  o.reclaim_patience = std::chrono::minutes(10);
+  build(1, 4, 4, o);
+  submit("a-wide", "a", 8, 1, 1);
+  s_->schedule();
+  const WorkloadId b = submit("b-one", "b", 1, 1, 1);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  clock_.advance(std::chrono::minutes(9));
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  clock_.advance(std::chrono::minutes(1));
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 1U);
+  EXPECT_EQ(r.evicted[0].preemptor, b);
+}
+
+// Bug 4a: two blocked workloads of one queue in one pass each judged reclaim against the state
+// before the pass's earlier evictions, so the second evicted again past the share.
+TEST_F(SchedulerTest, ASecondReclaimerSeesTheEvictionsAlreadyUnderWay) {
+  build(1, 4, 4);
+  const WorkloadId a = submit("a-wide", "a", 8, 1, 1);
+  s_->schedule();
+  const WorkloadId b1 = submit("b-first", "b", 1, 1, 4);
+  const WorkloadId b2 = submit("b-second", "b", 1, 1, 4);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 4U);
+  for (const EvictDecision& e : r.evicted) {
+    EXPECT_EQ(e.preemptor, b1);
+  }
+  EXPECT_TRUE(s_->schedule().evicted.empty());  // Nor in a pass while they stop.
+  stopEvicted(r);
+  s_->schedule();
+  EXPECT_EQ(running(b1), 1);
+  EXPECT_EQ(running(b2), 0);
+  EXPECT_EQ(running(a), 4);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+}
+
+// Bug 4c: a queue exactly at its GPU share could not reclaim CPU it is owed.
+TEST_F(SchedulerTest, AQueueAtItsGpuShareMayReclaimCpuItIsOwed) {
+  build(1, 4, 4);
+  const WorkloadId a_gpu = submit("a-gpu", "a", 4, 4, 1);
+  const WorkloadId b_gpu = submit("b-gpu", "b", 4, 4, 1);
+  // a fills the node's other 192 cores with CPU-only tasks of 8 cores.
+  const WorkloadId a_cpu = submitRequest("a-cpu", "a", 24, 1, testing::cpuTask(8000));
+  s_->schedule();
+  ASSERT_EQ(running(a_gpu) + running(b_gpu), 8);
+  ASSERT_EQ(running(a_cpu), 24);
+  ASSERT_EQ(allocatedGpus("b"), 4);  // Exactly its GPU share.
+  const WorkloadId b_cpu = submitRequest("b-cpu", "b", 1, 1, testing::cpuTask(8000));
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 1U);
+  EXPECT_EQ(r.evicted[0].victim, a_cpu);
+  EXPECT_EQ(r.evicted[0].preemptor, b_cpu);
+}
+
+// Bug 4d: a higher-priority job blocked by its own queue's limit preempts lower-priority work of
+// the queue: the swap leaves the queue's totals as they were.
+TEST_F(SchedulerTest, PriorityPreemptionServesWorkBlockedByItsQueuesLimit) {
+  build(2, 4, 4, {}, /*limit_a=*/4);
+  const WorkloadId low = submit("a-low", "a", 4, 1, 1, /*priority=*/0);
+  s_->schedule();
+  ASSERT_EQ(running(low), 4);
+  const WorkloadId high = submit("a-high", "a", 1, 1, 2, /*priority=*/10);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 2U);  // Two GPUs of the four under the limit, no more.
+  for (const EvictDecision& e : r.evicted) {
+    EXPECT_EQ(e.victim, low);
+    EXPECT_FALSE(e.reclaim);
+  }
+  stopEvicted(r);
+  s_->schedule();
+  EXPECT_EQ(running(high), 1);
+  EXPECT_EQ(allocatedGpus("a"), 4);
+}
+
+// Bug 4e: a victim that frees nothing the preemptor can use (half of a GPU whose other half
+// stays taken, for a whole-GPU preemptor) is not evicted, though it is the cheapest.
+TEST_F(SchedulerTest, AVictimThatFreesNothingUsableIsLeftAlone) {
+  build(1, 4, 4);
+  const WorkloadId whole = submit("a-whole", "a", 7, 1, 1);
+  const WorkloadId pinned =
+      submitRequest("a-pinned", "a", 1, 1, testing::gpuTask(1000, 1, 500), false);
+  s_->schedule();
+  ASSERT_EQ(running(whole), 7);
+  ASSERT_EQ(running(pinned), 1);
+  clock_.advance(std::chrono::minutes(10));
+  const WorkloadId half = submitRequest("a-half", "a", 1, 1, testing::gpuTask(1000, 1, 500));
+  s_->schedule();
+  ASSERT_EQ(running(half), 1);  // Beside the pinned half: the cheapest task of all.
+  const WorkloadId b = submit("b-one", "b", 1, 1, 1);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 1U);
+  EXPECT_EQ(r.evicted[0].victim, whole);
+  EXPECT_EQ(r.evicted[0].preemptor, b);
+  EXPECT_EQ(running(half), 1);
 }
 
 }  // namespace
