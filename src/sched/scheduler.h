@@ -262,8 +262,14 @@ class Scheduler {
   // `hold_for` set, its room on the node stays taken, held for that workload (endHold).
   void releaseTask(TaskId t, WorkloadId hold_for = kNoWorkload);
   void setRunning(TaskId t, const Assignment& a, PassResult& out);
-  // Leaf queues in allocation order, hierarchically by dominant share.
+  // The next leaf queue to serve: at each level of the tree the first child in KAI's queue order
+  // (docs/fairness.md), judged with the child's next job (`head_job_`) added.
   QueueId pickQueue(const std::vector<int>& untried) const;
+  // Whether queue `x` goes before its sibling `y` in that order.
+  bool servedBefore(QueueId x, QueueId y) const;
+  // Fills `head_job_` for `q`'s subtree: a leaf's is one task of its first pending workload, a
+  // parent's that of its child served first. Returns it.
+  const Amounts& computeHeadJob(QueueId q, const std::vector<int>& untried);
   // Whether adding `add` to `leaf` keeps every queue on its path within its limit; if not,
   // fills `why`.
   bool withinLimits(QueueId leaf, const Amounts& add, Explanation* why) const;
@@ -332,6 +338,7 @@ class Scheduler {
   std::vector<Amounts> moving_;               // Per queue: settled(q) - allocated (see settled).
   std::vector<core::TimePoint> below_since_;  // Per leaf: since when it is within its share.
   Amounts trial_credit_;  // Subtracted from allocations in limit checks of a trial placement.
+  std::vector<Amounts> head_job_;  // Per queue, for the queue order; set at the start of a pass.
   uint64_t pass_ = 0;
   WorkloadId reserved_for_ = kNoWorkload;
   std::vector<NodeIndex> reserved_nodes_;

@@ -55,22 +55,107 @@ void Scheduler::refile(WorkloadId w) {
   }
 }
 
+bool Scheduler::servedBefore(QueueId x, QueueId y) const {
+  const Queue& qx = tree_.queue(x);
+  const Queue& qy = tree_.queue(y);
+  const Amounts& jx = head_job_[x];
+  const Amounts& jy = head_job_[y];
+  // 1. At or under its fair share first.
+  const Ratio sx = dominantShare(qx.allocated, qx.fair_share);
+  const Ratio sy = dominantShare(qy.allocated, qy.fair_share);
+  if (greaterThanOne(sx) != greaterThanOne(sy)) {
+    return !greaterThanOne(sx);
+  }
+  // 2. Then those that stay within quota with the job (GPUs always; CPU and memory where the
+  //    queue sets a quota, as for non-preemptible work).
+  auto within_quota = [](const Queue& q, const Amounts& job) {
+    for (size_t d = 0; d < job.size(); ++d) {
+      const bool gpu_dim = d == kGpuDim || d >= kFixedDims;
+      if (job[d] > 0 && (gpu_dim || q.quota[d] > 0) && q.allocated[d] + job[d] > q.quota[d]) {
+        return false;
+      }
+    }
+    return true;
+  };
+  const bool wx = within_quota(qx, jx);
+  if (wx != within_quota(qy, jy)) {
+    return wx;
+  }
+  // 3. Higher priority.
+  if (qx.priority != qy.priority) {
+    return qx.priority > qy.priority;
+  }
+  // 4. A queue whose job needs something of which it has no fair share goes last.
+  auto no_share = [](const Queue& q, const Amounts& job) {
+    for (size_t d = 0; d < job.size(); ++d) {
+      if (job[d] > 0 && q.fair_share[d] <= 0) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const bool px = no_share(qx, jx);
+  if (px != no_share(qy, jy)) {
+    return !px;
+  }
+  // 5. The smaller dominant share with the job added; 6. without it.
+  Amounts ax = qx.allocated;
+  Amounts ay = qy.allocated;
+  addTo(ax, jx);
+  addTo(ay, jy);
+  const Ratio with_x = dominantShare(ax, qx.fair_share);
+  const Ratio with_y = dominantShare(ay, qy.fair_share);
+  if (lessThan(with_x, with_y) || lessThan(with_y, with_x)) {
+    return lessThan(with_x, with_y);
+  }
+  return lessThan(sx, sy);  // 7. Ties: declaration order (the caller's scan order).
+}
+
+const Amounts& Scheduler::computeHeadJob(QueueId q, const std::vector<int>& untried) {
+  Amounts& job = head_job_[q];
+  job = tree_.space().zeros();
+  const Queue& queue = tree_.queue(q);
+  if (queue.isLeaf()) {
+    WorkloadId head = kNoWorkload;
+    OrderKey key;
+    for (const Bucket& b : buckets_[q]) {
+      if (!b.members.empty() && (head == kNoWorkload || b.members.begin()->first < key)) {
+        key = b.members.begin()->first;
+        head = b.members.begin()->second;
+      }
+    }
+    if (head != kNoWorkload) {
+      job = pendingAmounts(head);
+    }
+    return job;
+  }
+  QueueId first = kNoQueue;
+  for (QueueId c : queue.children) {
+    if (untried[c] == 0) {
+      continue;
+    }
+    computeHeadJob(c, untried);
+    if (first == kNoQueue || servedBefore(c, first)) {
+      first = c;
+    }
+  }
+  if (first != kNoQueue) {
+    job = head_job_[first];
+  }
+  return job;
+}
+
 QueueId Scheduler::pickQueue(const std::vector<int>& untried) const {
   const std::vector<QueueId>* level = &tree_.roots();
   QueueId chosen = kNoQueue;
   while (true) {
     QueueId best = kNoQueue;
-    Ratio best_share;
     for (QueueId q : *level) {
       if (untried[q] == 0) {
         continue;
       }
-      const Queue& queue = tree_.queue(q);
-      const Ratio share = dominantShare(queue.allocated, queue.fair_share);
-      if (best == kNoQueue || lessThan(share, best_share) ||
-          (!lessThan(best_share, share) && queue.priority > tree_.queue(best).priority)) {
+      if (best == kNoQueue || servedBefore(q, best)) {
         best = q;
-        best_share = share;
       }
     }
     if (best == kNoQueue) {
@@ -365,6 +450,12 @@ void Scheduler::allocate(PassResult& out) {
       for (QueueId p = q; p != kNoQueue; p = tree_.queue(p).parent) {
         ++open[p];
       }
+    }
+  }
+  head_job_.resize(tree_.size());
+  for (QueueId root : tree_.roots()) {
+    if (open[root] > 0) {
+      computeHeadJob(root, open);
     }
   }
   // The queue to serve is re-chosen only after a placement: a failure changes no share.

@@ -912,5 +912,29 @@ TEST_F(SchedulerTest, AVictimThatFreesNothingUsableIsLeftAlone) {
   EXPECT_EQ(running(half), 1);
 }
 
+// Bug 4f: queues are served in KAI's order, judged with their next job added. A queue with no
+// fair share of GPUs (quota 0, weight 0) compared as "0 / 0 = 0" before, won the tie against a
+// queue under its share, took the GPU, and was reclaimed in the same pass.
+TEST_F(SchedulerTest, AQueueWithNoShareOfWhatItAsksIsServedLast) {
+  build(1, 4, 0);
+  const QueueId bq = *s_->queues().find("b");
+  ASSERT_TRUE(s_->updateQueue(bq, s_->queues().space().zeros(), s_->queues().space().unlimited(),
+                              /*weight=*/0, 100)
+                  .isOk());
+  const WorkloadId six = submit("a-six", "a", 6, 1, 1);
+  s_->schedule();
+  ASSERT_EQ(running(six), 6);
+  const WorkloadId two = submit("a-two", "a", 2, 1, 1);
+  const WorkloadId b = submit("b-one", "b", 1, 1, 1);
+  PassResult r = s_->schedule();
+  EXPECT_EQ(running(two), 2);
+  EXPECT_EQ(running(b), 0);
+  EXPECT_TRUE(r.evicted.empty());
+  // Once a wants no more, b takes what is idle: the order decides who goes first, not who may.
+  s_->taskFinished(s_->workload(six).tasks[0]);
+  s_->schedule();
+  EXPECT_EQ(running(b), 1);
+}
+
 }  // namespace
 }  // namespace tessera::sched
