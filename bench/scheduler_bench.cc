@@ -4,10 +4,18 @@
 //                       dropped (Scheduler::forgetVerdicts): every queue and bucket of pending
 //                       work considered, fair share recomputed, as after a restart.
 //   BM_IncrementalPass: a pass after 100 running tasks completed.
+//   BM_BusyPass:        a pass after 1,000 running tasks completed and 1,000 new tasks arrived:
+//                       about a thousand placements in one pass.
+//   BM_ReclaimPass:     a pass after the 50 queues furthest below their fair share each got one
+//                       more 1-GPU job: reclaim searches for victims for up to 16 of them.
+//   BM_IncrementalPass/N: the incremental pass on N nodes (same queues, the same mix of work,
+//                       the cluster full and 10 pending tasks per node), to see how it scales.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 
 #include "core/clock.h"
@@ -18,7 +26,7 @@
 namespace tessera::sched {
 namespace {
 
-constexpr int kNodes = 10000;
+constexpr int kDefaultNodes = 10000;
 constexpr int kTenants = 50;
 constexpr int kTeams = 10;
 
@@ -56,11 +64,18 @@ WorkloadSpec drawWorkload(World& w, QueueId queue, int n) {
   return spec;
 }
 
-World& world() {
-  static World* w = [] {
+// A full cluster of `nodes` nodes with 10 pending tasks per node; built once per size.
+World& world(int node_count = kDefaultNodes) {
+  static std::map<int, World*> worlds;
+  World*& slot = worlds[node_count];
+  if (slot != nullptr) {
+    return *slot;
+  }
+  slot = [node_count] {
     auto* w = new World();
+    const int per_round = 4000 * std::max(1, node_count / kDefaultNodes);
     std::vector<model::Node> nodes;
-    for (int i = 0; i < kNodes; ++i) {
+    for (int i = 0; i < node_count; ++i) {
       nodes.push_back(
           *model::makeProfileNode("dgx-h100", "n" + std::to_string(i), w->catalogue, i));
     }
@@ -70,7 +85,7 @@ World& world() {
       specs.push_back({"t" + std::to_string(t), "org", {}, {}, 1, 100});
       for (int k = 0; k < kTeams; ++k) {
         Amounts quota = space.zeros();
-        quota[kGpuDim] = 160 * 1000;  // 500 x 160 = 80,000 GPUs.
+        quota[kGpuDim] = 16LL * node_count;  // 500 x 16 x nodes milli-GPU: every GPU.
         specs.push_back({"t" + std::to_string(t) + "-" + std::to_string(k),
                          "t" + std::to_string(t),
                          quota,
@@ -94,14 +109,14 @@ World& world() {
     // Fill the cluster: submit until a pass starts nothing more.
     int n = 0;
     for (int round = 0; round < 50; ++round) {
-      for (int i = 0; i < 4000; ++i) {
+      for (int i = 0; i < per_round; ++i) {
         (void)w->s->submit(drawWorkload(*w, leaves[w->rng.uniform(leaves.size())], n++));
       }
       PassResult r = w->s->schedule();
       for (const StartDecision& d : r.started) {
         w->running.push_back(d.task);
       }
-      if (w->s->cluster().usedGpuMilli() > 79000LL * 1000) {
+      if (w->s->cluster().usedGpuMilli() > int64_t{node_count} * 7900) {
         break;
       }
     }
@@ -113,14 +128,14 @@ World& world() {
     }
     w->s->schedule();
     int tasks = 0;
-    while (tasks < 100000) {
+    while (tasks < 10 * node_count) {
       WorkloadSpec spec = drawWorkload(*w, leaves[w->rng.uniform(leaves.size())], n++);
       tasks += spec.tasks;
       (void)w->s->submit(spec);
     }
     return w;
   }();
-  return *w;
+  return *slot;
 }
 
 // Runs one pass, reports its wall time to `st` and remembers what started.
@@ -144,28 +159,114 @@ void BM_FullPass(benchmark::State& st) {
     st.counters["evicted"] = static_cast<double>(r.evicted.size());
   }
   st.counters["gpus_used_pct"] =
-      100.0 * static_cast<double>(w.s->cluster().usedGpuMilli()) / (1000.0 * kNodes * 8);
+      100.0 * static_cast<double>(w.s->cluster().usedGpuMilli()) / (1000.0 * kDefaultNodes * 8);
+}
+
+// Ends `count` random running tasks of `w`.
+void complete(World& w, int count) {
+  for (int i = 0; i < count && !w.running.empty(); ++i) {
+    const size_t k = w.rng.uniform(w.running.size());
+    if (w.s->task(w.running[k]).state == TaskState::kRunning) {
+      w.s->taskFinished(w.running[k]);
+    }
+    w.running[k] = w.running.back();
+    w.running.pop_back();
+  }
 }
 
 void BM_IncrementalPass(benchmark::State& st) {
-  World& w = world();
+  World& w = world(st.range(0));
   for (auto _ : st) {
     st.PauseTiming();
     w.clock.advance(std::chrono::seconds(10));
-    for (int i = 0; i < 100 && !w.running.empty(); ++i) {
-      const size_t k = w.rng.uniform(w.running.size());
-      w.s->taskFinished(w.running[k]);
-      w.running[k] = w.running.back();
-      w.running.pop_back();
-    }
+    complete(w, 100);
     st.ResumeTiming();
     PassResult r = timedPass(w, st);
     st.counters["started"] = static_cast<double>(r.started.size());
   }
 }
 
+// Stops the tasks a pass evicted (their grace period over), so the next pass sees them pending.
+void stopEvicted(World& w, const PassResult& r) {
+  for (const EvictDecision& e : r.evicted) {
+    w.s->taskStopped(e.task);
+  }
+}
+
+void BM_BusyPass(benchmark::State& st) {
+  World& w = world();
+  std::vector<QueueId> leaves;
+  for (QueueId q = 0; q < w.s->queues().size(); ++q) {
+    if (w.s->queues().queue(q).isLeaf()) {
+      leaves.push_back(q);
+    }
+  }
+  int n = 1'000'000;
+  for (auto _ : st) {
+    st.PauseTiming();
+    w.clock.advance(std::chrono::seconds(10));
+    complete(w, 1000);
+    for (int tasks = 0; tasks < 1000;) {
+      WorkloadSpec spec = drawWorkload(w, leaves[w.rng.uniform(leaves.size())], n++);
+      tasks += spec.tasks;
+      (void)w.s->submit(spec);
+    }
+    st.ResumeTiming();
+    PassResult r = timedPass(w, st);
+    st.counters["started"] = static_cast<double>(r.started.size());
+    st.counters["evicted"] = static_cast<double>(r.evicted.size());
+    stopEvicted(w, r);
+  }
+}
+
+void BM_ReclaimPass(benchmark::State& st) {
+  World& w = world();
+  int n = 2'000'000;
+  for (auto _ : st) {
+    st.PauseTiming();
+    w.clock.advance(std::chrono::seconds(10));
+    // The 50 leaves furthest below their fair share (GPU), one more 1-GPU job each.
+    std::vector<std::pair<double, QueueId>> below;
+    for (QueueId q = 0; q < w.s->queues().size(); ++q) {
+      const Queue& queue = w.s->queues().queue(q);
+      if (queue.isLeaf() && queue.fair_share[kGpuDim] > 0) {
+        below.emplace_back(static_cast<double>(queue.allocated[kGpuDim]) /
+                               static_cast<double>(queue.fair_share[kGpuDim]),
+                           q);
+      }
+    }
+    std::sort(below.begin(), below.end());
+    for (size_t i = 0; i < std::min<size_t>(50, below.size()); ++i) {
+      WorkloadSpec spec = drawWorkload(w, below[i].second, n++);
+      spec.tasks = 1;
+      spec.min_available = 1;
+      spec.request.gpu_count = 1;
+      spec.request.gpu_milli = core::kWholeGpu;
+      spec.request.isolation = model::Isolation::kHardware;
+      (void)w.s->submit(spec);
+    }
+    st.ResumeTiming();
+    PassResult r = timedPass(w, st);
+    st.counters["started"] = static_cast<double>(r.started.size());
+    st.counters["evicted"] = static_cast<double>(r.evicted.size());
+    stopEvicted(w, r);
+  }
+}
+
 BENCHMARK(BM_FullPass)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_IncrementalPass)->Iterations(20)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_IncrementalPass)
+    ->Arg(kDefaultNodes)
+    ->Iterations(20)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BusyPass)->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReclaimPass)->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_IncrementalPass)
+    ->Arg(50000)
+    ->Arg(100000)
+    ->Iterations(20)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tessera::sched

@@ -56,6 +56,8 @@ Scheduler::Scheduler(const model::GpuCatalogue& catalogue, std::vector<model::No
       options_(std::move(options)),
       clock_(clock) {}
 
+Scheduler::~Scheduler() = default;
+
 core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
     const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes, QueueTree tree,
     std::vector<PodShape> typical, SchedulerOptions options, const core::Clock& clock) {
@@ -96,6 +98,12 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
     s->usage_ = std::make_unique<UsageHistory>(s->tree_.size(), s->options_.usage_half_life);
   }
   s->node_tasks_.resize(s->state_.nodeCount());
+  s->node_ends_.resize(s->state_.nodeCount());
+  s->node_unknown_.assign(s->state_.nodeCount(), 0);
+  s->drain_key_.assign(s->state_.nodeCount(), {});
+  for (NodeIndex n = 0; n < s->state_.nodeCount(); ++n) {
+    s->reindexDrain(n);
+  }
   s->moving_.assign(s->tree_.size(), space.zeros());
   s->below_since_.assign(s->tree_.size(), core::TimePoint::max());
   s->trial_credit_ = space.zeros();
@@ -235,6 +243,9 @@ void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out) {
   tree_.addPending(q, pendingAmounts(task.workload), -1);
   const Amounts used = taskAmounts(task.workload, &a.placement);
   tree_.addAllocated(q, used, +1);
+  for (QueueId p = q; p != kNoQueue && p < order_epoch_.size(); p = tree_.queue(p).parent) {
+    order_epoch_[p] = 0;  // Its place in the queue order moved.
+  }
   if (!w.spec.preemptible) {
     for (QueueId p = q; p != kNoQueue; p = tree_.queue(p).parent) {
       addTo(np_allocated_[p], used);
@@ -544,16 +555,42 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
 }
 
 void Scheduler::trackNodeTask(TaskId t, bool add) {
-  std::vector<TaskId>& v = node_tasks_[tasks_[t].assignment.placement.node];
+  const NodeIndex n = tasks_[t].assignment.placement.node;
+  std::vector<TaskId>& v = node_tasks_[n];
+  const core::Duration max_runtime = workloads_[tasks_[t].workload].spec.max_runtime;
   if (add) {
     v.push_back(t);
-    return;
-  }
-  auto it = std::find(v.begin(), v.end(), t);
-  if (it != v.end()) {
+    if (max_runtime.count() > 0) {
+      node_ends_[n].insert(tasks_[t].started + max_runtime);
+    } else {
+      ++node_unknown_[n];
+    }
+  } else if (auto it = std::find(v.begin(), v.end(), t); it != v.end()) {
     *it = v.back();
     v.pop_back();
+    if (max_runtime.count() > 0) {
+      if (auto e = node_ends_[n].find(tasks_[t].started + max_runtime); e != node_ends_[n].end()) {
+        node_ends_[n].erase(e);
+      }
+    } else {
+      --node_unknown_[n];
+    }
   }
+  reindexDrain(n);
+}
+
+void Scheduler::reindexDrain(NodeIndex n) {
+  drain_order_.erase(drain_key_[n]);
+  core::TimePoint drained = core::TimePoint::min();  // Empty: drained now.
+  if (node_unknown_[n] > 0) {
+    drained = core::TimePoint::max();
+  } else if (!node_ends_[n].empty()) {
+    drained = *node_ends_[n].rbegin();
+  }
+  const int64_t used = 1000LL * static_cast<int64_t>(state_.node(n).gpus.size()) -
+                       state_.nodeState(n).free_gpu_milli;
+  drain_key_[n] = {drained, used, n};
+  drain_order_.insert(drain_key_[n]);
 }
 
 core::Result<QueueId> Scheduler::addQueue(QueueSpec spec) {

@@ -37,7 +37,10 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -55,6 +58,10 @@
 #include "sched/workload.h"
 
 namespace tessera::sched {
+
+namespace internal {
+struct QueueOrderKey;  // scheduler_internal.h
+}  // namespace internal
 
 // What reclaim restores: each queue's fair share (quota plus its part of the surplus), or only
 // its deserved quota (docs/fairness.md). The surplus is then shared by allocation order alone.
@@ -157,6 +164,8 @@ class Scheduler {
   static core::Result<std::unique_ptr<Scheduler>> create(
       const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes, QueueTree tree,
       std::vector<PodShape> typical, SchedulerOptions options, const core::Clock& clock);
+
+  ~Scheduler();
 
   // Validates and queues a workload; errors name the field.
   core::Result<WorkloadId> submit(WorkloadSpec spec);
@@ -267,6 +276,7 @@ class Scheduler {
   QueueId pickQueue(const std::vector<int>& untried) const;
   // Whether queue `x` goes before its sibling `y` in that order.
   bool servedBefore(QueueId x, QueueId y) const;
+  const internal::QueueOrderKey& orderKey(QueueId q) const;
   // Fills `head_job_` for `q`'s subtree: a leaf's is one task of its first pending workload, a
   // parent's that of its child served first. Returns it.
   const Amounts& computeHeadJob(QueueId q, const std::vector<int>& untried);
@@ -303,8 +313,11 @@ class Scheduler {
   // Records a failed try: a "no room" verdict when `capacity`, and the bucket's explanation.
   void noteFailure(WorkloadId w, bool capacity, bool restricted, int32_t need);
   void evictFor(bool reclaim, PassResult& out, int& evictions);
+  // Victim units per workload, computed once per evictFor call (again after an eviction).
+  using UnitCache = std::unordered_map<WorkloadId, std::vector<Unit>>;
   // Chooses victims for `needed` tasks of `w` (evictFor's search); false if none will do.
-  bool planEvictions(WorkloadId w, bool reclaim, int needed, int evictions, EvictionPlan& plan);
+  bool planEvictions(WorkloadId w, bool reclaim, int needed, int evictions, UnitCache& units,
+                     EvictionPlan& plan);
   std::vector<Unit> victimUnits(WorkloadId w) const;
   // Unsaved GPU-milli-seconds of task `t`: its run since its last checkpoint, times its GPUs.
   int64_t unsavedOf(TaskId t) const;
@@ -327,6 +340,8 @@ class Scheduler {
   void reserveFor(WorkloadId w);
   bool mayBackfill(WorkloadId w) const;
   void trackNodeTask(TaskId t, bool add);
+  // Moves node `n` to its place in `drain_order_` after its tasks or free resources changed.
+  void reindexDrain(NodeIndex n);
 
   std::vector<uint8_t> preference_;           // Scratch for gang placement, one entry per node.
   std::vector<WorkloadId> unfinished_;        // In submission order (FIFO mode).
@@ -339,11 +354,23 @@ class Scheduler {
   std::vector<core::TimePoint> below_since_;  // Per leaf: since when it is within its share.
   Amounts trial_credit_;  // Subtracted from allocations in limit checks of a trial placement.
   std::vector<Amounts> head_job_;  // Per queue, for the queue order; set at the start of a pass.
+  // Per queue: what the queue order compares, computed when first needed in a pass and again
+  // after a placement under the queue (`order_epoch_[q] != pass_` marks it stale).
+  mutable std::vector<internal::QueueOrderKey> order_key_;
+  mutable std::vector<uint64_t> order_epoch_;
   uint64_t pass_ = 0;
   WorkloadId reserved_for_ = kNoWorkload;
   std::vector<NodeIndex> reserved_nodes_;
   core::TimePoint reservation_start_ = core::TimePoint::max();  // max() = unknown.
-  std::vector<std::vector<TaskId>> node_tasks_;       // Running or terminating tasks per node.
+  std::vector<std::vector<TaskId>> node_tasks_;  // Running or terminating tasks per node.
+  // For reservations, kept as tasks come and go: per node, when its tasks with a declared
+  // runtime end and how many have none; and every node in the order reservations take them
+  // (when it drains: min() = empty, max() = unknown; then used milli-GPU; then index).
+  using DrainKey = std::tuple<core::TimePoint, int64_t, NodeIndex>;
+  std::vector<std::multiset<core::TimePoint>> node_ends_;
+  std::vector<uint32_t> node_unknown_;
+  std::set<DrainKey> drain_order_;
+  std::vector<DrainKey> drain_key_;
   std::vector<std::vector<NodeIndex>> domain_nodes_;  // NVLink domain -> nodes.
 
   const model::GpuCatalogue& catalogue_;

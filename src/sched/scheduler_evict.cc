@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <bit>
 #include <numeric>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "sched/fair_share.h"
@@ -39,6 +41,7 @@ struct Scheduler::Unit {
   bool elastic = false;
   core::TimePoint started{};  // Latest start among them.
   int64_t unsaved = 0;        // Milli-GPU-seconds the eviction destroys.
+  Amounts amounts;            // What it holds, in queue accounting.
 };
 
 struct Scheduler::EvictionPlan {
@@ -100,6 +103,7 @@ void Scheduler::endHold(WorkloadId w) {
   for (const auto& [victim, a] : info.held) {
     placer_->release(workloads_[victim].spec.request, a);
     released_nodes_.push_back(a.placement.node);  // Verdicts are tested there again.
+    reindexDrain(a.placement.node);
   }
   info.held.clear();
 }
@@ -134,15 +138,18 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
   int taken = 0;
   Unit core;
   core.workload = w;
+  core.amounts = tree_.space().zeros();
   for (size_t i : order) {
     const TaskId t = running[i];
+    const Amounts held = taskAmounts(w, &tasks_[t].assignment.placement);
     if (taken < elastic && !young(t)) {
-      units.push_back({w, {t}, true, tasks_[t].started, unsaved[i]});
+      units.push_back({w, {t}, true, tasks_[t].started, unsaved[i], held});
       ++taken;
     } else {
       core.tasks.push_back(t);
       core.unsaved += unsaved[i];
       core.started = std::max(core.started, tasks_[t].started);
+      addTo(core.amounts, held);
     }
   }
   if (!core.tasks.empty() && std::none_of(core.tasks.begin(), core.tasks.end(), young)) {
@@ -152,7 +159,7 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
 }
 
 bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evictions,
-                              EvictionPlan& plan) {
+                              UnitCache& units, EvictionPlan& plan) {
   const WorkloadInfo& info = workloads_[w];
   const model::TaskRequest& req = info.spec.request;
   const QueueId r_leaf = info.spec.queue;
@@ -167,17 +174,21 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
   // its share and stays above the reclaimer's side after the move (rule b); for preemption, the
   // workload's own leaf.
   struct Source {
+    QueueId leaf;
     QueueId split_victim;
     Ratio victim_share;
     bool reclaimer_within_quota;  // Then the victim side's floor is its deserved quota.
   };
-  std::unordered_map<QueueId, Source> sources;  // By victim leaf.
+  std::vector<Source> sources;
+  // The reclaimer's side at each level where paths split: its share with N added, and whether it
+  // stays within its deserved quota.
+  std::unordered_map<QueueId, std::pair<Ratio, bool>> reclaimer_sides;
   for (QueueId v = 0; v < tree_.size(); ++v) {
     if (running_priorities_[v].empty() || (reclaim ? v == r_leaf : v != r_leaf)) {
       continue;
     }
     if (!reclaim) {
-      sources.emplace(v, Source{v, Ratio{}, false});
+      sources.push_back(Source{v, v, Ratio{}, false});
       continue;
     }
     QueueId a_v = v;
@@ -197,62 +208,42 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
     if (!greaterThanOne(s_v)) {
       continue;  // Only a side above its share gives back.
     }
-    const Queue& ar = tree_.queue(a_r);
-    Amounts ar_after = settled(a_r);
-    addTo(ar_after, need);
-    if (!lessThan(dominantShare(ar_after, reclaimBasis(ar)), s_v)) {
+    auto side = reclaimer_sides.find(a_r);
+    if (side == reclaimer_sides.end()) {
+      const Queue& ar = tree_.queue(a_r);
+      Amounts ar_after = settled(a_r);
+      addTo(ar_after, need);
+      side =
+          reclaimer_sides
+              .emplace(a_r, std::make_pair(dominantShare(ar_after, reclaimBasis(ar)),
+                                           !greaterThanOne(dominantShare(ar_after, ar.deserved))))
+              .first;
+    }
+    if (!lessThan(side->second.first, s_v)) {
       continue;  // The move would not lower unfairness.
     }
-    const bool within_quota = !greaterThanOne(dominantShare(ar_after, ar.deserved));
-    sources.emplace(v, Source{a_v, s_v, within_quota});
+    sources.push_back(Source{v, a_v, s_v, side->second.second});
   }
   if (sources.empty()) {
     return false;
   }
+  // Most over first: the search widens to the next level of victim share only when the levels
+  // above cannot make the room, so it reads few queues' work when the most over can give.
+  std::stable_sort(sources.begin(), sources.end(), [](const Source& a, const Source& b) {
+    return lessThan(b.victim_share, a.victim_share);
+  });
 
   // Candidate units, and the nodes each one is on.
   struct Cand {
-    Unit unit;
+    const Unit* unit;  // In `units`, which does not change while the plan is made.
     const Source* source;
-    Amounts amounts;
     bool taken = false;
   };
   std::vector<Cand> cands;
   std::unordered_map<NodeIndex, std::vector<size_t>> on_node;
-  for (auto& [leaf, src] : sources) {
-    const Queue& vq = tree_.queue(leaf);
-    const int64_t bound =
-        1000 *
-        (vq.max_unsaved_gpu_s >= 0 ? vq.max_unsaved_gpu_s : seconds(options_.max_unsaved_gpu_time));
-    for (WorkloadId vw : queue_workloads_[leaf]) {
-      if (!reclaim && (vw == w || workloads_[vw].spec.priority >= info.spec.priority)) {
-        continue;
-      }
-      for (Unit& u : victimUnits(vw)) {
-        if (reclaim && u.unsaved >= bound) {
-          continue;  // Its eviction would destroy too much.
-        }
-        Amounts amounts = tree_.space().zeros();
-        for (TaskId t : u.tasks) {
-          addTo(amounts, taskAmounts(vw, &tasks_[t].assignment.placement));
-        }
-        const size_t i = cands.size();
-        cands.push_back({std::move(u), &src, std::move(amounts)});
-        for (TaskId t : cands[i].unit.tasks) {
-          std::vector<size_t>& v = on_node[tasks_[t].assignment.placement.node];
-          if (v.empty() || v.back() != i) {
-            v.push_back(i);
-          }
-        }
-      }
-    }
-  }
-  if (cands.empty()) {
-    return false;
-  }
   auto cheaper = [&](size_t a, size_t b) {
-    const Unit& ua = cands[a].unit;
-    const Unit& ub = cands[b].unit;
+    const Unit& ua = *cands[a].unit;
+    const Unit& ub = *cands[b].unit;
     if (ua.unsaved != ub.unsaved) {
       return ua.unsaved < ub.unsaved;
     }
@@ -269,6 +260,56 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
     }
     return ua.tasks.front() < ub.tasks.front();
   };
+  size_t next_source = 0;
+  // Adds the units of the next level of sources (equal victim share); false when none is left.
+  auto expand = [&]() {
+    if (next_source == sources.size()) {
+      return false;
+    }
+    const Ratio level = sources[next_source].victim_share;
+    for (; next_source < sources.size() && !lessThan(sources[next_source].victim_share, level);
+         ++next_source) {
+      const Source& src = sources[next_source];
+      const Queue& vq = tree_.queue(src.leaf);
+      const int64_t bound =
+          1000 * (vq.max_unsaved_gpu_s >= 0 ? vq.max_unsaved_gpu_s
+                                            : seconds(options_.max_unsaved_gpu_time));
+      for (WorkloadId vw : queue_workloads_[src.leaf]) {
+        if (workloads_[vw].running == 0 ||
+            (!reclaim && (vw == w || workloads_[vw].spec.priority >= info.spec.priority))) {
+          continue;
+        }
+        auto it = units.find(vw);
+        if (it == units.end()) {
+          it = units.emplace(vw, victimUnits(vw)).first;
+        }
+        for (const Unit& u : it->second) {
+          if (reclaim && u.unsaved >= bound) {
+            continue;  // Its eviction would destroy too much.
+          }
+          const size_t i = cands.size();
+          cands.push_back({&u, &src});
+          for (TaskId t : u.tasks) {
+            std::vector<size_t>& v = on_node[tasks_[t].assignment.placement.node];
+            if (v.empty() || v.back() != i) {
+              v.push_back(i);
+            }
+          }
+        }
+      }
+    }
+    for (auto& [n, list] : on_node) {
+      std::sort(list.begin(), list.end(), cheaper);  // Each node's units in victim order.
+    }
+    return true;
+  };
+  if (reclaim) {
+    expand();
+  } else {
+    while (expand()) {
+    }
+  }
+
   // No overshoot: in every dimension where the victim's side is above its floor (its share, or
   // its deserved quota when the reclaimer is within its own quota), it stays at or above it with
   // everything chosen so far gone. Dimensions where it is not above (CPU nobody lacks, say) do
@@ -285,7 +326,8 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
       subtractFrom(before, it->second);
     }
     for (size_t d = 0; d < floor.size(); ++d) {
-      if (c.amounts[d] > 0 && before[d] > floor[d] && before[d] - c.amounts[d] < floor[d]) {
+      if (c.unit->amounts[d] > 0 && before[d] > floor[d] &&
+          before[d] - c.unit->amounts[d] < floor[d]) {
         return false;
       }
     }
@@ -357,10 +399,10 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
         break;
       }
       cands[i].taken = true;
-      release(cands[i].unit);
-      addTo(trial_credit_, cands[i].amounts);
-      plan.victims.push_back({cands[i].unit, r_leaf});
-      plan.victim_tasks += static_cast<int>(cands[i].unit.tasks.size());
+      release(*cands[i].unit);
+      addTo(trial_credit_, cands[i].unit->amounts);
+      plan.victims.push_back({*cands[i].unit, r_leaf});
+      plan.victim_tasks += static_cast<int>(cands[i].unit->tasks.size());
     }
   }
 
@@ -376,23 +418,21 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
       if (closed(n)) {
         continue;
       }
-      std::vector<size_t> open;
-      for (size_t i : list) {
-        if (!cands[i].taken) {
-          open.push_back(i);
-        }
-      }
-      std::sort(open.begin(), open.end(), cheaper);
       int64_t room = state_.nodeState(n).free_gpu_milli;
       int64_t cost = 0;
-      for (size_t i : open) {
+      bool any = false;
+      for (size_t i : list) {
+        if (cands[i].taken) {
+          continue;
+        }
+        any = true;
         if (room >= task_milli) {
           break;
         }
-        room += cands[i].amounts[kGpuDim];
-        cost += cands[i].unit.unsaved;
+        room += cands[i].unit->amounts[kGpuDim];
+        cost += cands[i].unit->unsaved;
       }
-      if (room >= task_milli && !open.empty()) {
+      if (room >= task_milli && any) {
         estimates.emplace_back(cost, n);
       }
     }
@@ -408,13 +448,7 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
     Option best;
     for (size_t e = 0; e < look; ++e) {
       const NodeIndex n = estimates[e].second;
-      std::vector<size_t> open;
-      for (size_t i : on_node[n]) {
-        if (!cands[i].taken) {
-          open.push_back(i);
-        }
-      }
-      std::sort(open.begin(), open.end(), cheaper);
+      const std::vector<size_t>& open = on_node[n];
       const size_t mark = released.size();
       std::unordered_map<QueueId, Amounts> freed = plan.freed;
       std::vector<size_t> used;
@@ -423,13 +457,13 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
         if (fits == remaining) {
           break;
         }
-        if (!may_take(cands[i], freed)) {
+        if (cands[i].taken || !may_take(cands[i], freed)) {
           continue;
         }
-        release(cands[i].unit);
+        release(*cands[i].unit);
         used.push_back(i);
         auto [slot, inserted] = freed.emplace(cands[i].source->split_victim, tree_.space().zeros());
-        addTo(slot->second, cands[i].amounts);
+        addTo(slot->second, cands[i].unit->amounts);
         const size_t pmark = placed.size();
         fits = fit_on(n, remaining);
         unplace_to(pmark);
@@ -438,7 +472,7 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
         // Keep only the victims the room needs: give each back, most expensive first, and see
         // whether as many tasks still fit.
         for (size_t j = used.size(); j-- > 0;) {
-          const Unit& u = cands[used[j]].unit;
+          const Unit& u = *cands[used[j]].unit;
           for (TaskId t : u.tasks) {
             auto it = std::find_if(released.begin() + static_cast<ptrdiff_t>(mark), released.end(),
                                    [&](const auto& r) { return r.first == t; });
@@ -457,7 +491,7 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
         }
         Option o{n, used, fits, 0};
         for (size_t i : used) {
-          o.cost += cands[i].unit.unsaved + 1;  // + 1: fewer evictions win a tie.
+          o.cost += cands[i].unit->unsaved + 1;  // + 1: fewer evictions win a tie.
         }
         // Least unsaved work per task made room for; then the lower node index.
         const Int128 lhs = static_cast<Int128>(o.cost) * std::max(1, best.tasks);
@@ -469,16 +503,19 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
       restore_to(mark);
     }
     if (best.node == kNoNode) {
+      if (expand()) {
+        continue;  // Nothing at this level of victim share: look one level further.
+      }
       break;
     }
     for (size_t i : best.units) {
       cands[i].taken = true;
-      release(cands[i].unit);
+      release(*cands[i].unit);
       auto [slot, inserted] =
           plan.freed.emplace(cands[i].source->split_victim, tree_.space().zeros());
-      addTo(slot->second, cands[i].amounts);
-      plan.victims.push_back({cands[i].unit, cands[i].source->split_victim});
-      plan.victim_tasks += static_cast<int>(cands[i].unit.tasks.size());
+      addTo(slot->second, cands[i].unit->amounts);
+      plan.victims.push_back({*cands[i].unit, cands[i].source->split_victim});
+      plan.victim_tasks += static_cast<int>(cands[i].unit->tasks.size());
     }
     remaining -= fit_on(best.node, std::min(remaining, best.tasks));
     remaining -= fit_on(kNoNode, remaining);  // A gang victim may have freed room elsewhere.
@@ -580,6 +617,10 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
   if (blocked.size() > kPerPass) {
     blocked.resize(kPerPass);
   }
+  UnitCache units;
+  // (queue, request class, tasks to place, target) of searches that found nothing in this call:
+  // the same search for a peer would find nothing either, as long as nothing was evicted since.
+  std::set<std::tuple<QueueId, uint32_t, int, int>> failed;
   for (const auto& entry : blocked) {
     const WorkloadId w = entry.second;
     if (evictions >= options_.max_evictions_per_pass) {
@@ -621,9 +662,15 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       }
     }
     EvictionPlan plan;
-    if (!planEvictions(w, reclaim, target, evictions, plan)) {
+    const auto search = std::make_tuple(r_leaf, info.shape, needOf(w), target);
+    if (failed.contains(search)) {
       continue;
     }
+    if (!planEvictions(w, reclaim, target, evictions, units, plan)) {
+      failed.insert(search);
+      continue;
+    }
+    failed.clear();  // Shares moved: what failed may now succeed.
     // Commit: victims terminate and keep their resources until they stop, and then for `w`; the
     // move counts as made for every later decision (settled).
     std::string before_after;
@@ -642,6 +689,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       }
     }
     for (const EvictionPlan::Victim& v : plan.victims) {
+      units.erase(v.unit.workload);
       WorkloadInfo& victim = workloads_[v.unit.workload];
       for (TaskId t : v.unit.tasks) {
         addMoving(victim.spec.queue, taskAmounts(v.unit.workload, &tasks_[t].assignment.placement),

@@ -47,6 +47,35 @@ inline Ratio dominantShare(const Amounts& allocated, const Amounts& fair) {
   return best;
 }
 
+// The dominant share of `allocated` + `add` against `fair`, without building the sum.
+inline Ratio dominantShareWith(const Amounts& allocated, const Amounts& add, const Amounts& fair) {
+  Ratio best{0, 1};
+  for (size_t d = 0; d < allocated.size(); ++d) {
+    const int64_t a = allocated[d] + add[d];
+    if (a <= 0) {
+      continue;
+    }
+    if (fair[d] <= 0) {
+      return Ratio{1, 0};
+    }
+    const Ratio r{a, fair[d]};
+    if (lessThan(best, r)) {
+      best = r;
+    }
+  }
+  return best;
+}
+
+// What the queue order compares for one queue (docs/fairness.md, "Queue order").
+struct QueueOrderKey {
+  bool over = false;          // Above its fair share.
+  bool within_quota = false;  // Within its quota with its next job added.
+  int32_t priority = 0;
+  bool no_share = false;  // Its next job needs something of which it has no fair share.
+  Ratio with_job;         // Dominant share with the job added.
+  Ratio without;          // And without.
+};
+
 inline std::string shareText(const Queue& q, const Amounts& allocated) {
   return fmt::format("{} gpu {}/{}", q.name, allocated[kGpuDim], q.fair_share[kGpuDim]);
 }

@@ -55,60 +55,60 @@ void Scheduler::refile(WorkloadId w) {
   }
 }
 
+const QueueOrderKey& Scheduler::orderKey(QueueId q) const {
+  if (order_key_.size() < tree_.size()) {
+    order_key_.resize(tree_.size());
+    order_epoch_.resize(tree_.size(), 0);
+  }
+  QueueOrderKey& k = order_key_[q];
+  if (order_epoch_[q] == pass_) {
+    return k;
+  }
+  order_epoch_[q] = pass_;
+  const Queue& queue = tree_.queue(q);
+  const Amounts& job = head_job_[q];
+  k.without = dominantShare(queue.allocated, queue.fair_share);
+  k.over = greaterThanOne(k.without);
+  // Within quota: GPU dimensions always; CPU and memory where the queue sets a quota, as for
+  // non-preemptible work.
+  k.within_quota = true;
+  k.no_share = false;
+  for (size_t d = 0; d < job.size(); ++d) {
+    if (job[d] <= 0) {
+      continue;
+    }
+    const bool gpu_dim = d == kGpuDim || d >= kFixedDims;
+    if ((gpu_dim || queue.quota[d] > 0) && queue.allocated[d] + job[d] > queue.quota[d]) {
+      k.within_quota = false;
+    }
+    if (queue.fair_share[d] <= 0) {
+      k.no_share = true;
+    }
+  }
+  k.priority = queue.priority;
+  k.with_job = dominantShareWith(queue.allocated, job, queue.fair_share);
+  return k;
+}
+
 bool Scheduler::servedBefore(QueueId x, QueueId y) const {
-  const Queue& qx = tree_.queue(x);
-  const Queue& qy = tree_.queue(y);
-  const Amounts& jx = head_job_[x];
-  const Amounts& jy = head_job_[y];
-  // 1. At or under its fair share first.
-  const Ratio sx = dominantShare(qx.allocated, qx.fair_share);
-  const Ratio sy = dominantShare(qy.allocated, qy.fair_share);
-  if (greaterThanOne(sx) != greaterThanOne(sy)) {
-    return !greaterThanOne(sx);
+  const QueueOrderKey& kx = orderKey(x);
+  const QueueOrderKey& ky = orderKey(y);
+  if (kx.over != ky.over) {
+    return !kx.over;  // 1. At or under its fair share first.
   }
-  // 2. Then those that stay within quota with the job (GPUs always; CPU and memory where the
-  //    queue sets a quota, as for non-preemptible work).
-  auto within_quota = [](const Queue& q, const Amounts& job) {
-    for (size_t d = 0; d < job.size(); ++d) {
-      const bool gpu_dim = d == kGpuDim || d >= kFixedDims;
-      if (job[d] > 0 && (gpu_dim || q.quota[d] > 0) && q.allocated[d] + job[d] > q.quota[d]) {
-        return false;
-      }
-    }
-    return true;
-  };
-  const bool wx = within_quota(qx, jx);
-  if (wx != within_quota(qy, jy)) {
-    return wx;
+  if (kx.within_quota != ky.within_quota) {
+    return kx.within_quota;  // 2. Within its quota with the job.
   }
-  // 3. Higher priority.
-  if (qx.priority != qy.priority) {
-    return qx.priority > qy.priority;
+  if (kx.priority != ky.priority) {
+    return kx.priority > ky.priority;  // 3. Higher priority.
   }
-  // 4. A queue whose job needs something of which it has no fair share goes last.
-  auto no_share = [](const Queue& q, const Amounts& job) {
-    for (size_t d = 0; d < job.size(); ++d) {
-      if (job[d] > 0 && q.fair_share[d] <= 0) {
-        return true;
-      }
-    }
-    return false;
-  };
-  const bool px = no_share(qx, jx);
-  if (px != no_share(qy, jy)) {
-    return !px;
+  if (kx.no_share != ky.no_share) {
+    return !kx.no_share;  // 4. Not asking for what it has no share of.
   }
-  // 5. The smaller dominant share with the job added; 6. without it.
-  Amounts ax = qx.allocated;
-  Amounts ay = qy.allocated;
-  addTo(ax, jx);
-  addTo(ay, jy);
-  const Ratio with_x = dominantShare(ax, qx.fair_share);
-  const Ratio with_y = dominantShare(ay, qy.fair_share);
-  if (lessThan(with_x, with_y) || lessThan(with_y, with_x)) {
-    return lessThan(with_x, with_y);
+  if (lessThan(kx.with_job, ky.with_job) || lessThan(ky.with_job, kx.with_job)) {
+    return lessThan(kx.with_job, ky.with_job);  // 5. Smaller share with the job.
   }
-  return lessThan(sx, sy);  // 7. Ties: declaration order (the caller's scan order).
+  return lessThan(kx.without, ky.without);  // 6. Without; 7. ties: the caller's scan order.
 }
 
 const Amounts& Scheduler::computeHeadJob(QueueId q, const std::vector<int>& untried) {

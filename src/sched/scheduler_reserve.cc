@@ -26,14 +26,16 @@ void Scheduler::reserveFor(WorkloadId w) {
   const model::TaskRequest& r = info.spec.request;
   const int needed = std::max(1, info.spec.min_available - info.running);
   const core::TimePoint now = clock_.now();
-  struct Candidate {
-    core::TimePoint drained;  // When its known tasks have all ended; max() = unknown.
-    int64_t used_milli;
-    NodeIndex node;
-    int holds;  // Tasks of `w` the node holds when empty.
-  };
-  std::vector<Candidate> candidates;
-  for (NodeIndex n = 0; n < state_.nodeCount(); ++n) {
+  // Nodes in the order they drain (`drain_order_`, kept as tasks come and go): the first that
+  // can hold tasks of `w`, until they hold all it needs. A node whose known tasks should have
+  // ended already sorts by that time, before those still running.
+  std::vector<NodeIndex> nodes;
+  reservation_start_ = now;
+  int covered = 0;
+  for (const auto& [drained, used, n] : drain_order_) {
+    if (covered >= needed) {
+      break;
+    }
     const model::Node& node = state_.node(n);
     if (static_cast<int>(node.gpus.size()) < r.gpu_count ||
         (r.gpu_count > 0 && !r.models.empty() &&
@@ -55,39 +57,9 @@ void Scheduler::reserveFor(WorkloadId w) {
     if (holds <= 0 || holds == INT32_MAX) {
       continue;
     }
-    core::TimePoint drained = now;
-    for (TaskId t : node_tasks_[n]) {
-      const core::Duration max_runtime = workloads_[tasks_[t].workload].spec.max_runtime;
-      if (max_runtime.count() <= 0) {
-        drained = core::TimePoint::max();
-        break;
-      }
-      drained = std::max(drained, tasks_[t].started + max_runtime);
-    }
-    candidates.push_back(
-        {drained,
-         1000LL * static_cast<int64_t>(node.gpus.size()) - state_.nodeState(n).free_gpu_milli, n,
-         holds});
-  }
-  // Each candidate holds at least one task: the first `needed` in order are all that can be used.
-  const auto used = static_cast<ptrdiff_t>(std::min<size_t>(candidates.size(), needed));
-  std::partial_sort(candidates.begin(), candidates.begin() + used, candidates.end(),
-                    [](const Candidate& a, const Candidate& b) {
-                      if (a.drained != b.drained) {
-                        return a.drained < b.drained;
-                      }
-                      if (a.used_milli != b.used_milli) {
-                        return a.used_milli < b.used_milli;
-                      }
-                      return a.node < b.node;
-                    });
-  std::vector<NodeIndex> nodes;
-  reservation_start_ = now;
-  int covered = 0;
-  for (auto c = candidates.begin(); c != candidates.begin() + used && covered < needed; ++c) {
-    nodes.push_back(c->node);
-    reservation_start_ = std::max(reservation_start_, c->drained);
-    covered += c->holds;
+    nodes.push_back(n);
+    reservation_start_ = std::max(reservation_start_, drained);
+    covered += holds;
   }
   setReservation(w, std::move(nodes));
 }
