@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "sim/scenario_run.h"
 
@@ -135,6 +136,60 @@ TEST(ScenarioTest, NoTaskIsEvictedTwiceForTheSamePairOfQueues) {
   }
   for (const QueueSummary& q : r.queues) {
     EXPECT_LE(q.max_time_to_quota_s, 30) << q.name;  // One pass plus the grace period.
+  }
+}
+
+// Issue #20, rules 1 and 2, end to end (and through the live API in cli_sim_test): team-2 takes
+// back a node from team-1. team-1's 16-GPU gang has run two unsaved hours (32 GPU-hours: far over
+// the bound), its 1-GPU tasks checkpoint every 10 minutes (5 GPU-minutes unsaved each): those go,
+// all on the one node the reclaimer then uses, and nothing else.
+TEST(ScenarioTest, ReclaimTakesOnlyCheapWorkOnTheNodeItUses) {
+  ScenarioResult r = run("tenants-reclaim-cost.json");
+  std::set<std::string> nodes;
+  int evicted = 0;
+  std::string train_node;
+  double train_start = -1;
+  for (const SimEvent& e : r.events) {
+    if (e.event == "evict") {
+      ++evicted;
+      EXPECT_EQ(e.workload, "team-1/saved");
+      EXPECT_EQ(e.time_s, 7500);
+      nodes.insert(e.node);
+    }
+    if (e.event == "start" && e.workload == "team-2/train") {
+      train_start = e.time_s;
+      train_node = e.node;
+    }
+  }
+  EXPECT_EQ(evicted, 8);
+  ASSERT_EQ(nodes.size(), 1U);
+  EXPECT_EQ(train_node, *nodes.begin());
+  EXPECT_EQ(train_start, 7500 + 30);  // Within one pass plus the grace period.
+  // 8 tasks x 300 s since their last checkpoint.
+  EXPECT_NEAR(r.lost_gpu_seconds, 8 * 300, 1e-6);
+}
+
+// Rule 3 end to end: team-2 deserves one GPU of surplus, but taking a pair of team-1's would
+// push team-1 below its share, so "one" waits; "two" makes team-2's share 2 and team-1's 6, and
+// one pair goes. No eviction overshoots.
+TEST(ScenarioTest, ReclaimNeverPushesTheVictimBelowItsShare) {
+  ScenarioResult r = run("tenants-no-overshoot.json");
+  int evicted = 0;
+  for (const SimEvent& e : r.events) {
+    if (e.event == "evict") {
+      ++evicted;
+      EXPECT_EQ(e.time_s, 1200);
+      EXPECT_EQ(e.workload, "team-1/pairs");
+    }
+    if (e.event == "start" && e.workload == "team-2/one") {
+      EXPECT_GE(e.time_s, 1230);  // Not for itself at 600.
+    }
+  }
+  EXPECT_EQ(evicted, 1);
+  for (const TenantRow& row : r.tenants) {
+    if (row.queue == "team-1/default" && row.time_s < 2430) {
+      EXPECT_GE(row.allocated_milli_gpu, 6000) << row.time_s;  // Its share from 1200 on.
+    }
   }
 }
 
