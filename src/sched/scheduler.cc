@@ -64,8 +64,8 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
   for (const model::Node& n : nodes) {
     TESSERA_RETURN_IF_ERROR(model::validateNode(n));
   }
-  if (options.max_evictions_per_pass < 0) {
-    return core::invalidArgument("max evictions per pass must not be negative");
+  if (options.max_evictions_per_pass < 0 || options.max_moves_per_pass < 0) {
+    return core::invalidArgument("max evictions and moves per pass must not be negative");
   }
   std::unique_ptr<Scheduler> s(
       new Scheduler(catalogue, std::move(nodes), std::move(tree), std::move(options), clock));
@@ -659,8 +659,9 @@ PassResult Scheduler::schedule() {
   allocate(out);
   if (options_.fair_share) {
     int evictions = 0;
-    evictFor(/*reclaim=*/true, out, evictions);
-    evictFor(/*reclaim=*/false, out, evictions);
+    evictFor(Eviction::kConsolidate, out, evictions);
+    evictFor(Eviction::kReclaim, out, evictions);
+    evictFor(Eviction::kPreempt, out, evictions);
   }
   return out;
 }

@@ -83,6 +83,8 @@ struct SchedulerOptions {
   // A workload may reclaim only once it has waited this long while its queue was at or below
   // its fair share.
   core::Duration reclaim_patience{0};
+  // Consolidation: tasks moved per pass to make room for blocked work (0: never move).
+  int max_moves_per_pass = 8;
 };
 
 // Why a workload is still pending.
@@ -113,7 +115,8 @@ struct EvictDecision {
   TaskId task = kNoTask;
   WorkloadId victim = 0;
   WorkloadId preemptor = 0;
-  bool reclaim = true;  // false: preemption inside the queue.
+  bool reclaim = true;  // false: preemption inside the queue, or a move.
+  bool moved = false;   // Consolidation: evicted to restart on another node at once.
   std::string detail;   // Who, why, and the fair-share numbers before and after.
 };
 
@@ -312,11 +315,12 @@ class Scheduler {
   void unblock();
   // Records a failed try: a "no room" verdict when `capacity`, and the bucket's explanation.
   void noteFailure(WorkloadId w, bool capacity, bool restricted, int32_t need);
-  void evictFor(bool reclaim, PassResult& out, int& evictions);
+  enum class Eviction : uint8_t { kReclaim, kPreempt, kConsolidate };
+  void evictFor(Eviction kind, PassResult& out, int& evictions);
   // Victim units per workload, computed once per evictFor call (again after an eviction).
   using UnitCache = std::unordered_map<WorkloadId, std::vector<Unit>>;
   // Chooses victims for `needed` tasks of `w` (evictFor's search); false if none will do.
-  bool planEvictions(WorkloadId w, bool reclaim, int needed, int evictions, UnitCache& units,
+  bool planEvictions(WorkloadId w, Eviction kind, int needed, int evictions, UnitCache& units,
                      EvictionPlan& plan);
   std::vector<Unit> victimUnits(WorkloadId w) const;
   // Unsaved GPU-milli-seconds of task `t`: its run since its last checkpoint, times its GPUs.

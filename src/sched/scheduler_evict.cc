@@ -28,6 +28,8 @@ namespace {
 // Nodes whose room is evaluated exactly per round of the search, after a cheap estimate.
 constexpr size_t kNodesPerRound = 8;
 constexpr NodeIndex kNoNode = UINT32_MAX;
+// Consolidation looks for units to move on this many nodes, those with the most free room.
+constexpr size_t kConsolidationNodes = 32;
 
 int64_t seconds(core::Duration d) {
   return std::chrono::duration_cast<std::chrono::seconds>(d).count();
@@ -158,8 +160,10 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
   return units;
 }
 
-bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evictions,
+bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evictions,
                               UnitCache& units, EvictionPlan& plan) {
+  const bool reclaim = kind == Eviction::kReclaim;
+  const bool move = kind == Eviction::kConsolidate;
   const WorkloadInfo& info = workloads_[w];
   const model::TaskRequest& req = info.spec.request;
   const QueueId r_leaf = info.spec.queue;
@@ -183,7 +187,8 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
   // The reclaimer's side at each level where paths split: its share with N added, and whether it
   // stays within its deserved quota.
   std::unordered_map<QueueId, std::pair<Ratio, bool>> reclaimer_sides;
-  for (QueueId v = 0; v < tree_.size(); ++v) {
+  sources.reserve(tree_.size());  // Candidates point into it.
+  for (QueueId v = 0; v < tree_.size() && !move; ++v) {
     if (running_priorities_[v].empty() || (reclaim ? v == r_leaf : v != r_leaf)) {
       continue;
     }
@@ -224,7 +229,7 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
     }
     sources.push_back(Source{v, a_v, s_v, side->second.second});
   }
-  if (sources.empty()) {
+  if (sources.empty() && !move) {
     return false;
   }
   // Most over first: the search widens to the next level of victim share only when the levels
@@ -284,7 +289,7 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
           it = units.emplace(vw, victimUnits(vw)).first;
         }
         for (const Unit& u : it->second) {
-          if (reclaim && u.unsaved >= bound) {
+          if ((reclaim || move) && u.unsaved >= bound) {
             continue;  // Its eviction would destroy too much.
           }
           const size_t i = cands.size();
@@ -305,9 +310,62 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
   };
   if (reclaim) {
     expand();
-  } else {
+  } else if (!move) {
     while (expand()) {
     }
+  } else {
+    // Consolidation: the units on the nodes with the most free room, of any queue (a move takes
+    // nothing from anyone's share), each under its queue's bound on unsaved work.
+    std::vector<std::pair<int64_t, NodeIndex>> roomiest;
+    for (NodeIndex n = 0; n < state_.nodeCount(); ++n) {
+      if (state_.up(n) && state_.nodeState(n).free_gpu_milli > 0 && !node_tasks_[n].empty()) {
+        roomiest.emplace_back(-state_.nodeState(n).free_gpu_milli, n);
+      }
+    }
+    const size_t look = std::min<size_t>(kConsolidationNodes, roomiest.size());
+    std::partial_sort(roomiest.begin(), roomiest.begin() + static_cast<ptrdiff_t>(look),
+                      roomiest.end());
+    std::unordered_map<QueueId, size_t> source_of;
+    std::set<std::pair<WorkloadId, TaskId>> seen;
+    for (size_t k = 0; k < look; ++k) {
+      for (TaskId t : node_tasks_[roomiest[k].second]) {
+        const WorkloadId vw = tasks_[t].workload;
+        const WorkloadInfo& victim = workloads_[vw];
+        if (vw == w || !victim.spec.preemptible || tasks_[t].state != TaskState::kRunning) {
+          continue;
+        }
+        const Queue& vq = tree_.queue(victim.spec.queue);
+        const int64_t bound =
+            1000 * (vq.max_unsaved_gpu_s >= 0 ? vq.max_unsaved_gpu_s
+                                              : seconds(options_.max_unsaved_gpu_time));
+        auto [src, added] = source_of.try_emplace(victim.spec.queue, sources.size());
+        if (added) {
+          sources.push_back(Source{victim.spec.queue, victim.spec.queue, Ratio{}, false});
+        }
+        auto it = units.find(vw);
+        if (it == units.end()) {
+          it = units.emplace(vw, victimUnits(vw)).first;
+        }
+        for (const Unit& u : it->second) {
+          if (u.unsaved >= bound || std::find(u.tasks.begin(), u.tasks.end(), t) == u.tasks.end() ||
+              !seen.emplace(vw, u.tasks.front()).second) {
+            continue;
+          }
+          const size_t i = cands.size();
+          cands.push_back({&u, &sources[src->second]});
+          for (TaskId ut : u.tasks) {
+            std::vector<size_t>& v = on_node[tasks_[ut].assignment.placement.node];
+            if (v.empty() || v.back() != i) {
+              v.push_back(i);
+            }
+          }
+        }
+      }
+    }
+    for (auto& [n, list] : on_node) {
+      std::sort(list.begin(), list.end(), cheaper);
+    }
+    next_source = sources.size();
   }
 
   // No overshoot: in every dimension where the victim's side is above its floor (its share, or
@@ -407,6 +465,7 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
   }
 
   int remaining = needed;
+  std::vector<NodeIndex> targets;           // Nodes where room is made.
   remaining -= fit_on(kNoNode, remaining);  // Idle room first: it costs nothing.
   while (remaining > 0) {
     // Estimate each node's cost of one task's room from GPUs alone, then look closely at the
@@ -503,7 +562,7 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
       restore_to(mark);
     }
     if (best.node == kNoNode) {
-      if (expand()) {
+      if (!move && expand()) {
         continue;  // Nothing at this level of victim share: look one level further.
       }
       break;
@@ -517,18 +576,44 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
       plan.victims.push_back({*cands[i].unit, cands[i].source->split_victim});
       plan.victim_tasks += static_cast<int>(cands[i].unit->tasks.size());
     }
+    targets.push_back(best.node);
     remaining -= fit_on(best.node, std::min(remaining, best.tasks));
     remaining -= fit_on(kNoNode, remaining);  // A gang victim may have freed room elsewhere.
   }
   plan.placed = needed - remaining;
+  bool movable = true;
+  if (move && remaining == 0) {
+    // Every task moved must have room elsewhere at once, with the workload placed and the
+    // target nodes closed to it.
+    for (NodeIndex n : targets) {
+      preference_[n] = Placer::kForbidden;
+      marks.push_back(n);
+    }
+    std::vector<std::pair<const model::TaskRequest*, Assignment>> replaced;
+    for (const EvictionPlan::Victim& v : plan.victims) {
+      const model::TaskRequest& vreq = workloads_[v.unit.workload].spec.request;
+      for (size_t k = 0; k < v.unit.tasks.size() && movable; ++k) {
+        Placer::Decision d = placer_->decide(vreq, preference_, marks);
+        movable = d.placed;
+        if (d.placed) {
+          replaced.emplace_back(&vreq, placer_->applyAt(vreq, d.placement));
+        }
+      }
+    }
+    for (auto it = replaced.rbegin(); it != replaced.rend(); ++it) {
+      placer_->release(*it->first, it->second);
+    }
+  }
   unplace_to(0);
   for (NodeIndex n : marks) {
     preference_[n] = 0;
   }
   // The cap stops new evictions once reached; the first of a pass may exceed it, or a gang
   // needing more victims than the cap could never be served.
-  bool ok = !plan.victims.empty() && plan.placed >= std::max(1, core_needed) &&
-            (evictions == 0 || evictions + plan.victim_tasks <= options_.max_evictions_per_pass);
+  bool ok =
+      !plan.victims.empty() && plan.placed >= std::max(1, core_needed) && movable &&
+      (move ? remaining == 0 && evictions + plan.victim_tasks <= options_.max_moves_per_pass
+            : evictions == 0 || evictions + plan.victim_tasks <= options_.max_evictions_per_pass);
   if (ok) {
     // The real placement (gang preferences, limits, the quota rule) must agree.
     ok = placeTasks(w, plan.placed, /*trial=*/true, nullptr, nullptr);
@@ -538,7 +623,15 @@ bool Scheduler::planEvictions(WorkloadId w, bool reclaim, int needed, int evicti
   return ok;
 }
 
-void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
+void Scheduler::evictFor(Eviction kind, PassResult& out, int& all_evictions) {
+  const bool reclaim = kind == Eviction::kReclaim;
+  const bool move = kind == Eviction::kConsolidate;
+  if (move && options_.max_moves_per_pass == 0) {
+    return;
+  }
+  // Moves are capped on their own (max_moves_per_pass) and count as evictions too.
+  int moves = 0;
+  int& evictions = move ? moves : all_evictions;
   // Blocked workloads that could evict: for reclaim those of queues within their share (that
   // have waited `reclaim_patience` so), for preemption those above the lowest priority running in
   // their queue; a bounded number per queue and per pass, most deprived queue first. Only the most
@@ -565,7 +658,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       if (below_since_[q] == core::TimePoint::max()) {
         below_since_[q] = now;
       }
-    } else if (!pending || running_priorities_[q].empty()) {
+    } else if (!pending || (!move && running_priorities_[q].empty())) {
       continue;
     }
     leaves.emplace_back(share, q);
@@ -579,11 +672,11 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       break;
     }
     const QueueId q = leaves[i].second;
-    const int32_t lowest = reclaim ? INT32_MIN : running_priorities_[q].begin()->first;
+    const int32_t lowest = reclaim || move ? INT32_MIN : running_priorities_[q].begin()->first;
     size_t taken = 0;
     for (WorkloadId w : queue_workloads_[q]) {
       const WorkloadInfo& info = workloads_[w];
-      if (!reclaim && info.spec.priority <= lowest) {
+      if (kind == Eviction::kPreempt && info.spec.priority <= lowest) {
         break;  // The rest of the queue is of no higher priority.
       }
       if (info.pending == 0 || info.awaited_victims > 0 || info.terminating > 0) {
@@ -595,7 +688,8 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       const WaitReason why = explain(w).reason;
       // A swap inside the queue leaves its totals as they were, so preemption may also serve
       // work that waits on its queue's limit.
-      if (why == WaitReason::kNoCapacity || (!reclaim && why == WaitReason::kQueueLimit)) {
+      if (why == WaitReason::kNoCapacity ||
+          (kind == Eviction::kPreempt && why == WaitReason::kQueueLimit)) {
         blocked.emplace_back(leaves[i].first, w);
         if (++taken == kPerQueue) {
           break;
@@ -621,9 +715,10 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
   // (queue, request class, tasks to place, target) of searches that found nothing in this call:
   // the same search for a peer would find nothing either, as long as nothing was evicted since.
   std::set<std::tuple<QueueId, uint32_t, int, int>> failed;
+  const int64_t free_milli = 1000 * state_.totalGpus() - state_.usedGpuMilli();
   for (const auto& entry : blocked) {
     const WorkloadId w = entry.second;
-    if (evictions >= options_.max_evictions_per_pass) {
+    if (evictions >= (move ? options_.max_moves_per_pass : options_.max_evictions_per_pass)) {
       return;
     }
     WorkloadInfo& info = workloads_[w];
@@ -645,7 +740,14 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
       }
     }
     room = std::min<int64_t>(room, options_.max_evictions_per_pass + core_needed);
-    const int target = static_cast<int>(std::max<int64_t>(core_needed, room));
+    int target = static_cast<int>(std::max<int64_t>(core_needed, room));
+    if (move) {
+      // Moving work helps only where the cluster's free room would hold the work in one piece.
+      target = std::max(1, core_needed);
+      if (one[kGpuDim] * target > free_milli) {
+        continue;
+      }
+    }
     if (target == 0) {
       continue;
     }
@@ -666,7 +768,7 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
     if (failed.contains(search)) {
       continue;
     }
-    if (!planEvictions(w, reclaim, target, evictions, units, plan)) {
+    if (!planEvictions(w, kind, target, evictions, units, plan)) {
       failed.insert(search);
       continue;
     }
@@ -700,13 +802,22 @@ void Scheduler::evictFor(bool reclaim, PassResult& out, int& evictions) {
         ++victim.terminating;
         refile(v.unit.workload);
         out.evicted.push_back(
-            {t, v.unit.workload, w, reclaim,
-             fmt::format("{} by '{}' (queue '{}'): {}unsaved {:.2f} GPU-h; {} "
-                         "(allocated/fair share, milli-GPU)",
-                         reclaim ? "reclaimed" : "preempted", info.spec.name,
-                         tree_.queue(r_leaf).name, v.unit.elastic ? "elastic task; " : "gang; ",
-                         static_cast<double>(v.unit.unsaved) / 3.6e6, before_after)});
+            {t, v.unit.workload, w, reclaim, move,
+             move ? fmt::format("moved for '{}' (queue '{}'): {}unsaved {:.2f} GPU-h; it "
+                                "restarts on another node",
+                                info.spec.name, tree_.queue(r_leaf).name,
+                                v.unit.elastic ? "elastic task; " : "gang; ",
+                                static_cast<double>(v.unit.unsaved) / 3.6e6)
+                  : fmt::format("{} by '{}' (queue '{}'): {}unsaved {:.2f} GPU-h; {} "
+                                "(allocated/fair share, milli-GPU)",
+                                reclaim ? "reclaimed" : "preempted", info.spec.name,
+                                tree_.queue(r_leaf).name,
+                                v.unit.elastic ? "elastic task; " : "gang; ",
+                                static_cast<double>(v.unit.unsaved) / 3.6e6, before_after)});
         ++evictions;
+        if (move) {
+          ++all_evictions;
+        }
       }
     }
     info.promised = one;

@@ -936,5 +936,55 @@ TEST_F(SchedulerTest, AQueueWithNoShareOfWhatItAsksIsServedLast) {
   EXPECT_EQ(running(b), 1);
 }
 
+// Rule 5: consolidation. A 6-GPU task fits nowhere, though 6 GPUs are free (2 on one node, 4 on
+// the other); moving two young 1-GPU tasks to the other node makes room. Neither reclaim nor
+// preemption could: everything is in one queue, at one priority.
+TEST_F(SchedulerTest, ConsolidationMovesTasksThatCanRestartElsewhereAtOnce) {
+  build(2, 8, 8);
+  const WorkloadId full = submit("a-full", "a", 8, 1, 1);
+  s_->schedule();
+  clock_.advance(std::chrono::minutes(5));
+  const WorkloadId half = submit("a-half", "a", 4, 1, 1);
+  s_->schedule();
+  ASSERT_EQ(nodesOf(full).size(), 1U);
+  ASSERT_EQ(nodesOf(half).size(), 1U);
+  const NodeIndex full_node = *nodesOf(full).begin();
+  s_->taskFinished(s_->workload(full).tasks[0]);
+  s_->taskFinished(s_->workload(full).tasks[1]);
+  clock_.advance(std::chrono::minutes(5));
+  const WorkloadId six = submit("a-six", "a", 1, 1, 6);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 2U);
+  for (const EvictDecision& e : r.evicted) {
+    EXPECT_TRUE(e.moved);
+    EXPECT_FALSE(e.reclaim);
+    EXPECT_EQ(e.victim, half);  // The younger tasks, from the node with more room.
+    EXPECT_EQ(e.preemptor, six);
+  }
+  stopEvicted(r);
+  r = s_->schedule();
+  EXPECT_EQ(running(six), 1);
+  EXPECT_EQ(running(half), 4);  // Both moved tasks restarted at once, on the other node.
+  int moved_over = 0;
+  for (TaskId t : s_->workload(half).tasks) {
+    moved_over += s_->task(t).assignment.placement.node == full_node ? 1 : 0;
+  }
+  EXPECT_EQ(moved_over, 2);
+  EXPECT_NE(*nodesOf(six).begin(), full_node);
+}
+
+// Rule 5: nothing moves when the moved tasks would have nowhere to go.
+TEST_F(SchedulerTest, ConsolidationMovesNothingThatCannotRestartAtOnce) {
+  build(2, 8, 8);
+  const WorkloadId big = submit("a-big", "a", 1, 1, 6);
+  s_->schedule();
+  const WorkloadId other = submit("a-other", "a", 1, 1, 6);
+  s_->schedule();
+  ASSERT_EQ(running(big) + running(other), 2);
+  const WorkloadId four = submit("a-four", "a", 1, 1, 4);
+  EXPECT_TRUE(s_->schedule().evicted.empty());  // 4 free GPUs, but no 6-GPU task can move.
+  EXPECT_EQ(running(four), 0);
+}
+
 }  // namespace
 }  // namespace tessera::sched

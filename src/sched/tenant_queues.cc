@@ -40,6 +40,9 @@ std::string evictionEvent(const Scheduler& s, const EvictDecision& e,
   const TaskInfo& task = s.task(e.task);
   const std::string where = fmt::format(" (task {} on node {})", task.index,
                                         s.cluster().node(task.assignment.placement.node).name);
+  if (e.moved) {  // Consolidation: who it made room for is not the victim's business.
+    return fmt::format("moved to make room for other work; it restarts on another node{}", where);
+  }
   if (!e.reclaim) {  // Inside one leaf queue: the preemptor is of the victim's own tenant.
     return fmt::format("preempted by workload {} (priority {}){}", preemptor_name,
                        s.workload(e.preemptor).spec.priority, where);
