@@ -8,24 +8,26 @@
 //
 // A pass runs, in order:
 //   1. fair share (docs/fairness.md), recomputed when demand or capacity changed;
-//   2. allocate: leaf queues in order of dominant share against fair share (hierarchically:
-//      at each level the child with the smallest share first), then queue priority; inside a
-//      queue, workloads by priority then age. A gang places `min_available` tasks all or
+//   2. allocate: leaf queues in KAI's queue order (hierarchically: at each level the child
+//      that goes first, judged with its next job added; docs/fairness.md); inside a queue,
+//      workloads by priority then age. A gang places `min_available` tasks all or
 //      nothing (a transaction on the cluster state), then elastic tasks one by one, preferring
 //      the nodes and NVLink domain the gang already uses. A workload that cannot be placed is
 //      passed over (backfill), with its reason recorded. Work whose victims are stopping and
 //      the reserved gang go first. Incremental: pending work sits in buckets of interchangeable
 //      requests, and a failed try leaves a "no room" verdict that keeps its whole bucket out of
 //      later passes until a node that could hold such a task frees resources;
-//   3. reclaim: a blocked workload whose queue is within its fair share may evict preemptible
+//   3. consolidate: a blocked workload that the free room would hold in one piece may move
+//      preemptible tasks that can restart elsewhere at once (`max_moves_per_pass`);
+//   4. reclaim: a blocked workload whose queue is within its fair share may evict preemptible
 //      tasks of queues above theirs, only if that strictly lowers the lexicographic unfairness
 //      vector and leaves the victims' side at or above its own share (the rules and the proof
 //      are in docs/fairness.md); only tasks that ran at least `min_runtime` (doubled for each
 //      earlier eviction of the task) and whose unsaved work is below their queue's bound; on
 //      the nodes where freeing room destroys the least unsaved work, the fewest victims there;
 //      at most `max_evictions_per_pass` in all;
-//   4. preempt: inside one leaf queue, a blocked workload may evict preemptible tasks of
-//      strictly lower priority.
+//   5. preempt: inside one leaf queue, a blocked workload may evict preemptible tasks of
+//      strictly lower priority (also when it waits on its queue's limit).
 // Evicted tasks keep their resources until the driver calls `taskStopped` (their grace
 // period), then wait as pending tasks again; the room they free is held for the workload they
 // were evicted for until all of them have stopped and it has been tried. Pure library: no threads,
