@@ -7,6 +7,8 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "api/client.h"
@@ -175,6 +177,7 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
   std::vector<Seen> seen;
   std::map<std::string, std::array<int64_t, 4>> last_row;
   size_t next = 0;
+  int64_t waiting = 0;  // Pending tasks after the last pass.
   // Reads every workload that may still change through the API, and writes what changed.
   auto observe = [&](double t) -> core::Status {
     std::map<std::string, int64_t> pending;  // By leaf.
@@ -233,6 +236,10 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
       const std::string phase = status.value("phase", "");
       w.done = phase == "succeeded" || phase == "failed" || phase == "cancelled";
     }
+    waiting = 0;
+    for (const auto& [leaf, n] : pending) {
+      waiting += n;
+    }
     TESSERA_ASSIGN_OR_RETURN(json queues, admin->call("GET", "/v1/queues"));
     std::map<std::string, const json*> by_name;
     for (const json& q : queues["data"]["queues"]) {
@@ -257,6 +264,9 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
   };
 
   size_t next_update = 0;
+  // Passes when reclaim patience may run out between events, at the same instants as the
+  // simulator's (scenario_run.cc): after a pass that leaves work pending, one patience later.
+  std::set<core::Duration> ticks;
   while (true) {
     std::optional<core::Duration> at;
     if (next < sc.workloads.size()) {
@@ -272,8 +282,12 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
       }
     }
     if (!at) {
-      break;
+      break;  // Nothing more will happen: a tick left alone is not waited for.
     }
+    if (!ticks.empty() && *ticks.begin() < *at) {
+      at = *ticks.begin();
+    }
+    ticks.erase(ticks.begin(), ticks.upper_bound(*at));
     clock.advance(*at - (clock.now() - t0));
     const double t = seconds(*at);
     // Tenant updates first, as the simulator applies them.
@@ -316,7 +330,14 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
     driver->runOnce();
     ++out.passes;
     TESSERA_RETURN_IF_ERROR(observe(t));
-    out.makespan_s = t;
+    if (!out.events.empty()) {
+      out.makespan_s = out.events.back().time_s;  // A pass that did nothing ends nothing.
+    }
+    const bool more = next < sc.workloads.size() || next_update < sc.tenant_updates.size() ||
+                      driver->nextSimulatedEvent().has_value();
+    if (sc.options.reclaim_patience.count() > 0 && waiting > 0 && more) {
+      ticks.insert(*at + sc.options.reclaim_patience);
+    }
   }
   // Whatever is still pending can never run (as the simulator says it).
   for (const Seen& w : seen) {

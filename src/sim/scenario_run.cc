@@ -9,7 +9,9 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <queue>
+#include <set>
 
 #include "sched/scheduler.h"
 
@@ -21,7 +23,8 @@ using sched::QueueId;
 using sched::TaskId;
 using sched::WorkloadId;
 
-enum class EvKind : uint8_t { kUpdate, kSubmit, kFinish, kStop };
+// kTick: a pass and nothing else, when a time-based rule (reclaim patience) may decide.
+enum class EvKind : uint8_t { kUpdate, kSubmit, kFinish, kStop, kTick };
 
 struct Ev {
   Duration at;
@@ -94,6 +97,7 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
   std::vector<Duration> progress_kept;
   std::vector<size_t> scenario_of;  // By scheduler workload id.
   std::vector<int64_t> pending_tasks(queues.size(), 0);
+  std::set<Duration> ticks;  // Instants of the kTick events still to come.
   std::vector<int> evicted_per_queue(queues.size(), 0);
   std::vector<double> lost_per_queue(queues.size(), 0);
   std::vector<double> useful_per_queue(queues.size(), 0);
@@ -189,6 +193,10 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
       const Ev ev = events.top();
       events.pop();
       ++processed;
+      if (ev.kind == EvKind::kTick) {
+        ticks.erase(ev.at);
+        continue;
+      }
       if (ev.kind == EvKind::kUpdate) {
         // As the server's tenant update: the tenant's queue and its default leaf, then its group.
         const ScenarioTenantUpdate& u = sc.tenant_updates[ev.id];
@@ -282,7 +290,15 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
                  : sched::evictionEvent(*s, e, sc.workloads[scenario_of[e.preemptor]].name));
     }
     snapshot(t);
-    out.makespan_s = t;
+    if (!out.events.empty()) {
+      out.makespan_s = out.events.back().time_s;  // A pass that did nothing ends nothing.
+    }
+    // Patience runs out between events: pass again then, as the server's passes would see it.
+    const int64_t waiting = std::accumulate(pending_tasks.begin(), pending_tasks.end(), int64_t{0});
+    if (sc.options.reclaim_patience.count() > 0 && waiting > 0 && events.size() > ticks.size() &&
+        ticks.insert(now + sc.options.reclaim_patience).second) {
+      events.push({now + sc.options.reclaim_patience, seq++, EvKind::kTick, 0, 0});
+    }
     if (progress && (out.passes % 256 == 0)) {
       progress(submitted, total_submits);
     }

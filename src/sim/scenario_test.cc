@@ -193,6 +193,25 @@ TEST(ScenarioTest, ReclaimNeverPushesTheVictimBelowItsShare) {
   }
 }
 
+// Rule 3, patience, end to end (and through the live API in cli_sim_test): team-2 may reclaim
+// only after waiting 600 s within its share; the simulator passes at that instant though no
+// event falls there, as the server's periodic passes would.
+TEST(ScenarioTest, ReclaimWaitsForItsPatience) {
+  ScenarioResult r = run("tenants-patience.json");
+  int evicted = 0;
+  for (const SimEvent& e : r.events) {
+    if (e.event == "evict") {
+      ++evicted;
+      EXPECT_EQ(e.time_s, 1000 + 600);
+    }
+    if (e.event == "start" && e.workload == "team-2/train") {
+      EXPECT_EQ(e.time_s, 1000 + 600 + 30);
+    }
+  }
+  EXPECT_EQ(evicted, 4);
+  EXPECT_EQ(r.makespan_s, 9430);  // The last task's end; the passes between events end nothing.
+}
+
 std::string parseError(const std::string& json) {
   auto s = parseScenario(json, "s.json");
   return s.isOk() ? "ok" : s.status().message();
