@@ -359,7 +359,9 @@ class Scheduler {
   std::vector<Amounts> moving_;               // Per queue: settled(q) - allocated (see settled).
   std::vector<core::TimePoint> below_since_;  // Per leaf: since when it is within its share.
   Amounts trial_credit_;  // Subtracted from allocations in limit checks of a trial placement.
-  std::vector<Amounts> head_job_;  // Per queue, for the queue order; set at the start of a pass.
+  std::vector<Amounts> head_job_;    // Per queue, for the queue order; set at the start of a pass.
+  std::vector<NodeIndex> roomiest_;  // Consolidation's nodes with the most free room, ...
+  uint64_t roomiest_pass_ = 0;       // ... as of this pass.
   // Per queue: what the queue order compares, computed when first needed in a pass and again
   // after a placement under the queue (`order_epoch_[q] != pass_` marks it stale).
   mutable std::vector<internal::QueueOrderKey> order_key_;

@@ -176,7 +176,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
 
   // Where victims may come from: for reclaim, leaves whose side (where the paths split) is over
   // its share and stays above the reclaimer's side after the move (rule b); for preemption, the
-  // workload's own leaf.
+  // workload's own leaf; for consolidation, the nodes with the most free room (below).
   struct Source {
     QueueId leaf;
     QueueId split_victim;
@@ -316,19 +316,28 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
   } else {
     // Consolidation: the units on the nodes with the most free room, of any queue (a move takes
     // nothing from anyone's share), each under its queue's bound on unsaved work.
-    std::vector<std::pair<int64_t, NodeIndex>> roomiest;
-    for (NodeIndex n = 0; n < state_.nodeCount(); ++n) {
-      if (state_.up(n) && state_.nodeState(n).free_gpu_milli > 0 && !node_tasks_[n].empty()) {
-        roomiest.emplace_back(-state_.nodeState(n).free_gpu_milli, n);
+    if (roomiest_pass_ != pass_) {
+      // Once per pass: a plan committed since leaves its victims where they were until they
+      // stop, so the free room it reads does not change within the pass.
+      roomiest_pass_ = pass_;
+      std::vector<std::pair<int64_t, NodeIndex>> by_room;
+      for (NodeIndex n = 0; n < state_.nodeCount(); ++n) {
+        if (state_.up(n) && state_.nodeState(n).free_gpu_milli > 0 && !node_tasks_[n].empty()) {
+          by_room.emplace_back(-state_.nodeState(n).free_gpu_milli, n);
+        }
+      }
+      const size_t look = std::min<size_t>(kConsolidationNodes, by_room.size());
+      std::partial_sort(by_room.begin(), by_room.begin() + static_cast<ptrdiff_t>(look),
+                        by_room.end());
+      roomiest_.clear();
+      for (size_t k = 0; k < look; ++k) {
+        roomiest_.push_back(by_room[k].second);
       }
     }
-    const size_t look = std::min<size_t>(kConsolidationNodes, roomiest.size());
-    std::partial_sort(roomiest.begin(), roomiest.begin() + static_cast<ptrdiff_t>(look),
-                      roomiest.end());
     std::unordered_map<QueueId, size_t> source_of;
     std::set<std::pair<WorkloadId, TaskId>> seen;
-    for (size_t k = 0; k < look; ++k) {
-      for (TaskId t : node_tasks_[roomiest[k].second]) {
+    for (NodeIndex roomy : roomiest_) {
+      for (TaskId t : node_tasks_[roomy]) {
         const WorkloadId vw = tasks_[t].workload;
         const WorkloadInfo& victim = workloads_[vw];
         if (vw == w || !victim.spec.preemptible || tasks_[t].state != TaskState::kRunning) {
@@ -448,7 +457,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
   };
 
   // Preemption past the queue's own limit: the swap must first free what the limit needs.
-  if (!reclaim && !withinLimits(r_leaf, need, nullptr)) {
+  if (kind == Eviction::kPreempt && !withinLimits(r_leaf, need, nullptr)) {
     std::vector<size_t> order(cands.size());
     std::iota(order.begin(), order.end(), size_t{0});
     std::sort(order.begin(), order.end(), cheaper);
