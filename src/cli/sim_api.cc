@@ -25,7 +25,6 @@ namespace tessera::cli {
 
 using api::ApiClient;
 using api::ClientConfig;
-using api::pathSegment;
 namespace {
 
 namespace fs = std::filesystem;

@@ -102,7 +102,7 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
   std::vector<double> lost_per_queue(queues.size(), 0);
   std::vector<double> useful_per_queue(queues.size(), 0);
   // GPUs a task of `w` holds, in GPUs (a share counts as its part; a MIG slice as one).
-  auto gpusOf = [&](const sched::WorkloadInfo& w) {
+  auto gpus_of = [&](const sched::WorkloadInfo& w) {
     const model::TaskRequest& r = w.spec.request;
     return r.gpu_count == 0
                ? 0.0
@@ -247,7 +247,7 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
         s->taskFinished(task);
         ++generation[task];
         useful_per_queue[winfo.spec.queue] +=
-            seconds(sc.workloads[scenario_of[w]].duration) * gpusOf(winfo);
+            seconds(sc.workloads[scenario_of[w]].duration) * gpus_of(winfo);
         record(t, "finish", w, static_cast<int>(info.index), node, "");
         if (winfo.finished == winfo.spec.tasks) {
           jcts[winfo.spec.queue].push_back(t - seconds(winfo.submitted - t0));
@@ -278,7 +278,7 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
                                   ? (ran / sw.spec.checkpoint_every) * sw.spec.checkpoint_every
                                   : Duration{0};
       lost_per_queue[s->workload(e.victim).spec.queue] +=
-          seconds(ran - progress_kept[e.task]) * gpusOf(s->workload(e.victim));
+          seconds(ran - progress_kept[e.task]) * gpus_of(s->workload(e.victim));
       events.push({now + sw.grace_period, seq++, EvKind::kStop, e.task, ++generation[e.task]});
       ++evicted_per_queue[s->workload(e.victim).spec.queue];
       ++out.evictions;
