@@ -8,6 +8,10 @@
 //                       about a thousand placements in one pass.
 //   BM_ReclaimPass:     a pass after the 50 queues furthest below their fair share each got one
 //                       more 1-GPU job: reclaim searches for victims for up to 16 of them.
+//   BM_ConsolidationPass: only work of whole nodes left pending (the rest is cancelled, once),
+//                       then each pass after 1,000 completions: the free GPUs are scattered,
+//                       the 8-GPU work fits nowhere though the free room would hold it, and
+//                       consolidation looks for tasks to move.
 //   BM_IncrementalPass/N: the incremental pass on N nodes (same queues, the same mix of work,
 //                       the cluster full and 10 pending tasks per node), to see how it scales.
 #include <benchmark/benchmark.h>
@@ -253,6 +257,33 @@ void BM_ReclaimPass(benchmark::State& st) {
   }
 }
 
+void BM_ConsolidationPass(benchmark::State& st) {
+  World& w = world();
+  for (WorkloadId id = 0; id < w.s->workloadCount(); ++id) {
+    const WorkloadInfo& info = w.s->workload(id);
+    if (info.pending > 0 && info.spec.request.gpu_count < 8) {
+      w.s->cancel(id);
+    }
+  }
+  for (auto _ : st) {
+    st.PauseTiming();
+    w.clock.advance(std::chrono::seconds(10));
+    complete(w, 1000);
+    st.ResumeTiming();
+    PassResult r = timedPass(w, st);
+    int moved = 0;
+    for (const EvictDecision& e : r.evicted) {
+      moved += e.moved ? 1 : 0;
+    }
+    st.counters["started"] = static_cast<double>(r.started.size());
+    st.counters["moved"] = moved;
+    st.counters["free_gpus"] =
+        static_cast<double>(1000LL * w.s->cluster().totalGpus() - w.s->cluster().usedGpuMilli()) /
+        1000.0;
+    stopEvicted(w, r);
+  }
+}
+
 BENCHMARK(BM_FullPass)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_IncrementalPass)
     ->Arg(kDefaultNodes)
@@ -261,6 +292,7 @@ BENCHMARK(BM_IncrementalPass)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_BusyPass)->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ReclaimPass)->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ConsolidationPass)->Iterations(10)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_IncrementalPass)
     ->Arg(50000)
     ->Arg(100000)
