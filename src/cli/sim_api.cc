@@ -199,9 +199,11 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
         const auto& [was, was_on] = w.tasks[i];
         const std::string full = w.tenant + "/" + w.name;
         // Started in this pass: running now, or terminating already (one pass may start a task
-        // and then evict it for another).
-        const bool started = was != "running" && was != "terminating" &&
-                             (state == "running" || state == "terminating");
+        // and then evict it for another). A task that was stopping and runs again stopped and
+        // was placed again within the pass (a moved task restarts at once).
+        const bool started = (was != "running" && was != "terminating" &&
+                              (state == "running" || state == "terminating")) ||
+                             (was == "terminating" && state == "running");
         if (started) {
           out.events.push_back({t, "start", full, static_cast<int>(i), w.queue, node, ""});
         }

@@ -4,6 +4,8 @@
 
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "sim/scenario_run.h"
 
@@ -210,6 +212,85 @@ TEST(ScenarioTest, ReclaimWaitsForItsPatience) {
   }
   EXPECT_EQ(evicted, 4);
   EXPECT_EQ(r.makespan_s, 9430);  // The last task's end; the passes between events end nothing.
+}
+
+// Counts of each event kind for one workload, and the time of its first start.
+struct WorkloadEvents {
+  int evicted = 0;
+  double first_start = -1;
+  std::vector<std::string> details;
+};
+std::map<std::string, WorkloadEvents> byWorkload(const ScenarioResult& r) {
+  std::map<std::string, WorkloadEvents> out;
+  for (const SimEvent& e : r.events) {
+    WorkloadEvents& w = out[e.workload];
+    if (e.event == "evict") {
+      ++w.evicted;
+      w.details.push_back(e.detail);
+    }
+    if (e.event == "start" && w.first_start < 0) {
+      w.first_start = e.time_s;
+    }
+  }
+  return out;
+}
+
+// Rule 5 end to end: at 1,200 s six GPUs are free, but not on one node; two of team-2's own
+// 1-GPU tasks move to the other node (the tenant is told they moved), and the 6-GPU task starts
+// one grace period later where they were.
+TEST(ScenarioTest, ConsolidationMovesTasksToMakeRoomInOnePiece) {
+  ScenarioResult r = run("tenants-consolidation.json");
+  std::string six_node;
+  std::set<std::string> moved_from;
+  for (const SimEvent& e : r.events) {
+    if (e.event == "evict" && e.detail.starts_with("moved")) {
+      EXPECT_EQ(e.time_s, 1200);
+      EXPECT_EQ(e.workload, "team-2/half");
+      moved_from.insert(e.node);
+    }
+    if (e.event == "start" && e.workload == "team-2/six") {
+      EXPECT_EQ(e.time_s, 1230);
+      six_node = e.node;
+    }
+    if (e.event == "start" && e.workload == "team-2/half" && e.time_s == 1230) {
+      EXPECT_NE(e.node, six_node);  // Restarted at once, elsewhere.
+    }
+  }
+  ASSERT_EQ(moved_from.size(), 1U);
+  EXPECT_EQ(six_node, *moved_from.begin());
+}
+
+// Bug 4a end to end: two 4-GPU jobs of team-2 arrive together; only the first's share is taken
+// back (4 evictions, not 8), and the second waits for team-1's work to end.
+TEST(ScenarioTest, ASecondReclaimerDoesNotTakeTheShareAgain) {
+  ScenarioResult r = run("tenants-second-reclaimer.json");
+  auto w = byWorkload(r);
+  EXPECT_EQ(w["team-1/sweep"].evicted, 4);
+  EXPECT_EQ(r.evictions, 4);
+  EXPECT_EQ(w["team-2/first"].first_start, 930);
+  EXPECT_GE(w["team-2/second"].first_start, 4530);
+}
+
+// Bug 4d end to end: the tenant is at its 4-GPU limit with priority-0 work; a priority-100 job
+// of 2 GPUs preempts two of those tasks instead of waiting two hours.
+TEST(ScenarioTest, PriorityPreemptsPastTheTenantsLimit) {
+  ScenarioResult r = run("tenants-limit-preemption.json");
+  auto w = byWorkload(r);
+  EXPECT_EQ(w["team-1/background"].evicted, 2);
+  for (const std::string& d : w["team-1/background"].details) {
+    EXPECT_TRUE(d.starts_with("preempted by workload urgent")) << d;
+  }
+  EXPECT_EQ(w["team-1/urgent"].first_start, 630);
+}
+
+// Bug 4f end to end: team-2 has no quota and weight 0, so no share of GPUs; its job arrives with
+// one of team-1's, two GPUs are free, and both go to team-1 (nothing is reclaimed back).
+TEST(ScenarioTest, AQueueWithNoShareIsServedAfterOneWithin) {
+  ScenarioResult r = run("tenants-queue-order.json");
+  auto w = byWorkload(r);
+  EXPECT_EQ(w["team-1/two"].first_start, 600);
+  EXPECT_EQ(w["team-2/one"].first_start, 2400);  // When team-1's two end.
+  EXPECT_EQ(r.evictions, 0);
 }
 
 std::string parseError(const std::string& json) {
