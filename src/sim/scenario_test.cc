@@ -325,6 +325,12 @@ TEST(ScenarioTest, ParseErrorsSayWhere) {
   EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 1},
                               {"name": "w", "queue": "q", "duration": 1})")),
             "s.json: workloads[1]: workload name 'w' is used twice");
+  EXPECT_EQ(parseError("{" + cluster +
+                       R"(, "queues": [{"name": "q", "maxUnsavedGpuTime": -5}], "workloads": []})"),
+            "s.json: queues[0].maxUnsavedGpuTime: expected a non-negative number");
+  EXPECT_EQ(parseError("{" + cluster + "," + queues +
+                       R"(, "workloads": [], "options": {"reclaimPatience": "x"}})"),
+            "s.json: options.reclaimPatience: expected a number");
   EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 1,
                               "gpu": {"models": ["A100-80GB"]}})")),
             "s.json: workloads[0].gpu.models[0]: no node has GPU model 'A100-80GB'");
