@@ -90,6 +90,7 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
   s->queue_workloads_.resize(s->tree_.size());
   s->finished_in_queue_.assign(s->tree_.size(), 0);
   s->running_priorities_.resize(s->tree_.size());
+  s->running_workloads_.resize(s->tree_.size());
   s->buckets_.resize(s->tree_.size());
   s->reserved_mask_.assign(s->state_.nodeCount(), 0);
   s->np_allocated_.assign(s->tree_.size(), space.zeros());
@@ -192,6 +193,7 @@ core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
   info.shape = placer_->classId(info.spec.request);
   info.promised = tree_.space().zeros();
   workloads_.push_back(std::move(info));
+  running_slot_.push_back(0);
   const Amounts one = pendingAmounts(w);
   for (int i = 0; i < workloads_[w].spec.tasks; ++i) {
     tree_.addPending(workloads_[w].spec.queue, one, +1);
@@ -221,10 +223,19 @@ void Scheduler::addRunning(WorkloadId w, int delta) {
     return;
   }
   std::map<int32_t, int>& counts = running_priorities_[info.spec.queue];
+  std::vector<WorkloadId>& list = running_workloads_[info.spec.queue];
   if (after) {
     ++counts[info.spec.priority];
-  } else if (--counts[info.spec.priority] == 0) {
-    counts.erase(info.spec.priority);
+    running_slot_[w] = static_cast<uint32_t>(list.size());
+    list.push_back(w);
+  } else {
+    if (--counts[info.spec.priority] == 0) {
+      counts.erase(info.spec.priority);
+    }
+    const uint32_t slot = running_slot_[w];
+    list[slot] = list.back();
+    running_slot_[list[slot]] = slot;
+    list.pop_back();
   }
 }
 
@@ -599,6 +610,7 @@ core::Result<QueueId> Scheduler::addQueue(QueueSpec spec) {
   queue_workloads_.resize(n);
   finished_in_queue_.resize(n, 0);
   running_priorities_.resize(n);
+  running_workloads_.resize(n);
   buckets_.resize(n);
   np_allocated_.resize(n, tree_.space().zeros());
   moving_.resize(n, tree_.space().zeros());

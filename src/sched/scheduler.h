@@ -303,7 +303,8 @@ class Scheduler {
   // Adds (sign +1) or removes (-1) node `n`'s capacity from what the fair shares divide.
   void addCapacity(NodeIndex n, int sign);
   OrderKey orderOf(WorkloadId w) const;
-  // Changes `running` of `w` by `delta`, keeping `running_priorities_` up to date.
+  // Changes `running` of `w` by `delta`, keeping `running_priorities_` and
+  // `running_workloads_` up to date.
   void addRunning(WorkloadId w, int delta);
   int32_t needOf(WorkloadId w) const;
   // Whether the reserved nodes are closed to `w` (not its own, no backfill, queue not deprived).
@@ -319,8 +320,15 @@ class Scheduler {
   void noteFailure(WorkloadId w, bool capacity, bool restricted, int32_t need);
   enum class Eviction : uint8_t { kReclaim, kPreempt, kConsolidate };
   void evictFor(Eviction kind, PassResult& out, int& evictions);
-  // Victim units per workload, computed once per evictFor call (again after an eviction).
-  using UnitCache = std::unordered_map<WorkloadId, std::vector<Unit>>;
+  // Victim units per workload, and per leaf the units of its running workloads, computed once
+  // per evictFor call (again after an eviction there).
+  struct UnitCache {
+    std::unordered_map<WorkloadId, std::vector<Unit>> of_workload;
+    std::unordered_map<QueueId, std::vector<const Unit*>> of_leaf;
+  };
+  // The units of `leaf`'s running workloads (only those under its bound on unsaved work when
+  // `bounded`), from `units` or computed into it.
+  const std::vector<const Unit*>& leafUnits(QueueId leaf, bool bounded, UnitCache& units);
   // Chooses victims for `needed` tasks of `w` (evictFor's search); false if none will do.
   bool planEvictions(WorkloadId w, Eviction kind, int needed, int evictions, UnitCache& units,
                      EvictionPlan& plan);
@@ -395,8 +403,11 @@ class Scheduler {
   std::vector<TaskInfo> tasks_;
   std::vector<std::vector<WorkloadId>> queue_workloads_;  // Per leaf: unfinished workloads.
   std::vector<uint32_t> finished_in_queue_;  // Per leaf: finished ones not yet dropped.
-  // Per leaf: how many preemptible workloads with running tasks there are, by priority.
+  // Per leaf: how many preemptible workloads with running tasks there are, by priority; and
+  // those workloads (in no order; `running_slot_` is each one's place there).
   std::vector<std::map<int32_t, int>> running_priorities_;
+  std::vector<std::vector<WorkloadId>> running_workloads_;
+  std::vector<uint32_t> running_slot_;   // Per workload.
   std::vector<Amounts> np_allocated_;    // Non-preemptible, per queue.
   std::unique_ptr<UsageHistory> usage_;  // When usage_half_life > 0.
   bool fair_share_dirty_ = true;

@@ -160,6 +160,30 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
   return units;
 }
 
+const std::vector<const Scheduler::Unit*>& Scheduler::leafUnits(QueueId leaf, bool bounded,
+                                                                UnitCache& units) {
+  auto [slot, added] = units.of_leaf.try_emplace(leaf);
+  std::vector<const Unit*>& out = slot->second;
+  if (!added) {
+    return out;
+  }
+  const Queue& vq = tree_.queue(leaf);
+  const int64_t bound = 1000 * (vq.max_unsaved_gpu_s >= 0 ? vq.max_unsaved_gpu_s
+                                                          : seconds(options_.max_unsaved_gpu_time));
+  for (WorkloadId vw : running_workloads_[leaf]) {
+    auto it = units.of_workload.find(vw);
+    if (it == units.of_workload.end()) {
+      it = units.of_workload.emplace(vw, victimUnits(vw)).first;
+    }
+    for (const Unit& u : it->second) {
+      if (!bounded || u.unsaved < bound) {  // Above the bound, its eviction destroys too much.
+        out.push_back(&u);
+      }
+    }
+  }
+  return out;
+}
+
 bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evictions,
                               UnitCache& units, EvictionPlan& plan) {
   const bool reclaim = kind == Eviction::kReclaim;
@@ -275,30 +299,17 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
     for (; next_source < sources.size() && !lessThan(sources[next_source].victim_share, level);
          ++next_source) {
       const Source& src = sources[next_source];
-      const Queue& vq = tree_.queue(src.leaf);
-      const int64_t bound =
-          1000 * (vq.max_unsaved_gpu_s >= 0 ? vq.max_unsaved_gpu_s
-                                            : seconds(options_.max_unsaved_gpu_time));
-      for (WorkloadId vw : queue_workloads_[src.leaf]) {
-        if (workloads_[vw].running == 0 ||
-            (!reclaim && (vw == w || workloads_[vw].spec.priority >= info.spec.priority))) {
+      for (const Unit* u : leafUnits(src.leaf, reclaim, units)) {
+        if (!reclaim &&
+            (u->workload == w || workloads_[u->workload].spec.priority >= info.spec.priority)) {
           continue;
         }
-        auto it = units.find(vw);
-        if (it == units.end()) {
-          it = units.emplace(vw, victimUnits(vw)).first;
-        }
-        for (const Unit& u : it->second) {
-          if ((reclaim || move) && u.unsaved >= bound) {
-            continue;  // Its eviction would destroy too much.
-          }
-          const size_t i = cands.size();
-          cands.push_back({&u, &src});
-          for (TaskId t : u.tasks) {
-            std::vector<size_t>& v = on_node[tasks_[t].assignment.placement.node];
-            if (v.empty() || v.back() != i) {
-              v.push_back(i);
-            }
+        const size_t i = cands.size();
+        cands.push_back({u, &src});
+        for (TaskId t : u->tasks) {
+          std::vector<size_t>& v = on_node[tasks_[t].assignment.placement.node];
+          if (v.empty() || v.back() != i) {
+            v.push_back(i);
           }
         }
       }
@@ -351,9 +362,9 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
         if (added) {
           sources.push_back(Source{victim.spec.queue, victim.spec.queue, Ratio{}, false});
         }
-        auto it = units.find(vw);
-        if (it == units.end()) {
-          it = units.emplace(vw, victimUnits(vw)).first;
+        auto it = units.of_workload.find(vw);
+        if (it == units.of_workload.end()) {
+          it = units.of_workload.emplace(vw, victimUnits(vw)).first;
         }
         for (const Unit& u : it->second) {
           if (u.unsaved >= bound || std::find(u.tasks.begin(), u.tasks.end(), t) == u.tasks.end() ||
@@ -515,6 +526,12 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
     };
     Option best;
     for (size_t e = 0; e < look; ++e) {
+      // The estimate is what one task's room costs at the least on that node; once a node makes
+      // room for all that is left at no more per task than the next estimate, none can beat it.
+      if (best.node != kNoNode && best.tasks == remaining &&
+          static_cast<Int128>(best.cost) <= static_cast<Int128>(estimates[e].first) * best.tasks) {
+        break;
+      }
       const NodeIndex n = estimates[e].second;
       const std::vector<size_t>& open = on_node[n];
       const size_t mark = released.size();
@@ -800,7 +817,8 @@ void Scheduler::evictFor(Eviction kind, PassResult& out, int& all_evictions) {
       }
     }
     for (const EvictionPlan::Victim& v : plan.victims) {
-      units.erase(v.unit.workload);
+      units.of_workload.erase(v.unit.workload);
+      units.of_leaf.erase(workloads_[v.unit.workload].spec.queue);
       WorkloadInfo& victim = workloads_[v.unit.workload];
       for (TaskId t : v.unit.tasks) {
         addMoving(victim.spec.queue, taskAmounts(v.unit.workload, &tasks_[t].assignment.placement),
