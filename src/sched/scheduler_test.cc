@@ -740,6 +740,41 @@ TEST_F(SchedulerTest, TheRoomVictimsFreeIsHeldForTheirPreemptor) {
   EXPECT_EQ(last.started.front().workload, b);
 }
 
+// Rule 1 again, where no reservation covers the victims' node: the reservation is b-big's, on
+// the other node. Before, whatever freed up there while the preemptor waited for its last
+// victim was anyone's.
+TEST_F(SchedulerTest, TheRoomVictimsFreeIsHeldWhereNoReservationCoversIt) {
+  build(2, 12, 2);
+  const WorkloadId first = submit("a-first", "a", 8, 1, 1);
+  s_->schedule();
+  clock_.advance(std::chrono::minutes(10));
+  const WorkloadId second = submit("a-second", "a", 8, 1, 1);
+  s_->schedule();
+  ASSERT_EQ(running(first) + running(second), 16);
+  const NodeIndex second_node = *nodesOf(second).begin();
+  clock_.advance(std::chrono::minutes(5));
+  // b's fair share is 3: b-big (8 GPUs) cannot reclaim, but holds the reservation.
+  const WorkloadId big = submit("b-big", "b", 1, 1, 8);
+  s_->schedule();
+  ASSERT_EQ(s_->reservedFor(), big);
+  ASSERT_NE(s_->reservedNodes().front(), second_node);
+  const WorkloadId gang = submit("b-gang", "b", 1, 1, 3);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 3U);
+  for (const EvictDecision& e : r.evicted) {
+    EXPECT_EQ(e.victim, second);  // The younger ones, on the node not reserved.
+  }
+  s_->taskStopped(r.evicted[0].task);
+  s_->taskStopped(r.evicted[1].task);
+  const WorkloadId other = submit("a-other", "a", 1, 1, 1);
+  s_->schedule();
+  EXPECT_EQ(running(other), 0);  // The two stopped victims' GPUs wait for b-gang.
+  s_->taskStopped(r.evicted[2].task);
+  s_->schedule();
+  EXPECT_EQ(running(gang), 1);
+  EXPECT_EQ(*nodesOf(gang).begin(), second_node);
+}
+
 // Rule 2: reclaim takes a task only while its unsaved work is under the victim queue's bound;
 // a checkpoint makes a long job cheap to take, and a queue may set its own bound.
 TEST_F(SchedulerTest, ReclaimLeavesWorkWhoseEvictionWouldDestroyTooMuch) {
