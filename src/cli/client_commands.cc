@@ -279,6 +279,9 @@ constexpr TenantLimit kTenantLimits[] = {
     {"request_rate", "--request-rate", "API requests per second, sustained"},
     {"request_burst", "--request-burst", "API requests in a burst"},
     {"request_concurrency", "--request-concurrency", "API requests handled at once"},
+    {"max_unsaved_gpu_seconds", "--max-unsaved-gpu-seconds",
+     "Reclaim leaves alone a task with more unsaved work than this (GPU-seconds since its last "
+     "checkpoint; -1: the server's default, one GPU-hour)"},
 };
 
 // The fields given on the command line, as the API takes them.

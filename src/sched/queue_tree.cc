@@ -147,6 +147,17 @@ core::Status QueueTree::update(QueueId q, const Amounts& quota, const Amounts& l
   return rebuild(std::move(all));
 }
 
+core::Status QueueTree::setMaxUnsaved(QueueId q, int64_t gpu_seconds) {
+  if (q >= queues_.size()) {
+    return core::notFound("no queue with id " + std::to_string(q));
+  }
+  if (gpu_seconds < -1) {
+    return core::invalidArgument("queue '" + queues_[q].name + "': maxUnsavedGpuTime is negative");
+  }
+  queues_[q].max_unsaved_gpu_s = gpu_seconds;
+  return core::Status::ok();
+}
+
 core::Status QueueTree::rename(QueueId q, std::string name) {
   if (q >= queues_.size()) {
     return core::notFound("no queue with id " + std::to_string(q));

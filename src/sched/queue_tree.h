@@ -85,6 +85,8 @@ class QueueTree {
   // Renames queue `q` (the name validated as in `create`); its id, place, numbers and totals
   // stay, and its children follow it.
   core::Status rename(QueueId q, std::string name);
+  // Sets QueueSpec::max_unsaved_gpu_s (-1 or more).
+  core::Status setMaxUnsaved(QueueId q, int64_t gpu_seconds);
 
   // Adds (sign +1) or removes (sign -1) `amounts` to the allocated or pending totals of `leaf`
   // and all its ancestors. O(depth).

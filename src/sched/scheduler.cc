@@ -630,6 +630,10 @@ core::Status Scheduler::updateQueue(QueueId q, const Amounts& quota, const Amoun
   return core::Status::ok();
 }
 
+core::Status Scheduler::setMaxUnsaved(QueueId q, int64_t gpu_seconds) {
+  return tree_.setMaxUnsaved(q, gpu_seconds);
+}
+
 core::Status Scheduler::renameQueue(QueueId q, std::string name) {
   TESSERA_RETURN_IF_ERROR(tree_.rename(q, std::move(name)));
   if (usage_ != nullptr) {

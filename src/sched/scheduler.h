@@ -203,6 +203,9 @@ class Scheduler {
   // stops new starts; running tasks are not evicted for it.
   core::Status updateQueue(QueueId q, const Amounts& quota, const Amounts& limit, int64_t weight,
                            int32_t priority);
+  // Sets a queue's bound on the unsaved work of a unit reclaim may take, in GPU-seconds (-1: the
+  // nearest ancestor's, else SchedulerOptions::max_unsaved_gpu_time); see QueueSpec.
+  core::Status setMaxUnsaved(QueueId q, int64_t gpu_seconds);
   // Renames a queue (see QueueTree::rename) that now stands for another team: its usage history
   // is dropped. For a server that reuses a queue's slot in the tree instead of growing it.
   core::Status renameQueue(QueueId q, std::string name);
@@ -326,6 +329,8 @@ class Scheduler {
     std::unordered_map<WorkloadId, std::vector<Unit>> of_workload;
     std::unordered_map<QueueId, std::vector<const Unit*>> of_leaf;
   };
+  // Milli-GPU-seconds of unsaved work above which reclaim leaves a unit of `leaf` alone.
+  int64_t unsavedBound(QueueId leaf) const;
   // The units of `leaf`'s running workloads (only those under its bound on unsaved work when
   // `bounded`), from `units` or computed into it.
   const std::vector<const Unit*>& leafUnits(QueueId leaf, bool bounded, UnitCache& units);

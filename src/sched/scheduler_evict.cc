@@ -160,6 +160,17 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
   return units;
 }
 
+int64_t Scheduler::unsavedBound(QueueId leaf) const {
+  // The nearest queue on the path that sets one (a tenant's bound covers its teams), else the
+  // scheduler's.
+  for (QueueId q = leaf; q != kNoQueue; q = tree_.queue(q).parent) {
+    if (tree_.queue(q).max_unsaved_gpu_s >= 0) {
+      return 1000 * tree_.queue(q).max_unsaved_gpu_s;
+    }
+  }
+  return 1000 * seconds(options_.max_unsaved_gpu_time);
+}
+
 const std::vector<const Scheduler::Unit*>& Scheduler::leafUnits(QueueId leaf, bool bounded,
                                                                 UnitCache& units) {
   auto [slot, added] = units.of_leaf.try_emplace(leaf);
@@ -167,9 +178,7 @@ const std::vector<const Scheduler::Unit*>& Scheduler::leafUnits(QueueId leaf, bo
   if (!added) {
     return out;
   }
-  const Queue& vq = tree_.queue(leaf);
-  const int64_t bound = 1000 * (vq.max_unsaved_gpu_s >= 0 ? vq.max_unsaved_gpu_s
-                                                          : seconds(options_.max_unsaved_gpu_time));
+  const int64_t bound = unsavedBound(leaf);
   for (WorkloadId vw : running_workloads_[leaf]) {
     auto it = units.of_workload.find(vw);
     if (it == units.of_workload.end()) {
@@ -354,10 +363,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
         if (vw == w || !victim.spec.preemptible || tasks_[t].state != TaskState::kRunning) {
           continue;
         }
-        const Queue& vq = tree_.queue(victim.spec.queue);
-        const int64_t bound =
-            1000 * (vq.max_unsaved_gpu_s >= 0 ? vq.max_unsaved_gpu_s
-                                              : seconds(options_.max_unsaved_gpu_time));
+        const int64_t bound = unsavedBound(victim.spec.queue);
         auto [src, added] = source_of.try_emplace(victim.spec.queue, sources.size());
         if (added) {
           sources.push_back(Source{victim.spec.queue, victim.spec.queue, Ratio{}, false});

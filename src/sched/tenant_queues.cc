@@ -20,7 +20,7 @@ QueueSpec rootQueueSpec() { return {std::string(kRootQueue), "", {}, {}, 1, 100}
 QueueSpec tenantQueueSpec(const ResourceSpace& space, const std::string& tenant,
                           const GpuQueueNumbers& n) {
   auto [quota, limit] = gpuAmounts(space, n.quota_milli_gpu, n.limit_milli_gpu);
-  return {tenant, std::string(kRootQueue), quota, limit, n.weight, n.priority};
+  return {tenant, std::string(kRootQueue), quota, limit, n.weight, n.priority, n.max_unsaved_gpu_s};
 }
 
 QueueSpec tenantDefaultQueueSpec(const ResourceSpace& space, const std::string& tenant,
@@ -32,7 +32,7 @@ QueueSpec tenantDefaultQueueSpec(const ResourceSpace& space, const std::string& 
 QueueSpec teamQueueSpec(const ResourceSpace& space, const std::string& tenant,
                         const std::string& team, const GpuQueueNumbers& n) {
   auto [quota, limit] = gpuAmounts(space, n.quota_milli_gpu, n.limit_milli_gpu);
-  return {tenant + "/" + team, tenant, quota, limit, n.weight, n.priority};
+  return {tenant + "/" + team, tenant, quota, limit, n.weight, n.priority, n.max_unsaved_gpu_s};
 }
 
 std::string evictionEvent(const Scheduler& s, const EvictDecision& e,

@@ -29,6 +29,9 @@ struct GpuQueueNumbers {
   int64_t limit_milli_gpu = 0;  // 0: none.
   int64_t weight = 1;
   int32_t priority = 100;
+  // Reclaim's bound on a unit's unsaved work, GPU-seconds, for all the tenant's (or team's)
+  // queues; -1: the server's (QueueSpec::max_unsaved_gpu_s).
+  int64_t max_unsaved_gpu_s = -1;
 };
 
 QueueSpec rootQueueSpec();

@@ -42,6 +42,9 @@ core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const json& bas
   }
   TESSERA_ASSIGN_OR_RETURN(q.weight, intOr(n, base, "weight", 0, 1000000, 1));
   TESSERA_ASSIGN_OR_RETURN(q.priority, intOr(n, base, "priority", 0, 1000000, 100));
+  // -1: back to the scheduler's default.
+  TESSERA_ASSIGN_OR_RETURN(q.max_unsaved_gpu_s,
+                           intOr(n, base, "max_unsaved_gpu_seconds", -1, 1000000000, -1));
   return q;
 }
 

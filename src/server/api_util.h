@@ -160,6 +160,7 @@ struct QueueNumbers {
   int64_t limit = 0;  // Milli-GPU; 0: none.
   int64_t weight = 1;
   int64_t priority = 100;
+  int64_t max_unsaved_gpu_s = -1;  // -1: the scheduler's default.
 };
 core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const nlohmann::json& base,
                                         const std::string& source);

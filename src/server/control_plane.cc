@@ -163,10 +163,10 @@ core::Status ControlPlane::load() {
     }
   }
   for (const auto& [name, config] : tenants_) {
-    TESSERA_RETURN_IF_ERROR(
-        driver_.addTenantQueue(name, config.value("quota_milli_gpu", int64_t{0}),
-                               config.value("limit_milli_gpu", int64_t{0}),
-                               config.value("weight", int64_t{1}), config.value("priority", 100)));
+    TESSERA_RETURN_IF_ERROR(driver_.addTenantQueue(
+        name, config.value("quota_milli_gpu", int64_t{0}),
+        config.value("limit_milli_gpu", int64_t{0}), config.value("weight", int64_t{1}),
+        config.value("priority", 100), config.value("max_unsaved_gpu_seconds", int64_t{-1})));
     driver_.setTrustGroup(name, config.value("trust_group", std::string()));
   }
   for (const auto& [key, config] : teams) {

@@ -46,7 +46,7 @@ SchedulerDriver::~SchedulerDriver() { stop(); }
 
 core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                                              int64_t limit_milli_gpu, int64_t weight,
-                                             int32_t priority) {
+                                             int32_t priority, int64_t max_unsaved_gpu_s) {
   std::lock_guard pass_lock(pass_mu_);
   {
     std::lock_guard lock(mu_);
@@ -55,7 +55,8 @@ core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t 
     }
   }
   const sched::ResourceSpace& space = scheduler_->queues().space();
-  const sched::GpuQueueNumbers numbers{quota_milli_gpu, limit_milli_gpu, weight, priority};
+  const sched::GpuQueueNumbers numbers{quota_milli_gpu, limit_milli_gpu, weight, priority,
+                                       max_unsaved_gpu_s};
   // Adding queues changes the scheduler: the driver thread must not run a pass meanwhile, which
   // holding `pass_mu_` guarantees.
   TESSERA_RETURN_IF_ERROR(
@@ -192,7 +193,7 @@ core::Status SchedulerDriver::retireTeamQueue(const std::string& tenant, const s
 
 core::Status SchedulerDriver::updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                                                 int64_t limit_milli_gpu, int64_t weight,
-                                                int32_t priority) {
+                                                int32_t priority, int64_t max_unsaved_gpu_s) {
   std::lock_guard pass_lock(pass_mu_);
   const sched::QueueTree& tree = scheduler_->queues();
   const std::optional<sched::QueueId> q = tree.find(tenant);
@@ -203,6 +204,7 @@ core::Status SchedulerDriver::updateTenantQueue(const std::string& tenant, int64
   const auto [quota, limit] = sched::gpuAmounts(tree.space(), quota_milli_gpu, limit_milli_gpu);
   // Both are checked the same way (quota within limit), so the second cannot fail alone.
   TESSERA_RETURN_IF_ERROR(scheduler_->updateQueue(*q, quota, limit, weight, priority));
+  TESSERA_RETURN_IF_ERROR(scheduler_->setMaxUnsaved(*q, max_unsaved_gpu_s));
   return scheduler_->updateQueue(*leaf, quota, limit, 1, 100);
 }
 

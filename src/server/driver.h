@@ -163,8 +163,11 @@ class SchedulerDriver {
 
   // A tenant's queue subtree: "<tenant>" under the root, with one leaf "<tenant>/default" (teams
   // add theirs with putTeamQueue).
+  // `max_unsaved_gpu_s`: reclaim's bound on a unit's unsaved work in the tenant's queues
+  // (GPU-seconds; -1: the scheduler's default).
   core::Status addTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
-                              int64_t limit_milli_gpu, int64_t weight, int32_t priority);
+                              int64_t limit_milli_gpu, int64_t weight, int32_t priority,
+                              int64_t max_unsaved_gpu_s = -1);
   // Adds queue "<tenant>/<queue>" under the tenant's (a team's), or changes it if it exists. A
   // new queue takes the node of one of the tenant's retired queues if there is one (the same
   // name's first, with its usage history; another's without), so a tenant's subtree never holds
@@ -188,7 +191,8 @@ class SchedulerDriver {
   void setTrustGroup(const std::string& tenant, const std::string& group);
   // Changes a tenant's queue (and its default leaf) to these numbers.
   core::Status updateTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
-                                 int64_t limit_milli_gpu, int64_t weight, int32_t priority);
+                                 int64_t limit_milli_gpu, int64_t weight, int32_t priority,
+                                 int64_t max_unsaved_gpu_s = -1);
   // Whether `cmd` could ever run: a valid request, a node that can hold one task, the queue.
   core::Status check(const SubmitCommand& cmd) const;
   // Queues `cmd` for the next pass, after check(). Submitting a workload the driver already

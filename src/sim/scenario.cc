@@ -160,6 +160,10 @@ core::Result<sched::GpuQueueNumbers> parseGpuNumbers(const Node& n) {
     TESSERA_ASSIGN_OR_RETURN(int64_t p, n.child("priority").integer(0, 1000000));
     out.priority = static_cast<int32_t>(p);
   }
+  if (n.has("max_unsaved_gpu_seconds")) {
+    TESSERA_ASSIGN_OR_RETURN(out.max_unsaved_gpu_s,
+                             n.child("max_unsaved_gpu_seconds").integer(-1, 1000000000));
+  }
   return out;
 }
 
@@ -173,8 +177,8 @@ core::Status parseTenants(const Node& list, Scenario& s) {
   std::set<std::string> names;
   for (size_t i = 0; i < list.value().size(); ++i) {
     const Node t = list.at(i);
-    TESSERA_RETURN_IF_ERROR(
-        t.checkKeys({"name", "quota", "limit", "weight", "priority", "trust_group", "queues"}));
+    TESSERA_RETURN_IF_ERROR(t.checkKeys({"name", "quota", "limit", "weight", "priority",
+                                         "max_unsaved_gpu_seconds", "trust_group", "queues"}));
     if (!t.has("name")) {
       return t.error("missing field 'name'");
     }
@@ -242,8 +246,8 @@ core::Status parseTenantUpdates(const Node& list, Scenario& s) {
   std::vector<core::Duration> times(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     const Node u = list.at(i);
-    TESSERA_RETURN_IF_ERROR(
-        u.checkKeys({"at", "tenant", "quota", "limit", "weight", "priority", "trust_group"}));
+    TESSERA_RETURN_IF_ERROR(u.checkKeys({"at", "tenant", "quota", "limit", "weight", "priority",
+                                         "max_unsaved_gpu_seconds", "trust_group"}));
     for (const char* f : {"at", "tenant"}) {
       if (!u.has(f)) {
         return u.error(std::string("missing field '") + f + "'");
@@ -278,6 +282,9 @@ core::Status parseTenantUpdates(const Node& list, Scenario& s) {
     }
     if (v.contains("priority")) {
       n.priority = given.priority;
+    }
+    if (v.contains("max_unsaved_gpu_seconds")) {
+      n.max_unsaved_gpu_s = given.max_unsaved_gpu_s;
     }
     if (n.limit_milli_gpu > 0 && n.limit_milli_gpu < n.quota_milli_gpu) {
       return u.error("limit.gpu would be below quota.gpu");

@@ -206,6 +206,7 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
             sched::tenantDefaultQueueSpec(queues.space(), tenant.name, u.numbers);
         TESSERA_RETURN_IF_ERROR(s->updateQueue(*queues.find(q.name), q.quota, q.limit,
                                                q.over_quota_weight, q.priority));
+        TESSERA_RETURN_IF_ERROR(s->setMaxUnsaved(*queues.find(q.name), q.max_unsaved_gpu_s));
         TESSERA_RETURN_IF_ERROR(s->updateQueue(*queues.find(leaf.name), leaf.quota, leaf.limit,
                                                leaf.over_quota_weight, leaf.priority));
         uint32_t group = 0;

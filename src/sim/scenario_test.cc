@@ -293,6 +293,26 @@ TEST(ScenarioTest, AQueueWithNoShareIsServedAfterOneWithin) {
   EXPECT_EQ(r.evictions, 0);
 }
 
+// Rule 2, a tenant's own bound, end to end (and through the live API: the tenant field
+// max_unsaved_gpu_seconds): team-1 accepts losing up to 3 GPU-hours per eviction, so its 1-GPU
+// tasks, two hours in and never checkpointed, are taken back, which the default hour would not.
+TEST(ScenarioTest, ATenantsOwnBoundOnUnsavedWorkDecides) {
+  ScenarioResult r = run("tenants-unsaved-bound.json");
+  auto w = byWorkload(r);
+  EXPECT_EQ(w["team-1/sweep"].evicted, 4);
+  EXPECT_EQ(w["team-2/train"].first_start, 7230);
+  EXPECT_NEAR(r.lost_gpu_seconds, 4 * 7200, 1e-6);
+  // Without the tenant's bound (the scheduler's default hour), nothing is taken.
+  auto sc = readScenario(examples() + "tenants-unsaved-bound.json");
+  ASSERT_TRUE(sc.isOk());
+  for (sched::QueueSpec& q : sc->queues) {
+    q.max_unsaved_gpu_s = -1;
+  }
+  auto plain = runScenario(*sc);
+  ASSERT_TRUE(plain.isOk());
+  EXPECT_EQ(plain->evictions, 0);
+}
+
 std::string parseError(const std::string& json) {
   auto s = parseScenario(json, "s.json");
   return s.isOk() ? "ok" : s.status().message();

@@ -441,11 +441,23 @@ TEST_F(ServerTest, BadBodiesNeverAnswer500AndEveryAuditedRequestHasItsResponse) 
     std::string method, path, token;
     std::vector<std::string> fields;  // Dotted paths into the body.
   };
-  const std::vector<std::string> tenant_fields = {
-      "quota",       "quota.gpu",    "limit",         "limit.gpu",
-      "weight",      "priority",     "trust_group",   "max_workloads",
-      "max_pending", "max_queues",   "max_tokens",    "max_policies",
-      "max_secrets", "request_rate", "request_burst", "request_concurrency"};
+  const std::vector<std::string> tenant_fields = {"quota",
+                                                  "quota.gpu",
+                                                  "limit",
+                                                  "limit.gpu",
+                                                  "weight",
+                                                  "priority",
+                                                  "trust_group",
+                                                  "max_workloads",
+                                                  "max_pending",
+                                                  "max_queues",
+                                                  "max_tokens",
+                                                  "max_policies",
+                                                  "max_secrets",
+                                                  "request_rate",
+                                                  "request_burst",
+                                                  "request_concurrency",
+                                                  "max_unsaved_gpu_seconds"};
   const std::vector<std::string> token_fields = {"policies",  "ttl",          "explicit_max_ttl",
                                                  "renewable", "display_name", "tenant"};
   const std::vector<Route> routes = {

@@ -46,14 +46,17 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   const std::string source = "tenant '" + name + "'";
   core::JsonNode n(body, "", source);
   TESSERA_RETURN_IF_ERROR(
-      n.checkKeys({"quota", "limit", "weight", "priority", "trust_group", "max_workloads",
-                   "max_pending", "max_queues", "max_tokens", "max_policies", "max_secrets",
-                   "request_rate", "request_burst", "request_concurrency"}));
+      n.checkKeys({"quota", "limit", "weight", "priority", "max_unsaved_gpu_seconds", "trust_group",
+                   "max_workloads", "max_pending", "max_queues", "max_tokens", "max_policies",
+                   "max_secrets", "request_rate", "request_burst", "request_concurrency"}));
   TESSERA_ASSIGN_OR_RETURN(const QueueNumbers q, queueNumbers(n, base, source));
   config["quota_milli_gpu"] = q.quota;
   config["limit_milli_gpu"] = q.limit;
   config["weight"] = q.weight;
   config["priority"] = q.priority;
+  if (q.max_unsaved_gpu_s >= 0) {
+    config["max_unsaved_gpu_seconds"] = q.max_unsaved_gpu_s;
+  }
   auto integer = [&](const char* field, int64_t lo, int64_t hi, int64_t def) {
     return intOr(n, base, field, lo, hi, def);
   };
@@ -122,11 +125,11 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
       core::logError("tenant '{}' is created, but grants to its name from before it may remain: {}",
                      name, st.message());
     }
-    TESSERA_RETURN_IF_ERROR(
-        driver_.addTenantQueue(name, q.quota, q.limit, q.weight, static_cast<int32_t>(q.priority)));
+    TESSERA_RETURN_IF_ERROR(driver_.addTenantQueue(
+        name, q.quota, q.limit, q.weight, static_cast<int32_t>(q.priority), q.max_unsaved_gpu_s));
   } else {
-    TESSERA_RETURN_IF_ERROR(driver_.updateTenantQueue(name, q.quota, q.limit, q.weight,
-                                                      static_cast<int32_t>(q.priority)));
+    TESSERA_RETURN_IF_ERROR(driver_.updateTenantQueue(
+        name, q.quota, q.limit, q.weight, static_cast<int32_t>(q.priority), q.max_unsaved_gpu_s));
   }
   driver_.setTrustGroup(name, config.value("trust_group", std::string()));
   std::lock_guard lock(mu_);
