@@ -811,6 +811,24 @@ TEST_F(SchedulerTest, AQueueMaySetItsOwnBoundOnUnsavedWork) {
   EXPECT_EQ(r.evicted[0].preemptor, b);
 }
 
+// Rule 2: a queue without a bound of its own takes its nearest ancestor's (a tenant's covers its
+// teams), and its own, once set, wins.
+TEST_F(SchedulerTest, AQueueTakesItsAncestorsBoundUnlessItHasItsOwn) {
+  build(1, 4, 4);
+  const QueueId org = *s_->queues().find("org");
+  const QueueId aq = *s_->queues().find("a");
+  ASSERT_TRUE(s_->setMaxUnsaved(org, 3 * 3600).isOk());
+  ASSERT_TRUE(s_->setMaxUnsaved(aq, 0).isOk());
+  submit("a-elastic", "a", 8, 1, 1);
+  s_->schedule();
+  clock_.advance(std::chrono::hours(2));  // 2 GPU-hours unsaved per task.
+  submit("b-one", "b", 1, 1, 1);
+  EXPECT_TRUE(s_->schedule().evicted.empty());  // a's own bound, 0, wins over org's 3 hours.
+  ASSERT_TRUE(s_->setMaxUnsaved(aq, -1).isOk());
+  EXPECT_EQ(s_->schedule().evicted.size(), 1U);  // Now org's 3 hours.
+  EXPECT_FALSE(s_->setMaxUnsaved(aq, -2).isOk());
+}
+
 // Rule 2: victims go in order of least unsaved work; a recent checkpoint makes an old task the
 // cheapest.
 TEST_F(SchedulerTest, VictimsGoInOrderOfLeastUnsavedWork) {

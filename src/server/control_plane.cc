@@ -174,7 +174,7 @@ core::Status ControlPlane::load() {
     TESSERA_RETURN_IF_ERROR(driver_.putTeamQueue(
         key.substr(0, slash), key.substr(slash + 1), config.value("quota_milli_gpu", int64_t{0}),
         config.value("limit_milli_gpu", int64_t{0}), config.value("weight", int64_t{1}),
-        config.value("priority", 100)));
+        config.value("priority", 100), config.value("max_unsaved_gpu_seconds", int64_t{-1})));
   }
   for (const auto& [tenant, record] : workloads) {
     const std::string phase = record.at("status").at("phase").get<std::string>();

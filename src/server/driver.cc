@@ -87,7 +87,8 @@ void SchedulerDriver::setTrustGroup(const std::string& tenant, const std::string
 
 core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std::string& queue,
                                            int64_t quota_milli_gpu, int64_t limit_milli_gpu,
-                                           int64_t weight, int32_t priority) {
+                                           int64_t weight, int32_t priority,
+                                           int64_t max_unsaved_gpu_s) {
   std::lock_guard pass_lock(pass_mu_);
   const sched::QueueTree& tree = scheduler_->queues();
   if (!tree.find(tenant)) {
@@ -97,6 +98,7 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
   const auto [quota, limit] = sched::gpuAmounts(tree.space(), quota_milli_gpu, limit_milli_gpu);
   if (const std::optional<sched::QueueId> q = tree.find(name)) {
     TESSERA_RETURN_IF_ERROR(scheduler_->updateQueue(*q, quota, limit, weight, priority));
+    TESSERA_RETURN_IF_ERROR(scheduler_->setMaxUnsaved(*q, max_unsaved_gpu_s));
     std::lock_guard lock(mu_);
     leaves_[name] = *q;  // In service again if it was retired.
     return core::Status::ok();
@@ -118,6 +120,7 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
   if (retired) {
     // The numbers first: if they are refused, the retired node keeps its name.
     TESSERA_RETURN_IF_ERROR(scheduler_->updateQueue(*retired, quota, limit, weight, priority));
+    TESSERA_RETURN_IF_ERROR(scheduler_->setMaxUnsaved(*retired, max_unsaved_gpu_s));
     TESSERA_RETURN_IF_ERROR(scheduler_->renameQueue(*retired, name));
     std::lock_guard lock(mu_);
     leaves_[name] = *retired;
@@ -126,7 +129,8 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
   TESSERA_ASSIGN_OR_RETURN(
       sched::QueueId leaf,
       scheduler_->addQueue(sched::teamQueueSpec(
-          tree.space(), tenant, queue, {quota_milli_gpu, limit_milli_gpu, weight, priority})));
+          tree.space(), tenant, queue,
+          {quota_milli_gpu, limit_milli_gpu, weight, priority, max_unsaved_gpu_s})));
   std::lock_guard lock(mu_);
   leaves_[name] = leaf;
   return core::Status::ok();

@@ -174,7 +174,7 @@ class SchedulerDriver {
   // more team queues than it had in service at once.
   core::Status putTeamQueue(const std::string& tenant, const std::string& queue,
                             int64_t quota_milli_gpu, int64_t limit_milli_gpu, int64_t weight,
-                            int32_t priority);
+                            int32_t priority, int64_t max_unsaved_gpu_s = -1);
   bool hasQueue(const std::string& tenant, const std::string& queue) const;
   // The names of the tenant's team queues in service (not "default", not retired ones).
   std::vector<std::string> teamQueues(const std::string& tenant) const;

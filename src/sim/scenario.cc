@@ -205,7 +205,8 @@ core::Status parseTenants(const Node& list, Scenario& s) {
       std::set<std::string> teams = {"default"};
       for (size_t k = 0; k < qs.value().size(); ++k) {
         const Node q = qs.at(k);
-        TESSERA_RETURN_IF_ERROR(q.checkKeys({"name", "quota", "limit", "weight", "priority"}));
+        TESSERA_RETURN_IF_ERROR(q.checkKeys(
+            {"name", "quota", "limit", "weight", "priority", "max_unsaved_gpu_seconds"}));
         if (!q.has("name")) {
           return q.error("missing field 'name'");
         }

@@ -108,7 +108,8 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
   const json base = exists ? json::parse((*got)->value, nullptr, false) : json::object();
   const std::string source = "queue '" + name + "'";
   core::JsonNode n(r.body, "", source);
-  core::Status st = n.checkKeys({"quota", "limit", "weight", "priority"});
+  core::Status st =
+      n.checkKeys({"quota", "limit", "weight", "priority", "max_unsaved_gpu_seconds"});
   if (!st.isOk()) {
     return fromStatus(st);
   }
@@ -116,17 +117,21 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
   if (!q.isOk()) {
     return fromStatus(q.status());
   }
-  const json config = {{"name", name},
-                       {"quota_milli_gpu", q->quota},
-                       {"limit_milli_gpu", q->limit},
-                       {"weight", q->weight},
-                       {"priority", q->priority}};
+  json config = {{"name", name},
+                 {"quota_milli_gpu", q->quota},
+                 {"limit_milli_gpu", q->limit},
+                 {"weight", q->weight},
+                 {"priority", q->priority}};
+  if (q->max_unsaved_gpu_s >= 0) {
+    config["max_unsaved_gpu_seconds"] = q->max_unsaved_gpu_s;
+  }
   auto put = store_.put(key, config.dump());
   if (!put.isOk()) {
     return fromStatus(put.status());
   }
-  core::Status applied = driver_.putTeamQueue(tenant, name, q->quota, q->limit, q->weight,
-                                              static_cast<int32_t>(q->priority));
+  core::Status applied =
+      driver_.putTeamQueue(tenant, name, q->quota, q->limit, q->weight,
+                           static_cast<int32_t>(q->priority), q->max_unsaved_gpu_s);
   if (!applied.isOk()) {
     return fromStatus(applied);
   }
