@@ -242,7 +242,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
       a_r = tree_.queue(a_r).parent;
     }
     const Queue& av = tree_.queue(a_v);
-    const Ratio s_v = dominantShare(settled(a_v), reclaimBasis(av));
+    const Ratio s_v = dominantShareWith(av.allocated, moving_[a_v], reclaimBasis(av));
     if (!greaterThanOne(s_v)) {
       continue;  // Only a side above its share gives back.
     }
@@ -680,7 +680,8 @@ void Scheduler::evictFor(Eviction kind, PassResult& out, int& all_evictions) {
     const bool pending =
         !queue_workloads_[q].empty() &&
         queue.pending[kGpuDim] + queue.pending[kCpuDim] + queue.pending[kMemoryDim] > 0;
-    const Ratio share = dominantShare(settled(q), reclaim ? reclaimBasis(queue) : queue.fair_share);
+    const Ratio share = dominantShareWith(queue.allocated, moving_[q],
+                                          reclaim ? reclaimBasis(queue) : queue.fair_share);
     if (reclaim) {
       // The patience clock runs while the queue waits at or below its share.
       if (!pending || greaterThanOne(share)) {
