@@ -39,6 +39,7 @@ struct World {
   core::FakeClock clock;
   std::unique_ptr<Scheduler> s;
   std::vector<TaskId> running;
+  std::vector<QueueId> leaves;
   core::Rng rng{5};
 };
 
@@ -104,7 +105,7 @@ World& world(int node_count = kDefaultNodes) {
     w->s = std::move(Scheduler::create(w->catalogue, std::move(nodes), std::move(tree).value(), {},
                                        options, w->clock))
                .value();
-    std::vector<QueueId> leaves;
+    std::vector<QueueId>& leaves = w->leaves;
     for (QueueId q = 0; q < w->s->queues().size(); ++q) {
       if (w->s->queues().queue(q).isLeaf()) {
         leaves.push_back(q);
@@ -190,36 +191,32 @@ void BM_IncrementalPass(benchmark::State& st) {
   }
 }
 
-// Stops the tasks a pass evicted (their grace period over), so the next pass sees them pending.
-void stopEvicted(World& w, const PassResult& r) {
+// A timed pass that counts what it started and evicted, then stops the tasks it evicted (their
+// grace period over), so the next pass sees them pending.
+PassResult countedPass(World& w, benchmark::State& st) {
+  PassResult r = timedPass(w, st);
+  st.counters["started"] = static_cast<double>(r.started.size());
+  st.counters["evicted"] = static_cast<double>(r.evicted.size());
   for (const EvictDecision& e : r.evicted) {
     w.s->taskStopped(e.task);
   }
+  return r;
 }
 
 void BM_BusyPass(benchmark::State& st) {
   World& w = world();
-  std::vector<QueueId> leaves;
-  for (QueueId q = 0; q < w.s->queues().size(); ++q) {
-    if (w.s->queues().queue(q).isLeaf()) {
-      leaves.push_back(q);
-    }
-  }
   int n = 1'000'000;
   for (auto _ : st) {
     st.PauseTiming();
     w.clock.advance(std::chrono::seconds(10));
     complete(w, 1000);
     for (int tasks = 0; tasks < 1000;) {
-      WorkloadSpec spec = drawWorkload(w, leaves[w.rng.uniform(leaves.size())], n++);
+      WorkloadSpec spec = drawWorkload(w, w.leaves[w.rng.uniform(w.leaves.size())], n++);
       tasks += spec.tasks;
       (void)w.s->submit(spec);
     }
     st.ResumeTiming();
-    PassResult r = timedPass(w, st);
-    st.counters["started"] = static_cast<double>(r.started.size());
-    st.counters["evicted"] = static_cast<double>(r.evicted.size());
-    stopEvicted(w, r);
+    countedPass(w, st);
   }
 }
 
@@ -250,10 +247,7 @@ void BM_ReclaimPass(benchmark::State& st) {
       (void)w.s->submit(spec);
     }
     st.ResumeTiming();
-    PassResult r = timedPass(w, st);
-    st.counters["started"] = static_cast<double>(r.started.size());
-    st.counters["evicted"] = static_cast<double>(r.evicted.size());
-    stopEvicted(w, r);
+    countedPass(w, st);
   }
 }
 
@@ -270,17 +264,12 @@ void BM_ConsolidationPass(benchmark::State& st) {
     w.clock.advance(std::chrono::seconds(10));
     complete(w, 1000);
     st.ResumeTiming();
-    PassResult r = timedPass(w, st);
-    int moved = 0;
-    for (const EvictDecision& e : r.evicted) {
-      moved += e.moved ? 1 : 0;
-    }
-    st.counters["started"] = static_cast<double>(r.started.size());
-    st.counters["moved"] = moved;
+    const PassResult r = countedPass(w, st);
+    st.counters["moved"] = static_cast<double>(
+        std::count_if(r.evicted.begin(), r.evicted.end(), [](const auto& e) { return e.moved; }));
     st.counters["free_gpus"] =
         static_cast<double>(1000LL * w.s->cluster().totalGpus() - w.s->cluster().usedGpuMilli()) /
         1000.0;
-    stopEvicted(w, r);
   }
 }
 

@@ -338,8 +338,9 @@ class Scheduler {
   bool planEvictions(WorkloadId w, Eviction kind, int needed, int evictions, UnitCache& units,
                      EvictionPlan& plan);
   std::vector<Unit> victimUnits(WorkloadId w) const;
-  // Unsaved GPU-milli-seconds of task `t`: its run since its last checkpoint, times its GPUs.
-  int64_t unsavedOf(TaskId t) const;
+  // Unsaved GPU-milli-seconds of task `t`, which holds `milli` milli-GPU: its run since its last
+  // checkpoint, times its GPUs.
+  int64_t unsavedOf(TaskId t, int64_t milli) const;
   // What `q`'s subtree holds once the evictions under way are done: allocated, less what its
   // stopping victims will free, plus what the workloads they stop for will take.
   Amounts settled(QueueId q) const;

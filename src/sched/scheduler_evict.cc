@@ -68,14 +68,13 @@ core::Duration Scheduler::protectedFor(TaskId t) const {
   return options_.min_runtime * (int64_t{1} << std::min<uint32_t>(evictions, 30));
 }
 
-int64_t Scheduler::unsavedOf(TaskId t) const {
+int64_t Scheduler::unsavedOf(TaskId t, int64_t milli) const {
   const TaskInfo& task = tasks_[t];
   const WorkloadSpec& spec = workloads_[task.workload].spec;
   core::Duration ran = clock_.now() - task.started;
   if (spec.checkpoint_every.count() > 0) {
     ran %= spec.checkpoint_every;
   }
-  int64_t milli = taskAmounts(task.workload, &task.assignment.placement)[kGpuDim];
   if (milli <= 0) {
     milli = 1000;  // A task without GPUs counts as one: a long CPU job is no free victim.
   }
@@ -125,10 +124,12 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
     }
   }
   // Least unsaved work first.
+  std::vector<Amounts> held(running.size());
   std::vector<int64_t> unsaved(running.size());
   std::vector<size_t> order(running.size());
   for (size_t i = 0; i < running.size(); ++i) {
-    unsaved[i] = unsavedOf(running[i]);
+    held[i] = taskAmounts(w, &tasks_[running[i]].assignment.placement);
+    unsaved[i] = unsavedOf(running[i], held[i][kGpuDim]);
     order[i] = i;
   }
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -143,15 +144,14 @@ std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
   core.amounts = tree_.space().zeros();
   for (size_t i : order) {
     const TaskId t = running[i];
-    const Amounts held = taskAmounts(w, &tasks_[t].assignment.placement);
     if (taken < elastic && !young(t)) {
-      units.push_back({w, {t}, true, tasks_[t].started, unsaved[i], held});
+      units.push_back({w, {t}, true, tasks_[t].started, unsaved[i], std::move(held[i])});
       ++taken;
     } else {
       core.tasks.push_back(t);
       core.unsaved += unsaved[i];
       core.started = std::max(core.started, tasks_[t].started);
-      addTo(core.amounts, held);
+      addTo(core.amounts, held[i]);
     }
   }
   if (!core.tasks.empty() && std::none_of(core.tasks.begin(), core.tasks.end(), young)) {
@@ -298,6 +298,23 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
     }
     return ua.tasks.front() < ub.tasks.front();
   };
+  // A candidate, filed under every node it holds tasks on.
+  auto add_cand = [&](const Unit* u, const Source* src) {
+    const size_t i = cands.size();
+    cands.push_back({u, src});
+    for (TaskId t : u->tasks) {
+      std::vector<size_t>& v = on_node[tasks_[t].assignment.placement.node];
+      if (v.empty() || v.back() != i) {
+        v.push_back(i);
+      }
+    }
+  };
+  // Each node's units in victim order.
+  auto sort_nodes = [&]() {
+    for (auto& [n, list] : on_node) {
+      std::sort(list.begin(), list.end(), cheaper);
+    }
+  };
   size_t next_source = 0;
   // Adds the units of the next level of sources (equal victim share); false when none is left.
   auto expand = [&]() {
@@ -313,19 +330,10 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
             (u->workload == w || workloads_[u->workload].spec.priority >= info.spec.priority)) {
           continue;
         }
-        const size_t i = cands.size();
-        cands.push_back({u, &src});
-        for (TaskId t : u->tasks) {
-          std::vector<size_t>& v = on_node[tasks_[t].assignment.placement.node];
-          if (v.empty() || v.back() != i) {
-            v.push_back(i);
-          }
-        }
+        add_cand(u, &src);
       }
     }
-    for (auto& [n, list] : on_node) {
-      std::sort(list.begin(), list.end(), cheaper);  // Each node's units in victim order.
-    }
+    sort_nodes();
     return true;
   };
   if (reclaim) {
@@ -377,20 +385,11 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
               !seen.emplace(vw, u.tasks.front()).second) {
             continue;
           }
-          const size_t i = cands.size();
-          cands.push_back({&u, &sources[src->second]});
-          for (TaskId ut : u.tasks) {
-            std::vector<size_t>& v = on_node[tasks_[ut].assignment.placement.node];
-            if (v.empty() || v.back() != i) {
-              v.push_back(i);
-            }
-          }
+          add_cand(&u, &sources[src->second]);
         }
       }
     }
-    for (auto& [n, list] : on_node) {
-      std::sort(list.begin(), list.end(), cheaper);
-    }
+    sort_nodes();
     next_source = sources.size();
   }
 

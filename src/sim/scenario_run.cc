@@ -295,8 +295,8 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
       out.makespan_s = out.events.back().time_s;  // A pass that did nothing ends nothing.
     }
     // Patience runs out between events: pass again then, as the server's passes would see it.
-    const int64_t waiting = std::accumulate(pending_tasks.begin(), pending_tasks.end(), int64_t{0});
-    if (sc.options.reclaim_patience.count() > 0 && waiting > 0 && events.size() > ticks.size() &&
+    if (sc.options.reclaim_patience.count() > 0 && events.size() > ticks.size() &&
+        std::accumulate(pending_tasks.begin(), pending_tasks.end(), int64_t{0}) > 0 &&
         ticks.insert(now + sc.options.reclaim_patience).second) {
       events.push({now + sc.options.reclaim_patience, seq++, EvKind::kTick, 0, 0});
     }
