@@ -606,6 +606,65 @@ TEST_F(AgentTest, EvictedTasksThatNeverStartedGiveTheirGpusBack) {
 
 // `tessera dev` runs an agent per node in its own process: a workload really runs, and its log
 // comes back through `tessera logs`.
+// Issue #20, consolidation through the real binary: one GPU is free on each node, and a 2-GPU
+// task fits on neither. The scheduler moves one running 1-GPU task: its agent stops the process,
+// it starts again at once on the other node, and the 2-GPU task runs where it was.
+TEST_F(AgentTest, ConsolidationMovesARunningTaskToMakeRoom) {
+  startBothAgents();
+  auto submit = [&](const std::string& name, int gpus) {
+    return call("POST", "/v1/tenants/team-1/workloads/" + name, tenant_,
+                {{"gracePeriod", 1},
+                 {"cpuMilli", 100},
+                 {"gpu", {{"count", gpus}, {"models", {"T4"}}}},
+                 {"command", {"sh", "-c", "exec sleep 300"}}})
+        .status;
+  };
+  auto nodeOf = [&](const std::string& name) -> std::string {
+    const json s = workload(name)["status"];
+    return s["tasks"].empty() ? "" : s["tasks"][0].value("node", "");
+  };
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(submit("one-" + std::to_string(i), 1), 202U);
+  }
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(waitFor([&] { return phaseIs("one-" + std::to_string(i), "running"); }, 20s));
+  }
+  // One GPU freed on each node.
+  std::map<std::string, std::vector<std::string>> on;
+  for (int i = 0; i < 4; ++i) {
+    on[nodeOf("one-" + std::to_string(i))].push_back("one-" + std::to_string(i));
+  }
+  ASSERT_EQ(on["gpu-a"].size(), 2U);
+  ASSERT_EQ(on["gpu-b"].size(), 2U);
+  for (const std::string node : {"gpu-a", "gpu-b"}) {
+    ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/" + on[node].back(), tenant_).status,
+              204U);
+    ASSERT_TRUE(waitFor([&] { return phaseIs(on[node].back(), "cancelled"); }, 20s))
+        << workload(on[node].back()).dump();
+  }
+  ASSERT_EQ(submit("pair", 2), 202U);
+  ASSERT_TRUE(waitFor([&] { return phaseIs("pair", "running"); }, 30s)) << workload("pair").dump();
+  // The moved task was told so, and runs again on the node the pair did not take.
+  const std::string pair_node = nodeOf("pair");
+  std::string moved;
+  for (const std::string node : {"gpu-a", "gpu-b"}) {
+    const std::string name = on[node].front();
+    const json events =
+        call("GET", "/v1/tenants/team-1/workloads/" + name + "/events", tenant_).body;
+    if (events.dump().find("moved to make room for other work") != std::string::npos) {
+      moved = name;
+    }
+  }
+  ASSERT_FALSE(moved.empty());
+  EXPECT_TRUE(waitFor([&] { return phaseIs(moved, "running") && nodeOf(moved) != pair_node; }, 30s))
+      << workload(moved).dump();
+  for (const std::string node : {"gpu-a", "gpu-b"}) {
+    EXPECT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/" + on[node].front(), tenant_).status,
+              204U);
+  }
+  EXPECT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/pair", tenant_).status, 204U);
+}
+
 TEST(DevAgentsTest, DevModeRunsWorkloadsAsProcesses) {
   const fs::path dir =
       fs::temp_directory_path() / ("tessera-dev-agents-" + std::to_string(::getpid()));
