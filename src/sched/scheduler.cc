@@ -219,22 +219,28 @@ void Scheduler::addRunning(WorkloadId w, int delta) {
   const bool before = info.running > 0;
   info.running += delta;
   const bool after = info.running > 0;
-  if (before == after || !info.spec.preemptible) {
+  if (!info.spec.preemptible) {
+    return;
+  }
+  std::vector<RunningWorkload>& list = running_workloads_[info.spec.queue];
+  if (before == after) {
+    if (after) {
+      list[running_slot_[w]].no_victims_bound = -1;  // Its victim units changed.
+    }
     return;
   }
   std::map<int32_t, int>& counts = running_priorities_[info.spec.queue];
-  std::vector<WorkloadId>& list = running_workloads_[info.spec.queue];
   if (after) {
     ++counts[info.spec.priority];
     running_slot_[w] = static_cast<uint32_t>(list.size());
-    list.push_back(w);
+    list.push_back({w});
   } else {
     if (--counts[info.spec.priority] == 0) {
       counts.erase(info.spec.priority);
     }
     const uint32_t slot = running_slot_[w];
     list[slot] = list.back();
-    running_slot_[list[slot]] = slot;
+    running_slot_[list[slot].workload] = slot;
     list.pop_back();
   }
 }

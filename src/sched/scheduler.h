@@ -337,7 +337,15 @@ class Scheduler {
   // Chooses victims for `needed` tasks of `w` (evictFor's search); false if none will do.
   bool planEvictions(WorkloadId w, Eviction kind, int needed, int evictions, UnitCache& units,
                      EvictionPlan& plan);
-  std::vector<Unit> victimUnits(WorkloadId w) const;
+  // What unit `u` holds, in queue accounting (computed once).
+  const Amounts& unitAmounts(const Unit& u) const;
+  // The victim units of `w`: each elastic task old enough to go, then the rest (the gang's
+  // core) as one unit, least unsaved first; only units with less than `bound` unsaved work.
+  // A cache (UnitCache) holds units of one bound only: one evictFor call uses one per leaf.
+  // `quiet_until`, if given, is set to the first time the answer may differ while the running
+  // tasks stay the same (TimePoint::max() for never; now where that is not known).
+  std::vector<Unit> victimUnits(WorkloadId w, int64_t bound,
+                                core::TimePoint* quiet_until = nullptr) const;
   // Unsaved GPU-milli-seconds of task `t`, which holds `milli` milli-GPU: its run since its last
   // checkpoint, times its GPUs.
   int64_t unsavedOf(TaskId t, int64_t milli) const;
@@ -373,7 +381,15 @@ class Scheduler {
   std::vector<Amounts> moving_;               // Per queue: settled(q) - allocated (see settled).
   std::vector<core::TimePoint> below_since_;  // Per leaf: since when it is within its share.
   Amounts trial_credit_;  // Subtracted from allocations in limit checks of a trial placement.
-  std::vector<Amounts> head_job_;    // Per queue, for the queue order; set at the start of a pass.
+  std::vector<Amounts> head_job_;  // Per queue, for the queue order; set at the start of a pass.
+  // planEvictions' candidates filed by node: each node's slot in `plan_lists_` (UINT32_MAX for
+  // none) and the lists, the first `plan_lists_used_` in use. Kept between plans, so that filing
+  // allocates nothing once warm.
+  std::vector<uint32_t> plan_slot_;
+  std::vector<std::pair<NodeIndex, std::vector<size_t>>> plan_lists_;
+  size_t plan_lists_used_ = 0;
+  // victimUnits' scratch: (unsaved, task) of one workload's running tasks.
+  mutable std::vector<std::pair<int64_t, TaskId>> victim_order_;
   std::vector<NodeIndex> roomiest_;  // Consolidation's nodes with the most free room, ...
   uint64_t roomiest_pass_ = 0;       // ... as of this pass.
   // Per queue: what the queue order compares, computed when first needed in a pass and again
@@ -409,10 +425,20 @@ class Scheduler {
   std::vector<TaskInfo> tasks_;
   std::vector<std::vector<WorkloadId>> queue_workloads_;  // Per leaf: unfinished workloads.
   std::vector<uint32_t> finished_in_queue_;  // Per leaf: finished ones not yet dropped.
+  // A preemptible workload with running tasks, in its leaf's list.
+  struct RunningWorkload {
+    WorkloadId workload = 0;
+    // Reclaim found none of its running tasks a victim under the bound `no_victims_bound`, and
+    // none can become one before `no_victims_until` (a young task coming of age, a checkpoint):
+    // the search skips it until then, or until its running tasks change (addRunning). Kept here,
+    // next to the id, so that skipping reads the list alone.
+    int64_t no_victims_bound = -1;
+    core::TimePoint no_victims_until{};
+  };
   // Per leaf: how many preemptible workloads with running tasks there are, by priority; and
   // those workloads (in no order; `running_slot_` is each one's place there).
   std::vector<std::map<int32_t, int>> running_priorities_;
-  std::vector<std::vector<WorkloadId>> running_workloads_;
+  std::vector<std::vector<RunningWorkload>> running_workloads_;
   std::vector<uint32_t> running_slot_;   // Per workload.
   std::vector<Amounts> np_allocated_;    // Non-preemptible, per queue.
   std::unique_ptr<UsageHistory> usage_;  // When usage_half_life > 0.

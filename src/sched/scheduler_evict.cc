@@ -12,6 +12,7 @@
 #include <bit>
 #include <numeric>
 #include <set>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 
@@ -43,8 +44,21 @@ struct Scheduler::Unit {
   bool elastic = false;
   core::TimePoint started{};  // Latest start among them.
   int64_t unsaved = 0;        // Milli-GPU-seconds the eviction destroys.
-  Amounts amounts;            // What it holds, in queue accounting.
+  int64_t gpu_milli = 0;      // The GPUs it holds.
+  // What it holds, in queue accounting: computed when first needed (Scheduler::unitAmounts),
+  // as most units a search reads are judged by their GPUs alone.
+  mutable Amounts amounts;
 };
+
+const Amounts& Scheduler::unitAmounts(const Unit& u) const {
+  if (u.amounts.empty()) {
+    u.amounts = tree_.space().zeros();
+    for (TaskId t : u.tasks) {
+      addTo(u.amounts, taskAmounts(u.workload, &tasks_[t].assignment.placement));
+    }
+  }
+  return u.amounts;
+}
 
 struct Scheduler::EvictionPlan {
   struct Victim {
@@ -109,52 +123,75 @@ void Scheduler::endHold(WorkloadId w) {
   info.held.clear();
 }
 
-std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w) const {
+std::vector<Scheduler::Unit> Scheduler::victimUnits(WorkloadId w, int64_t bound,
+                                                    core::TimePoint* quiet_until) const {
   const WorkloadInfo& info = workloads_[w];
   std::vector<Unit> units;
+  core::TimePoint quiet = core::TimePoint::max();
+  if (quiet_until != nullptr) {
+    *quiet_until = quiet;
+  }
   if (!info.spec.preemptible || info.running == 0) {
     return units;
   }
   const core::TimePoint now = clock_.now();
   auto young = [&](TaskId t) { return now - tasks_[t].started < protectedFor(t); };
-  std::vector<TaskId> running;
+  // The GPUs a running task holds, in milli-GPU: from the request, or for a MIG slice from the
+  // profile on its GPU.
+  const model::TaskRequest& req = info.spec.request;
+  auto milli_of = [&](TaskId t) {
+    return req.isMig() ? taskAmounts(w, &tasks_[t].assignment.placement)[kGpuDim]
+                       : int64_t{req.gpu_count} * req.gpu_milli.value();
+  };
+  // Least unsaved work first. Scratch space kept between calls: this runs for every running
+  // workload a reclaim reads.
+  std::vector<std::pair<int64_t, TaskId>>& order = victim_order_;
+  order.clear();
+  // The answer stays the same while unsaved work only grows, no task comes of age and every
+  // task holds as much (so the order cannot change): until the next checkpoint or coming of age.
+  const core::Duration every = info.spec.checkpoint_every;
+  if (req.isMig()) {
+    quiet = now;  // GPUs of different models hold different shares: the order may change.
+  }
   for (TaskId t : info.tasks) {
-    if (tasks_[t].state == TaskState::kRunning) {
-      running.push_back(t);
+    const TaskInfo& task = tasks_[t];
+    if (task.state == TaskState::kRunning) {
+      order.emplace_back(unsavedOf(t, milli_of(t)), t);
+      if (young(t)) {
+        quiet = std::min(quiet, task.started + protectedFor(t));
+      }
+      if (every.count() > 0) {
+        quiet = std::min(quiet, task.started + ((now - task.started) / every + 1) * every);
+      }
     }
   }
-  // Least unsaved work first.
-  std::vector<Amounts> held(running.size());
-  std::vector<int64_t> unsaved(running.size());
-  std::vector<size_t> order(running.size());
-  for (size_t i = 0; i < running.size(); ++i) {
-    held[i] = taskAmounts(w, &tasks_[running[i]].assignment.placement);
-    unsaved[i] = unsavedOf(running[i], held[i][kGpuDim]);
-    order[i] = i;
+  if (quiet_until != nullptr) {
+    *quiet_until = quiet;
   }
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return unsaved[a] != unsaved[b] ? unsaved[a] < unsaved[b] : running[a] < running[b];
-  });
+  std::sort(order.begin(), order.end());
   // Elastic units from the tasks old enough to go; the rest are the gang's core, which goes
-  // whole or not at all.
+  // whole or not at all. Only units under `bound` are kept: above it, an eviction destroys too
+  // much and the unit is no victim.
   const int elastic = info.running - info.spec.min_available;
   int taken = 0;
   Unit core;
   core.workload = w;
-  core.amounts = tree_.space().zeros();
-  for (size_t i : order) {
-    const TaskId t = running[i];
+  bool core_young = false;
+  for (const auto& [unsaved, t] : order) {
     if (taken < elastic && !young(t)) {
-      units.push_back({w, {t}, true, tasks_[t].started, unsaved[i], std::move(held[i])});
       ++taken;
+      if (unsaved < bound) {
+        units.push_back({w, {t}, true, tasks_[t].started, unsaved, milli_of(t), {}});
+      }
     } else {
       core.tasks.push_back(t);
-      core.unsaved += unsaved[i];
+      core.unsaved += unsaved;
+      core.gpu_milli += milli_of(t);
       core.started = std::max(core.started, tasks_[t].started);
-      addTo(core.amounts, held[i]);
+      core_young = core_young || young(t);
     }
   }
-  if (!core.tasks.empty() && std::none_of(core.tasks.begin(), core.tasks.end(), young)) {
+  if (!core.tasks.empty() && !core_young && core.unsaved < bound) {
     units.push_back(std::move(core));
   }
   return units;
@@ -178,16 +215,27 @@ const std::vector<const Scheduler::Unit*>& Scheduler::leafUnits(QueueId leaf, bo
   if (!added) {
     return out;
   }
-  const int64_t bound = unsavedBound(leaf);
-  for (WorkloadId vw : running_workloads_[leaf]) {
+  // Above the bound, an eviction destroys too much.
+  const int64_t bound = bounded ? unsavedBound(leaf) : INT64_MAX;
+  const core::TimePoint now = clock_.now();
+  for (RunningWorkload& entry : running_workloads_[leaf]) {
+    if (entry.no_victims_bound == bound && now < entry.no_victims_until) {
+      continue;  // Known to hold no victim until then: most long unsaved work, pass after pass.
+    }
+    const WorkloadId vw = entry.workload;
     auto it = units.of_workload.find(vw);
     if (it == units.of_workload.end()) {
-      it = units.of_workload.emplace(vw, victimUnits(vw)).first;
+      core::TimePoint quiet;
+      std::vector<Unit> found = victimUnits(vw, bound, &quiet);
+      if (found.empty()) {
+        entry.no_victims_bound = bound;
+        entry.no_victims_until = quiet;
+        continue;
+      }
+      it = units.of_workload.emplace(vw, std::move(found)).first;
     }
     for (const Unit& u : it->second) {
-      if (!bounded || u.unsaved < bound) {  // Above the bound, its eviction destroys too much.
-        out.push_back(&u);
-      }
+      out.push_back(&u);
     }
   }
   return out;
@@ -278,7 +326,25 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
     bool taken = false;
   };
   std::vector<Cand> cands;
-  std::unordered_map<NodeIndex, std::vector<size_t>> on_node;
+  // Candidates by node (plan_slot_, plan_lists_), emptied for this plan.
+  for (size_t k = 0; k < plan_lists_used_; ++k) {
+    plan_slot_[plan_lists_[k].first] = UINT32_MAX;
+    plan_lists_[k].second.clear();
+  }
+  plan_lists_used_ = 0;
+  plan_slot_.resize(state_.nodeCount(), UINT32_MAX);
+  auto on_node = [&](NodeIndex n) -> std::vector<size_t>& {
+    uint32_t& slot = plan_slot_[n];
+    if (slot == UINT32_MAX) {
+      slot = static_cast<uint32_t>(plan_lists_used_++);
+      if (slot == plan_lists_.size()) {
+        plan_lists_.emplace_back();
+      }
+      plan_lists_[slot].first = n;
+    }
+    return plan_lists_[slot].second;
+  };
+  auto node_lists = [&]() { return std::span(plan_lists_.data(), plan_lists_used_); };
   auto cheaper = [&](size_t a, size_t b) {
     const Unit& ua = *cands[a].unit;
     const Unit& ub = *cands[b].unit;
@@ -303,7 +369,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
     const size_t i = cands.size();
     cands.push_back({u, src});
     for (TaskId t : u->tasks) {
-      std::vector<size_t>& v = on_node[tasks_[t].assignment.placement.node];
+      std::vector<size_t>& v = on_node(tasks_[t].assignment.placement.node);
       if (v.empty() || v.back() != i) {
         v.push_back(i);
       }
@@ -311,7 +377,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
   };
   // Each node's units in victim order.
   auto sort_nodes = [&]() {
-    for (auto& [n, list] : on_node) {
+    for (auto& [n, list] : node_lists()) {
       std::sort(list.begin(), list.end(), cheaper);
     }
   };
@@ -378,7 +444,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
         }
         auto it = units.of_workload.find(vw);
         if (it == units.of_workload.end()) {
-          it = units.of_workload.emplace(vw, victimUnits(vw)).first;
+          it = units.of_workload.emplace(vw, victimUnits(vw, bound)).first;
         }
         for (const Unit& u : it->second) {
           if (u.unsaved >= bound || std::find(u.tasks.begin(), u.tasks.end(), t) == u.tasks.end() ||
@@ -404,13 +470,13 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
     const QueueId side = c.source->split_victim;
     const Queue& av = tree_.queue(side);
     const Amounts& floor = c.source->reclaimer_within_quota ? av.deserved : reclaimBasis(av);
+    const Amounts& held = unitAmounts(*c.unit);
     Amounts before = settled(side);
     if (auto it = freed.find(side); it != freed.end()) {
       subtractFrom(before, it->second);
     }
     for (size_t d = 0; d < floor.size(); ++d) {
-      if (c.unit->amounts[d] > 0 && before[d] > floor[d] &&
-          before[d] - c.unit->amounts[d] < floor[d]) {
+      if (held[d] > 0 && before[d] > floor[d] && before[d] - held[d] < floor[d]) {
         return false;
       }
     }
@@ -483,7 +549,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
       }
       cands[i].taken = true;
       release(*cands[i].unit);
-      addTo(trial_credit_, cands[i].unit->amounts);
+      addTo(trial_credit_, unitAmounts(*cands[i].unit));
       plan.victims.push_back({*cands[i].unit, r_leaf});
       plan.victim_tasks += static_cast<int>(cands[i].unit->tasks.size());
     }
@@ -498,7 +564,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
     const int64_t task_milli =
         int64_t{req.gpu_count} * (req.isMig() ? 1000 : req.gpu_milli.value());
     std::vector<std::pair<int64_t, NodeIndex>> estimates;
-    for (auto& [n, list] : on_node) {
+    for (const auto& [n, list] : node_lists()) {
       if (closed(n)) {
         continue;
       }
@@ -513,7 +579,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
         if (room >= task_milli) {
           break;
         }
-        room += cands[i].unit->amounts[kGpuDim];
+        room += cands[i].unit->gpu_milli;
         cost += cands[i].unit->unsaved;
       }
       if (room >= task_milli && any) {
@@ -538,7 +604,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
         break;
       }
       const NodeIndex n = estimates[e].second;
-      const std::vector<size_t>& open = on_node[n];
+      const std::vector<size_t>& open = on_node(n);
       const size_t mark = released.size();
       std::unordered_map<QueueId, Amounts> freed = plan.freed;
       std::vector<size_t> used;
@@ -553,7 +619,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
         release(*cands[i].unit);
         used.push_back(i);
         auto [slot, inserted] = freed.emplace(cands[i].source->split_victim, tree_.space().zeros());
-        addTo(slot->second, cands[i].unit->amounts);
+        addTo(slot->second, unitAmounts(*cands[i].unit));
         const size_t pmark = placed.size();
         fits = fit_on(n, remaining);
         unplace_to(pmark);
@@ -603,7 +669,7 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
       release(*cands[i].unit);
       auto [slot, inserted] =
           plan.freed.emplace(cands[i].source->split_victim, tree_.space().zeros());
-      addTo(slot->second, cands[i].unit->amounts);
+      addTo(slot->second, unitAmounts(*cands[i].unit));
       plan.victims.push_back({*cands[i].unit, cands[i].source->split_victim});
       plan.victim_tasks += static_cast<int>(cands[i].unit->tasks.size());
     }
