@@ -799,6 +799,44 @@ TEST_F(SchedulerTest, ReclaimLeavesWorkWhoseEvictionWouldDestroyTooMuch) {
   EXPECT_EQ(r.evicted[0].preemptor, b2);
 }
 
+// Reclaim skips a running workload with no victim under the bound until that can change: its
+// next checkpoint, a task coming of age (MinimumRuntimeProtectsYoungTasks), or a change in its
+// running tasks. Each of these must bring it back.
+TEST_F(SchedulerTest, WorkOverTheBoundIsAVictimAgainAfterItsNextCheckpoint) {
+  build(1, 4, 4);
+  const WorkloadId a =
+      submitRequest("a-saved", "a", 8, 1, testing::gpuTask(4000, 1), true, std::chrono::hours(2));
+  s_->schedule();
+  clock_.advance(std::chrono::minutes(90));  // 1.5 GPU-hours unsaved per task: over the bound.
+  const WorkloadId b = submit("b-one", "b", 1, 1, 1);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  clock_.advance(std::chrono::minutes(20));
+  EXPECT_TRUE(s_->schedule().evicted.empty());  // 1 h 50 min: still over.
+  clock_.advance(std::chrono::minutes(20));     // Saved at 2 h; 10 minutes unsaved since.
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 1U);
+  EXPECT_EQ(r.evicted[0].victim, a);
+  EXPECT_EQ(r.evicted[0].preemptor, b);
+}
+
+TEST_F(SchedulerTest, WorkOverTheBoundIsAVictimAgainWhenItsRunningTasksChange) {
+  build(1, 0, 8);  // a deserves nothing: all it runs is borrowed.
+  const WorkloadId a = submit("a-gang", "a", 8, 8, 1);
+  s_->schedule();
+  ASSERT_EQ(running(a), 8);
+  clock_.advance(std::chrono::minutes(10));  // The gang: 80 GPU-minutes unsaved, over the bound.
+  const WorkloadId b = submitRequest("b-six", "b", 1, 1, testing::gpuTask(4000, 6));
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  // Half the gang finishes: the rest, 40 GPU-minutes unsaved, is under the bound now.
+  for (int i = 0; i < 4; ++i) {
+    s_->taskFinished(s_->workload(a).tasks[static_cast<size_t>(i)]);
+  }
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 4U);
+  EXPECT_EQ(r.evicted[0].victim, a);
+  EXPECT_EQ(r.evicted[0].preemptor, b);
+}
+
 TEST_F(SchedulerTest, AQueueMaySetItsOwnBoundOnUnsavedWork) {
   build(1, 4, 4, {}, -1, /*max_unsaved_a_s=*/3 * 3600);
   const WorkloadId a = submit("a-elastic", "a", 8, 1, 1);
