@@ -1,0 +1,137 @@
+#include "cuda/memory_ledger.h"
+
+#include <algorithm>
+#include <new>
+
+namespace tessera::cuda {
+namespace {
+
+std::optional<std::uint64_t> multiply(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) {
+    return std::nullopt;
+  }
+  return product;
+}
+
+std::optional<std::uint64_t> multiply(std::optional<std::uint64_t> a, std::uint64_t b) {
+  return a ? multiply(*a, b) : std::nullopt;
+}
+
+std::uint64_t atLeastOne(std::size_t n) { return n == 0 ? 1 : n; }
+
+// Bytes per element of the normalized formats kCuAdFormatUnormInt8x1 (0xc0) .. SNORM_INT16X4
+// (0xcb): unsigned then signed, each 8X1 8X2 8X4 16X1 16X2 16X4.
+constexpr std::uint64_t kNormalizedBytes[] = {1, 2, 4, 2, 4, 8};
+
+// Bytes of one layer of width x height elements.
+std::optional<std::uint64_t> layerBytes(CUarray_format format, unsigned channels,
+                                        std::uint64_t width, std::uint64_t height) {
+  switch (format) {
+    case kCuAdFormatUnsignedInt8:
+    case kCuAdFormatSignedInt8:
+      return multiply(multiply(width, height), channels);
+    case kCuAdFormatUnsignedInt16:
+    case kCuAdFormatSignedInt16:
+    case kCuAdFormatHalf:
+      return multiply(multiply(multiply(width, height), channels), 2);
+    case kCuAdFormatUnsignedInt32:
+    case kCuAdFormatSignedInt32:
+    case kCuAdFormatFloat:
+      return multiply(multiply(multiply(width, height), channels), 4);
+    case kCuAdFormatNv12: {  // A full-size luma plane and a half-size chroma plane.
+      const auto pixels = multiply(multiply(width, height), 3);
+      return pixels ? std::optional<std::uint64_t>((*pixels + 1) / 2) : std::nullopt;
+    }
+    default:
+      break;
+  }
+  if (format >= kCuAdFormatUnormInt8x1 && format <= kCuAdFormatSnormInt16x4) {
+    return multiply(multiply(width, height), kNormalizedBytes[(format - 0xc0) % 6]);
+  }
+  if (format >= kCuAdFormatBc1Unorm && format <= kCuAdFormatBc7UnormSrgb) {
+    // BC1 (0x91, 0x92) and BC4 (0x97, 0x98) take 8 bytes per 4x4 block, the others 16.
+    const bool half = format <= 0x92 || format == 0x97 || format == 0x98;
+    return multiply(multiply((width + 3) / 4, (height + 3) / 4), half ? 8 : 16);
+  }
+  return multiply(multiply(width, height), 16);
+}
+
+}  // namespace
+
+std::uint64_t MemoryLedger::usedBytes() const {
+  std::lock_guard lock(mu_);
+  return used_bytes_;
+}
+
+bool MemoryLedger::tryReserve(std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  if (bytes > cap_bytes_ - used_bytes_) {
+    return false;
+  }
+  used_bytes_ += bytes;
+  return true;
+}
+
+void MemoryLedger::release(std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  used_bytes_ -= std::min(bytes, used_bytes_);
+}
+
+bool MemoryLedger::track(AllocationKind kind, std::uint64_t key, std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  try {
+    auto [it, inserted] = live_[static_cast<int>(kind)].try_emplace(key, bytes);
+    if (!inserted) {
+      used_bytes_ -= std::min(it->second, used_bytes_);
+      it->second = bytes;
+    }
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
+}
+
+std::optional<std::uint64_t> MemoryLedger::untrack(AllocationKind kind, std::uint64_t key) {
+  std::lock_guard lock(mu_);
+  auto& table = live_[static_cast<int>(kind)];
+  const auto it = table.find(key);
+  if (it == table.end()) {
+    return std::nullopt;
+  }
+  const std::uint64_t bytes = it->second;
+  table.erase(it);
+  return bytes;
+}
+
+std::optional<std::uint64_t> arrayBytes(const CudaArrayDescriptor& desc) {
+  return layerBytes(desc.Format, desc.NumChannels, atLeastOne(desc.Width), atLeastOne(desc.Height));
+}
+
+std::optional<std::uint64_t> array3DBytes(const CudaArray3dDescriptor& desc) {
+  return multiply(
+      layerBytes(desc.Format, desc.NumChannels, atLeastOne(desc.Width), atLeastOne(desc.Height)),
+      atLeastOne(desc.Depth));
+}
+
+std::optional<std::uint64_t> mipmappedArrayBytes(const CudaArray3dDescriptor& desc,
+                                                 unsigned levels) {
+  const bool depth_is_layers = (desc.Flags & (kCudaArray3dLayered | kCudaArray3dCubemap)) != 0;
+  CudaArray3dDescriptor level = desc;
+  std::uint64_t total = 0;
+  // A level past the 64th would have every extent at 1; the driver refuses such counts anyway.
+  for (unsigned l = 0; l < std::max(levels, 1u) && l < 64; ++l) {
+    const auto bytes = array3DBytes(level);
+    if (!bytes || __builtin_add_overflow(total, *bytes, &total)) {
+      return std::nullopt;
+    }
+    level.Width = std::max<std::size_t>(level.Width / 2, 1);
+    level.Height = level.Height == 0 ? 0 : std::max<std::size_t>(level.Height / 2, 1);
+    if (!depth_is_layers) {
+      level.Depth = level.Depth == 0 ? 0 : std::max<std::size_t>(level.Depth / 2, 1);
+    }
+  }
+  return total;
+}
+
+}  // namespace tessera::cuda

@@ -1,0 +1,527 @@
+// tessera_cuda_probe: a program that uses the CUDA driver API the way a CUDA runtime does, for
+// the interposer test to run under LD_PRELOAD=libtessera-cuda.so against the fake libcuda.so.1.
+// It opens libcuda.so.1 with dlopen and finds every function one of three ways (--resolve):
+//
+//   dlsym        dlsym(handle, "cuMemAlloc_v2"), the exported ABI names (default)
+//   procaddress  cuGetProcAddress_v2("cuMemAlloc", cudaVersion 12040, ...), itself found with
+//                dlsym, as the CUDA 12 runtime does
+//   global       dlsym(RTLD_DEFAULT, ...) after opening the driver RTLD_GLOBAL: what a program
+//                linked with -lcuda gets
+//
+// and runs one scenario, printing what it saw as key=value lines for the test to check:
+//
+//   init                      cuInit and one allocation
+//   memory  --cap BYTES       fill the cap, one byte past it, free and refill, cuMemGetInfo,
+//                             pitched, managed, async and cuMemCreate allocations
+//   arrays  --cap BYTES       1D/2D/3D and mipmapped arrays against the cap
+//   threads --threads N --chunk BYTES
+//                             N threads allocate chunks until refused, at once
+//   kernels --seconds S --kernel-us D [--launch kernel|ex|cooperative|graph|ptsz]
+//                             launches back to back for S seconds, then reports kernel time
+//   abi                       what cuGetProcAddress gives for several (name, cudaVersion, flags)
+//
+// Exit status 0 unless setting up failed (driver missing, a function not found).
+#include <dlfcn.h>
+#include <time.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/driver_api.h"
+#include "cuda/testing/fake_cuda_stats.h"
+
+namespace tessera::cuda::testing {
+namespace {
+
+std::int64_t monotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+[[noreturn]] void fail(const std::string& why) {
+  std::fprintf(stderr, "tessera_cuda_probe: %s\n", why.c_str());
+  std::exit(2);
+}
+
+void print(const char* key, long long value) { std::printf("%s=%lld\n", key, value); }
+void print(const char* key, const std::string& value) {
+  std::printf("%s=%s\n", key, value.c_str());
+}
+
+struct Options {
+  std::string scenario;
+  std::string resolve = "dlsym";
+  std::string launch = "kernel";
+  unsigned long long cap = 0;
+  unsigned long long chunk = 1 << 20;
+  int threads = 4;
+  double seconds = 1;
+  unsigned kernel_us = 1000;
+};
+
+Options parse(int argc, char** argv) {
+  if (argc < 2) {
+    fail("usage: tessera_cuda_probe SCENARIO [--option value]...");
+  }
+  Options o;
+  o.scenario = argv[1];
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const char* value = argv[i + 1];
+    if (flag == "--resolve") {
+      o.resolve = value;
+    } else if (flag == "--launch") {
+      o.launch = value;
+    } else if (flag == "--cap") {
+      o.cap = std::strtoull(value, nullptr, 10);
+    } else if (flag == "--chunk") {
+      o.chunk = std::strtoull(value, nullptr, 10);
+    } else if (flag == "--threads") {
+      o.threads = std::atoi(value);
+    } else if (flag == "--seconds") {
+      o.seconds = std::atof(value);
+    } else if (flag == "--kernel-us") {
+      o.kernel_us = static_cast<unsigned>(std::atoi(value));
+    } else {
+      fail("unknown option " + flag);
+    }
+  }
+  return o;
+}
+
+using GetProcAddressFn = CUresult (*)(const char*, void**, int, cuuint64_t,
+                                      CUdriverProcAddressQueryResult*);
+constexpr int kCudaVersion = 12040;
+
+// The driver API, found the way --resolve says.
+struct Api {
+  void* library = nullptr;
+  std::string resolve;
+  GetProcAddressFn get_proc_address = nullptr;
+
+  // exported: the ABI name ("cuMemAlloc_v2"); base: what cuGetProcAddress is asked for.
+  template <typename Fn>
+  Fn find(const char* exported, const char* base, cuuint64_t flags = 0) const {
+    void* f = nullptr;
+    if (resolve == "procaddress") {
+      CUdriverProcAddressQueryResult status = 0;
+      if (get_proc_address(base, &f, kCudaVersion, flags, &status) != kCudaSuccess) {
+        f = nullptr;
+      }
+    } else {
+      f = dlsym(resolve == "global" ? RTLD_DEFAULT : library, exported);
+    }
+    if (f == nullptr) {
+      fail(std::string("cannot find ") + exported);
+    }
+    return reinterpret_cast<Fn>(f);
+  }
+
+  CUresult (*init)(unsigned) = nullptr;
+  CUresult (*device_get)(CUdevice*, int) = nullptr;
+  CUresult (*primary_ctx_retain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*ctx_set_current)(CUcontext) = nullptr;
+  CUresult (*ctx_synchronize)() = nullptr;
+  CUresult (*mem_alloc)(CUdeviceptr*, std::size_t) = nullptr;
+  CUresult (*mem_free)(CUdeviceptr) = nullptr;
+  CUresult (*mem_get_info)(std::size_t*, std::size_t*) = nullptr;
+  CUresult (*device_total_mem)(std::size_t*, CUdevice) = nullptr;
+  CUresult (*mem_alloc_pitch)(CUdeviceptr*, std::size_t*, std::size_t, std::size_t,
+                              unsigned) = nullptr;
+  CUresult (*mem_alloc_managed)(CUdeviceptr*, std::size_t, unsigned) = nullptr;
+  CUresult (*mem_alloc_async)(CUdeviceptr*, std::size_t, CUstream) = nullptr;
+  CUresult (*mem_free_async)(CUdeviceptr, CUstream) = nullptr;
+  CUresult (*mem_create)(CUmemGenericAllocationHandle*, std::size_t,
+                         const CUmemAllocationPropPrefix*, unsigned long long) = nullptr;
+  CUresult (*mem_release)(CUmemGenericAllocationHandle) = nullptr;
+  CUresult (*array_create)(CUarray*, const CudaArrayDescriptor*) = nullptr;
+  CUresult (*array3d_create)(CUarray*, const CudaArray3dDescriptor*) = nullptr;
+  CUresult (*array_destroy)(CUarray) = nullptr;
+  CUresult (*mipmapped_create)(CUmipmappedArray*, const CudaArray3dDescriptor*, unsigned) = nullptr;
+  CUresult (*mipmapped_destroy)(CUmipmappedArray) = nullptr;
+  void (*stats)(FakeCudaStats*) = nullptr;
+};
+
+Api openApi(const std::string& resolve) {
+  Api api;
+  api.resolve = resolve;
+  api.library = dlopen("libcuda.so.1", RTLD_NOW | (resolve == "global" ? RTLD_GLOBAL : RTLD_LOCAL));
+  if (api.library == nullptr) {
+    fail(std::string("dlopen libcuda.so.1: ") + dlerror());
+  }
+  api.get_proc_address =
+      reinterpret_cast<GetProcAddressFn>(dlsym(api.library, "cuGetProcAddress_v2"));
+  if (resolve == "procaddress" && api.get_proc_address == nullptr) {
+    fail("no cuGetProcAddress_v2");
+  }
+  api.init = api.find<decltype(api.init)>("cuInit", "cuInit");
+  api.device_get = api.find<decltype(api.device_get)>("cuDeviceGet", "cuDeviceGet");
+  api.primary_ctx_retain = api.find<decltype(api.primary_ctx_retain)>("cuDevicePrimaryCtxRetain",
+                                                                      "cuDevicePrimaryCtxRetain");
+  api.ctx_set_current =
+      api.find<decltype(api.ctx_set_current)>("cuCtxSetCurrent", "cuCtxSetCurrent");
+  api.ctx_synchronize =
+      api.find<decltype(api.ctx_synchronize)>("cuCtxSynchronize", "cuCtxSynchronize");
+  api.mem_alloc = api.find<decltype(api.mem_alloc)>("cuMemAlloc_v2", "cuMemAlloc");
+  api.mem_free = api.find<decltype(api.mem_free)>("cuMemFree_v2", "cuMemFree");
+  api.mem_get_info = api.find<decltype(api.mem_get_info)>("cuMemGetInfo_v2", "cuMemGetInfo");
+  api.device_total_mem =
+      api.find<decltype(api.device_total_mem)>("cuDeviceTotalMem_v2", "cuDeviceTotalMem");
+  api.mem_alloc_pitch =
+      api.find<decltype(api.mem_alloc_pitch)>("cuMemAllocPitch_v2", "cuMemAllocPitch");
+  api.mem_alloc_managed =
+      api.find<decltype(api.mem_alloc_managed)>("cuMemAllocManaged", "cuMemAllocManaged");
+  api.mem_alloc_async =
+      api.find<decltype(api.mem_alloc_async)>("cuMemAllocAsync", "cuMemAllocAsync");
+  api.mem_free_async = api.find<decltype(api.mem_free_async)>("cuMemFreeAsync", "cuMemFreeAsync");
+  api.mem_create = api.find<decltype(api.mem_create)>("cuMemCreate", "cuMemCreate");
+  api.mem_release = api.find<decltype(api.mem_release)>("cuMemRelease", "cuMemRelease");
+  api.array_create = api.find<decltype(api.array_create)>("cuArrayCreate_v2", "cuArrayCreate");
+  api.array3d_create =
+      api.find<decltype(api.array3d_create)>("cuArray3DCreate_v2", "cuArray3DCreate");
+  api.array_destroy = api.find<decltype(api.array_destroy)>("cuArrayDestroy", "cuArrayDestroy");
+  api.mipmapped_create =
+      api.find<decltype(api.mipmapped_create)>("cuMipmappedArrayCreate", "cuMipmappedArrayCreate");
+  api.mipmapped_destroy = api.find<decltype(api.mipmapped_destroy)>("cuMipmappedArrayDestroy",
+                                                                    "cuMipmappedArrayDestroy");
+  api.stats = reinterpret_cast<decltype(api.stats)>(dlsym(api.library, "fakeCudaStats"));
+  if (api.stats == nullptr) {
+    fail("libcuda.so.1 is not the fake (no fakeCudaStats)");
+  }
+  return api;
+}
+
+FakeCudaStats stats(const Api& api) {
+  FakeCudaStats s{};
+  api.stats(&s);
+  return s;
+}
+
+void setUp(const Api& api) {
+  CUdevice device = 0;
+  CUcontext ctx = nullptr;
+  if (api.init(0) != kCudaSuccess || api.device_get(&device, 0) != kCudaSuccess ||
+      api.primary_ctx_retain(&ctx, device) != kCudaSuccess ||
+      api.ctx_set_current(ctx) != kCudaSuccess) {
+    fail("cannot set up a context");
+  }
+}
+
+// Used device memory as the application sees it: total - free from cuMemGetInfo.
+long long used(const Api& api) {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  api.mem_get_info(&free_bytes, &total_bytes);
+  return static_cast<long long>(total_bytes - free_bytes);
+}
+
+void scenarioInit(const Api& api) {
+  print("init", api.init(0));
+  CUdeviceptr p = 0;
+  print("alloc", api.mem_alloc(&p, 1));
+  CUcontext ctx = nullptr;
+  print("primary_ctx", api.primary_ctx_retain(&ctx, 0));
+}
+
+void scenarioMemory(const Api& api, unsigned long long cap) {
+  setUp(api);
+  const unsigned long long quarter = cap / 4;
+  std::vector<CUdeviceptr> chunks(4);
+  int fill = kCudaSuccess;
+  for (CUdeviceptr& c : chunks) {
+    fill = fill != kCudaSuccess ? fill : api.mem_alloc(&c, quarter);
+  }
+  // A cap that is not a multiple of 4 bytes: the rest, to reach it exactly.
+  CUdeviceptr rest = 0;
+  if (cap % 4 != 0 && fill == kCudaSuccess) {
+    fill = api.mem_alloc(&rest, cap % 4);
+  }
+  print("fill", fill);
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  print("info", api.mem_get_info(&free_bytes, &total_bytes));
+  print("info_total", static_cast<long long>(total_bytes));
+  print("info_free_full", static_cast<long long>(free_bytes));
+  std::size_t device_total = 0;
+  api.device_total_mem(&device_total, 0);
+  print("device_total", static_cast<long long>(device_total));
+
+  const std::uint64_t calls_before = stats(api).alloc_calls;
+  CUdeviceptr extra = 0;
+  print("one_past", api.mem_alloc(&extra, 1));
+  print("one_past_reached_driver", static_cast<long long>(stats(api).alloc_calls - calls_before));
+
+  print("free", api.mem_free(chunks[0]));
+  api.mem_get_info(&free_bytes, &total_bytes);
+  print("info_free_after_free", static_cast<long long>(free_bytes));
+  print("refill", api.mem_alloc(&chunks[0], quarter));
+  print("one_past_again", api.mem_alloc(&extra, 1));
+  for (CUdeviceptr c : chunks) {
+    api.mem_free(c);
+  }
+  if (rest != 0) {
+    api.mem_free(rest);
+  }
+  print("used_after_free_all", used(api));
+
+  // Pitched: charged pitch x height, the pitch the driver chose (the fake rounds to 512).
+  CUdeviceptr pitched = 0;
+  std::size_t pitch = 0;
+  print("pitch_alloc", api.mem_alloc_pitch(&pitched, &pitch, 1000, 16, 4));
+  print("pitch", static_cast<long long>(pitch));
+  print("used_after_pitch", used(api));
+  CUdeviceptr remainder = 0;
+  print("pitch_remainder", api.mem_alloc(&remainder, cap - pitch * 16));
+  print("pitch_one_past", api.mem_alloc(&extra, 1));
+  api.mem_free(remainder);
+  api.mem_free(pitched);
+
+  // Managed and stream-ordered allocations share the cap; freeing asynchronously gives back.
+  CUdeviceptr managed = 0;
+  CUdeviceptr async = 0;
+  print("managed", api.mem_alloc_managed(&managed, cap / 2, 1));
+  print("async", api.mem_alloc_async(&async, cap - cap / 2, nullptr));
+  print("async_one_past", api.mem_alloc_async(&extra, 1, nullptr));
+  print("free_async", api.mem_free_async(async, nullptr));
+  print("async_again", api.mem_alloc_async(&async, cap - cap / 2, nullptr));
+  api.mem_free_async(async, nullptr);
+  api.mem_free(managed);
+
+  // Physical memory for virtual address ranges: device memory counts, host memory does not.
+  CUmemAllocationPropPrefix device_prop{1, 0, kCuMemLocationTypeDevice, 0};
+  CUmemAllocationPropPrefix host_prop{1, 0, 2, 0};  // CU_MEM_LOCATION_TYPE_HOST.
+  CUmemGenericAllocationHandle handle = 0;
+  CUmemGenericAllocationHandle more = 0;
+  CUmemGenericAllocationHandle host = 0;
+  print("mem_create", api.mem_create(&handle, cap, &device_prop, 0));
+  print("mem_create_one_past", api.mem_create(&more, 1, &device_prop, 0));
+  print("mem_create_host", api.mem_create(&host, 1 << 20, &host_prop, 0));
+  print("mem_release", api.mem_release(handle));
+  api.mem_release(host);
+  print("used_at_end", used(api));
+  print("fake_live_at_end", static_cast<long long>(stats(api).live_bytes));
+}
+
+void scenarioArrays(const Api& api, unsigned long long cap) {
+  setUp(api);
+  // A 2D float4 array of cap/2 bytes: 16 bytes per element.
+  const std::size_t width = 1024;
+  const std::size_t height = cap / 2 / 16 / width;
+  const CudaArrayDescriptor half{width, height, kCuAdFormatFloat, 4};
+  CUarray a = nullptr;
+  CUarray b = nullptr;
+  CUarray c = nullptr;
+  print("array_a", api.array_create(&a, &half));
+  print("used_after_a", used(api));
+  print("array_b", api.array_create(&b, &half));
+  const CudaArrayDescriptor one_byte{1, 0, kCuAdFormatUnsignedInt8, 1};
+  print("array_one_past", api.array_create(&c, &one_byte));
+  print("destroy_a", api.array_destroy(a));
+  // 3D: 64 x 64 x depth, half floats with 2 channels (4 bytes an element) = cap/2 again.
+  const CudaArray3dDescriptor cube{64, 64, cap / 2 / (64ull * 64 * 4), kCuAdFormatHalf, 2, 0};
+  print("array3d", api.array3d_create(&a, &cube));
+  print("used_after_3d", used(api));
+  print("array3d_one_past", api.array_create(&c, &one_byte));
+  api.array_destroy(a);
+  api.array_destroy(b);
+  print("used_after_destroy", used(api));
+  // Mipmapped: 64 x 64 floats, 7 levels: 4 x (4096 + 1024 + 256 + 64 + 16 + 4 + 1) bytes.
+  const CudaArray3dDescriptor mip{64, 64, 0, kCuAdFormatFloat, 1, 0};
+  CUmipmappedArray m = nullptr;
+  print("mipmapped", api.mipmapped_create(&m, &mip, 7));
+  print("used_after_mipmapped", used(api));
+  print("mipmapped_destroy", api.mipmapped_destroy(m));
+  print("used_at_end", used(api));
+}
+
+void scenarioThreads(const Api& api, int threads, unsigned long long chunk) {
+  setUp(api);
+  std::atomic<long long> allocated{0};
+  std::atomic<int> refused{0};
+  std::atomic<bool> go{false};
+  std::vector<std::vector<CUdeviceptr>> mine(threads);
+  std::vector<std::thread> workers;
+  workers.reserve(threads);
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      while (!go.load()) {
+      }
+      for (;;) {
+        CUdeviceptr p = 0;
+        const CUresult r = api.mem_alloc(&p, chunk);
+        if (r != kCudaSuccess) {
+          refused += r == kCudaErrorOutOfMemory ? 1 : 0;
+          return;
+        }
+        allocated += static_cast<long long>(chunk);
+        mine[t].push_back(p);
+      }
+    });
+  }
+  go = true;
+  for (std::thread& w : workers) {
+    w.join();
+  }
+  print("allocated", allocated.load());
+  print("refused_out_of_memory", refused.load());
+  print("fake_peak", static_cast<long long>(stats(api).peak_live_bytes));
+  for (auto& list : mine) {
+    for (CUdeviceptr p : list) {
+      api.mem_free(p);
+    }
+  }
+  print("used_after_free", used(api));
+}
+
+void scenarioKernels(const Api& api, const Options& o) {
+  setUp(api);
+  CUfunction fn = nullptr;  // The fake runs any function: the duration is its parameter.
+  unsigned us = o.kernel_us;
+  void* params[] = {&us};
+  auto launch_kernel =
+      api.find<CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void**, void**)>("cuLaunchKernel",
+                                                                 "cuLaunchKernel");
+  auto launch_ptsz = api.find<decltype(launch_kernel)>("cuLaunchKernel_ptsz", "cuLaunchKernel",
+                                                       kCuGetProcAddressPerThreadDefaultStream);
+  auto launch_ex = api.find<CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**)>(
+      "cuLaunchKernelEx", "cuLaunchKernelEx");
+  auto launch_cooperative =
+      api.find<CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void**)>("cuLaunchCooperativeKernel",
+                                                         "cuLaunchCooperativeKernel");
+  auto graph_launch =
+      api.find<CUresult (*)(CUgraphExec, CUstream)>("cuGraphLaunch", "cuGraphLaunch");
+  const CUlaunchConfig config{1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, 0};
+  // The fake reads a graph's run time in microseconds from its handle.
+  const auto graph = reinterpret_cast<CUgraphExec>(  // NOLINT(performance-no-int-to-ptr)
+      static_cast<std::uintptr_t>(us));
+
+  const std::int64_t start = monotonicNs();
+  const std::int64_t deadline = start + static_cast<std::int64_t>(o.seconds * 1e9);
+  long long launches = 0;
+  while (monotonicNs() < deadline) {
+    CUresult r = kCudaSuccess;
+    if (o.launch == "ex") {
+      r = launch_ex(&config, fn, params, nullptr);
+    } else if (o.launch == "cooperative") {
+      r = launch_cooperative(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, params);
+    } else if (o.launch == "graph") {
+      r = graph_launch(graph, nullptr);
+    } else if (o.launch == "ptsz") {
+      r = launch_ptsz(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+    } else {
+      r = launch_kernel(fn, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+    }
+    if (r != kCudaSuccess) {
+      fail("launch failed: " + std::to_string(r));
+    }
+    ++launches;
+  }
+  const std::int64_t stopped = monotonicNs();
+  api.ctx_synchronize();
+  const FakeCudaStats s = stats(api);
+  print("launches", launches);
+  print("kernels", static_cast<long long>(s.kernels));
+  print("kernel_ns", s.kernel_ns);
+  print("loop_start_ns", start);
+  print("loop_end_ns", stopped);
+  print("first_kernel_start_ns", s.first_kernel_start_ns);
+  print("last_kernel_end_ns", s.last_kernel_end_ns);
+}
+
+// "<library file>:<symbol>" for a function pointer, as dladdr names it ("?" if the address is
+// not exactly an exported symbol).
+std::string whereIs(void* f) {
+  Dl_info info{};
+  if (f == nullptr || dladdr(f, &info) == 0) {
+    return "none";
+  }
+  std::string file = info.dli_fname != nullptr ? info.dli_fname : "?";
+  file = file.substr(file.rfind('/') + 1);
+  const bool exact = info.dli_saddr == f && info.dli_sname != nullptr;
+  return file + ":" + (exact ? info.dli_sname : "?");
+}
+
+void scenarioAbi(const Api& api) {
+  setUp(api);
+  struct Query {
+    const char* key;
+    const char* base;
+    int version;
+    cuuint64_t flags;
+  };
+  const Query queries[] = {
+      {"cuCtxCreate@12040", "cuCtxCreate", 12040, 0},
+      {"cuCtxCreate@13000", "cuCtxCreate", 13000, 0},
+      {"cuMemAlloc@3010", "cuMemAlloc", 3010, 0},
+      {"cuMemAlloc@12040", "cuMemAlloc", 12040, 0},
+      {"cuLaunchKernel@12040", "cuLaunchKernel", 12040, 0},
+      {"cuLaunchKernel@12040/ptsz", "cuLaunchKernel", 12040,
+       kCuGetProcAddressPerThreadDefaultStream},
+      {"cuMemGetInfo@12040/ptsz", "cuMemGetInfo", 12040, kCuGetProcAddressPerThreadDefaultStream},
+      {"cuGetProcAddress@12040", "cuGetProcAddress", 12040, 0},
+      {"cuGetProcAddress@11080", "cuGetProcAddress", 11080, 0},
+      {"cuDeviceGet@12040", "cuDeviceGet", 12040, 0},
+  };
+  for (const Query& q : queries) {
+    void* f = nullptr;
+    CUdriverProcAddressQueryResult status = -1;
+    const CUresult r = api.get_proc_address(q.base, &f, q.version, q.flags, &status);
+    print(q.key, r == kCudaSuccess ? whereIs(f) : "error " + std::to_string(r));
+  }
+  // Call the two cuCtxCreate ABIs through what cuGetProcAddress gave: each reaches its own.
+  void* v2 = nullptr;
+  void* v4 = nullptr;
+  api.get_proc_address("cuCtxCreate", &v2, 12040, 0, nullptr);
+  api.get_proc_address("cuCtxCreate", &v4, 13000, 0, nullptr);
+  CUcontext ctx = nullptr;
+  print("call_v2", reinterpret_cast<CUresult (*)(CUcontext*, unsigned, CUdevice)>(v2)(&ctx, 0, 0));
+  print("call_v4",
+        reinterpret_cast<CUresult (*)(CUcontext*, CUctxCreateParams*, unsigned, CUdevice)>(v4)(
+            &ctx, nullptr, 0, 0));
+  const FakeCudaStats s = stats(api);
+  print("fake_ctx_create_v2", static_cast<long long>(s.ctx_create_v2_calls));
+  print("fake_ctx_create_v4", static_cast<long long>(s.ctx_create_v4_calls));
+  // dlsym(RTLD_NEXT) from here must still mean "after this program": the first dlsym after it is
+  // the interposer's, the same one RTLD_DEFAULT finds (see also first_rtld_next_dlsym in main).
+  print("rtld_next_dlsym", whereIs(dlsym(RTLD_NEXT, "dlsym")));
+  print("rtld_default_dlsym", whereIs(dlsym(RTLD_DEFAULT, "dlsym")));
+  print("handle_cuInit", whereIs(dlsym(api.library, "cuInit")));
+  print("handle_cuDeviceGet", whereIs(dlsym(api.library, "cuDeviceGet")));
+}
+
+}  // namespace
+}  // namespace tessera::cuda::testing
+
+int main(int argc, char** argv) {
+  using namespace tessera::cuda::testing;  // NOLINT(google-build-using-namespace)
+  // Before anything else looks a symbol up: the interposer has not found the real dlsym yet.
+  void* const first_rtld_next_dlsym = dlsym(RTLD_NEXT, "dlsym");
+  const Options o = parse(argc, argv);
+  const Api api = openApi(o.resolve);
+  if (o.scenario == "init") {
+    scenarioInit(api);
+  } else if (o.scenario == "memory") {
+    scenarioMemory(api, o.cap);
+  } else if (o.scenario == "arrays") {
+    scenarioArrays(api, o.cap);
+  } else if (o.scenario == "threads") {
+    scenarioThreads(api, o.threads, o.chunk);
+  } else if (o.scenario == "kernels") {
+    scenarioKernels(api, o);
+  } else if (o.scenario == "abi") {
+    print("first_rtld_next_dlsym", whereIs(first_rtld_next_dlsym));
+    scenarioAbi(api);
+  } else {
+    fail("unknown scenario " + o.scenario);
+  }
+  return 0;
+}
