@@ -68,6 +68,16 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
       pin.mps_thread_percentage = pin.compute_share_percent;
       pin.mps_memory_limit_mib = pin.memory_limit_mib;
     }
+    if (pin.mode == GpuPinning::Mode::kFractional) {
+      if (options.interposer.empty() && options.require_interposer) {
+        return core::failedPrecondition(
+            "task " + spec.id +
+            ": a time-sliced GPU share needs the CUDA interposer (libtessera-cuda.so) to hold "
+            "it to its memory and compute, and this agent has none (tessera agent run "
+            "--cuda-interposer PATH)");
+      }
+      pin.interposer = options.interposer;
+    }
     if (!options.device_dir.empty()) {
       // What every CUDA process opens besides its GPUs.
       for (const char* shared : {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}) {

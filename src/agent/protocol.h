@@ -23,6 +23,12 @@ struct AssignmentOptions {
   // SIGTERM to SIGKILL when the task is stopped, unless the task says (grace_ms: the
   // workload's gracePeriod).
   std::chrono::milliseconds grace{10000};
+  // libtessera-cuda.so, preloaded into tasks on a time-sliced share of a GPU to hold them to
+  // its memory and compute ("" : none). Without it such a task is refused when
+  // `require_interposer` (a node with real GPUs: its limits would hold nothing), and runs with
+  // the limits' variables alone otherwise (simulated GPUs).
+  std::string interposer;
+  bool require_interposer = false;
 };
 
 // One entry of a heartbeat answer's "tasks". GPU indexes become the node's UUIDs (an index the

@@ -85,6 +85,29 @@ TEST(ProtocolTest, UnisolatedFractionsGetTheInterposersLimitsAndNoCommandSleeps)
   EXPECT_EQ(assignmentFromJson(t, fourGpus(), {})->spec.gpus.mode, GpuPinning::Mode::kNone);
 }
 
+// The interposer holds a time-sliced share to its limits: preloaded when the agent has it; on
+// a node with real GPUs, a task without it is refused rather than run unlimited.
+TEST(ProtocolTest, TimeSlicedSharesArePreloadedWithTheInterposerOrRefused) {
+  json t = task();
+  t["milli_per_gpu"] = 300;
+  t["isolation"] = "none";
+  t["gpus"] = {1};
+  const std::string lib = "/opt/tessera/lib/libtessera-cuda.so";
+  auto a = assignmentFromJson(t, fourGpus(), {.interposer = lib, .require_interposer = true});
+  ASSERT_TRUE(a.isOk()) << a.status().message();
+  EXPECT_EQ(a->spec.gpus.interposer, lib);
+  EXPECT_EQ(gpuEnvironment(a->spec.gpus).at("LD_PRELOAD"), lib);
+  auto refused = assignmentFromJson(t, fourGpus(), {.require_interposer = true});
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.status().message().find("needs the CUDA interposer"), std::string::npos)
+      << refused.status().message();
+  // Simulated GPUs: the variables alone. MPS shares and whole GPUs never get it.
+  EXPECT_TRUE(assignmentFromJson(t, fourGpus(), {})->spec.gpus.interposer.empty());
+  t["isolation"] = "process";
+  EXPECT_TRUE(assignmentFromJson(t, fourGpus(), {.interposer = lib, .require_interposer = true})
+                  ->spec.gpus.interposer.empty());
+}
+
 TEST(ProtocolTest, RefusesGpusTheNodeDoesNotHaveAndMalformedTasks) {
   json t = task();
   t["gpus"] = {4};

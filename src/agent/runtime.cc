@@ -264,7 +264,11 @@ std::vector<std::string> taskEnvironment(const TaskSpec& spec, const std::string
     env[k] = v;
   }
   for (const auto& [k, v] : gpuEnvironment(spec.gpus)) {
-    env[k] = v;
+    if (k == "LD_PRELOAD" && env.contains(k) && !env[k].empty()) {
+      env[k] = v + " " + env[k];  // The interposer first; the workload's own preloads stay.
+    } else {
+      env[k] = v;
+    }
   }
   env["TESSERA_TASK"] = spec.id;
   env["TESSERA_WORKLOAD"] = spec.workload;

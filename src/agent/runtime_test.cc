@@ -135,7 +135,7 @@ TEST(GpuEnvironment, PinsTheAssignedGpusAndNothingElse) {
   env = gpuEnvironment(frac);
   EXPECT_EQ(env.at("TESSERA_CUDA_MEMORY_LIMIT"), "8192M");
   EXPECT_EQ(env.at("TESSERA_CUDA_COMPUTE_SHARE"), "30");
-  EXPECT_FALSE(env.contains("LD_PRELOAD"));  // Until the interposer exists.
+  EXPECT_FALSE(env.contains("LD_PRELOAD"));  // Without the interposer's path.
   frac.interposer = "/usr/lib/tessera/libtessera-cuda.so";
   EXPECT_EQ(gpuEnvironment(frac).at("LD_PRELOAD"), "/usr/lib/tessera/libtessera-cuda.so");
 }

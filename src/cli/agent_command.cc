@@ -169,12 +169,41 @@ struct RunFlags {
   std::string user_pattern = "tessera-{tenant}";
   std::string device_dir;  // "" : /dev with NVML, none when simulated.
   CLI::Option* device_dir_opt = nullptr;
+  std::string cuda_interposer = "auto";
   int64_t wait_ms = 2000;
   int64_t fence_after_ms = 10000;
   std::string credentials_dir;
 };
 
 std::atomic<bool> g_agent_stop{false};  // `tessera agent run`'s: set by SIGTERM and SIGINT.
+
+// The interposer's path from --cuda-interposer: "" for none. "auto" looks next to this binary
+// (an installed tree's lib/tessera/, or a build tree's src/cuda/) and finds none quietly.
+core::Result<std::string> interposerPath(const std::string& flag) {
+  namespace fs = std::filesystem;
+  if (flag == "none") {
+    return std::string();
+  }
+  std::error_code ec;
+  if (flag != "auto") {
+    if (!fs::is_regular_file(flag, ec)) {
+      return core::invalidArgument("--cuda-interposer '" + flag + "': no such file");
+    }
+    return fs::absolute(flag, ec).string();
+  }
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) {
+    return std::string();
+  }
+  for (const fs::path& candidate :
+       {exe.parent_path() / ".." / "lib" / "tessera" / "libtessera-cuda.so",
+        exe.parent_path() / "src" / "cuda" / "libtessera-cuda.so"}) {
+    if (fs::is_regular_file(candidate, ec)) {
+      return fs::weakly_canonical(candidate, ec).string();
+    }
+  }
+  return std::string();
+}
 
 std::string envOr(const std::string& flag, const char* name) {
   if (!flag.empty()) {
@@ -232,6 +261,21 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   }
   agent::AssignmentOptions assign;
   assign.device_dir = f.device_dir ? *f.device_dir : gpus->backend == "nvml" ? "/dev" : "";
+  auto interposer = interposerPath(f.cuda_interposer);
+  if (!interposer.isOk()) {
+    std::cerr << "error: " << interposer.status().message() << "\n";
+    return 2;
+  }
+  assign.interposer = *interposer;
+  assign.require_interposer = gpus->backend == "nvml";
+  if (assign.interposer.empty()) {
+    agentLog(assign.require_interposer
+                 ? "warning: no CUDA interposer (libtessera-cuda.so; --cuda-interposer): "
+                   "time-sliced GPU shares are refused on this node"
+                 : "no CUDA interposer: time-sliced shares get their limits' variables only");
+  } else {
+    agentLog("time-sliced GPU shares run under " + assign.interposer);
+  }
   const std::unique_ptr<agent::ControlPlaneClient> server =
       agent::httpControlPlane(std::move(api).value(), assign, users ? &*users : nullptr);
   agent::Wakeup wakeup(stop);
@@ -371,6 +415,7 @@ int runAgent(const RunFlags& f) {
   if (f.device_dir_opt->count() > 0) {
     settings.device_dir = f.device_dir;
   }
+  settings.cuda_interposer = f.cuda_interposer;
   settings.wait_ms = f.wait_ms;
   settings.fence_after_ms = f.fence_after_ms;
   settings.credentials_dir = f.credentials_dir;
@@ -456,6 +501,11 @@ void addAgentCommands(CLI::App& app, int* rc) {
       "--device-dir", r->device_dir,
       "Where the GPUs' device nodes (nvidiaN) are; a task may open only its own (default: /dev "
       "with NVML, none when simulated)");
+  run->add_option("--cuda-interposer", r->cuda_interposer,
+                  "libtessera-cuda.so, preloaded into tasks on a time-sliced GPU share to hold "
+                  "them to its memory and compute: a path, auto (next to this binary) or none; "
+                  "without it, a node with NVML GPUs refuses such tasks")
+      ->capture_default_str();
   run->add_option("--wait-ms", r->wait_ms,
                   "How long a watch for new tasks waits at the server before it asks again")
       ->check(CLI::Range(int64_t{0}, int64_t{10000}))

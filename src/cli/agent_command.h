@@ -28,7 +28,10 @@ struct AgentSettings {
   std::string run_as;            // tenant or agent; "": tenant when root, else agent.
   std::string user_pattern = "tessera-{tenant}";
   std::optional<std::string> device_dir;  // Unset: /dev with NVML, none when simulated.
-  int64_t wait_ms = 2000;                 // A watch's wait at the server.
+  // libtessera-cuda.so for time-sliced shares: a path, "auto" (next to the tessera binary:
+  // ../lib/tessera/ or, in a build tree, src/cuda/) or "none".
+  std::string cuda_interposer = "auto";
+  int64_t wait_ms = 2000;  // A watch's wait at the server.
   int64_t fence_after_ms = 10000;
   // Tasks' credential files (identity tokens); "": CredentialFiles::defaultRoot (a tmpfs).
   std::string credentials_dir;

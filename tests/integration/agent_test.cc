@@ -728,6 +728,32 @@ TEST(DevAgentsTest, DevModeRunsWorkloadsAsProcesses) {
   fs::remove_all(dir);
 }
 
+// A time-sliced share through the live path (API -> server -> agent -> process): the agent
+// preloads libtessera-cuda.so, and a program using the driver API the way the CUDA runtime does
+// (against the fake libcuda.so.1) can allocate exactly the memory its workload was granted.
+TEST_F(AgentTest, TimeSlicedTasksRunUnderTheInterposerHeldToTheirGrant) {
+  startBothAgents();
+  const std::string bin = binaryDir();
+  const json gpu = {{"count", 1}, {"milli", 300}, {"memoryMiB", 64}, {"isolation", "none"}};
+  const json env = {{"LD_LIBRARY_PATH", bin + "/tests/fake_cuda/lib"},
+                    {"FAKE_CUDA_TOTAL_MIB", "1024"}};
+  const std::string script = "echo preload=$LD_PRELOAD share=$TESSERA_CUDA_COMPUTE_SHARE; exec " +
+                             bin +
+                             "/src/cuda/tessera_cuda_probe threads --threads 4 --chunk 1048576";
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/sliced", tenant_,
+                 {{"gpu", gpu}, {"env", env}, {"command", {"sh", "-c", script}}})
+                .status,
+            202U);
+  const auto [node, index] = runToSuccess("sliced");
+  ASSERT_FALSE(node.empty());
+  const std::string out = slurp(taskDir(node, "sliced") / "stdout.log");
+  const std::string lib = fs::weakly_canonical(bin + "/src/cuda/libtessera-cuda.so").string();
+  EXPECT_NE(out.find("preload=" + lib + " share=30\n"), std::string::npos) << out;
+  // 64 MiB granted, of the fake GPU's 1024: four threads racing get exactly 64 chunks of 1 MiB.
+  EXPECT_NE(out.find("allocated=67108864\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("refused_out_of_memory=4\n"), std::string::npos) << out;
+}
+
 // Limits through the whole path: the workload's memoryMiB becomes the task's cgroup limit, and
 // its GPUs' device nodes the only ones it may open (fake nodes, major 4000, in a folder given
 // to the agent as --device-dir). Needs root and cgroups.

@@ -12,11 +12,14 @@
 
 namespace tessera::integration {
 
-// The `tessera` binary under test (CTest sets TESSERA_BINARY_DIR).
-inline std::string binary() {
+// The build tree (CTest sets TESSERA_BINARY_DIR).
+inline std::string binaryDir() {
   const char* d = std::getenv("TESSERA_BINARY_DIR");
-  return std::string(d != nullptr ? d : ".") + "/tessera";
+  return d != nullptr ? d : ".";
 }
+
+// The `tessera` binary under test.
+inline std::string binary() { return binaryDir() + "/tessera"; }
 
 // The source tree (CTest sets TESSERA_SOURCE_DIR), for test data.
 inline std::string sourceDir() {
