@@ -33,6 +33,7 @@ void Agent::onExit(const std::string& id, const TaskExit& exit) {
   running_.erase(it);
   stopping_.erase(id);
   graces_.erase(id);
+  mig_live_.erase(id);  // Its instance may go in the GPU's next layout.
 }
 
 void Agent::adopt(const std::vector<AdoptedTask>& tasks) {
@@ -92,6 +93,12 @@ std::map<std::string, std::string> Agent::syncCredentials(
   std::map<std::string, std::string> errors;
   if (options_.credentials == nullptr) {
     return errors;
+  }
+  // Folders this agent does not track (an earlier agent's, left when it was restarted or died
+  // with its tasks fenced) are tracked from now on: rewritten if their task is wanted here, else
+  // removed once it is not running.
+  for (const std::string& task : options_.credentials->list()) {
+    written_.try_emplace(task);
   }
   std::set<std::string> keep;
   for (const TaskAssignment& a : wanted) {
@@ -177,6 +184,8 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
   for (const TaskAssignment& a : unstartable) {
     starts.push_back(&a);
   }
+  std::deque<TaskAssignment> prepared;  // MIG tasks pinned to their instances.
+  prepareMig(wanted, starts, prepared);
   // Several at once: a start mostly waits (on cgroup v1 joining a group waits for an RCU grace
   // period), and overlapping the waits starts a burst several times faster.
   std::atomic<size_t> next{0};
@@ -198,6 +207,61 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
   start_some();
   for (std::thread& t : threads) {
     t.join();
+  }
+}
+
+void Agent::prepareMig(const std::vector<TaskAssignment>& wanted,
+                       std::vector<const TaskAssignment*>& starts,
+                       std::deque<TaskAssignment>& prepared) {
+  std::map<int, std::vector<size_t>> by_gpu;  // GPU -> its MIG tasks in `starts`.
+  for (size_t i = 0; i < starts.size(); ++i) {
+    if (starts[i]->mig.gpu >= 0 && starts[i]->invalid.empty()) {
+      by_gpu[starts[i]->mig.gpu].push_back(i);
+    }
+  }
+  if (by_gpu.empty()) {
+    return;
+  }
+  std::map<int, std::set<model::MigInstance>> layouts;
+  {
+    std::lock_guard lock(mu_);
+    // Tasks adopted after a restart run in instances this agent did not make: the server's
+    // list says which.
+    for (const TaskAssignment& a : wanted) {
+      if (a.mig.gpu >= 0 && running_.contains(a.spec.id) && !mig_live_.contains(a.spec.id) &&
+          std::none_of(starts.begin(), starts.end(),
+                       [&](const TaskAssignment* s) { return s->spec.id == a.spec.id; })) {
+        mig_live_[a.spec.id] = a.mig;
+      }
+    }
+    for (const auto& [id, m] : mig_live_) {
+      layouts[m.gpu].insert(m.instance);
+    }
+  }
+  for (const auto& [gpu, list] : by_gpu) {
+    std::set<model::MigInstance>& layout = layouts[gpu];
+    for (size_t i : list) {
+      layout.insert(starts[i]->mig.instance);
+    }
+    const std::string& model = gpus_.gpus[static_cast<size_t>(gpu)].model;
+    const core::Result<MigUuids> uuids =
+        options_.mig == nullptr
+            ? core::Result<MigUuids>(core::failedPrecondition("this agent makes no MIG instances"))
+            : options_.mig->apply(gpu, model, {layout.begin(), layout.end()});
+    for (size_t i : list) {
+      TaskAssignment& a = prepared.emplace_back(*starts[i]);
+      starts[i] = &a;
+      auto uuid = uuids.isOk() ? uuids->find(a.mig.instance) : MigUuids::const_iterator{};
+      if (!uuids.isOk() || uuid == uuids->end()) {
+        a.invalid =
+            "its MIG slice on GPU " + std::to_string(gpu) + ": " +
+            (uuids.isOk() ? std::string("no MIG device made for it") : uuids.status().message());
+        continue;
+      }
+      a.spec.gpus.uuids = {uuid->second};
+      std::lock_guard lock(mu_);
+      mig_live_[a.spec.id] = a.mig;
+    }
   }
 }
 
@@ -226,6 +290,7 @@ void Agent::startOne(const TaskAssignment& a) {
   r.generation = a.generation;
   if (!s.isOk()) {
     running_.erase(a.spec.id);
+    mig_live_.erase(a.spec.id);
     done_.insert({a.spec.id, a.generation});
     r.state = TaskReport::State::kFailedToStart;
     r.error = s.message();
@@ -252,6 +317,15 @@ void Agent::fence() {
   }
   for (const std::string& id : ids) {
     (void)runtime_.stop(id, options_.fence_grace);
+  }
+  // Their credentials go with them: a fenced task is placed elsewhere, and nothing here may
+  // still hand out its identity token or secrets (the server may not be reached again to say
+  // the task is gone). They are written again if the server gives the task back.
+  if (options_.credentials != nullptr) {
+    for (const std::string& task : options_.credentials->list()) {
+      options_.credentials->remove(task);
+    }
+    written_.clear();
   }
 }
 

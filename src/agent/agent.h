@@ -15,6 +15,7 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -24,6 +25,7 @@
 
 #include "agent/credentials.h"
 #include "agent/gpu_discovery.h"
+#include "agent/mig_manager.h"
 #include "agent/runtime.h"
 #include "core/clock.h"
 #include "core/status.h"
@@ -40,6 +42,13 @@ struct TaskAssignment {
   // Credential files for the task (name -> content, e.g. "identity-token"): kept in its
   // credentials folder while it is assigned here, rewritten when the server sends a new version.
   std::map<std::string, std::string> credentials;
+  // A MIG slice: the GPU (its index here) and the instance (catalogue profile of the GPU's
+  // model, start slice) the scheduler chose. The agent makes the instance before the task
+  // starts and pins the task to its MIG device (spec.gpus.uuids). gpu -1: no MIG slice.
+  struct Mig {
+    int gpu = -1;
+    model::MigInstance instance;
+  } mig;
 };
 
 struct TaskReport {
@@ -75,6 +84,9 @@ struct AgentOptions {
   std::function<void()> renewed;
   // Where tasks' credential files go; null: credentials are not delivered.
   const CredentialFiles* credentials = nullptr;
+  // Makes the MIG instances of MIG tasks (NVML, or recorded on simulated GPUs); null: MIG tasks
+  // fail to start, saying so.
+  MigManager* mig = nullptr;
 };
 
 class Agent {
@@ -104,6 +116,11 @@ class Agent {
   // here; returns, per task, why its files could not be written.
   std::map<std::string, std::string> syncCredentials(const std::vector<TaskAssignment>& wanted);
   void startOne(const TaskAssignment& a);
+  // Makes the MIG instances of the MIG tasks in `starts` (one layout per GPU: the instances of
+  // its tasks still running and of those starting) and points each at a copy in `prepared`
+  // that names its MIG device, or says why it cannot start.
+  void prepareMig(const std::vector<TaskAssignment>& wanted,
+                  std::vector<const TaskAssignment*>& starts, std::deque<TaskAssignment>& prepared);
   void fence();
 
   const std::string node_;
@@ -118,10 +135,11 @@ class Agent {
   std::set<std::string> stopping_;           // Asked to stop; their exit is pending.
   std::map<std::string, std::chrono::milliseconds> graces_;  // Of the tasks started here.
   std::set<std::pair<std::string, uint32_t>> done_;          // Ended at that generation: not again.
+  std::map<std::string, TaskAssignment::Mig> mig_live_;      // MIG slices of tasks not yet ended.
   std::vector<TaskReport> outbox_;                           // Not yet acknowledged by the server.
   core::TimePoint last_ok_{};  // The last successful heartbeat (or the agent's start).
-  // Credential files written, per task (name -> content). Only reconcile (the agent loop's
-  // thread) touches it.
+  // Credential files written, per task (name -> content). Only the agent loop's thread
+  // (reconcile, and fence from tick) touches it.
   std::map<std::string, std::map<std::string, std::string>> written_;
   bool fenced_ = false;
 };

@@ -40,10 +40,32 @@ core::Result<NodeGpus> simulate(const std::string& profile, const GpuConfig& con
                                 const model::GpuCatalogue& catalogue) {
   TESSERA_ASSIGN_OR_RETURN(model::NodeProfile p,
                            findProfile(profile, config.profile_file, catalogue));
-  return SimDiscovery(p, node_name, catalogue).discover();
+  return SimDiscovery(p, node_name, catalogue, config.sim_mig).discover();
 }
 
 }  // namespace
+
+core::Result<NodeMode> parseNodeMode(const std::string& name) {
+  for (NodeMode m : {NodeMode::kShared, NodeMode::kSingleTenant, NodeMode::kDevelopment}) {
+    if (name == nodeModeName(m)) {
+      return m;
+    }
+  }
+  return core::invalidArgument("node mode '" + name +
+                               "' is not one of shared, single-tenant, development");
+}
+
+std::string_view nodeModeName(NodeMode mode) {
+  switch (mode) {
+    case NodeMode::kShared:
+      return "shared";
+    case NodeMode::kSingleTenant:
+      return "single-tenant";
+    case NodeMode::kDevelopment:
+      return "development";
+  }
+  return "shared";
+}
 
 std::string hostName() {
   char buf[256] = {};
@@ -70,10 +92,18 @@ core::Status validateGpuConfig(const GpuConfig& config) {
 core::Result<AgentConfig> readAgentConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(nlohmann::json doc, core::parseConfigFile(path));
   core::JsonNode top(doc, "", path);
-  TESSERA_RETURN_IF_ERROR(top.checkKeys({"node_name", "gpus"}));
+  TESSERA_RETURN_IF_ERROR(top.checkKeys({"node_name", "node_mode", "gpus"}));
   AgentConfig c;
   if (top.has("node_name")) {
     TESSERA_ASSIGN_OR_RETURN(c.node_name, top.child("node_name").str());
+  }
+  if (top.has("node_mode")) {
+    TESSERA_ASSIGN_OR_RETURN(const std::string mode, top.child("node_mode").str());
+    auto parsed = parseNodeMode(mode);
+    if (!parsed.isOk()) {
+      return core::invalidArgument(path + ": node_mode: " + parsed.status().message());
+    }
+    c.node_mode = *parsed;
   }
   TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> gpus, core::hclBlocks(doc, "gpus", 0, path));
   if (gpus.size() > 1) {
@@ -81,8 +111,8 @@ core::Result<AgentConfig> readAgentConfig(const std::string& path) {
   }
   if (!gpus.empty()) {
     core::JsonNode g(*gpus[0].body, "gpus", path);
-    TESSERA_RETURN_IF_ERROR(
-        g.checkKeys({"backend", "nvml_library", "profile", "profile_file", "fallback_profile"}));
+    TESSERA_RETURN_IF_ERROR(g.checkKeys(
+        {"backend", "nvml_library", "profile", "profile_file", "fallback_profile", "sim_mig"}));
     for (const auto& [key, field] :
          {std::pair<const char*, std::string*>{"backend", &c.gpus.backend},
           {"nvml_library", &c.gpus.nvml_library},
@@ -91,6 +121,16 @@ core::Result<AgentConfig> readAgentConfig(const std::string& path) {
           {"fallback_profile", &c.gpus.fallback_profile}}) {
       if (g.has(key)) {
         TESSERA_ASSIGN_OR_RETURN(*field, g.child(key).str());
+      }
+    }
+    if (g.has("sim_mig")) {
+      const core::JsonNode list = g.child("sim_mig");
+      if (!list.value().is_array()) {
+        return list.error("expected a list of GPU indexes ([6, 7])");
+      }
+      for (size_t i = 0; i < list.value().size(); ++i) {
+        TESSERA_ASSIGN_OR_RETURN(const int64_t gpu, list.at(i).integer(0, 63));
+        c.gpus.sim_mig.push_back(static_cast<int>(gpu));
       }
     }
   }

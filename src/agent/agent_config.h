@@ -1,12 +1,14 @@
 // The agent's configuration (HCL or JSON) and how it chooses its GPU discovery:
 //
 //   node_name = "gpu-01"                 # default: the host name
+//   node_mode = "shared"                 # or single-tenant, development (see NodeMode)
 //   gpus {
 //     backend          = "nvml"          # nvml (default) or sim
 //     nvml_library     = "libnvidia-ml.so.1"
 //     profile          = "dgx-h100"      # sim: a built-in profile, or one of profile_file's
 //     profile_file     = "/etc/tessera/profiles.hcl"
 //     fallback_profile = ""              # nvml failing: refuse (""), or simulate this profile
+//     sim_mig          = [6, 7]          # sim: GPUs shown with MIG mode on (MIG slices go there)
 //   }
 //
 // So a GPU machine runs with NVML and refuses to start without it unless told otherwise, and a
@@ -15,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/gpu_discovery.h"
@@ -29,10 +32,27 @@ struct GpuConfig {
   std::string profile;
   std::string profile_file;
   std::string fallback_profile;
+  std::vector<int> sim_mig;  // Simulated GPUs with MIG mode on (by index).
 };
+
+// What the operator says the node is for (docs/agent.md "Tenant isolation").
+enum class NodeMode {
+  // Any tenant's tasks: each runs as its tenant's own Unix user, or, where the agent cannot
+  // switch users, the tasks of one tenant at a time (agent/tenant_guard.h).
+  kShared,
+  // One tenant's node (or tenants that trust each other): no refusals, even without users.
+  kSingleTenant,
+  // A developer's machine (`tessera dev`): no refusals, even without users.
+  kDevelopment,
+};
+
+// "shared", "single-tenant", "development"; an unknown name is an error naming the choices.
+core::Result<NodeMode> parseNodeMode(const std::string& name);
+std::string_view nodeModeName(NodeMode mode);
 
 struct AgentConfig {
   std::string node_name;  // "" : the host name.
+  NodeMode node_mode = NodeMode::kShared;
   GpuConfig gpus;
 };
 

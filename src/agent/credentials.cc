@@ -1,6 +1,8 @@
 #include "agent/credentials.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -18,6 +20,10 @@
 namespace tessera::agent {
 namespace {
 
+// A task's folder never holds folders of the agent's; one an older agent let the task make is
+// removed down to this depth (further down it is left, rather than recursing without end).
+constexpr int kMaxRemoveDepth = 32;
+
 // [a-z0-9][a-z0-9.-]*: no hidden files, no "." or "..", no path.
 bool validName(const std::string& s) {
   return !s.empty() && s.size() <= 64 && s[0] != '.' && s[0] != '-' &&
@@ -26,16 +32,135 @@ bool validName(const std::string& s) {
          });
 }
 
+bool validTask(const std::string& task) { return plainFileName(task) && task[0] != '.'; }
+
 core::Status fail(const std::string& what) {
   return core::unavailable("credentials: " + what + ": " + std::strerror(errno));
 }
 
+// Owns one descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) {
+      ::close(fd_);
+    }
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// The names in the folder `dir_fd` (not "." or "..").
+std::vector<std::string> entries(int dir_fd) {
+  std::vector<std::string> out;
+  const int copy = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) {
+    return out;
+  }
+  DIR* d = ::fdopendir(copy);
+  if (d == nullptr) {
+    ::close(copy);
+    return out;
+  }
+  ::rewinddir(d);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") {
+      out.push_back(name);
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+// Removes what the folder `dir_fd` holds, never following a link: each subfolder is opened
+// with O_NOFOLLOW and taken back (owner the agent, mode 0700) before it is emptied, so whoever
+// owned it cannot swap anything in it meanwhile.
+void removeContents(int dir_fd, int depth) {
+  for (const std::string& name : entries(dir_fd)) {
+    if (::unlinkat(dir_fd, name.c_str(), 0) == 0 || errno != EISDIR || depth >= kMaxRemoveDepth) {
+      continue;
+    }
+    const Fd sub(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (sub.get() < 0) {
+      continue;
+    }
+    (void)!::fchown(sub.get(), ::geteuid(), ::getegid());
+    (void)!::fchmod(sub.get(), 0700);
+    removeContents(sub.get(), depth + 1);
+    (void)::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);
+  }
+}
+
 }  // namespace
+
+core::Result<int> CredentialFiles::openRoot() const {
+  if (root_.empty()) {
+    return core::invalidArgument("credentials: no folder given");
+  }
+  std::error_code ec;
+  const std::filesystem::path parent = std::filesystem::path(root_).parent_path();
+  if (!parent.empty()) {
+    std::filesystem::create_directories(parent, ec);  // mkdir below says what failed.
+  }
+  // Made here (mkdir is atomic: nobody else made it first), or found: then it must be ours.
+  const bool made = ::mkdir(root_.c_str(), 0700) == 0;
+  if (!made && errno != EEXIST) {
+    return fail("cannot create " + root_);
+  }
+  const int fd = ::open(root_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ELOOP || errno == ENOTDIR) {
+      return core::failedPrecondition("credentials: " + root_ +
+                                      " is not a folder (a link or a file); remove it, or choose "
+                                      "another folder (--credentials-dir)");
+    }
+    return fail("cannot open " + root_);
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    core::Status s = fail("cannot stat " + root_);
+    ::close(fd);
+    return s;
+  }
+  if (st.st_uid != ::geteuid()) {
+    ::close(fd);
+    return core::failedPrecondition(fmt::format(
+        "credentials: {} belongs to uid {}, not to this agent's user (uid {}): another user made "
+        "it first; remove it, or choose another folder (--credentials-dir)",
+        root_, st.st_uid, ::geteuid()));
+  }
+  if (made) {
+    if (::fchmod(fd, 0711) != 0) {
+      core::Status s = fail("cannot chmod " + root_);
+      ::close(fd);
+      return s;
+    }
+  } else if ((st.st_mode & 07777) != 0711) {
+    ::close(fd);
+    return core::failedPrecondition(fmt::format(
+        "credentials: {} has mode {:04o}, not 0711: the agent keeps credentials only in a folder "
+        "of its own that nobody else can list or write; remove it (the agent makes it again), or "
+        "choose another folder (--credentials-dir)",
+        root_, st.st_mode & 07777));
+  }
+  return fd;
+}
+
+core::Status CredentialFiles::prepare() const {
+  TESSERA_ASSIGN_OR_RETURN(const int fd, openRoot());
+  ::close(fd);
+  return core::Status::ok();
+}
 
 core::Status CredentialFiles::write(const std::string& task, const std::string& name,
                                     const std::string& content, const std::string& user) const {
-  if (!validName(name) || task.empty() || task.find('/') != std::string::npos || task == "." ||
-      task == "..") {
+  if (!validName(name) || !validTask(task)) {
     return core::invalidArgument("credentials: bad file name '" + name + "' for task '" + task +
                                  "'");
   }
@@ -49,42 +174,85 @@ core::Status CredentialFiles::write(const std::string& task, const std::string& 
     uid = u->uid;
     gid = u->gid;
   }
-  std::error_code ec;
-  std::filesystem::create_directories(root_, ec);
-  ::chmod(root_.c_str(), 0711);  // Others may pass through to their own folder, not list.
+  TESSERA_ASSIGN_OR_RETURN(const int root_fd, openRoot());
+  const Fd root(root_fd);
   const std::string d = dir(task);
-  if (::mkdir(d.c_str(), 0700) != 0 && errno != EEXIST) {
+  if (::mkdirat(root.get(), task.c_str(), 0700) != 0 && errno != EEXIST) {
     return fail("mkdir " + d);
   }
-  if (::chown(d.c_str(), uid, gid) != 0 || ::chmod(d.c_str(), 0700) != 0) {
+  const Fd folder(
+      ::openat(root.get(), task.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (folder.get() < 0) {
+    return fail("open " + d);
+  }
+  // The agent's, so the task cannot put anything in it; the task's group may read it.
+  if (::fchown(folder.get(), ::geteuid(), user.empty() ? ::getegid() : gid) != 0 ||
+      ::fchmod(folder.get(), user.empty() ? 0700 : 0750) != 0) {
     return fail("chown " + d);
   }
   const std::string path = d + "/" + name;
-  const std::string tmp = path + ".new";
-  ::unlink(tmp.c_str());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400);
-  if (fd < 0) {
-    return fail("create " + tmp);
+  const std::string tmp = "." + name + ".new";  // Never a valid name: no credential's.
+  ::unlinkat(folder.get(), tmp.c_str(), 0);
+  const Fd fd(::openat(folder.get(), tmp.c_str(),
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
+  if (fd.get() < 0) {
+    return fail("create " + d + "/" + tmp);
   }
-  const bool ok = ::fchown(fd, uid, gid) == 0 && ::write(fd, content.data(), content.size()) ==
-                                                     static_cast<ssize_t>(content.size());
-  const int saved = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    errno = ok ? errno : saved;
+  bool ok = ::fchown(fd.get(), uid, gid) == 0 && ::fchmod(fd.get(), 0400) == 0;
+  for (size_t done = 0; ok && done < content.size();) {
+    const ssize_t n = ::write(fd.get(), content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    ok = n > 0;
+    done += ok ? static_cast<size_t>(n) : 0;
+  }
+  if (!ok || ::renameat(folder.get(), tmp.c_str(), folder.get(), name.c_str()) != 0) {
     core::Status s = fail("write " + path);
-    ::unlink(tmp.c_str());
+    ::unlinkat(folder.get(), tmp.c_str(), 0);
     return s;
   }
   return core::Status::ok();
 }
 
 void CredentialFiles::remove(const std::string& task) const {
-  if (task.empty() || task.find('/') != std::string::npos || task == "." || task == "..") {
+  if (!validTask(task)) {
     return;
   }
-  std::error_code ec;
-  std::filesystem::remove_all(dir(task), ec);
+  auto root_fd = openRoot();
+  if (!root_fd.isOk()) {
+    return;  // Not ours: nothing of ours to remove.
+  }
+  const Fd root(*root_fd);
+  const Fd folder(
+      ::openat(root.get(), task.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (folder.get() < 0) {
+    (void)::unlinkat(root.get(), task.c_str(), 0);  // Whatever else has the name goes.
+    return;
+  }
+  // Taken back first: a folder an older agent gave to the task's user may still be written to.
+  (void)!::fchown(folder.get(), ::geteuid(), ::getegid());
+  (void)!::fchmod(folder.get(), 0700);
+  removeContents(folder.get(), 0);
+  (void)::unlinkat(root.get(), task.c_str(), AT_REMOVEDIR);
+}
+
+std::vector<std::string> CredentialFiles::list() const {
+  std::vector<std::string> out;
+  auto root_fd = openRoot();
+  if (!root_fd.isOk()) {
+    return out;
+  }
+  const Fd root(*root_fd);
+  for (const std::string& name : entries(root.get())) {
+    struct stat st {};
+    if (validTask(name) && ::fstatat(root.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode)) {
+      out.push_back(name);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string CredentialFiles::defaultRoot(const std::string& node, const std::string& work_dir) {

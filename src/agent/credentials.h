@@ -1,10 +1,21 @@
 // Credential files of tasks (issue #6; docs/secrets.md "Workload identity"): what the server
-// hands a task with its assignment (its identity token, later its secrets) is kept in one folder
-// per task, readable by the task's user only, rewritten in place (write + rename) when the server
+// hands a task with its assignment (its identity token, its secrets) is kept in one folder per
+// task, readable by the task's user only, rewritten in place (write + rename) when the server
 // sends a new version, and removed when the task is gone. The root should be a tmpfs
 // (/dev/shm by default, where the machine has it), so credentials never reach a disk.
 //
+// Layout and modes (docs/agent.md "Tenant isolation"):
+//   <root>/                  the agent's user, 0711: others may pass through, never list
+//   <root>/<task>/           the agent's user, group of the task's user, 0750 (0700 when the
+//                            task runs as the agent's own user): the task can list and read it,
+//                            not write in it; nobody else can enter it
+//   <root>/<task>/<name>     the task's user, 0400
+// The root must be the agent's alone: `prepare` creates it, or accepts an existing one only if
+// it is a real folder (no link) owned by the agent's user with mode 0711, so a name another user
+// made first under a world-writable parent (/dev/shm) is refused, never used.
+//
 //   CredentialFiles files(CredentialFiles::defaultRoot("gpu-a", "/var/lib/tessera/agent"));
+//   TESSERA_RETURN_IF_ERROR(files.prepare());
 //   files.write("team-1.train.0", "identity-token", jwt, "tessera-team-1");
 //   // the task reads $TESSERA_CREDENTIALS_DIR/identity-token
 //   files.remove("team-1.train.0");
@@ -13,6 +24,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -24,18 +36,28 @@ class CredentialFiles {
 
   const std::string& root() const { return root_; }
   std::string dir(const std::string& task) const { return root_ + "/" + task; }
+  // Creates the root (and its parents), mode 0711, or checks that the existing one is the
+  // agent's own (see above). write() checks it again, so a root removed meanwhile comes back.
+  core::Status prepare() const;
   // Writes `content` to the task's file `name` ([a-z0-9][a-z0-9.-]*, 1-64 bytes), mode 0400,
-  // owned by `user` ("" : the agent's own user), in a folder of mode 0700 owned by the same user.
+  // owned by `user` ("" : the agent's own user), in the task's folder (see above).
   core::Status write(const std::string& task, const std::string& name, const std::string& content,
                      const std::string& user) const;
-  // Removes the task's folder and everything in it.
+  // Removes the task's folder and everything in it, without following links (a folder an older
+  // agent gave to the task's user may hold what the task put there).
   void remove(const std::string& task) const;
+  // The task folders in the root (for an agent that starts, or fences itself, to find folders it
+  // did not write itself or no longer tracks).
+  std::vector<std::string> list() const;
 
   // /dev/shm/tessera-<node>-<hash of work_dir> where /dev/shm is a tmpfs, else
   // <work_dir>/credentials.
   static std::string defaultRoot(const std::string& node, const std::string& work_dir);
 
  private:
+  // The root, opened (O_DIRECTORY | O_NOFOLLOW) after prepare's checks; the caller closes it.
+  core::Result<int> openRoot() const;
+
   std::string root_;
 };
 

@@ -1,6 +1,11 @@
 #include "agent/mig_manager.h"
 
+#include <fmt/format.h>
+#include <string.h>
+
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <set>
 
 #include "agent/nvml_library.h"
@@ -62,8 +67,8 @@ NvmlMigManager::NvmlMigManager(std::string library, const model::GpuCatalogue& c
 
 NvmlMigManager::~NvmlMigManager() = default;
 
-core::Status NvmlMigManager::apply(int gpu, const std::string& model,
-                                   const std::vector<model::MigInstance>& layout) {
+core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
+                                             const std::vector<model::MigInstance>& layout) {
   TESSERA_ASSIGN_OR_RETURN(const model::GpuModelInfo* info,
                            checkLayout(catalogue_, model, layout, gpu));
   if (lib_ == nullptr) {
@@ -75,8 +80,9 @@ core::Status NvmlMigManager::apply(int gpu, const std::string& model,
                                     " cannot manage MIG instances (a driver older than R470?)");
   }
   const std::string where = "nvml: GPU " + std::to_string(gpu) + ": ";
-  // NVML is shut down again when this returns.
-  TESSERA_ASSIGN_OR_RETURN(const std::unique_ptr<NvmlSession> session, NvmlSession::begin(lib));
+  if (session_ == nullptr) {  // Kept for the manager's life, as an agent keeps NVML open.
+    TESSERA_ASSIGN_OR_RETURN(session_, NvmlSession::begin(lib));
+  }
   NvmlDevice dev{};
   if (NvmlReturn rc = lib.by_index(static_cast<unsigned>(gpu), &dev); rc != kNvmlSuccess) {
     return core::unavailable(where + lib.explain("nvmlDeviceGetHandleByIndex_v2", rc));
@@ -89,16 +95,6 @@ core::Status NvmlMigManager::apply(int gpu, const std::string& model,
   if (current != 1) {
     return core::failedPrecondition(where + "MIG mode is off; turn it on first (nvidia-smi -i " +
                                     std::to_string(gpu) + " -mig 1, which resets the GPU)");
-  }
-  // Idle: no compute process on the GPU.
-  unsigned procs = 0;
-  const NvmlReturn prc = lib.processes(dev, &procs, nullptr);
-  if (prc == kNvmlInsufficientSize || (prc == kNvmlSuccess && procs > 0)) {
-    return core::failedPrecondition(where + "busy (" + std::to_string(procs) +
-                                    " compute processes): its MIG layout changes only when idle");
-  }
-  if (prc != kNvmlSuccess) {
-    return core::unavailable(where + lib.explain("nvmlDeviceGetComputeRunningProcesses_v3", prc));
   }
   // What is there now: GPU instances by (catalogue profile, start).
   struct Existing {
@@ -167,7 +163,10 @@ core::Status NvmlMigManager::apply(int gpu, const std::string& model,
       }
     }
     if (NvmlReturn rc = lib.gi_destroy(e.handle); rc != kNvmlSuccess) {
-      return core::unavailable(where + lib.explain("nvmlGpuInstanceDestroy", rc));
+      return core::unavailable(where + lib.explain("nvmlGpuInstanceDestroy", rc) + " for " +
+                               info->mig_profiles[static_cast<size_t>(e.instance.profile)].name +
+                               " at slice " + std::to_string(e.instance.start) +
+                               (rc == kNvmlInUse ? " (a process still uses it)" : ""));
     }
   }
   // A kept instance without a compute instance gets one, like a new one.
@@ -187,10 +186,21 @@ core::Status NvmlMigManager::apply(int gpu, const std::string& model,
     }
     return core::Status::ok();
   };
+  // GPU instance id -> instance, to name each MIG device at the end.
+  std::map<unsigned, model::MigInstance> by_id;
+  auto remember = [&](NvmlGpuInstance gi, const model::MigInstance& m) -> core::Status {
+    NvmlGpuInstanceInfo info_out{};
+    if (NvmlReturn rc = lib.gi_info(gi, &info_out); rc != kNvmlSuccess) {
+      return core::unavailable(where + lib.explain("nvmlGpuInstanceGetInfo", rc));
+    }
+    by_id[info_out.id] = m;
+    return core::Status::ok();
+  };
   for (const Existing& e : existing) {
     if (!kept.contains(e.instance)) {
       continue;
     }
+    TESSERA_RETURN_IF_ERROR(remember(e.handle, e.instance));
     TESSERA_ASSIGN_OR_RETURN(std::vector<NvmlComputeInstance> cis, compute_instances(e.handle));
     if (cis.empty()) {
       TESSERA_RETURN_IF_ERROR(
@@ -215,18 +225,62 @@ core::Status NvmlMigManager::apply(int gpu, const std::string& model,
                                " for " + profile.name + " at slice " + std::to_string(m.start));
     }
     TESSERA_RETURN_IF_ERROR(add_compute(gi, profile));
+    TESSERA_RETURN_IF_ERROR(remember(gi, m));
   }
-  return core::Status::ok();
+  // Each instance's MIG device (one compute instance each), by its GPU instance id.
+  if (lib.max_mig == nullptr || lib.mig_by_index == nullptr || lib.gi_id == nullptr) {
+    return core::failedPrecondition("nvml: " + library_ + " cannot list MIG devices");
+  }
+  unsigned max_devices = 0;
+  if (NvmlReturn rc = lib.max_mig(dev, &max_devices); rc != kNvmlSuccess) {
+    return core::unavailable(where + lib.explain("nvmlDeviceGetMaxMigDeviceCount", rc));
+  }
+  MigUuids uuids;
+  for (unsigned i = 0; i < max_devices; ++i) {
+    NvmlDevice mig{};
+    if (lib.mig_by_index(dev, i, &mig) != kNvmlSuccess) {
+      continue;  // No MIG device at this index.
+    }
+    unsigned id = 0;
+    if (NvmlReturn rc = lib.gi_id(mig, &id); rc != kNvmlSuccess) {
+      return core::unavailable(where + lib.explain("nvmlDeviceGetGpuInstanceId", rc));
+    }
+    char buf[96] = {};
+    if (NvmlReturn rc = lib.uuid(mig, buf, sizeof buf); rc != kNvmlSuccess) {
+      return core::unavailable(where + lib.explain("nvmlDeviceGetUUID", rc));
+    }
+    if (auto it = by_id.find(id); it != by_id.end()) {
+      uuids[it->second] = std::string(buf, strnlen(buf, sizeof buf));
+    }
+  }
+  for (const model::MigInstance& m : wanted) {
+    if (!uuids.contains(m)) {
+      return core::unavailable(where + "no MIG device for " +
+                               info->mig_profiles[static_cast<size_t>(m.profile)].name +
+                               " at slice " + std::to_string(m.start) + " after it was made");
+    }
+  }
+  return uuids;
 }
 
-core::Status RecordingMigManager::apply(int gpu, const std::string& model,
-                                        const std::vector<model::MigInstance>& layout) {
+core::Result<MigUuids> RecordingMigManager::apply(int gpu, const std::string& model,
+                                                  const std::vector<model::MigInstance>& layout) {
   TESSERA_RETURN_IF_ERROR(checkLayout(catalogue_, model, layout, gpu).status());
   std::vector<model::MigInstance> sorted = layout;
   std::sort(sorted.begin(), sorted.end());
+  MigUuids uuids;
+  for (const model::MigInstance& m : sorted) {
+    // A UUID's shape (8-4-4-4-12 hex digits) from a hash of what names the instance.
+    const std::string key = node_ + "/" + std::to_string(gpu) + "/" + std::to_string(m.profile) +
+                            "@" + std::to_string(m.start);
+    const uint64_t a = std::hash<std::string>{}(key);
+    const uint64_t b = std::hash<std::string>{}(key + "#");
+    uuids[m] = fmt::format("MIG-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", a >> 32, (a >> 16) & 0xffff,
+                           a & 0xffff, b >> 48, b & 0xffffffffffffULL);
+  }
   std::lock_guard lock(mu_);
   layouts_[gpu] = std::move(sorted);
-  return core::Status::ok();
+  return uuids;
 }
 
 std::map<int, std::vector<model::MigInstance>> RecordingMigManager::layouts() const {

@@ -6,9 +6,10 @@
 //   NvmlMigManager mig("libnvidia-ml.so.1", catalogue);
 //   TESSERA_RETURN_IF_ERROR(mig.apply(0, "H100-80GB", {{4, 0}, {4, 4}}));  // 2 x 3g.40gb
 //
-// Rules: MIG mode must already be on (turning it on resets the GPU: an operator's step), and
-// the GPU must be idle (no compute process): a layout never changes under running work.
-// Instances that the new layout keeps are left alone; the others are destroyed first.
+// Rules: MIG mode must already be on (turning it on resets the GPU: an operator's step).
+// Instances that the new layout keeps are left alone, whatever runs in them; the others are
+// destroyed first, which NVML refuses for an instance in use (IN_USE): the caller keeps every
+// instance its running tasks use in the layout, so work never loses its instance.
 #pragma once
 
 #include <map>
@@ -23,14 +24,20 @@
 namespace tessera::agent {
 
 class NvmlLibrary;
+class NvmlSession;
+
+// The MIG device UUID ("MIG-...") of each instance of a layout: what a task's
+// CUDA_VISIBLE_DEVICES names.
+using MigUuids = std::map<model::MigInstance, std::string>;
 
 class MigManager {
  public:
   virtual ~MigManager() = default;
   // Makes GPU `gpu`'s MIG instances exactly `layout` (catalogue profile indices of `model` and
-  // start slices). An invalid layout, a GPU without MIG mode on, or a busy GPU is refused.
-  virtual core::Status apply(int gpu, const std::string& model,
-                             const std::vector<model::MigInstance>& layout) = 0;
+  // start slices) and returns their MIG device UUIDs. An invalid layout, or a GPU without MIG
+  // mode on, is refused.
+  virtual core::Result<MigUuids> apply(int gpu, const std::string& model,
+                                       const std::vector<model::MigInstance>& layout) = 0;
 };
 
 // The NVML profile index of a catalogue MIG profile (its position in the model's table):
@@ -44,25 +51,31 @@ class NvmlMigManager : public MigManager {
  public:
   NvmlMigManager(std::string library, const model::GpuCatalogue& catalogue);
   ~NvmlMigManager() override;
-  core::Status apply(int gpu, const std::string& model,
-                     const std::vector<model::MigInstance>& layout) override;
+  core::Result<MigUuids> apply(int gpu, const std::string& model,
+                               const std::vector<model::MigInstance>& layout) override;
 
  private:
   std::string library_;
   const model::GpuCatalogue& catalogue_;
   std::shared_ptr<NvmlLibrary> lib_;
+  std::unique_ptr<NvmlSession> session_;  // After lib_: it goes first.
 };
 
+// For simulated GPUs: records each GPU's layout and names its instances with UUIDs made from
+// `node`, the GPU, the profile and the start, so the same instance keeps its UUID and two
+// nodes never share one.
 class RecordingMigManager : public MigManager {
  public:
-  explicit RecordingMigManager(const model::GpuCatalogue& catalogue) : catalogue_(catalogue) {}
-  core::Status apply(int gpu, const std::string& model,
-                     const std::vector<model::MigInstance>& layout) override;
+  explicit RecordingMigManager(const model::GpuCatalogue& catalogue, std::string node = "")
+      : catalogue_(catalogue), node_(std::move(node)) {}
+  core::Result<MigUuids> apply(int gpu, const std::string& model,
+                               const std::vector<model::MigInstance>& layout) override;
   // The last layout applied to each GPU.
   std::map<int, std::vector<model::MigInstance>> layouts() const;
 
  private:
   const model::GpuCatalogue& catalogue_;
+  const std::string node_;
   mutable std::mutex mu_;
   std::map<int, std::vector<model::MigInstance>> layouts_;
 };

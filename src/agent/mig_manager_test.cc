@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "agent/nvml_discovery.h"
 #include "agent/nvml_library.h"
@@ -108,15 +109,23 @@ TEST_F(MigManagerTest, ReplacesTheLayoutAndKeepsWhatStays) {
   ASSERT_EQ(migDevices(0).size(), 1U);
   NvmlMigManager mig(kFull, cat_);
   const int p3g = cat_.model(*cat_.find("H100-80GB")).findMigProfile("3g.40gb");
-  ASSERT_TRUE(mig.apply(0, "H100-80GB", {{p3g, 0}, {p3g, 4}}).isOk());
+  auto uuids = mig.apply(0, "H100-80GB", {{p3g, 0}, {p3g, 4}});
+  ASSERT_TRUE(uuids.isOk()) << uuids.status().message();
   std::vector<MigDevice> after = migDevices(0);
   ASSERT_EQ(after.size(), 2U);
+  std::set<std::string> listed;
   for (const MigDevice& m : after) {
     EXPECT_EQ(m.profile, "3g.40gb");
     EXPECT_EQ(m.memory_mib, 40448);
+    listed.insert(m.uuid);
   }
+  // Each instance's UUID is its MIG device's, as discovery (nvidia-smi -L) lists it.
+  ASSERT_EQ(uuids->size(), 2U);
+  EXPECT_EQ(listed, (std::set<std::string>{uuids->at({p3g, 0}), uuids->at({p3g, 4})}));
   // The same layout again changes nothing: the same instances, the same UUIDs.
-  ASSERT_TRUE(mig.apply(0, "H100-80GB", {{p3g, 4}, {p3g, 0}}).isOk());
+  auto same = mig.apply(0, "H100-80GB", {{p3g, 4}, {p3g, 0}});
+  ASSERT_TRUE(same.isOk()) << same.status().message();
+  EXPECT_EQ(*same, *uuids);
   std::vector<MigDevice> again = migDevices(0);
   ASSERT_EQ(again.size(), 2U);
   EXPECT_EQ(again[0].uuid, after[0].uuid);
@@ -136,26 +145,31 @@ TEST_F(MigManagerTest, ReplacesTheLayoutAndKeepsWhatStays) {
   EXPECT_TRUE(migDevices(0).empty());
 }
 
-TEST_F(MigManagerTest, RefusesBusyGpusMigOffAndInvalidLayouts) {
-  json busy = h100(0, {{"current", 1}, {"profiles", h100Profiles()}});
+// A GPU with work in one instance takes another beside it (a layout keeps what it keeps).
+TEST_F(MigManagerTest, AddsInstancesBesideBusyOnesAndRefusesMigOffAndInvalidLayouts) {
+  json busy = h100(0, {{"current", 1},
+                       {"profiles", h100Profiles()},
+                       {"instances", {{{"profile_id", 9}, {"start", 0}, {"compute", 1}}}}});
   busy["processes"] = {4242};
   start(busy, h100(1, {{"current", 0}, {"profiles", h100Profiles()}}));
   NvmlMigManager mig(kFull, cat_);
   const int p3g = cat_.model(*cat_.find("H100-80GB")).findMigProfile("3g.40gb");
   const int p4g = cat_.model(*cat_.find("H100-80GB")).findMigProfile("4g.40gb");
-  core::Status s = mig.apply(0, "H100-80GB", {{p3g, 0}});
-  ASSERT_FALSE(s.isOk());
-  EXPECT_NE(s.message().find("GPU 0: busy (1 compute processes)"), std::string::npos)
-      << s.message();
-  s = mig.apply(1, "H100-80GB", {{p3g, 0}});
+  const std::string running = migDevices(0).at(0).uuid;
+  auto added = mig.apply(0, "H100-80GB", {{p3g, 0}, {p3g, 4}});
+  ASSERT_TRUE(added.isOk()) << added.status().message();
+  EXPECT_EQ(added->at({p3g, 0}), running);  // The busy instance is kept as it is.
+  EXPECT_EQ(migDevices(0).size(), 2U);
+  core::Status s = mig.apply(1, "H100-80GB", {{p3g, 0}}).status();
   ASSERT_FALSE(s.isOk());
   EXPECT_NE(s.message().find("GPU 1: MIG mode is off"), std::string::npos) << s.message();
-  s = mig.apply(1, "H100-80GB", {{p3g, 0}, {p4g, 0}});  // Overlapping slices.
+  s = mig.apply(1, "H100-80GB", {{p3g, 0}, {p4g, 0}}).status();  // Overlapping slices.
   ASSERT_FALSE(s.isOk());
   EXPECT_NE(s.message().find("mig: GPU 1"), std::string::npos) << s.message();
   EXPECT_FALSE(mig.apply(0, "T4", {}).isOk());  // No MIG at all.
   NvmlMigManager missing("/nonexistent/libnvidia-ml.so.1", cat_);
-  EXPECT_NE(missing.apply(0, "H100-80GB", {}).message().find("cannot load"), std::string::npos);
+  EXPECT_NE(missing.apply(0, "H100-80GB", {}).status().message().find("cannot load"),
+            std::string::npos);
 }
 
 TEST_F(MigManagerTest, AFailingNvmlCallIsNamedWithTheInstance) {
@@ -170,7 +184,7 @@ TEST_F(MigManagerTest, AFailingNvmlCallIsNamedWithTheInstance) {
                                 .dump();
   NvmlMigManager mig(kFull, cat_);
   const int p7g = cat_.model(*cat_.find("H100-80GB")).findMigProfile("7g.80gb");
-  core::Status s = mig.apply(0, "H100-80GB", {{p7g, 0}});
+  core::Status s = mig.apply(0, "H100-80GB", {{p7g, 0}}).status();
   ASSERT_FALSE(s.isOk());
   EXPECT_NE(s.message().find("nvmlDeviceCreateGpuInstanceWithPlacement: Unknown Error (999) for "
                              "7g.80gb at slice 0"),
@@ -180,11 +194,19 @@ TEST_F(MigManagerTest, AFailingNvmlCallIsNamedWithTheInstance) {
 
 TEST(RecordingMigManager, RecordsValidLayoutsOnly) {
   const model::GpuCatalogue cat = model::GpuCatalogue::builtin();
-  RecordingMigManager mig(cat);
+  RecordingMigManager mig(cat, "node-a");
   const int p3g = cat.model(*cat.find("H200-141GB")).findMigProfile("3g.71gb");
-  ASSERT_TRUE(mig.apply(2, "H200-141GB", {{p3g, 4}, {p3g, 0}}).isOk());
+  auto uuids = mig.apply(2, "H200-141GB", {{p3g, 4}, {p3g, 0}});
+  ASSERT_TRUE(uuids.isOk()) << uuids.status().message();
   const std::vector<model::MigInstance> want = {{p3g, 0}, {p3g, 4}};
   EXPECT_EQ(mig.layouts().at(2), want);
+  // A UUID per instance, the same each time, another on another node.
+  ASSERT_EQ(uuids->size(), 2U);
+  EXPECT_TRUE(uuids->at({p3g, 0}).starts_with("MIG-")) << uuids->at({p3g, 0});
+  EXPECT_NE(uuids->at({p3g, 0}), uuids->at({p3g, 4}));
+  EXPECT_EQ(*mig.apply(2, "H200-141GB", {{p3g, 0}, {p3g, 4}}), *uuids);
+  RecordingMigManager other(cat, "node-b");
+  EXPECT_NE(other.apply(2, "H200-141GB", {{p3g, 0}})->at({p3g, 0}), uuids->at({p3g, 0}));
   EXPECT_FALSE(mig.apply(2, "H200-141GB", {{p3g, 1}}).isOk());  // 3g starts at 0 or 4.
   EXPECT_EQ(mig.layouts().at(2), want);
 }

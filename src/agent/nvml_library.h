@@ -17,6 +17,7 @@ inline constexpr NvmlReturn kNvmlSuccess = 0;
 inline constexpr NvmlReturn kNvmlNotSupported = 3;
 inline constexpr NvmlReturn kNvmlNotFound = 6;
 inline constexpr NvmlReturn kNvmlInsufficientSize = 7;
+inline constexpr NvmlReturn kNvmlInUse = 19;
 
 // nvmlDevice_t, nvmlGpuInstance_t, nvmlComputeInstance_t: one pointer each, passed by value.
 struct NvmlDeviceSt;

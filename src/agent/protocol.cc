@@ -30,13 +30,18 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
   if (spec.command.empty()) {
     spec.command = {"sleep", t.duration_s > 0 ? std::to_string(t.duration_s) : "infinity"};
   }
-  if (t.mig_profile >= 0) {
-    return core::failedPrecondition("task " + spec.id +
-                                    ": MIG slices are not run by agents yet (docs/agent.md)");
+  const bool mig = t.mig_profile >= 0;
+  if (mig) {
+    if (t.gpus.size() != 1 || t.mig_start < 0) {
+      return core::invalidArgument("task " + spec.id +
+                                   ": a MIG slice needs one GPU and its start slice");
+    }
+    a.mig.gpu = t.gpus[0];
+    a.mig.instance = {t.mig_profile, t.mig_start};
   }
   const std::vector<int>& indexes = t.gpus;
   const int64_t milli = t.milli_per_gpu;
-  const bool shared = milli > 0 && milli < 1000;
+  const bool shared = !mig && milli > 0 && milli < 1000;
   const std::string& isolation = t.isolation;
   const int64_t gpu_memory = t.gpu_memory_mib;
   GpuPinning& pin = spec.gpus;
@@ -60,9 +65,23 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
     // A share of a GPU: an MPS client capped to its share of the SMs and memory (the agent
     // starts the daemon, MpsRuntime), unless it asked for no isolation: time slicing, where
     // only the interposer's variables say what it should keep to.
-    pin.mode = !shared               ? GpuPinning::Mode::kWhole
+    pin.mode = mig                   ? GpuPinning::Mode::kMig
+               : !shared             ? GpuPinning::Mode::kWhole
                : isolation == "none" ? GpuPinning::Mode::kFractional
                                      : GpuPinning::Mode::kMps;
+    if (mig) {
+      // Its MIG device's UUID once the agent made the instance (Agent::prepareMig). Besides its
+      // GPU's node, CUDA opens MIG capability nodes (nvidia-caps/nvidia-capN); all of them are
+      // allowed for now, not only its instance's (docs/agent.md, "Limits").
+      pin.uuids.clear();
+      std::error_code ec;
+      const std::string caps = options.device_dir + "/nvidia-caps";
+      if (!options.device_dir.empty() && std::filesystem::is_directory(caps, ec)) {
+        for (const auto& entry : std::filesystem::directory_iterator(caps, ec)) {
+          spec.device_nodes.push_back(entry.path().string());
+        }
+      }
+    }
     pin.compute_share_percent = static_cast<int>(std::clamp<int64_t>(milli / 10, 1, 100));
     if (pin.mode == GpuPinning::Mode::kMps) {
       pin.mps_thread_percentage = pin.compute_share_percent;

@@ -85,6 +85,25 @@ TEST(ProtocolTest, UnisolatedFractionsGetTheInterposersLimitsAndNoCommandSleeps)
   EXPECT_EQ(assignmentFromJson(t, fourGpus(), {})->spec.gpus.mode, GpuPinning::Mode::kNone);
 }
 
+// A MIG slice names its GPU and instance; the agent makes the instance and names its MIG device
+// (Agent::prepareMig), so the assignment carries no GPU UUID, and a slice is never an MPS client.
+TEST(ProtocolTest, AMigSliceNamesItsGpuAndInstance) {
+  json t = task();
+  t["gpus"] = {1};
+  t["milli_per_gpu"] = 428;
+  t["mig_profile"] = 4;
+  t["mig_start"] = 4;
+  auto a = assignmentFromJson(t, fourGpus(), {.device_dir = "/fake/dev"});
+  ASSERT_TRUE(a.isOk()) << a.status().message();
+  EXPECT_EQ(a->mig.gpu, 1);
+  EXPECT_EQ(a->mig.instance, (model::MigInstance{4, 4}));
+  EXPECT_EQ(a->spec.gpus.mode, GpuPinning::Mode::kMig);
+  EXPECT_TRUE(a->spec.gpus.uuids.empty());
+  EXPECT_EQ(a->spec.device_nodes, std::vector<std::string>{"/fake/dev/nvidia11"});
+  t["gpus"] = {7};
+  EXPECT_FALSE(assignmentFromJson(t, fourGpus(), {}).isOk());
+}
+
 // The interposer holds a time-sliced share to its limits: preloaded when the agent has it; on
 // a node with real GPUs, a task without it is refused rather than run unlimited.
 TEST(ProtocolTest, TimeSlicedSharesArePreloadedWithTheInterposerOrRefused) {
@@ -122,8 +141,11 @@ TEST(ProtocolTest, RefusesGpusTheNodeDoesNotHaveAndMalformedTasks) {
   t.erase("generation");
   EXPECT_FALSE(assignmentFromJson(t, fourGpus(), {}).isOk());
   t = task();
-  t["mig_profile"] = 0;
-  EXPECT_NE(assignmentFromJson(t, fourGpus(), {}).status().message().find("MIG"),
+  t["mig_profile"] = 0;  // Without its start slice.
+  EXPECT_NE(assignmentFromJson(t, fourGpus(), {}).status().message().find("mig_start"),
+            std::string::npos);
+  t["mig_start"] = 0;  // On two GPUs.
+  EXPECT_NE(assignmentFromJson(t, fourGpus(), {}).status().message().find("needs one GPU"),
             std::string::npos);
   // The server could not resolve the task's secrets: it must not start, and the agent says why.
   t = task();

@@ -138,7 +138,10 @@ void writeExit(const char* path, const char* tmp_path, int status, bool fenced) 
   buf[len++] = ' ';
   buf[len++] = fenced ? '1' : '0';
   buf[len++] = '\n';
-  const int fd = ::open(tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The task's user owns the folder: whatever it put under this name is replaced, never
+  // followed (a link to a file of root's would have the shim write there).
+  ::unlink(tmp_path);
+  const int fd = ::open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd >= 0) {
     const bool whole = ::write(fd, buf, static_cast<size_t>(len)) == len;
     ::close(fd);
@@ -301,10 +304,69 @@ uint64_t processStartTime(pid_t pid) {
   return 0;
 }
 
+// Opens a file the agent or a shim wrote in a task's folder, for reading: never through a link,
+// and only if it is the agent's (a task running as its own user may write in its folder, but
+// cannot make a file of the agent's user). -1 otherwise.
+int openAgentFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st {};
+  if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// The content of such a file (up to 4 KiB); nullopt when there is none of the agent's.
+std::optional<std::string> readAgentFile(const std::string& path) {
+  const int fd = openAgentFile(path);
+  if (fd < 0) {
+    return std::nullopt;
+  }
+  char buf[4096];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n < 0) {
+    return std::nullopt;
+  }
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+bool agentFileExists(const std::string& path) {
+  const int fd = openAgentFile(path);
+  if (fd >= 0) {
+    ::close(fd);
+  }
+  return fd >= 0;
+}
+
+// Writes a file of the agent's in a task's folder whole: under a temporary name created afresh
+// (never through a link the task left), then renamed.
+bool writeAgentFile(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return false;
+  }
+  const bool whole =
+      ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
+  ::close(fd);
+  if (!whole || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
 // Reads what writeExit wrote.
 bool readExitFile(const std::string& path, int& status, bool& fenced) {
-  FILE* f = std::fopen(path.c_str(), "re");
+  const int fd = openAgentFile(path);
+  FILE* f = fd >= 0 ? ::fdopen(fd, "r") : nullptr;
   if (f == nullptr) {
+    if (fd >= 0) {
+      ::close(fd);
+    }
     return false;
   }
   int fenced_flag = 0;
@@ -579,9 +641,23 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   if (ec) {
     return core::unavailable(where + ": cannot create " + dir + ": " + ec.message());
   }
+  // The task's own (identityOf gives it to the task's user): nobody else may enter it.
+  if (::chmod(dir.c_str(), 0700) != 0) {
+    return core::unavailable(where + ": cannot chmod " + dir + ": " + std::strerror(errno));
+  }
   TESSERA_ASSIGN_OR_RETURN(const Identity who, identityOf(spec.user, dir, where));
+  // The logs are the task's files, in a folder its user owns (an earlier generation of the task
+  // ran there): opened without following a link, and only a plain file with one name is given
+  // to the user, so no file of root's can be had by linking it here.
   auto open_log = [&](const char* name) {
-    Fd fd(::open((dir + "/" + name).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640));
+    Fd fd(::open((dir + "/" + name).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
+                 0640));
+    struct stat st {};
+    if (fd.get() >= 0 &&
+        (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1)) {
+      errno = EPERM;
+      return Fd(-1);
+    }
     if (fd.get() >= 0 && who.switch_user) {
       (void)!::fchown(fd.get(), who.uid, who.gid);
     }
@@ -761,10 +837,9 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   }
   // What a later runtime needs to adopt it: the shim (and its start time, against pid reuse),
   // the task's process group, and the caller's tag.
-  {
-    std::ofstream rec(dir + "/shim", std::ios::trunc);
-    rec << shim << " " << task << " " << processStartTime(shim) << "\n" << spec.tag << "\n";
-  }
+  (void)writeAgentFile(dir + "/shim", std::to_string(shim) + " " + std::to_string(task) + " " +
+                                          std::to_string(processStartTime(shim)) + "\n" + spec.tag +
+                                          "\n");
   std::lock_guard lock(impl_->mu);
   impl_->watch(std::move(t));
   return core::Status::ok();
@@ -781,10 +856,13 @@ std::vector<AdoptedTask> ProcessRuntime::adopt() {
   for (const fs::directory_entry& entry : fs::directory_iterator(impl_->options.work_dir, ec)) {
     const std::string id = entry.path().filename().string();
     const std::string dir = entry.path().string();
-    std::ifstream rec(dir + "/shim");
-    if (!entry.is_directory(ec) || !plainFileName(id) || !rec) {
+    // Only a record the agent wrote: a task's user, who owns the folder, cannot forge one (it
+    // names the processes a restarted agent watches and kills).
+    const std::optional<std::string> record = readAgentFile(dir + "/shim");
+    if (!entry.is_directory(ec) || !plainFileName(id) || !record) {
       continue;
     }
+    std::istringstream rec(*record);
     pid_t shim = 0;
     pid_t task = 0;
     uint64_t start_time = 0;
@@ -792,7 +870,6 @@ std::vector<AdoptedTask> ProcessRuntime::adopt() {
     rec >> shim >> task >> start_time;
     rec.ignore(1);
     std::getline(rec, tag);
-    rec.close();
     {
       std::lock_guard lock(impl_->mu);
       if (impl_->tasks.contains(id)) {
@@ -812,7 +889,7 @@ std::vector<AdoptedTask> ProcessRuntime::adopt() {
     }
     // The shim writes the exit file just before it exits: with the file there, the task ended.
     const bool alive = shim > 0 && processStartTime(shim) == start_time && start_time != 0 &&
-                       !fs::exists(t.exit_file, ec);
+                       !agentFileExists(t.exit_file);
     if (alive) {
       t.pidfd = pidfdOpen(shim);
     }

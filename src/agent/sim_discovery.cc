@@ -1,5 +1,6 @@
 #include "agent/sim_discovery.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -62,8 +63,11 @@ std::string productNameOf(const std::string& model) {
 }
 
 SimDiscovery::SimDiscovery(model::NodeProfile profile, std::string node_name,
-                           const model::GpuCatalogue& catalogue)
-    : profile_(std::move(profile)), node_(std::move(node_name)), catalogue_(catalogue) {}
+                           const model::GpuCatalogue& catalogue, std::vector<int> mig_on)
+    : profile_(std::move(profile)),
+      node_(std::move(node_name)),
+      catalogue_(catalogue),
+      mig_on_(std::move(mig_on)) {}
 
 std::string SimDiscovery::describe() const { return "sim (" + profile_.name + ")"; }
 
@@ -92,7 +96,18 @@ core::Result<NodeGpus> SimDiscovery::discover() {
     g.pci_bus_id = pci;
     g.minor = i;
     g.mig_capable = !info.mig_profiles.empty();
+    g.mig_enabled = std::find(mig_on_.begin(), mig_on_.end(), i) != mig_on_.end();
     out.gpus.push_back(std::move(g));
+  }
+  for (int i : mig_on_) {
+    if (i < 0 || i >= n) {
+      return core::invalidArgument("sim: MIG mode on for GPU " + std::to_string(i) + ", but " +
+                                   profile_.name + " has GPUs 0-" + std::to_string(n - 1));
+    }
+    if (!out.gpus[static_cast<size_t>(i)].mig_capable) {
+      return core::invalidArgument("sim: MIG mode on for GPU " + std::to_string(i) + ", but a " +
+                                   info.name + " has no MIG");
+    }
   }
   // Two GPUs per PCIe switch, half of them on each of two NUMA nodes.
   out.pcie.assign(n, std::vector<PcieLink>(n, PcieLink::kSame));

@@ -16,8 +16,9 @@ namespace tessera::agent {
 
 class SimDiscovery : public GpuDiscovery {
  public:
+  // `mig_on`: the GPUs to show with MIG mode on (each must be the profile's and offer MIG).
   SimDiscovery(model::NodeProfile profile, std::string node_name,
-               const model::GpuCatalogue& catalogue);
+               const model::GpuCatalogue& catalogue, std::vector<int> mig_on = {});
 
   std::string describe() const override;
   core::Result<NodeGpus> discover() override;
@@ -26,6 +27,7 @@ class SimDiscovery : public GpuDiscovery {
   model::NodeProfile profile_;
   std::string node_;
   const model::GpuCatalogue& catalogue_;
+  std::vector<int> mig_on_;
 };
 
 // A stable fake GPU UUID ("GPU-" and 8-4-4-4-12 hex digits) for GPU `index` of node `node`.

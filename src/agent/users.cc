@@ -102,6 +102,9 @@ core::Result<std::string> UserMapping::ensure(const std::string& tenant) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    if (lookupUser(name).has_value()) {
+      return name;  // Made meanwhile by another agent of this machine (`tessera dev` runs several).
+    }
     return core::unavailable("cannot create Unix user '" + name + "' for tenant '" + tenant +
                              "': " + options_.useradd + " exited " +
                              std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1));

@@ -1,27 +1,34 @@
 #include "cli/agent_command.h"
 
 #include <fmt/format.h>
+#include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "agent/agent.h"
 #include "agent/agent_config.h"
 #include "agent/cgroups.h"
 #include "agent/exec_util.h"
+#include "agent/mig_manager.h"
 #include "agent/mps.h"
 #include "agent/protocol.h"
 #include "agent/runtime.h"
 #include "agent/server_link.h"
+#include "agent/tenant_guard.h"
 #include "agent/users.h"
 #include "api/client.h"
 #include "core/log.h"
@@ -46,6 +53,7 @@ struct DiscoverFlags {
   CLI::Option* profile = nullptr;
   CLI::Option* profile_file = nullptr;
   CLI::Option* fallback = nullptr;
+  CLI::Option* sim_mig = nullptr;
   std::string format = "table";
 };
 
@@ -115,6 +123,9 @@ core::Result<agent::AgentConfig> resolveConfig(const DiscoverFlags& f) {
       *to = *from;
     }
   }
+  if (f.sim_mig->count() > 0) {
+    config.gpus.sim_mig = f.gpus.sim_mig;
+  }
   if (!f.node.empty()) {
     config.node_name = f.node;
   }
@@ -165,7 +176,8 @@ struct RunFlags {
   std::string ca_cert;
   std::string work_dir = "/var/lib/tessera/agent";
   std::string cgroups = "auto";
-  std::string run_as;  // "" : tenant when root, else agent.
+  std::string run_as;     // "" : tenant when root, else agent.
+  std::string node_mode;  // "" : the config's (shared by default).
   std::string user_pattern = "tessera-{tenant}";
   std::string device_dir;  // "" : /dev with NVML, none when simulated.
   CLI::Option* device_dir_opt = nullptr;
@@ -203,6 +215,18 @@ core::Result<std::string> interposerPath(const std::string& flag) {
     }
   }
   return std::string();
+}
+
+// The name of the user this process runs as (its uid when it has none).
+std::string ownUserName() {
+  const uid_t uid = ::geteuid();
+  passwd pw{};
+  passwd* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) {
+    return pw.pw_name;
+  }
+  return "uid " + std::to_string(uid);
 }
 
 std::string envOr(const std::string& flag, const char* name) {
@@ -253,11 +277,16 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   }
   const bool root = ::geteuid() == 0;
   const std::string run_as = f.run_as.empty() ? (root ? "tenant" : "agent") : f.run_as;
+  const bool switch_users = run_as == "tenant";
   std::optional<agent::UserMapping> users;
-  if (run_as == "tenant") {
+  if (switch_users) {
     users.emplace(agent::UserMappingOptions{.pattern = f.user_pattern, .create = root});
-  } else {
-    agentLog("tasks run as the agent's own user (--run-as agent)");
+  }
+  agentLog(agent::describeIsolation(config.node_mode, switch_users, f.user_pattern, ownUserName()));
+  if (switch_users && !root) {
+    agentLog(
+        "warning: --run-as tenant without root: tasks start only if this process may switch "
+        "users and give them their folders (CAP_SETUID, CAP_SETGID, CAP_CHOWN)");
   }
   agent::AssignmentOptions assign;
   assign.device_dir = f.device_dir ? *f.device_dir : gpus->backend == "nvml" ? "/dev" : "";
@@ -285,6 +314,18 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   std::filesystem::create_directories(f.work_dir, ec);
   if (ec) {
     std::cerr << "error: cannot create " << f.work_dir << ": " << ec.message() << "\n";
+    return 1;
+  }
+  if (switch_users && ::chmod(f.work_dir.c_str(), 0711) != 0) {
+    // Tasks pass through to their own folders (0700, their users'); nobody lists the others'.
+    agentLog("warning: cannot chmod 0711 " + f.work_dir + ": " + std::strerror(errno));
+  }
+  // Credentials: a folder of the agent's own, checked before anything runs.
+  const agent::CredentialFiles credentials(
+      f.credentials_dir.empty() ? agent::CredentialFiles::defaultRoot(config.node_name, f.work_dir)
+                                : f.credentials_dir);
+  if (core::Status st = credentials.prepare(); !st.isOk()) {
+    std::cerr << "error: " << st.message() << "\n";
     return 1;
   }
   const std::string lease_file = f.work_dir + "/lease";
@@ -319,29 +360,54 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       sharing.exitHandler());
   sharing.wrap(runtime);
   core::RealClock clock;
-  const agent::CredentialFiles credentials(
-      f.credentials_dir.empty() ? agent::CredentialFiles::defaultRoot(config.node_name, f.work_dir)
-                                : f.credentials_dir);
   agent::AgentOptions options;
   options.fence_after = fence_after;
   options.credentials = &credentials;
+  // MIG slices' instances: made through NVML on real GPUs, recorded (with UUIDs) on simulated.
+  std::unique_ptr<agent::MigManager> mig;
+  if (gpus->backend == "nvml") {
+    mig = std::make_unique<agent::NvmlMigManager>(config.gpus.nvml_library, catalogue);
+  } else {
+    mig = std::make_unique<agent::RecordingMigManager>(catalogue, config.node_name);
+  }
+  options.mig = mig.get();
   options.renewed = [&] {
     if (core::Status st = agent::writeLease(lease_file, fence_after); !st.isOk()) {
       agentLog("warning: " + st.message());
     }
   };
-  agent::Agent agent(config.node_name, *gpus, *server, sharing, clock, options);
+  // An agent that cannot keep tenants apart lets one tenant's tasks in at a time.
+  std::optional<agent::TenantGuard> guard;
+  if (agent::needsTenantGuard(config.node_mode, switch_users)) {
+    guard.emplace(*server, runtime, config.node_name);
+  }
+  agent::Agent agent(config.node_name, *gpus,
+                     guard ? static_cast<agent::ControlPlaneClient&>(*guard) : *server, sharing,
+                     clock, options);
   agent_ptr = &agent;
   // Tasks an earlier agent left to their shims (a restart): adopted, or reported if they ended.
   const std::vector<agent::AdoptedTask> adopted = runtime.adopt();
   agent.adopt(adopted);
+  // Credentials of tasks that no longer run (their shims fenced them while no agent watched, or
+  // they ended) go now, before any heartbeat: the server may not be reached for a while.
+  std::set<std::string> still_running;
+  for (const agent::AdoptedTask& t : adopted) {
+    if (!t.ended) {
+      still_running.insert(t.id);
+    }
+  }
+  for (const std::string& task : credentials.list()) {
+    if (!still_running.contains(task)) {
+      credentials.remove(task);
+    }
+  }
   for (const agent::AdoptedTask& t : adopted) {
     agentLog(t.ended ? fmt::format("task {} (generation {}) ended while no agent watched it: {}",
                                    t.id, t.tag, t.ended->describe())
                      : fmt::format("task {} (generation {}) adopted: still running", t.id, t.tag));
   }
-  agentLog(fmt::format("node {}: {} GPUs ({}), tasks in {}", config.node_name, gpus->gpus.size(),
-                       gpus->backend, f.work_dir));
+  agentLog(fmt::format("node {}: {} GPUs ({}), tasks in {}, credentials in {}", config.node_name,
+                       gpus->gpus.size(), gpus->backend, f.work_dir, credentials.root()));
   std::thread watcher([&] {
     agent::watchTasks(**watch_api, config.node_name, f.work_dir,
                       std::chrono::milliseconds(f.wait_ms), wakeup, stop);
@@ -398,6 +464,14 @@ int runAgent(const RunFlags& f) {
   }
   AgentSettings settings;
   settings.config = *resolved;
+  if (!f.node_mode.empty()) {
+    auto mode = agent::parseNodeMode(f.node_mode);
+    if (!mode.isOk()) {
+      std::cerr << "error: --node-mode: " << mode.status().message() << "\n";
+      return 2;
+    }
+    settings.config.node_mode = *mode;
+  }
   ClientConfig& cc = settings.client;
   cc.address = envOr(f.address, "TESSERA_ADDR");
   cc.ca_cert_file = envOr(f.ca_cert, "TESSERA_CACERT");
@@ -450,6 +524,9 @@ void addAgentCommands(CLI::App& app, int* rc) {
       d->add_option("--profile-file", f->gpus.profile_file, "More node profiles (.hcl or .json)");
   f->fallback = d->add_option("--fallback-profile", f->gpus.fallback_profile,
                               "Simulate this profile when NVML fails (default: fail)");
+  f->sim_mig = d->add_option("--sim-mig", f->gpus.sim_mig,
+                             "Simulated GPUs to show with MIG mode on (--sim-mig 6,7)")
+                   ->delimiter(',');
   d->add_option("--format", f->format, "Output: table or json (also -format=json)")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
@@ -475,6 +552,10 @@ void addAgentCommands(CLI::App& app, int* rc) {
                                          "More node profiles (.hcl or .json)");
   r->node.fallback = run->add_option("--fallback-profile", r->node.gpus.fallback_profile,
                                      "Simulate this profile when NVML fails (default: fail)");
+  r->node.sim_mig =
+      run->add_option("--sim-mig", r->node.gpus.sim_mig,
+                      "Simulated GPUs with MIG mode on, where MIG slices go (--sim-mig 6,7)")
+          ->delimiter(',');
   run->add_option("--address", r->address, "Server address (default: $TESSERA_ADDR)");
   run->add_option("--token", r->token,
                   "Token allowed to update sys/nodes/<node>/heartbeat (default: $TESSERA_TOKEN)");
@@ -497,6 +578,12 @@ void addAgentCommands(CLI::App& app, int* rc) {
       ->check(CLI::IsMember({"tenant", "agent"}));
   run->add_option("--user-pattern", r->user_pattern, "Unix user of a tenant's tasks")
       ->capture_default_str();
+  run->add_option("--node-mode", r->node_mode,
+                  "shared (the default: tenants kept apart; an agent that cannot switch users "
+                  "runs one tenant's tasks at a time), single-tenant or development (any "
+                  "tenant's tasks, not kept apart without users); default: the config's "
+                  "node_mode")
+      ->check(CLI::IsMember({"shared", "single-tenant", "development"}));
   r->device_dir_opt = run->add_option(
       "--device-dir", r->device_dir,
       "Where the GPUs' device nodes (nvidiaN) are; a task may open only its own (default: /dev "

@@ -780,9 +780,11 @@ core::Status show(const WorkloadFlags& f) {
         gpus += (gpus.empty() ? "" : ",") + g.dump();
       }
       const int64_t milli = task.value("milli_per_gpu", int64_t{0});
-      const std::string share = gpus.empty() ? "-"
-                                : milli > 0  ? milliText(milli) + " GPU each"
-                                             : "whole GPUs";
+      const std::string mig = task.value("mig", "");
+      const std::string share = gpus.empty()   ? "-"
+                                : !mig.empty() ? "MIG " + mig
+                                : milli > 0    ? milliText(milli) + " GPU each"
+                                               : "whole GPUs";
       t.add({std::to_string(i), task.value("state", ""), task.value("node", "-"),
              gpus.empty() ? "-" : gpus, share});
     }

@@ -1,12 +1,20 @@
 #include "cli/server_command.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "agent/agent_config.h"
 #include "cli/agent_command.h"
+#include "model/gpu_catalogue.h"
+#include "model/node_profiles.h"
 #include "server/server.h"
 
 namespace tessera::cli {
@@ -76,22 +84,59 @@ void addServerCommands(CLI::App& app, int* rc) {
           std::cout << "  tessera agent run --node " << n.name << " --backend sim --profile "
                     << n.profile << " --address " << info.address << " --ca-cert " << info.ca_cert
                     << " --token " << info.root_token << " --work-dir " << info.data_dir
-                    << "/nodes/" << n.name << " --run-as agent\n";
+                    << "/nodes/" << n.name << " --node-mode development\n";
         }
         std::cout << std::flush;
       };
     } else if (!*simulated) {
       dev->start_agents = [agents](const server::DevInfo& info) {
+        if (::geteuid() == 0) {
+          // As root each tenant's tasks run as its own user (as on a real node), in their
+          // folders under DATA_DIR/nodes: they may pass through DATA_DIR, not list it (what
+          // else is there, the store and the keys, is mode 0600).
+          std::error_code ec;
+          std::filesystem::create_directories(info.data_dir + "/nodes", ec);
+          for (const std::string& d : {info.data_dir, info.data_dir + "/nodes"}) {
+            if (::chmod(d.c_str(), 0711) != 0) {
+              std::cerr << "warning: cannot chmod 0711 " << d << "\n";
+            }
+          }
+        }
+        // MIG: the last node whose GPUs offer it shows its last two in MIG mode, so MIG slices
+        // run (`tessera run NAME --mig 3g.40gb`) and whole-GPU work keeps the other GPUs.
+        const model::GpuCatalogue catalogue = model::GpuCatalogue::builtin();
+        const server::NodeDecl* mig_node = nullptr;
+        int mig_gpus = 0;
+        for (const server::NodeDecl& n : info.nodes) {
+          const std::optional<model::NodeProfile> p = model::findNodeProfile(n.profile);
+          const auto model = p ? catalogue.find(p->gpu_model) : std::nullopt;
+          if (p && model && p->gpus >= 4 && catalogue.model(*model).supportsMig()) {
+            mig_node = &n;
+            mig_gpus = p->gpus;
+          }
+        }
+        if (mig_node != nullptr) {
+          std::cout << "MIG: GPUs " << mig_gpus - 2 << " and " << mig_gpus - 1 << " of node "
+                    << mig_node->name
+                    << " are in MIG mode: tessera run NAME --mig 3g.40gb -- sh -c "
+                    << "'echo $CUDA_VISIBLE_DEVICES' runs there\n"
+                    << std::flush;
+        }
         for (const server::NodeDecl& n : info.nodes) {
           AgentSettings s;
           s.config.node_name = n.name;
           s.config.gpus.backend = "sim";
           s.config.gpus.profile = n.profile;
+          if (&n == mig_node) {
+            s.config.gpus.sim_mig = {mig_gpus - 2, mig_gpus - 1};
+          }
           s.client.address = info.address;
           s.client.ca_cert_file = info.ca_cert;
           s.client.token = info.root_token;
           s.work_dir = info.data_dir + "/nodes/" + n.name;
-          s.run_as = "agent";
+          // A development node: tenants are kept apart as root (their own users), and
+          // otherwise run as this user, which the agent says at start.
+          s.config.node_mode = agent::NodeMode::kDevelopment;
           s.detach_on_stop = false;
           agents->threads.emplace_back([s, agents] { (void)runAgentLoop(s, agents->stop); });
         }

@@ -14,9 +14,17 @@ namespace tessera::model {
 // The most GPUs one node may have; the scheduler keeps a node's GPU set in a 64-bit mask.
 inline constexpr int kMaxGpusPerNode = 64;
 
+// A GPU's MIG mode, as far as placement is concerned.
+enum class MigMode : uint8_t {
+  kAny,  // Simulated: takes MIG slices or other work, whichever comes first while it is idle.
+  kOff,  // A real GPU with MIG mode off: whole GPUs and shares only.
+  kOn,   // A real GPU with MIG mode on: MIG slices only (CUDA sees its MIG devices, not it).
+};
+
 struct GpuDevice {
   GpuModelId model;
   core::MiB memory{0};  // 0 when the model's memory is unknown.
+  MigMode mig = MigMode::kAny;
 };
 
 struct Node {

@@ -54,6 +54,7 @@ json toJson(const AssignedTask& t) {
               {"credentials", t.credentials}};
   if (t.mig_profile >= 0) {
     out["mig_profile"] = t.mig_profile;
+    out["mig_start"] = t.mig_start;
   }
   if (!t.credentials_error.empty()) {
     out["credentials_error"] = t.credentials_error;
@@ -119,6 +120,11 @@ core::Result<AssignedTask> assignedTaskFromJson(const json& j, const std::string
                            integerOr(n, "gpu_memory_mib", 0, int64_t{1} << 40, 0));
   TESSERA_ASSIGN_OR_RETURN(const int64_t mig, integerOr(n, "mig_profile", 0, 1023, -1));
   t.mig_profile = static_cast<int>(mig);
+  TESSERA_ASSIGN_OR_RETURN(const int64_t start, integerOr(n, "mig_start", 0, 63, -1));
+  t.mig_start = static_cast<int>(start);
+  if ((t.mig_profile >= 0) != (t.mig_start >= 0)) {
+    return n.error("mig_profile and mig_start go together");
+  }
   TESSERA_ASSIGN_OR_RETURN(t.cpu_milli, integerOr(n, "cpu_milli", 0, int64_t{1} << 40, 0));
   TESSERA_ASSIGN_OR_RETURN(t.memory_mib, integerOr(n, "memory_mib", 0, int64_t{1} << 40, 0));
   TESSERA_ASSIGN_OR_RETURN(t.duration_s, integerOr(n, "duration_s", 0, INT64_MAX, 0));

@@ -20,6 +20,7 @@ TEST(NodeProtocolTest, ATaskRoundTripsThroughItsJson) {
   t.isolation = "process";
   t.gpu_memory_mib = 20480;
   t.mig_profile = 3;
+  t.mig_start = 4;
   t.cpu_milli = 8000;
   t.memory_mib = 65536;
   t.duration_s = 600;
@@ -39,6 +40,7 @@ TEST(NodeProtocolTest, ATaskRoundTripsThroughItsJson) {
   EXPECT_EQ(minimal->isolation, "hardware");
   EXPECT_EQ(minimal->grace_ms, -1);
   EXPECT_EQ(minimal->mig_profile, -1);
+  EXPECT_EQ(minimal->mig_start, -1);
   EXPECT_TRUE(minimal->credentials_error.empty());
 }
 
@@ -66,6 +68,8 @@ TEST(NodeProtocolTest, ABadTaskSaysWhichField) {
   EXPECT_EQ(error("credentials", json{{"token", 7}}),
             "answer: tasks[1]: credentials: 'token' is not a string");
   EXPECT_EQ(error("newer_field", true), "ok");  // A newer server may say more.
+  EXPECT_EQ(error("mig_profile", 2), "answer: tasks[1]: mig_profile and mig_start go together");
+  EXPECT_EQ(error("mig_start", 99), "answer: tasks[1].mig_start: value 99 is outside 0..63");
   json j = good;
   j.erase("tenant");
   EXPECT_EQ(assignedTaskFromJson(j, "tasks[1]", "answer").status().message(),

@@ -59,6 +59,7 @@ ClusterState::ClusterState(const model::GpuCatalogue& catalogue, std::vector<mod
       GpuState g;
       g.model = d.model;
       g.memory = d.memory;
+      g.mig_mode = d.mig;
       g.free_memory_mib = d.memory.value();
       gpus_.push_back(std::move(g));
     }
@@ -68,6 +69,15 @@ ClusterState::ClusterState(const model::GpuCatalogue& catalogue, std::vector<mod
 void ClusterState::setTrustGroup(model::TenantId tenant, uint32_t group) {
   trust_.setGroup(tenant, group);
   for (NodeIndex n = 0; n < nodes_.size(); ++n) {
+    touch(n);
+  }
+}
+
+void ClusterState::setMigMode(NodeIndex n, int gpu, model::MigMode mode) {
+  GpuState& g = gpus_[node_state_[n].gpu_begin + static_cast<uint32_t>(gpu)];
+  if (g.mig_mode != mode) {
+    g.mig_mode = mode;
+    nodes_[n].gpus[static_cast<size_t>(gpu)].mig = mode;
     touch(n);
   }
 }

@@ -64,6 +64,7 @@ struct GpuState {
   model::Isolation shared_isolation = model::Isolation::kProcess;
   uint16_t tasks = 0;
   model::MigOccupancy mig;
+  model::MigMode mig_mode = model::MigMode::kAny;  // Which work it may take (model::MigMode).
   // Tenants with tasks on this GPU and how many tasks each has. Small: usually 0 or 1 entry.
   std::vector<std::pair<model::TenantId, uint16_t>> tenants;
 
@@ -136,6 +137,9 @@ class ClusterState {
   // (FilterReason::kNodeDown); what ran there is the scheduler's business.
   bool up(NodeIndex n) const { return down_[n] == 0; }
   void setUp(NodeIndex n, bool up);
+  // GPU `gpu` of node `n` is now in MIG mode `mode` (its agent said so). Precondition: the GPU
+  // index is the node's; a mode changes only while the GPU is idle.
+  void setMigMode(NodeIndex n, int gpu, model::MigMode mode);
 
   // Bumped by every change to the node; caches compare it.
   uint32_t version(NodeIndex n) const { return version_[n]; }

@@ -16,6 +16,8 @@ std::string_view filterReasonName(FilterReason r) {
       return "GPU model not accepted";
     case FilterReason::kMigProfile:
       return "MIG profile not offered by the GPU model";
+    case FilterReason::kMigMode:
+      return "GPU's MIG mode does not suit (MIG slices need it on, other work off)";
     case FilterReason::kSharingMode:
       return "GPU in an incompatible sharing mode";
     case FilterReason::kGpuShare:
@@ -72,6 +74,9 @@ FilterReason checkGpu(const ClusterState& state, const GpuState& g, const Resolv
     if (profile < 0) {
       return FilterReason::kMigProfile;
     }
+    if (g.mig_mode == model::MigMode::kOff) {
+      return FilterReason::kMigMode;
+    }
     if (!g.idle() && g.mode != GpuMode::kMig) {
       return FilterReason::kSharingMode;
     }
@@ -79,6 +84,9 @@ FilterReason checkGpu(const ClusterState& state, const GpuState& g, const Resolv
       return FilterReason::kMigSlot;
     }
     return FilterReason::kNone;  // MIG slices are hardware-isolated: no trust rule.
+  }
+  if (g.mig_mode == model::MigMode::kOn) {
+    return FilterReason::kMigMode;
   }
   if (r.whole) {
     return g.idle() ? FilterReason::kNone : FilterReason::kGpuShare;

@@ -26,6 +26,7 @@ enum class FilterReason : uint8_t {
   kMemory,
   kGpuModel,
   kMigProfile,   // The GPU model has no such MIG profile (or no MIG at all).
+  kMigMode,      // MIG mode off for a MIG slice, or on for other work.
   kSharingMode,  // The GPU is in a mode the task cannot join.
   kGpuShare,     // Not enough free compute share on the GPU.
   kMigSlot,      // No free valid slot for the profile in the GPU's layout.
@@ -35,7 +36,7 @@ enum class FilterReason : uint8_t {
   kReserved,       // The node is held for a waiting gang.
   kNodeDown,       // The node's agent is lost: it takes no tasks.
 };
-inline constexpr size_t kFilterReasonCount = 13;
+inline constexpr size_t kFilterReasonCount = 14;
 
 std::string_view filterReasonName(FilterReason r);
 

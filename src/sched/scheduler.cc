@@ -393,6 +393,18 @@ void Scheduler::nodeBack(NodeIndex n) {
   released_nodes_.push_back(n);  // Room grew there: "no room" verdicts are tried again.
 }
 
+core::Status Scheduler::setGpuMigMode(NodeIndex n, int gpu, model::MigMode mode) {
+  if (n >= state_.nodeCount() || gpu < 0 ||
+      static_cast<size_t>(gpu) >= state_.node(n).gpus.size()) {
+    return core::invalidArgument("no GPU " + std::to_string(gpu) + " on node " + std::to_string(n));
+  }
+  if (state_.node(n).gpus[static_cast<size_t>(gpu)].mig != mode) {
+    state_.setMigMode(n, gpu, mode);
+    released_nodes_.push_back(n);  // Work refused there for its mode is tried again.
+  }
+  return core::Status::ok();
+}
+
 void Scheduler::addCapacity(NodeIndex n, int sign) {
   const model::Node& node = state_.node(n);
   const ResourceSpace& space = tree_.space();

@@ -194,6 +194,10 @@ class Scheduler {
   std::vector<TaskId> nodeLost(NodeIndex n);
   // Node `n` is back (its agent registered again with nothing running): it takes tasks again.
   void nodeBack(NodeIndex n);
+  // GPU `gpu` of node `n` is in MIG mode `mode` now (its agent reports the mode it found):
+  // MIG slices go only where it is on, other work only where it is off. Work waiting for it is
+  // tried again. Errors: no such node or GPU.
+  core::Status setGpuMigMode(NodeIndex n, int gpu, model::MigMode mode);
 
   PassResult schedule();
   // Adds a queue to the tree (a tenant or team created while running); see QueueTree::add.

@@ -37,7 +37,12 @@ void Scheduler::reserveFor(WorkloadId w) {
       break;
     }
     const model::Node& node = state_.node(n);
-    if (static_cast<int>(node.gpus.size()) < r.gpu_count ||
+    // The GPUs whose MIG mode suits the work: the rest never hold it, however long one waits.
+    const auto usable = static_cast<int>(
+        std::count_if(node.gpus.begin(), node.gpus.end(), [&](const model::GpuDevice& g) {
+          return g.mig != (r.isMig() ? model::MigMode::kOff : model::MigMode::kOn);
+        }));
+    if (usable < r.gpu_count ||
         (r.gpu_count > 0 && !r.models.empty() &&
          std::find(r.models.begin(), r.models.end(), node.gpus[0].model) == r.models.end())) {
       continue;
@@ -46,7 +51,7 @@ void Scheduler::reserveFor(WorkloadId w) {
     if (r.gpu_count > 0) {
       const int64_t per_gpu =
           r.isFractional() ? 1000 / std::max<int64_t>(1, r.gpu_milli.value()) : 1;
-      holds = static_cast<int>(static_cast<int64_t>(node.gpus.size()) / r.gpu_count * per_gpu);
+      holds = static_cast<int>(static_cast<int64_t>(usable) / r.gpu_count * per_gpu);
     }
     if (r.cpu.value() > 0) {
       holds = std::min<int64_t>(holds, node.cpu.value() / r.cpu.value());

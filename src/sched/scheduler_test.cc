@@ -799,6 +799,33 @@ TEST_F(SchedulerTest, ReclaimLeavesWorkWhoseEvictionWouldDestroyTooMuch) {
   EXPECT_EQ(r.evicted[0].preemptor, b2);
 }
 
+// A real GPU's MIG mode decides what it takes: MIG slices only where it is on, other work only
+// where it is off; a MIG slice waits, saying why, until a GPU's agent reports the mode on.
+TEST_F(SchedulerTest, MigSlicesGoOnlyToGpusInMigModeAndOtherWorkNever) {
+  build(1, 16, 0);  // a's quota is no limit here: only the GPUs' modes are.
+  for (int g = 0; g < 8; ++g) {
+    ASSERT_TRUE(s_->setGpuMigMode(0, g, model::MigMode::kOff).isOk());
+  }
+  const WorkloadId slice = submitRequest("a-slice", "a", 1, 1, testing::migTask("3g.40gb"));
+  s_->schedule();
+  EXPECT_EQ(running(slice), 0);
+  EXPECT_NE(s_->explain(slice).message.find("MIG mode"), std::string::npos)
+      << s_->explain(slice).message;
+  ASSERT_TRUE(s_->setGpuMigMode(0, 5, model::MigMode::kOn).isOk());
+  s_->schedule();
+  ASSERT_EQ(running(slice), 1);
+  const TaskInfo& t = s_->task(s_->workload(slice).tasks[0]);
+  EXPECT_EQ(t.assignment.placement.gpus, uint64_t{1} << 5);
+  // Eight whole GPUs no longer fit: one is in MIG mode. Seven do, never on GPU 5.
+  const WorkloadId eight = submit("a-eight", "a", 1, 1, 8);
+  const WorkloadId seven = submit("a-seven", "a", 1, 1, 7);
+  s_->schedule();
+  EXPECT_EQ(running(eight), 0);
+  ASSERT_EQ(running(seven), 1);
+  EXPECT_EQ(s_->task(s_->workload(seven).tasks[0]).assignment.placement.gpus & (1U << 5), 0U);
+  EXPECT_FALSE(s_->setGpuMigMode(0, 8, model::MigMode::kOn).isOk());
+}
+
 // Reclaim skips a running workload with no victim under the bound until that can change: its
 // next checkpoint, a task coming of age (MinimumRuntimeProtectsYoungTasks), or a change in its
 // running tasks. Each of these must bring it back.

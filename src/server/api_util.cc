@@ -58,6 +58,9 @@ json statusJson(const WorkloadStatus& s) {
       if (t.milli_per_gpu > 0 && t.milli_per_gpu < 1000) {
         tj["milli_per_gpu"] = t.milli_per_gpu;
       }
+      if (!t.mig_profile.empty()) {
+        tj["mig"] = t.mig_profile;  // Its MIG slice's profile ("3g.40gb").
+      }
     }
     tasks.push_back(std::move(tj));
   }

@@ -9,6 +9,7 @@
 #include <openssl/rand.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -156,6 +157,12 @@ core::Status writeFile(const std::string& path, const std::string& content, bool
       ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, secret ? 0600 : 0644);
   if (fd < 0) {
     return core::failedPrecondition("cannot write '" + path + "': " + std::strerror(errno));
+  }
+  // A file that was there keeps its mode through O_TRUNC: a key must not stay readable.
+  if (secret && ::fchmod(fd, 0600) != 0) {
+    const std::string err = std::strerror(errno);
+    ::close(fd);
+    return core::failedPrecondition("cannot chmod 0600 '" + path + "': " + err);
   }
   size_t done = 0;
   while (done < content.size()) {

@@ -25,6 +25,12 @@ core::Result<std::unique_ptr<SchedulerDriver>> SchedulerDriver::create(
     const auto n = static_cast<sched::NodeIndex>(it - nodes.begin());
     d->agent_index_[name] = n;
     d->agents_[n] = {};
+    // A real GPU's MIG mode is what its agent reports; until then, off (no MIG slice goes
+    // there, and nothing runs there before its agent registers anyway).
+    for (model::GpuDevice& g : it->gpus) {
+      g.mig = model::MigMode::kOff;
+    }
+    d->nodes_[n].gpus = it->gpus;
   }
   sched::ResourceSpace space = sched::ResourceSpace::withModels(catalogue, {});
   TESSERA_ASSIGN_OR_RETURN(sched::QueueTree tree,
@@ -255,7 +261,6 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
   int64_t pool_holds = 0;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const model::Node& n = nodes_[i];
-    const bool agent = agents_.contains(static_cast<sched::NodeIndex>(i));
     most_gpus = std::max(most_gpus, n.gpus.size());
     most_cpu = std::max(most_cpu, n.cpu.value());
     most_memory = std::max(most_memory, n.memory.value());
@@ -274,10 +279,8 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
         const int64_t mib = g.memory.value() > 0 ? g.memory.value() : info.memory.value();
         models.insert(info.name);
         largest_gpu_mib = std::max(largest_gpu_mib, mib);
-        if (!agent) {  // Agents do not run MIG slices yet.
-          for (const model::MigProfile& p : info.mig_profiles) {
-            profiles.insert(p.name);
-          }
+        for (const model::MigProfile& p : info.mig_profiles) {
+          profiles.insert(p.name);
         }
         if (!r.models.empty() &&
             std::find(r.models.begin(), r.models.end(), g.model) == r.models.end()) {
@@ -285,7 +288,7 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
         }
         if (r.isMig()) {
           const int p = info.findMigProfile(r.mig_profile);
-          if (p >= 0 && !agent) {
+          if (p >= 0) {
             slots += info.mig_profiles[static_cast<size_t>(p)].max_instances;
           }
           continue;
@@ -328,10 +331,7 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
     }
     if (r.isMig() && !profiles.contains(r.mig_profile)) {
       return core::invalidArgument("gpu.mig: no GPU in the pool offers MIG profile '" +
-                                   r.mig_profile + "'" + std::string(offered) + listText(profiles) +
-                                   (profiles.empty() ? " (nodes run by agents do not run MIG "
-                                                       "slices yet)"
-                                                     : ""));
+                                   r.mig_profile + "'" + std::string(offered) + listText(profiles));
     }
     if (r.gpu_memory.value() > largest_gpu_mib && largest_gpu_mib > 0) {
       return core::invalidArgument("gpu.memoryMiB: no GPU in the pool has " +
@@ -499,7 +499,11 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
         ts.state = "starting";
       }
       if (p.mig_profile >= 0 && p.gpus != 0) {
-        ts.mig_profile = std::to_string(p.mig_profile);
+        const model::GpuModelInfo& info = catalogue_->model(
+            nodes_[p.node].gpus[static_cast<size_t>(std::countr_zero(p.gpus))].model);
+        ts.mig_profile = static_cast<size_t>(p.mig_profile) < info.mig_profiles.size()
+                             ? info.mig_profiles[static_cast<size_t>(p.mig_profile)].name
+                             : std::to_string(p.mig_profile);
       }
     }
     if (auto ran = ran_on_.find(t);

@@ -210,11 +210,13 @@ class SchedulerDriver {
   // An agent's heartbeat for `node`: renews its lease (bringing it back if it was lost or
   // waiting), queues its reports for the next pass, and answers with the tasks it should run.
   // `gpu_models` are the catalogue names of the GPUs the agent found, in index order: they must
-  // be the node's. Not found: no such node; failed precondition: a simulated node, or other
-  // GPUs.
+  // be the node's; `mig_on` says which of them have MIG mode on (missing: off), and MIG slices
+  // go only to those (other work only to the rest). Not found: no such node; failed
+  // precondition: a simulated node, or other GPUs.
   core::Result<HeartbeatAnswer> heartbeat(const std::string& node,
                                           const std::vector<std::string>& gpu_models,
-                                          std::vector<NodeTaskReport> reports);
+                                          std::vector<NodeTaskReport> reports,
+                                          const std::vector<bool>& mig_on = {});
   // Waits up to `wait` for the agent-run `node`'s task list to move past `known_version`, and
   // returns its version then (at once if it already has). Not found: not an agent-run node.
   core::Result<uint64_t> watchNode(const std::string& node, uint64_t known_version,
@@ -298,6 +300,8 @@ class SchedulerDriver {
     bool back = false;        // Came (back) since the last pass: the scheduler must learn it.
     uint64_t heartbeats = 0;  // Answered so far.
     std::vector<NodeTaskReport> reports;  // Since the last pass.
+    std::vector<bool> mig_on;             // Per GPU, as its agent last reported.
+    bool mig_changed = false;             // Since the last pass: the scheduler must learn it.
     uint64_t version = 0;
     std::vector<NodeTask> tasks;  // Published.
   };

@@ -38,7 +38,8 @@ std::vector<NodeState> SchedulerDriver::nodeStates() const {
 
 core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node,
                                                          const std::vector<std::string>& gpu_models,
-                                                         std::vector<NodeTaskReport> reports) {
+                                                         std::vector<NodeTaskReport> reports,
+                                                         const std::vector<bool>& mig_on) {
   auto found = agent_index_.find(node);
   if (found == agent_index_.end()) {
     for (const model::Node& n : nodes_) {
@@ -81,6 +82,22 @@ core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node
   a.last_heartbeat = now;
   a.expires = now + options_.lease_ttl;
   bool wake = !reports.empty();
+  std::vector<bool> mig(n.gpus.size(), false);
+  for (size_t g = 0; g < mig.size() && g < mig_on.size(); ++g) {
+    mig[g] = mig_on[g] && !catalogue_->model(n.gpus[g].model).mig_profiles.empty();
+  }
+  if (mig != a.mig_on) {
+    std::string on;
+    for (size_t g = 0; g < mig.size(); ++g) {
+      on += mig[g] ? (on.empty() ? "" : ", ") + std::to_string(g) : "";
+    }
+    if (!a.mig_on.empty() || !on.empty()) {  // Not for a node registering without MIG.
+      core::logInfo("node {}: MIG mode on for GPUs: {}", node, on.empty() ? "none" : on);
+    }
+    a.mig_on = std::move(mig);
+    a.mig_changed = true;
+    wake = true;
+  }
   if (!a.up) {
     a.up = true;
     a.back = true;
@@ -114,6 +131,7 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
   }
   std::vector<sched::NodeIndex> back;
   std::vector<sched::NodeIndex> lost;
+  std::vector<std::pair<sched::NodeIndex, std::vector<bool>>> modes;
   std::vector<std::pair<sched::NodeIndex, std::vector<NodeTaskReport>>> reports;
   std::map<sched::NodeIndex, uint64_t> answered;
   {
@@ -124,6 +142,10 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
         back.push_back(n);
         a.back = false;
       }
+      if (a.mig_changed) {
+        modes.emplace_back(n, a.mig_on);
+        a.mig_changed = false;
+      }
       if (!a.reports.empty()) {
         reports.emplace_back(n, std::move(a.reports));
         a.reports.clear();
@@ -132,6 +154,12 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
         a.up = false;
         lost.push_back(n);
       }
+    }
+  }
+  for (const auto& [n, on] : modes) {
+    for (size_t g = 0; g < on.size(); ++g) {
+      (void)scheduler_->setGpuMigMode(n, static_cast<int>(g),
+                                      on[g] ? model::MigMode::kOn : model::MigMode::kOff);
     }
   }
   for (sched::NodeIndex n : back) {
@@ -262,6 +290,7 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
   nt.isolation = std::string(model::isolationName(c.spec.request.isolation));
   nt.gpu_memory_mib = c.spec.request.gpu_memory.value();
   nt.mig_profile = p.gpus != 0 ? p.mig_profile : -1;
+  nt.mig_start = p.gpus != 0 ? p.mig_start : -1;
   nt.cpu_milli = c.spec.request.cpu.value();
   nt.memory_mib = c.spec.request.memory.value();
   nt.duration_s = std::chrono::duration_cast<std::chrono::seconds>(c.duration).count();

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <fmt/format.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include "audit/auditor.h"
 #include "audit/crypto.h"
 #include "audit/file_sink.h"
+#include "core/files.h"
 #include "core/hcl.h"
 #include "core/json_node.h"
 #include "core/strings.h"
@@ -100,6 +102,17 @@ core::Result<int64_t> durationField(const core::JsonNode& n, const char* field, 
 
 std::atomic<bool> g_stop{false};
 
+// A key or salt file of the server's own (the unseal key, audit salts) is its owner's alone:
+// one that group or others can read is made 0600, with a warning, before it is used.
+core::Status restrictKeyFile(const std::string& path, const char* what) {
+  TESSERA_ASSIGN_OR_RETURN(const std::optional<unsigned> was, core::restrictToOwner(path));
+  if (was) {
+    std::cerr << fmt::format("warning: {} {} was mode {:04o}, readable by others; made it 0600\n",
+                             what, path, *was);
+  }
+  return core::Status::ok();
+}
+
 struct Hooks {
   std::function<void(ControlPlane&, const std::vector<std::string>&)> ready;
   std::function<void()> stopping;  // A signal came: before the server stops answering.
@@ -131,6 +144,9 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   }
   std::vector<std::unique_ptr<audit::AuditSink>> sinks;
   for (const ServerConfig::AuditFile& a : config.audit) {
+    if (core::Status st = restrictKeyFile(a.salt_file, "audit salt file"); !st.isOk()) {
+      return fail(st);
+    }
     auto salt = std::filesystem::exists(a.salt_file) ? audit::readSaltFile(a.salt_file)
                                                      : audit::createSaltFile(a.salt_file);
     if (!salt.isOk()) {
@@ -211,6 +227,17 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
                                             : secrets::SealOptions::Mode::kKeyFile;
   sopts.seal.key_file =
       config.seal_key_file.empty() ? config.storage_path + ".unseal-key" : config.seal_key_file;
+  if (core::Status st = restrictKeyFile(sopts.seal.key_file, "unseal key file"); !st.isOk()) {
+    return fail(st);
+  }
+  // TLS keys may be shared with other services (a group such as ssl-cert): said, not changed.
+  for (const ListenerConfig& l : config.listeners) {
+    if (auto mode = core::openToOthers(l.tls_key_file)) {
+      std::cerr << fmt::format(
+          "warning: TLS key file {} is mode {:04o}: group or others can read it (chmod 0600)\n",
+          l.tls_key_file, *mode);
+    }
+  }
   auto secrets = secrets::Secrets::open(**store, clock, sopts);
   if (!secrets.isOk()) {
     return fail(secrets.status().withContext("secrets"));

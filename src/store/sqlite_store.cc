@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/files.h"
+#include "core/log.h"
 #include "store/internal/checks.h"
 #include "store/internal/sqlite.h"
 #include "store/internal/watch_hub.h"
@@ -1136,7 +1139,7 @@ class SqliteStoreImpl final : public Store {
 // Takes the exclusive lock file "<path>.lock"; returns its descriptor.
 Result<int> lockStore(const std::string& path) {
   const std::string lock_path = path + ".lock";
-  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) {
     return core::Status(
         core::StatusCode::kUnavailable,
@@ -1154,6 +1157,26 @@ Result<int> lockStore(const std::string& path) {
                                                             lock_path + ": " + strerror(err));
   }
   return fd;
+}
+
+// The database is its owner's alone (mode 0600): tokens' hashes, workloads, the sealed keys.
+// A new one is created so before SQLite opens it (SQLite takes an empty file as a new database,
+// and gives its -wal and -shm files the database's mode); an existing one, or its -wal or -shm,
+// readable by others is made 0600, with a warning.
+Status restrictDatabase(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    ::close(fd);
+  }
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const std::string file = path + suffix;
+    TESSERA_ASSIGN_OR_RETURN(const std::optional<unsigned> was, core::restrictToOwner(file));
+    if (was) {
+      core::logWarn("sqlite store: {} was mode {:04o}, readable by others; made it 0600", file,
+                    *was);
+    }
+  }
+  return Status::ok();
 }
 
 // Creates the schema in a new database, or checks that an existing one is ours.
@@ -1214,6 +1237,7 @@ Result<std::unique_ptr<Store>> SqliteStore::open(const std::string& path,
   }
   TESSERA_ASSIGN_OR_RETURN(int lock_fd, lockStore(path));
   auto opened = [&]() -> Result<std::unique_ptr<Store>> {
+    TESSERA_RETURN_IF_ERROR(restrictDatabase(path));
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Conn> writer, openConn(path, true, options));
     {
       TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Stmt> wal,

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -114,6 +115,32 @@ TEST_F(SqliteStoreTest, OneOpenAtATime) {
   EXPECT_TRUE(contains(second.status().message(), "already open")) << second.status().message();
   first.reset();
   EXPECT_TRUE(open().isOk());
+}
+
+unsigned modeOf(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? st.st_mode & 07777 : 0;
+}
+
+// The store is its owner's alone: the database, its WAL, shared memory and lock files are made
+// 0600 (even under a permissive umask), and an existing database open to others is made 0600.
+TEST_F(SqliteStoreTest, ItsFilesAreItsOwnersAlone) {
+  const mode_t old_umask = ::umask(0);
+  {
+    TESSERA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, open());
+    ASSERT_TRUE(store->put("/k", "v").isOk());
+    for (const char* suffix : {"", "-wal", "-shm", ".lock"}) {
+      EXPECT_EQ(modeOf(path_ + suffix), 0600U) << path_ + suffix;
+    }
+  }
+  ::umask(old_umask);
+  ASSERT_EQ(::chmod(path_.c_str(), 0644), 0);
+  {
+    TESSERA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, open());
+    EXPECT_EQ(modeOf(path_), 0600U);
+    TESSERA_ASSERT_OK_AND_ASSIGN(RangeResult r, store->range("/k"));
+    ASSERT_EQ(r.kvs.size(), 1U);  // The same store, only its mode changed.
+  }
 }
 
 TEST_F(SqliteStoreTest, OpenErrorsNameTheFileAndTheProblem) {

@@ -138,6 +138,8 @@ class AgentTest : public ::testing::Test {
                                      (dir_ / node).string(),
                                      "--run-as",
                                      "agent",
+                                     "--node-mode",
+                                     "development",
                                      "--fence-after-ms",
                                      "2500"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -539,6 +541,151 @@ TEST_F(PromisesTest, MigSlicesAndWholeGpusOfTwoTenantsShareANode) {
   EXPECT_EQ(status("team-1", "seven")["tasks"][0]["node"], b["node"]);
 }
 
+// MIG end to end on an agent that manages its GPUs through NVML (the fake libnvidia-ml.so.1):
+// only GPU 0 of the eight has MIG mode on. Two tenants' slices (3g.40gb and 2g.20gb) run on it at
+// once, each pinned to a MIG device of its own that the agent made; once both are done, a
+// 7g.80gb slice gets the same GPU laid out anew.
+class MigAgentTest : public AgentTest {
+ protected:
+  std::string nodesConfig() const override {
+    return "nodes {\n  agents = \"gpu-a=dgx-h100\"\n  lease_ttl_ms = 4000\n}\n";
+  }
+  void SetUp() override {
+    // H100-80GB's GPU instance profiles as NVML numbers them (index, id), with their slices.
+    auto p = [](int index, int id, const char* name, int compute, int memory, int mib, int max,
+                json starts) {
+      return json{{"index", index},
+                  {"id", id},
+                  {"name", name},
+                  {"compute_slices", compute},
+                  {"memory_slices", memory},
+                  {"memory_mib", mib},
+                  {"max_instances", max},
+                  {"starts", starts}};
+    };
+    const json profiles = {p(0, 19, "1g.10gb", 1, 1, 9984, 7, {0, 1, 2, 3, 4, 5, 6}),
+                           p(7, 20, "1g.10gb+me", 1, 1, 9984, 1, {0, 1, 2, 3, 4, 5, 6}),
+                           p(9, 15, "1g.20gb", 1, 2, 20090, 4, {0, 2, 4, 6}),
+                           p(1, 14, "2g.20gb", 2, 2, 20090, 3, {0, 2, 4}),
+                           p(2, 9, "3g.40gb", 3, 4, 40448, 2, {0, 4}),
+                           p(3, 5, "4g.40gb", 4, 4, 40448, 1, {0}),
+                           p(4, 0, "7g.80gb", 7, 8, 81152, 1, {0})};
+    json gpus = json::array();
+    for (int i = 0; i < 8; ++i) {
+      json g = {{"uuid", "GPU-0000000" + std::to_string(i) + "-1111-2222-3333-444444444444"},
+                {"name", "NVIDIA H100 80GB HBM3"},
+                {"memory_mib", 81559},
+                {"mig", {{"current", i == 0 ? 1 : 0}, {"profiles", profiles}}}};
+      gpus.push_back(std::move(g));
+    }
+    script_ = fs::temp_directory_path() / ("tessera-mig-nvml-" + std::to_string(::getpid()));
+    std::ofstream(script_) << json{{"driver_version", "550.54.15"}, {"gpus", gpus}}.dump();
+    ::setenv("FAKE_NVML_SCRIPT", script_.c_str(), 1);  // The agent's NVML reads it.
+    AgentTest::SetUp();
+    if (HasFatalFailure()) {
+      return;
+    }
+    ASSERT_EQ(call("POST", "/v1/tenants/team-2", root_, {{"quota", {{"gpu", 4}}}}).status, 204U);
+    Response t = call("POST", "/v1/auth/token/create", root_,
+                      {{"tenant", "team-2"}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+    ASSERT_EQ(t.status, 200U) << t.raw;
+    team2_ = t.body["auth"]["client_token"];
+    agents_["gpu-a"] = std::make_unique<Process>(
+        std::vector<std::string>{"agent",
+                                 "run",
+                                 "--node",
+                                 "gpu-a",
+                                 "--backend",
+                                 "nvml",
+                                 "--nvml-library",
+                                 binaryDir() + "/tests/fake_nvml/full/libnvidia-ml.so.1",
+                                 "--device-dir",
+                                 "",
+                                 "--address",
+                                 address_,
+                                 "--token",
+                                 node_tokens_["gpu-a"],
+                                 "--ca-cert",
+                                 (dir_ / "ca.pem").string(),
+                                 "--work-dir",
+                                 (dir_ / "gpu-a").string(),
+                                 "--run-as",
+                                 "agent",
+                                 "--node-mode",  // One Unix user for both tenants: a test.
+                                 "development",
+                                 "--cuda-interposer",
+                                 "none"},
+        dir_ / "gpu-a.out");
+    ASSERT_TRUE(waitFor([&] { return nodeState("gpu-a") == "ready"; }, 20s))
+        << agents_["gpu-a"]->errors();
+  }
+  void TearDown() override {
+    AgentTest::TearDown();
+    ::unsetenv("FAKE_NVML_SCRIPT");
+    fs::remove(script_);
+  }
+  void submit(const std::string& token, const std::string& tenant, const std::string& name,
+              const std::string& profile) {
+    Response r = call("POST", "/v1/tenants/" + tenant + "/workloads/" + name, token,
+                      {{"gpu", {{"mig", profile}}},
+                       {"cpuMilli", 1000},
+                       {"command", {"sh", "-c", "echo $CUDA_VISIBLE_DEVICES; sleep 3"}}});
+    ASSERT_EQ(r.status, 202U) << r.raw;
+  }
+  json status(const std::string& token, const std::string& tenant, const std::string& name) {
+    return call("GET", "/v1/tenants/" + tenant + "/workloads/" + name, token).body["data"];
+  }
+  // The MIG device the task printed, once it succeeded.
+  std::string device(const std::string& token, const std::string& tenant, const std::string& name) {
+    EXPECT_TRUE(waitFor(
+        [&] { return status(token, tenant, name)["status"].value("phase", "") == "succeeded"; },
+        20s))
+        << status(token, tenant, name).dump() << agents_["gpu-a"]->errors();
+    std::string out = slurp(dir_ / "gpu-a" / (tenant + "." + name + ".0") / "stdout.log");
+    return out.empty() ? out : out.substr(0, out.size() - 1);
+  }
+  fs::path script_;
+  std::string team2_;
+};
+
+TEST_F(MigAgentTest, TwoTenantsSlicesShareAGpuAndItIsLaidOutAnewForAWholeSlice) {
+  submit(tenant_, "team-1", "three", "3g.40gb");
+  submit(team2_, "team-2", "two", "2g.20gb");
+  // Both run at once, on GPU 0: the only one in MIG mode.
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return status(tenant_, "team-1", "three")["status"].value("phase", "") == "running" &&
+               status(team2_, "team-2", "two")["status"].value("phase", "") == "running";
+      },
+      20s))
+      << status(team2_, "team-2", "two").dump() << agents_["gpu-a"]->errors();
+  const json three = status(tenant_, "team-1", "three")["status"]["tasks"][0];
+  const json two = status(team2_, "team-2", "two")["status"]["tasks"][0];
+  EXPECT_EQ(three["gpus"], json::array({0}));
+  EXPECT_EQ(two["gpus"], json::array({0}));
+  EXPECT_EQ(three["mig"], "3g.40gb");
+  EXPECT_EQ(two["mig"], "2g.20gb");
+  // `tessera show` says which slice a task has.
+  CmdResult shown = tenantCli("show three");
+  EXPECT_NE(shown.out.find("MIG 3g.40gb"), std::string::npos) << shown.out << shown.err;
+  // Each sees one MIG device of GPU 0, its own (the fake names them after GPU and instances).
+  const std::string a = device(tenant_, "team-1", "three");
+  const std::string b = device(team2_, "team-2", "two");
+  EXPECT_TRUE(a.starts_with("MIG-fake-g0-")) << a;
+  EXPECT_TRUE(b.starts_with("MIG-fake-g0-")) << b;
+  EXPECT_NE(a, b);
+  // The whole GPU as one slice: the two instances go, one 7g.80gb comes.
+  submit(tenant_, "team-1", "seven", "7g.80gb");
+  ASSERT_TRUE(waitFor(
+      [&] { return status(tenant_, "team-1", "seven")["status"].value("phase", "") == "running"; },
+      20s));
+  EXPECT_EQ(status(tenant_, "team-1", "seven")["status"]["tasks"][0]["gpus"], json::array({0}));
+  const std::string c = device(tenant_, "team-1", "seven");
+  EXPECT_TRUE(c.starts_with("MIG-fake-g0-")) << c;
+  EXPECT_NE(c, a);
+  EXPECT_NE(c, b);
+}
+
 // Evicted tasks that never started give their GPUs back: team-1 borrows all four T4s, and
 // team-2 sends a burst of eight jobs of two GPUs each. Every one of them runs, and once it is done
 // and team-1 cancels, no task is left terminating and the node has no task.
@@ -665,26 +812,71 @@ TEST_F(AgentTest, ConsolidationMovesARunningTaskToMakeRoom) {
   EXPECT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/pair", tenant_).status, 204U);
 }
 
+// `tessera dev` in DIR with `nodes`, and the client environment for its demo tenant; the
+// environment is empty if the dev server did not come up (the failure is recorded).
+std::string startDev(std::unique_ptr<Process>& dev, const fs::path& dir, const std::string& nodes) {
+  dev =
+      std::make_unique<Process>(std::vector<std::string>{"dev", "--data-dir", dir.string(),
+                                                         "--addr", "127.0.0.1:0", "--nodes", nodes},
+                                dir / "dev.out");
+  json info;
+  const bool up = waitFor(
+      [&] {
+        info = json::parse(slurp(dir / "dev.json"), nullptr, false);
+        return info.is_object() && info.value("pid", 0) == dev->pid();
+      },
+      30s);
+  EXPECT_TRUE(up) << dev->errors();
+  if (!up) {
+    return "";
+  }
+  return "TESSERA_ADDR=" + info["address"].get<std::string>() +
+         " TESSERA_CACERT=" + info["ca_cert"].get<std::string>() +
+         " TESSERA_TENANT= HOME=" + dir.string() +
+         " TESSERA_TOKEN=" + info["tenant_token"].get<std::string>();
+}
+
+// `tessera dev` shows two GPUs of a MIG-capable node in MIG mode: a MIG slice runs there and
+// its task sees its own MIG device, as a new user would try it.
+TEST(DevAgentsTest, DevModeRunsMigSlices) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera-dev-mig-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    std::unique_ptr<Process> dev;
+    const std::string env = startDev(dev, dir, "a100-8x:1");
+    ASSERT_FALSE(env.empty());
+    CmdResult run = runTessera("run slice --mig 3g.40gb -- sh -c 'echo $CUDA_VISIBLE_DEVICES'",
+                               dir / "cli.err", env);
+    ASSERT_EQ(run.rc, 0) << run.err;
+    CmdResult logs;
+    ASSERT_TRUE(waitFor(
+        [&] {
+          logs = runTessera("logs slice", dir / "cli.err", env);
+          return logs.rc == 0 && !logs.out.empty();
+        },
+        30s))
+        << logs.err << dev->errors();
+    EXPECT_TRUE(std::regex_match(logs.out, std::regex(R"(MIG-[0-9a-f-]{36}\n)"))) << logs.out;
+    EXPECT_NE(dev->output().find("GPUs 6 and 7 of node a100-8x-0 are in MIG mode"),
+              std::string::npos)
+        << dev->output();
+    EXPECT_EQ(dev->stop(SIGTERM), 0) << dev->errors();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(DevAgentsTest, DevModeRunsWorkloadsAsProcesses) {
   const fs::path dir =
       fs::temp_directory_path() / ("tessera-dev-agents-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   {
-    Process dev({"dev", "--data-dir", dir.string(), "--addr", "127.0.0.1:0", "--nodes", "t4-2x:1"},
-                dir / "dev.out");
-    json info;
-    ASSERT_TRUE(waitFor(
-        [&] {
-          info = json::parse(slurp(dir / "dev.json"), nullptr, false);
-          return info.is_object() && info.value("pid", 0) == dev.pid();
-        },
-        30s))
-        << dev.errors();
-    const std::string env = "TESSERA_ADDR=" + info["address"].get<std::string>() +
-                            " TESSERA_CACERT=" + info["ca_cert"].get<std::string>() +
-                            " TESSERA_TENANT= HOME=" + dir.string() +
-                            " TESSERA_TOKEN=" + info["tenant_token"].get<std::string>();
+    std::unique_ptr<Process> owned;
+    const std::string env = startDev(owned, dir, "t4-2x:1");
+    ASSERT_FALSE(env.empty());
+    Process& dev = *owned;
     CmdResult run =
         runTessera("run hello --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES from $TESSERA_TASK'",
                    dir / "cli.err", env);
@@ -719,9 +911,9 @@ TEST(DevAgentsTest, DevModeRunsWorkloadsAsProcesses) {
     EXPECT_TRUE(
         std::regex_search(logs.out, std::regex("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M\n")))
         << logs.out;
-    EXPECT_TRUE(std::regex_search(logs.out,
-                                  std::regex("CUDA_MPS_PIPE_DIRECTORY=" + dir.string() +
-                                             "/nodes/t4-2x-0/mps/GPU-[0-9a-f-]{36}-agent/pipe\n")))
+    EXPECT_TRUE(std::regex_search(
+        logs.out, std::regex("CUDA_MPS_PIPE_DIRECTORY=" + dir.string() +
+                             "/nodes/t4-2x-0/mps/GPU-[0-9a-f-]{36}-(agent|tessera-demo)/pipe\n")))
         << logs.out;
     EXPECT_EQ(dev.stop(SIGTERM), 0) << dev.errors();
   }

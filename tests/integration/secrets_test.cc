@@ -40,6 +40,15 @@ class SecretsTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
+  // A folder tasks may write to, whoever they run as (`tessera dev` as root runs each tenant's
+  // tasks as the tenant's own user, docs/agent.md "Tenant isolation").
+  fs::path outDir() {
+    const fs::path out = dir_ / "out";
+    fs::create_directories(out);
+    fs::permissions(out, fs::perms::all | fs::perms::sticky_bit);
+    return out;
+  }
+
   // Every file under `dir` holding `needle`.
   static std::vector<std::string> filesWith(const fs::path& dir, const std::string& needle) {
     std::vector<std::string> out;
@@ -433,13 +442,14 @@ TEST_F(SecretsTest, ATaskReceivesAnIdentityTokenThatVerifiesAgainstTheJwks) {
   auto dev = startDev({}, &info);  // In-process agents: tasks are real processes.
   const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
   const std::string demo = info["tenant_token"];
-  Response w = c.call("POST", "/v1/tenants/demo/workloads/who", demo,
-                      {{"command",
-                        {"sh", "-c",
-                         "echo $TESSERA_CREDENTIALS_DIR; cp $TESSERA_IDENTITY_TOKEN_FILE " +
-                             (dir_ / "token").string()}},
-                       {"identity", {{"audiences", {"sts.amazonaws.com"}}}},
-                       {"cpuMilli", 100}});
+  const fs::path token_copy = outDir() / "token";
+  Response w = c.call(
+      "POST", "/v1/tenants/demo/workloads/who", demo,
+      {{"command",
+        {"sh", "-c",
+         "echo $TESSERA_CREDENTIALS_DIR; cp $TESSERA_IDENTITY_TOKEN_FILE " + token_copy.string()}},
+       {"identity", {{"audiences", {"sts.amazonaws.com"}}}},
+       {"cpuMilli", 100}});
   ASSERT_EQ(w.status, 202U) << w.raw;
   std::string phase;
   for (int i = 0; i < 400 && phase != "succeeded" && phase != "failed"; ++i) {
@@ -453,7 +463,7 @@ TEST_F(SecretsTest, ATaskReceivesAnIdentityTokenThatVerifiesAgainstTheJwks) {
   std::istringstream lines(logs.body["data"]["text"].get<std::string>());
   std::string folder;
   std::getline(lines, folder);
-  const std::string token = slurp(dir_ / "token");
+  const std::string token = slurp(token_copy);
   ASSERT_FALSE(token.empty()) << logs.raw;
   // A relying party: discovery document, then JWKS, then the token.
   Response discovery = c.call("GET", "/.well-known/openid-configuration", "");
@@ -596,7 +606,7 @@ TEST_F(SecretsTest, ATaskGetsItsSecretsAndItsDatabaseCredentialEndsWithIt) {
             200U);
   ASSERT_NO_FATAL_FAILURE(configurePostgres(c, demo, **pg, json::object()));
   // The task copies its secrets file out and waits to be cancelled. Submitted with the CLI.
-  const fs::path copy = dir_ / "secrets-copy.json";
+  const fs::path copy = outDir() / "secrets-copy.json";
   {
     Process run({"run", "app", "--secret-kv", "app/config", "--secret-db", "ro", "--cpu-milli",
                  "100", "--address", info["address"], "--ca-cert", info["ca_cert"], "--token", demo,

@@ -64,8 +64,9 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
   if (core::Status st = body.checkKeys({"node", "reports"}); !st.isOk()) {
     return fromStatus(st);
   }
-  // The GPUs its agent found, in index order, by catalogue model.
+  // The GPUs its agent found, in index order, by catalogue model, and which have MIG mode on.
   std::vector<std::string> models;
+  std::vector<bool> mig_on;
   if (body.has("node")) {
     const json& found = r.body["node"];
     if (!found.is_object() || !found.contains("gpus") || !found["gpus"].is_array()) {
@@ -76,6 +77,10 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
         return error(400, source + ": node.gpus: each GPU needs its \"model\"");
       }
       models.push_back(g["model"].get<std::string>());
+      if (g.contains("mig_enabled") && !g["mig_enabled"].is_boolean()) {
+        return error(400, source + ": node.gpus: \"mig_enabled\" must be true or false");
+      }
+      mig_on.push_back(g.value("mig_enabled", false));
     }
   } else {
     return error(400, source + ": node: missing (the agent's discovery)");
@@ -96,7 +101,7 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
   }
   // The answer comes at once: agents wait for news on GET sys/nodes/<node>/tasks instead, so
   // that their reports are never held behind a waiting call.
-  auto answer = driver_.heartbeat(node, models, std::move(reports));
+  auto answer = driver_.heartbeat(node, models, std::move(reports), mig_on);
   if (!answer.isOk()) {
     return fromStatus(answer.status());
   }
