@@ -23,6 +23,10 @@
 // cuCtxCreate gives _v2 from 3.2 and _v4 from 13.0; cuMemAlloc gives the 32-bit cuMemAlloc of
 // CUDA 2.x below 3.2 and _v2 from it.
 //
+// For scripts/gpu-check-probe.c: cuDeviceGetAttribute says the SM clock runs at 1 MHz (so a
+// kernel's cycle count is its microseconds), and cuModuleLoadData / cuModuleGetFunction accept
+// any module and name.
+//
 // Every call but cuInit, cuDriverGetVersion and cuGetProcAddress(_v2) returns
 // kCudaErrorNotInitialized before cuInit. The extra export fakeCudaStats reports what reached
 // the fake (src/cuda/testing/fake_cuda_stats.h). Nothing here calls an exported function: they
@@ -706,6 +710,29 @@ FAKE_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* st) 
 }
 FAKE_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* m) {
   return fakeThreadExchangeStreamCaptureMode(m);
+}
+FAKE_EXPORT CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice) {
+  if (value == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  *value = attribute == 13 ? 1000 : 0;  // CU_DEVICE_ATTRIBUTE_CLOCK_RATE, in kHz.
+  return kCudaSuccess;
+}
+FAKE_EXPORT CUresult cuModuleLoadData(void** module, const void* image) {
+  if (module == nullptr || image == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  static int one_module;
+  *module = &one_module;
+  return kCudaSuccess;
+}
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, void*, const char* name) {
+  if (f == nullptr || name == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  static int one_function;
+  *f = reinterpret_cast<CUfunction>(&one_function);
+  return kCudaSuccess;
 }
 FAKE_EXPORT CUresult cuEventCreate(CUevent* e, unsigned f) { return fakeEventCreate(e, f); }
 FAKE_EXPORT CUresult cuEventDestroy_v2(CUevent e) { return fakeEventDestroy(e); }
