@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -133,6 +134,23 @@ std::vector<std::string> RecordingMpsControl::calls() const {
   return calls_;
 }
 
+void MpsDaemons::adopt(const std::string& gpu_uuid, const std::string& user) {
+  std::lock_guard lock(mu_);
+  auto key = std::make_pair(gpu_uuid, user);
+  if (auto it = daemons_.find(key); it != daemons_.end()) {
+    ++it->second.clients;
+    return;
+  }
+  const std::string base =
+      run_dir_ + "/mps/" + gpu_uuid + "-" + (user.empty() ? std::string("agent") : user);
+  daemons_.emplace(key, Entry{MpsDaemon{gpu_uuid, user, base + "/pipe", base + "/log"}, 1});
+}
+
+void MpsDaemons::detach() {
+  std::lock_guard lock(mu_);
+  daemons_.clear();
+}
+
 MpsDaemons::~MpsDaemons() {
   for (auto& [key, e] : daemons_) {
     (void)control_.stop(e.daemon);
@@ -204,6 +222,69 @@ Runtime::OnExit MpsRuntime::exitHandler() {
   };
 }
 
+void MpsRuntime::saveHolds() {
+  if (holds_file_.empty()) {
+    return;
+  }
+  // One line per task and daemon: task, GPU, user ("-" for the agent's own). All plain names.
+  std::string text;
+  for (const auto& [id, daemons] : held_) {
+    for (const auto& [gpu, user] : daemons) {
+      text += id + " " + gpu + " " + (user.empty() ? "-" : user) + "\n";
+    }
+  }
+  const std::string tmp = holds_file_ + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "we");
+  if (f == nullptr) {
+    return;
+  }
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) == 0 && ok) {
+    (void)std::rename(tmp.c_str(), holds_file_.c_str());
+  }
+}
+
+core::Status MpsRuntime::restore() {
+  if (holds_file_.empty()) {
+    return core::Status::ok();
+  }
+  std::FILE* f = std::fopen(holds_file_.c_str(), "re");
+  if (f == nullptr) {
+    return errno == ENOENT
+               ? core::Status::ok()
+               : core::unavailable("mps: cannot read " + holds_file_ + ": " + std::strerror(errno));
+  }
+  char id[256];
+  char gpu[256];
+  char user[256];
+  std::lock_guard lock(mu_);
+  while (std::fscanf(f, "%255s %255s %255s", id, gpu, user) == 3) {
+    const std::string u = std::string(user) == "-" ? "" : user;
+    if (!plainFileName(id) || !plainFileName(gpu) || (!u.empty() && !plainFileName(u))) {
+      continue;  // Not a line of ours.
+    }
+    held_[id].emplace_back(gpu, u);
+    daemons_.adopt(gpu, u);
+  }
+  std::fclose(f);
+  return core::Status::ok();
+}
+
+void MpsRuntime::forgetGone(const std::set<std::string>& running) {
+  std::vector<std::string> gone;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, daemons] : held_) {
+      if (!running.contains(id)) {
+        gone.push_back(id);
+      }
+    }
+  }
+  for (const std::string& id : gone) {
+    releaseFor(id);
+  }
+}
+
 void MpsRuntime::releaseFor(const std::string& id) {
   std::vector<std::pair<std::string, std::string>> held;
   {
@@ -214,6 +295,7 @@ void MpsRuntime::releaseFor(const std::string& id) {
     }
     held = std::move(it->second);
     held_.erase(it);
+    saveHolds();
   }
   for (const auto& [gpu, user] : held) {
     (void)daemons_.release(gpu, user);
@@ -244,6 +326,7 @@ core::Status MpsRuntime::start(const TaskSpec& spec) {
     {
       std::lock_guard lock(mu_);
       held_[spec.id] = held;
+      saveHolds();  // Before the task runs: a restart must find its daemons.
     }
     st = inner_->start(with_daemons);
     if (st.isOk()) {
@@ -251,6 +334,7 @@ core::Status MpsRuntime::start(const TaskSpec& spec) {
     }
     std::lock_guard lock(mu_);
     held_.erase(spec.id);
+    saveHolds();
   }
   for (const auto& [gpu, user] : held) {
     (void)daemons_.release(gpu, user);

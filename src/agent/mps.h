@@ -16,6 +16,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,6 +85,12 @@ class MpsDaemons {
   core::Status release(const std::string& gpu_uuid, const std::string& user);
   // Clients per (GPU, user) with a daemon running.
   std::map<std::pair<std::string, std::string>, int> clients() const;
+  // One more client of a daemon an earlier agent left running (a restart): counted, never
+  // started again. Its folders are the ones acquire would have made.
+  void adopt(const std::string& gpu_uuid, const std::string& user);
+  // Forgets every daemon without stopping it: the agent goes and leaves its tasks running under
+  // their shims (a restart), and the next agent adopts them with their daemons.
+  void detach();
 
  private:
   MpsControl& control_;
@@ -104,10 +111,20 @@ class MpsDaemons {
 //   MpsRuntime rt(daemons, on_exit);
 //   ProcessRuntime inner(options, rt.exitHandler());
 //   rt.wrap(inner);
+//
+// Across an agent restart the daemons stay with their clients: which task holds which daemon
+// is kept in `holds_file` (when given), and a new agent calls `restore` before it adopts the
+// tasks (ProcessRuntime::adopt), then `forgetGone` with the tasks still running.
 class MpsRuntime : public Runtime {
  public:
-  MpsRuntime(MpsDaemons& daemons, OnExit on_exit)
-      : daemons_(daemons), on_exit_(std::move(on_exit)) {}
+  MpsRuntime(MpsDaemons& daemons, OnExit on_exit, std::string holds_file = "")
+      : daemons_(daemons), on_exit_(std::move(on_exit)), holds_file_(std::move(holds_file)) {}
+  // Takes back the holds an earlier agent wrote: each task's daemons count it as a client
+  // again (MpsDaemons::adopt), so its exit releases them. Errors: the file cannot be read.
+  core::Status restore();
+  // The tasks restored that no longer run (they ended while no agent watched) release their
+  // daemons: the last client's release stops one.
+  void forgetGone(const std::set<std::string>& running);
   // The inner runtime's exit callback.
   OnExit exitHandler();
   void wrap(Runtime& inner) { inner_ = &inner; }
@@ -120,12 +137,15 @@ class MpsRuntime : public Runtime {
 
  private:
   void releaseFor(const std::string& id);
+  // Writes held_ to holds_file_ (write and rename); a failure is logged by the caller's log.
+  void saveHolds();
 
   MpsDaemons& daemons_;
   OnExit on_exit_;
   Runtime* inner_ = nullptr;
   std::mutex mu_;
   std::map<std::string, std::vector<std::pair<std::string, std::string>>> held_;  // id -> daemons
+  const std::string holds_file_;
 };
 
 }  // namespace tessera::agent

@@ -120,6 +120,53 @@ TEST_F(MpsTest, MpsTasksGetTheirDaemonsForAsLongAsTheyRun) {
   EXPECT_TRUE(daemons.clients().empty());
 }
 
+// An agent restart leaves MPS tasks with their daemons: the old agent detaches without stopping
+// them, the new one restores who holds what from the holds file, so the daemon is not started
+// again, and its last client's end stops it; a holder that ended meanwhile releases its own.
+TEST_F(MpsTest, DaemonsOutliveAnAgentRestartWithTheirClients) {
+  const std::string holds = (dir_ / "mps-holds").string();
+  TaskSpec mps;
+  mps.user = "team-a";
+  mps.gpus.mode = GpuPinning::Mode::kMps;
+  RecordingRuntime inner;
+  RecordingMpsControl before;
+  {
+    MpsDaemons daemons(before, dir_.string());
+    MpsRuntime rt(
+        daemons, [](const std::string&, const TaskExit&) {}, holds);
+    rt.wrap(inner);
+    for (const char* id : {"a", "b"}) {
+      mps.id = id;
+      mps.gpus.uuids = {std::string("a") == id ? "GPU-1" : "GPU-2"};
+      ASSERT_TRUE(rt.start(mps).isOk());
+    }
+    daemons.detach();  // The agent goes; its tasks stay under their shims.
+  }
+  ASSERT_EQ(before.calls().size(), 2U);  // Two starts, no stop.
+  RecordingMpsControl after;
+  MpsDaemons daemons(after, dir_.string());
+  std::vector<std::string> exits;
+  MpsRuntime rt(
+      daemons, [&](const std::string& id, const TaskExit&) { exits.push_back(id); }, holds);
+  rt.wrap(inner);
+  ASSERT_TRUE(rt.restore().isOk());
+  EXPECT_EQ((daemons.clients().at({"GPU-1", "team-a"})), 1);
+  rt.forgetGone({"a"});  // b ended while no agent watched: its daemon goes.
+  ASSERT_EQ(after.calls().size(), 1U);
+  EXPECT_EQ(after.calls()[0], "stop GPU-2 team-a " + (dir_ / "mps/GPU-2-team-a/pipe").string());
+  rt.exitHandler()("a", {});  // a ends: it was the daemon's last client.
+  ASSERT_EQ(after.calls().size(), 2U);
+  EXPECT_EQ(after.calls()[1], "stop GPU-1 team-a " + (dir_ / "mps/GPU-1-team-a/pipe").string());
+  EXPECT_EQ(exits, std::vector<std::string>{"a"});
+  EXPECT_TRUE(daemons.clients().empty());
+  // Nothing is left to restore.
+  MpsDaemons again(after, dir_.string());
+  MpsRuntime third(
+      again, [](const std::string&, const TaskExit&) {}, holds);
+  ASSERT_TRUE(third.restore().isOk());
+  EXPECT_TRUE(again.clients().empty());
+}
+
 TEST_F(MpsTest, TheRealControlRunsAsTheUserWithItsGpuAndFolders) {
   // A stand-in for nvidia-cuda-mps-control that writes down how it was called.
   const fs::path fake = dir_ / "nvidia-cuda-mps-control";

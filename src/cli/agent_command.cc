@@ -348,13 +348,15 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     mps_control = std::make_unique<agent::RecordingMpsControl>();
   }
   agent::MpsDaemons mps(*mps_control, f.work_dir);
-  agent::MpsRuntime sharing(mps,
-                            [&agent_ptr, &wakeup](const std::string& id, const agent::TaskExit& e) {
-                              if (agent_ptr != nullptr) {
-                                agent_ptr->onExit(id, e);
-                                wakeup.poke();  // Reported at once, not at the next renewal.
-                              }
-                            });
+  agent::MpsRuntime sharing(
+      mps,
+      [&agent_ptr, &wakeup](const std::string& id, const agent::TaskExit& e) {
+        if (agent_ptr != nullptr) {
+          agent_ptr->onExit(id, e);
+          wakeup.poke();  // Reported at once, not at the next renewal.
+        }
+      },
+      f.work_dir + "/mps-holds");
   agent::ProcessRuntime runtime(
       {.work_dir = f.work_dir, .cgroups = cgroups ? &*cgroups : nullptr, .lease_file = lease_file},
       sharing.exitHandler());
@@ -386,6 +388,11 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
                      clock, options);
   agent_ptr = &agent;
   // Tasks an earlier agent left to their shims (a restart): adopted, or reported if they ended.
+  // MPS daemons an earlier agent left with their clients count them again first, so that a
+  // client ending from now on releases its daemon.
+  if (core::Status st = sharing.restore(); !st.isOk()) {
+    agentLog("warning: " + st.message());
+  }
   const std::vector<agent::AdoptedTask> adopted = runtime.adopt();
   agent.adopt(adopted);
   // Credentials of tasks that no longer run (their shims fenced them while no agent watched, or
@@ -400,6 +407,11 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     if (!still_running.contains(task)) {
       credentials.remove(task);
     }
+  }
+  sharing.forgetGone(still_running);  // Clients gone meanwhile: their daemons' last one stops it.
+  for (const auto& [daemon, clients] : mps.clients()) {
+    agentLog(fmt::format("MPS daemon of {} for {} adopted: {} client(s)", daemon.first,
+                         daemon.second.empty() ? "the agent's user" : daemon.second, clients));
   }
   for (const agent::AdoptedTask& t : adopted) {
     agentLog(t.ended ? fmt::format("task {} (generation {}) ended while no agent watched it: {}",
@@ -447,6 +459,7 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   // A restart must not stop the node's work: the tasks stay with their shims, the next agent
   // adopts them, and if none comes before the lease runs out the shims stop them.
   runtime.detach();
+  mps.detach();  // Their MPS daemons stay with them.
   agentLog(
       fmt::format("stopping: {} task(s) left running under their shims; they stop in {} ms "
                   "unless an agent takes them over",

@@ -686,6 +686,32 @@ TEST_F(MigAgentTest, TwoTenantsSlicesShareAGpuAndItIsLaidOutAnewForAWholeSlice) 
   EXPECT_NE(c, b);
 }
 
+// An MPS client survives an agent restart with its daemon: the new agent takes the daemon
+// back (it does not start another) and the task, never started twice, ends well.
+TEST_F(AgentTest, AnMpsTaskKeepsItsDaemonAcrossAnAgentRestart) {
+  startBothAgents();
+  ASSERT_EQ(
+      call("POST", "/v1/tenants/team-1/workloads/shared", tenant_,
+           {{"gpu", {{"count", 1}, {"milli", 500}}},
+            {"command",
+             {"sh", "-c", "echo $$ > task.pid; echo $CUDA_MPS_PIPE_DIRECTORY >> runs; sleep 4"}}})
+          .status,
+      202U);
+  const std::string node = nodeWhere("shared", "task.pid");
+  ASSERT_FALSE(node.empty());
+  EXPECT_EQ(agents_[node]->stop(SIGTERM), 0);
+  startAgent(node);
+  ASSERT_TRUE(waitFor([&] { return phaseIs("shared", "succeeded"); }, 30s))
+      << workload("shared").dump() << slurp(dir_ / (node + ".out.err"));
+  const std::string runs = slurp(taskDir(node, "shared") / "runs");
+  EXPECT_EQ(std::count(runs.begin(), runs.end(), '\n'), 1) << runs;  // Never started twice.
+  EXPECT_NE(runs.find("/mps/GPU-"), std::string::npos) << runs;
+  const std::string log = slurp(dir_ / (node + ".out.err"));
+  EXPECT_TRUE(std::regex_search(log, std::regex("MPS daemon of GPU-[0-9a-f-]+ for the agent's "
+                                                "user adopted: 1 client\\(s\\)")))
+      << log;
+}
+
 // Evicted tasks that never started give their GPUs back: team-1 borrows all four T4s, and
 // team-2 sends a burst of eight jobs of two GPUs each. Every one of them runs, and once it is done
 // and team-1 cancels, no task is left terminating and the node has no task.
