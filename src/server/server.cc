@@ -189,6 +189,13 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   dopts.epoch = epoch;
   dopts.policy = config.policy;
   dopts.pass_interval = std::chrono::milliseconds(config.pass_interval_ms);
+  sched::SchedulerOptions so;
+  so.policy = config.policy;
+  so.min_runtime = std::chrono::seconds(0);
+  so.reclaim_patience = std::chrono::seconds(config.reclaim_patience_s);
+  so.max_moves_per_pass = config.max_moves_per_pass;
+  so.max_unsaved_gpu_time = std::chrono::seconds(config.max_unsaved_gpu_seconds);
+  dopts.scheduler = so;
   dopts.lease_ttl = std::chrono::milliseconds(config.node_lease_ttl_ms);
   for (size_t i = simulated; i < nodes.size(); ++i) {
     dopts.agent_nodes.push_back(nodes[i].name);
@@ -469,10 +476,17 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* sched, singleBlock(doc, "scheduler", path));
   if (sched != nullptr) {
     core::JsonNode s(*sched, "scheduler", path);
-    TESSERA_RETURN_IF_ERROR(s.checkKeys({"policy", "pass_interval_ms"}));
+    TESSERA_RETURN_IF_ERROR(s.checkKeys({"policy", "pass_interval_ms", "reclaim_patience_s",
+                                         "max_moves_per_pass", "max_unsaved_gpu_seconds"}));
     TESSERA_ASSIGN_OR_RETURN(c.policy, strField(s, "policy", c.policy));
     TESSERA_ASSIGN_OR_RETURN(int64_t ms, intField(s, "pass_interval_ms", 1, 60000, 200));
     c.pass_interval_ms = static_cast<int>(ms);
+    TESSERA_ASSIGN_OR_RETURN(c.reclaim_patience_s,
+                             intField(s, "reclaim_patience_s", 0, 7 * 86400, 0));
+    TESSERA_ASSIGN_OR_RETURN(int64_t moves, intField(s, "max_moves_per_pass", 0, 1000, 8));
+    c.max_moves_per_pass = static_cast<int>(moves);
+    TESSERA_ASSIGN_OR_RETURN(c.max_unsaved_gpu_seconds,
+                             intField(s, "max_unsaved_gpu_seconds", 0, 1000000000, 3600));
   }
   TESSERA_ASSIGN_OR_RETURN(const json* nodes, singleBlock(doc, "nodes", path));
   if (nodes != nullptr) {

@@ -11,7 +11,8 @@
 //     tls_client_ca_file = "/etc/tessera/clients-ca.pem"   # optional mTLS
 //   }
 //   audit "file" { path = "/var/log/tessera/audit.log"  salt_file = "/etc/tessera/audit.salt" }
-//   scheduler { policy = "tessera"  pass_interval_ms = 200 }
+//   scheduler { policy = "tessera"  pass_interval_ms = 200  reclaim_patience_s = 0
+//               max_moves_per_pass = 8  max_unsaved_gpu_seconds = 3600 }
 //   nodes { simulated = "dgx-h100:2,a100-8x:1"               # run by the server itself
 //           agents = "gpu-a=dgx-h100,gpu-b=dgx-h100"         # run by `tessera agent`
 //           lease_ttl_ms = 15000 }                           # an agent silent this long: lost
@@ -55,6 +56,12 @@ struct ServerConfig {
   bool audit_durable_every_answer = false;
   std::string policy = "tessera";
   int pass_interval_ms = 200;
+  // Fair share (docs/fairness.md): how long a queue waits within its share before it may
+  // reclaim, how many tasks consolidation moves per pass, and the default bound on the unsaved
+  // GPU-seconds a reclaim may destroy (a tenant or team queue may set its own).
+  int64_t reclaim_patience_s = 0;
+  int max_moves_per_pass = 8;
+  int64_t max_unsaved_gpu_seconds = 3600;
   std::string simulated_nodes = "dgx-h100:2";  // "" when only agents are declared.
   std::string agent_nodes;                     // Nodes agents register under.
   int64_t node_lease_ttl_ms = 15000;

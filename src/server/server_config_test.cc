@@ -83,6 +83,29 @@ TEST_F(ServerConfigTest, CapsOnATenantsObjectsHaveDefaultsAndBounds) {
   EXPECT_NE(c.status().message().find("max_queues"), std::string::npos) << c.status().message();
 }
 
+// Fair share's knobs (docs/fairness.md): defaults, values, and bounds named with the field.
+TEST_F(ServerConfigTest, SchedulerFairShareSettingsHaveDefaultsAndBounds) {
+  auto c = readServerConfig(write(kBase));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->reclaim_patience_s, 0);
+  EXPECT_EQ(c->max_moves_per_pass, 8);
+  EXPECT_EQ(c->max_unsaved_gpu_seconds, 3600);
+  c = readServerConfig(write(std::string(kBase) +
+                             "scheduler { reclaim_patience_s = 300  max_moves_per_pass = 0\n"
+                             "            max_unsaved_gpu_seconds = 14400 }\n"));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->reclaim_patience_s, 300);
+  EXPECT_EQ(c->max_moves_per_pass, 0);  // No consolidation.
+  EXPECT_EQ(c->max_unsaved_gpu_seconds, 14400);
+  for (const char* bad : {"reclaim_patience_s = -1", "max_moves_per_pass = 1001",
+                          "max_unsaved_gpu_seconds = -5", "max_moves = 3"}) {
+    c = readServerConfig(write(std::string(kBase) + "scheduler { " + bad + " }\n"));
+    ASSERT_FALSE(c.isOk()) << bad;
+    const std::string field = std::string(bad).substr(0, std::string(bad).find(' '));
+    EXPECT_NE(c.status().message().find(field), std::string::npos) << c.status().message();
+  }
+}
+
 TEST_F(ServerConfigTest, AuditDurableAnswersIsSecretsUnlessAllIsAsked) {
   auto c = readServerConfig(write(kBase));
   ASSERT_TRUE(c.isOk()) << c.status().message();
