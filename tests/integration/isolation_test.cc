@@ -465,9 +465,14 @@ TEST(DevIsolationTest, InDevAsRootTenantBsTaskCannotReadTenantAsIdentityToken) {
         },
         30s))
         << dev.errors();
-    EXPECT_NE(dev.errors().find("node mode development (a development node): each tenant's tasks "
-                                "run as its own Unix user"),
-              std::string::npos)
+    // dev.json comes before its agents start: wait for the agent's line.
+    EXPECT_TRUE(waitFor(
+        [&] {
+          return dev.errors().find(
+                     "node mode development (a development node): each tenant's "
+                     "tasks run as its own Unix user") != std::string::npos;
+        },
+        10s))
         << dev.errors();
     const Client c(info["address"], slurp(info["ca_cert"].get<std::string>()));
     const std::string root = info["root_token"];
