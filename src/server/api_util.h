@@ -48,6 +48,8 @@ struct ControlPlane::Request {
   // answer goes, after the handler returns (whose own answer is then ignored). The handler's
   // request (`http`, this struct) is gone by the time the answer comes: capture copies.
   std::function<void(std::function<void(HttpResponse)>)> defer = {};
+  // A routine agent call the audit log does not record (ControlPlane::routineNodeCall).
+  bool routine = false;
 };
 
 namespace api {

@@ -151,6 +151,15 @@ class ControlPlane {
   // Whether `r` is a change whose one effect is a store txn that can store a copy of its request's
   // audit record (Request::audit_notes), so that it need not wait for the log's disk flush.
   static bool preparedWhileRecorded(const Request& r);
+  // Whether an agent's call is routine and not audited: from a token allowed to make it, a
+  // node's watch for news (a read that changes nothing and reveals only a version), or a
+  // heartbeat that carries no report and the same discovery as the node's last answered one,
+  // within an hour of its last audited one. Everything else is audited: a registration, a
+  // changed node (its GPUs, their MIG modes), what happened to its tasks, every refusal, and an
+  // hourly trace that the node is alive. An idle fleet's audit log stays small.
+  bool routineNodeCall(Request& r);
+  // A heartbeat of `node` carrying discovery `node_json` was answered (audited or not).
+  void noteBeat(const std::string& node, const nlohmann::json& node_json, bool audited);
   // The handler of a request's route (server/route_table.h). The handlers live by family in
   // api/: tenants.cc (putTenant, tenantsApi), auth.cc (policies, tokens), workloads.cc,
   // nodes.cc (the agents' protocol too), queues.cc, audit_metrics.cc, seal.cc (the seal, the
@@ -319,8 +328,12 @@ class ControlPlane {
   std::map<std::string, std::unique_ptr<std::mutex>> tenant_locks_;  // tenant -> tenantLock
   std::mutex identity_mu_;                                           // Guards identity_cache_.
   std::map<std::string, CachedToken> identity_cache_;                // "<task id>@<generation>"
-  std::mutex metrics_mu_;                                            // Guards metrics_.
-  std::map<std::string, Metric> metrics_;                            // "route|tenant|code"
+  std::mutex beats_mu_;                                              // Guards beats_.
+  // Per node: the digest of the discovery its last answered heartbeat carried, and when one was
+  // last audited.
+  std::map<std::string, std::pair<std::string, core::TimePoint>> beats_;
+  std::mutex metrics_mu_;                  // Guards metrics_.
+  std::map<std::string, Metric> metrics_;  // "route|tenant|code"
   // Agents' watches waiting for news. Last: destroyed first, answering those still waiting
   // while everything they read is alive.
   std::unique_ptr<NodeWatchers> watchers_ = std::make_unique<NodeWatchers>();

@@ -686,6 +686,43 @@ TEST_F(MigAgentTest, TwoTenantsSlicesShareAGpuAndItIsLaidOutAnewForAWholeSlice) 
   EXPECT_NE(c, b);
 }
 
+// An idle fleet's audit log stays small: a node's watches and its heartbeats that carry nothing
+// new are not recorded; its registration and what happens to its tasks are.
+TEST_F(AgentTest, IdleAgentsWriteNothingToTheAuditLogAndTaskNewsIsRecorded) {
+  startBothAgents();
+  const fs::path log = dir_ / "audit.log";
+  auto records = [&](const std::string& path_part) {
+    std::istringstream in(slurp(log));
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      n += line.find(path_part) != std::string::npos ? 1 : 0;
+    }
+    return n;
+  };
+  // Each node's registration: its first heartbeat, request and response.
+  ASSERT_TRUE(waitFor([&] { return records("sys/nodes/gpu-a/heartbeat") >= 2; }, 5s));
+  std::this_thread::sleep_for(1s);
+  const uintmax_t before = fs::file_size(log);
+  std::this_thread::sleep_for(10s);  // Five heartbeats and a watch or more per node.
+  const uintmax_t idle = fs::file_size(log) - before;
+  EXPECT_EQ(idle, 0U) << "an idle fleet wrote " << idle << " bytes of audit in 10 s";
+  EXPECT_EQ(records("sys/nodes/gpu-a/tasks"), 0);
+  EXPECT_EQ(records("sys/nodes/gpu-a/heartbeat"), 2);
+  // A task's news comes in heartbeats that are recorded, with the reports.
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/short", tenant_,
+                 {{"gpu", {{"count", 1}}}, {"command", {"true"}}})
+                .status,
+            202U);
+  ASSERT_FALSE(runToSuccess("short").first.empty());
+  std::istringstream in(slurp(log));
+  bool reported = false;
+  for (std::string line; std::getline(in, line);) {
+    reported |= line.find("/heartbeat") != std::string::npos &&
+                line.find("team-1.short.0") != std::string::npos;
+  }
+  EXPECT_TRUE(reported) << "no audited heartbeat reports team-1.short.0";
+}
+
 // An MPS client survives an agent restart with its daemon: the new agent takes the daemon
 // back (it does not start another) and the task, never started twice, ends well.
 TEST_F(AgentTest, AnMpsTaskKeepsItsDaemonAcrossAnAgentRestart) {
