@@ -1,5 +1,7 @@
 #include "cli/audit_command.h"
 
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -28,8 +30,15 @@ struct VerifyArgs {
 
 int runVerify(const VerifyArgs& args) {
   std::unique_ptr<audit::VerifyingKey> key;
-  if (!args.public_key.empty()) {
-    auto k = audit::VerifyingKey::fromPemFile(args.public_key);
+  std::string public_key = args.public_key;
+  if (public_key.empty() && std::filesystem::exists(args.file + ".public.pem")) {
+    // The key the server made beside the log (its audit block names no key of its own).
+    public_key = args.file + ".public.pem";
+    std::cerr << "checking checkpoint signatures with " << public_key
+              << " (found beside the log; --public-key to give another)\n";
+  }
+  if (!public_key.empty()) {
+    auto k = audit::VerifyingKey::fromPemFile(public_key);
     if (!k.isOk()) {
       return fail(kExitBadInput, k.status().message());
     }
@@ -43,6 +52,23 @@ int runVerify(const VerifyArgs& args) {
     return fail(kExitFailure, args.file + ": " + report->summary());
   }
   std::cout << report->summary() << "\n";
+  return 0;
+}
+
+struct PubkeyArgs {
+  std::string file;
+};
+
+// Prints the public key a server made beside its audit log, for whoever verifies the log.
+int runPubkey(const PubkeyArgs& args) {
+  const std::string path = args.file + ".public.pem";
+  std::ifstream in(path);
+  if (!in) {
+    return fail(kExitBadInput, "no " + path +
+                                   ": the server makes it beside the log at its first start, "
+                                   "unless its audit block names a signing_key_file");
+  }
+  std::cout << in.rdbuf();
   return 0;
 }
 
@@ -130,8 +156,9 @@ void addAuditCommand(CLI::App& app, int* rc) {
       "Check an audit log's hash chain and checkpoint signatures; report the first broken record");
   verify_cmd->add_option("file", verify->file, "Audit log file (JSON lines)")->required();
   verify_cmd->add_option("--public-key,-k", verify->public_key,
-                         "Ed25519 public key (PEM) to check checkpoint signatures with; without "
-                         "it a rewritten tail with recomputed hashes cannot be detected");
+                         "Ed25519 public key (PEM) to check checkpoint signatures with (default: "
+                         "FILE.public.pem, the server's, if it is there); without one a rewritten "
+                         "tail with recomputed hashes cannot be detected");
   verify_cmd->footer(
       "Checks that every line is a complete record whose hash matches its contents, that seq "
       "counts up from 1, that each prev_hash is the previous record's hash and, with "
@@ -140,6 +167,17 @@ void addAuditCommand(CLI::App& app, int* rc) {
       "Exit status: 0 chain intact, 1 chain broken, 2 file or key unreadable.\n"
       "Example: tessera audit verify /var/lib/tessera/audit.log --public-key audit-public.pem");
   verify_cmd->callback([verify, rc] { *rc = runVerify(*verify); });
+
+  auto pubkey = std::make_shared<PubkeyArgs>();
+  CLI::App* pubkey_cmd = audit_cmd->add_subcommand(
+      "pubkey", "Print the public key that checks an audit log's checkpoint signatures");
+  pubkey_cmd->add_option("file", pubkey->file, "Audit log file")->required();
+  pubkey_cmd->footer(
+      "A server whose audit block names no signing_key_file signs checkpoints with a key it "
+      "makes beside the log at its first start (FILE.signing-key.pem, mode 0600) and writes the "
+      "public key to FILE.public.pem; keep a copy where the log's writer cannot change it.\n"
+      "Example: tessera audit pubkey /var/lib/tessera/audit.log > audit-public.pem");
+  pubkey_cmd->callback([pubkey, rc] { *rc = runPubkey(*pubkey); });
 
   auto hash = std::make_shared<HashArgs>();
   CLI::App* hash_cmd = audit_cmd->add_subcommand(

@@ -18,6 +18,7 @@
 #include "core/files.h"
 #include "core/hcl.h"
 #include "core/json_node.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "model/node_profiles.h"
 #include "secrets/service.h"
@@ -156,8 +157,27 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     opts.sink.salt = *salt;
     opts.sink.checkpoint_every = a.checkpoint_every;
     opts.appended_flush_delay = std::chrono::milliseconds(a.flush_delay_ms);
-    if (!a.signing_key_file.empty()) {
-      auto key = audit::SigningKey::fromPemFile(a.signing_key_file);
+    // Checkpoints are signed unless the config says none: without a key a log whose records
+    // are edited and every later hash recomputed still verifies. A key of its own is made
+    // beside the log the first time (<path>.signing-key.pem, 0600, and <path>.public.pem for
+    // whoever verifies it: `tessera audit verify` finds it there, `tessera audit pubkey`
+    // prints it).
+    std::string key_file = a.signing_key_file;
+    if (key_file.empty()) {
+      key_file = a.path + ".signing-key.pem";
+      if (!std::filesystem::exists(key_file)) {
+        if (core::Status made = audit::writeKeyPairFiles(key_file, a.path + ".public.pem");
+            !made.isOk()) {
+          return fail(made.withContext("audit: a checkpoint signing key for " + a.path));
+        }
+        core::logInfo(
+            "audit: checkpoints of {} are signed with a new key, {}; its public key "
+            "is {} (tessera audit verify {} checks them with it)",
+            a.path, key_file, a.path + ".public.pem", a.path);
+      }
+    }
+    if (key_file != "none") {
+      auto key = audit::SigningKey::fromPemFile(key_file);
       if (!key.isOk()) {
         return fail(key.status());
       }

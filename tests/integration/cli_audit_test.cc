@@ -1,5 +1,6 @@
 // Runs the real `tessera audit ...` like an operator would, on logs written by the audit library.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -8,9 +9,13 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "audit/crypto.h"
 #include "audit/file_sink.h"
+#include "audit/record.h"
+#include "process.h"
 #include "util.h"
 
 namespace {
@@ -84,6 +89,65 @@ class CliAuditTest : public ::testing::Test {
   fs::path dir_;
   std::string key_id_;
 };
+
+// A default `tessera dev` is tamper-evident: its server signs the log's checkpoints with a key it
+// made beside the log, `tessera audit verify` finds the public key there, and a log whose
+// record is edited and every later hash recomputed (as a forger with the file would) fails.
+TEST_F(CliAuditTest, ADefaultDevLogIsTamperEvident) {
+  const fs::path data = dir_ / "dev";
+  {
+    tessera::integration::Process dev(
+        {"dev", "--data-dir", data.string(), "--addr", "127.0.0.1:0", "--simulated"},
+        dir_ / "dev.out");
+    for (int i = 0; i < 300 && slurp(data / "dev.json").empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ASSERT_FALSE(slurp(data / "dev.json").empty()) << dev.errors();
+    // A few requests, as a user would make them.
+    const nlohmann::json info = nlohmann::json::parse(slurp(data / "dev.json"));
+    const std::string env = "TESSERA_ADDR=" + info["address"].get<std::string>() +
+                            " TESSERA_CACERT=" + info["ca_cert"].get<std::string>() +
+                            " TESSERA_TENANT= HOME=" + dir_.string() +
+                            " TESSERA_TOKEN=" + info["tenant_token"].get<std::string>();
+    for (int i = 0; i < 3; ++i) {
+      CmdResult ps = tessera::integration::runTessera("ps", dir_ / "ps.err", env);
+      ASSERT_EQ(ps.rc, 0) << ps.err;
+    }
+    EXPECT_EQ(dev.stop(SIGTERM), 0) << dev.errors();  // The log closes with a checkpoint.
+  }
+  const std::string log = (data / "audit.log").string();
+  EXPECT_EQ(fs::status(log + ".signing-key.pem").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  CmdResult pub = tessera("audit pubkey " + log);
+  ASSERT_EQ(pub.rc, 0) << pub.err;
+  EXPECT_EQ(pub.out, slurp(log + ".public.pem"));
+  CmdResult r = tessera("audit verify " + log);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("checkpoint signatures valid"), std::string::npos) << r.out;
+  // The forgery: the first record's path changed, every hash and prev_hash after recomputed.
+  std::vector<nlohmann::json> records;
+  std::istringstream in(slurp(log));
+  for (std::string line; std::getline(in, line);) {
+    records.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_GE(records.size(), 3U);
+  records[0]["request"]["path"] = "/v1/sys/nothing-happened";
+  std::string forged;
+  std::string prev;
+  for (nlohmann::json& rec : records) {
+    if (!prev.empty()) {
+      rec["prev_hash"] = prev;
+    }
+    rec.erase("hash");
+    rec["hash"] = tessera::audit::sha256Hex(tessera::audit::canonicalJson(rec));
+    prev = rec["hash"];
+    forged += tessera::audit::canonicalJson(rec) + "\n";
+  }
+  spit(log, forged);
+  r = tessera("audit verify " + log);
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("signature"), std::string::npos) << r.err;
+}
 
 TEST_F(CliAuditTest, VerifyPrintsAOneLineSummaryForAnIntactLog) {
   const std::string log = writeLog(25, 10);  // 25 records, checkpoints after 10, 20, and close.
