@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <thread>
 #include <utility>
 
@@ -210,6 +211,33 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
   }
 }
 
+std::vector<std::string> migCapabilityNodes(const std::string& minors_file,
+                                            const std::string& caps_dir, int gpu_minor,
+                                            const MigDevice& device) {
+  std::vector<std::string> out;
+  if (device.gpu_instance_id < 0) {
+    return out;
+  }
+  const std::string gi =
+      "gpu" + std::to_string(gpu_minor) + "/gi" + std::to_string(device.gpu_instance_id);
+  const std::string wanted[] = {
+      gi + "/access",
+      gi + "/ci" + std::to_string(std::max(0, device.compute_instance_id)) + "/access"};
+  std::FILE* f = std::fopen(minors_file.c_str(), "re");
+  if (f == nullptr) {
+    return out;
+  }
+  char name[128];
+  unsigned minor = 0;
+  while (std::fscanf(f, "%127s %u", name, &minor) == 2) {
+    if (std::find(std::begin(wanted), std::end(wanted), name) != std::end(wanted)) {
+      out.push_back(caps_dir + "/nvidia-cap" + std::to_string(minor));
+    }
+  }
+  std::fclose(f);
+  return out;
+}
+
 void Agent::prepareMig(const std::vector<TaskAssignment>& wanted,
                        std::vector<const TaskAssignment*>& starts,
                        std::deque<TaskAssignment>& prepared) {
@@ -258,7 +286,14 @@ void Agent::prepareMig(const std::vector<TaskAssignment>& wanted,
             (uuids.isOk() ? std::string("no MIG device made for it") : uuids.status().message());
         continue;
       }
-      a.spec.gpus.uuids = {uuid->second};
+      a.spec.gpus.uuids = {uuid->second.uuid};
+      if (!options_.mig_caps_dir.empty()) {
+        for (const std::string& node :
+             migCapabilityNodes(options_.mig_minors, options_.mig_caps_dir,
+                                gpus_.gpus[static_cast<size_t>(gpu)].minor, uuid->second)) {
+          a.spec.device_nodes.push_back(node);
+        }
+      }
       std::lock_guard lock(mu_);
       mig_live_[a.spec.id] = a.mig;
     }

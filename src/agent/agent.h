@@ -87,7 +87,20 @@ struct AgentOptions {
   // Makes the MIG instances of MIG tasks (NVML, or recorded on simulated GPUs); null: MIG tasks
   // fail to start, saying so.
   MigManager* mig = nullptr;
+  // Where the MIG capability device nodes are ("/dev/nvidia-caps" on a machine that has them;
+  // "": none, simulated GPUs), and the driver's table of their minors: a MIG task may open
+  // its own GPU and compute instance's nodes (nvidia-cap<minor>) and no other instance's.
+  std::string mig_caps_dir;
+  std::string mig_minors = "/proc/driver/nvidia-caps/mig-minors";
 };
+
+// The MIG capability device nodes a process of MIG device `device` opens (its GPU instance's
+// and compute instance's access nodes, <caps_dir>/nvidia-cap<minor>), from the driver's table
+// of their minors (/proc/driver/nvidia-caps/mig-minors: "gpu0/gi1/access 12" lines, the GPU by
+// its minor). None when the table is unreadable or the ids unknown.
+std::vector<std::string> migCapabilityNodes(const std::string& minors_file,
+                                            const std::string& caps_dir, int gpu_minor,
+                                            const MigDevice& device);
 
 class Agent {
  public:

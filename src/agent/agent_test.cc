@@ -292,5 +292,28 @@ TEST_F(AgentTest, CredentialFilesAreThereAtStartFollowRotationAndGoWithTheTask) 
   std::filesystem::remove_all(root);
 }
 
+// A MIG task may open its own instance's capability nodes, found in the driver's table by its
+// GPU's minor and its GPU and compute instance ids, and no other instance's.
+TEST(MigCapabilityNodes, AreItsOwnInstancesOnly) {
+  const std::string table = ::testing::TempDir() + "/mig-minors";
+  std::ofstream(table) << "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\n"
+                          "gpu0/gi2/access 21\ngpu0/gi2/ci0/access 22\ngpu1/gi1/access 102\n"
+                          "gpu1/gi1/ci0/access 103\n";
+  MigDevice d;
+  d.gpu_instance_id = 2;
+  d.compute_instance_id = 0;
+  EXPECT_EQ(
+      migCapabilityNodes(table, "/dev/nvidia-caps", 0, d),
+      (std::vector<std::string>{"/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap22"}));
+  d.gpu_instance_id = 1;
+  EXPECT_EQ(migCapabilityNodes(table, "/dev/nvidia-caps", 1, d),
+            (std::vector<std::string>{"/dev/nvidia-caps/nvidia-cap102",
+                                      "/dev/nvidia-caps/nvidia-cap103"}));
+  d.gpu_instance_id = -1;  // Unknown: nothing.
+  EXPECT_TRUE(migCapabilityNodes(table, "/dev/nvidia-caps", 0, d).empty());
+  d.gpu_instance_id = 1;
+  EXPECT_TRUE(migCapabilityNodes("/nonexistent", "/dev/nvidia-caps", 0, d).empty());
+}
+
 }  // namespace
 }  // namespace tessera::agent

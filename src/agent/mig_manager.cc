@@ -250,7 +250,15 @@ core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
       return core::unavailable(where + lib.explain("nvmlDeviceGetUUID", rc));
     }
     if (auto it = by_id.find(id); it != by_id.end()) {
-      uuids[it->second] = std::string(buf, strnlen(buf, sizeof buf));
+      MigDevice& d = uuids[it->second];
+      d.index = static_cast<int>(i);
+      d.uuid = std::string(buf, strnlen(buf, sizeof buf));
+      d.profile = info->mig_profiles[static_cast<size_t>(it->second.profile)].name;
+      d.gpu_instance_id = static_cast<int>(id);
+      unsigned ci = 0;
+      if (lib.ci_id != nullptr && lib.ci_id(mig, &ci) == kNvmlSuccess) {
+        d.compute_instance_id = static_cast<int>(ci);
+      }
     }
   }
   for (const model::MigInstance& m : wanted) {
@@ -275,8 +283,11 @@ core::Result<MigUuids> RecordingMigManager::apply(int gpu, const std::string& mo
                             "@" + std::to_string(m.start);
     const uint64_t a = std::hash<std::string>{}(key);
     const uint64_t b = std::hash<std::string>{}(key + "#");
-    uuids[m] = fmt::format("MIG-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", a >> 32, (a >> 16) & 0xffff,
-                           a & 0xffff, b >> 48, b & 0xffffffffffffULL);
+    MigDevice& d = uuids[m];
+    d.profile =
+        catalogue_.model(*catalogue_.find(model)).mig_profiles[static_cast<size_t>(m.profile)].name;
+    d.uuid = fmt::format("MIG-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", a >> 32, (a >> 16) & 0xffff,
+                         a & 0xffff, b >> 48, b & 0xffffffffffffULL);
   }
   std::lock_guard lock(mu_);
   layouts_[gpu] = std::move(sorted);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/gpu_discovery.h"
 #include "core/status.h"
 #include "model/gpu_catalogue.h"
 
@@ -26,9 +27,10 @@ namespace tessera::agent {
 class NvmlLibrary;
 class NvmlSession;
 
-// The MIG device UUID ("MIG-...") of each instance of a layout: what a task's
-// CUDA_VISIBLE_DEVICES names.
-using MigUuids = std::map<model::MigInstance, std::string>;
+// The MIG device of each instance of a layout: its UUID ("MIG-...", what a task's
+// CUDA_VISIBLE_DEVICES names) and its GPU and compute instance ids (which name the MIG
+// capability device nodes a process of it opens).
+using MigUuids = std::map<model::MigInstance, MigDevice>;
 
 class MigManager {
  public:

@@ -121,11 +121,14 @@ TEST_F(MigManagerTest, ReplacesTheLayoutAndKeepsWhatStays) {
   }
   // Each instance's UUID is its MIG device's, as discovery (nvidia-smi -L) lists it.
   ASSERT_EQ(uuids->size(), 2U);
-  EXPECT_EQ(listed, (std::set<std::string>{uuids->at({p3g, 0}), uuids->at({p3g, 4})}));
+  EXPECT_EQ(listed, (std::set<std::string>{uuids->at({p3g, 0}).uuid, uuids->at({p3g, 4}).uuid}));
+  EXPECT_GE(uuids->at({p3g, 0}).gpu_instance_id, 0);  // Names its capability nodes.
+  EXPECT_NE(uuids->at({p3g, 0}).gpu_instance_id, uuids->at({p3g, 4}).gpu_instance_id);
   // The same layout again changes nothing: the same instances, the same UUIDs.
   auto same = mig.apply(0, "H100-80GB", {{p3g, 4}, {p3g, 0}});
   ASSERT_TRUE(same.isOk()) << same.status().message();
-  EXPECT_EQ(*same, *uuids);
+  EXPECT_EQ(same->at({p3g, 0}).uuid, uuids->at({p3g, 0}).uuid);
+  EXPECT_EQ(same->at({p3g, 4}).uuid, uuids->at({p3g, 4}).uuid);
   std::vector<MigDevice> again = migDevices(0);
   ASSERT_EQ(again.size(), 2U);
   EXPECT_EQ(again[0].uuid, after[0].uuid);
@@ -158,7 +161,7 @@ TEST_F(MigManagerTest, AddsInstancesBesideBusyOnesAndRefusesMigOffAndInvalidLayo
   const std::string running = migDevices(0).at(0).uuid;
   auto added = mig.apply(0, "H100-80GB", {{p3g, 0}, {p3g, 4}});
   ASSERT_TRUE(added.isOk()) << added.status().message();
-  EXPECT_EQ(added->at({p3g, 0}), running);  // The busy instance is kept as it is.
+  EXPECT_EQ(added->at({p3g, 0}).uuid, running);  // The busy instance is kept as it is.
   EXPECT_EQ(migDevices(0).size(), 2U);
   core::Status s = mig.apply(1, "H100-80GB", {{p3g, 0}}).status();
   ASSERT_FALSE(s.isOk());
@@ -202,11 +205,12 @@ TEST(RecordingMigManager, RecordsValidLayoutsOnly) {
   EXPECT_EQ(mig.layouts().at(2), want);
   // A UUID per instance, the same each time, another on another node.
   ASSERT_EQ(uuids->size(), 2U);
-  EXPECT_TRUE(uuids->at({p3g, 0}).starts_with("MIG-")) << uuids->at({p3g, 0});
-  EXPECT_NE(uuids->at({p3g, 0}), uuids->at({p3g, 4}));
-  EXPECT_EQ(*mig.apply(2, "H200-141GB", {{p3g, 0}, {p3g, 4}}), *uuids);
+  EXPECT_TRUE(uuids->at({p3g, 0}).uuid.starts_with("MIG-")) << uuids->at({p3g, 0}).uuid;
+  EXPECT_NE(uuids->at({p3g, 0}).uuid, uuids->at({p3g, 4}).uuid);
+  EXPECT_EQ(mig.apply(2, "H200-141GB", {{p3g, 0}, {p3g, 4}})->at({p3g, 4}).uuid,
+            uuids->at({p3g, 4}).uuid);
   RecordingMigManager other(cat, "node-b");
-  EXPECT_NE(other.apply(2, "H200-141GB", {{p3g, 0}})->at({p3g, 0}), uuids->at({p3g, 0}));
+  EXPECT_NE(other.apply(2, "H200-141GB", {{p3g, 0}})->at({p3g, 0}).uuid, uuids->at({p3g, 0}).uuid);
   EXPECT_FALSE(mig.apply(2, "H200-141GB", {{p3g, 1}}).isOk());  // 3g starts at 0 or 4.
   EXPECT_EQ(mig.layouts().at(2), want);
 }

@@ -70,17 +70,9 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
                : isolation == "none" ? GpuPinning::Mode::kFractional
                                      : GpuPinning::Mode::kMps;
     if (mig) {
-      // Its MIG device's UUID once the agent made the instance (Agent::prepareMig). Besides its
-      // GPU's node, CUDA opens MIG capability nodes (nvidia-caps/nvidia-capN); all of them are
-      // allowed for now, not only its instance's (docs/agent.md, "Limits").
+      // Its MIG device's UUID, and the capability nodes of its instance (nvidia-caps), once the
+      // agent made the instance (Agent::prepareMig).
       pin.uuids.clear();
-      std::error_code ec;
-      const std::string caps = options.device_dir + "/nvidia-caps";
-      if (!options.device_dir.empty() && std::filesystem::is_directory(caps, ec)) {
-        for (const auto& entry : std::filesystem::directory_iterator(caps, ec)) {
-          spec.device_nodes.push_back(entry.path().string());
-        }
-      }
     }
     pin.compute_share_percent = static_cast<int>(std::clamp<int64_t>(milli / 10, 1, 100));
     if (pin.mode == GpuPinning::Mode::kMps) {

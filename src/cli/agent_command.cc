@@ -373,6 +373,11 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     mig = std::make_unique<agent::RecordingMigManager>(catalogue, config.node_name);
   }
   options.mig = mig.get();
+  if (std::error_code caps_ec;
+      !assign.device_dir.empty() &&
+      std::filesystem::is_directory(assign.device_dir + "/nvidia-caps", caps_ec)) {
+    options.mig_caps_dir = assign.device_dir + "/nvidia-caps";
+  }
   options.renewed = [&] {
     if (core::Status st = agent::writeLease(lease_file, fence_after); !st.isOk()) {
       agentLog("warning: " + st.message());
