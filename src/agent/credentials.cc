@@ -38,23 +38,6 @@ core::Status fail(const std::string& what) {
   return core::unavailable("credentials: " + what + ": " + std::strerror(errno));
 }
 
-// Owns one descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) {
-      ::close(fd_);
-    }
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // The names in the folder `dir_fd` (not "." or "..").
 std::vector<std::string> entries(int dir_fd) {
   std::vector<std::string> out;

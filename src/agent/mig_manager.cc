@@ -1,14 +1,13 @@
 #include "agent/mig_manager.h"
 
-#include <fmt/format.h>
 #include <string.h>
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <set>
 
 #include "agent/nvml_library.h"
+#include "agent/sim_discovery.h"
 
 namespace tessera::agent {
 namespace {
@@ -278,16 +277,14 @@ core::Result<MigUuids> RecordingMigManager::apply(int gpu, const std::string& mo
   std::sort(sorted.begin(), sorted.end());
   MigUuids uuids;
   for (const model::MigInstance& m : sorted) {
-    // A UUID's shape (8-4-4-4-12 hex digits) from a hash of what names the instance.
-    const std::string key = node_ + "/" + std::to_string(gpu) + "/" + std::to_string(m.profile) +
-                            "@" + std::to_string(m.start);
-    const uint64_t a = std::hash<std::string>{}(key);
-    const uint64_t b = std::hash<std::string>{}(key + "#");
     MigDevice& d = uuids[m];
     d.profile =
         catalogue_.model(*catalogue_.find(model)).mig_profiles[static_cast<size_t>(m.profile)].name;
-    d.uuid = fmt::format("MIG-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", a >> 32, (a >> 16) & 0xffff,
-                         a & 0xffff, b >> 48, b & 0xffffffffffffULL);
+    // Stable like a simulated GPU's UUID, named by the node, the GPU and the instance.
+    d.uuid = "MIG-" +
+             simGpuUuid(node_ + "/mig/" + std::to_string(m.profile) + "@" + std::to_string(m.start),
+                        gpu)
+                 .substr(4);  // Past "GPU-".
   }
   std::lock_guard lock(mu_);
   layouts_[gpu] = std::move(sorted);

@@ -203,25 +203,6 @@ void writeExit(const char* path, const char* tmp_path, int status, bool fenced) 
   }
 }
 
-// Closes its descriptor when it goes.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) {
-      ::close(fd_);
-    }
-  }
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd& operator=(Fd&&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Who a task runs as.
 struct Identity {
   bool switch_user = false;

@@ -48,8 +48,10 @@ struct ControlPlane::Request {
   // answer goes, after the handler returns (whose own answer is then ignored). The handler's
   // request (`http`, this struct) is gone by the time the answer comes: capture copies.
   std::function<void(std::function<void(HttpResponse)>)> defer = {};
-  // A routine agent call the audit log does not record (ControlPlane::routineNodeCall).
+  // A routine agent call the audit log does not record (ControlPlane::routineNodeCall), and
+  // for a heartbeat the digest of the discovery it carries ("" if none).
   bool routine = false;
+  std::string beat_digest;
 };
 
 namespace api {

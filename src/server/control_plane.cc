@@ -673,16 +673,18 @@ bool ControlPlane::routineNodeCall(Request& r) {
   if (node == r.body.end()) {
     return false;  // Malformed: audited with its refusal.
   }
-  const std::string digest = audit::sha256Hex(node->dump());
+  r.beat_digest = audit::sha256Hex(node->dump());
   std::lock_guard lock(beats_mu_);
   auto it = beats_.find(r.match.params.at("node"));
-  r.routine = it != beats_.end() && it->second.first == digest &&
+  r.routine = it != beats_.end() && it->second.first == r.beat_digest &&
               clock_.now() - it->second.second < std::chrono::hours(1);
   return r.routine;
 }
 
-void ControlPlane::noteBeat(const std::string& node, const json& node_json, bool audited) {
-  const std::string digest = audit::sha256Hex(node_json.dump());
+void ControlPlane::noteBeat(const std::string& node, const Request& r) {
+  const std::string digest =
+      r.beat_digest.empty() ? audit::sha256Hex(r.body["node"].dump()) : r.beat_digest;
+  const bool audited = !r.routine;
   std::lock_guard lock(beats_mu_);
   auto [it, added] = beats_.try_emplace(node, digest, clock_.now());
   it->second.first = digest;

@@ -158,8 +158,8 @@ class ControlPlane {
   // changed node (its GPUs, their MIG modes), what happened to its tasks, every refusal, and an
   // hourly trace that the node is alive. An idle fleet's audit log stays small.
   bool routineNodeCall(Request& r);
-  // A heartbeat of `node` carrying discovery `node_json` was answered (audited or not).
-  void noteBeat(const std::string& node, const nlohmann::json& node_json, bool audited);
+  // Heartbeat `r` of `node` was answered (audited or not): its discovery is the node's latest.
+  void noteBeat(const std::string& node, const Request& r);
   // The handler of a request's route (server/route_table.h). The handlers live by family in
   // api/: tenants.cc (putTenant, tenantsApi), auth.cc (policies, tokens), workloads.cc,
   // nodes.cc (the agents' protocol too), queues.cc, audit_metrics.cc, seal.cc (the seal, the

@@ -899,6 +899,19 @@ std::string startDev(std::unique_ptr<Process>& dev, const fs::path& dir, const s
          " TESSERA_TOKEN=" + info["tenant_token"].get<std::string>();
 }
 
+// `tessera logs NAME` once the workload has written something (its result: empty out if it did
+// not within 30 s).
+CmdResult logsOf(const std::string& name, const fs::path& dir, const std::string& env) {
+  CmdResult logs;
+  waitFor(
+      [&] {
+        logs = runTessera("logs " + name, dir / "cli.err", env);
+        return logs.rc == 0 && !logs.out.empty();
+      },
+      30s);
+  return logs;
+}
+
 // `tessera dev` shows two GPUs of a MIG-capable node in MIG mode: a MIG slice runs there and
 // its task sees its own MIG device, as a new user would try it.
 TEST(DevAgentsTest, DevModeRunsMigSlices) {
@@ -913,14 +926,8 @@ TEST(DevAgentsTest, DevModeRunsMigSlices) {
     CmdResult run = runTessera("run slice --mig 3g.40gb -- sh -c 'echo $CUDA_VISIBLE_DEVICES'",
                                dir / "cli.err", env);
     ASSERT_EQ(run.rc, 0) << run.err;
-    CmdResult logs;
-    ASSERT_TRUE(waitFor(
-        [&] {
-          logs = runTessera("logs slice", dir / "cli.err", env);
-          return logs.rc == 0 && !logs.out.empty();
-        },
-        30s))
-        << logs.err << dev->errors();
+    CmdResult logs = logsOf("slice", dir, env);
+    ASSERT_FALSE(logs.out.empty()) << logs.err << dev->errors();
     EXPECT_TRUE(std::regex_match(logs.out, std::regex(R"(MIG-[0-9a-f-]{36}\n)"))) << logs.out;
     EXPECT_NE(dev->output().find("GPUs 6 and 7 of node a100-8x-0 are in MIG mode"),
               std::string::npos)
@@ -944,14 +951,8 @@ TEST(DevAgentsTest, DevModeRunsWorkloadsAsProcesses) {
         runTessera("run hello --gpus 1 -- sh -c 'echo $CUDA_VISIBLE_DEVICES from $TESSERA_TASK'",
                    dir / "cli.err", env);
     ASSERT_EQ(run.rc, 0) << run.err;
-    CmdResult logs;
-    ASSERT_TRUE(waitFor(
-        [&] {
-          logs = runTessera("logs hello", dir / "cli.err", env);
-          return logs.rc == 0 && !logs.out.empty();
-        },
-        30s))
-        << logs.err << dev.errors();
+    CmdResult logs = logsOf("hello", dir, env);
+    ASSERT_FALSE(logs.out.empty()) << logs.err << dev.errors();
     EXPECT_TRUE(
         std::regex_match(logs.out, std::regex(R"(GPU-[0-9a-f-]{36} from demo\.hello\.0\n)")))
         << logs.out;
@@ -962,13 +963,8 @@ TEST(DevAgentsTest, DevModeRunsWorkloadsAsProcesses) {
         runTessera("run half --gpus 1 --gpu-milli 500 -- sh -c 'env | grep ^CUDA_MPS | sort'",
                    dir / "cli.err", env);
     ASSERT_EQ(half.rc, 0) << half.err;
-    ASSERT_TRUE(waitFor(
-        [&] {
-          logs = runTessera("logs half", dir / "cli.err", env);
-          return logs.rc == 0 && !logs.out.empty();
-        },
-        30s))
-        << logs.err;
+    logs = logsOf("half", dir, env);
+    ASSERT_FALSE(logs.out.empty()) << logs.err;
     EXPECT_TRUE(std::regex_search(logs.out, std::regex("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50\n")))
         << logs.out;
     EXPECT_TRUE(

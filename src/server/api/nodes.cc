@@ -105,7 +105,7 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
   if (!answer.isOk()) {
     return fromStatus(answer.status());
   }
-  noteBeat(node, r.body["node"], !r.routine);
+  noteBeat(node, r);
   json tasks = json::array();
   for (const NodeTask& t : answer->tasks) {
     protocol::AssignedTask a = t;  // The message, without what the server keeps beside it.
