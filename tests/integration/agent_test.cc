@@ -71,8 +71,7 @@ class AgentTest : public ::testing::Test {
         << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
         << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
         << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
-        << "scheduler { pass_interval_ms = 50 }\n"
-        << nodesConfig();
+        << schedulerConfig() << nodesConfig();
     server_ = std::make_unique<Process>(
         std::vector<std::string>{"server", "-config=" + d + "/server.hcl"}, dir_ / "server.out");
     std::smatch m;
@@ -104,6 +103,8 @@ class AgentTest : public ::testing::Test {
     ASSERT_EQ(t.status, 200U) << t.raw;
     tenant_ = t.body["auth"]["client_token"];
   }
+  // The server's scheduler block.
+  virtual std::string schedulerConfig() const { return "scheduler { pass_interval_ms = 50 }\n"; }
   // The server's nodes block.
   virtual std::string nodesConfig() const {
     return "nodes {\n  agents = \"gpu-a=t4-2x,gpu-b=t4-2x\"\n  lease_ttl_ms = 4000\n}\n";
@@ -819,38 +820,76 @@ TEST_F(AgentTest, EvictedTasksThatNeverStartedGiveTheirGpusBack) {
 // Issue #20, consolidation through the real binary: one GPU is free on each node, and a 2-GPU
 // task fits on neither. The scheduler moves one running 1-GPU task: its agent stops the process,
 // it starts again at once on the other node, and the 2-GPU task runs where it was.
-TEST_F(AgentTest, ConsolidationMovesARunningTaskToMakeRoom) {
-  startBothAgents();
-  auto submit = [&](const std::string& name, int gpus) {
+// Consolidation's setting: four 1-GPU tasks fill both nodes' two T4s, then one on each node is
+// cancelled, so the free room (one GPU per node) would hold a 2-GPU task only if a task moved.
+class ConsolidationTest : public AgentTest {
+ protected:
+  unsigned submit(const std::string& name, int gpus) {
     return call("POST", "/v1/tenants/team-1/workloads/" + name, tenant_,
                 {{"gracePeriod", 1},
                  {"cpuMilli", 100},
                  {"gpu", {{"count", gpus}, {"models", {"T4"}}}},
                  {"command", {"sh", "-c", "exec sleep 300"}}})
         .status;
-  };
-  auto nodeOf = [&](const std::string& name) -> std::string {
+  }
+  std::string nodeOf(const std::string& name) {
     const json s = workload(name)["status"];
     return s["tasks"].empty() ? "" : s["tasks"][0].value("node", "");
-  };
-  for (int i = 0; i < 4; ++i) {
-    ASSERT_EQ(submit("one-" + std::to_string(i), 1), 202U);
   }
-  for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(waitFor([&] { return phaseIs("one-" + std::to_string(i), "running"); }, 20s));
+  // The tasks left running, by node.
+  void fillThenFreeOneGpuPerNode(std::map<std::string, std::vector<std::string>>& on) {
+    startBothAgents();
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_EQ(submit("one-" + std::to_string(i), 1), 202U);
+    }
+    for (int i = 0; i < 4; ++i) {
+      ASSERT_TRUE(waitFor([&] { return phaseIs("one-" + std::to_string(i), "running"); }, 20s));
+    }
+    for (int i = 0; i < 4; ++i) {
+      on[nodeOf("one-" + std::to_string(i))].push_back("one-" + std::to_string(i));
+    }
+    ASSERT_EQ(on["gpu-a"].size(), 2U);
+    ASSERT_EQ(on["gpu-b"].size(), 2U);
+    for (const std::string node : {"gpu-a", "gpu-b"}) {
+      ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/" + on[node].back(), tenant_).status,
+                204U);
+      ASSERT_TRUE(waitFor([&] { return phaseIs(on[node].back(), "cancelled"); }, 20s))
+          << workload(on[node].back()).dump();
+    }
   }
-  // One GPU freed on each node.
+};
+
+// The server's scheduler { max_moves_per_pass = 0 } turns consolidation off: the pair waits
+// and nothing moves.
+class NoConsolidationTest : public ConsolidationTest {
+ protected:
+  std::string schedulerConfig() const override {
+    return "scheduler { pass_interval_ms = 50  max_moves_per_pass = 0 }\n";
+  }
+};
+
+TEST_F(NoConsolidationTest, ASettingOfNoMovesReachesTheScheduler) {
   std::map<std::string, std::vector<std::string>> on;
-  for (int i = 0; i < 4; ++i) {
-    on[nodeOf("one-" + std::to_string(i))].push_back("one-" + std::to_string(i));
+  fillThenFreeOneGpuPerNode(on);
+  if (HasFatalFailure()) {
+    return;
   }
-  ASSERT_EQ(on["gpu-a"].size(), 2U);
-  ASSERT_EQ(on["gpu-b"].size(), 2U);
+  ASSERT_EQ(submit("pair", 2), 202U);
+  std::this_thread::sleep_for(2s);  // 40 passes.
+  EXPECT_TRUE(phaseIs("pair", "pending")) << workload("pair").dump();
   for (const std::string node : {"gpu-a", "gpu-b"}) {
-    ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/" + on[node].back(), tenant_).status,
-              204U);
-    ASSERT_TRUE(waitFor([&] { return phaseIs(on[node].back(), "cancelled"); }, 20s))
-        << workload(on[node].back()).dump();
+    EXPECT_TRUE(phaseIs(on[node].front(), "running"));
+    const json events =
+        call("GET", "/v1/tenants/team-1/workloads/" + on[node].front() + "/events", tenant_).body;
+    EXPECT_EQ(events.dump().find("moved to make room"), std::string::npos) << events.dump();
+  }
+}
+
+TEST_F(ConsolidationTest, MovesARunningTaskToMakeRoom) {
+  std::map<std::string, std::vector<std::string>> on;
+  fillThenFreeOneGpuPerNode(on);
+  if (HasFatalFailure()) {
+    return;
   }
   ASSERT_EQ(submit("pair", 2), 202U);
   ASSERT_TRUE(waitFor([&] { return phaseIs("pair", "running"); }, 30s)) << workload("pair").dump();
