@@ -245,12 +245,13 @@ void Scheduler::addRunning(WorkloadId w, int delta) {
   }
 }
 
-void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out) {
+void Scheduler::setRunning(TaskId t, const Assignment& a, PassResult& out,
+                           std::optional<core::TimePoint> started) {
   TaskInfo& task = tasks_[t];
   WorkloadInfo& w = workloads_[task.workload];
   task.state = TaskState::kRunning;
   task.assignment = a;
-  task.started = clock_.now();
+  task.started = started.value_or(clock_.now());
   ++task.starts;
   trackNodeTask(t, true);
   --w.pending;
@@ -402,6 +403,48 @@ core::Status Scheduler::setGpuMigMode(NodeIndex n, int gpu, model::MigMode mode)
     state_.setMigMode(n, gpu, mode);
     released_nodes_.push_back(n);  // Work refused there for its mode is tried again.
   }
+  return core::Status::ok();
+}
+
+core::Status Scheduler::restoreTask(TaskId t, const Placement& p, core::TimePoint started,
+                                    uint32_t starts) {
+  if (t >= tasks_.size() || tasks_[t].state != TaskState::kPending) {
+    return core::failedPrecondition("task " + std::to_string(t) + " is not pending");
+  }
+  TaskInfo& task = tasks_[t];
+  const WorkloadInfo& w = workloads_[task.workload];
+  const model::TaskRequest& req = w.spec.request;
+  if (p.node >= state_.nodeCount()) {
+    return core::invalidArgument("no node " + std::to_string(p.node));
+  }
+  const int count = std::popcount(p.gpus);
+  if (count != req.gpu_count || (p.gpus >> state_.gpus(p.node).size()) != 0) {
+    return core::invalidArgument(fmt::format("{} GPUs (mask {:#x}) on node {}, for a task of {}",
+                                             count, p.gpus, state_.node(p.node).name,
+                                             req.gpu_count));
+  }
+  const NodeFit fit = checkNode(state_, p.node, resolveRequest(state_, req));
+  if (!fit.fits()) {
+    return core::failedPrecondition("node " + state_.node(p.node).name + " does not fit it now (" +
+                                    std::string(filterReasonName(fit.reason)) + ")");
+  }
+  if ((p.gpus & ~fit.eligible) != 0) {
+    return core::failedPrecondition(fmt::format("its GPUs (mask {:#x}) on node {} are taken",
+                                                p.gpus & ~fit.eligible, state_.node(p.node).name));
+  }
+  if (req.isMig()) {
+    const GpuState& g = state_.gpus(p.node)[static_cast<size_t>(std::countr_zero(p.gpus))];
+    const model::GpuModelInfo& info = catalogue_.model(g.model);
+    if (p.mig_profile < 0 || static_cast<size_t>(p.mig_profile) >= info.mig_profiles.size() ||
+        !model::migSlotFree(info, g.mig, p.mig_profile, p.mig_start)) {
+      return core::failedPrecondition(
+          fmt::format("MIG slot {} of profile {} is not free", p.mig_start, p.mig_profile));
+    }
+  }
+  const Assignment a = placer_->applyAt(req, p);
+  PassResult ignored;  // Not a decision of a pass: nobody is told to start it.
+  setRunning(t, a, ignored, started);
+  task.starts = starts;
   return core::Status::ok();
 }
 

@@ -39,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -198,6 +199,12 @@ class Scheduler {
   // MIG slices go only where it is on, other work only where it is off. Work waiting for it is
   // tried again. Errors: no such node or GPU.
   core::Status setGpuMigMode(NodeIndex n, int gpu, model::MigMode mode);
+  // Puts pending task `t` back where it already runs, as its driver knew it before a restart
+  // (docs/server.md, "Restarts keep running work"): on placement `p`, running since `started`,
+  // with `starts` starts so far (so the next start's generation is new). Fails, changing nothing,
+  // if the task is not pending or `p` does not fit now (node down, GPUs, MIG slot or room
+  // taken, another tenant's softly shared GPU outside its trust group): the error says why.
+  core::Status restoreTask(TaskId t, const Placement& p, core::TimePoint started, uint32_t starts);
 
   PassResult schedule();
   // Adds a queue to the tree (a tenant or team created while running); see QueueTree::add.
@@ -282,7 +289,9 @@ class Scheduler {
   // Gives back a running or terminating task's resources and updates every account. With
   // `hold_for` set, its room on the node stays taken, held for that workload (endHold).
   void releaseTask(TaskId t, WorkloadId hold_for = kNoWorkload);
-  void setRunning(TaskId t, const Assignment& a, PassResult& out);
+  // `started`: when it started (a restored task's past start); unset: now.
+  void setRunning(TaskId t, const Assignment& a, PassResult& out,
+                  std::optional<core::TimePoint> started = std::nullopt);
   // The next leaf queue to serve: at each level of the tree the first child in KAI's queue order
   // (docs/fairness.md), judged with the child's next job (`head_job_`) added.
   QueueId pickQueue(const std::vector<int>& untried) const;

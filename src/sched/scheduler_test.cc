@@ -524,6 +524,46 @@ TEST_F(SchedulerTest, SubmitValidation) {
             "workload 'x': gpu share 1500 milli is outside 1..1000");
 }
 
+// A restarted driver puts running tasks back exactly where they run, with their start time and
+// start count; a placement that no longer fits is refused and changes nothing.
+TEST_F(SchedulerTest, RestoredTasksHoldTheirGpusAndKeepTheirStarts) {
+  build(1, 8, 0);
+  const WorkloadId pair = submit("pair", "a", 1, 1, 2);
+  const TaskId t = s_->workload(pair).tasks[0];
+  const core::TimePoint started = clock_.now() - std::chrono::hours(2);
+  const Placement on_2_and_5{.node = 0, .gpus = 0b100100};
+  ASSERT_TRUE(s_->restoreTask(t, on_2_and_5, started, 3).isOk());
+  EXPECT_EQ(s_->task(t).state, TaskState::kRunning);
+  EXPECT_EQ(s_->task(t).assignment.placement.gpus, 0b100100U);
+  EXPECT_EQ(s_->task(t).started, started);
+  EXPECT_EQ(s_->task(t).starts, 3U);
+  EXPECT_EQ(allocatedGpus("a"), 2);
+  EXPECT_EQ(running(pair), 1);
+  // Not pending any more; and GPU 5 is taken for anyone else.
+  EXPECT_FALSE(s_->restoreTask(t, on_2_and_5, started, 3).isOk());
+  const WorkloadId other = submit("other", "a", 1, 1, 2);
+  const TaskId o = s_->workload(other).tasks[0];
+  const core::Status taken = s_->restoreTask(o, {.node = 0, .gpus = 0b110000}, started, 1);
+  EXPECT_NE(taken.message().find("taken"), std::string::npos) << taken.toString();
+  EXPECT_FALSE(s_->restoreTask(o, {.node = 0, .gpus = 0b1}, started, 1).isOk());  // One GPU.
+  EXPECT_FALSE(s_->restoreTask(o, {.node = 7, .gpus = 0b11}, started, 1).isOk());
+  EXPECT_EQ(s_->task(o).state, TaskState::kPending);
+  // The pass places the rest around it, and a later start is counted after the restored ones.
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(r.started[0].task, o);
+  EXPECT_EQ(r.started[0].placement.gpus & 0b100100U, 0U);
+  s_->nodeLost(0);
+  s_->nodeBack(0);
+  s_->schedule();
+  EXPECT_EQ(s_->task(t).starts, 4U);
+  // A down node takes no restored task.
+  s_->nodeLost(0);
+  const WorkloadId late = submit("late", "a", 1, 1, 1);
+  EXPECT_FALSE(
+      s_->restoreTask(s_->workload(late).tasks[0], {.node = 0, .gpus = 0b1}, started, 1).isOk());
+}
+
 TEST_F(SchedulerTest, FinishedTasksReleaseAndOthersStart) {
   build(1, 8, 0);
   WorkloadId first = submit("first", "a", 8, 8, 1);

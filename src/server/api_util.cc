@@ -60,6 +60,14 @@ json statusJson(const WorkloadStatus& s) {
       }
       if (!t.mig_profile.empty()) {
         tj["mig"] = t.mig_profile;  // Its MIG slice's profile ("3g.40gb").
+        if (t.mig_start >= 0) {
+          tj["mig_slot"] = t.mig_start;
+        }
+      }
+      if (t.generation != 0) {  // On an agent's node: what a restarted server keeps.
+        tj["generation"] = t.generation;
+        tj["starts"] = t.starts;
+        tj["started_at"] = core::formatRfc3339Millis(t.started_at);
       }
     }
     tasks.push_back(std::move(tj));

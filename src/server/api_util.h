@@ -51,7 +51,7 @@ struct ControlPlane::Request {
   // A routine agent call the audit log does not record (ControlPlane::routineNodeCall), and
   // for a heartbeat the digest of the discovery it carries ("" if none).
   bool routine = false;
-  std::string beat_digest;
+  std::string beat_digest = {};
 };
 
 namespace api {

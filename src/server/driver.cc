@@ -493,6 +493,14 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
         ts.gpus.push_back(std::countr_zero(g));
       }
       ts.milli_per_gpu = task.assignment.milli_per_gpu;
+      if (agents_.contains(p.node)) {
+        ts.mig_start = p.mig_profile >= 0 ? p.mig_start : -1;
+        ts.generation = generationOf(t);
+        ts.starts = task.starts;
+        // To the millisecond it is stored with, rounded: a restored task's start reads the same.
+        ts.started_at = std::chrono::round<std::chrono::milliseconds>(
+            clock_.wallNow() - (clock_.now() - task.started));
+      }
       if (auto started = agent_started_.find(t); started != agent_started_.end() &&
                                                  !started->second &&
                                                  task.state == sched::TaskState::kRunning) {
@@ -553,8 +561,12 @@ void SchedulerDriver::runOnce() {
     for (sched::TaskId t : scheduler_->workload(*id).tasks) {
       task_ids_[c.tenant + "." + c.name + "." + std::to_string(scheduler_->task(t).index)] = t;
     }
+    std::vector<RestoredTask> restore = std::move(c.restore);
     specs_.push_back(std::move(c));
     touched.push_back(*id);
+    if (!restore.empty()) {
+      restoreTasks(*id, restore, clock_.now());
+    }
   }
   const core::TimePoint now = clock_.now();
   for (const auto& [tenant, name] : cancels) {
@@ -632,7 +644,6 @@ void SchedulerDriver::runOnce() {
     // reports it stopped, or proves by a later heartbeat that it never started it (or the node
     // is lost).
   }
-  publishNodeTasks();
   for (sched::WorkloadId w : touched) {
     WorkloadStatus& st = changed[keys_[w]];
     st = statusOf(w);
@@ -690,9 +701,12 @@ void SchedulerDriver::runOnce() {
     last_pass_ms_ =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
+  // Stored before any agent hears of it: a task an agent starts is one a restarted server
+  // finds where it runs (docs/server.md, "Restarts keep running work").
   if (!changed.empty() && listener_) {
     listener_(changed);
   }
+  publishNodeTasks();
 }
 
 size_t SchedulerDriver::queuedSubmits() const {

@@ -51,6 +51,12 @@ struct TaskStatus {
   std::vector<int> gpus;  // Device indexes on the node.
   std::string mig_profile;
   int64_t milli_per_gpu = 0;
+  // Placed on an agent's node (starting, running, terminating): what a restarted server needs to
+  // keep it there (docs/server.md, "Restarts keep running work").
+  int mig_start = -1;       // Its MIG slot.
+  uint32_t generation = 0;  // As its agent runs it.
+  uint32_t starts = 0;      // Times it was placed.
+  core::WallTime started_at{};
 };
 
 // A task an agent should run: the node protocol's answer (docs/agent.md).
@@ -107,6 +113,21 @@ struct QueueStatus {
   int64_t pending_milli_gpu = 0;
 };
 
+// A task of a workload that ran on an agent's node when the server stopped, as its stored status
+// says (TaskStatus): submitted with it, it goes back to that node, GPUs and generation before any
+// pass, so that its agent keeps running it.
+struct RestoredTask {
+  int index = 0;
+  std::string node;
+  std::vector<int> gpus;
+  std::string mig_profile;
+  int mig_start = -1;
+  uint32_t generation = 0;
+  uint32_t starts = 0;
+  core::WallTime started_at{};
+  bool confirmed = false;  // Its agent had said it runs (not "starting").
+};
+
 struct SubmitCommand {
   std::string tenant;
   std::string name;
@@ -124,6 +145,7 @@ struct SubmitCommand {
   core::Duration checkpoint_every{0};
   std::vector<std::string> identity_audiences;  // The workload's `identity.audiences`.
   WorkloadSecrets secrets;                      // The workload's `secrets`.
+  std::vector<RestoredTask> restore;            // After a restart: where its tasks run.
 };
 
 struct DriverOptions {
@@ -295,6 +317,7 @@ class SchedulerDriver {
   struct AgentNode {
     bool registered = false;  // An agent has been heard from.
     bool up = false;          // Its lease holds.
+    bool restored = false;    // Given a lease at start for the tasks it ran (restoreTasks).
     core::TimePoint expires{};
     core::TimePoint last_heartbeat{};
     bool back = false;        // Came (back) since the last pass: the scheduler must learn it.
@@ -342,6 +365,16 @@ class SchedulerDriver {
   std::map<sched::TaskId, sched::NodeIndex> ran_on_;  // The agent's node a task last ran on.
   // Tasks assigned to each agent-run node (running there at their current generation).
   std::map<sched::NodeIndex, std::set<sched::TaskId>> node_tasks_;
+  // Tasks put back where they ran before this start: their generation, which they keep until
+  // they are placed anew (TaskInfo::starts moves past `starts`).
+  struct Restored {
+    uint32_t starts = 0;
+    uint32_t generation = 0;
+  };
+  std::map<sched::TaskId, Restored> restored_;
+  // Puts a just-submitted workload's restored tasks back (runOnce, before the pass).
+  void restoreTasks(sched::WorkloadId w, const std::vector<RestoredTask>& tasks,
+                    core::TimePoint now);
 };
 
 }  // namespace tessera::server

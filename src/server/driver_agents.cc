@@ -24,7 +24,8 @@ std::vector<NodeState> SchedulerDriver::nodeStates() const {
     } else {
       const AgentNode& a = it->second;
       s.agent = true;
-      s.state = !a.registered ? "waiting" : a.up ? "ready" : "lost";
+      s.state = a.up ? (a.registered ? "ready" : "waiting")
+                     : (a.registered || a.restored ? "lost" : "waiting");
       if (a.registered) {
         s.seconds_since_heartbeat =
             std::chrono::duration_cast<std::chrono::seconds>(now - a.last_heartbeat).count();
@@ -267,7 +268,79 @@ std::function<bool(sched::TaskId)> SchedulerDriver::stopsOnAgent() {
 }
 
 uint32_t SchedulerDriver::generationOf(sched::TaskId t) const {
-  return (options_.epoch << 16) | (scheduler_->task(t).starts & 0xffffU);
+  const uint32_t starts = scheduler_->task(t).starts;
+  if (auto r = restored_.find(t); r != restored_.end() && r->second.starts == starts) {
+    return r->second.generation;  // Still where it ran before this start of the server.
+  }
+  return (options_.epoch << 16) | (starts & 0xffffU);
+}
+
+void SchedulerDriver::restoreTasks(sched::WorkloadId w, const std::vector<RestoredTask>& tasks,
+                                   core::TimePoint now) {
+  const sched::WorkloadInfo& info = scheduler_->workload(w);
+  const std::string& key = keys_[w];
+  for (const RestoredTask& rt : tasks) {
+    if (rt.index < 0 || static_cast<size_t>(rt.index) >= info.tasks.size()) {
+      continue;
+    }
+    const sched::TaskId t = info.tasks[static_cast<size_t>(rt.index)];
+    auto where = [&] {
+      return fmt::format("task {} of {} on node {} (generation {})", rt.index, key, rt.node,
+                         rt.generation);
+    };
+    auto found = agent_index_.find(rt.node);
+    if (found == agent_index_.end()) {
+      core::logWarn("{} not kept: no agent node of that name now; it is placed anew", where());
+      continue;
+    }
+    const sched::NodeIndex n = found->second;
+    sched::Placement p;
+    p.node = n;
+    for (int g : rt.gpus) {
+      if (g >= 0 && g < 64) {
+        p.gpus |= uint64_t{1} << g;
+      }
+    }
+    if (!rt.mig_profile.empty() && !rt.gpus.empty() &&
+        static_cast<size_t>(rt.gpus[0]) < nodes_[n].gpus.size()) {
+      const model::GpuModelInfo& m =
+          catalogue_->model(nodes_[n].gpus[static_cast<size_t>(rt.gpus[0])].model);
+      for (size_t i = 0; i < m.mig_profiles.size(); ++i) {
+        if (m.mig_profiles[i].name == rt.mig_profile) {
+          p.mig_profile = static_cast<int>(i);
+        }
+      }
+      p.mig_start = rt.mig_start;
+      // Its GPU was in MIG mode when it was placed; its agent's heartbeat says so again.
+      (void)scheduler_->setGpuMigMode(n, rt.gpus[0], model::MigMode::kOn);
+    }
+    // The node's agent has not been heard from since this start: its lease starts now, as a
+    // restarted etcd gives its leases a full ttl. If it lapses, the task is fenced and moved.
+    {
+      std::lock_guard lock(mu_);
+      AgentNode& a = agents_.at(n);
+      if (!a.up) {
+        a.up = true;
+        a.restored = true;
+        a.expires = now + options_.lease_ttl;
+      }
+      if (p.mig_profile >= 0) {
+        a.mig_on.resize(nodes_[n].gpus.size(), false);
+        a.mig_on[static_cast<size_t>(rt.gpus[0])] = true;
+      }
+    }
+    scheduler_->nodeBack(n);
+    // Its monotonic start time, from the wall time it was stored with.
+    const core::Duration ran = std::max(core::Duration::zero(), clock_.wallNow() - rt.started_at);
+    if (core::Status st = scheduler_->restoreTask(t, p, now - ran, rt.starts); !st.isOk()) {
+      core::logWarn("{} not kept: {}; it is placed anew", where(), st.message());
+      continue;
+    }
+    restored_[t] = {rt.starts, rt.generation};
+    node_tasks_[n].insert(t);
+    agent_started_[t] = rt.confirmed;
+    ran_on_[t] = n;
+  }
 }
 
 NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -68,25 +69,15 @@ class AgentTest : public ::testing::Test {
     const std::string d = dir_.string();
     std::ofstream(dir_ / "server.hcl")
         << "storage \"sqlite\" { path = \"" << d << "/t.db\" }\n"
-        << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
-        << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
+        << "listener \"tcp\" {\n  address = \"" << listenAddress() << "\"\n  tls_cert_file = \""
+        << d << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
         << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
         << schedulerConfig() << nodesConfig();
-    server_ = std::make_unique<Process>(
-        std::vector<std::string>{"server", "-config=" + d + "/server.hcl"}, dir_ / "server.out");
+    ASSERT_NO_FATAL_FAILURE(startServer("server.out"));
     std::smatch m;
-    std::string out;
-    ASSERT_TRUE(waitFor(
-        [&] {
-          out = server_->output();
-          return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
-        },
-        30s))
-        << out << server_->errors();
-    address_ = m[1];
+    const std::string out = server_->output();
     ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
     root_ = m[1];
-    client_ = std::make_unique<Client>(address_, ca_pem_);
     // One token per node, allowed only its own node's calls.
     for (const std::string node : {"gpu-a", "gpu-b"}) {
       const json policy = {
@@ -103,6 +94,27 @@ class AgentTest : public ::testing::Test {
     ASSERT_EQ(t.status, 200U) << t.raw;
     tenant_ = t.body["auth"]["client_token"];
   }
+  // Starts the server on DIR/server.hcl with its output in DIR/<out>, and a client for it.
+  void startServer(const std::string& out_file) {
+    server_ = std::make_unique<Process>(
+        std::vector<std::string>{"server", "-config=" + (dir_ / "server.hcl").string()},
+        dir_ / out_file);
+    std::smatch m;
+    std::string out;  // m points into it.
+    ASSERT_TRUE(waitFor(
+        [&] {
+          out = server_->output();
+          return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
+        },
+        30s))
+        << out << server_->errors();
+    address_ = m[1];
+    client_ = std::make_unique<Client>(address_, ca_pem_);
+  }
+  // The listener's address ("127.0.0.1:0": a free port).
+  virtual std::string listenAddress() const { return "127.0.0.1:0"; }
+  // The agents' --fence-after-ms.
+  virtual int fenceAfterMs() const { return 2500; }
   // The server's scheduler block.
   virtual std::string schedulerConfig() const { return "scheduler { pass_interval_ms = 50 }\n"; }
   // The server's nodes block.
@@ -142,7 +154,7 @@ class AgentTest : public ::testing::Test {
                                      "--node-mode",
                                      "development",
                                      "--fence-after-ms",
-                                     "2500"};
+                                     std::to_string(fenceAfterMs())};
     args.insert(args.end(), extra.begin(), extra.end());
     agents_[node] = std::make_unique<Process>(args, dir_ / (node + ".out"));
   }
@@ -373,6 +385,112 @@ TEST_F(AgentTest, ARestartedAgentAdoptsItsRunningTasks) {
   EXPECT_EQ(nodeState(node), "ready");
 }
 
+// A server on a port of its own, so that its agents find it again after a restart; agents that
+// fence after 8 s (a restart takes well under that) and a 12 s node lease.
+class ServerRestartTest : public AgentTest {
+ protected:
+  void SetUp() override {
+    port_ = freeLoopbackPort();
+    ASSERT_NE(port_, 0);
+    AgentTest::SetUp();
+  }
+  std::string listenAddress() const override { return "127.0.0.1:" + std::to_string(port_); }
+  int fenceAfterMs() const override { return 8000; }
+  std::string nodesConfig() const override {
+    return "nodes {\n  agents = \"gpu-a=t4-2x,gpu-b=t4-2x\"\n  lease_ttl_ms = 12000\n}\n";
+  }
+  // Submits a workload whose process records its pid and each start in its folder.
+  void submitRecording(const std::string& name, const json& gpu) {
+    Response r = call("POST", "/v1/tenants/team-1/workloads/" + name, tenant_,
+                      {{"gpu", gpu},
+                       {"gracePeriod", 1},
+                       {"command",
+                        {"sh", "-c",
+                         "echo $$ > task.pid.tmp; mv task.pid.tmp task.pid; "
+                         "echo start >> runs; exec sleep 300"}}});
+    ASSERT_EQ(r.status, 202U) << r.raw;
+  }
+  // The workload's task 0 as its status shows it once its agent has said it runs.
+  json runningTask(const std::string& name) {
+    json task;
+    waitFor(
+        [&] {
+          const json s = workload(name)["status"];
+          task = s.value("tasks", json::array()).empty() ? json() : s["tasks"][0];
+          return s.value("phase", "") == "running" && task.value("state", "") == "running";
+        },
+        20s);
+    return task;
+  }
+  uint16_t port_ = 0;
+};
+
+// Must show 3 of issue 22: a server stopped and started again on its store keeps the running
+// tasks where they run, with their processes; only a task whose agent is gone is fenced and
+// placed again, and never runs twice.
+TEST_F(ServerRestartTest, RunningTasksKeepTheirProcessesAcrossServerRestarts) {
+  startBothAgents();
+  submitRecording("pair", {{"count", 2}});
+  const std::string pair_node = nodeWhere("pair", "task.pid");
+  ASSERT_FALSE(pair_node.empty()) << workload("pair").dump();
+  submitRecording("half", {{"count", 1}, {"milli", 500}});
+  const std::string half_node = nodeWhere("half", "task.pid");
+  ASSERT_FALSE(half_node.empty()) << workload("half").dump();
+  ASSERT_NE(pair_node, half_node);
+  const json pair_before = runningTask("pair");
+  const json half_before = runningTask("half");
+  ASSERT_TRUE(pair_before.contains("generation")) << pair_before.dump();
+  ASSERT_TRUE(half_before.contains("generation")) << half_before.dump();
+  const pid_t pair_pid = std::stoi(slurp(taskDir(pair_node, "pair") / "task.pid"));
+  const pid_t half_pid = std::stoi(slurp(taskDir(half_node, "half") / "task.pid"));
+
+  // A graceful restart (an upgrade): every task keeps its process, node, GPUs and generation.
+  EXPECT_EQ(server_->stop(SIGTERM), 0) << server_->errors();
+  ASSERT_NO_FATAL_FAILURE(startServer("server2.out"));
+  ASSERT_TRUE(
+      waitFor([&] { return nodeState("gpu-a") == "ready" && nodeState("gpu-b") == "ready"; }, 20s));
+  std::this_thread::sleep_for(2s);  // Passes, heartbeats and task lists come and go.
+  for (const auto& [name, before] : {std::pair{"pair", pair_before}, {"half", half_before}}) {
+    const json after = runningTask(name);
+    EXPECT_EQ(after["node"], before["node"]) << name;
+    EXPECT_EQ(after["gpus"], before["gpus"]) << name;
+    EXPECT_EQ(after["generation"], before["generation"]) << name;
+    EXPECT_EQ(after["started_at"], before["started_at"]) << name;
+  }
+  EXPECT_FALSE(gone(pair_pid));
+  EXPECT_FALSE(gone(half_pid));
+  EXPECT_EQ(slurp(taskDir(pair_node, "pair") / "runs"), "start\n");
+  EXPECT_EQ(slurp(taskDir(half_node, "half") / "runs"), "start\n");
+  EXPECT_EQ(server_->errors().find("placed anew"), std::string::npos) << server_->errors();
+  // The kept tasks hold their GPUs: two whole GPUs fit nowhere while the half runs.
+  submitRecording("after", {{"count", 2}});
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(workload("after")["status"]["phase"], "pending") << workload("after").dump();
+  ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/after", tenant_).status, 204U);
+
+  // A crash (kill -9) while the half's agent is killed too: the pair keeps running; the half's
+  // node is lost when its lease (counted from the restart) runs out, its process was fenced by
+  // its shim before that, and when the agent is back the half starts there again, once.
+  EXPECT_EQ(server_->stop(SIGKILL), -SIGKILL);
+  EXPECT_EQ(agents_[half_node]->stop(SIGKILL), -SIGKILL);
+  ASSERT_NO_FATAL_FAILURE(startServer("server3.out"));
+  ASSERT_TRUE(waitFor([&] { return nodeState(half_node) == "lost"; }, 30s))
+      << nodeState(half_node) << server_->errors();
+  EXPECT_TRUE(gone(half_pid));  // Fenced (8 s) before the lease (12 s) ran out.
+  EXPECT_EQ(workload("half")["status"]["phase"], "pending") << workload("half").dump();
+  startAgent(half_node);
+  const json half_again = runningTask("half");
+  EXPECT_EQ(half_again["node"], half_node) << half_again.dump();  // The pair fills the other.
+  EXPECT_NE(half_again["generation"], half_before["generation"]);
+  EXPECT_TRUE(
+      waitFor([&] { return slurp(taskDir(half_node, "half") / "runs") == "start\nstart\n"; }, 20s))
+      << slurp(taskDir(half_node, "half") / "runs");
+  EXPECT_NE(std::stoi(slurp(taskDir(half_node, "half") / "task.pid")), half_pid);
+  EXPECT_FALSE(gone(pair_pid));
+  EXPECT_EQ(slurp(taskDir(pair_node, "pair") / "runs"), "start\n");
+  EXPECT_EQ(runningTask("pair")["generation"], pair_before["generation"]);
+}
+
 // The promises the scheduler makes, kept by the live server: one agent node of two T4s and a
 // simulated node of eight A100s, two tenants.
 class PromisesTest : public AgentTest {
@@ -462,25 +580,12 @@ TEST_F(PromisesTest, FractionalTasksOfTwoTenantsShareAGpuOnlyInATrustGroup) {
   ASSERT_TRUE(waitsUntrusted("team-1", "one-b")) << status("team-1", "one-b").dump();
   // The rule holds across a restart of the server: the groups come back from the store.
   EXPECT_EQ(server_->stop(SIGTERM), 0) << server_->errors();
-  const std::string d = dir_.string();
-  server_ = std::make_unique<Process>(
-      std::vector<std::string>{"server", "-config=" + d + "/server.hcl"}, dir_ / "server2.out");
-  std::smatch m;
-  std::string out;  // m points into it.
-  ASSERT_TRUE(waitFor(
-      [&] {
-        out = server_->output();
-        return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
-      },
-      30s))
-      << server_->errors();
-  address_ = m[1];
-  client_ = std::make_unique<Client>(address_, ca_pem_);
+  ASSERT_NO_FATAL_FAILURE(startServer("server2.out"));
   agents_.clear();
   startAgent("gpu-a");
   ASSERT_TRUE(waitFor([&] { return nodeState("gpu-a") == "ready"; }, 20s));
-  // Everything is placed again (issue 22 will keep it where it runs): three halves fit, each
-  // GPU with one tenant's.
+  // The halves stay where they ran, or are placed again if their killed agent's fence stopped
+  // them meanwhile: either way three fit, each GPU with one tenant's.
   const std::vector<std::pair<std::string, std::string>> halves = {
       {"team-2", "two"}, {"team-2", "two-b"}, {"team-2", "two-c"}, {"team-1", "one-b"}};
   auto running = [&] {
@@ -949,6 +1054,83 @@ CmdResult logsOf(const std::string& name, const fs::path& dir, const std::string
       },
       30s);
   return logs;
+}
+
+// Must show 3 of issue 22 with `tessera dev --external-agents` and `tessera agent run`, as a
+// developer would restart it: the dev server stops gracefully and starts again on its data, and
+// the running task keeps its process.
+TEST(DevAgentsTest, ExternalAgentsTasksKeepRunningAcrossADevRestart) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera-dev-restart-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const uint16_t port = freeLoopbackPort();
+  ASSERT_NE(port, 0);
+  auto startDevHere = [&](const std::string& out) {
+    auto dev = std::make_unique<Process>(
+        std::vector<std::string>{"dev", "--data-dir", dir.string(), "--addr",
+                                 "127.0.0.1:" + std::to_string(port), "--nodes", "t4-2x:1",
+                                 "--external-agents"},
+        dir / out);
+    const bool up = waitFor(
+        [&] {
+          const json info = json::parse(slurp(dir / "dev.json"), nullptr, false);
+          return info.is_object() && info.value("pid", 0) == dev->pid();
+        },
+        30s);
+    EXPECT_TRUE(up) << dev->errors();
+    return dev;
+  };
+  std::unique_ptr<Process> dev = startDevHere("dev.out");
+  // The agent's command line, as dev prints it.
+  std::smatch m;
+  std::string printed;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        printed = dev->output();
+        return std::regex_search(printed, m, std::regex(R"(tessera (agent run [^\n]+)\n)"));
+      },
+      10s))
+      << printed;
+  std::vector<std::string> args;
+  std::istringstream words(m[1].str());
+  for (std::string w; words >> w;) {
+    args.push_back(w);
+  }
+  auto agent = std::make_unique<Process>(args, dir / "agent.out");
+  const json info = json::parse(slurp(dir / "dev.json"));
+  const std::string env = "TESSERA_ADDR=" + info["address"].get<std::string>() +
+                          " TESSERA_CACERT=" + info["ca_cert"].get<std::string>() +
+                          " TESSERA_TENANT= HOME=" + dir.string() +
+                          " TESSERA_TOKEN=" + info["tenant_token"].get<std::string>();
+  CmdResult run = runTessera(
+      "run steady --gpus 1 -- sh -c 'echo $$ > task.pid.tmp; mv task.pid.tmp task.pid; "
+      "echo start >> runs; exec sleep 300'",
+      dir / "cli.err", env);
+  ASSERT_EQ(run.rc, 0) << run.err;
+  const fs::path task = dir / "nodes" / "t4-2x-0" / "demo.steady.0";
+  ASSERT_TRUE(waitFor([&] { return !slurp(task / "task.pid").empty(); }, 30s))
+      << agent->errors() << dev->errors();
+  const pid_t pid = std::stoi(slurp(task / "task.pid"));
+  auto shown = [&] { return runTessera("show steady", dir / "cli.err", env).out; };
+  ASSERT_TRUE(waitFor([&] { return shown().find("running") != std::string::npos; }, 10s))
+      << shown();
+
+  EXPECT_EQ(dev->stop(SIGTERM), 0) << dev->errors();
+  dev = startDevHere("dev2.out");
+  std::this_thread::sleep_for(3s);  // Heartbeats and passes.
+  EXPECT_FALSE(gone(pid));
+  EXPECT_EQ(slurp(task / "runs"), "start\n");
+  const std::string after = shown();
+  EXPECT_NE(after.find("running"), std::string::npos) << after;
+  EXPECT_EQ(agent->errors().find("fenced"), std::string::npos) << agent->errors();
+
+  CmdResult cancel = runTessera("cancel steady", dir / "cli.err", env);
+  EXPECT_EQ(cancel.rc, 0) << cancel.err;
+  EXPECT_TRUE(waitFor([&] { return gone(pid); }, 20s));
+  EXPECT_EQ(agent->stop(SIGTERM), 0) << agent->errors();
+  EXPECT_EQ(dev->stop(SIGTERM), 0) << dev->errors();
+  fs::remove_all(dir);
 }
 
 // `tessera dev` shows two GPUs of a MIG-capable node in MIG mode: a MIG slice runs there and

@@ -1,8 +1,12 @@
 // Helpers shared by the integration tests that run the real `tessera` binary.
 #pragma once
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -25,6 +29,25 @@ inline std::string binary() { return binaryDir() + "/tessera"; }
 inline std::string sourceDir() {
   const char* d = std::getenv("TESSERA_SOURCE_DIR");
   return d != nullptr ? d : ".";
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago (0 if none could be found), for a server
+// that must come back on the same address after a restart.
+inline uint16_t freeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  uint16_t port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  if (fd >= 0) {
+    ::close(fd);
+  }
+  return port;
 }
 
 // A file's whole content ("" if it cannot be read).

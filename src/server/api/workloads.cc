@@ -6,10 +6,12 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 
 #include "audit/crypto.h"
 #include "audit/record.h"
 #include "core/json_node.h"
+#include "core/log.h"
 #include "core/rfc3339.h"
 #include "core/strings.h"
 #include "model/codec.h"
@@ -153,6 +155,40 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
     for (const auto& [var, hex] : sealed->items()) {
       cmd.env.erase(var);
       cmd.sealed_env[var] = hex.get<std::string>();
+    }
+  }
+  // Tasks an agent ran (or was told to start) when the server stopped go back where they are.
+  const json& tasks = record.at("status").value("tasks", json::array());
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const json& t = tasks[i];
+    if (!t.is_object() || !t.contains("generation")) {
+      continue;
+    }
+    const std::string state = t.value("state", "");
+    if (state != "starting" && state != "running" && state != "terminating") {
+      continue;
+    }
+    try {
+      RestoredTask rt;
+      rt.index = static_cast<int>(i);
+      rt.node = t.at("node").get<std::string>();
+      rt.gpus = t.at("gpus").get<std::vector<int>>();
+      rt.mig_profile = t.value("mig", "");
+      rt.mig_start = t.value("mig_slot", -1);
+      rt.generation = t.at("generation").get<uint32_t>();
+      rt.starts = t.at("starts").get<uint32_t>();
+      const auto started = core::parseRfc3339(t.at("started_at").get<std::string>());
+      if (!started) {
+        throw std::invalid_argument("started_at is not an RFC 3339 time");
+      }
+      rt.started_at = *started;
+      rt.confirmed = state != "starting";
+      cmd.restore.push_back(std::move(rt));
+    } catch (const std::exception& e) {
+      core::logWarn(
+          "workload {}/{}: task {}'s stored placement is unreadable ({}); it is placed "
+          "anew",
+          tenant, cmd.name, i, e.what());
     }
   }
   return cmd;
