@@ -2,6 +2,8 @@
 // store's feed to the scheduler and housekeeping. The handlers are in api/*.cc.
 #include "server/control_plane.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -59,6 +61,7 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
       [self = cp.get()](const std::string& node) { self->watchers_->notify(node); });
   cp->mailbox_.setPosted(
       [self = cp.get()](const std::string& node) { self->watchers_->notify(node); });
+  TESSERA_ASSIGN_OR_RETURN(cp->usage_, TenantUsage::open(store));
   TESSERA_RETURN_IF_ERROR(cp->load());
   // From here on the scheduler is fed by the store: every workload written after what load()
   // read reaches it through this watch, in revision order.
@@ -555,7 +558,8 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   // a handler read without checking), the caller's to fix; anything else is ours.
   HttpResponse resp;
   try {
-    resp = route(r);
+    std::optional<HttpResponse> refused = read_only ? std::nullopt : storageRefusal(r, tenant);
+    resp = refused ? std::move(*refused) : route(r);
   } catch (const json::type_error& e) {
     resp = error(400, std::string("request body: a field has the wrong type: ") +
                           (std::strchr(e.what(), ']') != nullptr ? std::strchr(e.what(), ']') + 2
@@ -740,6 +744,56 @@ HttpResponse ControlPlane::health() {
                      {"server_time_utc", core::formatRfc3339(clock_.wallNow())},
                      {"audit_sinks", sinks},
                      {"scheduler_passes", driver_.passes()}});
+}
+
+std::pair<int64_t, std::string> ControlPlane::freeDisk() {
+  std::lock_guard lock(disk_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - disk_checked_ >= std::chrono::milliseconds(500)) {
+    disk_checked_ = now;
+    disk_free_ = {INT64_MAX, ""};
+    for (const std::string& path : options_.disk_paths) {
+      struct statvfs fs {};
+      if (::statvfs(path.c_str(), &fs) == 0) {
+        const auto free = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+        if (free < disk_free_.first) {
+          disk_free_ = {free, path};
+        }
+      }
+    }
+  }
+  return disk_free_;
+}
+
+std::optional<HttpResponse> ControlPlane::storageRefusal(const Request& r,
+                                                         const std::string& tenant) {
+  if (r.method == "DELETE" || r.match.route == nullptr) {
+    return std::nullopt;  // Deletes make room.
+  }
+  if (options_.min_free_disk_bytes > 0) {
+    const auto [free, path] = freeDisk();
+    if (free < options_.min_free_disk_bytes) {
+      return error(507, fmt::format("the server's disk is nearly full ({} MiB free at {}, under "
+                                    "limits.min_free_disk_mb = {}): only reads and deletes are "
+                                    "served until an operator makes room",
+                                    free >> 20, path, options_.min_free_disk_bytes >> 20));
+    }
+  }
+  // What a tenant stores: its workloads, secrets, queues, policies and grants.
+  const Api api = r.match.route->api;
+  if (!r.scope.tenant || (api != Api::kWorkloads && api != Api::kSecrets && api != Api::kQueues &&
+                          api != Api::kPolicies && api != Api::kGrants)) {
+    return std::nullopt;
+  }
+  const int64_t max_bytes = tenantSetting(tenant, "max_bytes", options_.default_max_bytes);
+  const int64_t used = usage_->bytes(tenant);
+  if (used + static_cast<int64_t>(r.http.body.size()) > max_bytes) {
+    return error(429, fmt::format("tenant '{}' stores {} bytes; this write would take it past its "
+                                  "quota of {} (max_bytes): delete finished workloads or destroy "
+                                  "secrets to make room",
+                                  tenant, used, max_bytes));
+  }
+  return std::nullopt;
 }
 
 HttpResponse ControlPlane::route(Request& r) {

@@ -38,6 +38,7 @@
 #include "server/node_watchers.h"
 #include "server/route.h"
 #include "server/task_secrets.h"
+#include "server/tenant_usage.h"
 #include "server/tokens.h"
 #include "store/store.h"
 
@@ -64,6 +65,13 @@ struct ControlPlaneOptions {
   // and its connection is not read meanwhile: a client that retries at once, ignoring
   // Retry-After, costs the server one refusal per delay per connection instead of a core.
   std::chrono::milliseconds reject_delay{100};
+  // Bytes a tenant may keep in the store (TenantUsage), unless it sets its own `max_bytes`.
+  int64_t default_max_bytes = int64_t{1} << 30;
+  // Writes other than deletes are refused (507) while a filesystem in `disk_paths` (the store's,
+  // the audit log's) has less free than this; 0: never. The room left keeps reads (and their
+  // audit records) and deletes going.
+  int64_t min_free_disk_bytes = int64_t{100} << 20;
+  std::vector<std::string> disk_paths;
   // What heartbeats tell agents their lease is (the driver's DriverOptions::lease_ttl).
   std::chrono::milliseconds node_lease_ttl{15000};
   // The audit file a tenant's view (GET audit) is read from; empty: no view.
@@ -282,6 +290,15 @@ class ControlPlane {
   std::unique_ptr<TokenManager> tokens_;
   std::unique_ptr<GrantTable> grants_;
   std::unique_ptr<TaskSecrets> task_secrets_;  // Null without secrets_.
+  std::unique_ptr<TenantUsage> usage_;
+  // Why a write must be refused before it is routed: its tenant is over its byte quota (429), or
+  // the disk is nearly full (507); nullopt: it may go on.
+  std::optional<HttpResponse> storageRefusal(const Request& r, const std::string& tenant);
+  // The least free space on `options_.disk_paths`, read at most every 500 ms, and where.
+  std::pair<int64_t, std::string> freeDisk();
+  std::mutex disk_mu_;
+  std::chrono::steady_clock::time_point disk_checked_{};
+  std::pair<int64_t, std::string> disk_free_{INT64_MAX, ""};
 
   int64_t loaded_revision_ = 0;                 // The store revision load() read.
   const std::vector<std::string> audit_sinks_;  // The auditor's sinks' names, in its order.

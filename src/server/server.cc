@@ -239,6 +239,12 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.default_max_tokens = config.max_tokens;
   copts.default_max_policies = config.max_policies;
   copts.default_max_secrets = config.max_secrets;
+  copts.default_max_bytes = config.max_bytes;
+  copts.min_free_disk_bytes = config.min_free_disk_mb << 20;
+  copts.disk_paths.push_back(std::filesystem::absolute(config.storage_path).parent_path().string());
+  for (const ServerConfig::AuditFile& a : config.audit) {
+    copts.disk_paths.push_back(std::filesystem::absolute(a.path).parent_path().string());
+  }
   copts.tenant_max_in_flight =
       config.tenant_max_in_flight > 0
           ? config.tenant_max_in_flight
@@ -527,9 +533,10 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* limits, singleBlock(doc, "limits", path));
   if (limits != nullptr) {
     core::JsonNode l(*limits, "limits", path);
-    TESSERA_RETURN_IF_ERROR(l.checkKeys({"tenant_rate", "tenant_burst", "tenant_concurrency",
-                                         "max_workloads", "max_pending", "max_queues", "max_tokens",
-                                         "max_policies", "reject_delay_ms"}));
+    TESSERA_RETURN_IF_ERROR(
+        l.checkKeys({"tenant_rate", "tenant_burst", "tenant_concurrency", "max_workloads",
+                     "max_pending", "max_queues", "max_tokens", "max_policies", "max_secrets",
+                     "max_bytes", "min_free_disk_mb", "reject_delay_ms"}));
     TESSERA_ASSIGN_OR_RETURN(int64_t rate, intField(l, "tenant_rate", 1, 10000000, 1000));
     TESSERA_ASSIGN_OR_RETURN(int64_t burst, intField(l, "tenant_burst", 1, 10000000, 2000));
     c.tenant_rate = static_cast<double>(rate);
@@ -540,6 +547,10 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_ASSIGN_OR_RETURN(c.max_tokens, intField(l, "max_tokens", 1, 10000000, 10000));
     TESSERA_ASSIGN_OR_RETURN(c.max_policies, intField(l, "max_policies", 1, 100000, 256));
     TESSERA_ASSIGN_OR_RETURN(c.max_secrets, intField(l, "max_secrets", 0, 10000000, 10000));
+    TESSERA_ASSIGN_OR_RETURN(c.max_bytes,
+                             intField(l, "max_bytes", 1024, int64_t{1} << 40, c.max_bytes));
+    TESSERA_ASSIGN_OR_RETURN(c.min_free_disk_mb,
+                             intField(l, "min_free_disk_mb", 0, 1 << 30, c.min_free_disk_mb));
     TESSERA_ASSIGN_OR_RETURN(int64_t conc, intField(l, "tenant_concurrency", 1, 10000, 0));
     c.tenant_max_in_flight = static_cast<int>(conc);
     TESSERA_ASSIGN_OR_RETURN(c.reject_delay_ms, intField(l, "reject_delay_ms", 0, 10000, 100));

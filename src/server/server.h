@@ -18,7 +18,8 @@
 //           lease_ttl_ms = 15000 }                           # an agent silent this long: lost
 //   limits { tenant_rate = 1000  tenant_burst = 2000  tenant_concurrency = <half the cores>
 //            max_workloads = 10000  max_pending = 1000  max_queues = 32  max_tokens = 10000
-//            max_policies = 256  max_secrets = 10000  reject_delay_ms = 100 }
+//            max_policies = 256  max_secrets = 10000  reject_delay_ms = 100
+//            max_bytes = 1073741824  min_free_disk_mb = 100 }
 //   tokens { default_ttl = "1h"  max_ttl = "768h" }
 //   secrets { seal = "file"  key_file = "/etc/tessera/unseal.key"      # or seal = "shamir"
 //             oidc_issuer = "https://tessera.example.com"  identity_ttl = "1h" }
@@ -73,6 +74,8 @@ struct ServerConfig {
   int64_t max_tokens = 10000;
   int64_t max_policies = 256;
   int64_t max_secrets = 10000;
+  int64_t max_bytes = int64_t{1} << 30;  // What one tenant may store (TenantUsage).
+  int64_t min_free_disk_mb = 100;        // Below it writes get 507; 0: never.
   // secrets { seal = "file" | "shamir"  key_file = PATH }: how the barrier's unseal key is kept
   // (docs/secrets.md). Default: a key file beside the store (created on the first start), which
   // protects a copy of the store but not a copy of the whole disk.

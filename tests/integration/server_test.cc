@@ -706,4 +706,107 @@ TEST_F(ServerTest, UnwritableAuditLogRefusesRequestsAndStoresNothing) {
   EXPECT_EQ(again.call("GET", "/v1/tenants/demo/workloads/not-stored", demo()).status, 404U);
 }
 
+// Must show 5 of issue 22: a tenant that writes until its byte quota is refused (429), and
+// another tenant's reads and writes go on meanwhile; deleting makes room again; a workload too
+// large to store is refused at admission.
+TEST_F(ServerTest, ATenantAtItsByteQuotaIsRefusedWhileAnotherGoesOn) {
+  auto server = startDev();
+  const Client c = client();
+  const std::string hog = addTenant(c, "hog");
+  const std::string quiet = addTenant(c, "quiet");
+  ASSERT_EQ(c.call("POST", "/v1/tenants/hog", root(), {{"max_bytes", 64 * 1024}}).status, 204U);
+  Response config = c.call("GET", "/v1/tenants/hog", root());
+  EXPECT_EQ(config.body["data"]["max_bytes"], 64 * 1024) << config.raw;
+  const std::string blob(4000, 'x');
+  int written = 0;
+  Response refused;
+  for (int i = 0; i < 100; ++i) {
+    Response r = c.call("POST", "/v1/tenants/hog/secrets/kv/data/blob/" + std::to_string(i), hog,
+                        {{"data", {{"b", blob}}}});
+    if (r.status != 200) {
+      refused = r;
+      break;
+    }
+    ++written;
+    // The other tenant, all along: its writes and reads succeed.
+    const std::string path = "/v1/tenants/quiet/secrets/kv/data/note/" + std::to_string(i);
+    Response w = c.call("POST", path, quiet, {{"data", {{"n", i}}}});
+    ASSERT_EQ(w.status, 200U) << w.raw;
+    Response rd = c.call("GET", path, quiet);
+    ASSERT_EQ(rd.status, 200U) << rd.raw;
+    EXPECT_EQ(rd.body["data"]["data"]["n"], i);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // The watch counts it.
+  }
+  // 64 KiB holds about fifteen 4 kB versions with their metadata, not a hundred.
+  EXPECT_GE(written, 8);
+  EXPECT_LE(written, 16);
+  EXPECT_EQ(refused.status, 429U) << refused.raw;
+  EXPECT_NE(refused.raw.find("max_bytes"), std::string::npos) << refused.raw;
+  // At its quota the tenant still reads, and what would take it past is refused, whatever it is.
+  EXPECT_EQ(c.call("GET", "/v1/tenants/hog/secrets/kv/data/blob/0", hog).status, 200U);
+  EXPECT_EQ(c.call("POST", "/v1/tenants/hog/workloads/w", hog,
+                   {{"cpuMilli", 100}, {"env", {{"PAD", blob}}}})
+                .status,
+            429U);
+  EXPECT_EQ(c.call("POST", "/v1/tenants/quiet/workloads/w", quiet, {{"cpuMilli", 100}}).status,
+            202U);
+  // Destroying secrets makes room.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(c.call("DELETE", "/v1/tenants/hog/secrets/kv/metadata/blob/" + std::to_string(i), hog)
+                  .status,
+              204U);
+  }
+  Response again;
+  for (int i = 0; i < 100 && again.status != 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    again =
+        c.call("POST", "/v1/tenants/hog/secrets/kv/data/blob/again", hog, {{"data", {{"b", "y"}}}});
+  }
+  EXPECT_EQ(again.status, 200U) << again.raw;
+  // Too large to store, whatever the quota: refused at admission, never accepted.
+  Response huge = c.call("POST", "/v1/tenants/quiet/workloads/huge", quiet,
+                         {{"tasks", 100000}, {"cpuMilli", 1}});
+  EXPECT_EQ(huge.status, 400U) << huge.raw;
+  EXPECT_EQ(c.call("GET", "/v1/tenants/quiet/workloads/huge", quiet).status, 404U);
+}
+
+// The disk watermark: under limits.min_free_disk_mb of free space writes get 507 and reads go on.
+// (Here the watermark is set above any disk's size, so the disk is "nearly full".)
+TEST_F(ServerTest, ANearlyFullDiskRefusesWritesWith507AndServesReads) {
+  auto ca = tessera::server::CertAuthority::create("test CA", std::chrono::hours(1));
+  ASSERT_TRUE(ca.isOk());
+  auto leaf = (*ca)->issue("localhost", {"localhost"}, {"127.0.0.1"}, false);
+  ASSERT_TRUE(leaf.isOk());
+  const std::string d = dir_.string();
+  ASSERT_TRUE(tessera::server::writeFile(d + "/cert.pem", leaf->cert_pem, false).isOk());
+  ASSERT_TRUE(tessera::server::writeFile(d + "/key.pem", leaf->key_pem, true).isOk());
+  std::ofstream(dir_ / "server.hcl")
+      << "storage \"sqlite\" { path = \"" << d << "/t.db\" }\n"
+      << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
+      << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
+      << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
+      << "nodes { simulated = \"dgx-h100:1\" }\n"
+      << "limits { min_free_disk_mb = 1000000000 }\n";
+  Process server({"server", "-config=" + d + "/server.hcl"}, dir_ / "out.txt");
+  std::smatch m;
+  std::string out;
+  for (int i = 0; i < 600; ++i) {
+    out = server.output();
+    if (std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"))) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(m.empty()) << out << server.errors();
+  const Client c(m[1], (*ca)->certPem());
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
+  const std::string root_token = m[1];
+  Response w = c.call("POST", "/v1/tenants/team-1", root_token, json::object());
+  EXPECT_EQ(w.status, 507U) << w.raw;
+  EXPECT_NE(w.raw.find("min_free_disk_mb"), std::string::npos) << w.raw;
+  Response r = c.call("LIST", "/v1/tenants", root_token);
+  EXPECT_EQ(r.status, 200U) << r.raw;
+  EXPECT_EQ(c.call("GET", "/v1/nodes", root_token).status, 200U);
+}
+
 }  // namespace

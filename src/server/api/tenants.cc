@@ -45,10 +45,10 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   }
   const std::string source = "tenant '" + name + "'";
   core::JsonNode n(body, "", source);
-  TESSERA_RETURN_IF_ERROR(
-      n.checkKeys({"quota", "limit", "weight", "priority", "max_unsaved_gpu_seconds", "trust_group",
-                   "max_workloads", "max_pending", "max_queues", "max_tokens", "max_policies",
-                   "max_secrets", "request_rate", "request_burst", "request_concurrency"}));
+  TESSERA_RETURN_IF_ERROR(n.checkKeys(
+      {"quota", "limit", "weight", "priority", "max_unsaved_gpu_seconds", "trust_group",
+       "max_workloads", "max_pending", "max_queues", "max_tokens", "max_policies", "max_secrets",
+       "max_bytes", "request_rate", "request_burst", "request_concurrency"}));
   TESSERA_ASSIGN_OR_RETURN(const QueueNumbers q, queueNumbers(n, base, source));
   config["quota_milli_gpu"] = q.quota;
   config["limit_milli_gpu"] = q.limit;
@@ -82,7 +82,8 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
                          Cap{"max_queues", 0, 10000, options_.default_max_queues},
                          Cap{"max_tokens", 1, 10000000, options_.default_max_tokens},
                          Cap{"max_policies", 1, 100000, options_.default_max_policies},
-                         Cap{"max_secrets", 0, 10000000, options_.default_max_secrets}}) {
+                         Cap{"max_secrets", 0, 10000000, options_.default_max_secrets},
+                         Cap{"max_bytes", 1024, int64_t{1} << 40, options_.default_max_bytes}}) {
     TESSERA_ASSIGN_OR_RETURN(config[cap.field],
                              integer(cap.field, cap.lo, cap.hi, cap.default_value));
   }

@@ -15,8 +15,8 @@ core::StatusCode codeFor(int rc) {
     case SQLITE_CANTOPEN:
     case SQLITE_READONLY:
     case SQLITE_PROTOCOL:
+    case SQLITE_FULL:  // The disk: the server's trouble (503), not the caller's.
       return core::StatusCode::kUnavailable;
-    case SQLITE_FULL:
     case SQLITE_NOMEM:
       return core::StatusCode::kResourceExhausted;
     case SQLITE_CORRUPT:
