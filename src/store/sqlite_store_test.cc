@@ -1,5 +1,6 @@
 // What is particular to the SQLite backend: durability across kill -9, group commit, files,
-// locking, history compaction and the watch fallback to the history table.
+// locking, history compaction, the watch fallback to the history table, and lease expiry on the
+// injected clock.
 #include "store/sqlite_store.h"
 
 #include <gtest/gtest.h>
@@ -400,6 +401,79 @@ TEST_F(SqliteStoreTest, KeepsOnlyTheConfiguredHistory) {
   TESSERA_ASSERT_OK_AND_ASSIGN(WatchId w, store->watch("k", "", 21, q.callback()));
   EXPECT_EQ(q.waitFor(10, kWait).size(), 10u);
   store->cancelWatch(w);
+}
+
+// What follows was in the backend-independent suite until the etcd backend: etcd keeps lease time
+// itself (etcd_store_test.cc has its lease tests), and its revisions do not start at 0.
+
+TEST_F(SqliteStoreTest, EmptyStoreIsAtRevisionZero) {
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, open());
+  EXPECT_EQ(store->stats().revision, 0);
+  TESSERA_ASSERT_OK_AND_ASSIGN(RangeResult r, store->range(kAll, kAll));
+  EXPECT_EQ(r.revision, 0);
+  EXPECT_EQ(store->put("a", "1").value(), 1);
+}
+
+TEST_F(SqliteStoreTest, ExpiredLeaseDeletesItsKeysWithDeleteEvents) {
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, open());
+  TESSERA_ASSERT_OK_AND_ASSIGN(LeaseId lease, store->grant(10s));
+  ASSERT_TRUE(store->put("/l/a", "1", lease).isOk());
+  ASSERT_TRUE(store->put("/l/b", "1", lease).isOk());
+  ASSERT_TRUE(store->put("/l/c", "1").isOk());
+  EXPECT_EQ(store->stats().revision, 3);
+  EventQueue q;
+  TESSERA_ASSERT_OK_AND_ASSIGN(WatchId w, store->watch("/l/", prefixEnd("/l/"), 0, q.callback()));
+
+  clock_.advance(9s);
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::vector<LeaseId> expired, store->expireLeases());
+  EXPECT_TRUE(expired.empty());
+  EXPECT_EQ(store->stats().revision, 3);
+  clock_.advance(1s);
+  TESSERA_ASSERT_OK_AND_ASSIGN(expired, store->expireLeases());
+  EXPECT_EQ(expired, std::vector<LeaseId>{lease});
+  EXPECT_EQ(store->stats().revision, 4);  // Both keys in one revision.
+  TESSERA_ASSERT_OK_AND_ASSIGN(RangeResult left, store->range("/l/", prefixEnd("/l/")));
+  ASSERT_EQ(left.kvs.size(), 1u);
+  EXPECT_EQ(left.kvs[0].key, "/l/c");
+  std::vector<Event> events = q.waitFor(2, kWait);
+  ASSERT_EQ(events.size(), 2u);
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].type, EventType::kDelete);
+    EXPECT_EQ(events[i].kv.key, i == 0 ? "/l/a" : "/l/b");
+    EXPECT_EQ(events[i].kv.mod_revision, 4);
+  }
+  EXPECT_EQ(store->keepAlive(lease).status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(store->put("/l/d", "1", lease).status().code(), core::StatusCode::kNotFound);
+  store->cancelWatch(w);
+}
+
+TEST_F(SqliteStoreTest, KeepAliveRestartsTheTtl) {
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, open());
+  TESSERA_ASSERT_OK_AND_ASSIGN(LeaseId lease, store->grant(10s));
+  ASSERT_TRUE(store->put("k", "v", lease).isOk());
+  clock_.advance(8s);
+  TESSERA_ASSERT_OK_AND_ASSIGN(core::Duration ttl, store->keepAlive(lease));
+  EXPECT_EQ(ttl, core::Duration(10s));
+  clock_.advance(8s);  // 16s after the grant, 8s after the keepAlive.
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::vector<LeaseId> expired, store->expireLeases());
+  EXPECT_TRUE(expired.empty());
+  EXPECT_TRUE(store->get("k")->has_value());
+  clock_.advance(2s);
+  TESSERA_ASSERT_OK_AND_ASSIGN(expired, store->expireLeases());
+  EXPECT_EQ(expired, std::vector<LeaseId>{lease});
+  EXPECT_FALSE(store->get("k")->has_value());
+}
+
+TEST_F(SqliteStoreTest, ExpirySkipsRevokedLeases) {
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, open());
+  TESSERA_ASSERT_OK_AND_ASSIGN(LeaseId lease, store->grant(60s));
+  TESSERA_ASSERT_OK_AND_ASSIGN(LeaseId other, store->grant(60s));
+  ASSERT_TRUE(store->put("a", "1", lease).isOk());
+  ASSERT_TRUE(store->put("c", "1", other).isOk());
+  ASSERT_TRUE(store->revoke(lease).isOk());
+  clock_.advance(61s);
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::vector<LeaseId> expired, store->expireLeases());
+  EXPECT_EQ(expired, std::vector<LeaseId>{other});
 }
 
 // The lease thread expires leases by the injected clock without anyone calling expireLeases().
