@@ -25,6 +25,7 @@
 #include "server/certs.h"
 #include "server/control_plane.h"
 #include "server/route.h"
+#include "store/etcd_store.h"
 #include "store/sqlite_store.h"
 
 namespace tessera::server {
@@ -139,7 +140,8 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     return fail(
         core::invalidArgument("nodes: none given (nodes { simulated = ... agents = ... })"));
   }
-  auto store = store::SqliteStore::open(config.storage_path, {}, clock);
+  auto store = config.etcd ? store::EtcdStore::open(*config.etcd, clock)
+                           : store::SqliteStore::open(config.storage_path, {}, clock);
   if (!store.isOk()) {
     return fail(store.status());
   }
@@ -241,7 +243,10 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.default_max_secrets = config.max_secrets;
   copts.default_max_bytes = config.max_bytes;
   copts.min_free_disk_bytes = config.min_free_disk_mb << 20;
-  copts.disk_paths.push_back(std::filesystem::absolute(config.storage_path).parent_path().string());
+  if (!config.etcd) {
+    copts.disk_paths.push_back(
+        std::filesystem::absolute(config.storage_path).parent_path().string());
+  }
   for (const ServerConfig::AuditFile& a : config.audit) {
     copts.disk_paths.push_back(std::filesystem::absolute(a.path).parent_path().string());
   }
@@ -417,10 +422,34 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
                      "secrets", "audit_durable_answers", "io_threads", "workers"}));
   TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> storage,
                            core::hclBlocks(doc, "storage", 1, path));
-  if (storage.size() != 1 || storage[0].labels[0] != "sqlite") {
-    return core::invalidArgument(path + ": expected one storage \"sqlite\" { path = ... } block");
+  if (storage.size() != 1 || (storage[0].labels[0] != "sqlite" && storage[0].labels[0] != "etcd")) {
+    return core::invalidArgument(path +
+                                 ": expected one storage \"sqlite\" { path = ... } or storage "
+                                 "\"etcd\" { endpoints = [...] } block");
   }
-  {
+  if (storage[0].labels[0] == "etcd") {
+    core::JsonNode s(*storage[0].body, "storage.etcd", path);
+    TESSERA_RETURN_IF_ERROR(
+        s.checkKeys({"endpoints", "ca_file", "cert_file", "key_file", "prefix"}));
+    store::EtcdStoreOptions e;
+    const json* endpoints = s.has("endpoints") ? &s.child("endpoints").value() : nullptr;
+    if (endpoints == nullptr || !endpoints->is_array() || endpoints->empty()) {
+      return s.error("'endpoints' must be a non-empty list of etcd client URLs");
+    }
+    for (size_t i = 0; i < endpoints->size(); ++i) {
+      TESSERA_ASSIGN_OR_RETURN(std::string url, s.child("endpoints").at(i).str());
+      e.endpoints.push_back(std::move(url));
+    }
+    for (auto [field, out] : {std::pair{"ca_file", &e.ca_file},
+                              {"cert_file", &e.cert_file},
+                              {"key_file", &e.key_file},
+                              {"prefix", &e.prefix}}) {
+      if (s.has(field)) {
+        TESSERA_ASSIGN_OR_RETURN(*out, s.child(field).str());
+      }
+    }
+    c.etcd = std::move(e);
+  } else {
     const std::string where = path + ": storage \"sqlite\"";
     core::JsonNode s(*storage[0].body, "storage.sqlite", path);
     TESSERA_RETURN_IF_ERROR(s.checkKeys({"path"}));
@@ -582,6 +611,13 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     if (c.seal == "shamir" && !c.seal_key_file.empty()) {
       return s.error("key_file is for seal = \"file\"; Shamir shares are never stored");
     }
+  }
+  if (c.etcd && c.seal == "file" && c.seal_key_file.empty()) {
+    return core::invalidArgument(
+        path +
+        ": storage \"etcd\" needs secrets { key_file = ... } (the unseal key is never "
+        "kept in the store; every server on the cluster needs the same file) or seal = "
+        "\"shamir\"");
   }
   TESSERA_ASSIGN_OR_RETURN(const std::string durable_answers,
                            strField(top, "audit_durable_answers", "secrets"));

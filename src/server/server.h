@@ -31,16 +31,21 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
 #include "server/http_server.h"
+#include "store/etcd_store.h"
 
 namespace tessera::server {
 
 struct ServerConfig {
-  std::string storage_path;
+  std::string storage_path;  // storage "sqlite" { path = ... }
+  // storage "etcd" { endpoints = ["https://..."]  ca_file  cert_file  key_file  prefix }: the
+  // store in an etcd v3 cluster (store/etcd_store.h); set instead of storage_path.
+  std::optional<store::EtcdStoreOptions> etcd;
   std::vector<ListenerConfig> listeners;
   struct AuditFile {
     std::string path;

@@ -83,6 +83,40 @@ TEST_F(ServerConfigTest, CapsOnATenantsObjectsHaveDefaultsAndBounds) {
   EXPECT_NE(c.status().message().find("max_queues"), std::string::npos) << c.status().message();
 }
 
+TEST_F(ServerConfigTest, StorageIsSqliteOrEtcdAndEtcdNeedsItsEndpointsAndAnUnsealKeyFile) {
+  constexpr const char* kRest = R"(
+listener "tcp" { address = "127.0.0.1:0" tls_disable = true }
+audit "file" { path = "/tmp/audit.log" }
+)";
+  auto c = readServerConfig(write(std::string(R"(storage "etcd" {
+  endpoints = ["https://etcd-1:2379", "https://etcd-2:2379"]
+  ca_file = "/etc/tessera/etcd-ca.pem"
+  prefix = "/prod"
+}
+secrets { key_file = "/etc/tessera/unseal.key" })") +
+                                  kRest));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  ASSERT_TRUE(c->etcd.has_value());
+  EXPECT_EQ(c->etcd->endpoints,
+            (std::vector<std::string>{"https://etcd-1:2379", "https://etcd-2:2379"}));
+  EXPECT_EQ(c->etcd->ca_file, "/etc/tessera/etcd-ca.pem");
+  EXPECT_EQ(c->etcd->prefix, "/prod");
+  EXPECT_TRUE(c->storage_path.empty());
+  c = readServerConfig(write(kBase));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_FALSE(c->etcd.has_value());
+  for (const auto& [config, says] : std::vector<std::pair<std::string, std::string>>{
+           {R"(storage "etcd" { endpoints = [] })", "endpoints"},
+           {R"(storage "etcd" { endpoints = "http://127.0.0.1:2379" })", "endpoints"},
+           {R"(storage "etcd" { endpoints = ["http://127.0.0.1:2379"] bogus = 1 })", "bogus"},
+           {R"(storage "etcd" { endpoints = ["http://127.0.0.1:2379"] })", "key_file"},
+           {R"(storage "consul" { path = "x" })", "storage \"etcd\""}}) {
+    c = readServerConfig(write(config + kRest));
+    ASSERT_FALSE(c.isOk()) << config;
+    EXPECT_NE(c.status().message().find(says), std::string::npos) << c.status().message();
+  }
+}
+
 // Fair share's knobs (docs/fairness.md): defaults, values, and bounds named with the field.
 TEST_F(ServerConfigTest, SchedulerFairShareSettingsHaveDefaultsAndBounds) {
   auto c = readServerConfig(write(kBase));

@@ -26,6 +26,7 @@
 
 #include "process.h"
 #include "server/certs.h"
+#include "store/etcd_test_cluster.h"
 #include "util.h"
 
 namespace {
@@ -807,6 +808,98 @@ TEST_F(ServerTest, ANearlyFullDiskRefusesWritesWith507AndServesReads) {
   Response r = c.call("LIST", "/v1/tenants", root_token);
   EXPECT_EQ(r.status, 200U) << r.raw;
   EXPECT_EQ(c.call("GET", "/v1/nodes", root_token).status, 200U);
+}
+
+// The server on a 3-member etcd cluster (storage "etcd"), through the real binary: what it
+// stores survives a restart, and a killed etcd member changes nothing for clients. Nothing above
+// src/store knows which backend it runs on.
+TEST_F(ServerTest, AServerOnEtcdKeepsItsStateAndOutlivesAnEtcdMember) {
+  auto cluster = tessera::store::EtcdTestCluster::start(3);
+  ASSERT_TRUE(cluster.isOk()) << cluster.status().toString();
+  auto ca = tessera::server::CertAuthority::create("test CA", std::chrono::hours(1));
+  ASSERT_TRUE(ca.isOk());
+  auto leaf = (*ca)->issue("localhost", {"localhost"}, {"127.0.0.1"}, false);
+  ASSERT_TRUE(leaf.isOk());
+  const std::string d = dir_.string();
+  ASSERT_TRUE(tessera::server::writeFile(d + "/cert.pem", leaf->cert_pem, false).isOk());
+  ASSERT_TRUE(tessera::server::writeFile(d + "/key.pem", leaf->key_pem, true).isOk());
+  std::string endpoints;
+  for (const std::string& url : (*cluster)->clientUrls()) {
+    endpoints += (endpoints.empty() ? "\"" : ", \"") + url + "\"";
+  }
+  std::ofstream(dir_ / "server.hcl")
+      << "storage \"etcd\" {\n  endpoints = [" << endpoints << "]\n  prefix = \"/t1\"\n}\n"
+      << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
+      << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
+      << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
+      << "secrets { key_file = \"" << d << "/unseal.key\" }\n"
+      << "nodes { simulated = \"dgx-h100:1\" }\n";
+  std::string root_token;
+  auto start = [&](const std::string& out_file, std::string* address) {
+    auto server = std::make_unique<Process>(
+        std::vector<std::string>{"server", "-config=" + d + "/server.hcl"}, dir_ / out_file);
+    std::smatch m;
+    std::string out;
+    for (int i = 0; i < 600; ++i) {
+      out = server->output();
+      if (std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"))) {
+        *address = m[1];
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_FALSE(address->empty()) << out << server->errors();
+    if (std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) {
+      root_token = m[1];
+    }
+    return server;
+  };
+  std::string address;
+  auto server = start("out.txt", &address);
+  ASSERT_FALSE(address.empty());
+  ASSERT_FALSE(root_token.empty());
+  {
+    const Client c(address, (*ca)->certPem());
+    ASSERT_EQ(c.call("POST", "/v1/tenants/team-1", root_token, json::object()).status, 204U);
+    Response t = c.call("POST", "/v1/auth/token/create", root_token,
+                        {{"tenant", "team-1"}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+    ASSERT_EQ(t.status, 200U) << t.raw;
+    const std::string token = t.body["auth"]["client_token"];
+    ASSERT_EQ(
+        c.call("POST", "/v1/tenants/team-1/workloads/w", token, {{"gpu", {{"count", 1}}}}).status,
+        202U);
+    ASSERT_EQ(
+        c.call("POST", "/v1/tenants/team-1/secrets/kv/data/app", token, {{"data", {{"k", "v1"}}}})
+            .status,
+        200U);
+    EXPECT_EQ(waitForPhase(c, "team-1", "w", token, "running"), "running");
+    // One member dies: the server goes on (its store fails over).
+    (*cluster)->kill(0);
+    EXPECT_EQ(
+        c.call("POST", "/v1/tenants/team-1/secrets/kv/data/app", token, {{"data", {{"k", "v2"}}}})
+            .status,
+        200U);
+    EXPECT_EQ(
+        c.call("POST", "/v1/tenants/team-1/workloads/w2", token, {{"gpu", {{"count", 1}}}}).status,
+        202U);
+    EXPECT_EQ(waitForPhase(c, "team-1", "w2", token, "running"), "running");
+    // The server restarts on the same cluster (two members of three): everything is there.
+    EXPECT_EQ(server->stop(SIGTERM), 0) << server->errors();
+    address.clear();
+    server = start("out2.txt", &address);
+    ASSERT_FALSE(address.empty());
+    const Client again(address, (*ca)->certPem());
+    Response kv = again.call("GET", "/v1/tenants/team-1/secrets/kv/data/app", token);
+    EXPECT_EQ(kv.status, 200U) << kv.raw;
+    EXPECT_EQ(kv.body["data"]["data"]["k"], "v2") << kv.raw;
+    EXPECT_EQ(kv.body["data"]["metadata"]["version"], 2) << kv.raw;
+    Response list = again.call("LIST", "/v1/tenants/team-1/workloads", token);
+    EXPECT_EQ(list.body["data"]["keys"], json({"w", "w2"})) << list.raw;
+  }
+  // Where it went: under the config's prefix in etcd.
+  auto raw = (*cluster)->rawRange("/t1/kv/tenants/team-1/workloads/");
+  ASSERT_TRUE(raw.isOk()) << raw.status().toString();
+  EXPECT_EQ(raw->size(), 2U);
 }
 
 }  // namespace
