@@ -545,6 +545,20 @@ HttpResponse ControlPlane::workloadLogs(Request& r, const std::string& tenant,
     return error(404, "task " + std::to_string(task) + " runs on simulated node '" + node +
                           "', which keeps no logs");
   }
+  if (status->tasks[static_cast<size_t>(task)].state == "starting") {
+    // Placed, and its agent not yet said it started it: nothing written yet (`logs -f` waits).
+    return reply(200, {{"request_id", r.request_id},
+                       {"data",
+                        {{"task", task},
+                         {"node", node},
+                         {"stream", req.stream},
+                         {"offset", req.offset},
+                         {"next_offset", req.offset},
+                         {"size", 0},
+                         {"phase", status->phase},
+                         {"state", "starting"},
+                         {"text", ""}}}});
+  }
   req.task = tenant + "." + name + "." + std::to_string(task);
   const int64_t offset = req.offset;
   const std::string stream = req.stream;
