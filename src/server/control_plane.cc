@@ -770,6 +770,11 @@ std::optional<HttpResponse> ControlPlane::storageRefusal(const Request& r,
   if (r.method == "DELETE" || r.match.route == nullptr) {
     return std::nullopt;  // Deletes make room.
   }
+  // Agents' calls always go on: a refused heartbeat would make its agent fence its tasks.
+  const Api api = r.match.route->api;
+  if (api == Api::kNodeHeartbeat || api == Api::kNodeTasks || api == Api::kNodeLogs) {
+    return std::nullopt;
+  }
   if (options_.min_free_disk_bytes > 0) {
     const auto [free, path] = freeDisk();
     if (free < options_.min_free_disk_bytes) {
@@ -780,7 +785,6 @@ std::optional<HttpResponse> ControlPlane::storageRefusal(const Request& r,
     }
   }
   // What a tenant stores: its workloads, secrets, queues, policies and grants.
-  const Api api = r.match.route->api;
   if (!r.scope.tenant || (api != Api::kWorkloads && api != Api::kSecrets && api != Api::kQueues &&
                           api != Api::kPolicies && api != Api::kGrants)) {
     return std::nullopt;

@@ -808,6 +808,10 @@ TEST_F(ServerTest, ANearlyFullDiskRefusesWritesWith507AndServesReads) {
   Response r = c.call("LIST", "/v1/tenants", root_token);
   EXPECT_EQ(r.status, 200U) << r.raw;
   EXPECT_EQ(c.call("GET", "/v1/nodes", root_token).status, 200U);
+  // Agents' calls are not refused for the disk (this node is simulated: 409 for that).
+  Response beat = c.call("POST", "/v1/sys/nodes/dgx-h100-0/heartbeat", root_token,
+                         {{"node", {{"gpus", json::array()}}}});
+  EXPECT_EQ(beat.status, 409U) << beat.raw;
 }
 
 // The server on a 3-member etcd cluster (storage "etcd"), through the real binary: what it
