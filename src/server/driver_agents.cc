@@ -303,13 +303,8 @@ void SchedulerDriver::restoreTasks(sched::WorkloadId w, const std::vector<Restor
     }
     if (!rt.mig_profile.empty() && !rt.gpus.empty() &&
         static_cast<size_t>(rt.gpus[0]) < nodes_[n].gpus.size()) {
-      const model::GpuModelInfo& m =
-          catalogue_->model(nodes_[n].gpus[static_cast<size_t>(rt.gpus[0])].model);
-      for (size_t i = 0; i < m.mig_profiles.size(); ++i) {
-        if (m.mig_profiles[i].name == rt.mig_profile) {
-          p.mig_profile = static_cast<int>(i);
-        }
-      }
+      p.mig_profile = catalogue_->model(nodes_[n].gpus[static_cast<size_t>(rt.gpus[0])].model)
+                          .findMigProfile(rt.mig_profile);
       p.mig_start = rt.mig_start;
       // Its GPU was in MIG mode when it was placed; its agent's heartbeat says so again.
       (void)scheduler_->setGpuMigMode(n, rt.gpus[0], model::MigMode::kOn);

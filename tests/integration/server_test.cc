@@ -105,8 +105,54 @@ class ServerTest : public ::testing::Test {
     return got;
   }
 
+  // A `tessera server` config in DIR/server.hcl: `storage` (a storage block), one TLS listener on
+  // a free port with certificates of a CA of its own (ca_pem_), an audit log, one simulated
+  // DGX, and `extra` blocks.
+  void writeServerConfig(const std::string& storage, const std::string& extra = "") {
+    auto ca = tessera::server::CertAuthority::create("test CA", std::chrono::hours(1));
+    ASSERT_TRUE(ca.isOk());
+    auto leaf = (*ca)->issue("localhost", {"localhost"}, {"127.0.0.1"}, false);
+    ASSERT_TRUE(leaf.isOk());
+    ca_pem_ = (*ca)->certPem();
+    const std::string d = dir_.string();
+    ASSERT_TRUE(tessera::server::writeFile(d + "/cert.pem", leaf->cert_pem, false).isOk());
+    ASSERT_TRUE(tessera::server::writeFile(d + "/key.pem", leaf->key_pem, true).isOk());
+    std::ofstream(dir_ / "server.hcl")
+        << storage << "\nlistener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
+        << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
+        << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
+        << "nodes { simulated = \"dgx-h100:1\" }\n"
+        << extra;
+  }
+  // Starts the server on DIR/server.hcl (output in DIR/<out_file>) and waits until it listens:
+  // its address (empty if it did not within 30 s; the failure is recorded), and the root token
+  // it printed, if it printed one (its first start).
+  std::unique_ptr<Process> startServer(const std::string& out_file, std::string& address) {
+    auto server = std::make_unique<Process>(
+        std::vector<std::string>{"server", "-config=" + (dir_ / "server.hcl").string()},
+        dir_ / out_file);
+    address.clear();
+    std::smatch m;
+    std::string out;
+    for (int i = 0; i < 600 && address.empty(); ++i) {
+      out = server->output();
+      if (std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"))) {
+        address = m[1];
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    EXPECT_FALSE(address.empty()) << out << server->errors();
+    if (std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) {
+      server_root_ = m[1];
+    }
+    return server;
+  }
+
   fs::path dir_;
   json dev_;
+  std::string ca_pem_;       // writeServerConfig's CA.
+  std::string server_root_;  // The root token startServer saw printed.
 };
 
 TEST_F(ServerTest, TwoTenantsScheduledAndIsolated) {
@@ -774,34 +820,14 @@ TEST_F(ServerTest, ATenantAtItsByteQuotaIsRefusedWhileAnotherGoesOn) {
 // The disk watermark: under limits.min_free_disk_mb of free space writes get 507 and reads go on.
 // (Here the watermark is set above any disk's size, so the disk is "nearly full".)
 TEST_F(ServerTest, ANearlyFullDiskRefusesWritesWith507AndServesReads) {
-  auto ca = tessera::server::CertAuthority::create("test CA", std::chrono::hours(1));
-  ASSERT_TRUE(ca.isOk());
-  auto leaf = (*ca)->issue("localhost", {"localhost"}, {"127.0.0.1"}, false);
-  ASSERT_TRUE(leaf.isOk());
-  const std::string d = dir_.string();
-  ASSERT_TRUE(tessera::server::writeFile(d + "/cert.pem", leaf->cert_pem, false).isOk());
-  ASSERT_TRUE(tessera::server::writeFile(d + "/key.pem", leaf->key_pem, true).isOk());
-  std::ofstream(dir_ / "server.hcl")
-      << "storage \"sqlite\" { path = \"" << d << "/t.db\" }\n"
-      << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
-      << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
-      << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
-      << "nodes { simulated = \"dgx-h100:1\" }\n"
-      << "limits { min_free_disk_mb = 1000000000 }\n";
-  Process server({"server", "-config=" + d + "/server.hcl"}, dir_ / "out.txt");
-  std::smatch m;
-  std::string out;
-  for (int i = 0; i < 600; ++i) {
-    out = server.output();
-    if (std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"))) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_FALSE(m.empty()) << out << server.errors();
-  const Client c(m[1], (*ca)->certPem());
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
-  const std::string root_token = m[1];
+  ASSERT_NO_FATAL_FAILURE(
+      writeServerConfig("storage \"sqlite\" { path = \"" + (dir_ / "t.db").string() + "\" }",
+                        "limits { min_free_disk_mb = 1000000000 }\n"));
+  std::string address;
+  auto server = startServer("out.txt", address);
+  ASSERT_FALSE(address.empty());
+  const Client c(address, ca_pem_);
+  const std::string root_token = server_root_;
   Response w = c.call("POST", "/v1/tenants/team-1", root_token, json::object());
   EXPECT_EQ(w.status, 507U) << w.raw;
   EXPECT_NE(w.raw.find("min_free_disk_mb"), std::string::npos) << w.raw;
@@ -820,50 +846,20 @@ TEST_F(ServerTest, ANearlyFullDiskRefusesWritesWith507AndServesReads) {
 TEST_F(ServerTest, AServerOnEtcdKeepsItsStateAndOutlivesAnEtcdMember) {
   auto cluster = tessera::store::EtcdTestCluster::start(3);
   ASSERT_TRUE(cluster.isOk()) << cluster.status().toString();
-  auto ca = tessera::server::CertAuthority::create("test CA", std::chrono::hours(1));
-  ASSERT_TRUE(ca.isOk());
-  auto leaf = (*ca)->issue("localhost", {"localhost"}, {"127.0.0.1"}, false);
-  ASSERT_TRUE(leaf.isOk());
-  const std::string d = dir_.string();
-  ASSERT_TRUE(tessera::server::writeFile(d + "/cert.pem", leaf->cert_pem, false).isOk());
-  ASSERT_TRUE(tessera::server::writeFile(d + "/key.pem", leaf->key_pem, true).isOk());
   std::string endpoints;
   for (const std::string& url : (*cluster)->clientUrls()) {
     endpoints += (endpoints.empty() ? "\"" : ", \"") + url + "\"";
   }
-  std::ofstream(dir_ / "server.hcl")
-      << "storage \"etcd\" {\n  endpoints = [" << endpoints << "]\n  prefix = \"/t1\"\n}\n"
-      << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
-      << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
-      << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
-      << "secrets { key_file = \"" << d << "/unseal.key\" }\n"
-      << "nodes { simulated = \"dgx-h100:1\" }\n";
-  std::string root_token;
-  auto start = [&](const std::string& out_file, std::string* address) {
-    auto server = std::make_unique<Process>(
-        std::vector<std::string>{"server", "-config=" + d + "/server.hcl"}, dir_ / out_file);
-    std::smatch m;
-    std::string out;
-    for (int i = 0; i < 600; ++i) {
-      out = server->output();
-      if (std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"))) {
-        *address = m[1];
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    EXPECT_FALSE(address->empty()) << out << server->errors();
-    if (std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) {
-      root_token = m[1];
-    }
-    return server;
-  };
+  ASSERT_NO_FATAL_FAILURE(writeServerConfig(
+      "storage \"etcd\" {\n  endpoints = [" + endpoints + "]\n  prefix = \"/t1\"\n}",
+      "secrets { key_file = \"" + (dir_ / "unseal.key").string() + "\" }\n"));
   std::string address;
-  auto server = start("out.txt", &address);
+  auto server = startServer("out.txt", address);
   ASSERT_FALSE(address.empty());
+  const std::string root_token = server_root_;
   ASSERT_FALSE(root_token.empty());
   {
-    const Client c(address, (*ca)->certPem());
+    const Client c(address, ca_pem_);
     ASSERT_EQ(c.call("POST", "/v1/tenants/team-1", root_token, json::object()).status, 204U);
     Response t = c.call("POST", "/v1/auth/token/create", root_token,
                         {{"tenant", "team-1"}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
@@ -889,10 +885,9 @@ TEST_F(ServerTest, AServerOnEtcdKeepsItsStateAndOutlivesAnEtcdMember) {
     EXPECT_EQ(waitForPhase(c, "team-1", "w2", token, "running"), "running");
     // The server restarts on the same cluster (two members of three): everything is there.
     EXPECT_EQ(server->stop(SIGTERM), 0) << server->errors();
-    address.clear();
-    server = start("out2.txt", &address);
+    server = startServer("out2.txt", address);
     ASSERT_FALSE(address.empty());
-    const Client again(address, (*ca)->certPem());
+    const Client again(address, ca_pem_);
     Response kv = again.call("GET", "/v1/tenants/team-1/secrets/kv/data/app", token);
     EXPECT_EQ(kv.status, 200U) << kv.raw;
     EXPECT_EQ(kv.body["data"]["data"]["k"], "v2") << kv.raw;
