@@ -31,9 +31,11 @@
 #include "agent/tenant_guard.h"
 #include "agent/users.h"
 #include "api/client.h"
+#include "core/files.h"
 #include "core/log.h"
 #include "core/strings.h"
 #include "model/gpu_catalogue.h"
+#include "model/node_profiles.h"
 
 namespace tessera::cli {
 
@@ -185,6 +187,8 @@ struct RunFlags {
   int64_t wait_ms = 2000;
   int64_t fence_after_ms = 10000;
   std::string credentials_dir;
+  std::string join_token;
+  std::vector<std::string> labels;  // KEY=VALUE
 };
 
 std::atomic<bool> g_agent_stop{false};  // `tessera agent run`'s: set by SIGTERM and SIGINT.
@@ -239,17 +243,92 @@ std::string envOr(const std::string& flag, const char* name) {
 
 }  // namespace
 
+namespace {
+
+// What a node that joins says of itself beside its GPUs: its CPU and memory, from its simulated
+// profile, else from the machine.
+std::pair<int64_t, int64_t> machineSize(const agent::AgentConfig& config,
+                                        const model::GpuCatalogue& catalogue) {
+  if (config.gpus.backend == "sim" && !config.gpus.profile.empty()) {
+    if (auto n = model::makeProfileNode(config.gpus.profile, config.node_name, catalogue, 0);
+        n.isOk()) {
+      return {n->cpu.value(), n->memory.value()};
+    }
+  }
+  const int64_t cpus = std::max<int64_t>(1, ::sysconf(_SC_NPROCESSORS_ONLN));
+  const int64_t pages = ::sysconf(_SC_PHYS_PAGES);
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  return {cpus * 1000, std::max<int64_t>(1, pages * page / (1 << 20))};
+}
+
+// The node's credential for a joined node: the one kept from an earlier run (rotated at once,
+// so a copy of the file stops working), else a join with the join token. Writes the new one to
+// `file` (0600) and returns it.
+core::Result<std::string> nodeCredential(const AgentSettings& f, const agent::NodeGpus& gpus,
+                                         const model::GpuCatalogue& catalogue,
+                                         const std::string& file) {
+  ClientConfig cc = f.client;
+  cc.token.clear();
+  nlohmann::json answer;
+  std::error_code ec;
+  if (std::filesystem::exists(file, ec)) {
+    std::ifstream in(file);
+    nlohmann::json kept = nlohmann::json::parse(in, nullptr, false);
+    if (kept.is_discarded() || !kept.contains("token") || !kept["token"].is_string()) {
+      return core::invalidArgument(file + " is not a node credential; remove it to join again");
+    }
+    cc.token = kept["token"].get<std::string>();
+    TESSERA_ASSIGN_OR_RETURN(auto api, ApiClient::create(cc));
+    auto rotated =
+        api->call("POST", "/v1/sys/nodes/" + api::pathSegment(f.config.node_name) + "/credential",
+                  nlohmann::json::object());
+    if (!rotated.isOk()) {
+      if (f.join_token.empty()) {
+        return rotated.status().withContext(
+            "the node credential in " + file +
+            " was refused (expired, or the node was removed); join again with --join-token");
+      }
+      agentLog("the kept node credential was refused (" + rotated.status().message() +
+               "); joining again with the join token");
+    } else {
+      answer = (*rotated)["data"];
+      agentLog("node credential renewed (the old one is revoked)");
+    }
+  } else if (f.join_token.empty()) {
+    return core::invalidArgument(
+        "the agent needs a token whose policy allows read and update on sys/nodes/<node>/* "
+        "(--token, or TESSERA_TOKEN), or a join token to join with (--join-token, or "
+        "TESSERA_JOIN_TOKEN)");
+  }
+  if (answer.is_null()) {
+    cc.token.clear();
+    TESSERA_ASSIGN_OR_RETURN(auto api, ApiClient::create(cc));
+    const auto [cpu, memory] = machineSize(f.config, catalogue);
+    TESSERA_ASSIGN_OR_RETURN(nlohmann::json joined, api->call("POST", "/v1/sys/nodes/join",
+                                                              {{"join_token", f.join_token},
+                                                               {"node", f.config.node_name},
+                                                               {"discovery", agent::toJson(gpus)},
+                                                               {"cpu_milli", cpu},
+                                                               {"memory_mib", memory},
+                                                               {"labels", f.labels}}));
+    answer = joined["data"];
+    agentLog(fmt::format("joined as node {} with labels {}", f.config.node_name,
+                         answer.value("labels", nlohmann::json::object()).dump()));
+  }
+  const std::string token = answer.value("token", "");
+  if (token.empty()) {
+    return core::unavailable("the server's answer holds no node credential");
+  }
+  TESSERA_RETURN_IF_ERROR(
+      core::writeFileAtomic(file, nlohmann::json{{"token", token}}.dump(), 0600));
+  return token;
+}
+
+}  // namespace
+
 int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   const agent::AgentConfig& config = f.config;
   agent::setLogNode(config.node_name);
-  ClientConfig cc = f.client;
-  cc.timeout = std::chrono::milliseconds(f.wait_ms + 5000);
-  auto api = ApiClient::create(cc);
-  auto watch_api = ApiClient::create(cc);
-  if (!api.isOk() || !watch_api.isOk()) {
-    std::cerr << "error: " << (api.isOk() ? watch_api : api).status().message() << "\n";
-    return 2;
-  }
   const model::GpuCatalogue catalogue = model::GpuCatalogue::builtin();
   std::vector<std::string> log;
   auto gpus = agent::discoverGpus(config.gpus, config.node_name, catalogue, &log);
@@ -259,6 +338,28 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   if (!gpus.isOk()) {
     std::cerr << "error: " << gpus.status().message() << "\n";
     return 1;
+  }
+  ClientConfig cc = f.client;
+  cc.timeout = std::chrono::milliseconds(f.wait_ms + 5000);
+  // A node that joined renews its credential while it runs (half its life, at most every
+  // 10 minutes): it lives an hour past the agent's last renewal, not for ever.
+  const bool joined = cc.token.empty();
+  if (joined) {
+    std::error_code ec;
+    std::filesystem::create_directories(f.work_dir, ec);
+    auto token = nodeCredential(f, *gpus, catalogue, f.work_dir + "/node-credential");
+    if (!token.isOk()) {
+      std::cerr << "error: " << token.status().message() << "\n";
+      return 2;
+    }
+    cc.token = *token;
+  }
+  auto api = ApiClient::create(cc);
+  auto watch_api = ApiClient::create(cc);
+  auto renew_api = ApiClient::create(cc);
+  if (!api.isOk() || !watch_api.isOk() || !renew_api.isOk()) {
+    std::cerr << "error: " << (api.isOk() ? watch_api : api).status().message() << "\n";
+    return 2;
   }
   // Cgroups: one folder per node, so several agents can share a machine (tests, dev).
   std::optional<agent::Cgroups> cgroups;
@@ -433,7 +534,21 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   const auto renew_every = std::max(std::chrono::milliseconds(200), fence_after / 4);
   bool failing = false;
   bool fenced = false;
+  auto credential_renewed = std::chrono::steady_clock::now();
+  auto credential_every = std::chrono::seconds(600);
   while (!stop) {
+    if (joined && std::chrono::steady_clock::now() - credential_renewed > credential_every) {
+      auto renewed =
+          (*renew_api)->call("POST", "/v1/auth/token/renew-self", nlohmann::json::object());
+      if (renewed.isOk()) {
+        credential_renewed = std::chrono::steady_clock::now();
+        const int64_t ttl = (*renewed)["auth"].value("lease_duration", int64_t{3600});
+        credential_every = std::chrono::seconds(std::clamp<int64_t>(ttl / 2, 1, 600));
+      } else {
+        agentLog("cannot renew the node's credential: " + renewed.status().message());
+        credential_renewed += std::chrono::seconds(5);  // Again soon.
+      }
+    }
     core::Status st = agent.tick();
     if (!st.isOk()) {
       if (!failing) {
@@ -494,10 +609,24 @@ int runAgent(const RunFlags& f) {
   cc.address = envOr(f.address, "TESSERA_ADDR");
   cc.ca_cert_file = envOr(f.ca_cert, "TESSERA_CACERT");
   cc.token = envOr(f.token, "TESSERA_TOKEN");
-  if (cc.address.empty() || cc.token.empty()) {
-    std::cerr << "error: the agent needs the server's address and a token whose policy allows "
-                 "read and update on sys/nodes/<node>/* (--address/--token, or TESSERA_ADDR/"
-                 "TESSERA_TOKEN)\n";
+  settings.join_token = envOr(f.join_token, "TESSERA_JOIN_TOKEN");
+  for (const std::string& l : f.labels) {
+    const size_t eq = l.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::cerr << "error: --label " << l << ": expected KEY=VALUE\n";
+      return 2;
+    }
+    settings.labels[l.substr(0, eq)] = l.substr(eq + 1);
+  }
+  if (cc.address.empty()) {
+    std::cerr << "error: the agent needs the server's address (--address, or TESSERA_ADDR)\n";
+    return 2;
+  }
+  if (cc.token.empty() && settings.join_token.empty() &&
+      !std::filesystem::exists(f.work_dir + "/node-credential")) {
+    std::cerr << "error: the agent needs a token whose policy allows read and update on "
+                 "sys/nodes/<node>/* (--token, or TESSERA_TOKEN), or a join token (--join-token, "
+                 "or TESSERA_JOIN_TOKEN; tessera node join-token create makes one)\n";
     return 2;
   }
   settings.work_dir = f.work_dir;
@@ -558,8 +687,8 @@ void addAgentCommands(CLI::App& app, int* rc) {
       "run", "Run the node agent: register this node with the server and run its tasks");
   run->add_option("-c,--config", r->node.config, "Agent configuration (.hcl or .json)");
   run->add_option("--node", r->node.node,
-                  "Node name, one of the server's nodes { agents = ... } (default: the config's "
-                  "node_name, or the host name)");
+                  "Node name: one of the server's nodes { agents = ... }, or the name to join "
+                  "under (default: the config's node_name, or the host name)");
   r->node.backend = run->add_option("--backend", r->node.gpus.backend, "nvml or sim")
                         ->check(CLI::IsMember({"nvml", "sim"}));
   r->node.library = run->add_option("--nvml-library", r->node.gpus.nvml_library,
@@ -577,6 +706,13 @@ void addAgentCommands(CLI::App& app, int* rc) {
   run->add_option("--address", r->address, "Server address (default: $TESSERA_ADDR)");
   run->add_option("--token", r->token,
                   "Token allowed to update sys/nodes/<node>/heartbeat (default: $TESSERA_TOKEN)");
+  run->add_option("--join-token", r->join_token,
+                  "Join the server as a new node with this join token (tessera node join-token "
+                  "create; default: $TESSERA_JOIN_TOKEN): its GPUs from discovery, its credential "
+                  "kept in <work-dir>/node-credential and renewed while it runs");
+  run->add_option("--label", r->labels,
+                  "A label of the joining node, KEY=VALUE (repeatable; the join token's labels "
+                  "win, and pool comes only from the token)");
   run->add_option("--ca-cert", r->ca_cert,
                   "PEM file of the CA that signed the server's certificate (default: "
                   "$TESSERA_CACERT, else the system's CAs)");
@@ -621,8 +757,9 @@ void addAgentCommands(CLI::App& app, int* rc) {
       ->check(CLI::Range(int64_t{1000}, int64_t{3600000}))
       ->capture_default_str();
   run->footer(
-      "The node must be declared in the server's config (nodes { agents = \"NAME=PROFILE\" }) "
-      "with the GPUs this machine has. Exit status: 0 stopped by SIGTERM/SIGINT, 1 discovery or "
+      "The node is declared in the server's config (nodes { agents = \"NAME=PROFILE\" }) with "
+      "the GPUs this machine has, and runs with a token for it; or it joins with a join token "
+      "(--join-token). Exit status: 0 stopped by SIGTERM/SIGINT, 1 discovery or "
       "cgroups failed, 2 bad flags or config.");
   run->callback([r, rc] { *rc = runAgent(*r); });
 }

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -35,6 +36,11 @@ struct AgentSettings {
   int64_t fence_after_ms = 10000;
   // Tasks' credential files (identity tokens); "": CredentialFiles::defaultRoot (a tmpfs).
   std::string credentials_dir;
+  // Joining (docs/server.md, "Nodes join"): with no token, the node's credential kept in
+  // <work_dir>/node-credential from an earlier join, else a join with this join token (the
+  // node's GPUs from discovery; `labels` besides the token's).
+  std::string join_token;
+  std::map<std::string, std::string> labels;
   // On stop, leave running tasks to their shims for the next agent (a restart) rather than
   // stop them (`tessera dev`, whose nodes go away with it).
   bool detach_on_stop = true;

@@ -607,6 +607,7 @@ struct RunFlags {
   bool no_preempt = false;
   int64_t duration = 0;
   std::string queue;
+  std::vector<std::string> node_selector;  // KEY=VALUE
   std::vector<std::string> secret_kv;
   std::vector<std::string> secret_db;
   std::vector<std::string> command;
@@ -829,16 +830,28 @@ core::Status nodes(const WorkloadFlags& f) {
     printJson(list);
     return core::Status::ok();
   }
-  Table t({"NAME", "GPUS", "CPU", "MEMORY"});
+  Table t({"NAME", "STATE", "GPUS", "CPU", "MEMORY", "LABELS"});
   for (const json& n : list) {
     std::string gpus;
     const json by_model = n.value("gpus", json::object());
     for (const auto& [model, count] : by_model.items()) {
       gpus += (gpus.empty() ? "" : ", ") + count.dump() + "x " + model;
     }
-    t.add({n.value("name", ""), gpus.empty() ? "-" : gpus,
+    std::string state = n.value("state", "");
+    if (n.value("cordoned", false)) {
+      state += ",cordoned";
+    }
+    std::string labels;
+    const json node_labels = n.value("labels", json::object());
+    for (const auto& [key, value] : node_labels.items()) {
+      labels += (labels.empty() ? "" : ",") + key + "=" + value.get<std::string>();
+    }
+    if (n.contains("dedicated_to")) {
+      labels += " (dedicated to " + n.value("dedicated_to", "") + ")";
+    }
+    t.add({n.value("name", ""), state, gpus.empty() ? "-" : gpus,
            milliText(n.value("cpu_milli", int64_t{0})),
-           memoryText(n.value("memory_mib", int64_t{0}))});
+           memoryText(n.value("memory_mib", int64_t{0})), labels.empty() ? "-" : labels});
   }
   t.print(std::cout);
   return core::Status::ok();
@@ -1248,6 +1261,16 @@ void addRun(CLI::App& app, int* rc) {
        [r](json& b) { b["duration"] = r->duration; });
   flag(c->add_option("--queue", r->queue, "The tenant's queue (a team's; default: default)"),
        [r](json& b) { b["queue"] = r->queue; });
+  flag(c->add_option("--node-selector", r->node_selector,
+                     "Run only on nodes with this label, KEY=VALUE (repeat, or a,b): "
+                     "pool=team-1")
+           ->delimiter(','),
+       [r](json& b) {
+         for (const std::string& l : r->node_selector) {
+           const size_t eq = l.find('=');
+           b["nodeSelector"][l.substr(0, eq)] = eq == std::string::npos ? "" : l.substr(eq + 1);
+         }
+       });
   flag(c->add_option("--secret-kv", r->secret_kv,
                      "A KV secret each task gets in $TESSERA_SECRETS_FILE (repeat, or a,b)")
            ->delimiter(','),
@@ -1395,6 +1418,7 @@ void addClientCommands(CLI::App& app, int* rc) {
   addRun(app, rc);
   addWorkloadCommands(app, rc);
   addQueueCommands(app, rc);
+  addNodeCommands(app, rc);
 }
 
 }  // namespace tessera::cli

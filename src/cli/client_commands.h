@@ -23,5 +23,7 @@ namespace tessera::cli {
 void addClientCommands(CLI::App& app, int* rc);
 // Adds `tail` (the tenant's audit records, from the server) to the `audit` command.
 void addAuditTail(CLI::App& audit, int* rc);
+// `tessera node ...` (node_commands.cc): join tokens, cordon, drain, remove, dedicated pools.
+void addNodeCommands(CLI::App& app, int* rc);
 
 }  // namespace tessera::cli

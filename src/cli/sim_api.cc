@@ -156,6 +156,11 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
     TESSERA_RETURN_IF_ERROR(
         admin->call("POST", "/v1/tenants/" + t.name, t.body).status().withContext(where("create")));
     leaves.push_back(t.name + "/default");
+    for (const std::string& pool : t.pools) {
+      TESSERA_RETURN_IF_ERROR(admin->call("POST", "/v1/sys/pools/" + pool, {{"tenant", t.name}})
+                                  .status()
+                                  .withContext(where("pool '" + pool + "'")));
+    }
     for (const auto& [team, body] : t.queues) {
       TESSERA_RETURN_IF_ERROR(admin->call("POST", "/v1/tenants/" + t.name + "/queues/" + team, body)
                                   .status()

@@ -21,4 +21,8 @@ Result<std::optional<unsigned>> restrictToOwner(const std::string& path);
 // nullopt when they have none, or the file is not there.
 std::optional<unsigned> openToOthers(const std::string& path);
 
+// Replaces the file at `path` with `data`, atomically (a temporary file beside it, synced, then
+// renamed over it), created with `mode`: a reader sees the old contents or the new, never part.
+Status writeFileAtomic(const std::string& path, const std::string& data, unsigned mode);
+
 }  // namespace tessera::core

@@ -1,5 +1,7 @@
 #include "model/codec.h"
 
+#include <algorithm>
+
 namespace tessera::model {
 
 core::Status parseTaskRequest(const core::JsonNode& w, const GpuCatalogue& catalogue,
@@ -71,6 +73,24 @@ core::Status parseTaskRequest(const core::JsonNode& w, const GpuCatalogue& catal
         return g.child("isolation").error("expected hardware, process or none");
       }
     }
+  }
+  if (w.has("nodeSelector")) {
+    core::JsonNode sel = w.child("nodeSelector");
+    if (!sel.value().is_object() || sel.value().size() > 32) {
+      return sel.error("expected an object of labels, {\"pool\": \"team-1\"} (at most 32)");
+    }
+    r.node_selector.clear();
+    for (const auto& [key, value] : sel.value().items()) {
+      if (!value.is_string()) {
+        return sel.child(key.c_str()).error("expected a string");
+      }
+      std::string v = value.get<std::string>();
+      if (core::Status st = validateLabel(key, v); !st.isOk()) {
+        return sel.error(st.message());
+      }
+      r.node_selector.emplace_back(key, std::move(v));
+    }
+    std::sort(r.node_selector.begin(), r.node_selector.end());
   }
   core::Status valid = validateTaskRequest(r);
   if (!valid.isOk()) {

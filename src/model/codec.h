@@ -7,6 +7,7 @@
 //             "models": ["H100-80GB"], "isolation": "hardware" | "process" | "none"}
 //   "gpu" alone means one whole GPU; "milli" < 1000 or "memoryMiB" without "milli" ask for a
 //   share with process isolation; "mig" asks for a MIG instance.
+//     "nodeSelector": {"pool": "team-1", "zone": "a"}   (labels a node must carry)
 #pragma once
 
 #include <functional>

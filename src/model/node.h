@@ -1,7 +1,9 @@
 // A GPU machine as the scheduler sees it: capacity only, no runtime state.
 #pragma once
 
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -33,9 +35,21 @@ struct Node {
   core::MiB memory{0};
   std::vector<GpuDevice> gpus;  // Position = GPU index on the node.
   int nvlink_domain = -1;       // GPUs of nodes in one domain share NVLink; -1 = none.
+  // Labels (`pool`, `zone`, ...): workloads select nodes by them, and a pool (the nodes with one
+  // `pool` label) may be dedicated to one tenant (docs/server.md, "Nodes join").
+  std::map<std::string, std::string> labels;
 };
 
-// Checks capacities are non-negative and the GPU count is within `kMaxGpusPerNode`.
+// The label that names a node's pool.
+inline constexpr std::string_view kPoolLabel = "pool";
+
+// Checks a label as Kubernetes does: a key of at most 63 characters (letters, digits, '-', '_',
+// '.', starting and ending with a letter or digit), optionally after a DNS prefix and '/' (at
+// most 253 more), and a value of at most 63 such characters (or empty).
+core::Status validateLabel(std::string_view key, std::string_view value);
+
+// Checks capacities are non-negative, the GPU count is within `kMaxGpusPerNode`, and the
+// labels are valid.
 core::Status validateNode(const Node& node);
 
 // A node of `count` identical GPUs of `model`, with the model's memory.

@@ -1,5 +1,7 @@
 #include "model/task.h"
 
+#include "model/node.h"
+
 namespace tessera::model {
 
 std::string_view isolationName(Isolation i) {
@@ -15,6 +17,13 @@ std::string_view isolationName(Isolation i) {
 }
 
 core::Status validateTaskRequest(const TaskRequest& req) {
+  for (size_t i = 0; i < req.node_selector.size(); ++i) {
+    const auto& [key, value] = req.node_selector[i];
+    TESSERA_RETURN_IF_ERROR(validateLabel(key, value));
+    if (i > 0 && req.node_selector[i - 1].first >= key) {
+      return core::invalidArgument("node selector: keys must be sorted and distinct");
+    }
+  }
   if (req.cpu.value() < 0) {
     return core::invalidArgument("cpu must not be negative");
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -35,6 +36,8 @@ struct TaskRequest {
   std::vector<GpuModelId> models;  // Accepted models; empty = any.
   std::string mig_profile;         // Empty = not a MIG request.
   Isolation isolation = Isolation::kHardware;
+  // Labels a node must carry, each with this value (sorted by key; empty: any node).
+  std::vector<std::pair<std::string, std::string>> node_selector;
 
   bool isCpuOnly() const { return gpu_count == 0; }
   bool isMig() const { return !mig_profile.empty(); }

@@ -37,32 +37,61 @@ bool TrustGroups::mayShare(model::TenantId a, model::TenantId b) const {
 ClusterState::ClusterState(const model::GpuCatalogue& catalogue, std::vector<model::Node> nodes,
                            TrustGroups trust)
     : catalogue_(&catalogue), nodes_(std::move(nodes)), trust_(std::move(trust)) {
-  node_state_.resize(nodes_.size());
-  version_.assign(nodes_.size(), 1);
-  down_.assign(nodes_.size(), 0);
   for (size_t i = 0; i < nodes_.size(); ++i) {
-    const model::Node& n = nodes_[i];
-    assert(model::validateNode(n).isOk());
-    NodeState& s = node_state_[i];
-    s.free_cpu_milli = n.cpu.value();
-    s.free_memory_mib = n.memory.value();
-    s.gpu_begin = static_cast<uint32_t>(gpus_.size());
-    s.gpu_count = static_cast<uint16_t>(n.gpus.size());
-    s.idle_gpus = s.gpu_count;
-    s.free_gpu_milli = 1000LL * s.gpu_count;
-    total_cpu_milli_ += n.cpu.value();
-    if (!n.gpus.empty()) {
-      s.model = n.gpus[0].model;
-    }
-    for (const model::GpuDevice& d : n.gpus) {
-      s.mixed_models |= d.model != s.model;
-      GpuState g;
-      g.model = d.model;
-      g.memory = d.memory;
-      g.mig_mode = d.mig;
-      g.free_memory_mib = d.memory.value();
-      gpus_.push_back(std::move(g));
-    }
+    initNode(i);
+  }
+}
+
+void ClusterState::initNode(size_t i) {
+  const model::Node& n = nodes_[i];
+  assert(model::validateNode(n).isOk());
+  NodeState& s = node_state_.emplace_back();
+  version_.push_back(1);
+  down_.push_back(0);
+  cordoned_.push_back(0);
+  dedicated_.push_back(-1);
+  s.free_cpu_milli = n.cpu.value();
+  s.free_memory_mib = n.memory.value();
+  s.gpu_begin = static_cast<uint32_t>(gpus_.size());
+  s.gpu_count = static_cast<uint16_t>(n.gpus.size());
+  s.idle_gpus = s.gpu_count;
+  s.free_gpu_milli = 1000LL * s.gpu_count;
+  total_cpu_milli_ += n.cpu.value();
+  if (!n.gpus.empty()) {
+    s.model = n.gpus[0].model;
+  }
+  for (const model::GpuDevice& d : n.gpus) {
+    s.mixed_models |= d.model != s.model;
+    GpuState g;
+    g.model = d.model;
+    g.memory = d.memory;
+    g.mig_mode = d.mig;
+    g.free_memory_mib = d.memory.value();
+    gpus_.push_back(std::move(g));
+  }
+}
+
+NodeIndex ClusterState::addNode(model::Node node) {
+  const auto n = static_cast<NodeIndex>(nodes_.size());
+  nodes_.push_back(std::move(node));
+  initNode(n);
+  down_[n] = 1;
+  touch(n);
+  return n;
+}
+
+void ClusterState::setCordoned(NodeIndex n, bool cordoned) {
+  if ((cordoned_[n] != 0) != cordoned) {
+    cordoned_[n] = cordoned ? 1 : 0;
+    touch(n);
+  }
+}
+
+void ClusterState::setDedicated(NodeIndex n, std::optional<model::TenantId> tenant) {
+  const int64_t v = tenant ? static_cast<int64_t>(tenant->value()) : -1;
+  if (dedicated_[n] != v) {
+    dedicated_[n] = v;
+    touch(n);
   }
 }
 

@@ -137,6 +137,25 @@ class ClusterState {
   // (FilterReason::kNodeDown); what ran there is the scheduler's business.
   bool up(NodeIndex n) const { return down_[n] == 0; }
   void setUp(NodeIndex n, bool up);
+  // A cordoned node takes no new tasks (FilterReason::kCordoned); what runs there stays.
+  bool cordoned(NodeIndex n) const { return cordoned_[n] != 0; }
+  void setCordoned(NodeIndex n, bool cordoned);
+  // A node of a pool dedicated to one tenant takes that tenant's tasks only
+  // (FilterReason::kDedicated); nullopt: any tenant's.
+  bool admits(NodeIndex n, model::TenantId tenant) const {
+    return dedicated_[n] < 0 || dedicated_[n] == static_cast<int64_t>(tenant.value());
+  }
+  std::optional<model::TenantId> dedicatedTo(NodeIndex n) const {
+    if (dedicated_[n] < 0) {
+      return std::nullopt;
+    }
+    return model::TenantId{static_cast<uint32_t>(dedicated_[n])};
+  }
+  void setDedicated(NodeIndex n, std::optional<model::TenantId> tenant);
+  // Adds a node (a machine that joined), down until setUp; its index is the next one. Caches
+  // sized by node count must grow with it (Placer::nodesAdded, Policy::nodesAdded).
+  // Precondition: it passes `model::validateNode`.
+  NodeIndex addNode(model::Node node);
   // GPU `gpu` of node `n` is now in MIG mode `mode` (its agent said so). Precondition: the GPU
   // index is the node's; a mode changes only while the GPU is idle.
   void setMigMode(NodeIndex n, int gpu, model::MigMode mode);
@@ -178,6 +197,8 @@ class ClusterState {
   std::vector<GpuState> gpus_;
   std::vector<uint32_t> version_;
   std::vector<uint8_t> down_;       // Per node: 1 while down.
+  std::vector<uint8_t> cordoned_;   // Per node: 1 while cordoned.
+  std::vector<int64_t> dedicated_;  // Per node: the tenant its pool is dedicated to, or -1.
   std::vector<NodeIndex> journal_;  // Node changed at sequence journal_begin_ + i.
   uint64_t journal_begin_ = 0;
   int64_t used_gpu_milli_ = 0;
@@ -185,6 +206,8 @@ class ClusterState {
   int64_t total_cpu_milli_ = 0;
   int64_t used_cpu_milli_ = 0;
 
+  // Appends the state of nodes_[i] (the constructor, addNode).
+  void initNode(size_t i);
   // Bumps the node's version and journals the change.
   void touch(NodeIndex n);
 };

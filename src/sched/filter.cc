@@ -34,6 +34,12 @@ std::string_view filterReasonName(FilterReason r) {
       return "reserved for a waiting gang";
     case FilterReason::kNodeDown:
       return "node down";
+    case FilterReason::kCordoned:
+      return "node cordoned";
+    case FilterReason::kDedicated:
+      return "node's pool dedicated to another tenant";
+    case FilterReason::kNodeSelector:
+      return "node lacks the selected labels";
   }
   return "unknown";
 }
@@ -62,7 +68,24 @@ ResolvedRequest resolveRequest(const ClusterState& state, const model::TaskReque
           cat.model(model::GpuModelId{static_cast<uint16_t>(m)}).findMigProfile(req.mig_profile));
     }
   }
+  if (!req.node_selector.empty()) {
+    r.node_ok.resize(state.nodeCount());
+    for (NodeIndex n = 0; n < state.nodeCount(); ++n) {
+      r.node_ok[n] = matchesSelector(state.node(n), req.node_selector) ? 1 : 0;
+    }
+  }
   return r;
+}
+
+bool matchesSelector(const model::Node& node,
+                     const std::vector<std::pair<std::string, std::string>>& selector) {
+  for (const auto& [key, value] : selector) {
+    auto it = node.labels.find(key);
+    if (it == node.labels.end() || it->second != value) {
+      return false;
+    }
+  }
+  return true;
 }
 
 FilterReason checkGpu(const ClusterState& state, const GpuState& g, const ResolvedRequest& r) {
@@ -112,6 +135,22 @@ FilterReason checkGpu(const ClusterState& state, const GpuState& g, const Resolv
 }
 
 NodeFit checkNode(const ClusterState& state, NodeIndex node, const ResolvedRequest& r) {
+  if (!state.up(node)) {
+    return {FilterReason::kNodeDown, 0};
+  }
+  if (state.cordoned(node)) {
+    return {FilterReason::kCordoned, 0};
+  }
+  if (!state.admits(node, r.req.tenant)) {
+    return {FilterReason::kDedicated, 0};
+  }
+  if (!r.node_ok.empty() && r.node_ok[node] == 0) {
+    return {FilterReason::kNodeSelector, 0};
+  }
+  return checkNodeResources(state, node, r);
+}
+
+NodeFit checkNodeResources(const ClusterState& state, NodeIndex node, const ResolvedRequest& r) {
   if (!state.up(node)) {
     return {FilterReason::kNodeDown, 0};
   }

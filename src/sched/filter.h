@@ -35,8 +35,11 @@ enum class FilterReason : uint8_t {
   kGpuCount,       // Some GPUs fit, but fewer than the task needs.
   kReserved,       // The node is held for a waiting gang.
   kNodeDown,       // The node's agent is lost: it takes no tasks.
+  kCordoned,       // An operator cordoned (or is draining) the node.
+  kDedicated,      // The node's pool is dedicated to another tenant.
+  kNodeSelector,   // The node lacks a label the workload selects.
 };
-inline constexpr size_t kFilterReasonCount = 14;
+inline constexpr size_t kFilterReasonCount = 17;
 
 std::string_view filterReasonName(FilterReason r);
 
@@ -51,7 +54,12 @@ struct ResolvedRequest {
   bool mig = false;
   std::vector<uint8_t> model_ok;     // By GPU model id.
   std::vector<int16_t> mig_profile;  // By GPU model id: profile index, or -1.
+  std::vector<uint8_t> node_ok;      // By node, with a node selector: it has the labels.
 };
+
+// Whether `node` carries every label of `selector` with its value.
+bool matchesSelector(const model::Node& node,
+                     const std::vector<std::pair<std::string, std::string>>& selector);
 
 ResolvedRequest resolveRequest(const ClusterState& state, const model::TaskRequest& req);
 
@@ -61,7 +69,11 @@ struct NodeFit {
   bool fits() const { return reason == FilterReason::kNone; }
 };
 
+// Every filter: the node's rules (down, cordoned, dedicated, the selector), then its resources.
 NodeFit checkNode(const ClusterState& state, NodeIndex node, const ResolvedRequest& r);
+// The node's resources only (and whether it is up): what a task already placed there needs,
+// whatever the rules for new placements say (a restored task on a node cordoned since).
+NodeFit checkNodeResources(const ClusterState& state, NodeIndex node, const ResolvedRequest& r);
 
 // Why one GPU cannot host one share of the task; kNone if it can.
 FilterReason checkGpu(const ClusterState& state, const GpuState& gpu, const ResolvedRequest& r);

@@ -87,6 +87,8 @@ class NodeFragCache {
     }
     return value;
   }
+  // Nodes were added: their entries start unknown.
+  void resize(size_t node_count) { cached_.resize(node_count, {0, 0.0}); }
 
  private:
   const FragModel& frag_;

@@ -54,6 +54,9 @@ Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
   for (model::GpuModelId m : req.models) {
     fmt::format_to(std::back_inserter(key_buffer_), "{};", m.value());
   }
+  for (const auto& [key, value] : req.node_selector) {  // Labels cannot hold '=' or ','.
+    fmt::format_to(std::back_inserter(key_buffer_), "|{}={}", key, value);
+  }
   auto it = classes_.find(key_buffer_);
   if (it == classes_.end()) {
     auto cls = std::make_unique<RequestClass>();
@@ -63,6 +66,23 @@ Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
     it = classes_.emplace(key_buffer_, std::move(cls)).first;
   }
   return *it->second;
+}
+
+void Placer::nodesAdded() {
+  const size_t n = state_.nodeCount();
+  for (size_t i = position_.size(); i < n; ++i) {
+    position_.push_back(static_cast<uint32_t>(i));  // After every node there was: last in ties.
+  }
+  leaves_ = std::bit_ceil(std::max<size_t>(n, 1));
+  mark_stamp_.resize(n, 0);
+  policy_.nodesAdded(state_);
+  for (auto& [key, cls] : classes_) {
+    // The policy's normalisers may have changed with the new nodes: every score is taken again.
+    cls->resolved = resolveRequest(state_, cls->resolved.req);
+    cls->cache.assign(n, CacheEntry{});
+    cls->indexed = false;
+    cls->tree.clear();
+  }
 }
 
 Placer::Decision Placer::decide(const model::TaskRequest& req, std::span<const uint8_t> preference,

@@ -83,6 +83,9 @@ class Placer {
   Assignment applyAt(const model::TaskRequest& req, const Placement& p);
   // Undoes a `place` or `applyAt`.
   void release(const model::TaskRequest& req, const Assignment& a);
+  // Nodes were added to the state (ClusterState::addNode): they rank after every earlier node in
+  // ties, and every class's cache is taken again (the policy's too).
+  void nodesAdded();
   // A small integer naming the request's shape: requests with equal ids are interchangeable.
   uint32_t classId(const model::TaskRequest& req) { return classFor(req).id; }
 

@@ -147,6 +147,8 @@ class DotProdPolicy final : public Policy {
     return c;
   }
 
+  void nodesAdded(const ClusterState& state) override { norm_ = normalisers(state); }
+
  private:
   Normalisers norm_;
 };
@@ -165,6 +167,8 @@ class BestFitPolicy final : public Policy {
     c.score = static_cast<int64_t>((1.0 - s) * 100);
     return c;
   }
+
+  void nodesAdded(const ClusterState& state) override { norm_ = normalisers(state); }
 
  private:
   Normalisers norm_;
@@ -275,6 +279,11 @@ class GpuClusteringPolicy final : public Policy {
     }
   }
 
+  void nodesAdded(const ClusterState& state) override {
+    norm_ = normalisers(state);
+    classes_.resize(state.nodeCount());
+  }
+
  private:
   // "share-gpu" = 0 (MIG slices count as shares), "<k>-gpu" = k.
   static int classOf(const ResolvedRequest& r) { return r.whole ? r.gpu_count : 0; }
@@ -287,6 +296,7 @@ class FgdPolicy final : public Policy {
  public:
   FgdPolicy(const FragModel& frag, const ClusterState& state)
       : frag_(frag), node_frag_(frag, state.nodeCount()) {}
+  void nodesAdded(const ClusterState& state) override { node_frag_.resize(state.nodeCount()); }
   std::string_view name() const override { return "fgd"; }
 
   Choice score(const ClusterState& state, NodeIndex node, const ResolvedRequest& r,

@@ -56,6 +56,8 @@ class Policy {
                          const Placement& /*p*/) {}
   virtual void onReleased(const ClusterState& /*state*/, const ResolvedRequest& /*r*/,
                           const Placement& /*p*/) {}
+  // Nodes were added to the state (ClusterState::addNode): per-node caches grow.
+  virtual void nodesAdded(const ClusterState& /*state*/) {}
 };
 
 // What policies may need beyond the cluster: the workload's typical pods (fgd, tessera) and a

@@ -394,6 +394,65 @@ void Scheduler::nodeBack(NodeIndex n) {
   released_nodes_.push_back(n);  // Room grew there: "no room" verdicts are tried again.
 }
 
+core::Result<NodeIndex> Scheduler::addNode(model::Node node) {
+  TESSERA_RETURN_IF_ERROR(model::validateNode(node));
+  const int domain = node.nvlink_domain;
+  const NodeIndex n = state_.addNode(std::move(node));  // Down: no capacity yet (nodeBack).
+  if (domain >= 0) {
+    const auto d = static_cast<size_t>(domain);
+    if (domain_nodes_.size() <= d) {
+      domain_nodes_.resize(d + 1);
+    }
+    domain_nodes_[d].push_back(n);
+  }
+  reserved_mask_.push_back(0);
+  preference_.push_back(0);
+  node_tasks_.emplace_back();
+  node_ends_.emplace_back();
+  node_unknown_.push_back(0);
+  drain_key_.emplace_back();
+  reindexDrain(n);
+  placer_->nodesAdded();
+  // Verdicts hold requests resolved for the old node count (their node selectors): all go, and
+  // every waiting class is tried again.
+  blocked_.clear();
+  return n;
+}
+
+void Scheduler::setCordoned(NodeIndex n, bool cordoned) {
+  if (state_.cordoned(n) == cordoned) {
+    return;
+  }
+  state_.setCordoned(n, cordoned);
+  // An operator's rare act: every verdict goes, so each waiting workload says why anew.
+  blocked_.clear();
+  if (cordoned && reserved_mask_[n] != 0) {
+    setReservation(kNoWorkload, {});
+  }
+}
+
+void Scheduler::setDedicated(NodeIndex n, std::optional<model::TenantId> tenant) {
+  state_.setDedicated(n, tenant);
+  blocked_.clear();  // As setCordoned.
+  if (reserved_mask_[n] != 0) {
+    setReservation(kNoWorkload, {});  // The gang it held for may no longer be allowed there.
+  }
+}
+
+bool Scheduler::evictTask(TaskId t) {
+  TaskInfo& task = tasks_[t];
+  if (task.state != TaskState::kRunning) {
+    return false;
+  }
+  task.state = TaskState::kTerminating;
+  task.evicted_for = kNoWorkload;
+  addRunning(task.workload, -1);
+  ++workloads_[task.workload].terminating;
+  refile(task.workload);
+  fair_share_dirty_ = true;
+  return true;
+}
+
 core::Status Scheduler::setGpuMigMode(NodeIndex n, int gpu, model::MigMode mode) {
   if (n >= state_.nodeCount() || gpu < 0 ||
       static_cast<size_t>(gpu) >= state_.node(n).gpus.size()) {
@@ -423,7 +482,8 @@ core::Status Scheduler::restoreTask(TaskId t, const Placement& p, core::TimePoin
                                              count, p.gpus, state_.node(p.node).name,
                                              req.gpu_count));
   }
-  const NodeFit fit = checkNode(state_, p.node, resolveRequest(state_, req));
+  // The rules for new placements (cordons, dedicated pools, selectors) do not apply: it runs there.
+  const NodeFit fit = checkNodeResources(state_, p.node, resolveRequest(state_, req));
   if (!fit.fits()) {
     return core::failedPrecondition("node " + state_.node(p.node).name + " does not fit it now (" +
                                     std::string(filterReasonName(fit.reason)) + ")");

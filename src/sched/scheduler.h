@@ -206,6 +206,20 @@ class Scheduler {
   // taken, another tenant's softly shared GPU outside its trust group): the error says why.
   core::Status restoreTask(TaskId t, const Placement& p, core::TimePoint started, uint32_t starts);
 
+  // Adds a node (a machine that joined while the scheduler runs), down until nodeBack; returns
+  // its index, the next one. Errors: it fails model::validateNode.
+  core::Result<NodeIndex> addNode(model::Node node);
+  // A cordoned node takes no new task; what runs there stays (FilterReason::kCordoned).
+  void setCordoned(NodeIndex n, bool cordoned);
+  // Dedicates node `n` to `tenant`'s tasks (nullopt: any tenant's); what runs there stays.
+  void setDedicated(NodeIndex n, std::optional<model::TenantId> tenant);
+  // Evicts running task `t` on its own (a node being drained): it is terminating, holding its
+  // resources until taskStopped (then pending again, for another node) or taskFinished. False
+  // if it is not running.
+  bool evictTask(TaskId t);
+  // The running and terminating tasks on node `n`.
+  const std::vector<TaskId>& tasksOn(NodeIndex n) const { return node_tasks_[n]; }
+
   PassResult schedule();
   // Adds a queue to the tree (a tenant or team created while running); see QueueTree::add.
   core::Result<QueueId> addQueue(QueueSpec spec);

@@ -713,6 +713,75 @@ TEST_F(SchedulerTest, ALostNodesTasksArePlacedElsewhereAndItTakesNoneUntilBack) 
   EXPECT_EQ(s_->queues().queue(*s_->queues().find("org")).fair_share[kGpuDim], 10000);
 }
 
+// Issue 22, nodes join: a node added while work waits takes it once up; cordons, dedicated
+// nodes and node selectors keep new work off nodes while what runs there stays; a drained task
+// runs again elsewhere.
+TEST_F(SchedulerTest, JoinedNodesCordonsPoolsAndSelectorsSteerNewWorkOnly) {
+  build(1, 16, 16, {.policy = "tessera"});
+  WorkloadId first = submit("first", "a", 1, 1, 8);
+  WorkloadId waits = submit("waits", "a", 1, 1, 8);
+  ASSERT_EQ(s_->schedule().started.size(), 1U);
+  EXPECT_EQ(s_->workload(waits).pending, 1);
+  model::Node joined = testing::node(cat_, "joined", 224, 2048, "H100-80GB", 8);
+  joined.labels = {{"pool", "p1"}, {"zone", "b"}};
+  auto n = s_->addNode(joined);
+  ASSERT_TRUE(n.isOk()) << n.status().message();
+  EXPECT_EQ(*n, 1U);
+  EXPECT_TRUE(s_->schedule().started.empty());  // Down until its agent is heard from.
+  s_->nodeBack(*n);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(r.started[0].placement.node, *n);
+  EXPECT_EQ(s_->queues().queue(*s_->queues().find("org")).fair_share[kGpuDim], 16000);
+  model::Node bad = joined;
+  bad.labels = {{"-bad", "x"}};
+  EXPECT_FALSE(s_->addNode(bad).isOk());
+
+  // Cordoned: the running task stays; new work waits, and says why.
+  s_->taskFinished(s_->workload(first).tasks[0]);
+  s_->setCordoned(0, true);
+  WorkloadId later = submit("later", "a", 1, 1, 8);
+  EXPECT_TRUE(s_->schedule().started.empty());
+  EXPECT_NE(s_->explain(later).message.find("node cordoned"), std::string::npos)
+      << s_->explain(later).message;
+  s_->setCordoned(0, false);
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(r.started[0].placement.node, 0U);
+
+  // Drained: its task terminates and, once stopped, is pending again for another node.
+  const TaskId drained = s_->workload(waits).tasks[0];
+  s_->setCordoned(*n, true);
+  ASSERT_TRUE(s_->evictTask(drained));
+  EXPECT_FALSE(s_->evictTask(drained));  // Terminating already.
+  EXPECT_EQ(s_->task(drained).state, TaskState::kTerminating);
+  s_->taskStopped(drained);
+  EXPECT_EQ(s_->task(drained).state, TaskState::kPending);
+  EXPECT_TRUE(s_->schedule().started.empty());  // Node 0 is full, node 1 cordoned.
+  s_->setCordoned(*n, false);
+
+  // Node 1 dedicated to tenant 7: tenant 0's tasks never go there; tenant 7's may.
+  s_->setDedicated(*n, model::TenantId{7});
+  EXPECT_TRUE(s_->schedule().started.empty());
+  EXPECT_NE(s_->explain(waits).message.find("dedicated to another tenant"), std::string::npos)
+      << s_->explain(waits).message;
+  model::TaskRequest seven = testing::gpuTask(4000, 8);
+  seven.tenant = model::TenantId{7};
+  seven.node_selector = {{"pool", "p1"}};
+  WorkloadId ours = submitRequest("ours", "b", 1, 1, seven);
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(r.started[0].workload, ours);
+  EXPECT_EQ(r.started[0].placement.node, *n);
+  // A selector no node matches waits with its reason.
+  model::TaskRequest elsewhere = testing::gpuTask(4000, 1);
+  elsewhere.node_selector = {{"zone", "nowhere"}};
+  WorkloadId lost = submitRequest("lost", "b", 1, 1, elsewhere);
+  EXPECT_TRUE(s_->schedule().started.empty());
+  EXPECT_NE(s_->explain(lost).message.find("lacks the selected labels"), std::string::npos)
+      << s_->explain(lost).message;
+}
+
 TEST_F(SchedulerTest, LosingANodeRequeuesOnlyItsUnfinishedTasks) {
   build(1, 8, 0);
   WorkloadId w = submit("w", "a", 2, 1, 4);

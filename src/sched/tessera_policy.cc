@@ -54,6 +54,8 @@ class TesseraPolicy final : public Policy {
     cpu_per_milli_ = milli > 0 ? cpu / milli : 0;
   }
 
+  void nodesAdded(const ClusterState& state) override { node_frag_.resize(state.nodeCount()); }
+
   std::string_view name() const override { return "tessera"; }
 
   Choice score(const ClusterState& state, NodeIndex node, const ResolvedRequest& r,

@@ -62,6 +62,7 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
   cp->mailbox_.setPosted(
       [self = cp.get()](const std::string& node) { self->watchers_->notify(node); });
   TESSERA_ASSIGN_OR_RETURN(cp->usage_, TenantUsage::open(store));
+  TESSERA_RETURN_IF_ERROR(cp->loadNodeState());  // Before the workloads: their pools.
   TESSERA_RETURN_IF_ERROR(cp->load());
   // From here on the scheduler is fed by the store: every workload written after what load()
   // read reaches it through this watch, in revision order.
@@ -450,6 +451,8 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
         return health();
       case Api::kOpenApi:
         return reply(200, openApiDocument(kVersion));
+      case Api::kNodeJoin:
+        return nodeJoinApi(r);
       default:
         break;
     }
@@ -828,6 +831,15 @@ HttpResponse ControlPlane::route(Request& r) {
       return metrics();
     case Api::kNodes:
       return nodesApi(r);
+    case Api::kJoinTokens:
+      return joinTokensApi(r);
+    case Api::kNodeCredential:
+      return nodeCredentialApi(r, p.at("node"));
+    case Api::kNodeAdmin:
+      return nodeAdminApi(r, p.at("node"), p.contains("op") ? p.at("op") : "");
+    case Api::kPools:
+      return poolsApi(r);
+    case Api::kNodeJoin:  // Answered before authentication.
     case Api::kQueues:
       return queuesApi(r);
     case Api::kSeal:
@@ -907,6 +919,11 @@ void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& 
 
 void ControlPlane::housekeeping() {
   (void)tokens_->expire();
+  if (const auto now = std::chrono::steady_clock::now();
+      now - join_tokens_swept_ > std::chrono::minutes(1)) {
+    join_tokens_swept_ = now;
+    sweepJoinTokens();
+  }
   // Credentials of tasks that ended are revoked; those of running tasks renewed.
   if (task_secrets_ != nullptr) {
     (void)task_secrets_->sweep([this] { return driver_.liveTasks(); });

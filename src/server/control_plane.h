@@ -35,6 +35,7 @@
 #include "server/grants.h"
 #include "server/http_server.h"
 #include "server/node_mailbox.h"
+#include "server/node_records.h"
 #include "server/node_watchers.h"
 #include "server/route.h"
 #include "server/task_secrets.h"
@@ -72,6 +73,11 @@ struct ControlPlaneOptions {
   // audit records) and deletes going.
   int64_t min_free_disk_bytes = int64_t{100} << 20;
   std::vector<std::string> disk_paths;
+  // Nodes named in the config (nodes { agents }): they never join with a join token, and are
+  // taken out of service by changing the config, not by `tessera node remove`.
+  std::vector<std::string> declared_nodes;
+  // How long a joined node's credential lives; its agent has it renewed (rotated) at half.
+  core::Duration node_token_ttl = std::chrono::hours(1);
   // What heartbeats tell agents their lease is (the driver's DriverOptions::lease_ttl).
   std::chrono::milliseconds node_lease_ttl{15000};
   // The audit file a tenant's view (GET audit) is read from; empty: no view.
@@ -186,6 +192,27 @@ class ControlPlane {
   HttpResponse watchNodeApi(Request& r, const std::string& node);
   // The answer to a node's watch: its task list's version now, and the requests for its agent.
   HttpResponse watchAnswer(const std::string& node, const std::string& request_id, bool waited);
+  // Nodes while the server runs (api/node_admin.cc; docs/server.md "Nodes join").
+  // sys/nodes/join-tokens[/<accessor>]: create (POST {"ttl", "labels"}), list, revoke.
+  HttpResponse joinTokensApi(Request& r);
+  // POST sys/nodes/join (no token; the join token in the body): a new node and its credential.
+  HttpResponse nodeJoinApi(Request& r);
+  // POST sys/nodes/<node>/credential: a joined node's new credential (the old one is revoked).
+  HttpResponse nodeCredentialApi(Request& r, const std::string& node);
+  // nodes/<node> (GET, DELETE: remove) and nodes/<node>/<op> (POST: cordon, uncordon, drain).
+  HttpResponse nodeAdminApi(Request& r, const std::string& node, const std::string& op);
+  // sys/pools[/<pool>]: pools dedicated to one tenant (POST {"tenant"}, DELETE, GET).
+  HttpResponse poolsApi(Request& r);
+  core::Result<CreatedToken> issueNodeToken(const std::string& node);
+  core::Status putNodeRecord(const NodeRecord& rec);
+  core::Result<std::optional<NodeRecord>> nodeRecord(const std::string& node);
+  // At start: the stored cordons and dedicated pools, into the driver.
+  core::Status loadNodeState();
+  // Deletes expired join tokens from the store (housekeeping).
+  void sweepJoinTokens();
+  // A node as the API shows it; a tenant's view leaves out its agent's health and whose pool
+  // it is.
+  nlohmann::json nodeJson(const NodeState& s, bool tenant_view) const;
   // PUT sys/nodes/<node>/logs/<id>: the agent's answer to a log request.
   HttpResponse logAnswerApi(Request& r, const std::string& node, const std::string& id);
   // GET workloads/<name>/logs?task=&stream=&offset=&limit=: a piece of a task's log, from its
@@ -304,7 +331,9 @@ class ControlPlane {
   const std::vector<std::string> audit_sinks_;  // The auditor's sinks' names, in its order.
   store::WatchId watch_{};
   bool watching_ = false;
-  NodeMailbox mailbox_;         // Log requests for agents.
+  NodeMailbox mailbox_;       // Log requests for agents.
+  std::mutex node_admin_mu_;  // Joins, credentials and operators' node changes take turns.
+  std::chrono::steady_clock::time_point join_tokens_swept_{};
   std::mutex status_write_mu_;  // Held from reading a workload's record to writing it back.
   // Guards the caches below. Reads (most requests) share it; writes take it alone.
   mutable std::shared_mutex mu_;

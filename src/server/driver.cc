@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "sched/filter.h"
 #include "sched/tenant_queues.h"
 
 namespace tessera::server {
@@ -16,6 +17,11 @@ core::Result<std::unique_ptr<SchedulerDriver>> SchedulerDriver::create(
       new SchedulerDriver(clock, std::move(options), std::move(listener)));
   d->nodes_ = nodes;
   d->catalogue_ = &catalogue;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!d->node_index_.try_emplace(nodes[i].name, static_cast<sched::NodeIndex>(i)).second) {
+      return core::invalidArgument("two nodes are named '" + nodes[i].name + "'");
+    }
+  }
   for (const std::string& name : d->options_.agent_nodes) {
     auto it = std::find_if(nodes.begin(), nodes.end(),
                            [&](const model::Node& n) { return n.name == name; });
@@ -259,8 +265,20 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
   int64_t most_memory = 0;
   // How many such tasks the whole pool holds at once, when empty: a gang must fit it whole.
   int64_t pool_holds = 0;
-  for (size_t i = 0; i < nodes_.size(); ++i) {
+  std::unique_lock lock(mu_);
+  // The nodes the workload may use: in service, with its labels, in a pool open to its tenant.
+  size_t selected = 0;
+  size_t admitted = 0;
+  for (const auto& [name, i] : node_index_) {
     const model::Node& n = nodes_[i];
+    if (!sched::matchesSelector(n, r.node_selector)) {
+      continue;
+    }
+    ++selected;
+    if (!admits(n, cmd.tenant)) {
+      continue;
+    }
+    ++admitted;
     most_gpus = std::max(most_gpus, n.gpus.size());
     most_cpu = std::max(most_cpu, n.cpu.value());
     most_memory = std::max(most_memory, n.memory.value());
@@ -315,6 +333,19 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
     }
     pool_holds += fits;
   }
+  if (admitted == 0 && !node_index_.empty()) {
+    std::string labels;
+    for (const auto& [key, value] : r.node_selector) {
+      labels += (labels.empty() ? "" : ", ") + key + "=" + value;
+    }
+    if (selected == 0) {
+      return core::invalidArgument("nodeSelector: no node has the labels " + labels);
+    }
+    return core::invalidArgument(
+        r.node_selector.empty() ? std::string("every node is in a pool dedicated to another tenant")
+                                : "nodeSelector: every node with the labels " + labels +
+                                      " is in a pool dedicated to another tenant");
+  }
   const std::string_view offered = "; the pool offers ";
   if (r.gpu_count > 0) {
     std::set<std::string> wanted;
@@ -365,7 +396,6 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
                                  "most " +
                                  std::to_string(pool_holds) + " of them at once");
   }
-  std::lock_guard lock(mu_);
   if (!leaves_.contains(cmd.tenant + "/" + cmd.queue)) {
     return core::invalidArgument("tenant '" + cmd.tenant + "' has no queue '" + cmd.queue + "'");
   }
@@ -528,10 +558,12 @@ void SchedulerDriver::runOnce() {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<SubmitCommand> submits;
   std::vector<std::pair<std::string, std::string>> cancels;
+  std::vector<std::string> drains;
   {
     std::lock_guard lock(mu_);
     submits.swap(submits_);
     cancels.swap(cancels_);
+    drains.swap(drains_);
     for (SubmitCommand& c : submits) {
       c.spec.queue = leaves_.at(c.tenant + "/" + c.queue);  // submit() checked that it exists.
     }
@@ -602,11 +634,13 @@ void SchedulerDriver::runOnce() {
     }
   }
   applyNodeEvents(now, touched);
+  std::map<sched::WorkloadId, std::vector<std::string>> events;
+  applyDrains(drains, now, touched, events);
   sched::PassResult r = scheduler_->schedule();
   for (const sched::StartDecision& s : r.started) {
     touched.push_back(s.workload);
     const sched::NodeIndex node = scheduler_->task(s.task).assignment.placement.node;
-    if (agents_.contains(node)) {  // The set of agent nodes is fixed: no lock needed to look.
+    if (agents_.contains(node)) {  // Changed only under pass_mu_ too: no lock needed to look.
       node_tasks_[node].insert(s.task);
       agent_started_[s.task] = false;
       ran_on_[s.task] = node;
@@ -617,7 +651,6 @@ void SchedulerDriver::runOnce() {
       ends_[s.task] = now + std::max(core::Duration::zero(), d - kept_[s.task]);
     }
   }
-  std::map<sched::WorkloadId, std::vector<std::string>> events;
   for (const sched::EvictDecision& e : r.evicted) {
     touched.push_back(e.victim);
     std::vector<std::string>& said = events[e.victim];
@@ -627,18 +660,7 @@ void SchedulerDriver::runOnce() {
     }
     ends_.erase(e.task);
     if (!agents_.contains(scheduler_->task(e.task).assignment.placement.node)) {
-      // A simulated node: the task keeps the work of its last checkpoint, and stops at once or,
-      // as in `tessera sim` (sim/scenario_run.h), after its grace period.
-      const SubmitCommand& c = specs_[e.victim];
-      const core::Duration ran = kept_[e.task] + (now - scheduler_->task(e.task).started);
-      kept_[e.task] = c.checkpoint_every > core::Duration::zero()
-                          ? (ran / c.checkpoint_every) * c.checkpoint_every
-                          : core::Duration::zero();
-      if (options_.simulate_grace) {
-        stops_[e.task] = now + c.grace;
-      } else {
-        scheduler_->taskStopped(e.task);
-      }
+      stopSimulated(e.task, e.victim, now);
     }
     // An agent's node: the task leaves its list below, and it holds its GPUs until the agent
     // reports it stopped, or proves by a later heartbeat that it never started it (or the node
@@ -736,6 +758,21 @@ std::set<std::string> SchedulerDriver::liveTasks() const {
     }
   }
   return out;
+}
+
+void SchedulerDriver::stopSimulated(sched::TaskId t, sched::WorkloadId w, core::TimePoint now) {
+  // As in `tessera sim` (sim/scenario_run.h): the task keeps the work of its last checkpoint,
+  // and stops at once or after its grace period.
+  const SubmitCommand& c = specs_[w];
+  const core::Duration ran = kept_[t] + (now - scheduler_->task(t).started);
+  kept_[t] = c.checkpoint_every > core::Duration::zero()
+                 ? (ran / c.checkpoint_every) * c.checkpoint_every
+                 : core::Duration::zero();
+  if (options_.simulate_grace) {
+    stops_[t] = now + c.grace;
+  } else {
+    scheduler_->taskStopped(t);
+  }
 }
 
 std::string SchedulerDriver::evictionEvent(const sched::EvictDecision& e) const {

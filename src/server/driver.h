@@ -90,10 +90,13 @@ struct HeartbeatAnswer {
 // A node as operators see it.
 struct NodeState {
   std::string name;
+  model::Node node;  // Its capacity and labels.
   bool agent = false;
   std::string state;                     // simulated, waiting (no agent yet), ready, lost.
   int64_t seconds_since_heartbeat = -1;  // -1: never.
   int tasks = 0;                         // Assigned to it now (agent-run nodes).
+  bool cordoned = false;                 // Takes no new tasks (cordoned or drained).
+  std::string dedicated_to;              // The tenant its pool is dedicated to ("": none).
 };
 
 struct WorkloadStatus {
@@ -227,8 +230,27 @@ class SchedulerDriver {
   // The last published status of a workload (nullopt if the driver has never seen it).
   std::optional<WorkloadStatus> status(const std::string& tenant, const std::string& name) const;
   std::vector<QueueStatus> queues(const std::string& tenant) const;
-  const std::vector<model::Node>& nodes() const { return nodes_; }
+  // Every node in service (removed ones are not), in index order.
   std::vector<NodeState> nodeStates() const;
+
+  // Nodes while the driver runs (docs/server.md, "Nodes join"). A name is that of one node in
+  // service; a removed node's name may join again (as a new node).
+  // A node run by an agent that joined (or that joined before a restart): down until its agent's
+  // first heartbeat. Errors: a node of that name is in service; an invalid node.
+  core::Status addAgentNode(model::Node node);
+  // A cordoned node takes no new tasks; what runs there stays. Not found: no such node.
+  core::Status setCordoned(const std::string& node, bool cordoned);
+  // Cordons the node and, at the next pass, evicts every task on it (each with its grace
+  // period), to be placed again elsewhere; each evicted workload gets an event saying so.
+  core::Status drain(const std::string& node);
+  // Takes an agent-run node out of service: its agent's heartbeats are refused from now on.
+  // Failed precondition while tasks are assigned to it (drain it first) or for a simulated
+  // node; not found: no such node.
+  core::Status removeNode(const std::string& node);
+  // Dedicates the pool `pool` (the nodes labelled pool=<pool>, now and when they join) to
+  // `tenant`'s tasks; "" opens it to every tenant again. What runs there stays.
+  void dedicatePool(const std::string& pool, const std::string& tenant);
+  std::map<std::string, std::string> dedicatedPools() const;
   // An agent's heartbeat for `node`: renews its lease (bringing it back if it was lost or
   // waiting), queues its reports for the next pass, and answers with the tasks it should run.
   // `gpu_models` are the catalogue names of the GPUs the agent found, in index order: they must
@@ -252,7 +274,10 @@ class SchedulerDriver {
     node_listener_ = std::move(listener);
   }
   // Whether `node` is run by an agent (its heartbeats then count against their own key).
-  bool isAgentNode(const std::string& node) const { return agent_index_.contains(node); }
+  bool isAgentNode(const std::string& node) const {
+    std::lock_guard lock(mu_);
+    return agent_index_.contains(node);
+  }
   // Milliseconds the last pass took, for metrics.
   double lastPassMs() const;
   int64_t passes() const;
@@ -287,6 +312,19 @@ class SchedulerDriver {
   // The victim's event for an eviction: who took its GPUs and why.
   std::string evictionEvent(const sched::EvictDecision& e) const;
   void publishNodeTasks();
+  // Evicts the tasks on the nodes being drained (a pass, before its decisions).
+  void applyDrains(const std::vector<std::string>& drains, core::TimePoint now,
+                   std::vector<sched::WorkloadId>& touched,
+                   std::map<sched::WorkloadId, std::vector<std::string>>& events);
+  // An evicted task on a simulated node: it keeps the work of its last checkpoint and stops at
+  // once or after its grace period.
+  void stopSimulated(sched::TaskId t, sched::WorkloadId w, core::TimePoint now);
+  // The tenant `node`'s pool is dedicated to ("": none). Caller holds mu_.
+  std::string poolTenant(const model::Node& node) const;
+  // Whether `node`'s pool admits `tenant`'s tasks. Caller holds mu_.
+  bool admits(const model::Node& node, const std::string& tenant) const;
+  // The index of the node in service named `node`. Caller holds mu_.
+  core::Result<sched::NodeIndex> indexOf(const std::string& node) const;
   NodeTask nodeTask(sched::TaskId t) const;
   // For Scheduler::cancel: whether a task is one an agent was given (its process must stop
   // before its GPUs are free).
@@ -298,6 +336,8 @@ class SchedulerDriver {
   DriverOptions options_;
   Listener listener_;
   std::function<void(const std::string& node)> node_listener_;
+  // Every node the scheduler has, by index (removed ones too: indexes never move). Grows when
+  // a node joins, under both pass_mu_ and mu_: either lock is enough to read it.
   std::vector<model::Node> nodes_;
   // Held for a whole pass, and to change the scheduler (queues). Taken before `mu_`, never
   // while holding it.
@@ -328,8 +368,13 @@ class SchedulerDriver {
     uint64_t version = 0;
     std::vector<NodeTask> tasks;  // Published.
   };
+  // Changed (nodes joining, removed) under both pass_mu_ and mu_: either lock is enough to read.
   std::map<sched::NodeIndex, AgentNode> agents_;
-  std::map<std::string, sched::NodeIndex> agent_index_;  // Name -> index; fixed at creation.
+  std::map<std::string, sched::NodeIndex> agent_index_;  // Name -> index.
+  std::map<std::string, sched::NodeIndex> node_index_;   // Every node in service: name -> index.
+  std::set<sched::NodeIndex> cordoned_;
+  std::map<std::string, std::string> pool_tenants_;  // Dedicated pools: pool -> tenant.
+  std::vector<std::string> drains_;                  // Nodes to drain at the next pass.
   std::condition_variable node_changed_;
   double last_pass_ms_ = 0;
   int64_t passes_ = 0;

@@ -13,12 +13,21 @@ namespace tessera::server {
 std::vector<NodeState> SchedulerDriver::nodeStates() const {
   const core::TimePoint now = clock_.now();
   std::lock_guard lock(mu_);
+  std::vector<sched::NodeIndex> in_service;
+  in_service.reserve(node_index_.size());
+  for (const auto& [name, i] : node_index_) {
+    in_service.push_back(i);
+  }
+  std::sort(in_service.begin(), in_service.end());
   std::vector<NodeState> out;
-  out.reserve(nodes_.size());
-  for (size_t i = 0; i < nodes_.size(); ++i) {
+  out.reserve(in_service.size());
+  for (const sched::NodeIndex i : in_service) {
     NodeState s;
     s.name = nodes_[i].name;
-    auto it = agents_.find(static_cast<sched::NodeIndex>(i));
+    s.node = nodes_[i];
+    s.cordoned = cordoned_.contains(i);
+    s.dedicated_to = poolTenant(s.node);
+    auto it = agents_.find(i);
     if (it == agents_.end()) {
       s.state = "simulated";
     } else {
@@ -37,22 +46,184 @@ std::vector<NodeState> SchedulerDriver::nodeStates() const {
   return out;
 }
 
+std::string SchedulerDriver::poolTenant(const model::Node& node) const {
+  auto pool = node.labels.find(std::string(model::kPoolLabel));
+  if (pool == node.labels.end()) {
+    return "";
+  }
+  auto it = pool_tenants_.find(pool->second);
+  return it == pool_tenants_.end() ? "" : it->second;
+}
+
+bool SchedulerDriver::admits(const model::Node& node, const std::string& tenant) const {
+  const std::string dedicated = poolTenant(node);
+  return dedicated.empty() || dedicated == tenant;
+}
+
+core::Result<sched::NodeIndex> SchedulerDriver::indexOf(const std::string& node) const {
+  auto it = node_index_.find(node);
+  if (it == node_index_.end()) {
+    return core::notFound("no node '" + node + "'");
+  }
+  return it->second;
+}
+
+core::Status SchedulerDriver::addAgentNode(model::Node node) {
+  TESSERA_RETURN_IF_ERROR(model::validateNode(node));
+  for (model::GpuDevice& g : node.gpus) {
+    g.mig = model::MigMode::kOff;  // Until its agent reports the GPUs' modes.
+  }
+  std::lock_guard pass_lock(pass_mu_);
+  std::string dedicated;
+  {
+    std::lock_guard lock(mu_);
+    if (node_index_.contains(node.name)) {
+      return core::alreadyExists("node '" + node.name + "' is in service already");
+    }
+    dedicated = poolTenant(node);
+  }
+  TESSERA_ASSIGN_OR_RETURN(sched::NodeIndex n, scheduler_->addNode(node));  // Down until heard.
+  if (!dedicated.empty()) {
+    scheduler_->setDedicated(n, tenantId(dedicated));
+  }
+  std::lock_guard lock(mu_);
+  node_index_[node.name] = n;
+  agent_index_[node.name] = n;
+  agents_[n] = {};
+  nodes_.push_back(std::move(node));
+  return core::Status::ok();
+}
+
+core::Status SchedulerDriver::setCordoned(const std::string& node, bool cordoned) {
+  std::lock_guard pass_lock(pass_mu_);
+  sched::NodeIndex n = 0;
+  {
+    std::lock_guard lock(mu_);
+    TESSERA_ASSIGN_OR_RETURN(n, indexOf(node));
+    if (cordoned) {
+      cordoned_.insert(n);
+    } else {
+      cordoned_.erase(n);
+    }
+  }
+  scheduler_->setCordoned(n, cordoned);
+  wake_.notify_one();
+  return core::Status::ok();
+}
+
+core::Status SchedulerDriver::drain(const std::string& node) {
+  TESSERA_RETURN_IF_ERROR(setCordoned(node, true));
+  std::lock_guard lock(mu_);
+  drains_.push_back(node);
+  wake_.notify_one();
+  return core::Status::ok();
+}
+
+core::Status SchedulerDriver::removeNode(const std::string& node) {
+  std::lock_guard pass_lock(pass_mu_);
+  sched::NodeIndex n = 0;
+  {
+    std::lock_guard lock(mu_);
+    TESSERA_ASSIGN_OR_RETURN(n, indexOf(node));
+    if (!agents_.contains(n)) {
+      return core::failedPrecondition("node '" + node + "' is simulated by the server");
+    }
+  }
+  const bool unconfirmed = std::any_of(unconfirmed_.begin(), unconfirmed_.end(),
+                                       [&](const auto& u) { return u.second.node == n; });
+  if (!scheduler_->tasksOn(n).empty() || !node_tasks_[n].empty() || unconfirmed) {
+    return core::failedPrecondition("node '" + node + "' still has " +
+                                    std::to_string(scheduler_->tasksOn(n).size()) +
+                                    " task(s); drain it first (tessera node drain " + node + ")");
+  }
+  scheduler_->setCordoned(n, true);
+  (void)scheduler_->nodeLost(n);  // Down for good: its capacity leaves the fair shares.
+  node_tasks_.erase(n);
+  std::lock_guard lock(mu_);
+  node_index_.erase(node);
+  agent_index_.erase(node);
+  agents_.erase(n);
+  cordoned_.erase(n);
+  drains_.erase(std::remove(drains_.begin(), drains_.end(), node), drains_.end());
+  return core::Status::ok();
+}
+
+void SchedulerDriver::dedicatePool(const std::string& pool, const std::string& tenant) {
+  std::lock_guard pass_lock(pass_mu_);
+  std::vector<sched::NodeIndex> members;
+  {
+    std::lock_guard lock(mu_);
+    if (tenant.empty()) {
+      pool_tenants_.erase(pool);
+    } else {
+      pool_tenants_[pool] = tenant;
+    }
+    for (const auto& [name, n] : node_index_) {
+      auto label = nodes_[n].labels.find(std::string(model::kPoolLabel));
+      if (label != nodes_[n].labels.end() && label->second == pool) {
+        members.push_back(n);
+      }
+    }
+  }
+  const std::optional<model::TenantId> id =
+      tenant.empty() ? std::nullopt : std::optional(tenantId(tenant));
+  for (sched::NodeIndex n : members) {
+    scheduler_->setDedicated(n, id);
+  }
+  wake_.notify_one();
+}
+
+std::map<std::string, std::string> SchedulerDriver::dedicatedPools() const {
+  std::lock_guard lock(mu_);
+  return pool_tenants_;
+}
+
+void SchedulerDriver::applyDrains(const std::vector<std::string>& drains, core::TimePoint now,
+                                  std::vector<sched::WorkloadId>& touched,
+                                  std::map<sched::WorkloadId, std::vector<std::string>>& events) {
+  for (const std::string& name : drains) {
+    sched::NodeIndex n = 0;
+    {
+      std::lock_guard lock(mu_);
+      auto found = indexOf(name);
+      if (!found.isOk()) {
+        continue;  // Removed since.
+      }
+      n = *found;
+    }
+    const std::vector<sched::TaskId> on = scheduler_->tasksOn(n);  // evictTask edits nothing
+    for (sched::TaskId t : on) {                                   // there, but stop may.
+      if (!scheduler_->evictTask(t)) {
+        continue;  // Terminating already.
+      }
+      const sched::WorkloadId w = scheduler_->task(t).workload;
+      touched.push_back(w);
+      events[w].push_back(fmt::format(
+          "drained: node {} is being drained (task {} on node {}); it is placed again elsewhere",
+          name, scheduler_->task(t).index, name));
+      ends_.erase(t);
+      if (!agents_.contains(n)) {
+        stopSimulated(t, w, now);
+      }
+    }
+  }
+}
+
 core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node,
                                                          const std::vector<std::string>& gpu_models,
                                                          std::vector<NodeTaskReport> reports,
                                                          const std::vector<bool>& mig_on) {
+  std::lock_guard lock(mu_);
   auto found = agent_index_.find(node);
   if (found == agent_index_.end()) {
-    for (const model::Node& n : nodes_) {
-      if (n.name == node) {
-        return core::failedPrecondition("node '" + node +
-                                        "' is simulated by the server, not run by an agent "
-                                        "(list it in nodes { agents = ... })");
-      }
+    if (node_index_.contains(node)) {
+      return core::failedPrecondition("node '" + node +
+                                      "' is simulated by the server, not run by an agent "
+                                      "(list it in nodes { agents = ... })");
     }
     return core::notFound("no node '" + node +
-                          "': agents register only under the names in the server's "
-                          "nodes { agents = ... }");
+                          "': an agent registers under a name in the server's nodes { agents = "
+                          "... } or joins with a join token (tessera node join-token create)");
   }
   const model::Node& n = nodes_[found->second];
   std::vector<std::string> declared;
@@ -75,7 +246,6 @@ core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node
     return core::failedPrecondition("node '" + node + "' is declared with " + describe(declared) +
                                     " but its agent found " + describe(gpu_models));
   }
-  std::lock_guard lock(mu_);
   AgentNode& a = agents_.at(found->second);
   const core::TimePoint now = clock_.now();
   a.registered = true;
@@ -115,11 +285,11 @@ core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node
 
 core::Result<uint64_t> SchedulerDriver::watchNode(const std::string& node, uint64_t known_version,
                                                   std::chrono::milliseconds wait) {
+  std::unique_lock lock(mu_);
   auto found = agent_index_.find(node);
   if (found == agent_index_.end()) {
     return core::notFound("no node '" + node + "' run by an agent");
   }
-  std::unique_lock lock(mu_);
   const AgentNode& a = agents_.at(found->second);
   node_changed_.wait_for(lock, wait, [&] { return a.version != known_version || stopping_; });
   return a.version;

@@ -24,6 +24,7 @@
 #include "secrets/service.h"
 #include "server/certs.h"
 #include "server/control_plane.h"
+#include "server/node_records.h"
 #include "server/route.h"
 #include "store/etcd_store.h"
 #include "store/sqlite_store.h"
@@ -136,14 +137,49 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   if (core::Status st = addNodes(config.agent_nodes, "agents", catalogue, nodes); !st.isOk()) {
     return fail(st);
   }
-  if (nodes.empty()) {
-    return fail(
-        core::invalidArgument("nodes: none given (nodes { simulated = ... agents = ... })"));
+  std::vector<std::string> declared;
+  for (const model::Node& n : nodes) {
+    declared.push_back(n.name);
+  }
+  for (const auto& [name, labels] : config.node_labels) {
+    auto it = std::find_if(nodes.begin(), nodes.end(),
+                           [&](const model::Node& n) { return n.name == name; });
+    if (it == nodes.end()) {
+      return fail(core::invalidArgument("nodes: labels: no declared node '" + name + "'"));
+    }
+    it->labels = labels;
+    if (core::Status st = model::validateNode(*it); !st.isOk()) {
+      return fail(st.withContext("nodes: labels"));
+    }
   }
   auto store = config.etcd ? store::EtcdStore::open(*config.etcd, clock)
                            : store::SqliteStore::open(config.storage_path, {}, clock);
   if (!store.isOk()) {
     return fail(store.status());
+  }
+  // Nodes that joined with a join token before this start: agent-run nodes like the declared
+  // ones (docs/server.md, "Nodes join"). A declared node of the same name wins.
+  {
+    auto records = loadNodeRecords(**store, catalogue);
+    if (!records.isOk()) {
+      return fail(records.status());
+    }
+    for (auto& [name, rec] : *records) {
+      if (!rec.joined) {
+        continue;
+      }
+      if (std::find(declared.begin(), declared.end(), name) != declared.end()) {
+        core::logWarn("node {} joined once but is declared in the config now: the config's wins",
+                      name);
+        continue;
+      }
+      nodes.push_back(std::move(rec.node));
+    }
+  }
+  if (nodes.empty()) {
+    core::logWarn(
+        "no nodes yet: declare some (nodes {{ agents = ... }}) or let agents join with a join "
+        "token (tessera node join-token create)");
   }
   std::vector<std::unique_ptr<audit::AuditSink>> sinks;
   for (const ServerConfig::AuditFile& a : config.audit) {
@@ -256,6 +292,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
           : defaultTenantConcurrency(std::thread::hardware_concurrency(), config.workers);
   copts.reject_delay = std::chrono::milliseconds(config.reject_delay_ms);
   copts.node_lease_ttl = dopts.lease_ttl;
+  copts.declared_nodes = declared;
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.durable_every_answer = config.audit_durable_every_answer;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
@@ -546,7 +583,28 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* nodes, singleBlock(doc, "nodes", path));
   if (nodes != nullptr) {
     core::JsonNode n(*nodes, "nodes", path);
-    TESSERA_RETURN_IF_ERROR(n.checkKeys({"simulated", "agents", "lease_ttl_ms"}));
+    TESSERA_RETURN_IF_ERROR(n.checkKeys({"simulated", "agents", "lease_ttl_ms", "labels"}));
+    if (n.has("labels")) {
+      const json& all = (*nodes)["labels"];
+      if (!all.is_object()) {
+        return n.child("labels").error("expected { \"<node>\" = { <label> = \"<value>\" } }");
+      }
+      for (const auto& [node, labels] : all.items()) {
+        if (!labels.is_object()) {
+          return n.child("labels").child(node.c_str()).error("expected { <label> = \"<value>\" }");
+        }
+        for (const auto& [key, value] : labels.items()) {
+          if (!value.is_string()) {
+            return n.child("labels")
+                .child(node.c_str())
+                .error("label '" + key + "': expected a string");
+          }
+          TESSERA_RETURN_IF_ERROR(model::validateLabel(key, value.get<std::string>())
+                                      .withContext(path + ": nodes.labels." + node));
+          c.node_labels[node][key] = value.get<std::string>();
+        }
+      }
+    }
     // Agents alone: no simulated nodes unless asked for.
     const std::string def = n.has("agents") ? "" : c.simulated_nodes;
     c.simulated_nodes = def;

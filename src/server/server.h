@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -70,6 +71,8 @@ struct ServerConfig {
   int64_t max_unsaved_gpu_seconds = 3600;
   std::string simulated_nodes = "dgx-h100:2";  // "" when only agents are declared.
   std::string agent_nodes;                     // Nodes agents register under.
+  // nodes { labels = { "gpu-a" = { pool = "team-1", zone = "a" } } }: declared nodes' labels.
+  std::map<std::string, std::map<std::string, std::string>> node_labels;
   int64_t node_lease_ttl_ms = 15000;
   double tenant_rate = 1000;
   double tenant_burst = 2000;

@@ -15,7 +15,8 @@ constexpr std::string_view kPrefix = "/tokens/";
 constexpr std::string_view kAlphabet =
     "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
-// `n` base62 characters from the OS's random source (rejection sampling: no modulo bias).
+}  // namespace
+
 std::string randomBase62(size_t n) {
   std::string out;
   while (out.size() < n) {
@@ -29,6 +30,8 @@ std::string randomBase62(size_t n) {
   }
   return out;
 }
+
+namespace {
 
 int64_t toMillis(core::WallTime t) {
   if (t == core::WallTime::max()) {

@@ -59,6 +59,10 @@ struct TokenInfo {
   nlohmann::json toJson(core::WallTime now) const;  // For the API: never the secret.
 };
 
+// `n` base62 characters from the OS's random source (rejection sampling: no modulo bias): the
+// body of every secret the server hands out.
+std::string randomBase62(size_t n);
+
 struct TokenRequest {
   std::string tenant = {};
   std::vector<std::string> policies = {};

@@ -177,8 +177,9 @@ core::Status parseTenants(const Node& list, Scenario& s) {
   std::set<std::string> names;
   for (size_t i = 0; i < list.value().size(); ++i) {
     const Node t = list.at(i);
-    TESSERA_RETURN_IF_ERROR(t.checkKeys({"name", "quota", "limit", "weight", "priority",
-                                         "max_unsaved_gpu_seconds", "trust_group", "queues"}));
+    TESSERA_RETURN_IF_ERROR(
+        t.checkKeys({"name", "quota", "limit", "weight", "priority", "max_unsaved_gpu_seconds",
+                     "trust_group", "queues", "pools"}));
     if (!t.has("name")) {
       return t.error("missing field 'name'");
     }
@@ -192,9 +193,24 @@ core::Status parseTenants(const Node& list, Scenario& s) {
     if (t.has("trust_group")) {
       TESSERA_ASSIGN_OR_RETURN(tenant.trust_group, trustGroup(t.child("trust_group")));
     }
+    if (t.has("pools")) {
+      const Node pools = t.child("pools");
+      if (!pools.value().is_array()) {
+        return pools.error("expected a list of pool names");
+      }
+      for (size_t p = 0; p < pools.value().size(); ++p) {
+        TESSERA_ASSIGN_OR_RETURN(std::string pool, pools.at(p).str());
+        if (core::Status st = model::validateLabel(std::string(model::kPoolLabel), pool);
+            !st.isOk()) {
+          return pools.at(p).error(st.message());
+        }
+        tenant.pools.push_back(std::move(pool));
+      }
+    }
     tenant.body = t.value();
     tenant.body.erase("name");
     tenant.body.erase("queues");
+    tenant.body.erase("pools");
     s.queues.push_back(sched::tenantQueueSpec(s.space, tenant.name, tenant.numbers));
     s.queues.push_back(sched::tenantDefaultQueueSpec(s.space, tenant.name, tenant.numbers));
     if (t.has("queues")) {
@@ -312,8 +328,25 @@ core::Status parseNodes(const Node& cluster, Scenario& s) {
   int domain = 0;
   for (size_t i = 0; i < nodes.value().size(); ++i) {
     Node n = nodes.at(i);
-    TESSERA_RETURN_IF_ERROR(
-        n.checkKeys({"profile", "count", "name", "cpuMilli", "memoryMiB", "gpus", "model"}));
+    TESSERA_RETURN_IF_ERROR(n.checkKeys(
+        {"profile", "count", "name", "cpuMilli", "memoryMiB", "gpus", "model", "labels"}));
+    std::map<std::string, std::string> labels;
+    if (n.has("labels")) {
+      const Node l = n.child("labels");
+      if (!l.value().is_object()) {
+        return l.error("expected an object of labels");
+      }
+      for (const auto& [key, value] : l.value().items()) {
+        if (!value.is_string()) {
+          return l.error("label '" + key + "': expected a string");
+        }
+        if (core::Status st = model::validateLabel(key, value.get<std::string>()); !st.isOk()) {
+          return l.error(st.message());
+        }
+        labels[key] = value.get<std::string>();
+      }
+    }
+    const size_t group_begin = s.nodes.size();
     int64_t count = 1;
     if (n.has("count")) {
       TESSERA_ASSIGN_OR_RETURN(count, n.child("count").integer(0, 100000));
@@ -358,6 +391,9 @@ core::Status parseNodes(const Node& cluster, Scenario& s) {
       }
       s.nodes.push_back(std::move(node));
     }
+    for (size_t k = group_begin; k < s.nodes.size(); ++k) {
+      s.nodes[k].labels = labels;
+    }
   }
   if (s.nodes.empty()) {
     return nodes.error("the cluster has no nodes");
@@ -371,7 +407,7 @@ core::Status parseWorkload(const Node& w, const Scenario& s, const sched::QueueT
   TESSERA_RETURN_IF_ERROR(
       w.checkKeys({"name", "queue", "at", "tasks", "minAvailable", "gpu", "cpuMilli", "memoryMiB",
                    "duration", "priority", "preemptible", "checkpointEvery", "maxRuntime",
-                   "gracePeriod", "repeat", "tenant"}));
+                   "gracePeriod", "repeat", "tenant", "nodeSelector"}));
   for (const char* f : {"name", tenants ? "tenant" : "queue", "duration"}) {
     if (!w.has(f)) {
       return w.error(std::string("missing field '") + f + "'");

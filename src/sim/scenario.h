@@ -29,6 +29,10 @@
 // leaves the group), applied before the submissions of the same instant:
 //   "tenantUpdates": [{"at": 3600, "tenant": "team-1", "quota": {"gpu": 2}, "trust_group": ""}]
 //
+// Nodes may carry labels ("labels": {"pool": "reserved", "zone": "a"}), workloads select them
+// ("nodeSelector": {"pool": "reserved"}), and a tenant may have pools dedicated to it
+// ("pools": ["reserved"]): as the server's nodes, workloads and `sys/pools` (docs/server.md).
+//
 // Amounts: "gpu" in GPUs (fractions allowed, kept in milli-GPU), "cpu" in cores or "cpuMilli",
 // "memoryGiB" or "memoryMiB", and "gpu:<model>" for a per-model amount. Times in seconds.
 // A workload may repeat: "repeat": {"count": 50, "every": 60} submits name-0 .. name-49.
@@ -68,6 +72,8 @@ struct ScenarioWorkload {
 struct ScenarioTenant {
   std::string name;
   std::string trust_group;  // "": none.
+  // Pools dedicated to it: only its tasks run on the nodes labelled pool=<name> ("pools").
+  std::vector<std::string> pools;
   sched::GpuQueueNumbers numbers;
   nlohmann::json body;                                         // POST tenants/<name>
   std::vector<std::pair<std::string, nlohmann::json>> queues;  // POST tenants/<name>/queues/<q>

@@ -80,6 +80,14 @@ core::Result<ScenarioResult> runScenario(const Scenario& sc, const ScenarioProgr
               .first->second;
     }
     s->setTrustGroup(model::TenantId{static_cast<uint32_t>(i + 1)}, group);
+    for (const std::string& pool : sc.tenants[i].pools) {  // Dedicated pools, as sys/pools.
+      for (sched::NodeIndex n = 0; n < sc.nodes.size(); ++n) {
+        auto label = sc.nodes[n].labels.find(std::string(model::kPoolLabel));
+        if (label != sc.nodes[n].labels.end() && label->second == pool) {
+          s->setDedicated(n, model::TenantId{static_cast<uint32_t>(i + 1)});
+        }
+      }
+    }
   }
   const sched::QueueTree& queues = s->queues();
   ScenarioResult out;

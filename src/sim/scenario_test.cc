@@ -271,6 +271,25 @@ TEST(ScenarioTest, ASecondReclaimerDoesNotTakeTheShareAgain) {
   EXPECT_GE(w["team-2/second"].first_start, 4530);
 }
 
+// Issue 22, labels and pools in scenarios (and through the API, by the parity test): team-2's
+// four tasks never go to the node of the pool dedicated to team-1, even while two of them wait;
+// team-1's selected tasks go there, and its unselected one goes wherever there is room.
+TEST(ScenarioTest, ADedicatedPoolRunsOnlyItsTenantsTasks) {
+  ScenarioResult r = run("tenants-dedicated-pool.json");
+  std::map<std::string, std::set<std::string>> nodes;
+  for (const SimEvent& e : r.events) {
+    if (e.event == "start") {
+      nodes[e.workload].insert(e.node);
+    }
+  }
+  EXPECT_EQ(nodes["team-2/wide"], std::set<std::string>{"shared"});
+  EXPECT_EQ(nodes["team-1/pinned"], std::set<std::string>{"reserved"});
+  auto w = byWorkload(r);
+  EXPECT_EQ(w["team-2/wide"].first_start, 0);
+  EXPECT_EQ(w["team-1/pinned"].first_start, 60);
+  EXPECT_GE(w["team-1/anywhere"].first_start, 120);
+}
+
 // Bug 4d end to end: the tenant is at its 4-GPU limit with priority-0 work; a priority-100 job
 // of 2 GPUs preempts two of those tasks instead of waiting two hours.
 TEST(ScenarioTest, PriorityPreemptsPastTheTenantsLimit) {
@@ -341,7 +360,7 @@ TEST(ScenarioTest, ParseErrorsSayWhere) {
   EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 1, "colour": "red"})")),
             "s.json: workloads[0]: unknown field 'colour' (known: name, queue, at, tasks, "
             "minAvailable, gpu, cpuMilli, memoryMiB, duration, priority, preemptible, "
-            "checkpointEvery, maxRuntime, gracePeriod, repeat, tenant)");
+            "checkpointEvery, maxRuntime, gracePeriod, repeat, tenant, nodeSelector)");
   EXPECT_EQ(parseError(doc(R"({"name": "w", "queue": "q", "duration": 1},
                               {"name": "w", "queue": "q", "duration": 1})")),
             "s.json: workloads[1]: workload name 'w' is used twice");

@@ -131,8 +131,9 @@ class AgentTest : public ::testing::Test {
                 const json& body = nullptr) {
     return client_->call(method, target, token, body);
   }
-  // Starts the agent of `node` with its tasks in DIR/<node>.
-  void startAgent(const std::string& node, std::vector<std::string> extra = {}) {
+  // Starts the agent of `node` with its tasks in DIR/<node>, with its node token (or `extra`
+  // says how it gets a credential, with `token` false).
+  void startAgent(const std::string& node, std::vector<std::string> extra = {}, bool token = true) {
     std::vector<std::string> args = {"agent",
                                      "run",
                                      "--node",
@@ -143,8 +144,6 @@ class AgentTest : public ::testing::Test {
                                      "t4-2x",
                                      "--address",
                                      address_,
-                                     "--token",
-                                     node_tokens_[node],
                                      "--ca-cert",
                                      (dir_ / "ca.pem").string(),
                                      "--work-dir",
@@ -155,6 +154,9 @@ class AgentTest : public ::testing::Test {
                                      "development",
                                      "--fence-after-ms",
                                      std::to_string(fenceAfterMs())};
+    if (token) {
+      args.insert(args.end(), {"--token", node_tokens_[node]});
+    }
     args.insert(args.end(), extra.begin(), extra.end());
     agents_[node] = std::make_unique<Process>(args, dir_ / (node + ".out"));
   }
@@ -489,6 +491,198 @@ TEST_F(ServerRestartTest, RunningTasksKeepTheirProcessesAcrossServerRestarts) {
   EXPECT_FALSE(gone(pair_pid));
   EXPECT_EQ(slurp(taskDir(pair_node, "pair") / "runs"), "start\n");
   EXPECT_EQ(runningTask("pair")["generation"], pair_before["generation"]);
+}
+
+// Must show 4 of issue 22: nodes join while work runs, with join tokens, and pools dedicated to
+// one tenant; through the real binaries (CLI -> server -> agents -> processes).
+class NodeJoinTest : public ServerRestartTest {
+ protected:
+  std::string nodesConfig() const override {
+    return "nodes {\n  agents = \"gpu-a=t4-2x\"\n  lease_ttl_ms = 12000\n}\n";
+  }
+  // The tessera client with the root token.
+  CmdResult rootCli(const std::string& args) {
+    return runTessera(args, dir_ / "root-cli.err",
+                      "TESSERA_ADDR=" + address_ + " TESSERA_CACERT=" + (dir_ / "ca.pem").string() +
+                          " TESSERA_TENANT= HOME=" + dir_.string() + " TESSERA_TOKEN=" + root_);
+  }
+  // An agent that joins as `node` with `join_token` (none: with the credential it kept).
+  void startJoiningAgent(const std::string& node, const std::string& join_token) {
+    startAgent(node,
+               join_token.empty()
+                   ? std::vector<std::string>{}
+                   : std::vector<std::string>{"--join-token", join_token, "--label", "zone=b"},
+               false);
+  }
+  json nodeInfo(const std::string& node) {
+    Response r = call("GET", "/v1/nodes/" + node, root_);
+    return r.status == 200 ? r.body["data"] : json();
+  }
+  // Submits a sleeping workload of one whole GPU for `token`'s tenant.
+  Response submitSleep(const std::string& tenant, const std::string& token, const std::string& name,
+                       const json& extra = json::object()) {
+    json body = {{"gpu", {{"count", 1}}},
+                 {"gracePeriod", 1},
+                 {"command", {"sh", "-c", "echo $$ > task.pid; exec sleep 300"}}};
+    body.update(extra);
+    return call("POST", "/v1/tenants/" + tenant + "/workloads/" + name, token, body);
+  }
+  std::string nodeOf(const std::string& tenant, const std::string& token, const std::string& name) {
+    std::string node;
+    waitFor(
+        [&] {
+          const json s = call("GET", "/v1/tenants/" + tenant + "/workloads/" + name, token)
+                             .body["data"]["status"];
+          if (s.value("phase", "") == "running" && s["tasks"][0].value("state", "") == "running") {
+            node = s["tasks"][0].value("node", "");
+            return true;
+          }
+          return false;
+        },
+        20s);
+    return node;
+  }
+};
+
+TEST_F(NodeJoinTest, NodesJoinWithTokensAndADedicatedPoolRunsOnlyItsTenantsTasks) {
+  startAgent("gpu-a");
+  ASSERT_TRUE(waitFor([&] { return nodeState("gpu-a") == "ready"; }, 20s));
+  // Work runs on the one declared node, and more waits for room.
+  for (const std::string w : {"w1", "w2", "w3"}) {
+    ASSERT_EQ(submitSleep("team-1", tenant_, w).status, 202U);
+  }
+  EXPECT_EQ(nodeOf("team-1", tenant_, "w1"), "gpu-a");
+  EXPECT_EQ(nodeOf("team-1", tenant_, "w2"), "gpu-a");
+  EXPECT_EQ(workload("w3")["status"]["phase"], "pending");
+
+  // A join token from the CLI; the agent joins with it (its GPUs from discovery) and takes w3.
+  CmdResult made = rootCli("node join-token create --ttl 1h --label rack=r7");
+  ASSERT_EQ(made.rc, 0) << made.err;
+  const std::string join = made.out.substr(0, made.out.find('\n'));
+  ASSERT_TRUE(join.starts_with("tjn.")) << made.out;
+  startJoiningAgent("gpu-c", join);
+  ASSERT_TRUE(waitFor([&] { return nodeState("gpu-c") == "ready"; }, 20s))
+      << agents_["gpu-c"]->errors() << server_->errors();
+  EXPECT_EQ(nodeOf("team-1", tenant_, "w3"), "gpu-c") << workload("w3").dump();
+  const json c = nodeInfo("gpu-c");
+  EXPECT_EQ(c["labels"], json({{"rack", "r7"}, {"zone", "b"}})) << c.dump();
+  EXPECT_EQ(c["gpus"], json({{"T4", 2}})) << c.dump();
+  // Its credential is its own node's only, kept 0600 for its restarts.
+  const fs::path cred = dir_ / "gpu-c" / "node-credential";
+  ASSERT_TRUE(fs::exists(cred));
+  EXPECT_EQ(fs::status(cred).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  const std::string node_token = json::parse(slurp(cred))["token"];
+  EXPECT_EQ(call("GET", "/v1/tenants", node_token).status, 403U);
+  EXPECT_EQ(call("POST", "/v1/sys/nodes/gpu-a/heartbeat", node_token,
+                 {{"node", {{"gpus", json::array()}}}})
+                .status,
+            403U);
+
+  // An expired join token is refused, and the agent says why.
+  made = rootCli("node join-token create --ttl 1s");
+  ASSERT_EQ(made.rc, 0) << made.err;
+  const std::string expired = made.out.substr(0, made.out.find('\n'));
+  std::this_thread::sleep_for(2500ms);
+  startJoiningAgent("gpu-x", expired);
+  EXPECT_EQ(agents_["gpu-x"]->wait(), 2);  // Bad settings: it never registers.
+  EXPECT_NE(agents_["gpu-x"]->errors().find("expired"), std::string::npos)
+      << agents_["gpu-x"]->errors();
+  EXPECT_EQ(nodeInfo("gpu-x"), json());
+  Response direct = call("POST", "/v1/sys/nodes/join", "",
+                         {{"join_token", expired},
+                          {"node", "gpu-y"},
+                          {"discovery", {{"gpus", json::array()}}},
+                          {"cpu_milli", 1000},
+                          {"memory_mib", 1024}});
+  EXPECT_EQ(direct.status, 403U) << direct.raw;
+  EXPECT_EQ(call("POST", "/v1/sys/nodes/join", "",
+                 {{"join_token", "tjn.000000000000000000000000"},
+                  {"node", "gpu-y"},
+                  {"discovery", {{"gpus", json::array()}}},
+                  {"cpu_milli", 1000},
+                  {"memory_mib", 1024}})
+                .status,
+            403U);
+
+  // A pool dedicated to team-1: a node joins into it, and another tenant's tasks never go there,
+  // even while they wait for room; team-1's do, selecting it.
+  ASSERT_EQ(call("POST", "/v1/tenants/team-2", root_, {{"quota", {{"gpu", 4}}}}).status, 204U);
+  Response t2 = call("POST", "/v1/auth/token/create", root_,
+                     {{"tenant", "team-2"}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+  ASSERT_EQ(t2.status, 200U) << t2.raw;
+  const std::string team2 = t2.body["auth"]["client_token"];
+  CmdResult dedicated = rootCli("node pool dedicate reserved team-1");
+  ASSERT_EQ(dedicated.rc, 0) << dedicated.err;
+  made = rootCli("node join-token create --ttl 10m --label pool=reserved");
+  ASSERT_EQ(made.rc, 0) << made.err;
+  startJoiningAgent("gpu-d", made.out.substr(0, made.out.find('\n')));
+  ASSERT_TRUE(waitFor([&] { return nodeState("gpu-d") == "ready"; }, 20s))
+      << agents_["gpu-d"]->errors();
+  EXPECT_EQ(nodeInfo("gpu-d")["dedicated_to"], "team-1") << nodeInfo("gpu-d").dump();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(submitSleep("team-2", team2, "other-" + std::to_string(i)).status, 202U);
+  }
+  Response refused =
+      submitSleep("team-2", team2, "sneak", {{"nodeSelector", {{"pool", "reserved"}}}});
+  EXPECT_EQ(refused.status, 400U) << refused.raw;
+  EXPECT_NE(refused.raw.find("dedicated to another tenant"), std::string::npos) << refused.raw;
+  ASSERT_EQ(
+      submitSleep("team-1", tenant_, "mine", {{"nodeSelector", {{"pool", "reserved"}}}}).status,
+      202U);
+  EXPECT_EQ(nodeOf("team-1", tenant_, "mine"), "gpu-d") << workload("mine").dump();
+  // gpu-c has one GPU free: one of team-2's runs there, the others wait; none on gpu-d.
+  std::this_thread::sleep_for(2s);
+  int running = 0;
+  for (int i = 0; i < 3; ++i) {
+    const json s = call("GET", "/v1/tenants/team-2/workloads/other-" + std::to_string(i), team2)
+                       .body["data"]["status"];
+    for (const json& task : s["tasks"]) {
+      EXPECT_NE(task.value("node", ""), "gpu-d") << s.dump();
+    }
+    running += s.value("phase", "") == "running" ? 1 : 0;
+  }
+  EXPECT_EQ(running, 1);
+  EXPECT_TRUE(slurp(dir_ / "gpu-d" / "team-2.other-0.0" / "task.pid").empty());
+
+  // Drain: gpu-c's tasks leave it (w3 and team-2's), and it takes none while cordoned.
+  CmdResult drained = rootCli("node drain gpu-c");
+  ASSERT_EQ(drained.rc, 0) << drained.err;
+  ASSERT_TRUE(waitFor([&] { return nodeInfo("gpu-c").value("tasks", -1) == 0; }, 20s))
+      << nodeInfo("gpu-c").dump();
+  EXPECT_TRUE(nodeInfo("gpu-c")["cordoned"]);
+  // w3 is team-1's: it may go to team-1's pool, where there is room.
+  EXPECT_EQ(nodeOf("team-1", tenant_, "w3"), "gpu-d") << workload("w3").dump();
+  const json events =
+      call("GET", "/v1/tenants/team-1/workloads/w3/events", tenant_).body["data"]["events"];
+  EXPECT_NE(events.dump().find("drained: node gpu-c is being drained"), std::string::npos)
+      << events.dump();
+  // Removed, its credential is revoked; a node of that name may join again later.
+  CmdResult removed = rootCli("node remove gpu-c");
+  ASSERT_EQ(removed.rc, 0) << removed.err;
+  EXPECT_EQ(nodeInfo("gpu-c"), json());
+  EXPECT_EQ(call("GET", "/v1/sys/nodes/gpu-c/tasks", node_token).status, 403U);
+  CmdResult declared = rootCli("node remove gpu-a");
+  EXPECT_NE(declared.rc, 0);
+  EXPECT_NE(declared.err.find("declared in the server's config"), std::string::npos)
+      << declared.err;
+
+  // A restart keeps the joined node, its pool's tenant and its credential (renewed at the
+  // agent's restart).
+  EXPECT_EQ(server_->stop(SIGTERM), 0) << server_->errors();
+  ASSERT_NO_FATAL_FAILURE(startServer("server2.out"));
+  ASSERT_TRUE(waitFor([&] { return nodeState("gpu-d") == "ready"; }, 20s)) << server_->errors();
+  EXPECT_EQ(nodeInfo("gpu-d")["dedicated_to"], "team-1");
+  EXPECT_EQ(nodeOf("team-1", tenant_, "mine"), "gpu-d");
+  EXPECT_EQ(agents_["gpu-d"]->stop(SIGTERM), 0);
+  fs::rename(dir_ / "gpu-d.out.err", dir_ / "gpu-d-first.out.err");  // Not read as the new one's.
+  startJoiningAgent("gpu-d", "");
+  ASSERT_TRUE(waitFor(
+      [&] { return agents_["gpu-d"]->errors().find("registered") != std::string::npos; }, 20s))
+      << agents_["gpu-d"]->errors();
+  EXPECT_NE(agents_["gpu-d"]->errors().find("node credential renewed"), std::string::npos)
+      << agents_["gpu-d"]->errors();
+  EXPECT_EQ(nodeOf("team-1", tenant_, "mine"), "gpu-d");  // Adopted by the restarted agent.
 }
 
 // The promises the scheduler makes, kept by the live server: one agent node of two T4s and a

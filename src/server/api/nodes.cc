@@ -30,24 +30,8 @@ HttpResponse ControlPlane::nodesApi(Request& r) {
   }
   // Capacity only: which tenant runs what on a node is not the caller's business.
   json nodes = json::array();
-  const std::vector<NodeState> states = driver_.nodeStates();
-  for (size_t i = 0; i < driver_.nodes().size(); ++i) {
-    const model::Node& n = driver_.nodes()[i];
-    json gpus = json::object();
-    for (const model::GpuDevice& g : n.gpus) {
-      gpus[catalogue_.model(g.model).name] = gpus.value(catalogue_.model(g.model).name, 0) + 1;
-    }
-    json node = {{"name", n.name},
-                 {"cpu_milli", n.cpu.value()},
-                 {"memory_mib", n.memory.value()},
-                 {"gpus", gpus},
-                 {"state", states[i].state}};
-    if (!r.scope.tenant) {  // Operators also see how its agent is doing.
-      node["agent"] = states[i].agent;
-      node["seconds_since_heartbeat"] = states[i].seconds_since_heartbeat;
-      node["tasks"] = states[i].tasks;
-    }
-    nodes.push_back(std::move(node));
+  for (const NodeState& s : driver_.nodeStates()) {
+    nodes.push_back(nodeJson(s, r.scope.tenant.has_value()));
   }
   return reply(200, {{"request_id", r.request_id}, {"data", {{"nodes", nodes}}}});
 }
