@@ -71,13 +71,91 @@ bool isIpAddress(const std::string& host) {
   return !ec;
 }
 
+// One server address of the list a client may use.
+struct Endpoint {
+  std::string address;  // As given: "https://10.0.0.1:8200".
+  bool tls = true;
+  std::string host;  // Without IPv6 brackets.
+  std::string port;
+};
+
+// Parses "https://HOST:PORT" (or http://); errors name the address.
+core::Result<Endpoint> parseEndpoint(const std::string& a) {
+  Endpoint e;
+  e.address = a;
+  std::string rest;
+  if (a.rfind("https://", 0) == 0) {
+    e.tls = true;
+    rest = a.substr(8);
+  } else if (a.rfind("http://", 0) == 0) {
+    e.tls = false;
+    rest = a.substr(7);
+  } else {
+    return core::invalidArgument("address '" + a +
+                                 "' must start with https:// (or http:// for a listener "
+                                 "without TLS), like https://127.0.0.1:8200");
+  }
+  while (!rest.empty() && rest.back() == '/') {
+    rest.pop_back();
+  }
+  if (rest.find('/') != std::string::npos) {
+    return core::invalidArgument("address '" + a + "' must be SCHEME://HOST:PORT, without a path");
+  }
+  std::string port;
+  if (!rest.empty() && rest[0] == '[') {  // [IPv6]:port
+    const size_t close = rest.find(']');
+    if (close == std::string::npos) {
+      return core::invalidArgument("address '" + a + "': missing ']' after an IPv6 address");
+    }
+    e.host = rest.substr(1, close - 1);
+    const std::string after = rest.substr(close + 1);
+    if (!after.empty()) {
+      if (after[0] != ':') {
+        return core::invalidArgument("address '" + a + "': expected ':PORT' after ']'");
+      }
+      port = after.substr(1);
+    }
+  } else {
+    const size_t colon = rest.rfind(':');
+    e.host = rest.substr(0, colon);
+    if (colon != std::string::npos) {
+      port = rest.substr(colon + 1);
+    }
+  }
+  if (port.empty()) {
+    port = e.tls ? "443" : "80";
+  }
+  const bool numeric =
+      port.size() <= 5 &&
+      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      std::stoi(port) > 0 && std::stoi(port) <= 65535;
+  if (e.host.empty() || !numeric) {
+    return core::invalidArgument("address '" + a + "' must be SCHEME://HOST:PORT, like " +
+                                 "https://127.0.0.1:8200");
+  }
+  e.port = port;
+  return e;
+}
+
 }  // namespace
 
 struct ApiClient::Impl {
   ClientConfig config;
-  bool tls = true;
-  std::string host;  // Without IPv6 brackets.
+  std::vector<Endpoint> endpoints;  // From config.address, a comma-separated list.
+  size_t current = 0;               // The one in use.
+  bool tls = true;                  // The current endpoint's.
+  std::string host;                 // Without IPv6 brackets.
   std::string port;
+  std::string address;  // The current endpoint's, for messages.
+
+  void use(size_t i) {
+    close();
+    current = i;
+    tls = endpoints[i].tls;
+    host = endpoints[i].host;
+    port = endpoints[i].port;
+    address = endpoints[i].address;
+  }
   asio::io_context io;
   asio::ssl::context ssl_ctx{asio::ssl::context::tls_client};
   // Exactly one of these while connected.
@@ -122,7 +200,7 @@ struct ApiClient::Impl {
     beast::error_code ec;
     const tcp::resolver::results_type endpoints = resolver.resolve(host, port, ec);
     if (ec) {
-      return unavailable("cannot reach " + config.address + ": cannot resolve '" + host +
+      return unavailable("cannot reach " + address + ": cannot resolve '" + host +
                          "': " + ec.message() + "; " + hint());
     }
     if (tls) {
@@ -134,7 +212,7 @@ struct ApiClient::Impl {
     ec = runOp([&](auto handler) { lowest().async_connect(endpoints, handler); });
     if (ec) {
       close();
-      return unavailable("cannot reach " + config.address + ": " + ec.message() +
+      return unavailable("cannot reach " + address + ": " + ec.message() +
                          "; is the server running there? " + hint());
     }
     if (tls) {
@@ -156,8 +234,7 @@ struct ApiClient::Impl {
               "not name '" +
               host + "')";
         }
-        return unavailable("TLS handshake with " + config.address + " failed: " + why + "; " +
-                           hint());
+        return unavailable("TLS handshake with " + address + " failed: " + why + "; " + hint());
       }
     }
     return core::Status::ok();
@@ -166,12 +243,15 @@ struct ApiClient::Impl {
   // One request and its response, on the open connection or a new one. `got_response` says
   // whether any byte of the response arrived (so a retry cannot repeat a request the server
   // answered).
+  // `sent` says whether the request may have reached the server (not when connecting failed).
   core::Result<http::response<http::string_body>> roundTrip(
-      const http::request<http::string_body>& req, bool& got_response) {
+      const http::request<http::string_body>& req, bool& got_response, bool& sent) {
     got_response = false;
+    sent = false;
     if (!connected()) {
       TESSERA_RETURN_IF_ERROR(connect());
     }
+    sent = true;
     lowest().expires_after(config.timeout);
     beast::error_code ec = runOp([&](auto handler) {
       if (secure) {
@@ -182,8 +262,8 @@ struct ApiClient::Impl {
     });
     if (ec) {
       close();
-      return unavailable("cannot send the request to " + config.address + ": " + ec.message() +
-                         "; " + hint());
+      return unavailable("cannot send the request to " + address + ": " + ec.message() + "; " +
+                         hint());
     }
     http::response_parser<http::string_body> parser;
     parser.body_limit(kMaxResponseBytes);
@@ -200,7 +280,7 @@ struct ApiClient::Impl {
       close();
       const std::string why =
           ec == beast::error::timeout ? "no answer within the timeout" : ec.message();
-      return unavailable("no response from " + config.address + ": " + why + "; " + hint());
+      return unavailable("no response from " + address + ": " + why + "; " + hint());
     }
     http::response<http::string_body> resp = parser.release();
     if (!resp.keep_alive()) {
@@ -214,65 +294,32 @@ ApiClient::ApiClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ApiClient::~ApiClient() { impl_->close(); }
 
-const std::string& ApiClient::address() const { return impl_->config.address; }
+const std::string& ApiClient::address() const { return impl_->address; }
 
 const std::string& ApiClient::chrootTenant() const { return impl_->chroot_tenant; }
 
 core::Result<std::unique_ptr<ApiClient>> ApiClient::create(ClientConfig config) {
   auto impl = std::make_unique<Impl>();
-  std::string rest;
-  const std::string& a = config.address;
-  if (a.rfind("https://", 0) == 0) {
-    impl->tls = true;
-    rest = a.substr(8);
-  } else if (a.rfind("http://", 0) == 0) {
-    impl->tls = false;
-    rest = a.substr(7);
-  } else {
-    return core::invalidArgument("address '" + a +
-                                 "' must start with https:// (or http:// for a listener "
-                                 "without TLS), like https://127.0.0.1:8200");
-  }
-  while (!rest.empty() && rest.back() == '/') {
-    rest.pop_back();
-  }
-  if (rest.find('/') != std::string::npos) {
-    return core::invalidArgument("address '" + a + "' must be SCHEME://HOST:PORT, without a path");
-  }
-  std::string port;
-  if (!rest.empty() && rest[0] == '[') {  // [IPv6]:port
-    const size_t close = rest.find(']');
-    if (close == std::string::npos) {
-      return core::invalidArgument("address '" + a + "': missing ']' after an IPv6 address");
+  // Several servers (replicas): "https://a:8200,https://b:8200"; the first is tried first.
+  size_t begin = 0;
+  while (begin <= config.address.size()) {
+    size_t end = config.address.find(',', begin);
+    if (end == std::string::npos) {
+      end = config.address.size();
     }
-    impl->host = rest.substr(1, close - 1);
-    const std::string after = rest.substr(close + 1);
-    if (!after.empty()) {
-      if (after[0] != ':') {
-        return core::invalidArgument("address '" + a + "': expected ':PORT' after ']'");
-      }
-      port = after.substr(1);
+    std::string one = config.address.substr(begin, end - begin);
+    one.erase(0, one.find_first_not_of(" \t"));
+    one.erase(one.find_last_not_of(" \t") + 1);
+    if (!one.empty() || impl->endpoints.empty()) {
+      TESSERA_ASSIGN_OR_RETURN(Endpoint e, parseEndpoint(one));
+      impl->endpoints.push_back(std::move(e));
     }
-  } else {
-    const size_t colon = rest.rfind(':');
-    impl->host = rest.substr(0, colon);
-    if (colon != std::string::npos) {
-      port = rest.substr(colon + 1);
-    }
+    begin = end + 1;
   }
-  if (port.empty()) {
-    port = impl->tls ? "443" : "80";
-  }
-  const bool numeric =
-      port.size() <= 5 &&
-      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-      std::stoi(port) > 0 && std::stoi(port) <= 65535;
-  if (impl->host.empty() || !numeric) {
-    return core::invalidArgument("address '" + a + "' must be SCHEME://HOST:PORT, like " +
-                                 "https://127.0.0.1:8200");
-  }
-  impl->port = port;
-  if (impl->tls) {
+  impl->use(0);
+  const bool any_tls = std::any_of(impl->endpoints.begin(), impl->endpoints.end(),
+                                   [](const Endpoint& e) { return e.tls; });
+  if (any_tls) {
     beast::error_code ec;
     if (config.ca_cert_file.empty()) {
       impl->ssl_ctx.set_default_verify_paths(ec);
@@ -317,18 +364,63 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
   req.keep_alive(true);
   req.prepare_payload();
 
-  auto resp = [&]() -> core::Result<http::response<http::string_body>> {
-    const bool reused = im.connected();
-    bool got_response = false;
-    auto first = im.roundTrip(req, got_response);
-    if (first.isOk() || !reused || got_response) {
-      return first;
+  // Reads may go to another server if the request's fate is unknown; changes only when it
+  // cannot have been received.
+  const bool read = method == "GET" || method == "LIST";
+  size_t failed_over = 0;  // Servers tried after the first.
+  int redirects = 0;
+  core::Result<http::response<http::string_body>> resp = unavailable("no server");
+  while (true) {
+    bool sent = false;
+    resp = [&]() -> core::Result<http::response<http::string_body>> {
+      const bool reused = im.connected();
+      bool got_response = false;
+      auto first = im.roundTrip(req, got_response, sent);
+      if (first.isOk() || !reused || got_response) {
+        return first;
+      }
+      // The server closed the idle keep-alive connection without reading this request.
+      return im.roundTrip(req, got_response, sent);
+    }();
+    const bool more = failed_over + 1 < im.endpoints.size();
+    if (!resp.isOk()) {
+      if (more && (!sent || read)) {  // That server is gone: the next one.
+        ++failed_over;
+        im.use((im.current + 1) % im.endpoints.size());
+        continue;
+      }
+      return resp.status();
     }
-    // The server closed the idle keep-alive connection without reading this request.
-    return im.roundTrip(req, got_response);
-  }();
-  if (!resp.isOk()) {
-    return resp.status();
+    const unsigned code = resp->result_int();
+    const std::string location((*resp)[http::field::location]);
+    if ((code == 307 || code == 308) && !location.empty() && redirects < 3) {
+      // A standby replica names the leader: the same request goes there (never a path
+      // elsewhere: only the server part of Location is taken).
+      ++redirects;
+      const size_t scheme = location.find("://");
+      const size_t path =
+          scheme == std::string::npos ? std::string::npos : location.find('/', scheme + 3);
+      auto leader = parseEndpoint(location.substr(0, path));
+      if (!leader.isOk() || leader->tls != im.tls) {
+        return unavailable("server " + im.address + " redirected to '" + location.substr(0, 200) +
+                           "', which is not a server address of the same kind");
+      }
+      auto known = std::find_if(im.endpoints.begin(), im.endpoints.end(), [&](const Endpoint& e) {
+        return e.host == leader->host && e.port == leader->port;
+      });
+      if (known == im.endpoints.end()) {
+        im.endpoints.push_back(*leader);
+        known = im.endpoints.end() - 1;
+      }
+      im.use(static_cast<size_t>(known - im.endpoints.begin()));
+      continue;
+    }
+    if (code == 503 && !(*resp)["X-Tessera-Standby"].empty() && more) {
+      ++failed_over;  // A standby that knows no leader yet: another may.
+      im.use((im.current + 1) % im.endpoints.size());
+      continue;
+    }
+    break;
   }
   const unsigned status = resp->result_int();
   im.chroot_tenant = std::string((*resp)["X-Tessera-Chroot"]);
@@ -342,7 +434,7 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
                         errorMessage(status, parsed, raw, std::string(resp->reason())));
   }
   if (parsed.is_discarded()) {
-    return unavailable("the answer from " + im.config.address + " to " + std::string(method) + " " +
+    return unavailable("the answer from " + im.address + " to " + std::string(method) + " " +
                        target + " is not JSON (status " + std::to_string(status) + ")");
   }
   return parsed;

@@ -32,7 +32,10 @@ namespace tessera::api {
 
 struct ClientConfig {
   // "https://HOST:PORT" (a port-less address means 443), or "http://HOST:PORT" for a
-  // listener with TLS disabled (loopback test servers only).
+  // listener with TLS disabled (loopback test servers only). Several servers (replicas, docs/
+  // server.md "Several replicas"): a comma-separated list. The first is tried first; one that
+  // cannot be reached is left for the next (a change only when it cannot have been received, a
+  // read always), and a standby's redirect (307) to the leader is followed.
   std::string address = "https://127.0.0.1:8200";
   std::string ca_cert_file;  // PEM CA certificate(s) to trust; empty: the system's.
   std::string token;         // Sent as X-Tessera-Token; empty: none.
@@ -55,6 +58,7 @@ class ApiClient {
   core::Result<nlohmann::json> call(std::string_view method, const std::string& target,
                                     const nlohmann::json& body = nullptr);
 
+  // The server in use now (one of the list, or the leader a standby named).
   const std::string& address() const;
   // The tenant the server's listener is chrooted to, as its last answer said
   // (X-Tessera-Chroot); empty for a listener that serves every scope.

@@ -8,6 +8,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -35,10 +36,12 @@ class FakeServer {
  public:
   // The certificate names localhost and, unless `ip_in_cert` is false, 127.0.0.1.
   explicit FakeServer(server::HttpServer::Handler handler, bool ip_in_cert = true) {
+    static int made = 0;  // Several at once (replicas) each have their own.
     dir_ = std::filesystem::temp_directory_path() /
-           ("tessera-client-unit-" + std::to_string(::getpid()));
+           ("tessera-client-unit-" + std::to_string(::getpid()) + "-" + std::to_string(++made));
     std::filesystem::create_directories(dir_);
-    auto ca = server::CertAuthority::create("client test CA", std::chrono::hours(1));
+    auto ca = server::CertAuthority::create("client test CA " + std::to_string(made),
+                                            std::chrono::hours(1));
     auto leaf = (*ca)->issue(
         "localhost", {"localhost"},
         ip_in_cert ? std::vector<std::string>{"127.0.0.1"} : std::vector<std::string>{}, false);
@@ -85,6 +88,11 @@ class FakeServer {
   std::set<std::string> peers_;
   int requests_ = 0;
 };
+
+std::string slurpFile(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 server::HttpResponse answer(unsigned status, std::string body) {
   server::HttpResponse r;
@@ -274,6 +282,53 @@ TEST(ApiClientTest, AddressesAreCheckedBeforeConnecting) {
   auto r = ApiClient::create(c);
   ASSERT_FALSE(r.isOk());
   EXPECT_NE(r.status().message().find("/no/such/ca.pem"), std::string::npos);
+}
+
+// Several replicas (docs/server.md "Several replicas"): an address that cannot be reached is
+// left for the next, and a standby's 307 is followed to the leader it names, with the request's
+// method, path and body.
+TEST(ApiClientTest, AListOfServersFailsOverAndFollowsAStandbysRedirect) {
+  FakeServer leader([](const server::HttpRequest& r) {
+    return answer(200, json{{"data", {{"target", r.target}, {"body", r.body}}}}.dump());
+  });
+  const std::string leader_address = leader.address();
+  FakeServer standby([&leader_address](const server::HttpRequest& r) {
+    server::HttpResponse resp = answer(307, R"({"errors": ["a standby"]})");
+    resp.headers.emplace_back("Location", leader_address + r.target);
+    resp.headers.emplace_back("X-Tessera-Standby", "true");
+    return resp;
+  });
+  uint16_t dead = 0;
+  {
+    asio::io_context io;
+    tcp::acceptor a(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    dead = a.local_endpoint().port();
+  }
+  // The fakes have CAs of their own: trust both.
+  const std::string both = leader.ca_file() + ".both";
+  ASSERT_TRUE(
+      server::writeFile(both, slurpFile(leader.ca_file()) + slurpFile(standby.ca_file()), false)
+          .isOk());
+  ClientConfig c;
+  c.address = "https://127.0.0.1:" + std::to_string(dead) + ", " + standby.address();
+  c.ca_cert_file = both;
+  auto client = ApiClient::create(c);
+  ASSERT_TRUE(client.isOk()) << client.status().message();
+  auto ok = (*client)->call("POST", "/v1/tenants/t/workloads/w?x=1", json{{"tasks", 2}});
+  ASSERT_TRUE(ok.isOk()) << ok.status().message();
+  EXPECT_EQ((*ok)["data"]["target"], "/v1/tenants/t/workloads/w?x=1");
+  EXPECT_EQ((*ok)["data"]["body"], R"({"tasks":2})");
+  EXPECT_EQ((*client)->address(), leader_address);
+  EXPECT_EQ(standby.requests(), 1);
+  EXPECT_EQ(leader.requests(), 1);
+  // The next call goes to the leader at once.
+  ASSERT_TRUE((*client)->call("GET", "/v1/x").isOk());
+  EXPECT_EQ(standby.requests(), 1);
+  // Every address of a list is checked.
+  c.address = "https://127.0.0.1:8200,ftp://x";
+  auto bad = ApiClient::create(c);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("ftp://x"), std::string::npos);
 }
 
 TEST(ApiClientTest, PathSegmentsStayOneSegment) {

@@ -61,6 +61,9 @@ core::Status parseTaskRequest(const core::JsonNode& w, const GpuCatalogue& catal
         r.models.push_back(*m);
       }
     }
+    if (r.gpu_count == 0 && !g.has("milli") && !g.has("memoryMiB") && !g.has("mig")) {
+      r.gpu_milli = core::MilliGpu{0};  // "gpu": {"count": 0} (--gpus 0): no GPU at all.
+    }
     if (g.has("isolation")) {
       TESSERA_ASSIGN_OR_RETURN(std::string iso, g.child("isolation").str());
       if (iso == "hardware") {

@@ -36,6 +36,18 @@ TEST(CodecTest, TaskRequests) {
   r = parse(R"({"cpuMilli": 500})");
   ASSERT_TRUE(r.isOk());
   EXPECT_TRUE(r->isCpuOnly());
+  r = parse(R"({"cpuMilli": 500, "gpu": {"count": 0}})");  // tessera run --gpus 0
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_TRUE(r->isCpuOnly());
+  EXPECT_FALSE(parse(R"({"gpu": {"count": 0, "milli": 500}})").isOk());
+  r = parse(R"({"gpu": {"count": 1}, "nodeSelector": {"zone": "a", "pool": "p"}})");
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_EQ(r->node_selector,
+            (std::vector<std::pair<std::string, std::string>>{{"pool", "p"}, {"zone", "a"}}));
+  EXPECT_EQ(parse(R"({"nodeSelector": {"-x": "a"}})").status().message().substr(0, 20),
+            "w.json: nodeSelector");
+  EXPECT_FALSE(parse(R"({"nodeSelector": {"zone": 3}})").isOk());
+  EXPECT_FALSE(parse(R"({"nodeSelector": ["zone"]})").isOk());
 }
 
 TEST(CodecTest, ErrorsNameTheField) {

@@ -24,6 +24,8 @@
 #include "secrets/service.h"
 #include "server/certs.h"
 #include "server/control_plane.h"
+#include "server/http_server.h"
+#include "server/leader.h"
 #include "server/node_records.h"
 #include "server/route.h"
 #include "store/etcd_store.h"
@@ -121,6 +123,67 @@ struct Hooks {
   std::function<void()> stopping;  // A signal came: before the server stops answering.
 };
 
+// A standby replica: until it leads, its listeners answer every request with the leader's
+// address (307, as Vault's standbys do), or 503 while no leader is known; `sys/health` says
+// it is a standby (429, again as Vault). Returns once it leads, or on a stop signal.
+core::Status standBy(const ServerConfig& config, LeaderElection& election) {
+  TESSERA_ASSIGN_OR_RETURN(bool leading, election.campaign());
+  if (leading) {
+    core::logInfo("leading: {} holds the leader key", config.ha->api_addr);
+    return core::Status::ok();
+  }
+  auto standby = HttpServer::create(config.listeners, [&election](const HttpRequest& r) {
+    const std::string leader = election.leader();
+    HttpResponse resp;
+    resp.headers.emplace_back("X-Tessera-Standby", "true");
+    const std::string path = r.target.substr(0, r.target.find('?'));
+    if (path == "/v1/sys/health") {
+      resp.status = 429;
+      resp.body = json{{"standby", true}, {"leader", leader}}.dump();
+    } else if (leader.empty()) {
+      resp.status = 503;
+      resp.headers.emplace_back("Retry-After", "1");
+      resp.body = json{{"errors",
+                        {"this replica is a standby and no leader is known yet; try "
+                         "again shortly"}}}
+                      .dump();
+    } else {
+      resp.status = 307;
+      resp.headers.emplace_back("Location", leader + r.target);
+      resp.body = json{{"errors", {"this replica is a standby; the leader is " + leader}}}.dump();
+    }
+    return resp;
+  });
+  if (!standby.isOk()) {
+    return standby.status();
+  }
+  (*standby)->start(1, 2);
+  std::cout << "standby: the leader is " << election.leader() << "\n";
+  std::cout.flush();
+  std::string told = election.leader();
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto won = election.campaign();
+    if (!won.isOk()) {
+      core::logWarn("leader election: {}", won.status().message());
+      continue;
+    }
+    if (*won) {
+      break;
+    }
+    if (election.leader() != told) {
+      told = election.leader();
+      core::logInfo("standby: the leader is {}", told.empty() ? "not known" : told);
+    }
+  }
+  (*standby)->shutdown(std::chrono::milliseconds(0));
+  if (!g_stop) {
+    core::logInfo("leading: {} took the leader key; loading the state from the store",
+                  config.ha->api_addr);
+  }
+  return core::Status::ok();
+}
+
 int serve(const ServerConfig& config, const Hooks& hooks) {
   const model::GpuCatalogue catalogue = model::GpuCatalogue::builtin();
   core::RealClock clock;
@@ -156,6 +219,22 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
                            : store::SqliteStore::open(config.storage_path, {}, clock);
   if (!store.isOk()) {
     return fail(store.status());
+  }
+  // One of several replicas: it waits, sending clients to the leader, until it leads.
+  std::unique_ptr<LeaderElection> election;
+  if (config.ha) {
+    election = std::make_unique<LeaderElection>(**store, config.ha->api_addr,
+                                                std::chrono::milliseconds(config.ha->lease_ttl_ms));
+    if (core::Status st = standBy(config, *election); !st.isOk()) {
+      return fail(st);
+    }
+    if (g_stop) {
+      return 0;
+    }
+    // A leader that cannot renew its lease for most of a TTL stops at once, before another
+    // replica may lead: two must never run the scheduler (its agents' tasks keep running, and
+    // the next leader keeps them).
+    election->startKeepAlive([] { std::_Exit(3); });
   }
   // Nodes that joined with a join token before this start: agent-run nodes like the declared
   // ones (docs/server.md, "Nodes join"). A declared node of the same name wins.
@@ -395,6 +474,9 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   (*driver)->stop();
   (void)(*auditor)->close();
   cp_ptr->dropDurableAuditNotes();  // The close flushed every sink.
+  if (election) {
+    election->resign();  // Another replica leads at once, not a TTL later.
+  }
   return 0;
 }
 
@@ -456,7 +538,7 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   core::JsonNode top(doc, "", path);
   TESSERA_RETURN_IF_ERROR(
       top.checkKeys({"storage", "listener", "audit", "scheduler", "nodes", "limits", "tokens",
-                     "secrets", "audit_durable_answers", "io_threads", "workers"}));
+                     "secrets", "audit_durable_answers", "io_threads", "workers", "ha"}));
   TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> storage,
                            core::hclBlocks(doc, "storage", 1, path));
   if (storage.size() != 1 || (storage[0].labels[0] != "sqlite" && storage[0].labels[0] != "etcd")) {
@@ -579,6 +661,23 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     c.max_moves_per_pass = static_cast<int>(moves);
     TESSERA_ASSIGN_OR_RETURN(c.max_unsaved_gpu_seconds,
                              intField(s, "max_unsaved_gpu_seconds", 0, 1000000000, 3600));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const json* ha, singleBlock(doc, "ha", path));
+  if (ha != nullptr) {
+    core::JsonNode h(*ha, "ha", path);
+    TESSERA_RETURN_IF_ERROR(h.checkKeys({"api_addr", "lease_ttl_ms"}));
+    ServerConfig::Ha c_ha;
+    TESSERA_ASSIGN_OR_RETURN(c_ha.api_addr, strField(h, "api_addr", ""));
+    if (c_ha.api_addr.rfind("https://", 0) != 0 && c_ha.api_addr.rfind("http://", 0) != 0) {
+      return h.error(
+          "api_addr: how clients reach this replica, like \"https://10.0.0.1:8200\" (standbys "
+          "send clients to the leader's)");
+    }
+    TESSERA_ASSIGN_OR_RETURN(c_ha.lease_ttl_ms, intField(h, "lease_ttl_ms", 1000, 60000, 2000));
+    if (!c.etcd) {
+      return h.error("several replicas share an etcd store: use storage \"etcd\" with ha");
+    }
+    c.ha = c_ha;
   }
   TESSERA_ASSIGN_OR_RETURN(const json* nodes, singleBlock(doc, "nodes", path));
   if (nodes != nullptr) {

@@ -117,6 +117,33 @@ secrets { key_file = "/etc/tessera/unseal.key" })") +
   }
 }
 
+// Several replicas (docs/server.md "Several replicas"): an ha block needs etcd and an address.
+TEST_F(ServerConfigTest, ReplicasNeedEtcdAndAnAddressOfTheirOwn) {
+  const std::string etcd = R"(storage "etcd" { endpoints = ["http://127.0.0.1:2379"] }
+secrets { key_file = "/tmp/unseal.key" }
+listener "tcp" { address = "127.0.0.1:0" tls_disable = true }
+audit "file" { path = "/tmp/audit.log" }
+)";
+  auto c = readServerConfig(write(etcd + R"(ha { api_addr = "https://10.0.0.1:8200" })"));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  ASSERT_TRUE(c->ha.has_value());
+  EXPECT_EQ(c->ha->api_addr, "https://10.0.0.1:8200");
+  EXPECT_EQ(c->ha->lease_ttl_ms, 2000);
+  c = readServerConfig(write(kBase));
+  ASSERT_TRUE(c.isOk());
+  EXPECT_FALSE(c->ha.has_value());
+  for (const auto& [config, says] : std::vector<std::pair<std::string, std::string>>{
+           {etcd + R"(ha { })", "api_addr"},
+           {etcd + R"(ha { api_addr = "10.0.0.1:8200" })", "api_addr"},
+           {etcd + R"(ha { api_addr = "https://a:1" lease_ttl_ms = 10 })", "lease_ttl_ms"},
+           {etcd + R"(ha { api_addr = "https://a:1" bogus = 1 })", "bogus"},
+           {std::string(kBase) + R"(ha { api_addr = "https://a:1" })", "etcd"}}) {
+    c = readServerConfig(write(config));
+    ASSERT_FALSE(c.isOk()) << config;
+    EXPECT_NE(c.status().message().find(says), std::string::npos) << c.status().message();
+  }
+}
+
 // Fair share's knobs (docs/fairness.md): defaults, values, and bounds named with the field.
 TEST_F(ServerConfigTest, SchedulerFairShareSettingsHaveDefaultsAndBounds) {
   auto c = readServerConfig(write(kBase));

@@ -23,6 +23,7 @@
 
 #include "process.h"
 #include "server/certs.h"
+#include "test_certs.h"
 #include "util.h"
 
 namespace tessera::integration {
@@ -58,14 +59,9 @@ class AgentTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    auto ca = server::CertAuthority::create("test CA", std::chrono::hours(1));
-    ASSERT_TRUE(ca.isOk());
-    auto leaf = (*ca)->issue("localhost", {"localhost"}, {"127.0.0.1"}, false);
-    ASSERT_TRUE(leaf.isOk());
-    ca_pem_ = (*ca)->certPem();
-    ASSERT_TRUE(server::writeFile((dir_ / "ca.pem").string(), ca_pem_, false).isOk());
-    ASSERT_TRUE(server::writeFile((dir_ / "cert.pem").string(), leaf->cert_pem, false).isOk());
-    ASSERT_TRUE(server::writeFile((dir_ / "key.pem").string(), leaf->key_pem, true).isOk());
+    auto ca = writeTestCertificates(dir_);
+    ASSERT_TRUE(ca.isOk()) << ca.status().toString();
+    ca_pem_ = *ca;
     const std::string d = dir_.string();
     std::ofstream(dir_ / "server.hcl")
         << "storage \"sqlite\" { path = \"" << d << "/t.db\" }\n"

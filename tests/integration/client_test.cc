@@ -314,7 +314,8 @@ TEST_F(ClientTest, TenantTokenRunPsShowCancel) {
   EXPECT_TRUE(found) << top_json;
   Outcome nodes = as(team_a, {"nodes"});
   ASSERT_EQ(nodes.rc, 0) << nodes;
-  EXPECT_TRUE(std::regex_search(nodes.out, std::regex(node + R"(\s+simulated\s+8x H100\S*\s+\d+\s+\d+ GiB)")))
+  EXPECT_TRUE(std::regex_search(nodes.out,
+                                std::regex(node + R"(\s+simulated\s+8x H100\S*\s+\d+\s+\d+ GiB)")))
       << nodes;
   Outcome nodes_json = as(root(), {"nodes", "-format=json"});
   ASSERT_EQ(nodes_json.rc, 0) << nodes_json;
