@@ -172,6 +172,11 @@ core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const nlohmann:
 // A workload's status as the API shows it.
 nlohmann::json statusJson(const WorkloadStatus& s);
 
+// Whether a workload in `phase` is done with (succeeded, failed, cancelled).
+inline bool isFinished(const std::string& phase) {
+  return phase == "succeeded" || phase == "failed" || phase == "cancelled";
+}
+
 // Store keys.
 std::string tenantKey(const std::string& t);
 std::string policyKey(const std::string& scope, const std::string& name);

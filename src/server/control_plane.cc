@@ -900,6 +900,9 @@ void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& 
       if (before != status.phase) {
         events.push_back(
             {{"time", core::formatRfc3339(clock_.wallNow())}, {"event", status.phase}});
+        if (isFinished(status.phase) && !rec.contains("finished")) {
+          rec["finished"] = core::formatRfc3339Millis(clock_.wallNow());  // Retention counts.
+        }
       }
       while (events.size() > 100) {
         events.erase(events.begin());
@@ -934,7 +937,59 @@ void ControlPlane::housekeeping() {
     (void)auditGrant(g.owner, g, "grant expired", "EXPIRE", path, 200, "");
     (void)auditGrant(g.grantee, g, "grant expired", "EXPIRE", path, 200, "");
   }
+  if (const auto now = std::chrono::steady_clock::now();
+      now - workloads_collected_ > std::chrono::seconds(2)) {
+    workloads_collected_ = now;
+    collectFinishedWorkloads();
+  }
   dropDurableAuditNotes();
+}
+
+void ControlPlane::collectFinishedWorkloads() {
+  const core::WallTime now = clock_.wallNow();
+  std::vector<std::pair<std::string, std::string>> due;  // (tenant, name)
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& [tenant, list] : workloads_) {
+      const auto config = tenants_.find(tenant);
+      const int64_t keep_s = config == tenants_.end()
+                                 ? options_.default_workload_retention_s
+                                 : config->second.value("workload_retention_seconds",
+                                                        options_.default_workload_retention_s);
+      if (keep_s <= 0) {
+        continue;  // Kept until deleted with the tenant.
+      }
+      for (const auto& [name, rec] : list) {
+        const auto finished = core::parseRfc3339(rec.value("finished", ""));
+        if (finished && isFinished(rec["status"].value("phase", "")) &&
+            *finished + std::chrono::seconds(keep_s) <= now) {
+          due.emplace_back(tenant, name);
+        }
+      }
+    }
+  }
+  for (const auto& [tenant, name] : due) {
+    std::lock_guard write_lock(status_write_mu_);  // No status write puts it back meanwhile.
+    if (!store_.deleteRange(workloadKey(tenant, name)).isOk()) {
+      continue;  // Tried again at the next sweep.
+    }
+    {
+      std::lock_guard lock(mu_);
+      if (auto t = workloads_.find(tenant); t != workloads_.end()) {
+        t->second.erase(name);
+      }
+    }
+    driver_.forgetWorkload(tenant, name);  // Its name may be used again.
+    audit::AuditEvent ev;
+    ev.type = audit::AuditType::kResponse;
+    ev.request_id = api::requestId();
+    ev.tenant = tenant;
+    ev.request.method = "COLLECT";
+    ev.request.path = "tenants/" + tenant + "/workloads/" + name;
+    ev.request.body = {{"event", "finished workload collected after its retention"}};
+    ev.response.status = 200;
+    (void)auditor_.record(ev);
+  }
 }
 
 }  // namespace tessera::server

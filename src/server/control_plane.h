@@ -66,6 +66,9 @@ struct ControlPlaneOptions {
   // and its connection is not read meanwhile: a client that retries at once, ignoring
   // Retry-After, costs the server one refusal per delay per connection instead of a core.
   std::chrono::milliseconds reject_delay{100};
+  // Finished workloads are deleted this long after they finish, unless the tenant sets its
+  // own `workload_retention_seconds` (0: kept); their names may be used again.
+  int64_t default_workload_retention_s = 86400;
   // Bytes a tenant may keep in the store (TenantUsage), unless it sets its own `max_bytes`.
   int64_t default_max_bytes = int64_t{1} << 30;
   // Writes other than deletes are refused (507) while a filesystem in `disk_paths` (the store's,
@@ -210,6 +213,10 @@ class ControlPlane {
   core::Status loadNodeState();
   // Deletes expired join tokens from the store (housekeeping).
   void sweepJoinTokens();
+  // Deletes the finished workloads whose tenant's retention has passed since they finished, as
+  // Kubernetes' ttlSecondsAfterFinished or Nomad's job GC do (housekeeping); each deletion is
+  // in the tenant's audit stream.
+  void collectFinishedWorkloads();
   // A node as the API shows it; a tenant's view leaves out its agent's health and whose pool
   // it is.
   nlohmann::json nodeJson(const NodeState& s, bool tenant_view) const;
@@ -334,6 +341,7 @@ class ControlPlane {
   NodeMailbox mailbox_;       // Log requests for agents.
   std::mutex node_admin_mu_;  // Joins, credentials and operators' node changes take turns.
   std::chrono::steady_clock::time_point join_tokens_swept_{};
+  std::chrono::steady_clock::time_point workloads_collected_{};
   std::mutex status_write_mu_;  // Held from reading a workload's record to writing it back.
   // Guards the caches below. Reads (most requests) share it; writes take it alone.
   mutable std::shared_mutex mu_;

@@ -408,10 +408,43 @@ void SchedulerDriver::cancel(const std::string& tenant, const std::string& name)
   wake_.notify_one();
 }
 
+void SchedulerDriver::retire(const std::string& key, sched::WorkloadId w) {
+  uint32_t most = 0;
+  for (sched::TaskId t : scheduler_->workload(w).tasks) {
+    most = std::max(most, scheduler_->task(t).starts + start_offset_[w]);
+  }
+  retired_starts_[key] = most;
+  waiting_.erase(w);
+}
+
+void SchedulerDriver::forgetWorkload(const std::string& tenant, const std::string& name) {
+  const std::string key = tenant + "/" + name;
+  std::lock_guard pass_lock(pass_mu_);
+  auto it = ids_.find(key);
+  if (it != ids_.end()) {
+    const sched::WorkloadInfo& info = scheduler_->workload(it->second);
+    if (info.finished != info.spec.tasks) {
+      return;  // Not done with: kept.
+    }
+    retire(key, it->second);
+    for (sched::TaskId t : info.tasks) {
+      task_ids_.erase(tenant + "." + name + "." + std::to_string(scheduler_->task(t).index));
+    }
+    ids_.erase(it);
+  }
+  std::lock_guard lock(mu_);
+  published_.erase(key);
+}
+
 void SchedulerDriver::forgetTenant(const std::string& tenant) {
   const std::string prefix = tenant + "/";
   auto starts = [&](const std::string& key) { return key.rfind(prefix, 0) == 0; };
   std::lock_guard pass_lock(pass_mu_);
+  for (const auto& [key, w] : ids_) {
+    if (starts(key)) {
+      retire(key, w);
+    }
+  }
   std::erase_if(ids_, [&](const auto& kv) { return starts(kv.first); });
   std::erase_if(task_ids_, [&](const auto& kv) { return kv.first.rfind(tenant + ".", 0) == 0; });
   std::lock_guard lock(mu_);
@@ -588,6 +621,10 @@ void SchedulerDriver::runOnce() {
     }
     ids_[key] = *id;
     keys_.push_back(key);
+    // A name used before (its workload collected): its tasks' generations go on past the old
+    // ones', so no agent takes the new for the old.
+    auto retired = retired_starts_.find(key);
+    start_offset_.push_back(retired == retired_starts_.end() ? 0 : retired->second);
     cancelled_.push_back(false);
     failed_.emplace_back();
     for (sched::TaskId t : scheduler_->workload(*id).tasks) {

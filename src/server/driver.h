@@ -227,6 +227,10 @@ class SchedulerDriver {
   // Forgets the workloads of a deleted tenant (all finished), so that a tenant created again
   // under the same name can reuse their names.
   void forgetTenant(const std::string& tenant);
+  // Forgets a finished workload (collected after its retention), so that its name can be used
+  // again; a workload not finished is kept. Tasks of a workload submitted again under the name
+  // get generations past the old ones'.
+  void forgetWorkload(const std::string& tenant, const std::string& name);
   // The last published status of a workload (nullopt if the driver has never seen it).
   std::optional<WorkloadStatus> status(const std::string& tenant, const std::string& name) const;
   std::vector<QueueStatus> queues(const std::string& tenant) const;
@@ -405,6 +409,12 @@ class SchedulerDriver {
   std::vector<bool> cancelled_;
   std::vector<std::string> failed_;   // Why a workload failed ("" : it did not).
   std::vector<SubmitCommand> specs_;  // Command, env, duration of each workload, for agents.
+  // Per workload: added to its tasks' start counts in their generations (generationOf); the
+  // highest start count of the forgotten workload of the same name, if there was one.
+  std::vector<uint32_t> start_offset_;
+  std::map<std::string, uint32_t> retired_starts_;  // "tenant/name" of forgotten workloads.
+  // Notes a forgotten workload's highest start count (forgetWorkload, forgetTenant).
+  void retire(const std::string& key, sched::WorkloadId w);
   std::map<std::string, sched::TaskId> task_ids_;     // NodeTask id -> task.
   std::map<sched::TaskId, bool> agent_started_;       // Placed on an agent's node: started there?
   std::map<sched::TaskId, sched::NodeIndex> ran_on_;  // The agent's node a task last ran on.

@@ -442,7 +442,8 @@ uint32_t SchedulerDriver::generationOf(sched::TaskId t) const {
   if (auto r = restored_.find(t); r != restored_.end() && r->second.starts == starts) {
     return r->second.generation;  // Still where it ran before this start of the server.
   }
-  return (options_.epoch << 16) | (starts & 0xffffU);
+  const uint32_t offset = start_offset_[scheduler_->task(t).workload];
+  return (options_.epoch << 16) | ((starts + offset) & 0xffffU);
 }
 
 void SchedulerDriver::restoreTasks(sched::WorkloadId w, const std::vector<RestoredTask>& tasks,

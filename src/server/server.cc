@@ -357,6 +357,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.default_max_policies = config.max_policies;
   copts.default_max_secrets = config.max_secrets;
   copts.default_max_bytes = config.max_bytes;
+  copts.default_workload_retention_s = config.workload_retention_s;
   copts.min_free_disk_bytes = config.min_free_disk_mb << 20;
   if (!config.etcd) {
     copts.disk_paths.push_back(
@@ -719,10 +720,10 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* limits, singleBlock(doc, "limits", path));
   if (limits != nullptr) {
     core::JsonNode l(*limits, "limits", path);
-    TESSERA_RETURN_IF_ERROR(
-        l.checkKeys({"tenant_rate", "tenant_burst", "tenant_concurrency", "max_workloads",
-                     "max_pending", "max_queues", "max_tokens", "max_policies", "max_secrets",
-                     "max_bytes", "min_free_disk_mb", "reject_delay_ms"}));
+    TESSERA_RETURN_IF_ERROR(l.checkKeys(
+        {"tenant_rate", "tenant_burst", "tenant_concurrency", "max_workloads", "max_pending",
+         "max_queues", "max_tokens", "max_policies", "max_secrets", "max_bytes", "min_free_disk_mb",
+         "reject_delay_ms", "workload_retention_seconds"}));
     TESSERA_ASSIGN_OR_RETURN(int64_t rate, intField(l, "tenant_rate", 1, 10000000, 1000));
     TESSERA_ASSIGN_OR_RETURN(int64_t burst, intField(l, "tenant_burst", 1, 10000000, 2000));
     c.tenant_rate = static_cast<double>(rate);
@@ -735,6 +736,9 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_ASSIGN_OR_RETURN(c.max_secrets, intField(l, "max_secrets", 0, 10000000, 10000));
     TESSERA_ASSIGN_OR_RETURN(c.max_bytes,
                              intField(l, "max_bytes", 1024, int64_t{1} << 40, c.max_bytes));
+    TESSERA_ASSIGN_OR_RETURN(c.workload_retention_s,
+                             intField(l, "workload_retention_seconds", 0, int64_t{10} * 365 * 86400,
+                                      c.workload_retention_s));
     TESSERA_ASSIGN_OR_RETURN(c.min_free_disk_mb,
                              intField(l, "min_free_disk_mb", 0, 1 << 30, c.min_free_disk_mb));
     TESSERA_ASSIGN_OR_RETURN(int64_t conc, intField(l, "tenant_concurrency", 1, 10000, 0));

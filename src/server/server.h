@@ -91,6 +91,7 @@ struct ServerConfig {
   int64_t max_policies = 256;
   int64_t max_secrets = 10000;
   int64_t max_bytes = int64_t{1} << 30;  // What one tenant may store (TenantUsage).
+  int64_t workload_retention_s = 86400;  // Finished workloads kept this long (0: for ever).
   int64_t min_free_disk_mb = 100;        // Below it writes get 507; 0: never.
   // secrets { seal = "file" | "shamir"  key_file = PATH }: how the barrier's unseal key is kept
   // (docs/secrets.md). Default: a key file beside the store (created on the first start), which

@@ -819,6 +819,48 @@ TEST_F(ServerTest, ATenantAtItsByteQuotaIsRefusedWhileAnotherGoesOn) {
 
 // The disk watermark: under limits.min_free_disk_mb of free space writes get 507 and reads go on.
 // (Here the watermark is set above any disk's size, so the disk is "nearly full".)
+// Issue 22, bounded tenants: a finished workload is collected once its tenant's retention has
+// passed (with a record in the tenant's audit stream), and its name can be used again; another
+// tenant's, under the server's default retention (a day), stays.
+TEST_F(ServerTest, FinishedWorkloadsAreCollectedAfterTheirRetentionAndTheirNamesReused) {
+  auto server = startDev();
+  const Client c = client();
+  const std::string brief = addTenant(c, "brief");
+  ASSERT_EQ(c.call("POST", "/v1/tenants/brief", root(), {{"workload_retention_seconds", 2}}).status,
+            204U);
+  const json body = {{"gpu", {{"count", 0}}}, {"cpuMilli", 100}, {"command", {"true"}}};
+  ASSERT_EQ(c.call("POST", "/v1/tenants/brief/workloads/once", brief, body).status, 202U);
+  ASSERT_EQ(c.call("POST", "/v1/tenants/demo/workloads/kept", demo(), body).status, 202U);
+  EXPECT_EQ(waitForPhase(c, "brief", "once", brief, "succeeded"), "succeeded");
+  EXPECT_EQ(waitForPhase(c, "demo", "kept", demo(), "succeeded"), "succeeded");
+  Response done = c.call("GET", "/v1/tenants/brief/workloads/once", brief);
+  ASSERT_TRUE(done.body["data"].contains("finished")) << done.raw;
+  // While it is kept, its name is taken.
+  EXPECT_EQ(c.call("POST", "/v1/tenants/brief/workloads/once", brief, body).status, 409U);
+  // Collected within its retention (2 s) and a sweep (2 s).
+  bool collected = false;
+  for (int i = 0; i < 100 && !collected; ++i) {
+    collected = c.call("GET", "/v1/tenants/brief/workloads/once", brief).status == 404;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(collected);
+  Response list = c.call("LIST", "/v1/tenants/brief/workloads", brief);
+  EXPECT_EQ(list.body["data"].value("keys", json::array()), json::array()) << list.raw;
+  EXPECT_EQ(c.call("GET", "/v1/tenants/demo/workloads/kept", demo()).status, 200U);
+  EXPECT_NE(
+      slurp(dir_ / "audit.log").find(R"("method":"COLLECT","path":"tenants/brief/workloads/once")"),
+      std::string::npos);
+  // The name again: a new workload, which runs.
+  ASSERT_EQ(c.call("POST", "/v1/tenants/brief/workloads/once", brief, body).status, 202U);
+  EXPECT_EQ(waitForPhase(c, "brief", "once", brief, "succeeded"), "succeeded");
+  Response again = c.call("GET", "/v1/tenants/brief/workloads/once/events", brief);
+  int submitted = 0;  // The old workload's history is gone with it.
+  for (const json& e : again.body["data"]["events"]) {
+    submitted += e["event"] == "submitted" ? 1 : 0;
+  }
+  EXPECT_EQ(submitted, 1) << again.raw;
+}
+
 TEST_F(ServerTest, ANearlyFullDiskRefusesWritesWith507AndServesReads) {
   ASSERT_NO_FATAL_FAILURE(
       writeServerConfig("storage \"sqlite\" { path = \"" + (dir_ / "t.db").string() + "\" }",

@@ -45,10 +45,11 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
   }
   const std::string source = "tenant '" + name + "'";
   core::JsonNode n(body, "", source);
-  TESSERA_RETURN_IF_ERROR(n.checkKeys(
-      {"quota", "limit", "weight", "priority", "max_unsaved_gpu_seconds", "trust_group",
-       "max_workloads", "max_pending", "max_queues", "max_tokens", "max_policies", "max_secrets",
-       "max_bytes", "request_rate", "request_burst", "request_concurrency"}));
+  TESSERA_RETURN_IF_ERROR(
+      n.checkKeys({"quota", "limit", "weight", "priority", "max_unsaved_gpu_seconds", "trust_group",
+                   "max_workloads", "max_pending", "max_queues", "max_tokens", "max_policies",
+                   "max_secrets", "max_bytes", "request_rate", "request_burst",
+                   "request_concurrency", "workload_retention_seconds"}));
   TESSERA_ASSIGN_OR_RETURN(const QueueNumbers q, queueNumbers(n, base, source));
   config["quota_milli_gpu"] = q.quota;
   config["limit_milli_gpu"] = q.limit;
@@ -83,7 +84,9 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
                          Cap{"max_tokens", 1, 10000000, options_.default_max_tokens},
                          Cap{"max_policies", 1, 100000, options_.default_max_policies},
                          Cap{"max_secrets", 0, 10000000, options_.default_max_secrets},
-                         Cap{"max_bytes", 1024, int64_t{1} << 40, options_.default_max_bytes}}) {
+                         Cap{"max_bytes", 1024, int64_t{1} << 40, options_.default_max_bytes},
+                         Cap{"workload_retention_seconds", 0, int64_t{10} * 365 * 86400,
+                             options_.default_workload_retention_s}}) {
     TESSERA_ASSIGN_OR_RETURN(config[cap.field],
                              integer(cap.field, cap.lo, cap.hi, cap.default_value));
   }

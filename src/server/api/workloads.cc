@@ -305,6 +305,9 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
                  {"tenant", tenant},
                  {"spec", record["spec"]},
                  {"submitted", record["submitted"]}};
+    if (record.contains("finished")) {  // Collected a retention after this.
+      data["finished"] = record["finished"];
+    }
     auto live = driver_.status(tenant, name);
     data["status"] = live ? statusJson(*live) : record["status"];
     return reply(200, {{"request_id", r.request_id}, {"data", data}});
