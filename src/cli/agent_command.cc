@@ -264,9 +264,14 @@ std::pair<int64_t, int64_t> machineSize(const agent::AgentConfig& config,
 // The node's credential for a joined node: the one kept from an earlier run (rotated at once,
 // so a copy of the file stops working), else a join with the join token. Writes the new one to
 // `file` (0600) and returns it.
-core::Result<std::string> nodeCredential(const AgentSettings& f, const agent::NodeGpus& gpus,
-                                         const model::GpuCatalogue& catalogue,
-                                         const std::string& file) {
+struct NodeCredential {
+  std::string token;
+  int64_t ttl_s = 3600;
+};
+
+core::Result<NodeCredential> nodeCredential(const AgentSettings& f, const agent::NodeGpus& gpus,
+                                            const model::GpuCatalogue& catalogue,
+                                            const std::string& file) {
   ClientConfig cc = f.client;
   cc.token.clear();
   nlohmann::json answer;
@@ -321,7 +326,8 @@ core::Result<std::string> nodeCredential(const AgentSettings& f, const agent::No
   }
   TESSERA_RETURN_IF_ERROR(
       core::writeFileAtomic(file, nlohmann::json{{"token", token}}.dump(), 0600));
-  return token;
+  const nlohmann::json ttl = answer.value("ttl", nlohmann::json(3600));
+  return NodeCredential{token, ttl.is_number_integer() ? ttl.get<int64_t>() : 3600};
 }
 
 }  // namespace
@@ -344,6 +350,7 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   // A node that joined renews its credential while it runs (half its life, at most every
   // 10 minutes): it lives an hour past the agent's last renewal, not for ever.
   const bool joined = cc.token.empty();
+  int64_t credential_ttl_s = 3600;
   if (joined) {
     std::error_code ec;
     std::filesystem::create_directories(f.work_dir, ec);
@@ -352,7 +359,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       std::cerr << "error: " << token.status().message() << "\n";
       return 2;
     }
-    cc.token = *token;
+    cc.token = token->token;
+    credential_ttl_s = token->ttl_s;
   }
   auto api = ApiClient::create(cc);
   auto watch_api = ApiClient::create(cc);
@@ -535,15 +543,17 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   bool failing = false;
   bool fenced = false;
   auto credential_renewed = std::chrono::steady_clock::now();
-  auto credential_every = std::chrono::seconds(600);
+  auto credential_every = std::chrono::seconds(std::clamp<int64_t>(credential_ttl_s / 2, 1, 600));
   while (!stop) {
     if (joined && std::chrono::steady_clock::now() - credential_renewed > credential_every) {
       auto renewed =
           (*renew_api)->call("POST", "/v1/auth/token/renew-self", nlohmann::json::object());
       if (renewed.isOk()) {
         credential_renewed = std::chrono::steady_clock::now();
-        const int64_t ttl = (*renewed)["auth"].value("lease_duration", int64_t{3600});
-        credential_every = std::chrono::seconds(std::clamp<int64_t>(ttl / 2, 1, 600));
+        const nlohmann::json data = renewed->value("data", nlohmann::json::object());
+        const nlohmann::json ttl = data.value("ttl", nlohmann::json(3600));
+        credential_every = std::chrono::seconds(
+            std::clamp<int64_t>((ttl.is_number_integer() ? ttl.get<int64_t>() : 3600) / 2, 1, 600));
       } else {
         agentLog("cannot renew the node's credential: " + renewed.status().message());
         credential_renewed += std::chrono::seconds(5);  // Again soon.

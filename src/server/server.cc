@@ -373,6 +373,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.reject_delay = std::chrono::milliseconds(config.reject_delay_ms);
   copts.node_lease_ttl = dopts.lease_ttl;
   copts.declared_nodes = declared;
+  copts.node_token_ttl = std::chrono::seconds(config.node_credential_ttl_s);
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.durable_every_answer = config.audit_durable_every_answer;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
@@ -683,7 +684,10 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* nodes, singleBlock(doc, "nodes", path));
   if (nodes != nullptr) {
     core::JsonNode n(*nodes, "nodes", path);
-    TESSERA_RETURN_IF_ERROR(n.checkKeys({"simulated", "agents", "lease_ttl_ms", "labels"}));
+    TESSERA_RETURN_IF_ERROR(
+        n.checkKeys({"simulated", "agents", "lease_ttl_ms", "labels", "credential_ttl_s"}));
+    TESSERA_ASSIGN_OR_RETURN(c.node_credential_ttl_s,
+                             intField(n, "credential_ttl_s", 2, 86400, c.node_credential_ttl_s));
     if (n.has("labels")) {
       const json& all = (*nodes)["labels"];
       if (!all.is_object()) {

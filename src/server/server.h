@@ -81,6 +81,9 @@ struct ServerConfig {
   std::string agent_nodes;                     // Nodes agents register under.
   // nodes { labels = { "gpu-a" = { pool = "team-1", zone = "a" } } }: declared nodes' labels.
   std::map<std::string, std::map<std::string, std::string>> node_labels;
+  // nodes { credential_ttl_s }: how long a joined node's credential lives (its agent renews it
+  // at half that while it runs).
+  int64_t node_credential_ttl_s = 3600;
   int64_t node_lease_ttl_ms = 15000;
   double tenant_rate = 1000;
   double tenant_burst = 2000;

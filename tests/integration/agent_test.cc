@@ -494,7 +494,9 @@ TEST_F(ServerRestartTest, RunningTasksKeepTheirProcessesAcrossServerRestarts) {
 class NodeJoinTest : public ServerRestartTest {
  protected:
   std::string nodesConfig() const override {
-    return "nodes {\n  agents = \"gpu-a=t4-2x\"\n  lease_ttl_ms = 12000\n}\n";
+    // Joined nodes' credentials live 4 s: their agents must renew them to stay.
+    return "nodes {\n  agents = \"gpu-a=t4-2x\"\n  lease_ttl_ms = 12000\n  credential_ttl_s = "
+           "4\n}\n";
   }
   // The tessera client with the root token.
   CmdResult rootCli(const std::string& args) {
@@ -574,6 +576,11 @@ TEST_F(NodeJoinTest, NodesJoinWithTokensAndADedicatedPoolRunsOnlyItsTenantsTasks
                  {{"node", {{"gpus", json::array()}}}})
                 .status,
             403U);
+  // It lives 4 s, and its agent renews it at half that: past its first TTL it still holds.
+  std::this_thread::sleep_for(5s);
+  Response self = call("GET", "/v1/auth/token/lookup-self", node_token);
+  EXPECT_EQ(self.status, 200U) << self.raw << agents_["gpu-c"]->errors();
+  EXPECT_EQ(nodeState("gpu-c"), "ready");
 
   // An expired join token is refused, and the agent says why.
   made = rootCli("node join-token create --ttl 1s");
