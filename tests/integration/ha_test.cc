@@ -31,19 +31,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace std::chrono_literals;
 
-bool waitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < until) {
-    if (done()) {
-      return true;
-    }
-    std::this_thread::sleep_for(50ms);
-  }
-  return done();
-}
-
-bool gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
-
 class HaTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -41,17 +41,6 @@ using namespace std::chrono_literals;
 
 constexpr char kSecretA[] = "a-only-secret-7f3c9e";
 
-bool waitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      return false;
-    }
-    std::this_thread::sleep_for(50ms);
-  }
-  return true;
-}
-
 // Why the test cannot run here ("" : it can).
 std::string cannotRun() {
   if (::geteuid() != 0) {

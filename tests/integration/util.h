@@ -6,13 +6,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace tessera::integration {
 
@@ -81,6 +84,26 @@ inline CmdResult runTessera(const std::string& args, const std::filesystem::path
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.err = slurp(err_path);
   return r;
+}
+
+// Polls `done` every 50 ms until it holds (true) or `limit` has passed (false).
+inline bool waitFor(const std::function<bool()>& done, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// Whether process `pid` has ended (gone, or a zombie nobody has waited for).
+inline bool gone(pid_t pid) {
+  const std::string stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return stat.empty() ||
+         (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z');
 }
 
 }  // namespace tessera::integration
