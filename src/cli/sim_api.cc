@@ -99,9 +99,7 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
       server::SchedulerDriver::create(
           sc.catalogue, sc.nodes, clock, dopts,
           [&cp_ptr](const std::map<std::string, server::WorkloadStatus>& changed) {
-            if (cp_ptr != nullptr) {
-              cp_ptr->onDriverChanges(changed);
-            }
+            return cp_ptr != nullptr ? cp_ptr->onDriverChanges(changed) : core::Status::ok();
           }));
   server::ControlPlaneOptions copts;
   // Virtual time stands still between passes: no admission bucket would refill.

@@ -235,7 +235,7 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
       auto cmd = commandFromRecord(tenant, record);
       core::Status st = cmd.isOk() ? driver_.submit(std::move(cmd).value()) : cmd.status();
       if (!st.isOk()) {
-        onDriverChanges(
+        (void)onDriverChanges(
             {{tenant + "/" + parts[3], WorkloadStatus{"failed", st.message(), {}, {}}}});
       }
       continue;
@@ -867,7 +867,7 @@ HttpResponse ControlPlane::route(Request& r) {
   return error(404, "unsupported path");
 }
 
-void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& changed) {
+core::Status ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& changed) {
   // A record is read from the cache and written back whole: one writer at a time, so a status
   // change never overwrites a cancel request (or the reverse).
   std::lock_guard write_lock(status_write_mu_);
@@ -916,8 +916,9 @@ void ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& 
     for (size_t k = i; k < std::min(writes.size(), i + store::kMaxTxnOps); ++k) {
       txn.success.push_back(store::Op::put(writes[k].first, std::move(writes[k].second)));
     }
-    (void)store_.txn(std::move(txn));
+    TESSERA_RETURN_IF_ERROR(store_.txn(std::move(txn)).status());
   }
+  return core::Status::ok();
 }
 
 void ControlPlane::housekeeping() {

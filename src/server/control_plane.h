@@ -127,7 +127,8 @@ class ControlPlane {
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
   // Persists status changes reported by the driver (its listener).
-  void onDriverChanges(const std::map<std::string, WorkloadStatus>& changed);
+  // Stores the driver's status changes (an error: none is stored; the driver tells them again).
+  core::Status onDriverChanges(const std::map<std::string, WorkloadStatus>& changed);
   // Revokes expired tokens and grants, sweeps task credentials, and drops the store's copies of
   // audit records the sinks have flushed (dropDurableAuditNotes); call about once a second.
   void housekeeping();
@@ -217,9 +218,9 @@ class ControlPlane {
   // Kubernetes' ttlSecondsAfterFinished or Nomad's job GC do (housekeeping); each deletion is
   // in the tenant's audit stream.
   void collectFinishedWorkloads();
-  // A node as the API shows it; a tenant's view leaves out its agent's health and whose pool
-  // it is.
-  nlohmann::json nodeJson(const NodeState& s, bool tenant_view) const;
+  // A node as the API shows it, each GPU with the tasks on it; a tenant's view (`tenant_view`:
+  // that tenant) shows its own tasks only, and leaves out its agent's health and whose pool it is.
+  nlohmann::json nodeJson(const NodeState& s, const std::optional<std::string>& tenant_view) const;
   // PUT sys/nodes/<node>/logs/<id>: the agent's answer to a log request.
   HttpResponse logAnswerApi(Request& r, const std::string& node, const std::string& id);
   // GET workloads/<name>/logs?task=&stream=&offset=&limit=: a piece of a task's log, from its

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "core/log.h"
 #include "sched/filter.h"
 #include "sched/tenant_queues.h"
 
@@ -233,6 +234,9 @@ core::Status SchedulerDriver::submit(SubmitCommand cmd) {
                      "not scheduled yet",
                      std::vector<TaskStatus>(static_cast<size_t>(cmd.spec.tasks)),
                      {}});
+  if (!cmd.restore.empty()) {
+    ++unpublished_restores_;
+  }
   submits_.push_back(std::move(cmd));
   wake_.notify_one();
   return core::Status::ok();
@@ -486,6 +490,7 @@ int64_t SchedulerDriver::passes() const {
 }
 
 void SchedulerDriver::start() {
+  runOnce();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -595,6 +600,8 @@ void SchedulerDriver::runOnce() {
   {
     std::lock_guard lock(mu_);
     submits.swap(submits_);
+    restores_taken_ += static_cast<int>(std::count_if(
+        submits.begin(), submits.end(), [](const SubmitCommand& c) { return !c.restore.empty(); }));
     cancels.swap(cancels_);
     drains.swap(drains_);
     for (SubmitCommand& c : submits) {
@@ -748,6 +755,16 @@ void SchedulerDriver::runOnce() {
                             queue.fair_share[sched::kGpuDim], queue.quota[sched::kGpuDim],
                             queue.pending[sched::kGpuDim]});
   }
+  // Who holds which GPU, for the console's map and the metrics: anew when a node changed (a
+  // placement, a release, a MIG mode: each is a change in the cluster's journal) or a
+  // workload did (a task stopping).
+  std::map<sched::NodeIndex, std::vector<GpuState>> gpu_map;
+  if (const uint64_t j = scheduler_->cluster().journalEnd();
+      j != gpu_map_journal_ || !touched.empty()) {
+    gpu_map_journal_ = j;
+    std::lock_guard lock(mu_);  // node_index_ (changed under both locks).
+    gpu_map = gpuMap();
+  }
   {
     std::lock_guard lock(mu_);
     for (const auto& [key, status] : changed) {
@@ -756,14 +773,32 @@ void SchedulerDriver::runOnce() {
       p.events.clear();  // Told once, to the listener.
     }
     queue_status_ = std::move(queue_status);
+    if (!gpu_map.empty()) {
+      gpu_map_ = std::move(gpu_map);
+    }
     ++passes_;
     last_pass_ms_ =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   // Stored before any agent hears of it: a task an agent starts is one a restarted server
-  // finds where it runs (docs/server.md, "Restarts keep running work").
+  // finds where it runs (docs/server.md, "Restarts keep running work"). What could not be
+  // stored is told again next pass, and until it is stored the agents' lists stay as they
+  // were.
+  // (The listener keeps the events it was told, stored or not: they are not told twice.)
+  for (auto& [key, status] : unsaved_) {
+    status.events.clear();
+    changed.try_emplace(key, std::move(status));  // A newer status wins.
+  }
+  unsaved_.clear();
   if (!changed.empty() && listener_) {
-    listener_(changed);
+    if (core::Status st = listener_(changed); !st.isOk()) {
+      core::logWarn(
+          "workload status not stored ({}); tried again next pass, and agents hear of "
+          "nothing new until then",
+          st.message());
+      unsaved_ = std::move(changed);
+      return;
+    }
   }
   publishNodeTasks();
 }

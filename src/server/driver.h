@@ -87,6 +87,24 @@ struct HeartbeatAnswer {
   std::vector<NodeTask> tasks;
 };
 
+// What holds (part of) one GPU: a task, with its share of the GPU.
+struct GpuUse {
+  std::string tenant;
+  std::string workload;
+  int task = 0;             // Its index in the workload.
+  int64_t milli = 1000;     // Of this GPU (1000: whole; less: a fractional share).
+  std::string mig_profile;  // MIG: the instance's profile ("3g.40gb") and first slot.
+  int mig_slot = -1;
+  bool terminating = false;  // Evicted or cancelled, still stopping.
+};
+
+// One GPU of a node, as the last pass left it.
+struct GpuState {
+  std::string model;  // The catalogue's name ("H100-80GB").
+  bool mig = false;   // In MIG mode.
+  std::vector<GpuUse> uses;
+};
+
 // A node as operators see it.
 struct NodeState {
   std::string name;
@@ -97,6 +115,7 @@ struct NodeState {
   int tasks = 0;                         // Assigned to it now (agent-run nodes).
   bool cordoned = false;                 // Takes no new tasks (cordoned or drained).
   std::string dedicated_to;              // The tenant its pool is dedicated to ("": none).
+  std::vector<GpuState> gpus;            // By GPU index: model, MIG mode, who uses it.
 };
 
 struct WorkloadStatus {
@@ -176,8 +195,9 @@ struct DriverOptions {
 class SchedulerDriver {
  public:
   // Called on the driver thread after each pass that changed something, with the workloads
-  // whose status changed ("tenant/name" -> status).
-  using Listener = std::function<void(const std::map<std::string, WorkloadStatus>&)>;
+  // whose status changed ("tenant/name" -> status). It stores them; an error keeps them for
+  // the next pass, and no agent hears of the pass's starts until they are stored.
+  using Listener = std::function<core::Status(const std::map<std::string, WorkloadStatus>&)>;
 
   static core::Result<std::unique_ptr<SchedulerDriver>> create(const model::GpuCatalogue& catalogue,
                                                                std::vector<model::Node> nodes,
@@ -286,6 +306,8 @@ class SchedulerDriver {
   double lastPassMs() const;
   int64_t passes() const;
 
+  // Runs the first pass on the calling thread (what was restored is placed and published
+  // before the caller starts answering agents), then the others on the driver's own thread.
   void start();
   void stop();
   // Runs one pass on the calling thread (tests; the driver thread must not be running).
@@ -334,11 +356,15 @@ class SchedulerDriver {
   // before its GPUs are free).
   std::function<bool(sched::TaskId)> stopsOnAgent();
   uint32_t generationOf(sched::TaskId t) const;
+  // Every node's GPUs with the tasks on them, from the scheduler (on the driver thread).
+  std::map<sched::NodeIndex, std::vector<GpuState>> gpuMap() const;
+  uint64_t gpu_map_journal_ = ~uint64_t{0};  // The cluster journal's end at the last gpuMap().
 
   const core::Clock& clock_;
   const model::GpuCatalogue* catalogue_ = nullptr;
   DriverOptions options_;
   Listener listener_;
+  std::map<std::string, WorkloadStatus> unsaved_;  // The listener failed: told again next pass.
   std::function<void(const std::string& node)> node_listener_;
   // Every node the scheduler has, by index (removed ones too: indexes never move). Grows when
   // a node joins, under both pass_mu_ and mu_: either lock is enough to read it.
@@ -355,6 +381,12 @@ class SchedulerDriver {
   std::vector<SubmitCommand> submits_;
   std::vector<std::pair<std::string, std::string>> cancels_;
   std::map<std::string, WorkloadStatus> published_;
+  std::map<sched::NodeIndex, std::vector<GpuState>> gpu_map_;  // As the last pass left it.
+  // Submissions carrying tasks that ran before this start (SubmitCommand::restore) whose
+  // nodes' task lists are not yet published: until then a heartbeat is refused, not answered
+  // with a list that leaves those tasks out (their agent would stop them).
+  int unpublished_restores_ = 0;
+  int restores_taken_ = 0;  // Of those, taken by passes: published with the next lists.
   std::vector<QueueStatus> queue_status_;
   std::map<std::string, sched::QueueId> leaves_;  // "tenant/queue" -> leaf.
   // Agent-run nodes, by node index.

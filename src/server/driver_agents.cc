@@ -27,6 +27,9 @@ std::vector<NodeState> SchedulerDriver::nodeStates() const {
     s.node = nodes_[i];
     s.cordoned = cordoned_.contains(i);
     s.dedicated_to = poolTenant(s.node);
+    if (auto g = gpu_map_.find(i); g != gpu_map_.end()) {
+      s.gpus = g->second;
+    }
     auto it = agents_.find(i);
     if (it == agents_.end()) {
       s.state = "simulated";
@@ -246,6 +249,11 @@ core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node
     return core::failedPrecondition("node '" + node + "' is declared with " + describe(declared) +
                                     " but its agent found " + describe(gpu_models));
   }
+  if (unpublished_restores_ > 0) {
+    return core::unavailable(
+        "the server has just started and has not yet placed the tasks that ran before; try "
+        "again shortly");
+  }
   AgentNode& a = agents_.at(found->second);
   const core::TimePoint now = clock_.now();
   a.registered = true;
@@ -437,6 +445,43 @@ std::function<bool(sched::TaskId)> SchedulerDriver::stopsOnAgent() {
   };
 }
 
+std::map<sched::NodeIndex, std::vector<GpuState>> SchedulerDriver::gpuMap() const {
+  std::map<sched::NodeIndex, std::vector<GpuState>> out;
+  for (const auto& [name, n] : node_index_) {
+    std::vector<GpuState>& gpus = out[n];
+    const model::Node& node = scheduler_->cluster().node(n);  // With its GPUs' MIG modes.
+    for (const model::GpuDevice& g : node.gpus) {
+      gpus.push_back({catalogue_->model(g.model).name, g.mig == model::MigMode::kOn, {}});
+    }
+    for (sched::TaskId t : scheduler_->tasksOn(n)) {
+      const sched::TaskInfo& task = scheduler_->task(t);
+      const sched::Placement& p = task.assignment.placement;
+      const SubmitCommand& c = specs_[task.workload];
+      for (uint64_t bits = p.gpus; bits != 0; bits &= bits - 1) {
+        const auto g = static_cast<size_t>(std::countr_zero(bits));
+        if (g >= gpus.size()) {
+          continue;
+        }
+        GpuUse use;
+        use.tenant = c.tenant;
+        use.workload = c.name;
+        use.task = static_cast<int>(task.index);
+        use.milli = task.assignment.milli_per_gpu;
+        if (p.mig_profile >= 0) {
+          const model::GpuModelInfo& info = catalogue_->model(node.gpus[g].model);
+          use.mig_profile = static_cast<size_t>(p.mig_profile) < info.mig_profiles.size()
+                                ? info.mig_profiles[static_cast<size_t>(p.mig_profile)].name
+                                : std::to_string(p.mig_profile);
+          use.mig_slot = p.mig_start;
+        }
+        use.terminating = task.state == sched::TaskState::kTerminating;
+        gpus[g].uses.push_back(std::move(use));
+      }
+    }
+  }
+  return out;
+}
+
 uint32_t SchedulerDriver::generationOf(sched::TaskId t) const {
   const uint32_t starts = scheduler_->task(t).starts;
   if (auto r = restored_.find(t); r != restored_.end() && r->second.starts == starts) {
@@ -571,6 +616,8 @@ void SchedulerDriver::publishNodeTasks() {
   std::vector<std::string> changed;
   {
     std::lock_guard lock(mu_);
+    unpublished_restores_ -= restores_taken_;
+    restores_taken_ = 0;
     // Every answer from now on leaves these tasks out; those given so far may have listed them.
     for (const auto& [n, t] : unconfirmed) {
       unconfirmed_[t] = {n, agents_.at(n).heartbeats};

@@ -26,6 +26,7 @@ class DriverTest : public ::testing::Test {
                                            events_[k].push_back(e);
                                          }
                                        }
+                                       return core::Status::ok();
                                      });
     ASSERT_TRUE(d.isOk()) << d.status().message();
     driver_ = std::move(d).value();
@@ -259,7 +260,17 @@ class AgentNodesTest : public DriverTest {
     opts.agent_nodes = {"a", "b"};
     opts.lease_ttl = std::chrono::seconds(15);
     opts.epoch = 3;
-    auto d = SchedulerDriver::create(cat_, std::move(nodes), clock_, opts, {});
+    auto d = SchedulerDriver::create(
+        cat_, std::move(nodes), clock_, opts,
+        [this](const std::map<std::string, WorkloadStatus>& changed) -> core::Status {
+          if (store_fails_) {
+            return core::unavailable("etcd: no leader");
+          }
+          for (const auto& [key, status] : changed) {
+            stored_[key] = status.phase;
+          }
+          return core::Status::ok();
+        });
     ASSERT_TRUE(d.isOk()) << d.status().message();
     driver_ = std::move(d).value();
     ASSERT_TRUE(driver_->addTenantQueue("team-1", 4000, 0, 1, 100).isOk());
@@ -276,6 +287,8 @@ class AgentNodesTest : public DriverTest {
     r.exit_code = code;
     return r;
   }
+  bool store_fails_ = false;                   // The listener's store write fails.
+  std::map<std::string, std::string> stored_;  // What it stored: "tenant/name" -> phase.
   std::string stateOf(const std::string& node) {
     for (const NodeState& n : driver_->nodeStates()) {
       if (n.name == node) {
@@ -317,6 +330,92 @@ TEST_F(AgentNodesTest, AgentNodesWaitForTheirAgentThenRunItsTasks) {
   driver_->runOnce();
   EXPECT_EQ(driver_->status("team-1", "train")->phase, "succeeded");
   EXPECT_TRUE(beat("a")->tasks.empty());
+}
+
+// A restarted (or newly leading) server: until the tasks that ran before are back in its
+// nodes' lists, an agent's heartbeat is refused, never answered with a list that leaves them
+// out (its agent would stop them: a CI run of HaTest saw exactly that).
+TEST_F(AgentNodesTest, HeartbeatsWaitUntilRestoredTasksArePublished) {
+  SubmitCommand c = cmd("team-1", "train", 1, 2);
+  RestoredTask rt;
+  rt.node = "a";
+  rt.gpus = {0, 1};
+  rt.generation = (2U << 16) | 1U;  // Started by the previous server (epoch 2).
+  rt.starts = 1;
+  rt.started_at = clock_.wallNow() - std::chrono::seconds(30);
+  rt.confirmed = true;
+  c.restore = {rt};
+  ASSERT_TRUE(driver_->submit(c).isOk());
+  auto early = beat("a");
+  ASSERT_FALSE(early.isOk());
+  EXPECT_EQ(early.status().code(), core::StatusCode::kUnavailable) << early.status().message();
+  driver_->runOnce();
+  auto answer = beat("a");
+  ASSERT_TRUE(answer.isOk()) << answer.status().message();
+  ASSERT_EQ(answer->tasks.size(), 1U);
+  EXPECT_EQ(answer->tasks[0].generation, rt.generation);  // Kept, not started again.
+  EXPECT_EQ(answer->tasks[0].gpus, rt.gpus);
+  EXPECT_EQ(driver_->status("team-1", "train")->tasks[0].state, "running");
+}
+
+// Stored before any agent hears of it: while the store refuses the status write, the start is
+// in no node's list; the status is written again at the next pass, and then the agent hears.
+TEST_F(AgentNodesTest, AStartReachesNoAgentUntilItsStatusIsStored) {
+  ASSERT_TRUE(beat("a").isOk());
+  ASSERT_TRUE(beat("b").isOk());
+  driver_->runOnce();
+  store_fails_ = true;
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 2)).isOk());
+  driver_->runOnce();
+  EXPECT_FALSE(stored_.contains("team-1/train"));
+  EXPECT_TRUE(beat("a")->tasks.empty());
+  EXPECT_TRUE(beat("b")->tasks.empty());
+  driver_->runOnce();  // Still failing: still nobody hears.
+  EXPECT_TRUE(beat("a")->tasks.empty() && beat("b")->tasks.empty());
+  store_fails_ = false;
+  driver_->runOnce();  // Nothing new happens in this pass; the unsaved status is written.
+  EXPECT_EQ(stored_["team-1/train"], "running");
+  EXPECT_EQ(beat("a")->tasks.size() + beat("b")->tasks.size(), 1U);
+}
+
+// The GPU map (the console's fleet page, the metrics): each GPU with the task on it, its share,
+// and whether it is stopping; a GPU freed is empty again at the next pass.
+TEST_F(AgentNodesTest, NodeStatesMapEachGpuToTheTasksOnIt) {
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  SubmitCommand half = cmd("team-1", "half", 1, 1);
+  half.spec.request.gpu_milli = core::MilliGpu{500};
+  half.spec.request.isolation = model::Isolation::kProcess;
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "whole", 1, 1)).isOk());
+  ASSERT_TRUE(driver_->submit(half).isOk());
+  driver_->runOnce();
+  auto node = [&](const std::string& name) {
+    for (const NodeState& n : driver_->nodeStates()) {
+      if (n.name == name) {
+        return n;
+      }
+    }
+    return NodeState{};
+  };
+  NodeState a = node("a");
+  ASSERT_EQ(a.gpus.size(), 2U);
+  EXPECT_EQ(a.gpus[0].model, "H100-80GB");
+  std::map<std::string, int64_t> milli;
+  for (const GpuState& g : a.gpus) {
+    for (const GpuUse& u : g.uses) {
+      EXPECT_EQ(u.tenant, "team-1");
+      milli[u.workload] += u.milli;
+    }
+  }
+  EXPECT_EQ(milli, (std::map<std::string, int64_t>{{"half", 500}, {"whole", 1000}}));
+  EXPECT_TRUE(node("b").gpus.size() == 2 && node("b").gpus[0].uses.empty());
+  driver_->cancel("team-1", "whole");
+  driver_->runOnce();
+  for (const GpuState& g : node("a").gpus) {
+    for (const GpuUse& u : g.uses) {
+      EXPECT_EQ(u.terminating, u.workload == "whole") << u.workload;
+    }
+  }
 }
 
 TEST_F(AgentNodesTest, ALapsedLeaseMovesTasksToAnotherNodeAtAHigherGeneration) {
@@ -525,9 +624,11 @@ TEST_F(AgentNodesTest, AWaitingWorkloadsReasonIsRefreshedWhenItChanges) {
     nodes.push_back(n);
     DriverOptions opts;
     opts.agent_nodes = {"a"};
-    auto d = SchedulerDriver::create(
-        cat_, std::move(nodes), clock_, opts,
-        [&](const std::map<std::string, WorkloadStatus>& changed) { told.push_back(changed); });
+    auto d = SchedulerDriver::create(cat_, std::move(nodes), clock_, opts,
+                                     [&](const std::map<std::string, WorkloadStatus>& changed) {
+                                       told.push_back(changed);
+                                       return core::Status::ok();
+                                     });
     ASSERT_TRUE(d.isOk()) << d.status().message();
     driver_ = std::move(d).value();
     ASSERT_TRUE(driver_->addTenantQueue("team-1", 2000, 0, 1, 100).isOk());

@@ -337,13 +337,11 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   for (size_t i = simulated; i < nodes.size(); ++i) {
     dopts.agent_nodes.push_back(nodes[i].name);
   }
-  auto driver =
-      SchedulerDriver::create(catalogue, std::move(nodes), clock, dopts,
-                              [&cp_ptr](const std::map<std::string, WorkloadStatus>& changed) {
-                                if (cp_ptr != nullptr) {
-                                  cp_ptr->onDriverChanges(changed);
-                                }
-                              });
+  auto driver = SchedulerDriver::create(
+      catalogue, std::move(nodes), clock, dopts,
+      [&cp_ptr](const std::map<std::string, WorkloadStatus>& changed) {
+        return cp_ptr != nullptr ? cp_ptr->onDriverChanges(changed) : core::Status::ok();
+      });
   if (!driver.isOk()) {
     return fail(driver.status());
   }

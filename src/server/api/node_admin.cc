@@ -410,7 +410,7 @@ HttpResponse ControlPlane::nodeAdminApi(Request& r, const std::string& node,
     }
     for (const NodeState& s : driver_.nodeStates()) {
       if (s.name == node) {
-        return reply(200, {{"request_id", r.request_id}, {"data", nodeJson(s, false)}});
+        return reply(200, {{"request_id", r.request_id}, {"data", nodeJson(s, std::nullopt)}});
       }
     }
     return error(404, "no node '" + node + "'");
@@ -475,7 +475,7 @@ HttpResponse ControlPlane::nodeAdminApi(Request& r, const std::string& node,
   }
   for (const NodeState& s : driver_.nodeStates()) {
     if (s.name == node) {
-      return reply(200, {{"request_id", r.request_id}, {"data", nodeJson(s, false)}});
+      return reply(200, {{"request_id", r.request_id}, {"data", nodeJson(s, std::nullopt)}});
     }
   }
   return noContent();
@@ -578,7 +578,8 @@ void ControlPlane::sweepJoinTokens() {
   }
 }
 
-json ControlPlane::nodeJson(const NodeState& s, bool tenant_view) const {
+json ControlPlane::nodeJson(const NodeState& s,
+                            const std::optional<std::string>& tenant_view) const {
   json gpus = json::object();
   for (const model::GpuDevice& g : s.node.gpus) {
     gpus[catalogue_.model(g.model).name] = gpus.value(catalogue_.model(g.model).name, 0) + 1;
@@ -590,6 +591,29 @@ json ControlPlane::nodeJson(const NodeState& s, bool tenant_view) const {
                {"state", s.state},
                {"labels", s.node.labels},
                {"cordoned", s.cordoned}};
+  // Each GPU, with what runs on it: a tenant sees its own tasks only.
+  json devices = json::array();
+  for (size_t i = 0; i < s.gpus.size(); ++i) {
+    const GpuState& g = s.gpus[i];
+    json uses = json::array();
+    for (const GpuUse& u : g.uses) {
+      if (tenant_view && u.tenant != *tenant_view) {
+        continue;
+      }
+      json use = {{"tenant", u.tenant},
+                  {"workload", u.workload},
+                  {"task", u.task},
+                  {"milli", u.milli},
+                  {"terminating", u.terminating}};
+      if (!u.mig_profile.empty()) {
+        use["mig_profile"] = u.mig_profile;
+        use["mig_slot"] = u.mig_slot;
+      }
+      uses.push_back(std::move(use));
+    }
+    devices.push_back({{"index", i}, {"model", g.model}, {"mig", g.mig}, {"uses", uses}});
+  }
+  node["devices"] = std::move(devices);
   if (!tenant_view) {  // Operators also see how its agent is doing, and whose pool it is.
     node["agent"] = s.agent;
     node["seconds_since_heartbeat"] = s.seconds_since_heartbeat;

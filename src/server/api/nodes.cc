@@ -31,7 +31,7 @@ HttpResponse ControlPlane::nodesApi(Request& r) {
   // Capacity only: which tenant runs what on a node is not the caller's business.
   json nodes = json::array();
   for (const NodeState& s : driver_.nodeStates()) {
-    nodes.push_back(nodeJson(s, r.scope.tenant.has_value()));
+    nodes.push_back(nodeJson(s, r.scope.tenant));
   }
   return reply(200, {{"request_id", r.request_id}, {"data", {{"nodes", nodes}}}});
 }

@@ -280,7 +280,7 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
         auto cmd = commandFromRecord(name, record);
         core::Status submitted = cmd.isOk() ? driver_.submit(std::move(cmd).value()) : cmd.status();
         if (!submitted.isOk()) {
-          onDriverChanges(
+          (void)onDriverChanges(
               {{name + "/" + workload, WorkloadStatus{"failed", submitted.message(), {}, {}}}});
         }
       }
