@@ -13,6 +13,7 @@
 #include "cli/sim_api.h"
 #include "core/strings.h"
 #include "sched/policy.h"
+#include "sim/html_report.h"
 #include "sim/openb_experiment.h"
 #include "sim/philly.h"
 #include "sim/placement_check.h"
@@ -79,12 +80,18 @@ int runOpenb(const OpenbOptions& opt) {
     return fail(kExitBadInput, "--pods names no file");
   }
   sim::ExpectedResults expected;
+  sim::ExpectedCurves expected_curves;
   if (!opt.expected.empty()) {
     auto e = sim::readExpected(opt.expected);
     if (!e.isOk()) {
       return fail(kExitBadInput, e.status().message());
     }
     expected = std::move(e).value();
+    auto curves = sim::readExpectedCurves(opt.expected);
+    if (!curves.isOk()) {
+      return fail(kExitBadInput, curves.status().message());
+    }
+    expected_curves = std::move(curves).value();
   }
   // Load every trace first, so a bad file fails before any work is done.
   std::vector<std::unique_ptr<sim::OpenbExperiment>> experiments;
@@ -115,6 +122,7 @@ int runOpenb(const OpenbOptions& opt) {
     }
   }
   std::vector<sim::SummaryRow> rows(jobs.size());
+  std::vector<sim::OpenbReportRun> curves(jobs.size());  // For report.html.
   std::vector<std::string> errors(jobs.size());
   constexpr size_t kTicksPerRun = 1000;
   Progress progress(fmt::format("simulating {} runs", jobs.size()), jobs.size() * kTicksPerRun,
@@ -148,6 +156,7 @@ int runOpenb(const OpenbOptions& opt) {
       }
       rows[j] = {trace,       job.policy, job.seed, run->unallocAt(100), run->unallocAt(130),
                  run->seconds};
+      curves[j] = {trace, job.policy, job.seed, std::move(run->curve)};
     }
   };
   unsigned threads = opt.jobs != 0 ? opt.jobs : std::max(1U, std::thread::hardware_concurrency());
@@ -170,10 +179,31 @@ int runOpenb(const OpenbOptions& opt) {
   if (!st.isOk()) {
     return fail(kExitFailure, st.message());
   }
+  sim::OpenbReport report;
+  std::string pods;
+  for (const std::string& f : pod_files) {
+    pods += (pods.empty() ? "" : ", ") + f;
+  }
+  report.parameters = {{"nodes", opt.nodes},
+                       {"pods", pods},
+                       {"policies", opt.policies},
+                       {"seeds", opt.seeds},
+                       {"tune", fmt::format("{}", opt.tune)},
+                       {"authors' results", opt.expected.empty() ? "(none)" : opt.expected}};
+  report.runs = std::move(curves);
+  report.rows = rows;
+  if (!opt.expected.empty()) {
+    report.expected = &expected;
+    report.expected_curves = &expected_curves;
+  }
+  st = sim::writeFileAtomically(opt.out + "/report.html", sim::openbReportHtml(report));
+  if (!st.isOk()) {
+    return fail(kExitFailure, st.message());
+  }
   std::cout << "Unallocated GPU % at arrived = 100% and 130% of GPU capacity (mean ± sd over "
             << seeds->size() << " seed" << (seeds->size() == 1 ? "" : "s") << ")\n";
   std::cout << sim::formatSummaryTable(rows, opt.expected.empty() ? nullptr : &expected);
-  std::cout << "Wrote " << opt.out << "/summary.csv and per-run curve"
+  std::cout << "Wrote " << opt.out << "/summary.csv, report.html and per-run curve"
             << (opt.no_placements ? "" : " and placement") << " files.\n";
   return 0;
 }
@@ -198,7 +228,15 @@ int runCheck(const std::string& nodes, const std::vector<std::string>& files) {
 }
 
 int simulateAndReport(const sim::Scenario& scenario, const std::string& label,
-                      const std::string& out, bool quiet);
+                      const std::string& out, bool quiet, const std::string& title,
+                      const std::vector<sim::ReportParameter>& parameters);
+
+core::Status writeScenarioReport(const sim::ScenarioResult& result, const std::string& out,
+                                 const std::string& title,
+                                 const std::vector<sim::ReportParameter>& parameters) {
+  return sim::writeFileAtomically(out + "/report.html",
+                                  sim::scenarioReportHtml(result, title, parameters));
+}
 
 int runScenarioCommand(const std::string& file, const std::string& out, bool quiet,
                        bool through_api) {
@@ -207,7 +245,8 @@ int runScenarioCommand(const std::string& file, const std::string& out, bool qui
     return fail(kExitBadInput, scenario.status().message());
   }
   if (!through_api) {
-    return simulateAndReport(*scenario, file, out, quiet);
+    return simulateAndReport(*scenario, file, out, quiet, "Tessera simulation report: sim scenario",
+                             {{"scenario", file}});
   }
   if (!quiet) {
     std::cerr << "running " << file << " through a server's API (its files in " << out
@@ -222,10 +261,16 @@ int runScenarioCommand(const std::string& file, const std::string& out, bool qui
   if (core::Status st = sim::writeScenarioOutputs(*result, out); !st.isOk()) {
     return fail(kExitFailure, st.message());
   }
+  if (core::Status st =
+          writeScenarioReport(*result, out, "Tessera simulation report: sim scenario --through-api",
+                              {{"scenario", file}, {"run", "through a server's API"}});
+      !st.isOk()) {
+    return fail(kExitFailure, st.message());
+  }
   std::cout << fmt::format("makespan {:.0f} s, {} evictions, {} passes, {} workloads never ran\n",
                            result->makespan_s, result->evictions, result->passes,
                            result->failed_workloads);
-  std::cout << "Wrote " << out << "/tenants.csv, events.csv and summary.json.\n";
+  std::cout << "Wrote " << out << "/tenants.csv, events.csv, summary.json and report.html.\n";
   return 0;
 }
 
@@ -264,11 +309,25 @@ int runPhillyCommand(PhillyArgs args) {
   if (!scenario.isOk()) {
     return fail(kExitBadInput, scenario.status().message());
   }
-  return simulateAndReport(*scenario, args.trace, args.out, args.quiet);
+  std::vector<sim::ReportParameter> parameters = {
+      {"trace", args.trace},
+      {"cluster", args.options.cluster},
+      {"scheduling", args.fifo ? "FIFO (--fifo)" : "fair share"},
+      {"quotas",
+       args.options.quota_file.empty() ? "proportional to GPU-time" : args.options.quota_file},
+      {"jobs", args.options.max_jobs == 0 ? "all" : std::to_string(args.options.max_jobs)},
+      {"checkpoint every", fmt::format("{} s", args.checkpoint_s)},
+      {"min runtime", fmt::format("{} s", args.min_runtime_s)},
+      {"max unsaved", fmt::format("{} GPU-s", args.max_unsaved_s)},
+      {"reclaim to", args.reclaim_to},
+      {"reclaim patience", fmt::format("{} s", args.patience_s)}};
+  return simulateAndReport(*scenario, args.trace, args.out, args.quiet,
+                           "Tessera simulation report: sim philly", parameters);
 }
 
 int simulateAndReport(const sim::Scenario& scenario, const std::string& label,
-                      const std::string& out, bool quiet) {
+                      const std::string& out, bool quiet, const std::string& title,
+                      const std::vector<sim::ReportParameter>& parameters) {
   Progress progress("simulating " + label, scenario.workloads.size(), !quiet);
   size_t reported = 0;
   auto result = sim::runScenario(scenario, [&](size_t done, size_t /*total*/) {
@@ -280,6 +339,9 @@ int simulateAndReport(const sim::Scenario& scenario, const std::string& label,
     return fail(kExitFailure, result.status().message());
   }
   core::Status st = sim::writeScenarioOutputs(*result, out);
+  if (st.isOk()) {
+    st = writeScenarioReport(*result, out, title, parameters);
+  }
   if (!st.isOk()) {
     return fail(kExitFailure, st.message());
   }
@@ -302,7 +364,7 @@ int simulateAndReport(const sim::Scenario& scenario, const std::string& label,
       result->useful_gpu_seconds > 0 ? 100 * result->lost_gpu_seconds / result->useful_gpu_seconds
                                      : 0.0,
       100 * result->goodput);
-  std::cout << "Wrote " << out << "/tenants.csv, events.csv and summary.json.\n";
+  std::cout << "Wrote " << out << "/tenants.csv, events.csv, summary.json and report.html.\n";
   return 0;
 }
 
@@ -336,10 +398,11 @@ void addSimCommand(CLI::App& app, int* rc) {
       ->capture_default_str();
   openb->add_option("--tune,-t", opt->tune, "Tune the pod list to this multiple of GPU capacity")
       ->capture_default_str();
-  openb->add_option("--out,-o", opt->out, "Output directory")->capture_default_str();
+  openb->add_option("--out,-o", opt->out, "Output directory (CSV and JSON files, report.html)")
+      ->capture_default_str();
   openb->add_option("--expected,-e", opt->expected,
                     "Directory with the FGD authors' analysis_allo_discrete.csv, to print their "
-                    "numbers beside ours");
+                    "numbers beside ours and draw their curves in report.html");
   openb->add_option("--jobs,-j", opt->jobs, "Runs in parallel (default: one per CPU core)");
   openb->add_flag("--quiet,-q", opt->quiet, "No progress bar");
   openb->add_flag("--no-placements", opt->no_placements,
@@ -354,7 +417,9 @@ void addSimCommand(CLI::App& app, int* rc) {
       "Time-driven simulation of a scenario (JSON: cluster, queue tree, workloads over time) "
       "through the fair-share scheduler");
   scenario->add_option("file", *scenario_file, "Scenario JSON file")->required();
-  scenario->add_option("--out,-o", *scenario_out, "Output directory")->capture_default_str();
+  scenario
+      ->add_option("--out,-o", *scenario_out, "Output directory (CSV and JSON files, report.html)")
+      ->capture_default_str();
   scenario->add_flag("--quiet,-q", *scenario_quiet, "No progress bar");
   auto through_api = std::make_shared<bool>(false);
   scenario->add_flag("--through-api", *through_api,
@@ -405,7 +470,9 @@ void addSimCommand(CLI::App& app, int* rc) {
                    "(then the surplus is shared by allocation order alone)")
       ->check(CLI::IsMember({"fair-share", "quota"}))
       ->capture_default_str();
-  philly_cmd->add_option("--out,-o", philly->out, "Output directory")->capture_default_str();
+  philly_cmd
+      ->add_option("--out,-o", philly->out, "Output directory (CSV and JSON files, report.html)")
+      ->capture_default_str();
   philly_cmd->add_flag("--quiet,-q", philly->quiet, "No progress bar");
   philly_cmd->callback([philly, rc] { *rc = runPhillyCommand(*philly); });
 

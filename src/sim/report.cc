@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,8 +13,23 @@
 namespace tessera::sim {
 namespace {
 
-core::Status writeFile(const std::string& path, const std::string& text) {
-  // Write to a temporary name and rename, so a reader never sees half a file.
+std::string fmtPct(double x) { return std::isnan(x) ? "" : fmt::format("{:.2f}", x); }
+
+// "06-FGD" -> "fgd", as our policy names are spelt.
+std::string policyOfAuthors(std::string_view cell) {
+  std::string policy(cell);
+  if (size_t dash = policy.find('-'); dash != std::string::npos) {
+    policy = policy.substr(dash + 1);
+  }
+  for (char& ch : policy) {
+    ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  }
+  return policy;
+}
+
+}  // namespace
+
+core::Status writeFileAtomically(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -31,10 +47,6 @@ core::Status writeFile(const std::string& path, const std::string& text) {
   }
   return core::Status::ok();
 }
-
-std::string fmtPct(double x) { return std::isnan(x) ? "" : fmt::format("{:.2f}", x); }
-
-}  // namespace
 
 core::Status writePlacements(const std::string& path, const RunResult& run,
                              const std::vector<model::Node>& nodes) {
@@ -55,7 +67,7 @@ core::Status writePlacements(const std::string& path, const RunResult& run,
                    o.node >= 0 ? nodes[static_cast<size_t>(o.node)].name : "", gpus,
                    o.node >= 0 ? "placed" : "failed");
   }
-  return writeFile(path, out);
+  return writeFileAtomically(path, out);
 }
 
 core::Status writeCurve(const std::string& path, const RunResult& run) {
@@ -68,7 +80,7 @@ core::Status writeCurve(const std::string& path, const RunResult& run) {
     fmt::format_to(std::back_inserter(out), "{},{:.2f},{:.2f},{:.4f},{:.4f}\n", c.arrived_pct,
                    c.alloc_pct, c.unalloc_pct, c.frag_pct, c.frag_rate_pct);
   }
-  return writeFile(path, out);
+  return writeFileAtomically(path, out);
 }
 
 core::Status writeSummary(const std::string& path, const std::vector<SummaryRow>& rows) {
@@ -77,7 +89,7 @@ core::Status writeSummary(const std::string& path, const std::vector<SummaryRow>
     fmt::format_to(std::back_inserter(out), "{},{},{},{},{},{:.3f}\n", r.trace, r.policy, r.seed,
                    fmtPct(r.unalloc_100), fmtPct(r.unalloc_130), r.seconds);
   }
-  return writeFile(path, out);
+  return writeFileAtomically(path, out);
 }
 
 std::string traceNameOf(const std::string& pod_path) {
@@ -101,13 +113,7 @@ core::Result<ExpectedResults> readExpected(const std::string& dir) {
   ExpectedResults out;
   for (size_t r = 0; r < t.rowCount(); ++r) {
     std::string trace = traceNameOf(std::string(t.cell(r, c_workload)));
-    std::string policy(t.cell(r, c_policy));
-    if (size_t dash = policy.find('-'); dash != std::string::npos) {
-      policy = policy.substr(dash + 1);  // "06-FGD" -> "FGD".
-    }
-    for (char& ch : policy) {
-      ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    }
+    std::string policy = policyOfAuthors(t.cell(r, c_policy));
     std::string cell(t.cell(r, c_100));
     char* end = nullptr;
     const double alloc = std::strtod(cell.c_str(), &end);
@@ -116,6 +122,41 @@ core::Result<ExpectedResults> readExpected(const std::string& dir) {
                                    "' is not a number");
     }
     out[{trace, policy}].push_back(100 - alloc);
+  }
+  return out;
+}
+
+core::Result<ExpectedCurves> readExpectedCurves(const std::string& dir) {
+  const std::string path = dir + "/analysis_allo_discrete.csv";
+  TESSERA_ASSIGN_OR_RETURN(core::CsvTable t, core::CsvTable::readFile(path));
+  TESSERA_ASSIGN_OR_RETURN(size_t c_workload, t.requireColumn("workload"));
+  TESSERA_ASSIGN_OR_RETURN(size_t c_policy, t.requireColumn("sc_policy"));
+  // Columns named by an arrived % (the authors' files have 0..130; a shorter file is fine).
+  std::vector<std::pair<size_t, int>> columns;
+  for (size_t c = 0; c < t.header().size(); ++c) {
+    const std::string& name = t.header()[c];
+    int pct = -1;
+    auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), pct);
+    if (ec == std::errc() && end == name.data() + name.size() && pct >= 0 &&
+        pct <= kMaxArrivedBin) {
+      columns.emplace_back(c, pct);
+    }
+  }
+  ExpectedCurves out;
+  for (size_t r = 0; r < t.rowCount(); ++r) {
+    std::vector<double> curve(kMaxArrivedBin + 1, std::nan(""));
+    for (const auto& [c, pct] : columns) {
+      std::string cell(t.cell(r, c));
+      char* end = nullptr;
+      const double alloc = std::strtod(cell.c_str(), &end);
+      if (cell.empty() || end != cell.c_str() + cell.size() || !std::isfinite(alloc)) {
+        return core::invalidArgument(t.where(r) + ": column '" + t.header()[c] + "' value '" +
+                                     cell + "' is not a number");
+      }
+      curve[static_cast<size_t>(pct)] = 100 - alloc;
+    }
+    out[{traceNameOf(std::string(t.cell(r, c_workload))), policyOfAuthors(t.cell(r, c_policy))}]
+        .push_back(std::move(curve));
   }
   return out;
 }
@@ -145,8 +186,8 @@ MeanSd meanSd(const std::vector<double>& xs) {
   return m;
 }
 
-std::string formatSummaryTable(const std::vector<SummaryRow>& rows,
-                               const ExpectedResults* expected) {
+std::vector<SummaryLine> summarizeRuns(const std::vector<SummaryRow>& rows,
+                                       const ExpectedResults* expected) {
   // Keep the order in which traces and policies first appear.
   std::vector<std::pair<std::string, std::string>> keys;
   std::map<std::pair<std::string, std::string>, std::vector<const SummaryRow*>> groups;
@@ -157,14 +198,7 @@ std::string formatSummaryTable(const std::vector<SummaryRow>& rows,
     }
     groups[key].push_back(&r);
   }
-  std::string out;
-  if (expected != nullptr) {
-    out += fmt::format("{:<12} {:<14} {:>16} {:>16} {:>8} {:>16} {:>8}\n", "trace", "policy",
-                       "unalloc@100 %", "authors@100 %", "diff", "unalloc@130 %", "s/run");
-  } else {
-    out += fmt::format("{:<12} {:<14} {:>16} {:>16} {:>8}\n", "trace", "policy", "unalloc@100 %",
-                       "unalloc@130 %", "s/run");
-  }
+  std::vector<SummaryLine> lines;
   for (const auto& key : keys) {
     std::vector<double> a100;
     std::vector<double> a130;
@@ -174,25 +208,46 @@ std::string formatSummaryTable(const std::vector<SummaryRow>& rows,
       a130.push_back(r->unalloc_130);
       secs.push_back(r->seconds);
     }
-    MeanSd m100 = meanSd(a100);
-    MeanSd m130 = meanSd(a130);
-    MeanSd ms = meanSd(secs);
-    std::string ours = fmt::format("{:.2f} ± {:.2f}", m100.mean, m100.sd);
-    std::string late = fmt::format("{:.2f} ± {:.2f}", m130.mean, m130.sd);
+    SummaryLine line{key.first,    key.second, meanSd(a100), meanSd(a130),
+                     meanSd(secs), {},         std::nan("")};
+    if (expected != nullptr) {
+      auto it = expected->find(key);
+      if (it != expected->end()) {
+        line.authors_100 = meanSd(it->second);
+        line.diff_pct =
+            100 * (line.unalloc_100.mean - line.authors_100.mean) / line.authors_100.mean;
+      }
+    }
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+std::string formatSummaryTable(const std::vector<SummaryRow>& rows,
+                               const ExpectedResults* expected) {
+  std::string out;
+  if (expected != nullptr) {
+    out += fmt::format("{:<12} {:<14} {:>16} {:>16} {:>8} {:>16} {:>8}\n", "trace", "policy",
+                       "unalloc@100 %", "authors@100 %", "diff", "unalloc@130 %", "s/run");
+  } else {
+    out += fmt::format("{:<12} {:<14} {:>16} {:>16} {:>8}\n", "trace", "policy", "unalloc@100 %",
+                       "unalloc@130 %", "s/run");
+  }
+  for (const SummaryLine& l : summarizeRuns(rows, expected)) {
+    std::string ours = fmt::format("{:.2f} ± {:.2f}", l.unalloc_100.mean, l.unalloc_100.sd);
+    std::string late = fmt::format("{:.2f} ± {:.2f}", l.unalloc_130.mean, l.unalloc_130.sd);
     if (expected != nullptr) {
       std::string theirs = "-";
       std::string diff = "-";
-      auto it = expected->find(key);
-      if (it != expected->end()) {
-        MeanSd e = meanSd(it->second);
-        theirs = fmt::format("{:.2f} ± {:.2f}", e.mean, e.sd);
-        diff = fmt::format("{:+.1f}%", 100 * (m100.mean - e.mean) / e.mean);
+      if (l.authors_100.n > 0) {
+        theirs = fmt::format("{:.2f} ± {:.2f}", l.authors_100.mean, l.authors_100.sd);
+        diff = fmt::format("{:+.1f}%", l.diff_pct);
       }
-      out += fmt::format("{:<12} {:<14} {:>16} {:>16} {:>8} {:>16} {:>8.3f}\n", key.first,
-                         key.second, ours, theirs, diff, late, ms.mean);
+      out += fmt::format("{:<12} {:<14} {:>16} {:>16} {:>8} {:>16} {:>8.3f}\n", l.trace, l.policy,
+                         ours, theirs, diff, late, l.seconds.mean);
     } else {
-      out += fmt::format("{:<12} {:<14} {:>16} {:>16} {:>8.3f}\n", key.first, key.second, ours,
-                         late, ms.mean);
+      out += fmt::format("{:<12} {:<14} {:>16} {:>16} {:>8.3f}\n", l.trace, l.policy, ours, late,
+                         l.seconds.mean);
     }
   }
   return out;

@@ -35,6 +35,13 @@ core::Status writeSummary(const std::string& path, const std::vector<SummaryRow>
 using ExpectedResults = std::map<std::pair<std::string, std::string>, std::vector<double>>;
 core::Result<ExpectedResults> readExpected(const std::string& dir);
 
+// The FGD authors' per-seed curves from the same file: unallocated GPU % (100 - allocated) at
+// arrived = 0..kMaxArrivedBin % (index = arrived %; NaN where the file has no column for it), by
+// trace and policy. Every cell of those columns must be a number.
+using ExpectedCurves =
+    std::map<std::pair<std::string, std::string>, std::vector<std::vector<double>>>;
+core::Result<ExpectedCurves> readExpectedCurves(const std::string& dir);
+
 // "default" from ".../openb_pod_list_default.csv".
 std::string traceNameOf(const std::string& pod_path);
 
@@ -45,6 +52,25 @@ struct MeanSd {
   size_t n = 0;
 };
 MeanSd meanSd(const std::vector<double>& xs);
+
+// One line of the summary: a trace and policy over its seeds, with the authors' numbers when
+// known (`authors.n` == 0 when not; `diff_pct` is NaN then).
+struct SummaryLine {
+  std::string trace;
+  std::string policy;
+  MeanSd unalloc_100;
+  MeanSd unalloc_130;
+  MeanSd seconds;
+  MeanSd authors_100;
+  double diff_pct = 0;  // Ours against the authors', in % of theirs.
+};
+// In the order in which traces and policies first appear in `rows`.
+std::vector<SummaryLine> summarizeRuns(const std::vector<SummaryRow>& rows,
+                                       const ExpectedResults* expected);
+
+// Writes `text` to `path` through a temporary file and a rename, so that a reader never sees
+// half a file.
+core::Status writeFileAtomically(const std::string& path, const std::string& text);
 
 // The table printed after a run: one line per policy with mean +- sd at 100% and 130%, and the
 // authors' mean +- sd beside ours when `expected` has them.
