@@ -372,8 +372,8 @@ std::map<std::string, std::pair<double, double>> handlerTime(Connection& conn, c
   std::istringstream in(r.body);
   std::string line;
   while (std::getline(in, line)) {
-    const bool count = line.rfind("tessera_http_requests_total{", 0) == 0;
-    const bool secs = line.rfind("tessera_http_request_seconds_sum{", 0) == 0;
+    const bool count = line.rfind("tessera_tenant_http_requests_total{", 0) == 0;
+    const bool secs = line.rfind("tessera_tenant_http_request_seconds_total{", 0) == 0;
     const size_t t = line.find("tenant=\"");
     const size_t close = line.rfind('}');
     if ((!count && !secs) || t == std::string::npos || close == std::string::npos) {

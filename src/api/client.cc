@@ -339,6 +339,42 @@ core::Result<std::unique_ptr<ApiClient>> ApiClient::create(ClientConfig config) 
                                    ": " + ec.message());
     }
   }
+  if (config.client_cert_file.empty() != config.client_key_file.empty()) {
+    return core::invalidArgument(
+        "a client certificate needs its key and a key its certificate: set both "
+        "TESSERA_CLIENT_CERT and TESSERA_CLIENT_KEY (or --client-cert and --client-key)");
+  }
+  if (!config.client_cert_file.empty()) {
+    // Offered to listeners that require a client certificate (mTLS); others ignore it.
+    for (const auto& [file, what] : {std::pair{config.client_cert_file, "client certificate"},
+                                     std::pair{config.client_key_file, "client key"}}) {
+      std::error_code fec;
+      if (!std::filesystem::is_regular_file(file, fec)) {
+        return core::invalidArgument(std::string(what) + " '" + file + "' (" +
+                                     (std::string(what) == "client key"
+                                          ? "TESSERA_CLIENT_KEY or --client-key"
+                                          : "TESSERA_CLIENT_CERT or --client-cert") +
+                                     ") is not a readable file");
+      }
+    }
+    beast::error_code ec;
+    impl->ssl_ctx.use_certificate_chain_file(config.client_cert_file, ec);
+    if (ec) {
+      return core::invalidArgument("cannot load the client certificate '" +
+                                   config.client_cert_file + "': " + ec.message());
+    }
+    impl->ssl_ctx.use_private_key_file(config.client_key_file, asio::ssl::context::pem, ec);
+    if (ec) {
+      return core::invalidArgument("cannot load the client key '" + config.client_key_file +
+                                   "' (is it the key of '" + config.client_cert_file +
+                                   "'?): " + ec.message());
+    }
+    if (SSL_CTX_check_private_key(impl->ssl_ctx.native_handle()) != 1) {
+      return core::invalidArgument("the client key '" + config.client_key_file +
+                                   "' does not belong to the certificate '" +
+                                   config.client_cert_file + "'");
+    }
+  }
   impl->config = std::move(config);
   return std::unique_ptr<ApiClient>(new ApiClient(std::move(impl)));
 }

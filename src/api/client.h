@@ -39,6 +39,10 @@ struct ClientConfig {
   std::string address = "https://127.0.0.1:8200";
   std::string ca_cert_file;  // PEM CA certificate(s) to trust; empty: the system's.
   std::string token;         // Sent as X-Tessera-Token; empty: none.
+  // PEM client certificate (chain) and its key, for listeners that require one (mTLS, like
+  // Vault's VAULT_CLIENT_CERT/KEY): both or neither.
+  std::string client_cert_file;
+  std::string client_key_file;
   // Connecting, the TLS handshake, and each request's write and read must each finish in it.
   std::chrono::milliseconds timeout{60'000};
 };

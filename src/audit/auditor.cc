@@ -173,6 +173,14 @@ std::vector<std::string> Auditor::sinkNames() const {
   return names;
 }
 
+std::vector<SinkStats> Auditor::stats() const {
+  std::vector<SinkStats> out;
+  for (const auto& sink : sinks_) {
+    out.push_back(sink->stats());
+  }
+  return out;
+}
+
 uint64_t Auditor::durableSeq(size_t i) const { return sinks_.at(i)->durableSeq(); }
 
 Status Auditor::writeRecovered(size_t i, std::string_view line) {

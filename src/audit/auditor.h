@@ -78,6 +78,8 @@ class Auditor {
 
   // Each sink and the error of its last write, for a health endpoint.
   std::vector<SinkHealth> health() const;
+  // Each sink's counts (AuditSink::stats), in sinkNames() order, for metrics. Thread-safe.
+  std::vector<SinkStats> stats() const;
 
  private:
   explicit Auditor(std::vector<std::unique_ptr<AuditSink>> sinks);

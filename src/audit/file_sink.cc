@@ -206,15 +206,32 @@ Status FileSink::appendLocked(std::string_view bytes) {
     done += static_cast<size_t>(n);
   }
   size_ += bytes.size();
+  stats_.bytes += bytes.size();
+  stats_.records += static_cast<uint64_t>(std::count(bytes.begin(), bytes.end(), '\n'));
   return Status::ok();
+}
+
+Status FileSink::timedSyncLocked() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = fdatasync_(fd_);
+  const int err = errno;
+  noteFlush(stats_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+            rc == 0);
+  if (rc != 0) {
+    broken_ = "fdatasync failed: " + errnoText(err);
+    return brokenError();
+  }
+  return Status::ok();
+}
+
+SinkStats FileSink::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
 }
 
 Status FileSink::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket) {
   if (sync_ == SyncMode::kEveryRecord) {
-    if (fdatasync_(fd_) != 0) {
-      broken_ = "fdatasync failed: " + errnoText(errno);
-      return brokenError();
-    }
+    TESSERA_RETURN_IF_ERROR(timedSyncLocked());
     synced_ = std::max(synced_, ticket);
     synced_seq_ = chain_.head().seq;
     return Status::ok();
@@ -243,9 +260,13 @@ void FileSink::leadFlushLocked(std::unique_lock<std::mutex>& lock) {
   unflushed_since_.reset();  // This flush covers every record appended so far.
   const int fd = fd_;        // close() waits for syncing_ to clear, so fd stays open.
   lock.unlock();
+  const auto t0 = std::chrono::steady_clock::now();
   const int rc = fdatasync_(fd);
   const int err = errno;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   lock.lock();
+  noteFlush(stats_, seconds, rc == 0);
   syncing_ = false;
   if (rc != 0) {
     broken_ = "fdatasync failed: " + errnoText(err);
@@ -422,9 +443,8 @@ Status FileSink::close() {
     }
     // Flush even without a checkpoint: writers may be waiting for their records' flush.
     if (broken_.empty()) {
-      if (fdatasync_(fd_) != 0) {
-        broken_ = "fdatasync failed: " + errnoText(errno);
-        status = brokenError();
+      if (Status synced = timedSyncLocked(); !synced.isOk()) {
+        status = synced;
       } else {
         synced_ = appended_;
         synced_seq_ = chain_.head().seq;

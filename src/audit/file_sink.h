@@ -84,6 +84,7 @@ class FileSink final : public AuditSink {
   uint64_t durableSeq() const override;
   core::Status writeRecovered(std::string_view line) override;
   core::Status close() override;
+  SinkStats stats() const override;
 
   // The head of the chain as stored: the last record's seq and hash.
   internal::ChainHead head() const;
@@ -98,6 +99,9 @@ class FileSink final : public AuditSink {
   core::Result<WrittenRecord> appendRecordLocked(const internal::RedactedRecord& record);
   // Has the flusher flush what was appended within `appended_flush_delay_`.
   void flushSoonLocked();
+  // fdatasync on the caller's thread with the lock held, timed for stats(); a failure breaks
+  // the sink.
+  core::Status timedSyncLocked();
   // Makes everything appended up to `ticket` durable (see SyncMode).
   core::Status syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket);
   // Flushes everything appended so far, without the lock meanwhile; requires !syncing_.
@@ -127,6 +131,7 @@ class FileSink final : public AuditSink {
   bool syncing_ = false;     // A writer is in fdatasync (without the lock).
   std::string broken_;       // Why the sink stopped taking records; empty if it has not.
   bool closed_ = false;
+  SinkStats stats_;
   internal::Chain chain_;
   struct Waiter {
     uint64_t ticket;  // Answered once `synced_` reaches it.

@@ -499,6 +499,49 @@ TEST_P(FileSinkTest, AFailedFlushWithAppendedRecordsLeftLeavesTheFlusherAsleep) 
   EXPECT_EQ(calls, 1);
 }
 
+// stats() (the server's audit metrics): every line and byte written, each flush timed once,
+// and a failed flush counted as a failure, not a flush.
+TEST_P(FileSinkTest, StatsCountLinesBytesAndFlushes) {
+  std::atomic<bool> fail{false};
+  std::atomic<int> flushes{0};
+  FileSinkOptions o = options(/*checkpoint_every=*/2);
+  o.fdatasync = [&](int fd) {
+    if (fail) {
+      errno = EIO;
+      return -1;
+    }
+    ++flushes;
+    return ::fdatasync(fd);
+  };
+  auto opened = FileSink::open(path_, o, clock_);
+  ASSERT_TRUE(opened.isOk());
+  auto sink = std::move(opened).value();
+  const int opening_flushes = flushes;  // Creating the file flushes it, outside the stats.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(sink->write(sampleEvent(i)).isOk());
+  }
+  SinkStats st = sink->stats();
+  const std::vector<std::string> lines = splitLines(readFile(path_));
+  EXPECT_EQ(st.records, lines.size());  // 3 records and a checkpoint after the second.
+  EXPECT_EQ(st.records, 4U);
+  EXPECT_EQ(st.bytes, readFile(path_).size());
+  EXPECT_EQ(st.flushes, static_cast<uint64_t>(flushes - opening_flushes));
+  EXPECT_GE(st.flushes, 1U);
+  uint64_t in_buckets = 0;
+  for (uint64_t n : st.flush_buckets) {
+    in_buckets += n;
+  }
+  EXPECT_EQ(in_buckets, st.flushes);
+  EXPECT_EQ(st.flush_buckets.size(), std::size(kFlushSecondsBounds) + 1);
+  EXPECT_GE(st.flush_seconds, 0);
+  EXPECT_EQ(st.flush_failures, 0U);
+  fail = true;
+  EXPECT_FALSE(sink->write(sampleEvent(3)).isOk());
+  st = sink->stats();
+  EXPECT_EQ(st.flush_failures, 1U);
+  EXPECT_EQ(st.flushes, static_cast<uint64_t>(flushes - opening_flushes));
+}
+
 INSTANTIATE_TEST_SUITE_P(SyncModes, FileSinkTest,
                          ::testing::Values(SyncMode::kEveryRecord, SyncMode::kGroupCommit),
                          [](const auto& info) {

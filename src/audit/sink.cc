@@ -1,5 +1,7 @@
 #include "audit/sink.h"
 
+#include <iterator>
+
 namespace tessera::audit {
 
 using core::Status;
@@ -20,8 +22,33 @@ Status MemorySink::store(std::string_view bytes) {
     const size_t end = bytes.find('\n', start);
     lines_.emplace_back(bytes.substr(start, end - start));
     start = end + 1;
+    ++stats_.records;
   }
+  stats_.bytes += bytes.size();
   return Status::ok();
+}
+
+SinkStats MemorySink::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void noteFlush(SinkStats& stats, double seconds, bool ok) {
+  constexpr size_t kBuckets = std::size(kFlushSecondsBounds) + 1;
+  if (stats.flush_buckets.size() != kBuckets) {
+    stats.flush_buckets.assign(kBuckets, 0);
+  }
+  if (!ok) {
+    ++stats.flush_failures;
+    return;
+  }
+  size_t i = 0;
+  while (i < std::size(kFlushSecondsBounds) && seconds > kFlushSecondsBounds[i]) {
+    ++i;
+  }
+  ++stats.flush_buckets[i];
+  ++stats.flushes;
+  stats.flush_seconds += seconds;
 }
 
 core::Result<WrittenRecord> MemorySink::storeLocked(const internal::RedactedRecord& record) {

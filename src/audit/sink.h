@@ -46,6 +46,23 @@ enum class Durability {
               // effect waits on a later one, or that may be answered before it is durable.
 };
 
+// What a sink has done since it opened, for the server's metrics (docs/metrics.md): lines
+// written (records and checkpoints) and their bytes, and its flushes to stable storage with how
+// long each took: a count per bucket of kFlushSecondsBounds (not cumulative), the last bucket
+// for those slower than every bound.
+struct SinkStats {
+  uint64_t records = 0;
+  uint64_t bytes = 0;
+  uint64_t flushes = 0;
+  uint64_t flush_failures = 0;
+  double flush_seconds = 0;  // Sum over the flushes.
+  std::vector<uint64_t> flush_buckets;
+};
+inline constexpr double kFlushSecondsBounds[] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+// Notes one flush that took `seconds` (ok: it succeeded) in `stats`.
+void noteFlush(SinkStats& stats, double seconds, bool ok);
+
 // A record as a sink wrote it.
 struct WrittenRecord {
   uint64_t seq = 0;
@@ -89,6 +106,10 @@ class AuditSink {
   // Writes the final checkpoint (if there is a signing key and records since the last one) and
   // stops: later writes fail. Thread-safe; a second close is a no-op.
   virtual core::Status close() = 0;
+
+  // What it has written and flushed so far (all zero for a sink that does not count).
+  // Thread-safe.
+  virtual SinkStats stats() const { return {}; }
 };
 
 // Keeps the lines in memory: for tests and for a process that ships records elsewhere. Can be
@@ -106,6 +127,7 @@ class MemorySink final : public AuditSink {
   uint64_t durableSeq() const override;
   core::Status writeRecovered(std::string_view line) override;
   core::Status close() override;
+  SinkStats stats() const override;
 
   // Every line written so far, each without its newline.
   std::vector<std::string> lines() const;
@@ -121,6 +143,7 @@ class MemorySink final : public AuditSink {
   mutable std::mutex mu_;  // Guards everything below.
   internal::Chain chain_;
   std::vector<std::string> lines_;
+  SinkStats stats_;
   bool fail_writes_ = false;
   bool closed_ = false;
 };

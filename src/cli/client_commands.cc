@@ -110,6 +110,7 @@ void printToken(const json& t) {
       {"tenant", tenant.empty() ? "(admin)" : tenant},
       {"policies", cell(t.value("policies", json()))},
       {"display_name", cell(t.value("display_name", json()))},
+      {"role", t.value("role", "").empty() ? "-" : t.value("role", "")},
       {"issue_time", cell(t.value("issue_time", json()))},
       {"expire_time",
        t.value("expire_time", json()).is_null() ? "never" : cell(t.value("expire_time", json()))},
@@ -397,6 +398,10 @@ struct TokenFlags {
   std::string accessor;
   std::string increment;
   bool self = false;
+  std::string role;  // token create --role; the role's name for token role ...
+  std::vector<std::string> allowed_policies;
+  std::string token_ttl;
+  std::string token_max_ttl;
 };
 
 core::Status tokenCreate(const TokenFlags& f) {
@@ -436,8 +441,15 @@ core::Status tokenCreate(const TokenFlags& f) {
     TESSERA_ASSIGN_OR_RETURN(scope, s->scope());
   }
   const auto now = std::chrono::system_clock::now();
-  TESSERA_ASSIGN_OR_RETURN(json r,
-                           s->call("POST", Session::path(scope, "auth/token/create"), body));
+  // From a token role (Vault's auth/token/create/<role>): the role's policies, which a tenant
+  // admin may hand on without holding them by name.
+  const std::string op =
+      f.role.empty() ? "auth/token/create" : "auth/token/create/" + pathSegment(f.role);
+  if (!f.role.empty() && body.contains("tenant")) {
+    scope = body["tenant"].get<std::string>();  // A tenant's role is in the tenant's scope.
+    body.erase("tenant");
+  }
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("POST", Session::path(scope, op), body));
   const json auth = r.value("auth", json::object());
   if (s->json()) {
     printJson(auth);
@@ -450,6 +462,7 @@ core::Status tokenCreate(const TokenFlags& f) {
       {"token_accessor", auth.value("accessor", "")},
       {"token_tenant", tenant.empty() ? "(admin)" : tenant},
       {"token_policies", cell(auth.value("policies", json()))},
+      {"token_role", auth.value("role", "").empty() ? "-" : auth.value("role", "")},
       {"token_duration", durationText(ttl)},
       {"token_renewable", cell(auth.value("renewable", json()))},
       {"token_expire_time", ttl < 0 ? "never" : utcText(now + std::chrono::seconds(ttl))},
@@ -517,6 +530,82 @@ core::Status tokenRevoke(const TokenFlags& f) {
     printJson(r);
   } else {
     std::cout << "Success! Revoked the token and every token created from it.\n";
+  }
+  return core::Status::ok();
+}
+
+// --- token roles
+
+std::string rolePath(const std::string& name) {
+  return name.empty() ? "auth/token/roles" : "auth/token/roles/" + pathSegment(name);
+}
+
+core::Status roleWrite(const TokenFlags& f) {
+  json body = {{"allowed_policies", f.allowed_policies}};
+  if (!f.token_ttl.empty()) {
+    body["token_ttl"] = f.token_ttl;
+  }
+  if (!f.token_max_ttl.empty()) {
+    body["token_max_ttl"] = f.token_max_ttl;
+  }
+  if (f.no_renew) {
+    body["renewable"] = false;
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("POST", Session::path(scope, rolePath(f.role)), body));
+  if (s->json()) {
+    printJson(r);
+  } else {
+    std::cout << "Success! Token role '" << f.role << "' written"
+              << (scope.empty() ? "" : " in tenant '" + scope + "'")
+              << "; `tessera token create --role " << f.role << "` makes its tokens.\n";
+  }
+  return core::Status::ok();
+}
+
+core::Status roleRead(const TokenFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", Session::path(scope, rolePath(f.role))));
+  const json data = r.value("data", json::object());
+  if (s->json()) {
+    printJson(data);
+    return core::Status::ok();
+  }
+  const int64_t ttl = data.value("token_ttl", int64_t{0});
+  const int64_t max_ttl = data.value("token_max_ttl", int64_t{0});
+  printKeyValues(
+      {{"name", data.value("name", f.role)},
+       {"allowed_policies", cell(data.value("allowed_policies", json()))},
+       {"token_ttl", ttl == 0 ? "(the server's default)" : durationText(ttl)},
+       {"token_max_ttl", max_ttl == 0 ? "(the server's maximum)" : durationText(max_ttl)},
+       {"renewable", cell(data.value("renewable", json()))}});
+  return core::Status::ok();
+}
+
+core::Status roleList(const TokenFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("LIST", Session::path(scope, rolePath(""))));
+  const json keys = r.value("data", json::object()).value("keys", json::array());
+  if (s->json()) {
+    printJson(keys);
+  } else {
+    printKeys(keys, "No token roles.");
+  }
+  return core::Status::ok();
+}
+
+core::Status roleDelete(const TokenFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("DELETE", Session::path(scope, rolePath(f.role))));
+  if (s->json()) {
+    printJson(r);
+  } else {
+    std::cout << "Success! Deleted token role '" << f.role
+              << "' (tokens made from it live on until they expire or are revoked).\n";
   }
   return core::Status::ok();
 }
@@ -593,7 +682,8 @@ struct RunFlags {
   CommonFlags common;
   std::string name;
   std::string file;
-  int64_t gpus = 0;
+  std::string gpus;  // "2" whole GPUs, or "0.5" of one (Run:ai's --gpu 0.5).
+  CLI::Option* gpus_opt = nullptr;
   int64_t gpu_milli = 0;
   int64_t gpu_memory_mib = 0;
   std::string mig;
@@ -610,6 +700,11 @@ struct RunFlags {
   std::vector<std::string> node_selector;  // KEY=VALUE
   std::vector<std::string> secret_kv;
   std::vector<std::string> secret_db;
+  std::vector<std::string> env;  // NAME=VALUE
+  std::vector<std::string> identity_audiences;
+  bool wait = false;
+  double wait_timeout_s = 0;
+  double interval_s = 0.5;
   std::vector<std::string> command;
   // Set flags override the file; unset ones leave it alone.
   std::vector<std::pair<CLI::Option*, std::function<void(json&)>>> overrides;
@@ -637,10 +732,118 @@ core::Result<json> workloadFile(const std::string& file) {
   return doc;
 }
 
+// --gpus: a whole number of GPUs, or a fraction of one GPU (0.001 to 0.999, at most three
+// decimals) as Run:ai's `--gpu 0.5`. Parsed as text: no floating point reaches the milli-GPU.
+struct GpuAmount {
+  int64_t count = 0;  // Whole GPUs; 0 with milli > 0 for a fraction.
+  int64_t milli = 0;
+};
+
+core::Result<GpuAmount> parseGpus(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return core::invalidArgument("--gpus " + text + ": " + why);
+  };
+  const size_t dot = text.find('.');
+  const std::string whole = text.substr(0, dot);
+  const std::string frac = dot == std::string::npos ? "" : text.substr(dot + 1);
+  auto digits = [](const std::string& d) {
+    return std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  if ((whole.empty() && frac.empty()) || !digits(whole) || !digits(frac) ||
+      (dot != std::string::npos && frac.empty()) || whole.size() > 6) {
+    return bad("expected a whole number of GPUs (2) or a fraction of one (0.5)");
+  }
+  const int64_t w = whole.empty() ? 0 : std::stoll(whole);
+  const bool fraction = std::any_of(frac.begin(), frac.end(), [](char c) { return c != '0'; });
+  if (!fraction) {
+    return GpuAmount{w, 0};
+  }
+  if (w > 0) {
+    return bad(
+        "a fraction is possible only below one GPU (a task gets whole GPUs, or a share of "
+        "one); ask for --gpus " +
+        std::to_string(w + 1) + " or --gpus 0." + frac);
+  }
+  if (frac.size() > 3) {
+    return bad("at most three decimals (GPU shares are in thousandths, as --gpu-milli)");
+  }
+  std::string milli = frac;
+  milli.resize(3, '0');
+  return GpuAmount{0, std::stoll(milli)};
+}
+
+// Follows a submitted workload like Nomad's monitor: prints each phase change (and a new
+// reason) until it runs or ends. OK when it is running or succeeded; an error with the reason
+// when it failed or was cancelled, or when `timeout_s` (0: none) passed first.
+// The phase lines go to `out` (stderr under -format=json, so stdout stays one JSON document).
+core::Status waitForWorkload(Session& s, const std::string& tenant, const std::string& name,
+                             double interval_s, double timeout_s, std::ostream& out) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string path = Session::path(tenant, "workloads/" + pathSegment(name));
+  std::string last;
+  while (true) {
+    TESSERA_ASSIGN_OR_RETURN(json w, s.call("GET", path));
+    const json status = w.value("data", json::object()).value("status", json::object());
+    const std::string phase = status.value("phase", "");
+    const std::string reason = status.value("reason", "");
+    // Placed is not yet running: a task is "starting" until its node's agent says it started
+    // it (it may still fail there, say on a secret it cannot get).
+    const json tasks = status.value("tasks", json::array());
+    const auto starting = std::count_if(tasks.begin(), tasks.end(), [](const json& t) {
+      return t.value("state", "") == "starting";
+    });
+    std::string seen = phase;
+    if (phase == "running" && starting > 0) {
+      seen += " (" + std::to_string(static_cast<int64_t>(tasks.size()) - starting) + "/" +
+              std::to_string(tasks.size()) + " tasks started)";
+    }
+    seen += reason.empty() ? "" : ": " + reason;
+    if (seen != last) {
+      last = seen;
+      out << "==> " << utcText(std::chrono::system_clock::now()) << " " << seen << "\n"
+          << std::flush;
+    }
+    if ((phase == "running" && starting == 0) || phase == "succeeded") {
+      return core::Status::ok();
+    }
+    if (phase == "failed" || phase == "cancelled") {
+      return core::failedPrecondition("workload '" + name + "' " + phase +
+                                      (reason.empty() ? "" : ": " + reason));
+    }
+    const std::chrono::duration<double> waited = std::chrono::steady_clock::now() - start;
+    if (timeout_s > 0 && waited.count() >= timeout_s) {
+      return core::Status(core::StatusCode::kUnavailable,
+                          "workload '" + name + "' is still " + phase + " after " +
+                              std::to_string(static_cast<int64_t>(timeout_s)) + " s" +
+                              (reason.empty() ? "" : ": " + reason));
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+  }
+}
+
 core::Status run(const RunFlags& f) {
+  if (f.interval_s < 0.05 || f.interval_s > 3600) {
+    return core::invalidArgument("--interval: expected 0.05 to 3600 seconds");
+  }
+  if (f.wait_timeout_s < 0) {
+    return core::invalidArgument("--wait-timeout: expected seconds, 0 for none");
+  }
   json body = json::object();
   if (!f.file.empty()) {
     TESSERA_ASSIGN_OR_RETURN(body, workloadFile(f.file));
+  }
+  if (f.gpus_opt != nullptr && f.gpus_opt->count() > 0) {
+    TESSERA_ASSIGN_OR_RETURN(GpuAmount g, parseGpus(f.gpus));
+    if (g.milli > 0 && f.gpu_milli > 0) {
+      return core::invalidArgument("--gpus " + f.gpus +
+                                   " and --gpu-milli both give a share of a GPU: use one");
+    }
+  }
+  for (const std::string& kv : f.env) {
+    const size_t eq = kv.find('=');
+    if (eq == 0 || eq == std::string::npos) {
+      return core::invalidArgument("--env " + kv + ": expected NAME=VALUE");
+    }
   }
   for (const auto& [opt, apply] : f.overrides) {
     if (opt->count() > 0) {
@@ -661,13 +864,22 @@ core::Status run(const RunFlags& f) {
     std::cout << "Workload '" << data.value("name", f.name) << "' submitted to tenant '"
               << data.value("tenant", tenant) << "': " << data.value("phase", "pending") << "\n";
   }
+  if (f.wait) {
+    std::cout << std::flush;
+    return waitForWorkload(*s, tenant, data.value("name", f.name), f.interval_s, f.wait_timeout_s,
+                           s->json() ? std::cerr : std::cout);
+  }
   return core::Status::ok();
 }
 
 struct WorkloadFlags {
   CommonFlags common;
   std::string name;
+  std::string phase;   // ps --phase
+  double watch_s = 0;  // top --watch: seconds between frames; 0: one frame.
 };
+
+constexpr const char* kPhases[] = {"pending", "running", "succeeded", "failed", "cancelled"};
 
 // "running/total" tasks of a workload as GET workloads/NAME answers it.
 std::string taskCounts(const json& w) {
@@ -683,25 +895,43 @@ std::string taskCounts(const json& w) {
 core::Status ps(const WorkloadFlags& f) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
   TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("workloads"));
-  TESSERA_ASSIGN_OR_RETURN(json list, s->call("LIST", Session::path(tenant, "workloads")));
+  // One request: the list with each workload's status (`?detail=true`).
+  TESSERA_ASSIGN_OR_RETURN(json list,
+                           s->call("LIST", Session::path(tenant, "workloads") + "?detail=true"));
+  const json data = list.value("data", json::object());
   json workloads = json::array();
-  for (const json& key : list.value("data", json::object()).value("keys", json::array())) {
-    const std::string name = key.get<std::string>();
-    auto w = s->call("GET", Session::path(tenant, "workloads/" + pathSegment(name)));
-    if (!w.isOk() && w.status().code() == core::StatusCode::kNotFound) {
-      continue;  // Gone since the listing.
+  if (data.contains("workloads")) {
+    workloads = data["workloads"];
+  } else {
+    // A server from before `detail`: one request per workload, as before.
+    for (const json& key : data.value("keys", json::array())) {
+      const std::string name = key.get<std::string>();
+      auto w = s->call("GET", Session::path(tenant, "workloads/" + pathSegment(name)));
+      if (!w.isOk() && w.status().code() == core::StatusCode::kNotFound) {
+        continue;  // Gone since the listing.
+      }
+      if (!w.isOk()) {
+        return w.status();
+      }
+      workloads.push_back(w->value("data", json::object()));
     }
-    if (!w.isOk()) {
-      return w.status();
+  }
+  if (!f.phase.empty()) {
+    json kept = json::array();
+    for (json& w : workloads) {
+      if (w.value("status", json::object()).value("phase", "") == f.phase) {
+        kept.push_back(std::move(w));
+      }
     }
-    workloads.push_back(w->value("data", json::object()));
+    workloads = std::move(kept);
   }
   if (s->json()) {
     printJson(workloads);
     return core::Status::ok();
   }
   if (workloads.empty()) {
-    std::cout << "No workloads in tenant '" << tenant << "'.\n";
+    std::cout << "No " << (f.phase.empty() ? "" : f.phase + " ") << "workloads in tenant '"
+              << tenant << "'.\n";
     return core::Status::ok();
   }
   std::vector<std::vector<std::string>> rows;
@@ -857,13 +1087,12 @@ core::Status nodes(const WorkloadFlags& f) {
   return core::Status::ok();
 }
 
-core::Status top(const WorkloadFlags& f) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
-  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
-  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", Session::path(scope, "queues")));
+// One frame of `top`.
+core::Status topFrame(Session& s, const std::string& scope) {
+  TESSERA_ASSIGN_OR_RETURN(json r, s.call("GET", Session::path(scope, "queues")));
   const json queues = r.value("data", json::object()).value("queues", json::array());
-  if (s->json()) {
-    printJson(queues);
+  if (s.json()) {
+    std::cout << queues.dump() << "\n";  // With --watch, one line per frame: JSON lines.
     return core::Status::ok();
   }
   Table t({"QUEUE", "ALLOCATED", "FAIR SHARE", "QUOTA", "PENDING"});
@@ -876,6 +1105,34 @@ core::Status top(const WorkloadFlags& f) {
   t.print(std::cout);
   std::cout << "(GPUs)\n";
   return core::Status::ok();
+}
+
+core::Status top(const WorkloadFlags& f) {
+  if (f.watch_s != 0 && (f.watch_s < 0.1 || f.watch_s > 3600)) {
+    return core::invalidArgument("--watch: expected 0.1 to 3600 seconds between frames");
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
+  if (f.watch_s == 0) {
+    if (s->json()) {
+      TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", Session::path(scope, "queues")));
+      printJson(r.value("data", json::object()).value("queues", json::array()));
+      return core::Status::ok();
+    }
+    return topFrame(*s, scope);
+  }
+  // Like watch(1): a frame every N seconds until interrupted; on a terminal each frame
+  // replaces the last.
+  const bool terminal = ::isatty(STDOUT_FILENO) == 1;
+  while (true) {
+    if (!s->json()) {
+      std::cout << (terminal ? "\033[H\033[2J" : "") << "Every " << f.watch_s
+                << "s: tessera top    " << utcText(std::chrono::system_clock::now()) << "\n\n";
+    }
+    TESSERA_RETURN_IF_ERROR(topFrame(*s, scope));
+    std::cout << (terminal || s->json() ? "" : "\n") << std::flush;
+    std::this_thread::sleep_for(std::chrono::duration<double>(f.watch_s));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1027,7 +1284,25 @@ struct LogsFlags {
   bool stderr_stream = false;
   bool follow = false;
   double interval_s = 1;
+  int64_t tail = -1;  // The last N lines only; -1: all.
 };
+
+// The last `lines` lines of `text` (a last line without its newline counts).
+std::string lastLines(const std::string& text, int64_t lines) {
+  if (lines <= 0) {
+    return "";
+  }
+  size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') {
+    --pos;  // The newline that ends the last line.
+  }
+  for (int64_t n = 0; pos > 0; --pos) {
+    if (text[pos - 1] == '\n' && ++n == lines) {
+      break;
+    }
+  }
+  return text.substr(pos);
+}
 
 // A task's log from its node's agent, from the start; -f keeps reading while the workload runs.
 core::Status logs(const LogsFlags& f) {
@@ -1040,6 +1315,37 @@ core::Status logs(const LogsFlags& f) {
                            "?task=" + std::to_string(f.task) +
                            "&stream=" + (f.stderr_stream ? "stderr" : "stdout");
   int64_t offset = 0;
+  if (f.tail >= 0) {
+    // Read back from the end in growing windows until they hold `tail` lines (or the start).
+    TESSERA_ASSIGN_OR_RETURN(json first, s->call("GET", base + "&offset=0&limit=1"));
+    const int64_t size = first.value("data", json::object()).value("size", int64_t{0});
+    int64_t window = 64 * 1024;
+    std::string text;
+    while (true) {
+      const int64_t from = std::max<int64_t>(0, size - window);
+      text.clear();
+      for (int64_t at = from; at < size;) {
+        TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", base + "&offset=" + std::to_string(at)));
+        const json data = r.value("data", json::object());
+        const int64_t next = data.value("next_offset", at);
+        if (next <= at) {
+          break;
+        }
+        text += data.value("text", "");
+        at = next;
+      }
+      const auto newlines = std::count(text.begin(), text.end(), '\n');
+      if (from == 0 || newlines > f.tail) {
+        break;
+      }
+      window *= 4;
+    }
+    std::cout << lastLines(text, f.tail) << std::flush;
+    offset = size;
+    if (!f.follow) {
+      return core::Status::ok();
+    }
+  }
   while (true) {
     TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", base + "&offset=" + std::to_string(offset)));
     const json data = r.value("data", json::object());
@@ -1151,7 +1457,56 @@ void addTokenCommands(CLI::App& app, int* rc) {
     c->add_option("--tenant", f->for_tenant,
                   "Create a token of this tenant (admin tokens; the scope otherwise comes from "
                   "$TESSERA_TENANT or the token's own tenant)");
+    c->add_option("--role", f->role,
+                  "Create it from this token role (`tessera token role write`): the role's "
+                  "policies (or --policy, some of them), TTL and cap");
+    c->footer(
+        "Without --role a token gets only policies the calling token has itself. A tenant "
+        "admin delegates narrower tokens to its developers with a role: `tessera token role "
+        "write dev --allowed-policy dev --token-max-ttl 8h`, then `tessera token create --role "
+        "dev`. No token ever gets more power than the one that creates it.");
     bind(c, f, &tokenCreate, rc);
+  }
+  {
+    CLI::App* role = token->add_subcommand(
+        "role", "Token roles: which policies and TTLs tokens created from them get");
+    role->require_subcommand(1);
+    {
+      auto f = std::make_shared<TokenFlags>();
+      CLI::App* c = role->add_subcommand("write", "Create or replace a token role");
+      addCommonFlags(c, f->common);
+      c->add_option("NAME", f->role, "Role name (lowercase letters, digits, '-')")->required();
+      c->add_option("--allowed-policy", f->allowed_policies,
+                    "A policy its tokens may have (repeat, or a,b); each must be within the "
+                    "calling token's own power")
+          ->delimiter(',')
+          ->required();
+      c->add_option("--token-ttl", f->token_ttl, "TTL of its tokens, like 1h (default: server's)");
+      c->add_option("--token-max-ttl", f->token_max_ttl,
+                    "Hard cap of its tokens from issue time, like 8h (default: server's maximum)");
+      c->add_flag("--no-renew", f->no_renew, "Its tokens cannot be renewed");
+      bind(c, f, &roleWrite, rc);
+    }
+    {
+      auto f = std::make_shared<TokenFlags>();
+      CLI::App* c = role->add_subcommand("read", "Show a token role");
+      addCommonFlags(c, f->common);
+      c->add_option("NAME", f->role, "Role name")->required();
+      bind(c, f, &roleRead, rc);
+    }
+    {
+      auto f = std::make_shared<TokenFlags>();
+      CLI::App* c = role->add_subcommand("list", "List the scope's token roles");
+      addCommonFlags(c, f->common);
+      bind(c, f, &roleList, rc);
+    }
+    {
+      auto f = std::make_shared<TokenFlags>();
+      CLI::App* c = role->add_subcommand("delete", "Delete a token role");
+      addCommonFlags(c, f->common);
+      c->add_option("NAME", f->role, "Role name")->required();
+      bind(c, f, &roleDelete, rc);
+    }
   }
   {
     auto f = std::make_shared<TokenFlags>();
@@ -1230,8 +1585,18 @@ void addRun(CLI::App& app, int* rc) {
   auto flag = [r](CLI::Option* opt, std::function<void(json&)> apply) {
     r->overrides.emplace_back(opt, std::move(apply));
   };
-  flag(c->add_option("--gpus", r->gpus, "GPUs per task"),
-       [r](json& b) { b["gpu"]["count"] = r->gpus; });
+  flag(r->gpus_opt =
+           c->add_option("--gpus", r->gpus,
+                         "GPUs per task: whole (2), or a fraction of one GPU (0.5, as Run:ai's "
+                         "--gpu 0.5; the same as --gpu-milli 500)"),
+       [r](json& b) {
+         auto g = parseGpus(r->gpus);  // Checked in run() before any override applies.
+         if (g.isOk() && g->milli > 0) {
+           b["gpu"]["milli"] = g->milli;
+         } else if (g.isOk()) {
+           b["gpu"]["count"] = g->count;
+         }
+       });
   flag(c->add_option("--gpu-milli", r->gpu_milli, "Share of each GPU, 1-1000 (1000: whole)"),
        [r](json& b) { b["gpu"]["milli"] = r->gpu_milli; });
   flag(c->add_option("--gpu-memory-mib", r->gpu_memory_mib, "GPU memory per GPU, MiB"),
@@ -1280,14 +1645,43 @@ void addRun(CLI::App& app, int* rc) {
                      "ends (repeat, or a,b)")
            ->delimiter(','),
        [r](json& b) { b["secrets"]["db"] = r->secret_db; });
+  flag(c->add_option("--env", r->env,
+                     "An environment variable of each task, NAME=VALUE (repeat); names that "
+                     "look secret are sealed (docs/server.md)"),
+       [r](json& b) {
+         for (const std::string& kv : r->env) {
+           const size_t eq = kv.find('=');
+           b["env"][kv.substr(0, eq)] = kv.substr(eq + 1);
+         }
+       });
+  flag(c->add_option("--identity-audience", r->identity_audiences,
+                     "An audience of the task's workload identity token, like "
+                     "sts.amazonaws.com (repeat, or a,b; default: tessera)")
+           ->delimiter(','),
+       [r](json& b) { b["identity"]["audiences"] = r->identity_audiences; });
+  c->add_flag("--wait", r->wait,
+              "Follow the workload until it runs or ends, printing each phase change; exit 0 "
+              "when running or succeeded, 1 with the reason when it failed or was cancelled");
+  c->add_option("--wait-timeout", r->wait_timeout_s,
+                "With --wait: give up (exit 1) after this many seconds; 0: never")
+      ->capture_default_str();
+  c->add_option("--interval", r->interval_s, "With --wait: seconds between polls")
+      ->capture_default_str();
+  c->footer(
+      "Flags that take several values take one each time they are given (--secret-kv a "
+      "--secret-kv b) or a comma list (--secret-kv a,b); everything after `--` is the "
+      "command: tessera run train --secret-kv app/config -- sh -c 'echo hi'");
   bind(c, f, &run, rc);
 }
 
 void addWorkloadCommands(CLI::App& app, int* rc) {
   {
     auto f = std::make_shared<WorkloadFlags>();
-    CLI::App* c = app.add_subcommand("ps", "List the tenant's workloads: phase, tasks, reason");
+    CLI::App* c =
+        app.add_subcommand("ps", "List the tenant's workloads (one request): phase, tasks, reason");
     addCommonFlags(c, f->common);
+    c->add_option("--phase", f->phase, "Only workloads in this phase")
+        ->check(CLI::IsMember(std::vector<std::string>(std::begin(kPhases), std::end(kPhases))));
     bind(c, f, &ps, rc);
   }
   {
@@ -1309,6 +1703,8 @@ void addWorkloadCommands(CLI::App& app, int* rc) {
     c->add_flag("-f,--follow", f->follow, "Keep printing new output until the workload ends");
     c->add_option("--interval", f->interval_s, "Seconds between polls with -f")
         ->capture_default_str();
+    c->add_option("-n,--tail", f->tail, "Only the last N lines (then follow them with -f)")
+        ->check(CLI::NonNegativeNumber);
     c->footer(
         "Tasks on simulated nodes keep no logs. A task placed again after its node was lost "
         "shows the log of its current node.");
@@ -1323,7 +1719,8 @@ void addWorkloadCommands(CLI::App& app, int* rc) {
   }
   {
     auto f = std::make_shared<WorkloadFlags>();
-    CLI::App* c = app.add_subcommand("nodes", "List nodes: GPUs by model, CPU, memory");
+    CLI::App* c = app.add_subcommand(
+        "nodes", "List nodes: STATE (ready, waiting, lost; cordoned), GPUs by model, CPU, memory");
     addCommonFlags(c, f->common);
     bind(c, f, &nodes, rc);
   }
@@ -1332,6 +1729,8 @@ void addWorkloadCommands(CLI::App& app, int* rc) {
     CLI::App* c =
         app.add_subcommand("top", "Per queue: GPUs allocated, fair share, quota and pending");
     addCommonFlags(c, f->common);
+    c->add_option("-w,--watch", f->watch_s,
+                  "Show a new frame every N seconds until interrupted (Ctrl-C)");
     bind(c, f, &top, rc);
   }
 }

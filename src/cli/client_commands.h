@@ -7,12 +7,15 @@
 //   --address  TESSERA_ADDR    the server, default https://127.0.0.1:8200
 //   --token    TESSERA_TOKEN   else the token `tessera login` stored in ~/.tessera-token
 //   --ca-cert  TESSERA_CACERT  PEM CA to trust, else the system's
+//   --client-cert, --client-key  TESSERA_CLIENT_CERT, TESSERA_CLIENT_KEY: a PEM client
+//                              certificate and key for a listener that requires one (mTLS)
 //   --tenant   TESSERA_TENANT  the tenant scope (/v1/tenants/<t>/...); unset, a tenant token's
 //                              own tenant (from lookup-self), else the admin scope
 //   -format=json               JSON instead of tables: the server's data, as answered
 //
 // Exit codes: 0 done; 1 the server refused (`error: <status>: <message>` on stderr) or could
-// not be reached (the message names the address and why); 2 usage or bad input.
+// not be reached (the message names the address and why), or `run --wait` saw the workload
+// fail; 2 usage or bad input.
 #pragma once
 
 #include <CLI/CLI.hpp>

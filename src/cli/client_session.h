@@ -43,6 +43,8 @@ struct CommonFlags {
   std::string address;
   std::string token;
   std::string ca_cert;
+  std::string client_cert;
+  std::string client_key;
   std::string tenant;
   std::string format = "table";
 };
@@ -65,6 +67,11 @@ inline void addCommonFlags(CLI::App* cmd, CommonFlags& f, FlagSet which = {}) {
   cmd->add_option("--ca-cert", f.ca_cert,
                   "PEM file of the CA that signed the server's certificate (default: "
                   "$TESSERA_CACERT, else the system's CAs)");
+  cmd->add_option("--client-cert", f.client_cert,
+                  "PEM client certificate for a listener that requires one (mTLS; default: "
+                  "$TESSERA_CLIENT_CERT)");
+  cmd->add_option("--client-key", f.client_key,
+                  "PEM key of --client-cert (default: $TESSERA_CLIENT_KEY)");
   if (which.tenant) {
     cmd->add_option("--tenant", f.tenant,
                     "Tenant scope (default: $TESSERA_TENANT, else a tenant token's own tenant)");
@@ -137,17 +144,26 @@ inline core::Status storeToken(const std::string& token) {
 // ---------------------------------------------------------------------------------------------
 // A command's connection to the server and its scope.
 
+// The connection settings every client command shares: flags, then the environment, then
+// defaults (the token is the Session's business).
+inline ClientConfig clientConfig(const CommonFlags& flags) {
+  ClientConfig c;
+  c.address = orEnv(flags.address, "TESSERA_ADDR");
+  if (c.address.empty()) {
+    c.address = kDefaultAddress;
+  }
+  c.ca_cert_file = orEnv(flags.ca_cert, "TESSERA_CACERT");
+  c.client_cert_file = orEnv(flags.client_cert, "TESSERA_CLIENT_CERT");
+  c.client_key_file = orEnv(flags.client_key, "TESSERA_CLIENT_KEY");
+  return c;
+}
+
 class Session {
  public:
   // Resolves the flags and the environment; `token`, when given, replaces both (login).
   static core::Result<std::unique_ptr<Session>> open(const CommonFlags& flags,
                                                      std::optional<std::string> token = {}) {
-    ClientConfig c;
-    c.address = orEnv(flags.address, "TESSERA_ADDR");
-    if (c.address.empty()) {
-      c.address = kDefaultAddress;
-    }
-    c.ca_cert_file = orEnv(flags.ca_cert, "TESSERA_CACERT");
+    ClientConfig c = clientConfig(flags);
     c.token = token ? *token : orEnv(flags.token, "TESSERA_TOKEN");
     if (c.token.empty()) {
       c.token = storedToken();
@@ -174,7 +190,10 @@ class Session {
     const std::string sent = rooted(target);
     auto r = client_->call(method, sent, body);
     if (!r.isOk() && r.status().code() == core::StatusCode::kNotFound && rooted(target) != sent) {
-      return client_->call(method, rooted(target), body);
+      r = client_->call(method, rooted(target), body);
+    }
+    if (!r.isOk()) {
+      return adminHint(target, r.status());
     }
     return r;
   }
@@ -217,6 +236,30 @@ class Session {
 
  private:
   Session() = default;
+
+  // A tenant token on an admin path gets a bare 404 (the server does not tell a tenant what lies
+  // outside it); the person at the terminal is told what went wrong instead.
+  core::Status adminHint(const std::string& target, const core::Status& failed) {
+    // Tenant paths are /v1/tenants/<t>/<rest>; /v1/tenants and /v1/tenants/<t> are the admin's.
+    const std::string tenants = "/v1/tenants/";
+    const bool tenant_path =
+        target.rfind(tenants, 0) == 0 && target.find('/', tenants.size()) != std::string::npos;
+    const bool admin_path = target.rfind("/v1/", 0) == 0 && !tenant_path &&
+                            target.find("auth/token/lookup-self") == std::string::npos;
+    const auto code = failed.code();
+    if (!admin_path || !client_->chrootTenant().empty() ||
+        (code != core::StatusCode::kNotFound && code != core::StatusCode::kPermissionDenied)) {
+      return failed;
+    }
+    auto me = self();
+    if (!me.isOk() || me->value("tenant", std::string()).empty()) {
+      return failed;
+    }
+    return core::Status(core::StatusCode::kPermissionDenied,
+                        "this is an admin command, and your token belongs to tenant '" +
+                            me->value("tenant", std::string()) +
+                            "': use an admin (root) token (--token or TESSERA_TOKEN)");
+  }
 
   std::string rooted(const std::string& target) const {
     const std::string& chroot = client_->chrootTenant();

@@ -32,13 +32,7 @@ struct OperatorFlags {
 };
 
 core::Result<std::unique_ptr<ApiClient>> tokenlessClient(const CommonFlags& f) {
-  ClientConfig c;
-  c.address = orEnv(f.address, "TESSERA_ADDR");
-  if (c.address.empty()) {
-    c.address = kDefaultAddress;
-  }
-  c.ca_cert_file = orEnv(f.ca_cert, "TESSERA_CACERT");
-  return ApiClient::create(c);
+  return ApiClient::create(clientConfig(f));
 }
 
 void printSeal(const json& s) {
@@ -611,7 +605,9 @@ core::Status doctor(const DoctorFlags& f) {
   const json findings = r.value("data", json::object()).value("findings", json::array());
   if (s->json()) {
     printJson(findings);
-    return core::Status::ok();
+    return findings.empty()
+               ? core::Status::ok()
+               : core::failedPrecondition(std::to_string(findings.size()) + " finding(s)");
   }
   if (findings.empty()) {
     std::cout << "No token, grant or lease lives longer than " << f.threshold << ".\n";
@@ -625,9 +621,10 @@ core::Status doctor(const DoctorFlags& f) {
            cell(x.value("why", json()))});
   }
   t.print(std::cout);
-  std::cout << findings.size() << " credential(s) live longer than " << f.threshold
-            << ": shorten or revoke them.\n";
-  return core::Status::ok();
+  // Findings fail the command, so that `tessera doctor` can gate a CI job.
+  return core::failedPrecondition(std::to_string(findings.size()) +
+                                  " credential(s) live longer than " + f.threshold +
+                                  ": shorten or revoke them");
 }
 
 }  // namespace
@@ -835,6 +832,9 @@ void addSecretsCommands(CLI::App& app, int* rc) {
     addCommonFlags(c, f->common, admin);
     c->add_option("--threshold", f->threshold, "What counts as long, like 24h")
         ->capture_default_str();
+    c->footer(
+        "Exit status: 0 when nothing is found, 1 when something is (or the check failed), so "
+        "`tessera doctor` can gate a CI job.");
     bind(c, f, &doctor, rc);
   }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <utility>
 
 namespace tessera::server {
@@ -241,6 +242,96 @@ nlohmann::json Policy::toJson() const {
     }
   }
   return {{"path", paths}};
+}
+
+namespace {
+
+// The pattern up to its first wildcard: every path it matches starts with it.
+std::string_view literalPrefix(std::string_view pattern) {
+  const size_t w = pattern.find_first_of("*+");
+  return pattern.substr(0, w == std::string_view::npos ? pattern.size() : w);
+}
+
+// Whether every path `inner` matches, `outer` matches too. A `+` of `inner`, read literally,
+// is matched only by a `+` or a `*` of `outer`, which match any segment; a trailing `*` of
+// `inner` needs a trailing `*` of `outer` that already matches what comes before it.
+bool containsPattern(std::string_view outer, std::string_view inner) {
+  if (outer == inner) {
+    return true;
+  }
+  if (!inner.empty() && inner.back() == '*') {
+    return !outer.empty() && outer.back() == '*' &&
+           globMatch(outer, inner.substr(0, inner.size() - 1));
+  }
+  return globMatch(outer, inner);
+}
+
+// Whether some path may match both: unless their literal prefixes part, assume so.
+bool mayOverlap(std::string_view a, std::string_view b) {
+  const std::string_view pa = literalPrefix(a);
+  const std::string_view pb = literalPrefix(b);
+  const size_t n = std::min(pa.size(), pb.size());
+  if (pa.substr(0, n) != pb.substr(0, n)) {
+    return false;
+  }
+  // Two wildcard-free patterns overlap only when equal.
+  return (pa.size() != a.size() || pb.size() != b.size()) || a == b;
+}
+
+uint8_t effective(uint8_t bits) {
+  return (bits & static_cast<uint8_t>(Capability::kDeny)) != 0 ? 0 : bits;
+}
+
+}  // namespace
+
+core::Status checkWithinPower(const std::vector<const Policy*>& holder, const Policy& candidate) {
+  std::map<std::string, uint8_t> held;  // Pattern -> union of its capabilities.
+  for (const Policy* p : holder) {
+    if (p == nullptr) {
+      continue;
+    }
+    for (const PathRule& r : p->rules) {
+      held[r.pattern] |= r.capabilities.bits;
+    }
+  }
+  for (const PathRule& rule : candidate.rules) {
+    const uint8_t needed = effective(rule.capabilities.bits);
+    if (needed == 0) {
+      continue;  // A deny (or nothing) gives no power.
+    }
+    auto beyond = [&](const std::string& why) {
+      Capabilities c{needed};
+      std::string names;
+      for (const std::string& n : c.names()) {
+        names += (names.empty() ? "" : ", ") + n;
+      }
+      return core::Status(core::StatusCode::kPermissionDenied,
+                          "policy '" + candidate.name + "' gives " + names + " on '" +
+                              rule.pattern + "', more than the calling token has: " + why);
+    };
+    // The most precise held pattern that matches every path of the rule's.
+    const std::string* cover = nullptr;
+    for (const auto& [pattern, bits] : held) {
+      if (containsPattern(pattern, rule.pattern) &&
+          (cover == nullptr || morePrecise(pattern, *cover))) {
+        cover = &pattern;
+      }
+    }
+    if (cover == nullptr) {
+      return beyond("no rule of its policies covers all those paths");
+    }
+    if ((effective(held[*cover]) & needed) != needed) {
+      return beyond("its rule '" + *cover + "' gives less there");
+    }
+    // A more precise held pattern decides the paths it matches: it must give as much.
+    for (const auto& [pattern, bits] : held) {
+      if (pattern != *cover && morePrecise(pattern, *cover) && mayOverlap(pattern, rule.pattern) &&
+          (effective(bits) & needed) != needed) {
+        return beyond("its rule '" + pattern + "' gives less on some of those paths");
+      }
+    }
+  }
+  return core::Status::ok();
 }
 
 }  // namespace tessera::server

@@ -83,6 +83,13 @@ bool morePrecise(std::string_view a, std::string_view b);
 // The capabilities `policies` give on `path`. A null entry is skipped.
 Capabilities resolve(const std::vector<const Policy*>& policies, std::string_view path);
 
+// Whether a token holding `holder` has at least the power `candidate` gives: every capability
+// any rule of `candidate` gives on any path, `holder` gives on that path too (token roles, docs/
+// server.md "Token roles"). Conservative where patterns overlap in ways it cannot decide
+// cheaply: then it says no. Returns OK, or PERMISSION_DENIED naming the first rule that goes
+// beyond the holder's power.
+core::Status checkWithinPower(const std::vector<const Policy*>& holder, const Policy& candidate);
+
 // Checks a pattern's syntax: non-empty, no leading slash, `*` only at the end, `+` only as a
 // whole segment.
 core::Status validatePattern(std::string_view pattern);

@@ -20,6 +20,7 @@
 #include "core/strings.h"
 #include "model/codec.h"
 #include "server/api_util.h"
+#include "server/console.h"
 #include "server/request.h"
 #include "server/route_table.h"
 
@@ -400,10 +401,7 @@ bool ControlPlane::authorizedOn(const Request& r, const std::string& scoped_path
 
 void ControlPlane::recordMetric(const std::string& route, const std::string& tenant,
                                 unsigned status, double seconds) {
-  std::lock_guard lock(metrics_mu_);
-  Metric& m = metrics_[route + "|" + tenant + "|" + std::to_string(status)];
-  ++m.count;
-  m.seconds += seconds;
+  request_metrics_.observe(route, tenant, status, seconds);
 }
 
 void ControlPlane::handle(const HttpRequest& http, const std::vector<ListenerConfig>& listeners,
@@ -427,6 +425,10 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   const auto t0 = std::chrono::steady_clock::now();
   const std::string chroot =
       http.listener < listeners.size() ? listeners[http.listener].chroot_tenant : "";
+  // The web console's static files: public, answered before anything about tokens or tenants.
+  if (auto answer = consoleResponse(http, catalogue_)) {
+    return *answer;
+  }
   if (auto answer = wellKnownApi(http)) {
     return *answer;
   }
@@ -829,6 +831,11 @@ HttpResponse ControlPlane::route(Request& r) {
         return error(403, "permission denied");
       }
       return metrics();
+    case Api::kTenantMetrics:
+      if (!authorized(r, Capability::kRead)) {
+        return error(403, "permission denied");
+      }
+      return metrics(r.scope.tenant);
     case Api::kNodes:
       return nodesApi(r);
     case Api::kJoinTokens:
@@ -862,6 +869,7 @@ HttpResponse ControlPlane::route(Request& r) {
     case Api::kOpenApi:
     case Api::kSealUnauthenticated:
     case Api::kWellKnown:
+    case Api::kConsole:
       break;  // Answered before authentication.
   }
   return error(404, "unsupported path");
@@ -893,6 +901,7 @@ core::Status ControlPlane::onDriverChanges(const std::map<std::string, WorkloadS
       }
       json& events = rec["events"];
       for (const std::string& text : status.events) {
+        request_metrics_.countEviction(tenant, evictionReason(text));
         events.push_back({{"time", core::formatRfc3339(clock_.wallNow())},
                           {"event", "evicted"},
                           {"reason", text}});

@@ -34,6 +34,7 @@
 #include "server/driver.h"
 #include "server/grants.h"
 #include "server/http_server.h"
+#include "server/metrics.h"
 #include "server/node_mailbox.h"
 #include "server/node_records.h"
 #include "server/node_watchers.h"
@@ -187,6 +188,12 @@ class ControlPlane {
   HttpResponse tenantsApi(Request& r);
   HttpResponse policiesApi(Request& r);
   HttpResponse tokensApi(Request& r);
+  // Token roles (auth.cc): auth/token/roles[/<name>] and auth/token/create/<role>.
+  HttpResponse tokenRolesApi(Request& r);
+  HttpResponse createFromRole(Request& r, const std::string& role);
+  // OK when the calling token has at least the power that policy `name` of `scope` gives.
+  core::Status holdsPowerOf(const Request& r, const std::string& scope,
+                            const std::string& name) const;
   HttpResponse workloadsApi(Request& r);
   HttpResponse nodesApi(Request& r);
   // PUT sys/nodes/<node>/heartbeat: an agent's lease, reports and task list.
@@ -232,7 +239,9 @@ class ControlPlane {
   HttpResponse deleteTeamQueue(Request& r, const std::string& tenant, const std::string& name,
                                const std::string& key);
   HttpResponse auditApi(Request& r);
-  HttpResponse metrics();
+  // GET sys/metrics (tenant: nullopt), or GET tenants/<t>/metrics: that tenant's own numbers
+  // only, under the same family names (docs/metrics.md).
+  HttpResponse metrics(const std::optional<std::string>& tenant = std::nullopt);
   // The seal's unauthenticated routes (sys/seal-status, sys/init, sys/unseal,
   // sys/generate-root), answered before authentication.
   std::optional<HttpResponse> unauthenticatedSecretsApi(const HttpRequest& http,
@@ -370,10 +379,6 @@ class ControlPlane {
   // Guarded by mu_: the revision of the last new workload onStoreEvents has taken or passed over
   // (passed over: its tenant was out of the caches, being deleted).
   int64_t watched_revision_ = 0;
-  struct Metric {
-    int64_t count = 0;
-    double seconds = 0;
-  };
   struct CachedToken {
     std::string token;
     core::WallTime refresh{};  // Minted again from here on.
@@ -387,8 +392,7 @@ class ControlPlane {
   // Per node: the digest of the discovery its last answered heartbeat carried, and when one was
   // last audited.
   std::map<std::string, std::pair<std::string, core::TimePoint>> beats_;
-  std::mutex metrics_mu_;                  // Guards metrics_.
-  std::map<std::string, Metric> metrics_;  // "route|tenant|code"
+  RequestMetrics request_metrics_;  // Requests by route and code, evictions by reason.
   // Agents' watches waiting for news. Last: destroyed first, answering those still waiting
   // while everything they read is alive.
   std::unique_ptr<NodeWatchers> watchers_ = std::make_unique<NodeWatchers>();

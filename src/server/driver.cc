@@ -779,6 +779,7 @@ void SchedulerDriver::runOnce() {
     ++passes_;
     last_pass_ms_ =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    pass_seconds_.observe(last_pass_ms_ / 1000);
   }
   // Stored before any agent hears of it: a task an agent starts is one a restarted server
   // finds where it runs (docs/server.md, "Restarts keep running work"). What could not be

@@ -38,6 +38,7 @@
 #include "model/node.h"
 #include "protocol/node_protocol.h"
 #include "sched/scheduler.h"
+#include "server/metrics.h"
 
 namespace tessera::server {
 
@@ -305,6 +306,8 @@ class SchedulerDriver {
   // Milliseconds the last pass took, for metrics.
   double lastPassMs() const;
   int64_t passes() const;
+  // Every pass's duration so far, as a histogram (kPassSecondsBounds). Thread-safe.
+  HistogramData passSeconds() const { return pass_seconds_.snapshot(); }
 
   // Runs the first pass on the calling thread (what was restored is placed and published
   // before the caller starts answering agents), then the others on the driver's own thread.
@@ -414,6 +417,7 @@ class SchedulerDriver {
   std::condition_variable node_changed_;
   double last_pass_ms_ = 0;
   int64_t passes_ = 0;
+  Histogram pass_seconds_{kPassSecondsBounds};  // Its own lock: observed at the end of a pass.
   bool stopping_ = false;
   std::thread thread_;
 

@@ -35,6 +35,7 @@ enum class Api {
   kWellKnown,
   kOpenApi,
   kMetrics,
+  kTenantMetrics,
   kTenants,
   kTokens,
   kPolicies,
@@ -56,6 +57,7 @@ enum class Api {
   kGrants,
   kWorkloads,
   kAudit,
+  kConsole,  // The web console's files (server/console.h): `/`, `/ui`, `/ui/<file>`
 };
 
 struct RouteSpec {

@@ -58,7 +58,8 @@ json encode(const TokenInfo& t) {
           {"expires_ms", toMillis(t.expires)},
           {"max_expiry_ms", toMillis(t.max_expiry)},
           {"ttl_ms", std::chrono::duration_cast<std::chrono::milliseconds>(t.ttl).count()},
-          {"renewable", t.renewable}};
+          {"renewable", t.renewable},
+          {"role", t.role}};
 }
 
 core::Result<TokenInfo> decode(std::string_view key, std::string_view value) {
@@ -75,13 +76,33 @@ core::Result<TokenInfo> decode(std::string_view key, std::string_view value) {
     t.max_expiry = fromMillis(j.at("max_expiry_ms").get<int64_t>());
     t.ttl = std::chrono::milliseconds(j.at("ttl_ms").get<int64_t>());
     t.renewable = j.at("renewable").get<bool>();
+    t.role = j.value("role", std::string());  // Absent in tokens stored before roles existed.
     return t;
   } catch (const json::exception& e) {
     return core::internalError("stored token " + std::string(key) + " is corrupt: " + e.what());
   }
 }
 
+std::string roleKey(const std::string& scope, const std::string& name) {
+  return scope.empty() ? "/token-roles/" + name : "/tenants/" + scope + "/token-roles/" + name;
+}
+
+int64_t millisOf(core::Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+int64_t secondsOf(core::Duration d) {
+  return std::chrono::duration_cast<std::chrono::seconds>(d).count();
+}
+
 }  // namespace
+
+json TokenRole::toJson() const {
+  return {{"allowed_policies", allowed_policies},
+          {"token_ttl", secondsOf(token_ttl)},
+          {"token_max_ttl", secondsOf(token_max_ttl)},
+          {"renewable", renewable}};
+}
 
 bool TokenInfo::isRoot() const {
   return std::find(policies.begin(), policies.end(), "root") != policies.end();
@@ -107,6 +128,7 @@ json TokenInfo::toJson(core::WallTime now) const {
        max_expiry == core::WallTime::max() ? json(nullptr) : json(rfc3339(max_expiry))},
       {"ttl", ttlSeconds(now)},
       {"renewable", renewable},
+      {"role", role},
       {"orphan", parent.empty()}};
 }
 
@@ -151,6 +173,55 @@ bool TokenManager::rootTokenExists() const {
   });
 }
 
+core::Status TokenManager::putRole(const std::string& scope, const std::string& name,
+                                   const TokenRole& role) {
+  const json stored = {{"allowed_policies", role.allowed_policies},
+                       {"token_ttl_ms", millisOf(role.token_ttl)},
+                       {"token_max_ttl_ms", millisOf(role.token_max_ttl)},
+                       {"renewable", role.renewable}};
+  return store_.put(roleKey(scope, name), stored.dump()).status();
+}
+
+core::Result<TokenRole> TokenManager::role(const std::string& scope,
+                                           const std::string& name) const {
+  const std::string key = roleKey(scope, name);
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult got, store_.range(key));
+  if (got.kvs.empty()) {
+    return core::notFound("no token role '" + name + "'" +
+                          (scope.empty() ? std::string() : " in tenant '" + scope + "'"));
+  }
+  try {
+    const json j = json::parse(got.kvs.front().value);
+    TokenRole r;
+    r.allowed_policies = j.at("allowed_policies").get<std::vector<std::string>>();
+    r.token_ttl = std::chrono::milliseconds(j.at("token_ttl_ms").get<int64_t>());
+    r.token_max_ttl = std::chrono::milliseconds(j.at("token_max_ttl_ms").get<int64_t>());
+    r.renewable = j.at("renewable").get<bool>();
+    return r;
+  } catch (const json::exception& e) {
+    return core::internalError("stored token role " + key + " is corrupt: " + e.what());
+  }
+}
+
+core::Result<std::vector<std::string>> TokenManager::roleNames(const std::string& scope) const {
+  const std::string prefix = roleKey(scope, "");
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult got, store_.range(prefix, store::prefixEnd(prefix)));
+  std::vector<std::string> names;
+  for (const store::KeyValue& kv : got.kvs) {
+    names.push_back(kv.key.substr(prefix.size()));
+  }
+  return names;
+}
+
+core::Status TokenManager::deleteRole(const std::string& scope, const std::string& name) {
+  const std::string key = roleKey(scope, name);
+  TESSERA_ASSIGN_OR_RETURN(store::DeleteResult deleted, store_.deleteRange(key));
+  if (deleted.deleted == 0) {
+    return core::notFound("no token role '" + name + "'");
+  }
+  return core::Status::ok();
+}
+
 core::Result<CreatedToken> TokenManager::bootstrapRoot() {
   std::lock_guard write(write_mu_);
   if (rootTokenExists()) {
@@ -180,7 +251,8 @@ core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const T
     return core::Status(core::StatusCode::kPermissionDenied,
                         "a tenant token can only create tokens of its own tenant");
   }
-  if (!parent.isRoot()) {
+  // A role's policies were checked against the parent's power by the caller (tokens.h).
+  if (!parent.isRoot() && req.role.empty()) {
     for (const std::string& p : req.policies) {
       if (std::find(parent.policies.begin(), parent.policies.end(), p) == parent.policies.end()) {
         return core::Status(core::StatusCode::kPermissionDenied,
@@ -211,11 +283,17 @@ core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const T
   t.issued = now;
   t.ttl = ttl;
   t.renewable = req.renewable;
+  t.role = req.role;
   t.max_expiry = now + options_.max_ttl;
   if (req.explicit_max_ttl > core::Duration::zero()) {
     t.max_expiry = std::min(t.max_expiry, now + req.explicit_max_ttl);
   }
   t.max_expiry = std::min(t.max_expiry, parent.max_expiry);  // Never outlives its parent's cap.
+  if (!req.role.empty()) {
+    // A delegated token never outlives the delegating token's present expiry either: what the
+    // creator shows as its time left is all it can hand on.
+    t.max_expiry = std::min(t.max_expiry, parent.expires);
+  }
   t.expires = std::min(now + ttl, t.max_expiry);
   if (t.expires <= now) {
     return core::invalidArgument("the token would expire at once (its parent's cap has passed)");
@@ -358,6 +436,19 @@ core::Result<int> TokenManager::expire() {
 core::Result<int> TokenManager::revokeTenant(const std::string& tenant) {
   std::lock_guard write(write_mu_);
   return revokeWhereLocked([&tenant](const TokenInfo& t) { return t.tenant == tenant; });
+}
+
+std::vector<std::pair<std::string, core::WallTime>> TokenManager::expiries() const {
+  const core::WallTime now = clock_.wallNow();
+  std::shared_lock lock(mu_);
+  std::vector<std::pair<std::string, core::WallTime>> out;
+  out.reserve(by_hash_.size());
+  for (const auto& [hash, t] : by_hash_) {
+    if (t.expires > now) {
+      out.emplace_back(t.tenant, t.expires);
+    }
+  }
+  return out;
 }
 
 std::vector<TokenInfo> TokenManager::list(const std::string& tenant) const {

@@ -18,6 +18,11 @@
 //   - A tenant token is bound to its tenant: its children belong to the same tenant. Only an
 //     admin token (tenant "") can create tokens for a tenant, and a parent gives a child only
 //     policies it has itself, unless the parent holds "root".
+//   - A token role (Vault's auth/token/roles/<name>, one set per scope) names the policies that
+//     tokens created from it (`auth/token/create/<name>`) may carry, their TTL and cap. The
+//     caller (ControlPlane::tokensApi) checks that the creating token has at least the power of
+//     each such policy; the manager then skips the by-name subset rule, never the root rule, and
+//     caps the child at its parent's current expiry too.
 //   - The secret ("tsr." + 24 base62 characters, 143 bits) is shown once, at creation. The store
 //     keeps only its SHA-256; the accessor is a second, public handle for lookup, renew and
 //     revoke that cannot authenticate.
@@ -52,6 +57,7 @@ struct TokenInfo {
   core::WallTime max_expiry{};  // No renewal goes past it.
   core::Duration ttl{0};        // The TTL it was created with: the default renewal increment.
   bool renewable = true;
+  std::string role;  // The token role it was created from; "" for none.
 
   bool isRoot() const;
   // Seconds left at `now` (0 when expired; -1 for the never-expiring root token).
@@ -70,6 +76,22 @@ struct TokenRequest {
   core::Duration ttl{0};               // 0: the default TTL.
   core::Duration explicit_max_ttl{0};  // 0: none beyond the system maximum.
   bool renewable = true;
+  // Set only by the role path once it has checked the creating token's power over `policies`:
+  // the name of the role (see the rules above).
+  std::string role = {};
+};
+
+// A token role: what tokens made from it may be. Stored under /tenants/<t>/token-roles/<name>
+// (admin scope: /token-roles/<name>), so a tenant's roles go with the tenant's keys when it is
+// deleted and no scope reads another's.
+struct TokenRole {
+  std::vector<std::string> allowed_policies;
+  core::Duration token_ttl{0};      // 0: the default TTL.
+  core::Duration token_max_ttl{0};  // A hard cap from issue time; 0: the system maximum.
+  bool renewable = true;
+
+  // As the API shows it (TTLs in seconds).
+  nlohmann::json toJson() const;
 };
 
 struct CreatedToken {
@@ -111,8 +133,18 @@ class TokenManager {
   // Revokes every token of a tenant (with its descendants): for a tenant being deleted, so that
   // none works for a tenant created later under the same name. Returns how many were revoked.
   core::Result<int> revokeTenant(const std::string& tenant);
+  // Token roles of a scope ("" = admin). Read from the store each time (rare calls), so that
+  // every replica sees the same roles.
+  core::Status putRole(const std::string& scope, const std::string& name, const TokenRole& role);
+  core::Result<TokenRole> role(const std::string& scope, const std::string& name) const;
+  core::Result<std::vector<std::string>> roleNames(const std::string& scope) const;
+  core::Status deleteRole(const std::string& scope, const std::string& name);
+
   // Live tokens of a tenant ("" = admin), by accessor.
   std::vector<TokenInfo> list(const std::string& tenant) const;
+  // When each live token expires (every tenant's and the admin scope's), with its tenant: for
+  // the metrics of tokens expiring soon, in one pass over the tokens.
+  std::vector<std::pair<std::string, core::WallTime>> expiries() const;
   // How many tokens a tenant holds: those not yet revoked, or swept by expire() once expired.
   size_t held(const std::string& tenant) const;
 

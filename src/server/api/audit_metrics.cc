@@ -10,10 +10,12 @@
 #include "audit/record.h"
 #include "audit/verify.h"
 #include "core/json_node.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "model/codec.h"
 #include "server/api_util.h"
 #include "server/control_plane.h"
+#include "server/metrics.h"
 #include "server/request.h"
 
 namespace tessera::server {
@@ -21,42 +23,290 @@ namespace tessera::server {
 using namespace api;  // NOLINT(google-build-using-namespace): the handlers' shared vocabulary.
 using nlohmann::json;
 
-HttpResponse ControlPlane::metrics() {
-  std::string out;
-  out += "# HELP tessera_http_requests_total Requests handled, by route, tenant and status.\n";
-  out += "# TYPE tessera_http_requests_total counter\n";
-  std::string durations;
-  durations += "# HELP tessera_http_request_seconds_sum Time spent handling requests.\n";
-  durations += "# TYPE tessera_http_request_seconds_sum counter\n";
-  {
-    std::lock_guard lock(metrics_mu_);
-    for (const auto& [key, m] : metrics_) {
-      const size_t a = key.find('|');
-      const size_t b = key.find('|', a + 1);
-      const std::string labels = "route=\"" + key.substr(0, a) + "\",tenant=\"" +
-                                 key.substr(a + 1, b - a - 1) + "\",code=\"" + key.substr(b + 1) +
-                                 "\"";
-      out += "tessera_http_requests_total{" + labels + "} " + std::to_string(m.count) + "\n";
-      durations +=
-          "tessera_http_request_seconds_sum{" + labels + "} " + std::to_string(m.seconds) + "\n";
+namespace {
+
+constexpr double kMilli = 1000.0;
+
+// "whole" or "mig": how a GPU is configured.
+std::string gpuMode(const GpuState& g) { return g.mig ? "mig" : "whole"; }
+
+}  // namespace
+
+HttpResponse ControlPlane::metrics(const std::optional<std::string>& tenant) {
+  // One writer per scrape: families are grouped and typed by it, whatever order they are filled
+  // in. The tenant view (`tenant` set) writes the same families as sys/metrics where they have
+  // a meaning for one tenant, filled with that tenant's numbers only, and leaves out the fleet's
+  // (nodes, free GPUs, the scheduler, the audit log, other tenants' totals): a tenant's
+  // Prometheus can scrape it and the dashboard's tenant panels work on it unchanged.
+  MetricsText out;
+  const bool fleet = !tenant.has_value();
+  const std::string* only = tenant ? &*tenant : nullptr;
+  auto mine = [&](const std::string& who) { return fleet || who == *tenant; };
+
+  // Nodes and GPUs, from the driver's GPU map as the last pass left it.
+  const std::vector<NodeState> nodes = driver_.nodeStates();
+  if (fleet) {
+    std::map<std::string, int64_t> by_state = {
+        {"ready", 0}, {"lost", 0}, {"waiting", 0}, {"simulated", 0}};
+    int64_t cordoned = 0;
+    for (const NodeState& n : nodes) {
+      ++by_state[n.state];
+      cordoned += n.cordoned ? 1 : 0;
+    }
+    MetricFamily& f = out.family("tessera_nodes", MetricType::kGauge,
+                                 "Nodes in service, by state: ready (its agent's lease holds), "
+                                 "lost (lease lapsed), waiting (no agent yet), simulated.");
+    for (const auto& [state, n] : by_state) {
+      f.add({{"state", state}}, static_cast<double>(n));
+    }
+    out.family("tessera_nodes_cordoned", MetricType::kGauge,
+               "Nodes in service that take no new tasks (cordoned or drained), any state.")
+        .add({}, static_cast<double>(cordoned));
+  }
+  struct ModelCounts {
+    std::map<std::string, std::pair<int64_t, int64_t>> gpus;  // mode -> (free, allocated)
+    int64_t milli = 0;                                        // Allocated, all modes.
+    int64_t shares = 0;       // Fractional shares (tasks holding part of a whole-mode GPU).
+    int64_t shared_gpus = 0;  // Whole-mode GPUs holding fractional shares.
+    std::map<std::string, int64_t> slices;  // MIG profile -> instances in use.
+  };
+  std::map<std::string, ModelCounts> models;
+  for (const NodeState& n : nodes) {
+    for (const GpuState& g : n.gpus) {
+      ModelCounts& m = models[g.model];
+      auto& [free, allocated] = m.gpus[gpuMode(g)];
+      if (fleet) {
+        (g.uses.empty() ? free : allocated) += 1;
+      }
+      bool shared = false;
+      for (const GpuUse& u : g.uses) {
+        if (!mine(u.tenant)) {
+          continue;
+        }
+        m.milli += u.milli;
+        if (g.mig && !u.mig_profile.empty()) {
+          ++m.slices[u.mig_profile];
+        } else if (u.milli < 1000) {
+          ++m.shares;
+          shared = true;
+        }
+      }
+      m.shared_gpus += shared ? 1 : 0;
     }
   }
-  out += durations;
-  out += "# HELP tessera_scheduler_pass_milliseconds Duration of the last scheduling pass.\n";
-  out += "# TYPE tessera_scheduler_pass_milliseconds gauge\n";
-  out += "tessera_scheduler_pass_milliseconds " + std::to_string(driver_.lastPassMs()) + "\n";
-  out += "# TYPE tessera_scheduler_passes_total counter\n";
-  out += "tessera_scheduler_passes_total " + std::to_string(driver_.passes()) + "\n";
-  out += "# TYPE tessera_queue_pending_milli_gpu gauge\n";
-  for (const QueueStatus& q : driver_.queues("")) {
-    out += "tessera_queue_pending_milli_gpu{queue=\"" + q.name + "\"} " +
-           std::to_string(q.pending_milli_gpu) + "\n";
-    out += "tessera_queue_allocated_milli_gpu{queue=\"" + q.name + "\"} " +
-           std::to_string(q.allocated_milli_gpu) + "\n";
+  if (fleet) {
+    MetricFamily& f = out.family("tessera_gpus", MetricType::kGauge,
+                                 "GPUs in service by model, mode (whole: not in MIG mode; mig) "
+                                 "and state (free: nothing on it; allocated: a task, a share or a "
+                                 "MIG slice on it).");
+    for (const auto& [model, m] : models) {
+      for (const char* mode : {"whole", "mig"}) {
+        auto it = m.gpus.find(mode);
+        const auto [free, allocated] =
+            it == m.gpus.end() ? std::pair<int64_t, int64_t>{0, 0} : it->second;
+        f.add({{"model", model}, {"mode", mode}, {"state", "free"}}, static_cast<double>(free));
+        f.add({{"model", model}, {"mode", mode}, {"state", "allocated"}},
+              static_cast<double>(allocated));
+      }
+    }
+    MetricFamily& sg = out.family("tessera_gpus_shared", MetricType::kGauge,
+                                  "Whole-mode GPUs holding fractional shares, by model.");
+    for (const auto& [model, m] : models) {
+      sg.add({{"model", model}}, static_cast<double>(m.shared_gpus));
+    }
+  }
+  MetricFamily& alloc = out.family(
+      "tessera_gpu_allocated_gpus", MetricType::kGauge,
+      "GPUs allocated to tasks by model, in GPUs (a half share counts 0.5; a MIG slice its part "
+      "of the GPU), terminating tasks included.");
+  MetricFamily& shares = out.family("tessera_gpu_shares", MetricType::kGauge,
+                                    "Fractional GPU shares held by tasks, by model.");
+  MetricFamily& slices = out.family("tessera_gpu_mig_slices", MetricType::kGauge,
+                                    "MIG instances held by tasks, by model and profile.");
+  for (const auto& [model, m] : models) {
+    alloc.add({{"model", model}}, static_cast<double>(m.milli) / kMilli);
+    shares.add({{"model", model}}, static_cast<double>(m.shares));
+    for (const auto& [profile, n] : m.slices) {
+      slices.add({{"model", model}, {"profile", profile}}, static_cast<double>(n));
+    }
+  }
+
+  // Queues: the scheduler's tree as the last pass left it (the tenant view: its subtree).
+  {
+    MetricFamily& a = out.family("tessera_queue_allocated_gpus", MetricType::kGauge,
+                                 "GPUs allocated to the queue's running tasks.");
+    MetricFamily& fs = out.family("tessera_queue_fair_share_gpus", MetricType::kGauge,
+                                  "The queue's fair share of GPUs, as the last pass computed it.");
+    MetricFamily& q = out.family("tessera_queue_quota_gpus", MetricType::kGauge,
+                                 "The queue's quota (deserved GPUs).");
+    MetricFamily& p = out.family("tessera_queue_pending_gpus", MetricType::kGauge,
+                                 "GPUs asked for by the queue's pending workloads.");
+    for (const QueueStatus& s : driver_.queues(tenant.value_or(""))) {
+      if (!fleet && s.name != *tenant && !s.name.starts_with(*tenant + "/")) {
+        continue;
+      }
+      const MetricLabels l = {{"queue", s.name}};
+      a.add(l, static_cast<double>(s.allocated_milli_gpu) / kMilli);
+      fs.add(l, static_cast<double>(s.fair_share_milli_gpu) / kMilli);
+      q.add(l, static_cast<double>(s.quota_milli_gpu) / kMilli);
+      p.add(l, static_cast<double>(s.pending_milli_gpu) / kMilli);
+    }
+  }
+
+  // Workloads by phase, from the stored records.
+  {
+    std::map<std::string, int64_t> phases = {
+        {"pending", 0}, {"running", 0}, {"succeeded", 0}, {"failed", 0}, {"cancelled", 0}};
+    {
+      std::shared_lock lock(mu_);
+      for (const auto& [t, list] : workloads_) {
+        if (!mine(t)) {
+          continue;
+        }
+        for (const auto& [name, rec] : list) {
+          const json& status = rec.contains("status") ? rec["status"] : json::object();
+          const std::string phase = status.is_object() ? status.value("phase", "") : "";
+          if (phases.contains(phase)) {  // A fixed set: no label from a record's text.
+            ++phases[phase];
+          }
+        }
+      }
+    }
+    MetricFamily& f = out.family("tessera_workloads", MetricType::kGauge,
+                                 "Stored workloads by phase (finished ones until collected).");
+    for (const auto& [phase, n] : phases) {
+      f.add({{"phase", phase}}, static_cast<double>(n));
+    }
+  }
+  {
+    MetricFamily& f = out.family("tessera_evictions_total", MetricType::kCounter,
+                                 "Tasks evicted, by reason: preempted (a higher priority in its "
+                                 "queue), reclaimed (another queue took back its fair share), "
+                                 "moved (consolidation), drained (its node), other.");
+    for (const auto& [reason, n] : request_metrics_.evictions(only)) {
+      f.add({{"reason", reason}}, static_cast<double>(n));
+    }
+  }
+
+  // The scheduler's passes.
+  if (fleet) {
+    out.family("tessera_scheduler_pass_duration_seconds", MetricType::kHistogram,
+               "How long each scheduling pass took.")
+        .addHistogram({}, driver_.passSeconds());
+    out.family("tessera_scheduler_passes_total", MetricType::kCounter, "Scheduling passes run.")
+        .add({}, static_cast<double>(driver_.passes()));
+  }
+
+  // The API: latency by route pattern and status code (never a caller's names or tenant: the
+  // series stay bounded by the route table, whatever the number of tenants).
+  {
+    MetricFamily& f = out.family("tessera_http_request_duration_seconds", MetricType::kHistogram,
+                                 "Time to answer API requests, by route pattern and status code "
+                                 "(the audit log's records included).");
+    for (const auto& [key, h] : request_metrics_.latency(only)) {
+      f.addHistogram({{"route", key.route}, {"code", std::to_string(key.code)}}, h);
+    }
+  }
+  if (fleet) {
+    // One series per tenant (two families): what a per-tenant cost report needs, without the
+    // route x code x bucket product per tenant.
+    MetricFamily& n = out.family("tessera_tenant_http_requests_total", MetricType::kCounter,
+                                 "API requests per tenant scope (\"(admin)\": the admin scope).");
+    MetricFamily& s = out.family("tessera_tenant_http_request_seconds_total", MetricType::kCounter,
+                                 "Seconds spent answering each tenant scope's requests.");
+    for (const auto& [t, totals] : request_metrics_.tenantTotals()) {
+      // Not "": Prometheus reads an empty label as no label. No tenant can be named "(admin)".
+      const std::string who = t.empty() ? "(admin)" : t;
+      n.add({{"tenant", who}}, static_cast<double>(totals.requests));
+      s.add({{"tenant", who}}, totals.seconds);
+    }
+  }
+
+  // The audit log, per sink.
+  if (fleet) {
+    const std::vector<std::string> names = auditor_.sinkNames();
+    const std::vector<audit::SinkStats> stats = auditor_.stats();
+    MetricFamily& rec = out.family("tessera_audit_records_total", MetricType::kCounter,
+                                   "Audit lines written (records and checkpoints), per sink.");
+    MetricFamily& bytes = out.family("tessera_audit_bytes_total", MetricType::kCounter,
+                                     "Bytes written to the audit log, per sink.");
+    MetricFamily& failures = out.family("tessera_audit_flush_failures_total", MetricType::kCounter,
+                                        "Flushes of the audit log to stable storage that failed.");
+    MetricFamily& flush = out.family("tessera_audit_flush_duration_seconds", MetricType::kHistogram,
+                                     "How long each flush of the audit log to stable storage "
+                                     "(fdatasync) took, per sink.");
+    for (size_t i = 0; i < names.size() && i < stats.size(); ++i) {
+      const audit::SinkStats& st = stats[i];
+      const MetricLabels l = {{"sink", names[i]}};
+      rec.add(l, static_cast<double>(st.records));
+      bytes.add(l, static_cast<double>(st.bytes));
+      failures.add(l, static_cast<double>(st.flush_failures));
+      HistogramData h(audit::kFlushSecondsBounds);
+      for (size_t b = 0; b < h.buckets.size() && b < st.flush_buckets.size(); ++b) {
+        h.buckets[b] = st.flush_buckets[b];
+      }
+      h.sum = st.flush_seconds;
+      h.count = st.flushes;
+      flush.addHistogram(l, h);
+    }
+  }
+
+  // Tokens and secrets' leases that expire soon: what will stop working within the hour or the
+  // day unless renewed (the root token never expires and is not counted).
+  {
+    const core::WallTime now = clock_.wallNow();
+    const std::pair<const char*, core::Duration> windows[] = {{"1h", std::chrono::hours(1)},
+                                                              {"24h", std::chrono::hours(24)}};
+    std::map<std::string, int64_t> tokens;
+    int64_t live = 0;
+    for (const auto& [who, expires] : tokens_->expiries()) {
+      if (!mine(who)) {
+        continue;
+      }
+      ++live;
+      for (const auto& [label, d] : windows) {
+        tokens[label] += expires != core::WallTime::max() && expires <= now + d ? 1 : 0;
+      }
+    }
+    out.family("tessera_tokens", MetricType::kGauge, "Live tokens.")
+        .add({}, static_cast<double>(live));
+    MetricFamily& t = out.family("tessera_tokens_expiring", MetricType::kGauge,
+                                 "Live tokens that expire within the window (1h, 24h).");
+    for (const auto& [label, d] : windows) {
+      t.add({{"within", label}}, static_cast<double>(tokens[label]));
+    }
+    // A server without secrets has no leases: the families are there, at 0.
+    std::map<std::string, int64_t> leases;
+    std::map<std::string, int64_t> states = {{"active", 0}, {"revoking", 0}, {"irrevocable", 0}};
+    const std::vector<secrets::Lease> held = secrets_ != nullptr
+                                                 ? secrets_->leases().list(tenant.value_or(""), "")
+                                                 : std::vector<secrets::Lease>{};
+    {
+      for (const secrets::Lease& l : held) {
+        ++states[std::string(secrets::leaseStateName(l.state))];
+        for (const auto& [label, d] : windows) {
+          leases[label] += l.state == secrets::LeaseState::kActive && l.expires <= now + d ? 1 : 0;
+        }
+      }
+      MetricFamily& ls = out.family("tessera_leases", MetricType::kGauge,
+                                    "Secrets' leases (database credentials) by state.");
+      for (const auto& [state, n] : states) {
+        ls.add({{"state", state}}, static_cast<double>(n));
+      }
+      MetricFamily& le = out.family("tessera_leases_expiring", MetricType::kGauge,
+                                    "Active leases that expire within the window (1h, 24h).");
+      for (const auto& [label, d] : windows) {
+        le.add({{"within", label}}, static_cast<double>(leases[label]));
+      }
+    }
+  }
+
+  for (const std::string& problem : out.problems()) {
+    core::logWarn("metrics: {}", problem);
   }
   HttpResponse r;
-  r.body = std::move(out);
-  r.content_type = "text/plain; version=0.0.4";
+  r.body = out.text();
+  r.content_type = std::string(kPrometheusContentType);
   return r;
 }
 

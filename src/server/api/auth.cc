@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <shared_mutex>
 
 #include "audit/crypto.h"
 #include "audit/record.h"
@@ -104,8 +105,300 @@ HttpResponse ControlPlane::policiesApi(Request& r) {
   return error(405, "method not allowed");
 }
 
+namespace {
+
+// The answer to a token creation: the secret, shown this once.
+HttpResponse createdReply(const std::string& request_id, const CreatedToken& created,
+                          core::WallTime now) {
+  return reply(200, {{"request_id", request_id},
+                     {"auth",
+                      {{"client_token", created.secret},
+                       {"accessor", created.info.accessor},
+                       {"policies", created.info.policies},
+                       {"tenant", created.info.tenant},
+                       {"role", created.info.role},
+                       {"lease_duration", created.info.ttlSeconds(now)},
+                       {"renewable", created.info.renewable}}}});
+}
+
+// A list of policy names at `field` of `body`: strings, valid names, no repeats.
+core::Result<std::vector<std::string>> policyNames(const json& body, const char* field) {
+  const std::string where = field;
+  if (!body.at(field).is_array()) {
+    return core::invalidArgument(where + ": expected a list of policy names");
+  }
+  std::vector<std::string> out;
+  for (const json& p : body.at(field)) {
+    if (!p.is_string() || !validName(p.get<std::string>())) {
+      return core::invalidArgument(where + ": " + p.dump() +
+                                   " is not a policy name (lowercase letters, digits and '-')");
+    }
+    if (std::find(out.begin(), out.end(), p.get<std::string>()) != out.end()) {
+      return core::invalidArgument(where + ": '" + p.get<std::string>() + "' is named twice");
+    }
+    out.push_back(p.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+core::Status ControlPlane::holdsPowerOf(const Request& r, const std::string& scope,
+                                        const std::string& name) const {
+  const std::string where = scope.empty() ? "the admin scope" : "tenant '" + scope + "'";
+  if (name == "root") {
+    // A root token's power is its name, not its rules: only a root token makes one.
+    return core::Status(core::StatusCode::kPermissionDenied,
+                        "policy 'root' cannot be given through a token role (only a root token "
+                        "creates root tokens, with auth/token/create)");
+  }
+  std::shared_lock lock(mu_);
+  auto in_scope = policies_.find(scope);
+  if (in_scope == policies_.end() || !in_scope->second.contains(name)) {
+    // Names resolve in the role's own scope: an admin policy of that name is not this one.
+    return core::invalidArgument("no policy '" + name + "' in " + where);
+  }
+  if (r.token.isRoot()) {
+    return core::Status::ok();
+  }
+  Policy candidate = in_scope->second.at(name);
+  const std::string& holder_scope = r.token.tenant;
+  if (!holder_scope.empty() && holder_scope != scope) {
+    return core::Status(
+        core::StatusCode::kPermissionDenied,
+        "a token of tenant '" + holder_scope + "' cannot hand on " + where + "'s policies");
+  }
+  if (holder_scope.empty() && !scope.empty()) {
+    // An admin token's policies see absolute paths: the tenant's policy, seen from there.
+    for (PathRule& rule : candidate.rules) {
+      rule.pattern = "tenants/" + scope + "/" + rule.pattern;
+    }
+  }
+  std::vector<const Policy*> holder;
+  if (auto mine = policies_.find(holder_scope); mine != policies_.end()) {
+    for (const std::string& p : r.token.policies) {
+      if (auto it = mine->second.find(p); it != mine->second.end()) {
+        holder.push_back(&it->second);
+      }
+    }
+  }
+  return checkWithinPower(holder, candidate);
+}
+
+HttpResponse ControlPlane::tokenRolesApi(Request& r) {
+  const std::vector<std::string> parts = split(r.scope.path);  // auth/token/roles[/<name>]
+  const std::string scope = r.scope.tenant.value_or("");
+  if (r.grant) {
+    return error(403, "permission denied: token roles are not reachable through a grant");
+  }
+  if (parts.size() == 3) {
+    if (!authorized(r, Capability::kList)) {
+      return error(403, "permission denied: listing token roles needs list on auth/token/roles");
+    }
+    auto names = tokens_->roleNames(scope);
+    if (!names.isOk()) {
+      return fromStatus(names.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", *names}}}});
+  }
+  if (parts.size() != 4 || !validName(parts[3])) {
+    return error(400, "token role names are lowercase letters, digits and '-'");
+  }
+  const std::string& name = parts[3];
+  if (r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied: reading a token role needs read on its path");
+    }
+    auto role = tokens_->role(scope, name);
+    if (!role.isOk()) {
+      return fromStatus(role.status());
+    }
+    json data = role->toJson();
+    data["name"] = name;
+    return reply(200, {{"request_id", r.request_id}, {"data", data}});
+  }
+  if (r.method == "DELETE") {
+    if (!authorized(r, Capability::kDelete)) {
+      return error(403, "permission denied: deleting a token role needs delete on its path");
+    }
+    core::Status st = tokens_->deleteRole(scope, name);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  // POST: create or replace.
+  auto existing = tokens_->role(scope, name);
+  if (!existing.isOk() && existing.status().code() != core::StatusCode::kNotFound) {
+    return fromStatus(existing.status());
+  }
+  if (!authorized(r, existing.isOk() ? Capability::kUpdate : Capability::kCreate)) {
+    return error(403,
+                 "permission denied: writing a token role needs create or update on "
+                 "auth/token/roles/" +
+                     name);
+  }
+  const std::string source = "token role";
+  core::JsonNode n(r.body, "", source);
+  if (core::Status st =
+          n.checkKeys({"allowed_policies", "token_ttl", "token_max_ttl", "renewable"});
+      !st.isOk()) {
+    return fromStatus(st);
+  }
+  if (!r.body.contains("allowed_policies")) {
+    return error(400, "token role: allowed_policies: required (the policies its tokens may have)");
+  }
+  auto allowed = policyNames(r.body, "allowed_policies");
+  if (!allowed.isOk()) {
+    return fromStatus(allowed.status());
+  }
+  if (allowed->empty()) {
+    return error(400, "token role: allowed_policies: name at least one policy");
+  }
+  TokenRole role;
+  role.allowed_policies = *allowed;
+  // The writer may hand on only what it holds: checked now, and again at each token creation
+  // (a policy may have grown since).
+  for (const std::string& p : role.allowed_policies) {
+    if (core::Status st = holdsPowerOf(r, scope, p); !st.isOk()) {
+      return fromStatus(st.withContext("token role '" + name + "'"));
+    }
+  }
+  for (const char* f : {"token_ttl", "token_max_ttl"}) {
+    if (r.body.contains(f)) {
+      auto d = parseDuration(r.body[f], f);
+      if (!d.isOk()) {
+        return fromStatus(d.status());
+      }
+      if (*d < core::Duration::zero()) {
+        return error(400, std::string("token role: ") + f + ": must not be negative");
+      }
+      (std::string(f) == "token_ttl" ? role.token_ttl : role.token_max_ttl) = *d;
+    }
+  }
+  if (role.token_max_ttl > core::Duration::zero() && role.token_ttl > role.token_max_ttl) {
+    return error(400, "token role: token_ttl is longer than token_max_ttl");
+  }
+  if (n.has("renewable")) {
+    auto renewable = n.child("renewable").boolean();
+    if (!renewable.isOk()) {
+      return fromStatus(renewable.status());
+    }
+    role.renewable = *renewable;
+  }
+  if (!existing.isOk()) {
+    // Each role is a store key of the scope: a tenant holds as many as it may hold policies.
+    auto names = tokens_->roleNames(scope);
+    if (!names.isOk()) {
+      return fromStatus(names.status());
+    }
+    const int64_t max_roles =
+        scope.empty() ? 0 : tenantSetting(scope, "max_policies", options_.default_max_policies);
+    if (max_roles > 0 && static_cast<int64_t>(names->size()) >= max_roles) {
+      return error(429, "tenant '" + scope + "' holds its limit of " + std::to_string(max_roles) +
+                            " token roles (max_policies)");
+    }
+  }
+  core::Status st = tokens_->putRole(scope, name, role);
+  return st.isOk() ? noContent() : fromStatus(st);
+}
+
+HttpResponse ControlPlane::createFromRole(Request& r, const std::string& role_name) {
+  if (r.grant) {
+    return error(403, "permission denied: token roles are not reachable through a grant");
+  }
+  if (!validName(role_name)) {
+    return error(400, "token role names are lowercase letters, digits and '-'");
+  }
+  if (!authorized(r, Capability::kUpdate) && !authorized(r, Capability::kCreate)) {
+    return error(403, "permission denied: creating tokens from role '" + role_name +
+                          "' needs create or update on auth/token/create/" + role_name);
+  }
+  const std::string scope = r.scope.tenant.value_or("");
+  auto role = tokens_->role(scope, role_name);
+  if (!role.isOk()) {
+    return fromStatus(role.status());
+  }
+  const std::string source = "token request";
+  core::JsonNode n(r.body, "", source);
+  if (core::Status st =
+          n.checkKeys({"policies", "ttl", "explicit_max_ttl", "renewable", "display_name"});
+      !st.isOk()) {
+    return fromStatus(st);
+  }
+  TokenRequest req;
+  req.tenant = scope;
+  req.role = role_name;
+  req.policies = role->allowed_policies;
+  if (r.body.contains("policies")) {
+    auto asked = policyNames(r.body, "policies");
+    if (!asked.isOk()) {
+      return fromStatus(asked.status());
+    }
+    for (const std::string& p : *asked) {
+      if (std::find(role->allowed_policies.begin(), role->allowed_policies.end(), p) ==
+          role->allowed_policies.end()) {
+        return error(403, "permission denied: token role '" + role_name +
+                              "' does not allow policy '" + p + "'");
+      }
+    }
+    req.policies = *asked;
+  }
+  for (const std::string& p : req.policies) {
+    if (core::Status st = holdsPowerOf(r, scope, p); !st.isOk()) {
+      return fromStatus(st.withContext("token role '" + role_name + "'"));
+    }
+  }
+  req.ttl = role->token_ttl;
+  req.explicit_max_ttl = role->token_max_ttl;
+  for (const char* f : {"ttl", "explicit_max_ttl"}) {
+    if (r.body.contains(f)) {
+      auto d = parseDuration(r.body[f], f);
+      if (!d.isOk()) {
+        return fromStatus(d.status());
+      }
+      core::Duration& into = std::string(f) == "ttl" ? req.ttl : req.explicit_max_ttl;
+      // Shorter than the role says, never longer.
+      if (role->token_max_ttl > core::Duration::zero() && *d > role->token_max_ttl) {
+        return error(
+            400,
+            std::string(f) + ": longer than token role '" + role_name + "' allows (token_max_ttl " +
+                std::to_string(
+                    std::chrono::duration_cast<std::chrono::seconds>(role->token_max_ttl).count()) +
+                " s)");
+      }
+      into = *d;
+    }
+  }
+  req.renewable = role->renewable;
+  if (n.has("renewable")) {
+    auto renewable = n.child("renewable").boolean();
+    if (!renewable.isOk()) {
+      return fromStatus(renewable.status());
+    }
+    req.renewable = role->renewable && *renewable;
+  }
+  if (n.has("display_name")) {
+    const json& name = n.child("display_name").value();
+    if (!name.is_string() || name.get<std::string>().size() > 256) {
+      return fromStatus(n.child("display_name").error("expected a string of at most 256 bytes"));
+    }
+    req.display_name = name.get<std::string>();
+  }
+  const int64_t max_tokens =
+      req.tenant.empty() ? 0 : tenantSetting(req.tenant, "max_tokens", options_.default_max_tokens);
+  auto created = tokens_->create(r.token, req, static_cast<size_t>(max_tokens));
+  if (!created.isOk()) {
+    return fromStatus(created.status());
+  }
+  return createdReply(r.request_id, *created, clock_.wallNow());
+}
+
 HttpResponse ControlPlane::tokensApi(Request& r) {
   const std::vector<std::string> parts = split(r.scope.path);
+  if (parts.size() >= 3 && parts[2] == "roles") {
+    return tokenRolesApi(r);
+  }
+  if (parts.size() == 4 && parts[2] == "create") {
+    return createFromRole(r, parts[3]);
+  }
   if (parts.size() != 3) {
     return error(404, "unsupported path");
   }
@@ -204,14 +497,7 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
     if (!created.isOk()) {
       return fromStatus(created.status());
     }
-    return reply(200, {{"request_id", r.request_id},
-                       {"auth",
-                        {{"client_token", created->secret},
-                         {"accessor", created->info.accessor},
-                         {"policies", created->info.policies},
-                         {"tenant", created->info.tenant},
-                         {"lease_duration", created->info.ttlSeconds(now)},
-                         {"renewable", created->info.renewable}}}});
+    return createdReply(r.request_id, *created, now);
   }
   // lookup, renew, revoke by accessor: only tokens of this scope.
   if (r.body.contains("accessor") && !r.body["accessor"].is_string()) {

@@ -318,6 +318,7 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
     }
     // Without mu_: a pass holds the driver's lock while it takes mu_.
     driver_.forgetTenant(name);
+    request_metrics_.forgetTenant(name);  // A tenant created later under the name starts at 0.
     return noContent();
   }
   return error(405, "method not allowed");

@@ -254,10 +254,42 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     if (!authorized(r, Capability::kList)) {
       return error(403, "permission denied");
     }
-    std::shared_lock lock(mu_);
-    auto it = workloads_.find(tenant);
-    return keysReply(r.request_id,
-                     it == workloads_.end() ? std::map<std::string, json>{} : it->second);
+    if (!r.scope.query.contains("detail")) {
+      std::shared_lock lock(mu_);
+      auto it = workloads_.find(tenant);
+      return keysReply(r.request_id,
+                       it == workloads_.end() ? std::map<std::string, json>{} : it->second);
+    }
+    // `?detail=true` (`tessera ps`): each workload as GET workloads/<name> shows it, in the one
+    // answer instead of one request per workload; only those the token may read, and the keys
+    // as before, so older clients see the same answer.
+    std::map<std::string, json> records;
+    {
+      std::shared_lock lock(mu_);
+      if (auto it = workloads_.find(tenant); it != workloads_.end()) {
+        records = it->second;
+      }
+    }
+    json keys = json::array();
+    json details = json::array();
+    for (const auto& [name, record] : records) {
+      keys.push_back(name);
+      if (!authorizedOn(r, "workloads/" + name, Capability::kRead)) {
+        continue;
+      }
+      json data = {{"name", name},
+                   {"tenant", tenant},
+                   {"spec", record.value("spec", json::object())},
+                   {"submitted", record.value("submitted", json())}};
+      if (record.contains("finished")) {
+        data["finished"] = record.at("finished");
+      }
+      auto live = driver_.status(tenant, name);
+      data["status"] = live ? statusJson(*live) : record.value("status", json::object());
+      details.push_back(std::move(data));
+    }
+    return reply(
+        200, {{"request_id", r.request_id}, {"data", {{"keys", keys}, {"workloads", details}}}});
   }
   const std::string& name = parts[1];
   if (!validName(name)) {
