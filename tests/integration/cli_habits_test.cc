@@ -35,61 +35,12 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using tessera::integration::binary;
 using tessera::integration::Client;
+using tessera::integration::Outcome;
 using tessera::integration::Process;
 using tessera::integration::Response;
+using tessera::integration::runArgv;
 using tessera::integration::slurp;
 using tessera::integration::waitFor;
-
-struct Outcome {
-  int rc = -1;
-  std::string out;
-  std::string err;
-};
-
-std::ostream& operator<<(std::ostream& os, const Outcome& o) {
-  return os << "rc=" << o.rc << "\nstdout:\n" << o.out << "\nstderr:\n" << o.err;
-}
-
-// Runs `argv` with exactly the TESSERA_* variables given (and HOME), waits for it, or with
-// `stop_after` lets it run that long and stops it with SIGTERM.
-Outcome runArgv(std::vector<std::string> argv_s, const std::map<std::string, std::string>& env,
-                const fs::path& scratch,
-                std::chrono::milliseconds stop_after = std::chrono::milliseconds(0)) {
-  static int counter = 0;
-  const std::string base = (scratch / ("cmd-" + std::to_string(counter++))).string();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    for (const char* v : {"TESSERA_ADDR", "TESSERA_TOKEN", "TESSERA_CACERT", "TESSERA_TENANT",
-                          "TESSERA_CLIENT_CERT", "TESSERA_CLIENT_KEY"}) {
-      unsetenv(v);
-    }
-    for (const auto& [k, v] : env) {
-      setenv(k.c_str(), v.c_str(), 1);
-    }
-    const int in = open("/dev/null", O_RDONLY);
-    dup2(in, STDIN_FILENO);
-    freopen((base + ".out").c_str(), "w", stdout);
-    freopen((base + ".err").c_str(), "w", stderr);
-    std::vector<char*> argv;
-    for (std::string& a : argv_s) {
-      argv.push_back(a.data());
-    }
-    argv.push_back(nullptr);
-    execvp(argv_s[0].c_str(), argv.data());
-    _exit(127);
-  }
-  if (stop_after.count() > 0) {
-    std::this_thread::sleep_for(stop_after);
-    kill(pid, SIGTERM);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  Outcome o;
-  o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-  o.out = slurp(base + ".out");
-  o.err = slurp(base + ".err");
-  return o;
-}
 
 json parsed(const Outcome& o) { return json::parse(o.out, nullptr, false); }
 

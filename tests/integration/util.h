@@ -1,7 +1,9 @@
 // Helpers shared by the integration tests that run the real `tessera` binary.
 #pragma once
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,9 +15,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace tessera::integration {
 
@@ -84,6 +89,61 @@ inline CmdResult runTessera(const std::string& args, const std::filesystem::path
   r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.err = slurp(err_path);
   return r;
+}
+
+struct Outcome {
+  int rc = -1;  // The exit status; minus the signal if a signal ended it.
+  std::string out;
+  std::string err;
+};
+
+inline std::ostream& operator<<(std::ostream& os, const Outcome& o) {
+  return os << "rc=" << o.rc << "\nstdout:\n" << o.out << "\nstderr:\n" << o.err;
+}
+
+// Runs `argv` (argv[0] found on PATH) with no TESSERA_* variable of this process's but those in
+// `env`, standard input from /dev/null and its output in files under `scratch`; waits for it,
+// or with `stop_after` lets it run that long and stops it with SIGTERM.
+inline Outcome runArgv(std::vector<std::string> argv_s,
+                       const std::map<std::string, std::string>& env,
+                       const std::filesystem::path& scratch,
+                       std::chrono::milliseconds stop_after = std::chrono::milliseconds(0)) {
+  static int counter = 0;
+  const std::string base = (scratch / ("cmd-" + std::to_string(counter++))).string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    for (const char* v : {"TESSERA_ADDR", "TESSERA_TOKEN", "TESSERA_CACERT", "TESSERA_TENANT",
+                          "TESSERA_CLIENT_CERT", "TESSERA_CLIENT_KEY"}) {
+      unsetenv(v);
+    }
+    for (const auto& [k, v] : env) {
+      setenv(k.c_str(), v.c_str(), 1);
+    }
+    const int in = open("/dev/null", O_RDONLY);
+    dup2(in, STDIN_FILENO);
+    if (freopen((base + ".out").c_str(), "w", stdout) == nullptr ||
+        freopen((base + ".err").c_str(), "w", stderr) == nullptr) {
+      _exit(126);
+    }
+    std::vector<char*> argv;
+    for (std::string& a : argv_s) {
+      argv.push_back(a.data());
+    }
+    argv.push_back(nullptr);
+    execvp(argv_s[0].c_str(), argv.data());
+    _exit(127);
+  }
+  if (stop_after.count() > 0) {
+    std::this_thread::sleep_for(stop_after);
+    kill(pid, SIGTERM);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  Outcome o;
+  o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  o.out = slurp(base + ".out");
+  o.err = slurp(base + ".err");
+  return o;
 }
 
 // Polls `done` every 50 ms until it holds (true) or `limit` has passed (false).
