@@ -14,7 +14,9 @@
 #include "core/strings.h"
 #include "sched/policy.h"
 #include "sim/html_report.h"
+#include "sim/lower_bound.h"
 #include "sim/openb_experiment.h"
+#include "sim/openb_variant.h"
 #include "sim/philly.h"
 #include "sim/placement_check.h"
 #include "sim/report.h"
@@ -35,6 +37,11 @@ struct OpenbOptions {
   bool quiet = false;
   bool no_placements = false;
   unsigned jobs = 0;
+  // MIG variants (sim/openb_mig.h).
+  std::string mig = "none";
+  std::string mig_map;
+  double mig_fixed_share = 0.5;
+  std::string mig_fixed_profiles = "1g.10gb,2g.20gb,3g.40gb";
 };
 
 constexpr int kExitBadInput = 2;
@@ -95,8 +102,18 @@ int runOpenb(const OpenbOptions& opt) {
   }
   // Load every trace first, so a bad file fails before any work is done.
   std::vector<std::unique_ptr<sim::OpenbExperiment>> experiments;
+  sim::MigOptions mig;
+  {
+    auto layout = sim::parseMigLayout(opt.mig);
+    auto map = sim::parseMigMap(opt.mig_map);
+    if (!layout.isOk() || !map.isOk()) {
+      return fail(kExitBadInput, (layout.isOk() ? map.status() : layout.status()).message());
+    }
+    mig = {*layout, *map, opt.mig_fixed_share, core::splitList(opt.mig_fixed_profiles)};
+  }
+  std::vector<sim::MigSummaryRow> mig_rows;  // By job, when --mig is not none.
   for (const std::string& pods : pod_files) {
-    auto e = sim::OpenbExperiment::load(opt.nodes, pods);
+    auto e = sim::OpenbExperiment::load(opt.nodes, pods, mig);
     if (!e.isOk()) {
       return fail(kExitBadInput, e.status().message());
     }
@@ -124,6 +141,7 @@ int runOpenb(const OpenbOptions& opt) {
   std::vector<sim::SummaryRow> rows(jobs.size());
   std::vector<sim::OpenbReportRun> curves(jobs.size());  // For report.html.
   std::vector<std::string> errors(jobs.size());
+  mig_rows.resize(mig.layout == sim::MigLayout::kNone ? 0 : jobs.size());
   constexpr size_t kTicksPerRun = 1000;
   Progress progress(fmt::format("simulating {} runs", jobs.size()), jobs.size() * kTicksPerRun,
                     !opt.quiet);
@@ -156,6 +174,9 @@ int runOpenb(const OpenbOptions& opt) {
       }
       rows[j] = {trace,       job.policy, job.seed, run->unallocAt(100), run->unallocAt(130),
                  run->seconds};
+      if (!mig_rows.empty()) {
+        mig_rows[j] = sim::migSummaryRow(trace, *run);
+      }
       curves[j] = {trace, job.policy, job.seed, std::move(run->curve)};
     }
   };
@@ -190,6 +211,11 @@ int runOpenb(const OpenbOptions& opt) {
                        {"seeds", opt.seeds},
                        {"tune", fmt::format("{}", opt.tune)},
                        {"authors' results", opt.expected.empty() ? "(none)" : opt.expected}};
+  if (mig.layout != sim::MigLayout::kNone) {
+    report.parameters.push_back(
+        {"MIG", fmt::format("{} (map {}; fixed share {}, profiles {})", opt.mig, opt.mig_map,
+                            opt.mig_fixed_share, opt.mig_fixed_profiles)});
+  }
   report.runs = std::move(curves);
   report.rows = rows;
   if (!opt.expected.empty()) {
@@ -203,6 +229,14 @@ int runOpenb(const OpenbOptions& opt) {
   std::cout << "Unallocated GPU % at arrived = 100% and 130% of GPU capacity (mean ± sd over "
             << seeds->size() << " seed" << (seeds->size() == 1 ? "" : "s") << ")\n";
   std::cout << sim::formatSummaryTable(rows, opt.expected.empty() ? nullptr : &expected);
+  if (!mig_rows.empty()) {
+    st = sim::writeMigSummary(opt.out + "/mig.csv", mig_rows);
+    if (!st.isOk()) {
+      return fail(kExitFailure, st.message());
+    }
+    std::cout << sim::formatMigSummary(mig_rows, mig.layout) << "Wrote " << opt.out
+              << "/mig.csv.\n";
+  }
   std::cout << "Wrote " << opt.out << "/summary.csv, report.html and per-run curve"
             << (opt.no_placements ? "" : " and placement") << " files.\n";
   return 0;
@@ -407,6 +441,23 @@ void addSimCommand(CLI::App& app, int* rc) {
   openb->add_flag("--quiet,-q", opt->quiet, "No progress bar");
   openb->add_flag("--no-placements", opt->no_placements,
                   "Do not write placements-*.csv (they are large for many runs)");
+  openb
+      ->add_option("--mig", opt->mig,
+                   "MIG layout for fractional pods: none (shares only), fixed (a share of the "
+                   "MIG-capable nodes pre-partitioned) or dynamic (partitioned on demand)")
+      ->capture_default_str();
+  openb->add_option("--mig-map", opt->mig_map,
+                    "What-if: node GPU models replaced by others, FROM=TO comma-separated (the "
+                    "openb trace has no MIG-capable model), e.g. G3=A100-80GB");
+  openb
+      ->add_option("--mig-fixed-share", opt->mig_fixed_share,
+                   "--mig fixed: share of the MIG-capable nodes pre-partitioned")
+      ->capture_default_str();
+  openb
+      ->add_option("--mig-fixed-profiles", opt->mig_fixed_profiles,
+                   "--mig fixed: the profile of each pre-partitioned node's homogeneous layout, "
+                   "cycling over those nodes")
+      ->capture_default_str();
   openb->callback([opt, rc] { *rc = runOpenb(*opt); });
 
   auto scenario_file = std::make_shared<std::string>();
@@ -475,6 +526,77 @@ void addSimCommand(CLI::App& app, int* rc) {
       ->capture_default_str();
   philly_cmd->add_flag("--quiet,-q", philly->quiet, "No progress bar");
   philly_cmd->callback([philly, rc] { *rc = runPhillyCommand(*philly); });
+
+  // Pod-list variants and the allocation lower bound (sim/openb_variant.h, sim/lower_bound.h).
+  struct VariantArgs {
+    std::string pods, out;
+    double cpu = -1, gpushare = -1;
+    uint64_t seed = 1;
+  };
+  auto va = std::make_shared<VariantArgs>();
+  CLI::App* variant = sim->add_subcommand(
+      "openb-variant",
+      "Derive an openb pod-list variant (cpuNNN: CPU-only pods make up NNN/10 % of pods; "
+      "gpushareNN: sharing pods make up NN % of GPU request) from a base list, with a seed");
+  variant->add_option("--pods,-p", va->pods, "Base pod list CSV (the default trace)")->required();
+  variant->add_option("--cpu-pct", va->cpu, "CPU-only pods, % of all pods (e.g. 30 for cpu300)");
+  variant->add_option("--gpushare-pct", va->gpushare, "Sharing pods, % of GPU request");
+  variant->add_option("--seed,-s", va->seed, "Seed")->capture_default_str();
+  variant->add_option("--out,-o", va->out, "Output CSV")->required();
+  variant->callback([va, rc] {
+    sim::VariantSpec spec;
+    spec.seed = va->seed;
+    if (va->cpu >= 0) {
+      spec.cpu_pct = va->cpu;
+    }
+    if (va->gpushare >= 0) {
+      spec.gpushare_pct = va->gpushare;
+    }
+    if (!spec.cpu_pct && !spec.gpushare_pct) {
+      *rc = fail(kExitBadInput, "give --cpu-pct, --gpushare-pct or both");
+      return;
+    }
+    auto text = sim::writeOpenbVariant(va->pods, spec, va->out);
+    if (!text.isOk()) {
+      *rc = fail(kExitBadInput, text.status().message());
+      return;
+    }
+    std::cout << *text;
+    *rc = 0;
+  });
+  auto bo = std::make_shared<OpenbOptions>();
+  auto bound_pct = std::make_shared<int>(100);
+  CLI::App* bound = sim->add_subcommand(
+      "openb-bound",
+      "Lower bound (LP relaxation, GLPK) on the unallocated GPU % any scheduler reaches on the "
+      "pods `sim openb` has arrived by a given % of GPU capacity");
+  bound->add_option("--nodes,-n", bo->nodes, "Node list CSV")->required();
+  bound->add_option("--pods,-p", bo->pods, "Pod list CSVs, comma-separated or repeated")
+      ->required();
+  bound->add_option("--seeds,--seed,-s", bo->seeds, "Seeds, as for sim openb")
+      ->capture_default_str();
+  bound->add_option("--tune,-t", bo->tune, "Tune factor, as for sim openb")->capture_default_str();
+  bound->add_option("--arrived", *bound_pct, "Arrived % of GPU capacity")->capture_default_str();
+  bound->callback([bo, bound_pct, rc] {
+    auto seeds = parseSeeds(bo->seeds);
+    if (!seeds.isOk()) {
+      *rc = fail(kExitBadInput, seeds.status().message());
+      return;
+    }
+    std::vector<std::string> files;
+    for (const std::string& p : bo->pods) {
+      for (const std::string& item : core::splitList(p)) {
+        files.push_back(item);
+      }
+    }
+    auto text = sim::openbBoundReport(bo->nodes, files, seeds.value(), bo->tune, *bound_pct);
+    if (!text.isOk()) {
+      *rc = fail(kExitBadInput, text.status().message());
+      return;
+    }
+    std::cout << *text;
+    *rc = 0;
+  });
 
   auto nodes = std::make_shared<std::string>();
   auto files = std::make_shared<std::vector<std::string>>();
