@@ -90,6 +90,15 @@ void ClusterState::setCordoned(NodeIndex n, bool cordoned) {
 void ClusterState::setDedicated(NodeIndex n, std::optional<model::TenantId> tenant) {
   const int64_t v = tenant ? static_cast<int64_t>(tenant->value()) : -1;
   if (dedicated_[n] != v) {
+    if (dedicated_[n] >= 0) {
+      auto it = pool_nodes_.find(static_cast<uint32_t>(dedicated_[n]));
+      if (--it->second == 0) {
+        pool_nodes_.erase(it);
+      }
+    }
+    if (v >= 0) {
+      ++pool_nodes_[static_cast<uint32_t>(v)];
+    }
     dedicated_[n] = v;
     touch(n);
   }

@@ -33,6 +33,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -152,6 +153,9 @@ class ClusterState {
     return model::TenantId{static_cast<uint32_t>(dedicated_[n])};
   }
   void setDedicated(NodeIndex n, std::optional<model::TenantId> tenant);
+  // Whether some node is dedicated to `tenant`: only then does its tenant change which nodes
+  // admit a task.
+  bool hasPool(model::TenantId tenant) const { return pool_nodes_.contains(tenant.value()); }
   // Adds a node (a machine that joined), down until setUp; its index is the next one. Caches
   // sized by node count must grow with it (Placer::nodesAdded, Policy::nodesAdded).
   // Precondition: it passes `model::validateNode`.
@@ -199,6 +203,7 @@ class ClusterState {
   std::vector<uint8_t> down_;       // Per node: 1 while down.
   std::vector<uint8_t> cordoned_;   // Per node: 1 while cordoned.
   std::vector<int64_t> dedicated_;  // Per node: the tenant its pool is dedicated to, or -1.
+  std::unordered_map<uint32_t, uint32_t> pool_nodes_;  // Tenant -> nodes dedicated to it.
   std::vector<NodeIndex> journal_;  // Node changed at sequence journal_begin_ + i.
   uint64_t journal_begin_ = 0;
   int64_t used_gpu_milli_ = 0;

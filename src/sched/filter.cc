@@ -134,18 +134,26 @@ FilterReason checkGpu(const ClusterState& state, const GpuState& g, const Resolv
   return FilterReason::kNone;
 }
 
-NodeFit checkNode(const ClusterState& state, NodeIndex node, const ResolvedRequest& r) {
+FilterReason checkNodeRules(const ClusterState& state, NodeIndex node, const ResolvedRequest& r) {
   if (!state.up(node)) {
-    return {FilterReason::kNodeDown, 0};
+    return FilterReason::kNodeDown;
   }
   if (state.cordoned(node)) {
-    return {FilterReason::kCordoned, 0};
+    return FilterReason::kCordoned;
   }
   if (!state.admits(node, r.req.tenant)) {
-    return {FilterReason::kDedicated, 0};
+    return FilterReason::kDedicated;
   }
   if (!r.node_ok.empty() && r.node_ok[node] == 0) {
-    return {FilterReason::kNodeSelector, 0};
+    return FilterReason::kNodeSelector;
+  }
+  return FilterReason::kNone;
+}
+
+NodeFit checkNode(const ClusterState& state, NodeIndex node, const ResolvedRequest& r) {
+  const FilterReason rule = checkNodeRules(state, node, r);
+  if (rule != FilterReason::kNone) {
+    return {rule, 0};
   }
   return checkNodeResources(state, node, r);
 }

@@ -71,6 +71,9 @@ struct NodeFit {
 
 // Every filter: the node's rules (down, cordoned, dedicated, the selector), then its resources.
 NodeFit checkNode(const ClusterState& state, NodeIndex node, const ResolvedRequest& r);
+// The node's rules only, the part of `checkNode` that is about the node's identity and not its
+// resources: kNone when they let the task in.
+FilterReason checkNodeRules(const ClusterState& state, NodeIndex node, const ResolvedRequest& r);
 // The node's resources only (and whether it is up): what a task already placed there needs,
 // whatever the rules for new placements say (a restored task on a node cordoned since).
 NodeFit checkNodeResources(const ClusterState& state, NodeIndex node, const ResolvedRequest& r);

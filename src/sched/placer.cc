@@ -6,6 +6,7 @@
 #include <bit>
 #include <numeric>
 #include <optional>
+#include <type_traits>
 
 namespace tessera::sched {
 
@@ -26,7 +27,10 @@ std::string Placer::Decision::explain(size_t node_count) const {
 }
 
 Placer::Placer(ClusterState& state, Policy& policy, std::vector<uint32_t> node_rank)
-    : state_(state), policy_(policy), cacheable_(policy.cacheable()) {
+    : state_(state),
+      policy_(policy),
+      cacheable_(policy.cacheable()),
+      by_state_(cacheable_ && policy.scoresByState()) {
   const size_t n = state_.nodeCount();
   if (node_rank.size() != n) {
     node_rank.resize(n);
@@ -43,14 +47,25 @@ Placer::Placer(ClusterState& state, Policy& policy, std::vector<uint32_t> node_r
   }
   leaves_ = std::bit_ceil(std::max<size_t>(n, 1));
   mark_stamp_.assign(n, 0);
+  state_id_.assign(n, NodeStateId{});
 }
 
 Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
   // Everything the filters and scores read. Requests with equal keys behave identically.
+  // The tenant changes what a request may use in two ways only: a pool dedicated to it, and the
+  // trust rule for a GPU share. Requests of other tenants are alike whoever sends them, so they
+  // share one class (with a tenant no node is dedicated to), and a server with many tenants pays
+  // the cold scan once per shape, not once per tenant and shape.
+  const bool by_tenant = req.isFractional() || state_.hasPool(req.tenant);
   key_buffer_.clear();
-  fmt::format_to(std::back_inserter(key_buffer_), "{},{},{},{},{},{},{},{}|", req.tenant.value(),
-                 req.cpu.value(), req.memory.value(), req.gpu_count, req.gpu_milli.value(),
-                 req.gpu_memory.value(), static_cast<int>(req.isolation), req.mig_profile);
+  if (by_tenant) {
+    fmt::format_to(std::back_inserter(key_buffer_), "{}", req.tenant.value());
+  } else {
+    key_buffer_.push_back('*');
+  }
+  fmt::format_to(std::back_inserter(key_buffer_), ",{},{},{},{},{},{},{}|", req.cpu.value(),
+                 req.memory.value(), req.gpu_count, req.gpu_milli.value(), req.gpu_memory.value(),
+                 static_cast<int>(req.isolation), req.mig_profile);
   for (model::GpuModelId m : req.models) {
     fmt::format_to(std::back_inserter(key_buffer_), "{};", m.value());
   }
@@ -60,12 +75,73 @@ Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
   auto it = classes_.find(key_buffer_);
   if (it == classes_.end()) {
     auto cls = std::make_unique<RequestClass>();
-    cls->id = static_cast<uint32_t>(classes_.size());
-    cls->resolved = resolveRequest(state_, req);
-    cls->cache.resize(state_.nodeCount());
+    cls->id = next_class_id_++;
+    model::TaskRequest as_class = req;
+    if (!by_tenant) {
+      as_class.tenant = kNoPoolTenant;
+    }
+    cls->resolved = resolveRequest(state_, as_class);
+    if (!by_state_) {
+      // (Else on its second decision, `decideFor`.)
+      makeRoom(classBytes(*cls) + indexBytes(), nullptr);
+      cls->cache.resize(state_.nodeCount());
+    } else {
+      makeRoom(classBytes(*cls), nullptr);
+    }
     it = classes_.emplace(key_buffer_, std::move(cls)).first;
   }
+  it->second->last_used = ++use_clock_;
   return *it->second;
+}
+
+size_t Placer::classBytes(const RequestClass& cls) const {
+  return sizeof(RequestClass) + cls.cache.capacity() * sizeof(CacheEntry) +
+         cls.tree.capacity() * sizeof(NodeIndex) + cls.resolved.node_ok.capacity() +
+         cls.resolved.model_ok.capacity() + cls.resolved.mig_profile.capacity() * sizeof(int16_t);
+}
+
+size_t Placer::indexBytes() const {
+  return state_.nodeCount() * sizeof(CacheEntry) +
+         (cacheable_ ? 2 * leaves_ * sizeof(NodeIndex) : 0);
+}
+
+size_t Placer::cacheBytes() const {
+  size_t bytes = 0;
+  for (const auto& [key, cls] : classes_) {
+    bytes += classBytes(*cls);
+  }
+  return bytes;
+}
+
+void Placer::setCacheBudget(size_t bytes) {
+  cache_budget_ = bytes;
+  const RequestClass* newest = nullptr;
+  for (const auto& [key, cls] : classes_) {
+    if (newest == nullptr || cls->last_used > newest->last_used) {
+      newest = cls.get();
+    }
+  }
+  makeRoom(0, newest);
+}
+
+void Placer::makeRoom(size_t incoming, const RequestClass* keep) {
+  size_t held = cacheBytes();
+  // Linear searches: this runs when a class is made or indexed, which costs a pass over every
+  // node anyway.
+  while (held + incoming > cache_budget_) {
+    auto oldest = classes_.end();
+    for (auto it = classes_.begin(); it != classes_.end(); ++it) {
+      if (it->second.get() != keep &&
+          (oldest == classes_.end() || it->second->last_used < oldest->second->last_used)) {
+        oldest = it;
+      }
+    }
+    if (oldest == classes_.end()) {
+      return;
+    }
+    held -= classBytes(*oldest->second);
+    classes_.erase(oldest);
+  }
 }
 
 void Placer::nodesAdded() {
@@ -75,11 +151,14 @@ void Placer::nodesAdded() {
   }
   leaves_ = std::bit_ceil(std::max<size_t>(n, 1));
   mark_stamp_.resize(n, 0);
+  state_id_.resize(n, NodeStateId{});
   policy_.nodesAdded(state_);
   for (auto& [key, cls] : classes_) {
     // The policy's normalisers may have changed with the new nodes: every score is taken again.
     cls->resolved = resolveRequest(state_, cls->resolved.req);
-    cls->cache.assign(n, CacheEntry{});
+    if (!cls->cache.empty()) {
+      cls->cache.assign(n, CacheEntry{});
+    }
     cls->indexed = false;
     cls->tree.clear();
   }
@@ -103,6 +182,17 @@ Placer::Decision Placer::place(const model::TaskRequest& req, std::span<const ui
 
 Placer::Decision Placer::decideFor(RequestClass& cls, std::span<const uint8_t> preference,
                                    std::span<const NodeIndex> marked) {
+  if (by_state_ && cls.cache.empty()) {
+    if (!cls.scanned) {
+      // Its first decision: one pass over the nodes, a score per node state, nothing kept.
+      // Many shapes are asked for once (a new tenant's, a one-off task), so the cache and
+      // index wait for the second.
+      cls.scanned = true;
+      return scanByState(cls, preference);
+    }
+    makeRoom(indexBytes(), &cls);
+    cls.cache.resize(state_.nodeCount());
+  }
   if (!cacheable_ || (!preference.empty() && marked.empty())) {
     return scan(cls, preference);
   }
@@ -141,13 +231,152 @@ void Placer::setLeaf(RequestClass& cls, NodeIndex node, NodeIndex value) {
   }
 }
 
+namespace {
+
+template <typename T>
+void appendBytes(std::string& out, const T& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  out.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+}  // namespace
+
+uint32_t Placer::stateId(NodeIndex node) {
+  const uint32_t version = state_.version(node);
+  if (state_id_[node].version == version) {
+    return state_id_[node].id;
+  }
+  if (state_ids_.size() > 2 * state_.nodeCount() + 1024) {
+    state_ids_.clear();
+    std::fill(state_id_.begin(), state_id_.end(), NodeStateId{});
+    verdicts_.clear();
+  }
+  // Everything the resource filters and a by-state policy read of a node; fields appended
+  // whole and in a fixed order, so equal keys mean equal states. Not the node's rules (up,
+  // cordon, pool, labels): `rebuildIndex` checks those per node.
+  std::string& k = state_key_;
+  k.clear();
+  const model::Node& spec = state_.node(node);
+  const NodeState& ns = state_.nodeState(node);
+  appendBytes(k, spec.cpu.value());
+  appendBytes(k, spec.memory.value());
+  appendBytes(k, ns.free_cpu_milli);
+  appendBytes(k, ns.free_memory_mib);
+  appendBytes(k, ns.gpu_count);
+  appendBytes(k, ns.idle_gpus);
+  appendBytes(k, ns.free_gpu_milli);
+  appendBytes(k, ns.model.value());
+  appendBytes(k, ns.mixed_models);
+  for (const GpuState& g : state_.gpus(node)) {
+    appendBytes(k, g.model.value());
+    appendBytes(k, g.memory.value());
+    appendBytes(k, g.free_milli);
+    appendBytes(k, g.free_memory_mib);
+    appendBytes(k, g.mode);
+    appendBytes(k, g.shared_isolation);
+    appendBytes(k, g.tasks);
+    appendBytes(k, g.mig.used_slices);
+    appendBytes(k, g.mig.count);
+    appendBytes(k, g.mig_mode);
+    appendBytes(k, static_cast<uint32_t>(g.tenants.size()));
+    for (const auto& [tenant, count] : g.tenants) {
+      appendBytes(k, tenant.value());
+      appendBytes(k, count);
+    }
+  }
+  const auto [it, fresh] = state_ids_.try_emplace(k, static_cast<uint32_t>(state_ids_.size()));
+  state_id_[node] = NodeStateId{version, it->second};
+  return it->second;
+}
+
+void Placer::newBuild() {
+  if (++build_epoch_ == 0) {  // Wrapped: old stamps would look current.
+    verdicts_.clear();
+    build_epoch_ = 1;
+  }
+}
+
+const Placer::StateVerdict& Placer::verdictFor(const RequestClass& cls, NodeIndex node) {
+  const uint32_t id = stateId(node);
+  if (verdicts_.size() <= id) {
+    verdicts_.resize(id + 1);
+  }
+  StateVerdict& v = verdicts_[id];
+  if (v.stamp != build_epoch_) {
+    const NodeFit fit = checkNodeResources(state_, node, cls.resolved);
+    v = StateVerdict{build_epoch_, fit.reason, -1, 0, 0};
+    if (fit.fits()) {
+      const Choice c = policy_.score(state_, node, cls.resolved, fit.eligible);
+      v.score = c.score;
+      v.gpus = c.gpus;
+      v.mig_start = static_cast<int16_t>(c.mig_start);
+    }
+  }
+  return v;
+}
+
+Placer::Decision Placer::scanByState(RequestClass& cls, std::span<const uint8_t> preference) {
+  newBuild();
+  Decision d;
+  StateVerdict best;
+  int best_level = 0;
+  NodeIndex best_node = 0;
+  const auto n = static_cast<NodeIndex>(state_.nodeCount());
+  for (NodeIndex i = 0; i < n; ++i) {
+    FilterReason reason = checkNodeRules(state_, i, cls.resolved);
+    const StateVerdict* v = nullptr;
+    if (reason == FilterReason::kNone) {
+      v = &verdictFor(cls, i);
+      reason = v->reason;
+    }
+    if (reason != FilterReason::kNone) {
+      ++d.rejected[static_cast<size_t>(reason)];
+      continue;
+    }
+    const int level = preference.empty() ? 0 : preference[i];
+    if (level == kForbidden) {
+      ++d.rejected[static_cast<size_t>(FilterReason::kReserved)];
+      continue;
+    }
+    // As `scan`: the highest level, then score, then the earliest in tie-break order.
+    if (d.feasible == 0 || level > best_level ||
+        (level == best_level && (v->score > best.score || (v->score == best.score &&
+                                                           position_[i] < position_[best_node])))) {
+      best_level = level;
+      best = *v;
+      best_node = i;
+    }
+    ++d.feasible;
+  }
+  if (d.feasible > 0) {
+    choose(cls, best_node, best.gpus, best.mig_start, d);
+  }
+  return d;
+}
+
 void Placer::rebuildIndex(RequestClass& cls) {
   cls.indexed = false;  // So `refresh` leaves the index alone while it is rebuilt.
   const auto n = static_cast<NodeIndex>(state_.nodeCount());
   cls.count.fill(0);
   cls.tree.assign(2 * leaves_, kNoNode);
+  if (by_state_) {
+    newBuild();
+  }
   for (NodeIndex i = 0; i < n; ++i) {
-    refresh(cls, i);
+    if (by_state_ && cls.cache[i].version != state_.version(i)) {
+      CacheEntry& e = cls.cache[i];
+      e.version = state_.version(i);
+      e.reason = checkNodeRules(state_, i, cls.resolved);
+      if (e.reason == FilterReason::kNone) {
+        const StateVerdict& v = verdictFor(cls, i);
+        e.reason = v.reason;
+        e.score = v.score;
+        e.gpus = v.gpus;
+        e.mig_start = v.mig_start;
+      }
+    } else {
+      refresh(cls, i);
+    }
     const FilterReason reason = cls.cache[i].reason;
     ++cls.count[static_cast<size_t>(reason)];
     if (reason == FilterReason::kNone) {
@@ -233,7 +462,7 @@ Placer::Decision Placer::decideIndexed(RequestClass& cls, std::span<const uint8_
     }
   }
   if (best != kNoNode) {
-    choose(cls, best, d);
+    choose(cls, best, cls.cache[best].gpus, cls.cache[best].mig_start, d);
   }
   return d;
 }
@@ -266,19 +495,19 @@ Placer::Decision Placer::scan(RequestClass& cls, std::span<const uint8_t> prefer
     ++d.feasible;
   }
   if (d.feasible > 0) {
-    choose(cls, best, d);
+    choose(cls, best, cls.cache[best].gpus, cls.cache[best].mig_start, d);
   }
   return d;
 }
 
-void Placer::choose(const RequestClass& cls, NodeIndex node, Decision& d) const {
-  const CacheEntry& e = cls.cache[node];
+void Placer::choose(const RequestClass& cls, NodeIndex node, uint64_t gpus, int mig_start,
+                    Decision& d) const {
   d.placed = true;
   d.placement.node = node;
-  d.placement.gpus = e.gpus;
-  d.placement.mig_start = e.mig_start;
-  if (cls.resolved.mig && e.gpus != 0) {
-    const GpuState& g = state_.gpus(node)[std::countr_zero(e.gpus)];
+  d.placement.gpus = gpus;
+  d.placement.mig_start = mig_start;
+  if (cls.resolved.mig && gpus != 0) {
+    const GpuState& g = state_.gpus(node)[std::countr_zero(gpus)];
     d.placement.mig_profile = cls.resolved.mig_profile[g.model.value()];
   }
 }

@@ -26,6 +26,23 @@
 // marked node with a level in 1..254 wins if there is one; otherwise the root wins, after
 // forbidden nodes that outrank it are taken out of the tree for the query and put back.
 //
+// A class is the request's resources, models, MIG profile and node selector, and its tenant
+// only where the tenant changes the answer: a GPU share (the trust rule) or a tenant with a
+// dedicated pool. Every other tenant's requests of one shape share a class.
+//
+// A new class's first decision is a pass over the nodes that keeps nothing (many shapes come
+// once: a one-off task, a new tenant's first). It scores each distinct node *state* once, not
+// each node, when the policy's scores depend only on the state (`Policy::scoresByState()`):
+// nodes are interned by everything the resource filters and the score read, and a cluster's
+// nodes are mostly alike (idle ones of a model, full ones). The second decision builds the
+// cache and index the same way. The node rules (down, cordon, pool, selector) are checked per
+// node.
+//
+// The classes are bounded: a long-running server sees request shapes without end. Past a
+// memory budget (`setCacheBudget`, 512 MiB by default; an indexed class costs about 24 bytes
+// per node plus 8 per tree leaf) the least recently used class goes; if it is needed again it
+// is built again, cold. Class ids are never reused.
+//
 // Policies whose scores are not a function of the node's state (`Policy::cacheable()` false,
 // e.g. "random") and calls with a preference span but no `marked` use the full scan instead:
 // every node's version compared, stale ones rescored. Both paths give identical decisions.
@@ -86,8 +103,19 @@ class Placer {
   // Nodes were added to the state (ClusterState::addNode): they rank after every earlier node in
   // ties, and every class's cache is taken again (the policy's too).
   void nodesAdded();
-  // A small integer naming the request's shape: requests with equal ids are interchangeable.
+  // An integer naming the request's shape: requests with equal ids are interchangeable. A shape
+  // whose class was dropped (see setCacheBudget) gets a new id when it comes back; an id is
+  // never given to another shape.
   uint32_t classId(const model::TaskRequest& req) { return classFor(req).id; }
+
+  // At most `bytes` for the classes' caches and indexes (at least one class is always kept).
+  static constexpr size_t kDefaultCacheBudget = size_t{512} << 20;
+  void setCacheBudget(size_t bytes);
+  // Classes held now, and the bytes their caches and indexes take.
+  size_t classCount() const { return classes_.size(); }
+  size_t cacheBytes() const;
+  // Distinct node states interned so far (see the top of this header), stale ones included.
+  size_t stateCount() const { return state_ids_.size(); }
 
  private:
   struct CacheEntry {
@@ -107,9 +135,21 @@ class Placer {
     uint64_t journal_seen = 0;  // `ClusterState::journalEnd()` when the class last caught up.
     std::array<uint32_t, kFilterReasonCount> count{};  // Nodes by cached reason; [kNone] fit.
     std::vector<NodeIndex> tree;  // [1] is the root, [leaves_ + position] the leaves.
+    uint64_t last_used = 0;       // `use_clock_` at its last lookup.
+    bool scanned = false;         // Its first decision was made (`scanByState`).
   };
 
+  // The tenant of a class that tenants without a pool share: one no node is dedicated to (ids
+  // are handed out from 1 upwards).
+  static constexpr model::TenantId kNoPoolTenant{UINT32_MAX};
+
   RequestClass& classFor(const model::TaskRequest& req);
+  // What a class holds, in bytes; and what its cache and index over every node add.
+  size_t classBytes(const RequestClass& cls) const;
+  size_t indexBytes() const;
+  // Drops least recently used classes, never `keep`, until `incoming` more bytes fit the budget
+  // (or only `keep` is left).
+  void makeRoom(size_t incoming, const RequestClass* keep);
   Decision decideFor(RequestClass& cls, std::span<const uint8_t> preference,
                      std::span<const NodeIndex> marked);
   // The full scan: every node's version compared, the best found by walking them all.
@@ -117,8 +157,9 @@ class Placer {
   // The indexed decision. Precondition: the policy is cacheable; `marked` as for `decide`.
   Decision decideIndexed(RequestClass& cls, std::span<const uint8_t> preference,
                          std::span<const NodeIndex> marked);
-  // Fills in the placement on `node` from the class's cache.
-  void choose(const RequestClass& cls, NodeIndex node, Decision& d) const;
+  // Fills in the placement on `node` with its chosen GPUs (and MIG slot).
+  void choose(const RequestClass& cls, NodeIndex node, uint64_t gpus, int mig_start,
+              Decision& d) const;
 
   // Rescores `node` for the class if its cache entry is stale (or always, for policies that
   // are not cacheable), keeping the index in step when the class has one.
@@ -126,6 +167,23 @@ class Placer {
   // Brings the class's index up to date with the state, building it on first use.
   void catchUp(RequestClass& cls);
   void rebuildIndex(RequestClass& cls);
+  // The interned id of `node`'s state (see `state_ids_`), computed again when its version moved.
+  uint32_t stateId(NodeIndex node);
+  // Starts a build: verdicts found before are forgotten.
+  void newBuild();
+  // What `rebuildIndex` found for one node state in this build: `stamp == build_epoch_` when set.
+  struct StateVerdict {
+    uint32_t stamp = 0;
+    FilterReason reason = FilterReason::kNone;
+    int16_t mig_start = -1;
+    int64_t score = 0;
+    uint64_t gpus = 0;
+  };
+  // The resource filters' verdict and the score for `node`'s state in this build, computed on
+  // first sight of the state. Valid until the next call.
+  const StateVerdict& verdictFor(const RequestClass& cls, NodeIndex node);
+  // A class's first decision (`by_state_`): as `scan`, without filling the class's cache.
+  Decision scanByState(RequestClass& cls, std::span<const uint8_t> preference);
   // Sets the leaf of `node` to `value` (the node itself or kNoNode) and updates its ancestors.
   void setLeaf(RequestClass& cls, NodeIndex node, NodeIndex value);
   // True when node `a` beats node `b` at the same preference level: higher score, then
@@ -148,6 +206,20 @@ class Placer {
   ClusterState& state_;
   Policy& policy_;
   const bool cacheable_;  // `policy_.cacheable()`, a fixed property of the policy.
+  // A new class is built by scoring each distinct node state once (`policy_.scoresByState()`):
+  // nodes of a cluster are mostly alike (idle ones of a model, full ones), so a class costs a
+  // lookup per node and a score per state. Each node's state is interned as an id; the ids are
+  // dropped and taken again when the table outgrows the nodes (old states pile up).
+  const bool by_state_;
+  std::unordered_map<std::string, uint32_t> state_ids_;
+  struct NodeStateId {
+    uint32_t version = 0;  // The node's version when `id` was taken; 0: never.
+    uint32_t id = 0;
+  };
+  std::vector<NodeStateId> state_id_;  // By node.
+  std::string state_key_;
+  std::vector<StateVerdict> verdicts_;  // By state id.
+  uint32_t build_epoch_ = 0;
   // By node: its place in tie-break order (rank, then index), so equal ranks tie as before.
   std::vector<uint32_t> position_;
   size_t leaves_ = 1;  // Leaves of every class's tree: a power of two >= the node count.
@@ -158,6 +230,9 @@ class Placer {
   std::vector<NodeIndex> masked_;
   std::unordered_map<std::string, std::unique_ptr<RequestClass>> classes_;
   std::string key_buffer_;
+  uint32_t next_class_id_ = 0;
+  uint64_t use_clock_ = 0;
+  size_t cache_budget_ = kDefaultCacheBudget;
 };
 
 }  // namespace tessera::sched

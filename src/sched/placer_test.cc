@@ -68,6 +68,102 @@ TEST_F(PlacerTest, CachedScoresFollowStateChanges) {
   EXPECT_EQ(placer.decide(gpuTask(1000, 1)).placement.node, 2U);
 }
 
+// The classes are bounded by a budget: past it the least recently used goes, comes back with a
+// new id when needed again, and decides exactly as before. A class is indexed (and takes its
+// bytes per node) from its second decision.
+TEST_F(PlacerTest, TheLeastRecentlyUsedClassGoesPastTheBudget) {
+  // Enough nodes that an index outweighs a class's own fields.
+  std::vector<model::Node> nodes;
+  for (int i = 0; i < 200; ++i) {
+    nodes.push_back(testing::node(cat_, "n" + std::to_string(i), 8 + i % 3, 32, "T4", 2));
+  }
+  ClusterState state(cat_, std::move(nodes));
+  auto policy = std::move(makePolicy("bestfit", PolicyContext{nullptr, &rng_}, state)).value();
+  Placer placer(state, *policy);
+  const model::TaskRequest a = gpuTask(1000, 1);
+  const model::TaskRequest b = gpuTask(2000, 1);
+  const model::TaskRequest c = gpuTask(3000, 1);
+  const uint32_t id_a = placer.classId(a);
+  const uint32_t id_b = placer.classId(b);
+  EXPECT_NE(id_a, id_b);
+  ASSERT_TRUE(placer.decide(a).placed && placer.decide(b).placed);  // First: nothing kept.
+  const size_t unindexed = placer.cacheBytes();
+  ASSERT_TRUE(placer.decide(a).placed && placer.decide(b).placed);  // Second: indexed.
+  const size_t two = placer.cacheBytes();
+  EXPECT_GT(two, unindexed);
+  EXPECT_EQ(placer.classCount(), 2U);
+  placer.setCacheBudget(two + two / 4);  // Room for two indexed classes, not three.
+  EXPECT_EQ(placer.classCount(), 2U);
+  const Placer::Decision b_before = placer.decide(b);
+  (void)placer.decide(a);  // a is now the most recently used.
+  const uint32_t id_c = placer.classId(c);
+  EXPECT_TRUE(placer.decide(c).placed);
+  EXPECT_EQ(placer.classCount(), 3U);  // c is not indexed yet: it fits.
+  EXPECT_TRUE(placer.decide(c).placed);
+  EXPECT_EQ(placer.classCount(), 2U);             // Indexing c pushed b out.
+  EXPECT_EQ(placer.classId(a), id_a);             // Kept.
+  const uint32_t id_b_again = placer.classId(b);  // Dropped, built anew: a fresh id.
+  EXPECT_NE(id_b_again, id_b);
+  EXPECT_NE(id_b_again, id_a);
+  EXPECT_NE(id_b_again, id_c);
+  for (int i = 0; i < 2; ++i) {  // Its first decision (a scan), then its index.
+    const Placer::Decision b_after = placer.decide(b);
+    EXPECT_EQ(b_after.placed, b_before.placed);
+    EXPECT_EQ(b_after.placement.node, b_before.placement.node);
+    EXPECT_EQ(b_after.placement.gpus, b_before.placement.gpus);
+    EXPECT_LE(placer.cacheBytes(), two + two / 4);
+  }
+  EXPECT_EQ(placer.classCount(), 2U);
+  // A budget below one class keeps the one in use.
+  placer.setCacheBudget(1);
+  EXPECT_EQ(placer.classCount(), 1U);
+  EXPECT_EQ(placer.classId(b), id_b_again);
+  EXPECT_TRUE(placer.decide(c).placed);
+  EXPECT_TRUE(placer.decide(c).placed);
+  EXPECT_EQ(placer.classCount(), 1U);
+}
+
+model::TaskRequest of(model::TaskRequest r, uint32_t tenant) {
+  r.tenant = model::TenantId{tenant};
+  return r;
+}
+
+// Tenants share a class where the tenant cannot change the answer, and only there.
+TEST_F(PlacerTest, TenantsShareAClassUnlessAPoolOrTheTrustRuleSetsThemApart) {
+  Placer placer(state_, *policy_);
+  const model::TaskRequest whole = gpuTask(1000, 1);
+  const model::TaskRequest share = gpuTask(1000, 1, 500);
+  EXPECT_EQ(placer.classId(of(whole, 1)), placer.classId(of(whole, 2)));
+  EXPECT_EQ(placer.classId(of(cpuTask(1000), 1)), placer.classId(of(cpuTask(1000), 2)));
+  EXPECT_NE(placer.classId(of(share, 1)), placer.classId(of(share, 2)));
+
+  // The trust rule: tenant 1's share on the V100 (bestfit's first choice) keeps tenant 2 off
+  // that GPU, but not tenant 1.
+  Placer::Decision first = placer.place(of(share, 1));
+  ASSERT_TRUE(first.placed);
+  EXPECT_EQ(first.placement.node, 2U);
+  EXPECT_EQ(placer.decide(of(share, 1)).placement.node, 2U);
+  EXPECT_NE(placer.decide(of(share, 2)).placement.node, 2U);
+  placer.release(of(share, 1), first.assignment);
+
+  // Tenant 6 used the shared class first; then the V100 node is dedicated to it. Its own
+  // requests now reach the node; tenant 8's, still in the shared class, never do.
+  EXPECT_EQ(placer.decide(of(whole, 6)).placement.node, 2U);
+  const uint32_t shared_id = placer.classId(of(whole, 6));
+  state_.setDedicated(2, model::TenantId{6});
+  EXPECT_NE(placer.classId(of(whole, 6)), shared_id);
+  EXPECT_EQ(placer.classId(of(whole, 8)), shared_id);
+  EXPECT_EQ(placer.decide(of(whole, 6)).placement.node, 2U);
+  const Placer::Decision other = placer.decide(of(whole, 8));
+  ASSERT_TRUE(other.placed);
+  EXPECT_NE(other.placement.node, 2U);
+  EXPECT_EQ(other.rejected[static_cast<size_t>(FilterReason::kDedicated)], 1U);
+  // The pool taken away: tenant 6 is like any other again.
+  state_.setDedicated(2, std::nullopt);
+  EXPECT_EQ(placer.classId(of(whole, 6)), shared_id);
+  EXPECT_EQ(placer.decide(of(whole, 8)).placement.node, 2U);
+}
+
 TEST_F(PlacerTest, PlaceAppliesTheChoice) {
   Placer placer(state_, *policy_);
   Placer::Decision d = placer.place(gpuTask(2000, 2));
@@ -259,6 +355,12 @@ TEST_P(PlacerIndexTest, DecisionsMatchTheFullScan) {
       scan.release(mix[l.req], l.ref);
       l.placer->release(mix[l.req], l.idx);
       continue;
+    }
+    if (step % 61 == 0) {
+      // Drop indexed_a's classes (all but the last used), so they are built anew from a busy
+      // cluster: each distinct node state scored once for all its nodes.
+      indexed_a.setCacheBudget(1);
+      indexed_a.setCacheBudget(Placer::kDefaultCacheBudget);
     }
     const size_t req = rng.uniform(mix.size());
     const model::TaskRequest& r = mix[req];

@@ -227,6 +227,7 @@ class GpuClusteringPolicy final : public Policy {
   explicit GpuClusteringPolicy(const ClusterState& state)
       : norm_(normalisers(state)), classes_(state.nodeCount()) {}
   std::string_view name() const override { return "gpuclustering"; }
+  bool scoresByState() const override { return false; }  // `classes_` is per node.
 
   Choice score(const ClusterState& state, NodeIndex node, const ResolvedRequest& r,
                uint64_t eligible) override {

@@ -50,6 +50,10 @@ class Policy {
   // True when `score` depends only on the node's state and the request, so the placer may
   // cache it until the node's version changes.
   virtual bool cacheable() const { return true; }
+  // True when two nodes in equal states (resources, GPUs and their tenants, capacity) get equal
+  // scores and GPUs for one request, so the placer may score a state once for all its nodes.
+  // False for policies that keep per-node state of their own.
+  virtual bool scoresByState() const { return cacheable(); }
 
   // Called after a placement chosen by this policy (or any other) is applied or released.
   virtual void onApplied(const ClusterState& /*state*/, const ResolvedRequest& /*r*/,
