@@ -50,6 +50,18 @@ Placer::Placer(ClusterState& state, Policy& policy, std::vector<uint32_t> node_r
   state_id_.assign(n, NodeStateId{});
 }
 
+void Placer::appendShapeKey(const model::TaskRequest& req, std::string& out) {
+  fmt::format_to(std::back_inserter(out), ",{},{},{},{},{},{},{}|", req.cpu.value(),
+                 req.memory.value(), req.gpu_count, req.gpu_milli.value(), req.gpu_memory.value(),
+                 static_cast<int>(req.isolation), req.mig_profile);
+  for (model::GpuModelId m : req.models) {
+    fmt::format_to(std::back_inserter(out), "{};", m.value());
+  }
+  for (const auto& [key, value] : req.node_selector) {  // Labels cannot hold '=' or ','.
+    fmt::format_to(std::back_inserter(out), "|{}={}", key, value);
+  }
+}
+
 Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
   // Everything the filters and scores read. Requests with equal keys behave identically.
   // The tenant changes what a request may use in two ways only: a pool dedicated to it, and the
@@ -63,15 +75,7 @@ Placer::RequestClass& Placer::classFor(const model::TaskRequest& req) {
   } else {
     key_buffer_.push_back('*');
   }
-  fmt::format_to(std::back_inserter(key_buffer_), ",{},{},{},{},{},{},{}|", req.cpu.value(),
-                 req.memory.value(), req.gpu_count, req.gpu_milli.value(), req.gpu_memory.value(),
-                 static_cast<int>(req.isolation), req.mig_profile);
-  for (model::GpuModelId m : req.models) {
-    fmt::format_to(std::back_inserter(key_buffer_), "{};", m.value());
-  }
-  for (const auto& [key, value] : req.node_selector) {  // Labels cannot hold '=' or ','.
-    fmt::format_to(std::back_inserter(key_buffer_), "|{}={}", key, value);
-  }
+  appendShapeKey(req, key_buffer_);
   auto it = classes_.find(key_buffer_);
   if (it == classes_.end()) {
     auto cls = std::make_unique<RequestClass>();

@@ -107,6 +107,9 @@ class Placer {
   // whose class was dropped (see setCacheBudget) gets a new id when it comes back; an id is
   // never given to another shape.
   uint32_t classId(const model::TaskRequest& req) { return classFor(req).id; }
+  // Appends to `out` everything of `req` but its tenant that the filters and scores read: two
+  // requests of one tenant with equal keys are interchangeable.
+  static void appendShapeKey(const model::TaskRequest& req, std::string& out);
 
   // At most `bytes` for the classes' caches and indexes (at least one class is always kept).
   static constexpr size_t kDefaultCacheBudget = size_t{512} << 20;

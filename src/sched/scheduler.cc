@@ -190,7 +190,7 @@ core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
     t.index = static_cast<uint32_t>(i);
     tasks_.push_back(t);
   }
-  info.shape = placer_->classId(info.spec.request);
+  info.shape = shapeOf(info.spec.request);
   info.promised = tree_.space().zeros();
   workloads_.push_back(std::move(info));
   running_slot_.push_back(0);
@@ -506,6 +506,16 @@ core::Status Scheduler::restoreTask(TaskId t, const Placement& p, core::TimePoin
   setRunning(t, a, ignored, started);
   task.starts = starts;
   return core::Status::ok();
+}
+
+uint32_t Scheduler::shapeOf(const model::TaskRequest& req) {
+  // The tenant always counts here, unlike in the placer's classes (which tenants share while
+  // none of them has a pool): a verdict of "no room" for one tenant's shape must not hold back
+  // another's that a pool given since lets in.
+  std::string key = std::to_string(req.tenant.value());
+  Placer::appendShapeKey(req, key);
+  return shape_ids_.try_emplace(std::move(key), static_cast<uint32_t>(shape_ids_.size()))
+      .first->second;
 }
 
 void Scheduler::addCapacity(NodeIndex n, int sign) {

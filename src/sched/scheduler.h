@@ -153,7 +153,7 @@ struct WorkloadInfo {
   Explanation why;          // From its last try; see Scheduler::explain.
   int awaited_victims = 0;  // Tasks evicted for it that have not stopped yet.
   bool cancelled = false;   // Its tasks that stop are finished, never pending again.
-  uint32_t shape = 0;       // The placer's class of its request.
+  uint32_t shape = 0;       // Its request's shape, tenant included (`shapeOf`).
   int32_t bucket = -1;      // Index in its leaf queue's buckets; -1 = none.
   uint64_t tried_pass = 0;  // The last pass that tried it.
   // While its victims stop: what it will take when it starts, counted on its queue's path so
@@ -447,6 +447,10 @@ class Scheduler {
   std::unique_ptr<core::Rng> rng_;
   std::unique_ptr<Policy> policy_;
   std::unique_ptr<Placer> placer_;
+  // Workload shapes (`WorkloadInfo::shape`): a request's tenant and `Placer::appendShapeKey`,
+  // interned for the life of the scheduler.
+  std::unordered_map<std::string, uint32_t> shape_ids_;
+  uint32_t shapeOf(const model::TaskRequest& req);
   Amounts capacity_;
   std::vector<WorkloadInfo> workloads_;
   std::vector<TaskInfo> tasks_;

@@ -782,6 +782,31 @@ TEST_F(SchedulerTest, JoinedNodesCordonsPoolsAndSelectorsSteerNewWorkOnly) {
       << s_->explain(lost).message;
 }
 
+// Two tenants' workloads of one shape: before a pool, the placer answers both alike; once one
+// tenant has a pool, "no room" for the other's must not hold back its own.
+TEST_F(SchedulerTest, ANoRoomVerdictForOneTenantHoldsBackNoTenantThatHasAPool) {
+  build(1, 16, 16, {.policy = "tessera"});
+  submit("fill", "a", 1, 1, 8);
+  ASSERT_EQ(s_->schedule().started.size(), 1U);
+  model::TaskRequest one = testing::gpuTask(4000, 1);
+  one.tenant = model::TenantId{7};
+  WorkloadId theirs = submitRequest("theirs", "b", 1, 1, one);
+  one.tenant = model::TenantId{3};
+  WorkloadId ours = submitRequest("ours", "b", 1, 1, one);
+  EXPECT_TRUE(s_->schedule().started.empty());  // No room for either.
+  auto n = s_->addNode(testing::node(cat_, "joined", 224, 2048, "H100-80GB", 8));
+  ASSERT_TRUE(n.isOk()) << n.status().message();
+  s_->setDedicated(*n, model::TenantId{3});
+  s_->nodeBack(*n);
+  const PassResult r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(r.started[0].workload, ours);
+  EXPECT_EQ(r.started[0].placement.node, *n);
+  EXPECT_EQ(s_->workload(theirs).pending, 1);
+  EXPECT_NE(s_->explain(theirs).message.find("dedicated to another tenant"), std::string::npos)
+      << s_->explain(theirs).message;
+}
+
 TEST_F(SchedulerTest, LosingANodeRequeuesOnlyItsUnfinishedTasks) {
   build(1, 8, 0);
   WorkloadId w = submit("w", "a", 2, 1, 4);
