@@ -152,7 +152,24 @@ std::string policyHcl(const json& policy) {
     for (size_t i = 0; i < caps.size(); ++i) {
       out += (i > 0 ? ", " : "") + caps[i].dump();
     }
-    out += "]\n}\n";
+    out += "]\n";
+    // Vault's other fields (parameter constraints, wrapping TTLs): the text says all it allows.
+    for (const auto& [field, v] : rule.items()) {
+      if (field == "capabilities") {
+        continue;
+      }
+      out += "  " + field + " = ";
+      if (v.is_object()) {
+        out += "{\n";
+        for (const auto& [k, values] : v.items()) {
+          out += "    " + json(k).dump() + " = " + values.dump() + "\n";
+        }
+        out += "  }\n";
+      } else {
+        out += v.dump() + "\n";
+      }
+    }
+    out += "}\n";
   }
   return out;
 }

@@ -177,6 +177,18 @@ std::string kvPath(const std::string& scope, const std::string& op, const std::s
   return Session::path(scope, out);
 }
 
+// `vault kv get|put -format=json`'s envelope around an answer's data, so that scripts written
+// against Vault's CLI read the same fields (`.data.data.password`, `.data.metadata.version`).
+json vaultEnvelope(const json& r) {
+  return {{"request_id", r.value("request_id", "")},
+          {"lease_id", ""},
+          {"lease_duration", 0},
+          {"renewable", false},
+          {"data", r.value("data", json())},
+          {"warnings", nullptr},
+          {"mount_type", "kv"}};
+}
+
 core::Result<json> pairsObject(const std::vector<std::string>& pairs) {
   json data = json::object();
   for (const std::string& p : pairs) {
@@ -215,7 +227,7 @@ core::Status kvWrite(const KvFlags& f, bool patch) {
   TESSERA_ASSIGN_OR_RETURN(json r,
                            s->call(patch ? "PATCH" : "PUT", kvPath(scope, "data", f.path), body));
   if (s->json()) {
-    printJson(r.value("data", json::object()));
+    printJson(vaultEnvelope(r));
   } else {
     std::cout << "Wrote version " << r["data"].value("version", 0) << " of " << f.path << "\n";
   }
@@ -245,7 +257,7 @@ core::Status kvGet(const KvFlags& f) {
     return core::Status::ok();
   }
   if (s->json()) {
-    printJson(data);
+    printJson(vaultEnvelope(r));
     return core::Status::ok();
   }
   const json meta = data.value("metadata", json::object());

@@ -43,13 +43,13 @@ const std::vector<Case>& cases() {
         {S::kGet, 3, {}, C::kNotFound}}},
       {"cas 0 writes only a new key",
        {},
-       {{S::kPut, 0, {}, C::kOk, 1}, {S::kPut, 0, {}, C::kFailedPrecondition}}},
+       {{S::kPut, 0, {}, C::kOk, 1}, {S::kPut, 0, {}, C::kInvalidArgument}}},
       {"cas must equal the current version",
        {},
        {{S::kPut, -1, {}, C::kOk, 1},
         {S::kPut, 1, {}, C::kOk, 2},
-        {S::kPut, 1, {}, C::kFailedPrecondition},
-        {S::kPut, 3, {}, C::kFailedPrecondition},
+        {S::kPut, 1, {}, C::kInvalidArgument},
+        {S::kPut, 3, {}, C::kInvalidArgument},
         {S::kPut, 2, {}, C::kOk, 3}}},
       {"cas required by the tenant",
        {0, true},
@@ -115,7 +115,7 @@ const std::vector<Case>& cases() {
        {},
        {{S::kPut, -1, {}, C::kOk, 1},
         {S::kDelete, 0, {}},
-        {S::kPut, 0, {}, C::kFailedPrecondition},
+        {S::kPut, 0, {}, C::kInvalidArgument},
         {S::kPut, 1, {}, C::kOk, 2}}},
       {"destroy is for good",
        {},
@@ -194,7 +194,9 @@ TEST(KvRulesTest, MetadataAndDataAreChecked) {
   EXPECT_FALSE(kvSetMetadata(e, {{"max_versions", -1}}, now).isOk());
   EXPECT_FALSE(kvSetMetadata(e, {{"cas_required", "yes"}}, now).isOk());
   EXPECT_FALSE(kvSetMetadata(e, {{"custom_metadata", {{"k", 1}}}}, now).isOk());
-  EXPECT_FALSE(kvSetMetadata(e, {{"delete_version_after", "1h"}}, now).isOk());
+  EXPECT_FALSE(kvSetMetadata(e, {{"delete_version_after", "-1h"}}, now).isOk());
+  EXPECT_FALSE(kvSetMetadata(e, {{"delete_version_after", "soon"}}, now).isOk());
+  EXPECT_FALSE(kvSetMetadata(e, {{"custom_metadata", {{"k", nullptr}}}}, now).isOk());
   EXPECT_TRUE(kvSetMetadata(e, {{"custom_metadata", {{"owner", "ml"}}}}, now).isOk());
   EXPECT_EQ(e.custom_metadata["owner"], "ml");
   for (const char* bad : {"", "/a", "a/", "a//b", "a/../b", ".", "a\nb"}) {
@@ -218,7 +220,7 @@ TEST(KvRulesTest, PatchMergesIntoTheCurrentVersion) {
   EXPECT_EQ((*kvGet(e, 2))->data, json({{"a", 1}, {"c", 3}, {"o", {{"x", 1}, {"z", 3}}}}));
   EXPECT_EQ((*kvGet(e, 1))->data, json({{"a", 1}, {"b", 2}, {"o", {{"x", 1}, {"y", 2}}}}));
   // Check-and-set, and the tenant's cas_required, as for a put.
-  EXPECT_EQ(kvPatch(e, {{"a", 2}}, 1, {}, now).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(kvPatch(e, {{"a", 2}}, 1, {}, now).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(kvPatch(e, {{"a", 2}}, std::nullopt, {0, true}, now).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(*kvPatch(e, {{"a", 2}}, 2, {0, true}, now), 3);
@@ -231,6 +233,122 @@ TEST(KvRulesTest, PatchMergesIntoTheCurrentVersion) {
   kvDestroy(e, {3});
   EXPECT_EQ(kvPatch(e, {{"a", 3}}, std::nullopt, {}, now).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(e.current, 3);
+}
+
+TEST(KvRulesTest, DurationsInVaultsFormat) {
+  struct Case {
+    json in;
+    int64_t seconds;  // -1: an error.
+    const char* formatted;
+  };
+  const Case cases[] = {
+      {0, 0, "0s"},
+      {"0s", 0, "0s"},
+      {90, 90, "1m30s"},
+      {"90", 90, "1m30s"},
+      {"1h", 3600, "1h0m0s"},
+      {"3h25m19s", 12319, "3h25m19s"},
+      {"2d", 172800, "48h0m0s"},
+      {"-1s", -1, ""},
+      {-5, -1, ""},
+      {"1h30", -1, ""},
+      {"soon", -1, ""},
+      {"", -1, ""},
+      {json::array(), -1, ""},
+  };
+  for (const Case& c : cases) {
+    auto got = parseKvDuration(c.in, "delete_version_after");
+    if (c.seconds < 0) {
+      EXPECT_FALSE(got.isOk()) << c.in.dump();
+      continue;
+    }
+    ASSERT_TRUE(got.isOk()) << c.in.dump() << ": " << got.status().message();
+    EXPECT_EQ(*got, c.seconds) << c.in.dump();
+    EXPECT_EQ(formatGoDuration(*got), c.formatted) << c.in.dump();
+  }
+}
+
+// Vault: each new version gets a deletion time delete_version_after ahead; past it, the version
+// reads as deleted; the key's setting, capped by the tenant's.
+TEST(KvRulesTest, DeleteVersionAfter) {
+  struct Case {
+    const char* name;
+    int64_t tenant;  // The tenant's delete_version_after, seconds.
+    int64_t key;     // The key's.
+    int64_t read_after;
+    bool readable;
+  };
+  const Case cases[] = {
+      {"none: forever", 0, 0, 1000000, true},
+      {"tenant's, before it passes", 60, 0, 59, true},
+      {"tenant's, once it passes", 60, 0, 60, false},
+      {"key's alone", 0, 30, 31, false},
+      {"key's, capped by the tenant's", 60, 600, 61, false},
+      {"the smaller of both", 600, 60, 61, false},
+      {"the smaller of both, before", 600, 60, 59, true},
+  };
+  for (const Case& c : cases) {
+    KvEntry e;
+    const core::WallTime t0 = core::fromUnixMillis(1'700'000'000'000);
+    if (c.key > 0) {
+      ASSERT_TRUE(
+          kvSetMetadata(e, {{"delete_version_after", std::to_string(c.key) + "s"}}, t0).isOk());
+    }
+    const KvConfig cfg{0, false, c.tenant};
+    ASSERT_TRUE(kvPut(e, {{"x", 1}}, std::nullopt, cfg, t0).isOk());
+    const core::WallTime at = t0 + std::chrono::seconds(c.read_after);
+    EXPECT_EQ(kvGet(e, 0, at).isOk(), c.readable) << c.name;
+    EXPECT_EQ(e.versions.at(1).deleted.has_value(), c.tenant > 0 || c.key > 0) << c.name;
+  }
+  // Undelete clears the scheduled time, as in Vault; a delete before it sets it to now.
+  KvEntry e;
+  const core::WallTime t0 = core::fromUnixMillis(1'700'000'000'000);
+  ASSERT_TRUE(kvPut(e, {{"x", 1}}, std::nullopt, {0, false, 60}, t0).isOk());
+  kvDelete(e, {}, t0 + std::chrono::seconds(10));
+  EXPECT_EQ(*e.versions.at(1).deleted, t0 + std::chrono::seconds(10));
+  kvUndelete(e, {1});
+  EXPECT_TRUE(kvGet(e, 0, t0 + std::chrono::hours(24)).isOk());
+  // The metadata shows it in Go's format.
+  ASSERT_TRUE(kvSetMetadata(e, {{"delete_version_after", "3h25m19s"}}, t0).isOk());
+  EXPECT_EQ(e.metadataJson()["delete_version_after"], "3h25m19s");
+}
+
+TEST(KvRulesTest, MetadataPatchMergesCustomMetadata) {
+  KvEntry e;
+  const core::WallTime now{};
+  ASSERT_TRUE(
+      kvSetMetadata(e, {{"max_versions", 5}, {"custom_metadata", {{"a", "1"}, {"b", "2"}}}}, now)
+          .isOk());
+  ASSERT_TRUE(
+      kvSetMetadata(e, {{"custom_metadata", {{"a", nullptr}, {"c", "3"}}}}, now, /*merge=*/true)
+          .isOk());
+  EXPECT_EQ(e.custom_metadata, json({{"b", "2"}, {"c", "3"}}));
+  EXPECT_EQ(e.max_versions, 5);  // Untouched by a patch that does not name it.
+  // A put replaces it whole.
+  ASSERT_TRUE(kvSetMetadata(e, {{"custom_metadata", {{"d", "4"}}}}, now).isOk());
+  EXPECT_EQ(e.custom_metadata, json({{"d", "4"}}));
+  // A patch still keeps to 64 keys.
+  json many = json::object();
+  for (int i = 0; i < 64; ++i) {
+    many["k" + std::to_string(i)] = "v";
+  }
+  EXPECT_FALSE(kvSetMetadata(e, {{"custom_metadata", many}}, now, true).isOk());
+}
+
+TEST(KvRulesTest, SubkeysAsVault) {
+  const json data = json::parse(R"({"foo": "abc", "bar": {"baz": {"q": 1}, "n": 2}, "l": [1]})");
+  struct Case {
+    int64_t depth;
+    const char* want;
+  };
+  const Case cases[] = {
+      {0, R"({"foo": null, "bar": {"baz": {"q": null}, "n": null}, "l": null})"},
+      {1, R"({"foo": null, "bar": null, "l": null})"},
+      {2, R"({"foo": null, "bar": {"baz": null, "n": null}, "l": null})"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(kvSubkeys(data, c.depth), json::parse(c.want)) << c.depth;
+  }
 }
 
 class KvEngineTest : public ::testing::Test {
@@ -347,6 +465,67 @@ TEST_F(KvEngineTest, ListMetadataAndDeleteKey) {
             core::StatusCode::kInvalidArgument);
   EXPECT_TRUE(kv_->write("team-1", "top", {{"x", 2}}, 1).isOk());
   EXPECT_FALSE(kv_->setConfig("team-1", {{"bogus", 1}}).isOk());
+}
+
+TEST_F(KvEngineTest, LookupTellsDeletedFromDestroyedFromAbsentAndWritesRecordTheWriter) {
+  const json who = {{"accessor", "acc-1"}, {"display_name", "ci"}};
+  KvRead w;
+  ASSERT_TRUE(kv_->putMetadata("team-1", "k", {{"custom_metadata", {{"owner", "ml"}}}}).isOk());
+  ASSERT_TRUE(kv_->write("team-1", "k", {{"x", 1}}, std::nullopt, who, &w).isOk());
+  EXPECT_EQ(w.version, 1);
+  EXPECT_TRUE(w.data.is_null());
+  // Answering the write with its metadata leaves the stored value whole.
+  EXPECT_EQ(kv_->read("team-1", "k", 1)->data, json({{"x", 1}}));
+  EXPECT_EQ(w.metadataJson()["custom_metadata"], json({{"owner", "ml"}}));
+  EXPECT_EQ(w.metadataJson()["deletion_time"], "");
+  EXPECT_EQ(w.metadataJson()["destroyed"], false);
+  EXPECT_EQ(w.metadataJson()["created_by"], who);
+  ASSERT_TRUE(kv_->patch("team-1", "k", {{"y", 2}}, std::nullopt, who, &w).isOk());
+  EXPECT_EQ(w.version, 2);
+  EXPECT_EQ(kv_->read("team-1", "k", 2)->data, json({{"x", 1}, {"y", 2}}));
+  ASSERT_TRUE(kv_->write("team-1", "k", {{"x", 3}}, std::nullopt).isOk());
+  ASSERT_TRUE(kv_->remove("team-1", "k", {1}).isOk());
+  ASSERT_TRUE(kv_->destroy("team-1", "k", {2}).isOk());
+  auto deleted = kv_->lookup("team-1", "k", 1);
+  ASSERT_TRUE(deleted.isOk());
+  EXPECT_TRUE(deleted->gone);
+  EXPECT_TRUE(deleted->data.is_null());
+  EXPECT_NE(deleted->metadataJson()["deletion_time"], "");
+  EXPECT_EQ(deleted->metadataJson()["destroyed"], false);
+  EXPECT_EQ(deleted->created_by, who);
+  auto destroyed = kv_->lookup("team-1", "k", 2);
+  ASSERT_TRUE(destroyed.isOk());
+  EXPECT_TRUE(destroyed->gone);
+  EXPECT_EQ(destroyed->metadataJson()["destroyed"], true);
+  EXPECT_EQ(kv_->lookup("team-1", "k", 9).status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(kv_->read("team-1", "k", 1).status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(kv_->read("team-1", "k", 3)->data, json({{"x", 3}}));
+  EXPECT_TRUE(kv_->read("team-1", "k", 3)->created_by.is_null());
+  // The tenant's delete_version_after, decided at read time.
+  ASSERT_TRUE(kv_->setConfig("team-1", {{"delete_version_after", "1m"}}).isOk());
+  EXPECT_EQ(kv_->config("team-1")->delete_version_after, 60);
+  ASSERT_TRUE(kv_->write("team-1", "k", {{"x", 4}}, std::nullopt).isOk());
+  EXPECT_TRUE(kv_->read("team-1", "k", 0).isOk());
+  clock_.advance(std::chrono::seconds(61));
+  auto expired = kv_->lookup("team-1", "k", 0);
+  ASSERT_TRUE(expired.isOk());
+  EXPECT_TRUE(expired->gone);
+  EXPECT_EQ(kv_->read("team-1", "k", 0).status().code(), core::StatusCode::kNotFound);
+  // PATCH on metadata needs the key.
+  EXPECT_EQ(kv_->putMetadata("team-1", "nope", {{"max_versions", 1}}, true).code(),
+            core::StatusCode::kNotFound);
+}
+
+TEST_F(KvEngineTest, ListCanExcludeDeletedKeys) {
+  for (const char* p : {"app/live", "app/gone", "old/gone", "top"}) {
+    ASSERT_TRUE(kv_->write("team-1", p, {{"x", 1}}, std::nullopt).isOk());
+  }
+  ASSERT_TRUE(kv_->remove("team-1", "app/gone", {}).isOk());
+  ASSERT_TRUE(kv_->destroy("team-1", "old/gone", {1}).isOk());
+  EXPECT_EQ(*kv_->list("team-1", ""), (std::vector<std::string>{"app/", "old/", "top"}));
+  EXPECT_EQ(*kv_->list("team-1", "", true), (std::vector<std::string>{"app/", "top"}));
+  EXPECT_EQ(*kv_->list("team-1", "app/", true), (std::vector<std::string>{"live"}));
+  EXPECT_EQ(kv_->list("team-1", "old/", true).status().code(), core::StatusCode::kNotFound);
 }
 
 TEST_F(KvEngineTest, SealedMeansUnavailable) {

@@ -90,7 +90,19 @@ std::string workloadKey(const std::string& t, const std::string& name) {
 }
 
 json tenantAdminPolicy() {
-  return {{"path", {{"*", {{"capabilities", {"create", "read", "update", "delete", "list"}}}}}}};
+  // `patch` too: a KV PATCH needs it, as in Vault (issue #26).
+  return {{"path",
+           {{"*", {{"capabilities", {"create", "read", "update", "patch", "delete", "list"}}}}}}};
+}
+
+json upgradedTenantPolicy(const std::string& name, json stored) {
+  // tenant-admin as tenants were made with it before `patch` existed (issue #26).
+  static const json kWithoutPatch = {
+      {"path", {{"*", {{"capabilities", {"create", "read", "update", "delete", "list"}}}}}}};
+  if (name == "tenant-admin" && stored == kWithoutPatch) {
+    return tenantAdminPolicy();
+  }
+  return stored;
 }
 
 json sealJson(const secrets::SealStatus& s) {

@@ -185,6 +185,10 @@ std::string workloadKey(const std::string& t, const std::string& name);
 // The default policy of a tenant: everything inside the tenant except creating more policies
 // is the tenant admin's call.
 nlohmann::json tenantAdminPolicy();
+// A tenant's policy as stored, brought up to date: a `tenant-admin` still as tenants were made
+// with it before it had `patch` is read as today's, so its holders keep KV PATCH; any other
+// (an edited one too) is returned as it is.
+nlohmann::json upgradedTenantPolicy(const std::string& name, nlohmann::json stored);
 
 nlohmann::json sealJson(const secrets::SealStatus& s);
 HttpResponse noSecrets();  // 503: the server runs without secrets.

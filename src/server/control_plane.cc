@@ -155,7 +155,8 @@ core::Status ControlPlane::load() {
       TESSERA_ASSIGN_OR_RETURN(Policy p, Policy::fromJson(parts[1], value));
       policies_[""][parts[1]] = std::move(p);
     } else if (parts[0] == "tenants" && parts.size() == 4 && parts[2] == "policies") {
-      TESSERA_ASSIGN_OR_RETURN(Policy p, Policy::fromJson(parts[3], value));
+      TESSERA_ASSIGN_OR_RETURN(Policy p,
+                               Policy::fromJson(parts[3], upgradedTenantPolicy(parts[3], value)));
       policies_[parts[1]][parts[3]] = std::move(p);
     } else if (parts[0] == "tenants" && parts.size() == 4 && parts[2] == "queues") {
       teams.emplace_back(parts[1] + "/" + parts[3], value);
@@ -374,7 +375,9 @@ bool ControlPlane::authorizedOn(const Request& r, const std::string& scoped_path
       return false;
     }
     auto p = owner->second.find(r.grant->policy);
-    return p != owner->second.end() && resolve({&p->second}, scoped_path).allows(needed);
+    return p != owner->second.end() &&
+           allowsRequest(resolvePermissions({&p->second}, scoped_path), needed,
+                         requestParameters(needed, r.body, r.scope.query));
   }
   if (r.token.isRoot()) {
     return true;
@@ -396,7 +399,9 @@ bool ControlPlane::authorizedOn(const Request& r, const std::string& scoped_path
       }
     }
   }
-  return resolve(policies, path).allows(needed);
+  // Vault's parameter and wrapping constraints too (acl.h allowsRequest).
+  return allowsRequest(resolvePermissions(policies, path), needed,
+                       requestParameters(needed, r.body, r.scope.query));
 }
 
 void ControlPlane::recordMetric(const std::string& route, const std::string& tenant,

@@ -27,6 +27,7 @@
 #include "model/gpu_catalogue.h"
 #include "model/node_profiles.h"
 #include "secrets/service.h"
+#include "server/api_util.h"
 #include "server/driver.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
@@ -659,6 +660,30 @@ INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditTest, ::testing::
                          [](const auto& info) { return info.param ? "All" : "Secrets"; });
 INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditFlushCountTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "All" : "Secrets"; });
+
+// A tenant made before `patch` existed keeps KV PATCH for its admin; an edited policy is the
+// operator's and stays as written.
+TEST(UpgradedTenantPolicyTest, AnUntouchedTenantAdminGainsPatchAndNothingElseChanges) {
+  const json old = json::parse(
+      R"({"path":{"*":{"capabilities":["create","read","update","delete","list"]}}})");
+  const std::string kv = "secrets/kv/data/app";
+  auto allows = [&](const std::string& name, const json& stored, Capability c) {
+    auto p = Policy::fromJson(name, api::upgradedTenantPolicy(name, stored));
+    EXPECT_TRUE(p.isOk()) << p.status().toString();
+    const Policy& policy = *p;
+    return resolve(std::vector<const Policy*>{&policy}, kv).allows(c);
+  };
+  const Policy as_stored = *Policy::fromJson("tenant-admin", old);
+  EXPECT_TRUE(resolve(std::vector<const Policy*>{&as_stored}, kv).allows(Capability::kUpdate));
+  EXPECT_FALSE(resolve(std::vector<const Policy*>{&as_stored}, kv).allows(Capability::kPatch));
+  EXPECT_TRUE(allows("tenant-admin", old, Capability::kPatch));
+  EXPECT_TRUE(allows("tenant-admin", old, Capability::kDelete));
+  EXPECT_FALSE(allows("my-admin", old, Capability::kPatch));  // Another name: as written.
+  json edited = old;
+  edited["path"]["*"]["capabilities"] = {"read", "list"};
+  EXPECT_FALSE(allows("tenant-admin", edited, Capability::kPatch));
+  EXPECT_FALSE(allows("tenant-admin", edited, Capability::kUpdate));
+}
 
 }  // namespace
 }  // namespace tessera::server

@@ -22,7 +22,7 @@ core::Result<Capabilities> preset(const std::string& policy) {
                          Capability::kDelete, Capability::kList}) {
       c.add(k);
     }
-  } else if (!validName(policy)) {
+  } else if (!validPolicyName(policy)) {
     return core::invalidArgument(
         "grant: policy must be \"read\", \"write\" or the name of one of your policies, not \"" +
         policy + "\"");

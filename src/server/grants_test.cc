@@ -69,6 +69,8 @@ TEST_F(GrantsTest, RefusesWhatItMustNotGrant) {
   EXPECT_FALSE(grant("/secrets/kv", hours(1)).isOk());
   EXPECT_FALSE(grant("secrets/kv", hours(1), "Not A Name").isOk());
   EXPECT_FALSE(grant("secrets/kv", hours(1), "").isOk());
+  // Any name a policy may have (Vault's rules: '_' allowed) names an owner's policy.
+  EXPECT_TRUE(grant("secrets/kv/data/a", hours(1), "dev_team").isOk());
   EXPECT_FALSE(
       table_->create("team-2", "team-2", "secrets/kv", "read", hours(1), hours(24), "a", now_)
           .isOk());

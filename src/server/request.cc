@@ -7,6 +7,9 @@ namespace tessera::server {
 std::string requestToken(const HttpRequest& http) {
   std::string token = http.header("x-tessera-token");
   if (token.empty()) {
+    token = http.header("x-vault-token");  // So Vault's own clients need no change.
+  }
+  if (token.empty()) {
     const std::string auth = http.header("authorization");
     if (auth.rfind("Bearer ", 0) == 0) {
       token = auth.substr(7);

@@ -84,6 +84,9 @@ class Client {
     host_ = m[1];
     port_ = static_cast<uint16_t>(std::stoi(m[2]));
   }
+  // Sends the token in `header` instead of X-Tessera-Token (e.g. Vault's X-Vault-Token).
+  void setTokenHeader(std::string header) { token_header_ = std::move(header); }
+
   Response call(const std::string& method, const std::string& target, const std::string& token,
                 const nlohmann::json& body = nullptr) const {
     boost::asio::io_context io;
@@ -100,7 +103,7 @@ class Client {
     req.version(11);
     req.set(boost::beast::http::field::host, host_);
     if (!token.empty()) {
-      req.set("X-Tessera-Token", token);
+      req.set(token_header_, token);
     }
     if (!body.is_null()) {
       req.body() = body.dump();
@@ -126,6 +129,7 @@ class Client {
   std::string host_;
   uint16_t port_ = 0;
   std::string ca_pem_;
+  std::string token_header_ = "X-Tessera-Token";
 };
 
 }  // namespace tessera::integration

@@ -37,8 +37,8 @@ HttpResponse ControlPlane::policiesApi(Request& r) {
     std::lock_guard lock(mu_);
     return keysReply(r.request_id, policies_[scope]);
   }
-  if (parts.size() != 2 || !validName(parts[1])) {
-    return error(400, "policy names are lowercase letters, digits and '-'");
+  if (parts.size() != 2 || !validPolicyName(parts[1])) {
+    return error(400, "policy names are lowercase letters, digits, '-', '_' and '.'");
   }
   const std::string& name = parts[1];
   bool exists = false;
@@ -62,7 +62,9 @@ HttpResponse ControlPlane::policiesApi(Request& r) {
       return error(403, "permission denied");
     }
     const json& doc = r.body.contains("policy") ? r.body["policy"] : r.body;
-    auto p = Policy::fromJson(name, doc);
+    // Vault's API sends the policy as text: {"policy": "path \"...\" { ... }"}.
+    auto p = doc.is_string() ? Policy::fromText(name, doc.get<std::string>())
+                             : Policy::fromJson(name, doc);
     if (!p.isOk()) {
       return fromStatus(p.status());
     }
@@ -129,9 +131,9 @@ core::Result<std::vector<std::string>> policyNames(const json& body, const char*
   }
   std::vector<std::string> out;
   for (const json& p : body.at(field)) {
-    if (!p.is_string() || !validName(p.get<std::string>())) {
-      return core::invalidArgument(where + ": " + p.dump() +
-                                   " is not a policy name (lowercase letters, digits and '-')");
+    if (!p.is_string() || !validPolicyName(p.get<std::string>())) {
+      return core::invalidArgument(
+          where + ": " + p.dump() + " is not a policy name (lowercase letters, digits, -, _, .)");
     }
     if (std::find(out.begin(), out.end(), p.get<std::string>()) != out.end()) {
       return core::invalidArgument(where + ": '" + p.get<std::string>() + "' is named twice");

@@ -68,7 +68,7 @@ HttpResponse ControlPlane::dbApi(Request& r, const std::vector<std::string>& par
     if (what == "creds" || (r.method != "LIST" && r.method != "GET")) {
       return error(405, "use LIST");
     }
-    if (!authorized(r, Capability::kList)) {
+    if (!authorizedOn(r, r.scope.path + "/", Capability::kList)) {
       return error(403, "permission denied");
     }
     auto names = what == "config" ? db.listConnections(tenant) : db.listRoles(tenant);
@@ -162,9 +162,10 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   const std::string& tenant = *r.scope.tenant;
   secrets::KvEngine& kv = secrets_->kv();
   if (parts.size() < 3) {
-    return error(404,
-                 "unsupported path: secrets/kv/{data,metadata,delete,undelete,destroy}/PATH "
-                 "or secrets/kv/config");
+    return error(
+        404,
+        "unsupported path: secrets/kv/{data,metadata,subkeys,delete,undelete,destroy}/PATH "
+        "or secrets/kv/config");
   }
   const std::string& op = parts[2];
   const std::string path = rest(parts, 3);
@@ -204,7 +205,10 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       }
       return reply(
           200, {{"request_id", r.request_id},
-                {"data", {{"max_versions", c->max_versions}, {"cas_required", c->cas_required}}}});
+                {"data",
+                 {{"max_versions", c->max_versions},
+                  {"cas_required", c->cas_required},
+                  {"delete_version_after", secrets::formatGoDuration(c->delete_version_after)}}}});
     }
     if (r.method != "PUT" && r.method != "POST") {
       return error(405, "use GET or PUT");
@@ -217,14 +221,26 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   }
   // LIST secrets/kv/metadata[/PREFIX]
   if (op == "metadata" && r.method == "LIST") {
-    if (!need(Capability::kList)) {
+    // As Vault: a LIST is checked on the folder's path, with its trailing '/', so
+    // `path "secrets/kv/metadata/dev/*" { capabilities = ["list"] }` lists metadata/dev/.
+    if (!authorizedOn(r, r.scope.path + "/", Capability::kList)) {
       return error(403, "permission denied");
     }
     std::string prefix = path;
     if (!prefix.empty() && prefix.back() != '/') {
       prefix += '/';
     }
-    auto names = kv.list(tenant, prefix);
+    bool exclude_deleted = false;
+    if (auto it = r.scope.query.find("exclude_deleted"); it != r.scope.query.end()) {
+      const std::string& v = it->second;
+      if (v == "true" || v == "1" || v == "t" || v == "True" || v == "TRUE") {
+        exclude_deleted = true;
+      } else if (v != "false" && v != "0" && v != "f" && v != "False" && v != "FALSE" &&
+                 !v.empty()) {
+        return error(400, "exclude_deleted: expected true or false, not '" + v + "'");
+      }
+    }
+    auto names = kv.list(tenant, prefix, exclude_deleted);
     if (!names.isOk()) {
       return fromStatus(names.status());
     }
@@ -239,7 +255,12 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   if (core::Status st = secrets_->keys().addTenant(tenant); !st.isOk()) {
     return fromStatus(st);
   }
-  if (op == "data") {
+  // Who writes a version: the token's public accessor and its name, never its secret.
+  const json created_by = {{"accessor", r.token.accessor}, {"display_name", r.token.display_name}};
+  if (op == "data" || op == "subkeys") {
+    if (op == "subkeys" && r.method != "GET") {
+      return error(405, "use GET");
+    }
     if (r.method == "GET") {
       if (!need(Capability::kRead)) {
         return error(403, "permission denied");
@@ -248,24 +269,42 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       if (!version.isOk()) {
         return fromStatus(version.status());
       }
-      auto got = kv.read(tenant, path, *version);
+      int64_t depth = 0;
+      if (auto it = r.scope.query.find("depth"); op == "subkeys" && it != r.scope.query.end()) {
+        const bool digits = !it->second.empty() && it->second.size() < 10 &&
+                            std::all_of(it->second.begin(), it->second.end(),
+                                        [](char ch) { return ch >= '0' && ch <= '9'; });
+        if (!digits) {
+          return error(400, "depth: expected a whole number (0: every level)");
+        }
+        depth = std::stoll(it->second);
+      }
+      auto got = kv.lookup(tenant, path, *version);
       if (!got.isOk()) {
         return fromStatus(got.status());
       }
-      return reply(200, {{"request_id", r.request_id},
-                         {"data",
-                          {{"data", got->data},
-                           {"metadata",
-                            {{"version", got->version},
-                             {"created_time", core::formatRfc3339Millis(got->created)}}}}}});
+      // Vault's shape; a deleted or destroyed version is a 404 that still says which, with its
+      // metadata and no data.
+      const char* field = op == "data" ? "data" : "subkeys";
+      const json value = got->gone         ? json()
+                         : op == "subkeys" ? secrets::kvSubkeys(got->data, depth)
+                                           : got->data;
+      json answer = {{"request_id", r.request_id},
+                     {"data", {{field, value}, {"metadata", got->metadataJson()}}}};
+      if (got->gone) {
+        // Vault's clients read `data` of this 404 and ignore `errors`; Tessera's show the reason.
+        answer["errors"] = {"kv: version " + std::to_string(got->version) + " is " +
+                            (got->destroyed ? "destroyed" : "deleted")};
+      }
+      return reply(got->gone ? 404 : 200, answer);
     }
     if (r.method == "PUT" || r.method == "POST" || r.method == "PATCH") {
       // Creating a key needs `create`, a new version of an existing one `update` (Vault's rule);
-      // a patch only ever makes a new version.
+      // a patch only ever makes a new version, and needs `patch`, as in Vault.
       const bool patch = r.method == "PATCH";
       const auto found = patch ? core::Result<bool>(true) : kv.exists(tenant, path);
       const bool exists = found.isOk() && *found;
-      if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
+      if (!need(patch ? Capability::kPatch : exists ? Capability::kUpdate : Capability::kCreate)) {
         return error(403, "permission denied");
       }
       static const std::string kRequest = "request";
@@ -291,12 +330,13 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
           cas = o["cas"].get<int64_t>();
         }
       }
-      auto v = patch ? kv.patch(tenant, path, r.body["data"], cas)
-                     : kv.write(tenant, path, r.body["data"], cas);
+      secrets::KvRead written;
+      auto v = patch ? kv.patch(tenant, path, r.body["data"], cas, created_by, &written)
+                     : kv.write(tenant, path, r.body["data"], cas, created_by, &written);
       if (!v.isOk()) {
         return fromStatus(v.status());
       }
-      return reply(200, {{"request_id", r.request_id}, {"data", {{"version", *v}}}});
+      return reply(200, {{"request_id", r.request_id}, {"data", written.metadataJson()}});
     }
     if (r.method == "DELETE") {
       if (!need(Capability::kDelete)) {
@@ -348,6 +388,15 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       core::Status st = kv.putMetadata(tenant, path, r.body);
       return st.isOk() ? noContent() : fromStatus(st);
     }
+    if (r.method == "PATCH") {
+      // Vault: a merge into the key's metadata (custom_metadata merged, null removes a key);
+      // the key must exist; `patch`.
+      if (!need(Capability::kPatch)) {
+        return error(403, "permission denied");
+      }
+      core::Status st = kv.putMetadata(tenant, path, r.body, /*merge=*/true);
+      return st.isOk() ? noContent() : fromStatus(st);
+    }
     if (r.method == "DELETE") {
       if (!need(Capability::kDelete)) {
         return error(403, "permission denied");
@@ -355,7 +404,7 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       core::Status st = kv.deleteKey(tenant, path);
       return st.isOk() ? noContent() : fromStatus(st);
     }
-    return error(405, "use GET, PUT, DELETE or LIST");
+    return error(405, "use GET, PUT, PATCH, DELETE or LIST");
   }
   return error(404, "unsupported path: secrets/kv/" + op);
 }
