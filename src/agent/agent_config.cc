@@ -92,7 +92,7 @@ core::Status validateGpuConfig(const GpuConfig& config) {
 core::Result<AgentConfig> readAgentConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(nlohmann::json doc, core::parseConfigFile(path));
   core::JsonNode top(doc, "", path);
-  TESSERA_RETURN_IF_ERROR(top.checkKeys({"node_name", "node_mode", "gpus"}));
+  TESSERA_RETURN_IF_ERROR(top.checkKeys({"node_name", "node_mode", "gpus", "container"}));
   AgentConfig c;
   if (top.has("node_name")) {
     TESSERA_ASSIGN_OR_RETURN(c.node_name, top.child("node_name").str());
@@ -136,6 +136,26 @@ core::Result<AgentConfig> readAgentConfig(const std::string& path) {
   }
   if (core::Status s = validateGpuConfig(c.gpus); !s.isOk()) {
     return core::invalidArgument(path + ": " + s.message());
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> containers,
+                           core::hclBlocks(doc, "container", 0, path));
+  if (containers.size() > 1) {
+    return core::invalidArgument(path + ": one container { ... } block at most");
+  }
+  if (!containers.empty()) {
+    core::JsonNode b(*containers[0].body, "container", path);
+    TESSERA_RETURN_IF_ERROR(b.checkKeys({"runtime", "path", "cdi_dir"}));
+    for (const auto& [key, field] :
+         {std::pair<const char*, std::string*>{"runtime", &c.container.runtime},
+          {"path", &c.container.runtime_path},
+          {"cdi_dir", &c.container.cdi_dir}}) {
+      if (b.has(key)) {
+        TESSERA_ASSIGN_OR_RETURN(*field, b.child(key).str());
+      }
+    }
+    if (c.container.runtime != "runc" && c.container.runtime != "crun") {
+      return b.child("runtime").error("expected runc or crun");
+    }
   }
   return c;
 }

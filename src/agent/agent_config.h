@@ -10,6 +10,11 @@
 //     fallback_profile = ""              # nvml failing: refuse (""), or simulate this profile
 //     sim_mig          = [6, 7]          # sim: GPUs shown with MIG mode on (MIG slices go there)
 //   }
+//   container {                          # tasks with an image (docs/agent.md "Containers")
+//     runtime = "runc"                   # or crun (cgroup v2 machines)
+//     path    = "/usr/sbin/runc"         # default: looked up in PATH
+//     cdi_dir = "/etc/cdi"               # CDI specs (JSON) describing the GPUs
+//   }
 //
 // So a GPU machine runs with NVML and refuses to start without it unless told otherwise, and a
 // laptop or CI runs `backend = "sim"`.
@@ -20,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/container.h"
 #include "agent/gpu_discovery.h"
 #include "core/status.h"
 #include "model/gpu_catalogue.h"
@@ -54,6 +60,7 @@ struct AgentConfig {
   std::string node_name;  // "" : the host name.
   NodeMode node_mode = NodeMode::kShared;
   GpuConfig gpus;
+  ContainerOptions container;  // Its `dir` is the runtime's (<work_dir>/containers).
 };
 
 // Reads and checks a config file; errors name the file and the field.

@@ -87,9 +87,19 @@ int64_t TaskCgroup::oomKills() const {
 std::vector<pid_t> TaskCgroup::pids() const {
   std::set<pid_t> all;
   for (const std::string& d : dirs) {
-    std::ifstream in(d + "/cgroup.procs");
-    for (pid_t p = 0; in >> p;) {
-      all.insert(p);
+    // The group's own, and its child groups' (a container runtime makes one for its container).
+    std::vector<std::string> groups = {d};
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(d, ec)) {
+      if (e.is_directory(ec)) {
+        groups.push_back(e.path().string());
+      }
+    }
+    for (const std::string& g : groups) {
+      std::ifstream in(g + "/cgroup.procs");
+      for (pid_t p = 0; in >> p;) {
+        all.insert(p);
+      }
     }
   }
   return {all.begin(), all.end()};
@@ -374,6 +384,12 @@ core::Status Cgroups::remove(const TaskCgroup& group) const {
   TESSERA_RETURN_IF_ERROR(killAll(group));
   core::Status status;
   for (const std::string& d : group.dirs) {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(d, ec)) {
+      if (e.is_directory(ec)) {
+        (void)::rmdir(e.path().c_str());  // A child group (a container's), empty by now.
+      }
+    }
     if (::rmdir(d.c_str()) != 0 && errno != ENOENT && status.isOk()) {
       status = core::unavailable("cgroup: cannot remove " + d + ": " + std::strerror(errno));
     }

@@ -27,7 +27,11 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
     return core::failedPrecondition("task " + spec.id + ": " + t.credentials_error);
   }
   a.credentials = t.credentials;
-  if (spec.command.empty()) {
+  spec.container.image = t.image;
+  spec.container.shm_mib = t.shm_mib;
+  spec.container.read_only_rootfs = t.read_only_rootfs;
+  // A container without a command runs its image's entrypoint.
+  if (spec.command.empty() && spec.container.image.empty()) {
     spec.command = {"sleep", t.duration_s > 0 ? std::to_string(t.duration_s) : "infinity"};
   }
   const bool mig = t.mig_profile >= 0;
@@ -53,9 +57,12 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
     }
     const Gpu& g = gpus.gpus[static_cast<size_t>(i)];
     pin.uuids.push_back(g.uuid);
+    const std::string node = "nvidia" + std::to_string(g.minor >= 0 ? g.minor : g.index);
     if (!options.device_dir.empty()) {
-      spec.device_nodes.push_back(options.device_dir + "/nvidia" +
-                                  std::to_string(g.minor >= 0 ? g.minor : g.index));
+      spec.device_nodes.push_back(options.device_dir + "/" + node);
+    } else if (!spec.container.image.empty()) {
+      // A simulated GPU in a container: a stand-in file where its device node would be.
+      spec.container.simulated_devices.emplace_back("/dev/" + node, g.uuid);
     }
     if (shared) {
       pin.memory_limit_mib = gpu_memory > 0 ? gpu_memory : g.memory_mib * milli / 1000;

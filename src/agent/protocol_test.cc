@@ -47,6 +47,32 @@ TEST(ProtocolTest, AnAssignmentPinsTheNodesOwnGpusAndDevices) {
   EXPECT_EQ(assignmentFromJson(t, fourGpus(), {})->grace, std::chrono::milliseconds(45000));
 }
 
+TEST(ProtocolTest, AContainerKeepsItsImageAndSimulatedGpusGetStandIns) {
+  json t = task();
+  t["image"] = "oci-archive:/images/b.tar";
+  t["shm_mib"] = 256;
+  t["read_only_rootfs"] = true;
+  t.erase("command");
+  auto a = assignmentFromJson(t, fourGpus(), {.device_dir = ""});
+  ASSERT_TRUE(a.isOk()) << a.status().message();
+  EXPECT_EQ(a->spec.container.image, "oci-archive:/images/b.tar");
+  EXPECT_EQ(a->spec.container.shm_mib, 256);
+  EXPECT_TRUE(a->spec.container.read_only_rootfs);
+  EXPECT_TRUE(a->spec.command.empty());  // The image's entrypoint, not a placeholder sleep.
+  EXPECT_TRUE(a->spec.device_nodes.empty());
+  using Dev = std::pair<std::string, std::string>;
+  EXPECT_EQ(a->spec.container.simulated_devices,
+            (std::vector<Dev>{{"/dev/nvidia12", "GPU-2"}, {"/dev/nvidia10", "GPU-0"}}));
+  // Real device nodes: no stand-ins.
+  auto real = assignmentFromJson(t, fourGpus(), {.device_dir = "/fake/dev"});
+  ASSERT_TRUE(real.isOk());
+  EXPECT_TRUE(real->spec.container.simulated_devices.empty());
+  EXPECT_EQ(real->spec.device_nodes.size(), 2U);
+  // A process without a command still gets the placeholder.
+  t.erase("image");
+  EXPECT_EQ(assignmentFromJson(t, fourGpus(), {})->spec.command[0], "sleep");
+}
+
 TEST(ProtocolTest, SharesAreMpsClientsCappedToTheirShare) {
   json t = task();
   t["milli_per_gpu"] = 500;

@@ -156,8 +156,41 @@ void writeExit(const char* path, const char* tmp_path, int status, bool fenced) 
 // restarted meanwhile; and when the agent's lease runs out (the agent died or lost the server)
 // it stops the task itself: SIGTERM to its group, SIGKILL after `grace_ns`. Only system calls:
 // it runs in a fork of a threaded process.
+// SIGKILL to every process listed in the cgroup.procs files `procs` (null-terminated; null:
+// none). Async-signal-safe.
+void killListed(const char* const* procs) {
+  for (; procs != nullptr && *procs != nullptr; ++procs) {
+    const int fd = ::open(*procs, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      continue;
+    }
+    char buf[4096];
+    long pid = 0;
+    bool digits = false;
+    for (ssize_t n = ::read(fd, buf, sizeof buf); n > 0; n = ::read(fd, buf, sizeof buf)) {
+      for (ssize_t i = 0; i < n; ++i) {
+        if (buf[i] >= '0' && buf[i] <= '9') {
+          pid = pid * 10 + (buf[i] - '0');
+          digits = true;
+        } else {
+          if (digits && pid > 0) {
+            ::kill(static_cast<pid_t>(pid), SIGKILL);
+          }
+          pid = 0;
+          digits = false;
+        }
+      }
+    }
+    if (digits && pid > 0) {
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+    }
+    ::close(fd);
+  }
+}
+
 [[noreturn]] void runShim(pid_t task, const char* lease, const char* exit_path,
-                          const char* exit_tmp_path, int64_t grace_ns) {
+                          const char* exit_tmp_path, int64_t grace_ns,
+                          const char* const* kill_procs) {
   ::prctl(PR_SET_NAME, "tessera-shim");  // In ps and top; its command line is the agent's.
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, task, 0));
   bool fenced = false;
@@ -186,6 +219,9 @@ void writeExit(const char* path, const char* tmp_path, int status, bool fenced) 
     }
     if (fenced && kill_at != 0 && now >= kill_at) {
       ::kill(-task, SIGKILL);
+      // A container's processes are not in the runtime's process group (their pid namespace's
+      // init is the runtime's child in a session of its own): they are found by their cgroup.
+      killListed(kill_procs);
       kill_at = 0;
     }
     // Sleep until the task exits, the deadline (or the kill) is due, or a minute at most.
@@ -431,6 +467,7 @@ struct ProcessRuntime::Impl {
     pid_t shim = 0;  // Its parent, our child: pidfd and waitpid are the shim's.
     int pidfd = -1;
     std::string exit_file;  // Where the shim keeps the task's exit status.
+    bool container = false;
     Clock::time_point started;
     std::optional<TaskCgroup> cgroup;
     bool stopped = false;
@@ -438,6 +475,7 @@ struct ProcessRuntime::Impl {
   };
 
   ProcessRuntimeOptions options;
+  std::unique_ptr<Containers> containers;  // Tasks with an image.
   OnExit on_exit;
   bool detached = false;
   mutable std::mutex mu;
@@ -535,6 +573,7 @@ struct ProcessRuntime::Impl {
     ::unlink((options.work_dir + "/" + t.id + "/shim").c_str());  // Nothing left to adopt.
     // The first process is gone: so is the rest of its tree.
     killTree(t, SIGKILL);
+    containers->cleanup(t.id);  // Its container's remains, if it ran one.
     if (t.cgroup) {
       e.oom_killed = t.cgroup->oomKills() > 0;
       (void)options.cgroups->remove(*t.cgroup);
@@ -546,6 +585,10 @@ struct ProcessRuntime::Impl {
 ProcessRuntime::ProcessRuntime(ProcessRuntimeOptions options, OnExit on_exit)
     : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
+  if (impl_->options.container.dir.empty()) {
+    impl_->options.container.dir = impl_->options.work_dir + "/containers";
+  }
+  impl_->containers = std::make_unique<Containers>(impl_->options.container);
   impl_->on_exit = std::move(on_exit);
   impl_->epoll = ::epoll_create1(EPOLL_CLOEXEC);
   impl_->wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -573,6 +616,7 @@ ProcessRuntime::~ProcessRuntime() {
     int status = 0;
     ::waitpid(t.shim, &status, 0);
     ::close(t.pidfd);
+    impl_->containers->cleanup(id);
     if (t.cgroup) {
       (void)impl_->options.cgroups->remove(*t.cgroup);
     }
@@ -604,7 +648,8 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   if (!plainFileName(spec.id)) {
     return core::invalidArgument("task id '" + spec.id + "' is not a plain name");
   }
-  if (spec.command.empty() || spec.command[0].empty()) {
+  const bool container = !spec.container.image.empty();
+  if ((spec.command.empty() && !container) || (!spec.command.empty() && spec.command[0].empty())) {
     return core::invalidArgument("task " + spec.id + ": no command");
   }
   {
@@ -650,17 +695,36 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     return core::unavailable(where + ": cannot open its logs in " + dir + ": " +
                              std::strerror(errno));
   }
-  std::string path = impl_->options.path;
-  if (auto it = spec.env.find("PATH"); it != spec.env.end()) {
-    path = it->second;
-  }
-  auto found = findExecutable(spec.command[0], path);
-  if (!found.isOk()) {
-    return found.status().withContext(where);
-  }
-  const std::string exe = std::move(found).value();
   std::vector<std::string> env = taskEnvironment(spec, impl_->options.path, dir, who);
   std::vector<std::string> args = spec.command;
+  // Who the child becomes before exec: a container's runtime runs as the agent's user and puts
+  // the container's process under the task's user itself.
+  Identity run_as = who;
+  if (container) {
+    auto launch = impl_->containers->prepare(spec, env, who.uid, who.gid);
+    if (!launch.isOk()) {
+      return launch.status();
+    }
+    args = std::move(launch).value();
+    run_as.switch_user = false;
+    // The task's variables are in the bundle; the runtime itself gets none of them (an
+    // interposer in LD_PRELOAD is for the workload, not for runc).
+    env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"};
+  } else {
+    std::string path = impl_->options.path;
+    if (auto it = spec.env.find("PATH"); it != spec.env.end()) {
+      path = it->second;
+    }
+    auto found = findExecutable(spec.command[0], path);
+    if (!found.isOk()) {
+      return found.status().withContext(where);
+    }
+    args[0] = std::move(found).value();
+  }
+  const std::string exe = args[0];
+  if (!container) {
+    args[0] = spec.command[0];  // argv[0] as given.
+  }
   const std::vector<char*> envp = cStrings(env);
   const std::vector<char*> argv = cStrings(args);
   // Device nodes: their numbers, for the devices rule.
@@ -673,17 +737,31 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     }
     limits.devices.push_back({major(st.st_rdev), minor(st.st_rdev)});
   }
+  if (container) {
+    // The runtime writes the container's device rules in the container's own group, under the
+    // task's: a rule there may allow only what its parent allows, and runc's defaults (mknod of
+    // any device, which opening still needs a rule for) are more than the task's list.
+    limits.restrict_devices = false;
+    limits.devices.clear();
+  }
   Impl::Task t;
   t.id = spec.id;
+  t.container = container;
   if (impl_->options.cgroups != nullptr) {
     auto g = impl_->options.cgroups->create(spec.id, limits);
     if (!g.isOk()) {
+      if (container) {
+        impl_->containers->cleanup(spec.id);
+      }
       return g.status().withContext(where);
     }
     t.cgroup = std::move(g).value();
   }
-  // From here on a failure must also remove the cgroup.
+  // From here on a failure must also remove the cgroup (and the container's bundle).
   auto fail = [&](core::Status s) {
+    if (container) {
+      impl_->containers->cleanup(spec.id);
+    }
     if (t.cgroup) {
       (void)impl_->options.cgroups->remove(*t.cgroup);
     }
@@ -696,6 +774,18 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   for (const std::string& p : join_paths) {
     joins.push_back(p.c_str());
   }
+  // Where the shim finds a container's processes when it must kill them itself (fencing).
+  std::vector<std::string> kill_paths;
+  if (container && t.cgroup) {
+    for (const std::string& d : t.cgroup->dirs) {
+      kill_paths.push_back(d + "/" + Containers::cgroupName(spec.id) + "/cgroup.procs");
+    }
+  }
+  std::vector<const char*> kill_procs;
+  for (const std::string& p : kill_paths) {
+    kill_procs.push_back(p.c_str());
+  }
+  kill_procs.push_back(nullptr);
   const std::string exit_file = dir + "/exit";
   const std::string exit_tmp_file = dir + "/exit.tmp";
   ::unlink(exit_file.c_str());  // A previous generation's.
@@ -721,7 +811,8 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
       (void)!::write(w, &m, sizeof m);
       // Nothing of the agent's stays open in the shim (sockets, the store, the pipe).
       ::syscall(SYS_close_range, 3U, ~0U, 0U);
-      runShim(task, lease, exit_file.c_str(), exit_tmp_file.c_str(), fence_grace_ns);
+      runShim(task, lease, exit_file.c_str(), exit_tmp_file.c_str(), fence_grace_ns,
+              kill_procs.data());
     }
     ::setpgid(0, 0);  // Its own process group, which stop() signals.
     // No descriptor of the agent's (sockets, the store) reaches the task. All but the three it
@@ -747,14 +838,14 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     if (::chdir(dir.c_str()) != 0) {
       childFail(w, 3);
     }
-    if (who.switch_user) {
-      if (::setgroups(1, &who.gid) != 0) {
+    if (run_as.switch_user) {
+      if (::setgroups(1, &run_as.gid) != 0) {
         childFail(w, 4);
       }
-      if (::setgid(who.gid) != 0) {
+      if (::setgid(run_as.gid) != 0) {
         childFail(w, 5);
       }
-      if (::setuid(who.uid) != 0) {
+      if (::setuid(run_as.uid) != 0) {
         childFail(w, 6);
       }
     }
@@ -800,7 +891,7 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     ::waitpid(shim, &status, 0);
     const int step = error ? error->step : 8;
     const int err_no = error ? error->err : EIO;
-    return fail(core::failedPrecondition(where + ": cannot start '" + spec.command[0] +
+    return fail(core::failedPrecondition(where + ": cannot start '" + args[0] +
                                          "': " + kSteps[step] + ": " + std::strerror(err_no)));
   }
   t.pid = task;
@@ -895,6 +986,7 @@ std::vector<AdoptedTask> ProcessRuntime::adopt() {
       e.signal = WTERMSIG(status);
     }
     e.stopped = fenced;
+    impl_->containers->cleanup(id);
     if (t.cgroup) {
       e.oom_killed = t.cgroup->oomKills() > 0;
       (void)impl_->options.cgroups->remove(*t.cgroup);

@@ -10,6 +10,8 @@
 // that waits for it, keeps its exit status in <work_dir>/<id>/exit, and stops it when the
 // agent's lease file runs out, so a task never outlives an agent that died or lost the server
 // for longer than the fencing period.
+// A task whose spec names an image runs as an OCI container (agent/container.h): the runtime's
+// `run` takes the command's place under the same shim, so all of the above holds for it too.
 // A task ends when its first process exits; what is left of its tree is killed then. Stopping
 // (preemption, cancel) sends SIGTERM to the group, then SIGKILL to the group and everything
 // left in its cgroups after the grace period. Exits are reported with exit code or signal,
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "agent/cgroups.h"
+#include "agent/container.h"
 #include "core/status.h"
 
 namespace tessera::agent {
@@ -55,6 +58,16 @@ struct GpuPinning {
 // (CUDA then sees none), never the node's.
 std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin);
 
+// A task run from an image as an OCI container (agent/container.h); `image` "" : a process.
+struct ContainerSpec {
+  std::string image;    // model::ImageRef syntax.
+  int64_t shm_mib = 0;  // /dev/shm; 0: 64 MiB.
+  bool read_only_rootfs = false;
+  // Simulated GPUs (no device nodes): a path in the container (/dev/nvidiaN) and the file's
+  // content (the GPU's UUID), standing in for each device node.
+  std::vector<std::pair<std::string, std::string>> simulated_devices;
+};
+
 struct TaskSpec {
   std::string id;  // Unique on the node, a plain file name: its folder and cgroup names.
   std::string tenant;
@@ -67,6 +80,7 @@ struct TaskSpec {
   std::vector<std::string> device_nodes;   // Paths of the device nodes it may open.
   std::string user;                        // Unix user to run as; "": the agent's.
   std::string tag;  // Opaque to the runtime: kept with the task, given back by adopt().
+  ContainerSpec container;
 };
 
 struct TaskExit {
@@ -101,6 +115,9 @@ struct ProcessRuntimeOptions {
   // has passed or the file cannot be read, even if the agent is gone. "" : no such fencing.
   std::string lease_file;
   std::chrono::milliseconds fence_grace{2000};
+  // Tasks with an image: the OCI runtime and where bundles, its state and the layer cache go
+  // ("" dir: <work_dir>/containers).
+  ContainerOptions container;
 };
 
 // Writes `lease_file` (whole, through a rename): tasks may run until CLOCK_MONOTONIC reaches now

@@ -223,5 +223,26 @@ TEST(NodeModeTest, TheAgentsConfigSaysWhatTheNodeIsFor) {
   std::remove((path + ".hcl").c_str());
 }
 
+TEST(AgentConfigTest, TheContainerBlockChoosesTheRuntime) {
+  const std::string path =
+      ::testing::TempDir() + "agent-container-" + std::to_string(::getpid()) + ".hcl";
+  std::ofstream(path) << "gpus { backend = \"sim\"  profile = \"t4-2x\" }\n"
+                      << "container {\n  runtime = \"crun\"\n  path = \"/opt/crun\"\n"
+                      << "  cdi_dir = \"/var/run/cdi\"\n}\n";
+  auto config = readAgentConfig(path);
+  ASSERT_TRUE(config.isOk()) << config.status().message();
+  EXPECT_EQ(config->container.runtime, "crun");
+  EXPECT_EQ(config->container.runtime_path, "/opt/crun");
+  EXPECT_EQ(config->container.cdi_dir, "/var/run/cdi");
+  std::ofstream(path) << "container { runtime = \"docker\" }\n";
+  auto bad = readAgentConfig(path);
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("expected runc or crun"), std::string::npos)
+      << bad.status().message();
+  std::ofstream(path) << "gpus { backend = \"sim\"  profile = \"t4-2x\" }\n";
+  EXPECT_EQ(readAgentConfig(path)->container.runtime, "runc");  // The default.
+  std::remove(path.c_str());
+}
+
 }  // namespace
 }  // namespace tessera::agent

@@ -467,7 +467,10 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       },
       f.work_dir + "/mps-holds");
   agent::ProcessRuntime runtime(
-      {.work_dir = f.work_dir, .cgroups = cgroups ? &*cgroups : nullptr, .lease_file = lease_file},
+      {.work_dir = f.work_dir,
+       .cgroups = cgroups ? &*cgroups : nullptr,
+       .lease_file = lease_file,
+       .container = config.container},  // Tasks with an image (docs/agent.md "Containers").
       sharing.exitHandler());
   sharing.wrap(runtime);
   core::RealClock clock;

@@ -719,6 +719,9 @@ struct RunFlags {
   std::vector<std::string> secret_db;
   std::vector<std::string> env;  // NAME=VALUE
   std::vector<std::string> identity_audiences;
+  std::string image;  // oci:/path[:tag], oci-archive:/path.tar (docs/agent.md "Containers").
+  int64_t shm_mib = 0;
+  bool read_only_rootfs = false;
   bool wait = false;
   double wait_timeout_s = 0;
   double interval_s = 0.5;
@@ -1614,6 +1617,15 @@ void addRun(CLI::App& app, int* rc) {
            b["gpu"]["count"] = g->count;
          }
        });
+  flag(c->add_option("--image", r->image,
+                     "Run each task in a container of this image: oci:/path[:tag] (an OCI "
+                     "layout on the node) or oci-archive:/path.tar"),
+       [r](json& b) { b["image"] = r->image; });
+  flag(c->add_option("--shm-mib", r->shm_mib, "With --image: the size of /dev/shm, MiB"),
+       [r](json& b) { b["shmMiB"] = r->shm_mib; });
+  flag(c->add_flag("--read-only-rootfs", r->read_only_rootfs,
+                   "With --image: the container's root filesystem is read-only"),
+       [r](json& b) { b["readOnlyRootfs"] = r->read_only_rootfs; });
   flag(c->add_option("--gpu-milli", r->gpu_milli, "Share of each GPU, 1-1000 (1000: whole)"),
        [r](json& b) { b["gpu"]["milli"] = r->gpu_milli; });
   flag(c->add_option("--gpu-memory-mib", r->gpu_memory_mib, "GPU memory per GPU, MiB"),

@@ -1,5 +1,8 @@
 #include "model/task.h"
 
+#include <algorithm>
+#include <cctype>
+
 #include "model/node.h"
 
 namespace tessera::model {
@@ -66,6 +69,98 @@ core::Status validateTaskRequest(const TaskRequest& req) {
         "profile or a whole GPU, or accept 'process' isolation");
   }
   return core::Status::ok();
+}
+
+namespace {
+
+// Whether `path` is absolute and plain: no empty, "." or ".." parts (so what admission checked is
+// what the agent opens), no control characters.
+bool plainAbsolutePath(const std::string& path) {
+  if (path.size() < 2 || path.front() != '/' || path.back() == '/' || path.size() > 4096) {
+    return false;
+  }
+  if (std::any_of(path.begin(), path.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    return false;
+  }
+  size_t start = 1;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) {
+      end = path.size();
+    }
+    const std::string part = path.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") {
+      return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+core::Result<ImageRef> parseImageRef(const std::string& ref) {
+  if (ref.empty() || ref.size() > 4096) {
+    return core::invalidArgument("an image reference must be 1 to 4096 characters");
+  }
+  ImageRef out;
+  if (ref.starts_with("oci:")) {
+    out.kind = ImageRef::Kind::kOciLayout;
+    std::string rest = ref.substr(4);
+    // The tag follows the last ':' after the last '/': a folder name may hold ':' only if a tag
+    // follows it.
+    const size_t slash = rest.rfind('/');
+    const size_t colon = rest.rfind(':');
+    if (colon != std::string::npos && slash != std::string::npos && colon > slash) {
+      out.tag = rest.substr(colon + 1);
+      rest = rest.substr(0, colon);
+      const bool tag_ok = !out.tag.empty() && out.tag.size() <= 128 &&
+                          std::all_of(out.tag.begin(), out.tag.end(), [](char c) {
+                            return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' ||
+                                   c == '.' || c == '-';
+                          });
+      if (!tag_ok) {
+        return core::invalidArgument("image '" + ref + "': the tag '" + out.tag +
+                                     "' is not 1 to 128 of [A-Za-z0-9_.-]");
+      }
+    }
+    if (!plainAbsolutePath(rest)) {
+      return core::invalidArgument("image '" + ref +
+                                   "': expected oci:/absolute/path[:tag] (an OCI image layout "
+                                   "folder on the node, without '.', '..' or empty parts)");
+    }
+    out.path = rest;
+    return out;
+  }
+  if (ref.starts_with("oci-archive:")) {
+    out.kind = ImageRef::Kind::kOciArchive;
+    out.path = ref.substr(12);
+    if (!plainAbsolutePath(out.path)) {
+      return core::invalidArgument("image '" + ref +
+                                   "': expected oci-archive:/absolute/path.tar (an OCI image "
+                                   "layout as a tar file on the node)");
+    }
+    return out;
+  }
+  std::string reference = ref.starts_with("docker://") ? ref.substr(9) : ref;
+  // A registry reference: [host[:port]/]name[:tag][@sha256:hex], lower-case name parts.
+  const bool chars_ok =
+      !reference.empty() && std::all_of(reference.begin(), reference.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+               std::string_view("._-/:@").find(c) != std::string_view::npos;
+      });
+  if (!chars_ok || reference.front() == '/' || reference.back() == '/' ||
+      reference.find("//") != std::string::npos || reference.back() == ':' ||
+      reference.back() == '@') {
+    return core::invalidArgument(
+        "image '" + ref +
+        "': not an image reference (expected oci:/path[:tag], oci-archive:/path.tar, or a "
+        "registry reference like registry.example.com/team/image:tag)");
+  }
+  out.kind = ImageRef::Kind::kRegistry;
+  out.reference = reference;
+  return out;
 }
 
 }  // namespace tessera::model

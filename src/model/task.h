@@ -48,4 +48,22 @@ struct TaskRequest {
 // names the offending field.
 core::Status validateTaskRequest(const TaskRequest& req);
 
+// A workload's container image (its spec's `image`, `tessera run --image`):
+//   oci:/path/to/layout[:tag]   an OCI image layout folder on the node (tag: its index's
+//                               org.opencontainers.image.ref.name; none: the only image there);
+//   oci-archive:/path/to.tar    the same layout as a tar file;
+//   anything else with a host, like registry.example.com/team/image:tag or
+//   docker://nvcr.io/nvidia/pytorch:24.01-py3: a registry reference. Accepted, but agents do not
+//   pull from registries yet (such a task fails with a clear reason).
+struct ImageRef {
+  enum class Kind : uint8_t { kOciLayout, kOciArchive, kRegistry };
+  Kind kind = Kind::kOciLayout;
+  std::string path;       // kOciLayout, kOciArchive: absolute, normalised (no "." or ".." parts).
+  std::string tag;        // kOciLayout: "" when none was given.
+  std::string reference;  // kRegistry: the reference as given (without "docker://").
+};
+
+// Parses an image reference; the error says what is wrong with it (to be prefixed with where).
+core::Result<ImageRef> parseImageRef(const std::string& ref);
+
 }  // namespace tessera::model

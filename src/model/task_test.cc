@@ -56,5 +56,49 @@ TEST(TaskRequestTest, Validation) {
   EXPECT_EQ(validateTaskRequest(neg).message(), "cpu must not be negative");
 }
 
+TEST(ImageRefTest, ParsesTheThreeKindsAndRefusesTheRest) {
+  struct Case {
+    std::string ref;
+    bool ok;
+    ImageRef::Kind kind;
+    std::string path, tag, reference;
+  };
+  const Case cases[] = {
+      {"oci:/images/busybox", true, ImageRef::Kind::kOciLayout, "/images/busybox", "", ""},
+      {"oci:/images/busybox:latest", true, ImageRef::Kind::kOciLayout, "/images/busybox", "latest",
+       ""},
+      {"oci:/img:dir/x", true, ImageRef::Kind::kOciLayout, "/img:dir/x", "", ""},
+      {"oci-archive:/tmp/b.tar", true, ImageRef::Kind::kOciArchive, "/tmp/b.tar", "", ""},
+      {"nvcr.io/nvidia/pytorch:24.01-py3", true, ImageRef::Kind::kRegistry, "", "",
+       "nvcr.io/nvidia/pytorch:24.01-py3"},
+      {"docker://busybox@sha256:abc", true, ImageRef::Kind::kRegistry, "", "",
+       "busybox@sha256:abc"},
+      {"", false, {}, "", "", ""},
+      {"oci:relative", false, {}, "", "", ""},
+      {"oci:/a/../etc", false, {}, "", "", ""},
+      {"oci:/a//b", false, {}, "", "", ""},
+      {"oci:/a/b:bad tag", false, {}, "", "", ""},
+      {"oci:/a/b:", false, {}, "", "", ""},
+      {"oci-archive:", false, {}, "", "", ""},
+      {"oci-archive:/x/./y.tar", false, {}, "", "", ""},
+      {"oci-archive:/x\ny.tar", false, {}, "", "", ""},
+      {"bad host/x", false, {}, "", "", ""},
+      {"/abs/path", false, {}, "", "", ""},
+      {"repo:", false, {}, "", "", ""},
+  };
+  for (const Case& c : cases) {
+    auto r = parseImageRef(c.ref);
+    ASSERT_EQ(r.isOk(), c.ok) << c.ref << ": " << (r.isOk() ? "" : r.status().message());
+    if (!c.ok) {
+      EXPECT_NE(r.status().message().find("image"), std::string::npos) << r.status().message();
+      continue;
+    }
+    EXPECT_EQ(r->kind, c.kind) << c.ref;
+    EXPECT_EQ(r->path, c.path) << c.ref;
+    EXPECT_EQ(r->tag, c.tag) << c.ref;
+    EXPECT_EQ(r->reference, c.reference) << c.ref;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::model

@@ -52,6 +52,11 @@ json toJson(const AssignedTask& t) {
               {"duration_s", t.duration_s},
               {"grace_ms", t.grace_ms},
               {"credentials", t.credentials}};
+  if (!t.image.empty()) {  // Absent for a plain process: older agents see nothing new.
+    out["image"] = t.image;
+    out["shm_mib"] = t.shm_mib;
+    out["read_only_rootfs"] = t.read_only_rootfs;
+  }
   if (t.mig_profile >= 0) {
     out["mig_profile"] = t.mig_profile;
     out["mig_start"] = t.mig_start;
@@ -124,6 +129,11 @@ core::Result<AssignedTask> assignedTaskFromJson(const json& j, const std::string
   t.mig_start = static_cast<int>(start);
   if ((t.mig_profile >= 0) != (t.mig_start >= 0)) {
     return n.error("mig_profile and mig_start go together");
+  }
+  if (n.has("image")) {  // A container (docs/agent.md "Containers").
+    TESSERA_ASSIGN_OR_RETURN(t.image, text(n.child("image")));
+    TESSERA_ASSIGN_OR_RETURN(t.shm_mib, integerOr(n, "shm_mib", 0, int64_t{1} << 30, 0));
+    TESSERA_ASSIGN_OR_RETURN(t.read_only_rootfs, booleanOr(n, "read_only_rootfs"));
   }
   TESSERA_ASSIGN_OR_RETURN(t.cpu_milli, integerOr(n, "cpu_milli", 0, int64_t{1} << 40, 0));
   TESSERA_ASSIGN_OR_RETURN(t.memory_mib, integerOr(n, "memory_mib", 0, int64_t{1} << 40, 0));

@@ -31,6 +31,11 @@ struct AssignedTask {
   int index = 0;
   std::vector<std::string> command;  // Empty: none given (the agent runs a placeholder).
   std::map<std::string, std::string> env;
+  // A container's image reference ("" : a plain process), its /dev/shm size in MiB (0: the
+  // runtime's default) and whether its root filesystem is read-only.
+  std::string image;
+  int64_t shm_mib = 0;
+  bool read_only_rootfs = false;
   std::vector<int> gpus;       // Device indexes on the node.
   int64_t milli_per_gpu = 0;   // 1000: whole GPUs (0 when it has none).
   std::string isolation;       // hardware, process (MPS when shared) or none (time slicing).

@@ -158,6 +158,11 @@ struct SubmitCommand {
   sched::WorkloadSpec spec;                       // spec.queue is ignored: `queue` names it.
   core::Duration duration{0};                     // Simulated run time; 0 = until cancelled.
   std::vector<std::string> command;               // What an agent runs (argv).
+  // Its container (docs/agent.md "Containers"): image reference ("" : a plain process), /dev/shm
+  // size in MiB (0: the runtime's default) and whether its root filesystem is read-only.
+  std::string image;
+  int64_t shm_mib = 0;
+  bool read_only_rootfs = false;
   std::map<std::string, std::string> env;         // Its own environment variables.
   std::map<std::string, std::string> sealed_env;  // Secret-looking ones, sealed (hex).
   // SIGTERM to SIGKILL when an agent stops a task (preemption, cancel); on a simulated node, the

@@ -564,6 +564,9 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
   nt.workload = c.name;
   nt.index = static_cast<int>(task.index);
   nt.command = c.command;
+  nt.image = c.image;  // Container options (docs/agent.md "Containers").
+  nt.shm_mib = c.shm_mib;
+  nt.read_only_rootfs = c.read_only_rootfs;
   nt.env = c.env;
   nt.sealed_env = c.sealed_env;
   const sched::Placement& p = task.assignment.placement;

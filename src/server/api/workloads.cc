@@ -72,6 +72,23 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
       cmd.env[key] = value.get<std::string>();
     }
   }
+  if (n.has("image")) {  // A container (docs/agent.md "Containers"): checked here, run there.
+    TESSERA_ASSIGN_OR_RETURN(cmd.image, n.child("image").str());
+    if (auto ref = model::parseImageRef(cmd.image); !ref.isOk()) {
+      return n.child("image").error(ref.status().message());
+    }
+  }
+  if (n.has("shmMiB") || n.has("readOnlyRootfs")) {
+    if (cmd.image.empty()) {
+      return n.error("shmMiB and readOnlyRootfs are for containers: give an image too");
+    }
+    if (n.has("shmMiB")) {
+      TESSERA_ASSIGN_OR_RETURN(cmd.shm_mib, n.child("shmMiB").integer(1, 1 << 20));
+    }
+    if (n.has("readOnlyRootfs")) {
+      TESSERA_ASSIGN_OR_RETURN(cmd.read_only_rootfs, n.child("readOnlyRootfs").boolean());
+    }
+  }
   if (n.has("identity")) {
     // {"audiences": ["sts.amazonaws.com"]}: who the task's identity token is for.
     const core::JsonNode id = n.child("identity");
@@ -391,9 +408,10 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   const std::string source = "workload '" + name + "'";
   core::JsonNode n(r.body, "", source);
   core::Status st =
-      n.checkKeys({"tasks", "minAvailable", "priority", "preemptible", "maxRuntime", "duration",
-                   "checkpointEvery", "gracePeriod", "command", "env", "identity", "secrets",
-                   "cpuMilli", "memoryMiB", "gpu", "queue", "nodeSelector"});
+      n.checkKeys({"tasks",    "minAvailable",    "priority",    "preemptible", "maxRuntime",
+                   "duration", "checkpointEvery", "gracePeriod", "command",     "env",
+                   "identity", "secrets",         "cpuMilli",    "memoryMiB",   "gpu",
+                   "queue",    "nodeSelector",    "image",       "shmMiB",      "readOnlyRootfs"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;

@@ -1,0 +1,75 @@
+// Tasks as OCI containers (docs/agent.md "Containers"): the runtime bundle of a task whose spec
+// names an image, run by an OCI runtime (`runc`, or `crun` on a cgroup v2 machine) in the
+// foreground, so that `runc run` takes the place of the task's command under its shim and
+// everything ProcessRuntime does for a process (cgroups, logs, stop and grace, fencing,
+// adoption) holds for the container too.
+//
+// Under <dir>:
+//   images/      the layer cache (agent/oci_image.h);
+//   bundles/<id> a task's bundle: config.json, rootfs (an overlay of the image's layers over
+//                upper/ and work/), `layers` (the layers it uses, for the cache's collection);
+//   state/       the runtime's own state (its --root).
+// The container gets: the image's filesystem (read-only when the spec says), its own pid, ipc,
+// uts and mount namespaces (the node's network), the task's user (process.user), /dev/shm of the
+// spec's size, /tmp as a tmpfs, the task's credentials folder read-only at the same path, its
+// GPUs' device nodes only (from a CDI spec in `cdi_dir` when one describes them, else the
+// task's device nodes; simulated GPUs: a read-only file /dev/nvidiaN holding the GPU's UUID), and
+// the cgroup `cgroupName(id)` inside the task's own groups.
+//
+//   Containers c({.dir = work_dir + "/containers"});
+//   TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> argv, c.prepare(spec, env, uid, gid));
+//   // fork, join the task's cgroups, exec argv; when it has ended:
+//   c.cleanup(spec.id);
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agent/oci_image.h"
+#include "core/status.h"
+
+namespace tessera::agent {
+
+struct TaskSpec;
+
+struct ContainerOptions {
+  std::string runtime = "runc";  // "runc" or "crun" (same command line).
+  std::string runtime_path;      // "" : `runtime` looked up in PATH.
+  std::string dir;               // Bundles, state and the image cache (created).
+  std::string cdi_dir = "/etc/cdi";
+  // Cached layers no task uses are removed once unused this long (0: at once).
+  std::chrono::seconds keep_unused{3600};
+};
+
+class Containers {
+ public:
+  explicit Containers(ContainerOptions options);
+
+  // The runtime bundle of `spec` (which names an image), for a process with environment `env`
+  // ("KEY=value", the task's as ProcessRuntime makes it) running as uid/gid. Returns the
+  // command line that runs it in the foreground. Fails with a reason a user can act on (image
+  // missing, not an OCI layout, digest mismatch, registry reference, no runtime).
+  core::Result<std::vector<std::string>> prepare(const TaskSpec& spec,
+                                                 const std::vector<std::string>& env, uid_t uid,
+                                                 gid_t gid);
+  // Removes whatever is left of the container of task `id` (its runtime state, which kills its
+  // processes, the rootfs mount and the bundle), then cached layers nobody uses. Safe to call
+  // for a task that never was a container (nothing happens).
+  void cleanup(const std::string& id);
+  // The container's cgroup, relative to the runtime's own (the task's) groups.
+  static std::string cgroupName(const std::string& id) { return "ctr-" + id; }
+  // Whether the runtime is there (the agent's start-up line).
+  core::Result<std::string> runtimePath() const;
+
+ private:
+  ContainerOptions options_;
+  ImageCache images_;
+  std::mutex mu_;  // Between taking an image's layers and naming them in a bundle.
+};
+
+}  // namespace tessera::agent

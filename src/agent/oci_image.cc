@@ -1,0 +1,626 @@
+#include "agent/oci_image.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+namespace tessera::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Manifests, indexes and configs are small; anything bigger named as one is refused.
+constexpr size_t kMaxJsonBlob = size_t{16} << 20;
+
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr);
+  }
+  void update(const void* data, size_t n) { EVP_DigestUpdate(ctx_.get(), data, n); }
+  std::string hex() {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_DigestFinal_ex(ctx_.get(), md, &len);
+    static constexpr char kHex[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < len; ++i) {
+      out += kHex[md[i] >> 4];
+      out += kHex[md[i] & 15];
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
+};
+
+// The hex part of "sha256:<64 hex>"; an error for any other digest.
+core::Result<std::string> digestHex(const json& descriptor, const std::string& where) {
+  if (!descriptor.is_object() || !descriptor.contains("digest") ||
+      !descriptor["digest"].is_string()) {
+    return core::invalidArgument(where + ": a descriptor without a digest");
+  }
+  const std::string d = descriptor["digest"].get<std::string>();
+  const std::string hex = d.starts_with("sha256:") ? d.substr(7) : "";
+  const bool ok =
+      hex.size() == 64 && hex.find_first_not_of("0123456789abcdef") == std::string::npos;
+  if (!ok) {
+    return core::invalidArgument(where + ": unsupported digest '" + d.substr(0, 80) +
+                                 "' (expected sha256:<64 lower-case hex digits>)");
+  }
+  return hex;
+}
+
+// Where an image's files come from: a layout folder or a tar of one.
+class ImageSource {
+ public:
+  virtual ~ImageSource() = default;
+  // A small file of the layout ("index.json", "blobs/sha256/<hex>"); nullopt if absent.
+  virtual std::optional<std::string> small(const std::string& name) = 0;
+  // Calls `consume` with the blob's bytes, in order; false if the blob is absent.
+  virtual core::Result<bool> stream(
+      const std::string& name, const std::function<core::Status(const void*, size_t)>& consume) = 0;
+};
+
+class LayoutSource : public ImageSource {
+ public:
+  explicit LayoutSource(std::string dir) : dir_(std::move(dir)) {}
+  std::optional<std::string> small(const std::string& name) override {
+    std::ifstream in(dir_ + "/" + name, std::ios::binary);
+    if (!in) {
+      return std::nullopt;
+    }
+    std::string s;
+    char buf[65536];
+    while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+      s.append(buf, static_cast<size_t>(in.gcount()));
+      if (s.size() > kMaxJsonBlob) {
+        return std::nullopt;
+      }
+    }
+    return s;
+  }
+  core::Result<bool> stream(
+      const std::string& name,
+      const std::function<core::Status(const void*, size_t)>& consume) override {
+    const int fd = ::open((dir_ + "/" + name).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return false;
+    }
+    std::vector<char> buf(size_t{1} << 20);
+    core::Status st;
+    while (st.isOk()) {
+      const ssize_t n = ::read(fd, buf.data(), buf.size());
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0) {
+        st = core::unavailable("cannot read " + dir_ + "/" + name + ": " + std::strerror(errno));
+      }
+      if (n <= 0) {
+        break;
+      }
+      st = consume(buf.data(), static_cast<size_t>(n));
+    }
+    ::close(fd);
+    if (!st.isOk()) {
+      return st;
+    }
+    return true;
+  }
+
+ private:
+  std::string dir_;
+};
+
+std::string cleanName(std::string name) {
+  while (name.starts_with("./")) {
+    name = name.substr(2);
+  }
+  while (name.starts_with("/")) {
+    name = name.substr(1);
+  }
+  return name;
+}
+
+// A tar of a layout: read through once per blob that is streamed, small files kept from the
+// first pass.
+class ArchiveSource : public ImageSource {
+ public:
+  static core::Result<std::unique_ptr<ArchiveSource>> open(const std::string& path) {
+    auto src = std::unique_ptr<ArchiveSource>(new ArchiveSource(path));
+    TESSERA_RETURN_IF_ERROR(
+        src->scan([&](archive* a, archive_entry* e, const std::string& name) -> core::Result<bool> {
+          if (archive_entry_size(e) > static_cast<la_int64_t>(kMaxJsonBlob)) {
+            return false;
+          }
+          if (name != "index.json" && !name.starts_with("blobs/")) {
+            return false;
+          }
+          std::string content(static_cast<size_t>(archive_entry_size(e)), '\0');
+          if (!content.empty() && archive_read_data(a, content.data(), content.size()) !=
+                                      static_cast<la_ssize_t>(content.size())) {
+            return core::invalidArgument(path + ": cannot read " + name + ": " +
+                                         archive_error_string(a));
+          }
+          src->small_[name] = std::move(content);
+          return false;
+        }));
+    return src;
+  }
+  std::optional<std::string> small(const std::string& name) override {
+    auto it = small_.find(name);
+    return it == small_.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  core::Result<bool> stream(
+      const std::string& name,
+      const std::function<core::Status(const void*, size_t)>& consume) override {
+    bool found = false;
+    TESSERA_RETURN_IF_ERROR(
+        scan([&](archive* a, archive_entry*, const std::string& entry) -> core::Result<bool> {
+          if (entry != name) {
+            return false;
+          }
+          found = true;
+          std::vector<char> buf(size_t{1} << 20);
+          while (true) {
+            const la_ssize_t n = archive_read_data(a, buf.data(), buf.size());
+            if (n < 0) {
+              return core::invalidArgument(path_ + ": cannot read " + name + ": " +
+                                           archive_error_string(a));
+            }
+            if (n == 0) {
+              return true;
+            }
+            TESSERA_RETURN_IF_ERROR(consume(buf.data(), static_cast<size_t>(n)));
+          }
+        }));
+    return found;
+  }
+
+ private:
+  explicit ArchiveSource(std::string path) : path_(std::move(path)) {}
+
+  // Calls `each` for every regular file until it returns true.
+  core::Status scan(
+      const std::function<core::Result<bool>(archive*, archive_entry*, const std::string&)>& each) {
+    std::unique_ptr<archive, int (*)(archive*)> a(archive_read_new(), archive_read_free);
+    archive_read_support_format_tar(a.get());
+    archive_read_support_filter_all(a.get());
+    if (archive_read_open_filename(a.get(), path_.c_str(), 1 << 20) != ARCHIVE_OK) {
+      return core::notFound("cannot open image archive " + path_ + ": " +
+                            archive_error_string(a.get()));
+    }
+    archive_entry* e = nullptr;
+    while (true) {
+      const int r = archive_read_next_header(a.get(), &e);
+      if (r == ARCHIVE_EOF) {
+        return core::Status::ok();
+      }
+      if (r < ARCHIVE_WARN) {
+        return core::invalidArgument(path_ +
+                                     ": not a readable tar: " + archive_error_string(a.get()));
+      }
+      if (archive_entry_filetype(e) != AE_IFREG) {
+        continue;
+      }
+      TESSERA_ASSIGN_OR_RETURN(const bool done,
+                               each(a.get(), e, cleanName(archive_entry_pathname(e))));
+      if (done) {
+        return core::Status::ok();
+      }
+    }
+  }
+
+  std::string path_;
+  std::map<std::string, std::string> small_;
+};
+
+// A JSON blob, verified against its digest.
+core::Result<json> jsonBlob(ImageSource& src, const std::string& hex, const std::string& where) {
+  const std::optional<std::string> content = src.small("blobs/sha256/" + hex);
+  if (!content) {
+    return core::notFound(where + ": blob sha256:" + hex + " is missing (or over 16 MiB)");
+  }
+  Sha256 h;
+  h.update(content->data(), content->size());
+  if (h.hex() != hex) {
+    return core::invalidArgument(where + ": blob sha256:" + hex + " does not match its digest");
+  }
+  json j = json::parse(*content, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return core::invalidArgument(where + ": blob sha256:" + hex + " is not a JSON object");
+  }
+  return j;
+}
+
+constexpr const char* kIndexType = "application/vnd.oci.image.index.v1+json";
+constexpr const char* kDockerListType = "application/vnd.docker.distribution.manifest.list.v2+json";
+
+std::string mediaType(const json& j) {
+  return j.contains("mediaType") && j["mediaType"].is_string() ? j["mediaType"].get<std::string>()
+                                                               : "";
+}
+
+// The manifest descriptor to run from an index's "manifests": by tag, else the only one; an
+// index nested in it is followed to its linux/amd64 image (or its only one).
+core::Result<json> chooseManifest(ImageSource& src, const json& index, const std::string& tag,
+                                  const std::string& where, int depth) {
+  if (!index.contains("manifests") || !index["manifests"].is_array() ||
+      index["manifests"].empty()) {
+    return core::invalidArgument(where + ": its index lists no manifests");
+  }
+  const json& list = index["manifests"];
+  std::optional<json> chosen;
+  if (!tag.empty()) {
+    for (const json& d : list) {
+      const json* ann = d.contains("annotations") ? &d["annotations"] : nullptr;
+      if (ann != nullptr && ann->is_object() &&
+          ann->contains("org.opencontainers.image.ref.name") &&
+          (*ann)["org.opencontainers.image.ref.name"] == tag) {
+        chosen = d;
+        break;
+      }
+    }
+    if (!chosen) {
+      return core::notFound(where + ": no image tagged '" + tag + "' in its index.json");
+    }
+  } else if (depth > 0) {
+    for (const json& d : list) {
+      const json* p = d.contains("platform") ? &d["platform"] : nullptr;
+      if (p != nullptr && p->is_object() && p->value("os", "") == "linux" &&
+          p->value("architecture", "") == "amd64") {
+        chosen = d;
+        break;
+      }
+    }
+    if (!chosen && list.size() == 1) {
+      chosen = list[0];
+    }
+    if (!chosen) {
+      return core::notFound(where + ": no linux/amd64 image in its index");
+    }
+  } else if (list.size() == 1) {
+    chosen = list[0];
+  } else {
+    return core::invalidArgument(where + ": its index.json holds " + std::to_string(list.size()) +
+                                 " images; name one with oci:/path:TAG");
+  }
+  const std::string type = mediaType(*chosen);
+  if (type == kIndexType || type == kDockerListType) {
+    if (depth >= 2) {
+      return core::invalidArgument(where + ": indexes nested too deep");
+    }
+    TESSERA_ASSIGN_OR_RETURN(const std::string hex, digestHex(*chosen, where));
+    TESSERA_ASSIGN_OR_RETURN(const json nested, jsonBlob(src, hex, where));
+    return chooseManifest(src, nested, "", where, depth + 1);
+  }
+  return *chosen;
+}
+
+std::vector<std::string> stringList(const json& j, const char* key) {
+  std::vector<std::string> out;
+  if (j.is_object() && j.contains(key) && j[key].is_array()) {
+    for (const json& s : j[key]) {
+      if (s.is_string()) {
+        out.push_back(s.get<std::string>());
+      }
+    }
+  }
+  return out;
+}
+
+// Whether a layer entry's path stays inside the layer: no "..", nothing absolute after cleaning.
+bool insideLayer(const std::string& name) {
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t end = name.find('/', start);
+    if (end == std::string::npos) {
+      end = name.size();
+    }
+    if (name.compare(start, end - start, "..") == 0 && end - start == 2) {
+      return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+// Whether every folder on the way from `dest` to `dest`/`rel` (rel's last part excluded) is a
+// real folder, never a link: a layer's own link ("etc -> /etc") must not take a whiteout or a
+// hard link out of the layer. With `create`, missing folders are made.
+bool noLinkOnTheWay(const std::string& dest, const std::string& rel, bool create) {
+  std::string at = dest;
+  size_t start = 0;
+  while (true) {
+    const size_t slash = rel.find('/', start);
+    if (slash == std::string::npos) {
+      return true;
+    }
+    at.push_back('/');
+    at.append(rel, start, slash - start);
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0) {
+      if (!create || ::mkdir(at.c_str(), 0755) != 0) {
+        return false;
+      }
+    } else if (!S_ISDIR(st.st_mode)) {
+      return false;
+    }
+    start = slash + 1;
+  }
+}
+
+// Unpacks one layer (a tar, compressed or not) from `src` into `dest`, which must not exist, and
+// checks its bytes against `hex`.
+core::Status unpackLayer(ImageSource& src, const std::string& hex, const std::string& dest,
+                         const std::string& where) {
+  std::error_code ec;
+  fs::create_directories(dest, ec);
+  if (ec) {
+    return core::unavailable(where + ": cannot create " + dest + ": " + ec.message());
+  }
+  ::chmod(dest.c_str(), 0755);  // The layer's root is the container's "/".
+  // The blob is copied next to the layer first, hashed on the way, and unpacked only once its
+  // digest matched: nothing of a blob that is not what its name says is ever written out.
+  Sha256 h;
+  const std::string name = "blobs/sha256/" + hex;
+  const std::string tmp_blob = dest + ".blob";
+  {
+    const int fd = ::open(tmp_blob.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      return core::unavailable(where + ": cannot write " + tmp_blob + ": " + std::strerror(errno));
+    }
+    auto found = src.stream(name, [&](const void* data, size_t n) -> core::Status {
+      h.update(data, n);
+      if (::write(fd, data, n) != static_cast<ssize_t>(n)) {
+        return core::unavailable(where + ": cannot write " + tmp_blob + ": " +
+                                 std::strerror(errno));
+      }
+      return core::Status::ok();
+    });
+    ::close(fd);
+    if (!found.isOk() || !*found) {
+      ::unlink(tmp_blob.c_str());
+      return found.isOk() ? core::notFound(where + ": layer sha256:" + hex + " is missing")
+                          : found.status();
+    }
+  }
+  if (h.hex() != hex) {
+    ::unlink(tmp_blob.c_str());
+    return core::invalidArgument(where + ": layer sha256:" + hex + " does not match its digest");
+  }
+  std::unique_ptr<archive, int (*)(archive*)> in(archive_read_new(), archive_read_free);
+  archive_read_support_format_tar(in.get());
+  archive_read_support_filter_all(in.get());
+  std::unique_ptr<archive, int (*)(archive*)> out(archive_write_disk_new(), archive_write_free);
+  archive_write_disk_set_options(out.get(), ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM |
+                                                ARCHIVE_EXTRACT_OWNER | ARCHIVE_EXTRACT_XATTR |
+                                                ARCHIVE_EXTRACT_SECURE_NODOTDOT |
+                                                ARCHIVE_EXTRACT_SECURE_SYMLINKS);
+  archive_write_disk_set_standard_lookup(out.get());
+  core::Status st;
+  if (archive_read_open_filename(in.get(), tmp_blob.c_str(), 1 << 20) != ARCHIVE_OK) {
+    st = core::invalidArgument(where + ": layer sha256:" + hex + ": " +
+                               archive_error_string(in.get()));
+  }
+  archive_entry* e = nullptr;
+  while (st.isOk()) {
+    const int r = archive_read_next_header(in.get(), &e);
+    if (r == ARCHIVE_EOF) {
+      break;
+    }
+    if (r < ARCHIVE_WARN) {
+      st = core::invalidArgument(where + ": layer sha256:" + hex +
+                                 " is not a readable tar: " + archive_error_string(in.get()));
+      break;
+    }
+    const std::string entry = cleanName(archive_entry_pathname(e));
+    if (entry.empty()) {
+      continue;  // "./" itself.
+    }
+    if (!insideLayer(entry)) {
+      st = core::invalidArgument(where + ": layer sha256:" + hex + ": entry '" +
+                                 entry.substr(0, 200) + "' points outside the layer");
+      break;
+    }
+    const size_t slash = entry.rfind('/');
+    const std::string parent = slash == std::string::npos ? "" : entry.substr(0, slash);
+    const std::string base = slash == std::string::npos ? entry : entry.substr(slash + 1);
+    if (base.starts_with(".wh.")) {
+      // Whiteouts, in the form overlayfs reads in a lower layer.
+      const std::string pdir = parent.empty() ? dest : dest + "/" + parent;
+      if (!noLinkOnTheWay(dest, entry, true)) {
+        st = core::invalidArgument(where + ": layer sha256:" + hex + ": whiteout '" +
+                                   entry.substr(0, 200) + "' goes through a link");
+        break;
+      }
+      if (base == ".wh..wh..opq") {
+        if (::setxattr(pdir.c_str(), "trusted.overlay.opaque", "y", 1, 0) != 0) {
+          st = core::unavailable(where + ": cannot mark " + pdir +
+                                 " opaque: " + std::strerror(errno));
+        }
+      } else {
+        const std::string target = pdir + "/" + base.substr(4);
+        fs::remove_all(target, ec);
+        if (::mknod(target.c_str(), S_IFCHR | 0, ::makedev(0, 0)) != 0) {
+          st = core::unavailable(where + ": cannot make the whiteout " + target + ": " +
+                                 std::strerror(errno));
+        }
+      }
+      continue;
+    }
+    archive_entry_set_pathname(e, (dest + "/" + entry).c_str());
+    if (const char* link = archive_entry_hardlink(e); link != nullptr) {
+      const std::string target = cleanName(link);
+      if (!insideLayer(target) || !noLinkOnTheWay(dest, target, false)) {
+        st = core::invalidArgument(where + ": layer sha256:" + hex + ": hard link '" +
+                                   entry.substr(0, 200) + "' points outside the layer");
+        break;
+      }
+      archive_entry_set_hardlink(e, (dest + "/" + target).c_str());
+    }
+    if (archive_write_header(out.get(), e) < ARCHIVE_WARN) {
+      st = core::invalidArgument(where + ": layer sha256:" + hex + ": cannot unpack '" +
+                                 entry.substr(0, 200) + "': " + archive_error_string(out.get()));
+      break;
+    }
+    const void* buf = nullptr;
+    size_t size = 0;
+    la_int64_t offset = 0;
+    while (true) {
+      const int dr = archive_read_data_block(in.get(), &buf, &size, &offset);
+      if (dr == ARCHIVE_EOF) {
+        break;
+      }
+      if (dr < ARCHIVE_WARN ||
+          archive_write_data_block(out.get(), buf, size, offset) < ARCHIVE_WARN) {
+        st = core::invalidArgument(where + ": layer sha256:" + hex + ": cannot unpack '" +
+                                   entry.substr(0, 200) + "'");
+        break;
+      }
+    }
+    if (st.isOk() && archive_write_finish_entry(out.get()) < ARCHIVE_WARN) {
+      st = core::invalidArgument(where + ": layer sha256:" + hex + ": cannot unpack '" +
+                                 entry.substr(0, 200) + "': " + archive_error_string(out.get()));
+    }
+  }
+  archive_write_close(out.get());
+  ::unlink(tmp_blob.c_str());
+  return st;
+}
+
+}  // namespace
+
+core::Result<UnpackedImage> ImageCache::get(const model::ImageRef& ref) {
+  std::string where;
+  std::unique_ptr<ImageSource> src;
+  switch (ref.kind) {
+    case model::ImageRef::Kind::kRegistry:
+      return core::failedPrecondition("image '" + ref.reference +
+                                      "': registry pulls are not supported yet (use "
+                                      "oci:/path or oci-archive:/path.tar on the node)");
+    case model::ImageRef::Kind::kOciLayout: {
+      where = "image oci:" + ref.path + (ref.tag.empty() ? "" : ":" + ref.tag);
+      std::error_code ec;
+      if (!fs::is_directory(ref.path, ec)) {
+        return core::notFound(where + ": no such folder on this node");
+      }
+      src = std::make_unique<LayoutSource>(ref.path);
+      break;
+    }
+    case model::ImageRef::Kind::kOciArchive: {
+      where = "image oci-archive:" + ref.path;
+      std::error_code ec;
+      if (!fs::is_regular_file(ref.path, ec)) {
+        return core::notFound(where + ": no such file on this node");
+      }
+      auto a = ArchiveSource::open(ref.path);
+      if (!a.isOk()) {
+        return a.status().withContext(where);
+      }
+      src = std::move(a).value();
+      break;
+    }
+  }
+  std::lock_guard lock(mu_);
+  const std::optional<std::string> index_text = src->small("index.json");
+  if (!index_text) {
+    return core::notFound(where + ": no index.json (not an OCI image layout)");
+  }
+  const json index = json::parse(*index_text, nullptr, false);
+  if (index.is_discarded() || !index.is_object()) {
+    return core::invalidArgument(where + ": index.json is not a JSON object");
+  }
+  TESSERA_ASSIGN_OR_RETURN(const json desc, chooseManifest(*src, index, ref.tag, where, 0));
+  TESSERA_ASSIGN_OR_RETURN(const std::string manifest_hex, digestHex(desc, where));
+  TESSERA_ASSIGN_OR_RETURN(const json manifest, jsonBlob(*src, manifest_hex, where));
+  if (!manifest.contains("layers") || !manifest["layers"].is_array() ||
+      !manifest.contains("config")) {
+    return core::invalidArgument(where + ": manifest sha256:" + manifest_hex +
+                                 " has no layers or config");
+  }
+  UnpackedImage img;
+  img.manifest_digest = "sha256:" + manifest_hex;
+  TESSERA_ASSIGN_OR_RETURN(const std::string config_hex, digestHex(manifest["config"], where));
+  TESSERA_ASSIGN_OR_RETURN(const json config, jsonBlob(*src, config_hex, where));
+  if (config.contains("config") && config["config"].is_object()) {
+    const json& c = config["config"];
+    img.config.env = stringList(c, "Env");
+    img.config.entrypoint = stringList(c, "Entrypoint");
+    img.config.cmd = stringList(c, "Cmd");
+    if (c.contains("WorkingDir") && c["WorkingDir"].is_string()) {
+      img.config.working_dir = c["WorkingDir"].get<std::string>();
+    }
+  }
+  const std::string layers = dir_ + "/layers";
+  std::error_code ec;
+  fs::create_directories(layers, ec);
+  if (ec) {
+    return core::unavailable(where + ": cannot create " + layers + ": " + ec.message());
+  }
+  ::chmod(dir_.c_str(), 0700);  // Images may hold what their owners keep from other tenants.
+  // SECURE_SYMLINKS refuses a path through any link, the cache's own included.
+  const std::string real_layers = fs::canonical(layers, ec).string();
+  if (ec) {
+    return core::unavailable(where + ": " + layers + ": " + ec.message());
+  }
+  for (const json& layer : manifest["layers"]) {
+    TESSERA_ASSIGN_OR_RETURN(const std::string hex, digestHex(layer, where));
+    const std::string dest = real_layers + "/" + hex;
+    if (!fs::is_directory(dest, ec)) {
+      const std::string partial = dest + ".partial";
+      fs::remove_all(partial, ec);
+      core::Status st = unpackLayer(*src, hex, partial, where);
+      if (st.isOk() && ::rename(partial.c_str(), dest.c_str()) != 0) {
+        st = core::unavailable(where + ": cannot rename " + partial + ": " + std::strerror(errno));
+      }
+      if (!st.isOk()) {
+        fs::remove_all(partial, ec);
+        return st;
+      }
+    }
+    // Its time of last use, for the collection of unused layers.
+    (void)::utimensat(AT_FDCWD, dest.c_str(), nullptr, 0);
+    img.layer_dirs.push_back(dest);
+    img.layer_keys.push_back(hex);
+  }
+  if (img.layer_dirs.empty()) {
+    return core::invalidArgument(where + ": its manifest has no layers");
+  }
+  return img;
+}
+
+int ImageCache::collect(const std::set<std::string>& keep) {
+  std::lock_guard lock(mu_);
+  int removed = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_ + "/layers", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!keep.contains(name)) {
+      std::error_code rm;
+      fs::remove_all(e.path(), rm);
+      removed += rm ? 0 : 1;
+    }
+  }
+  return removed;
+}
+
+}  // namespace tessera::agent

@@ -1,0 +1,535 @@
+// Issue 25's must-shows: workloads as OCI containers, through the real server and real agents
+// (`tessera agent run`, simulated GPUs, each tenant's own Unix user), run by `runc`. The image
+// is built at test time from Debian's busybox-static by scripts/make-busybox-image (two layers,
+// the second with a whiteout); nothing is downloaded. These tests need root, runc and
+// busybox-static (scripts/bootstrap installs them): without them they fail, saying so.
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "process.h"
+#include "test_certs.h"
+#include "util.h"
+
+namespace tessera::integration {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// The pids of processes whose command line holds `marker` and whose cgroups are those of
+// `node`'s agent's tasks (the agents' task groups are tessera/<node>).
+std::vector<pid_t> processesOf(const std::string& node, const std::string& marker) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    std::string cmdline = slurp(e.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(marker) != std::string::npos &&
+        slurp(e.path() / "cgroup").find("/" + node + "/") != std::string::npos) {
+      out.push_back(std::stoi(name));
+    }
+  }
+  return out;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+class ContainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // What the must-shows need of the machine: a failure that says what is missing, never a
+    // silent skip.
+    ASSERT_EQ(::geteuid(), 0U) << "container tests need root (runc runs bundles as root here)";
+    ASSERT_EQ(std::system("command -v runc >/dev/null"), 0)
+        << "container tests need runc: apt-get install runc (scripts/bootstrap)";
+    dir_ = fs::temp_directory_path() /
+           ("tessera-containers-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    image_ = (dir_ / "busybox.tar").string();
+    const std::string make = sourceDir() + "/scripts/make-busybox-image " + image_ +
+                             " >/dev/null 2>" + (dir_ / "make-image.err").string();
+    ASSERT_EQ(std::system(make.c_str()), 0)
+        << "cannot build the test image (apt-get install busybox-static): "
+        << slurp(dir_ / "make-image.err");
+    auto ca = writeTestCertificates(dir_);
+    ASSERT_TRUE(ca.isOk()) << ca.status().toString();
+    ca_pem_ = *ca;
+    const std::string d = dir_.string();
+    std::ofstream(dir_ / "server.hcl")
+        << "storage \"sqlite\" { path = \"" << d << "/t.db\" }\n"
+        << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
+        << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
+        << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
+        << "scheduler { pass_interval_ms = 50 }\n"
+        // A lease longer than the agents' fencing (2.5 s) and the shims' grace (2 s) together:
+        // a container whose first process ignores SIGTERM stops only after that grace.
+        << "nodes {\n  agents = \"gpu-a=t4-2x,gpu-b=t4-2x\"\n  lease_ttl_ms = 6000\n}\n";
+    server_ = std::make_unique<Process>(
+        std::vector<std::string>{"server", "-config=" + (dir_ / "server.hcl").string()},
+        dir_ / "server.out");
+    std::smatch m;
+    std::string out;
+    ASSERT_TRUE(waitFor(
+        [&] {
+          out = server_->output();
+          return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
+        },
+        30s))
+        << out << server_->errors();
+    address_ = m[1];
+    client_ = std::make_unique<Client>(address_, ca_pem_);
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
+    root_ = m[1];
+    for (const std::string node : {"gpu-a", "gpu-b"}) {
+      const json policy = {
+          {"path", {{"sys/nodes/" + node + "/*", {{"capabilities", {"read", "update"}}}}}}};
+      ASSERT_EQ(call("POST", "/v1/sys/policies/node-" + node, root_, policy).status, 204U);
+      Response t = call("POST", "/v1/auth/token/create", root_,
+                        {{"policies", {"node-" + node}}, {"ttl", "1h"}});
+      ASSERT_EQ(t.status, 200U) << t.raw;
+      node_tokens_[node] = t.body["auth"]["client_token"];
+    }
+    ASSERT_EQ(call("POST", "/v1/tenants/team-1", root_, {{"quota", {{"gpu", 4}}}}).status, 204U);
+    Response t = call("POST", "/v1/auth/token/create", root_,
+                      {{"tenant", "team-1"}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+    ASSERT_EQ(t.status, 200U) << t.raw;
+    tenant_ = t.body["auth"]["client_token"];
+  }
+  void TearDown() override {
+    agents_.clear();
+    server_.reset();
+    // Containers a stopped agent left to its shims (they would stop at its lease's end): gone
+    // now, with their root filesystems' mounts, so that the folder can go.
+    for (const std::string node : {"gpu-a", "gpu-b"}) {
+      const fs::path c = dir_ / node / "containers";
+      std::error_code ec;
+      for (const fs::directory_entry& b : fs::directory_iterator(c / "bundles", ec)) {
+        (void)!std::system(("runc --root " + (c / "state").string() + " delete --force " +
+                            b.path().filename().string() + " >/dev/null 2>&1")
+                               .c_str());
+        ::umount2((b.path() / "rootfs").c_str(), MNT_DETACH);
+      }
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  Response call(const std::string& method, const std::string& target, const std::string& token,
+                const json& body = nullptr) {
+    return client_->call(method, target, token, body);
+  }
+  // The agent of `node`: simulated GPUs, each tenant's tasks as its own Unix user.
+  void startAgent(const std::string& node) {
+    agents_[node] = std::make_unique<Process>(std::vector<std::string>{"agent",
+                                                                       "run",
+                                                                       "--node",
+                                                                       node,
+                                                                       "--backend",
+                                                                       "sim",
+                                                                       "--profile",
+                                                                       "t4-2x",
+                                                                       "--address",
+                                                                       address_,
+                                                                       "--ca-cert",
+                                                                       (dir_ / "ca.pem").string(),
+                                                                       "--work-dir",
+                                                                       (dir_ / node).string(),
+                                                                       "--run-as",
+                                                                       "tenant",
+                                                                       "--node-mode",
+                                                                       "development",
+                                                                       "--fence-after-ms",
+                                                                       "2500",
+                                                                       "--token",
+                                                                       node_tokens_[node]},
+                                              dir_ / (node + ".out"));
+  }
+  std::string nodeState(const std::string& node) {
+    const Response r = call("GET", "/v1/nodes", root_);
+    for (const json& n : r.body["data"]["nodes"]) {
+      if (n["name"] == node) {
+        return n["state"];
+      }
+    }
+    return "?";
+  }
+  void startAgents(const std::vector<std::string>& nodes) {
+    for (const std::string& n : nodes) {
+      startAgent(n);
+    }
+    ASSERT_TRUE(waitFor(
+        [&] {
+          for (const std::string& n : nodes) {
+            if (nodeState(n) != "ready") {
+              return false;
+            }
+          }
+          return true;
+        },
+        20s))
+        << call("GET", "/v1/nodes", root_).raw << agents_[nodes[0]]->errors();
+  }
+  Response submit(const std::string& name, json body) {
+    return call("POST", "/v1/tenants/team-1/workloads/" + name, tenant_, body);
+  }
+  json workload(const std::string& name) {
+    return call("GET", "/v1/tenants/team-1/workloads/" + name, tenant_).body["data"];
+  }
+  std::string phase(const std::string& name) { return workload(name)["status"].value("phase", ""); }
+  bool waitPhase(const std::string& name, const std::string& want, std::chrono::seconds s = 30s) {
+    return waitFor([&] { return phase(name) == want; }, s);
+  }
+  // `tessera logs NAME` as the tenant runs it.
+  CmdResult logs(const std::string& name) {
+    return runTessera("logs " + name, dir_ / "cli.err",
+                      "TESSERA_ADDR=" + address_ + " TESSERA_CACERT=" + (dir_ / "ca.pem").string() +
+                          " TESSERA_TENANT= HOME=" + dir_.string() + " TESSERA_TOKEN=" + tenant_);
+  }
+  fs::path taskDir(const std::string& node, const std::string& name) {
+    return dir_ / node / ("team-1." + name + ".0");
+  }
+  // The node whose task folder of `name` has `text` in its stdout.log ("" : none within 20 s).
+  std::string nodeLogging(const std::string& name, const std::string& text) {
+    std::string found;
+    waitFor(
+        [&] {
+          for (const std::string n : {"gpu-a", "gpu-b"}) {
+            if (slurp(taskDir(n, name) / "stdout.log").find(text) != std::string::npos) {
+              found = n;
+              return true;
+            }
+          }
+          return false;
+        },
+        20s);
+    return found;
+  }
+  std::string agentLog(const std::string& node) { return slurp(dir_ / (node + ".out.err")); }
+
+  fs::path dir_;
+  std::string image_;
+  std::string ca_pem_;
+  std::string address_;
+  std::string root_;
+  std::string tenant_;
+  std::map<std::string, std::string> node_tokens_;
+  std::unique_ptr<Process> server_;
+  std::unique_ptr<Client> client_;
+  std::map<std::string, std::unique_ptr<Process>> agents_;
+};
+
+// Must show 1: the task runs in its image's filesystem (layer 2's marker there, layer 1's file
+// whited out, the host's files absent), as its tenant's user, with its one GPU's device entry
+// and CUDA_VISIBLE_DEVICES, and what it prints reaches `tessera logs`.
+TEST_F(ContainerTest, RunsInItsImageAsItsTenantWithOnlyItsGpu) {
+  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}));
+  const std::string host_only = (dir_ / "server.hcl").string();
+  const std::string script =
+      "cat /etc/image-marker; "
+      "test -e /etc/removed-by-layer-2 && echo whiteout-ignored; "
+      "test -e " +
+      host_only +
+      " && echo host-visible; "
+      "test -e /usr/bin/cmake && echo host-visible; "
+      "echo uid=$(id -u); "
+      "for d in /dev/nvidia*; do echo dev=$d:$(cat $d); done; "
+      "echo cvd=$CUDA_VISIBLE_DEVICES; "
+      "test -s \"$TESSERA_IDENTITY_TOKEN_FILE\" && echo token-readable; "
+      "touch \"$TESSERA_CREDENTIALS_DIR/new\" 2>/dev/null || echo credentials-read-only";
+  Response r = submit("inside", {{"gpu", {{"count", 1}}},
+                                 {"image", "oci-archive:" + image_},
+                                 {"command", {"sh", "-c", script}}});
+  ASSERT_EQ(r.status, 202U) << r.raw;
+  ASSERT_TRUE(waitPhase("inside", "succeeded")) << workload("inside").dump() << agentLog("gpu-a");
+  const CmdResult out = logs("inside");
+  ASSERT_EQ(out.rc, 0) << out.err;
+  EXPECT_NE(out.out.find("tessera busybox image\n"), std::string::npos) << out.out;
+  EXPECT_EQ(out.out.find("whiteout-ignored"), std::string::npos) << out.out;
+  EXPECT_EQ(out.out.find("host-visible"), std::string::npos) << out.out;
+  const passwd* pw = ::getpwnam("tessera-team-1");
+  ASSERT_NE(pw, nullptr) << "the agent made no user for team-1";
+  ASSERT_NE(pw->pw_uid, 0U);
+  EXPECT_NE(out.out.find("uid=" + std::to_string(pw->pw_uid) + "\n"), std::string::npos) << out.out;
+  // Exactly one device entry, its GPU's, and the same GPU in CUDA_VISIBLE_DEVICES.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      out.out, m, std::regex(R"(dev=/dev/nvidia[01]:(GPU-[0-9a-f-]{36})\ncvd=(GPU-[0-9a-f-]+)\n)")))
+      << out.out;
+  EXPECT_EQ(m[1], m[2]) << out.out;
+  EXPECT_EQ(count(out.out, "dev="), 1U) << out.out;
+  // Its credentials folder, read-only, where its variables say.
+  EXPECT_NE(out.out.find("token-readable\ncredentials-read-only\n"), std::string::npos) << out.out;
+
+  // The same image as a layout folder, by tag: its layers come from the node's cache (the same
+  // two, unpacked once), and the task's root filesystem can be made read-only.
+  const std::string layout = (dir_ / "layout").string();
+  ASSERT_EQ(
+      std::system((sourceDir() + "/scripts/make-busybox-image " + layout + " >/dev/null").c_str()),
+      0);
+  r = submit("layout", {{"image", "oci:" + layout + ":latest"},
+                        {"readOnlyRootfs", true},
+                        {"shmMiB", 16},
+                        {"command",
+                         {"sh", "-c",
+                          "cat /etc/image-marker; touch /new-file || echo read-only; "
+                          "df -m /dev/shm | tail -1"}}});
+  ASSERT_EQ(r.status, 202U) << r.raw;
+  ASSERT_TRUE(waitPhase("layout", "succeeded")) << workload("layout").dump() << agentLog("gpu-a");
+  const CmdResult out2 = logs("layout");
+  EXPECT_NE(out2.out.find("tessera busybox image\nread-only\n"), std::string::npos) << out2.out;
+  EXPECT_TRUE(std::regex_search(out2.out, std::regex(R"(shm\s+16\s)"))) << out2.out;
+  size_t layers = 0;
+  for (const auto& e :
+       fs::directory_iterator(dir_ / "gpu-a" / "containers" / "images" / "layers")) {
+    layers += e.is_directory() ? 1 : 0;
+  }
+  EXPECT_EQ(layers, 2U);
+  // Nothing of the finished containers is left: no bundle, no runtime state.
+  EXPECT_TRUE(fs::is_empty(dir_ / "gpu-a" / "containers" / "bundles"));
+}
+
+// Bad references are refused at admission with a 400 naming the field; an image that is not
+// there, or a registry reference, fails its task with the reason.
+TEST_F(ContainerTest, ImagesThatCannotBeRunSayWhy) {
+  for (const std::string bad :
+       {"oci:relative/path", "oci-archive:/a/../etc/shadow", "oci:/x:b@d", "HTTP://bad host/x"}) {
+    Response r = submit("bad", {{"image", bad}, {"command", {"true"}}});
+    EXPECT_EQ(r.status, 400U) << bad << ": " << r.raw;
+    EXPECT_NE(r.raw.find("image"), std::string::npos) << r.raw;
+  }
+  Response r = submit("shm", {{"shmMiB", 64}, {"command", {"true"}}});
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}));
+  ASSERT_EQ(submit("missing", {{"image", "oci-archive:/no/such/image.tar"}, {"command", {"true"}}})
+                .status,
+            202U);
+  ASSERT_EQ(submit("registry",
+                   {{"image", "registry.example.com/team/pytorch:24.01"}, {"command", {"true"}}})
+                .status,
+            202U);
+  // An image on the node that the tenant's user may not read (another tenant's, say): the agent,
+  // which reads images as root, does not run it for them.
+  const fs::path private_image = dir_ / "private.tar";
+  fs::copy_file(image_, private_image);
+  fs::permissions(private_image, fs::perms::owner_read | fs::perms::owner_write);
+  ASSERT_EQ(
+      submit("private", {{"image", "oci-archive:" + private_image.string()}, {"command", {"true"}}})
+          .status,
+      202U);
+  ASSERT_TRUE(waitPhase("private", "failed")) << workload("private").dump();
+  EXPECT_NE(workload("private").dump().find("may not read " + private_image.string()),
+            std::string::npos)
+      << workload("private").dump();
+  ASSERT_TRUE(waitPhase("missing", "failed")) << workload("missing").dump();
+  ASSERT_TRUE(waitPhase("registry", "failed")) << workload("registry").dump();
+  EXPECT_NE(workload("missing").dump().find("oci-archive:/no/such/image.tar: no such file"),
+            std::string::npos)
+      << workload("missing").dump();
+  EXPECT_NE(workload("registry").dump().find("registry pulls are not supported yet"),
+            std::string::npos)
+      << workload("registry").dump();
+}
+
+// Must show 2, cancel: SIGTERM reaches the container's process (its handler runs), and one that
+// ignores SIGTERM is killed after its grace period, leaving nothing behind.
+TEST_F(ContainerTest, CancelSendsSigtermThenSigkillAfterTheGrace) {
+  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}));
+  ASSERT_EQ(submit("polite", {{"image", "oci-archive:" + image_},
+                              {"gracePeriod", 10},
+                              {"command",
+                               {"sh", "-c",
+                                "trap 'echo got-term; exit 3' TERM; echo up; "
+                                "while :; do sleep 0.1; done"}}})
+                .status,
+            202U);
+  ASSERT_EQ(
+      submit("stubborn",
+             {{"image", "oci-archive:" + image_},
+              {"gracePeriod", 1},
+              {"command", {"sh", "-c", "trap '' TERM; echo up; while :; do sleep 77777; done"}}})
+          .status,
+      202U);
+  ASSERT_EQ(nodeLogging("polite", "up"), "gpu-a") << agentLog("gpu-a");
+  ASSERT_EQ(nodeLogging("stubborn", "up"), "gpu-a") << agentLog("gpu-a");
+  ASSERT_FALSE(processesOf("gpu-a", "sleep 77777").empty());
+  const auto cancelled_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/polite", tenant_).status, 204U);
+  ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/stubborn", tenant_).status, 204U);
+  ASSERT_TRUE(waitFor([&] { return processesOf("gpu-a", "sleep 77777").empty(); }, 15s));
+  // Not before its grace: it ignored SIGTERM.
+  EXPECT_GE(std::chrono::steady_clock::now() - cancelled_at, 900ms);
+  ASSERT_TRUE(waitPhase("polite", "cancelled")) << workload("polite").dump();
+  ASSERT_TRUE(waitPhase("stubborn", "cancelled")) << workload("stubborn").dump();
+  EXPECT_NE(slurp(taskDir("gpu-a", "polite") / "stdout.log").find("got-term"), std::string::npos);
+  EXPECT_EQ(slurp(taskDir("gpu-a", "stubborn") / "stdout.log"), "up\n");
+  ASSERT_TRUE(
+      waitFor([&] { return fs::is_empty(dir_ / "gpu-a" / "containers" / "bundles"); }, 10s));
+}
+
+// Must show 2, preemption: a workload of higher priority takes the GPUs; the container gets
+// SIGTERM (its handler runs, and it goes on), then SIGKILL after its grace, before the other
+// one starts.
+TEST_F(ContainerTest, PreemptionStopsTheContainerWithSigtermThenSigkill) {
+  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}));
+  ASSERT_EQ(submit("low", {{"gpu", {{"count", 2}}},
+                           {"image", "oci-archive:" + image_},
+                           {"gracePeriod", 1},
+                           {"command",
+                            {"sh", "-c",
+                             "trap 'echo got-term' TERM; echo up; "
+                             "while :; do sleep 0.2; done; : low-marker-55"}}})
+                .status,
+            202U);
+  ASSERT_EQ(nodeLogging("low", "up"), "gpu-a") << agentLog("gpu-a");
+  ASSERT_FALSE(processesOf("gpu-a", "low-marker-55").empty());
+  const auto preempted_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(submit("urgent", {{"gpu", {{"count", 2}}},
+                              {"priority", 10},
+                              {"image", "oci-archive:" + image_},
+                              {"command", {"sh", "-c", "echo urgent-up; sleep 3"}}})
+                .status,
+            202U);
+  ASSERT_EQ(nodeLogging("urgent", "urgent-up"), "gpu-a")
+      << workload("low").dump() << workload("urgent").dump() << agentLog("gpu-a");
+  // By then the preempted container was gone: SIGTERM reached it, it went on, SIGKILL ended it
+  // once its grace had passed.
+  EXPECT_GE(std::chrono::steady_clock::now() - preempted_at, 900ms);
+  EXPECT_TRUE(processesOf("gpu-a", "low-marker-55").empty());
+  EXPECT_EQ(slurp(taskDir("gpu-a", "low") / "stdout.log"), "up\ngot-term\n");
+  const std::string events = call("GET", "/v1/tenants/team-1/workloads/low/events", tenant_).raw;
+  EXPECT_NE(events.find("preempted by workload urgent"), std::string::npos) << events;
+  ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/low", tenant_).status, 204U);
+}
+
+// Must show 2, agent kill -9: the node's shim fences the container once the lease runs out,
+// and the task runs again on the other node only after that, never twice at once.
+TEST_F(ContainerTest, AKilledAgentsContainerIsFencedBeforeItRunsElsewhere) {
+  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a", "gpu-b"}));
+  ASSERT_EQ(submit("fenced", {{"gpu", {{"count", 2}}},
+                              {"image", "oci-archive:" + image_},
+                              {"gracePeriod", 1},
+                              {"command", {"sh", "-c", "echo start; exec sleep 88888"}}})
+                .status,
+            202U);
+  const std::string first = nodeLogging("fenced", "start");
+  ASSERT_FALSE(first.empty()) << agentLog("gpu-a") << agentLog("gpu-b");
+  const std::string other = first == "gpu-a" ? "gpu-b" : "gpu-a";
+  ASSERT_FALSE(processesOf(first, "sleep 88888").empty());
+  EXPECT_EQ(agents_[first]->stop(SIGKILL), -SIGKILL);
+  // Until the old container is gone, the task must not start on the other node.
+  bool overlap = false;
+  const bool moved = waitFor(
+      [&] {
+        const bool old_alive = !processesOf(first, "sleep 88888").empty();
+        const bool new_started =
+            slurp(taskDir(other, "fenced") / "stdout.log").find("start") != std::string::npos;
+        overlap = overlap || (old_alive && new_started);
+        return new_started && !old_alive;
+      },
+      40s);
+  EXPECT_TRUE(moved) << workload("fenced").dump();
+  EXPECT_FALSE(overlap) << "the task ran on two nodes at once";
+  EXPECT_TRUE(processesOf(first, "sleep 88888").empty());
+  EXPECT_EQ(count(slurp(taskDir(first, "fenced") / "stdout.log"), "start"), 1U);
+  ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/fenced", tenant_).status, 204U);
+  ASSERT_TRUE(waitFor([&] { return processesOf(other, "sleep 88888").empty(); }, 15s));
+}
+
+// Must show 2, agent restart: a restarted agent adopts its running container, which finishes
+// once, its exit reported.
+TEST_F(ContainerTest, ARestartedAgentAdoptsItsContainer) {
+  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}));
+  ASSERT_EQ(submit("steady", {{"gpu", {{"count", 1}}},
+                              {"image", "oci-archive:" + image_},
+                              {"command", {"sh", "-c", "echo start; sleep 4; echo done"}}})
+                .status,
+            202U);
+  ASSERT_EQ(nodeLogging("steady", "start"), "gpu-a") << agentLog("gpu-a");
+  EXPECT_EQ(agents_["gpu-a"]->stop(SIGTERM), 0);
+  EXPECT_FALSE(processesOf("gpu-a", "sleep 4").empty())
+      << "the container did not outlive its agent";
+  startAgent("gpu-a");
+  ASSERT_TRUE(waitPhase("steady", "succeeded")) << workload("steady").dump() << agentLog("gpu-a");
+  EXPECT_EQ(slurp(taskDir("gpu-a", "steady") / "stdout.log"), "start\ndone\n");
+  EXPECT_NE(agentLog("gpu-a").find("adopted: still running"), std::string::npos)
+      << agentLog("gpu-a");
+  EXPECT_TRUE(fs::is_empty(dir_ / "gpu-a" / "containers" / "bundles"));
+}
+
+// Must show 3: `tessera dev`, and a user's `tessera run hello --image oci-archive:PATH -- echo hi`
+// with the image the README shows how to build.
+TEST(ContainerDevTest, DevRunsAWorkloadFromAnImage) {
+  ASSERT_EQ(::geteuid(), 0U) << "container tests need root (runc runs bundles as root here)";
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera-dev-containers-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string image = (dir / "busybox.tar").string();
+  ASSERT_EQ(
+      std::system((sourceDir() + "/scripts/make-busybox-image " + image + " >/dev/null").c_str()),
+      0)
+      << "apt-get install busybox-static";
+  {
+    Process dev({"dev", "--data-dir", dir.string(), "--addr", "127.0.0.1:0", "--nodes", "t4-2x:1"},
+                dir / "dev.out");
+    json info;
+    ASSERT_TRUE(waitFor(
+        [&] {
+          info = json::parse(slurp(dir / "dev.json"), nullptr, false);
+          return info.is_object() && info.value("pid", 0) == dev.pid();
+        },
+        30s))
+        << dev.errors();
+    const std::string env = "TESSERA_ADDR=" + info["address"].get<std::string>() +
+                            " TESSERA_CACERT=" + info["ca_cert"].get<std::string>() +
+                            " TESSERA_TENANT= HOME=" + dir.string() +
+                            " TESSERA_TOKEN=" + info["tenant_token"].get<std::string>();
+    const CmdResult run =
+        runTessera("run hello --image oci-archive:" + image + " -- echo hi", dir / "cli.err", env);
+    ASSERT_EQ(run.rc, 0) << run.err;
+    CmdResult logs;
+    waitFor(
+        [&] {
+          logs = runTessera("logs hello", dir / "cli.err", env);
+          return logs.rc == 0 && !logs.out.empty();
+        },
+        30s);
+    EXPECT_EQ(logs.out, "hi\n") << logs.err << dev.errors();
+    // A malformed reference: the client shows the server's 400.
+    const CmdResult bad =
+        runTessera("run bad --image oci:relative -- echo hi", dir / "cli.err", env);
+    EXPECT_NE(bad.rc, 0);
+    EXPECT_NE(bad.err.find("oci:/absolute/path"), std::string::npos) << bad.err;
+    EXPECT_EQ(dev.stop(SIGTERM), 0) << dev.errors();
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+}  // namespace
+}  // namespace tessera::integration
