@@ -342,10 +342,7 @@ Placer::Decision Placer::scanByState(RequestClass& cls, std::span<const uint8_t>
       ++d.rejected[static_cast<size_t>(FilterReason::kReserved)];
       continue;
     }
-    // As `scan`: the highest level, then score, then the earliest in tie-break order.
-    if (d.feasible == 0 || level > best_level ||
-        (level == best_level && (v->score > best.score || (v->score == best.score &&
-                                                           position_[i] < position_[best_node])))) {
+    if (d.feasible == 0 || scanBeats(level, v->score, i, best_level, best.score, best_node)) {
       best_level = level;
       best = *v;
       best_node = i;
@@ -489,9 +486,7 @@ Placer::Decision Placer::scan(RequestClass& cls, std::span<const uint8_t> prefer
       ++d.rejected[static_cast<size_t>(FilterReason::kReserved)];
       continue;
     }
-    if (d.feasible == 0 || level > best_level ||
-        (level == best_level &&
-         (e.score > best_score || (e.score == best_score && position_[i] < position_[best])))) {
+    if (d.feasible == 0 || scanBeats(level, e.score, i, best_level, best_score, best)) {
       best_level = level;
       best_score = e.score;
       best = i;

@@ -196,6 +196,15 @@ class Placer {
     const int64_t sb = cls.cache[b].score;
     return sa > sb || (sa == sb && position_[a] < position_[b]);
   }
+  // In a scan: whether node `a` at preference `level_a` with `score_a` beats the best so far, `b`:
+  // the higher level, then the higher score, then the earlier in tie-break order.
+  bool scanBeats(int level_a, int64_t score_a, NodeIndex a, int level_b, int64_t score_b,
+                 NodeIndex b) const {
+    if (level_a != level_b) {
+      return level_a > level_b;
+    }
+    return score_a > score_b || (score_a == score_b && position_[a] < position_[b]);
+  }
   // The better of two tree entries, either of which may be kNoNode.
   NodeIndex winner(const RequestClass& cls, NodeIndex a, NodeIndex b) const {
     if (a == kNoNode) {
