@@ -10,6 +10,7 @@ core::Result<std::unique_ptr<Secrets>> Secrets::open(store::Store& store, const 
   TESSERA_ASSIGN_OR_RETURN(s->leases_, LeaseManager::open(store, clock, options.leases));
   s->db_ = std::make_unique<DatabaseEngine>(store, *s->keys_, *s->leases_, clock, options.database);
   s->leases_->setRevoker(std::string(kDatabaseLeaseKind), s->db_.get());
+  s->aws_ = std::make_unique<AwsEngine>(store, *s->keys_);
   return s;
 }
 

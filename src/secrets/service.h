@@ -12,6 +12,7 @@
 
 #include "core/clock.h"
 #include "core/status.h"
+#include "secrets/aws_sts.h"
 #include "secrets/database.h"
 #include "secrets/identity.h"
 #include "secrets/keys.h"
@@ -39,6 +40,7 @@ class Secrets {
   KvEngine& kv() { return *kv_; }
   LeaseManager& leases() { return *leases_; }
   DatabaseEngine& db() { return *db_; }
+  AwsEngine& aws() { return *aws_; }  // STS sessions (aws_sts.h).
   // The OIDC issuer, once `openIdentity` ran (it needs the server's address); else null.
   IdentityIssuer* identity() { return identity_ptr_.load(); }
   core::Status openIdentity(IdentityOptions options);
@@ -65,6 +67,7 @@ class Secrets {
   std::unique_ptr<KvEngine> kv_;
   std::unique_ptr<LeaseManager> leases_;
   std::unique_ptr<DatabaseEngine> db_;  // The revoker of "db" leases.
+  std::unique_ptr<AwsEngine> aws_;
   std::unique_ptr<IdentityIssuer> identity_;
   std::atomic<IdentityIssuer*> identity_ptr_{nullptr};  // Read by request threads.
 };

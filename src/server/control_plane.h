@@ -259,6 +259,8 @@ class ControlPlane {
   // A tenant's numeric setting (a cap), or `fallback` if it has none. Takes mu_ (shared).
   int64_t tenantSetting(const std::string& tenant, const char* field, int64_t fallback) const;
   HttpResponse dbApi(Request& r, const std::vector<std::string>& parts);
+  // secrets/aws/{config,roles/NAME,creds/ROLE}: STS sessions (secrets/aws_sts.h).
+  HttpResponse awsApi(Request& r, const std::vector<std::string>& parts);
   // grants, grants/<id>: time-bound grants of this tenant's secrets to another tenant.
   HttpResponse grantsApi(Request& r);
   // GET sys/doctor?threshold=24h: tokens, grants and leases that live long or forever.

@@ -15,6 +15,13 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "process.h"
@@ -503,6 +510,305 @@ TEST_F(VaultCompatTest, KvGetFormatJsonHasVaultsShape) {
   const json pj = json::parse(put.out, nullptr, false);
   EXPECT_EQ(pj["data"]["version"], 2) << put.out;
   EXPECT_TRUE(pj["data"].contains("created_time")) << put.out;
+}
+
+// A fake AWS STS on loopback (plain http): answers every POST with `answer` (HTTP `status`) and
+// keeps each request's form, decoded.
+class FakeSts {
+ public:
+  FakeSts() : acceptor_(io_, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeSts() {
+    stop_ = true;
+    boost::system::error_code ec;
+    boost::asio::ip::tcp::socket s(io_);
+    s.connect({boost::asio::ip::make_address("127.0.0.1"), port()}, ec);  // Wakes accept().
+    thread_.join();
+  }
+  uint16_t port() const { return acceptor_.local_endpoint().port(); }
+  void answer(unsigned status, std::string body) {
+    std::lock_guard<std::mutex> l(mu_);
+    status_ = status;
+    body_ = std::move(body);
+  }
+  std::vector<std::map<std::string, std::string>> requests() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return requests_;
+  }
+
+ private:
+  static std::string urlDecode(const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size(); ++i) {
+      if (s[i] == '%' && i + 2 < s.size()) {
+        out += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+        i += 2;
+      } else {
+        out += s[i] == '+' ? ' ' : s[i];
+      }
+    }
+    return out;
+  }
+  void serve() {
+    namespace http = boost::beast::http;
+    while (!stop_) {
+      boost::system::error_code ec;
+      boost::asio::ip::tcp::socket sock(io_);
+      acceptor_.accept(sock, ec);
+      if (ec || stop_) {
+        continue;
+      }
+      boost::beast::flat_buffer buf;
+      http::request<http::string_body> req;
+      http::read(sock, buf, req, ec);
+      if (ec) {
+        continue;
+      }
+      std::map<std::string, std::string> form;
+      std::stringstream in(req.body());
+      for (std::string pair; std::getline(in, pair, '&');) {
+        const size_t eq = pair.find('=');
+        form[urlDecode(pair.substr(0, eq))] =
+            eq == std::string::npos ? "" : urlDecode(pair.substr(eq + 1));
+      }
+      form[":method"] = std::string(req.method_string());
+      form[":content-type"] = std::string(req[http::field::content_type]);
+      http::response<http::string_body> resp;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        requests_.push_back(std::move(form));
+        resp.result(status_);
+        resp.body() = body_;
+      }
+      resp.version(11);
+      resp.set(http::field::content_type, "text/xml");
+      resp.prepare_payload();
+      http::write(sock, resp, ec);
+      sock.shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
+    }
+  }
+
+  boost::asio::io_context io_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  mutable std::mutex mu_;
+  unsigned status_ = 200;
+  std::string body_;
+  std::vector<std::map<std::string, std::string>> requests_;
+};
+
+std::string stsAnswer(const std::string& key_id, const std::string& secret,
+                      const std::string& session) {
+  return "<AssumeRoleWithWebIdentityResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\">"
+         "<AssumeRoleWithWebIdentityResult><Credentials><SessionToken>" +
+         session + "</SessionToken><SecretAccessKey>" + secret +
+         "</SecretAccessKey><Expiration>2030-01-01T00:00:00Z</Expiration><AccessKeyId>" + key_id +
+         "</AccessKeyId></Credentials></AssumeRoleWithWebIdentityResult>"
+         "</AssumeRoleWithWebIdentityResponse>";
+}
+
+// A JWT's claims (its middle part, base64url), unverified.
+json jwtClaims(const std::string& jwt) {
+  const size_t a = jwt.find('.');
+  const size_t b = jwt.find('.', a + 1);
+  if (a == std::string::npos || b == std::string::npos) {
+    return nullptr;
+  }
+  static const std::string kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string out;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char ch : jwt.substr(a + 1, b - a - 1)) {
+    const size_t v = kAlphabet.find(ch);
+    if (v == std::string::npos) {
+      return nullptr;
+    }
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  return json::parse(out, nullptr, false);
+}
+
+// The AWS engine calls STS itself (AssumeRoleWithWebIdentity with a JWT the server signs), so a
+// session never outlives the grant it was asked through; a fake STS on loopback stands in.
+TEST_F(VaultCompatTest, AwsStsSessionsAreClampedToTheGrantsWindow) {
+  FakeSts sts;
+  sts.answer(200, stsAnswer("ASIAFAKEKEYID0000001", "fake/secret+KEY-kept-out-of-audit",
+                            "FAKE-SESSION-token-kept-out-of-audit"));
+  const std::string aws = "/v1/tenants/demo/secrets/aws/";
+  // Plain http only to loopback; the role's ttl within STS's bounds.
+  Response bad = c().call("POST", aws + "config", demo_, {{"sts_endpoint", "http://10.0.0.1:80"}});
+  EXPECT_EQ(bad.status, 400U) << bad.raw;
+  EXPECT_NE(bad.raw.find("only to a loopback address"), std::string::npos) << bad.raw;
+  EXPECT_EQ(c().call("GET", aws + "creds/s3", demo_).status, 404U);  // No role yet.
+  ASSERT_EQ(c().call("POST", aws + "config", demo_,
+                     {{"sts_endpoint", "http://127.0.0.1:" + std::to_string(sts.port())},
+                      {"region", "eu-west-1"}})
+                .status,
+            204U);
+  EXPECT_EQ(c().call("POST", aws + "roles/s3", demo_,
+                     {{"role_arn", "arn:aws:iam::123456789012:role/s3"}, {"ttl", "5m"}})
+                .status,
+            400U);
+  const std::string arn = "arn:aws:iam::123456789012:role/team-s3";
+  ASSERT_EQ(c().call("POST", aws + "roles/s3", demo_, {{"role_arn", arn}, {"ttl", "30m"}}).status,
+            204U);
+  ASSERT_EQ(c().call("POST", aws + "roles/short", demo_, {{"role_arn", arn}}).status, 204U);
+  Response role = c().call("GET", aws + "roles/short", demo_);
+  ASSERT_EQ(role.status, 200U) << role.raw;
+  EXPECT_EQ(role.body["data"]["ttl"], 3600);  // The default.
+
+  // In the tenant: the role's ttl, the JWT names the tenant for STS.
+  Response r = c().call("GET", aws + "creds/s3", demo_);
+  ASSERT_EQ(r.status, 200U) << r.raw;
+  EXPECT_EQ(r.body["data"]["access_key"], "ASIAFAKEKEYID0000001");
+  EXPECT_EQ(r.body["data"]["secret_key"], "fake/secret+KEY-kept-out-of-audit");
+  EXPECT_EQ(r.body["data"]["session_token"], "FAKE-SESSION-token-kept-out-of-audit");
+  EXPECT_EQ(r.body["renewable"], false);
+  EXPECT_EQ(r.body["revocable"], false);
+  EXPECT_EQ(r.body["lease_duration"], 1800);
+  ASSERT_EQ(sts.requests().size(), 1U);
+  auto q = sts.requests().back();
+  EXPECT_EQ(q[":method"], "POST");
+  EXPECT_EQ(q[":content-type"].rfind("application/x-www-form-urlencoded", 0), 0U);
+  EXPECT_EQ(q["Action"], "AssumeRoleWithWebIdentity");
+  EXPECT_EQ(q["Version"], "2011-06-15");
+  EXPECT_EQ(q["RoleArn"], arn);
+  EXPECT_EQ(q["DurationSeconds"], "1800");
+  EXPECT_EQ(q["RoleSessionName"], "tessera.demo");
+  const json claims = jwtClaims(q["WebIdentityToken"]);
+  ASSERT_TRUE(claims.is_object()) << q["WebIdentityToken"];
+  EXPECT_EQ(claims["aud"], "sts.amazonaws.com");
+  EXPECT_EQ(claims["sub"], "tenant:demo:workload:secrets.aws.s3:task:0");
+
+  // A token with less left than the role's ttl: the session ends with the token; under 15
+  // minutes left: refused, never lengthened.
+  Response t20 = c().call("POST", "/v1/auth/token/create", root_,
+                          {{"tenant", "demo"}, {"policies", {"tenant-admin"}}, {"ttl", "1000s"}});
+  ASSERT_EQ(t20.status, 200U) << t20.raw;
+  r = c().call("POST", aws + "creds/s3", t20.body["auth"]["client_token"]);
+  ASSERT_EQ(r.status, 200U) << r.raw;
+  const int token_clamped = std::stoi(sts.requests().back()["DurationSeconds"]);
+  EXPECT_LE(token_clamped, 1000);
+  EXPECT_GE(token_clamped, 990);
+  Response t10 = c().call("POST", "/v1/auth/token/create", root_,
+                          {{"tenant", "demo"}, {"policies", {"tenant-admin"}}, {"ttl", "600s"}});
+  ASSERT_EQ(t10.status, 200U) << t10.raw;
+  r = c().call("GET", aws + "creds/s3", t10.body["auth"]["client_token"]);
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  EXPECT_NE(r.raw.find("15-minute minimum"), std::string::npos) << r.raw;
+  EXPECT_EQ(sts.requests().size(), 2U);
+
+  // Another tenant: the role does not exist for it, and STS is not called.
+  ASSERT_EQ(c().call("POST", "/v1/tenants/aws-peer", root_, json::object()).status, 204U);
+  Response pt = c().call("POST", "/v1/auth/token/create", root_,
+                         {{"tenant", "aws-peer"}, {"policies", {"tenant-admin"}}});
+  ASSERT_EQ(pt.status, 200U) << pt.raw;
+  const std::string peer = pt.body["auth"]["client_token"];
+  EXPECT_EQ(c().call("GET", aws + "creds/s3", peer).status, 404U);
+  EXPECT_EQ(c().call("POST", aws + "config", peer, {{"sts_endpoint", "http://127.0.0.1:1"}}).status,
+            404U);
+  EXPECT_EQ(sts.requests().size(), 2U);
+
+  // Through a grant of 1000 s: the session is cut to what is left of the grant.
+  Response g = c().call("POST", "/v1/tenants/demo/grants", demo_,
+                        {{"to", "aws-peer"},
+                         {"on", "secrets/aws/creds/s3"},
+                         {"policy", "read"},
+                         {"ttl", "1000s"}});
+  ASSERT_LT(g.status, 300U) << g.raw;
+  r = c().call("GET", aws + "creds/s3", peer);
+  ASSERT_EQ(r.status, 200U) << r.raw;
+  ASSERT_EQ(sts.requests().size(), 3U);
+  q = sts.requests().back();
+  EXPECT_LE(std::stoi(q["DurationSeconds"]), 1000);
+  EXPECT_GE(std::stoi(q["DurationSeconds"]), 995);
+  EXPECT_EQ(r.body["lease_duration"], std::stoi(q["DurationSeconds"]));
+  EXPECT_EQ(q["RoleSessionName"], "tessera.aws-peer");
+  EXPECT_EQ(jwtClaims(q["WebIdentityToken"])["sub"], "tenant:demo:workload:secrets.aws.s3:task:0");
+  // The grant reaches that role's creds only: not its config, not another role.
+  EXPECT_EQ(c().call("GET", aws + "config", peer).status, 404U);
+  EXPECT_EQ(c().call("GET", aws + "creds/short", peer).status, 404U);
+  EXPECT_EQ(c().call("POST", aws + "roles/s3", peer, {{"role_arn", arn}, {"ttl", "12h"}}).status,
+            404U);
+
+  // Not even a write grant lets another tenant point the engine elsewhere.
+  g = c().call("POST", "/v1/tenants/demo/grants", demo_,
+               {{"to", "aws-peer"},
+                {"on", "secrets/aws/config"},
+                {"policy", "write"},
+                {"ttl", "1h"}});
+  ASSERT_LT(g.status, 300U) << g.raw;
+  EXPECT_EQ(c().call("GET", aws + "config", peer).status, 200U);
+  r = c().call("POST", aws + "config", peer, {{"sts_endpoint", "http://127.0.0.1:1"}});
+  EXPECT_EQ(r.status, 403U) << r.raw;
+  EXPECT_NE(r.raw.find("cannot be changed through a grant"), std::string::npos) << r.raw;
+
+  // A grant shorter than STS's 15-minute minimum: refused, STS not called.
+  g = c().call("POST", "/v1/tenants/demo/grants", demo_,
+               {{"to", "aws-peer"},
+                {"on", "secrets/aws/creds/short"},
+                {"policy", "read"},
+                {"ttl", "600s"}});
+  ASSERT_LT(g.status, 300U) << g.raw;
+  r = c().call("GET", aws + "creds/short", peer);
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  EXPECT_NE(r.raw.find("the grant's remaining window"), std::string::npos) << r.raw;
+  EXPECT_NE(r.raw.find("15-minute minimum"), std::string::npos) << r.raw;
+  EXPECT_EQ(sts.requests().size(), 3U);
+
+  // STS refuses: a 502 that carries STS's reason.
+  sts.answer(403,
+             "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>Not "
+             "authorized to perform sts:AssumeRoleWithWebIdentity</Message></Error>"
+             "</ErrorResponse>");
+  r = c().call("GET", aws + "creds/s3", demo_);
+  EXPECT_EQ(r.status, 502U) << r.raw;
+  EXPECT_NE(r.raw.find("AccessDenied: Not authorized to perform sts:AssumeRoleWithWebIdentity"),
+            std::string::npos)
+      << r.raw;
+  EXPECT_NE(r.raw.find("127.0.0.1:" + std::to_string(sts.port())), std::string::npos) << r.raw;
+  // Truncated answer: a clear 502 too.
+  sts.answer(200, stsAnswer("A", "S", "T").substr(0, 150));
+  r = c().call("GET", aws + "creds/s3", demo_);
+  EXPECT_EQ(r.status, 502U) << r.raw;
+  EXPECT_NE(r.raw.find("no <Credentials>"), std::string::npos) << r.raw;
+
+  // The audit streams have the reads, with the secret key and session token HMAC'd.
+  bool seen = false;
+  for (int i = 0; i < 50 && !seen; ++i) {
+    Response a = c().call("GET", "/v1/tenants/demo/audit?limit=1000", demo_);
+    seen = a.raw.find("tenants/demo/secrets/aws/creds/s3") != std::string::npos;
+    if (!seen) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  EXPECT_TRUE(seen);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::string audit = slurp(*dir_ / "audit.log");
+  EXPECT_NE(audit.find("tenants/demo/secrets/aws/creds/s3"), std::string::npos);
+  bool hmacd = false;  // A 200 answer's record for the creds, its data HMAC'd.
+  std::stringstream lines(audit);
+  for (std::string line; std::getline(lines, line);) {
+    hmacd = hmacd || (line.find("tenants/demo/secrets/aws/creds/s3") != std::string::npos &&
+                      line.find("\"status\":200") != std::string::npos &&
+                      line.find("\"data\":\"hmac-sha256:") != std::string::npos);
+  }
+  EXPECT_TRUE(hmacd);
+  for (const fs::path& f : fs::recursive_directory_iterator(*dir_)) {
+    if (!fs::is_regular_file(f)) {
+      continue;
+    }
+    const std::string text = slurp(f);
+    EXPECT_EQ(text.find("kept-out-of-audit"), std::string::npos) << f;
+  }
 }
 
 }  // namespace

@@ -51,9 +51,145 @@ HttpResponse ControlPlane::secretsApi(Request& r) {
   if (parts.size() >= 2 && parts[1] == "db") {
     return dbApi(r, parts);
   }
+  if (parts.size() >= 2 && parts[1] == "aws") {
+    return awsApi(r, parts);
+  }
   return error(404,
-               "unsupported path: the secrets engines are kv (secrets/kv/...) and db "
-               "(secrets/db/...)");
+               "unsupported path: the secrets engines are kv (secrets/kv/...), db "
+               "(secrets/db/...) and aws (secrets/aws/...)");
+}
+
+HttpResponse ControlPlane::awsApi(Request& r, const std::vector<std::string>& parts) {
+  const std::string& tenant = *r.scope.tenant;
+  secrets::AwsEngine& aws = secrets_->aws();
+  const bool config = parts.size() == 3 && parts[2] == "config";
+  const bool roles = parts.size() >= 3 && parts.size() <= 4 && parts[2] == "roles";
+  const bool creds = parts.size() == 4 && parts[2] == "creds";
+  if (!config && !roles && !creds) {
+    return error(404,
+                 "unsupported path: secrets/aws/config, secrets/aws/roles/NAME or "
+                 "secrets/aws/creds/ROLE");
+  }
+  if (roles && parts.size() == 3) {  // LIST secrets/aws/roles
+    if (r.method != "LIST" && r.method != "GET") {
+      return error(405, "use LIST");
+    }
+    if (!authorizedOn(r, r.scope.path + "/", Capability::kList)) {
+      return error(403, "permission denied");
+    }
+    auto names = aws.listRoles(tenant);
+    if (!names.isOk()) {
+      return fromStatus(names.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", *names}}}});
+  }
+  if (core::Status st = secrets_->keys().addTenant(tenant); !st.isOk()) {
+    return fromStatus(st);
+  }
+  if (creds) {
+    // Reading is what the capability names (as for secrets/db/creds); POST is the same request.
+    if (r.method != "GET" && r.method != "POST") {
+      return error(405, "use GET or POST");
+    }
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    const std::string& name = parts[3];
+    auto role = aws.readRole(tenant, name);
+    if (!role.isOk()) {
+      return fromStatus(role.status());
+    }
+    auto cfg = aws.readConfig(tenant);
+    if (!cfg.isOk()) {
+      return fromStatus(cfg.status());
+    }
+    // The session may outlive neither the grant the caller came in on nor the caller's token:
+    // STS sessions cannot be revoked.
+    const core::WallTime now = clock_.wallNow();
+    std::optional<int64_t> grant_left;
+    if (r.grant) {
+      grant_left = std::chrono::duration_cast<std::chrono::seconds>(r.grant->expires - now).count();
+    }
+    std::optional<int64_t> token_left;
+    if (r.token.expires != core::WallTime::max()) {
+      token_left = r.token.ttlSeconds(now);
+    }
+    auto duration = secrets::clampStsDuration(role->value("ttl", int64_t{0}),
+                                              role->value("max_ttl", int64_t{0}), grant_left,
+                                              token_left);
+    if (!duration.isOk()) {
+      return fromStatus(duration.status());
+    }
+    secrets::IdentityIssuer* issuer = secrets_->identity();
+    if (issuer == nullptr) {
+      return error(503, "aws: this server has no workload identity issuer to sign for STS");
+    }
+    // The role's owner is the subject (its trust policy names it); the session's name says who
+    // asked, so CloudTrail shows a grantee's use.
+    secrets::TaskIdentity who;
+    who.tenant = tenant;
+    who.workload = "secrets.aws." + name;
+    auto jwt = issuer->issue(who, {"sts.amazonaws.com"}, std::chrono::minutes(5));
+    if (!jwt.isOk()) {
+      return fromStatus(jwt.status());
+    }
+    auto endpoint = secrets::parseStsEndpoint(cfg->value("sts_endpoint", std::string()));
+    if (!endpoint.isOk()) {
+      return fromStatus(endpoint.status());
+    }
+    const std::string caller = r.token.tenant.empty() ? "operator" : r.token.tenant;
+    auto got = secrets::callSts(
+        *endpoint,
+        secrets::assumeRoleWithWebIdentityForm(role->value("role_arn", std::string()),
+                                               secrets::stsSessionName("tessera." + caller), *jwt,
+                                               *duration));
+    if (!got.isOk()) {
+      return error(502, got.status().message());
+    }
+    return reply(200, {{"request_id", r.request_id},
+                       {"lease_id", ""},
+                       {"lease_duration", *duration},
+                       {"renewable", false},
+                       {"revocable", false},
+                       {"data",
+                        {{"access_key", got->access_key_id},
+                         {"secret_key", got->secret_access_key},
+                         {"session_token", got->session_token},
+                         {"expiration", got->expiration},
+                         {"ttl", *duration}}}});
+  }
+  if (r.method == "GET") {
+    if (!authorized(r, Capability::kRead)) {
+      return error(403, "permission denied");
+    }
+    auto got = config ? aws.readConfig(tenant) : aws.readRole(tenant, parts[3]);
+    if (!got.isOk()) {
+      return fromStatus(got.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", *got}});
+  }
+  if (r.method == "PUT" || r.method == "POST") {
+    if (config && r.grant) {
+      // The endpoint receives JWTs that the real STS accepts for every role of the tenant.
+      return error(403, "permission denied: secrets/aws/config cannot be changed through a grant");
+    }
+    const bool exists =
+        config ? aws.readConfig(tenant).isOk() : aws.readRole(tenant, parts[3]).isOk();
+    if (!authorized(r, exists || config ? Capability::kUpdate : Capability::kCreate)) {
+      return error(403, "permission denied");
+    }
+    core::Status st =
+        config ? aws.putConfig(tenant, r.body) : aws.putRole(tenant, parts[3], r.body);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  if (r.method == "DELETE" && !config) {
+    if (!authorized(r, Capability::kDelete)) {
+      return error(403, "permission denied");
+    }
+    core::Status st = aws.deleteRole(tenant, parts[3]);
+    return st.isOk() ? noContent() : fromStatus(st);
+  }
+  return error(405, config ? "use GET or POST" : "use GET, POST, DELETE or LIST");
 }
 
 HttpResponse ControlPlane::dbApi(Request& r, const std::vector<std::string>& parts) {
