@@ -496,7 +496,10 @@ struct ProcessRuntime::Impl {
 
   void killTree(const Task& t, int sig) const {
     ::kill(-t.pid, sig);  // The process group (its own session's).
-    if (t.cgroup) {
+    // A container's runtime passes a SIGTERM to the container's first process only, as Docker
+    // does; sweeping the cgroup with it would signal every process there, the first one twice.
+    // A SIGKILL sweeps everything.
+    if (t.cgroup && (!t.container || sig == SIGKILL)) {
       for (pid_t p : t.cgroup->pids()) {
         ::kill(p, sig);  // Whatever left the group but not the cgroup.
       }
