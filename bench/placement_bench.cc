@@ -76,9 +76,9 @@ World& world(int nodes = 10000) {
       PolicyContext ctx{w->frag.get(), &rng};
       auto fill_policy = std::move(makePolicy("bestfit", ctx, *w->state)).value();
       Placer filler(*w->state, *fill_policy);
-    // The fill is set-up, not measured: keep all of the mix's ~600 shapes (at 100,000 nodes
-    // they would not fit the default budget, and each would be built again and again).
-    filler.setCacheBudget(SIZE_MAX);
+      // The fill is set-up, not measured: keep all of the mix's ~600 shapes (at 100,000 nodes
+      // they would not fit the default budget, and each would be built again and again).
+      filler.setCacheBudget(SIZE_MAX);
       const int64_t half = 1000LL * kNodes * kGpusPerNode / 2;
       while (w->state->usedGpuMilli() < half) {
         if (!filler.place(drawTask(rng)).placed) {

@@ -13,6 +13,8 @@
 #include <charconv>
 #include <memory>
 
+#include "secrets/database.h"
+
 namespace tessera::secrets {
 
 namespace {
@@ -56,62 +58,6 @@ core::Status storeSealed(store::Store& store, const KeyManager& keys, const std:
   OPENSSL_cleanse(plain.data(), plain.size());
   TESSERA_RETURN_IF_ERROR(sealed.status());
   return store.put(key, *sealed).status();
-}
-
-// Whole seconds from a number or a duration string of s, m, h, d units ("90s", "1h30m").
-core::Result<int64_t> parseSeconds(const json& v, const std::string& field) {
-  const std::string expected = "aws: \"" + field +
-                               "\" must be whole seconds or a duration such as \"900s\", "
-                               "\"30m\" or \"1h\"";
-  constexpr int64_t kMax = int64_t{10} * 365 * 86400;
-  if (v.is_number_integer()) {
-    const int64_t n = v.get<int64_t>();
-    if (n < 0 || n > kMax) {
-      return core::invalidArgument(expected);
-    }
-    return n;
-  }
-  if (!v.is_string() || v.get<std::string>().empty()) {
-    return core::invalidArgument(expected);
-  }
-  const std::string s = v.get<std::string>();
-  if (s.find_first_not_of("0123456789") == std::string::npos) {
-    return parseSeconds(json(s.size() > 12 ? kMax + 1 : std::stoll(s)), field);
-  }
-  // One or more <digits><unit>.
-  const char* p = s.data();
-  const char* const end = s.data() + s.size();
-  int64_t total = 0;
-  while (p != end) {
-    int64_t n = 0;
-    auto [after, ec] = std::from_chars(p, end, n);
-    if (ec != std::errc() || after == p || after == end || n < 0) {
-      return core::invalidArgument(expected);  // No number, or "1h30" without a unit.
-    }
-    p = after;
-    int64_t unit = 0;
-    switch (*p++) {
-      case 's':
-        unit = 1;
-        break;
-      case 'm':
-        unit = 60;
-        break;
-      case 'h':
-        unit = 3600;
-        break;
-      case 'd':
-        unit = 86400;
-        break;
-      default:
-        return core::invalidArgument(expected);
-    }
-    if (n > (kMax - total) / unit) {
-      return core::invalidArgument(expected);
-    }
-    total += n * unit;
-  }
-  return total;
 }
 
 std::string urlEncode(std::string_view s) {
@@ -483,9 +429,9 @@ core::Status AwsEngine::putRole(const std::string& tenant, const std::string& na
       }
       arn = v.get<std::string>();
     } else if (k == "ttl") {
-      TESSERA_ASSIGN_OR_RETURN(ttl, parseSeconds(v, k));
+      TESSERA_ASSIGN_OR_RETURN(ttl, parseSeconds(v, k, "aws"));
     } else if (k == "max_ttl") {
-      TESSERA_ASSIGN_OR_RETURN(max_ttl, parseSeconds(v, k));
+      TESSERA_ASSIGN_OR_RETURN(max_ttl, parseSeconds(v, k, "aws"));
     } else {
       return core::invalidArgument("aws: unknown role field \"" + k.substr(0, 64) + "\"");
     }

@@ -132,10 +132,11 @@ struct RoleConfig {
   }
 };
 
-// Whole seconds from a number or a Go-style duration string ("90s", "30m", "1h30m", "7d"; a
-// string of digits alone is seconds). Sub-second units are refused.
-core::Result<int64_t> parseSeconds(const json& v, const std::string& field) {
-  const std::string expected = "db: \"" + field +
+}  // namespace
+
+core::Result<int64_t> parseSeconds(const json& v, const std::string& field,
+                                   std::string_view engine) {
+  const std::string expected = std::string(engine) + ": \"" + field +
                                "\" must be whole seconds or a duration such as \"90s\", \"30m\", "
                                "\"1h30m\" or \"7d\"";
   if (v.is_number_integer()) {
@@ -198,6 +199,8 @@ core::Result<int64_t> parseSeconds(const json& v, const std::string& field) {
   }
   return total;
 }
+
+namespace {
 
 // The templates statements may hold; anything else in {{...}} is refused.
 constexpr std::array<std::string_view, 4> kTemplates = {"name", "username", "password",
@@ -742,9 +745,9 @@ core::Status DatabaseEngine::putRole(const std::string& tenant, const std::strin
       } else if (k == "renew_statements") {
         TESSERA_ASSIGN_OR_RETURN(r.renew, parseStatements(v, k));
       } else if (k == "default_ttl") {
-        TESSERA_ASSIGN_OR_RETURN(default_ttl, parseSeconds(v, k));
+        TESSERA_ASSIGN_OR_RETURN(default_ttl, parseSeconds(v, k, "db"));
       } else if (k == "max_ttl") {
-        TESSERA_ASSIGN_OR_RETURN(max_ttl, parseSeconds(v, k));
+        TESSERA_ASSIGN_OR_RETURN(max_ttl, parseSeconds(v, k, "db"));
       } else {
         return core::invalidArgument("db: unknown role field \"" + k.substr(0, 64) + "\"");
       }

@@ -138,4 +138,10 @@ class DatabaseEngine : public Revoker {
   const DatabaseOptions options_;
 };
 
+// Whole seconds from a number or a Go-style duration string ("90s", "30m", "1h30m", "7d"; a
+// string of digits alone is seconds), at most 100 years. Sub-second units are refused. The
+// error names `engine` ("db", "aws") and `field`. Shared by the engines' role settings.
+core::Result<int64_t> parseSeconds(const nlohmann::json& v, const std::string& field,
+                                   std::string_view engine);
+
 }  // namespace tessera::secrets

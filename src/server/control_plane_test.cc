@@ -664,8 +664,8 @@ INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditFlushCountTest, :
 // A tenant made before `patch` existed keeps KV PATCH for its admin; an edited policy is the
 // operator's and stays as written.
 TEST(UpgradedTenantPolicyTest, AnUntouchedTenantAdminGainsPatchAndNothingElseChanges) {
-  const json old = json::parse(
-      R"({"path":{"*":{"capabilities":["create","read","update","delete","list"]}}})");
+  const json old =
+      json::parse(R"({"path":{"*":{"capabilities":["create","read","update","delete","list"]}}})");
   const std::string kv = "secrets/kv/data/app";
   auto allows = [&](const std::string& name, const json& stored, Capability c) {
     auto p = Policy::fromJson(name, api::upgradedTenantPolicy(name, stored));

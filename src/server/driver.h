@@ -154,10 +154,10 @@ struct RestoredTask {
 struct SubmitCommand {
   std::string tenant;
   std::string name;
-  std::string queue = "default";                  // The tenant's queue ("default", or a team's).
-  sched::WorkloadSpec spec;                       // spec.queue is ignored: `queue` names it.
-  core::Duration duration{0};                     // Simulated run time; 0 = until cancelled.
-  std::vector<std::string> command;               // What an agent runs (argv).
+  std::string queue = "default";     // The tenant's queue ("default", or a team's).
+  sched::WorkloadSpec spec;          // spec.queue is ignored: `queue` names it.
+  core::Duration duration{0};        // Simulated run time; 0 = until cancelled.
+  std::vector<std::string> command;  // What an agent runs (argv).
   // Its container (docs/agent.md "Containers"): image reference ("" : a plain process), /dev/shm
   // size in MiB (0: the runtime's default) and whether its root filesystem is read-only.
   std::string image;

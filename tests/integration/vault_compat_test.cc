@@ -10,17 +10,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
-#include <map>
-#include <memory>
-#include <nlohmann/json.hpp>
 #include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
@@ -718,11 +718,9 @@ TEST_F(VaultCompatTest, AwsStsSessionsAreClampedToTheGrantsWindow) {
   EXPECT_EQ(sts.requests().size(), 2U);
 
   // Through a grant of 1000 s: the session is cut to what is left of the grant.
-  Response g = c().call("POST", "/v1/tenants/demo/grants", demo_,
-                        {{"to", "aws-peer"},
-                         {"on", "secrets/aws/creds/s3"},
-                         {"policy", "read"},
-                         {"ttl", "1000s"}});
+  Response g = c().call(
+      "POST", "/v1/tenants/demo/grants", demo_,
+      {{"to", "aws-peer"}, {"on", "secrets/aws/creds/s3"}, {"policy", "read"}, {"ttl", "1000s"}});
   ASSERT_LT(g.status, 300U) << g.raw;
   r = c().call("GET", aws + "creds/s3", peer);
   ASSERT_EQ(r.status, 200U) << r.raw;
@@ -740,11 +738,9 @@ TEST_F(VaultCompatTest, AwsStsSessionsAreClampedToTheGrantsWindow) {
             404U);
 
   // Not even a write grant lets another tenant point the engine elsewhere.
-  g = c().call("POST", "/v1/tenants/demo/grants", demo_,
-               {{"to", "aws-peer"},
-                {"on", "secrets/aws/config"},
-                {"policy", "write"},
-                {"ttl", "1h"}});
+  g = c().call(
+      "POST", "/v1/tenants/demo/grants", demo_,
+      {{"to", "aws-peer"}, {"on", "secrets/aws/config"}, {"policy", "write"}, {"ttl", "1h"}});
   ASSERT_LT(g.status, 300U) << g.raw;
   EXPECT_EQ(c().call("GET", aws + "config", peer).status, 200U);
   r = c().call("POST", aws + "config", peer, {{"sts_endpoint", "http://127.0.0.1:1"}});
@@ -752,11 +748,9 @@ TEST_F(VaultCompatTest, AwsStsSessionsAreClampedToTheGrantsWindow) {
   EXPECT_NE(r.raw.find("cannot be changed through a grant"), std::string::npos) << r.raw;
 
   // A grant shorter than STS's 15-minute minimum: refused, STS not called.
-  g = c().call("POST", "/v1/tenants/demo/grants", demo_,
-               {{"to", "aws-peer"},
-                {"on", "secrets/aws/creds/short"},
-                {"policy", "read"},
-                {"ttl", "600s"}});
+  g = c().call(
+      "POST", "/v1/tenants/demo/grants", demo_,
+      {{"to", "aws-peer"}, {"on", "secrets/aws/creds/short"}, {"policy", "read"}, {"ttl", "600s"}});
   ASSERT_LT(g.status, 300U) << g.raw;
   r = c().call("GET", aws + "creds/short", peer);
   EXPECT_EQ(r.status, 400U) << r.raw;

@@ -132,8 +132,8 @@ core::Result<std::vector<std::string>> policyNames(const json& body, const char*
   std::vector<std::string> out;
   for (const json& p : body.at(field)) {
     if (!p.is_string() || !validPolicyName(p.get<std::string>())) {
-      return core::invalidArgument(
-          where + ": " + p.dump() + " is not a policy name (lowercase letters, digits, -, _, .)");
+      return core::invalidArgument(where + ": " + p.dump() +
+                                   " is not a policy name (lowercase letters, digits, -, _, .)");
     }
     if (std::find(out.begin(), out.end(), p.get<std::string>()) != out.end()) {
       return core::invalidArgument(where + ": '" + p.get<std::string>() + "' is named twice");

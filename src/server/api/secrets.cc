@@ -114,9 +114,8 @@ HttpResponse ControlPlane::awsApi(Request& r, const std::vector<std::string>& pa
     if (r.token.expires != core::WallTime::max()) {
       token_left = r.token.ttlSeconds(now);
     }
-    auto duration = secrets::clampStsDuration(role->value("ttl", int64_t{0}),
-                                              role->value("max_ttl", int64_t{0}), grant_left,
-                                              token_left);
+    auto duration = secrets::clampStsDuration(
+        role->value("ttl", int64_t{0}), role->value("max_ttl", int64_t{0}), grant_left, token_left);
     if (!duration.isOk()) {
       return fromStatus(duration.status());
     }
@@ -138,11 +137,10 @@ HttpResponse ControlPlane::awsApi(Request& r, const std::vector<std::string>& pa
       return fromStatus(endpoint.status());
     }
     const std::string caller = r.token.tenant.empty() ? "operator" : r.token.tenant;
-    auto got = secrets::callSts(
-        *endpoint,
-        secrets::assumeRoleWithWebIdentityForm(role->value("role_arn", std::string()),
-                                               secrets::stsSessionName("tessera." + caller), *jwt,
-                                               *duration));
+    auto got = secrets::callSts(*endpoint,
+                                secrets::assumeRoleWithWebIdentityForm(
+                                    role->value("role_arn", std::string()),
+                                    secrets::stsSessionName("tessera." + caller), *jwt, *duration));
     if (!got.isOk()) {
       return error(502, got.status().message());
     }
