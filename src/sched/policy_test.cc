@@ -174,5 +174,30 @@ TEST(TesseraPolicyTest, SharesAvoidGapsABiggerShareNeeds) {
   EXPECT_EQ(placer.decide(gpuTask(1000, 1, 810)).placement.gpus, 0b010U);
 }
 
+TEST(TesseraPolicyTest, TasksThatAcceptAnyModelLeaveTheModelsRestrictedTasksNeed) {
+  model::GpuCatalogue cat = model::GpuCatalogue::builtin();
+  const model::GpuModelId t4 = *cat.find("T4");
+  ClusterState state(cat, {testing::node(cat, "t4", 32, 256, "T4", 1),
+                           testing::node(cat, "p100", 64, 512, "P100", 8)});
+  // 2 % of the typical tasks need a T4; the T4 is a ninth of the GPUs, so they need 18 % of it.
+  FragModel frag{{{{4000, 1000, 1, {t4}}, 1, 0.02}, {{4000, 1000, 1, {}}, 1, 0.98}}, cat.size()};
+  core::Rng rng(1);
+  PolicyContext ctx{&frag, &rng};
+  auto fgd = std::move(makePolicy("fgd", ctx, state)).value();
+  auto ours = std::move(makePolicy("tessera", ctx, state)).value();
+  // FGD's fragmentation barely moves (the T4 tasks are 2 % of the mix): its integer scores tie
+  // and it takes the first node, the T4. Tessera keeps the T4.
+  EXPECT_EQ(Placer(state, *fgd).decide(gpuTask(4000, 1)).placement.node, 0U);
+  EXPECT_EQ(Placer(state, *ours).decide(gpuTask(4000, 1)).placement.node, 1U);
+  // A task that needs a T4 still gets it.
+  model::TaskRequest needs_t4 = gpuTask(4000, 1);
+  needs_t4.models = {t4};
+  EXPECT_EQ(Placer(state, *ours).decide(needs_t4).placement.node, 0U);
+  // With no restricted typical task, tessera is back to rank order.
+  FragModel any{{{{4000, 1000, 1, {}}, 1, 1.0}}, cat.size()};
+  auto plain = std::move(makePolicy("tessera", PolicyContext{&any, &rng}, state)).value();
+  EXPECT_EQ(Placer(state, *plain).decide(gpuTask(4000, 1)).placement.node, 0U);
+}
+
 }  // namespace
 }  // namespace tessera::sched

@@ -5,7 +5,8 @@
 // ~295 GPUs free at arrived = 100%): ~184 GPU-equivalents are 190-milli gaps beside lone 810
 // shares (a floor: few shares are small enough to fill them); ~90 are GPUs and gaps on nodes
 // whose CPU is exhausted, so no task can use them; ~95 are gaps that shares left badly paired
-// (470 + 320 leaves 210, which no typical share fills). Two changes address the last two:
+// (470 + 320 leaves 210, which no typical share fills). Two changes address the last two, and a
+// third the GPU models that model-restricted tasks need:
 //
 // 1. CPU stranding. A node's free GPU share needs CPU to be used: on average `cpu_per_milli_` of
 //    the typical GPU tasks. When a placement leaves a node with less free CPU than its free GPU
@@ -18,9 +19,12 @@
 //    least packing value: reduced cost V(gap) - V(gap - size) - price(size), zero when the
 //    placement is part of an optimal packing of the typical share mix. FGD's score breaks ties.
 //
-// Whole-GPU, multi-GPU and CPU-only tasks are scored as FGD with the stranding term. Scores keep
-// FGD's integer truncation, and ties go to the lowest node rank: coarse scores with a fixed order
-// consolidate load onto the same nodes (the same scores at full precision do much worse).
+// 3. GPU models. Tasks restricted to some models need a share of those models' GPUs
+//    (`reserveModels`); taking that share for a task with a choice adds to the growth of (1).
+//
+// Whole-GPU, multi-GPU and CPU-only tasks are scored as FGD with the terms of (1) and (3). Scores
+// keep FGD's integer truncation, and ties go to the lowest node rank: coarse scores with a fixed
+// order consolidate load onto the same nodes (the same scores at full precision do much worse).
 // Everything the policy uses comes from the typical pods of the original pod list (as FGD) and
 // the node's own state: no tuning constants, nothing about the future sequence, and scores depend
 // only on the node, so the placer caches them.
@@ -52,9 +56,13 @@ class TesseraPolicy final : public Policy {
       }
     }
     cpu_per_milli_ = milli > 0 ? cpu / milli : 0;
+    reserveModels(state);
   }
 
-  void nodesAdded(const ClusterState& state) override { node_frag_.resize(state.nodeCount()); }
+  void nodesAdded(const ClusterState& state) override {
+    node_frag_.resize(state.nodeCount());
+    reserveModels(state);
+  }
 
   std::string_view name() const override { return "tessera"; }
 
@@ -72,6 +80,7 @@ class TesseraPolicy final : public Policy {
     const double stranded_before =
         stranded(ns.free_cpu_milli, static_cast<double>(ns.free_gpu_milli));
     const model::GpuModelId model = n > 0 ? gpus[0].model : model::GpuModelId{0};
+    double taken_reserved = 0;  // GPU share taken that pods restricted to this model need.
     // FGD's integer score of the node after the placement, with the stranding it creates.
     auto score_after = [&]() {
       double free_after = 0;
@@ -80,14 +89,16 @@ class TesseraPolicy final : public Policy {
       }
       const double frag_after = frag_.frag(cpu_after, {left, n}, model);
       const double created = std::max(0.0, stranded(cpu_after, free_after) - stranded_before);
-      const double growth = frag_after - frag_before + created;
+      const double growth = frag_after - frag_before + created + taken_reserved;
       return static_cast<int64_t>(100.0 / (1.0 + std::exp(growth / 1000.0)));
     };
     if (!r.fractional) {
       Choice c = defaultGpus(state, node, r, eligible);
       for (uint64_t m = c.gpus; m != 0; m &= m - 1) {
         const int i = std::countr_zero(m);
-        left[i] -= milliTaken(state, gpus[i], r);
+        const int32_t taken = milliTaken(state, gpus[i], r);
+        left[i] -= taken;
+        taken_reserved += taken * reservedShare(gpus[i].model);
       }
       c.score = score_after();
       return c;
@@ -98,6 +109,7 @@ class TesseraPolicy final : public Policy {
       const auto cost = static_cast<int64_t>(
           std::llround(values_.reducedCost(left[i], r.milli) * kFullGpu));  // In milli-GPU.
       left[i] -= r.milli;
+      taken_reserved = r.milli * reservedShare(gpus[i].model);
       const int64_t s = -cost * kFgdRange + score_after();
       left[i] += r.milli;
       return s;
@@ -105,6 +117,60 @@ class TesseraPolicy final : public Policy {
   }
 
  private:
+  // For each GPU model: the share of its GPUs that the typical pods restricted to a subset of
+  // models need when the workload fills the cluster. A typical pod's demand is spread over the
+  // models it accepts in proportion to their GPU counts, so a model that restricted pods favour
+  // (the T4s of `gpuspec10`: a third of them) is reserved more than one they merely accept.
+  void reserveModels(const ClusterState& state) {
+    std::vector<double> gpus_of;  // By model id.
+    double total_gpus = 0;
+    for (NodeIndex node = 0; node < state.nodeCount(); ++node) {
+      for (const GpuState& g : state.gpus(node)) {
+        if (g.model.value() >= gpus_of.size()) {
+          gpus_of.resize(g.model.value() + 1, 0.0);
+        }
+        gpus_of[g.model.value()] += 1;
+        total_gpus += 1;
+      }
+    }
+    double demand = 0;  // Of all typical GPU pods, in GPUs per pod.
+    for (const TypicalPod& t : frag_.typical()) {
+      demand += t.freq * t.shape.gpu_count * t.shape.milli / double{kFullGpu};
+    }
+    reserved_.assign(gpus_of.size(), 0.0);
+    if (demand <= 0 || total_gpus <= 0) {
+      return;
+    }
+    for (const TypicalPod& t : frag_.typical()) {
+      if (t.shape.models.empty() || t.shape.gpu_count == 0) {
+        continue;
+      }
+      std::vector<model::GpuModelId> models = t.shape.models;  // A list may repeat a model.
+      std::sort(models.begin(), models.end());
+      models.erase(std::unique(models.begin(), models.end()), models.end());
+      double accepted = 0;  // GPUs of the models it accepts.
+      for (model::GpuModelId m : models) {
+        accepted += m.value() < gpus_of.size() ? gpus_of[m.value()] : 0;
+      }
+      if (accepted <= 0) {
+        continue;
+      }
+      // Its share of the demand, over its share of the capacity: the share of each accepted
+      // model's GPUs it needs.
+      const double need = (t.freq * t.shape.gpu_count * t.shape.milli / double{kFullGpu} / demand) /
+                          (accepted / total_gpus);
+      for (model::GpuModelId m : models) {
+        if (m.value() < reserved_.size()) {
+          reserved_[m.value()] = std::min(1.0, reserved_[m.value()] + need);
+        }
+      }
+    }
+  }
+
+  double reservedShare(model::GpuModelId m) const {
+    return m.value() < reserved_.size() ? reserved_[m.value()] : 0.0;
+  }
+
   // GPU share (milli) a node cannot use for want of CPU: the part of `free_gpu_milli` whose
   // expected CPU need exceeds `cpu_left`.
   double stranded(int64_t cpu_left, double free_gpu_milli) const {
@@ -118,7 +184,8 @@ class TesseraPolicy final : public Policy {
   const FragModel& frag_;
   const ShareValues values_;
   NodeFragCache node_frag_;
-  double cpu_per_milli_ = 0;  // CPU the typical GPU task needs per milli-GPU.
+  double cpu_per_milli_ = 0;      // CPU the typical GPU task needs per milli-GPU.
+  std::vector<double> reserved_;  // By model id: see reserveModels.
 };
 
 }  // namespace
