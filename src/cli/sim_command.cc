@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -42,7 +43,27 @@ struct OpenbOptions {
   std::string mig_map;
   double mig_fixed_share = 0.5;
   std::string mig_fixed_profiles = "1g.10gb,2g.20gb,3g.40gb";
+  // CPU held per free GPU from CPU-only pods: "none", "typical" or milli-CPU.
+  std::string hold_cpu = "none";
 };
+
+// --hold-cpu-for-gpus: none (0), typical (the trace's typical GPU pod's CPU per GPU) or a
+// number of milli-CPU per GPU.
+core::Result<int64_t> parseHoldCpu(const std::string& v, const sim::OpenbExperiment& exp) {
+  if (v == "none" || v == "0") {
+    return int64_t{0};
+  }
+  if (v == "typical") {
+    return exp.typicalCpuPerGpu();
+  }
+  int64_t milli = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), milli);
+  if (ec != std::errc() || end != v.data() + v.size() || milli < 0) {
+    return core::invalidArgument("--hold-cpu-for-gpus '" + v +
+                                 "': expected none, typical or milli-CPU per GPU (like 8000)");
+  }
+  return milli;
+}
 
 constexpr int kExitBadInput = 2;
 constexpr int kExitFailure = 1;
@@ -117,6 +138,11 @@ int runOpenb(const OpenbOptions& opt) {
     if (!e.isOk()) {
       return fail(kExitBadInput, e.status().message());
     }
+    auto hold = parseHoldCpu(opt.hold_cpu, **e);
+    if (!hold.isOk()) {
+      return fail(kExitBadInput, hold.status().message());
+    }
+    (*e)->setCpuPerFreeGpu(*hold);
     experiments.push_back(std::move(e).value());
   }
   std::error_code ec;
@@ -172,8 +198,13 @@ int runOpenb(const OpenbOptions& opt) {
         errors[j] = st.message();
         continue;
       }
-      rows[j] = {trace,       job.policy, job.seed, run->unallocAt(100), run->unallocAt(130),
-                 run->seconds};
+      rows[j] = {trace,
+                 job.policy,
+                 job.seed,
+                 run->unallocAt(100),
+                 run->unallocAt(130),
+                 run->seconds,
+                 run->cpu_only_failed_100};
       if (!mig_rows.empty()) {
         mig_rows[j] = sim::migSummaryRow(trace, *run);
       }
@@ -211,6 +242,15 @@ int runOpenb(const OpenbOptions& opt) {
                        {"seeds", opt.seeds},
                        {"tune", fmt::format("{}", opt.tune)},
                        {"authors' results", opt.expected.empty() ? "(none)" : opt.expected}};
+  if (opt.hold_cpu != "none") {
+    std::string held;
+    for (size_t t = 0; t < experiments.size(); ++t) {
+      held += fmt::format("{}{}: {}", held.empty() ? "" : ", ", sim::traceNameOf(pod_files[t]),
+                          experiments[t]->cpuPerFreeGpu());
+    }
+    report.parameters.push_back({"CPU held per free GPU (milli-CPU)", held});
+    std::cout << "CPU held per free GPU from CPU-only pods (milli-CPU): " << held << "\n";
+  }
   if (mig.layout != sim::MigLayout::kNone) {
     report.parameters.push_back(
         {"MIG", fmt::format("{} (map {}; fixed share {}, profiles {})", opt.mig, opt.mig_map,
@@ -449,6 +489,12 @@ void addSimCommand(CLI::App& app, int* rc) {
   openb->add_option("--mig-map", opt->mig_map,
                     "What-if: node GPU models replaced by others, FROM=TO comma-separated (the "
                     "openb trace has no MIG-capable model), e.g. G3=A100-80GB");
+  openb
+      ->add_option("--hold-cpu-for-gpus", opt->hold_cpu,
+                   "CPU each node keeps per free GPU out of reach of CPU-only pods: none (FGD's "
+                   "experiment), typical (what the trace's typical GPU pod asks per GPU) or "
+                   "milli-CPU per GPU. A CPU-only pod that finds no node fails")
+      ->capture_default_str();
   openb
       ->add_option("--mig-fixed-share", opt->mig_fixed_share,
                    "--mig fixed: share of the MIG-capable nodes pre-partitioned")

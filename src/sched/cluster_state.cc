@@ -111,6 +111,13 @@ void ClusterState::setTrustGroup(model::TenantId tenant, uint32_t group) {
   }
 }
 
+void ClusterState::setCpuPerFreeGpu(int64_t milli_cpu) {
+  cpu_per_free_gpu_ = std::max<int64_t>(0, milli_cpu);
+  for (NodeIndex n = 0; n < nodes_.size(); ++n) {
+    touch(n);
+  }
+}
+
 void ClusterState::setMigMode(NodeIndex n, int gpu, model::MigMode mode) {
   GpuState& g = gpus_[node_state_[n].gpu_begin + static_cast<uint32_t>(gpu)];
   if (g.mig_mode != mode) {

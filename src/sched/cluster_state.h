@@ -127,6 +127,12 @@ class ClusterState {
   // Puts `tenant` in trust group `group` (0: alone). Every node counts as changed, so cached
   // filter verdicts are taken again; what already shares a GPU stays where it is.
   void setTrustGroup(model::TenantId tenant, uint32_t group);
+  // CPU a node with GPUs holds back for GPU tasks, in milli-CPU per free GPU (a GPU's free share
+  // counts in proportion): a task that asks for no GPU fits only where the node's free CPU after
+  // it still covers that for every free GPU (FilterReason::kCpuHeldForGpus). 0, the default, holds
+  // nothing back. Set it before placing: every node counts as changed.
+  void setCpuPerFreeGpu(int64_t milli_cpu);
+  int64_t cpuPerFreeGpu() const { return cpu_per_free_gpu_; }
   size_t nodeCount() const { return nodes_.size(); }
   const model::Node& node(NodeIndex n) const { return nodes_[n]; }
   const NodeState& nodeState(NodeIndex n) const { return node_state_[n]; }
@@ -197,6 +203,7 @@ class ClusterState {
   const model::GpuCatalogue* catalogue_;
   std::vector<model::Node> nodes_;
   TrustGroups trust_;
+  int64_t cpu_per_free_gpu_ = 0;
   std::vector<NodeState> node_state_;
   std::vector<GpuState> gpus_;
   std::vector<uint32_t> version_;

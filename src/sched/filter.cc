@@ -40,6 +40,8 @@ std::string_view filterReasonName(FilterReason r) {
       return "node's pool dedicated to another tenant";
     case FilterReason::kNodeSelector:
       return "node lacks the selected labels";
+    case FilterReason::kCpuHeldForGpus:
+      return "CPU held for the node's free GPUs";
   }
   return "unknown";
 }
@@ -170,6 +172,12 @@ NodeFit checkNodeResources(const ClusterState& state, NodeIndex node, const Reso
     return {FilterReason::kMemory, 0};
   }
   if (r.gpu_count == 0) {
+    // What is left must cover the CPU held for the free GPUs (in milli-CPU x milli-GPU / 1000).
+    const int64_t held = state.cpuPerFreeGpu();
+    if (held > 0 && ns.gpu_count > 0 &&
+        (ns.free_cpu_milli - r.cpu_milli) * 1000 < held * ns.free_gpu_milli) {
+      return {FilterReason::kCpuHeldForGpus, 0};
+    }
     return {FilterReason::kNone, 0};
   }
   if (ns.gpu_count < r.gpu_count) {

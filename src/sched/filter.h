@@ -31,15 +31,16 @@ enum class FilterReason : uint8_t {
   kGpuShare,     // Not enough free compute share on the GPU.
   kMigSlot,      // No free valid slot for the profile in the GPU's layout.
   kGpuMemory,
-  kTrustBoundary,  // Another tenant outside the task's trust group shares the GPU.
-  kGpuCount,       // Some GPUs fit, but fewer than the task needs.
-  kReserved,       // The node is held for a waiting gang.
-  kNodeDown,       // The node's agent is lost: it takes no tasks.
-  kCordoned,       // An operator cordoned (or is draining) the node.
-  kDedicated,      // The node's pool is dedicated to another tenant.
-  kNodeSelector,   // The node lacks a label the workload selects.
+  kTrustBoundary,   // Another tenant outside the task's trust group shares the GPU.
+  kGpuCount,        // Some GPUs fit, but fewer than the task needs.
+  kReserved,        // The node is held for a waiting gang.
+  kNodeDown,        // The node's agent is lost: it takes no tasks.
+  kCordoned,        // An operator cordoned (or is draining) the node.
+  kDedicated,       // The node's pool is dedicated to another tenant.
+  kNodeSelector,    // The node lacks a label the workload selects.
+  kCpuHeldForGpus,  // A task with no GPU would take CPU the node holds for its free GPUs.
 };
-inline constexpr size_t kFilterReasonCount = 17;
+inline constexpr size_t kFilterReasonCount = 18;
 
 std::string_view filterReasonName(FilterReason r);
 

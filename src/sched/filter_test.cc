@@ -160,5 +160,26 @@ TEST_F(FilterTest, CpuOnlyTaskIgnoresGpus) {
   EXPECT_EQ(f.eligible, 0U);
 }
 
+TEST_F(FilterTest, CpuHeldForFreeGpusIsOutOfReachOfCpuOnlyTasks) {
+  // t4: 16 cores, 2 GPUs. Hold 6 cores per free GPU: 12 of 16 while both are free.
+  state_->setCpuPerFreeGpu(6000);
+  EXPECT_TRUE(check(1, cpuTask(4000)).fits());
+  EXPECT_EQ(check(1, cpuTask(4001)).reason, FilterReason::kCpuHeldForGpus);
+  // GPU tasks use the held CPU.
+  EXPECT_TRUE(check(1, gpuTask(16000, 2)).fits());
+  // Half a GPU taken: 9 cores held (1.5 free GPUs), 15 free.
+  state_->apply(gpuTask(1000, 1, 500), Placement{1, 0b01});
+  EXPECT_TRUE(check(1, cpuTask(6000)).fits());
+  EXPECT_EQ(check(1, cpuTask(6001)).reason, FilterReason::kCpuHeldForGpus);
+  // Every GPU busy: nothing is held.
+  state_->apply(gpuTask(1000, 1, 500), Placement{1, 0b01});
+  state_->apply(gpuTask(1000, 1), Placement{1, 0b10});
+  EXPECT_TRUE(check(1, cpuTask(13000)).fits());
+  // Off again: the whole node's free CPU.
+  state_->setCpuPerFreeGpu(0);
+  EXPECT_TRUE(check(0, cpuTask(64000)).fits());
+  EXPECT_EQ(filterReasonName(FilterReason::kCpuHeldForGpus), "CPU held for the node's free GPUs");
+}
+
 }  // namespace
 }  // namespace tessera::sched

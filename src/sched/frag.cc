@@ -49,6 +49,18 @@ std::vector<TypicalPod> typicalPods(std::span<const PodShape> shapes, double cov
   return kept;
 }
 
+double FragModel::cpuPerGpuMilli() const {
+  double cpu = 0;
+  double milli = 0;
+  for (const TypicalPod& t : typical_) {
+    if (t.shape.gpu_count > 0 && t.shape.milli > 0) {
+      cpu += t.freq * static_cast<double>(t.shape.cpu_milli);
+      milli += t.freq * static_cast<double>(t.shape.milli) * t.shape.gpu_count;
+    }
+  }
+  return milli > 0 ? cpu / milli : 0;
+}
+
 FragModel::FragModel(std::vector<TypicalPod> typical, size_t model_count)
     : typical_(std::move(typical)) {
   std::map<std::vector<model::GpuModelId>, uint32_t> access_ids;

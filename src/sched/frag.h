@@ -50,6 +50,9 @@ class FragModel {
   FragModel(std::vector<TypicalPod> typical, size_t model_count);
 
   const std::vector<TypicalPod>& typical() const { return typical_; }
+  // The milli-CPU the typical GPU task asks for per milli-GPU (frequency-weighted; 0 when no
+  // typical task has a GPU).
+  double cpuPerGpuMilli() const;
 
   // F of a node given its free CPU and the free share of each GPU. `model` is the node's GPU
   // model (nodes are homogeneous in F's definition; a mixed node uses its first GPU's model).

@@ -67,8 +67,12 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
   if (options.max_evictions_per_pass < 0 || options.max_moves_per_pass < 0) {
     return core::invalidArgument("max evictions and moves per pass must not be negative");
   }
+  if (options.cpu_per_free_gpu_milli < 0) {
+    return core::invalidArgument("the CPU held per free GPU must not be negative");
+  }
   std::unique_ptr<Scheduler> s(
       new Scheduler(catalogue, std::move(nodes), std::move(tree), std::move(options), clock));
+  s->state_.setCpuPerFreeGpu(s->options_.cpu_per_free_gpu_milli);
   s->frag_ = std::make_unique<FragModel>(typicalPods(typical), catalogue.size());
   s->rng_ = std::make_unique<core::Rng>(1);
   TESSERA_ASSIGN_OR_RETURN(

@@ -88,6 +88,9 @@ struct SchedulerOptions {
   core::Duration reclaim_patience{0};
   // Consolidation: tasks moved per pass to make room for blocked work (0: never move).
   int max_moves_per_pass = 8;
+  // CPU each node holds back for GPU tasks, in milli-CPU per free GPU
+  // (ClusterState::setCpuPerFreeGpu); 0: none.
+  int64_t cpu_per_free_gpu_milli = 0;
 };
 
 // Why a workload is still pending.

@@ -228,6 +228,11 @@ Explanation Scheduler::explain(WorkloadId w) const {
 }
 
 void Scheduler::unblock() {
+  if (state_.cpuPerFreeGpu() > 0) {
+    // With CPU held for free GPUs, a GPU task that starts frees held CPU: room for tasks with no
+    // GPU may grow where nothing was released, so their verdicts last one pass.
+    std::erase_if(blocked_, [](const auto& entry) { return entry.second.resolved.gpu_count == 0; });
+  }
   if (released_nodes_.empty()) {
     return;
   }

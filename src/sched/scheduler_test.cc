@@ -200,6 +200,24 @@ TEST_F(SchedulerTest, AWaitingWorkloadsReasonFollowsWhatNowKeepsItOut) {
       << s_->explain(two).message;
 }
 
+// CPU held for free GPUs: a task with no GPU waits, saying why, and a GPU task that starts
+// frees held CPU, which the waiting task gets without anything being released.
+TEST_F(SchedulerTest, CpuHeldForFreeGpusGoesToCpuOnlyWorkOnceGpusAreTaken) {
+  SchedulerOptions o;
+  o.cpu_per_free_gpu_milli = 27000;  // 216 of the node's 224 cores while its 8 GPUs are free.
+  build(1, 8, 8, o);
+  const WorkloadId etl = submitRequest("etl", "a", 1, 1, testing::cpuTask(20000));
+  s_->schedule();
+  ASSERT_EQ(running(etl), 0);
+  EXPECT_NE(s_->explain(etl).message.find("CPU held for the node's free GPUs"), std::string::npos)
+      << s_->explain(etl).message;
+  const WorkloadId train = submit("train", "b", 1, 1, 1);  // 4 cores, 1 GPU: 189 cores held.
+  s_->schedule();
+  s_->schedule();
+  EXPECT_EQ(running(train), 1);
+  EXPECT_EQ(running(etl), 1);
+}
+
 // Issue #20: a reservation is for work that waits for room. Held by a workload that now fails
 // on its queue's limit, it would close the queue to its mates for ever, even on an empty node.
 TEST_F(SchedulerTest, AReservationEndsWhenItsWorkloadWaitsOnItsQueuesLimitNotOnRoom) {

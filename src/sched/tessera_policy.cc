@@ -46,16 +46,10 @@ constexpr int64_t kFgdRange = 101;
 class TesseraPolicy final : public Policy {
  public:
   TesseraPolicy(const FragModel& frag, const ClusterState& state, ShareValues values)
-      : frag_(frag), values_(std::move(values)), node_frag_(frag, state.nodeCount()) {
-    double cpu = 0;
-    double milli = 0;
-    for (const TypicalPod& t : frag_.typical()) {
-      if (t.shape.gpu_count > 0 && t.shape.milli > 0) {
-        cpu += t.freq * static_cast<double>(t.shape.cpu_milli);
-        milli += t.freq * static_cast<double>(t.shape.milli) * t.shape.gpu_count;
-      }
-    }
-    cpu_per_milli_ = milli > 0 ? cpu / milli : 0;
+      : frag_(frag),
+        values_(std::move(values)),
+        node_frag_(frag, state.nodeCount()),
+        cpu_per_milli_(frag.cpuPerGpuMilli()) {
     reserveModels(state);
   }
 

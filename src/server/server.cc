@@ -332,6 +332,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   so.reclaim_patience = std::chrono::seconds(config.reclaim_patience_s);
   so.max_moves_per_pass = config.max_moves_per_pass;
   so.max_unsaved_gpu_time = std::chrono::seconds(config.max_unsaved_gpu_seconds);
+  so.cpu_per_free_gpu_milli = config.cpu_per_free_gpu_milli;
   dopts.scheduler = so;
   dopts.lease_ttl = std::chrono::milliseconds(config.node_lease_ttl_ms);
   for (size_t i = simulated; i < nodes.size(); ++i) {
@@ -650,8 +651,9 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const json* sched, singleBlock(doc, "scheduler", path));
   if (sched != nullptr) {
     core::JsonNode s(*sched, "scheduler", path);
-    TESSERA_RETURN_IF_ERROR(s.checkKeys({"policy", "pass_interval_ms", "reclaim_patience_s",
-                                         "max_moves_per_pass", "max_unsaved_gpu_seconds"}));
+    TESSERA_RETURN_IF_ERROR(
+        s.checkKeys({"policy", "pass_interval_ms", "reclaim_patience_s", "max_moves_per_pass",
+                     "max_unsaved_gpu_seconds", "cpu_per_free_gpu_milli"}));
     TESSERA_ASSIGN_OR_RETURN(c.policy, strField(s, "policy", c.policy));
     TESSERA_ASSIGN_OR_RETURN(int64_t ms, intField(s, "pass_interval_ms", 1, 60000, 200));
     c.pass_interval_ms = static_cast<int>(ms);
@@ -661,6 +663,8 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     c.max_moves_per_pass = static_cast<int>(moves);
     TESSERA_ASSIGN_OR_RETURN(c.max_unsaved_gpu_seconds,
                              intField(s, "max_unsaved_gpu_seconds", 0, 1000000000, 3600));
+    TESSERA_ASSIGN_OR_RETURN(c.cpu_per_free_gpu_milli,
+                             intField(s, "cpu_per_free_gpu_milli", 0, 1000000000, 0));
   }
   TESSERA_ASSIGN_OR_RETURN(const json* ha, singleBlock(doc, "ha", path));
   if (ha != nullptr) {

@@ -12,7 +12,8 @@
 //   }
 //   audit "file" { path = "/var/log/tessera/audit.log"  salt_file = "/etc/tessera/audit.salt" }
 //   scheduler { policy = "tessera"  pass_interval_ms = 200  reclaim_patience_s = 0
-//               max_moves_per_pass = 8  max_unsaved_gpu_seconds = 3600 }
+//               max_moves_per_pass = 8  max_unsaved_gpu_seconds = 3600
+//               cpu_per_free_gpu_milli = 0 }
 //   nodes { simulated = "dgx-h100:2,a100-8x:1"               # run by the server itself
 //           agents = "gpu-a=dgx-h100,gpu-b=dgx-h100"         # run by `tessera agent`
 //           lease_ttl_ms = 15000 }                           # an agent silent this long: lost
@@ -77,6 +78,9 @@ struct ServerConfig {
   int64_t reclaim_patience_s = 0;
   int max_moves_per_pass = 8;
   int64_t max_unsaved_gpu_seconds = 3600;
+  // CPU each node holds for GPU tasks per free GPU, out of reach of tasks with no GPU (0: none;
+  // sched::ClusterState::setCpuPerFreeGpu).
+  int64_t cpu_per_free_gpu_milli = 0;
   std::string simulated_nodes = "dgx-h100:2";  // "" when only agents are declared.
   std::string agent_nodes;                     // Nodes agents register under.
   // nodes { labels = { "gpu-a" = { pool = "team-1", zone = "a" } } }: declared nodes' labels.

@@ -151,15 +151,19 @@ TEST_F(ServerConfigTest, SchedulerFairShareSettingsHaveDefaultsAndBounds) {
   EXPECT_EQ(c->reclaim_patience_s, 0);
   EXPECT_EQ(c->max_moves_per_pass, 8);
   EXPECT_EQ(c->max_unsaved_gpu_seconds, 3600);
+  EXPECT_EQ(c->cpu_per_free_gpu_milli, 0);
   c = readServerConfig(write(std::string(kBase) +
                              "scheduler { reclaim_patience_s = 300  max_moves_per_pass = 0\n"
-                             "            max_unsaved_gpu_seconds = 14400 }\n"));
+                             "            max_unsaved_gpu_seconds = 14400\n"
+                             "            cpu_per_free_gpu_milli = 8000 }\n"));
   ASSERT_TRUE(c.isOk()) << c.status().message();
   EXPECT_EQ(c->reclaim_patience_s, 300);
   EXPECT_EQ(c->max_moves_per_pass, 0);  // No consolidation.
   EXPECT_EQ(c->max_unsaved_gpu_seconds, 14400);
-  for (const char* bad : {"reclaim_patience_s = -1", "max_moves_per_pass = 1001",
-                          "max_unsaved_gpu_seconds = -5", "max_moves = 3"}) {
+  EXPECT_EQ(c->cpu_per_free_gpu_milli, 8000);
+  for (const char* bad :
+       {"reclaim_patience_s = -1", "max_moves_per_pass = 1001", "cpu_per_free_gpu_milli = -1",
+        "max_unsaved_gpu_seconds = -5", "max_moves = 3"}) {
     c = readServerConfig(write(std::string(kBase) + "scheduler { " + bad + " }\n"));
     ASSERT_FALSE(c.isOk()) << bad;
     const std::string field = std::string(bad).substr(0, std::string(bad).find(' '));

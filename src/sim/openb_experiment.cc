@@ -363,6 +363,10 @@ bool OpenbExperiment::placeFractional(sched::ClusterState& state, sched::Placer&
   return true;
 }
 
+int64_t OpenbExperiment::typicalCpuPerGpu() const {
+  return std::llround(frag_->cpuPerGpuMilli() * core::kWholeGpu.value());
+}
+
 core::Result<RunResult> OpenbExperiment::run(const std::string& policy_name, uint64_t seed,
                                              double tune, const ProgressFn& progress) const {
   RunResult result;
@@ -375,6 +379,7 @@ core::Result<RunResult> OpenbExperiment::run(const std::string& policy_name, uin
   rng.shuffle(std::span<uint32_t>(rank));
 
   sched::ClusterState state(catalogue_, nodes_);
+  state.setCpuPerFreeGpu(cpu_per_free_gpu_);
   sched::PolicyContext ctx{frag_.get(), &rng};
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<sched::Policy> policy,
                            sched::makePolicy(policy_name, ctx, state));
@@ -417,6 +422,9 @@ core::Result<RunResult> OpenbExperiment::run(const std::string& policy_name, uin
       frag_sum += node_frag[n];
     } else {
       ++result.failed;
+      if (pod.num_gpu == 0 && arrived <= total_gpus_ * core::kWholeGpu.value()) {
+        ++result.cpu_only_failed_100;
+      }
     }
     result.outcomes.push_back(out);
     events.push_back({arrived, state.usedGpuMilli(), frag_sum});

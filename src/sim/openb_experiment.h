@@ -71,6 +71,7 @@ struct RunResult {
   std::vector<PodOutcome> outcomes;
   std::vector<CurvePoint> curve;  // Bins 0..130.
   int64_t failed = 0;
+  int64_t cpu_only_failed_100 = 0;  // CPU-only pods failed before arrived passed 100 %.
   MigRunStats mig;
   // As `curve`, but a MIG slice counts only the pod's share as allocated, not the slice's
   // padding: the GPU share that runs no pod's demand.
@@ -96,6 +97,12 @@ class OpenbExperiment {
   const sched::FragModel& fragModel() const { return *frag_; }
   int64_t totalGpus() const { return total_gpus_; }
   const MigOptions& mig() const { return mig_; }
+  // CPU each node holds for its free GPUs in the runs, in milli-CPU per GPU, out of reach of
+  // CPU-only pods (sched::ClusterState::setCpuPerFreeGpu); 0 (the default, and the FGD
+  // experiment) holds nothing. `typicalCpuPerGpu` is what the typical GPU pod asks for.
+  void setCpuPerFreeGpu(int64_t milli_cpu) { cpu_per_free_gpu_ = milli_cpu; }
+  int64_t cpuPerFreeGpu() const { return cpu_per_free_gpu_; }
+  int64_t typicalCpuPerGpu() const;
   // Fixed layout: the profile index (on the node's model) every GPU of the node is partitioned
   // into, or -1 when the node is not pre-partitioned.
   int fixedProfileOf(size_t node) const {
@@ -123,6 +130,7 @@ class OpenbExperiment {
   std::unique_ptr<sched::FragModel> frag_;
   int64_t total_gpus_ = 0;
   MigOptions mig_;
+  int64_t cpu_per_free_gpu_ = 0;
   std::vector<model::GpuModelId> mig_models_;  // MIG-capable models of the nodes.
   std::vector<int> fixed_profile_;             // By node; see fixedProfileOf.
   std::vector<int> fixed_slot_;                // By node: index into mig_.fixed_profiles, or -1.

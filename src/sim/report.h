@@ -26,8 +26,10 @@ struct SummaryRow {
   double unalloc_100 = 0;
   double unalloc_130 = 0;
   double seconds = 0;
+  int64_t cpu_only_failed_100 = 0;  // CPU-only pods failed before arrived passed 100 %.
 };
-// summary.csv: trace,policy,seed,unalloc_pct_at_100,unalloc_pct_at_130,seconds
+// summary.csv: trace,policy,seed,unalloc_pct_at_100,unalloc_pct_at_130,seconds,
+// cpu_only_failed_at_100
 core::Status writeSummary(const std::string& path, const std::vector<SummaryRow>& rows);
 
 // The FGD authors' per-seed unallocated GPU % at arrived = 100, by trace ("default") and
@@ -61,6 +63,7 @@ struct SummaryLine {
   MeanSd unalloc_100;
   MeanSd unalloc_130;
   MeanSd seconds;
+  MeanSd cpu_only_failed_100;
   MeanSd authors_100;
   double diff_pct = 0;  // Ours against the authors', in % of theirs.
 };

@@ -1198,6 +1198,60 @@ TEST_F(ConsolidationTest, MovesARunningTaskToMakeRoom) {
   EXPECT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/pair", tenant_).status, 204U);
 }
 
+// scheduler { cpu_per_free_gpu_milli } through the real binary: each t4-2x node (32 cores, two
+// T4s) holds 12 cores per free GPU from tasks that ask for no GPU, so a 16-core CPU-only task
+// waits, saying why, until a GPU task takes a GPU; then it runs beside it.
+class HeldCpuTest : public AgentTest {
+ protected:
+  std::string schedulerConfig() const override {
+    return "scheduler { pass_interval_ms = 50  cpu_per_free_gpu_milli = 12000 }\n";
+  }
+};
+
+TEST_F(HeldCpuTest, CpuOnlyTasksWaitForTheCpuHeldForFreeGpus) {
+  startBothAgents();
+  if (HasFatalFailure()) {
+    return;
+  }
+  const auto submit = [&](const std::string& name, const json& extra) {
+    json body = {{"gracePeriod", 1},
+                 {"cpuMilli", 100},
+                 {"command", {"sh", "-c", "echo $$ > pid; exec sleep 300"}}};
+    body.update(extra);
+    return call("POST", "/v1/tenants/team-1/workloads/" + name, tenant_, body).status;
+  };
+  const auto waitsForHeldCpu = [&](const std::string& name) {
+    return waitFor(
+        [&] {
+          return workload(name)["status"]
+                     .value("reason", "")
+                     .find("CPU held for the node's free GPUs") != std::string::npos;
+        },
+        10s);
+  };
+  ASSERT_EQ(submit("etl", {{"cpuMilli", 16000}}), 202U);
+  ASSERT_TRUE(waitsForHeldCpu("etl")) << workload("etl").dump();
+  EXPECT_TRUE(phaseIs("etl", "pending"));
+  // A GPU task takes a GPU: 12 cores held on its node, 31.9 free, and etl fits there.
+  ASSERT_EQ(submit("train", {{"gpu", {{"count", 1}}}}), 202U);
+  ASSERT_TRUE(waitFor([&] { return phaseIs("train", "running"); }, 20s))
+      << workload("train").dump();
+  const std::string train_node = workload("train")["status"]["tasks"][0].value("node", "");
+  ASSERT_TRUE(waitFor([&] { return phaseIs("etl", "running"); }, 20s)) << workload("etl").dump();
+  EXPECT_EQ(workload("etl")["status"]["tasks"][0].value("node", ""), train_node);
+  EXPECT_FALSE(nodeWhere("etl", "pid").empty());  // Its process really runs.
+  // The other node holds 24 of its 32 cores: 8 are free for CPU-only tasks.
+  ASSERT_EQ(submit("small", {{"cpuMilli", 8000}}), 202U);
+  ASSERT_TRUE(waitFor([&] { return phaseIs("small", "running"); }, 20s))
+      << workload("small").dump();
+  EXPECT_NE(workload("small")["status"]["tasks"][0].value("node", ""), train_node);
+  ASSERT_EQ(submit("more", {{"cpuMilli", 4000}}), 202U);  // 3.9 and 0 cores unheld.
+  ASSERT_TRUE(waitsForHeldCpu("more")) << workload("more").dump();
+  for (const std::string name : {"etl", "small", "train", "more"}) {
+    EXPECT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/" + name, tenant_).status, 204U);
+  }
+}
+
 // `tessera dev` in DIR with `nodes`, and the client environment for its demo tenant; the
 // environment is empty if the dev server did not come up (the failure is recorded).
 std::string startDev(std::unique_ptr<Process>& dev, const fs::path& dir, const std::string& nodes) {

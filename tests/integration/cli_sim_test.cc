@@ -69,8 +69,9 @@ TEST_F(CliSimTest, OpenbWritesPlacementsCurvesAndSummary) {
     }
   }
   const std::string summary = slurp(out / "summary.csv");
-  EXPECT_EQ(summary.substr(0, summary.find('\n')),
-            "trace,policy,seed,unalloc_pct_at_100,unalloc_pct_at_130,seconds");
+  EXPECT_EQ(
+      summary.substr(0, summary.find('\n')),
+      "trace,policy,seed,unalloc_pct_at_100,unalloc_pct_at_130,seconds,cpu_only_failed_at_100");
   EXPECT_EQ(lines(summary), 5U);
   EXPECT_NE(summary.find("\npods,fgd,1,"), std::string::npos);
 
