@@ -575,18 +575,24 @@ void addSimCommand(CLI::App& app, int* rc) {
 
   // Pod-list variants and the allocation lower bound (sim/openb_variant.h, sim/lower_bound.h).
   struct VariantArgs {
-    std::string pods, out;
-    double cpu = -1, gpushare = -1;
+    std::string pods, out, gpuspec_from;
+    double cpu = -1, gpushare = -1, gpuspec = -1;
     uint64_t seed = 1;
   };
   auto va = std::make_shared<VariantArgs>();
   CLI::App* variant = sim->add_subcommand(
       "openb-variant",
       "Derive an openb pod-list variant (cpuNNN: CPU-only pods make up NNN/10 % of pods; "
-      "gpushareNN: sharing pods make up NN % of GPU request) from a base list, with a seed");
+      "gpushareNN: sharing pods make up NN % of GPU request; gpuspecNN: NN % of GPU pods accept "
+      "only some GPU models) from a base list, with a seed");
   variant->add_option("--pods,-p", va->pods, "Base pod list CSV (the default trace)")->required();
   variant->add_option("--cpu-pct", va->cpu, "CPU-only pods, % of all pods (e.g. 30 for cpu300)");
   variant->add_option("--gpushare-pct", va->gpushare, "Sharing pods, % of GPU request");
+  variant->add_option("--gpuspec-pct", va->gpuspec,
+                      "GPU pods with a gpu_spec (accepted models), % of GPU pods");
+  variant->add_option("--gpuspec-from", va->gpuspec_from,
+                      "Pod list whose gpu_spec values are drawn for --gpuspec-pct, by pod kind "
+                      "(e.g. openb_pod_list_gpuspec20.csv)");
   variant->add_option("--seed,-s", va->seed, "Seed")->capture_default_str();
   variant->add_option("--out,-o", va->out, "Output CSV")->required();
   variant->callback([va, rc] {
@@ -598,11 +604,18 @@ void addSimCommand(CLI::App& app, int* rc) {
     if (va->gpushare >= 0) {
       spec.gpushare_pct = va->gpushare;
     }
-    if (!spec.cpu_pct && !spec.gpushare_pct) {
-      *rc = fail(kExitBadInput, "give --cpu-pct, --gpushare-pct or both");
+    if (va->gpuspec >= 0) {
+      spec.gpuspec_pct = va->gpuspec;
+      if (va->gpuspec_from.empty()) {
+        *rc = fail(kExitBadInput, "--gpuspec-pct needs --gpuspec-from, a pod list with specs");
+        return;
+      }
+    }
+    if (!spec.cpu_pct && !spec.gpushare_pct && !spec.gpuspec_pct) {
+      *rc = fail(kExitBadInput, "give --cpu-pct, --gpushare-pct, --gpuspec-pct or several");
       return;
     }
-    auto text = sim::writeOpenbVariant(va->pods, spec, va->out);
+    auto text = sim::writeOpenbVariant(va->pods, spec, va->out, va->gpuspec_from);
     if (!text.isOk()) {
       *rc = fail(kExitBadInput, text.status().message());
       return;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <vector>
 
@@ -31,7 +32,49 @@ struct Parsed {
   std::vector<Row> rows;
   size_t c_name = 0;
   int c_creation = -1;
+  int c_spec = -1;
 };
+
+core::Result<Parsed> parse(const core::CsvTable& t);
+
+// The kind of GPU pod a spec is drawn for: 0 for sharing pods, else the GPU count.
+int64_t specKind(const Row& r) { return r.sharing() ? 0 : r.num_gpu; }
+
+// Sets `gpu_spec` on `pct` % of `gpu` (by count) from the specs of `from`'s pods (see the header).
+core::Status assignSpecs(std::vector<Row>& gpu, size_t c_spec, const core::CsvTable& from,
+                         double pct, core::Rng& rng) {
+  TESSERA_ASSIGN_OR_RETURN(Parsed src, parse(from));
+  if (src.c_spec < 0) {
+    return core::invalidArgument(from.source() + ": has no gpu_spec column to draw specs from");
+  }
+  std::map<int64_t, std::vector<std::string>> by_kind;
+  std::vector<std::string> all;
+  for (const Row& r : src.rows) {
+    const std::string& s = r.fields[static_cast<size_t>(src.c_spec)];
+    if (!r.cpuOnly() && !s.empty()) {
+      by_kind[specKind(r)].push_back(s);
+      all.push_back(s);
+    }
+  }
+  if (all.empty() && pct > 0) {
+    return core::invalidArgument(from.source() + ": no GPU pod has a gpu_spec to draw from");
+  }
+  std::vector<size_t> idx(gpu.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  rng.shuffle(std::span<size_t>(idx));
+  const auto want = static_cast<size_t>(std::llround(pct / 100 * static_cast<double>(gpu.size())));
+  for (size_t k = 0; k < idx.size(); ++k) {
+    Row& r = gpu[idx[k]];
+    if (k >= want) {
+      r.fields[c_spec].clear();
+      continue;
+    }
+    auto it = by_kind.find(specKind(r));
+    const std::vector<std::string>& pool = it != by_kind.end() ? it->second : all;
+    r.fields[c_spec] = pool[rng.uniform(pool.size())];
+  }
+  return core::Status::ok();
+}
 
 core::Result<Parsed> parse(const core::CsvTable& t) {
   Parsed p;
@@ -41,6 +84,7 @@ core::Result<Parsed> parse(const core::CsvTable& t) {
   TESSERA_ASSIGN_OR_RETURN(size_t c_num, t.requireColumn("num_gpu"));
   TESSERA_ASSIGN_OR_RETURN(size_t c_milli, t.requireColumn("gpu_milli"));
   p.c_creation = t.findColumn("creation_time");
+  p.c_spec = t.findColumn("gpu_spec");
   if (t.rowCount() == 0) {
     return core::invalidArgument(t.source() + ":2: no pods (only a header)");
   }
@@ -74,7 +118,7 @@ core::Result<Parsed> parse(const core::CsvTable& t) {
   return p;
 }
 
-PodListStats statsOf(const std::vector<Row>& rows) {
+PodListStats statsOf(const std::vector<Row>& rows, int c_spec) {
   PodListStats s;
   for (const Row& r : rows) {
     ++s.pods;
@@ -85,6 +129,11 @@ PodListStats statsOf(const std::vector<Row>& rows) {
     s.memory_mib += r.memory_mib;
     s.gpu_milli += r.totalGpuMilli();
     s.share_gpu_milli += r.sharing() ? r.gpu_milli : 0;
+  }
+  if (c_spec >= 0) {
+    for (const Row& r : rows) {
+      s.spec_pods += !r.cpuOnly() && !r.fields[static_cast<size_t>(c_spec)].empty() ? 1 : 0;
+    }
   }
   return s;
 }
@@ -146,7 +195,7 @@ double PodListStats::sharePct() const { return 100.0 * shareFraction(share_gpu_m
 
 core::Result<PodListStats> podListStats(const core::CsvTable& pods) {
   TESSERA_ASSIGN_OR_RETURN(Parsed p, parse(pods));
-  return statsOf(p.rows);
+  return statsOf(p.rows, p.c_spec);
 }
 
 core::Result<OpenbVariant> makeOpenbVariant(const core::CsvTable& base, const VariantSpec& spec) {
@@ -158,7 +207,18 @@ core::Result<OpenbVariant> makeOpenbVariant(const core::CsvTable& base, const Va
     return core::invalidArgument(
         fmt::format("GPU-sharing share {} % is outside [0, 100]", *spec.gpushare_pct));
   }
+  if (spec.gpuspec_pct && !(*spec.gpuspec_pct >= 0 && *spec.gpuspec_pct <= 100)) {
+    return core::invalidArgument(
+        fmt::format("GPU-spec share {} % is outside [0, 100]", *spec.gpuspec_pct));
+  }
+  if (spec.gpuspec_pct && spec.gpuspec_from == nullptr) {
+    return core::invalidArgument(
+        "a GPU-spec share needs a pod list with specs to draw them from (--gpuspec-from)");
+  }
   TESSERA_ASSIGN_OR_RETURN(Parsed p, parse(base));
+  if (spec.gpuspec_pct && p.c_spec < 0) {
+    return core::invalidArgument(base.source() + ": has no gpu_spec column to set");
+  }
   std::vector<Row> gpu;
   std::vector<Row> cpu;
   std::vector<Row> sharing_pool;
@@ -173,7 +233,7 @@ core::Result<OpenbVariant> makeOpenbVariant(const core::CsvTable& base, const Va
 
   if (spec.gpushare_pct) {
     const double target = *spec.gpushare_pct / 100;
-    const PodListStats now = statsOf(gpu);
+    const PodListStats now = statsOf(gpu, -1);
     const bool up = shareFraction(now.share_gpu_milli, now.gpu_milli) < target;
     const std::vector<Row>& pool = up ? sharing_pool : whole_pool;
     if (pool.empty()) {
@@ -182,6 +242,11 @@ core::Result<OpenbVariant> makeOpenbVariant(const core::CsvTable& base, const Va
           up ? "sharing (num_gpu 1, gpu_milli < 1000)" : "non-sharing", *spec.gpushare_pct));
     }
     adjustShare(gpu, pool, up, target, rng);
+  }
+
+  if (spec.gpuspec_pct) {
+    TESSERA_RETURN_IF_ERROR(assignSpecs(gpu, static_cast<size_t>(p.c_spec), *spec.gpuspec_from,
+                                        *spec.gpuspec_pct, rng));
   }
 
   if (spec.cpu_pct) {
@@ -225,7 +290,7 @@ core::Result<OpenbVariant> makeOpenbVariant(const core::CsvTable& base, const Va
                      [](const Row& a, const Row& b) { return a.creation < b.creation; });
   }
   OpenbVariant v;
-  v.stats = statsOf(out);
+  v.stats = statsOf(out, p.c_spec);
   for (size_t c = 0; c < base.header().size(); ++c) {
     v.csv += c > 0 ? "," : "";
     v.csv += csvField(base.header()[c]);
@@ -245,15 +310,21 @@ core::Result<OpenbVariant> makeOpenbVariant(const core::CsvTable& base, const Va
 
 std::string formatPodListStats(const PodListStats& s) {
   return fmt::format(
-      "{} pods: {} CPU-only ({:.2f} %), {} sharing, {} whole-GPU; CPU {} milli, memory {} MiB, "
-      "GPU {} milli ({:.2f} % by sharing pods)",
-      s.pods, s.cpu_only_pods, s.cpuOnlyPct(), s.share_pods, s.whole_gpu_pods, s.cpu_milli,
-      s.memory_mib, s.gpu_milli, s.sharePct());
+      "{} pods: {} CPU-only ({:.2f} %), {} sharing, {} whole-GPU, {} with a GPU spec; CPU {} "
+      "milli, memory {} MiB, GPU {} milli ({:.2f} % by sharing pods)",
+      s.pods, s.cpu_only_pods, s.cpuOnlyPct(), s.share_pods, s.whole_gpu_pods, s.spec_pods,
+      s.cpu_milli, s.memory_mib, s.gpu_milli, s.sharePct());
 }
 
-core::Result<std::string> writeOpenbVariant(const std::string& base_path, const VariantSpec& spec,
-                                            const std::string& out_path) {
+core::Result<std::string> writeOpenbVariant(const std::string& base_path, VariantSpec spec,
+                                            const std::string& out_path,
+                                            const std::string& gpuspec_from_path) {
   TESSERA_ASSIGN_OR_RETURN(core::CsvTable base, core::CsvTable::readFile(base_path));
+  std::optional<core::CsvTable> from;
+  if (!gpuspec_from_path.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(from, core::CsvTable::readFile(gpuspec_from_path));
+    spec.gpuspec_from = &*from;
+  }
   TESSERA_ASSIGN_OR_RETURN(PodListStats before, podListStats(base));
   TESSERA_ASSIGN_OR_RETURN(OpenbVariant v, makeOpenbVariant(base, spec));
   TESSERA_RETURN_IF_ERROR(writeFileAtomically(out_path, v.csv));

@@ -13,7 +13,15 @@
 //                     positions are replaced by sharing pods drawn (with replacement) from the
 //                     base list until the share reaches S (or sharing pods by non-sharing ones
 //                     when the base is above S). CPU-only pods are kept.
-// Both may be given: the GPU-share step runs first, then the CPU-only step.
+//   gpuspec_pct = G:  `gpu_spec` (the accepted GPU models) set on G % of the GPU pods (by count),
+//                     chosen at random, and cleared on the others. Each chosen pod takes the
+//                     spec of a pod drawn from `gpuspec_from` (a list with specs, such as
+//                     the published gpuspec20) among its pods of the same kind: sharing, or
+//                     whole with the same GPU count; all its specs when it has none of that
+//                     kind. The published gpuspecNN files took their specs from the production
+//                     trace, which is not public.
+// They may be combined: the GPU-share step runs first, then the spec step, then the CPU-only
+// step.
 //
 // Every row keeps all its columns; rows are ordered by `creation_time` when the list has that
 // column (as `default` is) and renamed `openb-pod-NNNN` by position, as upstream does.
@@ -37,6 +45,8 @@ namespace tessera::sim {
 struct VariantSpec {
   std::optional<double> cpu_pct;       // In [0, 100).
   std::optional<double> gpushare_pct;  // In [0, 100].
+  std::optional<double> gpuspec_pct;   // In [0, 100]; needs `gpuspec_from`.
+  const core::CsvTable* gpuspec_from = nullptr;
   uint64_t seed = 1;
 };
 
@@ -50,6 +60,7 @@ struct PodListStats {
   int64_t memory_mib = 0;
   int64_t gpu_milli = 0;        // num_gpu x gpu_milli, summed.
   int64_t share_gpu_milli = 0;  // Of it, by sharing pods.
+  int64_t spec_pods = 0;        // GPU pods with a gpu_spec.
 
   double cpuOnlyPct() const;  // CPU-only pods, % of pods.
   double sharePct() const;    // Sharing pods' GPU request, % of all GPU request.
@@ -72,7 +83,9 @@ std::string formatPodListStats(const PodListStats& s);
 
 // `tessera sim openb-variant`: reads `base_path`, writes the variant to `out_path` and returns
 // the statistics of both, to print.
-core::Result<std::string> writeOpenbVariant(const std::string& base_path, const VariantSpec& spec,
-                                            const std::string& out_path);
+// `gpuspec_from_path`, when not empty, is read into `spec.gpuspec_from`.
+core::Result<std::string> writeOpenbVariant(const std::string& base_path, VariantSpec spec,
+                                            const std::string& out_path,
+                                            const std::string& gpuspec_from_path = "");
 
 }  // namespace tessera::sim

@@ -161,6 +161,58 @@ TEST(OpenbVariantTest, SameSeedSameBytesOtherSeedOtherDraws) {
   EXPECT_TRUE(differs);
 }
 
+TEST(OpenbVariantTest, GpuSpecsAreDrawnByPodKindForTheGivenShareOfGpuPods) {
+  // Specs: sharing pods accept T4; 1-GPU whole pods P100 or G2; no 2-GPU pod has one, so the
+  // 2-GPU pods draw from all of them.
+  const core::CsvTable from = table(
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n"
+      "s0,1,1,1,500,T4\n"
+      "w0,1,1,1,1000,P100\n"
+      "w1,1,1,1,1000,G2\n"
+      "w2,1,1,2,1000,\n"
+      "c0,1,1,0,0,V100M16\n",
+      "specs.csv");
+  for (uint64_t seed : {1, 2, 3}) {
+    VariantSpec sp = spec(std::nullopt, std::nullopt, seed);
+    sp.gpuspec_pct = 50;
+    sp.gpuspec_from = &from;
+    auto v = makeOpenbVariant(table(kBase), sp);
+    ASSERT_TRUE(v.isOk()) << v.status().message();
+    EXPECT_EQ(v->stats.spec_pods, 5);  // Half of the 10 GPU pods.
+    const core::CsvTable out = table(v->csv);
+    for (size_t r = 0; r < out.rowCount(); ++r) {
+      const std::string num(out.cell(r, 3));
+      const std::string milli(out.cell(r, 4));
+      const std::string got(out.cell(r, 5));
+      if (got.empty()) {
+        continue;
+      }
+      if (num == "0") {
+        ADD_FAILURE() << "a CPU-only pod got spec " << got;
+      } else if (milli != "1000") {
+        EXPECT_EQ(got, "T4");
+      } else if (num == "1") {
+        EXPECT_TRUE(got == "P100" || got == "G2") << got;
+      } else {
+        EXPECT_TRUE(got == "T4" || got == "P100" || got == "G2") << got;
+      }
+    }
+    // Everything else is the base's, pod for pod.
+    EXPECT_EQ(rowsWithoutName(out, false).size(), 13U);
+  }
+  VariantSpec sp = spec(std::nullopt, std::nullopt, 1);
+  sp.gpuspec_pct = 50;
+  auto no_source = makeOpenbVariant(table(kBase), sp);
+  ASSERT_FALSE(no_source.isOk());
+  EXPECT_NE(no_source.status().message().find("--gpuspec-from"), std::string::npos);
+  const core::CsvTable bare = table("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n", "bare.csv");
+  sp.gpuspec_from = &bare;
+  EXPECT_FALSE(makeOpenbVariant(table(kBase), sp).isOk());
+  sp.gpuspec_from = &from;
+  sp.gpuspec_pct = 101;
+  EXPECT_FALSE(makeOpenbVariant(table(kBase), sp).isOk());
+}
+
 TEST(OpenbVariantTest, BadInputGivesClearErrors) {
   auto bad_cell = makeOpenbVariant(
       table("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np0,1,1,1,1000\np1,1,1,x,1000\n",
