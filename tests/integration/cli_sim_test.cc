@@ -126,6 +126,53 @@ TEST_F(CliSimTest, BadInputIsOneClearLineAndExitCode2) {
   EXPECT_NE(r.err.find("--nodes"), std::string::npos);
 }
 
+// --hold-cpu-for-gpus reaches the runs: the value is printed and recorded, CPU-only pods that
+// find no node are counted in summary.csv's last column, and a bad value is one clear line.
+TEST_F(CliSimTest, HeldCpuIsPrintedAndItsCostCounted) {
+  // Four 2-GPU nodes; half the pods ask for no GPU.
+  std::ofstream nodes(dir_ / "nodes.csv");
+  nodes << "sn,cpu_milli,memory_mib,gpu,model\n";
+  for (int i = 0; i < 4; ++i) {
+    nodes << "n" << i << ",64000,262144,2,T4\n";
+  }
+  nodes.close();
+  std::ofstream pods(dir_ / "pods.csv");
+  pods << "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n";
+  for (int i = 0; i < 10; ++i) {
+    pods << "g" << i << ",4000,1024,1,1000\nc" << i << ",1000,1024,0,0\n";
+  }
+  pods.close();
+  const std::string base = "sim openb -q -n " + (dir_ / "nodes.csv").string() + " -p " +
+                           (dir_ / "pods.csv").string() + " --seeds 1-5 -j 1";
+  CmdResult r = tessera(base + " --hold-cpu-for-gpus 100000 -o " + (dir_ / "held").string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("CPU held per free GPU from CPU-only pods (milli-CPU): pods: 100000"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("cpu-fail"), std::string::npos) << r.out;
+  r = tessera(base + " -o " + (dir_ / "free").string());
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // summary.csv's last field: CPU-only pods failed by 100 %, summed over the runs.
+  auto failed = [&](const fs::path& summary) {
+    std::istringstream in(slurp(summary));
+    std::string line;
+    std::getline(in, line);
+    int sum = 0;
+    while (std::getline(in, line)) {
+      sum += std::stoi(line.substr(line.rfind(',') + 1));
+    }
+    return sum;
+  };
+  // 100 cores per free GPU: a CPU-only pod fits only beside busy GPUs; without a hold, always.
+  EXPECT_EQ(failed(dir_ / "free" / "summary.csv"), 0);
+  EXPECT_GT(failed(dir_ / "held" / "summary.csv"), 0);
+  r = tessera(base + " --hold-cpu-for-gpus lots -o " + (dir_ / "bad").string());
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_EQ(r.err,
+            "error: --hold-cpu-for-gpus 'lots': expected none, typical or milli-CPU per GPU "
+            "(like 8000)\n");
+}
+
 // A CSV's rows grouped by instant (its first column), each group sorted: rows of one instant
 // may come in another order through the API (sim_api.h), nothing else may differ.
 std::map<std::string, std::vector<std::string>> byInstant(const std::string& csv) {
