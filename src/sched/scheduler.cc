@@ -385,7 +385,9 @@ std::vector<TaskId> Scheduler::nodeLost(NodeIndex n) {
   if (reserved_mask_[n] != 0) {
     setReservation(kNoWorkload, {});
   }
-  addCapacity(n, -1);
+  if (!state_.cordoned(n)) {
+    addCapacity(n, -1);  // A cordoned node's capacity left when it was cordoned.
+  }
   return lost;
 }
 
@@ -394,7 +396,9 @@ void Scheduler::nodeBack(NodeIndex n) {
     return;
   }
   state_.setUp(n, true);
-  addCapacity(n, +1);
+  if (!state_.cordoned(n)) {
+    addCapacity(n, +1);
+  }
   released_nodes_.push_back(n);  // Room grew there: "no room" verdicts are tried again.
 }
 
@@ -428,6 +432,12 @@ void Scheduler::setCordoned(NodeIndex n, bool cordoned) {
     return;
   }
   state_.setCordoned(n, cordoned);
+  // Like a down node, a cordoned one takes no new work, so its capacity leaves the fair shares
+  // (as in KAI, whose proportion plugin counts only ready, schedulable nodes); what runs there
+  // is still charged to its queues.
+  if (state_.up(n)) {
+    addCapacity(n, cordoned ? -1 : +1);
+  }
   // An operator's rare act: every verdict goes, so each waiting workload says why anew.
   blocked_.clear();
   if (cordoned && reserved_mask_[n] != 0) {

@@ -212,7 +212,8 @@ class Scheduler {
   // Adds a node (a machine that joined while the scheduler runs), down until nodeBack; returns
   // its index, the next one. Errors: it fails model::validateNode.
   core::Result<NodeIndex> addNode(model::Node node);
-  // A cordoned node takes no new task; what runs there stays (FilterReason::kCordoned).
+  // A cordoned node takes no new task; what runs there stays (FilterReason::kCordoned). Its
+  // capacity leaves the fair shares until it is uncordoned.
   void setCordoned(NodeIndex n, bool cordoned);
   // Dedicates node `n` to `tenant`'s tasks (nullopt: any tenant's); what runs there stays.
   void setDedicated(NodeIndex n, std::optional<model::TenantId> tenant);
@@ -256,7 +257,7 @@ class Scheduler {
   // The resources a task of `w` is charged in queue accounting (its placement's model
   // dimension included when placed).
   Amounts taskAmounts(WorkloadId w, const Placement* placed) const;
-  // Cluster capacity by dimension.
+  // The capacity fair shares divide, by dimension: nodes that are up and not cordoned.
   const Amounts& capacity() const { return capacity_; }
   // The workload nodes are being kept for, and those nodes (empty when none).
   WorkloadId reservedFor() const { return reserved_for_; }

@@ -731,6 +731,44 @@ TEST_F(SchedulerTest, ALostNodesTasksArePlacedElsewhereAndItTakesNoneUntilBack) 
   EXPECT_EQ(s_->queues().queue(*s_->queues().find("org")).fair_share[kGpuDim], 10000);
 }
 
+// Fair shares divide the nodes that are up and not cordoned (as KAI's proportion plugin counts
+// only ready, schedulable nodes), whatever order cordons and losses come in.
+TEST_F(SchedulerTest, CordonedAndLostNodesLeaveTheFairSharesOnce) {
+  build(2, 8, 8);
+  const auto gpus = [&] { return s_->capacity()[kGpuDim] / 1000; };
+  EXPECT_EQ(gpus(), 16);
+  const WorkloadId a = submit("a", "a", 1, 1, 8);
+  s_->schedule();
+  ASSERT_EQ(nodesOf(a), std::set<NodeIndex>{0});
+  submit("b", "b", 2, 1, 8);  // 24 GPUs asked for in all: the shares divide all there is.
+  s_->schedule();
+  const auto org_share = [&] {
+    return s_->queues().queue(*s_->queues().find("org")).fair_share[kGpuDim] / 1000;
+  };
+  EXPECT_EQ(org_share(), 16);
+  s_->setCordoned(0, true);
+  EXPECT_EQ(gpus(), 8);
+  s_->schedule();
+  // The org's share is what is left; the task on the cordoned node runs on, still charged.
+  EXPECT_EQ(org_share(), 8);
+  EXPECT_EQ(running(a), 1);
+  EXPECT_EQ(allocatedGpus("a"), 8);
+  s_->nodeLost(0);  // Already out: no second subtraction.
+  EXPECT_EQ(gpus(), 8);
+  s_->nodeBack(0);  // Still cordoned.
+  EXPECT_EQ(gpus(), 8);
+  s_->setCordoned(0, false);
+  EXPECT_EQ(gpus(), 16);
+  s_->nodeLost(1);
+  EXPECT_EQ(gpus(), 8);
+  s_->setCordoned(1, true);  // Down already: nothing more leaves.
+  EXPECT_EQ(gpus(), 8);
+  s_->setCordoned(1, false);  // Still down.
+  EXPECT_EQ(gpus(), 8);
+  s_->nodeBack(1);
+  EXPECT_EQ(gpus(), 16);
+}
+
 // Issue 22, nodes join: a node added while work waits takes it once up; cordons, dedicated
 // nodes and node selectors keep new work off nodes while what runs there stays; a drained task
 // runs again elsewhere.

@@ -1252,6 +1252,46 @@ TEST_F(HeldCpuTest, CpuOnlyTasksWaitForTheCpuHeldForFreeGpus) {
   }
 }
 
+// A cordoned node's GPUs leave the fair shares (KAI counts only ready, schedulable nodes), and
+// come back when it is uncordoned: seen through the API's queue list.
+TEST_F(AgentTest, ACordonedNodesGpusLeaveTheFairShares) {
+  startBothAgents();
+  if (HasFatalFailure()) {
+    return;
+  }
+  // Six 1-GPU tasks ask for more than the four GPUs: team-1's share is all there is.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/w" + std::to_string(i), tenant_,
+                   {{"gracePeriod", 1},
+                    {"cpuMilli", 100},
+                    {"gpu", {{"count", 1}}},
+                    {"command", {"sh", "-c", "exec sleep 300"}}})
+                  .status,
+              202U);
+  }
+  const auto share = [&] {
+    const json queues = call("GET", "/v1/queues", root_).body["data"]["queues"];
+    for (const json& q : queues) {
+      if (q.value("name", "").rfind("team-1", 0) == 0) {
+        return q.value("fair_share_milli_gpu", int64_t{-1});
+      }
+    }
+    return int64_t{-1};
+  };
+  ASSERT_TRUE(waitFor([&] { return share() == 4000; }, 10s))
+      << call("GET", "/v1/queues", root_).raw;
+  ASSERT_EQ(call("POST", "/v1/nodes/gpu-b/cordon", root_).status / 100, 2U);
+  EXPECT_TRUE(waitFor([&] { return share() == 2000; }, 10s))
+      << call("GET", "/v1/queues", root_).raw;
+  ASSERT_EQ(call("POST", "/v1/nodes/gpu-b/uncordon", root_).status / 100, 2U);
+  EXPECT_TRUE(waitFor([&] { return share() == 4000; }, 10s))
+      << call("GET", "/v1/queues", root_).raw;
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/w" + std::to_string(i), tenant_).status,
+              204U);
+  }
+}
+
 // `tessera dev` in DIR with `nodes`, and the client environment for its demo tenant; the
 // environment is empty if the dev server did not come up (the failure is recorded).
 std::string startDev(std::unique_ptr<Process>& dev, const fs::path& dir, const std::string& nodes) {
