@@ -29,36 +29,7 @@ constexpr size_t kMaxAnswerBytes = 1 << 20;
 std::string configKey(const std::string& tenant) { return "/secrets/" + tenant + "/aws/config"; }
 std::string rolePrefix(const std::string& tenant) { return "/secrets/" + tenant + "/aws/roles/"; }
 
-core::Status checkTenant(const std::string& tenant) {
-  if (tenant.empty() || tenant.find('/') != std::string::npos) {
-    return core::invalidArgument("aws: bad tenant name '" + tenant + "'");
-  }
-  return core::Status::ok();
-}
-
-core::Result<std::optional<json>> loadSealed(store::Store& store, const KeyManager& keys,
-                                             const std::string& tenant, const std::string& key) {
-  TESSERA_ASSIGN_OR_RETURN(store::RangeResult r, store.range(key));
-  if (r.kvs.empty()) {
-    return std::optional<json>();
-  }
-  TESSERA_ASSIGN_OR_RETURN(std::string plain, keys.decrypt(tenant, key, r.kvs[0].value));
-  json j = json::parse(plain, nullptr, /*allow_exceptions=*/false);
-  OPENSSL_cleanse(plain.data(), plain.size());
-  if (j.is_discarded()) {
-    return core::internalError("aws: the record at " + key + " is not JSON");
-  }
-  return std::optional<json>(std::move(j));
-}
-
-core::Status storeSealed(store::Store& store, const KeyManager& keys, const std::string& tenant,
-                         const std::string& key, const json& value) {
-  std::string plain = value.dump();
-  auto sealed = keys.encrypt(tenant, key, plain);
-  OPENSSL_cleanse(plain.data(), plain.size());
-  TESSERA_RETURN_IF_ERROR(sealed.status());
-  return store.put(key, *sealed).status();
-}
+core::Status checkTenant(const std::string& tenant) { return checkEngineTenant(tenant, "aws"); }
 
 std::string urlEncode(std::string_view s) {
   static const char* kHex = "0123456789ABCDEF";
@@ -405,7 +376,7 @@ core::Status AwsEngine::putConfig(const std::string& tenant, const json& body) {
 core::Result<json> AwsEngine::readConfig(const std::string& tenant) const {
   TESSERA_RETURN_IF_ERROR(checkTenant(tenant));
   TESSERA_ASSIGN_OR_RETURN(std::optional<json> j,
-                           loadSealed(store_, keys_, tenant, configKey(tenant)));
+                           loadSealed(store_, keys_, tenant, configKey(tenant), "aws"));
   if (!j) {
     return core::notFound("aws: not configured; write secrets/aws/config {\"sts_endpoint\"}");
   }
@@ -460,7 +431,7 @@ core::Result<json> AwsEngine::readRole(const std::string& tenant, const std::str
   TESSERA_RETURN_IF_ERROR(checkTenant(tenant));
   TESSERA_RETURN_IF_ERROR(checkRoleName(name));
   TESSERA_ASSIGN_OR_RETURN(std::optional<json> j,
-                           loadSealed(store_, keys_, tenant, rolePrefix(tenant) + name));
+                           loadSealed(store_, keys_, tenant, rolePrefix(tenant) + name, "aws"));
   if (!j) {
     return core::notFound("aws: no role '" + name + "'");
   }

@@ -50,12 +50,7 @@ std::string scrub(std::string message, const std::string& secret) {
   return message;
 }
 
-core::Status checkTenant(const std::string& tenant) {
-  if (tenant.empty() || tenant.find('/') != std::string::npos) {
-    return core::invalidArgument("db: bad tenant name '" + tenant + "'");
-  }
-  return core::Status::ok();
-}
+core::Status checkTenant(const std::string& tenant) { return checkEngineTenant(tenant, "db"); }
 
 // What a connection record holds.
 struct ConnConfig {
@@ -476,34 +471,6 @@ core::Result<LeaseTarget> leaseTarget(const Lease& lease) {
   return t;
 }
 
-// One sealed record: nullopt if there is none.
-core::Result<std::optional<json>> loadSealed(store::Store& store, const KeyManager& keys,
-                                             const std::string& tenant, const std::string& key) {
-  TESSERA_ASSIGN_OR_RETURN(store::RangeResult r, store.range(key));
-  if (r.kvs.empty()) {
-    return std::optional<json>();
-  }
-  TESSERA_ASSIGN_OR_RETURN(std::string plain, keys.decrypt(tenant, key, r.kvs[0].value));
-  json j;
-  try {
-    j = json::parse(plain);
-  } catch (const json::exception&) {
-    OPENSSL_cleanse(plain.data(), plain.size());
-    return core::internalError("db: the record at " + key + " is not JSON");
-  }
-  OPENSSL_cleanse(plain.data(), plain.size());
-  return std::optional<json>(std::move(j));
-}
-
-core::Status storeSealed(store::Store& store, const KeyManager& keys, const std::string& tenant,
-                         const std::string& key, const json& value) {
-  std::string plain = value.dump();
-  auto sealed = keys.encrypt(tenant, key, plain);
-  OPENSSL_cleanse(plain.data(), plain.size());
-  TESSERA_RETURN_IF_ERROR(sealed.status());
-  return store.put(key, *sealed).status();
-}
-
 core::Result<std::vector<std::string>> listNames(store::Store& store, const std::string& prefix) {
   TESSERA_ASSIGN_OR_RETURN(store::RangeResult r, store.range(prefix, store::prefixEnd(prefix)));
   std::vector<std::string> names;
@@ -518,7 +485,7 @@ core::Result<std::optional<ConnConfig>> loadConnection(store::Store& store, cons
                                                        const std::string& tenant,
                                                        const std::string& name) {
   TESSERA_ASSIGN_OR_RETURN(std::optional<json> j,
-                           loadSealed(store, keys, tenant, configPrefix(tenant) + name));
+                           loadSealed(store, keys, tenant, configPrefix(tenant) + name, "db"));
   if (!j) {
     return std::optional<ConnConfig>();
   }
@@ -535,7 +502,7 @@ core::Result<std::optional<RoleConfig>> loadRole(store::Store& store, const KeyM
                                                  const std::string& tenant,
                                                  const std::string& name) {
   TESSERA_ASSIGN_OR_RETURN(std::optional<json> j,
-                           loadSealed(store, keys, tenant, rolePrefix(tenant) + name));
+                           loadSealed(store, keys, tenant, rolePrefix(tenant) + name, "db"));
   if (!j) {
     return std::optional<RoleConfig>();
   }
@@ -888,6 +855,38 @@ core::Status DatabaseEngine::extend(const Lease& lease, core::WallTime expires) 
   return t.db->exec("ALTER ROLE " + ident + " VALID UNTIL " + until)
       .status()
       .withContext("db: extending user '" + t.username + "'");
+}
+
+core::Status checkEngineTenant(const std::string& tenant, std::string_view engine) {
+  if (tenant.empty() || tenant.find('/') != std::string::npos) {
+    return core::invalidArgument(std::string(engine) + ": bad tenant name '" + tenant + "'");
+  }
+  return core::Status::ok();
+}
+
+core::Result<std::optional<json>> loadSealed(store::Store& store, const KeyManager& keys,
+                                             const std::string& tenant, const std::string& key,
+                                             std::string_view engine) {
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult r, store.range(key));
+  if (r.kvs.empty()) {
+    return std::optional<json>();
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::string plain, keys.decrypt(tenant, key, r.kvs[0].value));
+  json j = json::parse(plain, nullptr, /*allow_exceptions=*/false);
+  OPENSSL_cleanse(plain.data(), plain.size());
+  if (j.is_discarded()) {
+    return core::internalError(std::string(engine) + ": the record at " + key + " is not JSON");
+  }
+  return std::optional<json>(std::move(j));
+}
+
+core::Status storeSealed(store::Store& store, const KeyManager& keys, const std::string& tenant,
+                         const std::string& key, const json& value) {
+  std::string plain = value.dump();
+  auto sealed = keys.encrypt(tenant, key, plain);
+  OPENSSL_cleanse(plain.data(), plain.size());
+  TESSERA_RETURN_IF_ERROR(sealed.status());
+  return store.put(key, *sealed).status();
 }
 
 }  // namespace tessera::secrets

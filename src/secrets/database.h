@@ -40,6 +40,7 @@
 
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -143,5 +144,17 @@ class DatabaseEngine : public Revoker {
 // error names `engine` ("db", "aws") and `field`. Shared by the engines' role settings.
 core::Result<int64_t> parseSeconds(const nlohmann::json& v, const std::string& field,
                                    std::string_view engine);
+
+// Records the engines keep sealed with the tenant's key, as JSON. Errors name `engine`.
+// A tenant name fit for a store key: not empty, no '/'.
+core::Status checkEngineTenant(const std::string& tenant, std::string_view engine);
+// The record at `key`, decrypted: nullopt if there is none. The plaintext is wiped.
+core::Result<std::optional<nlohmann::json>> loadSealed(store::Store& store, const KeyManager& keys,
+                                                       const std::string& tenant,
+                                                       const std::string& key,
+                                                       std::string_view engine);
+// Seals `value` with the tenant's key and stores it at `key`. The plaintext is wiped.
+core::Status storeSealed(store::Store& store, const KeyManager& keys, const std::string& tenant,
+                         const std::string& key, const nlohmann::json& value);
 
 }  // namespace tessera::secrets
