@@ -44,18 +44,10 @@ class AgentTest : public ::testing::Test {
     auto ca = writeTestCertificates(dir_);
     ASSERT_TRUE(ca.isOk()) << ca.status().toString();
     ca_pem_ = *ca;
-    const std::string d = dir_.string();
     std::ofstream(dir_ / "server.hcl")
-        << "storage \"sqlite\" { path = \"" << d << "/t.db\" }\n"
-        << "listener \"tcp\" {\n  address = \"" << listenAddress() << "\"\n  tls_cert_file = \""
-        << d << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
-        << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
-        << schedulerConfig() << nodesConfig();
+        << baseServerConfig(dir_, listenAddress()) << schedulerConfig() << nodesConfig();
     ASSERT_NO_FATAL_FAILURE(startServer("server.out"));
-    std::smatch m;
-    const std::string out = server_->output();
-    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
-    root_ = m[1];
+    ASSERT_FALSE(root_.empty()) << server_->output();
     // One token per node, allowed only its own node's calls.
     for (const std::string node : {"gpu-a", "gpu-b"}) {
       const json policy = {
@@ -77,16 +69,12 @@ class AgentTest : public ::testing::Test {
     server_ = std::make_unique<Process>(
         std::vector<std::string>{"server", "-config=" + (dir_ / "server.hcl").string()},
         dir_ / out_file);
-    std::smatch m;
-    std::string out;  // m points into it.
-    ASSERT_TRUE(waitFor(
-        [&] {
-          out = server_->output();
-          return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
-        },
-        30s))
-        << out << server_->errors();
-    address_ = m[1];
+    const std::optional<ServerBanner> banner = waitForServer(*server_);
+    ASSERT_TRUE(banner) << server_->output() << server_->errors();
+    address_ = banner->address;
+    if (root_.empty()) {
+      root_ = banner->root;  // Printed on the first start only.
+    }
     client_ = std::make_unique<Client>(address_, ca_pem_);
   }
   // The listener's address ("127.0.0.1:0": a free port).

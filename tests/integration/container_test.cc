@@ -80,12 +80,8 @@ class ContainerTest : public ::testing::Test {
     auto ca = writeTestCertificates(dir_);
     ASSERT_TRUE(ca.isOk()) << ca.status().toString();
     ca_pem_ = *ca;
-    const std::string d = dir_.string();
     std::ofstream(dir_ / "server.hcl")
-        << "storage \"sqlite\" { path = \"" << d << "/t.db\" }\n"
-        << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
-        << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
-        << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
+        << baseServerConfig(dir_)
         << "scheduler { pass_interval_ms = 50 }\n"
         // A lease longer than the agents' fencing (2.5 s) and the shims' grace (2 s) together:
         // a container whose first process ignores SIGTERM stops only after that grace.
@@ -93,19 +89,12 @@ class ContainerTest : public ::testing::Test {
     server_ = std::make_unique<Process>(
         std::vector<std::string>{"server", "-config=" + (dir_ / "server.hcl").string()},
         dir_ / "server.out");
-    std::smatch m;
-    std::string out;
-    ASSERT_TRUE(waitFor(
-        [&] {
-          out = server_->output();
-          return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
-        },
-        30s))
-        << out << server_->errors();
-    address_ = m[1];
+    const std::optional<ServerBanner> banner = waitForServer(*server_);
+    ASSERT_TRUE(banner) << server_->output() << server_->errors();
+    address_ = banner->address;
     client_ = std::make_unique<Client>(address_, ca_pem_);
-    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
-    root_ = m[1];
+    root_ = banner->root;
+    ASSERT_FALSE(root_.empty()) << server_->output();
     for (const std::string node : {"gpu-a", "gpu-b"}) {
       const json policy = {
           {"path", {{"sys/nodes/" + node + "/*", {{"capabilities", {"read", "update"}}}}}}};

@@ -140,26 +140,15 @@ class IsolationTest : public ::testing::Test {
     ca_pem_ = *ca;
     const std::string d = dir_.string();
     std::ofstream(dir_ / "server.hcl")
-        << "storage \"sqlite\" { path = \"" << d << "/t.db\" }\n"
-        << "listener \"tcp\" {\n  address = \"127.0.0.1:0\"\n  tls_cert_file = \"" << d
-        << "/cert.pem\"\n  tls_key_file = \"" << d << "/key.pem\"\n}\n"
-        << "audit \"file\" { path = \"" << d << "/audit.log\" }\n"
-        << "scheduler { pass_interval_ms = 50 }\n"
+        << baseServerConfig(dir_) << "scheduler { pass_interval_ms = 50 }\n"
         << "nodes {\n  agents = \"iso-node=t4-2x\"\n  lease_ttl_ms = 4000\n}\n";
     server_ = std::make_unique<Process>(
         std::vector<std::string>{"server", "-config=" + d + "/server.hcl"}, dir_ / "server.out");
-    std::smatch m;
-    std::string out;
-    ASSERT_TRUE(waitFor(
-        [&] {
-          out = server_->output();
-          return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
-        },
-        30s))
-        << out << server_->errors();
-    address_ = m[1];
-    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
-    root_ = m[1];
+    const std::optional<ServerBanner> banner = waitForServer(*server_);
+    ASSERT_TRUE(banner) << server_->output() << server_->errors();
+    address_ = banner->address;
+    root_ = banner->root;
+    ASSERT_FALSE(root_.empty()) << server_->output();
     client_ = std::make_unique<Client>(address_, ca_pem_);
     const json policy = {
         {"path", {{"sys/nodes/iso-node/*", {{"capabilities", {"read", "update"}}}}}}};

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -131,5 +132,43 @@ class Client {
   std::string ca_pem_;
   std::string token_header_ = "X-Tessera-Token";
 };
+
+// The storage, TLS listener and audit blocks of a test server's config, all in `dir` (with the
+// cert.pem and key.pem of writeTestCertificates); a test appends its own blocks.
+inline std::string baseServerConfig(const process_fs::path& dir,
+                                    const std::string& listen = "127.0.0.1:0") {
+  const std::string d = dir.string();
+  return "storage \"sqlite\" { path = \"" + d + "/t.db\" }\n" +
+         "listener \"tcp\" {\n  address = \"" + listen + "\"\n  tls_cert_file = \"" + d +
+         "/cert.pem\"\n  tls_key_file = \"" + d + "/key.pem\"\n}\n" + "audit \"file\" { path = \"" +
+         d + "/audit.log\" }\n";
+}
+
+// What a starting server prints: the address it listens on and, on its first start, the root
+// token ("" when it printed none).
+struct ServerBanner {
+  std::string address;
+  std::string root;
+};
+
+// Waits up to `limit` for `server` to print "listening on https://..."; nullopt if it did not.
+inline std::optional<ServerBanner> waitForServer(
+    const Process& server, std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+  std::string out;
+  std::smatch m;
+  if (!waitFor(
+          [&] {
+            out = server.output();
+            return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
+          },
+          limit)) {
+    return std::nullopt;
+  }
+  ServerBanner b{m[1], ""};
+  if (std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) {
+    b.root = m[1];
+  }
+  return b;
+}
 
 }  // namespace tessera::integration
