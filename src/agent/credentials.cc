@@ -1,6 +1,5 @@
 #include "agent/credentials.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/magic.h>
@@ -20,10 +19,6 @@
 namespace tessera::agent {
 namespace {
 
-// A task's folder never holds folders of the agent's; one an older agent let the task make is
-// removed down to this depth (further down it is left, rather than recursing without end).
-constexpr int kMaxRemoveDepth = 32;
-
 // [a-z0-9][a-z0-9.-]*: no hidden files, no "." or "..", no path.
 bool validName(const std::string& s) {
   return !s.empty() && s.size() <= 64 && s[0] != '.' && s[0] != '-' &&
@@ -36,48 +31,6 @@ bool validTask(const std::string& task) { return plainFileName(task) && task[0] 
 
 core::Status fail(const std::string& what) {
   return core::unavailable("credentials: " + what + ": " + std::strerror(errno));
-}
-
-// The names in the folder `dir_fd` (not "." or "..").
-std::vector<std::string> entries(int dir_fd) {
-  std::vector<std::string> out;
-  const int copy = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
-  if (copy < 0) {
-    return out;
-  }
-  DIR* d = ::fdopendir(copy);
-  if (d == nullptr) {
-    ::close(copy);
-    return out;
-  }
-  ::rewinddir(d);
-  while (const dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name != "." && name != "..") {
-      out.push_back(name);
-    }
-  }
-  ::closedir(d);
-  return out;
-}
-
-// Removes what the folder `dir_fd` holds, never following a link: each subfolder is opened
-// with O_NOFOLLOW and taken back (owner the agent, mode 0700) before it is emptied, so whoever
-// owned it cannot swap anything in it meanwhile.
-void removeContents(int dir_fd, int depth) {
-  for (const std::string& name : entries(dir_fd)) {
-    if (::unlinkat(dir_fd, name.c_str(), 0) == 0 || errno != EISDIR || depth >= kMaxRemoveDepth) {
-      continue;
-    }
-    const Fd sub(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (sub.get() < 0) {
-      continue;
-    }
-    (void)!::fchown(sub.get(), ::geteuid(), ::getegid());
-    (void)!::fchmod(sub.get(), 0700);
-    removeContents(sub.get(), depth + 1);
-    (void)::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);
-  }
 }
 
 }  // namespace
@@ -216,7 +169,7 @@ void CredentialFiles::remove(const std::string& task) const {
   // Taken back first: a folder an older agent gave to the task's user may still be written to.
   (void)!::fchown(folder.get(), ::geteuid(), ::getegid());
   (void)!::fchmod(folder.get(), 0700);
-  removeContents(folder.get(), 0);
+  removeContents(folder.get());
   (void)::unlinkat(root.get(), task.c_str(), AT_REMOVEDIR);
 }
 
@@ -227,7 +180,7 @@ std::vector<std::string> CredentialFiles::list() const {
     return out;
   }
   const Fd root(*root_fd);
-  for (const std::string& name : entries(root.get())) {
+  for (const std::string& name : dirEntries(root.get())) {
     struct stat st {};
     if (validTask(name) && ::fstatat(root.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISDIR(st.st_mode)) {
@@ -236,6 +189,12 @@ std::vector<std::string> CredentialFiles::list() const {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+void CredentialFiles::removeRootIfEmpty() const {
+  if (!root_.empty()) {
+    (void)::rmdir(root_.c_str());  // Fails, as it should, while a task's folder is left.
+  }
 }
 
 std::string CredentialFiles::defaultRoot(const std::string& node, const std::string& work_dir) {

@@ -49,6 +49,8 @@ class CredentialFiles {
   // The task folders in the root (for an agent that starts, or fences itself, to find folders it
   // did not write itself or no longer tracks).
   std::vector<std::string> list() const;
+  // Removes the root if it is empty (an agent that stopped its tasks, as it leaves).
+  void removeRootIfEmpty() const;
 
   // /dev/shm/tessera-<node>-<hash of work_dir> where /dev/shm is a tmpfs, else
   // <work_dir>/credentials.

@@ -1,9 +1,13 @@
 #include "agent/exec_util.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 
 namespace tessera::agent {
 
@@ -36,6 +40,67 @@ std::vector<char*> cStrings(std::vector<std::string>& strings) {
 bool plainFileName(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
          name.size() <= 200;
+}
+
+std::vector<std::string> dirEntries(int dir_fd) {
+  std::vector<std::string> out;
+  const int copy = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) {
+    return out;
+  }
+  DIR* d = ::fdopendir(copy);
+  if (d == nullptr) {
+    ::close(copy);
+    return out;
+  }
+  ::rewinddir(d);
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") {
+      out.push_back(name);
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+namespace {
+
+// Deeper folders are left rather than recursed into without end.
+constexpr int kMaxRemoveDepth = 32;
+
+void removeContentsAt(int dir_fd, int depth) {
+  for (const std::string& name : dirEntries(dir_fd)) {
+    if (::unlinkat(dir_fd, name.c_str(), 0) == 0 || errno != EISDIR || depth >= kMaxRemoveDepth) {
+      continue;
+    }
+    const Fd sub(::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (sub.get() < 0) {
+      continue;
+    }
+    (void)!::fchown(sub.get(), ::geteuid(), ::getegid());
+    (void)!::fchmod(sub.get(), 0700);
+    removeContentsAt(sub.get(), depth + 1);
+    (void)::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR);
+  }
+}
+
+}  // namespace
+
+void removeContents(int dir_fd) { removeContentsAt(dir_fd, 0); }
+
+void removeTreeAt(int parent_fd, const std::string& name) {
+  if (::unlinkat(parent_fd, name.c_str(), 0) == 0 || errno != EISDIR) {
+    return;
+  }
+  const Fd dir(::openat(parent_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (dir.get() < 0) {
+    return;
+  }
+  (void)!::fchown(dir.get(), ::geteuid(), ::getegid());
+  (void)!::fchmod(dir.get(), 0700);
+  removeContentsAt(dir.get(), 1);
+  (void)::unlinkat(parent_fd, name.c_str(), AT_REMOVEDIR);
 }
 
 std::optional<UnixUser> lookupUser(const std::string& name) {

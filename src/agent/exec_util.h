@@ -25,6 +25,18 @@ std::vector<char*> cStrings(std::vector<std::string>& strings);
 // 200 characters (task ids, cgroup names, GPU UUIDs and user names in folder names).
 bool plainFileName(const std::string& name);
 
+// The names in the folder `dir_fd` (not "." or "..").
+std::vector<std::string> dirEntries(int dir_fd);
+
+// Removes what the folder `dir_fd` holds, never following a link: each subfolder is opened with
+// O_NOFOLLOW and taken back (owner this process's user, mode 0700) before it is emptied, so
+// whoever owned it cannot swap anything in it meanwhile. Folders deeper than 32 levels are left.
+void removeContents(int dir_fd);
+
+// Removes `name` in the folder `parent_fd` and, if it is a folder, everything in it, as
+// removeContents does. Nothing there: nothing to do.
+void removeTreeAt(int parent_fd, const std::string& name);
+
 struct UnixUser {
   uid_t uid = 0;
   gid_t gid = 0;
