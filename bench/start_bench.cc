@@ -277,8 +277,8 @@ int run(int argc, char** argv) {
                                        info.value("address", ""),
                                        "--ca-cert",
                                        info.value("ca_cert", ""),
-                                       "--token",
-                                       dev->root_token,
+                                       "--token-file",  // The node's own, as dev prints.
+                                       (data_dir / "agent-tokens" / node).string(),
                                        "--work-dir",
                                        (data_dir / "nodes" / node).string(),
                                        "--run-as",

@@ -35,6 +35,7 @@ void Agent::onExit(const std::string& id, const TaskExit& exit) {
   stopping_.erase(id);
   graces_.erase(id);
   mig_live_.erase(id);  // Its instance may go in the GPU's next layout.
+  credentials_stale_.insert(id);
 }
 
 void Agent::adopt(const std::vector<AdoptedTask>& tasks) {
@@ -94,6 +95,13 @@ std::map<std::string, std::string> Agent::syncCredentials(
   std::map<std::string, std::string> errors;
   if (options_.credentials == nullptr) {
     return errors;
+  }
+  {
+    std::lock_guard lock(mu_);
+    for (const std::string& id : credentials_stale_) {
+      written_.erase(id);
+    }
+    credentials_stale_.clear();
   }
   // Folders this agent does not track (an earlier agent's, left when it was restarted or died
   // with its tasks fenced) are tracked from now on: rewritten if their task is wanted here, else
@@ -305,6 +313,7 @@ void Agent::startOne(const TaskAssignment& a) {
   spec.tag = std::to_string(a.generation);  // Given back on adoption after a restart.
   if (options_.credentials != nullptr && !a.credentials.empty()) {
     const std::string dir = options_.credentials->dir(a.spec.id);
+    spec.credentials_dir = dir;
     spec.env["TESSERA_CREDENTIALS_DIR"] = dir;
     if (a.credentials.contains("identity-token")) {
       spec.env["TESSERA_IDENTITY_TOKEN_FILE"] = dir + "/identity-token";

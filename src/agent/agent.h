@@ -154,6 +154,10 @@ class Agent {
   // Credential files written, per task (name -> content). Only the agent loop's thread
   // (reconcile, and fence from tick) touches it.
   std::map<std::string, std::map<std::string, std::string>> written_;
+  // Tasks that ended since the last sync (guarded by mu_): their shim may have removed their
+  // credentials (it does when the agent is not its parent), so they are written again if the
+  // task is assigned here again.
+  std::set<std::string> credentials_stale_;
   bool fenced_ = false;
 };
 

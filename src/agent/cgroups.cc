@@ -134,6 +134,7 @@ core::Result<Cgroups> Cgroups::detect(const std::string& folder, const std::stri
     }
   }
   Cgroups cg;
+  cg.folder_ = folder;
   std::error_code ec;
   if (fs::exists(root + "/cgroup.controllers", ec)) {
     cg.version_ = 2;
@@ -166,6 +167,9 @@ core::Result<Cgroups> Cgroups::detect(const std::string& folder, const std::stri
     if (ctrls.contains("devices") && cg.devices_parent_.empty()) {
       cg.devices_parent_ = parent_for("devices");
     }
+    if (ctrls.contains("pids") && cg.pids_parent_.empty()) {
+      cg.pids_parent_ = parent_for("pids");
+    }
   }
   if (cg.cpu_parent_.empty() && cg.memory_parent_.empty() && cg.devices_parent_.empty()) {
     return core::failedPrecondition("cgroup: neither v2 (" + root +
@@ -179,7 +183,7 @@ core::Result<Cgroups> Cgroups::detect(const std::string& folder, const std::stri
 std::string Cgroups::describe() const {
   if (version_ == 2) {
     std::string c;
-    for (const char* controller : {"cpu", "memory"}) {
+    for (const char* controller : {"cpu", "memory", "pids"}) {
       if (v2_controllers_.contains(controller)) {
         c += (c.empty() ? "" : ", ") + std::string(controller);
       }
@@ -193,6 +197,7 @@ std::string Cgroups::describe() const {
   std::string c;
   for (const auto& [name, parent] : {std::pair<const char*, const std::string&>{"cpu", cpu_parent_},
                                      {"memory", memory_parent_},
+                                     {"pids", pids_parent_},
                                      {"devices", devices_parent_}}) {
     if (!parent.empty()) {
       c += (c.empty() ? "" : ", ") + std::string(name);
@@ -209,11 +214,12 @@ TaskCgroup Cgroups::existing(const std::string& name) const {
     return g;
   }
   for (const std::string* parent :
-       {&cpu_parent_, &memory_parent_, &devices_parent_, &unified_parent_}) {
+       {&cpu_parent_, &memory_parent_, &devices_parent_, &pids_parent_, &unified_parent_}) {
     std::error_code ec;
     const std::string dir = *parent + "/" + name;
     if (!parent->empty() && fs::is_directory(dir, ec)) {
       g.dirs.push_back(dir);
+      g.view_roots.push_back(parent->substr(0, parent->size() - folder_.size() - 1));
       if (parent == &memory_parent_ ||
           (version_ == 2 && parent == &unified_parent_ && v2_controllers_.contains("memory"))) {
         g.memory_dir = dir;
@@ -243,6 +249,7 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
       return core::unavailable("cgroup: cannot create " + dir + ": " + ec.message());
     }
     g.dirs.push_back(dir);
+    g.view_roots.push_back(parent.substr(0, parent.size() - folder_.size() - 1));
     return dir;
   };
   auto fail = [&](core::Status s) {
@@ -255,6 +262,10 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
     // error only for a task that asks for its limit.
     const bool want_cpu = limits.cpu_milli > 0;
     const bool want_memory = limits.memory_mib > 0;
+    // The pids limit is the agent's own default for every task, not a task's request: where the
+    // hierarchy has no pids controller it is left out (the agent's start-up line says which
+    // controllers there are), as on v1.
+    const bool want_pids = limits.pids_max > 0 && v2_controllers_.contains("pids");
     for (const auto& [controller, wanted] :
          {std::pair<const char*, bool>{"cpu", want_cpu}, {"memory", want_memory}}) {
       if (wanted && !v2_controllers_.contains(controller)) {
@@ -270,14 +281,14 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
       levels.push_back(levels.back() + "/" + part.string());
     }
     std::string enable;
-    for (const char* controller : {"cpu", "memory"}) {
+    for (const char* controller : {"cpu", "memory", "pids"}) {
       if (v2_controllers_.contains(controller)) {
         enable += (enable.empty() ? "+" : " +") + std::string(controller);
       }
     }
     for (const std::string& level : enable.empty() ? std::vector<std::string>{} : levels) {
       if (core::Status s = writeFile(level + "/cgroup.subtree_control", enable);
-          !s.isOk() && (want_cpu || want_memory)) {
+          !s.isOk() && (want_cpu || want_memory || want_pids)) {
         return core::Status(s.code(), s.message() +
                                           " (the agent needs a delegated cgroup: run it as a "
                                           "systemd service with Delegate=yes)");
@@ -300,6 +311,12 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
       }
       if (want_memory && fs::exists(dir + "/memory.swap.max", ec)) {
         (void)writeFile(dir + "/memory.swap.max", "0");
+      }
+    }
+    if (v2_controllers_.contains("pids")) {
+      const std::string pids = want_pids ? std::to_string(limits.pids_max) : std::string("max");
+      if (core::Status s = writeFile(dir + "/pids.max", pids); !s.isOk() && want_pids) {
+        return fail(s);
       }
     }
     if (limits.restrict_devices) {
@@ -335,12 +352,29 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
     g.memory_dir = *dir;
     const std::string bytes =
         limits.memory_mib > 0 ? std::to_string(limits.memory_mib << 20) : std::string("-1");
+    // The memory limit may never be above memory+swap's: a group reused from an earlier task
+    // may have a lower one, so that one is lifted first, and set to the limit after it.
+    std::error_code ec;
+    const bool memsw = fs::exists(*dir + "/memory.memsw.limit_in_bytes", ec);
+    if (memsw) {
+      (void)writeFile(*dir + "/memory.memsw.limit_in_bytes", "-1");
+    }
     if (core::Status s = writeFile(*dir + "/memory.limit_in_bytes", bytes); !s.isOk()) {
       return fail(s);
     }
-    std::error_code ec;
-    if (fs::exists(*dir + "/memory.memsw.limit_in_bytes", ec)) {
+    if (memsw) {
       (void)writeFile(*dir + "/memory.memsw.limit_in_bytes", bytes);  // No swapping past it.
+    }
+  }
+  if (!pids_parent_.empty()) {
+    auto dir = make_dir(pids_parent_);
+    if (!dir.isOk()) {
+      return fail(dir.status());
+    }
+    const std::string pids =
+        limits.pids_max > 0 ? std::to_string(limits.pids_max) : std::string("max");
+    if (core::Status s = writeFile(*dir + "/pids.max", pids); !s.isOk()) {
+      return fail(s);
     }
   }
   if (!devices_parent_.empty() && limits.restrict_devices) {

@@ -1,9 +1,10 @@
-// Per-task control groups: CPU and memory limits, and which device nodes a task may open.
+// Per-task control groups: CPU, memory and process-count limits, and which device nodes a task
+// may open.
 // Works with whichever hierarchy the machine has:
 //   - v1 (a mount per controller: cpu, memory, devices under /sys/fs/cgroup/<controller>):
-//     cpu.cfs_quota_us, memory.limit_in_bytes, devices.deny/devices.allow; OOM kills counted in
-//     memory.oom_control's oom_kill;
-//   - v2 (one unified hierarchy): cpu.max, memory.max (memory.swap.max 0), OOM kills in
+//     cpu.cfs_quota_us, memory.limit_in_bytes, pids.max, devices.deny/devices.allow; OOM kills
+//     counted in memory.oom_control's oom_kill;
+//   - v2 (one unified hierarchy): cpu.max, memory.max (memory.swap.max 0), pids.max, OOM kills in
 //     memory.events, and the devices rule as an eBPF program attached to the task's group
 //     (agent/device_filter.h); where that cannot be loaded, `devicesEnforced()` is false and
 //     `describe()` says why.
@@ -37,6 +38,7 @@ struct DeviceRule {
 struct CgroupLimits {
   int64_t cpu_milli = 0;   // 0: no CPU limit.
   int64_t memory_mib = 0;  // 0: no memory limit.
+  int64_t pids_max = 0;    // Processes and threads at once (the pids controller); 0: no limit.
   // When set, the task may open only these character devices (and the harmless ones every
   // process needs: null, zero, full, random, urandom, tty, pts). Empty with `restrict_devices`
   // false: no device rule.
@@ -48,7 +50,10 @@ struct CgroupLimits {
 struct TaskCgroup {
   std::string name;
   std::vector<std::string> dirs;  // The group directories, one per hierarchy.
-  std::string memory_dir;         // Where the OOM count is read.
+  // For each of `dirs`, the agent's own group in that hierarchy: below it, the task's view of
+  // the node (agent/sandbox.h) shows its own group alone.
+  std::vector<std::string> view_roots;
+  std::string memory_dir;  // Where the OOM count is read.
   int version = 1;
 
   // The files a process writes "0" to so that it joins every group (async-signal-safe to use
@@ -94,10 +99,12 @@ class Cgroups {
   std::string cpu_parent_;
   std::string memory_parent_;
   std::string devices_parent_;
+  std::string pids_parent_;
   std::string unified_parent_;
   std::string self_dir_;                  // v2: the agent's own group.
   std::set<std::string> v2_controllers_;  // v2: what the agent's group offers (cpu, memory, ...).
   core::Status v2_devices_;               // v2: whether device filters can be loaded, or why not.
+  std::string folder_;                    // Task groups' folder under the agent's own groups.
 };
 
 }  // namespace tessera::agent

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -45,7 +46,7 @@ TEST_F(CgroupsTest, V2WritesCpuMaxMemoryMaxAndEnablesControllersDownTheTree) {
     touch(level / "cgroup.subtree_control");
   }
   touch(self / "cgroup.controllers", "cpuset cpu io memory pids\n");
-  for (const char* f : {"cpu.max", "memory.max", "memory.swap.max", "cgroup.procs"}) {
+  for (const char* f : {"cpu.max", "memory.max", "memory.swap.max", "pids.max", "cgroup.procs"}) {
     touch(group / f);
   }
   touch(group / "memory.events", "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n");
@@ -56,21 +57,26 @@ TEST_F(CgroupsTest, V2WritesCpuMaxMemoryMaxAndEnablesControllersDownTheTree) {
   CgroupLimits limits;
   limits.cpu_milli = 1500;
   limits.memory_mib = 64;
+  limits.pids_max = 100;
   auto g = cg->create("t1", limits);
   ASSERT_TRUE(g.isOk()) << g.status().message();
   EXPECT_EQ(read(group / "cpu.max"), "150000 100000");
   EXPECT_EQ(read(group / "memory.max"), std::to_string(64 << 20));
   EXPECT_EQ(read(group / "memory.swap.max"), "0");
+  EXPECT_EQ(read(group / "pids.max"), "100");
   for (const fs::path& level : {self, self / "tessera", self / "tessera/node-1"}) {
-    EXPECT_EQ(read(level / "cgroup.subtree_control"), "+cpu +memory") << level;
+    EXPECT_EQ(read(level / "cgroup.subtree_control"), "+cpu +memory +pids") << level;
   }
   EXPECT_EQ(g->joinPaths(), std::vector<std::string>{(group / "cgroup.procs").string()});
+  // The task's view of its cgroups (agent/sandbox.h) starts at the agent's own group.
+  EXPECT_EQ(g->view_roots, std::vector<std::string>{self.string()});
   EXPECT_EQ(g->oomKills(), 1);
   // No limits: "max".
   auto unlimited = cg->create("t1", {});
   ASSERT_TRUE(unlimited.isOk());
   EXPECT_EQ(read(group / "cpu.max"), "max 100000");
   EXPECT_EQ(read(group / "memory.max"), "max");
+  EXPECT_EQ(read(group / "pids.max"), "max");
   // A hierarchy without the memory controller: a memory limit cannot be kept, so it is refused.
   touch(self / "cgroup.controllers", "cpu pids\n");
   cg = Cgroups::detect("tessera/node-1", root_.string(), (root_ / "self").string());
@@ -83,10 +89,12 @@ TEST_F(CgroupsTest, V2WritesCpuMaxMemoryMaxAndEnablesControllersDownTheTree) {
 }
 
 TEST_F(CgroupsTest, V1WritesEachControllersFilesAndTheDeviceRules) {
-  touch(root_ / "self", "4:memory:/job\n3:devices:/\n2:cpu,cpuacct:/\n");
+  touch(root_ / "self", "5:pids:/job\n4:memory:/job\n3:devices:/\n2:cpu,cpuacct:/\n");
   const fs::path cpu = root_ / "cpu,cpuacct/tessera/t1";
   const fs::path mem = root_ / "memory/job/tessera/t1";
   const fs::path dev = root_ / "devices/tessera/t1";
+  const fs::path pids = root_ / "pids/job/tessera/t1";
+  touch(pids / "pids.max");
   for (const char* f : {"cpu.cfs_period_us", "cpu.cfs_quota_us", "cgroup.procs"}) {
     touch(cpu / f);
   }
@@ -101,10 +109,11 @@ TEST_F(CgroupsTest, V1WritesEachControllersFilesAndTheDeviceRules) {
   ASSERT_TRUE(cg.isOk()) << cg.status().message();
   EXPECT_EQ(cg->version(), 1);
   EXPECT_TRUE(cg->devicesEnforced());
-  EXPECT_EQ(cg->describe(), "cgroup v1 (cpu, memory, devices)");
+  EXPECT_EQ(cg->describe(), "cgroup v1 (cpu, memory, pids, devices)");
   CgroupLimits limits;
   limits.cpu_milli = 2000;
   limits.memory_mib = 32;
+  limits.pids_max = 512;
   limits.restrict_devices = true;
   limits.devices = {{195, 3}};
   auto g = cg->create("t1", limits);
@@ -116,8 +125,16 @@ TEST_F(CgroupsTest, V1WritesEachControllersFilesAndTheDeviceRules) {
   EXPECT_EQ(read(dev / "devices.deny"), "a");
   // Each rule is its own write; the fake file keeps the last one, the GPU's.
   EXPECT_EQ(read(dev / "devices.allow"), "c 195:3 rwm");
-  EXPECT_EQ(g->joinPaths().size(), 3U);
+  EXPECT_EQ(read(pids / "pids.max"), "512");
+  EXPECT_EQ(g->joinPaths().size(), 4U);
   EXPECT_EQ(g->oomKills(), 0);
+  // Below each hierarchy's own group of the agent's, the task's view shows its group alone.
+  ASSERT_EQ(g->view_roots.size(), g->dirs.size());
+  for (size_t i = 0; i < g->dirs.size(); ++i) {
+    EXPECT_EQ(g->dirs[i].rfind(g->view_roots[i] + "/tessera/t1", 0), 0U) << g->dirs[i];
+  }
+  EXPECT_NE(std::find(g->view_roots.begin(), g->view_roots.end(), (root_ / "memory/job").string()),
+            g->view_roots.end());
 }
 
 TEST_F(CgroupsTest, BadNamesAndMissingHierarchiesAreErrors) {

@@ -109,6 +109,7 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
   }
   spec.limits.cpu_milli = t.cpu_milli;
   spec.limits.memory_mib = t.memory_mib;
+  spec.limits.pids_max = options.pids_max;
   spec.limits.restrict_devices = true;
   return a;
 }

@@ -29,6 +29,8 @@ struct AssignmentOptions {
   // the limits' variables alone otherwise (simulated GPUs).
   std::string interposer;
   bool require_interposer = false;
+  // Processes and threads each task may have at once (the pids cgroup); 0: no limit.
+  int64_t pids_max = 0;
 };
 
 // One entry of a heartbeat answer's "tasks". GPU indexes become the node's UUIDs (an index the

@@ -5,6 +5,7 @@
 #include <linux/close_range.h>
 #include <poll.h>
 #include <pwd.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -28,6 +29,7 @@
 #include <utility>
 
 #include "agent/exec_util.h"
+#include "agent/sandbox.h"
 
 namespace tessera::agent {
 namespace {
@@ -65,18 +67,22 @@ constexpr const char* kSteps[] = {"",
                                   "running the command",
                                   "starting its process"};
 
+// Steps of setting up a task's view (agent/sandbox.h) go through the pipe as this plus theirs.
+constexpr int kSandboxStepBase = 100;
+
 [[noreturn]] void childFail(int fd, int step) {
   const ChildMsg e{kError, 0, step, errno};
   (void)!::write(fd, &e, sizeof e);
   ::_exit(127);
 }
 
-// Closes every descriptor from 3 up except `a`, `b` and `c` (async-signal-safe: after fork).
-void closeAllBut(int a, int b, int c) {
-  int keep[3] = {a, b, c};
+// Closes every descriptor from 3 up except `a`, `b`, `c` and `d` (-1: none; async-signal-safe:
+// after fork).
+void closeAllBut(int a, int b, int c, int d = -1) {
+  int keep[4] = {a, b, c, d};
   // Sorted by hand: std::sort is not on the list of what a forked child may call.
-  for (int i = 0; i < 3; ++i) {
-    for (int j = i + 1; j < 3; ++j) {
+  for (int i = 0; i < 4; ++i) {
+    for (int j = i + 1; j < 4; ++j) {
       if (keep[j] < keep[i]) {
         const int t = keep[i];
         keep[i] = keep[j];
@@ -188,9 +194,41 @@ void killListed(const char* const* procs) {
   }
 }
 
-[[noreturn]] void runShim(pid_t task, const char* lease, const char* exit_path,
+// Removes the files in the folder `dir` and the folder, then its parent if that is empty now
+// (never following a link; the folder holds files only). Async-signal-safe.
+void removeFlatFolder(const char* dir, const char* parent) {
+  const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    alignas(8) char buf[4096];
+    for (long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf); n > 0;
+         n = ::syscall(SYS_getdents64, fd, buf, sizeof buf)) {
+      for (long off = 0; off < n;) {
+        // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
+        unsigned short reclen = 0;
+        std::memcpy(&reclen, buf + off + 16, sizeof reclen);
+        const char* name = buf + off + 19;
+        if (!(name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))) {
+          (void)::unlinkat(fd, name, 0);
+        }
+        off += reclen;
+      }
+    }
+    ::close(fd);
+  }
+  (void)::rmdir(dir);
+  if (parent != nullptr) {
+    (void)::rmdir(parent);  // Only if no other task's folder is left in it.
+  }
+}
+
+// `status_fd` (-1: none): where the task's init (agent/sandbox.h) writes its command's wait
+// status, which is the task's. `credentials` (null: none) and its parent: removed once the task
+// has ended if the agent (`agent`, the shim's parent) is gone by then, since no agent may come to
+// remove them.
+[[noreturn]] void runShim(pid_t task, int status_fd, const char* lease, const char* exit_path,
                           const char* exit_tmp_path, int64_t grace_ns,
-                          const char* const* kill_procs) {
+                          const char* const* kill_procs, const char* credentials,
+                          const char* credentials_root, pid_t agent) {
   ::prctl(PR_SET_NAME, "tessera-shim");  // In ps and top; its command line is the agent's.
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, task, 0));
   bool fenced = false;
@@ -202,7 +240,16 @@ void killListed(const char* const* procs) {
     int status = 0;
     const pid_t r = ::waitpid(task, &status, WNOHANG);
     if (r == task) {
+      // The command's own status when the init passed it on; else the init's (killed).
+      int command_status = 0;
+      if (status_fd >= 0 && ::read(status_fd, &command_status, sizeof command_status) ==
+                                static_cast<ssize_t>(sizeof command_status)) {
+        status = command_status;
+      }
       writeExit(exit_path, exit_tmp_path, status, fenced);
+      if (credentials != nullptr && ::getppid() != agent) {
+        removeFlatFolder(credentials, credentials_root);
+      }
       ::_exit(0);
     }
     if (r < 0 && errno == ECHILD) {
@@ -485,6 +532,39 @@ struct ProcessRuntime::Impl {
   bool stopping = false;
   std::thread monitor;
 
+  // <work_dir>/.tmp/<id>: a sandboxed task's /tmp, made afresh for each start (root's, 01777,
+  // like the node's /tmp) after whatever an earlier run left there is removed.
+  core::Result<std::string> freshTmp(const std::string& id) const {
+    const std::string parent = options.work_dir + "/.tmp";
+    if (::mkdir(parent.c_str(), 0711) != 0 && errno != EEXIST) {
+      return core::unavailable("cannot create " + parent + ": " + std::strerror(errno));
+    }
+    const Fd pfd(::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    struct stat st {};
+    if (pfd.get() < 0 || ::fstat(pfd.get(), &st) != 0 || st.st_uid != ::geteuid()) {
+      return core::unavailable(parent + " is not a folder of this agent's");
+    }
+    (void)::fchmod(pfd.get(), 0711);
+    removeTreeAt(pfd.get(), id);
+    if (::mkdirat(pfd.get(), id.c_str(), 0700) != 0) {
+      return core::unavailable("cannot create " + parent + "/" + id + ": " + std::strerror(errno));
+    }
+    const Fd dir(::openat(pfd.get(), id.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (dir.get() < 0 || ::fchmod(dir.get(), 01777) != 0) {
+      return core::unavailable("cannot make " + parent + "/" + id +
+                               " a /tmp: " + std::strerror(errno));
+    }
+    return parent + "/" + id;
+  }
+  // Removes a task's /tmp, if it had one.
+  void removeTmp(const std::string& id) const {
+    const Fd pfd(::open((options.work_dir + "/.tmp").c_str(),
+                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (pfd.get() >= 0) {
+      removeTreeAt(pfd.get(), id);
+    }
+  }
+
   // Starts watching a task's shim. Requires mu.
   void watch(Task t) {
     epoll_event ev{};
@@ -577,6 +657,7 @@ struct ProcessRuntime::Impl {
     // The first process is gone: so is the rest of its tree.
     killTree(t, SIGKILL);
     containers->cleanup(t.id);  // Its container's remains, if it ran one.
+    removeTmp(t.id);
     if (t.cgroup) {
       e.oom_killed = t.cgroup->oomKills() > 0;
       (void)options.cgroups->remove(*t.cgroup);
@@ -620,6 +701,7 @@ ProcessRuntime::~ProcessRuntime() {
     ::waitpid(t.shim, &status, 0);
     ::close(t.pidfd);
     impl_->containers->cleanup(id);
+    impl_->removeTmp(id);
     if (t.cgroup) {
       (void)impl_->options.cgroups->remove(*t.cgroup);
     }
@@ -789,8 +871,42 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     kill_procs.push_back(p.c_str());
   }
   kill_procs.push_back(nullptr);
+  // The task's own view of the node (agent/sandbox.h): its /tmp is made afresh, and what it
+  // needs from under /tmp and /dev/shm is carried in.
+  const bool sandboxed = impl_->options.sandbox && !container;
+  SandboxPlan plan;
+  if (sandboxed) {
+    auto tmp = impl_->freshTmp(spec.id);
+    if (!tmp.isOk()) {
+      return fail(tmp.status().withContext(where));
+    }
+    SandboxInput in;
+    in.tmp_dir = *tmp;
+    in.user = who.switch_user ? who.user : "";
+    in.uid = who.uid;
+    in.gid = who.gid;
+    in.home = dir;
+    in.memory_limit_mib = limits.memory_mib;
+    in.mps_client = spec.gpus.mode == GpuPinning::Mode::kMps;
+    in.keep = {dir, spec.credentials_dir, spec.gpus.interposer, spec.gpus.mps_pipe_directory};
+    in.keep.insert(in.keep.end(), spec.device_nodes.begin(), spec.device_nodes.end());
+    if (t.cgroup) {
+      in.cgroup_dirs = t.cgroup->dirs;
+      in.cgroup_view_roots = t.cgroup->view_roots;
+    }
+    auto planned = planSandbox(in);
+    if (!planned.isOk()) {
+      impl_->removeTmp(spec.id);
+      return fail(planned.status().withContext(where));
+    }
+    plan = std::move(planned).value();
+  }
   const std::string exit_file = dir + "/exit";
   const std::string exit_tmp_file = dir + "/exit.tmp";
+  const pid_t agent_pid = ::getpid();
+  const char* credentials = spec.credentials_dir.empty() ? nullptr : spec.credentials_dir.c_str();
+  const std::string credentials_root =
+      spec.credentials_dir.empty() ? "" : fs::path(spec.credentials_dir).parent_path().string();
   ::unlink(exit_file.c_str());  // A previous generation's.
   const char* lease =
       impl_->options.lease_file.empty() ? nullptr : impl_->options.lease_file.c_str();
@@ -805,6 +921,15 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     // The shim, then the task: async-signal-safe calls only.
     const int w = report[1];
     ::setsid();
+    // A sandboxed task's first process is pid 1 of a PID namespace of its own: an init of ours
+    // that passes its command's status to the shim through this pipe.
+    int status_pipe[2] = {-1, -1};
+    if (sandboxed && ::unshare(CLONE_NEWPID) != 0) {
+      childFail(w, kSandboxStepBase + kSandboxNamespaces);
+    }
+    if (sandboxed && ::pipe2(status_pipe, O_CLOEXEC) != 0) {
+      childFail(w, 8);
+    }
     const pid_t task = ::fork();
     if (task < 0) {
       childFail(w, 8);
@@ -813,16 +938,17 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
       const ChildMsg m{kPid, task, 0, 0};
       (void)!::write(w, &m, sizeof m);
       // Nothing of the agent's stays open in the shim (sockets, the store, the pipe).
-      ::syscall(SYS_close_range, 3U, ~0U, 0U);
-      runShim(task, lease, exit_file.c_str(), exit_tmp_file.c_str(), fence_grace_ns,
-              kill_procs.data());
+      closeAllBut(status_pipe[0], -1, -1);
+      runShim(task, status_pipe[0], lease, exit_file.c_str(), exit_tmp_file.c_str(), fence_grace_ns,
+              kill_procs.data(), credentials,
+              credentials_root.empty() ? nullptr : credentials_root.c_str(), agent_pid);
     }
     ::setpgid(0, 0);  // Its own process group, which stop() signals.
     // No descriptor of the agent's (sockets, the store) reaches the task. All but the three it
     // needs until exec are closed now rather than at exec: joining a cgroup can wait (an RCU
     // grace period), and meanwhile a copy of, say, the server's store lock would keep a
     // restarted server out after a crash.
-    closeAllBut(w, out.get(), err.get());
+    closeAllBut(w, out.get(), err.get(), status_pipe[1]);
     ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
     for (const char* p : joins) {
       const int fd = ::open(p, O_WRONLY | O_CLOEXEC);
@@ -830,6 +956,29 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
         childFail(w, 1);
       }
       ::close(fd);
+    }
+    if (sandboxed) {
+      int step = 0;
+      const int e = enterSandbox(plan, &step);
+      if (e != 0) {
+        errno = e;
+        childFail(w, kSandboxStepBase + step);
+      }
+      const pid_t command = ::fork();
+      if (command < 0) {
+        childFail(w, 8);
+      }
+      if (command > 0) {
+        // The init keeps nothing of the task's or the agent's open: the pipe closes when the
+        // command has exec'd, and its logs are the command's.
+        ::close(w);
+        ::close(out.get());
+        ::close(err.get());
+        for (int fd = 0; fd < 3; ++fd) {
+          ::close(fd);
+        }
+        runTaskInit(command, status_pipe[1]);
+      }
     }
     const int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd < 0) {
@@ -894,8 +1043,15 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     ::waitpid(shim, &status, 0);
     const int step = error ? error->step : 8;
     const int err_no = error ? error->err : EIO;
-    return fail(core::failedPrecondition(where + ": cannot start '" + args[0] +
-                                         "': " + kSteps[step] + ": " + std::strerror(err_no)));
+    if (sandboxed) {
+      impl_->removeTmp(spec.id);
+    }
+    const std::string what = step >= kSandboxStepBase ? sandboxStepName(step - kSandboxStepBase)
+                             : step > 0 && step < static_cast<int>(std::size(kSteps))
+                                 ? kSteps[step]
+                                 : "starting its process";
+    return fail(core::failedPrecondition(where + ": cannot start '" + args[0] + "': " + what +
+                                         ": " + std::strerror(err_no)));
   }
   t.pid = task;
   t.shim = shim;
@@ -907,6 +1063,7 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     impl_->killTree(t, SIGKILL);
     int status = 0;
     ::waitpid(shim, &status, 0);
+    impl_->removeTmp(spec.id);
     return fail(core::unavailable(where + ": pidfd_open: " + std::strerror(e) +
                                   " (Linux 5.3 or later is needed)"));
   }
@@ -990,6 +1147,7 @@ std::vector<AdoptedTask> ProcessRuntime::adopt() {
     }
     e.stopped = fenced;
     impl_->containers->cleanup(id);
+    impl_->removeTmp(id);
     if (t.cgroup) {
       e.oom_killed = t.cgroup->oomKills() > 0;
       (void)impl_->options.cgroups->remove(*t.cgroup);

@@ -12,7 +12,9 @@
 // for longer than the fencing period.
 // A task whose spec names an image runs as an OCI container (agent/container.h): the runtime's
 // `run` takes the command's place under the same shim, so all of the above holds for it too.
-// A task ends when its first process exits; what is left of its tree is killed then. Stopping
+// A task ends when its first process exits; what is left of its tree is killed then. With
+// `sandbox`, it also runs in namespaces of its own (agent/sandbox.h): it sees its own processes
+// and files only, its /tmp and /dev/shm are its own and go with it. Stopping
 // (preemption, cancel) sends SIGTERM to the group, then SIGKILL to the group and everything
 // left in its cgroups after the grace period. Exits are reported with exit code or signal,
 // whether the kernel OOM-killed it, and the run time.
@@ -81,6 +83,9 @@ struct TaskSpec {
   std::string user;                        // Unix user to run as; "": the agent's.
   std::string tag;  // Opaque to the runtime: kept with the task, given back by adopt().
   ContainerSpec container;
+  // The folder of its credential files (agent/credentials.h; "" : none): carried into its view
+  // when it has one of its own, and removed by its shim when it ends after the agent is gone.
+  std::string credentials_dir;
 };
 
 struct TaskExit {
@@ -118,6 +123,10 @@ struct ProcessRuntimeOptions {
   // Tasks with an image: the OCI runtime and where bundles, its state and the layer cache go
   // ("" dir: <work_dir>/containers).
   ContainerOptions container;
+  // Each task that is not a container in namespaces of its own, with its own /proc, /tmp,
+  // /dev/shm, /etc/passwd and cgroups (agent/sandbox.h; root only: probeSandbox says whether
+  // the machine allows it). Its /tmp is <work_dir>/.tmp/<id>, removed when it ends.
+  bool sandbox = false;
 };
 
 // Writes `lease_file` (whole, through a rename): tasks may run until CLOCK_MONOTONIC reaches now

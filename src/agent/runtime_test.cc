@@ -23,6 +23,8 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/sandbox.h"
+
 namespace tessera::agent {
 namespace {
 
@@ -69,12 +71,14 @@ class RuntimeTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  ProcessRuntime& runtime(const Cgroups* cgroups = nullptr, const std::string& lease = "") {
+  ProcessRuntime& runtime(const Cgroups* cgroups = nullptr, const std::string& lease = "",
+                          bool sandbox = false) {
     runtime_ = std::make_unique<ProcessRuntime>(
         ProcessRuntimeOptions{.work_dir = (dir_ / "tasks").string(),
                               .cgroups = cgroups,
                               .lease_file = lease,
-                              .fence_grace = 300ms},
+                              .fence_grace = 300ms,
+                              .sandbox = sandbox},
         [this](const std::string& id, const TaskExit& e) {
           std::lock_guard lock(mu_);
           exits_[id] = e;
@@ -522,6 +526,207 @@ TEST_F(CgroupRuntimeTest, AGroupLeftOverByADeadAgentIsEmptiedBeforeReuse) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
   EXPECT_TRUE(cgroups_->remove(*again).isOk());
+}
+
+// Tasks in namespaces of their own (agent/sandbox.h): root, cgroup v1, and a machine that lets
+// this process make PID and mount namespaces; skipped otherwise, saying why.
+class SandboxRuntimeTest : public CgroupRuntimeTest {
+ protected:
+  void SetUp() override {
+    CgroupRuntimeTest::SetUp();
+    if (IsSkipped()) {
+      return;
+    }
+    if (core::Status s = probeSandbox(); !s.isOk()) {
+      GTEST_SKIP() << s.message();
+    }
+    // A user of the machine's that is neither root nor nobody, for the task.
+    for (const char* name : {"daemon", "bin", "sys"}) {
+      if (const passwd* pw = ::getpwnam(name); pw != nullptr) {
+        user_ = name;
+        uid_ = pw->pw_uid;
+        break;
+      }
+    }
+    if (user_.empty()) {
+      GTEST_SKIP() << "needs a system user (daemon, bin or sys) to run the task as";
+    }
+  }
+  ProcessRuntime& sandboxed() { return runtime(&*cgroups_, "", true); }
+  TaskSpec as(TaskSpec spec) {
+    spec.user = user_;
+    return spec;
+  }
+  std::string user_;
+  uid_t uid_ = 0;
+};
+
+// What the task prints of the node: every process it sees (pid and command line), every
+// environment it can read, its users and groups.
+constexpr char kLookAround[] =
+    "for p in /proc/[0-9]*; do printf 'proc %s ' \"${p#/proc/}\"; tr '\\0' ' ' < $p/cmdline; "
+    "echo; tr '\\0' '\\n' < $p/environ 2>/dev/null | sed 's/^/env /'; done; "
+    "sed 's/^/passwd /' /etc/passwd; sed 's/^/group /' /etc/group; echo end";
+
+TEST_F(SandboxRuntimeTest, ATaskSeesItsOwnProcessesAndUsersOnly) {
+  // A process of the node's with a secret on its command line, as an agent given --token was.
+  const pid_t decoy = ::fork();
+  if (decoy == 0) {
+    ::setpgid(0, 0);  // Its sleep goes with it (it holds the test's output open).
+    ::execl("/bin/sh", "sh", "-c", "sleep 300; true", "decoy-tsr.not-for-tasks", nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(decoy, 0);
+  ASSERT_TRUE(waitFor([&] {
+    return readFile("/proc/" + std::to_string(decoy) + "/cmdline").find("decoy-tsr") !=
+           std::string::npos;
+  }));
+  // The control: without a sandbox the same look finds it.
+  {
+    ProcessRuntime& plain = runtime(&*cgroups_);
+    ASSERT_TRUE(plain.start(as(shell("plain", kLookAround))).isOk());
+    ASSERT_TRUE(exitOf("plain", 30s).has_value());
+    EXPECT_NE(log("plain").find("decoy-tsr.not-for-tasks"), std::string::npos);
+  }
+  ProcessRuntime& rt = sandboxed();
+  ASSERT_TRUE(rt.start(as(shell("look", kLookAround))).isOk());
+  auto e = exitOf("look", 30s);
+  ::kill(-decoy, SIGKILL);
+  ::waitpid(decoy, nullptr, 0);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 0) << e->describe() << log("look", "stderr.log");
+  const std::string out = log("look");
+  ASSERT_NE(out.find("\nend\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("decoy-tsr"), std::string::npos) << out;
+  // Its own processes only: the shell and what it ran (its init, root's, is hidden from it).
+  std::istringstream lines(out);
+  std::string line;
+  int procs = 0;
+  std::vector<std::string> passwd;
+  std::vector<std::string> groups;
+  while (std::getline(lines, line)) {
+    if (line.rfind("proc ", 0) == 0) {
+      ++procs;
+      EXPECT_TRUE(line.find(" sh -c ") != std::string::npos ||
+                  line.find(" tr ") != std::string::npos || line.find(" sed ") != std::string::npos)
+          << line;
+    } else if (line.rfind("passwd ", 0) == 0) {
+      passwd.push_back(line.substr(7, line.find(':') - 7));
+    } else if (line.rfind("group ", 0) == 0) {
+      groups.push_back(line.substr(6, line.find(':') - 6));
+    } else if (line.rfind("env ", 0) == 0) {
+      EXPECT_EQ(line.find("TESSERA_TOKEN"), std::string::npos) << line;
+    }
+  }
+  EXPECT_GE(procs, 1);
+  EXPECT_LE(procs, 3) << out;
+  EXPECT_EQ(passwd, (std::vector<std::string>{"root", user_, "nobody"})) << out;
+  EXPECT_EQ(groups.front(), "root");
+  EXPECT_EQ(groups.back(), "nogroup");
+  EXPECT_LE(groups.size(), 3U) << out;
+}
+
+TEST_F(SandboxRuntimeTest, TmpAndDevShmAreTheTasksOwnChargedToItAndGoneWithIt) {
+  ProcessRuntime& rt = sandboxed();
+  const std::string mark = "tessera-sandbox-" + std::to_string(::getpid());
+  TaskSpec spec =
+      as(shell("own", "echo mine > /tmp/" + mark + " && dd if=/dev/zero of=/dev/shm/" + mark +
+                          " bs=1M count=48 2>/dev/null && ls /dev/shm && "
+                          "echo written; ls /tmp; exec sleep 300"));
+  spec.limits.memory_mib = 96;
+  ASSERT_TRUE(rt.start(spec).isOk());
+  ASSERT_TRUE(waitFor([&] { return log("own").find("written") != std::string::npos; }, 20s))
+      << log("own") << log("own", "stderr.log");
+  // Nothing of anyone else's: in /tmp, beside its file, only the way to its own folder (this
+  // test's work folder is under /tmp).
+  ASSERT_TRUE(waitFor([&] {
+    const std::string out = log("own");
+    return out.find(mark + "\n", out.find("written")) != std::string::npos;
+  }));
+  EXPECT_EQ(log("own"), mark + "\nwritten\n" + dir_.filename().string() + "\n" + mark + "\n");
+  EXPECT_FALSE(fs::exists("/tmp/" + mark));
+  EXPECT_FALSE(fs::exists("/dev/shm/" + mark));
+  const fs::path tmp = dir_ / "tasks" / ".tmp" / "own";
+  EXPECT_TRUE(fs::exists(tmp / mark));
+  // The 48 MiB in its /dev/shm are in its memory cgroup's usage.
+  const TaskCgroup g = cgroups_->existing("own");
+  ASSERT_FALSE(g.memory_dir.empty());
+  const int64_t used = std::stoll(readFile(g.memory_dir + "/memory.usage_in_bytes"));
+  EXPECT_GE(used, int64_t{48} << 20);
+  ASSERT_TRUE(rt.stop("own", 2s).isOk());
+  ASSERT_TRUE(exitOf("own").has_value());
+  EXPECT_FALSE(fs::exists(tmp));  // Its /tmp went with it; its /dev/shm with its namespace.
+  EXPECT_TRUE(g.pids().empty());
+  // More than its memory does not fit in its /dev/shm.
+  TaskSpec big = as(shell("big",
+                          "dd if=/dev/zero of=/dev/shm/x bs=1M count=100 2>&1; "
+                          "echo dd-exit $?"));
+  big.limits.memory_mib = 64;
+  ASSERT_TRUE(rt.start(big).isOk());
+  auto e = exitOf("big", 30s);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->oom_killed || log("big").find("No space left on device") != std::string::npos)
+      << e->describe() << log("big");
+  EXPECT_EQ(log("big").find("dd-exit 0"), std::string::npos) << log("big");
+}
+
+TEST_F(SandboxRuntimeTest, ExitsSignalsStopsAndOrphansAreTheCommands) {
+  ProcessRuntime& rt = sandboxed();
+  const std::string orphan = "3" + std::to_string(::getpid() % 100000) + ".5";
+  ASSERT_TRUE(rt.start(as(shell("code", "(sleep " + orphan + " &); exit 3"))).isOk());
+  ASSERT_TRUE(rt.start(as(shell("signal", "kill -SEGV $$"))).isOk());
+  ASSERT_TRUE(rt.start(as(shell("stopped", "echo up; exec sleep 300"))).isOk());
+  ASSERT_TRUE(
+      rt.start(as(shell("stubborn", "trap '' TERM; echo up; while true; do sleep 0.05; done")))
+          .isOk());
+  auto code = exitOf("code");
+  auto sig = exitOf("signal");
+  ASSERT_TRUE(code && sig);
+  EXPECT_EQ(code->exit_code, 3) << code->describe();
+  EXPECT_EQ(sig->signal, SIGSEGV) << sig->describe();
+  // What the command left behind died with it.
+  EXPECT_TRUE(waitFor([&] {
+    for (const fs::directory_entry& p : fs::directory_iterator("/proc")) {
+      if (readFile(p.path().string() + "/cmdline").find(orphan) != std::string::npos) {
+        return false;
+      }
+    }
+    return true;
+  }));
+  ASSERT_TRUE(waitFor([&] { return log("stopped") == "up\n" && log("stubborn") == "up\n"; }));
+  ASSERT_TRUE(rt.stop("stopped", 5s).isOk());
+  ASSERT_TRUE(rt.stop("stubborn", 300ms).isOk());
+  auto stopped = exitOf("stopped");
+  auto stubborn = exitOf("stubborn");
+  ASSERT_TRUE(stopped && stubborn);
+  EXPECT_EQ(stopped->signal, SIGTERM) << stopped->describe();  // One SIGTERM reaches it.
+  EXPECT_TRUE(stopped->stopped);
+  EXPECT_EQ(stubborn->signal, SIGKILL) << stubborn->describe();
+}
+
+TEST_F(SandboxRuntimeTest, WhatTheTaskNeedsUnderTmpAndDevShmIsCarriedIntoItsView) {
+  // Its credentials under /dev/shm (the agent's default), its folder under /tmp (this test's).
+  const fs::path creds =
+      fs::path("/dev/shm") / ("tessera-test-creds-" + std::to_string(::getpid()));
+  fs::create_directories(creds / "task");
+  std::ofstream(creds / "task" / "identity-token") << "jwt-of-the-task";
+  fs::permissions(creds, fs::perms::owner_all | fs::perms::others_exec | fs::perms::group_exec);
+  fs::permissions(creds / "task", fs::perms::all);
+  fs::permissions(creds / "task" / "identity-token",
+                  fs::perms::owner_read | fs::perms::others_read);
+  ProcessRuntime& rt = sandboxed();
+  TaskSpec spec = as(shell("keep", "cat " + (creds / "task" / "identity-token").string() +
+                                       "; echo; pwd; ls -a " + creds.string() + " 2>&1 | head -1"));
+  spec.credentials_dir = (creds / "task").string();
+  ASSERT_TRUE(rt.start(spec).isOk());
+  auto e = exitOf("keep", 30s);
+  fs::remove_all(creds);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->exit_code, 0) << e->describe() << log("keep", "stderr.log");
+  const std::string out = log("keep");
+  EXPECT_EQ(out.rfind("jwt-of-the-task\n" + rt.taskDir("keep") + "\n", 0), 0U) << out;
+  // The folder above it is one the task passes through, never lists.
+  EXPECT_NE(out.find("Permission denied"), std::string::npos) << out;
 }
 
 }  // namespace

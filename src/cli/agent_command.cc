@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "agent/agent.h"
@@ -27,6 +29,7 @@
 #include "agent/mps.h"
 #include "agent/protocol.h"
 #include "agent/runtime.h"
+#include "agent/sandbox.h"
 #include "agent/server_link.h"
 #include "agent/tenant_guard.h"
 #include "agent/users.h"
@@ -174,7 +177,8 @@ int discover(const DiscoverFlags& f) {
 struct RunFlags {
   DiscoverFlags node;
   std::string address;
-  std::string token;
+  std::string token;  // Refused: a credential on the command line (see runAgent).
+  std::string token_file;
   std::string ca_cert;
   std::string work_dir = "/var/lib/tessera/agent";
   std::string cgroups = "auto";
@@ -187,8 +191,11 @@ struct RunFlags {
   int64_t wait_ms = 2000;
   int64_t fence_after_ms = 10000;
   std::string credentials_dir;
-  std::string join_token;
+  std::string join_token;  // Refused, as `token`.
+  std::string join_token_file;
   std::vector<std::string> labels;  // KEY=VALUE
+  std::string sandbox = "auto";
+  int64_t task_pids_max = 4096;
 };
 
 std::atomic<bool> g_agent_stop{false};  // `tessera agent run`'s: set by SIGTERM and SIGINT.
@@ -241,6 +248,59 @@ std::string envOr(const std::string& flag, const char* name) {
   return v != nullptr ? v : "";
 }
 
+// A credential from `file` (`flag` names it in errors), else from the variable `env`, which is
+// then taken out of this process's environment (no child inherits it) and blanked where
+// /proc/<pid>/environ shows it. A file must be this user's (or root's) and readable by nobody
+// else, as ssh asks of its keys: other users of the machine include every task's.
+core::Result<std::string> credentialFrom(const std::string& file, const char* flag,
+                                         const char* env) {
+  if (!file.empty()) {
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0) {
+      return core::invalidArgument(std::string(flag) + " " + file + ": " + std::strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return core::invalidArgument(std::string(flag) + " " + file + ": not a regular file");
+    }
+    if ((st.st_mode & 077) != 0) {
+      return core::invalidArgument(fmt::format(
+          "{} {}: mode {:04o} lets other users of this machine read the node's credential; "
+          "chmod 600 {}",
+          flag, file, st.st_mode & 07777, file));
+    }
+    if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+      return core::invalidArgument(
+          fmt::format("{} {}: belongs to uid {}, not to this agent's user (uid {}) or root", flag,
+                      file, st.st_uid, ::geteuid()));
+    }
+    std::ifstream in(file);
+    std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) {
+      return core::invalidArgument(std::string(flag) + " " + file + ": cannot read it");
+    }
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back())) != 0) {
+      token.pop_back();
+    }
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.front())) != 0) {
+      token.erase(token.begin());
+    }
+    if (token.empty() || token.find_first_of(" \t\r\n") != std::string::npos) {
+      return core::invalidArgument(std::string(flag) + " " + file +
+                                   ": expected one token (a line), found " +
+                                   (token.empty() ? "nothing" : "several words"));
+    }
+    return token;
+  }
+  char* v = std::getenv(env);
+  if (v == nullptr) {
+    return std::string();
+  }
+  std::string token = v;
+  std::memset(v, 0, token.size());
+  ::unsetenv(env);
+  return token;
+}
+
 }  // namespace
 
 namespace {
@@ -291,7 +351,8 @@ core::Result<NodeCredential> nodeCredential(const AgentSettings& f, const agent:
       if (f.join_token.empty()) {
         return rotated.status().withContext(
             "the node credential in " + file +
-            " was refused (expired, or the node was removed); join again with --join-token");
+            " was refused (expired, or the node was removed); join again with "
+            "--join-token-file");
       }
       agentLog("the kept node credential was refused (" + rotated.status().message() +
                "); joining again with the join token");
@@ -302,7 +363,7 @@ core::Result<NodeCredential> nodeCredential(const AgentSettings& f, const agent:
   } else if (f.join_token.empty()) {
     return core::invalidArgument(
         "the agent needs a token whose policy allows read and update on sys/nodes/<node>/* "
-        "(--token, or TESSERA_TOKEN), or a join token to join with (--join-token, or "
+        "(--token-file, or TESSERA_TOKEN), or a join token to join with (--join-token-file, or "
         "TESSERA_JOIN_TOKEN)");
   }
   if (answer.is_null()) {
@@ -351,6 +412,11 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   // 10 minutes): it lives an hour past the agent's last renewal, not for ever.
   const bool joined = cc.token.empty();
   int64_t credential_ttl_s = 3600;
+  // A token given to the agent is renewed like a joined node's credential when it can be: it
+  // then lives a TTL past the agent's last renewal, and no longer runs out under it. Whether it
+  // can is asked after the first heartbeat, which a restarted agent's tasks wait for.
+  bool renew_credential = joined;
+  bool credential_known = joined;
   if (joined) {
     std::error_code ec;
     std::filesystem::create_directories(f.work_dir, ec);
@@ -397,7 +463,25 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
         "warning: --run-as tenant without root: tasks start only if this process may switch "
         "users and give them their folders (CAP_SETUID, CAP_SETGID, CAP_CHOWN)");
   }
+  // Tasks in namespaces of their own (agent/sandbox.h), where this machine allows it.
+  bool sandbox = false;
+  if (f.sandbox != "off") {
+    const core::Status probe = agent::probeSandbox();
+    sandbox = probe.isOk();
+    if (sandbox) {
+      agentLog(
+          "each task runs in namespaces of its own: it sees only its own processes, its own "
+          "/tmp and /dev/shm (removed with it) and only its own user of the machine's");
+    } else if (f.sandbox == "required") {
+      std::cerr << "error: --sandbox required: " << probe.message() << "\n";
+      return 1;
+    } else {
+      agentLog("warning: tasks share the node's process list, /tmp and /dev/shm (no sandbox: " +
+               probe.message() + ")");
+    }
+  }
   agent::AssignmentOptions assign;
+  assign.pids_max = f.task_pids_max;
   assign.device_dir = f.device_dir ? *f.device_dir : gpus->backend == "nvml" ? "/dev" : "";
   auto interposer = interposerPath(f.cuda_interposer);
   if (!interposer.isOk()) {
@@ -437,6 +521,21 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     std::cerr << "error: " << st.message() << "\n";
     return 1;
   }
+  // An agent that stops its tasks as it leaves (not a restart) takes their credentials with
+  // them, once the runtime (declared below, so gone first) has stopped them; and any agent
+  // leaves no empty root behind.
+  struct CredentialsCleanup {
+    const agent::CredentialFiles& files;
+    bool tasks_stopped = false;
+    ~CredentialsCleanup() {
+      if (tasks_stopped) {
+        for (const std::string& task : files.list()) {
+          files.remove(task);
+        }
+      }
+      files.removeRootIfEmpty();
+    }
+  } credentials_cleanup{credentials};
   const std::string lease_file = f.work_dir + "/lease";
   const auto fence_after = std::chrono::milliseconds(f.fence_after_ms);
   // An earlier agent's lease is left as it is: only a heartbeat may extend it, or a restart
@@ -470,7 +569,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       {.work_dir = f.work_dir,
        .cgroups = cgroups ? &*cgroups : nullptr,
        .lease_file = lease_file,
-       .container = config.container},  // Tasks with an image (docs/agent.md "Containers").
+       .container = config.container,  // Tasks with an image (docs/agent.md "Containers").
+       .sandbox = sandbox},
       sharing.exitHandler());
   sharing.wrap(runtime);
   core::RealClock clock;
@@ -548,7 +648,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   auto credential_renewed = std::chrono::steady_clock::now();
   auto credential_every = std::chrono::seconds(std::clamp<int64_t>(credential_ttl_s / 2, 1, 600));
   while (!stop) {
-    if (joined && std::chrono::steady_clock::now() - credential_renewed > credential_every) {
+    if (renew_credential &&
+        std::chrono::steady_clock::now() - credential_renewed > credential_every) {
       auto renewed =
           (*renew_api)->call("POST", "/v1/auth/token/renew-self", nlohmann::json::object());
       if (renewed.isOk()) {
@@ -581,9 +682,28 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     }
     failing = false;
     fenced = false;
+    if (!credential_known) {
+      auto looked = (*renew_api)->call("GET", "/v1/auth/token/lookup-self");
+      credential_known = true;
+      if (looked.isOk()) {
+        const nlohmann::json data = looked->value("data", nlohmann::json::object());
+        const nlohmann::json ttl = data.value("ttl", nlohmann::json(0));
+        renew_credential =
+            data.value("renewable", false) && ttl.is_number_integer() && ttl.get<int64_t>() > 0;
+        if (renew_credential) {
+          credential_renewed = std::chrono::steady_clock::now();
+          credential_every =
+              std::chrono::seconds(std::clamp<int64_t>(ttl.get<int64_t>() / 2, 1, 600));
+        }
+      } else {
+        agentLog("warning: cannot look up the node's token (" + looked.status().message() +
+                 "); it is not renewed");
+      }
+    }
     wakeup.wait(renew_every);
   }
   watcher.join();
+  credentials_cleanup.tasks_stopped = !f.detach_on_stop;
   if (!f.detach_on_stop) {
     agentLog(
         fmt::format("stopping: {} task(s) still running are stopped", runtime.running().size()));
@@ -618,11 +738,31 @@ int runAgent(const RunFlags& f) {
     }
     settings.config.node_mode = *mode;
   }
+  // A token in argv is in /proc/<pid>/cmdline, which every process of the machine reads (every
+  // task's too), and in every shim's, whose command line is the agent's.
+  for (const auto& [given, flag, instead, env] :
+       {std::tuple<const std::string&, const char*, const char*, const char*>{
+            f.token, "--token", "--token-file", "TESSERA_TOKEN"},
+        {f.join_token, "--join-token", "--join-token-file", "TESSERA_JOIN_TOKEN"}}) {
+    if (!given.empty()) {
+      std::cerr << "error: " << flag
+                << " puts the node's credential on the command line, where every process on "
+                   "this machine can read it (/proc/<pid>/cmdline); give it in a file ("
+                << instead << " FILE, mode 0600) or in " << env << "\n";
+      return 2;
+    }
+  }
   ClientConfig& cc = settings.client;
   cc.address = envOr(f.address, "TESSERA_ADDR");
   cc.ca_cert_file = envOr(f.ca_cert, "TESSERA_CACERT");
-  cc.token = envOr(f.token, "TESSERA_TOKEN");
-  settings.join_token = envOr(f.join_token, "TESSERA_JOIN_TOKEN");
+  auto token = credentialFrom(f.token_file, "--token-file", "TESSERA_TOKEN");
+  auto join_token = credentialFrom(f.join_token_file, "--join-token-file", "TESSERA_JOIN_TOKEN");
+  if (!token.isOk() || !join_token.isOk()) {
+    std::cerr << "error: " << (token.isOk() ? join_token : token).status().message() << "\n";
+    return 2;
+  }
+  cc.token = *token;
+  settings.join_token = *join_token;
   for (const std::string& l : f.labels) {
     const size_t eq = l.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -638,10 +778,13 @@ int runAgent(const RunFlags& f) {
   if (cc.token.empty() && settings.join_token.empty() &&
       !std::filesystem::exists(f.work_dir + "/node-credential")) {
     std::cerr << "error: the agent needs a token whose policy allows read and update on "
-                 "sys/nodes/<node>/* (--token, or TESSERA_TOKEN), or a join token (--join-token, "
-                 "or TESSERA_JOIN_TOKEN; tessera node join-token create makes one)\n";
+                 "sys/nodes/<node>/* (--token-file, or TESSERA_TOKEN), or a join token "
+                 "(--join-token-file, or TESSERA_JOIN_TOKEN; tessera node join-token create "
+                 "makes one)\n";
     return 2;
   }
+  settings.sandbox = f.sandbox;
+  settings.task_pids_max = f.task_pids_max;
   settings.work_dir = f.work_dir;
   settings.cgroups = f.cgroups;
   settings.run_as = f.run_as;
@@ -717,12 +860,20 @@ void addAgentCommands(CLI::App& app, int* rc) {
                       "Simulated GPUs with MIG mode on, where MIG slices go (--sim-mig 6,7)")
           ->delimiter(',');
   run->add_option("--address", r->address, "Server address (default: $TESSERA_ADDR)");
+  run->add_option("--token-file", r->token_file,
+                  "File (mode 0600) holding a token allowed to read and update "
+                  "sys/nodes/<node>/* (default: $TESSERA_TOKEN); renewed while the agent runs "
+                  "if it is renewable");
   run->add_option("--token", r->token,
-                  "Token allowed to update sys/nodes/<node>/heartbeat (default: $TESSERA_TOKEN)");
+                  "Refused: a token on the command line is readable by every process on the "
+                  "machine; use --token-file or TESSERA_TOKEN");
+  run->add_option("--join-token-file", r->join_token_file,
+                  "File (mode 0600) holding a join token (tessera node join-token create; "
+                  "default: $TESSERA_JOIN_TOKEN): the node joins the server with its GPUs from "
+                  "discovery, and its credential is kept in <work-dir>/node-credential and "
+                  "renewed while it runs");
   run->add_option("--join-token", r->join_token,
-                  "Join the server as a new node with this join token (tessera node join-token "
-                  "create; default: $TESSERA_JOIN_TOKEN): its GPUs from discovery, its credential "
-                  "kept in <work-dir>/node-credential and renewed while it runs");
+                  "Refused, as --token: use --join-token-file or TESSERA_JOIN_TOKEN");
   run->add_option("--label", r->labels,
                   "A label of the joining node, KEY=VALUE (repeatable; the join token's labels "
                   "win, and pool comes only from the token)");
@@ -738,6 +889,18 @@ void addAgentCommands(CLI::App& app, int* rc) {
   run->add_option("--cgroups", r->cgroups,
                   "auto (use them if the machine allows), required, or off")
       ->check(CLI::IsMember({"auto", "required", "off"}))
+      ->capture_default_str();
+  run->add_option("--sandbox", r->sandbox,
+                  "Each task (not a container, which has its own) in namespaces of its own: it "
+                  "sees only its own processes, its own /tmp and /dev/shm (removed with it) and "
+                  "its own user in /etc/passwd. auto (when the machine allows it: root), "
+                  "required, or off")
+      ->check(CLI::IsMember({"auto", "required", "off"}))
+      ->capture_default_str();
+  run->add_option("--task-pids-max", r->task_pids_max,
+                  "Processes and threads each task may have at once (the pids cgroup); 0: no "
+                  "limit")
+      ->check(CLI::Range(int64_t{0}, int64_t{4194304}))
       ->capture_default_str();
   run->add_option("--run-as", r->run_as,
                   "tenant (each tenant's own Unix user, created on demand; the default as root) "
@@ -771,9 +934,9 @@ void addAgentCommands(CLI::App& app, int* rc) {
       ->capture_default_str();
   run->footer(
       "The node is declared in the server's config (nodes { agents = \"NAME=PROFILE\" }) with "
-      "the GPUs this machine has, and runs with a token for it; or it joins with a join token "
-      "(--join-token). Exit status: 0 stopped by SIGTERM/SIGINT, 1 discovery or "
-      "cgroups failed, 2 bad flags or config.");
+      "the GPUs this machine has, and runs with a token for it (--token-file); or it joins "
+      "with a join token (--join-token-file). Exit status: 0 stopped by SIGTERM/SIGINT, 1 "
+      "discovery, cgroups or sandbox failed, 2 bad flags or config.");
   run->callback([r, rc] { *rc = runAgent(*r); });
 }
 

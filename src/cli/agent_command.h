@@ -41,6 +41,11 @@ struct AgentSettings {
   // node's GPUs from discovery; `labels` besides the token's).
   std::string join_token;
   std::map<std::string, std::string> labels;
+  // Tasks in namespaces of their own (agent/sandbox.h): auto (when the machine allows it: root),
+  // required (refuse to start without) or off.
+  std::string sandbox = "auto";
+  // Processes and threads each task may have at once; 0: no limit.
+  int64_t task_pids_max = 4096;
   // On stop, leave running tasks to their shims for the next agent (a restart) rather than
   // stop them (`tessera dev`, whose nodes go away with it).
   bool detach_on_stop = true;

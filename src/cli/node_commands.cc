@@ -48,8 +48,9 @@ core::Status joinTokenCreate(const NodeFlags& f) {
   std::cout << d.value("token", "") << "\n";
   std::cerr << "join token " << d.value("accessor", "") << ", expires at "
             << d.value("expires_at", "") << (labels.empty() ? "" : ", labels " + labels.dump())
-            << "\nOn the new machine: tessera agent run --node NAME --address ADDR --ca-cert CA "
-               "--join-token TOKEN\n";
+            << "\nOn the new machine, with the token in a file only root reads (chmod 600): "
+               "tessera agent run --node NAME --address ADDR --ca-cert CA --join-token-file "
+               "FILE\n";
   return core::Status::ok();
 }
 

@@ -151,7 +151,8 @@ void addServerCommands(CLI::App& app, int* rc) {
   auto external = std::make_shared<bool>(false);
   d->add_flag("--external-agents", *external,
               "Declare the nodes for agents but start none: run `tessera agent run` for each "
-              "(the command is printed), as on real machines")
+              "(the command is printed, with its node's credential in DATA_DIR/agent-tokens), as "
+              "on real machines")
       ->excludes(simulated_opt);
   d->callback([dev, durable_answers, simulated, external, rc] {
     dev->audit_durable_every_answer = *durable_answers == "all";
@@ -164,12 +165,14 @@ void addServerCommands(CLI::App& app, int* rc) {
     auto agents = std::make_shared<Agents>();
     if (*external) {
       dev->start_agents = [](const server::DevInfo& info) {
+        // Each agent gets its node's own credential in a file (0600): never the root token, and
+        // no token on a command line, where every process of the machine can read it.
         std::cout << "\nNodes wait for their agents; start each with:\n";
         for (const server::NodeDecl& n : info.nodes) {
           std::cout << "  tessera agent run --node " << n.name << " --backend sim --profile "
                     << n.profile << " --address " << info.address << " --ca-cert " << info.ca_cert
-                    << " --token " << info.root_token << " --work-dir " << info.data_dir
-                    << "/nodes/" << n.name << " --node-mode development\n";
+                    << " --token-file " << info.node_token_files.at(n.name) << " --work-dir "
+                    << info.data_dir << "/nodes/" << n.name << " --node-mode development\n";
         }
         std::cout << std::flush;
       };
@@ -217,7 +220,7 @@ void addServerCommands(CLI::App& app, int* rc) {
           }
           s.client.address = info.address;
           s.client.ca_cert_file = info.ca_cert;
-          s.client.token = info.root_token;
+          s.client.token = info.node_tokens.at(n.name);
           s.work_dir = info.data_dir + "/nodes/" + n.name;
           // A development node: tenants are kept apart as root (their own users), and
           // otherwise run as this user, which the agent says at start.

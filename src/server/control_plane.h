@@ -124,6 +124,10 @@ class ControlPlane {
                                                    const nlohmann::json& config,
                                                    const TokenInfo& parent);
   TokenManager& tokens() { return *tokens_; }
+  // A credential for the agent of node `node` (declared in the config or joined): a token whose
+  // policy (node-<node>) allows that node's own calls and nothing else, as a joined node gets
+  // (for `tessera dev`'s agents: never the root token).
+  core::Result<CreatedToken> createNodeCredential(const std::string& node);
   ~ControlPlane();
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
@@ -215,6 +219,8 @@ class ControlPlane {
   // sys/pools[/<pool>]: pools dedicated to one tenant (POST {"tenant"}, DELETE, GET).
   HttpResponse poolsApi(Request& r);
   core::Result<CreatedToken> issueNodeToken(const std::string& node);
+  // Stores node-<node>, the policy of a node's credential, and caches it.
+  core::Status putNodePolicy(const std::string& node);
   core::Status putNodeRecord(const NodeRecord& rec);
   core::Result<std::optional<NodeRecord>> nodeRecord(const std::string& node);
   // At start: the stored cordons and dedicated pools, into the driver.

@@ -196,6 +196,11 @@ struct DriverOptions {
   // sim`; false: at once (`tessera dev --simulated`, where nobody waits for the simulated
   // process).
   bool simulate_grace = false;
+  // What a task's agent holds it to when it asks for no CPU or memory (docs/server.md "Limits
+  // on the node"): a task with GPUs gets its GPUs' share of its node's CPU and memory, one
+  // without these.
+  int64_t task_default_cpu_milli = 1000;
+  int64_t task_default_memory_mib = 2048;
 };
 
 class SchedulerDriver {

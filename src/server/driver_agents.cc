@@ -580,6 +580,34 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
   nt.mig_start = p.gpus != 0 ? p.mig_start : -1;
   nt.cpu_milli = c.spec.request.cpu.value();
   nt.memory_mib = c.spec.request.memory.value();
+  if (nt.cpu_milli == 0 || nt.memory_mib == 0) {
+    // Never unlimited on a shared node: a task that asks for no CPU or memory is held to its
+    // GPUs' share of its node (a MIG slice's by its compute slices), or to the defaults.
+    const model::Node& node = nodes_[p.node];
+    int64_t share_milli = 0;  // Of the node's GPUs, in milli-GPU.
+    const int gpus = std::popcount(p.gpus);
+    if (gpus > 0 && p.mig_profile >= 0 && !node.gpus.empty()) {
+      const model::GpuModelInfo& m = catalogue_->model(node.gpus[std::countr_zero(p.gpus)].model);
+      if (static_cast<size_t>(p.mig_profile) < m.mig_profiles.size()) {
+        share_milli = m.mig_profiles[static_cast<size_t>(p.mig_profile)].computeShare().value();
+      }
+    } else if (gpus > 0) {
+      share_milli = int64_t{gpus} *
+                    (task.assignment.milli_per_gpu > 0 ? task.assignment.milli_per_gpu : 1000);
+    }
+    const auto node_gpus = static_cast<int64_t>(node.gpus.size());
+    auto share = [&](int64_t total, int64_t fallback) {
+      return share_milli > 0 && node_gpus > 0 && total > 0
+                 ? std::max<int64_t>(1, total * share_milli / (node_gpus * 1000))
+                 : fallback;
+    };
+    if (nt.cpu_milli == 0) {
+      nt.cpu_milli = share(node.cpu.value(), options_.task_default_cpu_milli);
+    }
+    if (nt.memory_mib == 0) {
+      nt.memory_mib = share(node.memory.value(), options_.task_default_memory_mib);
+    }
+  }
   nt.duration_s = std::chrono::duration_cast<std::chrono::seconds>(c.duration).count();
   nt.grace_ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.grace).count();
   nt.identity_audiences = c.identity_audiences;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -334,6 +335,8 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   so.max_unsaved_gpu_time = std::chrono::seconds(config.max_unsaved_gpu_seconds);
   so.cpu_per_free_gpu_milli = config.cpu_per_free_gpu_milli;
   dopts.scheduler = so;
+  dopts.task_default_cpu_milli = config.task_default_cpu_milli;
+  dopts.task_default_memory_mib = config.task_default_memory_mib;
   dopts.lease_ttl = std::chrono::milliseconds(config.node_lease_ttl_ms);
   for (size_t i = simulated; i < nodes.size(); ++i) {
     dopts.agent_nodes.push_back(nodes[i].name);
@@ -653,7 +656,8 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     core::JsonNode s(*sched, "scheduler", path);
     TESSERA_RETURN_IF_ERROR(
         s.checkKeys({"policy", "pass_interval_ms", "reclaim_patience_s", "max_moves_per_pass",
-                     "max_unsaved_gpu_seconds", "cpu_per_free_gpu_milli"}));
+                     "max_unsaved_gpu_seconds", "cpu_per_free_gpu_milli", "task_default_cpu_milli",
+                     "task_default_memory_mib"}));
     TESSERA_ASSIGN_OR_RETURN(c.policy, strField(s, "policy", c.policy));
     TESSERA_ASSIGN_OR_RETURN(int64_t ms, intField(s, "pass_interval_ms", 1, 60000, 200));
     c.pass_interval_ms = static_cast<int>(ms);
@@ -665,6 +669,12 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
                              intField(s, "max_unsaved_gpu_seconds", 0, 1000000000, 3600));
     TESSERA_ASSIGN_OR_RETURN(c.cpu_per_free_gpu_milli,
                              intField(s, "cpu_per_free_gpu_milli", 0, 1000000000, 0));
+    TESSERA_ASSIGN_OR_RETURN(
+        c.task_default_cpu_milli,
+        intField(s, "task_default_cpu_milli", 1, 1000000000, c.task_default_cpu_milli));
+    TESSERA_ASSIGN_OR_RETURN(
+        c.task_default_memory_mib,
+        intField(s, "task_default_memory_mib", 1, int64_t{1} << 30, c.task_default_memory_mib));
   }
   TESSERA_ASSIGN_OR_RETURN(const json* ha, singleBlock(doc, "ha", path));
   if (ha != nullptr) {
@@ -934,6 +944,24 @@ int runDev(const DevOptions& options) {
               << "' " << info.address << "/v1/tenants/demo/workloads/hello\n"
               << std::flush;
     if (options.start_agents) {
+      // The agents run with their nodes' own credentials, never the root token: a task that
+      // got hold of one could act as its node only (docs/agent.md "Tenant isolation").
+      std::error_code mk;
+      std::filesystem::create_directories(dir + "/agent-tokens", mk);
+      (void)::chmod((dir + "/agent-tokens").c_str(), 0700);
+      for (const NodeDecl& n : decls) {
+        auto credential = cp.createNodeCredential(n.name);
+        const std::string file = dir + "/agent-tokens/" + n.name;
+        core::Status st = credential.isOk() ? core::writeFileAtomic(file, credential->secret, 0600)
+                                            : credential.status();
+        if (!st.isOk()) {
+          std::cerr << "error: node " << n.name << "'s credential: " << st.message() << "\n";
+          g_stop = true;
+          return;
+        }
+        info.node_tokens[n.name] = credential->secret;
+        info.node_token_files[n.name] = file;
+      }
       options.start_agents(info);
     }
   };

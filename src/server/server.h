@@ -13,7 +13,8 @@
 //   audit "file" { path = "/var/log/tessera/audit.log"  salt_file = "/etc/tessera/audit.salt" }
 //   scheduler { policy = "tessera"  pass_interval_ms = 200  reclaim_patience_s = 0
 //               max_moves_per_pass = 8  max_unsaved_gpu_seconds = 3600
-//               cpu_per_free_gpu_milli = 0 }
+//               cpu_per_free_gpu_milli = 0
+//               task_default_cpu_milli = 1000  task_default_memory_mib = 2048 }
 //   nodes { simulated = "dgx-h100:2,a100-8x:1"               # run by the server itself
 //           agents = "gpu-a=dgx-h100,gpu-b=dgx-h100"         # run by `tessera agent`
 //           lease_ttl_ms = 15000 }                           # an agent silent this long: lost
@@ -81,6 +82,10 @@ struct ServerConfig {
   // CPU each node holds for GPU tasks per free GPU, out of reach of tasks with no GPU (0: none;
   // sched::ClusterState::setCpuPerFreeGpu).
   int64_t cpu_per_free_gpu_milli = 0;
+  // The CPU and memory an agent holds a task with no GPU to when it asks for none (a task with
+  // GPUs gets its GPUs' share of its node; DriverOptions).
+  int64_t task_default_cpu_milli = 1000;
+  int64_t task_default_memory_mib = 2048;
   std::string simulated_nodes = "dgx-h100:2";  // "" when only agents are declared.
   std::string agent_nodes;                     // Nodes agents register under.
   // nodes { labels = { "gpu-a" = { pool = "team-1", zone = "a" } } }: declared nodes' labels.
@@ -145,6 +150,11 @@ struct DevInfo {
   std::string tenant_token;
   std::string data_dir;
   std::vector<NodeDecl> nodes;
+  // Each node's credential (ControlPlane::createNodeCredential: its own calls only), issued at
+  // each start, and the file (0600, DATA_DIR/agent-tokens/<node>) that holds it for an agent
+  // started by hand (`tessera agent run --token-file`).
+  std::map<std::string, std::string> node_tokens;
+  std::map<std::string, std::string> node_token_files;
 };
 
 struct DevOptions {

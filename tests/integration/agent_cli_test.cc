@@ -127,5 +127,49 @@ TEST_F(AgentCliTest, SimulatedProfilesAndBadInput) {
   EXPECT_NE(typo.err.find("unknown field 'gpu'"), std::string::npos) << typo.err;
 }
 
+// Issue #36: a node's credential never goes on a command line (every process of the machine
+// reads /proc/<pid>/cmdline); a token file others can read is refused as ssh refuses such keys.
+// Each refusal comes before the agent does anything else (exit 2).
+TEST_F(AgentCliTest, ANodesCredentialIsNeverTakenFromTheCommandLine) {
+  const std::string common =
+      "agent run --node n1 --backend sim --profile t4-2x --address https://127.0.0.1:1 "
+      "--work-dir " +
+      (dir_ / "work").string();
+  CmdResult in_argv = run(common + " --token tsr.abcdefghijklmnopqrstuvwx");
+  EXPECT_EQ(in_argv.rc, 2);
+  EXPECT_NE(in_argv.err.find("--token puts the node's credential on the command line, where "
+                             "every process on this machine can read it"),
+            std::string::npos)
+      << in_argv.err;
+  EXPECT_NE(in_argv.err.find("--token-file FILE, mode 0600) or in TESSERA_TOKEN"),
+            std::string::npos);
+  CmdResult join_in_argv = run(common + " --join-token tjn.abcdefghijklmnopqrstuvwx");
+  EXPECT_EQ(join_in_argv.rc, 2);
+  EXPECT_NE(join_in_argv.err.find("--join-token puts the node's credential on the command line"),
+            std::string::npos)
+      << join_in_argv.err;
+  const fs::path file = dir_ / "token";
+  std::ofstream(file) << "tsr.abcdefghijklmnopqrstuvwx\n";
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                            fs::perms::others_read);
+  CmdResult open_file = run(common + " --token-file " + file.string());
+  EXPECT_EQ(open_file.rc, 2);
+  EXPECT_NE(open_file.err.find(file.string() +
+                               ": mode 0644 lets other users of this machine read the node's "
+                               "credential; chmod 600"),
+            std::string::npos)
+      << open_file.err;
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write);
+  std::ofstream(dir_ / "two") << "tsr.one tsr.two\n";
+  fs::permissions(dir_ / "two", fs::perms::owner_read);
+  CmdResult two = run(common + " --token-file " + (dir_ / "two").string());
+  EXPECT_EQ(two.rc, 2);
+  EXPECT_NE(two.err.find("expected one token (a line), found several words"), std::string::npos)
+      << two.err;
+  CmdResult missing = run(common + " --token-file " + (dir_ / "none").string());
+  EXPECT_EQ(missing.rc, 2);
+  EXPECT_NE(missing.err.find("No such file or directory"), std::string::npos) << missing.err;
+}
+
 }  // namespace
 }  // namespace tessera::integration

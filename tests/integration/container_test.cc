@@ -134,29 +134,30 @@ class ContainerTest : public ::testing::Test {
   }
   // The agent of `node`: simulated GPUs, each tenant's tasks as its own Unix user.
   void startAgent(const std::string& node) {
-    agents_[node] = std::make_unique<Process>(std::vector<std::string>{"agent",
-                                                                       "run",
-                                                                       "--node",
-                                                                       node,
-                                                                       "--backend",
-                                                                       "sim",
-                                                                       "--profile",
-                                                                       "t4-2x",
-                                                                       "--address",
-                                                                       address_,
-                                                                       "--ca-cert",
-                                                                       (dir_ / "ca.pem").string(),
-                                                                       "--work-dir",
-                                                                       (dir_ / node).string(),
-                                                                       "--run-as",
-                                                                       "tenant",
-                                                                       "--node-mode",
-                                                                       "development",
-                                                                       "--fence-after-ms",
-                                                                       "2500",
-                                                                       "--token",
-                                                                       node_tokens_[node]},
-                                              dir_ / (node + ".out"));
+    agents_[node] = std::make_unique<Process>(
+        std::vector<std::string>{"agent",
+                                 "run",
+                                 "--node",
+                                 node,
+                                 "--backend",
+                                 "sim",
+                                 "--profile",
+                                 "t4-2x",
+                                 "--address",
+                                 address_,
+                                 "--ca-cert",
+                                 (dir_ / "ca.pem").string(),
+                                 "--work-dir",
+                                 (dir_ / node).string(),
+                                 "--run-as",
+                                 "tenant",
+                                 "--node-mode",
+                                 "development",
+                                 "--fence-after-ms",
+                                 "2500",
+                                 "--token-file",
+                                 tokenFile(dir_, node + ".token", node_tokens_[node])},
+        dir_ / (node + ".out"));
   }
   std::string nodeState(const std::string& node) {
     const Response r = call("GET", "/v1/nodes", root_);

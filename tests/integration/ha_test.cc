@@ -110,29 +110,30 @@ class HaTest : public ::testing::Test {
         d / ("out-" + std::to_string(++starts_)));
   }
   void startAgent(const std::string& node) {
-    agents_[node] = std::make_unique<Process>(std::vector<std::string>{"agent",
-                                                                       "run",
-                                                                       "--node",
-                                                                       node,
-                                                                       "--backend",
-                                                                       "sim",
-                                                                       "--profile",
-                                                                       "t4-2x",
-                                                                       "--address",
-                                                                       all_,
-                                                                       "--token",
-                                                                       node_tokens_[node],
-                                                                       "--ca-cert",
-                                                                       (dir_ / "ca.pem").string(),
-                                                                       "--work-dir",
-                                                                       (dir_ / node).string(),
-                                                                       "--run-as",
-                                                                       "agent",
-                                                                       "--node-mode",
-                                                                       "development",
-                                                                       "--fence-after-ms",
-                                                                       "10000"},
-                                              dir_ / (node + ".out"));
+    agents_[node] = std::make_unique<Process>(
+        std::vector<std::string>{"agent",
+                                 "run",
+                                 "--node",
+                                 node,
+                                 "--backend",
+                                 "sim",
+                                 "--profile",
+                                 "t4-2x",
+                                 "--address",
+                                 all_,
+                                 "--token-file",
+                                 tokenFile(dir_, node + ".token", node_tokens_[node]),
+                                 "--ca-cert",
+                                 (dir_ / "ca.pem").string(),
+                                 "--work-dir",
+                                 (dir_ / node).string(),
+                                 "--run-as",
+                                 "agent",
+                                 "--node-mode",
+                                 "development",
+                                 "--fence-after-ms",
+                                 "10000"},
+        dir_ / (node + ".out"));
   }
   // The tessera CLI with the tenant's token and every replica's address; `tag` names its error
   // file (several run at once).
@@ -210,7 +211,8 @@ TEST_F(HaTest, KillingTheLeaderLosesNoAcknowledgedWriteAndNoRunningTask) {
   for (const auto& [w, task] : before) {
     const fs::path folder = dir_ / task["node"].get<std::string>() / ("team-1." + w + ".0");
     ASSERT_TRUE(waitFor([&] { return !slurp(folder / "task.pid").empty(); }, 10s));
-    pids[w] = std::stoi(slurp(folder / "task.pid"));
+    pids[w] = hostPidOf(folder, std::stoi(slurp(folder / "task.pid")));
+    ASSERT_GT(pids[w], 0);
   }
 
   // A bounded burst of KV writes and submissions from three clients; the leader is killed

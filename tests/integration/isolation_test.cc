@@ -3,10 +3,10 @@
 // and secrets; tenant B's task then goes looking for them (listing the credentials root,
 // guessing A's folder from the naming scheme, A's task folder, the server's unseal key and
 // database) and prints what it got. With each tenant's tasks under its own Unix user it gets
-// nothing. A control run with isolation off (`--run-as agent --node-mode single-tenant`)
-// shows the same probe does read everything there, so the probe itself can find a leak; and an
-// agent that cannot switch users in a shared node refuses B's task outright. `tessera dev` as
-// root keeps tenants apart the same way (item 5).
+// nothing. A control run with isolation off (`--run-as agent --node-mode single-tenant
+// --sandbox off`) shows the same probe does read everything there, so the probe itself can find
+// a leak; and an agent that cannot switch users in a shared node refuses B's task outright.
+// `tessera dev` as root keeps tenants apart the same way (item 5).
 //
 // Needs root (the agent creates the tenants' users with useradd); skipped otherwise.
 #include <gtest/gtest.h>
@@ -172,12 +172,8 @@ class IsolationTest : public ::testing::Test {
 
   void addTenants() {
     for (const std::string tenant : {"iso-a", "iso-b"}) {
-      ASSERT_EQ(call("POST", "/v1/tenants/" + tenant, root_, {{"quota", {{"gpu", 1}}}}).status,
-                204U);
-      Response r = call("POST", "/v1/auth/token/create", root_,
-                        {{"tenant", tenant}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
-      ASSERT_EQ(r.status, 200U) << r.raw;
-      tokens_[tenant] = r.body["auth"]["client_token"];
+      tokens_[tenant] = tenantWithAdmin(*client_, root_, tenant, {{"quota", {{"gpu", 1}}}});
+      ASSERT_FALSE(tokens_[tenant].empty()) << tenant;
     }
     Response kv = call("POST", "/v1/tenants/iso-a/secrets/kv/data/app/db", tokens_["iso-a"],
                        {{"data", {{"password", kSecretA}}}});
@@ -200,8 +196,8 @@ class IsolationTest : public ::testing::Test {
                                      "t4-2x",
                                      "--address",
                                      address_,
-                                     "--token",
-                                     node_token_,
+                                     "--token-file",
+                                     tokenFile(dir_, "iso-node.token", node_token_),
                                      "--ca-cert",
                                      (dir_ / "ca.pem").string(),
                                      "--work-dir",
@@ -308,10 +304,12 @@ TEST_F(IsolationTest, TenantBsTaskCannotReadTenantAsCredentialsSecretsOrTokenAsR
   EXPECT_TRUE(waitFor([&] { return !fs::exists(folder); }, 20s)) << folder;
 }
 
-// The control: with isolation off (every task as the agent's user, root) the very same probe
-// reads A's token and secrets. Were this to fail, the probe could not see a leak at all.
+// The control: with isolation off (every task as the agent's user, root, in the node's own view)
+// the very same probe reads A's token and secrets. Were this to fail, the probe could not see a
+// leak at all.
 TEST_F(IsolationTest, WithoutUsersTheSameProbeReadsEverythingOfTheOtherTenant) {
-  ASSERT_NO_FATAL_FAILURE(startAgent({"--run-as", "agent", "--node-mode", "single-tenant"}));
+  ASSERT_NO_FATAL_FAILURE(
+      startAgent({"--run-as", "agent", "--node-mode", "single-tenant", "--sandbox", "off"}));
   EXPECT_NE(agent_->errors().find("tenants are NOT isolated from each other here"),
             std::string::npos)
       << agent_->errors();
@@ -452,12 +450,8 @@ TEST(DevIsolationTest, InDevAsRootTenantBsTaskCannotReadTenantAsIdentityToken) {
     const std::string root = info["root_token"];
     std::map<std::string, std::string> tokens;
     for (const std::string tenant : {"iso-a", "iso-b"}) {
-      ASSERT_EQ(c.call("POST", "/v1/tenants/" + tenant, root, {{"quota", {{"gpu", 1}}}}).status,
-                204U);
-      Response r = c.call("POST", "/v1/auth/token/create", root,
-                          {{"tenant", tenant}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
-      ASSERT_EQ(r.status, 200U) << r.raw;
-      tokens[tenant] = r.body["auth"]["client_token"];
+      tokens[tenant] = tenantWithAdmin(c, root, tenant, {{"quota", {{"gpu", 1}}}});
+      ASSERT_FALSE(tokens[tenant].empty()) << tenant;
     }
     ASSERT_EQ(c.call("POST", "/v1/tenants/iso-a/secrets/kv/data/app/db", tokens["iso-a"],
                      {{"data", {{"password", kSecretA}}}})

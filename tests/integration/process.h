@@ -144,6 +144,35 @@ inline std::string baseServerConfig(const process_fs::path& dir,
          d + "/audit.log\" }\n";
 }
 
+// Creates `tenant` with `config` (its quota, ...) as `root` and returns a tenant-admin token of
+// it for an hour; "" when either call failed.
+inline std::string tenantWithAdmin(const Client& c, const std::string& root,
+                                   const std::string& tenant, const nlohmann::json& config) {
+  if (c.call("POST", "/v1/tenants/" + tenant, root, config).status != 204) {
+    return "";
+  }
+  Response r = c.call("POST", "/v1/auth/token/create", root,
+                      {{"tenant", tenant}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+  return r.status == 200 ? r.body["auth"].value("client_token", "") : "";
+}
+
+// Writes `token` to `dir`/`name` (mode 0600, as `tessera agent run --token-file` asks) and
+// returns its path: agents never take a credential on their command line.
+inline std::string tokenFile(const process_fs::path& dir, const std::string& name,
+                             const std::string& token) {
+  const process_fs::path file = dir / name;
+  process_fs::remove(file);
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    if (f != nullptr) {
+      std::fputs(token.c_str(), f);
+      std::fclose(f);
+    }
+  }
+  process_fs::permissions(file, process_fs::perms::owner_read | process_fs::perms::owner_write);
+  return file.string();
+}
+
 // What a starting server prints: the address it listens on and, on its first start, the root
 // token ("" when it printed none).
 struct ServerBanner {

@@ -38,15 +38,21 @@ class SecretsTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    if (!out_.empty()) {
+      fs::remove_all(out_);
+    }
+  }
 
   // A folder tasks may write to, whoever they run as (`tessera dev` as root runs each tenant's
-  // tasks as the tenant's own user, docs/agent.md "Tenant isolation").
+  // tasks as the tenant's own user, docs/agent.md "Tenant isolation"), and see: not under /tmp,
+  // which a task's view of the node has as its own.
   fs::path outDir() {
-    const fs::path out = dir_ / "out";
-    fs::create_directories(out);
-    fs::permissions(out, fs::perms::all | fs::perms::sticky_bit);
-    return out;
+    out_ = fs::path("/var/tmp") / (dir_.filename().string() + "-out");
+    fs::create_directories(out_);
+    fs::permissions(out_, fs::perms::all | fs::perms::sticky_bit);
+    return out_;
   }
 
   // Every file under `dir` holding `needle`.
@@ -89,6 +95,7 @@ class SecretsTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  fs::path out_;  // outDir(), when a test asked for it.
 };
 
 // `psql` as `user`: its exit code, its output in *out.

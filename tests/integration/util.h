@@ -166,4 +166,45 @@ inline bool gone(pid_t pid) {
          (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z');
 }
 
+// The PID namespace process `pid` runs in ("" when it is gone).
+inline std::string pidNamespaceOf(pid_t pid) {
+  std::error_code ec;
+  return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/ns/pid", ec).string();
+}
+
+// The pid, as this process sees it, of the process that a task started by an agent knows as
+// `pid` (`echo $$` in the task): `pid` itself where the task shares this PID namespace; else
+// (an agent running as root gives each task a PID namespace of its own) the process in the
+// task's namespace, found through the task's first process (the agent's `shim` record in
+// `task_dir`: "<shim> <first process> ...") and /proc/<pid>/status's NSpid. 0 when no such
+// process runs.
+inline pid_t hostPidOf(const std::filesystem::path& task_dir, pid_t pid) {
+  std::istringstream record(slurp(task_dir / "shim"));
+  pid_t shim = 0;
+  pid_t first = 0;
+  record >> shim >> first;
+  const std::string theirs = first > 0 ? pidNamespaceOf(first) : "";
+  if (theirs.empty() || theirs == pidNamespaceOf(::getpid())) {
+    return pid;
+  }
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos ||
+        pidNamespaceOf(std::stoi(name)) != theirs) {
+      continue;
+    }
+    std::istringstream status(slurp(e.path() / "status"));
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("NSpid:", 0) == 0) {
+        const size_t last = line.find_last_of(" \t");
+        if (std::stoi(line.substr(last + 1)) == pid) {
+          return std::stoi(name);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
 }  // namespace tessera::integration

@@ -75,6 +75,21 @@ core::Result<CreatedToken> ControlPlane::issueNodeToken(const std::string& node)
   return tokens_->create(parent, req);
 }
 
+core::Status ControlPlane::putNodePolicy(const std::string& node) {
+  TESSERA_ASSIGN_OR_RETURN(Policy policy,
+                           Policy::fromJson(nodePolicyName(node), nodePolicyJson(node)));
+  TESSERA_RETURN_IF_ERROR(
+      store_.put(policyKey("", nodePolicyName(node)), nodePolicyJson(node).dump()).status());
+  std::lock_guard lock(mu_);
+  policies_[""][nodePolicyName(node)] = std::move(policy);
+  return core::Status::ok();
+}
+
+core::Result<CreatedToken> ControlPlane::createNodeCredential(const std::string& node) {
+  TESSERA_RETURN_IF_ERROR(putNodePolicy(node));
+  return issueNodeToken(node);
+}
+
 core::Status ControlPlane::putNodeRecord(const NodeRecord& rec) {
   return store_.put(nodeKey(rec.node.name), rec.toJson(catalogue_).dump()).status();
 }
@@ -319,17 +334,8 @@ HttpResponse ControlPlane::nodeJoinApi(Request& r) {
                          name + ")");
   }
   // Its credential: a policy for its own calls and a token with it.
-  auto policy = Policy::fromJson(nodePolicyName(name), nodePolicyJson(name));
-  if (!policy.isOk()) {
-    return fail(500, policy.status().message());
-  }
-  if (auto put = store_.put(policyKey("", nodePolicyName(name)), nodePolicyJson(name).dump());
-      !put.isOk()) {
-    return fail(503, put.status().message());
-  }
-  {
-    std::lock_guard lock(mu_);
-    policies_[""][nodePolicyName(name)] = *policy;
+  if (core::Status st = putNodePolicy(name); !st.isOk()) {
+    return fail(503, st.message());
   }
   auto credential = issueNodeToken(name);
   if (!credential.isOk()) {
