@@ -50,7 +50,8 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
   std::unique_ptr<ControlPlane> cp(
       new ControlPlane(store, auditor, driver, catalogue, clock, std::move(options), secrets));
   TESSERA_RETURN_IF_ERROR(cp->recoverAuditNotes());
-  TESSERA_ASSIGN_OR_RETURN(cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens));
+  TESSERA_ASSIGN_OR_RETURN(
+      cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens, cp->powerSource()));
   TESSERA_ASSIGN_OR_RETURN(cp->grants_, GrantTable::open(store));
   if (secrets != nullptr) {
     cp->task_secrets_ = std::make_unique<TaskSecrets>(*secrets, store, auditor, clock);

@@ -191,9 +191,12 @@ class ControlPlane {
   // Token roles (auth.cc): auth/token/roles[/<name>] and auth/token/create/<role>.
   HttpResponse tokenRolesApi(Request& r);
   HttpResponse createFromRole(Request& r, const std::string& role);
-  // OK when the calling token has at least the power that policy `name` of `scope` gives.
+  // OK when the calling token has at least the power that policy `name` of `scope` gives
+  // (`checkChildPower` in tokens.h).
   core::Status holdsPowerOf(const Request& r, const std::string& scope,
                             const std::string& name) const;
+  // What the tokens' power rule reads: policies_ (under mu_) and the live grants to a tenant.
+  PowerSource powerSource() const;
   HttpResponse workloadsApi(Request& r);
   HttpResponse nodesApi(Request& r);
   // PUT sys/nodes/<node>/heartbeat: an agent's lease, reports and task list.

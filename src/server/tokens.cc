@@ -132,12 +132,100 @@ json TokenInfo::toJson(core::WallTime now) const {
       {"orphan", parent.empty()}};
 }
 
+namespace {
+
+std::string scopeName(const std::string& scope) {
+  return scope.empty() ? "the admin scope" : "tenant '" + scope + "'";
+}
+
+// A tenant's policy as an admin token's policies see its paths: each pattern under
+// `tenants/<tenant>/` (ControlPlane::authorizedOn evaluates an admin token there).
+Policy seenFromAdminScope(Policy p, const std::string& tenant) {
+  for (PathRule& rule : p.rules) {
+    rule.pattern = "tenants/" + tenant + "/" + rule.pattern;
+  }
+  return p;
+}
+
+}  // namespace
+
+core::Status checkChildPower(const TokenInfo& parent, const std::string& scope,
+                             const std::vector<std::string>& names, const PowerSource& source,
+                             bool through_role) {
+  if (!parent.tenant.empty() && scope != parent.tenant) {
+    return core::Status(core::StatusCode::kPermissionDenied,
+                        "a tenant token can only create tokens of its own tenant");
+  }
+  if (parent.isRoot()) {
+    return core::Status::ok();
+  }
+  auto deny = [](const std::string& why) {
+    return core::Status(core::StatusCode::kPermissionDenied, why);
+  };
+  for (const std::string& name : names) {
+    if (name == "root") {
+      return deny("only a root token can create a root token");
+    }
+  }
+  const bool same_scope = parent.tenant == scope;
+  // The parent's power: its policies as they are now, in its own scope (a name its scope no
+  // longer has gives nothing).
+  std::vector<Policy> held;
+  if (source.policy) {
+    for (const std::string& p : parent.policies) {
+      if (std::optional<Policy> got = source.policy(parent.tenant, p)) {
+        held.push_back(std::move(*got));
+      }
+    }
+  }
+  std::vector<const Policy*> holder;
+  for (const Policy& p : held) {
+    holder.push_back(&p);
+  }
+  for (const std::string& name : names) {
+    const bool own = same_scope && std::find(parent.policies.begin(), parent.policies.end(),
+                                             name) != parent.policies.end();
+    if (same_scope && !through_role && !own) {
+      // Vault's rule in one scope: narrower policies are handed on through a token role.
+      return deny("cannot give policy '" + name +
+                  "': the parent token does not have it (narrower policies are handed on "
+                  "through a token role, auth/token/roles)");
+    }
+    std::optional<Policy> candidate =
+        source.policy ? source.policy(scope, name) : std::optional<Policy>();
+    if (!candidate) {
+      if (own) {
+        continue;  // One of the parent's own names: whatever it becomes, the parent has it too.
+      }
+      return deny("cannot give policy '" + name + "': " + scopeName(scope) +
+                  " has no such policy (only a root token may name one that does not exist)");
+    }
+    const Policy judged =
+        same_scope ? std::move(*candidate) : seenFromAdminScope(std::move(*candidate), scope);
+    if (core::Status st = checkWithinPower(holder, judged); !st.isOk()) {
+      return deny("cannot give policy '" + name + "' of " + scopeName(scope) + ": " + st.message());
+    }
+  }
+  if (!same_scope && source.tenant_reach) {
+    // Every token of the tenant reaches what other tenants granted to it, whatever its
+    // policies: a parent that could not reach that itself does not get it by proxy.
+    const Policy reach = source.tenant_reach(scope);
+    if (core::Status st = checkWithinPower(holder, reach); !st.isOk()) {
+      return deny("cannot create a token of tenant '" + scope +
+                  "': every token of it reaches what other tenants granted to it, and " +
+                  st.message());
+    }
+  }
+  return core::Status::ok();
+}
+
 std::string TokenManager::hashSecret(const std::string& secret) { return audit::sha256Hex(secret); }
 
 core::Result<std::unique_ptr<TokenManager>> TokenManager::open(store::Store& store,
                                                                const core::Clock& clock,
-                                                               TokenOptions options) {
-  std::unique_ptr<TokenManager> m(new TokenManager(store, clock, options));
+                                                               TokenOptions options,
+                                                               PowerSource power) {
+  std::unique_ptr<TokenManager> m(new TokenManager(store, clock, options, std::move(power)));
   TESSERA_ASSIGN_OR_RETURN(store::RangeResult all, store.range(kPrefix, store::prefixEnd(kPrefix)));
   for (const store::KeyValue& kv : all.kvs) {
     TESSERA_ASSIGN_OR_RETURN(TokenInfo t, decode(kv.key, kv.value));
@@ -247,26 +335,11 @@ core::Result<CreatedToken> TokenManager::bootstrapRoot() {
 core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const TokenRequest& req,
                                                 size_t max_tenant_tokens) {
   const core::WallTime now = clock_.wallNow();
-  if (!parent.tenant.empty() && req.tenant != parent.tenant) {
-    return core::Status(core::StatusCode::kPermissionDenied,
-                        "a tenant token can only create tokens of its own tenant");
-  }
-  // A role's policies were checked against the parent's power by the caller (tokens.h).
-  if (!parent.isRoot() && req.role.empty()) {
-    for (const std::string& p : req.policies) {
-      if (std::find(parent.policies.begin(), parent.policies.end(), p) == parent.policies.end()) {
-        return core::Status(core::StatusCode::kPermissionDenied,
-                            "cannot give policy '" + p + "': the parent token does not have it");
-      }
-    }
-  }
+  // Before any lock: the source takes the control plane's.
+  TESSERA_RETURN_IF_ERROR(
+      checkChildPower(parent, req.tenant, req.policies, power_, !req.role.empty()));
   if (req.ttl < core::Duration::zero() || req.explicit_max_ttl < core::Duration::zero()) {
     return core::invalidArgument("ttl and explicit_max_ttl must not be negative");
-  }
-  if (std::find(req.policies.begin(), req.policies.end(), "root") != req.policies.end() &&
-      !parent.isRoot()) {
-    return core::Status(core::StatusCode::kPermissionDenied,
-                        "only a root token can create a root token");
   }
   const core::Duration ttl = req.ttl > core::Duration::zero() ? req.ttl : options_.default_ttl;
   if (ttl > options_.max_ttl) {

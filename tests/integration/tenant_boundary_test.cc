@@ -81,6 +81,106 @@ class TenantBoundaryTest : public ::testing::Test {
   std::unique_ptr<Client> client_;
 };
 
+// Item 2: an operator whose only admin policy is *named* tenant-admin and creates tokens minted
+// tenant-admin tokens for every tenant. Power decides now, in each policy's own scope.
+TEST_F(TenantBoundaryTest, ANarrowOperatorTokenCannotMintAnyTenantsAdmin) {
+  const json all = caps({"create", "read", "update", "patch", "delete", "list"});
+  ASSERT_EQ(c().call("POST", "/v1/tenants/team-1", root(), json::object()).status, 204U);
+  ASSERT_EQ(c().call("PUT", "/v1/tenants/demo/secrets/kv/data/app", demo(),
+                     {{"data", {{"password", "demo-s3cret"}}}})
+                .status,
+            200U);
+  adminPolicy("tenant-admin", {{"auth/token/create", caps({"create"})}});
+  const std::string narrow =
+      mint("/v1/auth/token/create", root(), {{"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+  for (const char* tenant : {"demo", "team-1"}) {
+    Response r = c().call("POST", "/v1/auth/token/create", narrow,
+                          {{"tenant", tenant}, {"policies", {"tenant-admin"}}});
+    EXPECT_EQ(r.status, 403U) << tenant << ": " << r.raw;
+    EXPECT_NE(r.raw.find("cannot give policy 'tenant-admin' of tenant '" + std::string(tenant)),
+              std::string::npos)
+        << r.raw;
+    // Nor any narrower policy of the tenant's.
+    EXPECT_EQ(c().call("POST", "/v1/auth/token/create", narrow,
+                       {{"tenant", tenant}, {"policies", {"nonexistent"}}})
+                  .status,
+              403U);
+  }
+  // It may still make a token of no policy for a tenant: it reaches nothing there.
+  const std::string empty =
+      mint("/v1/auth/token/create", narrow, {{"tenant", "demo"}, {"policies", json::array()}});
+  EXPECT_EQ(c().call("GET", "/v1/tenants/demo/secrets/kv/data/app", empty).status, 403U);
+  EXPECT_EQ(c().call("LIST", "/v1/tenants/demo/workloads", empty).status, 403U);
+
+  // Legitimate flows keep working. Root makes tenant admins...
+  const std::string t1_admin =
+      mint("/v1/auth/token/create", root(), {{"tenant", "team-1"}, {"policies", {"tenant-admin"}}});
+  EXPECT_EQ(c().call("LIST", "/v1/tenants/team-1/workloads", t1_admin).status, 200U);
+  // ...so does an operator whose policy holds every tenant (tenants/*)...
+  adminPolicy("ops", {{"tenants/*", all}, {"auth/token/create", caps({"create"})}});
+  const std::string ops = mint("/v1/auth/token/create", root(), {{"policies", {"ops"}}});
+  const std::string demo_admin =
+      mint("/v1/auth/token/create", ops, {{"tenant", "demo"}, {"policies", {"tenant-admin"}}});
+  Response read = c().call("GET", "/v1/tenants/demo/secrets/kv/data/app", demo_admin);
+  EXPECT_EQ(read.status, 200U) << read.raw;
+  // ...and one that holds one tenant (tenants/team-1/*), for that tenant only.
+  adminPolicy("t1-ops", {{"tenants/team-1/*", all}, {"auth/token/create", caps({"create"})}});
+  const std::string t1_ops = mint("/v1/auth/token/create", root(), {{"policies", {"t1-ops"}}});
+  mint("/v1/auth/token/create", t1_ops, {{"tenant", "team-1"}, {"policies", {"tenant-admin"}}});
+  Response other = c().call("POST", "/v1/auth/token/create", t1_ops,
+                            {{"tenant", "demo"}, {"policies", {"tenant-admin"}}});
+  EXPECT_EQ(other.status, 403U) << other.raw;
+  EXPECT_NE(other.raw.find("tenants/demo/*"), std::string::npos) << other.raw;
+
+  // A tenant admin makes tokens of its own policies, and narrower ones through a role (Vault's
+  // rule, kept); they make nothing wider. A role is limited by what its policies allow.
+  mint("/v1/tenants/demo/auth/token/create", demo(), {{"policies", {"tenant-admin"}}});
+  ASSERT_EQ(c().call("POST", "/v1/tenants/demo/policies/reader", demo(),
+                     {{"path", {{"workloads", caps({"list"})}, {"workloads/*", caps({"read"})}}}})
+                .status,
+            204U);
+  Response direct =
+      c().call("POST", "/v1/tenants/demo/auth/token/create", demo(), {{"policies", {"reader"}}});
+  EXPECT_EQ(direct.status, 403U) << direct.raw;
+  EXPECT_NE(direct.raw.find("the parent token does not have it"), std::string::npos) << direct.raw;
+  ASSERT_EQ(c().call("POST", "/v1/tenants/demo/auth/token/roles/dev", demo(),
+                     {{"allowed_policies", {"reader"}}})
+                .status,
+            204U);
+  const std::string reader = mint("/v1/tenants/demo/auth/token/create/dev", demo(), json::object());
+  EXPECT_EQ(c().call("LIST", "/v1/tenants/demo/workloads", reader).status, 200U);
+  EXPECT_EQ(c().call("GET", "/v1/tenants/demo/secrets/kv/data/app", reader).status, 403U);
+  EXPECT_EQ(c().call("POST", "/v1/tenants/demo/auth/token/create", reader,
+                     {{"policies", {"tenant-admin"}}})
+                .status,
+            403U);
+  // The narrow operator cannot write a role in a tenant to get around it either.
+  EXPECT_EQ(c().call("POST", "/v1/tenants/demo/auth/token/roles/mine", narrow,
+                     {{"allowed_policies", {"tenant-admin"}}})
+                .status,
+            403U);
+
+  // A grant to a tenant reaches every token of it: an operator holding only that tenant cannot
+  // mint one while the grant lasts, even of no policy.
+  adminPolicy("demo-ops", {{"tenants/demo/*", all}, {"auth/token/create", caps({"create"})}});
+  const std::string demo_ops = mint("/v1/auth/token/create", root(), {{"policies", {"demo-ops"}}});
+  mint("/v1/auth/token/create", demo_ops, {{"tenant", "demo"}, {"policies", json::array()}});
+  ASSERT_EQ(c().call("PUT", "/v1/tenants/team-1/secrets/kv/data/shared/x", t1_admin,
+                     {{"data", {{"k", "team-1-s3cret"}}}})
+                .status,
+            200U);
+  Response grant = c().call(
+      "POST", "/v1/tenants/team-1/grants", t1_admin,
+      {{"to", "demo"}, {"on", "secrets/kv/data/shared"}, {"policy", "read"}, {"ttl", "1h"}});
+  ASSERT_EQ(grant.status, 200U) << grant.raw;
+  Response by_proxy = c().call("POST", "/v1/auth/token/create", demo_ops,
+                               {{"tenant", "demo"}, {"policies", json::array()}});
+  EXPECT_EQ(by_proxy.status, 403U) << by_proxy.raw;
+  EXPECT_NE(by_proxy.raw.find("granted"), std::string::npos) << by_proxy.raw;
+  // An operator over every tenant reaches the grant's secrets itself, and may.
+  mint("/v1/auth/token/create", ops, {{"tenant", "demo"}, {"policies", json::array()}});
+}
+
 // Item 7: dedicating a pool without naming its tenant was a 500.
 TEST_F(TenantBoundaryTest, DedicatingAPoolWithoutATenantIsABadRequest) {
   Response r = c().call("POST", "/v1/sys/pools/gpu-pool", root(), json::object());
