@@ -13,6 +13,8 @@
 //     while it exists.
 //   - `explicit_max_ttl` is a hard cap from issue time that no renewal passes. A child can never
 //     outlive its parent's cap, and revoking (or expiry of) a parent revokes all its children.
+//     A token stops working the moment any ancestor expires: `lookup` reads the chain's expiry,
+//     kept with each token, rather than waiting for housekeeping's sweep (`expire`).
 //   - Renewal moves the expiry to now + increment (or the token's TTL), within its caps; a token
 //     created with `renewable = false` cannot be renewed.
 //   - A tenant token is bound to its tenant: its children belong to the same tenant. Only an
@@ -140,8 +142,8 @@ struct TokenOptions {
 
 class TokenManager {
  public:
-  // Loads every token from the store (under /tokens/); drops those already expired.
-  // `power` answers the power rule's questions (see PowerSource).
+  // Loads every token from the store (under /tokens/); drops those already expired (or whose
+  // parent is gone). `power` answers the power rule's questions (see PowerSource).
   static core::Result<std::unique_ptr<TokenManager>> open(store::Store& store,
                                                           const core::Clock& clock,
                                                           TokenOptions options,
@@ -158,14 +160,16 @@ class TokenManager {
   // (0: no cap; admin tokens have none): each one lives in this manager's memory until it expires.
   core::Result<CreatedToken> create(const TokenInfo& parent, const TokenRequest& req,
                                     size_t max_tenant_tokens = 0);
-  // The live token with this secret; NOT_FOUND for unknown, revoked or expired ones.
+  // The live token with this secret; NOT_FOUND for unknown, revoked or expired ones, and for
+  // those with an expired ancestor. One hash and one map search, whatever the chain's depth.
   core::Result<TokenInfo> lookup(const std::string& secret) const;
   core::Result<TokenInfo> lookupAccessor(const std::string& accessor) const;
   // Extends the token's expiry (increment 0: its TTL); returns it updated.
   core::Result<TokenInfo> renew(const std::string& accessor, core::Duration increment);
   // Revokes the token and every descendant; returns how many were revoked.
   core::Result<int> revoke(const std::string& accessor);
-  // Revokes every token past its expiry (with its descendants). Call on a timer.
+  // Revokes every token past its expiry or its chain's (with its descendants). Call on a timer;
+  // lookups refuse such tokens already.
   core::Result<int> expire();
   // Revokes every token of a tenant (with its descendants): for a tenant being deleted, so that
   // none works for a tenant created later under the same name. Returns how many were revoked.
@@ -179,7 +183,8 @@ class TokenManager {
 
   // Live tokens of a tenant ("" = admin), by accessor.
   std::vector<TokenInfo> list(const std::string& tenant) const;
-  // When each live token expires (every tenant's and the admin scope's), with its tenant: for
+  // When each live token stops working (its own expiry or an ancestor's, whichever is first;
+  // every tenant's and the admin scope's), with its tenant: for
   // the metrics of tokens expiring soon, in one pass over the tokens.
   std::vector<std::pair<std::string, core::WallTime>> expiries() const;
   // How many tokens a tenant holds: those not yet revoked, or swept by expire() once expired.
@@ -188,6 +193,14 @@ class TokenManager {
   static std::string hashSecret(const std::string& secret);
 
  private:
+  // A live token and when it stops working: its own expiry or an ancestor's, whichever comes
+  // first (WallTime::min() once its parent is gone). Kept up to date by create, renew and open,
+  // so that a lookup reads the chain's expiry without walking it.
+  struct Live {
+    TokenInfo info;
+    core::WallTime until{};
+  };
+
   TokenManager(store::Store& store, const core::Clock& clock, TokenOptions options,
                PowerSource power)
       : store_(store), clock_(clock), options_(options), power_(std::move(power)) {}
@@ -197,10 +210,16 @@ class TokenManager {
   core::Result<int> revokeLocked(const std::string& accessor);
   // Revokes every token that `matches` (with its descendants); returns how many went. Requires
   // write_mu_, as revokeLocked.
-  core::Result<int> revokeWhereLocked(const std::function<bool(const TokenInfo&)>& matches);
+  core::Result<int> revokeWhereLocked(const std::function<bool(const Live&)>& matches);
   // Adds `t` to the in-memory maps under `hash` (not to the store). Requires mu_ (alone) and
   // write_mu_, or no other thread (open).
   void addLocked(const std::string& hash, TokenInfo t);
+  // When a token with this parent and own expiry stops working (see Live). Requires mu_ or
+  // write_mu_.
+  core::WallTime chainUntilLocked(const std::string& parent, core::WallTime expires) const;
+  // Recomputes `until` of the token and of all its descendants (after its expiry changed).
+  // Requires mu_ (alone) and write_mu_, or no other thread (open).
+  void refreshUntilLocked(const std::string& accessor);
 
   store::Store& store_;
   const core::Clock& clock_;
@@ -212,7 +231,7 @@ class TokenManager {
   // Guards the maps below: lookups share it; a change takes it alone only to update them, after
   // its store write, so a lookup (every request's) never waits for a disk flush.
   mutable std::shared_mutex mu_;
-  std::map<std::string, TokenInfo> by_hash_;
+  std::map<std::string, Live> by_hash_;
   std::map<std::string, std::string> hash_of_;        // accessor -> hash
   std::multimap<std::string, std::string> children_;  // parent accessor -> child accessor
   std::map<std::string, size_t> held_;                // tenant -> tokens in by_hash_

@@ -612,5 +612,83 @@ TEST_F(TokensTest, CreateChecksPowerForEveryTokenRoleOrNot) {
           .isOk());
 }
 
+// Issue #36: a child worked for up to a second after its parent expired, until housekeeping
+// swept it. The chain's expiry is read at every lookup.
+TEST_F(TokensTest, AChildStopsTheMomentAnAncestorExpires) {
+  CreatedToken r = root();
+  auto parent = tokens_->create(r.info, {.policies = {"ops"}, .ttl = hours(1)});
+  ASSERT_TRUE(parent.isOk());
+  // Its children ask for longer than their parent has left (renewable parents do not cap them).
+  auto child = tokens_->create(parent->info,
+                               {.tenant = "team-1", .policies = {"tenant-admin"}, .ttl = hours(8)});
+  ASSERT_TRUE(child.isOk()) << child.status().message();
+  auto grandchild = tokens_->create(
+      child->info, {.tenant = "team-1", .policies = {"tenant-admin"}, .ttl = hours(8)});
+  ASSERT_TRUE(grandchild.isOk());
+  EXPECT_EQ(child->info.ttlSeconds(clock_.wallNow()), 8 * 3600);
+  clock_.advance(minutes(59));
+  EXPECT_TRUE(tokens_->lookup(grandchild->secret).isOk());
+  clock_.advance(minutes(1));
+  // No sweep has run: every lookup of the line fails at once.
+  for (const CreatedToken* t : {&*parent, &*child, &*grandchild}) {
+    EXPECT_EQ(tokens_->lookup(t->secret).status().code(), core::StatusCode::kNotFound);
+    EXPECT_FALSE(tokens_->lookupAccessor(t->info.accessor).isOk());
+    EXPECT_FALSE(tokens_->renew(t->info.accessor, hours(1)).isOk());
+  }
+  EXPECT_TRUE(tokens_->list("team-1").empty());
+  EXPECT_TRUE(tokens_->expiries().size() == 1U);  // The root token's.
+  auto more = tokens_->create(child->info, {.tenant = "team-1", .policies = {"tenant-admin"}});
+  EXPECT_EQ(more.status().code(), core::StatusCode::kNotFound) << more.status().message();
+  EXPECT_EQ(tokens_->expire().value(), 3);
+}
+
+TEST_F(TokensTest, RenewingAParentKeepsItsChildrenAndTheChainSurvivesARestart) {
+  CreatedToken r = root();
+  auto parent = tokens_->create(r.info, {.policies = {"ops"}, .ttl = hours(1)});
+  auto child = tokens_->create(parent->info,
+                               {.tenant = "team-1", .policies = {"tenant-admin"}, .ttl = hours(8)});
+  auto grandchild = tokens_->create(
+      child->info, {.tenant = "team-1", .policies = {"tenant-admin"}, .ttl = hours(3)});
+  ASSERT_TRUE(parent.isOk() && child.isOk() && grandchild.isOk());
+  clock_.advance(minutes(50));
+  ASSERT_TRUE(tokens_->renew(parent->info.accessor, hours(2)).isOk());
+  clock_.advance(minutes(20));
+  EXPECT_TRUE(tokens_->lookup(grandchild->secret).isOk());
+  // The chain is rebuilt from the store whatever order its tokens come back in.
+  for (int i = 0; i < 3; ++i) {
+    reopen();
+  }
+  EXPECT_TRUE(tokens_->lookup(child->secret).isOk());
+  EXPECT_TRUE(tokens_->lookup(grandchild->secret).isOk());
+  clock_.advance(minutes(100));  // 2 h 50 min: the renewed parent has 0 left.
+  EXPECT_FALSE(tokens_->lookup(parent->secret).isOk());
+  EXPECT_FALSE(tokens_->lookup(child->secret).isOk());
+  EXPECT_FALSE(tokens_->lookup(grandchild->secret).isOk());
+  // A child's own expiry still counts: renewing the parent does not stretch it.
+  CreatedToken r2 = r;
+  auto p2 = tokens_->create(r2.info, {.policies = {"ops"}, .ttl = hours(1)});
+  auto c2 =
+      tokens_->create(p2->info, {.tenant = "team-2", .policies = {"dev"}, .ttl = minutes(30)});
+  ASSERT_TRUE(p2.isOk() && c2.isOk());
+  ASSERT_TRUE(tokens_->renew(p2->info.accessor, hours(5)).isOk());
+  clock_.advance(minutes(30));
+  EXPECT_FALSE(tokens_->lookup(c2->secret).isOk());
+  EXPECT_TRUE(tokens_->lookup(p2->secret).isOk());
+}
+
+TEST_F(TokensTest, ATokenWhoseParentIsGoneFromTheStoreIsGoneToo) {
+  // A store that lost a parent's record (written by hand, or an older server) must not leave
+  // its children working: they go at the next start.
+  CreatedToken r = root();
+  auto parent = tokens_->create(r.info, {.policies = {"ops"}, .ttl = hours(1)});
+  auto child = tokens_->create(parent->info, {.tenant = "team-1", .policies = {"dev"}});
+  ASSERT_TRUE(parent.isOk() && child.isOk());
+  ASSERT_TRUE(store_->deleteRange("/tokens/" + TokenManager::hashSecret(parent->secret)).isOk());
+  reopen();
+  EXPECT_FALSE(tokens_->lookup(child->secret).isOk());
+  EXPECT_EQ(tokens_->held("team-1"), 0U);
+  EXPECT_TRUE(tokens_->lookup(r.secret).isOk());
+}
+
 }  // namespace
 }  // namespace tessera::server

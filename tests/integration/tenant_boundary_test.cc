@@ -181,6 +181,45 @@ TEST_F(TenantBoundaryTest, ANarrowOperatorTokenCannotMintAnyTenantsAdmin) {
   mint("/v1/auth/token/create", ops, {{"tenant", "demo"}, {"policies", json::array()}});
 }
 
+// Item 8: a child worked for up to a second after its parent expired (until housekeeping swept
+// it). Once the parent is refused, so is every later request of its child.
+TEST_F(TenantBoundaryTest, AChildTokenStopsTheMomentItsParentExpires) {
+  int served_after_parent = 0;
+  int minted_after_parent = 0;
+  int tries = 0;
+  for (int trial = 0; trial < 3; ++trial) {
+    // A short-lived operator (root's policy: it may give the child anything, whatever rule
+    // judges the child's policies).
+    const std::string parent =
+        mint("/v1/auth/token/create", root(), {{"policies", {"root"}}, {"ttl", "2s"}});
+    const std::string child =
+        mint("/v1/auth/token/create", parent,
+             {{"tenant", "demo"}, {"policies", {"tenant-admin"}}, {"ttl", "1h"}});
+    ASSERT_EQ(c().call("LIST", "/v1/tenants/demo/workloads", child).status, 200U);
+    bool parent_gone = false;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!parent_gone && std::chrono::steady_clock::now() < until) {
+      parent_gone = c().call("GET", "/v1/auth/token/lookup-self", parent).status == 403;
+    }
+    ASSERT_TRUE(parent_gone) << "the 2 s parent was never refused";
+    // The parent is refused: nothing of its line may work from here on (before, it did until
+    // the next sweep, up to a second later).
+    for (int i = 0; i < 25; ++i, ++tries) {
+      if (c().call("LIST", "/v1/tenants/demo/workloads", child).status != 403) {
+        ++served_after_parent;
+      }
+      if (c().call("POST", "/v1/tenants/demo/auth/token/create", child,
+                   {{"policies", {"tenant-admin"}}})
+              .status == 200) {
+        ++minted_after_parent;
+      }
+    }
+  }
+  EXPECT_EQ(served_after_parent, 0) << "reads of " << tries << " served after the parent expired";
+  EXPECT_EQ(minted_after_parent, 0)
+      << "grandchildren of " << tries << " minted after the parent expired";
+}
+
 // Item 7: dedicating a pool without naming its tenant was a 500.
 TEST_F(TenantBoundaryTest, DedicatingAPoolWithoutATenantIsABadRequest) {
   Response r = c().call("POST", "/v1/sys/pools/gpu-pool", root(), json::object());
