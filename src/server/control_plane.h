@@ -156,6 +156,11 @@ class ControlPlane {
         secrets_(secrets),
         audit_sinks_(auditor.sinkNames()) {}
   core::Status load();
+  // Before issue #36 a stored GPU limit of 0 meant none; it is zero now, and none is -1.
+  // Rewrites once (a marker key says it is done) every tenant's and team queue's record whose
+  // limit is 0 or missing to -1, so each keeps the meaning it was written with. Before load()
+  // reads them.
+  core::Status migrateGpuLimits();
 
   // The store's notes that hold copies of the audit sink `i`'s records (Request::audit_notes).
   std::string auditNoteTopic(size_t i) const { return "audit/" + audit_sinks_[i]; }

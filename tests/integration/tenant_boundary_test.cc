@@ -220,6 +220,82 @@ TEST_F(TenantBoundaryTest, AChildTokenStopsTheMomentItsParentExpires) {
       << "grandchildren of " << tries << " minted after the parent expired";
 }
 
+// Item 10: a GPU limit of 0 is zero (a frozen tenant), refused at admission with the
+// arithmetic; no limit is written by leaving it out (or -1).
+TEST_F(TenantBoundaryTest, AGpuLimitOfZeroIsZeroAndNoLimitIsLeftOut) {
+  Response r = c().call("POST", "/v1/tenants/frozen", root(),
+                        {{"quota", {{"gpu", 0}}}, {"limit", {{"gpu", 0}}}});
+  ASSERT_EQ(r.status, 204U) << r.raw;
+  r = c().call("GET", "/v1/tenants/frozen", root());
+  EXPECT_EQ(r.body["data"]["limit_milli_gpu"], 0) << r.raw;
+  const json gpu_work = {{"gpu", {{"count", 1}}}, {"cpuMilli", 100}, {"duration", 30}};
+  r = c().call("POST", "/v1/tenants/frozen/workloads/train", root(), gpu_work);
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  EXPECT_NE(r.raw.find("tenant 'frozen' may hold at most 0 milli-GPU"), std::string::npos) << r.raw;
+  EXPECT_NE(r.raw.find("1 x 1000 = 1000 milli-GPU"), std::string::npos) << r.raw;
+  r = c().call("POST", "/v1/tenants/frozen/workloads/half", root(),
+               {{"gpu", {{"count", 1}, {"milli", 500}}}, {"cpuMilli", 100}, {"duration", 30}});
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  EXPECT_NE(r.raw.find("1 x 500 = 500"), std::string::npos) << r.raw;
+  // Work without a GPU still runs.
+  r = c().call("POST", "/v1/tenants/frozen/workloads/cpu", root(),
+               {{"cpuMilli", 100}, {"duration", 30}});
+  EXPECT_EQ(r.status, 202U) << r.raw;
+  // A limit below the quota is refused, and says how to freeze.
+  r = c().call("POST", "/v1/tenants/quota", root(),
+               {{"quota", {{"gpu", 2}}}, {"limit", {{"gpu", 0}}}});
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  EXPECT_NE(r.raw.find("quota of 0 too"), std::string::npos) << r.raw;
+
+  // Left out: no limit, shown as -1; a GPU workload runs.
+  ASSERT_EQ(c().call("POST", "/v1/tenants/open", root(), {{"quota", {{"gpu", 1}}}}).status, 204U);
+  r = c().call("GET", "/v1/tenants/open", root());
+  EXPECT_EQ(r.body["data"]["limit_milli_gpu"], -1) << r.raw;
+  ASSERT_EQ(c().call("POST", "/v1/tenants/open/workloads/train", root(), gpu_work).status, 202U);
+  std::string phase;
+  for (int i = 0; i < 400 && phase != "running"; ++i) {
+    r = c().call("GET", "/v1/tenants/open/workloads/train", root());
+    phase = r.body["data"]["status"].value("phase", "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_EQ(phase, "running") << r.raw;
+
+  // Unfrozen with -1: GPU work is admitted again. A limit above 0 refuses a gang beyond it.
+  ASSERT_EQ(c().call("POST", "/v1/tenants/frozen", root(), {{"limit", {{"gpu", -1}}}}).status,
+            204U);
+  EXPECT_EQ(c().call("GET", "/v1/tenants/frozen", root()).body["data"]["limit_milli_gpu"], -1);
+  EXPECT_EQ(c().call("POST", "/v1/tenants/frozen/workloads/train", root(), gpu_work).status, 202U);
+  ASSERT_EQ(c().call("POST", "/v1/tenants/frozen", root(), {{"limit", {{"gpu", 2}}}}).status, 204U);
+  r = c().call("POST", "/v1/tenants/frozen/workloads/gang", root(),
+               {{"tasks", 3}, {"minAvailable", 3}, {"gpu", {{"count", 1}}}, {"duration", 30}});
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  EXPECT_NE(r.raw.find("3 x 1000 = 3000 milli-GPU"), std::string::npos) << r.raw;
+  // "limit": {} is none too; a bad limit names the field.
+  ASSERT_EQ(c().call("POST", "/v1/tenants/frozen", root(), {{"limit", json::object()}}).status,
+            204U);
+  EXPECT_EQ(c().call("GET", "/v1/tenants/frozen", root()).body["data"]["limit_milli_gpu"], -1);
+  r = c().call("POST", "/v1/tenants/frozen", root(), {{"limit", {{"gpu", -2}}}});
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  EXPECT_NE(r.raw.find("limit.gpu"), std::string::npos) << r.raw;
+
+  // A team's queue frozen inside an open tenant.
+  const std::string open_admin =
+      mint("/v1/auth/token/create", root(), {{"tenant", "open"}, {"policies", {"tenant-admin"}}});
+  ASSERT_EQ(
+      c().call("POST", "/v1/tenants/open/queues/interns", open_admin, {{"limit", {{"gpu", 0}}}})
+          .status,
+      204U);
+  EXPECT_EQ(c().call("GET", "/v1/tenants/open/queues/interns", open_admin)
+                .body["data"]["limit_milli_gpu"],
+            0);
+  json team_work = gpu_work;
+  team_work["queue"] = "interns";
+  r = c().call("POST", "/v1/tenants/open/workloads/intern", open_admin, team_work);
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  EXPECT_NE(r.raw.find("queue 'interns' of tenant 'open' may hold at most 0"), std::string::npos)
+      << r.raw;
+}
+
 // Item 7: dedicating a pool without naming its tenant was a 500.
 TEST_F(TenantBoundaryTest, DedicatingAPoolWithoutATenantIsABadRequest) {
   Response r = c().call("POST", "/v1/sys/pools/gpu-pool", root(), json::object());
