@@ -249,7 +249,8 @@ struct QueueSettings {
   void addFlags(CLI::App* c, const std::string& quota_help, const std::string& weight_help,
                 const std::string& priority_help) {
     quota = c->add_option("--quota-gpu", quota_gpu, quota_help);
-    limit = c->add_option("--limit-gpu", limit_gpu, "Most GPUs it may hold (0: no cap)");
+    limit = c->add_option("--limit-gpu", limit_gpu,
+                          "Most GPUs it may hold (0: none at all; -1: no cap, as when left out)");
     weight_opt = c->add_option("--weight", weight, weight_help);
     priority_opt = c->add_option("--priority", priority, priority_help);
   }
@@ -376,11 +377,11 @@ core::Status tenantShow(const TenantFlags& f) {
     return core::Status::ok();
   }
   const int64_t quota = d.value("quota_milli_gpu", int64_t{0});
-  const int64_t limit = d.value("limit_milli_gpu", int64_t{0});
+  const int64_t limit = d.value("limit_milli_gpu", int64_t{-1});  // -1: none; 0: no GPU.
   std::vector<std::pair<std::string, std::string>> kvs = {
       {"name", d.value("name", f.name)},
       {"quota_gpu", milliText(quota)},
-      {"limit_gpu", limit > 0 ? milliText(limit) : "none"},
+      {"limit_gpu", limit >= 0 ? milliText(limit) : "none"},
   };
   for (const char* k : {"name", "quota_milli_gpu", "limit_milli_gpu"}) {
     d.erase(k);
@@ -1222,8 +1223,8 @@ core::Status queueShow(const QueueFlags& f) {
   }
   printKeyValues({{"name", data.value("name", "")},
                   {"quota_gpu", milliText(data.value("quota_milli_gpu", int64_t{0}))},
-                  {"limit_gpu", data.value("limit_milli_gpu", int64_t{0}) > 0
-                                    ? milliText(data.value("limit_milli_gpu", int64_t{0}))
+                  {"limit_gpu", data.value("limit_milli_gpu", int64_t{-1}) >= 0
+                                    ? milliText(data.value("limit_milli_gpu", int64_t{-1}))
                                     : "none"},
                   {"weight", std::to_string(data.value("weight", int64_t{1}))},
                   {"priority", std::to_string(data.value("priority", int64_t{100}))}});

@@ -9,7 +9,7 @@ std::pair<Amounts, Amounts> gpuAmounts(const ResourceSpace& space, int64_t quota
   Amounts quota = space.zeros();
   quota[kGpuDim] = quota_milli_gpu;
   Amounts limit = space.unlimited();
-  if (limit_milli_gpu > 0) {
+  if (limit_milli_gpu >= 0) {
     limit[kGpuDim] = limit_milli_gpu;
   }
   return {quota, limit};

@@ -22,11 +22,15 @@
 namespace tessera::sched {
 
 inline constexpr std::string_view kRootQueue = "tessera";
+// A GPU limit that is none. A limit of 0 is zero: the queue's subtree holds no GPU at all (a
+// frozen tenant). Before issue #36 the API took 0 for none; docs/server.md says what a stored 0
+// from then became.
+inline constexpr int64_t kNoGpuLimit = -1;
 
 // A tenant's or a team's numbers, as the API takes them.
 struct GpuQueueNumbers {
   int64_t quota_milli_gpu = 0;
-  int64_t limit_milli_gpu = 0;  // 0: none.
+  int64_t limit_milli_gpu = kNoGpuLimit;  // >= 0: at most that many milli-GPU.
   int64_t weight = 1;
   int32_t priority = 100;
   // Reclaim's bound on a unit's unsaved work, GPU-seconds, for all the tenant's (or team's)
@@ -41,7 +45,7 @@ QueueSpec tenantDefaultQueueSpec(const ResourceSpace& space, const std::string& 
                                  const GpuQueueNumbers& n);
 QueueSpec teamQueueSpec(const ResourceSpace& space, const std::string& tenant,
                         const std::string& team, const GpuQueueNumbers& n);
-// A quota and a limit in milli-GPU (a limit of 0 is none) as amounts of `space`.
+// A quota and a limit in milli-GPU (kNoGpuLimit: none; 0: zero) as amounts of `space`.
 std::pair<Amounts, Amounts> gpuAmounts(const ResourceSpace& space, int64_t quota_milli_gpu,
                                        int64_t limit_milli_gpu);
 

@@ -26,19 +26,35 @@ core::Result<int64_t> intOr(const core::JsonNode& n, const json& base, const cha
 
 core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const json& base,
                                         const std::string& source) {
-  auto gpus = [&](const char* field, const char* stored) -> core::Result<int64_t> {
+  // A quota left out is 0; a limit left out (or -1, or "limit": {}) is none, and 0 is zero.
+  auto gpus = [&](const char* field, const char* stored, int64_t none) -> core::Result<int64_t> {
     if (!n.has(field)) {
-      return base.value(stored, int64_t{0});
+      return base.value(stored, none);
     }
     core::JsonNode f = n.child(field);
     TESSERA_RETURN_IF_ERROR(f.checkKeys({"gpu"}));
-    return f.has("gpu") ? f.child("gpu").scaled(1000) : core::Result<int64_t>(int64_t{0});
+    if (!f.has("gpu")) {
+      return none;
+    }
+    if (none == kNoGpuLimit && f.child("gpu").value() == -1) {
+      return kNoGpuLimit;
+    }
+    auto milli = f.child("gpu").scaled(1000);
+    if (!milli.isOk() && none == kNoGpuLimit) {
+      return f.child("gpu").error(
+          "expected a number of GPUs, 0 or more (0: none at all), or -1 "
+          "for no limit");
+    }
+    return milli;
   };
   QueueNumbers q;
-  TESSERA_ASSIGN_OR_RETURN(q.quota, gpus("quota", "quota_milli_gpu"));
-  TESSERA_ASSIGN_OR_RETURN(q.limit, gpus("limit", "limit_milli_gpu"));
-  if (q.limit > 0 && q.limit < q.quota) {
-    return core::invalidArgument(source + ": limit.gpu is below quota.gpu");
+  TESSERA_ASSIGN_OR_RETURN(q.quota, gpus("quota", "quota_milli_gpu", 0));
+  TESSERA_ASSIGN_OR_RETURN(q.limit, gpus("limit", "limit_milli_gpu", kNoGpuLimit));
+  if (q.limit >= 0 && q.limit < q.quota) {
+    return core::invalidArgument(
+        source + ": limit.gpu is below quota.gpu (" + std::to_string(q.limit) + " < " +
+        std::to_string(q.quota) + " milli-GPU)" +
+        (q.limit == 0 ? "; a tenant or queue with no GPU at all has a quota of 0 too" : ""));
   }
   TESSERA_ASSIGN_OR_RETURN(q.weight, intOr(n, base, "weight", 0, 1000000, 1));
   TESSERA_ASSIGN_OR_RETURN(q.priority, intOr(n, base, "priority", 0, 1000000, 100));

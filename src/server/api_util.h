@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/json_node.h"
 #include "core/status.h"
+#include "sched/tenant_queues.h"
 #include "secrets/keys.h"
 #include "server/control_plane.h"
 #include "server/driver.h"
@@ -159,9 +160,12 @@ core::Result<int64_t> intOr(const core::JsonNode& n, const nlohmann::json& base,
 
 // A queue's settings, a tenant's or a team's, from a request body; what it leaves out keeps its
 // value in `base`, as intOr.
+// A GPU limit that is none (`-1`, or left out); 0 is zero: no GPU at all.
+inline constexpr int64_t kNoGpuLimit = sched::kNoGpuLimit;
+
 struct QueueNumbers {
-  int64_t quota = 0;  // Milli-GPU.
-  int64_t limit = 0;  // Milli-GPU; 0: none.
+  int64_t quota = 0;            // Milli-GPU.
+  int64_t limit = kNoGpuLimit;  // Milli-GPU, 0 included; kNoGpuLimit: none.
   int64_t weight = 1;
   int64_t priority = 100;
   int64_t max_unsaved_gpu_s = -1;  // -1: the scheduler's default.

@@ -50,7 +50,8 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
   std::unique_ptr<ControlPlane> cp(
       new ControlPlane(store, auditor, driver, catalogue, clock, std::move(options), secrets));
   TESSERA_RETURN_IF_ERROR(cp->recoverAuditNotes());
-  TESSERA_ASSIGN_OR_RETURN(cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens));
+  TESSERA_ASSIGN_OR_RETURN(
+      cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens, cp->powerSource()));
   TESSERA_ASSIGN_OR_RETURN(cp->grants_, GrantTable::open(store));
   if (secrets != nullptr) {
     cp->task_secrets_ = std::make_unique<TaskSecrets>(*secrets, store, auditor, clock);
@@ -123,7 +124,41 @@ ControlPlane::~ControlPlane() {
 
 void ControlPlane::stopWatches() { watchers_->stop(); }
 
+core::Status ControlPlane::migrateGpuLimits() {
+  static constexpr std::string_view kDone = "/migrations/gpu-limit-zero-is-zero";
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult done, store_.range(std::string(kDone)));
+  if (!done.kvs.empty()) {
+    return core::Status::ok();
+  }
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult all,
+                           store_.range("/tenants/", store::prefixEnd("/tenants/")));
+  int rewritten = 0;
+  for (const store::KeyValue& kv : all.kvs) {
+    const std::vector<std::string> parts = split(kv.key.substr(1));
+    const bool settings =
+        parts.size() == 2 || (parts.size() == 4 && parts[2] == "queues");  // A tenant's, a team's.
+    if (!settings) {
+      continue;
+    }
+    json value = json::parse(kv.value, nullptr, false);
+    if (!value.is_object() || value.value("limit_milli_gpu", int64_t{0}) != 0) {
+      continue;  // Corrupt ones are load()'s to report; a set limit means what it says.
+    }
+    value["limit_milli_gpu"] = kNoGpuLimit;
+    TESSERA_RETURN_IF_ERROR(store_.put(kv.key, value.dump()).status());
+    ++rewritten;
+  }
+  if (rewritten > 0) {
+    core::logInfo(
+        "{} tenant and queue records stored with a GPU limit of 0 (none, before) now "
+        "say -1 (none); 0 means no GPU at all from now on",
+        rewritten);
+  }
+  return store_.put(std::string(kDone), "{}").status();
+}
+
 core::Status ControlPlane::load() {
+  TESSERA_RETURN_IF_ERROR(migrateGpuLimits());
   // Tenants (and their queues), policies, then workloads: unfinished ones go back to the
   // scheduler (their simulated tasks restart).
   // Policies and tenants, read at one revision (secrets and leases are the secrets engine's).
@@ -171,7 +206,7 @@ core::Status ControlPlane::load() {
   for (const auto& [name, config] : tenants_) {
     TESSERA_RETURN_IF_ERROR(driver_.addTenantQueue(
         name, config.value("quota_milli_gpu", int64_t{0}),
-        config.value("limit_milli_gpu", int64_t{0}), config.value("weight", int64_t{1}),
+        config.value("limit_milli_gpu", kNoGpuLimit), config.value("weight", int64_t{1}),
         config.value("priority", 100), config.value("max_unsaved_gpu_seconds", int64_t{-1})));
     driver_.setTrustGroup(name, config.value("trust_group", std::string()));
   }
@@ -179,7 +214,7 @@ core::Status ControlPlane::load() {
     const size_t slash = key.find('/');
     TESSERA_RETURN_IF_ERROR(driver_.putTeamQueue(
         key.substr(0, slash), key.substr(slash + 1), config.value("quota_milli_gpu", int64_t{0}),
-        config.value("limit_milli_gpu", int64_t{0}), config.value("weight", int64_t{1}),
+        config.value("limit_milli_gpu", kNoGpuLimit), config.value("weight", int64_t{1}),
         config.value("priority", 100), config.value("max_unsaved_gpu_seconds", int64_t{-1})));
   }
   for (const auto& [tenant, record] : workloads) {

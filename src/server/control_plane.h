@@ -160,6 +160,11 @@ class ControlPlane {
         secrets_(secrets),
         audit_sinks_(auditor.sinkNames()) {}
   core::Status load();
+  // Before issue #36 a stored GPU limit of 0 meant none; it is zero now, and none is -1.
+  // Rewrites once (a marker key says it is done) every tenant's and team queue's record whose
+  // limit is 0 or missing to -1, so each keeps the meaning it was written with. Before load()
+  // reads them.
+  core::Status migrateGpuLimits();
 
   // The store's notes that hold copies of the audit sink `i`'s records (Request::audit_notes).
   std::string auditNoteTopic(size_t i) const { return "audit/" + audit_sinks_[i]; }
@@ -195,9 +200,12 @@ class ControlPlane {
   // Token roles (auth.cc): auth/token/roles[/<name>] and auth/token/create/<role>.
   HttpResponse tokenRolesApi(Request& r);
   HttpResponse createFromRole(Request& r, const std::string& role);
-  // OK when the calling token has at least the power that policy `name` of `scope` gives.
+  // OK when the calling token has at least the power that policy `name` of `scope` gives
+  // (`checkChildPower` in tokens.h).
   core::Status holdsPowerOf(const Request& r, const std::string& scope,
                             const std::string& name) const;
+  // What the tokens' power rule reads: policies_ (under mu_) and the live grants to a tenant.
+  PowerSource powerSource() const;
   HttpResponse workloadsApi(Request& r);
   HttpResponse nodesApi(Request& r);
   // PUT sys/nodes/<node>/heartbeat: an agent's lease, reports and task list.

@@ -661,6 +661,74 @@ INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditTest, ::testing::
 INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditFlushCountTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "All" : "Secrets"; });
 
+// Issue #36: a GPU limit of 0 used to mean none. Tenants and team queues stored so keep that
+// meaning (rewritten to -1 once, at the first start of this version); a 0 written since is
+// zero, and stays zero across restarts.
+TEST_F(ControlPlaneTest, StoredGpuLimitsOfZeroFromBeforeStayNoneAndNewZerosStayZero) {
+  auto reopen = [&] {
+    for (std::thread& t : threads_) {
+      t.join();
+    }
+    threads_.clear();
+    cp_.reset();
+    auto cp = ControlPlane::open(*held_store_, *auditor_, *driver_, catalogue_, clock_, {},
+                                 secrets_.get());
+    ASSERT_TRUE(cp.isOk()) << cp.status().toString();
+    cp_ = std::move(cp).value();
+  };
+  auto stored = [&](const std::string& key) {
+    auto got = store_->get(key);
+    EXPECT_TRUE(got.isOk() && got->has_value()) << key;
+    return got.isOk() && got->has_value() ? json::parse((*got)->value) : json();
+  };
+  // As an older server wrote them: 0 for no limit (or no field at all), a number for a limit.
+  const json legacy = {{"name", "legacy"},
+                       {"quota_milli_gpu", 0},
+                       {"limit_milli_gpu", 0},
+                       {"weight", 1},
+                       {"priority", 100}};
+  ASSERT_TRUE(store_->put("/tenants/legacy", legacy.dump()).isOk());
+  ASSERT_TRUE(
+      store_->put("/tenants/older", json{{"name", "older"}, {"quota_milli_gpu", 1000}}.dump())
+          .isOk());
+  json capped = legacy;
+  capped["name"] = "capped";
+  capped["limit_milli_gpu"] = 4000;
+  ASSERT_TRUE(store_->put("/tenants/capped", capped.dump()).isOk());
+  ASSERT_TRUE(store_
+                  ->put("/tenants/legacy/queues/team", json{{"name", "team"},
+                                                            {"quota_milli_gpu", 0},
+                                                            {"limit_milli_gpu", 0},
+                                                            {"weight", 1},
+                                                            {"priority", 100}}
+                                                           .dump())
+                  .isOk());
+  ASSERT_TRUE(store_->deleteRange("/migrations/gpu-limit-zero-is-zero").isOk());
+  reopen();
+  EXPECT_EQ(stored("/tenants/legacy")["limit_milli_gpu"], -1);
+  EXPECT_EQ(stored("/tenants/older")["limit_milli_gpu"], -1);
+  EXPECT_EQ(stored("/tenants/capped")["limit_milli_gpu"], 4000);
+  EXPECT_EQ(stored("/tenants/legacy/queues/team")["limit_milli_gpu"], -1);
+  EXPECT_EQ(stored("/tenants/demo")["limit_milli_gpu"], -1);  // Written by this version.
+  const json gpu_work = {{"gpu", {{"count", 1}}}, {"cpuMilli", 100}, {"duration", 1}};
+  HttpResponse r = callAs(root_.secret, "POST", "/v1/tenants/legacy/workloads/a", gpu_work);
+  EXPECT_EQ(r.status, 202U) << r.body;
+  json team_work = gpu_work;
+  team_work["queue"] = "team";
+  r = callAs(root_.secret, "POST", "/v1/tenants/legacy/workloads/b", team_work);
+  EXPECT_EQ(r.status, 202U) << r.body;
+  // A zero written now is zero, after any number of restarts.
+  r = callAs(root_.secret, "POST", "/v1/tenants/legacy",
+             {{"quota", {{"gpu", 0}}}, {"limit", {{"gpu", 0}}}});
+  ASSERT_EQ(r.status, 204U) << r.body;
+  reopen();
+  reopen();
+  EXPECT_EQ(stored("/tenants/legacy")["limit_milli_gpu"], 0);
+  r = callAs(root_.secret, "POST", "/v1/tenants/legacy/workloads/c", gpu_work);
+  EXPECT_EQ(r.status, 400U) << r.body;
+  EXPECT_NE(r.body.find("may hold at most 0 milli-GPU"), std::string::npos) << r.body;
+}
+
 // A tenant made before `patch` existed keeps KV PATCH for its admin; an edited policy is the
 // operator's and stays as written.
 TEST(UpgradedTenantPolicyTest, AnUntouchedTenantAdminGainsPatchAndNothingElseChanges) {

@@ -60,13 +60,18 @@ SchedulerDriver::~SchedulerDriver() { stop(); }
 core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
                                              int64_t limit_milli_gpu, int64_t weight,
                                              int32_t priority, int64_t max_unsaved_gpu_s) {
-  std::lock_guard pass_lock(pass_mu_);
+  bool exists = false;
   {
     std::lock_guard lock(mu_);
-    if (leaves_.contains(tenant + "/default")) {
-      return core::Status::ok();
-    }
+    exists = leaves_.contains(tenant + "/default");
   }
+  if (exists) {
+    // A tenant created again under a deleted one's name (or loaded twice): its queue stays in
+    // the tree, with the new numbers, not the old tenant's limit.
+    return updateTenantQueue(tenant, quota_milli_gpu, limit_milli_gpu, weight, priority,
+                             max_unsaved_gpu_s);
+  }
+  std::lock_guard pass_lock(pass_mu_);
   const sched::ResourceSpace& space = scheduler_->queues().space();
   const sched::GpuQueueNumbers numbers{quota_milli_gpu, limit_milli_gpu, weight, priority,
                                        max_unsaved_gpu_s};
@@ -79,6 +84,7 @@ core::Status SchedulerDriver::addTenantQueue(const std::string& tenant, int64_t 
   (void)tenantId(tenant);
   std::lock_guard lock(mu_);
   leaves_[tenant + "/default"] = leaf;
+  gpu_limits_[tenant] = limit_milli_gpu;
   return core::Status::ok();
 }
 
@@ -114,6 +120,7 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
     TESSERA_RETURN_IF_ERROR(scheduler_->setMaxUnsaved(*q, max_unsaved_gpu_s));
     std::lock_guard lock(mu_);
     leaves_[name] = *q;  // In service again if it was retired.
+    gpu_limits_[name] = limit_milli_gpu;
     return core::Status::ok();
   }
   // A retired queue's node, if the tenant has one: it holds no work (retireTeamQueue) and none
@@ -137,6 +144,7 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
     TESSERA_RETURN_IF_ERROR(scheduler_->renameQueue(*retired, name));
     std::lock_guard lock(mu_);
     leaves_[name] = *retired;
+    gpu_limits_[name] = limit_milli_gpu;
     return core::Status::ok();
   }
   TESSERA_ASSIGN_OR_RETURN(
@@ -146,6 +154,7 @@ core::Status SchedulerDriver::putTeamQueue(const std::string& tenant, const std:
           {quota_milli_gpu, limit_milli_gpu, weight, priority, max_unsaved_gpu_s})));
   std::lock_guard lock(mu_);
   leaves_[name] = leaf;
+  gpu_limits_[name] = limit_milli_gpu;
   return core::Status::ok();
 }
 
@@ -222,7 +231,10 @@ core::Status SchedulerDriver::updateTenantQueue(const std::string& tenant, int64
   // Both are checked the same way (quota within limit), so the second cannot fail alone.
   TESSERA_RETURN_IF_ERROR(scheduler_->updateQueue(*q, quota, limit, weight, priority));
   TESSERA_RETURN_IF_ERROR(scheduler_->setMaxUnsaved(*q, max_unsaved_gpu_s));
-  return scheduler_->updateQueue(*leaf, quota, limit, 1, 100);
+  TESSERA_RETURN_IF_ERROR(scheduler_->updateQueue(*leaf, quota, limit, 1, 100));
+  std::lock_guard lock(mu_);
+  gpu_limits_[tenant] = limit_milli_gpu;
+  return core::Status::ok();
 }
 
 core::Status SchedulerDriver::submit(SubmitCommand cmd) {
@@ -402,6 +414,49 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
   }
   if (!leaves_.contains(cmd.tenant + "/" + cmd.queue)) {
     return core::invalidArgument("tenant '" + cmd.tenant + "' has no queue '" + cmd.queue + "'");
+  }
+  return core::Status::ok();
+}
+
+core::Status SchedulerDriver::checkLimits(const SubmitCommand& cmd) const {
+  const model::TaskRequest& r = cmd.spec.request;
+  // A task's GPU as the scheduler counts it against limits (Scheduler::taskAmounts): whole and
+  // fractional GPUs by their milli-GPU, a MIG slice by its profile's compute share, here the
+  // smallest of the models that offer it (admission refuses only what could never fit).
+  int64_t per_task = r.gpu_count * (r.isMig() ? 0 : r.gpu_milli.value());
+  if (r.isMig()) {
+    per_task = INT64_MAX;
+    for (size_t m = 0; m < catalogue_->size(); ++m) {
+      const model::GpuModelInfo& info =
+          catalogue_->model(model::GpuModelId{static_cast<uint16_t>(m)});
+      if (const int p = info.findMigProfile(r.mig_profile); p >= 0) {
+        per_task =
+            std::min(per_task, info.mig_profiles[static_cast<size_t>(p)].computeShare().value());
+      }
+    }
+    if (per_task == INT64_MAX) {
+      return core::Status::ok();  // No model offers it: check() says so.
+    }
+  }
+  if (per_task <= 0) {
+    return core::Status::ok();
+  }
+  const int64_t gang = per_task * cmd.spec.min_available;
+  std::lock_guard lock(mu_);
+  // The tenant's limit first (its default queue has the same), then its team's.
+  for (const std::string& q : {cmd.tenant, cmd.tenant + "/" + cmd.queue}) {
+    auto it = gpu_limits_.find(q);
+    if (it == gpu_limits_.end() || it->second < 0 || gang <= it->second) {
+      continue;
+    }
+    const std::string who = q == cmd.tenant
+                                ? "tenant '" + cmd.tenant + "'"
+                                : "queue '" + cmd.queue + "' of tenant '" + cmd.tenant + "'";
+    return core::invalidArgument(fmt::format(
+        "gpu: {} may hold at most {} milli-GPU at once (its limit.gpu{}), and this workload needs "
+        "{} x {} = {} milli-GPU at once (minAvailable x each task's GPU); it could never start",
+        who, it->second, it->second == 0 ? " is 0: no GPU work at all" : "", cmd.spec.min_available,
+        per_task, gang));
   }
   return core::Status::ok();
 }

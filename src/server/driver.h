@@ -38,6 +38,7 @@
 #include "model/node.h"
 #include "protocol/node_protocol.h"
 #include "sched/scheduler.h"
+#include "sched/tenant_queues.h"
 #include "server/metrics.h"
 
 namespace tessera::server {
@@ -218,7 +219,9 @@ class SchedulerDriver {
   ~SchedulerDriver();
 
   // A tenant's queue subtree: "<tenant>" under the root, with one leaf "<tenant>/default" (teams
-  // add theirs with putTeamQueue).
+  // add theirs with putTeamQueue). A tenant's queue that exists already (a tenant created again
+  // under a deleted one's name) takes these numbers. Here and below a GPU limit is milli-GPU,
+  // 0 included (no GPU at all), or sched::kNoGpuLimit for none.
   // `max_unsaved_gpu_s`: reclaim's bound on a unit's unsaved work in the tenant's queues
   // (GPU-seconds; -1: the scheduler's default).
   core::Status addTenantQueue(const std::string& tenant, int64_t quota_milli_gpu,
@@ -251,6 +254,12 @@ class SchedulerDriver {
                                  int64_t max_unsaved_gpu_s = -1);
   // Whether `cmd` could ever run: a valid request, a node that can hold one task, the queue.
   core::Status check(const SubmitCommand& cmd) const;
+  // Whether `cmd`'s gang (minAvailable tasks at once) fits under the GPU limit of each queue on
+  // its path, its team's and its tenant's: a workload that needs more GPUs at once than a limit
+  // allows could never start (a limit of 0 allows none: a frozen tenant). For new submissions
+  // only: a limit lowered later leaves admitted work waiting, and work restored at a restart is
+  // never refused for it. The error carries the arithmetic.
+  core::Status checkLimits(const SubmitCommand& cmd) const;
   // Queues `cmd` for the next pass, after check(). Submitting a workload the driver already
   // has changes nothing (a replay or a retry).
   core::Status submit(SubmitCommand cmd);
@@ -402,6 +411,9 @@ class SchedulerDriver {
   int restores_taken_ = 0;  // Of those, taken by passes: published with the next lists.
   std::vector<QueueStatus> queue_status_;
   std::map<std::string, sched::QueueId> leaves_;  // "tenant/queue" -> leaf.
+  // GPU limit by queue ("tenant", "tenant/queue"; sched::kNoGpuLimit: none), for checkLimits
+  // without the scheduler's lock.
+  std::map<std::string, int64_t> gpu_limits_;
   // Agent-run nodes, by node index.
   struct AgentNode {
     bool registered = false;  // An agent has been heard from.

@@ -30,8 +30,8 @@ class DriverTest : public ::testing::Test {
                                      });
     ASSERT_TRUE(d.isOk()) << d.status().message();
     driver_ = std::move(d).value();
-    ASSERT_TRUE(driver_->addTenantQueue("team-1", 8000, 0, 1, 100).isOk());
-    ASSERT_TRUE(driver_->addTenantQueue("team-2", 8000, 0, 1, 100).isOk());
+    ASSERT_TRUE(driver_->addTenantQueue("team-1", 8000, sched::kNoGpuLimit, 1, 100).isOk());
+    ASSERT_TRUE(driver_->addTenantQueue("team-2", 8000, sched::kNoGpuLimit, 1, 100).isOk());
   }
   SubmitCommand cmd(const std::string& tenant, const std::string& name, int tasks, int gpus,
                     core::Duration duration = {}) {
@@ -54,6 +54,87 @@ class DriverTest : public ::testing::Test {
   std::map<std::string, std::string> seen_;
   std::map<std::string, std::vector<std::string>> events_;
 };
+
+// Issue #36: a GPU limit of 0 is zero. A gang that needs more GPUs at once than a limit on its
+// path allows could never start, and is refused at admission with the arithmetic.
+TEST_F(DriverTest, AdmissionRefusesAGangBeyondAGpuLimitAndZeroMeansNone) {
+  ASSERT_TRUE(driver_->addTenantQueue("frozen", 0, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->addTenantQueue("capped", 0, 2000, 1, 100).isOk());
+  ASSERT_TRUE(driver_->putTeamQueue("team-1", "interns", 0, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->putTeamQueue("team-1", "research", 0, 500, 1, 100).isOk());
+  auto mig = [&](const std::string& tenant, const std::string& profile) {
+    SubmitCommand c = cmd(tenant, "mig", 1, 1);
+    c.spec.request.mig_profile = profile;
+    return c;
+  };
+  auto fractional = [&](const std::string& tenant, int64_t milli, int tasks) {
+    SubmitCommand c = cmd(tenant, "frac", tasks, 1);
+    c.spec.request.gpu_milli = core::MilliGpu{milli};
+    c.spec.request.isolation = model::Isolation::kProcess;
+    return c;
+  };
+  auto cpu_only = [&](const std::string& tenant, int tasks) {
+    SubmitCommand c = cmd(tenant, "cpu", tasks, 0);
+    c.spec.request.gpu_milli = core::MilliGpu{0};
+    return c;
+  };
+  auto in = [](SubmitCommand c, const std::string& queue) {
+    c.queue = queue;
+    return c;
+  };
+  struct Case {
+    const char* what;
+    SubmitCommand c;
+    const char* says;  // "" when admitted.
+  };
+  const std::vector<Case> cases = {
+      {"no limit: any gang", cmd("team-1", "w", 2, 8), ""},
+      {"frozen: one whole GPU", cmd("frozen", "w", 1, 1),
+       "tenant 'frozen' may hold at most 0 milli-GPU at once (its limit.gpu is 0: no GPU work at "
+       "all), and this workload needs 1 x 1000 = 1000 milli-GPU"},
+      {"frozen: a fractional GPU", fractional("frozen", 100, 1), "1 x 100 = 100"},
+      {"frozen: a MIG slice", mig("frozen", "1g.10gb"), "may hold at most 0 milli-GPU"},
+      {"frozen: no GPU at all", cpu_only("frozen", 4), ""},
+      {"capped 2 GPUs: 2 x 1", cmd("capped", "w", 2, 1), ""},
+      {"capped 2 GPUs: 3 x 1 at once", cmd("capped", "w", 3, 1), "3 x 1000 = 3000 milli-GPU"},
+      {"capped 2 GPUs: 1 x 4", cmd("capped", "w", 1, 4), "1 x 4000 = 4000"},
+      {"capped 2 GPUs: 4 halves", fractional("capped", 500, 4), ""},
+      {"capped 2 GPUs: 5 halves", fractional("capped", 500, 5), "5 x 500 = 2500"},
+      {"a frozen team's queue", in(cmd("team-1", "w", 1, 1), "interns"),
+       "queue 'interns' of tenant 'team-1' may hold at most 0 milli-GPU"},
+      {"a team's queue of half a GPU: half", in(fractional("team-1", 500, 1), "research"), ""},
+      {"a team's queue of half a GPU: one", in(cmd("team-1", "w", 1, 1), "research"),
+       "1 x 1000 = 1000 milli-GPU"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(driver_->check(c.c).isOk()) << c.what << ": " << driver_->check(c.c).message();
+    core::Status st = driver_->checkLimits(c.c);
+    EXPECT_EQ(st.isOk(), std::string(c.says).empty()) << c.what << ": " << st.message();
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << c.what << ": " << st.message();
+  }
+  // Unfrozen: -1 is none again, and the scheduler agrees.
+  ASSERT_TRUE(driver_->updateTenantQueue("frozen", 0, sched::kNoGpuLimit, 1, 100).isOk());
+  EXPECT_TRUE(driver_->checkLimits(cmd("frozen", "w", 2, 8)).isOk());
+  ASSERT_TRUE(driver_->submit(cmd("frozen", "w", 1, 1)).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("frozen", "w")->phase, "running");
+}
+
+TEST_F(DriverTest, AFrozenTenantsAdmittedWorkWaitsAndATenantMadeAgainTakesItsNewLimit) {
+  // Admitted before the freeze: it waits on the limit, and runs once the limit is lifted.
+  ASSERT_TRUE(driver_->addTenantQueue("t", 0, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->submit(cmd("t", "w", 1, 1)).isOk());  // Restored work is not refused.
+  driver_->runOnce();
+  auto s = driver_->status("t", "w");
+  EXPECT_EQ(s->phase, "pending");
+  EXPECT_NE(s->reason.find("limit"), std::string::npos) << s->reason;
+  // The same name added again (a tenant deleted and created anew, or loaded twice) takes the
+  // numbers it is given now, not the first one's.
+  ASSERT_TRUE(driver_->addTenantQueue("t", 0, sched::kNoGpuLimit, 1, 100).isOk());
+  EXPECT_TRUE(driver_->checkLimits(cmd("t", "x", 1, 1)).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("t", "w")->phase, "running");
+}
 
 TEST_F(DriverTest, SchedulesTenantsWorkAndReportsChanges) {
   ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 2, 4, std::chrono::seconds(60))).isOk());
@@ -149,8 +230,8 @@ TEST_F(DriverTest, AForgottenTenantsNamesCanBeUsedAgain) {
 }
 
 TEST_F(DriverTest, ADeletedTeamQueuesNodeGoesToTheTenantsNextNewQueue) {
-  ASSERT_TRUE(driver_->putTeamQueue("team-1", "a", 2000, 0, 1, 100).isOk());
-  ASSERT_TRUE(driver_->putTeamQueue("team-1", "b", 2000, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->putTeamQueue("team-1", "a", 2000, sched::kNoGpuLimit, 1, 100).isOk());
+  ASSERT_TRUE(driver_->putTeamQueue("team-1", "b", 2000, sched::kNoGpuLimit, 1, 100).isOk());
   SubmitCommand in_a = cmd("team-1", "in-a", 1, 1, std::chrono::seconds(10));
   in_a.queue = "a";
   ASSERT_TRUE(driver_->submit(in_a).isOk());
@@ -162,9 +243,9 @@ TEST_F(DriverTest, ADeletedTeamQueuesNodeGoesToTheTenantsNextNewQueue) {
   EXPECT_EQ(driver_->teamQueues("team-1"), (std::vector<std::string>{"b"}));
   EXPECT_EQ(driver_->teamQueueNodeCount("team-1"), 2U);
   // Another tenant's new queue does not take it; team-1's next new queue does.
-  ASSERT_TRUE(driver_->putTeamQueue("team-2", "x", 1000, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->putTeamQueue("team-2", "x", 1000, sched::kNoGpuLimit, 1, 100).isOk());
   EXPECT_EQ(driver_->teamQueueNodeCount("team-2"), 1U);
-  ASSERT_TRUE(driver_->putTeamQueue("team-1", "c", 3000, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->putTeamQueue("team-1", "c", 3000, sched::kNoGpuLimit, 1, 100).isOk());
   EXPECT_EQ(driver_->teamQueueNodeCount("team-1"), 2U);
   EXPECT_EQ(driver_->teamQueues("team-1"), (std::vector<std::string>{"b", "c"}));
   EXPECT_FALSE(driver_->hasQueue("team-1", "a"));
@@ -186,7 +267,7 @@ TEST_F(DriverTest, ADeletedTeamQueuesNodeGoesToTheTenantsNextNewQueue) {
   EXPECT_EQ(listed["team-1/c"].quota_milli_gpu, 3000);
   EXPECT_EQ(listed["team-1/c"].allocated_milli_gpu, 2000);
   // With no retired node left, a new queue gets a node of its own.
-  ASSERT_TRUE(driver_->putTeamQueue("team-1", "a", 2000, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->putTeamQueue("team-1", "a", 2000, sched::kNoGpuLimit, 1, 100).isOk());
   EXPECT_EQ(driver_->teamQueueNodeCount("team-1"), 3U);
 }
 
@@ -234,7 +315,7 @@ TEST_F(DriverTest, RunsPassesOnItsOwnThread) {
   opts.pass_interval = std::chrono::milliseconds(10);
   auto d = SchedulerDriver::create(cat_, std::move(nodes), real, opts, {});
   ASSERT_TRUE(d.isOk());
-  ASSERT_TRUE((*d)->addTenantQueue("t", 8000, 0, 1, 100).isOk());
+  ASSERT_TRUE((*d)->addTenantQueue("t", 8000, sched::kNoGpuLimit, 1, 100).isOk());
   (*d)->start();
   ASSERT_TRUE((*d)->submit(cmd("t", "w", 1, 1)).isOk());
   for (int i = 0; i < 500 && (*d)->status("t", "w")->phase != "running"; ++i) {
@@ -273,7 +354,7 @@ class AgentNodesTest : public DriverTest {
         });
     ASSERT_TRUE(d.isOk()) << d.status().message();
     driver_ = std::move(d).value();
-    ASSERT_TRUE(driver_->addTenantQueue("team-1", 4000, 0, 1, 100).isOk());
+    ASSERT_TRUE(driver_->addTenantQueue("team-1", 4000, sched::kNoGpuLimit, 1, 100).isOk());
   }
   core::Result<HeartbeatAnswer> beat(const std::string& node,
                                      std::vector<NodeTaskReport> reports = {}) {
@@ -550,8 +631,9 @@ TEST_F(AgentNodesTest, ACancelledTaskItsAgentNeverStartedFreesItsGpusAtTheNextHe
 // A task evicted before its agent started it holds its GPUs only until a heartbeat proves the
 // agent is not running it; one the agent said it started holds them until it reports the exit.
 TEST_F(AgentNodesTest, AnEvictedTaskTheAgentNeverStartedFreesItsGpus) {
-  ASSERT_TRUE(driver_->updateTenantQueue("team-1", 0, 0, 1, 100).isOk());  // Borrows all it has.
-  ASSERT_TRUE(driver_->addTenantQueue("team-2", 4000, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->updateTenantQueue("team-1", 0, sched::kNoGpuLimit, 1, 100)
+                  .isOk());  // Borrows all it has.
+  ASSERT_TRUE(driver_->addTenantQueue("team-2", 4000, sched::kNoGpuLimit, 1, 100).isOk());
   ASSERT_TRUE(beat("a").isOk());
   driver_->runOnce();
   // team-1 borrows both GPUs of "a" (the only node up): two elastic tasks.
@@ -591,8 +673,8 @@ TEST_F(AgentNodesTest, AnEvictedTaskTheAgentNeverStartedFreesItsGpus) {
 
 // A task placed and evicted before any heartbeat listed it is free at the next heartbeat.
 TEST_F(AgentNodesTest, ATaskEvictedBeforeItsAgentHeardOfItFreesItsGpusAtTheNextHeartbeat) {
-  ASSERT_TRUE(driver_->updateTenantQueue("team-1", 0, 0, 1, 100).isOk());
-  ASSERT_TRUE(driver_->addTenantQueue("team-2", 4000, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver_->updateTenantQueue("team-1", 0, sched::kNoGpuLimit, 1, 100).isOk());
+  ASSERT_TRUE(driver_->addTenantQueue("team-2", 4000, sched::kNoGpuLimit, 1, 100).isOk());
   ASSERT_TRUE(beat("a").isOk());
   driver_->runOnce();
   ASSERT_TRUE(driver_->submit(cmd("team-1", "early", 1, 2)).isOk());
@@ -631,8 +713,8 @@ TEST_F(AgentNodesTest, AWaitingWorkloadsReasonIsRefreshedWhenItChanges) {
                                      });
     ASSERT_TRUE(d.isOk()) << d.status().message();
     driver_ = std::move(d).value();
-    ASSERT_TRUE(driver_->addTenantQueue("team-1", 2000, 0, 1, 100).isOk());
-    ASSERT_TRUE(driver_->addTenantQueue("team-2", 2000, 0, 1, 100).isOk());
+    ASSERT_TRUE(driver_->addTenantQueue("team-1", 2000, sched::kNoGpuLimit, 1, 100).isOk());
+    ASSERT_TRUE(driver_->addTenantQueue("team-2", 2000, sched::kNoGpuLimit, 1, 100).isOk());
   }
   auto half = [&](const std::string& tenant, const std::string& name) {
     SubmitCommand c = cmd(tenant, name, 1, 1);

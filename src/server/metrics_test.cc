@@ -233,8 +233,8 @@ TEST(DriverMetricsTest, RealEvictionEventsHaveTheirReasonsAndPassesAreTimed) {
                                    });
   ASSERT_TRUE(d.isOk());
   SchedulerDriver& driver = **d;
-  ASSERT_TRUE(driver.addTenantQueue("team-1", 8000, 0, 1, 100).isOk());
-  ASSERT_TRUE(driver.addTenantQueue("team-2", 8000, 0, 1, 100).isOk());
+  ASSERT_TRUE(driver.addTenantQueue("team-1", 8000, sched::kNoGpuLimit, 1, 100).isOk());
+  ASSERT_TRUE(driver.addTenantQueue("team-2", 8000, sched::kNoGpuLimit, 1, 100).isOk());
   auto cmd = [](const std::string& tenant, const std::string& name, int tasks, int gpus) {
     SubmitCommand c;
     c.tenant = tenant;

@@ -132,19 +132,149 @@ json TokenInfo::toJson(core::WallTime now) const {
       {"orphan", parent.empty()}};
 }
 
+namespace {
+
+std::string scopeName(const std::string& scope) {
+  return scope.empty() ? "the admin scope" : "tenant '" + scope + "'";
+}
+
+// A tenant's policy as an admin token's policies see its paths: each pattern under
+// `tenants/<tenant>/` (ControlPlane::authorizedOn evaluates an admin token there).
+Policy seenFromAdminScope(Policy p, const std::string& tenant) {
+  for (PathRule& rule : p.rules) {
+    rule.pattern = "tenants/" + tenant + "/" + rule.pattern;
+  }
+  return p;
+}
+
+}  // namespace
+
+core::Status checkChildPower(const TokenInfo& parent, const std::string& scope,
+                             const std::vector<std::string>& names, const PowerSource& source,
+                             bool through_role) {
+  if (!parent.tenant.empty() && scope != parent.tenant) {
+    return core::Status(core::StatusCode::kPermissionDenied,
+                        "a tenant token can only create tokens of its own tenant");
+  }
+  if (parent.isRoot()) {
+    return core::Status::ok();
+  }
+  auto deny = [](const std::string& why) {
+    return core::Status(core::StatusCode::kPermissionDenied, why);
+  };
+  for (const std::string& name : names) {
+    if (name == "root") {
+      return deny("only a root token can create a root token");
+    }
+  }
+  const bool same_scope = parent.tenant == scope;
+  // The parent's power: its policies as they are now, in its own scope (a name its scope no
+  // longer has gives nothing).
+  std::vector<Policy> held;
+  if (source.policy) {
+    for (const std::string& p : parent.policies) {
+      if (std::optional<Policy> got = source.policy(parent.tenant, p)) {
+        held.push_back(std::move(*got));
+      }
+    }
+  }
+  std::vector<const Policy*> holder;
+  for (const Policy& p : held) {
+    holder.push_back(&p);
+  }
+  for (const std::string& name : names) {
+    const bool own = same_scope && std::find(parent.policies.begin(), parent.policies.end(),
+                                             name) != parent.policies.end();
+    if (same_scope && !through_role && !own) {
+      // Vault's rule in one scope: narrower policies are handed on through a token role.
+      return deny("cannot give policy '" + name +
+                  "': the parent token does not have it (narrower policies are handed on "
+                  "through a token role, auth/token/roles)");
+    }
+    std::optional<Policy> candidate =
+        source.policy ? source.policy(scope, name) : std::optional<Policy>();
+    if (!candidate) {
+      if (own) {
+        continue;  // One of the parent's own names: whatever it becomes, the parent has it too.
+      }
+      return deny("cannot give policy '" + name + "': " + scopeName(scope) +
+                  " has no such policy (only a root token may name one that does not exist)");
+    }
+    const Policy judged =
+        same_scope ? std::move(*candidate) : seenFromAdminScope(std::move(*candidate), scope);
+    if (core::Status st = checkWithinPower(holder, judged); !st.isOk()) {
+      return deny("cannot give policy '" + name + "' of " + scopeName(scope) + ": " + st.message());
+    }
+  }
+  if (!same_scope && source.tenant_reach) {
+    // Every token of the tenant reaches what other tenants granted to it, whatever its
+    // policies: a parent that could not reach that itself does not get it by proxy.
+    const Policy reach = source.tenant_reach(scope);
+    if (core::Status st = checkWithinPower(holder, reach); !st.isOk()) {
+      return deny("cannot create a token of tenant '" + scope +
+                  "': every token of it reaches what other tenants granted to it, and " +
+                  st.message());
+    }
+  }
+  return core::Status::ok();
+}
+
 std::string TokenManager::hashSecret(const std::string& secret) { return audit::sha256Hex(secret); }
 
 core::Result<std::unique_ptr<TokenManager>> TokenManager::open(store::Store& store,
                                                                const core::Clock& clock,
-                                                               TokenOptions options) {
-  std::unique_ptr<TokenManager> m(new TokenManager(store, clock, options));
+                                                               TokenOptions options,
+                                                               PowerSource power) {
+  std::unique_ptr<TokenManager> m(new TokenManager(store, clock, options, std::move(power)));
   TESSERA_ASSIGN_OR_RETURN(store::RangeResult all, store.range(kPrefix, store::prefixEnd(kPrefix)));
   for (const store::KeyValue& kv : all.kvs) {
     TESSERA_ASSIGN_OR_RETURN(TokenInfo t, decode(kv.key, kv.value));
     m->addLocked(kv.key.substr(kPrefix.size()), std::move(t));
   }
+  // Tokens come in hash order, children before their parents as often as not: the chains'
+  // expiries are set from the top once all are in. A token whose parent is gone keeps
+  // WallTime::min(), and the sweep below revokes it with its line.
+  std::vector<std::string> tops;
+  for (const auto& [hash, live] : m->by_hash_) {
+    if (live.info.parent.empty()) {
+      tops.push_back(live.info.accessor);
+    }
+  }
+  for (const std::string& a : tops) {
+    m->refreshUntilLocked(a);
+  }
   TESSERA_RETURN_IF_ERROR(m->expire().status());
   return m;
+}
+
+core::WallTime TokenManager::chainUntilLocked(const std::string& parent,
+                                              core::WallTime expires) const {
+  if (parent.empty()) {
+    return expires;
+  }
+  auto h = hash_of_.find(parent);
+  if (h == hash_of_.end()) {
+    return core::WallTime::min();  // Its parent is gone: so is it.
+  }
+  return std::min(expires, by_hash_.at(h->second).until);
+}
+
+void TokenManager::refreshUntilLocked(const std::string& accessor) {
+  // Parents before children, without recursion (a chain may be long).
+  std::vector<std::string> todo = {accessor};
+  while (!todo.empty()) {
+    const std::string a = std::move(todo.back());
+    todo.pop_back();
+    auto h = hash_of_.find(a);
+    if (h == hash_of_.end()) {
+      continue;
+    }
+    Live& live = by_hash_.at(h->second);
+    live.until = chainUntilLocked(live.info.parent, live.info.expires);
+    for (auto [it, end] = children_.equal_range(a); it != end; ++it) {
+      todo.push_back(it->second);
+    }
+  }
 }
 
 void TokenManager::addLocked(const std::string& hash, TokenInfo t) {
@@ -153,7 +283,8 @@ void TokenManager::addLocked(const std::string& hash, TokenInfo t) {
     children_.emplace(t.parent, t.accessor);
   }
   ++held_[t.tenant];
-  by_hash_[hash] = std::move(t);
+  const core::WallTime until = chainUntilLocked(t.parent, t.expires);
+  by_hash_[hash] = Live{std::move(t), until};
 }
 
 size_t TokenManager::held(const std::string& tenant) const {
@@ -169,7 +300,7 @@ core::Status TokenManager::persist(const std::string& hash, const TokenInfo& inf
 bool TokenManager::rootTokenExists() const {
   std::shared_lock lock(mu_);
   return std::any_of(by_hash_.begin(), by_hash_.end(), [](const auto& e) {
-    return e.second.isRoot() && e.second.expires == core::WallTime::max();
+    return e.second.info.isRoot() && e.second.info.expires == core::WallTime::max();
   });
 }
 
@@ -247,26 +378,11 @@ core::Result<CreatedToken> TokenManager::bootstrapRoot() {
 core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const TokenRequest& req,
                                                 size_t max_tenant_tokens) {
   const core::WallTime now = clock_.wallNow();
-  if (!parent.tenant.empty() && req.tenant != parent.tenant) {
-    return core::Status(core::StatusCode::kPermissionDenied,
-                        "a tenant token can only create tokens of its own tenant");
-  }
-  // A role's policies were checked against the parent's power by the caller (tokens.h).
-  if (!parent.isRoot() && req.role.empty()) {
-    for (const std::string& p : req.policies) {
-      if (std::find(parent.policies.begin(), parent.policies.end(), p) == parent.policies.end()) {
-        return core::Status(core::StatusCode::kPermissionDenied,
-                            "cannot give policy '" + p + "': the parent token does not have it");
-      }
-    }
-  }
+  // Before any lock: the source takes the control plane's.
+  TESSERA_RETURN_IF_ERROR(
+      checkChildPower(parent, req.tenant, req.policies, power_, !req.role.empty()));
   if (req.ttl < core::Duration::zero() || req.explicit_max_ttl < core::Duration::zero()) {
     return core::invalidArgument("ttl and explicit_max_ttl must not be negative");
-  }
-  if (std::find(req.policies.begin(), req.policies.end(), "root") != req.policies.end() &&
-      !parent.isRoot()) {
-    return core::Status(core::StatusCode::kPermissionDenied,
-                        "only a root token can create a root token");
   }
   const core::Duration ttl = req.ttl > core::Duration::zero() ? req.ttl : options_.default_ttl;
   if (ttl > options_.max_ttl) {
@@ -289,20 +405,31 @@ core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const T
     t.max_expiry = std::min(t.max_expiry, now + req.explicit_max_ttl);
   }
   t.max_expiry = std::min(t.max_expiry, parent.max_expiry);  // Never outlives its parent's cap.
+  // The maps change only under write_mu_, so holding it they can be read without mu_; mu_ is
+  // taken only to add the token once it is in the store.
+  std::lock_guard write(write_mu_);
+  // When the parent stops working, as it is now (`parent` was read when its request came in);
+  // a parent the manager does not hold (the server itself, for a node's credential) has no
+  // chain.
+  core::WallTime parent_until = parent.expires;
+  if (!parent.accessor.empty()) {
+    auto h = hash_of_.find(parent.accessor);
+    if (h == hash_of_.end()) {
+      return core::notFound("the parent token is gone");
+    }
+    parent_until = by_hash_.at(h->second).until;
+    if (parent_until <= now) {
+      return core::notFound("the parent token has expired");
+    }
+  }
   if (!req.role.empty()) {
     // A delegated token never outlives the delegating token's present expiry either: what the
     // creator shows as its time left is all it can hand on.
-    t.max_expiry = std::min(t.max_expiry, parent.expires);
+    t.max_expiry = std::min(t.max_expiry, parent_until);
   }
   t.expires = std::min(now + ttl, t.max_expiry);
   if (t.expires <= now) {
     return core::invalidArgument("the token would expire at once (its parent's cap has passed)");
-  }
-  // The maps change only under write_mu_, so holding it they can be read without mu_; mu_ is
-  // taken only to add the token once it is in the store.
-  std::lock_guard write(write_mu_);
-  if (!parent.accessor.empty() && !hash_of_.contains(parent.accessor)) {
-    return core::notFound("the parent token is gone");
   }
   if (auto h = held_.find(t.tenant); !t.tenant.empty() && max_tenant_tokens > 0 &&
                                      h != held_.end() && h->second >= max_tenant_tokens) {
@@ -326,10 +453,10 @@ core::Result<TokenInfo> TokenManager::lookup(const std::string& secret) const {
   const std::string hash = hashSecret(secret);
   std::shared_lock lock(mu_);
   auto it = by_hash_.find(hash);
-  if (it == by_hash_.end() || it->second.expires <= clock_.wallNow()) {
+  if (it == by_hash_.end() || it->second.until <= clock_.wallNow()) {
     return core::notFound("unknown, revoked or expired token");
   }
-  return it->second;
+  return it->second.info;
 }
 
 core::Result<TokenInfo> TokenManager::lookupAccessor(const std::string& accessor) const {
@@ -338,21 +465,21 @@ core::Result<TokenInfo> TokenManager::lookupAccessor(const std::string& accessor
   if (h == hash_of_.end()) {
     return core::notFound("unknown, revoked or expired token");
   }
-  const TokenInfo& t = by_hash_.at(h->second);
-  if (t.expires <= clock_.wallNow()) {
+  const Live& t = by_hash_.at(h->second);
+  if (t.until <= clock_.wallNow()) {
     return core::notFound("unknown, revoked or expired token");
   }
-  return t;
+  return t.info;
 }
 
 core::Result<TokenInfo> TokenManager::renew(const std::string& accessor, core::Duration increment) {
   const core::WallTime now = clock_.wallNow();
   std::lock_guard write(write_mu_);
   auto h = hash_of_.find(accessor);
-  if (h == hash_of_.end() || by_hash_.at(h->second).expires <= now) {
+  if (h == hash_of_.end() || by_hash_.at(h->second).until <= now) {
     return core::notFound("unknown, revoked or expired token");
   }
-  TokenInfo t = by_hash_.at(h->second);
+  TokenInfo t = by_hash_.at(h->second).info;
   if (!t.renewable) {
     return core::failedPrecondition("the token is not renewable");
   }
@@ -363,7 +490,8 @@ core::Result<TokenInfo> TokenManager::renew(const std::string& accessor, core::D
   t.expires = std::min(now + by, t.max_expiry);
   TESSERA_RETURN_IF_ERROR(persist(h->second, t));
   std::lock_guard lock(mu_);
-  by_hash_[h->second] = t;
+  by_hash_.at(h->second).info = t;
+  refreshUntilLocked(accessor);  // Its descendants may live longer now, up to their own expiry.
   return t;
 }
 
@@ -386,7 +514,7 @@ core::Result<int> TokenManager::revokeLocked(const std::string& accessor) {
   // Out of the store first: if that fails, the token stays, in both.
   TESSERA_RETURN_IF_ERROR(store_.deleteRange(std::string(kPrefix) + hash).status());
   std::lock_guard lock(mu_);
-  const TokenInfo& t = by_hash_.at(hash);
+  const TokenInfo& t = by_hash_.at(hash).info;
   for (auto [it, end] = children_.equal_range(t.parent); it != end; ++it) {
     if (it->second == accessor) {
       children_.erase(it);
@@ -410,12 +538,11 @@ core::Result<int> TokenManager::revoke(const std::string& accessor) {
   return revokeLocked(accessor);
 }
 
-core::Result<int> TokenManager::revokeWhereLocked(
-    const std::function<bool(const TokenInfo&)>& matches) {
+core::Result<int> TokenManager::revokeWhereLocked(const std::function<bool(const Live&)>& matches) {
   std::vector<std::string> chosen;
-  for (const auto& [hash, t] : by_hash_) {
-    if (matches(t)) {
-      chosen.push_back(t.accessor);
+  for (const auto& [hash, live] : by_hash_) {
+    if (matches(live)) {
+      chosen.push_back(live.info.accessor);
     }
   }
   int revoked = 0;
@@ -430,12 +557,12 @@ core::Result<int> TokenManager::revokeWhereLocked(
 core::Result<int> TokenManager::expire() {
   const core::WallTime now = clock_.wallNow();
   std::lock_guard write(write_mu_);
-  return revokeWhereLocked([now](const TokenInfo& t) { return t.expires <= now; });
+  return revokeWhereLocked([now](const Live& t) { return t.until <= now; });
 }
 
 core::Result<int> TokenManager::revokeTenant(const std::string& tenant) {
   std::lock_guard write(write_mu_);
-  return revokeWhereLocked([&tenant](const TokenInfo& t) { return t.tenant == tenant; });
+  return revokeWhereLocked([&tenant](const Live& t) { return t.info.tenant == tenant; });
 }
 
 std::vector<std::pair<std::string, core::WallTime>> TokenManager::expiries() const {
@@ -444,8 +571,8 @@ std::vector<std::pair<std::string, core::WallTime>> TokenManager::expiries() con
   std::vector<std::pair<std::string, core::WallTime>> out;
   out.reserve(by_hash_.size());
   for (const auto& [hash, t] : by_hash_) {
-    if (t.expires > now) {
-      out.emplace_back(t.tenant, t.expires);
+    if (t.until > now) {
+      out.emplace_back(t.info.tenant, t.until);
     }
   }
   return out;
@@ -456,8 +583,8 @@ std::vector<TokenInfo> TokenManager::list(const std::string& tenant) const {
   std::shared_lock lock(mu_);
   std::vector<TokenInfo> out;
   for (const auto& [hash, t] : by_hash_) {
-    if (t.tenant == tenant && t.expires > now) {
-      out.push_back(t);
+    if (t.info.tenant == tenant && t.until > now) {
+      out.push_back(t.info);
     }
   }
   std::sort(out.begin(), out.end(),

@@ -11,8 +11,64 @@
 namespace tessera::server {
 namespace {
 
+using nlohmann::json;
 using std::chrono::hours;
 using std::chrono::minutes;
+
+// Policies by scope ("" = admin) for the power rule, and grants' reach by tenant.
+struct PolicyTable {
+  std::map<std::string, std::map<std::string, Policy>> policies;
+  std::map<std::string, Policy> reach;
+
+  void add(const std::string& scope, const std::string& name, const json& paths) {
+    auto p = Policy::fromJson(name, {{"path", paths}});
+    ASSERT_TRUE(p.isOk()) << p.status().message();
+    policies[scope][name] = *p;
+  }
+  PowerSource source() const {
+    return {.policy = [this](const std::string& scope,
+                             const std::string& name) -> std::optional<Policy> {
+              auto s = policies.find(scope);
+              if (s == policies.end() || !s->second.contains(name)) {
+                return std::nullopt;
+              }
+              return s->second.at(name);
+            },
+            .tenant_reach =
+                [this](const std::string& tenant) {
+                  return reach.contains(tenant) ? reach.at(tenant) : Policy{};
+                }};
+  }
+};
+
+json caps(std::initializer_list<const char*> names) {
+  json c = json::array();
+  for (const char* n : names) {
+    c.push_back(n);
+  }
+  return {{"capabilities", c}};
+}
+
+// The policies the tests below hand on. Every tenant has a `tenant-admin`; so does the admin
+// scope here, as a narrow operator's policy that only creates tokens. Team-2's `dev` is wider
+// than team-1's: one name, two powers.
+PolicyTable standardTable() {
+  const json all = caps({"create", "read", "update", "patch", "delete", "list"});
+  PolicyTable t;
+  t.add("", "tenant-admin", {{"auth/token/create", caps({"create", "update"})}});
+  t.add("", "ops", {{"tenants/*", all}, {"auth/token/create", caps({"create", "update"})}});
+  t.add("", "t1-ops", {{"tenants/team-1/*", all}, {"auth/token/create", caps({"create"})}});
+  t.add("", "dev", {{"tenants/+/workloads/*", caps({"read", "list"})}});
+  t.add("", "no-team-1-secrets", {{"tenants/team-1/secrets/*", caps({"deny"})}});
+  for (const char* tenant : {"team-1", "team-2"}) {
+    t.add(tenant, "tenant-admin", {{"*", all}});
+    t.add(tenant, "read-only", {{"workloads/*", caps({"read"})}});
+    t.add(tenant, "no-secrets", {{"secrets/*", caps({"deny"})}});
+  }
+  t.add("team-1", "dev", {{"workloads/*", caps({"read", "list"})}});
+  t.add("team-2", "dev", {{"*", caps({"read", "list"})}});
+  return t;
+}
 
 class TokensTest : public ::testing::Test {
  protected:
@@ -29,7 +85,7 @@ class TokensTest : public ::testing::Test {
     auto s = store::SqliteStore::open(dir_ + "/t.db", {}, clock_);
     ASSERT_TRUE(s.isOk()) << s.status().message();
     store_ = std::move(s).value();
-    auto t = TokenManager::open(*store_, clock_, {});
+    auto t = TokenManager::open(*store_, clock_, {}, table_.source());
     ASSERT_TRUE(t.isOk()) << t.status().message();
     tokens_ = std::move(t).value();
   }
@@ -40,6 +96,7 @@ class TokensTest : public ::testing::Test {
   }
 
   std::string dir_;
+  PolicyTable table_ = standardTable();
   core::FakeClock clock_;
   std::unique_ptr<store::Store> store_;
   std::unique_ptr<TokenManager> tokens_;
@@ -266,6 +323,371 @@ TEST_F(TokensTest, OnlyTheHashOfASecretIsStored) {
   reopen();
   EXPECT_TRUE(tokens_->lookup(t->secret).isOk());
   EXPECT_TRUE(tokens_->rootTokenExists());
+}
+
+// The power rule (issue #36): a child's policies are judged by what they allow in the child's
+// scope against what the parent's allow in the parent's, never by name.
+TEST(ChildPowerTest, IsJudgedByWhatPoliciesAllowInTheirOwnScope) {
+  PolicyTable table = standardTable();
+  auto token = [](const std::string& tenant, std::vector<std::string> policies) {
+    TokenInfo t;
+    t.tenant = tenant;
+    t.policies = std::move(policies);
+    t.accessor = "parent";
+    return t;
+  };
+  struct Case {
+    const char* what;
+    TokenInfo parent;
+    std::string scope;
+    std::vector<std::string> policies;
+    bool allowed;
+    const char* says = "";  // Part of the refusal.
+    bool via_role = false;  // Through a token role: no name rule, power alone.
+  };
+  const std::vector<Case> cases = {
+      // Root gives anything, anywhere, even names not written yet.
+      {"root -> admin", token("", {"root"}), "", {"ops"}, true},
+      {"root -> tenant-admin of a tenant", token("", {"root"}), "team-1", {"tenant-admin"}, true},
+      {"root -> root", token("", {"root"}), "", {"root"}, true},
+      {"root -> a policy not written yet", token("", {"root"}), "team-1", {"later"}, true},
+      // The repro: an admin policy *named* tenant-admin that only creates tokens.
+      {"narrow operator -> team-1's tenant-admin",
+       token("", {"tenant-admin"}),
+       "team-1",
+       {"tenant-admin"},
+       false,
+       "cannot give policy 'tenant-admin' of tenant 'team-1'"},
+      {"narrow operator -> team-2's tenant-admin",
+       token("", {"tenant-admin"}),
+       "team-2",
+       {"tenant-admin"},
+       false,
+       "tenants/team-2/*"},
+      {"narrow operator -> team-1's read-only",
+       token("", {"tenant-admin"}),
+       "team-1",
+       {"read-only"},
+       false,
+       "more than the calling token has"},
+      {"narrow operator -> its own policy, admin scope",
+       token("", {"tenant-admin"}),
+       "",
+       {"tenant-admin"},
+       true},
+      {"narrow operator -> a token of no policy", token("", {"tenant-admin"}), "team-1", {}, true},
+      // An admin policy over tenants/* holds every tenant's power; over tenants/team-1/*,
+      // team-1's only.
+      {"tenants/* -> team-1's tenant-admin", token("", {"ops"}), "team-1", {"tenant-admin"}, true},
+      {"tenants/* -> team-2's tenant-admin", token("", {"ops"}), "team-2", {"tenant-admin"}, true},
+      {"tenants/team-1/* -> team-1's tenant-admin",
+       token("", {"t1-ops"}),
+       "team-1",
+       {"tenant-admin"},
+       true},
+      {"tenants/team-1/* -> team-2's tenant-admin",
+       token("", {"t1-ops"}),
+       "team-2",
+       {"tenant-admin"},
+       false,
+       "tenants/team-2/*"},
+      {"tenants/team-1/* -> team-2's read-only",
+       token("", {"t1-ops"}),
+       "team-2",
+       {"read-only"},
+       false,
+       "tenants/team-2/workloads/*"},
+      // Same name, different power: admin `dev` reads every tenant's workloads; team-1's `dev`
+      // is that, team-2's reads everything in team-2.
+      {"admin dev -> team-1's dev", token("", {"dev"}), "team-1", {"dev"}, true},
+      {"admin dev -> team-2's dev",
+       token("", {"dev"}),
+       "team-2",
+       {"dev"},
+       false,
+       "cannot give policy 'dev' of tenant 'team-2'"},
+      {"admin dev -> team-1's tenant-admin", token("", {"dev"}), "team-1", {"tenant-admin"}, false},
+      // Admin parent -> admin child: one namespace. Its own policies by name (Vault's rule),
+      // others through a role, judged by power either way.
+      {"tenants/* -> its own", token("", {"ops", "dev"}), "", {"dev"}, true},
+      {"tenants/* -> admin tenants/team-1/*",
+       token("", {"ops"}),
+       "",
+       {"t1-ops"},
+       false,
+       "the parent token does not have it"},
+      {"tenants/* -> admin tenants/team-1/*, role",
+       token("", {"ops"}),
+       "",
+       {"t1-ops"},
+       true,
+       "",
+       true},
+      {"tenants/team-1/* -> admin tenants/*, role",
+       token("", {"t1-ops"}),
+       "",
+       {"ops"},
+       false,
+       "cannot give policy 'ops' of the admin scope",
+       true},
+      {"admin dev -> admin ops, role",
+       token("", {"dev"}),
+       "",
+       {"ops"},
+       false,
+       "more than the calling token has",
+       true},
+      {"admin -> root", token("", {"ops"}), "", {"root"}, false, "only a root token"},
+      {"admin -> root, role", token("", {"ops"}), "", {"root"}, false, "only a root token", true},
+      // An admin deny binds what the parent may hand on into a tenant.
+      {"tenants/* minus team-1 secrets -> team-1's tenant-admin",
+       token("", {"ops", "no-team-1-secrets"}),
+       "team-1",
+       {"tenant-admin"},
+       false,
+       "tenants/team-1/secrets/*"},
+      {"tenants/* minus team-1 secrets -> team-1's dev and read-only",
+       token("", {"ops", "no-team-1-secrets"}),
+       "team-1",
+       {"dev", "read-only"},
+       true},
+      // Tenant parent -> its own tenant: its own policies, or narrower ones through a role.
+      {"tenant-admin -> same tenant's tenant-admin",
+       token("team-1", {"tenant-admin"}),
+       "team-1",
+       {"tenant-admin"},
+       true},
+      {"tenant-admin -> same tenant's dev",
+       token("team-1", {"tenant-admin"}),
+       "team-1",
+       {"dev"},
+       false,
+       "the parent token does not have it"},
+      {"tenant-admin -> same tenant's dev, role",
+       token("team-1", {"tenant-admin"}),
+       "team-1",
+       {"dev"},
+       true,
+       "",
+       true},
+      {"dev -> same tenant's read-only (narrower), role",
+       token("team-1", {"dev"}),
+       "team-1",
+       {"read-only"},
+       true,
+       "",
+       true},
+      {"read-only -> same tenant's dev (wider), role",
+       token("team-1", {"read-only"}),
+       "team-1",
+       {"dev"},
+       false,
+       "list",
+       true},
+      {"dev -> same tenant's tenant-admin, role",
+       token("team-1", {"dev"}),
+       "team-1",
+       {"tenant-admin"},
+       false,
+       "more than the calling token has",
+       true},
+      // A deny in another of the parent's policies: by name alone the child would have more.
+      {"tenant-admin minus secrets -> tenant-admin",
+       token("team-1", {"tenant-admin", "no-secrets"}),
+       "team-1",
+       {"tenant-admin"},
+       false,
+       "secrets/*"},
+      // A tenant parent never reaches another tenant or the admin scope.
+      {"team-1 -> team-2",
+       token("team-1", {"tenant-admin"}),
+       "team-2",
+       {"dev"},
+       false,
+       "own tenant"},
+      {"team-1 -> team-2, no policy",
+       token("team-1", {"tenant-admin"}),
+       "team-2",
+       {},
+       false,
+       "own tenant"},
+      {"team-1 -> team-2, role",
+       token("team-1", {"tenant-admin"}),
+       "team-2",
+       {"dev"},
+       false,
+       "own tenant",
+       true},
+      {"team-1 -> admin", token("team-1", {"tenant-admin"}), "", {}, false, "own tenant"},
+      {"team-1 root -> team-2", token("team-1", {"root"}), "team-2", {}, false, "own tenant"},
+      // A name the child's scope does not have is refused from anyone but root (its power
+      // cannot be judged, and it would grow once written), unless it is the parent's own.
+      {"a policy that does not exist, role",
+       token("team-1", {"tenant-admin"}),
+       "team-1",
+       {"later"},
+       false,
+       "has no such policy",
+       true},
+      {"the parent's own name, not written yet",
+       token("team-1", {"later"}),
+       "team-1",
+       {"later"},
+       true},
+      {"a policy that exists only in the admin scope",
+       token("", {"ops"}),
+       "team-1",
+       {"ops"},
+       false,
+       "tenant 'team-1' has no such policy"},
+  };
+  for (const Case& c : cases) {
+    core::Status st = checkChildPower(c.parent, c.scope, c.policies, table.source(), c.via_role);
+    EXPECT_EQ(st.isOk(), c.allowed) << c.what << ": " << st.message();
+    if (!c.allowed) {
+      EXPECT_EQ(st.code(), core::StatusCode::kPermissionDenied) << c.what;
+      EXPECT_NE(st.message().find(c.says), std::string::npos) << c.what << ": " << st.message();
+    }
+  }
+}
+
+TEST(ChildPowerTest, AnAdminParentMustReachWhatATenantsTokensReachThroughGrants) {
+  // team-2 granted team-1 read on one of its secrets: every team-1 token reads it, whatever
+  // its policies, so an operator who holds only team-1 must not mint one.
+  PolicyTable table = standardTable();
+  auto reach = Policy::fromJson(
+      "grants to team-1", {{"path",
+                            {{"tenants/team-2/secrets/kv/data/x", caps({"read", "list"})},
+                             {"tenants/team-2/secrets/kv/data/x/*", caps({"read", "list"})}}}});
+  ASSERT_TRUE(reach.isOk());
+  table.reach["team-1"] = *reach;
+  TokenInfo t1_ops;
+  t1_ops.policies = {"t1-ops"};
+  core::Status st = checkChildPower(t1_ops, "team-1", {}, table.source());
+  EXPECT_EQ(st.code(), core::StatusCode::kPermissionDenied);
+  EXPECT_NE(st.message().find("granted"), std::string::npos) << st.message();
+  EXPECT_FALSE(checkChildPower(t1_ops, "team-1", {"read-only"}, table.source()).isOk());
+  // Team-2 has no grants: the same operator's power there is judged by policies alone.
+  TokenInfo ops;
+  ops.policies = {"ops"};
+  EXPECT_TRUE(checkChildPower(ops, "team-1", {"tenant-admin"}, table.source()).isOk());
+  // A tenant-1 parent reaches its grants already.
+  TokenInfo team1;
+  team1.tenant = "team-1";
+  team1.policies = {"tenant-admin"};
+  EXPECT_TRUE(checkChildPower(team1, "team-1", {"dev"}, table.source(), true).isOk());
+}
+
+TEST_F(TokensTest, CreateChecksPowerForEveryTokenRoleOrNot) {
+  CreatedToken r = root();
+  auto narrow = tokens_->create(r.info, {.policies = {"tenant-admin"}, .ttl = hours(1)});
+  ASSERT_TRUE(narrow.isOk()) << narrow.status().message();
+  for (const std::string tenant : {"team-1", "team-2"}) {
+    auto minted = tokens_->create(narrow->info, {.tenant = tenant, .policies = {"tenant-admin"}});
+    EXPECT_EQ(minted.status().code(), core::StatusCode::kPermissionDenied) << tenant;
+    // Through a role as well: the manager checks, whatever its caller did.
+    auto by_role = tokens_->create(
+        narrow->info, {.tenant = tenant, .policies = {"tenant-admin"}, .role = "anything"});
+    EXPECT_EQ(by_role.status().code(), core::StatusCode::kPermissionDenied) << tenant;
+  }
+  EXPECT_EQ(tokens_->list("team-1").size(), 0U);
+  // A real operator's token still makes tenant admins, and they make narrower tokens.
+  auto ops = tokens_->create(r.info, {.policies = {"ops"}, .ttl = hours(1)});
+  ASSERT_TRUE(ops.isOk());
+  auto admin1 = tokens_->create(ops->info, {.tenant = "team-1", .policies = {"tenant-admin"}});
+  ASSERT_TRUE(admin1.isOk()) << admin1.status().message();
+  const TokenRequest dev_req{.tenant = "team-1", .policies = {"dev"}, .role = "dev"};
+  EXPECT_TRUE(tokens_->create(admin1->info, dev_req).isOk());
+  // A policy that grows after a token was made changes that token (as in Vault), but the
+  // next creation is judged on the policy as it is then.
+  auto dev = tokens_->create(admin1->info, dev_req);
+  ASSERT_TRUE(dev.isOk());
+  EXPECT_TRUE(tokens_->create(dev->info, {.tenant = "team-1", .policies = {"dev"}}).isOk());
+  table_.add("team-1", "dev",
+             {{"workloads/*", caps({"read", "list"})}, {"secrets/*", caps({"read"})}});
+  EXPECT_TRUE(tokens_->create(dev->info, {.tenant = "team-1", .policies = {"dev"}}).isOk());
+  table_.add("team-1", "read-only", {{"*", caps({"read"})}});
+  EXPECT_FALSE(
+      tokens_->create(dev->info, {.tenant = "team-1", .policies = {"read-only"}, .role = "r"})
+          .isOk());
+}
+
+// Issue #36: a child worked for up to a second after its parent expired, until housekeeping
+// swept it. The chain's expiry is read at every lookup.
+TEST_F(TokensTest, AChildStopsTheMomentAnAncestorExpires) {
+  CreatedToken r = root();
+  auto parent = tokens_->create(r.info, {.policies = {"ops"}, .ttl = hours(1)});
+  ASSERT_TRUE(parent.isOk());
+  // Its children ask for longer than their parent has left (renewable parents do not cap them).
+  auto child = tokens_->create(parent->info,
+                               {.tenant = "team-1", .policies = {"tenant-admin"}, .ttl = hours(8)});
+  ASSERT_TRUE(child.isOk()) << child.status().message();
+  auto grandchild = tokens_->create(
+      child->info, {.tenant = "team-1", .policies = {"tenant-admin"}, .ttl = hours(8)});
+  ASSERT_TRUE(grandchild.isOk());
+  EXPECT_EQ(child->info.ttlSeconds(clock_.wallNow()), 8 * 3600);
+  clock_.advance(minutes(59));
+  EXPECT_TRUE(tokens_->lookup(grandchild->secret).isOk());
+  clock_.advance(minutes(1));
+  // No sweep has run: every lookup of the line fails at once.
+  for (const CreatedToken* t : {&*parent, &*child, &*grandchild}) {
+    EXPECT_EQ(tokens_->lookup(t->secret).status().code(), core::StatusCode::kNotFound);
+    EXPECT_FALSE(tokens_->lookupAccessor(t->info.accessor).isOk());
+    EXPECT_FALSE(tokens_->renew(t->info.accessor, hours(1)).isOk());
+  }
+  EXPECT_TRUE(tokens_->list("team-1").empty());
+  EXPECT_TRUE(tokens_->expiries().size() == 1U);  // The root token's.
+  auto more = tokens_->create(child->info, {.tenant = "team-1", .policies = {"tenant-admin"}});
+  EXPECT_EQ(more.status().code(), core::StatusCode::kNotFound) << more.status().message();
+  EXPECT_EQ(tokens_->expire().value(), 3);
+}
+
+TEST_F(TokensTest, RenewingAParentKeepsItsChildrenAndTheChainSurvivesARestart) {
+  CreatedToken r = root();
+  auto parent = tokens_->create(r.info, {.policies = {"ops"}, .ttl = hours(1)});
+  auto child = tokens_->create(parent->info,
+                               {.tenant = "team-1", .policies = {"tenant-admin"}, .ttl = hours(8)});
+  auto grandchild = tokens_->create(
+      child->info, {.tenant = "team-1", .policies = {"tenant-admin"}, .ttl = hours(3)});
+  ASSERT_TRUE(parent.isOk() && child.isOk() && grandchild.isOk());
+  clock_.advance(minutes(50));
+  ASSERT_TRUE(tokens_->renew(parent->info.accessor, hours(2)).isOk());
+  clock_.advance(minutes(20));
+  EXPECT_TRUE(tokens_->lookup(grandchild->secret).isOk());
+  // The chain is rebuilt from the store whatever order its tokens come back in.
+  for (int i = 0; i < 3; ++i) {
+    reopen();
+  }
+  EXPECT_TRUE(tokens_->lookup(child->secret).isOk());
+  EXPECT_TRUE(tokens_->lookup(grandchild->secret).isOk());
+  clock_.advance(minutes(100));  // 2 h 50 min: the renewed parent has 0 left.
+  EXPECT_FALSE(tokens_->lookup(parent->secret).isOk());
+  EXPECT_FALSE(tokens_->lookup(child->secret).isOk());
+  EXPECT_FALSE(tokens_->lookup(grandchild->secret).isOk());
+  // A child's own expiry still counts: renewing the parent does not stretch it.
+  CreatedToken r2 = r;
+  auto p2 = tokens_->create(r2.info, {.policies = {"ops"}, .ttl = hours(1)});
+  auto c2 =
+      tokens_->create(p2->info, {.tenant = "team-2", .policies = {"dev"}, .ttl = minutes(30)});
+  ASSERT_TRUE(p2.isOk() && c2.isOk());
+  ASSERT_TRUE(tokens_->renew(p2->info.accessor, hours(5)).isOk());
+  clock_.advance(minutes(30));
+  EXPECT_FALSE(tokens_->lookup(c2->secret).isOk());
+  EXPECT_TRUE(tokens_->lookup(p2->secret).isOk());
+}
+
+TEST_F(TokensTest, ATokenWhoseParentIsGoneFromTheStoreIsGoneToo) {
+  // A store that lost a parent's record (written by hand, or an older server) must not leave
+  // its children working: they go at the next start.
+  CreatedToken r = root();
+  auto parent = tokens_->create(r.info, {.policies = {"ops"}, .ttl = hours(1)});
+  auto child = tokens_->create(parent->info, {.tenant = "team-1", .policies = {"dev"}});
+  ASSERT_TRUE(parent.isOk() && child.isOk());
+  ASSERT_TRUE(store_->deleteRange("/tokens/" + TokenManager::hashSecret(parent->secret)).isOk());
+  reopen();
+  EXPECT_FALSE(tokens_->lookup(child->secret).isOk());
+  EXPECT_EQ(tokens_->held("team-1"), 0U);
+  EXPECT_TRUE(tokens_->lookup(r.secret).isOk());
 }
 
 }  // namespace

@@ -145,12 +145,20 @@ core::Result<sched::GpuQueueNumbers> parseGpuNumbers(const Node& n) {
     }
     Node f = n.child(field);
     TESSERA_RETURN_IF_ERROR(f.checkKeys({"gpu"}));
+    const bool quota = std::string_view(field) == "quota";
     if (f.has("gpu")) {
+      // As the server takes it: a limit of -1 is none, 0 is zero.
+      if (!quota && f.child("gpu").value() == -1) {
+        out.limit_milli_gpu = sched::kNoGpuLimit;
+        continue;
+      }
       TESSERA_ASSIGN_OR_RETURN(int64_t milli, f.child("gpu").scaled(1000));
-      (std::string_view(field) == "quota" ? out.quota_milli_gpu : out.limit_milli_gpu) = milli;
+      (quota ? out.quota_milli_gpu : out.limit_milli_gpu) = milli;
+    } else if (!quota) {
+      out.limit_milli_gpu = sched::kNoGpuLimit;  // "limit": {} is none.
     }
   }
-  if (out.limit_milli_gpu > 0 && out.limit_milli_gpu < out.quota_milli_gpu) {
+  if (out.limit_milli_gpu >= 0 && out.limit_milli_gpu < out.quota_milli_gpu) {
     return n.error("limit.gpu is below quota.gpu");
   }
   if (n.has("weight")) {
@@ -303,7 +311,7 @@ core::Status parseTenantUpdates(const Node& list, Scenario& s) {
     if (v.contains("max_unsaved_gpu_seconds")) {
       n.max_unsaved_gpu_s = given.max_unsaved_gpu_s;
     }
-    if (n.limit_milli_gpu > 0 && n.limit_milli_gpu < n.quota_milli_gpu) {
+    if (n.limit_milli_gpu >= 0 && n.limit_milli_gpu < n.quota_milli_gpu) {
       return u.error("limit.gpu would be below quota.gpu");
     }
     up.numbers = n;

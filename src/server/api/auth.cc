@@ -145,6 +145,54 @@ core::Result<std::vector<std::string>> policyNames(const json& body, const char*
 
 }  // namespace
 
+PowerSource ControlPlane::powerSource() const {
+  PowerSource source;
+  source.policy = [this](const std::string& scope,
+                         const std::string& name) -> std::optional<Policy> {
+    std::shared_lock lock(mu_);
+    auto in_scope = policies_.find(scope);
+    if (in_scope == policies_.end()) {
+      return std::nullopt;
+    }
+    auto it = in_scope->second.find(name);
+    return it == in_scope->second.end() ? std::nullopt : std::optional<Policy>(it->second);
+  };
+  source.tenant_reach = [this](const std::string& tenant) {
+    // Each live grant to the tenant: its capabilities on its prefix of the owner's paths (for
+    // an owner's policy, every capability the policy gives anywhere: more than it may give
+    // there, so the check errs on refusing).
+    Policy reach;
+    reach.name = "grants to tenant '" + tenant + "'";
+    if (grants_ == nullptr) {
+      return reach;
+    }
+    const core::WallTime now = clock_.wallNow();
+    for (const Grant& g : grants_->list(tenant)) {
+      if (g.grantee != tenant || g.expires <= now) {
+        continue;
+      }
+      Capabilities caps = g.capabilities;
+      if (g.ownerPolicy()) {
+        std::shared_lock lock(mu_);
+        if (auto owner = policies_.find(g.owner); owner != policies_.end()) {
+          if (auto p = owner->second.find(g.policy); p != owner->second.end()) {
+            for (const PathRule& rule : p->second.rules) {
+              if ((rule.capabilities.bits & static_cast<uint16_t>(Capability::kDeny)) == 0) {
+                caps.bits |= rule.capabilities.bits;
+              }
+            }
+          }
+        }
+      }
+      const std::string at = "tenants/" + g.owner + "/" + g.on;
+      reach.rules.push_back({at, caps, {}});
+      reach.rules.push_back({at + "/*", caps, {}});
+    }
+    return reach;
+  };
+  return source;
+}
+
 core::Status ControlPlane::holdsPowerOf(const Request& r, const std::string& scope,
                                         const std::string& name) const {
   const std::string where = scope.empty() ? "the admin scope" : "tenant '" + scope + "'";
@@ -154,37 +202,15 @@ core::Status ControlPlane::holdsPowerOf(const Request& r, const std::string& sco
                         "policy 'root' cannot be given through a token role (only a root token "
                         "creates root tokens, with auth/token/create)");
   }
-  std::shared_lock lock(mu_);
-  auto in_scope = policies_.find(scope);
-  if (in_scope == policies_.end() || !in_scope->second.contains(name)) {
-    // Names resolve in the role's own scope: an admin policy of that name is not this one.
-    return core::invalidArgument("no policy '" + name + "' in " + where);
-  }
-  if (r.token.isRoot()) {
-    return core::Status::ok();
-  }
-  Policy candidate = in_scope->second.at(name);
-  const std::string& holder_scope = r.token.tenant;
-  if (!holder_scope.empty() && holder_scope != scope) {
-    return core::Status(
-        core::StatusCode::kPermissionDenied,
-        "a token of tenant '" + holder_scope + "' cannot hand on " + where + "'s policies");
-  }
-  if (holder_scope.empty() && !scope.empty()) {
-    // An admin token's policies see absolute paths: the tenant's policy, seen from there.
-    for (PathRule& rule : candidate.rules) {
-      rule.pattern = "tenants/" + scope + "/" + rule.pattern;
+  {
+    std::shared_lock lock(mu_);
+    auto in_scope = policies_.find(scope);
+    if (in_scope == policies_.end() || !in_scope->second.contains(name)) {
+      // Names resolve in the role's own scope: an admin policy of that name is not this one.
+      return core::invalidArgument("no policy '" + name + "' in " + where);
     }
   }
-  std::vector<const Policy*> holder;
-  if (auto mine = policies_.find(holder_scope); mine != policies_.end()) {
-    for (const std::string& p : r.token.policies) {
-      if (auto it = mine->second.find(p); it != mine->second.end()) {
-        holder.push_back(&it->second);
-      }
-    }
-  }
-  return checkWithinPower(holder, candidate);
+  return checkChildPower(r.token, scope, {name}, powerSource(), /*through_role=*/true);
 }
 
 HttpResponse ControlPlane::tokenRolesApi(Request& r) {

@@ -528,6 +528,10 @@ HttpResponse ControlPlane::poolsApi(Request& r) {
   if (core::Status st = body.checkKeys({"tenant"}); !st.isOk()) {
     return fromStatus(st);
   }
+  if (!body.has("tenant")) {
+    return error(400,
+                 source + ": tenant: required (the tenant to dedicate it to: {\"tenant\": \"t\"})");
+  }
   auto tenant = body.child("tenant").str();
   if (!tenant.isOk()) {
     return fromStatus(tenant.status());

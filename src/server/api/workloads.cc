@@ -513,6 +513,9 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   if (core::Status ok = driver_.check(cmd); !ok.isOk()) {
     return error(400, source + ": " + ok.message());
   }
+  if (core::Status ok = driver_.checkLimits(cmd); !ok.isOk()) {
+    return error(400, source + ": " + ok.message());
+  }
   // Stored only while the tenant is: a tenant deleted since the checks above (its deletion does
   // not wait for submissions) must not be left with a workload.
   store::Txn txn;

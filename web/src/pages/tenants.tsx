@@ -32,7 +32,7 @@ export function Tenants() {
                   <tr data-tenant={t.name}>
                     <td><i class="dot" style={{ background: tenantColour(t.name) }} /><a href={href(t.name, 'workloads')}>{t.name}</a></td>
                     <td>{t.quota_milli_gpu ? gpus(t.quota_milli_gpu) : '—'}</td>
-                    <td>{t.limit_milli_gpu ? gpus(t.limit_milli_gpu) : 'none'}</td>
+                    <td>{t.limit_milli_gpu >= 0 ? gpus(t.limit_milli_gpu) : 'none'}</td>
                     <td>{t.weight}</td><td>{t.priority}</td><td>{t.trust_group || '—'}</td>
                     <td>{r ? gpus(r.allocated_milli_gpu) : '—'}</td>
                     <td>{r ? gpus(r.fair_share_milli_gpu) : '—'}</td>
