@@ -1,6 +1,7 @@
 #include "audit/file_sink.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,7 +10,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+
+#include "core/log.h"
 
 namespace tessera::audit {
 namespace {
@@ -40,6 +44,39 @@ Status fsyncParentDirectory(const std::string& path) {
     return unavailable(dir.string() + ": cannot sync the directory: " + errnoText(err));
   }
   return Status::ok();
+}
+
+// Replaces the file at `path` with `content`, so that a reader sees the old or the new content
+// whole, and the new one survives a crash once this returns OK.
+Status replaceFile(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return unavailable(tmp + ": cannot create: " + errnoText(errno));
+  }
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return unavailable(tmp + ": cannot write: " + errnoText(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  const int rc = ::fdatasync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    return unavailable(tmp + ": cannot flush: " + errnoText(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return unavailable(path + ": cannot replace: " + errnoText(errno));
+  }
+  return fsyncParentDirectory(path);
 }
 
 // The last line of the file (without its newline), or nullopt for an empty file.
@@ -139,15 +176,72 @@ Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path,
     // Unknown how many records follow the last checkpoint; 1 makes close() sign the tail.
     head.since_checkpoint = rec->type == "checkpoint" ? 0 : 1;
   }
+  // The copy of the last checkpoint (kept since the log's last flush that made one durable)
+  // never names a seq past the log's end, unless records were cut off the log: then the copy
+  // is the evidence, and the sink does not write over it.
+  uint64_t copy_seq = 0;
+  if (!options.checkpoint_copy.empty() && std::filesystem::exists(options.checkpoint_copy)) {
+    std::ifstream in(options.checkpoint_copy, std::ios::binary);
+    std::string line;
+    std::getline(in, line);
+    auto rec = parseRecordLine(line);
+    if (!rec.isOk() || rec->type != "checkpoint") {
+      return fail(core::failedPrecondition(
+          options.checkpoint_copy + ": not a copy of an audit checkpoint (" +
+          (rec.isOk() ? "a " + rec->type + " record" : rec.status().message()) +
+          "); move it away if it belongs to another log"));
+    }
+    copy_seq = rec->seq;
+    if (copy_seq > head.seq) {
+      return fail(core::failedPrecondition(fmt::format(
+          "{}: the log ends at seq {}, but its last checkpoint was seq {} ({}): records were "
+          "cut off the log. Run `tessera audit verify {}`; to start a new log, move both away",
+          path, head.seq, copy_seq, options.checkpoint_copy, path)));
+    }
+  }
   // What is in the file now may be in the kernel's cache only (the process that wrote it was
   // killed before a flush): flushed now, it counts as durable (durableSeq) from the start.
   if (::fdatasync(fd) != 0) {
     return fail(unavailable(path + ": cannot flush: " + errnoText(errno)));
   }
   const uint64_t durable_seq = head.seq;
+  const bool unsigned_tail = head.since_checkpoint > 0;
   internal::Chain chain(chainOptions(options.sink), std::move(head), clock);
   auto sink = std::unique_ptr<FileSink>(new FileSink(path, fd, size, options, std::move(chain)));
   sink->synced_seq_ = durable_seq;
+  sink->copy_file_seq_ = copy_seq;
+  if (size == 0 && sink->checkpoint_interval_.count() > 0 && sink->chain_.signs()) {
+    // A new log states its writer's checkpoint interval from its first line, so that a reader
+    // can judge its first unsigned records too.
+    std::unique_lock lock(sink->mu_);
+    auto genesis = sink->chain_.prepareCheckpoint();
+    if (!genesis.isOk()) {
+      return genesis.status();
+    }
+    TESSERA_RETURN_IF_ERROR(sink->appendLocked(genesis->bytes));
+    sink->noteSealedLocked(*genesis);
+    sink->chain_.commit(std::move(genesis).value());
+    ++sink->appended_;
+    TESSERA_RETURN_IF_ERROR(sink->syncLocked(lock, sink->appended_));
+  }
+  {
+    std::lock_guard lock(sink->mu_);
+    sink->copied_seq_ = copy_seq;
+    if (last->has_value() && !unsigned_tail) {
+      // The log ends with a checkpoint: its copy is brought up to date (a log written before
+      // copies were kept has none).
+      sink->last_checkpoint_seq_ = durable_seq;
+      sink->last_checkpoint_line_ = **last;
+    }
+    if (sink->last_checkpoint_seq_ > copy_seq && !sink->copy_path_.empty()) {
+      sink->startFlusherLocked();
+    }
+    if (unsigned_tail && sink->checkpoint_interval_.count() > 0 && sink->chain_.signs()) {
+      // A tail left unsigned (the writer was killed): signed within the interval from now.
+      sink->unsigned_since_ = std::chrono::steady_clock::now();
+      sink->startFlusherLocked();
+    }
+  }
   return sink;
 }
 
@@ -159,6 +253,9 @@ FileSink::FileSink(std::string path, int fd, uint64_t size, const FileSinkOption
       fdatasync_(options.fdatasync != nullptr ? options.fdatasync
                                               : [](int fd) { return ::fdatasync(fd); }),
       appended_flush_delay_(std::max(std::chrono::milliseconds(0), options.appended_flush_delay)),
+      checkpoint_interval_(
+          std::max(std::chrono::milliseconds(0), options.sink.checkpoint_interval)),
+      copy_path_(options.checkpoint_copy),
       fd_(fd),
       size_(size),
       chain_(std::move(chain)) {}
@@ -234,6 +331,7 @@ Status FileSink::syncLocked(std::unique_lock<std::mutex>& lock, uint64_t ticket)
     TESSERA_RETURN_IF_ERROR(timedSyncLocked());
     synced_ = std::max(synced_, ticket);
     synced_seq_ = chain_.head().seq;
+    flusher_cv_.notify_one();  // A checkpoint durable now may be due for its copy.
     return Status::ok();
   }
   while (synced_ < ticket) {
@@ -315,17 +413,39 @@ void FileSink::flushLoop() {
     return appended_pending() && (stopping_ || std::chrono::steady_clock::now() >=
                                                    *unflushed_since_ + appended_flush_delay_);
   };
+  // A checkpoint on the interval: records wait unsigned, and nothing keeps one from being
+  // written now (close writes its own).
+  auto checkpoint_pending = [this] {
+    return unsigned_since_ && !syncing_ && broken_.empty() && !closed_ && !stopping_;
+  };
+  auto checkpoint_due = [&] {
+    return checkpoint_pending() &&
+           std::chrono::steady_clock::now() >= *unsigned_since_ + checkpoint_interval_;
+  };
+  // A durable checkpoint not yet in the copy's file.
+  auto copy_due = [this] {
+    return !copy_path_.empty() && last_checkpoint_seq_ > copied_seq_ &&
+           synced_seq_ >= last_checkpoint_seq_;
+  };
   while (true) {
     auto woken = [&] {
       return stopping_ ||
              (!waiters_.empty() &&
               (!broken_.empty() || closed_ || !syncing_ || waiters_.front().ticket <= synced_)) ||
-             appended_due();
+             appended_due() || checkpoint_due() || copy_due();
     };
     while (!woken()) {
       // Re-decided at each wake-up: an append may have set a deadline meanwhile.
+      std::optional<std::chrono::steady_clock::time_point> deadline;
       if (appended_pending() && waiters_.empty()) {
-        flusher_cv_.wait_until(lock, *unflushed_since_ + appended_flush_delay_);
+        deadline = *unflushed_since_ + appended_flush_delay_;
+      }
+      if (checkpoint_pending()) {
+        const auto at = *unsigned_since_ + checkpoint_interval_;
+        deadline = deadline ? std::min(*deadline, at) : at;
+      }
+      if (deadline) {
+        flusher_cv_.wait_until(lock, *deadline);
       } else {
         flusher_cv_.wait(lock);
       }
@@ -350,6 +470,10 @@ void FileSink::flushLoop() {
       lock.lock();
     } else if ((!waiters_.empty() || appended_due()) && !syncing_) {
       leadFlushLocked(lock);
+    } else if (checkpoint_due()) {
+      timedCheckpointLocked(lock);
+    } else if (copy_due()) {
+      copyCheckpointLocked(lock);
     } else if (waiters_.empty() && stopping_) {
       return;
     }
@@ -377,9 +501,76 @@ Result<WrittenRecord> FileSink::appendRecordLocked(const internal::RedactedRecor
   TESSERA_ASSIGN_OR_RETURN(internal::PendingLines pending, chain_.seal(record));
   TESSERA_RETURN_IF_ERROR(appendLocked(pending.bytes));
   WrittenRecord written{chain_.head().seq + 1, pending.bytes.substr(0, pending.bytes.find('\n'))};
+  noteSealedLocked(pending);
   chain_.commit(std::move(pending));
   ++appended_;
   return written;
+}
+
+void FileSink::noteSealedLocked(const internal::PendingLines& pending) {
+  if (pending.bytes.empty()) {
+    return;
+  }
+  if (pending.head.since_checkpoint == 0) {
+    // The lines end with a checkpoint (due by count, or made on close or on the interval).
+    const size_t start = pending.bytes.rfind('\n', pending.bytes.size() - 2);
+    last_checkpoint_seq_ = pending.head.seq;
+    last_checkpoint_line_ = pending.bytes.substr(start == std::string::npos ? 0 : start + 1);
+    last_checkpoint_line_.pop_back();  // Its newline.
+    unsigned_since_.reset();
+    if (!copy_path_.empty()) {
+      startFlusherLocked();  // It copies the checkpoint once a flush has made it durable.
+    }
+  } else if (!unsigned_since_ && checkpoint_interval_.count() > 0 && chain_.signs()) {
+    unsigned_since_ = std::chrono::steady_clock::now();
+    startFlusherLocked();
+    flusher_cv_.notify_one();
+  }
+}
+
+void FileSink::timedCheckpointLocked(std::unique_lock<std::mutex>& lock) {
+  auto pending = chain_.prepareFinalCheckpoint();
+  if (!pending.isOk() || pending->bytes.empty()) {
+    // Nothing to sign, or the key cannot sign (said by the close that fails the same way).
+    unsigned_since_.reset();
+    return;
+  }
+  if (!appendLocked(pending->bytes).isOk()) {
+    // A full disk, say: tried again an interval later (or the sink is broken now).
+    unsigned_since_ = std::chrono::steady_clock::now();
+    return;
+  }
+  noteSealedLocked(*pending);
+  chain_.commit(std::move(pending).value());
+  ++appended_;
+  leadFlushLocked(lock);  // Durable now: the copy follows in the flusher's next turn.
+}
+
+void FileSink::copyCheckpointLocked(std::unique_lock<std::mutex>& lock) {
+  const uint64_t seq = last_checkpoint_seq_;
+  const std::string line = last_checkpoint_line_;
+  copied_seq_ = seq;
+  lock.unlock();
+  writeCopy(seq, line);
+  lock.lock();
+}
+
+void FileSink::writeCopy(uint64_t seq, const std::string& line) {
+  std::lock_guard copy_lock(copy_mu_);
+  if (seq <= copy_file_seq_) {
+    return;
+  }
+  if (Status s = replaceFile(copy_path_, line + "\n"); !s.isOk()) {
+    // The log itself is fine; only what detects a cut-off log is behind. Said once, and tried
+    // again with the next checkpoint.
+    if (!copy_failed_) {
+      core::logWarn("audit: cannot keep the copy of the last checkpoint: {}", s.message());
+    }
+    copy_failed_ = true;
+    return;
+  }
+  copy_failed_ = false;
+  copy_file_seq_ = seq;
 }
 
 void FileSink::flushSoonLocked() {
@@ -435,6 +626,7 @@ Status FileSink::close() {
     if (pending.isOk()) {
       status = appendLocked(pending->bytes);
       if (status.isOk()) {
+        noteSealedLocked(*pending);
         chain_.commit(std::move(pending).value());
         ++appended_;
       }
@@ -459,6 +651,14 @@ Status FileSink::close() {
   synced_cv_.notify_all();
   // The flusher answers its callbacks (durable now, unless the last flush failed) and ends.
   stopFlusher(lock);
+  // The final checkpoint's copy, once it is durable.
+  if (!copy_path_.empty() && last_checkpoint_seq_ > 0 && synced_seq_ >= last_checkpoint_seq_) {
+    const uint64_t seq = last_checkpoint_seq_;
+    const std::string line = last_checkpoint_line_;
+    copied_seq_ = seq;
+    lock.unlock();
+    writeCopy(seq, line);
+  }
   return status;
 }
 

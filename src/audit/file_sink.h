@@ -10,6 +10,11 @@
 // checked; run `verifyAuditFile` for the whole file). The file is locked (flock) while open, so
 // two sinks never interleave one chain.
 //
+// Checkpoints: every `checkpoint_every` records, on close, and (with `sink.checkpoint_interval`)
+// on the sink's flusher thread at most that long after the first record that follows the last
+// one, so a live log's unsigned tail is never older than the interval. Each durable checkpoint
+// is copied to `checkpoint_copy`.
+//
 // Failures: a write that fails (disk full, file size limit, I/O error) is rolled back by
 // truncating the file to its last complete record, so the file stays a valid chain; if even that
 // fails, or an fdatasync fails (the kernel may then have dropped the data), the sink stops taking
@@ -56,13 +61,20 @@ struct FileSinkOptions {
   // one low; the cost is how long such records may sit in the kernel's cache only, where a
   // crash of the machine (not of the server) loses them (docs/benchmarks.md).
   std::chrono::milliseconds appended_flush_delay{50};
+  // Where a copy of the latest durable checkpoint is kept (one line, replaced atomically after
+  // each checkpoint is on disk); empty: nowhere. `tessera audit verify` finds it beside the log
+  // (`<log>.checkpoint`) and fails a log that lacks it or holds another record at its seq: a
+  // log cut back to before its last checkpoint (audit/verify.h). Kept where the log's writer
+  // cannot change it (another machine), it also holds against someone who can.
+  std::string checkpoint_copy = {};
 };
 
 class FileSink final : public AuditSink {
  public:
   // Opens or creates (mode 0600) the file at `path` and resumes its chain. Fails if the path is
-  // not a regular file, another sink holds it, the salt is empty, or the last line is not a
-  // complete, self-consistent record ("the last record is incomplete ...").
+  // not a regular file, another sink holds it, the salt is empty, the last line is not a
+  // complete, self-consistent record ("the last record is incomplete ..."), or the checkpoint
+  // copy holds a seq past the log's end (the log was cut back: its evidence is kept).
   static core::Result<std::unique_ptr<FileSink>> open(const std::string& path,
                                                       const FileSinkOptions& options,
                                                       const core::Clock& clock);
@@ -99,6 +111,15 @@ class FileSink final : public AuditSink {
   core::Result<WrittenRecord> appendRecordLocked(const internal::RedactedRecord& record);
   // Has the flusher flush what was appended within `appended_flush_delay_`.
   void flushSoonLocked();
+  // After `pending` (lines just sealed, not yet committed) is appended: notes a checkpoint it
+  // ends with (for the copy), or starts the clock of the checkpoint interval.
+  void noteSealedLocked(const internal::PendingLines& pending);
+  // The flusher's checkpoint on the interval: appends one and flushes it.
+  void timedCheckpointLocked(std::unique_lock<std::mutex>& lock);
+  // Writes the latest durable checkpoint to `checkpoint_copy` (without the lock meanwhile).
+  void copyCheckpointLocked(std::unique_lock<std::mutex>& lock);
+  // Replaces the copy's file with `line` if `seq` is newer than what it holds. Takes copy_mu_.
+  void writeCopy(uint64_t seq, const std::string& line);
   // fdatasync on the caller's thread with the lock held, timed for stats(); a failure breaks
   // the sink.
   core::Status timedSyncLocked();
@@ -121,7 +142,12 @@ class FileSink final : public AuditSink {
   const SyncMode sync_;
   const std::function<int(int fd)> fdatasync_;  // Never null.
   const std::chrono::milliseconds appended_flush_delay_;
-  mutable std::mutex mu_;              // Guards everything below.
+  const std::chrono::milliseconds checkpoint_interval_;  // 0: no timer.
+  const std::string copy_path_;                          // FileSinkOptions::checkpoint_copy.
+  std::mutex copy_mu_;          // Guards the two below; taken after mu_ (if both), or alone.
+  uint64_t copy_file_seq_ = 0;  // The seq of the checkpoint in the copy's file.
+  bool copy_failed_ = false;    // The last copy failed (said once on stderr until one works).
+  mutable std::mutex mu_;       // Guards everything below.
   std::condition_variable synced_cv_;  // Signalled when `synced_` or `broken_` changes.
   int fd_;
   uint64_t size_;            // Bytes of complete records in the file.
@@ -142,6 +168,13 @@ class FileSink final : public AuditSink {
   bool stopping_ = false;               // The flusher answers what is left and ends.
   // When the oldest record that no flush has started on yet was appended (kAppended only).
   std::optional<std::chrono::steady_clock::time_point> unflushed_since_;
+  // When the first record after the last checkpoint was appended (or the sink opened on a log
+  // whose tail is unsigned); unset when every record is signed or nothing times checkpoints.
+  std::optional<std::chrono::steady_clock::time_point> unsigned_since_;
+  uint64_t last_checkpoint_seq_ = 0;  // The newest checkpoint appended, and its line.
+  std::string last_checkpoint_line_;
+  uint64_t copied_seq_ = 0;  // The newest checkpoint written to the copy (or being written).
+
   std::thread flusher_;  // Started by the first whenDurable or kAppended write.
 };
 

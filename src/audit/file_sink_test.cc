@@ -542,6 +542,90 @@ TEST_P(FileSinkTest, StatsCountLinesBytesAndFlushes) {
   EXPECT_EQ(st.flushes, static_cast<uint64_t>(flushes - opening_flushes));
 }
 
+bool endsWithACheckpoint(const std::string& path) {
+  const std::vector<std::string> lines = splitLines(readFile(path));
+  return !lines.empty() && json::parse(lines.back())["type"] == "checkpoint";
+}
+
+// With a checkpoint interval, the records after the last checkpoint are signed within it while
+// the sink runs (no close, no count reached), and each such checkpoint states the interval.
+TEST_P(FileSinkTest, ATimerSignsTheTailWithinTheInterval) {
+  FileSinkOptions o = options();
+  o.sink.checkpoint_interval = std::chrono::milliseconds(20);
+  auto sink = FileSink::open(path_, o, clock_);
+  ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE((*sink)->write(sampleEvent(2 * round), Durability::kAppended).isOk());
+    ASSERT_TRUE((*sink)->write(sampleEvent(2 * round + 1)).isOk());
+    ASSERT_TRUE(eventually([&] { return endsWithACheckpoint(path_); })) << readFile(path_);
+    const VerifyReport r = verify();
+    EXPECT_TRUE(r.intact()) << r.summary();
+    EXPECT_EQ(r.unsigned_tail, 0U);
+    // The new log's first line, and one per round: none while nothing is unsigned.
+    EXPECT_EQ(r.checkpoints, round + 2U);
+    EXPECT_EQ(r.checkpoint_interval_ms, 20U);
+  }
+  // The timer's checkpoint is made durable by the timer too.
+  EXPECT_TRUE(eventually([&] { return (*sink)->durableSeq() == 7U; }));
+  ASSERT_TRUE((*sink)->close().isOk());
+  EXPECT_EQ(verify().records, 7U);  // Nothing unsigned at the close: no extra checkpoint.
+}
+
+// A sink opened on a log whose writer was killed before it signed the tail signs it within the
+// interval, without waiting for a record of its own.
+TEST_P(FileSinkTest, AnUnsignedTailFoundAtOpenIsSignedWithinTheInterval) {
+  {
+    auto sink = open();
+    ASSERT_TRUE(sink->write(sampleEvent(0)).isOk());
+  }  // Destroyed without close: no final checkpoint.
+  EXPECT_EQ(verify().unsigned_tail, 1U);
+  FileSinkOptions o = options();
+  o.sink.checkpoint_interval = std::chrono::milliseconds(20);
+  auto sink = FileSink::open(path_, o, clock_);
+  ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+  ASSERT_TRUE(eventually([&] { return endsWithACheckpoint(path_); })) << readFile(path_);
+  EXPECT_EQ(verify().unsigned_tail, 0U);
+}
+
+// The copy of the last checkpoint follows every durable checkpoint (by count, on the timer, on
+// close), and a sink refuses to open a log that ends before the checkpoint its copy holds.
+TEST_P(FileSinkTest, TheCheckpointCopyFollowsTheLogAndACutLogIsRefused) {
+  FileSinkOptions o = options(3);
+  o.checkpoint_copy = dir_.file("audit.log.checkpoint");
+  auto last_line = [&] { return splitLines(readFile(path_)).back(); };
+  {
+    auto sink = FileSink::open(path_, o, clock_);
+    ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE((*sink)->write(sampleEvent(i)).isOk());
+    }
+    // The count's checkpoint (seq 4) is durable: the flusher copies it.
+    ASSERT_TRUE(eventually([&] { return readFile(o.checkpoint_copy) == last_line() + "\n"; }))
+        << readFile(o.checkpoint_copy);
+    ASSERT_TRUE((*sink)->write(sampleEvent(3)).isOk());
+    ASSERT_TRUE((*sink)->close().isOk());
+    EXPECT_EQ(readFile(o.checkpoint_copy), last_line() + "\n");  // The close's, seq 6.
+  }
+  struct stat st {};
+  ASSERT_EQ(::stat(o.checkpoint_copy.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600U);
+  // Reopened as it is, the log goes on; cut back to before seq 6, it is refused.
+  const std::string whole = readFile(path_);
+  {
+    auto sink = FileSink::open(path_, o, clock_);
+    ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+  }
+  std::vector<std::string> lines = splitLines(whole);
+  lines.resize(4);  // Up to the count's checkpoint, seq 4.
+  writeFile(path_, testing::joinLines(lines));
+  auto cut = FileSink::open(path_, o, clock_);
+  ASSERT_FALSE(cut.isOk());
+  EXPECT_NE(cut.status().message().find("the log ends at seq 4, but its last checkpoint was seq 6"),
+            std::string::npos)
+      << cut.status().toString();
+  EXPECT_EQ(json::parse(readFile(o.checkpoint_copy))["seq"], 6);  // The evidence stays.
+}
+
 INSTANTIATE_TEST_SUITE_P(SyncModes, FileSinkTest,
                          ::testing::Values(SyncMode::kEveryRecord, SyncMode::kGroupCommit),
                          [](const auto& info) {

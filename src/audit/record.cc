@@ -168,6 +168,9 @@ Result<json> redactedEventJson(const AuditEvent& event, const RedactionOptions& 
       {"request", std::move(request)},
       {"error", event.error},
   };
+  if (!event.auth.token.empty()) {
+    record["auth"]["token"] = hmacValue(options.salt, event.auth.token);
+  }
   if (event.type == AuditType::kResponse) {
     json response = {{"status", event.response.status}, {"body", event.response.body}};
     hmacSensitiveKeys(response["body"], json::json_pointer("/response/body"), options.salt, &done);

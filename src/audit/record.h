@@ -10,11 +10,17 @@
 //   type        "request" | "response" | "checkpoint".
 //   request_id  pairs a request with its response.
 //   tenant      the tenant the request is scoped to; "" for an operator (admin) request.
-//   auth        {"accessor": token accessor (HMAC'd by default), "policies": [...]}; never a token.
+//   auth        {"accessor": token accessor (HMAC'd by default), "policies": [...]}; never a token
+//               in clear. A refused request whose token did not authenticate (unknown, revoked,
+//               expired) also has "token": the presented token, always HMAC'd, so that repeated
+//               guesses of one token can be told apart and an operator can test a candidate
+//               with `tessera audit hash`.
 //   request     {"method", "path", "remote_address", "body": {...}}.
 //   response    {"status", "body": {...}}; response records only.
 //   error       "" or the error the server returned.
-//   checkpoint  {"key_id", "signature"}; checkpoint records only (they carry none of the above).
+//   checkpoint  {"key_id", "signature"} and, from a sink that signs on a timer, "interval_ms":
+//               its promise that no record waits longer than that for a checkpoint (signed with
+//               the rest). Checkpoint records only (they carry none of the above).
 //   prev_hash   the previous record's `hash`; 64 zeros for seq 1.
 //   hash        lowercase hex SHA-256 of the line's canonical serialization without `hash`.
 //
@@ -46,6 +52,8 @@ enum class AuditType { kRequest, kResponse };
 struct AuditAuth {
   std::string accessor;  // The token's accessor; the token itself is never given to the log.
   std::vector<std::string> policies;
+  // A token that did not authenticate (a refusal's record only): written only as its HMAC.
+  std::string token = {};
 };
 
 struct AuditRequest {

@@ -30,6 +30,23 @@ TEST(RecordTest, CanonicalJsonSortsKeysWithoutWhitespace) {
             R"({"a":[true,null],"b":1,"c":{"y":2,"z":"é"}})");
 }
 
+// A token that failed to authenticate is written only as its HMAC, even with hmac_accessor off;
+// a record without one has no such field.
+TEST(RecordTest, APresentedTokenIsAlwaysHmacd) {
+  AuditEvent e = testing::sampleEvent(1);
+  e.auth = {};
+  e.auth.token = "tsr.guessedguessedguessed01";
+  for (const RedactionOptions& o : {RedactionOptions{"pepper", false}, kSalted}) {
+    auto j = redactedEventJson(e, o);
+    ASSERT_TRUE(j.isOk()) << j.status().toString();
+    EXPECT_EQ((*j)["auth"]["token"], hmacValue("pepper", "tsr.guessedguessedguessed01"));
+    EXPECT_EQ(j->dump().find("guessed"), std::string::npos);
+  }
+  auto plain = redactedEventJson(testing::sampleEvent(1), kSalted);
+  ASSERT_TRUE(plain.isOk());
+  EXPECT_FALSE((*plain)["auth"].contains("token"));
+}
+
 TEST(RecordTest, EventFieldsAreWrittenAsDocumented) {
   AuditEvent e = testing::sampleEvent(1);
   e.error = "quota exceeded";

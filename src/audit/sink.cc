@@ -1,5 +1,6 @@
 #include "audit/sink.h"
 
+#include <algorithm>
 #include <iterator>
 
 namespace tessera::audit {
@@ -7,7 +8,10 @@ namespace tessera::audit {
 using core::Status;
 
 internal::ChainOptions chainOptions(const SinkOptions& options) {
-  return {{options.salt, options.hmac_accessor}, options.signing_key, options.checkpoint_every};
+  return {{options.salt, options.hmac_accessor},
+          options.signing_key,
+          options.checkpoint_every,
+          static_cast<uint64_t>(std::max<int64_t>(0, options.checkpoint_interval.count()))};
 }
 
 MemorySink::MemorySink(std::string name, const SinkOptions& options, const core::Clock& clock)

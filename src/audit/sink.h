@@ -12,6 +12,7 @@
 // (an answer held back until its record is durable) appends and asks `whenDurable` instead.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,6 +36,10 @@ struct SinkOptions {
   // checkpoints (the chain still links every record, but nothing is signed).
   std::shared_ptr<const SigningKey> signing_key = nullptr;
   uint64_t checkpoint_every = 1000;  // 0: a checkpoint only on close.
+  // FileSink: a checkpoint at most this long after the first record that follows the last one
+  // (0: none on a timer). Each checkpoint says so ("interval_ms"), which is how `tessera audit
+  // verify` tells a live server's young unsigned tail from one left behind (audit/verify.h).
+  std::chrono::milliseconds checkpoint_interval{0};
 };
 
 // When a write returns.

@@ -37,6 +37,33 @@ class StreamVerifier {
     }
   }
 
+  // The copy of the last checkpoint that the log must hold (VerifyOptions::checkpoint_copy);
+  // false (and the report says why) if the copy itself is not a valid checkpoint.
+  bool expectCopy(const std::string& copy, const std::string& name) {
+    std::string line = copy;
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) {
+      line.pop_back();
+    }
+    copy_name_ = name;
+    auto parsed = parseRecordLine(line);
+    if (!parsed.isOk() || parsed->type != "checkpoint") {
+      report_.failure = VerifyFailure{
+          0, std::nullopt,
+          name + " is not an audit checkpoint: " +
+              (parsed.isOk() ? "a " + parsed->type + " record" : parsed.status().message())};
+      return false;
+    }
+    if (key_ != nullptr && !signatureValid(parsed.value())) {
+      report_.failure = VerifyFailure{
+          0, parsed->seq, name + " is not signed by the given public key (a forged copy)"};
+      return false;
+    }
+    copy_line_ = line;
+    report_.copy_seq = parsed->seq;
+    copy_time_ = parsed->json.value("time", "");
+    return true;
+  }
+
   // Checks the next line; false once the chain is broken (the report says where).
   bool feed(const std::string& line, bool has_newline) {
     ++line_no_;
@@ -78,15 +105,27 @@ class StreamVerifier {
                                            "key {}",
                                            key_id, key_->keyId()));
         }
-        if (!key_->verifyHex(checkpointSigningMessage(rec.json),
-                             cp["signature"].get_ref<const std::string&>())) {
+        if (!signatureValid(rec)) {
           return fail(rec.seq, "checkpoint signature is not valid for the given public key");
         }
       }
       ++report_.checkpoints;
       report_.unsigned_tail = 0;
+      report_.last_checkpoint_seq = rec.seq;
+      const json& interval = rec.json["checkpoint"].value("interval_ms", json());
+      report_.checkpoint_interval_ms = interval.is_number_unsigned() ? interval.get<uint64_t>() : 0;
+      report_.tail_first_time.clear();
     } else {
+      if (report_.unsigned_tail == 0) {
+        report_.tail_first_time = rec.json.value("time", "");
+      }
       ++report_.unsigned_tail;
+    }
+    if (!copy_line_.empty() && rec.seq == report_.copy_seq && line != copy_line_) {
+      return fail(rec.seq,
+                  fmt::format("not the checkpoint that {} holds for seq {} (written {}): the log "
+                              "was rewritten up to here",
+                              copy_name_, report_.copy_seq, copy_time_));
     }
     ++report_.records;
     report_.last_seq = rec.seq;
@@ -98,11 +137,25 @@ class StreamVerifier {
   }
 
   VerifyReport finish() {
+    if (report_.intact() && !copy_line_.empty() && report_.last_seq < report_.copy_seq) {
+      report_.failure = VerifyFailure{
+          line_no_ + 1, std::nullopt,
+          fmt::format("the log ends at seq {}, but {} holds its checkpoint seq {} (written {}): "
+                      "records were cut off the end of the log",
+                      report_.last_seq, copy_name_, report_.copy_seq, copy_time_)};
+    }
     report_.signatures_checked = key_ != nullptr && report_.intact();
     return std::move(report_);
   }
 
  private:
+  bool signatureValid(const AuditRecord& rec) const {
+    const json& cp = rec.json["checkpoint"];
+    return cp["key_id"].get_ref<const std::string&>() == key_->keyId() &&
+           key_->verifyHex(checkpointSigningMessage(rec.json),
+                           cp["signature"].get_ref<const std::string&>());
+  }
+
   bool fail(std::optional<uint64_t> seq, std::string message) {
     report_.failure = VerifyFailure{line_no_, seq, std::move(message)};
     return false;
@@ -112,6 +165,9 @@ class StreamVerifier {
   OnRecord on_record_;
   uint64_t line_no_ = 0;
   VerifyReport report_;
+  std::string copy_line_;  // The checkpoint copy's line; empty: none given.
+  std::string copy_name_;
+  std::string copy_time_;
 };
 
 // Feeds every line of `in` to `verifier` until it fails.
@@ -139,6 +195,9 @@ Result<std::ifstream> openFile(const std::string& path) {
 }  // namespace
 
 std::string VerifyFailure::toString() const {
+  if (line == 0) {
+    return message;  // Not a line of the log (the checkpoint copy).
+  }
   if (seq.has_value()) {
     return fmt::format("line {} (seq {}): {}", line, *seq, message);
   }
@@ -155,25 +214,39 @@ std::string VerifyReport::summary() const {
   } else if (checkpoints > 0) {
     s += "; checkpoint signatures not checked (no public key)";
   }
+  if (copy_seq > 0) {
+    s += fmt::format("; holds its last checkpoint's copy (seq {})", copy_seq);
+  }
   if (unsigned_tail > 0 && records > 0) {
     s += fmt::format("; {} records after the last checkpoint", unsigned_tail);
   }
   return s;
 }
 
-Result<VerifyReport> verifyAuditStream(std::istream& in, const VerifyingKey* public_key) {
-  StreamVerifier verifier(public_key, nullptr);
-  TESSERA_RETURN_IF_ERROR(feedStream(in, verifier));
+Result<VerifyReport> verifyAuditStream(std::istream& in, const VerifyOptions& options) {
+  StreamVerifier verifier(options.public_key, nullptr);
+  if (options.checkpoint_copy == nullptr ||
+      verifier.expectCopy(*options.checkpoint_copy, options.checkpoint_copy_name)) {
+    TESSERA_RETURN_IF_ERROR(feedStream(in, verifier));
+  }
   return verifier.finish();
 }
 
-Result<VerifyReport> verifyAuditFile(const std::string& path, const VerifyingKey* public_key) {
+Result<VerifyReport> verifyAuditStream(std::istream& in, const VerifyingKey* public_key) {
+  return verifyAuditStream(in, VerifyOptions{.public_key = public_key});
+}
+
+Result<VerifyReport> verifyAuditFile(const std::string& path, const VerifyOptions& options) {
   TESSERA_ASSIGN_OR_RETURN(std::ifstream in, openFile(path));
-  auto report = verifyAuditStream(in, public_key);
+  auto report = verifyAuditStream(in, options);
   if (!report.isOk()) {
     return report.status().withContext(path);
   }
   return report;
+}
+
+Result<VerifyReport> verifyAuditFile(const std::string& path, const VerifyingKey* public_key) {
+  return verifyAuditFile(path, VerifyOptions{.public_key = public_key});
 }
 
 Result<std::vector<std::string>> tenantView(std::istream& operator_stream,

@@ -14,9 +14,19 @@
 //   record, and a truncated last line are detected at the first record concerned.
 // - Someone who can rewrite the file can also recompute every hash after a change; only the
 //   checkpoint signatures (verified with the public key) detect that, up to the last checkpoint.
-// - Records after the last checkpoint are unsigned (`unsigned_tail`), and cutting whole records
-//   off the end of the file leaves a valid, shorter chain. Ship checkpoints off the node (or keep
-//   a second sink elsewhere) to detect that.
+// - Cutting whole records off the end of the file leaves a valid, shorter chain. Given the copy
+//   of the last checkpoint that the writer keeps outside the log (`VerifyOptions::
+//   checkpoint_copy`; FileSinkOptions::checkpoint_copy), a log that ends before that
+//   checkpoint's seq, or holds another record at its seq, fails: that catches a log cut back
+//   to before its last checkpoint, and one rewritten up to it. Someone who can also replace the
+//   copy with an older one defeats that, unless the copy is kept where they cannot (another
+//   machine).
+// - Records after the last checkpoint are unsigned (`unsigned_tail`): they may have been
+//   rewritten (hashes recomputed) or cut off, and nothing here can tell. A live writer signs
+//   them within its checkpoint interval, which its checkpoints state (`checkpoint_interval_ms`),
+//   and on a clean stop; `tail_first_time` says how long the oldest of them has waited, so a
+//   caller can tell a live log's young tail from one that its writer left unsigned (killed) or
+//   that was changed after the writer stopped (`tessera audit verify` exits 3 or 4).
 //
 // Tenant views. `tenantView` extracts one tenant's records from the operator stream, byte for byte,
 // so each still carries the seq, prev_hash and hash of the operator chain.
@@ -55,12 +65,27 @@ struct VerifyFailure {
   std::string toString() const;
 };
 
+struct VerifyOptions {
+  // Checks checkpoint signatures (and the copy's) with this key; null: not checked.
+  const VerifyingKey* public_key = nullptr;
+  // The copy of the log's last checkpoint kept outside it (one checkpoint line): the log must
+  // hold exactly this line at its seq. Null: not checked.
+  const std::string* checkpoint_copy = nullptr;
+  std::string checkpoint_copy_name = "the checkpoint copy";  // For messages.
+};
+
 struct VerifyReport {
-  uint64_t records = 0;             // Records that verified, checkpoints included.
-  uint64_t checkpoints = 0;         // Checkpoints among them.
-  bool signatures_checked = false;  // A public key was given and every checkpoint matched it.
-  std::string key_id;               // The public key's id, when one was given.
-  uint64_t unsigned_tail = 0;       // Records after the last checkpoint.
+  uint64_t records = 0;              // Records that verified, checkpoints included.
+  uint64_t checkpoints = 0;          // Checkpoints among them.
+  bool signatures_checked = false;   // A public key was given and every checkpoint matched it.
+  std::string key_id;                // The public key's id, when one was given.
+  uint64_t unsigned_tail = 0;        // Records after the last checkpoint.
+  uint64_t last_checkpoint_seq = 0;  // 0: no checkpoint.
+  // The last checkpoint's promise: no record waits longer than this for one (0: none made).
+  uint64_t checkpoint_interval_ms = 0;
+  std::string tail_first_time;  // The `time` of the first record after the last checkpoint.
+  uint64_t copy_seq = 0;        // The seq of the checkpoint copy checked (0: none given).
+
   uint64_t last_seq = 0;
   std::string last_hash = std::string(kZeroHash);
   std::optional<VerifyFailure> failure;  // The first broken record; none if intact.
@@ -76,6 +101,9 @@ core::Result<VerifyReport> verifyAuditStream(std::istream& in,
                                              const VerifyingKey* public_key = nullptr);
 core::Result<VerifyReport> verifyAuditFile(const std::string& path,
                                            const VerifyingKey* public_key = nullptr);
+// The same, with a checkpoint copy to hold the log against (VerifyOptions).
+core::Result<VerifyReport> verifyAuditStream(std::istream& in, const VerifyOptions& options);
+core::Result<VerifyReport> verifyAuditFile(const std::string& path, const VerifyOptions& options);
 
 // The request and response records of `tenant` in an operator stream, each line byte for byte
 // (without its newline). Fails on an unreadable stream, a line that is not a record, or an empty

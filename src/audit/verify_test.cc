@@ -30,8 +30,9 @@ class VerifyTest : public ::testing::Test {
     other_verifying_ = std::move(VerifyingKey::fromPem(other->public_pem)).value();
   }
 
-  std::string writeStream(int events, uint64_t checkpoint_every) {
-    const std::string path = dir_.file("audit.log");
+  std::string writeStream(int events, uint64_t checkpoint_every,
+                          const std::string& name = "audit.log") {
+    const std::string path = dir_.file(name);
     auto sink = FileSink::open(
         path, {{.salt = "pepper", .signing_key = signing_, .checkpoint_every = checkpoint_every}},
         clock_);
@@ -89,6 +90,79 @@ TEST_F(VerifyTest, AnIntactStreamVerifies) {
   EXPECT_EQ(verifyText(text).summary(),
             "24 records, 4 checkpoints, chain intact; checkpoint signatures not checked (no "
             "public key)");
+}
+
+// The copy of the last checkpoint kept outside the log: a log cut back to before it, one that
+// holds another record at its seq, and a copy that is not a signed checkpoint all fail.
+TEST_F(VerifyTest, TheLastCheckpointsCopyCatchesACutOrReplacedLog) {
+  const std::string text = writeStream(20, 5);
+  const std::vector<std::string> lines = splitLines(text);
+  const std::string copy = lines[17] + "\n";  // The checkpoint seq 18.
+  auto verifyWith = [&](const std::string& log, const std::string& the_copy) {
+    std::istringstream in(log);
+    return std::move(verifyAuditStream(in, VerifyOptions{.public_key = verifying_.get(),
+                                                         .checkpoint_copy = &the_copy,
+                                                         .checkpoint_copy_name = "COPY"}))
+        .value();
+  };
+  VerifyReport r = verifyWith(text, copy);
+  EXPECT_TRUE(r.intact()) << r.summary();
+  EXPECT_EQ(r.copy_seq, 18U);
+  // Cut back to seq 12 (a checkpoint: the shorter chain verifies on its own).
+  std::vector<std::string> cut(lines.begin(), lines.begin() + 12);
+  ASSERT_TRUE(verifyText(joinLines(cut), verifying_.get()).intact());
+  r = verifyWith(joinLines(cut), copy);
+  ASSERT_FALSE(r.intact());
+  EXPECT_EQ(r.failure->line, 13U);
+  EXPECT_NE(r.failure->message.find("the log ends at seq 12, but COPY holds its checkpoint seq 18"),
+            std::string::npos)
+      << r.summary();
+  // Another log signed with the same key (an older one, say) in its place.
+  clock_.advance(std::chrono::seconds(1));
+  const std::string other = writeStream(20, 5, "other.log");
+  ASSERT_TRUE(verifyText(other, verifying_.get()).intact());
+  r = verifyWith(other, copy);
+  ASSERT_FALSE(r.intact());
+  EXPECT_EQ(r.failure->line, 18U);
+  EXPECT_NE(r.failure->message.find("not the checkpoint that COPY holds for seq 18"),
+            std::string::npos)
+      << r.summary();
+  // A copy that is no checkpoint, or one that the key did not sign.
+  r = verifyWith(text, lines[3] + "\n");
+  ASSERT_FALSE(r.intact());
+  EXPECT_NE(r.summary().find("COPY is not an audit checkpoint"), std::string::npos) << r.summary();
+  json forged = json::parse(lines[17]);
+  forged["time"] = "2030-01-01T00:00:00.000Z";
+  r = verifyWith(text, rehash(forged));
+  ASSERT_FALSE(r.intact());
+  EXPECT_NE(r.summary().find("COPY is not signed by the given public key"), std::string::npos)
+      << r.summary();
+}
+
+// What the report says of the records after the last checkpoint, for `tessera audit verify` to
+// tell a live log's young tail from an old one.
+TEST_F(VerifyTest, TheReportDescribesTheUnsignedTail) {
+  const std::string path = dir_.file("tail.log");
+  auto sink = FileSink::open(path,
+                             {{.salt = "pepper",
+                               .signing_key = signing_,
+                               .checkpoint_every = 3,
+                               .checkpoint_interval = std::chrono::milliseconds(60000)}},
+                             clock_);
+  ASSERT_TRUE(sink.isOk());
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE((*sink)->write(testing::sampleEvent(i)).isOk());
+    clock_.advance(std::chrono::milliseconds(1500));
+  }
+  const VerifyReport r = std::move(verifyAuditFile(path, verifying_.get())).value();
+  EXPECT_TRUE(r.intact()) << r.summary();
+  EXPECT_EQ(r.last_checkpoint_seq, 5U);  // After the new log's first line and 3 records.
+  EXPECT_EQ(r.checkpoint_interval_ms, 60000U);
+  EXPECT_EQ(r.unsigned_tail, 2U);
+  const std::vector<std::string> lines = splitLines(readFile(path));
+  EXPECT_EQ(r.tail_first_time, json::parse(lines[5])["time"]);
+  EXPECT_EQ(r.summary().find("2 records after the last checkpoint") != std::string::npos, true)
+      << r.summary();
 }
 
 TEST_F(VerifyTest, AnEmptyStreamIsIntact) {

@@ -1,5 +1,8 @@
 #include "cli/audit_command.h"
 
+#include <fmt/format.h>
+
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -11,12 +14,18 @@
 #include "audit/crypto.h"
 #include "audit/record.h"
 #include "audit/verify.h"
+#include "core/rfc3339.h"
 
 namespace tessera::cli {
 namespace {
 
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
+// `audit verify`: the chain is intact, but its last records follow the last checkpoint (they
+// are not signed yet): a live server's young tail (3), or one older than the writer's
+// checkpoint interval, or from a writer that promised none (4).
+constexpr int kExitTailNotYetSigned = 3;
+constexpr int kExitTailUnsigned = 4;
 
 int fail(int code, const std::string& message) {
   std::cerr << "error: " << message << "\n";
@@ -26,7 +35,45 @@ int fail(int code, const std::string& message) {
 struct VerifyArgs {
   std::string file;
   std::string public_key;
+  std::string checkpoint_copy;
 };
+
+// How long an unsigned tail may wait for its checkpoint, beyond the writer's interval, before
+// verify stops calling it a live server's: a flush, a slow disk, clocks a little apart.
+std::chrono::milliseconds tailGrace(uint64_t interval_ms) {
+  return std::chrono::milliseconds(interval_ms + 2000);
+}
+
+// The exit status and message for an intact chain's unsigned tail (report.unsigned_tail > 0).
+int unsignedTail(const audit::VerifyReport& report) {
+  const auto first = core::parseRfc3339(report.tail_first_time);
+  const auto age = first ? std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now() - *first)
+                         : std::chrono::milliseconds::max();
+  const std::string what = fmt::format(
+      "{} records after the last checkpoint ({}) are not signed yet; the oldest was written at {}",
+      report.unsigned_tail,
+      report.last_checkpoint_seq > 0 ? fmt::format("seq {}", report.last_checkpoint_seq)
+                                     : std::string("there is none"),
+      report.tail_first_time);
+  if (report.checkpoint_interval_ms > 0 && age <= tailGrace(report.checkpoint_interval_ms)) {
+    std::cerr << "warning: " << what << " (" << age.count() / 1000.0
+              << " s ago). The server signs them within its checkpoint interval ("
+              << report.checkpoint_interval_ms
+              << " ms) and when it stops: verify again then. Until then they could be rewritten "
+                 "or cut off without a trace.\n";
+    return kExitTailNotYetSigned;
+  }
+  std::cerr << "warning: " << what << ", "
+            << (report.checkpoint_interval_ms > 0
+                    ? fmt::format("longer ago than the writer's checkpoint interval ({} ms)",
+                                  report.checkpoint_interval_ms)
+                    : std::string("and the writer promised no checkpoint interval"))
+            << ". The server stopped without its final checkpoint (killed or crashed: it signs "
+               "them when it starts again), or these records were rewritten or cut after it "
+               "stopped. They cannot be vouched for.\n";
+  return kExitTailUnsigned;
+}
 
 int runVerify(const VerifyArgs& args) {
   std::unique_ptr<audit::VerifyingKey> key;
@@ -44,7 +91,26 @@ int runVerify(const VerifyArgs& args) {
     }
     key = std::move(k).value();
   }
-  auto report = audit::verifyAuditFile(args.file, key.get());
+  audit::VerifyOptions options{.public_key = key.get()};
+  std::string copy_file = args.checkpoint_copy;
+  if (copy_file.empty() && std::filesystem::exists(args.file + ".checkpoint")) {
+    // The copy of its last checkpoint that the server keeps beside the log.
+    copy_file = args.file + ".checkpoint";
+    std::cerr << "checking the log against the copy of its last checkpoint in " << copy_file
+              << " (found beside the log; --checkpoint to give another)\n";
+  }
+  std::string copy;
+  if (!copy_file.empty()) {
+    std::ifstream in(copy_file, std::ios::binary);
+    if (!in) {
+      return fail(kExitBadInput, copy_file + ": cannot open the checkpoint copy");
+    }
+    copy.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    options.checkpoint_copy = &copy;
+    options.checkpoint_copy_name = copy_file;
+  }
+  // The copy is read before the log: the log a server writes meanwhile still holds it.
+  auto report = audit::verifyAuditFile(args.file, options);
   if (!report.isOk()) {
     return fail(kExitBadInput, report.status().message());
   }
@@ -52,6 +118,9 @@ int runVerify(const VerifyArgs& args) {
     return fail(kExitFailure, args.file + ": " + report->summary());
   }
   std::cout << report->summary() << "\n";
+  if (report->unsigned_tail > 0) {
+    return unsignedTail(*report);
+  }
   return 0;
 }
 
@@ -159,12 +228,26 @@ void addAuditCommand(CLI::App& app, int* rc) {
                          "Ed25519 public key (PEM) to check checkpoint signatures with (default: "
                          "FILE.public.pem, the server's, if it is there); without one a rewritten "
                          "tail with recomputed hashes cannot be detected");
+  verify_cmd->add_option("--checkpoint,-c", verify->checkpoint_copy,
+                         "The copy of the log's last checkpoint (one line) to hold the log "
+                         "against (default: FILE.checkpoint, the server's, if it is there); keep "
+                         "one where the log's writer cannot change it");
   verify_cmd->footer(
       "Checks that every line is a complete record whose hash matches its contents, that seq "
-      "counts up from 1, that each prev_hash is the previous record's hash and, with "
-      "--public-key, that every checkpoint is signed by that key. Prints a one-line summary, or "
-      "the first broken record as 'line N (seq S): what is wrong'.\n"
-      "Exit status: 0 chain intact, 1 chain broken, 2 file or key unreadable.\n"
+      "counts up from 1, that each prev_hash is the previous record's hash, with --public-key "
+      "that every checkpoint is signed by that key, and with --checkpoint that the log holds "
+      "that checkpoint at its seq (a log cut back to before its last checkpoint, or rewritten up "
+      "to it, fails). Prints a one-line summary, or the first broken record as 'line N (seq S): "
+      "what is wrong'.\n"
+      "Records after the last checkpoint are not signed: they could have been rewritten or cut "
+      "off without a trace. A live server signs them within its checkpoint interval (audit "
+      "block: checkpoint_interval_ms, 5000 by default) and when it stops.\n"
+      "Exit status: 0 chain intact and every record signed; 1 chain broken (a record changed, "
+      "missing or cut off, a bad signature); 2 file or key unreadable; 3 chain intact, but the "
+      "last records are not signed yet and younger than the server's checkpoint interval (a "
+      "live server's tail: verify again later); 4 chain intact, but the last records are not "
+      "signed and older than that interval, or the log has no interval (its server was killed "
+      "before it signed them, or they were changed since: they cannot be vouched for).\n"
       "Example: tessera audit verify /var/lib/tessera/audit.log --public-key audit-public.pem");
   verify_cmd->callback([verify, rc] { *rc = runVerify(*verify); });
 

@@ -360,6 +360,7 @@ Admission ControlPlane::admit(const HttpRequest& http,
     resp.headers.emplace_back("Retry-After", "1");
     resp.delay = options_.reject_delay;
     a.response = std::move(resp);
+    recordRefusal(http, *a.response, listeners);
     return a;
   }
   b.tokens -= 1;
@@ -446,9 +447,104 @@ void ControlPlane::recordMetric(const std::string& route, const std::string& ten
 
 void ControlPlane::handle(const HttpRequest& http, const std::vector<ListenerConfig>& listeners,
                           Reply reply) {
-  if (std::optional<HttpResponse> now = serve(http, listeners, reply)) {
+  // Whatever throws on the way, the request is answered and its answer recorded (paired with
+  // its request record, if one was written).
+  std::string recorded;
+  std::optional<HttpResponse> now;
+  try {
+    now = serve(http, listeners, reply, recorded);
+  } catch (const std::exception& e) {
+    now = failed(http, listeners, recorded, e);
+  }
+  if (now && reply) {
     reply(std::move(*now));
   }
+}
+
+namespace {
+
+constexpr size_t kMaxRecordedTarget = 1024;  // A refused request's target, as recorded.
+
+// What a JSON type error says about the body, without nlohmann's prefix.
+std::string jsonTypeError(const json::exception& e) {
+  const char* rest = std::strchr(e.what(), ']');
+  return std::string("request body: a field has the wrong type: ") +
+         (rest != nullptr && rest[1] == ' ' ? rest + 2 : e.what());
+}
+
+}  // namespace
+
+audit::AuditEvent ControlPlane::refusalEvent(const HttpRequest& http, const HttpResponse& resp,
+                                             const std::vector<ListenerConfig>& listeners,
+                                             std::string& source) {
+  audit::AuditEvent ev;
+  ev.type = audit::AuditType::kResponse;
+  ev.request_id = requestId();
+  ev.request.method = http.method.substr(0, 32);
+  ev.request.remote_address = http.remote;
+  const std::string chroot =
+      http.listener < listeners.size() ? listeners[http.listener].chroot_tenant : "";
+  auto scope = scopeTarget(http.target, chroot);
+  if (scope.isOk()) {
+    ev.request.path = scope->tenant ? "tenants/" + *scope->tenant + "/" + scope->path : scope->path;
+  } else {
+    // A path that does not parse (or names nothing on this listener): as it came, bounded.
+    ev.request.path = http.target.substr(0, kMaxRecordedTarget);
+  }
+  const std::string secret = requestToken(http);
+  auto token = secret.empty() ? core::Result<TokenInfo>(core::notFound("no token"))
+                              : tokens_->lookup(secret);
+  if (token.isOk()) {
+    ev.tenant = token->tenant;
+    ev.auth.accessor = token->accessor;
+    ev.auth.policies = token->policies;
+    source = RefusalLog::sourceOf(http.remote, &token->tenant);
+  } else {
+    ev.auth.token = secret;  // HMAC'd by the sink, never written as it is.
+    source = RefusalLog::sourceOf(http.remote, nullptr);
+  }
+  ev.response.status = static_cast<int>(resp.status);
+  const json body = json::parse(resp.body, nullptr, false);
+  ev.response.body = body.is_object() ? body : json::object();
+  if (body.is_object() && body.contains("errors") && body["errors"].is_array() &&
+      !body["errors"].empty() && body["errors"][0].is_string()) {
+    ev.error = body["errors"][0].get<std::string>();
+  }
+  return ev;
+}
+
+void ControlPlane::recordRefusal(const HttpRequest& http, const HttpResponse& resp,
+                                 const std::vector<ListenerConfig>& listeners,
+                                 const std::string& credential) {
+  std::string source;
+  audit::AuditEvent ev = refusalEvent(http, resp, listeners, source);
+  if (!credential.empty()) {
+    ev.auth.token = credential;
+  }
+  refusals_->record(source, ev);
+}
+
+HttpResponse ControlPlane::failed(const HttpRequest& http,
+                                  const std::vector<ListenerConfig>& listeners,
+                                  const std::string& recorded, const std::exception& e) {
+  HttpResponse resp;
+  if (const auto* bad = dynamic_cast<const json::type_error*>(&e)) {
+    resp = error(400, jsonTypeError(*bad));
+  } else {
+    core::logError("{} {}: {}", http.method, http.target.substr(0, kMaxRecordedTarget), e.what());
+    resp =
+        error(500, "internal error (request " + (recorded.empty() ? "unrecorded" : recorded) + ")");
+  }
+  std::string source;
+  audit::AuditEvent ev = refusalEvent(http, resp, listeners, source);
+  if (recorded.empty()) {
+    refusals_->record(source, ev);
+  } else {
+    // The request record is in the log: its response record is too, whatever the budget.
+    ev.request_id = recorded;
+    (void)auditor_.record(ev);
+  }
+  return resp;
 }
 
 HttpResponse ControlPlane::handle(const HttpRequest& http,
@@ -461,7 +557,7 @@ HttpResponse ControlPlane::handle(const HttpRequest& http,
 
 std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
                                                 const std::vector<ListenerConfig>& listeners,
-                                                Reply& later) {
+                                                Reply& later, std::string& recorded) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string chroot =
       http.listener < listeners.size() ? listeners[http.listener].chroot_tenant : "";
@@ -472,10 +568,16 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   if (auto answer = wellKnownApi(http)) {
     return *answer;
   }
+  // Refusals before the request record is written are recorded each in a record of its own,
+  // within a budget (recordRefusal; failed authentication too).
+  auto refuse = [&](HttpResponse resp) {
+    recordRefusal(http, resp, listeners);
+    return resp;
+  };
   auto parsed = parseApiRequest(http, chroot);
   if (!parsed.isOk()) {
-    return error(parsed.status().code() == core::StatusCode::kNotFound ? 404 : 400,
-                 parsed.status().message());
+    return refuse(error(parsed.status().code() == core::StatusCode::kNotFound ? 404 : 400,
+                        parsed.status().message()));
   }
   Request r{http, std::move(parsed->scope), parsed->method, requestId(), {},
             "",   std::move(parsed->body),  std::nullopt};
@@ -484,9 +586,12 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   r.match =
       matchRoute(r.scope.tenant ? RouteScope::kTenant : RouteScope::kAdmin, r.scope.path, r.method);
   r.route = r.match.label;
+  // A join is authenticated by the join token in its body, not by a token: one that does not
+  // authenticate is a refusal, as a bad token is; one that does is recorded and handled below.
+  bool join = false;
   if (r.match.route != nullptr && !r.match.route->authenticated) {
     if (!r.match.allowed) {
-      return methodNotAllowed(r);
+      return refuse(methodNotAllowed(r));
     }
     switch (r.match.route->api) {
       case Api::kHealth:
@@ -494,21 +599,32 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
       case Api::kOpenApi:
         return reply(200, openApiDocument(kVersion));
       case Api::kNodeJoin:
-        return nodeJoinApi(r);
+        if (auto joined = joinTokenOf(r); !joined.isOk()) {
+          HttpResponse resp = fromStatus(joined.status());
+          const json presented = r.body.value("join_token", json());
+          recordRefusal(http, resp, listeners,
+                        presented.is_string() ? presented.get<std::string>() : "");
+          return resp;
+        }
+        join = true;
+        break;
       default:
         break;
     }
   }
-  if (auto answer = unauthenticatedSecretsApi(http, r.scope, r.body)) {
-    return *answer;
+  if (!join) {
+    if (auto answer = unauthenticatedSecretsApi(http, r.scope, r.body)) {
+      return *answer;
+    }
+    const std::string& secret = parsed->token;
+    auto token = secret.empty() ? core::Result<TokenInfo>(core::notFound("no token"))
+                                : tokens_->lookup(secret);
+    if (!token.isOk()) {
+      // Its record tells a missing token from a presented one (auth.token, HMAC'd).
+      return refuse(error(403, "permission denied: missing, invalid, revoked or expired token"));
+    }
+    r.token = std::move(token).value();
   }
-  const std::string& secret = parsed->token;
-  auto token = secret.empty() ? core::Result<TokenInfo>(core::notFound("no token"))
-                              : tokens_->lookup(secret);
-  if (!token.isOk()) {
-    return error(403, "permission denied: missing, invalid, revoked or expired token");
-  }
-  r.token = std::move(token).value();
   // The tenant boundary: a tenant token sees its own tenant and nothing else, not even that
   // something else exists. One exception: any token may look itself up from the admin scope,
   // which answers nothing but the token's own data (naming its tenant). That is how a client
@@ -590,6 +706,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   } else if (!auditor_.record(ev).isOk()) {
     return error(503, "the audit log cannot record this request, so it is refused");
   }
+  recorded = r.request_id;
   if (prepared) {
     for (size_t i = 0; i < appended.sinks.size(); ++i) {
       if (appended.sinks[i]) {
@@ -606,9 +723,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     std::optional<HttpResponse> refused = read_only ? std::nullopt : storageRefusal(r, tenant);
     resp = refused ? std::move(*refused) : route(r);
   } catch (const json::type_error& e) {
-    resp = error(400, std::string("request body: a field has the wrong type: ") +
-                          (std::strchr(e.what(), ']') != nullptr ? std::strchr(e.what(), ']') + 2
-                                                                 : e.what()));
+    resp = error(400, jsonTypeError(e));
   } catch (const std::exception& e) {
     core::logError("{} {} (request {}): {}", r.method, ev.request.path, r.request_id, e.what());
     resp = error(500, "internal error (request " + r.request_id + ")");
@@ -886,7 +1001,8 @@ HttpResponse ControlPlane::route(Request& r) {
       return nodeAdminApi(r, p.at("node"), p.contains("op") ? p.at("op") : "");
     case Api::kPools:
       return poolsApi(r);
-    case Api::kNodeJoin:  // Answered before authentication.
+    case Api::kNodeJoin:  // Authenticated by its join token (serve).
+      return nodeJoinApi(r);
     case Api::kQueues:
       return queuesApi(r);
     case Api::kSeal:
@@ -972,6 +1088,7 @@ core::Status ControlPlane::onDriverChanges(const std::map<std::string, WorkloadS
 
 void ControlPlane::housekeeping() {
   (void)tokens_->expire();
+  refusals_->flushSummaries();
   if (const auto now = std::chrono::steady_clock::now();
       now - join_tokens_swept_ > std::chrono::minutes(1)) {
     join_tokens_swept_ = now;

@@ -38,6 +38,7 @@
 #include "server/node_mailbox.h"
 #include "server/node_records.h"
 #include "server/node_watchers.h"
+#include "server/refusal_log.h"
 #include "server/route.h"
 #include "server/task_secrets.h"
 #include "server/tenant_usage.h"
@@ -92,6 +93,8 @@ struct ControlPlaneOptions {
   // ("all"): every answer. Either way a change is made only once its request record is on
   // stable storage (docs/server.md, the request path).
   bool durable_every_answer = false;
+  // The budget of the records of refused requests (server/refusal_log.h).
+  RefusalLogOptions refusals;
 };
 
 class ControlPlane {
@@ -115,6 +118,16 @@ class ControlPlane {
   void handle(const HttpRequest& req, const std::vector<ListenerConfig>& listeners, Reply reply);
   // The same, waiting for the answer.
   HttpResponse handle(const HttpRequest& req, const std::vector<ListenerConfig>& listeners);
+  // Records a request refused before the pipeline records it (the HTTP layer's 413, 431, 400
+  // and full queues; admit's 429; a failed authentication; a path or body that does not
+  // parse): one response record, in the token's tenant's stream if its token authenticates,
+  // else the operator's with the presented token HMAC'd, within the refusals' budget
+  // (RefusalLog). `credential`: one the body presented instead (a join token), HMAC'd too.
+  // Never blocks on a disk flush; any thread.
+  void recordRefusal(const HttpRequest& req, const HttpResponse& resp,
+                     const std::vector<ListenerConfig>& listeners,
+                     const std::string& credential = "");
+  RefusalCounts refusalCounts() const { return refusals_->counts(); }
 
   // Creates the bootstrap root token if none exists (first start).
   core::Result<CreatedToken> bootstrapRootToken() { return tokens_->bootstrapRoot(); }
@@ -158,6 +171,7 @@ class ControlPlane {
         clock_(clock),
         options_(std::move(options)),
         secrets_(secrets),
+        refusals_(std::make_unique<RefusalLog>(auditor, clock, options_.refusals)),
         audit_sinks_(auditor.sinkNames()) {}
   core::Status load();
   // Before issue #36 a stored GPU limit of 0 meant none; it is zero now, and none is -1.
@@ -220,6 +234,10 @@ class ControlPlane {
   HttpResponse joinTokensApi(Request& r);
   // POST sys/nodes/join (no token; the join token in the body): a new node and its credential.
   HttpResponse nodeJoinApi(Request& r);
+  // The stored join token that a join's body names, or why it does not authenticate the join:
+  // the body's fields or the token's type (invalid argument), an unknown or expired token
+  // (permission denied), or the store (unavailable). Reads only.
+  core::Result<nlohmann::json> joinTokenOf(const Request& r);
   // POST sys/nodes/<node>/credential: a joined node's new credential (the old one is revoked).
   HttpResponse nodeCredentialApi(Request& r, const std::string& node);
   // nodes/<node> (GET, DELETE: remove) and nodes/<node>/<op> (POST: cordon, uncordon, drain).
@@ -335,8 +353,18 @@ class ControlPlane {
   // or nullopt when it goes to `later` (moved from) once the audit log has it on disk.
   std::optional<HttpResponse> finish(Finish& f, HttpResponse resp, Reply& later);
   // handle's work: the answer, or nullopt when it goes to `later` (moved from) afterwards.
+  // `recorded` is the request's id once its request record is in the audit log.
   std::optional<HttpResponse> serve(const HttpRequest& req,
-                                    const std::vector<ListenerConfig>& listeners, Reply& later);
+                                    const std::vector<ListenerConfig>& listeners, Reply& later,
+                                    std::string& recorded);
+  // The answer to a request whose pipeline threw (`recorded`: as serve left it): 400 for a JSON
+  // type error, else 500; its response record pairs with its request record if it has one.
+  HttpResponse failed(const HttpRequest& req, const std::vector<ListenerConfig>& listeners,
+                      const std::string& recorded, const std::exception& e);
+  // The response record of `resp` to a request that the pipeline did not record (or whose
+  // pipeline threw), and the source it counts against (RefusalLog::sourceOf).
+  audit::AuditEvent refusalEvent(const HttpRequest& req, const HttpResponse& resp,
+                                 const std::vector<ListenerConfig>& listeners, std::string& source);
   void recordMetric(const std::string& route, const std::string& tenant, unsigned status,
                     double seconds);
 
@@ -347,6 +375,7 @@ class ControlPlane {
   const core::Clock& clock_;
   ControlPlaneOptions options_;
   secrets::Secrets* secrets_;  // Null: the server has no secrets (answers 503 there).
+  std::unique_ptr<RefusalLog> refusals_;
   std::unique_ptr<TokenManager> tokens_;
   std::unique_ptr<GrantTable> grants_;
   std::unique_ptr<TaskSecrets> task_secrets_;  // Null without secrets_.

@@ -15,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -29,6 +31,7 @@
 #include "secrets/service.h"
 #include "server/api_util.h"
 #include "server/driver.h"
+#include "server/node_records.h"
 #include "store/sqlite_store.h"
 #include "store/store.h"
 #include "store/test_util.h"
@@ -727,6 +730,86 @@ TEST_F(ControlPlaneTest, StoredGpuLimitsOfZeroFromBeforeStayNoneAndNewZerosStayZ
   r = callAs(root_.secret, "POST", "/v1/tenants/legacy/workloads/c", gpu_work);
   EXPECT_EQ(r.status, 400U) << r.body;
   EXPECT_NE(r.body.find("may hold at most 0 milli-GPU"), std::string::npos) << r.body;
+}
+
+std::string slurpFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The audit log's records, parsed (appended ones included: they are in the file already).
+std::vector<json> auditRecords(const fs::path& log) {
+  std::vector<json> out;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    out.push_back(json::parse(line));
+  }
+  return out;
+}
+
+// Every request record has a response record with its request id.
+void expectEveryRequestAnswered(const std::vector<json>& records) {
+  std::map<std::string, int> open;
+  for (const json& rec : records) {
+    if (rec["type"] == "request") {
+      ++open[rec["request_id"].get<std::string>()];
+    } else if (rec["type"] == "response") {
+      open.erase(rec["request_id"].get<std::string>());
+    }
+  }
+  for (const auto& [id, n] : open) {
+    ADD_FAILURE() << "request " << id << " has a request record and no response record";
+  }
+}
+
+// A join whose non-string join_token made the handler throw (an unauthenticated 500 whose
+// request record had no response record) is a 400 that says what is wrong, recorded.
+TEST_F(ControlPlaneTest, AJoinWithANonStringJoinTokenIsA400AndRecorded) {
+  for (const json& token : {json(0), json::array(), json("")}) {
+    const HttpResponse r =
+        callAs("", "POST", "/v1/sys/nodes/join", {{"join_token", token}, {"node", "n9"}});
+    EXPECT_EQ(r.status, 400U) << r.body;
+    EXPECT_NE(r.body.find("join_token: expected a non-empty string"), std::string::npos) << r.body;
+  }
+  // A node name of the wrong type, with a token that authenticates, is the handler's 400.
+  const HttpResponse made =
+      callAs(root_.secret, "POST", "/v1/sys/nodes/join-tokens", {{"ttl", "1h"}});
+  ASSERT_EQ(made.status, 200U) << made.body;
+  const std::string join = json::parse(made.body)["data"]["token"];
+  const HttpResponse named =
+      callAs("", "POST", "/v1/sys/nodes/join", {{"join_token", join}, {"node", 7}});
+  EXPECT_EQ(named.status, 400U) << named.body;
+  EXPECT_NE(named.body.find("node: expected a string"), std::string::npos) << named.body;
+  const std::vector<json> records = auditRecords(dir_ / "audit.log");
+  expectEveryRequestAnswered(records);
+  int joins = 0;
+  for (const json& rec : records) {
+    if (rec["request"]["path"] == "sys/nodes/join" && rec["type"] == "response") {
+      EXPECT_EQ(rec["response"]["status"], 400) << rec.dump();
+      ++joins;
+    }
+  }
+  EXPECT_EQ(joins, 4);
+  EXPECT_EQ(slurpFile(dir_ / "audit.log").find(join), std::string::npos);  // HMAC'd only.
+}
+
+// Whatever throws on a request's way (here the store, as a backend with a bug might) is
+// answered, and no request record is left without its response record.
+TEST_F(ControlPlaneTest, AnExceptionOnTheWayIsAnsweredAndRecorded) {
+  const HttpResponse made =
+      callAs(root_.secret, "POST", "/v1/sys/nodes/join-tokens", {{"ttl", "1h"}});
+  ASSERT_EQ(made.status, 200U) << made.body;
+  held_store_->throwOnRange(std::string(kJoinTokensPrefix));
+  const HttpResponse r =
+      callAs("", "POST", "/v1/sys/nodes/join",
+             {{"join_token", json::parse(made.body)["data"]["token"]}, {"node", "n9"}});
+  held_store_->throwOnRange("");
+  EXPECT_EQ(r.status, 500U) << r.body;
+  const std::vector<json> records = auditRecords(dir_ / "audit.log");
+  expectEveryRequestAnswered(records);
+  ASSERT_FALSE(records.empty());
+  EXPECT_EQ(records.back()["request"]["path"], "sys/nodes/join");
+  EXPECT_EQ(records.back()["response"]["status"], 500);
 }
 
 // A tenant made before `patch` existed keeps KV PATCH for its admin; an edited policy is the

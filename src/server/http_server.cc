@@ -31,6 +31,7 @@ struct HttpServer::Impl {
   std::vector<std::unique_ptr<ssl::context>> tls;  // Null for plain listeners.
   AsyncHandler handler;
   Admitter admitter;
+  RefusalObserver refused;  // May be null.
   std::vector<std::thread> threads;
   std::unique_ptr<FairPool> pool;  // Created by start(); stopped before the I/O threads end.
   // Keeps the I/O threads running while a request is with a worker and nothing else is pending.
@@ -161,16 +162,16 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     if (ec == http::error::body_limit) {
       linger_ = true;  // The body may still be on its way.
-      reply(errorResponse(413, "request body too large"), false);
+      reply(refused(errorResponse(413, "request body too large")), false);
       return;
     }
     if (ec == http::error::header_limit) {
-      reply(errorResponse(431, "request header fields too large"), false);
+      reply(refused(errorResponse(431, "request header fields too large")), false);
       return;
     }
     if (ec) {
       if (parser_->got_some()) {
-        reply(errorResponse(400, "malformed HTTP request"), false);
+        reply(refused(errorResponse(400, "malformed HTTP request")), false);
       } else {
         close();
       }
@@ -199,7 +200,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       try {
         admission = server_.admitter(r);
       } catch (const std::exception& e) {
-        admission.response = errorResponse(500, "internal error");
+        admission.response = refused(errorResponse(500, "internal error"), &r);
       }
     }
     if (admission.response) {
@@ -209,7 +210,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     // The handler may block: it runs on a worker, and the reply comes back to this strand,
     // from the worker or from whichever thread answers later (at once if that is this strand's
     // own: a handler run here, see Admission::run_now).
-    FairPool::Job job = [self = this->shared_from_this(), r = std::move(r), keep_alive]() {
+    // Shared with this strand, which records it if the queue is full.
+    auto shared = std::make_shared<const HttpRequest>(std::move(r));
+    FairPool::Job job = [self = this->shared_from_this(), shared, keep_alive]() {
+      const HttpRequest& r = *shared;
       auto answer = std::make_shared<Answer>([self, keep_alive](HttpResponse resp) {
         asio::dispatch(self->stream_.get_executor(),
                        [self, resp = std::move(resp), keep_alive]() mutable {
@@ -219,7 +223,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       try {
         self->server_.handler(r, [answer](HttpResponse resp) { answer->send(std::move(resp)); });
       } catch (const std::exception& e) {
-        answer->send(errorResponse(500, "internal error"));
+        answer->send(self->refused(errorResponse(500, "internal error"), &r));
       }
     };
     if (admission.run_now && server_.pool->runNowIfFree(admission.key, admission.limits, job)) {
@@ -230,8 +234,43 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       HttpResponse resp = errorResponse(429, "too many requests waiting; slow down");
       resp.headers.emplace_back("Retry-After", "1");
       resp.delay = admission.reject_delay;
-      replyLater(std::move(resp), keep_alive);
+      replyLater(refused(std::move(resp), shared.get()), keep_alive);
     }
+  }
+
+  // Tells the server's refusal observer of `resp`, an answer given without the handler to
+  // `req`, or to what the parser read of the request in hand if null; returns `resp`.
+  HttpResponse refused(HttpResponse resp, const HttpRequest* req = nullptr) {
+    if (!server_.refused) {
+      return resp;
+    }
+    HttpRequest head;
+    if (req == nullptr) {
+      // What the parser read of the request line and fields (a 413 comes before the header is
+      // complete, and a 431 in its midst).
+      if (parser_ && parser_->got_some()) {
+        const http::request<http::string_body>& got = parser_->get();
+        head.method = std::string(got.method_string());
+        head.target = std::string(got.target());
+        for (const auto& field : got) {
+          const auto name = field.name_string();
+          head.headers.emplace_back(lower({name.data(), name.size()}), std::string(field.value()));
+        }
+      }
+      beast::error_code ec;
+      const tcp::endpoint peer = beast::get_lowest_layer(stream_).socket().remote_endpoint(ec);
+      if (!ec) {
+        head.remote = peer.address().to_string() + ":" + std::to_string(peer.port());
+      }
+      head.listener = listener_;
+      req = &head;
+    }
+    try {
+      server_.refused(*req, resp);
+    } catch (const std::exception&) {
+      // The refusal goes out all the same.
+    }
+    return resp;
   }
 
   // Writes a counted response, after its delay if it has one.
@@ -462,6 +501,10 @@ std::vector<uint16_t> HttpServer::ports() const {
 const std::vector<ListenerConfig>& HttpServer::listeners() const { return impl_->configs; }
 
 int64_t HttpServer::inFlight() const { return impl_->in_flight; }
+
+void HttpServer::setRefusalObserver(RefusalObserver observer) {
+  impl_->refused = std::move(observer);
+}
 
 void HttpServer::start(int io_threads, int workers) {
   impl_->pool = std::make_unique<FairPool>(workers);

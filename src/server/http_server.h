@@ -98,6 +98,10 @@ struct Admission {
 // Answers one request: call it once, from any thread (it only queues the write; later calls are
 // ignored). A Reply dropped without being called answers 500, so no request is left hanging.
 using Reply = std::function<void(HttpResponse)>;
+// Told of every answer the HTTP layer gives without the handler: a 413 (body too large), 431,
+// 400 (malformed HTTP), 429 (the key's queue is full), 500 (the admitter or the handler threw),
+// with the request as far as it was read. It must not block (it runs on an I/O thread).
+using RefusalObserver = std::function<void(const HttpRequest&, const HttpResponse&)>;
 
 class HttpServer {
  public:
@@ -125,6 +129,8 @@ class HttpServer {
   // The port each listener is bound to, in configuration order.
   std::vector<uint16_t> ports() const;
   const std::vector<ListenerConfig>& listeners() const;
+  // Call before start(): `observer` is told of the HTTP layer's own refusals (for the audit log).
+  void setRefusalObserver(RefusalObserver observer);
   // Starts accepting, with `io_threads` threads for TLS and HTTP and `workers` threads that run
   // the handler.
   void start(int io_threads, int workers);

@@ -105,6 +105,89 @@ TEST(HttpServerTest, BoundsHeadersAndBodies) {
   server->shutdown(std::chrono::seconds(1));
 }
 
+// Every answer the HTTP layer gives without the handler reaches the refusal observer (for the
+// audit log), with the request as far as it was read; a handled request does not.
+TEST(HttpServerTest, TheHttpLayersOwnRefusalsAreToldToTheObserver) {
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  HttpServer::Handler handler = [&](const HttpRequest& r) -> HttpResponse {
+    if (r.target == "/block") {
+      opened.wait();
+    }
+    return {200, r.target};
+  };
+  HttpServer::Admitter admitter = [](const HttpRequest& r) {
+    if (r.target == "/admit-throws") {
+      throw std::runtime_error("admitter bug");
+    }
+    Admission a;
+    a.key = "a";
+    a.limits = {1, 1};  // One running, one waiting.
+    return a;
+  };
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  l.max_header_bytes = 1024;
+  l.max_body_bytes = 100;
+  auto created = HttpServer::create({l}, handler, admitter);
+  ASSERT_TRUE(created.isOk());
+  auto server = std::move(created).value();
+  std::mutex mu;
+  std::vector<std::pair<unsigned, std::string>> seen;  // (status, "METHOD target token")
+  server->setRefusalObserver([&](const HttpRequest& r, const HttpResponse& resp) {
+    std::lock_guard lock(mu);
+    EXPECT_TRUE(r.remote.starts_with("127.0.0.1:")) << r.remote;
+    seen.emplace_back(resp.status, r.method + " " + r.target + " " + r.header("x-tessera-token"));
+  });
+  server->start(1, 1);
+  const uint16_t port = server->ports()[0];
+  EXPECT_EQ(rawStatus(port, "GET /fine HTTP/1.1\r\nHost: a\r\n\r\n"), 200U);
+  EXPECT_EQ(rawStatus(port,
+                      "POST /big HTTP/1.1\r\nHost: a\r\nX-Tessera-Token: t1\r\n"
+                      "Content-Length: 101\r\n\r\n" +
+                          std::string(101, 'x')),
+            413U);
+  EXPECT_EQ(rawStatus(port, "GET /v1/x HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(2000, 'y') +
+                                "\r\n\r\n"),
+            431U);
+  EXPECT_EQ(rawStatus(port, "GARBAGE\r\n\r\n"), 400U);
+  EXPECT_EQ(rawStatus(port, "GET /admit-throws HTTP/1.1\r\nHost: a\r\n\r\n"), 500U);
+  // Key a: one request running (held), one waiting; the next finds the queue full.
+  asio::io_context io;
+  beast::tcp_stream blocked(io);
+  beast::tcp_stream waiting(io);
+  blocked.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  waiting.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  http::request<http::string_body> block{http::verb::get, "/block", 11};
+  http::write(blocked, block);
+  while (server->inFlight() == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  http::request<http::string_body> wait{http::verb::get, "/wait", 11};
+  http::write(waiting, wait);
+  while (server->inFlight() < 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(rawStatus(port, "GET /queued HTTP/1.1\r\nHost: a\r\nX-Tessera-Token: t2\r\n\r\n"),
+            429U);
+  gate.set_value();
+  for (beast::tcp_stream* s : {&blocked, &waiting}) {
+    beast::flat_buffer buf;
+    http::response<http::string_body> resp;
+    http::read(*s, buf, resp);
+    EXPECT_EQ(resp.result_int(), 200U);
+  }
+  server->shutdown(std::chrono::seconds(1));
+  std::lock_guard lock(mu);
+  const std::vector<std::pair<unsigned, std::string>> want = {
+      {413, "POST /big t1"},        // What was read of the request comes along:
+      {431, "GET /v1/x "},          // the request line and the fields before the limit,
+      {400, "  "},                  // nothing that parses (the peer's address only),
+      {500, "GET /admit-throws "},  // or the whole request.
+      {429, "GET /queued t2"}};
+  EXPECT_EQ(seen, want);
+}
+
 TEST(HttpServerTest, ABodyOverTheLimitThatIsActuallySentGetsA413NotAReset) {
   ListenerConfig l;
   l.address = "127.0.0.1:0";

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "audit/auditor.h"
 #include "audit/crypto.h"
@@ -274,6 +275,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     audit::FileSinkOptions opts;
     opts.sink.salt = *salt;
     opts.sink.checkpoint_every = a.checkpoint_every;
+    opts.sink.checkpoint_interval = std::chrono::milliseconds(a.checkpoint_interval_ms);
     opts.appended_flush_delay = std::chrono::milliseconds(a.flush_delay_ms);
     // Checkpoints are signed unless the config says none: without a key a log whose records
     // are edited and every later hash recomputed still verifies. A key of its own is made
@@ -300,6 +302,11 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
         return fail(key.status());
       }
       opts.sink.signing_key = std::shared_ptr<const audit::SigningKey>(std::move(key).value());
+      // The last checkpoint, outside the log: `tessera audit verify` holds the log against it,
+      // so a log cut back to before it fails (docs/server.md, "The audit log's tail").
+      opts.checkpoint_copy = a.checkpoint_copy_file.empty()     ? a.path + ".checkpoint"
+                             : a.checkpoint_copy_file == "none" ? ""
+                                                                : a.checkpoint_copy_file;
     }
     auto sink = audit::FileSink::open(a.path, opts, clock);
     if (!sink.isOk()) {
@@ -378,6 +385,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.node_token_ttl = std::chrono::seconds(config.node_credential_ttl_s);
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.durable_every_answer = config.audit_durable_every_answer;
+  copts.refusals = config.refusals;
   copts.tokens.default_ttl = std::chrono::seconds(config.default_ttl_s);
   copts.tokens.max_ttl = std::chrono::seconds(config.max_ttl_s);
   secrets::SecretsOptions sopts;
@@ -422,6 +430,10 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     (*driver)->stop();
     return fail(http.status());
   }
+  // The HTTP layer's own refusals (413, 431, malformed requests, full queues) are recorded too.
+  (*http)->setRefusalObserver([&](const HttpRequest& r, const HttpResponse& resp) {
+    cp_ptr->recordRefusal(r, resp, listeners);
+  });
   (*http)->start(config.io_threads, config.workers);
   std::vector<std::string> addresses;
   const std::vector<uint16_t> ports = (*http)->ports();
@@ -540,9 +552,9 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(json doc, core::parseConfigFile(path));
   ServerConfig c;
   core::JsonNode top(doc, "", path);
-  TESSERA_RETURN_IF_ERROR(
-      top.checkKeys({"storage", "listener", "audit", "scheduler", "nodes", "limits", "tokens",
-                     "secrets", "audit_durable_answers", "io_threads", "workers", "ha"}));
+  TESSERA_RETURN_IF_ERROR(top.checkKeys({"storage", "listener", "audit", "scheduler", "nodes",
+                                         "limits", "tokens", "secrets", "audit_durable_answers",
+                                         "io_threads", "workers", "ha", "audit_refusals"}));
   TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> storage,
                            core::hclBlocks(doc, "storage", 1, path));
   if (storage.size() != 1 || (storage[0].labels[0] != "sqlite" && storage[0].labels[0] != "etcd")) {
@@ -637,8 +649,9 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
       return core::invalidArgument(path + ": " + at + ": only audit \"file\" exists");
     }
     core::JsonNode a(*audits[i].body, at, path);
-    TESSERA_RETURN_IF_ERROR(a.checkKeys(
-        {"path", "salt_file", "signing_key_file", "checkpoint_every", "flush_delay_ms"}));
+    TESSERA_RETURN_IF_ERROR(
+        a.checkKeys({"path", "salt_file", "signing_key_file", "checkpoint_every", "flush_delay_ms",
+                     "checkpoint_interval_ms", "checkpoint_copy_file"}));
     ServerConfig::AuditFile af;
     if (!a.has("path")) {
       return a.error("missing 'path'");
@@ -649,7 +662,24 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_ASSIGN_OR_RETURN(int64_t every, intField(a, "checkpoint_every", 0, 1000000000, 1000));
     af.checkpoint_every = static_cast<uint64_t>(every);
     TESSERA_ASSIGN_OR_RETURN(af.flush_delay_ms, intField(a, "flush_delay_ms", 0, 1000, 50));
+    TESSERA_ASSIGN_OR_RETURN(af.checkpoint_interval_ms,
+                             intField(a, "checkpoint_interval_ms", 0, 3600000, 5000));
+    TESSERA_ASSIGN_OR_RETURN(af.checkpoint_copy_file, strField(a, "checkpoint_copy_file", ""));
     c.audit.push_back(std::move(af));
+  }
+  TESSERA_ASSIGN_OR_RETURN(const json* refusals, singleBlock(doc, "audit_refusals", path));
+  if (refusals != nullptr) {
+    core::JsonNode r(*refusals, "audit_refusals", path);
+    TESSERA_RETURN_IF_ERROR(r.checkKeys(
+        {"per_source_rate", "per_source_burst", "unauthenticated_rate", "unauthenticated_burst"}));
+    for (const auto& [field, out, def] :
+         {std::tuple{"per_source_rate", &c.refusals.per_source_rate, 10},
+          std::tuple{"per_source_burst", &c.refusals.per_source_burst, 100},
+          std::tuple{"unauthenticated_rate", &c.refusals.unauthenticated_rate, 100},
+          std::tuple{"unauthenticated_burst", &c.refusals.unauthenticated_burst, 1000}}) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t v, intField(r, field, 1, 1000000, def));
+      *out = static_cast<double>(v);
+    }
   }
   TESSERA_ASSIGN_OR_RETURN(const json* sched, singleBlock(doc, "scheduler", path));
   if (sched != nullptr) {

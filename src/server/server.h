@@ -10,7 +10,10 @@
 //     tls_key_file       = "/etc/tessera/team-1-key.pem"
 //     tls_client_ca_file = "/etc/tessera/clients-ca.pem"   # optional mTLS
 //   }
-//   audit "file" { path = "/var/log/tessera/audit.log"  salt_file = "/etc/tessera/audit.salt" }
+//   audit "file" { path = "/var/log/tessera/audit.log"  salt_file = "/etc/tessera/audit.salt"
+//                  checkpoint_interval_ms = 5000  checkpoint_copy_file = "<path>.checkpoint" }
+//   audit_refusals { per_source_rate = 10  per_source_burst = 100  unauthenticated_rate = 100
+//                    unauthenticated_burst = 1000 }
 //   scheduler { policy = "tessera"  pass_interval_ms = 200  reclaim_patience_s = 0
 //               max_moves_per_pass = 8  max_unsaved_gpu_seconds = 3600
 //               cpu_per_free_gpu_milli = 0
@@ -40,6 +43,7 @@
 
 #include "core/status.h"
 #include "server/http_server.h"
+#include "server/refusal_log.h"
 #include "store/etcd_store.h"
 
 namespace tessera::server {
@@ -65,12 +69,21 @@ struct ServerConfig {
     uint64_t checkpoint_every = 1000;
     // Records nobody waits for (answers sent before their flush) are flushed this long after.
     int64_t flush_delay_ms = 50;
+    // A signed checkpoint at most this long after the first record that follows the last one
+    // (0: only every checkpoint_every records and at a stop).
+    int64_t checkpoint_interval_ms = 5000;
+    // Where the copy of the last checkpoint is kept; empty: `<path>.checkpoint`; "none": none.
+    std::string checkpoint_copy_file = {};
   };
   std::vector<AuditFile> audit;
   // audit_durable_answers = "secrets" (false) | "all" (true): whether every answer waits until
   // its audit records are on stable storage, or only one that reveals secrets
   // (ControlPlaneOptions::durable_every_answer).
   bool audit_durable_every_answer = false;
+  // audit_refusals { per_source_rate = 10  per_source_burst = 100  unauthenticated_rate = 100
+  //                  unauthenticated_burst = 1000 }: the records of refused requests
+  // (server/refusal_log.h).
+  RefusalLogOptions refusals;
   std::string policy = "tessera";
   int pass_interval_ms = 200;
   // Fair share (docs/fairness.md): how long a queue waits within its share before it may

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -124,8 +125,20 @@ class HeldStore final : public Store {
     return cv_.wait_for(lock, std::chrono::seconds(5), [&] { return held_ >= n; });
   }
 
+  // Reads of keys under `prefix` throw, as a backend with a bug might ("": none do).
+  void throwOnRange(std::string prefix) {
+    std::lock_guard lock(mu_);
+    throwing_ = std::move(prefix);
+  }
+
   core::Result<RangeResult> range(std::string_view key, std::string_view range_end, int64_t limit,
                                   int64_t revision) override {
+    {
+      std::lock_guard lock(mu_);
+      if (!throwing_.empty() && key.starts_with(throwing_)) {
+        throw std::runtime_error("store fault injected on " + std::string(key));
+      }
+    }
     return inner_.range(key, range_end, limit, revision);
   }
   core::Result<int64_t> put(std::string_view key, std::string_view value, LeaseId lease) override {
@@ -184,6 +197,7 @@ class HeldStore final : public Store {
   std::condition_variable cv_;
   std::set<std::string> prefixes_;      // Writes of keys under one of them wait.
   std::optional<std::string> failing_;  // Set: writes of keys under it fail.
+  std::string throwing_;                // Non-empty: reads of keys under it throw.
   int held_ = 0;
 };
 

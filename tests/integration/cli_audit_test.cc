@@ -131,7 +131,11 @@ TEST_F(CliAuditTest, ADefaultDevLogIsTamperEvident) {
     records.push_back(nlohmann::json::parse(line));
   }
   ASSERT_GE(records.size(), 3U);
-  records[0]["request"]["path"] = "/v1/sys/nothing-happened";
+  EXPECT_EQ(records[0]["type"], "checkpoint");  // A new log's first line states its interval.
+  const auto first_request = std::find_if(records.begin(), records.end(),
+                                          [](const auto& rec) { return rec["type"] == "request"; });
+  ASSERT_NE(first_request, records.end());
+  (*first_request)["request"]["path"] = "/v1/sys/nothing-happened";
   std::string forged;
   std::string prev;
   for (nlohmann::json& rec : records) {
@@ -177,6 +181,79 @@ TEST_F(CliAuditTest, VerifyExitsOneAtTheFirstBrokenRecord) {
   EXPECT_EQ(r.err, "error: " + log +
                        ": line 7 (seq 7): hash does not match the record's contents (6 records "
                        "before it verified)\n");
+}
+
+// Records after the last checkpoint are not signed: verify says so with an exit status of its
+// own, 3 while they are younger than the writer's checkpoint interval (a live server's tail), 4
+// once they are older or the writer promised none (it was killed, or they were changed since).
+TEST_F(CliAuditTest, VerifyTellsAnUnsignedTailFromAnIntactOneAndABrokenOne) {
+  ASSERT_EQ(tessera("audit keygen --private-key " + path("tail-key.pem") + " --public-key " +
+                    path("tail.public.pem"))
+                .rc,
+            0);
+  auto key = tessera::audit::SigningKey::fromPemFile(path("tail-key.pem"));
+  ASSERT_TRUE(key.isOk());
+  std::shared_ptr<const tessera::audit::SigningKey> signer = std::move(key).value();
+  // Writes `n` records to DIR/NAME with wall time `now` and no close (no final checkpoint).
+  auto write = [&](const std::string& name, tessera::core::WallTime now,
+                   std::chrono::milliseconds interval, int n) {
+    tessera::core::FakeClock clock(tessera::core::TimePoint{}, now);
+    tessera::audit::FileSinkOptions o{{.salt = "pepper",
+                                       .signing_key = signer,
+                                       .checkpoint_every = 1000,
+                                       .checkpoint_interval = interval}};
+    auto sink = tessera::audit::FileSink::open(path(name), o, clock);
+    ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+    for (int i = 0; i < n; ++i) {
+      AuditEvent e;
+      e.request_id = "r" + std::to_string(i);
+      ASSERT_TRUE((*sink)->write(e).isOk());
+    }
+  };
+  const auto now =
+      std::chrono::time_point_cast<tessera::core::Duration>(std::chrono::system_clock::now());
+  write("young.log", now, std::chrono::minutes(1), 2);
+  CmdResult r =
+      tessera("audit verify " + path("young.log") + " --public-key " + path("tail.public.pem"));
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("2 records after the last checkpoint (seq 1) are not signed yet"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("within its checkpoint interval (60000 ms)"), std::string::npos) << r.err;
+  write("old.log", now - std::chrono::minutes(5), std::chrono::minutes(1), 2);
+  r = tessera("audit verify " + path("old.log") + " --public-key " + path("tail.public.pem"));
+  EXPECT_EQ(r.rc, 4) << r.out << r.err;
+  EXPECT_NE(r.err.find("longer ago than the writer's checkpoint interval"), std::string::npos)
+      << r.err;
+  write("no-interval.log", now, std::chrono::milliseconds(0), 1);
+  r = tessera("audit verify " + path("no-interval.log") + " --public-key " +
+              path("tail.public.pem"));
+  EXPECT_EQ(r.rc, 4) << r.out << r.err;
+  EXPECT_NE(r.err.find("promised no checkpoint interval"), std::string::npos) << r.err;
+  // --checkpoint: a copy of a checkpoint the log no longer holds is a broken log (1).
+  const std::string log = writeLog(12, 5);  // Checkpoints at seq 6, 12 and 15 (close).
+  std::istringstream lines(slurp(log));
+  std::vector<std::string> all;
+  for (std::string line; std::getline(lines, line);) {
+    all.push_back(line);
+  }
+  spit(dir_ / "copy", all.back() + "\n");
+  all.resize(6);
+  std::string cut;
+  for (const std::string& line : all) {
+    cut += line + "\n";
+  }
+  spit(log, cut);
+  r = tessera("audit verify " + log + " --public-key " + path("key.pub.pem"));
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;  // Cut at a checkpoint: valid on its own.
+  r = tessera("audit verify " + log + " --public-key " + path("key.pub.pem") + " --checkpoint " +
+              path("copy"));
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(
+      r.err.find("the log ends at seq 6, but " + path("copy") + " holds its checkpoint seq 15"),
+      std::string::npos)
+      << r.err;
+  EXPECT_EQ(tessera("audit verify " + log + " --checkpoint " + path("missing")).rc, 2);
 }
 
 TEST_F(CliAuditTest, VerifyWithAnotherKeyExitsOne) {

@@ -119,6 +119,15 @@ Result<PendingLines> Chain::prepareFinalCheckpoint() const {
   return pending;
 }
 
+Result<PendingLines> Chain::prepareCheckpoint() const {
+  PendingLines pending{{}, head_};
+  if (options_.signing_key != nullptr) {
+    TESSERA_RETURN_IF_ERROR(
+        appendCheckpoint(pending.head, core::formatRfc3339Millis(clock_.wallNow()), pending.bytes));
+  }
+  return pending;
+}
+
 core::Status Chain::appendCheckpoint(ChainHead& head, const std::string& time,
                                      std::string& out) const {
   json record = {
@@ -128,6 +137,9 @@ core::Status Chain::appendCheckpoint(ChainHead& head, const std::string& time,
       {"prev_hash", head.hash},
       {"checkpoint", {{"key_id", options_.signing_key->keyId()}}},
   };
+  if (options_.checkpoint_interval_ms > 0) {
+    record["checkpoint"]["interval_ms"] = options_.checkpoint_interval_ms;
+  }
   TESSERA_ASSIGN_OR_RETURN(std::string signature,
                            options_.signing_key->signHex(checkpointSigningMessage(record)));
   record["checkpoint"]["signature"] = std::move(signature);

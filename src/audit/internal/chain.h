@@ -26,6 +26,9 @@ struct ChainOptions {
   RedactionOptions redaction;
   std::shared_ptr<const SigningKey> signing_key;  // Null: no checkpoints.
   uint64_t checkpoint_every = 1000;               // 0: only on close.
+  // Written into each checkpoint as "interval_ms" (0: not written): the sink's promise that a
+  // record waits at most this long for a checkpoint (FileSinkOptions::checkpoint_interval).
+  uint64_t checkpoint_interval_ms = 0;
 };
 
 // The part of a record that does not depend on the chain (everything but seq, time, prev_hash
@@ -61,7 +64,13 @@ class Chain {
   // gives), followed by a checkpoint when one is due.
   core::Result<PendingLines> seal(const RedactedRecord& record) const;
   // A checkpoint if any record came after the last one and there is a signing key; else empty.
+  // (Any checkpoint made outside `seal`: on close, on a timer, on request.)
   core::Result<PendingLines> prepareFinalCheckpoint() const;
+  // A checkpoint now, whatever came since the last one (a new log's first line, which states
+  // the writer's checkpoint interval from the start); empty without a signing key.
+  core::Result<PendingLines> prepareCheckpoint() const;
+  // Whether the chain signs checkpoints at all.
+  bool signs() const { return options_.signing_key != nullptr; }
   void commit(PendingLines pending) { head_ = std::move(pending.head); }
 
   const ChainHead& head() const { return head_; }

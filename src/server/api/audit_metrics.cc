@@ -249,6 +249,14 @@ HttpResponse ControlPlane::metrics(const std::optional<std::string>& tenant) {
       h.count = st.flushes;
       flush.addHistogram(l, h);
     }
+    const RefusalCounts refused = refusals_->counts();
+    MetricFamily& refusals =
+        out.family("tessera_audit_refusals_total", MetricType::kCounter,
+                   "Requests refused before the pipeline records them (failed authentication, "
+                   "unparsable paths and bodies, 413, 429, ...): recorded one by one, or dropped "
+                   "over the budget and counted in a summary record instead.");
+    refusals.add({{"outcome", "recorded"}}, static_cast<double>(refused.recorded));
+    refusals.add({{"outcome", "dropped"}}, static_cast<double>(refused.dropped));
   }
 
   // Tokens and secrets' leases that expire soon: what will stop working within the hour or the

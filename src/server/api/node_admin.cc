@@ -198,63 +198,60 @@ HttpResponse ControlPlane::joinTokensApi(Request& r) {
                        {"labels", *labels}}}});
 }
 
-HttpResponse ControlPlane::nodeJoinApi(Request& r) {
-  // No token: the join token in the body is the credential. The request is recorded (the join
-  // token HMAC'd, as every secret in a record) before anything changes, and its answer after.
-  audit::AuditEvent ev;
-  ev.type = audit::AuditType::kRequest;
-  ev.request_id = r.request_id;
-  ev.request.method = r.method;
-  ev.request.path = r.scope.path;
-  ev.request.remote_address = r.http.remote;
-  ev.request.body = r.body;
-  ev.sensitive = {"/join_token"};
-  if (!auditor_.record(ev).isOk()) {
-    return error(503, "the audit log cannot record this request, so it is refused");
-  }
-  auto finish = [&](HttpResponse resp, const std::string& why) {
-    ev.type = audit::AuditType::kResponse;
-    ev.request.body = json::object();
-    ev.sensitive.clear();
-    ev.response.status = static_cast<int>(resp.status);
-    ev.error = why;
-    if (!auditor_.record(ev).isOk()) {
-      return error(503, "the audit log cannot record this request, so it is refused");
-    }
-    return resp;
-  };
-  auto fail = [&](unsigned status, const std::string& message) {
-    return finish(error(status, message), message);
-  };
+core::Result<json> ControlPlane::joinTokenOf(const Request& r) {
   const std::string source = "join";
   core::JsonNode body(r.body, "", source);
-  if (core::Status st =
-          body.checkKeys({"join_token", "node", "discovery", "cpu_milli", "memory_mib", "labels"});
-      !st.isOk()) {
-    return fail(400, st.message());
+  TESSERA_RETURN_IF_ERROR(
+      body.checkKeys({"join_token", "node", "discovery", "cpu_milli", "memory_mib", "labels"}));
+  if (!body.has("join_token")) {
+    return core::invalidArgument("join_token: missing (tessera node join-token create makes one)");
   }
-  const std::string secret = r.body.value("join_token", "");
-  if (secret.empty()) {
-    return fail(400, "join_token: missing (tessera node join-token create makes one)");
+  const json& given = r.body["join_token"];
+  if (!given.is_string() || given.get_ref<const std::string&>().empty()) {
+    return core::invalidArgument(
+        "join_token: expected a non-empty string (the tjn.... token that `tessera node "
+        "join-token create` printed), not " +
+        (given.is_string() ? std::string("an empty one") : "a " + std::string(given.type_name())));
   }
-  std::lock_guard admin(node_admin_mu_);
+  const std::string& secret = given.get_ref<const std::string&>();
   auto got = store_.range(joinTokenKey(secret));
   if (!got.isOk()) {
-    return fail(503, got.status().message());
+    return got.status();
   }
   if (got->kvs.empty()) {
-    return fail(403, "permission denied: invalid join token");
+    return core::permissionDenied("permission denied: invalid join token");
   }
   const json token = json::parse(got->kvs[0].value, nullptr, false);
   if (token.is_discarded() ||
       token.value("expires_ms", int64_t{0}) <= core::unixMillis(clock_.wallNow())) {
-    return fail(403, "permission denied: the join token expired at " +
-                         (token.is_discarded() ? std::string("?")
-                                               : token.value("expires_at", std::string("?"))) +
-                         "; ask an operator for a new one");
+    return core::permissionDenied(
+        "permission denied: the join token expired at " +
+        (token.is_discarded() ? std::string("?") : token.value("expires_at", std::string("?"))) +
+        "; ask an operator for a new one");
   }
+  return token;
+}
+
+HttpResponse ControlPlane::nodeJoinApi(Request& r) {
+  // No token: the join token in the body is the credential. The pipeline checked it before it
+  // recorded the request (ControlPlane::serve: one that does not authenticate is a refusal);
+  // checked again under the lock, since it may have been revoked or expired since.
+  auto fail = [&](unsigned status, const std::string& message) { return error(status, message); };
+  const std::string source = "join";
+  core::JsonNode body(r.body, "", source);
+  std::lock_guard admin(node_admin_mu_);
+  auto joined = joinTokenOf(r);
+  if (!joined.isOk()) {
+    return fromStatus(joined.status());
+  }
+  const json& token = *joined;
   // The node: its name, its GPUs as its agent found them, its CPU and memory, its labels.
-  const std::string name = r.body.value("node", "");
+  const json node_field = r.body.value("node", json());
+  if (!node_field.is_string() && !node_field.is_null()) {
+    return fail(400, "node: expected a string (the node's name), not " +
+                         std::string(node_field.type_name()));
+  }
+  const std::string name = node_field.is_string() ? node_field.get<std::string>() : "";
   if (core::Status st = validateNodeName(name); !st.isOk()) {
     return fail(400, "node: " + st.message());
   }
@@ -279,12 +276,17 @@ HttpResponse ControlPlane::nodeJoinApi(Request& r) {
   }
   for (size_t i = 0; i < found["gpus"].size(); ++i) {
     const json& g = found["gpus"][i];
-    const std::string model = g.is_object() ? g.value("model", "") : "";
+    auto text = [&g](const char* field) {
+      return g.is_object() && g.contains(field) && g[field].is_string()
+                 ? g[field].get<std::string>()
+                 : std::string();
+    };
+    const std::string model = text("model");
     auto id = catalogue_.find(model);
     if (!id) {
       return fail(400, fmt::format("discovery.gpus[{}]: GPU '{}' is not a model Tessera knows "
                                    "(tessera agent discover shows what the agent found)",
-                                   i, g.is_object() ? g.value("name", model) : "?"));
+                                   i, text("name").empty() ? model : text("name")));
     }
     int64_t mib = catalogue_.model(*id).memory.value();
     if (g.contains("memory_mib") && g["memory_mib"].is_number_integer() &&
@@ -358,14 +360,13 @@ HttpResponse ControlPlane::nodeJoinApi(Request& r) {
   }
   core::logInfo("node {} joined: {} GPUs, labels {}", name, rec.node.gpus.size(),
                 json(rec.node.labels).dump());
-  return finish(reply(200, {{"request_id", r.request_id},
-                            {"data",
-                             {{"node", name},
-                              {"token", credential->secret},
-                              {"accessor", credential->info.accessor},
-                              {"ttl", credential->info.ttlSeconds(clock_.wallNow())},
-                              {"labels", rec.node.labels}}}}),
-                "");
+  return reply(200, {{"request_id", r.request_id},
+                     {"data",
+                      {{"node", name},
+                       {"token", credential->secret},
+                       {"accessor", credential->info.accessor},
+                       {"ttl", credential->info.ttlSeconds(clock_.wallNow())},
+                       {"labels", rec.node.labels}}}});
 }
 
 HttpResponse ControlPlane::nodeCredentialApi(Request& r, const std::string& node) {
