@@ -78,6 +78,126 @@ HttpResponse errorResponse(unsigned status, std::string_view message) {
   return r;
 }
 
+// Whether `v` is a valid Host field value (RFC 9112 section 3.2, RFC 3986 section 3.2.2):
+// uri-host [":" port], where an empty value is allowed.
+bool validHost(std::string_view v) {
+  size_t i = 0;
+  if (!v.empty() && v.front() == '[') {
+    const size_t close = v.find(']');
+    if (close == std::string_view::npos || close == 1) {
+      return false;
+    }
+    for (char c : v.substr(1, close - 1)) {
+      if (std::isxdigit(static_cast<unsigned char>(c)) == 0 && c != ':' && c != '.') {
+        return false;
+      }
+    }
+    i = close + 1;
+  } else {
+    constexpr std::string_view kRegName = "-._~%!$&'()*+,;=";
+    for (; i < v.size() && v[i] != ':'; ++i) {
+      if (std::isalnum(static_cast<unsigned char>(v[i])) == 0 &&
+          kRegName.find(v[i]) == std::string_view::npos) {
+        return false;
+      }
+    }
+  }
+  if (i == v.size()) {
+    return true;
+  }
+  if (v[i] != ':') {
+    return false;
+  }
+  for (++i; i < v.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(v[i])) == 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Why a request's head must be refused (400, then the connection closed), or "" if its framing
+// is sound. Beast's parser already refuses a bad or conflicting Content-Length, and
+// Transfer-Encoding: chunked with a Content-Length; what it takes leniently is refused here,
+// after RFC 9112, since a proxy in front of the server may read such a message differently and
+// smuggle a request past itself (section 11.2):
+//   - an HTTP/1.1 request without Host, or any request with two or an invalid one (3.2: MUST);
+//   - Transfer-Encoding on HTTP/1.0 (6.1: MUST treat the framing as faulty);
+//   - Transfer-Encoding with Content-Length (6.1: MAY reject, MUST close; 6.3);
+//   - any transfer coding but `chunked`, alone and once: Beast reads "gzip, chunked" as chunked
+//     and takes an unknown coding, or `chunked` before another, as no body at all, leaving it
+//     to be read as the next request. With chunked not last, 6.3 says MUST 400; for a coding
+//     the server does not implement (gzip, deflate, compress) 6.1 says SHOULD 501, and we
+//     answer 400 as well: the framing is what is refused.
+std::string framingError(const http::request_parser<http::string_body>& parser) {
+  const auto& req = parser.get();
+  int hosts = 0;
+  bool bad_host = false;
+  std::vector<std::string> codings;
+  bool has_length = false;
+  for (const auto& field : req) {
+    if (field.name() == http::field::host) {
+      ++hosts;
+      bad_host |= !validHost({field.value().data(), field.value().size()});
+    } else if (field.name() == http::field::content_length) {
+      has_length = true;
+    } else if (field.name() == http::field::transfer_encoding) {
+      const std::string_view value(field.value().data(), field.value().size());
+      size_t from = 0;
+      while (from <= value.size()) {
+        size_t comma = value.find(',', from);
+        if (comma == std::string_view::npos) {
+          comma = value.size();
+        }
+        std::string_view coding = value.substr(from, comma - from);
+        while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) {
+          coding.remove_prefix(1);
+        }
+        while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) {
+          coding.remove_suffix(1);
+        }
+        std::string c = lower(coding);
+        for (char& ch : c) {  // It goes into the answer: only a token's characters.
+          if (std::isalnum(static_cast<unsigned char>(ch)) == 0 &&
+              std::string_view("!#$%&'*+-.^_`|~").find(ch) == std::string_view::npos) {
+            ch = '?';
+          }
+        }
+        codings.push_back(std::move(c));
+        from = comma + 1;
+      }
+    }
+  }
+  if (hosts > 1) {
+    return "more than one Host header";
+  }
+  if (hosts == 0 && req.version() >= 11) {
+    return "an HTTP/1.1 request needs a Host header";
+  }
+  if (bad_host) {
+    return "invalid Host header";
+  }
+  if (codings.empty()) {
+    return "";
+  }
+  if (req.version() < 11) {
+    return "Transfer-Encoding in an HTTP/1.0 request";
+  }
+  if (has_length) {
+    return "Transfer-Encoding with Content-Length";
+  }
+  for (const std::string& coding : codings) {
+    if (coding != "chunked") {
+      return "transfer coding '" + coding.substr(0, 64) +
+             "' is not supported: only Transfer-Encoding: chunked";
+    }
+  }
+  if (codings.size() > 1) {
+    return "chunked applied more than once";
+  }
+  return "";
+}
+
 // The one answer to a request, however many copies of its Reply there are: the first send wins,
 // and if none comes before the last copy goes, a 500.
 class Answer {
@@ -147,9 +267,44 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     parser_->header_limit(static_cast<uint32_t>(config().max_header_bytes));
     parser_->body_limit(config().max_body_bytes);
     beast::get_lowest_layer(stream_).expires_after(config().request_timeout);
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->onHeader(ec); });
+  }
+
+  // The header is read, none of the body: refuse bad framing before reading any of it; then
+  // read the body.
+  void onHeader(beast::error_code ec) {
+    if (ec) {
+      onRead(ec);
+      return;
+    }
+    if (const std::string why = framingError(*parser_); !why.empty()) {
+      linger_ = true;  // A body may be on its way, of a length we cannot tell.
+      head_ = parser_->get().method() == http::verb::head;
+      reply(errorResponse(400, "malformed HTTP request: " + why), false);
+      return;
+    }
+    if (parser_->is_done()) {
+      onRead({});
+      return;
+    }
     http::async_read(
         stream_, buffer_, *parser_,
         [self = this->shared_from_this()](beast::error_code ec, size_t) { self->onRead(ec); });
+  }
+
+  // The request's method, target and headers (no body), as the handler will see them.
+  HttpRequest head(const http::request<http::string_body>& req) const {
+    HttpRequest r;
+    r.method = std::string(req.method_string());
+    r.target = std::string(req.target());
+    for (const auto& field : req) {
+      const auto name = field.name_string();
+      r.headers.emplace_back(lower({name.data(), name.size()}), std::string(field.value()));
+    }
+    r.listener = listener_;
+    return r;
   }
 
   void onRead(beast::error_code ec) {
@@ -170,28 +325,29 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     if (ec) {
       if (parser_->got_some()) {
-        reply(errorResponse(400, "malformed HTTP request"), false);
+        linger_ = true;
+        reply(errorResponse(400, ec == http::error::bad_content_length
+                                     ? "malformed HTTP request: invalid or conflicting "
+                                       "Content-Length"
+                                 : ec == http::error::bad_transfer_encoding
+                                     ? "malformed HTTP request: Transfer-Encoding with "
+                                       "Content-Length, or repeated"
+                                     : "malformed HTTP request"),
+              false);
       } else {
         close();
       }
       return;
     }
-    const http::request<http::string_body>& req = parser_->get();
+    http::request<http::string_body>& req = parser_->get();
     head_ = req.method() == http::verb::head;
-    HttpRequest r;
-    r.method = std::string(req.method_string());
-    r.target = std::string(req.target());
-    for (const auto& field : req) {
-      const auto name = field.name_string();
-      r.headers.emplace_back(lower({name.data(), name.size()}), std::string(field.value()));
-    }
-    r.body = req.body();
+    HttpRequest r = head(req);
+    r.body = std::move(req.body());
     beast::error_code ep_ec;
     const tcp::endpoint peer = beast::get_lowest_layer(stream_).socket().remote_endpoint(ep_ec);
     if (!ep_ec) {
       r.remote = peer.address().to_string() + ":" + std::to_string(peer.port());
     }
-    r.listener = listener_;
     ++server_.in_flight;
     const bool keep_alive = req.keep_alive() && !server_.stopping;
     Admission admission;

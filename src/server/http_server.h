@@ -13,13 +13,16 @@
 //   (*server)->shutdown(std::chrono::seconds(10));
 //
 // Limits: a request's header block and body are bounded per listener (431 and 413 beyond
-// them); each request must arrive within the listener's timeout, and an idle keep-alive
-// connection is closed after it. I/O threads read, write and admit requests; the handler runs on
-// a pool of worker threads (it may block, and must be thread-safe) that serves the admitter's
-// keys in turn, so one key's flood delays another key's request by at most one handler. A
-// request the admitter marks `run_now` (it never blocks) runs on its I/O thread instead, within
-// its key's places. Shutdown stops accepting, lets requests in flight finish (up to the grace
-// period) and closes every connection.
+// them); each request must arrive within the listener's timeout, and an idle keep-alive connection
+// is closed after it. Framing is strict (RFC 9112), since a proxy in front may read a lenient
+// message differently (request smuggling): an HTTP/1.1 request without exactly one valid Host, any
+// Transfer-Encoding but `chunked` alone, Transfer-Encoding with Content-Length or on HTTP/1.0, and
+// conflicting Content-Lengths are answered 400 and the connection is closed. I/O threads read,
+// write and admit requests; the handler runs on a pool of worker threads (it may block, and must be
+// thread-safe) that serves the admitter's keys in turn, so one key's flood delays another key's
+// request by at most one handler. A request the admitter marks `run_now` (it never blocks) runs
+// on its I/O thread instead, within its key's places. Shutdown stops accepting, lets requests in
+// flight finish (up to the grace period) and closes every connection.
 #pragma once
 
 #include <atomic>
