@@ -446,8 +446,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
             "",   std::move(parsed->body),  std::nullopt};
   // The route table decides what the path is (404 if nothing), which methods it takes (405
   // otherwise) and the label its metrics get: the pattern, never the caller's names.
-  r.match =
-      matchRoute(r.scope.tenant ? RouteScope::kTenant : RouteScope::kAdmin, r.scope.path, r.method);
+  r.match = std::move(parsed->match);
   r.route = r.match.label;
   if (r.match.route != nullptr && !r.match.route->authenticated) {
     if (!r.match.allowed) {

@@ -31,6 +31,7 @@ struct HttpServer::Impl {
   std::vector<std::unique_ptr<ssl::context>> tls;  // Null for plain listeners.
   AsyncHandler handler;
   Admitter admitter;
+  BodyPolicy body_policy;
   std::vector<std::thread> threads;
   std::unique_ptr<FairPool> pool;  // Created by start(); stopped before the I/O threads end.
   // Keeps the I/O threads running while a request is with a worker and nothing else is pending.
@@ -266,14 +267,15 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(config().max_header_bytes));
     parser_->body_limit(config().max_body_bytes);
+    body_refusal_ = "request body too large";
     beast::get_lowest_layer(stream_).expires_after(config().request_timeout);
     http::async_read_header(
         stream_, buffer_, *parser_,
         [self = this->shared_from_this()](beast::error_code ec, size_t) { self->onHeader(ec); });
   }
 
-  // The header is read, none of the body: refuse bad framing before reading any of it; then
-  // read the body.
+  // The header is read, none of the body: refuse bad framing and a body larger than the request
+  // may carry before reading any of it; then read the body.
   void onHeader(beast::error_code ec) {
     if (ec) {
       onRead(ec);
@@ -285,6 +287,24 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       reply(errorResponse(400, "malformed HTTP request: " + why), false);
       return;
     }
+    size_t limit = config().max_body_bytes;
+    if (server_.body_policy) {
+      std::optional<BodyAllowance> allowed;
+      try {
+        allowed = server_.body_policy(head(parser_->get()));
+      } catch (const std::exception&) {
+        allowed.reset();
+      }
+      if (allowed && allowed->max_bytes < limit) {
+        limit = allowed->max_bytes;
+        body_refusal_ = std::move(allowed->refusal);
+      }
+    }
+    if (parser_->content_length().value_or(0) > limit) {
+      onRead(http::error::body_limit);
+      return;
+    }
+    parser_->body_limit(limit);  // A chunked body is counted as it comes.
     if (parser_->is_done()) {
       onRead({});
       return;
@@ -316,7 +336,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     if (ec == http::error::body_limit) {
       linger_ = true;  // The body may still be on its way.
-      reply(errorResponse(413, "request body too large"), false);
+      reply(errorResponse(413, body_refusal_), false);
       return;
     }
     if (ec == http::error::header_limit) {
@@ -473,8 +493,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  bool head_ = false;    // The request being answered is a HEAD.
-  bool linger_ = false;  // Drain the client's bytes before closing (lingerThenClose).
+  bool head_ = false;         // The request being answered is a HEAD.
+  std::string body_refusal_;  // The 413's message for a body over the request's limit.
+  bool linger_ = false;       // Drain the client's bytes before closing (lingerThenClose).
   std::vector<char> drain_;
   size_t drained_ = 0;
   std::atomic<bool> open_{true};
@@ -537,21 +558,24 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() { shutdown(std::chrono::milliseconds(0)); }
 
 core::Result<std::unique_ptr<HttpServer>> HttpServer::create(std::vector<ListenerConfig> listeners,
-                                                             Handler handler, Admitter admitter) {
+                                                             Handler handler, Admitter admitter,
+                                                             BodyPolicy body_policy) {
   return create(
       std::move(listeners),
       [handler = std::move(handler)](const HttpRequest& r, const Reply& reply) {
         reply(handler(r));
       },
-      std::move(admitter));
+      std::move(admitter), std::move(body_policy));
 }
 
 core::Result<std::unique_ptr<HttpServer>> HttpServer::create(std::vector<ListenerConfig> listeners,
                                                              AsyncHandler handler,
-                                                             Admitter admitter) {
+                                                             Admitter admitter,
+                                                             BodyPolicy body_policy) {
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
   impl->admitter = std::move(admitter);
+  impl->body_policy = std::move(body_policy);
   for (const ListenerConfig& l : listeners) {
     TESSERA_ASSIGN_OR_RETURN(tcp::endpoint ep, parseAddress(l.address));
     std::unique_ptr<ssl::context> ctx;

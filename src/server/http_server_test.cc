@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -254,6 +255,55 @@ TEST(HttpServerTest, AmbiguousFramingIsRefusedWith400ThenClosed) {
     EXPECT_EQ(e.answers[1].body(), "GET /smuggled  ") << name;
   }
   EXPECT_EQ(sendRaw(port, served[4].second + next).answers.at(0).body(), "POST /v1/x hello ");
+  server->shutdown(std::chrono::seconds(1));
+}
+
+// A body policy lowers a request's body limit from its head alone: a body over it is refused
+// with the policy's 413 before any of it is read, and the server never waits for it.
+TEST(HttpServerTest, ABodyThePolicyRefusesGetsA413BeforeItIsRead) {
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  l.max_body_bytes = 1 << 20;
+  HttpServer::BodyPolicy policy = [](const HttpRequest& head) -> std::optional<BodyAllowance> {
+    EXPECT_TRUE(head.body.empty());
+    if (head.method == "GET") {
+      return BodyAllowance{16, "GET takes no body"};
+    }
+    return std::nullopt;
+  };
+  auto created = HttpServer::create({l}, echo, nullptr, policy);
+  ASSERT_TRUE(created.isOk());
+  auto server = std::move(created).value();
+  server->start(1, 2);
+  const uint16_t port = server->ports()[0];
+  // Announced but never sent: answered at once, not after the request timeout.
+  const auto t0 = std::chrono::steady_clock::now();
+  Exchange e = sendRaw(port, "GET /v1/x HTTP/1.1\r\nHost: a\r\nContent-Length: 1048576\r\n\r\n");
+  ASSERT_EQ(e.answers.size(), 1U);
+  EXPECT_EQ(e.answers[0].result_int(), 413U);
+  EXPECT_NE(e.answers[0].body().find("GET takes no body"), std::string::npos);
+  EXPECT_TRUE(e.closed);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));  // Not the 30 s.
+  // A chunked one is counted as it comes.
+  e = sendRaw(port,
+              "GET /v1/x HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+              "20\r\n" +
+                  std::string(32, 'x') + "\r\n0\r\n\r\n");
+  ASSERT_EQ(e.answers.size(), 1U);
+  EXPECT_EQ(e.answers[0].result_int(), 413U);
+  EXPECT_NE(e.answers[0].body().find("GET takes no body"), std::string::npos);
+  // Within it, or another method under the listener's own limit: served.
+  e = sendRaw(port,
+              "GET /v1/x HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}");
+  ASSERT_FALSE(e.answers.empty());
+  EXPECT_EQ(e.answers[0].body(), "GET /v1/x {} ");
+  const std::string big(100'000, 'x');
+  e = sendRaw(
+      port,
+      "POST /v1/x HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: 100000\r\n\r\n" +
+          big);
+  ASSERT_FALSE(e.answers.empty());
+  EXPECT_EQ(e.answers[0].result_int(), 200U);
   server->shutdown(std::chrono::seconds(1));
 }
 
