@@ -382,6 +382,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       replyLater(std::move(*admission.response), keep_alive);
       return;
     }
+    // What the request costs its key in the pool besides a fixed amount: its body's bytes.
+    const size_t body_bytes = r.body.size();
     // The handler may block: it runs on a worker, and the reply comes back to this strand,
     // from the worker or from whichever thread answers later (at once if that is this strand's
     // own: a handler run here, see Admission::run_now).
@@ -398,10 +400,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         answer->send(errorResponse(500, "internal error"));
       }
     };
-    if (admission.run_now && server_.pool->runNowIfFree(admission.key, admission.limits, job)) {
+    if (admission.run_now &&
+        server_.pool->runNowIfFree(admission.key, admission.limits, job, body_bytes)) {
       return;
     }
-    const bool queued = server_.pool->submit(admission.key, admission.limits, std::move(job));
+    const bool queued =
+        server_.pool->submit(admission.key, admission.limits, std::move(job), body_bytes);
     if (!queued) {
       HttpResponse resp = errorResponse(429, "too many requests waiting; slow down");
       resp.headers.emplace_back("Retry-After", "1");

@@ -21,10 +21,11 @@
 // `chunked` alone, Transfer-Encoding with Content-Length or on HTTP/1.0, and conflicting
 // Content-Lengths are answered 400 and the connection is closed. I/O threads read, write and
 // admit requests; the handler runs on a pool of worker threads (it may block, and must be
-// thread-safe) that serves the admitter's keys in turn, so one key's flood delays another key's
-// request by at most one handler. A request the admitter marks `run_now` (it never blocks) runs
-// on its I/O thread instead, within its key's places. Shutdown stops accepting, lets requests in
-// flight finish (up to the grace period) and closes every connection.
+// thread-safe) that serves the admitter's keys in turn by what their requests cost (a fixed
+// amount plus the body's bytes, FairPool), so one key's flood delays another key's request by
+// at most one handler, however large its bodies. A request the admitter marks `run_now` (it
+// never blocks) runs on its I/O thread instead, within its key's places. Shutdown stops
+// accepting, lets requests in flight finish (up to the grace period) and closes every connection.
 #pragma once
 
 #include <atomic>
