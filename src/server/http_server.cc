@@ -265,6 +265,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return;
     }
     parser_.emplace();
+    request_.reset();
     parser_->header_limit(static_cast<uint32_t>(config().max_header_bytes));
     parser_->body_limit(config().max_body_bytes);
     body_refusal_ = "request body too large";
@@ -291,7 +292,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (server_.body_policy) {
       std::optional<BodyAllowance> allowed;
       try {
-        allowed = server_.body_policy(head(parser_->get()));
+        request_ = head(parser_->get());
+        allowed = server_.body_policy(*request_);
       } catch (const std::exception&) {
         allowed.reset();
       }
@@ -361,7 +363,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     http::request<http::string_body>& req = parser_->get();
     head_ = req.method() == http::verb::head;
-    HttpRequest r = head(req);
+    HttpRequest r = request_ ? std::move(*request_) : head(req);  // The body policy's, if any.
+    request_.reset();
     r.body = std::move(req.body());
     beast::error_code ep_ec;
     const tcp::endpoint peer = beast::get_lowest_layer(stream_).socket().remote_endpoint(ep_ec);
@@ -497,9 +500,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  bool head_ = false;         // The request being answered is a HEAD.
-  std::string body_refusal_;  // The 413's message for a body over the request's limit.
-  bool linger_ = false;       // Drain the client's bytes before closing (lingerThenClose).
+  std::optional<HttpRequest> request_;  // The request's head, once the body policy has seen it.
+  bool head_ = false;                   // The request being answered is a HEAD.
+  std::string body_refusal_;            // The 413's message for a body over the request's limit.
+  bool linger_ = false;  // Drain the client's bytes before closing (lingerThenClose).
   std::vector<char> drain_;
   size_t drained_ = 0;
   std::atomic<bool> open_{true};
