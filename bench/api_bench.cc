@@ -14,7 +14,9 @@
 //           the server can take, so these phases measure the server, not one tenant's quota.
 //   noisy   tenant `quiet` (created here) GETs its workload with one client at --quiet-rate
 //           (100/s), alone and then while 16 clients of `demo` flood the API with GETs and
-//           submissions back to back.
+//           submissions back to back. --flood-body-bytes gives each flood GET a JSON body of
+//           that size (issue #36: 1 MiB bodies on GETs, which read none), and --flood-rate
+//           paces the whole flood (5/s: the issue's shape).
 //
 // Every client thread keeps one TLS connection alive for the whole phase (connected before the
 // clock starts), so the numbers are the server's cost per request, not handshakes. Latency
@@ -75,6 +77,7 @@ using Generator = std::function<Request(int client, uint64_t seq)>;
 struct ClientLog {
   std::vector<double> latency_ms;      // Of 2xx answers.
   int64_t rate_limited = 0;            // 429 from the per-tenant token bucket.
+  int64_t too_large = 0;               // 413: a body the route refuses.
   int64_t pending_cap = 0;             // 429: the tenant is at its limit of pending workloads.
   int64_t stored_cap = 0;              // 429: ... of stored workloads.
   std::map<unsigned, int64_t> errors;  // Other non-2xx statuses; 0 = no answer.
@@ -90,6 +93,10 @@ void logReply(const Request& req, const Reply& rep, double ms, SteadyClock::time
     if (rep.status == 202 && !req.workload.empty()) {
       log.accepted.emplace_back(req.workload, at);
     }
+    return;
+  }
+  if (rep.status == 413) {
+    ++log.too_large;
     return;
   }
   if (rep.status == 429) {
@@ -412,7 +419,7 @@ struct PhaseResult {
   int64_t ok = 0;
   double rate_per_s = 0;
   double p50_ms = 0, p99_ms = 0, max_ms = 0;
-  int64_t rate_limited = 0, pending_cap = 0, stored_cap = 0;
+  int64_t rate_limited = 0, pending_cap = 0, stored_cap = 0, too_large = 0;
   std::map<unsigned, int64_t> errors;
   std::string first_error;
   int reconnects = 0;
@@ -437,6 +444,7 @@ json toJson(const PhaseResult& p) {
             {"latency_ms", {{"p50", p.p50_ms}, {"p99", p.p99_ms}, {"max", p.max_ms}}},
             {"rejected_429",
              {{"rate_limit", p.rate_limited},
+              {"too_large_413", p.too_large},
               {"pending_cap", p.pending_cap},
               {"stored_cap", p.stored_cap}}},
             {"errors", errors},
@@ -465,7 +473,10 @@ class Bench {
     std::vector<int> clients = {1, 16};
     double seconds = 5;
     int noisy_clients = 16;
-    int flood_submit_every = 4;  // Every Nth flood request is a submission, the rest GETs.
+    int flood_submit_every = 4;   // Every Nth flood request is a submission, the rest GETs.
+    size_t flood_body_bytes = 0;  // > 0: each flood GET carries a JSON body of about this size.
+    double flood_rate = 0;        // > 0: the flood's requests/s, all its clients together.
+    bool flood_kv = false;  // The flood's bodies go in KV writes (POST, read) instead of GETs.
     int sample = 200;
     double drain_timeout_s = 60;
     int backoff_ms = 1;
@@ -647,6 +658,7 @@ class Bench {
     for (const ClientLog& l : logs) {
       all.insert(all.end(), l.latency_ms.begin(), l.latency_ms.end());
       p.rate_limited += l.rate_limited;
+      p.too_large += l.too_large;
       p.pending_cap += l.pending_cap;
       p.stored_cap += l.stored_cap;
       for (const auto& [s, n] : l.errors) {
@@ -779,12 +791,38 @@ class Bench {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 
+  // A JSON object of about `bytes` bytes, of many small members (what a client might send, and
+  // costly to parse: nlohmann::json builds a node for each).
+  static std::string jsonBody(size_t bytes) {
+    std::string out = R"({"items": [)";
+    for (int i = 0; out.size() + 40 < bytes; ++i) {
+      out += fmt::format(R"({}{{"id": {}, "name": "item-{:06}"}})", i == 0 ? "" : ", ", i, i);
+    }
+    return out + "]}";
+  }
+
   void noisyPhase() {
     const Generator quiet = getOne(quiet_.token, quiet_.target);
     PhaseResult alone = measure("quiet alone", "quiet", 1, quiet, nullptr, options_.quiet_rate);
     results_.push_back(alone);
-    // The flood: every Nth request a submission, the rest GETs of demo's workload.
-    const Generator get = getOne(flood_.token, flood_.target);
+    // The flood: every Nth request a submission, the rest GETs of demo's workload (with a body
+    // of --flood-body-bytes, which a GET does not read).
+    Generator get = getOne(flood_.token, flood_.target);
+    if (options_.flood_body_bytes > 0) {
+      auto body = std::make_shared<const std::string>(
+          options_.flood_kv ? R"({"data": )" + jsonBody(options_.flood_body_bytes) + "}"
+                            : jsonBody(options_.flood_body_bytes));
+      const std::string kv = "/v1/tenants/" + flood_.name + "/secrets/kv/data/" + tag_ + "-flood-";
+      get = [get, body, kv, to_kv = options_.flood_kv](int c, uint64_t seq) {
+        Request r = get(c, seq);
+        if (to_kv) {
+          r.method = "POST";
+          r.target = kv + std::to_string(c) + "-" + std::to_string(seq);
+        }
+        r.body = *body;
+        return r;
+      };
+    }
     const Generator sub = submit(flood_, "flood");
     const int every = options_.flood_submit_every;
     Load flood(
@@ -792,7 +830,7 @@ class Bench {
         [get, sub, every](int c, uint64_t seq) {
           return every > 0 && seq % static_cast<uint64_t>(every) == 0 ? sub(c, seq) : get(c, seq);
         },
-        pace());
+        pace(options_.flood_rate > 0 ? options_.flood_rate / options_.noisy_clients : 0));
     std::cerr << fmt::format("  flood ({}, {} clients) starts\n", flood_.name,
                              options_.noisy_clients);
     flood.begin();
@@ -800,9 +838,14 @@ class Bench {
     PhaseResult loaded =
         measure("quiet under flood", "quiet", 1, quiet, nullptr, options_.quiet_rate);
     std::vector<ClientLog> flood_logs = flood.stop();
-    PhaseResult f =
-        summarize(every > 0 ? fmt::format("flood (1/{} submit)", every) : "flood (GETs)",
-                  flood_.name, options_.noisy_clients, flood.elapsedSeconds(), flood_logs);
+    std::string flood_name = every > 0 ? fmt::format("flood (1/{} submit)", every) : "flood (GETs)";
+    if (options_.flood_body_bytes > 0) {
+      flood_name =
+          fmt::format("flood ({}, {} KiB bodies)", options_.flood_kv ? "KV writes" : "GETs",
+                      options_.flood_body_bytes / 1024);
+    }
+    PhaseResult f = summarize(flood_name, flood_.name, options_.noisy_clients,
+                              flood.elapsedSeconds(), flood_logs);
     results_.push_back(loaded);
     results_.push_back(f);
     const double ratio = alone.p99_ms > 0 ? loaded.p99_ms / alone.p99_ms : 0;
@@ -865,6 +908,10 @@ void printTable(const std::vector<PhaseResult>& results, const std::optional<jso
             "last 202 ({} failed): {:.1f}/s accepted, stored and scheduled\n",
             p.accepted, p.seconds, d.sampled, d.after_last_s, d.failed, d.e2e_per_s);
       }
+    }
+    if (p.too_large > 0) {
+      std::cout << fmt::format("    {} refused with 413 (a body the route does not take)\n",
+                               p.too_large);
     }
     if (!p.first_error.empty()) {
       std::cout << "    first error: " << p.first_error.substr(0, 200) << "\n";
@@ -984,6 +1031,16 @@ int run(int argc, char** argv) {
                  "on a fast disk one client exceeds a tenant's 1000/s)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 100000.0));
+  app.add_option("--flood-body-bytes", o.flood_body_bytes,
+                 "Each flood GET carries a JSON body of about this many bytes (0: none)")
+      ->capture_default_str();
+  app.add_option("--flood-rate", o.flood_rate,
+                 "Requests/s of the whole flood, shared by its clients (0: back to back)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1000000.0));
+  app.add_flag("--flood-kv", o.flood_kv,
+               "With --flood-body-bytes: the flood writes its bodies as KV secrets (a route that "
+               "reads them) instead of sending them on GETs");
   app.add_option("--flood-submit-every", o.flood_submit_every,
                  "Every Nth flood request is a submission, the others GETs (0: GETs only)")
       ->capture_default_str();
@@ -1079,6 +1136,9 @@ int run(int argc, char** argv) {
                 {"seconds", o.seconds},
                 {"noisy_clients", o.noisy_clients},
                 {"flood_submit_every", o.flood_submit_every},
+                {"flood_body_bytes", o.flood_body_bytes},
+                {"flood_rate_per_s", o.flood_rate},
+                {"flood_kv", o.flood_kv},
                 {"backoff_ms", o.backoff_ms},
                 {"quiet_rate_per_s", o.quiet_rate},
                 {"sample", o.sample},
@@ -1105,7 +1165,7 @@ int run(int argc, char** argv) {
   }
   // Missed targets are results; requests that failed mean the numbers are not to be trusted.
   for (const PhaseResult& p : bench.results()) {
-    if (p.ok == 0 || !p.errors.empty() ||
+    if ((p.ok == 0 && p.too_large == 0) || !p.errors.empty() ||
         (p.drain && (p.drain->timed_out || p.drain->failed > 0))) {
       std::cerr << "error: phase '" << p.name << "' (" << p.clients
                 << " clients) had failed requests, no successful one, or workloads that were "

@@ -19,6 +19,7 @@
 #include "server/control_plane.h"
 #include "server/driver.h"
 #include "server/http_server.h"
+#include "server/request.h"
 #include "store/sqlite_store.h"
 
 namespace tessera::cli {
@@ -132,7 +133,8 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
           [&](const server::HttpRequest& r, server::Reply reply) {
             cp_ptr->handle(r, listeners, std::move(reply));
           },
-          [&](const server::HttpRequest& r) { return cp_ptr->admit(r, listeners); }));
+          [&](const server::HttpRequest& r) { return cp_ptr->admit(r, listeners); },
+          [&](const server::HttpRequest& head) { return server::bodyAllowance(head, listeners); }));
   http->start(1, 4);
   struct Stop {
     server::HttpServer& http;

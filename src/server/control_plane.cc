@@ -583,8 +583,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
             "",   std::move(parsed->body),  std::nullopt};
   // The route table decides what the path is (404 if nothing), which methods it takes (405
   // otherwise) and the label its metrics get: the pattern, never the caller's names.
-  r.match =
-      matchRoute(r.scope.tenant ? RouteScope::kTenant : RouteScope::kAdmin, r.scope.path, r.method);
+  r.match = std::move(parsed->match);
   r.route = r.match.label;
   // A join is authenticated by the join token in its body, not by a token: one that does not
   // authenticate is a refusal, as a bad token is; one that does is recorded and handled below.

@@ -659,6 +659,29 @@ TEST_F(ControlPlaneAdmitTest, OnlyReadsOfAWorkloadsStatusInTheTokensOwnTenantRun
   EXPECT_FALSE(runs_now("tsr.not-a-token", "GET", "/v1/tenants/demo/workloads/w1"));
 }
 
+// Issue #36: a body on a request whose route reads none (a GET, a DELETE) is ignored, never
+// parsed: not by admit on the I/O thread, which decides from the head alone, and not by the
+// handler. Before, admit parsed it to decide whether the request ran now, and the handler
+// parsed it again.
+TEST_F(ControlPlaneAdmitTest, ABodyOnARequestThatReadsNoneIsNeitherParsedNorRefused) {
+  HttpRequest r;
+  r.method = "GET";
+  r.target = "/v1/tenants/demo/workloads/w1";
+  r.headers = {{"x-tessera-token", token_}};
+  r.body = "{\"unparsable";
+  EXPECT_TRUE(cp_->admit(r, listeners_).run_now);
+  // Not an object, not even JSON: the answer is the route's, as without a body.
+  EXPECT_EQ(callAs(token_, "GET", "/v1/tenants/demo/queues", json::array({1, 2})).status, 200U);
+  EXPECT_EQ(callAs(token_, "LIST", "/v1/tenants/demo/policies", "a string").status, 200U);
+  ASSERT_EQ(call("POST", "queues/team-a", {{"quota", {{"gpu", 1}}}}).status, 204U);
+  EXPECT_EQ(callAs(token_, "DELETE", "/v1/tenants/demo/queues/team-a",
+                   {{"kind", "DeleteOptions"}, {"propagationPolicy", "Background"}})
+                .status,
+            204U);
+  // A route that reads its body still refuses one that is not an object.
+  EXPECT_EQ(call("POST", "queues/team-b", json::array({1})).status, 400U);
+}
+
 INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "All" : "Secrets"; });
 INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditFlushCountTest, ::testing::Bool(),

@@ -12,29 +12,46 @@ FairPool::FairPool(int workers) {
 
 FairPool::~FairPool() { stop(); }
 
+uint64_t FairPool::stampLocked(Key& k, size_t bytes) {
+  // A key that was idle starts where service stands now: it gets no credit for its pause. One
+  // that is still ahead (served a large job lately) waits until the others have caught up.
+  const uint64_t start = std::max(vtime_, k.finish);
+  k.finish = start + kJobBaseBytes + bytes;
+  return start;
+}
+
 bool FairPool::markReadyLocked(const std::string& name, Key& k) {
-  if (!k.ready && !k.jobs.empty() && k.running < std::max(1, k.limits.max_running)) {
-    k.ready = true;
-    ready_.push_back(name);
+  if (k.ready == 0 && !k.jobs.empty() && k.running < std::max(1, k.limits.max_running)) {
+    k.ready = ++ready_seq_;
+    ready_.emplace(k.jobs.front().start, k.ready, name);
     return true;
   }
   return false;
 }
 
-bool FairPool::submit(const std::string& key, FairLimits limits, Job job) {
+void FairPool::forgetIfIdleLocked(const std::string& name) {
+  auto it = keys_.find(name);
+  if (it != keys_.end() && it->second.jobs.empty() && it->second.running == 0 &&
+      it->second.finish <= vtime_) {
+    keys_.erase(it);
+  }
+}
+
+bool FairPool::submit(const std::string& key, FairLimits limits, Job job, size_t bytes) {
   std::unique_lock lock(mu_);
   if (stopping_) {
     return false;
   }
   Key& k = keys_[key];
   k.limits = limits;
-  if (k.jobs.size() >= limits.max_queued) {
-    if (k.jobs.empty() && k.running == 0) {
-      keys_.erase(key);  // max_queued of 0: nothing was ever kept.
-    }
+  if (k.jobs.size() >= limits.max_queued ||
+      (!k.jobs.empty() && k.queued_bytes + bytes > limits.max_queued_bytes)) {
+    forgetIfIdleLocked(key);  // max_queued of 0: nothing was ever kept.
     return false;
   }
-  k.jobs.push_back(std::move(job));
+  const uint64_t start = stampLocked(k, bytes);
+  k.jobs.push_back({std::move(job), bytes, start});
+  k.queued_bytes += bytes;
   ++queued_;
   if (markReadyLocked(key, k)) {
     lock.unlock();  // The worker woken does not then wait for this lock.
@@ -43,7 +60,8 @@ bool FairPool::submit(const std::string& key, FairLimits limits, Job job) {
   return true;
 }
 
-bool FairPool::runNowIfFree(const std::string& key, FairLimits limits, const Job& job) {
+bool FairPool::runNowIfFree(const std::string& key, FairLimits limits, const Job& job,
+                            size_t bytes) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) {
@@ -56,6 +74,8 @@ bool FairPool::runNowIfFree(const std::string& key, FairLimits limits, const Job
     }
     Key& k = it != keys_.end() ? it->second : keys_[key];
     k.limits = limits;
+    // Served now: it counts against the key's share as a job started by a worker would.
+    vtime_ = std::max(vtime_, stampLocked(k, bytes));
     ++k.running;
   }
   // Its place is given back even if the job throws.
@@ -78,7 +98,7 @@ bool FairPool::finishedLocked(const std::string& name) {
   Key& k = keys_.at(name);  // Still there: a key with a running job is never erased.
   --k.running;
   if (k.jobs.empty() && k.running == 0) {
-    keys_.erase(name);
+    forgetIfIdleLocked(name);
     return false;
   }
   return markReadyLocked(name, k);
@@ -91,24 +111,35 @@ void FairPool::work() {
     if (stopping_) {
       return;
     }
-    const std::string name = std::move(ready_.front());
-    ready_.pop_front();
+    auto first = ready_.begin();
+    const std::string name = std::get<2>(*first);
+    ready_.erase(first);
     Key& k = keys_.at(name);
-    k.ready = false;
-    Job job = std::move(k.jobs.front());
+    k.ready = 0;
+    Queued next = std::move(k.jobs.front());
     k.jobs.pop_front();
+    k.queued_bytes -= next.bytes;
     --queued_;
     ++k.running;
-    // Its next job goes to the back of the ring (one per turn), for another worker.
+    vtime_ = std::max(vtime_, next.start);
+    // Its next job goes back into the set by its own stamp, for another worker.
     const bool more = markReadyLocked(name, k);
+    if (keys_.size() >= sweep_at_) {
+      // Idle keys stay while their service is ahead of vtime_; the ones that caught up go.
+      std::erase_if(keys_, [this](const auto& entry) {
+        const Key& key = entry.second;
+        return key.jobs.empty() && key.running == 0 && key.finish <= vtime_;
+      });
+      sweep_at_ = 2 * keys_.size() + 64;
+    }
     lock.unlock();
     if (more) {
       cv_.notify_one();
     }
-    job();
-    job = nullptr;  // Whatever it captured goes before the lock is taken again.
+    next.job();
+    next.job = nullptr;  // Whatever it captured goes before the lock is taken again.
     lock.lock();
-    // No wake-up: this worker looks at the ring before it waits again.
+    // No wake-up: this worker looks at the set before it waits again.
     finishedLocked(name);
   }
 }
@@ -125,8 +156,9 @@ void FairPool::stop() {
     workers.swap(workers_);
     // Waiting jobs are dropped; keys with running jobs stay until their workers are done.
     for (auto it = keys_.begin(); it != keys_.end();) {
-      it->second.ready = false;
+      it->second.ready = 0;
       queued_ -= it->second.jobs.size();
+      it->second.queued_bytes = 0;
       if (it->second.running == 0) {
         dropped.insert(keys_.extract(it++));
       } else {

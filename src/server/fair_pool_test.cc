@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -69,9 +70,107 @@ TEST(FairPoolTest, KeysTakeTurnsSoAFloodDoesNotDelayAnotherKeysJob) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   pool.stop();
-  // flood was served first (it was first in the ring); from then on the keys alternate, so
-  // quiet's first job waits for one of flood's, not for all three.
-  EXPECT_EQ(order, (std::vector<std::string>{"f0", "q0", "f1", "q1", "f2"}));
+  // flood had its turn already (the job at the gate), so quiet goes first; from then on the
+  // keys alternate, so quiet's jobs wait for one of flood's at a time, not for all three.
+  EXPECT_EQ(order, (std::vector<std::string>{"q0", "f0", "q1", "f1", "f2"}));
+}
+
+// What runs, in order, on a pool of one worker held at a gate while the jobs are queued.
+class Recorder {
+ public:
+  FairPool::Job job(std::string name) {
+    return [this, name = std::move(name)] {
+      std::lock_guard lock(mu_);
+      order_.push_back(name);
+    };
+  }
+  // Waits until `n` jobs have run; their names in order.
+  std::vector<std::string> waitFor(size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      {
+        std::lock_guard lock(mu_);
+        if (order_.size() >= n) {
+          return order_;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::lock_guard lock(mu_);
+    return order_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> order_;
+};
+
+// Issue #36: fair shares are of bytes, not of requests. A key whose jobs carry 1 MiB (request
+// bodies) is served one of them for every ~65 jobs of a key that sends small ones, not one for
+// one.
+TEST(FairPoolTest, AKeySendingLargeJobsGetsItsShareOfBytesNotOfJobs) {
+  FairPool pool(1);
+  Gate gate;
+  Recorder rec;
+  ASSERT_TRUE(pool.submit("gate", {8, 64}, [&] { gate.wait(); }));
+  ASSERT_TRUE(gate.waitForWaiting(1));
+  constexpr size_t kMiB = size_t{1} << 20;
+  for (int i = 0; i < 3; ++i) {
+    std::string name = "big";
+    name += std::to_string(i);
+    ASSERT_TRUE(pool.submit("big", {8, 64}, rec.job(name), kMiB));
+  }
+  for (int i = 0; i < 10; ++i) {
+    std::string name = "small";
+    name += std::to_string(i);
+    ASSERT_TRUE(pool.submit("small", {8, 64}, rec.job(name)));
+  }
+  gate.open();
+  const std::vector<std::string> order = rec.waitFor(13);
+  pool.stop();
+  // big's first and small's first start at the same virtual time; after that, big's second
+  // waits until small has had as many bytes of service: all ten of its jobs.
+  ASSERT_EQ(order.size(), 13U);
+  EXPECT_EQ(std::find(order.begin(), order.end(), "small9") - order.begin(), 10) << order[10];
+  EXPECT_EQ(order[11], "big1");
+  EXPECT_EQ(order[12], "big2");
+}
+
+// A key that was just served a large job does not start afresh by pausing: it is remembered
+// until the others have had as much, however briefly it was idle.
+TEST(FairPoolTest, AKeyServedALargeJobWaitsForTheOthersEvenAfterAPause) {
+  FairPool pool(1);
+  Recorder rec;
+  ASSERT_TRUE(pool.submit("big", {8, 64}, rec.job("big-large"), size_t{4} << 20));
+  ASSERT_EQ(rec.waitFor(1).size(), 1U);
+  // big is idle now. The worker is held while both keys queue a small job.
+  Gate gate;
+  ASSERT_TRUE(pool.submit("gate", {8, 64}, [&] { gate.wait(); }));
+  ASSERT_TRUE(gate.waitForWaiting(1));
+  ASSERT_TRUE(pool.submit("big", {8, 64}, rec.job("big-small")));
+  ASSERT_TRUE(pool.submit("small", {8, 64}, rec.job("small")));
+  gate.open();
+  const std::vector<std::string> order = rec.waitFor(3);
+  pool.stop();
+  EXPECT_EQ(order, (std::vector<std::string>{"big-large", "small", "big-small"}));
+}
+
+// The bytes a key keeps waiting are bounded too, so large bodies cannot pile up in memory; one
+// job is always taken into an empty queue, whatever its size.
+TEST(FairPoolTest, RefusesBeyondAKeysQueuedBytes) {
+  FairPool pool(1);
+  Gate gate;
+  const FairLimits limits{1, 64, 1000};
+  ASSERT_TRUE(pool.submit("a", limits, [&] { gate.wait(); }));
+  ASSERT_TRUE(gate.waitForWaiting(1));
+  EXPECT_TRUE(pool.submit(
+      "a", limits, [] {}, 5000));  // Nothing of a's waits: taken.
+  EXPECT_FALSE(pool.submit(
+      "a", limits, [] {}, 1));  // 5001 bytes would wait.
+  EXPECT_TRUE(pool.submit(
+      "b", limits, [] {}, 5000));  // Another key is not affected.
+  gate.open();
+  pool.stop();
 }
 
 TEST(FairPoolTest, NeverRunsMoreOfAKeysJobsThanItsLimit) {

@@ -32,6 +32,7 @@ struct HttpServer::Impl {
   AsyncHandler handler;
   Admitter admitter;
   RefusalObserver refused;  // May be null.
+  BodyPolicy body_policy;
   std::vector<std::thread> threads;
   std::unique_ptr<FairPool> pool;  // Created by start(); stopped before the I/O threads end.
   // Keeps the I/O threads running while a request is with a worker and nothing else is pending.
@@ -77,6 +78,126 @@ HttpResponse errorResponse(unsigned status, std::string_view message) {
   r.status = status;
   r.body = std::string(R"({"errors":[")") + std::string(message) + "\"]}";
   return r;
+}
+
+// Whether `v` is a valid Host field value (RFC 9112 section 3.2, RFC 3986 section 3.2.2):
+// uri-host [":" port], where an empty value is allowed.
+bool validHost(std::string_view v) {
+  size_t i = 0;
+  if (!v.empty() && v.front() == '[') {
+    const size_t close = v.find(']');
+    if (close == std::string_view::npos || close == 1) {
+      return false;
+    }
+    for (char c : v.substr(1, close - 1)) {
+      if (std::isxdigit(static_cast<unsigned char>(c)) == 0 && c != ':' && c != '.') {
+        return false;
+      }
+    }
+    i = close + 1;
+  } else {
+    constexpr std::string_view kRegName = "-._~%!$&'()*+,;=";
+    for (; i < v.size() && v[i] != ':'; ++i) {
+      if (std::isalnum(static_cast<unsigned char>(v[i])) == 0 &&
+          kRegName.find(v[i]) == std::string_view::npos) {
+        return false;
+      }
+    }
+  }
+  if (i == v.size()) {
+    return true;
+  }
+  if (v[i] != ':') {
+    return false;
+  }
+  for (++i; i < v.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(v[i])) == 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Why a request's head must be refused (400, then the connection closed), or "" if its framing
+// is sound. Beast's parser already refuses a bad or conflicting Content-Length, and
+// Transfer-Encoding: chunked with a Content-Length; what it takes leniently is refused here,
+// after RFC 9112, since a proxy in front of the server may read such a message differently and
+// smuggle a request past itself (section 11.2):
+//   - an HTTP/1.1 request without Host, or any request with two or an invalid one (3.2: MUST);
+//   - Transfer-Encoding on HTTP/1.0 (6.1: MUST treat the framing as faulty);
+//   - Transfer-Encoding with Content-Length (6.1: MAY reject, MUST close; 6.3);
+//   - any transfer coding but `chunked`, alone and once: Beast reads "gzip, chunked" as chunked
+//     and takes an unknown coding, or `chunked` before another, as no body at all, leaving it
+//     to be read as the next request. With chunked not last, 6.3 says MUST 400; for a coding
+//     the server does not implement (gzip, deflate, compress) 6.1 says SHOULD 501, and we
+//     answer 400 as well: the framing is what is refused.
+std::string framingError(const http::request_parser<http::string_body>& parser) {
+  const auto& req = parser.get();
+  int hosts = 0;
+  bool bad_host = false;
+  std::vector<std::string> codings;
+  bool has_length = false;
+  for (const auto& field : req) {
+    if (field.name() == http::field::host) {
+      ++hosts;
+      bad_host |= !validHost({field.value().data(), field.value().size()});
+    } else if (field.name() == http::field::content_length) {
+      has_length = true;
+    } else if (field.name() == http::field::transfer_encoding) {
+      const std::string_view value(field.value().data(), field.value().size());
+      size_t from = 0;
+      while (from <= value.size()) {
+        size_t comma = value.find(',', from);
+        if (comma == std::string_view::npos) {
+          comma = value.size();
+        }
+        std::string_view coding = value.substr(from, comma - from);
+        while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) {
+          coding.remove_prefix(1);
+        }
+        while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) {
+          coding.remove_suffix(1);
+        }
+        std::string c = lower(coding);
+        for (char& ch : c) {  // It goes into the answer: only a token's characters.
+          if (std::isalnum(static_cast<unsigned char>(ch)) == 0 &&
+              std::string_view("!#$%&'*+-.^_`|~").find(ch) == std::string_view::npos) {
+            ch = '?';
+          }
+        }
+        codings.push_back(std::move(c));
+        from = comma + 1;
+      }
+    }
+  }
+  if (hosts > 1) {
+    return "more than one Host header";
+  }
+  if (hosts == 0 && req.version() >= 11) {
+    return "an HTTP/1.1 request needs a Host header";
+  }
+  if (bad_host) {
+    return "invalid Host header";
+  }
+  if (codings.empty()) {
+    return "";
+  }
+  if (req.version() < 11) {
+    return "Transfer-Encoding in an HTTP/1.0 request";
+  }
+  if (has_length) {
+    return "Transfer-Encoding with Content-Length";
+  }
+  for (const std::string& coding : codings) {
+    if (coding != "chunked") {
+      return "transfer coding '" + coding.substr(0, 64) +
+             "' is not supported: only Transfer-Encoding: chunked";
+    }
+  }
+  if (codings.size() > 1) {
+    return "chunked applied more than once";
+  }
+  return "";
 }
 
 // The one answer to a request, however many copies of its Reply there are: the first send wins,
@@ -145,12 +266,68 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return;
     }
     parser_.emplace();
+    request_.reset();
     parser_->header_limit(static_cast<uint32_t>(config().max_header_bytes));
     parser_->body_limit(config().max_body_bytes);
+    body_refusal_ = "request body too large";
     beast::get_lowest_layer(stream_).expires_after(config().request_timeout);
+    http::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = this->shared_from_this()](beast::error_code ec, size_t) { self->onHeader(ec); });
+  }
+
+  // The header is read, none of the body: refuse bad framing and a body larger than the request
+  // may carry before reading any of it; then read the body.
+  void onHeader(beast::error_code ec) {
+    if (ec) {
+      onRead(ec);
+      return;
+    }
+    if (const std::string why = framingError(*parser_); !why.empty()) {
+      linger_ = true;  // A body may be on its way, of a length we cannot tell.
+      head_ = parser_->get().method() == http::verb::head;
+      reply(refused(errorResponse(400, "malformed HTTP request: " + why)), false);
+      return;
+    }
+    size_t limit = config().max_body_bytes;
+    if (server_.body_policy) {
+      std::optional<BodyAllowance> allowed;
+      try {
+        request_ = head(parser_->get());
+        allowed = server_.body_policy(*request_);
+      } catch (const std::exception&) {
+        allowed.reset();
+      }
+      if (allowed && allowed->max_bytes < limit) {
+        limit = allowed->max_bytes;
+        body_refusal_ = std::move(allowed->refusal);
+      }
+    }
+    if (parser_->content_length().value_or(0) > limit) {
+      onRead(http::error::body_limit);
+      return;
+    }
+    parser_->body_limit(limit);  // A chunked body is counted as it comes.
+    if (parser_->is_done()) {
+      onRead({});
+      return;
+    }
     http::async_read(
         stream_, buffer_, *parser_,
         [self = this->shared_from_this()](beast::error_code ec, size_t) { self->onRead(ec); });
+  }
+
+  // The request's method, target and headers (no body), as the handler will see them.
+  HttpRequest head(const http::request<http::string_body>& req) const {
+    HttpRequest r;
+    r.method = std::string(req.method_string());
+    r.target = std::string(req.target());
+    for (const auto& field : req) {
+      const auto name = field.name_string();
+      r.headers.emplace_back(lower({name.data(), name.size()}), std::string(field.value()));
+    }
+    r.listener = listener_;
+    return r;
   }
 
   void onRead(beast::error_code ec) {
@@ -162,7 +339,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     if (ec == http::error::body_limit) {
       linger_ = true;  // The body may still be on its way.
-      reply(refused(errorResponse(413, "request body too large")), false);
+      reply(refused(errorResponse(413, body_refusal_)), false);
       return;
     }
     if (ec == http::error::header_limit) {
@@ -171,28 +348,30 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     if (ec) {
       if (parser_->got_some()) {
-        reply(refused(errorResponse(400, "malformed HTTP request")), false);
+        linger_ = true;
+        reply(refused(errorResponse(400, ec == http::error::bad_content_length
+                                             ? "malformed HTTP request: invalid or conflicting "
+                                               "Content-Length"
+                                         : ec == http::error::bad_transfer_encoding
+                                             ? "malformed HTTP request: Transfer-Encoding with "
+                                               "Content-Length, or repeated"
+                                             : "malformed HTTP request")),
+              false);
       } else {
         close();
       }
       return;
     }
-    const http::request<http::string_body>& req = parser_->get();
+    http::request<http::string_body>& req = parser_->get();
     head_ = req.method() == http::verb::head;
-    HttpRequest r;
-    r.method = std::string(req.method_string());
-    r.target = std::string(req.target());
-    for (const auto& field : req) {
-      const auto name = field.name_string();
-      r.headers.emplace_back(lower({name.data(), name.size()}), std::string(field.value()));
-    }
-    r.body = req.body();
+    HttpRequest r = request_ ? std::move(*request_) : head(req);  // The body policy's, if any.
+    request_.reset();
+    r.body = std::move(req.body());
     beast::error_code ep_ec;
     const tcp::endpoint peer = beast::get_lowest_layer(stream_).socket().remote_endpoint(ep_ec);
     if (!ep_ec) {
       r.remote = peer.address().to_string() + ":" + std::to_string(peer.port());
     }
-    r.listener = listener_;
     ++server_.in_flight;
     const bool keep_alive = req.keep_alive() && !server_.stopping;
     Admission admission;
@@ -207,6 +386,8 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       replyLater(std::move(*admission.response), keep_alive);
       return;
     }
+    // What the request costs its key in the pool besides a fixed amount: its body's bytes.
+    const size_t body_bytes = r.body.size();
     // The handler may block: it runs on a worker, and the reply comes back to this strand,
     // from the worker or from whichever thread answers later (at once if that is this strand's
     // own: a handler run here, see Admission::run_now).
@@ -226,10 +407,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
         answer->send(self->refused(errorResponse(500, "internal error"), &r));
       }
     };
-    if (admission.run_now && server_.pool->runNowIfFree(admission.key, admission.limits, job)) {
+    if (admission.run_now &&
+        server_.pool->runNowIfFree(admission.key, admission.limits, job, body_bytes)) {
       return;
     }
-    const bool queued = server_.pool->submit(admission.key, admission.limits, std::move(job));
+    const bool queued =
+        server_.pool->submit(admission.key, admission.limits, std::move(job), body_bytes);
     if (!queued) {
       HttpResponse resp = errorResponse(429, "too many requests waiting; slow down");
       resp.headers.emplace_back("Retry-After", "1");
@@ -356,7 +539,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  bool head_ = false;    // The request being answered is a HEAD.
+  std::optional<HttpRequest> request_;  // The request's head, once the body policy has seen it.
+  bool head_ = false;                   // The request being answered is a HEAD.
+  std::string body_refusal_;            // The 413's message for a body over the request's limit.
   bool linger_ = false;  // Drain the client's bytes before closing (lingerThenClose).
   std::vector<char> drain_;
   size_t drained_ = 0;
@@ -420,21 +605,24 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() { shutdown(std::chrono::milliseconds(0)); }
 
 core::Result<std::unique_ptr<HttpServer>> HttpServer::create(std::vector<ListenerConfig> listeners,
-                                                             Handler handler, Admitter admitter) {
+                                                             Handler handler, Admitter admitter,
+                                                             BodyPolicy body_policy) {
   return create(
       std::move(listeners),
       [handler = std::move(handler)](const HttpRequest& r, const Reply& reply) {
         reply(handler(r));
       },
-      std::move(admitter));
+      std::move(admitter), std::move(body_policy));
 }
 
 core::Result<std::unique_ptr<HttpServer>> HttpServer::create(std::vector<ListenerConfig> listeners,
                                                              AsyncHandler handler,
-                                                             Admitter admitter) {
+                                                             Admitter admitter,
+                                                             BodyPolicy body_policy) {
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
   impl->admitter = std::move(admitter);
+  impl->body_policy = std::move(body_policy);
   for (const ListenerConfig& l : listeners) {
     TESSERA_ASSIGN_OR_RETURN(tcp::endpoint ep, parseAddress(l.address));
     std::unique_ptr<ssl::context> ctx;

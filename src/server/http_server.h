@@ -13,13 +13,19 @@
 //   (*server)->shutdown(std::chrono::seconds(10));
 //
 // Limits: a request's header block and body are bounded per listener (431 and 413 beyond
-// them); each request must arrive within the listener's timeout, and an idle keep-alive
-// connection is closed after it. I/O threads read, write and admit requests; the handler runs on
-// a pool of worker threads (it may block, and must be thread-safe) that serves the admitter's
-// keys in turn, so one key's flood delays another key's request by at most one handler. A
-// request the admitter marks `run_now` (it never blocks) runs on its I/O thread instead, within
-// its key's places. Shutdown stops accepting, lets requests in flight finish (up to the grace
-// period) and closes every connection.
+// them), and a body policy may bound a request's body further from its head alone (a route that
+// reads no body), refusing it with 413 before any of it is read; each request must arrive within
+// the listener's timeout, and an idle keep-alive connection is closed after it. Framing is
+// strict (RFC 9112), since a proxy in front may read a lenient message differently (request
+// smuggling): an HTTP/1.1 request without exactly one valid Host, any Transfer-Encoding but
+// `chunked` alone, Transfer-Encoding with Content-Length or on HTTP/1.0, and conflicting
+// Content-Lengths are answered 400 and the connection is closed. I/O threads read, write and
+// admit requests; the handler runs on a pool of worker threads (it may block, and must be
+// thread-safe) that serves the admitter's keys in turn by what their requests cost (a fixed
+// amount plus the body's bytes, FairPool), so one key's flood delays another key's request by
+// at most one handler, however large its bodies. A request the admitter marks `run_now` (it
+// never blocks) runs on its I/O thread instead, within its key's places. Shutdown stops
+// accepting, lets requests in flight finish (up to the grace period) and closes every connection.
 #pragma once
 
 #include <atomic>
@@ -95,6 +101,13 @@ struct Admission {
   bool run_now = false;
 };
 
+// What a request may carry as a body, decided from its head (method, target, headers; the body
+// is empty) on its I/O thread once the header is read and before any of the body is.
+struct BodyAllowance {
+  size_t max_bytes = 0;
+  std::string refusal;  // The 413's message for a larger body.
+};
+
 // Answers one request: call it once, from any thread (it only queues the write; later calls are
 // ignored). A Reply dropped without being called answers 500, so no request is left hanging.
 using Reply = std::function<void(HttpResponse)>;
@@ -113,15 +126,21 @@ class HttpServer {
   // Runs on an I/O thread for every request and must not block: it decides whom the request
   // counts against (and may answer cheap refusals itself).
   using Admitter = std::function<Admission(const HttpRequest&)>;
+  // Runs on an I/O thread for every request once its header is read, must not block, and may
+  // lower the listener's max_body_bytes for it (nullopt: the listener's limit).
+  using BodyPolicy = std::function<std::optional<BodyAllowance>(const HttpRequest& head)>;
 
   // Binds every listener (errors name the address or the TLS file that failed). Without an
-  // admitter every request has the same key.
+  // admitter every request has the same key; without a body policy every request may carry its
+  // listener's max_body_bytes.
   static core::Result<std::unique_ptr<HttpServer>> create(std::vector<ListenerConfig> listeners,
                                                           Handler handler,
-                                                          Admitter admitter = nullptr);
+                                                          Admitter admitter = nullptr,
+                                                          BodyPolicy body_policy = nullptr);
   static core::Result<std::unique_ptr<HttpServer>> create(std::vector<ListenerConfig> listeners,
                                                           AsyncHandler handler,
-                                                          Admitter admitter = nullptr);
+                                                          Admitter admitter = nullptr,
+                                                          BodyPolicy body_policy = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

@@ -29,7 +29,12 @@ core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_vi
     r.method = "POST";
   }
   r.token = requestToken(http);
-  if (!http.body.empty()) {
+  r.match =
+      matchRoute(r.scope.tenant ? RouteScope::kTenant : RouteScope::kAdmin, r.scope.path, r.method);
+  // A body is parsed only for a route and method that read one; any other is ignored (a small
+  // one: bodyAllowance refuses a larger one before it is read).
+  if (!http.body.empty() && r.match.route != nullptr && r.match.allowed &&
+      takesBody(*r.match.route, r.method)) {
     // Depth-limited like config files: hostile nesting must not exhaust the stack.
     int depth = 0;
     bool too_deep = false;
@@ -52,6 +57,35 @@ core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_vi
     }
   }
   return r;
+}
+
+std::optional<BodyAllowance> bodyAllowance(const HttpRequest& head,
+                                           const std::vector<ListenerConfig>& listeners) {
+  std::string method = head.method;
+  if (method == "POST" || method == "PUT" || method == "PATCH") {
+    return std::nullopt;  // Whatever its route: one that takes no such method answers 405.
+  }
+  const std::string_view chroot =
+      head.listener < listeners.size() ? listeners[head.listener].chroot_tenant : "";
+  auto scope = scopeTarget(head.target, chroot);
+  if (!scope.isOk()) {
+    // Not an API path (the console's files, OIDC discovery: GETs that read no body) or a
+    // malformed one, answered 404 or 400 whatever it carries.
+    return BodyAllowance{kIgnoredBodyBytes, method + " takes no request body here"};
+  }
+  if (method == "GET" && scope->query.contains("list")) {
+    method = "LIST";
+  }
+  const RouteMatch m =
+      matchRoute(scope->tenant ? RouteScope::kTenant : RouteScope::kAdmin, scope->path, method);
+  if (m.route != nullptr && m.allowed && takesBody(*m.route, method)) {
+    return std::nullopt;
+  }
+  // The route's pattern, never the caller's names (the message is not escaped either).
+  const std::string what = m.route == nullptr ? "this path" : std::string(m.route->pattern);
+  return BodyAllowance{kIgnoredBodyBytes,
+                       method + " " + what + " takes no request body (one of up to " +
+                           std::to_string(kIgnoredBodyBytes) + " bytes is ignored)"};
 }
 
 core::Result<int64_t> parseDurationSeconds(const nlohmann::json& j, const std::string& field) {

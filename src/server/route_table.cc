@@ -205,7 +205,14 @@ std::vector<RouteSpec> makeTable() {
        "The calling token (any token, its own data only)"},
       {kAdmin, "auth/token/renew-self", {"POST"}, Api::kTokens, kAuth, "Renew the calling token"},
       {kAdmin, "auth/token/revoke-self", {"POST"}, Api::kTokens, kAuth, "Revoke the calling token"},
-      {kAdmin, "auth/token/lookup", {"GET", "POST"}, Api::kTokens, kAuth, "A token by accessor"},
+      // GET reads {"accessor"} from a body too (or ?accessor=), as it always has.
+      {kAdmin,
+       "auth/token/lookup",
+       {"GET", "POST"},
+       Api::kTokens,
+       kAuth,
+       "A token by accessor",
+       {"GET"}},
       {kAdmin, "auth/token/renew", {"POST"}, Api::kTokens, kAuth, "Renew a token by accessor"},
       {kAdmin, "auth/token/revoke", {"POST"}, Api::kTokens, kAuth, "Revoke a token by accessor"},
       {kTenant, "auth/token/create", {"POST"}, Api::kTokens, kAuth, "Create a tenant token"},
@@ -227,7 +234,8 @@ std::vector<RouteSpec> makeTable() {
        {"GET", "POST"},
        Api::kTokens,
        kAuth,
-       "A tenant token by accessor"},
+       "A tenant token by accessor",
+       {"GET"}},
       {kTenant,
        "auth/token/renew",
        {"POST"},
@@ -527,6 +535,13 @@ std::string allowHeader(const RouteSpec& route) {
   return out;
 }
 
+bool takesBody(const RouteSpec& route, std::string_view method) {
+  method = methodOf(method);
+  return method == "POST" || method == "PATCH" ||
+         std::find(route.body_methods.begin(), route.body_methods.end(), method) !=
+             route.body_methods.end();
+}
+
 json openApiDocument(std::string_view version) {
   json paths = json::object();
   for (const RouteSpec& route : routeTable()) {
@@ -590,6 +605,8 @@ json openApiDocument(std::string_view version) {
       }
       if (method == "POST") {
         op["description"] = "PUT is taken as POST.";
+      }
+      if (method == "POST" || method == "PATCH") {  // OpenAPI advises against a GET's body.
         op["requestBody"] = {
             {"content", {{"application/json", {{"schema", {{"type", "object"}}}}}}}};
       }

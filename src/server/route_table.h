@@ -67,6 +67,9 @@ struct RouteSpec {
   Api api;
   bool authenticated;  // False: answered without a token (and before any tenant check).
   std::string_view summary;
+  // Methods besides POST and PATCH whose requests carry a JSON body the handler reads (see
+  // takesBody); none by default.
+  std::vector<std::string_view> body_methods = {};
 };
 
 // Every route, in matching order.
@@ -84,6 +87,11 @@ RouteMatch matchRoute(RouteScope scope, std::string_view path, std::string_view 
 
 // The `Allow` header's value for a route (with PUT wherever it lists POST).
 std::string allowHeader(const RouteSpec& route);
+
+// Whether a request to `route` with `method` (the API's: PUT is POST) carries a body its
+// handler reads: POST and PATCH always, GET, LIST and DELETE where the route says so
+// (RouteSpec::body_methods). Any other request's body is never parsed (server/request.h).
+bool takesBody(const RouteSpec& route, std::string_view method);
 
 // An OpenAPI 3.0 document of every route (`GET /v1/sys/openapi`).
 nlohmann::json openApiDocument(std::string_view version);

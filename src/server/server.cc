@@ -29,6 +29,7 @@
 #include "server/http_server.h"
 #include "server/leader.h"
 #include "server/node_records.h"
+#include "server/request.h"
 #include "server/route.h"
 #include "store/etcd_store.h"
 #include "store/sqlite_store.h"
@@ -425,7 +426,8 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   auto http = HttpServer::create(
       listeners,
       [&](const HttpRequest& r, Reply reply) { cp_ptr->handle(r, listeners, std::move(reply)); },
-      [&](const HttpRequest& r) { return cp_ptr->admit(r, listeners); });
+      [&](const HttpRequest& r) { return cp_ptr->admit(r, listeners); },
+      [&](const HttpRequest& head) { return bodyAllowance(head, listeners); });
   if (!http.isOk()) {
     (*driver)->stop();
     return fail(http.status());

@@ -1,0 +1,117 @@
+#include "server/request.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace tessera::server {
+namespace {
+
+HttpRequest request(std::string method, std::string target, std::string body = "",
+                    size_t listener = 0) {
+  HttpRequest r;
+  r.method = std::move(method);
+  r.target = std::move(target);
+  r.body = std::move(body);
+  r.listener = listener;
+  return r;
+}
+
+TEST(TakesBodyTest, PostPutAndPatchAlwaysOtherMethodsWhereTheRouteSays) {
+  const RouteMatch workload = matchRoute(RouteScope::kTenant, "workloads/w", "GET");
+  ASSERT_NE(workload.route, nullptr);
+  EXPECT_TRUE(takesBody(*workload.route, "POST"));
+  EXPECT_TRUE(takesBody(*workload.route, "PUT"));
+  EXPECT_FALSE(takesBody(*workload.route, "GET"));
+  EXPECT_FALSE(takesBody(*workload.route, "DELETE"));
+  EXPECT_FALSE(takesBody(*workload.route, "LIST"));
+  const RouteMatch kv = matchRoute(RouteScope::kTenant, "secrets/kv/data/a", "PATCH");
+  ASSERT_NE(kv.route, nullptr);
+  EXPECT_TRUE(takesBody(*kv.route, "PATCH"));
+  // GET auth/token/lookup reads {"accessor"} from a body, as it always has.
+  for (RouteScope scope : {RouteScope::kAdmin, RouteScope::kTenant}) {
+    const RouteMatch lookup = matchRoute(scope, "auth/token/lookup", "GET");
+    ASSERT_NE(lookup.route, nullptr);
+    EXPECT_TRUE(takesBody(*lookup.route, "GET"));
+  }
+}
+
+// Issue #36: a body that the route does not read is never parsed (so neither is a 1 MB one on
+// a GET, twice, as it was), and one it reads is parsed as before.
+TEST(ParseApiRequestTest, ParsesABodyOnlyForARouteAndMethodThatReadIt) {
+  // Ignored, whatever it holds: a client's `{}`, hvac's params, client-go's DeleteOptions,
+  // or something that is not JSON at all.
+  for (const std::string& body :
+       {std::string("{}"), std::string(R"({"username": "x"})"),
+        std::string(
+            R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"})"),
+        std::string("not json"), std::string("[1, 2]")}) {
+    for (const char* method : {"GET", "DELETE", "LIST"}) {
+      auto r = parseApiRequest(request(method, "/v1/tenants/t/workloads/w", body), "");
+      ASSERT_TRUE(r.isOk()) << method << " " << body << ": " << r.status().message();
+      EXPECT_EQ(r->body, nlohmann::json::object()) << method << " " << body;
+      ASSERT_NE(r->match.route, nullptr);
+      EXPECT_EQ(r->match.label, "tenant/workloads/{name}");
+    }
+  }
+  auto list = parseApiRequest(request("GET", "/v1/tenants/t/workloads?list=true", "{oops"), "");
+  ASSERT_TRUE(list.isOk());
+  EXPECT_EQ(list->method, "LIST");
+  // Read: parsed, and checked.
+  auto post = parseApiRequest(request("PUT", "/v1/tenants/t/workloads/w", R"({"tasks": 2})"), "");
+  ASSERT_TRUE(post.isOk());
+  EXPECT_EQ(post->body["tasks"], 2);
+  EXPECT_FALSE(
+      parseApiRequest(request("POST", "/v1/tenants/t/workloads/w", "not json"), "").isOk());
+  EXPECT_FALSE(parseApiRequest(request("POST", "/v1/tenants/t/workloads/w", "[1]"), "").isOk());
+  auto lookup =
+      parseApiRequest(request("GET", "/v1/auth/token/lookup", R"({"accessor": "a"})"), "");
+  ASSERT_TRUE(lookup.isOk());
+  EXPECT_EQ(lookup->body["accessor"], "a");
+  // No route, or a method the route does not take (404, 405): nothing of the body is read.
+  EXPECT_TRUE(parseApiRequest(request("POST", "/v1/no/such/route", "not json"), "").isOk());
+  EXPECT_TRUE(parseApiRequest(request("POST", "/v1/tenants/t/workloads", "not json"), "").isOk());
+}
+
+TEST(BodyAllowanceTest, ARouteThatReadsNoBodyMayCarryASmallOneOnly) {
+  ListenerConfig plain;
+  ListenerConfig chroot;
+  chroot.chroot_tenant = "t";
+  const std::vector<ListenerConfig> listeners = {plain, chroot};
+  // Reads a body: the listener's limit.
+  for (const auto& [method, target] : std::vector<std::pair<std::string, std::string>>{
+           {"POST", "/v1/tenants/t/workloads/w"},
+           {"PUT", "/v1/tenants/t/secrets/kv/data/a"},
+           {"PATCH", "/v1/tenants/t/secrets/kv/data/a"},
+           {"GET", "/v1/auth/token/lookup"},
+           {"POST", "/v1/no/such/route"}}) {
+    EXPECT_FALSE(bodyAllowance(request(method, target), listeners).has_value())
+        << method << " " << target;
+  }
+  // Reads none: kIgnoredBodyBytes, and a 413 that names the route (never the caller's names).
+  auto get = bodyAllowance(request("GET", "/v1/tenants/t/workloads/secret-name"), listeners);
+  ASSERT_TRUE(get.has_value());
+  EXPECT_EQ(get->max_bytes, kIgnoredBodyBytes);
+  EXPECT_EQ(get->refusal,
+            "GET workloads/{name} takes no request body (one of up to 4096 bytes is ignored)");
+  auto chrooted = bodyAllowance(request("DELETE", "/v1/workloads/w", "", 1), listeners);
+  ASSERT_TRUE(chrooted.has_value());
+  EXPECT_EQ(chrooted->refusal.rfind("DELETE workloads/{name} takes no request body", 0), 0U);
+  auto list = bodyAllowance(request("GET", "/v1/tenants/t/workloads?list=true"), listeners);
+  ASSERT_TRUE(list.has_value());
+  EXPECT_EQ(list->refusal.rfind("LIST workloads ", 0), 0U) << list->refusal;
+  for (const auto& [method, target] :
+       std::vector<std::pair<std::string, std::string>>{{"GET", "/ui/index.html"},
+                                                        {"GET", "/v1/no/such/route"},
+                                                        {"HEAD", "/v1/sys/health"},
+                                                        {"GET", "/v1/tenants/t/a%2Fb"}}) {
+    auto a = bodyAllowance(request(method, target), listeners);
+    ASSERT_TRUE(a.has_value()) << method << " " << target;
+    EXPECT_EQ(a->max_bytes, kIgnoredBodyBytes) << method << " " << target;
+    EXPECT_EQ(a->refusal.find('"'), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::server
