@@ -547,7 +547,9 @@ TEST_F(SecretsTest, AFourSecondGrantLetsAnotherTenantReadUntilItEnds) {
             404U);
   // `tessera grant create --to team-1 --on tenants/team-2/secrets/kv/data/projects/x
   //  --policy read --ttl 4s`, by team-2's admin.
-  const auto granted_at = std::chrono::steady_clock::now();
+  // The grant is made between these two times (the CLI's start and TLS can take a while on a
+  // busy machine): it works until at least 4 s after the first and stops by 4 s after the second.
+  const auto asked_at = std::chrono::steady_clock::now();
   {
     Process grant(
         {"grant", "create", "--to", "team-1", "--on", "tenants/team-2/secrets/kv/data/projects/x",
@@ -556,6 +558,7 @@ TEST_F(SecretsTest, AFourSecondGrantLetsAnotherTenantReadUntilItEnds) {
         dir_ / "grant.txt");
     ASSERT_EQ(grant.wait(), 0) << grant.errors();
   }
+  const auto granted_by = std::chrono::steady_clock::now();
   const json g = json::parse(slurp(dir_ / "grant.txt"), nullptr, false);
   ASSERT_TRUE(g.is_object()) << slurp(dir_ / "grant.txt");
   EXPECT_EQ(g["grantee"], "team-1");
@@ -569,9 +572,12 @@ TEST_F(SecretsTest, AFourSecondGrantLetsAnotherTenantReadUntilItEnds) {
             403U);
   EXPECT_EQ(c.call("LIST", "/v1/tenants/team-2/workloads", token["team-1"]).status, 404U);
   // It stops at second 4.
-  std::this_thread::sleep_until(granted_at + std::chrono::milliseconds(3500));
-  EXPECT_EQ(c.call("GET", secret_path, token["team-1"]).status, 200U);
-  std::this_thread::sleep_until(granted_at + std::chrono::milliseconds(4100));
+  std::this_thread::sleep_until(asked_at + std::chrono::milliseconds(3500));
+  const unsigned late = c.call("GET", secret_path, token["team-1"]).status;
+  if (std::chrono::steady_clock::now() < asked_at + std::chrono::milliseconds(4000)) {
+    EXPECT_EQ(late, 200U);  // Answered before the grant's earliest end.
+  }
+  std::this_thread::sleep_until(granted_by + std::chrono::milliseconds(4100));
   EXPECT_EQ(c.call("GET", secret_path, token["team-1"]).status, 404U);
   // Both tenants' streams tell the story: given, used, expired (housekeeping, within a second
   // or two).
