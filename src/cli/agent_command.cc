@@ -521,16 +521,20 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     std::cerr << "error: " << st.message() << "\n";
     return 1;
   }
-  // An agent that stops its tasks as it leaves (not a restart) takes their credentials with
-  // them, once the runtime (declared below, so gone first) has stopped them; and any agent
-  // leaves no empty root behind.
+  // An agent that leaves takes with it the credentials of every task that no longer runs (all
+  // of them when it stops its tasks: once the runtime, declared below and so gone first, has
+  // stopped them), and its root once it is empty. Those of tasks left to their shims stay for
+  // them; the last shim takes the root.
   struct CredentialsCleanup {
     const agent::CredentialFiles& files;
-    bool tasks_stopped = false;
+    bool leaving = false;
+    std::set<std::string> still_running;
     ~CredentialsCleanup() {
-      if (tasks_stopped) {
+      if (leaving) {
         for (const std::string& task : files.list()) {
-          files.remove(task);
+          if (!still_running.contains(task)) {
+            files.remove(task);
+          }
         }
       }
       files.removeRootIfEmpty();
@@ -703,7 +707,7 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     wakeup.wait(renew_every);
   }
   watcher.join();
-  credentials_cleanup.tasks_stopped = !f.detach_on_stop;
+  credentials_cleanup.leaving = true;
   if (!f.detach_on_stop) {
     agentLog(
         fmt::format("stopping: {} task(s) still running are stopped", runtime.running().size()));
@@ -713,6 +717,9 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   // adopts them, and if none comes before the lease runs out the shims stop them.
   runtime.detach();
   mps.detach();  // Their MPS daemons stay with them.
+  for (const std::string& id : runtime.running()) {
+    credentials_cleanup.still_running.insert(id);
+  }
   agentLog(
       fmt::format("stopping: {} task(s) left running under their shims; they stop in {} ms "
                   "unless an agent takes them over",

@@ -163,14 +163,26 @@ TEST(HttpServerTest, TheHttpLayersOwnRefusalsAreToldToTheObserver) {
   blocked.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
   waiting.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
   http::request<http::string_body> block{http::verb::get, "/block", 11};
+  block.set(http::field::host, "a");  // HTTP/1.1 without a Host is refused (RFC 9112).
   http::write(blocked, block);
-  while (server->inFlight() == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Bounded waits: a request the server refuses must fail the test, not hang it.
+  auto inFlightReaches = [&](int64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (server->inFlight() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return server->inFlight() >= n;
+  };
+  if (!inFlightReaches(1)) {
+    gate.set_value();
+    FAIL() << "the blocking request never reached the handler";
   }
   http::request<http::string_body> wait{http::verb::get, "/wait", 11};
+  wait.set(http::field::host, "a");
   http::write(waiting, wait);
-  while (server->inFlight() < 2) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!inFlightReaches(2)) {
+    gate.set_value();
+    FAIL() << "the waiting request was never queued";
   }
   EXPECT_EQ(rawStatus(port, "GET /queued HTTP/1.1\r\nHost: a\r\nX-Tessera-Token: t2\r\n\r\n"),
             429U);

@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -56,6 +57,11 @@ std::string cannotRun() {
   }
   if (!fs::exists("/usr/bin/python3")) {
     return "needs /usr/bin/python3 for the probe's heartbeat";
+  }
+  // What the agent's own probe (agent::probeSandbox) tries: a machine or container that does
+  // not let root make PID and mount namespaces runs tasks without a view of their own.
+  if (std::system("unshare --pid --fork --mount --mount-proc true >/dev/null 2>&1") != 0) {
+    return "needs a machine that lets root make PID and mount namespaces (unshare failed)";
   }
   return "";
 }
