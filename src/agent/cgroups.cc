@@ -135,6 +135,7 @@ core::Result<Cgroups> Cgroups::detect(const std::string& folder, const std::stri
   }
   Cgroups cg;
   cg.folder_ = folder;
+  cg.root_ = root;
   std::error_code ec;
   if (fs::exists(root + "/cgroup.controllers", ec)) {
     cg.version_ = 2;
@@ -206,6 +207,18 @@ std::string Cgroups::describe() const {
   return "cgroup v1 (" + c + ")";
 }
 
+std::string Cgroups::hierarchyOf(const std::string& parent) const {
+  if (version_ == 2) {
+    return root_;
+  }
+  // v1's parents are "<root>/<hierarchy>/<agent's group>/<folder>".
+  std::string base = root_;
+  while (base.size() > 1 && base.back() == '/') {
+    base.pop_back();
+  }
+  return parent.substr(0, parent.find('/', base.size() + 1));
+}
+
 TaskCgroup Cgroups::existing(const std::string& name) const {
   TaskCgroup g;
   g.name = name;
@@ -219,7 +232,7 @@ TaskCgroup Cgroups::existing(const std::string& name) const {
     const std::string dir = *parent + "/" + name;
     if (!parent->empty() && fs::is_directory(dir, ec)) {
       g.dirs.push_back(dir);
-      g.view_roots.push_back(parent->substr(0, parent->size() - folder_.size() - 1));
+      g.view_roots.push_back(hierarchyOf(*parent));
       if (parent == &memory_parent_ ||
           (version_ == 2 && parent == &unified_parent_ && v2_controllers_.contains("memory"))) {
         g.memory_dir = dir;
@@ -249,7 +262,7 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
       return core::unavailable("cgroup: cannot create " + dir + ": " + ec.message());
     }
     g.dirs.push_back(dir);
-    g.view_roots.push_back(parent.substr(0, parent.size() - folder_.size() - 1));
+    g.view_roots.push_back(hierarchyOf(parent));
     return dir;
   };
   auto fail = [&](core::Status s) {
@@ -376,6 +389,11 @@ core::Result<TaskCgroup> Cgroups::create(const std::string& name,
     if (core::Status s = writeFile(*dir + "/pids.max", pids); !s.isOk()) {
       return fail(s);
     }
+  }
+  // A task without device rules (a container's are runc's, below it) gets a group here too:
+  // the task's view of the hierarchy shows that group, never the other tasks'.
+  if (!devices_parent_.empty() && !limits.restrict_devices) {
+    (void)make_dir(devices_parent_);  // Inherits the agent's rules; without it, no view only.
   }
   if (!devices_parent_.empty() && limits.restrict_devices) {
     auto dir = make_dir(devices_parent_);

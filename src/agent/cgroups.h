@@ -50,8 +50,9 @@ struct CgroupLimits {
 struct TaskCgroup {
   std::string name;
   std::vector<std::string> dirs;  // The group directories, one per hierarchy.
-  // For each of `dirs`, the agent's own group in that hierarchy: below it, the task's view of
-  // the node (agent/sandbox.h) shows its own group alone.
+  // For each of `dirs`, where its hierarchy is mounted (/sys/fs/cgroup/memory on v1,
+  // /sys/fs/cgroup on v2): in the task's view of the node (agent/sandbox.h) the whole hierarchy
+  // shows its own group alone, at the path /proc/self/cgroup names.
   std::vector<std::string> view_roots;
   std::string memory_dir;  // Where the OOM count is read.
   int version = 1;
@@ -101,10 +102,14 @@ class Cgroups {
   std::string devices_parent_;
   std::string pids_parent_;
   std::string unified_parent_;
+  std::string root_;  // Where the hierarchies are mounted (/sys/fs/cgroup).
   std::string self_dir_;                  // v2: the agent's own group.
   std::set<std::string> v2_controllers_;  // v2: what the agent's group offers (cpu, memory, ...).
   core::Status v2_devices_;               // v2: whether device filters can be loaded, or why not.
   std::string folder_;                    // Task groups' folder under the agent's own groups.
+
+  // The mount folder of the hierarchy a task group's parent folder is in.
+  std::string hierarchyOf(const std::string& parent) const;
 };
 
 }  // namespace tessera::agent

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "agent/device_filter.h"
@@ -68,8 +69,9 @@ TEST_F(CgroupsTest, V2WritesCpuMaxMemoryMaxAndEnablesControllersDownTheTree) {
     EXPECT_EQ(read(level / "cgroup.subtree_control"), "+cpu +memory +pids") << level;
   }
   EXPECT_EQ(g->joinPaths(), std::vector<std::string>{(group / "cgroup.procs").string()});
-  // The task's view of its cgroups (agent/sandbox.h) starts at the agent's own group.
-  EXPECT_EQ(g->view_roots, std::vector<std::string>{self.string()});
+  // The task's view of its cgroups (agent/sandbox.h) is the whole hierarchy: nothing beside
+  // or above the agent's own group shows either (another agent's tasks on the machine).
+  EXPECT_EQ(g->view_roots, std::vector<std::string>{root_.string()});
   EXPECT_EQ(g->oomKills(), 1);
   // No limits: "max".
   auto unlimited = cg->create("t1", {});
@@ -128,13 +130,31 @@ TEST_F(CgroupsTest, V1WritesEachControllersFilesAndTheDeviceRules) {
   EXPECT_EQ(read(pids / "pids.max"), "512");
   EXPECT_EQ(g->joinPaths().size(), 4U);
   EXPECT_EQ(g->oomKills(), 0);
-  // Below each hierarchy's own group of the agent's, the task's view shows its group alone.
+  // In the task's view each hierarchy, from where it is mounted, shows its group alone.
   ASSERT_EQ(g->view_roots.size(), g->dirs.size());
+  const std::set<std::string> hierarchies = {
+      (root_ / "cpu,cpuacct").string(), (root_ / "memory").string(),
+      (root_ / "devices").string(), (root_ / "pids").string()};
   for (size_t i = 0; i < g->dirs.size(); ++i) {
-    EXPECT_EQ(g->dirs[i].rfind(g->view_roots[i] + "/tessera/t1", 0), 0U) << g->dirs[i];
+    EXPECT_TRUE(hierarchies.contains(g->view_roots[i])) << g->view_roots[i];
+    EXPECT_EQ(g->dirs[i].rfind(g->view_roots[i] + "/", 0), 0U) << g->dirs[i];
   }
-  EXPECT_NE(std::find(g->view_roots.begin(), g->view_roots.end(), (root_ / "memory/job").string()),
-            g->view_roots.end());
+  EXPECT_EQ(std::set<std::string>(g->view_roots.begin(), g->view_roots.end()), hierarchies);
+  // A task without device rules (a container's are its runtime's) still gets a devices group,
+  // with no rule written, so that its view of the hierarchy holds no other task's group.
+  limits.restrict_devices = false;
+  for (const char* f : {"cpu,cpuacct/tessera/t2/cpu.cfs_period_us",
+                        "cpu,cpuacct/tessera/t2/cpu.cfs_quota_us",
+                        "memory/job/tessera/t2/memory.limit_in_bytes",
+                        "pids/job/tessera/t2/pids.max"}) {
+    touch(root_ / f);
+  }
+  auto open = cg->create("t2", limits);
+  ASSERT_TRUE(open.isOk()) << open.status().message();
+  const fs::path dev2 = root_ / "devices/tessera/t2";
+  EXPECT_NE(std::find(open->dirs.begin(), open->dirs.end(), dev2.string()), open->dirs.end());
+  EXPECT_FALSE(fs::exists(dev2 / "devices.deny"));
+  EXPECT_EQ(open->view_roots.size(), 4U);
 }
 
 TEST_F(CgroupsTest, BadNamesAndMissingHierarchiesAreErrors) {

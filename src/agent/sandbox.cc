@@ -311,8 +311,9 @@ int enterSandbox(const SandboxPlan& plan, int* step) {
     ::close(root);
     ::close(keep_fds[i]);
   }
-  // Below the agent's own group each hierarchy shows this task's group alone: other tasks'
-  // names (their tenants') and usage, and other nodes' agents', stay out of sight.
+  // Each hierarchy shows this task's group alone, at the path /proc/self/cgroup names: other
+  // tasks' names (their tenants') and usage, other agents' on the machine and whatever else
+  // has groups there stay out of sight.
   for (size_t i = 0; i < plan.cgroup_dirs.size(); ++i) {
     const char* root = plan.cgroup_roots[i].c_str();
     if (::mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=16k") !=

@@ -12,7 +12,7 @@
 //                    cgroup and gone with its namespace (MPS clients keep the node's: they meet
 //                    their control daemon there);
 //       /etc/passwd, /etc/group   root, nobody and the task's own user and group only;
-//       its cgroups  below the agent's own group, each hierarchy shows the task's group only;
+//       its cgroups  each hierarchy (from where it is mounted) shows the task's group only;
 //     and what it needs from under /tmp or /dev/shm (its folder, credentials, devices, the
 //     interposer) bound back at the same paths;
 //   - an IPC namespace (no System V IPC shared with other tasks), except for MPS clients.
@@ -50,8 +50,8 @@ struct SandboxPlan {
   std::string group;
   std::vector<Keep> keeps;
   // The task's own groups, one per hierarchy, and for each the folder below which the task
-  // sees that group alone (the agent's own group: TaskCgroup::view_roots) and the group's path
-  // there.
+  // sees that group alone (where the hierarchy is mounted: TaskCgroup::view_roots) and the
+  // group's path there.
   std::vector<std::string> cgroup_dirs;
   std::vector<std::string> cgroup_roots;
   std::vector<std::string> cgroup_paths;

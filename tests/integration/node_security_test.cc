@@ -3,7 +3,8 @@
 //
 // NodeCredentialsTest: `tessera dev --external-agents` as root, its agent started exactly as dev
 // prints it, two tenants. Tenant B's task scans /proc/*/cmdline and /proc/*/environ, reads
-// /etc/passwd and /etc/group, lists /tmp, /dev/shm and its cgroups, tries the node's token file,
+// /etc/passwd and /etc/group, lists /tmp, /dev/shm and the cgroup hierarchies (where the agent
+// runs in a group of its own beside another named as A's task would be), tries the node's token file,
 // and makes a heartbeat as its node with every token it could find. It finds no token, sees no
 // process but its own tree and no name of tenant A's. The same look from outside the sandbox (as
 // B's user on the node) sees the node's processes, so the probe can find what is there. When the
@@ -66,13 +67,106 @@ std::string cannotRun() {
   return "";
 }
 
+// The groups a machine's other agents and services have beside the agent's own, in each cgroup
+// v1 hierarchy a task has a group in: the agent in a group of its own ("node-agent.service", as
+// a service would be), and beside it a group named as tenant A's task would be, which no task's
+// view may show. The agent joins its groups in its own process before it starts (`join()`);
+// the groups go when this does. On v2 only the neighbour is made (the test's group may hold
+// processes, so the agent cannot go below it).
+class NeighbourGroups {
+ public:
+  static constexpr char kName[] = "nsec-a.neighbour";
+
+  NeighbourGroups() {
+    std::map<std::string, std::string> self;  // Controller ("" for v2) -> the test's group.
+    std::ifstream in("/proc/self/cgroup");
+    for (std::string line; std::getline(in, line);) {
+      const size_t a = line.find(':');
+      const size_t b = line.find(':', a + 1);
+      std::stringstream ctrls(line.substr(a + 1, b - a - 1));
+      const std::string path = line.substr(b + 1);
+      if (b == a + 1) {
+        self[""] = path;
+      }
+      for (std::string c; std::getline(ctrls, c, ',');) {
+        self[c] = path;
+      }
+    }
+    const fs::path root = "/sys/fs/cgroup";
+    if (fs::exists(root / "cgroup.controllers")) {
+      make(root / fs::path(self[""]).relative_path() / kName);
+      return;
+    }
+    for (const char* controller : {"cpu", "memory", "pids", "devices"}) {
+      const fs::path own = root / controller / fs::path(self[controller]).relative_path();
+      if (self.contains(controller) && fs::is_directory(own)) {
+        make(own / kName);
+        if (make(own / "node-agent.service")) {
+          procs_.push_back((own / "node-agent.service" / "cgroup.procs").string());
+        }
+      }
+    }
+  }
+  ~NeighbourGroups() {
+    for (auto it = made_.rbegin(); it != made_.rend(); ++it) {
+      removeTree(*it);
+    }
+  }
+  // In a forked child: joins the agent's groups (plain writes).
+  void join() const {
+    for (const std::string& p : procs_) {
+      std::ofstream(p) << ::getpid();
+    }
+  }
+  // Where the neighbours are (each must exist on the node for the check to mean anything).
+  std::vector<fs::path> neighbours() const {
+    std::vector<fs::path> out;
+    for (const fs::path& m : made_) {
+      if (m.filename() == kName) {
+        out.push_back(m);
+      }
+    }
+    return out;
+  }
+
+ private:
+  bool make(const fs::path& dir) {
+    std::error_code ec;
+    if (!fs::create_directory(dir, ec) || ec) {
+      return false;
+    }
+    made_.push_back(dir);
+    return true;
+  }
+  // Groups are removed deepest first (rmdir: their files are the kernel's); what the agent
+  // left below its own group goes too, once its processes are gone.
+  static void removeTree(const fs::path& dir) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      if (e.is_directory(ec) && !e.is_symlink(ec)) {
+        removeTree(e.path());
+      }
+    }
+    for (int i = 0; i < 50 && ::rmdir(dir.c_str()) != 0 && errno == EBUSY; ++i) {
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+
+  std::vector<fs::path> made_;
+  std::vector<std::string> procs_;
+};
+
 // A shell command line run as is (`sh -c`), with the build tree first in PATH: how a person
 // runs what `tessera dev` prints. `exec` keeps the pid the command's.
 class Shell {
  public:
-  Shell(const std::string& line, const fs::path& out) : out_(out) {
+  Shell(const std::string& line, const fs::path& out, const NeighbourGroups* groups = nullptr)
+      : out_(out) {
     pid_ = ::fork();
     if (pid_ == 0) {
+      if (groups != nullptr) {
+        groups->join();
+      }
       std::freopen(out.c_str(), "w", stdout);
       std::freopen((out.string() + ".err").c_str(), "w", stderr);
       const std::string path = binaryDir() + ":/usr/sbin:/usr/bin:/sbin:/bin";
@@ -207,6 +301,13 @@ TEST(NodeCredentialsTest, ATaskFindsNoTokenNoOtherProcessAndNoOtherTenant) {
   fs::create_directories(dir);
   fs::permissions(dir, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
   std::string credentials_root;
+  // Beside the agent's group, a group named as A's task would be: on a node, another agent's or
+  // service's. The probe must not see it either.
+  const NeighbourGroups neighbours;
+  for (const fs::path& n : neighbours.neighbours()) {
+    ASSERT_TRUE(fs::is_directory(n)) << n;
+  }
+  ASSERT_FALSE(neighbours.neighbours().empty()) << "no cgroup hierarchy to plant a neighbour in";
   {
     Process dev({"dev", "--data-dir", dir.string(), "--addr", "127.0.0.1:0", "--nodes", "t4-2x:1",
                  "--external-agents"},
@@ -244,7 +345,7 @@ TEST(NodeCredentialsTest, ATaskFindsNoTokenNoOtherProcessAndNoOtherTenant) {
     ASSERT_EQ(self.status, 200U) << self.raw;
     EXPECT_EQ(self.body["data"]["policies"], json::array({"node-t4-2x-0"})) << self.raw;
 
-    Shell agent(line, dir / "agent.out");
+    Shell agent(line, dir / "agent.out", &neighbours);
     ASSERT_TRUE(waitFor(
         [&] {
           return agent.errors().find("registered") != std::string::npos &&
