@@ -83,6 +83,12 @@ int validateConfig(const std::string& file) {
       }
     }
   }
+  if (problems.empty()) {
+    // What start would refuse besides: certificates that do not load, addresses, folders.
+    for (const std::string& p : server::configStartProblems(*parsed)) {
+      problems.push_back(file + ": " + p);
+    }
+  }
   for (const std::string& p : problems) {
     std::cerr << "error: " << p << "\n";
   }

@@ -14,6 +14,9 @@ std::string Placer::Decision::explain(size_t node_count) const {
   if (placed) {
     return fmt::format("placed on node {}", placement.node);
   }
+  if (node_count == 0) {
+    return "no node is in service yet (none is declared, none has joined)";
+  }
   std::string out = fmt::format("0/{} nodes fit", node_count);
   const char* sep = ": ";
   for (size_t i = 1; i < kFilterReasonCount; ++i) {

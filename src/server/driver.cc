@@ -282,6 +282,12 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
   // How many such tasks the whole pool holds at once, when empty: a gang must fit it whole.
   int64_t pool_holds = 0;
   std::unique_lock lock(mu_);
+  if (!leaves_.contains(cmd.tenant + "/" + cmd.queue)) {
+    return core::invalidArgument("tenant '" + cmd.tenant + "' has no queue '" + cmd.queue + "'");
+  }
+  if (node_index_.empty()) {
+    return core::Status::ok();  // No node yet to judge it by: it waits for agents to join.
+  }
   // The nodes the workload may use: in service, with its labels, in a pool open to its tenant.
   size_t selected = 0;
   size_t admitted = 0;
@@ -349,7 +355,7 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
     }
     pool_holds += fits;
   }
-  if (admitted == 0 && !node_index_.empty()) {
+  if (admitted == 0) {
     std::string labels;
     for (const auto& [key, value] : r.node_selector) {
       labels += (labels.empty() ? "" : ", ") + key + "=" + value;
@@ -411,9 +417,6 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
                                  " tasks must start together, but the whole pool holds at "
                                  "most " +
                                  std::to_string(pool_holds) + " of them at once");
-  }
-  if (!leaves_.contains(cmd.tenant + "/" + cmd.queue)) {
-    return core::invalidArgument("tenant '" + cmd.tenant + "' has no queue '" + cmd.queue + "'");
   }
   return core::Status::ok();
 }

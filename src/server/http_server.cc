@@ -573,7 +573,47 @@ core::Result<tcp::endpoint> parseAddress(const std::string& address) {
   return tcp::endpoint(ip, port);
 }
 
+// The listener's TLS context from its files (nullptr: no TLS).
+core::Result<std::unique_ptr<ssl::context>> tlsContext(const ListenerConfig& l) {
+  if (l.tls_cert_file.empty() && l.tls_key_file.empty()) {
+    return std::unique_ptr<ssl::context>();
+  }
+  if (l.tls_cert_file.empty() || l.tls_key_file.empty()) {
+    return core::invalidArgument("listener " + l.address +
+                                 ": tls_cert_file and tls_key_file go together");
+  }
+  auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                   ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
+                   ssl::context::single_dh_use);
+  beast::error_code ec;
+  ctx->use_certificate_chain_file(l.tls_cert_file, ec);
+  if (ec) {
+    return core::invalidArgument("listener " + l.address + ": tls_cert_file '" + l.tls_cert_file +
+                                 "': " + ec.message());
+  }
+  ctx->use_private_key_file(l.tls_key_file, ssl::context::pem, ec);
+  if (ec) {
+    return core::invalidArgument("listener " + l.address + ": tls_key_file '" + l.tls_key_file +
+                                 "': " + ec.message());
+  }
+  if (!l.tls_client_ca_file.empty()) {
+    ctx->load_verify_file(l.tls_client_ca_file, ec);
+    if (ec) {
+      return core::invalidArgument("listener " + l.address + ": tls_client_ca_file '" +
+                                   l.tls_client_ca_file + "': " + ec.message());
+    }
+    ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+  }
+  return ctx;
+}
+
 }  // namespace
+
+core::Status HttpServer::checkListener(const ListenerConfig& listener) {
+  TESSERA_RETURN_IF_ERROR(parseAddress(listener.address).status());
+  return tlsContext(listener).status();
+}
 
 void HttpServer::Impl::accept(size_t i) {
   acceptors[i]->async_accept(
@@ -625,36 +665,7 @@ core::Result<std::unique_ptr<HttpServer>> HttpServer::create(std::vector<Listene
   impl->body_policy = std::move(body_policy);
   for (const ListenerConfig& l : listeners) {
     TESSERA_ASSIGN_OR_RETURN(tcp::endpoint ep, parseAddress(l.address));
-    std::unique_ptr<ssl::context> ctx;
-    if (!l.tls_cert_file.empty() || !l.tls_key_file.empty()) {
-      if (l.tls_cert_file.empty() || l.tls_key_file.empty()) {
-        return core::invalidArgument("listener " + l.address +
-                                     ": tls_cert_file and tls_key_file go together");
-      }
-      ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
-      ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
-                       ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1 |
-                       ssl::context::single_dh_use);
-      beast::error_code ec;
-      ctx->use_certificate_chain_file(l.tls_cert_file, ec);
-      if (ec) {
-        return core::invalidArgument("listener " + l.address + ": tls_cert_file '" +
-                                     l.tls_cert_file + "': " + ec.message());
-      }
-      ctx->use_private_key_file(l.tls_key_file, ssl::context::pem, ec);
-      if (ec) {
-        return core::invalidArgument("listener " + l.address + ": tls_key_file '" + l.tls_key_file +
-                                     "': " + ec.message());
-      }
-      if (!l.tls_client_ca_file.empty()) {
-        ctx->load_verify_file(l.tls_client_ca_file, ec);
-        if (ec) {
-          return core::invalidArgument("listener " + l.address + ": tls_client_ca_file '" +
-                                       l.tls_client_ca_file + "': " + ec.message());
-        }
-        ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
-      }
-    }
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ssl::context> ctx, tlsContext(l));
     auto acceptor = std::make_unique<tcp::acceptor>(impl->io);
     beast::error_code ec;
     acceptor->open(ep.protocol(), ec);

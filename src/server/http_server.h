@@ -141,6 +141,9 @@ class HttpServer {
                                                           AsyncHandler handler,
                                                           Admitter admitter = nullptr,
                                                           BodyPolicy body_policy = nullptr);
+  // What `create` would refuse in `listener` without binding it: an address that is no
+  // IP:PORT, TLS files that do not load (`tessera server -validate`).
+  static core::Status checkListener(const ListenerConfig& listener);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

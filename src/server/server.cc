@@ -62,6 +62,93 @@ core::Status addNodes(const std::string& spec, const char* field,
   return core::Status::ok();
 }
 
+}  // namespace
+
+core::Result<std::vector<model::Node>> declaredNodes(const ServerConfig& config,
+                                                     const model::GpuCatalogue& catalogue) {
+  std::vector<model::Node> nodes;
+  TESSERA_RETURN_IF_ERROR(addNodes(config.simulated_nodes, "simulated", catalogue, nodes));
+  TESSERA_RETURN_IF_ERROR(addNodes(config.agent_nodes, "agents", catalogue, nodes));
+  for (const auto& [name, labels] : config.node_labels) {
+    auto it = std::find_if(nodes.begin(), nodes.end(),
+                           [&](const model::Node& n) { return n.name == name; });
+    if (it == nodes.end()) {
+      return core::invalidArgument("nodes: labels: no declared node '" + name + "'");
+    }
+    it->labels = labels;
+    TESSERA_RETURN_IF_ERROR(model::validateNode(*it).withContext("nodes: labels"));
+  }
+  return nodes;
+}
+
+namespace {
+
+// "" when the server can create (or write) `path`, else why not.
+std::string whyNotWritable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    return ::access(path.c_str(), W_OK) == 0 ? "" : "'" + path + "' cannot be written";
+  }
+  const fs::path folder = fs::absolute(path, ec).parent_path();
+  if (!fs::is_directory(folder, ec)) {
+    return "'" + path + "': its folder " + folder.string() + " does not exist";
+  }
+  return ::access(folder.c_str(), W_OK | X_OK) == 0
+             ? ""
+             : "'" + path + "': its folder " + folder.string() + " cannot be written";
+}
+
+}  // namespace
+
+std::vector<std::string> configStartProblems(const ServerConfig& config) {
+  std::vector<std::string> problems;
+  for (const ListenerConfig& l : config.listeners) {
+    if (core::Status st = HttpServer::checkListener(l); !st.isOk()) {
+      problems.push_back(st.message());
+    }
+  }
+  auto writable = [&](const std::string& what, const std::string& path) {
+    if (std::string why = whyNotWritable(path); !why.empty()) {
+      problems.push_back(what + ": " + why);
+    }
+  };
+  auto readable = [&](const std::string& what, const std::string& path) {
+    if (!std::ifstream(path)) {
+      problems.push_back(what + ": '" + path + "' cannot be read");
+    }
+  };
+  if (!config.etcd) {
+    writable("storage \"sqlite\" path", config.storage_path);
+  }
+  if (config.seal == "file") {
+    const std::string key = config.seal_key_file.empty() ? config.storage_path + ".unseal-key"
+                                                         : config.seal_key_file;
+    std::error_code ec;
+    if (std::filesystem::exists(key, ec)) {
+      readable("secrets key_file", key);
+    } else {
+      writable("secrets key_file", key);
+    }
+  }
+  for (const ServerConfig::AuditFile& a : config.audit) {
+    writable("audit path", a.path);
+    writable("audit salt_file", a.salt_file);
+    if (a.signing_key_file.empty()) {
+      writable("audit signing key", a.path + ".signing-key.pem");
+    } else if (a.signing_key_file != "none") {
+      readable("audit signing_key_file", a.signing_key_file);
+    }
+    if (a.checkpoint_copy_file != "none") {
+      writable("audit checkpoint_copy_file",
+               a.checkpoint_copy_file.empty() ? a.path + ".checkpoint" : a.checkpoint_copy_file);
+    }
+  }
+  return problems;
+}
+
+namespace {
+
 // One block of a type that takes no label, or none.
 core::Result<const json*> singleBlock(const json& config, const char* type,
                                       const std::string& source) {
@@ -194,29 +281,15 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     std::cerr << "error: " << s.message() << "\n";
     return 1;
   };
-  std::vector<model::Node> nodes;
-  if (core::Status st = addNodes(config.simulated_nodes, "simulated", catalogue, nodes);
-      !st.isOk()) {
-    return fail(st);
+  auto declared_nodes = declaredNodes(config, catalogue);
+  if (!declared_nodes.isOk()) {
+    return fail(declared_nodes.status());
   }
-  const size_t simulated = nodes.size();
-  if (core::Status st = addNodes(config.agent_nodes, "agents", catalogue, nodes); !st.isOk()) {
-    return fail(st);
-  }
+  std::vector<model::Node> nodes = std::move(declared_nodes).value();
+  const size_t simulated = parseNodeList(config.simulated_nodes, "simulated")->size();
   std::vector<std::string> declared;
   for (const model::Node& n : nodes) {
     declared.push_back(n.name);
-  }
-  for (const auto& [name, labels] : config.node_labels) {
-    auto it = std::find_if(nodes.begin(), nodes.end(),
-                           [&](const model::Node& n) { return n.name == name; });
-    if (it == nodes.end()) {
-      return fail(core::invalidArgument("nodes: labels: no declared node '" + name + "'"));
-    }
-    it->labels = labels;
-    if (core::Status st = model::validateNode(*it); !st.isOk()) {
-      return fail(st.withContext("nodes: labels"));
-    }
   }
   auto store = config.etcd ? store::EtcdStore::open(*config.etcd, clock)
                            : store::SqliteStore::open(config.storage_path, {}, clock);
@@ -753,11 +826,14 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
         }
       }
     }
-    // Agents alone: no simulated nodes unless asked for.
-    const std::string def = n.has("agents") ? "" : c.simulated_nodes;
-    c.simulated_nodes = def;
+    // Simulated nodes only where asked for: "" or "none" is none.
     if (n.has("simulated")) {
-      TESSERA_ASSIGN_OR_RETURN(c.simulated_nodes, strField(n, "simulated", def));
+      const json& v = (*nodes)["simulated"];
+      if (!v.is_string()) {
+        return n.child("simulated").error("expected a string: PROFILE:COUNT or NAME=PROFILE, "
+                                          "comma-separated, or \"none\"");
+      }
+      c.simulated_nodes = v.get<std::string>() == "none" ? "" : v.get<std::string>();
     }
     if (n.has("agents")) {
       TESSERA_ASSIGN_OR_RETURN(c.agent_nodes, strField(n, "agents", ""));
@@ -842,6 +918,11 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
   if (top.has("workers")) {
     TESSERA_ASSIGN_OR_RETURN(int64_t n, top.child("workers").integer(1, 1024));
     c.workers = static_cast<int>(n);
+  }
+  // What the server's start builds from the nodes block fails here too, so that -validate
+  // refuses what start would.
+  if (auto declared = declaredNodes(c, model::GpuCatalogue::builtin()); !declared.isOk()) {
+    return declared.status().withContext(path);
   }
   return c;
 }

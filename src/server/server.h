@@ -42,6 +42,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/gpu_catalogue.h"
+#include "model/node.h"
 #include "server/http_server.h"
 #include "server/refusal_log.h"
 #include "store/etcd_store.h"
@@ -99,8 +101,10 @@ struct ServerConfig {
   // GPUs gets its GPUs' share of its node; DriverOptions).
   int64_t task_default_cpu_milli = 1000;
   int64_t task_default_memory_mib = 2048;
-  std::string simulated_nodes = "dgx-h100:2";  // "" when only agents are declared.
-  std::string agent_nodes;                     // Nodes agents register under.
+  // Nodes the server simulates itself (nothing runs on them): only what the config asks for
+  // (`tessera dev` sets its own). "" : none.
+  std::string simulated_nodes;
+  std::string agent_nodes;  // Nodes agents register under.
   // nodes { labels = { "gpu-a" = { pool = "team-1", zone = "a" } } }: declared nodes' labels.
   std::map<std::string, std::map<std::string, std::string>> node_labels;
   // nodes { credential_ttl_s }: how long a joined node's credential lives (its agent renews it
@@ -151,7 +155,21 @@ struct NodeDecl {
 // or both mixed. `field` names the list in errors. Profiles are checked when nodes are built.
 core::Result<std::vector<NodeDecl>> parseNodeList(const std::string& spec, const char* field);
 
-// Reads and validates a config file (.hcl or .json).
+// The nodes a config declares: its simulated ones first, then its agents' (labels applied).
+// Fails as the server's start would: an unknown profile, a name declared twice, labels of a
+// node that is not declared.
+core::Result<std::vector<model::Node>> declaredNodes(const ServerConfig& config,
+                                                     const model::GpuCatalogue& catalogue);
+
+// What the server's start would find wrong with what a read config names, without opening
+// the store or binding a port: listeners (an address that is no IP:PORT, TLS files that do not
+// load), and the files the store, the seal and the audit logs create or read (a folder that is
+// not there, a key file named but missing). Empty: nothing (`tessera server -validate`).
+std::vector<std::string> configStartProblems(const ServerConfig& config);
+
+// Reads and validates a config file (.hcl or .json): everything the server's start checks
+// without opening anything (the store, the listeners' ports, the audit log) or reading the
+// files it names (`tessera server -validate` reads those).
 core::Result<ServerConfig> readServerConfig(const std::string& path);
 
 // What `tessera dev` leaves for clients (also written to DIR/dev.json).

@@ -61,6 +61,45 @@ TEST_F(ServerConfigTest, TenantConcurrencyOutOfRangeNamesTheFieldAndFile) {
   EXPECT_NE(c.status().message().find(path), std::string::npos) << c.status().message();
 }
 
+TEST_F(ServerConfigTest, NodesAreOnlyWhatTheConfigDeclares) {
+  const model::GpuCatalogue catalogue = model::GpuCatalogue::builtin();
+  auto nodes = [&](const std::string& block) -> core::Result<std::vector<std::string>> {
+    TESSERA_ASSIGN_OR_RETURN(ServerConfig c, readServerConfig(write(std::string(kBase) + block)));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<model::Node> all, declaredNodes(c, catalogue));
+    std::vector<std::string> names;
+    for (const model::Node& n : all) {
+      names.push_back(n.name);
+    }
+    return names;
+  };
+  using Names = std::vector<std::string>;
+  // No nodes block, an empty one, "" or "none": no node at all (agents join later).
+  for (const std::string block : {"", "nodes {}\n", "nodes { simulated = \"\" }\n",
+                                  "nodes { simulated = \"none\" }\n"}) {
+    auto got = nodes(block);
+    ASSERT_TRUE(got.isOk()) << block << got.status().message();
+    EXPECT_EQ(*got, Names{}) << block;
+  }
+  auto got = nodes("nodes { simulated = \"dgx-h100:2\"  agents = \"gpu-a=t4-2x\" }\n");
+  ASSERT_TRUE(got.isOk()) << got.status().message();
+  EXPECT_EQ(*got, (Names{"dgx-h100-0", "dgx-h100-1", "gpu-a"}));
+  // What the server's start refuses, reading refuses too, naming the file and the field.
+  for (const auto& [block, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"nodes { simulated = \"nonesuch:1\" }\n", "nonesuch"},
+           {"nodes { simulated = \"dgx-h100:0\" }\n", "PROFILE:COUNT"},
+           {"nodes { simulated = 2 }\n", "nodes.simulated"},
+           {"nodes { agents = \"a=t4-2x,a=t4-2x\" }\n", "declared twice"},
+           {"nodes { simulated = \"x=t4-2x\"  agents = \"x=t4-2x\" }\n", "declared twice"},
+           {"nodes {\n  agents = \"a=t4-2x\"\n  labels = { b = { pool = \"p\" } }\n}\n",
+            "no declared node 'b'"}}) {
+    auto c = readServerConfig(write(std::string(kBase) + block));
+    ASSERT_FALSE(c.isOk()) << block;
+    EXPECT_NE(c.status().message().find(expected), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find((dir_ / "server.hcl").string()), std::string::npos)
+        << c.status().message();
+  }
+}
+
 TEST_F(ServerConfigTest, CapsOnATenantsObjectsHaveDefaultsAndBounds) {
   auto c = readServerConfig(write(kBase));
   ASSERT_TRUE(c.isOk()) << c.status().message();

@@ -751,6 +751,127 @@ TEST_F(CliServerConfigTest, ValidateChecksWithoutStarting) {
   EXPECT_EQ(o.rc, 2) << o;
 }
 
+// `-validate` says yes exactly where the server starts, and no, with the same reason, exactly
+// where it does not: each config below is validated and then started.
+TEST_F(CliServerConfigTest, ValidateRefusesExactlyWhatStartRefuses) {
+  const std::string d = dir_.string();
+  const std::string base = slurp(dir_ / "server.hcl");
+  std::ofstream(dir_ / "garbage.pem") << "not a certificate\n";
+  const std::string nodes_line = "nodes { simulated = \"dgx-h100:1\" }\n";
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string text = base;
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? text : text.replace(at, from.size(), to);
+  };
+  struct Case {
+    std::string name;
+    std::string config;
+    std::string reason;  // "": it starts.
+  };
+  const std::vector<Case> cases = {
+      {"as written", base, ""},
+      {"no nodes block", replace(nodes_line, ""), ""},
+      {"simulated none", replace("dgx-h100:1", "none"), ""},
+      {"simulated empty", replace("dgx-h100:1", ""), ""},
+      {"unknown profile", replace("dgx-h100:1", "nonesuch:1"), "unknown node profile 'nonesuch'"},
+      {"count zero", replace("dgx-h100:1", "dgx-h100:0"), "expected PROFILE:COUNT"},
+      {"node twice", replace("dgx-h100:1", "a=t4-2x,a=t4-2x"), "node 'a' is declared twice"},
+      {"labels of no node",
+       replace(nodes_line, "nodes {\n  simulated = \"dgx-h100:1\"\n  labels = { "
+                           "gpu-z = { pool = \"p\" } }\n}\n"),
+       "no declared node 'gpu-z'"},
+      {"unknown field", base + "bogus = 1\n", "bogus"},
+      {"store folder missing", replace(d + "/t.db", d + "/missing/t.db"), d + "/missing"},
+      {"audit folder missing", replace(d + "/audit.log", d + "/missing/audit.log"),
+       d + "/missing"},
+      {"certificate not PEM", replace(d + "/cert.pem", d + "/garbage.pem"), "garbage.pem"},
+      {"key of another certificate", replace(d + "/key.pem", d + "/alice-key.pem"),
+       "alice-key.pem"},
+      {"address not an IP", replace("127.0.0.1:0", "300.1.1.1:0"), "300.1.1.1"},
+      {"signing key missing",
+       replace(d + "/audit.log\"", d + "/audit.log\" signing_key_file = \"" + d + "/none.pem\""),
+       d + "/none.pem"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE(c.name);
+    const fs::path file = dir_ / ("case-" + std::to_string(i) + ".hcl");
+    std::ofstream(file) << c.config;
+    Outcome v = tessera({"server", "-validate", "-config=" + file.string()}, {});
+    Process server({"server", "-config=" + file.string()},
+                   dir_ / ("case-" + std::to_string(i) + ".out"));
+    bool listening = false;
+    ASSERT_TRUE(waitFor(
+        [&] {
+          listening = server.output().find("listening on") != std::string::npos;
+          return listening || server.errors().find("error: ") != std::string::npos;
+        },
+        std::chrono::seconds(30)))
+        << server.output() << server.errors();
+    const int start_rc = listening ? server.stop(SIGTERM) : server.wait();
+    const std::string start_err = server.errors();
+    if (c.reason.empty()) {
+      EXPECT_EQ(v.rc, 0) << v;
+      EXPECT_TRUE(listening) << start_err;
+      EXPECT_EQ(start_rc, 0) << start_err;
+    } else {
+      EXPECT_EQ(v.rc, 2) << v;
+      EXPECT_TRUE(contains(v.err, c.reason)) << v;
+      EXPECT_FALSE(listening);
+      EXPECT_NE(start_rc, 0);
+      EXPECT_TRUE(contains(start_err, c.reason)) << start_err;
+    }
+    EXPECT_FALSE(fs::exists(dir_ / "missing")) << "nothing is created in a missing folder";
+    fs::remove(dir_ / "t.db");
+  }
+}
+
+// A server whose config declares no nodes has none: nothing is placed on a phantom node, work
+// waits (saying why) until an agent joins.
+TEST_F(CliServerConfigTest, AServerWithoutDeclaredNodesHasNone) {
+  std::string text = slurp(dir_ / "server.hcl");
+  text = std::regex_replace(text, std::regex("nodes \\{[^\n]*\n"), "");
+  text = std::regex_replace(text, std::regex("  tls_client_ca_file[^\n]*\n"), "");
+  ASSERT_EQ(text.find("nodes"), std::string::npos) << text;
+  std::ofstream(dir_ / "bare.hcl") << text << "scheduler { pass_interval_ms = 50 }\n";
+  Process server({"server", "-config=" + (dir_ / "bare.hcl").string()}, dir_ / "bare.out");
+  std::smatch m;
+  std::string out;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        out = server.output();
+        return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
+      },
+      std::chrono::seconds(30)))
+      << out << server.errors();
+  const std::string address = m[1];
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
+  const std::string root = m[1];
+  EXPECT_TRUE(contains(server.errors(), "no nodes yet")) << server.errors();
+  const Client c(address, slurp(dir_ / "ca.pem"));
+  Response nodes = c.call("GET", "/v1/nodes", root);
+  ASSERT_EQ(nodes.status, 200U) << nodes.raw;
+  EXPECT_TRUE(nodes.body["data"]["nodes"].empty()) << nodes.raw;
+  ASSERT_EQ(c.call("POST", "/v1/tenants/t", root, {{"quota", {{"gpu", 8}}}}).status, 204U);
+  Response submitted = c.call("POST", "/v1/tenants/t/workloads/w", root,
+                              {{"gpu", {{"count", 1}}}, {"command", {"sleep", "60"}}});
+  ASSERT_EQ(submitted.status, 202U) << submitted.raw;
+  // Work is taken while no node is there yet (agents join later), and waits, saying why.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // Ten passes.
+  Response w = c.call("GET", "/v1/tenants/t/workloads/w", root);
+  ASSERT_EQ(w.status, 200U) << w.raw;
+  EXPECT_EQ(w.body["data"]["status"]["phase"], "pending") << w.raw;
+  EXPECT_TRUE(contains(w.body["data"]["status"].value("reason", ""), "no node is in service yet"))
+      << w.raw;
+  Outcome listed = tessera({"nodes"}, {{"TESSERA_ADDR", address},
+                                       {"TESSERA_CACERT", (dir_ / "ca.pem").string()},
+                                       {"TESSERA_TOKEN", root}});
+  EXPECT_EQ(listed.rc, 0) << listed;
+  EXPECT_FALSE(contains(listed.out, "dgx-h100")) << listed;
+  EXPECT_EQ(server.stop(SIGTERM), 0) << server.errors();
+}
+
 // The rule token roles rest on (server/acl.h checkWithinPower), case by case: the refusals above
 // go through it, and these pin down its edges (deny rules, precedence, globs, `+` segments).
 TEST(CheckWithinPowerTest, HandsOnOnlyWhatTheHolderHasOnEveryPath) {
