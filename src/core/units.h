@@ -12,8 +12,20 @@
 #include <compare>
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 namespace tessera::core {
+
+// "24 GPUs", "1 GPU", "0.5 GPU", "0.142 GPU": an amount of milli-GPU (>= 0) as people count GPUs.
+inline std::string gpuText(int64_t milli) {
+  std::string n = std::to_string(milli / 1000);
+  if (milli % 1000 != 0) {
+    std::string fraction = std::to_string(milli % 1000 + 1000).substr(1);
+    fraction.erase(fraction.find_last_not_of('0') + 1);
+    n += "." + fraction;
+  }
+  return n + (milli <= 1000 ? " GPU" : " GPUs");
+}
 
 template <typename Tag>
 class Quantity {

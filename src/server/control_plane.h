@@ -268,6 +268,8 @@ class ControlPlane {
   HttpResponse queuesApi(Request& r);
   // A team's queue inside the tenant: GET, or POST to create or change it.
   HttpResponse teamQueueApi(Request& r, const std::string& name);
+  // Each team queue's quota (milli-GPU) of `tenant`, from the store.
+  core::Result<std::map<std::string, int64_t>> teamQuotas(const std::string& tenant);
   HttpResponse deleteTeamQueue(Request& r, const std::string& tenant, const std::string& name,
                                const std::string& key);
   HttpResponse auditApi(Request& r);

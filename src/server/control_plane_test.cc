@@ -752,7 +752,7 @@ TEST_F(ControlPlaneTest, StoredGpuLimitsOfZeroFromBeforeStayNoneAndNewZerosStayZ
   EXPECT_EQ(stored("/tenants/legacy")["limit_milli_gpu"], 0);
   r = callAs(root_.secret, "POST", "/v1/tenants/legacy/workloads/c", gpu_work);
   EXPECT_EQ(r.status, 400U) << r.body;
-  EXPECT_NE(r.body.find("may hold at most 0 milli-GPU"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("may hold no GPU at all"), std::string::npos) << r.body;
 }
 
 std::string slurpFile(const fs::path& p) {
@@ -787,6 +787,38 @@ void expectEveryRequestAnswered(const std::vector<json>& records) {
 
 // A join whose non-string join_token made the handler throw (an unauthenticated 500 whose
 // request record had no response record) is a 400 that says what is wrong, recorded.
+// Team queues share their tenant's guarantee: their quotas together never exceed the tenant's
+// (demo's is 8 GPUs), and the tenant's is not lowered under theirs.
+TEST_F(ControlPlaneTest, TeamQuotasAddUpToNoMoreThanTheTenants) {
+  ASSERT_EQ(call("POST", "queues/team-a", {{"quota", {{"gpu", 5}}}}).status, 204U);
+  ASSERT_EQ(call("POST", "queues/team-b", {{"quota", {{"gpu", 3}}}}).status, 204U);
+  HttpResponse r = call("POST", "queues/team-c", {{"quota", {{"gpu", 1}}}});
+  EXPECT_EQ(r.status, 400U) << r.body;
+  EXPECT_NE(r.body.find("queue 'team-c': quota.gpu 1 GPU and the other team queues' (team-a 5 "
+                        "GPUs, team-b 3 GPUs) add up to 9 GPUs, more than tenant 'demo''s quota "
+                        "of 8 GPUs"),
+            std::string::npos)
+      << r.body;
+  EXPECT_EQ(keysUnder("/tenants/demo/queues/team-c"), std::vector<std::string>{});
+  // Raising one past the rest: refused; lowering it, or a change that keeps its quota: taken.
+  r = call("POST", "queues/team-a", {{"quota", {{"gpu", 6}}}});
+  EXPECT_EQ(r.status, 400U) << r.body;
+  EXPECT_EQ(call("POST", "queues/team-a", {{"quota", {{"gpu", 4}}}}).status, 204U);
+  EXPECT_EQ(call("POST", "queues/team-c", {{"quota", {{"gpu", 1}}}}).status, 204U);
+  EXPECT_EQ(call("POST", "queues/team-c", {{"weight", 2}}).status, 204U);
+  // A queue without a quota borrows only: always taken.
+  EXPECT_EQ(call("POST", "queues/team-d", json::object()).status, 204U);
+  // The tenant's own quota under its teams' 8 GPUs: refused, saying what to lower first.
+  r = callAs(root_.secret, "POST", "/v1/tenants/demo", {{"quota", {{"gpu", 7}}}});
+  EXPECT_EQ(r.status, 400U) << r.body;
+  EXPECT_NE(r.body.find("quota.gpu 7 GPUs is less than its team queues' 8 GPUs together"),
+            std::string::npos)
+      << r.body;
+  EXPECT_EQ(callAs(root_.secret, "POST", "/v1/tenants/demo", {{"quota", {{"gpu", 12}}}}).status,
+            204U);
+  EXPECT_EQ(call("POST", "queues/team-e", {{"quota", {{"gpu", 4}}}}).status, 204U);
+}
+
 TEST_F(ControlPlaneTest, AJoinWithANonStringJoinTokenIsA400AndRecorded) {
   for (const json& token : {json(0), json::array(), json("")}) {
     const HttpResponse r =

@@ -455,11 +455,13 @@ core::Status SchedulerDriver::checkLimits(const SubmitCommand& cmd) const {
     const std::string who = q == cmd.tenant
                                 ? "tenant '" + cmd.tenant + "'"
                                 : "queue '" + cmd.queue + "' of tenant '" + cmd.tenant + "'";
+    const std::string may = it->second == 0
+                                ? "may hold no GPU at all (its limit.gpu is 0)"
+                                : "may hold at most " + core::gpuText(it->second) + " at once (its limit.gpu)";
     return core::invalidArgument(fmt::format(
-        "gpu: {} may hold at most {} milli-GPU at once (its limit.gpu{}), and this workload needs "
-        "{} x {} = {} milli-GPU at once (minAvailable x each task's GPU); it could never start",
-        who, it->second, it->second == 0 ? " is 0: no GPU work at all" : "", cmd.spec.min_available,
-        per_task, gang));
+        "gpu: this workload needs {} x {} = {} at once (minAvailable x each task's GPU), and {} "
+        "{}; it could never start",
+        cmd.spec.min_available, core::gpuText(per_task), core::gpuText(gang), who, may));
   }
   return core::Status::ok();
 }

@@ -90,21 +90,21 @@ TEST_F(DriverTest, AdmissionRefusesAGangBeyondAGpuLimitAndZeroMeansNone) {
   const std::vector<Case> cases = {
       {"no limit: any gang", cmd("team-1", "w", 2, 8), ""},
       {"frozen: one whole GPU", cmd("frozen", "w", 1, 1),
-       "tenant 'frozen' may hold at most 0 milli-GPU at once (its limit.gpu is 0: no GPU work at "
-       "all), and this workload needs 1 x 1000 = 1000 milli-GPU"},
-      {"frozen: a fractional GPU", fractional("frozen", 100, 1), "1 x 100 = 100"},
-      {"frozen: a MIG slice", mig("frozen", "1g.10gb"), "may hold at most 0 milli-GPU"},
+       "this workload needs 1 x 1 GPU = 1 GPU at once (minAvailable x each task's GPU), and "
+       "tenant 'frozen' may hold no GPU at all (its limit.gpu is 0); it could never start"},
+      {"frozen: a fractional GPU", fractional("frozen", 100, 1), "1 x 0.1 GPU = 0.1 GPU"},
+      {"frozen: a MIG slice", mig("frozen", "1g.10gb"), "1 x 0.142 GPU = 0.142 GPU"},
       {"frozen: no GPU at all", cpu_only("frozen", 4), ""},
       {"capped 2 GPUs: 2 x 1", cmd("capped", "w", 2, 1), ""},
-      {"capped 2 GPUs: 3 x 1 at once", cmd("capped", "w", 3, 1), "3 x 1000 = 3000 milli-GPU"},
-      {"capped 2 GPUs: 1 x 4", cmd("capped", "w", 1, 4), "1 x 4000 = 4000"},
+      {"capped 2 GPUs: 3 x 1 at once", cmd("capped", "w", 3, 1), "3 x 1 GPU = 3 GPUs at once (minAvailable x each task's GPU), and tenant 'capped' may hold at most 2 GPUs at once"},
+      {"capped 2 GPUs: 1 x 4", cmd("capped", "w", 1, 4), "1 x 4 GPUs = 4 GPUs"},
       {"capped 2 GPUs: 4 halves", fractional("capped", 500, 4), ""},
-      {"capped 2 GPUs: 5 halves", fractional("capped", 500, 5), "5 x 500 = 2500"},
+      {"capped 2 GPUs: 5 halves", fractional("capped", 500, 5), "5 x 0.5 GPU = 2.5 GPUs"},
       {"a frozen team's queue", in(cmd("team-1", "w", 1, 1), "interns"),
-       "queue 'interns' of tenant 'team-1' may hold at most 0 milli-GPU"},
+       "queue 'interns' of tenant 'team-1' may hold no GPU at all"},
       {"a team's queue of half a GPU: half", in(fractional("team-1", 500, 1), "research"), ""},
       {"a team's queue of half a GPU: one", in(cmd("team-1", "w", 1, 1), "research"),
-       "1 x 1000 = 1000 milli-GPU"},
+       "1 x 1 GPU = 1 GPU at once"},
   };
   for (const Case& c : cases) {
     ASSERT_TRUE(driver_->check(c.c).isOk()) << c.what << ": " << driver_->check(c.c).message();

@@ -9,6 +9,8 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <filesystem>
+#include <atomic>
+#include <chrono>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -114,8 +116,10 @@ TEST(HttpServerTest, BoundsHeadersAndBodies) {
 TEST(HttpServerTest, TheHttpLayersOwnRefusalsAreToldToTheObserver) {
   std::promise<void> gate;
   std::shared_future<void> opened = gate.get_future().share();
+  std::atomic<bool> blocking{false};
   HttpServer::Handler handler = [&](const HttpRequest& r) -> HttpResponse {
     if (r.target == "/block") {
+      blocking = true;
       opened.wait();
     }
     return {200, r.target};
@@ -173,7 +177,13 @@ TEST(HttpServerTest, TheHttpLayersOwnRefusalsAreToldToTheObserver) {
     }
     return server->inFlight() >= n;
   };
-  if (!inFlightReaches(1)) {
+  // In the handler itself (not only counted: an earlier answer still being written counts too,
+  // and /wait must not overtake it).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!blocking && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!blocking || !inFlightReaches(1)) {
     gate.set_value();
     FAIL() << "the blocking request never reached the handler";
   }

@@ -368,6 +368,18 @@ TEST_F(ClientTest, TeamQueuesInsideATenant) {
   Outcome default_q = as(team, {"queue", "create", "default", "--weight", "2"});
   EXPECT_EQ(default_q.rc, 1) << default_q;
   EXPECT_NE(default_q.err.find("follows the tenant"), std::string::npos) << default_q;
+  // Teams share the tenant's guarantee (4 GPUs): research has 1, so another may have 3, not 4.
+  Outcome over = as(team, {"queue", "create", "vision", "--quota-gpu", "4"});
+  EXPECT_EQ(over.rc, 1) << over;
+  EXPECT_NE(over.err.find("add up to 5 GPUs, more than tenant 'team-q''s quota of 4 GPUs"),
+            std::string::npos)
+      << over;
+  EXPECT_EQ(as(team, {"queue", "create", "vision", "--quota-gpu", "3"}).rc, 0);
+  Outcome lowered = as(root(), {"tenant", "update", "team-q", "--quota-gpu", "2"});
+  EXPECT_EQ(lowered.rc, 1) << lowered;
+  EXPECT_NE(lowered.err.find("less than its team queues' 4 GPUs together"), std::string::npos)
+      << lowered;
+  ASSERT_EQ(as(team, {"queue", "delete", "vision"}).rc, 0);
   // A workload in the team's queue runs there and counts against it.
   Outcome run = as(team, {"run", "study", "--queue", "research", "--gpus", "1", "--cpu-milli",
                           "1000", "--duration", "600"});

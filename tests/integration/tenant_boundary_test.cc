@@ -231,12 +231,12 @@ TEST_F(TenantBoundaryTest, AGpuLimitOfZeroIsZeroAndNoLimitIsLeftOut) {
   const json gpu_work = {{"gpu", {{"count", 1}}}, {"cpuMilli", 100}, {"duration", 30}};
   r = c().call("POST", "/v1/tenants/frozen/workloads/train", root(), gpu_work);
   EXPECT_EQ(r.status, 400U) << r.raw;
-  EXPECT_NE(r.raw.find("tenant 'frozen' may hold at most 0 milli-GPU"), std::string::npos) << r.raw;
-  EXPECT_NE(r.raw.find("1 x 1000 = 1000 milli-GPU"), std::string::npos) << r.raw;
+  EXPECT_NE(r.raw.find("tenant 'frozen' may hold no GPU at all"), std::string::npos) << r.raw;
+  EXPECT_NE(r.raw.find("1 x 1 GPU = 1 GPU at once"), std::string::npos) << r.raw;
   r = c().call("POST", "/v1/tenants/frozen/workloads/half", root(),
                {{"gpu", {{"count", 1}, {"milli", 500}}}, {"cpuMilli", 100}, {"duration", 30}});
   EXPECT_EQ(r.status, 400U) << r.raw;
-  EXPECT_NE(r.raw.find("1 x 500 = 500"), std::string::npos) << r.raw;
+  EXPECT_NE(r.raw.find("1 x 0.5 GPU = 0.5 GPU"), std::string::npos) << r.raw;
   // Work without a GPU still runs.
   r = c().call("POST", "/v1/tenants/frozen/workloads/cpu", root(),
                {{"cpuMilli", 100}, {"duration", 30}});
@@ -246,6 +246,19 @@ TEST_F(TenantBoundaryTest, AGpuLimitOfZeroIsZeroAndNoLimitIsLeftOut) {
                {{"quota", {{"gpu", 2}}}, {"limit", {{"gpu", 0}}}});
   EXPECT_EQ(r.status, 400U) << r.raw;
   EXPECT_NE(r.raw.find("quota of 0 too"), std::string::npos) << r.raw;
+
+  // Issue #37: a gang over a limit that is not 0, refused with the arithmetic in GPUs.
+  ASSERT_EQ(c().call("POST", "/v1/tenants/capped", root(),
+                     {{"quota", {{"gpu", 8}}}, {"limit", {{"gpu", 16}}}})
+                .status,
+            204U);
+  r = c().call("POST", "/v1/tenants/capped/workloads/big", root(),
+               {{"tasks", 3}, {"minAvailable", 3}, {"gpu", {{"count", 8}}}, {"duration", 30}});
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  EXPECT_NE(r.raw.find("needs 3 x 8 GPUs = 24 GPUs at once (minAvailable x each task's GPU), "
+                       "and tenant 'capped' may hold at most 16 GPUs at once (its limit.gpu)"),
+            std::string::npos)
+      << r.raw;
 
   // Left out: no limit, shown as -1; a GPU workload runs.
   ASSERT_EQ(c().call("POST", "/v1/tenants/open", root(), {{"quota", {{"gpu", 1}}}}).status, 204U);
@@ -269,7 +282,7 @@ TEST_F(TenantBoundaryTest, AGpuLimitOfZeroIsZeroAndNoLimitIsLeftOut) {
   r = c().call("POST", "/v1/tenants/frozen/workloads/gang", root(),
                {{"tasks", 3}, {"minAvailable", 3}, {"gpu", {{"count", 1}}}, {"duration", 30}});
   EXPECT_EQ(r.status, 400U) << r.raw;
-  EXPECT_NE(r.raw.find("3 x 1000 = 3000 milli-GPU"), std::string::npos) << r.raw;
+  EXPECT_NE(r.raw.find("3 x 1 GPU = 3 GPUs"), std::string::npos) << r.raw;
   // "limit": {} is none too; a bad limit names the field.
   ASSERT_EQ(c().call("POST", "/v1/tenants/frozen", root(), {{"limit", json::object()}}).status,
             204U);
@@ -292,7 +305,7 @@ TEST_F(TenantBoundaryTest, AGpuLimitOfZeroIsZeroAndNoLimitIsLeftOut) {
   team_work["queue"] = "interns";
   r = c().call("POST", "/v1/tenants/open/workloads/intern", open_admin, team_work);
   EXPECT_EQ(r.status, 400U) << r.raw;
-  EXPECT_NE(r.raw.find("queue 'interns' of tenant 'open' may hold at most 0"), std::string::npos)
+  EXPECT_NE(r.raw.find("queue 'interns' of tenant 'open' may hold no GPU at all"), std::string::npos)
       << r.raw;
 }
 

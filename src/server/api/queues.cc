@@ -10,6 +10,7 @@
 #include "audit/record.h"
 #include "core/json_node.h"
 #include "core/strings.h"
+#include "core/units.h"
 #include "model/codec.h"
 #include "server/api_util.h"
 #include "server/control_plane.h"
@@ -117,6 +118,36 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
   if (!q.isOk()) {
     return fromStatus(q.status());
   }
+  // A team's quota is part of its tenant's guarantee: the teams together are never promised
+  // more than the tenant has. (A change that does not raise this queue's quota is taken even if
+  // the tenant's quota was lowered under the teams' since: the operator's own choice.)
+  if (q->quota > base.value("quota_milli_gpu", int64_t{0})) {
+    auto teams = teamQuotas(tenant);
+    if (!teams.isOk()) {
+      return fromStatus(teams.status());
+    }
+    int64_t others = 0;
+    std::string listed;
+    for (const auto& [queue, quota] : *teams) {
+      if (queue != name && quota > 0) {
+        others += quota;
+        listed += (listed.empty() ? "" : ", ") + queue + " " + core::gpuText(quota);
+      }
+    }
+    int64_t tenant_quota = 0;
+    {
+      std::shared_lock lock(mu_);
+      tenant_quota = tenants_.at(tenant).value("quota_milli_gpu", int64_t{0});
+    }
+    if (q->quota + others > tenant_quota) {
+      return error(400, "queue '" + name + "': quota.gpu " + core::gpuText(q->quota) +
+                            (listed.empty() ? "" : " and the other team queues' (" + listed + ")") +
+                            " add up to " + core::gpuText(q->quota + others) + ", more than tenant '" +
+                            tenant + "''s quota of " + core::gpuText(tenant_quota) +
+                            ": teams share their tenant's guarantee (raise the tenant's quota or "
+                            "lower a team's)");
+    }
+  }
   json config = {{"name", name},
                  {"quota_milli_gpu", q->quota},
                  {"limit_milli_gpu", q->limit},
@@ -136,6 +167,18 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
     return fromStatus(applied);
   }
   return noContent();
+}
+
+core::Result<std::map<std::string, int64_t>> ControlPlane::teamQuotas(const std::string& tenant) {
+  const std::string prefix = "/tenants/" + tenant + "/queues/";
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult all, store_.range(prefix, store::prefixEnd(prefix)));
+  std::map<std::string, int64_t> out;
+  for (const store::KeyValue& kv : all.kvs) {
+    const json c = json::parse(kv.value, nullptr, false);
+    out[kv.key.substr(prefix.size())] =
+        c.is_object() ? c.value("quota_milli_gpu", int64_t{0}) : int64_t{0};
+  }
+  return out;
 }
 
 HttpResponse ControlPlane::deleteTeamQueue(Request& r, const std::string& tenant,

@@ -11,6 +11,7 @@
 #include "core/json_node.h"
 #include "core/log.h"
 #include "core/rfc3339.h"
+#include "core/units.h"
 #include "core/strings.h"
 #include "model/codec.h"
 #include "server/api_util.h"
@@ -51,6 +52,20 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
                    "max_secrets", "max_bytes", "request_rate", "request_burst",
                    "request_concurrency", "workload_retention_seconds"}));
   TESSERA_ASSIGN_OR_RETURN(const QueueNumbers q, queueNumbers(n, base, source));
+  if (!create && q.quota < base.value("quota_milli_gpu", int64_t{0})) {
+    // Its teams' quotas are part of its own: lowered under their sum, it would promise them
+    // what it no longer has.
+    TESSERA_ASSIGN_OR_RETURN(const auto teams, teamQuotas(name));
+    int64_t sum = 0;
+    for (const auto& [queue, quota] : teams) {
+      sum += std::max<int64_t>(quota, 0);
+    }
+    if (q.quota < sum) {
+      return core::invalidArgument(
+          source + ": quota.gpu " + core::gpuText(q.quota) + " is less than its team queues' " +
+          core::gpuText(sum) + " together: lower the teams' quotas first (queues/<team>)");
+    }
+  }
   config["quota_milli_gpu"] = q.quota;
   config["limit_milli_gpu"] = q.limit;
   config["weight"] = q.weight;
