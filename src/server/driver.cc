@@ -270,8 +270,17 @@ std::string listText(const std::set<std::string>& names) {
 }  // namespace
 
 core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
-  const model::TaskRequest& r = cmd.spec.request;
-  TESSERA_RETURN_IF_ERROR(model::validateTaskRequest(r));
+  TESSERA_RETURN_IF_ERROR(model::validateTaskRequest(cmd.spec.request));
+  std::lock_guard lock(mu_);
+  if (!leaves_.contains(cmd.tenant + "/" + cmd.queue)) {
+    return core::invalidArgument("tenant '" + cmd.tenant + "' has no queue '" + cmd.queue + "'");
+  }
+  return checkCapacity(cmd.tenant, cmd.spec.request, cmd.spec.min_available);
+}
+
+core::Status SchedulerDriver::checkCapacity(const std::string& tenant,
+                                            const model::TaskRequest& r,
+                                            int64_t min_available) const {
   // What the pool offers, for a reason that says which part of the request nothing meets.
   std::set<std::string> models;
   std::set<std::string> profiles;
@@ -281,10 +290,6 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
   int64_t most_memory = 0;
   // How many such tasks the whole pool holds at once, when empty: a gang must fit it whole.
   int64_t pool_holds = 0;
-  std::unique_lock lock(mu_);
-  if (!leaves_.contains(cmd.tenant + "/" + cmd.queue)) {
-    return core::invalidArgument("tenant '" + cmd.tenant + "' has no queue '" + cmd.queue + "'");
-  }
   if (node_index_.empty()) {
     return core::Status::ok();  // No node yet to judge it by: it waits for agents to join.
   }
@@ -297,7 +302,7 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
       continue;
     }
     ++selected;
-    if (!admits(n, cmd.tenant)) {
+    if (!admits(n, tenant)) {
       continue;
     }
     ++admitted;
@@ -412,8 +417,8 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
         "no node in the pool can hold one task of this workload (its CPU, memory and GPUs "
         "together)");
   }
-  if (cmd.spec.min_available > pool_holds) {
-    return core::invalidArgument("minAvailable: its " + std::to_string(cmd.spec.min_available) +
+  if (min_available > pool_holds) {
+    return core::invalidArgument("minAvailable: its " + std::to_string(min_available) +
                                  " tasks must start together, but the whole pool holds at "
                                  "most " +
                                  std::to_string(pool_holds) + " of them at once");
@@ -479,6 +484,7 @@ void SchedulerDriver::retire(const std::string& key, sched::WorkloadId w) {
   }
   retired_starts_[key] = most;
   waiting_.erase(w);
+  unplaceable_.erase(w);
 }
 
 void SchedulerDriver::forgetWorkload(const std::string& tenant, const std::string& name) {
@@ -597,6 +603,27 @@ WorkloadStatus SchedulerDriver::phaseOf(sched::WorkloadId w) const {
   if (info.pending > 0 && !cancelled_[w] && failed_[w].empty()) {
     const sched::Explanation why = scheduler_->explain(w);
     s.reason = std::string(sched::waitReasonName(why.reason)) + ": " + why.message;
+    // A wait that nothing but a new node can end (the only node its selector matched was
+    // removed, the only pool open to it dedicated elsewhere) says so before a passing one.
+    if (why.reason == sched::WaitReason::kNoCapacity ||
+        why.reason == sched::WaitReason::kQueueLimit ||
+        why.reason == sched::WaitReason::kOverQuota) {
+      const std::string& key = keys_[w];
+      const bool gang = info.running == 0;
+      std::lock_guard lock(mu_);
+      Verdict& v = unplaceable_[w];
+      if (v.generation != nodes_generation_ || v.gang != gang) {
+        v.generation = nodes_generation_;
+        v.gang = gang;
+        const core::Status never = checkCapacity(key.substr(0, key.find('/')), info.spec.request,
+                                                 gang ? info.spec.min_available : 1);
+        v.problem = never.isOk() ? "" : never.message();
+      }
+      if (!v.problem.empty()) {
+        s.reason = "unplaceable: no node in service could ever hold it (" + v.problem +
+                   "); it waits for one that can to join";
+      }
+    }
   } else if (s.phase == "cancelled" && info.terminating > 0) {
     s.reason = "stopping: " + std::to_string(info.terminating) +
                " task(s) hold their GPUs until their agents have stopped them";

@@ -348,6 +348,10 @@ class SchedulerDriver {
   WorkloadStatus statusOf(sched::WorkloadId w) const;
   // statusOf's phase and reason, without the tasks (the pass compares waiting workloads' often).
   WorkloadStatus phaseOf(sched::WorkloadId w) const;
+  // Whether any node in service could ever hold `min_available` tasks of `r` of `tenant`'s at
+  // once (an empty pool: yes, nodes join later); else why not. Caller holds mu_.
+  core::Status checkCapacity(const std::string& tenant, const model::TaskRequest& r,
+                             int64_t min_available) const;
   // Agent-run nodes: apply reports and lapsed leases (in a pass), then republish task lists.
   void applyNodeEvents(core::TimePoint now, std::vector<sched::WorkloadId>& touched);
   void applyReport(sched::NodeIndex n, const NodeTaskReport& r,
@@ -435,6 +439,15 @@ class SchedulerDriver {
   std::map<std::string, sched::NodeIndex> node_index_;   // Every node in service: name -> index.
   std::set<sched::NodeIndex> cordoned_;
   std::map<std::string, std::string> pool_tenants_;  // Dedicated pools: pool -> tenant.
+  // Changes whenever what admission judges by changes (a node added or removed, a pool
+  // dedicated): a waiting workload's "unplaceable" verdict is computed again only then.
+  uint64_t nodes_generation_ = 0;  // Guarded by mu_.
+  struct Verdict {
+    uint64_t generation = UINT64_MAX;
+    bool gang = true;     // Judged for its gang minimum (nothing of it running), or for one task.
+    std::string problem;  // "": some node could hold it.
+  };
+  mutable std::map<sched::WorkloadId, Verdict> unplaceable_;  // Guarded by pass_mu_.
   std::vector<std::string> drains_;                  // Nodes to drain at the next pass.
   std::condition_variable node_changed_;
   double last_pass_ms_ = 0;

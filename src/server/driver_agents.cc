@@ -90,6 +90,7 @@ core::Status SchedulerDriver::addAgentNode(model::Node node) {
     scheduler_->setDedicated(n, tenantId(dedicated));
   }
   std::lock_guard lock(mu_);
+  ++nodes_generation_;
   node_index_[node.name] = n;
   agent_index_[node.name] = n;
   agents_[n] = {};
@@ -143,6 +144,7 @@ core::Status SchedulerDriver::removeNode(const std::string& node) {
   (void)scheduler_->nodeLost(n);  // Down for good: its capacity leaves the fair shares.
   node_tasks_.erase(n);
   std::lock_guard lock(mu_);
+  ++nodes_generation_;
   node_index_.erase(node);
   agent_index_.erase(node);
   agents_.erase(n);
@@ -156,6 +158,7 @@ void SchedulerDriver::dedicatePool(const std::string& pool, const std::string& t
   std::vector<sched::NodeIndex> members;
   {
     std::lock_guard lock(mu_);
+    ++nodes_generation_;
     if (tenant.empty()) {
       pool_tenants_.erase(pool);
     } else {

@@ -57,6 +57,52 @@ class DriverTest : public ::testing::Test {
 
 // Issue #36: a GPU limit of 0 is zero. A gang that needs more GPUs at once than a limit on its
 // path allows could never start, and is refused at admission with the arithmetic.
+// A workload admitted while a node could hold it waits for room (a passing reason); once the
+// only node its selector matches is removed, nothing but a new node can end the wait, and its
+// reason says that first.
+TEST(DriverReasonTest, AWaitOnlyANewNodeCanEndOutranksAPassingOne) {
+  const model::GpuCatalogue cat = model::GpuCatalogue::builtin();
+  core::FakeClock clock;
+  std::vector<model::Node> nodes;
+  nodes.push_back(*model::makeProfileNode("dgx-h100", "n0", cat, 0));
+  nodes.push_back(*model::makeProfileNode("t4-2x", "gpu-a", cat, 1));
+  nodes.back().labels = {{"zone", "a"}};
+  DriverOptions o;
+  o.agent_nodes = {"gpu-a"};  // Waits for its agent: in service, holding nothing yet.
+  auto d = SchedulerDriver::create(cat, std::move(nodes), clock, o,
+                                   [](const std::map<std::string, WorkloadStatus>&) {
+                                     return core::Status::ok();
+                                   });
+  ASSERT_TRUE(d.isOk()) << d.status().message();
+  SchedulerDriver& driver = **d;
+  ASSERT_TRUE(driver.addTenantQueue("t", 8000, sched::kNoGpuLimit, 1, 100).isOk());
+  SubmitCommand c;
+  c.tenant = "t";
+  c.name = "w";
+  c.spec.request.cpu = core::MilliCpu{1000};
+  c.spec.request.memory = core::MiB{1024};
+  c.spec.request.gpu_count = 1;
+  c.spec.request.gpu_milli = core::kWholeGpu;
+  c.spec.request.node_selector = {{"zone", "a"}};
+  ASSERT_TRUE(driver.check(c).isOk()) << driver.check(c).message();
+  ASSERT_TRUE(driver.submit(c).isOk());
+  driver.runOnce();
+  std::string reason = driver.status("t", "w")->reason;
+  EXPECT_EQ(reason.rfind("no-capacity: ", 0), 0U) << reason;
+  ASSERT_TRUE(driver.removeNode("gpu-a").isOk());
+  driver.runOnce();
+  EXPECT_EQ(driver.status("t", "w")->phase, "pending");
+  reason = driver.status("t", "w")->reason;
+  EXPECT_EQ(reason,
+            "unplaceable: no node in service could ever hold it (nodeSelector: no node has the "
+            "labels zone=a); it waits for one that can to join")
+      << reason;
+  // Submitted now, the same workload is refused: admission and the reason agree.
+  c.name = "w2";
+  EXPECT_NE(driver.check(c).message().find("nodeSelector: no node has the labels zone=a"),
+            std::string::npos);
+}
+
 TEST_F(DriverTest, AdmissionRefusesAGangBeyondAGpuLimitAndZeroMeansNone) {
   ASSERT_TRUE(driver_->addTenantQueue("frozen", 0, 0, 1, 100).isOk());
   ASSERT_TRUE(driver_->addTenantQueue("capped", 0, 2000, 1, 100).isOk());

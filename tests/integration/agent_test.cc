@@ -645,9 +645,25 @@ TEST_F(NodeJoinTest, NodesJoinWithTokensAndADedicatedPoolRunsOnlyItsTenantsTasks
       call("GET", "/v1/tenants/team-1/workloads/w3/events", tenant_).body["data"]["events"];
   EXPECT_NE(events.dump().find("drained: node gpu-c is being drained"), std::string::npos)
       << events.dump();
+  // Work selecting gpu-c alone (rack=r7) is taken while gpu-c is there, cordoned.
+  ASSERT_EQ(submitSleep("team-2", team2, "rack", {{"nodeSelector", {{"rack", "r7"}}}}).status,
+            202U);
   // Removed, its credential is revoked; a node of that name may join again later.
   CmdResult removed = rootCli("node remove gpu-c");
   ASSERT_EQ(removed.rc, 0) << removed.err;
+  // Then only a new node can end that work's wait, and its reason says so first (issue #37).
+  std::string reason;
+  EXPECT_TRUE(waitFor(
+      [&] {
+        reason = call("GET", "/v1/tenants/team-2/workloads/rack", team2)
+                     .body["data"]["status"]
+                     .value("reason", "");
+        return reason.rfind("unplaceable: ", 0) == 0;
+      },
+      10s))
+      << reason;
+  EXPECT_NE(reason.find("nodeSelector: no node has the labels rack=r7"), std::string::npos)
+      << reason;
   EXPECT_EQ(nodeInfo("gpu-c"), json());
   EXPECT_EQ(call("GET", "/v1/sys/nodes/gpu-c/tasks", node_token).status, 403U);
   CmdResult declared = rootCli("node remove gpu-a");
