@@ -46,6 +46,24 @@ std::string_view filterReasonName(FilterReason r) {
   return "unknown";
 }
 
+std::string_view filterReasonCounted(FilterReason r, size_t nodes) {
+  if (nodes != 1) {
+    switch (r) {
+      case FilterReason::kNodeDown:
+        return "nodes down";
+      case FilterReason::kCordoned:
+        return "nodes cordoned";
+      case FilterReason::kDedicated:
+        return "nodes' pools dedicated to another tenant";
+      case FilterReason::kNodeSelector:
+        return "nodes lack the selected labels";
+      default:
+        break;
+    }
+  }
+  return filterReasonName(r);
+}
+
 ResolvedRequest resolveRequest(const ClusterState& state, const model::TaskRequest& req) {
   ResolvedRequest r;
   r.req = req;

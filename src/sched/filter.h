@@ -43,6 +43,9 @@ enum class FilterReason : uint8_t {
 inline constexpr size_t kFilterReasonCount = 18;
 
 std::string_view filterReasonName(FilterReason r);
+// The reason after a count of nodes: "1 node down", "2 nodes down", "2 nodes lack the selected
+// labels" (the others read the same for any count: "3 insufficient free GPU share").
+std::string_view filterReasonCounted(FilterReason r, size_t nodes);
 
 struct ResolvedRequest {
   model::TaskRequest req;

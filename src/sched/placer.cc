@@ -22,7 +22,8 @@ std::string Placer::Decision::explain(size_t node_count) const {
   for (size_t i = 1; i < kFilterReasonCount; ++i) {
     if (rejected[i] > 0) {
       out +=
-          fmt::format("{}{} {}", sep, rejected[i], filterReasonName(static_cast<FilterReason>(i)));
+          fmt::format("{}{} {}", sep, rejected[i],
+                      filterReasonCounted(static_cast<FilterReason>(i), rejected[i]));
       sep = ", ";
     }
   }

@@ -54,6 +54,15 @@ TEST_F(PlacerTest, FillsTheClusterThenExplainsFailures) {
   picky.models = {*cat_.find("V100M32")};
   d = placer.decide(picky);
   EXPECT_EQ(d.explain(3), "0/3 nodes fit: 1 insufficient CPU, 2 GPU model not accepted");
+  // Node verdicts agree with their count; no node at all is said in words.
+  Placer::Decision none;
+  none.rejected[static_cast<size_t>(FilterReason::kNodeSelector)] = 2;
+  none.rejected[static_cast<size_t>(FilterReason::kNodeDown)] = 1;
+  none.rejected[static_cast<size_t>(FilterReason::kCordoned)] = 3;
+  EXPECT_EQ(none.explain(6),
+            "0/6 nodes fit: 1 node down, 3 nodes cordoned, 2 nodes lack the selected labels");
+  EXPECT_EQ(Placer::Decision{}.explain(0),
+            "no node is in service yet (none is declared, none has joined)");
 }
 
 TEST_F(PlacerTest, CachedScoresFollowStateChanges) {
