@@ -641,14 +641,16 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   }
   agentLog(fmt::format("node {}: {} GPUs ({}), tasks in {}, credentials in {}", config.node_name,
                        gpus->gpus.size(), gpus->backend, f.work_dir, credentials.root()));
+  std::atomic<bool> watching_stops{false};  // Set once the loop below ends, for any reason.
   std::thread watcher([&] {
     agent::watchTasks(**watch_api, config.node_name, f.work_dir,
-                      std::chrono::milliseconds(f.wait_ms), wakeup, stop);
+                      std::chrono::milliseconds(f.wait_ms), wakeup, watching_stops);
   });
   // Renew well within the fencing period, so one lost call does not stop the tasks.
   const auto renew_every = std::max(std::chrono::milliseconds(200), fence_after / 4);
   bool failing = false;
   bool fenced = false;
+  bool removed = false;  // The server said the node is gone: exit non-zero.
   auto credential_renewed = std::chrono::steady_clock::now();
   auto credential_every = std::chrono::seconds(std::clamp<int64_t>(credential_ttl_s / 2, 1, 600));
   while (!stop) {
@@ -668,6 +670,21 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       }
     }
     core::Status st = agent.tick();
+    if (!st.isOk() && (st.code() == core::StatusCode::kNotFound ||
+                       st.code() == core::StatusCode::kPermissionDenied)) {
+      // The server no longer knows this node, or no longer takes its credential: removed
+      // (`tessera node remove` revokes it). No lease will come back; running on fenced would
+      // only hide that.
+      auto looked = (*renew_api)->call("GET", "/v1/auth/token/lookup-self");
+      if (st.code() == core::StatusCode::kNotFound ||
+          (!looked.isOk() && looked.status().code() == core::StatusCode::kPermissionDenied)) {
+        agentLog("error: this node was removed from the server, or its credential revoked (" +
+                 st.message() + "); exiting. Join it again to serve (tessera node join-token "
+                 "create)");
+        removed = true;
+        break;
+      }
+    }
     if (!st.isOk()) {
       if (!failing) {
         agentLog("cannot renew the node's lease: " + st.message());
@@ -706,8 +723,14 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     }
     wakeup.wait(renew_every);
   }
+  watching_stops = true;
   watcher.join();
   credentials_cleanup.leaving = true;
+  if (removed) {
+    agentLog(
+        fmt::format("stopping: {} task(s) still running are stopped", runtime.running().size()));
+    return 3;
+  }
   if (!f.detach_on_stop) {
     agentLog(
         fmt::format("stopping: {} task(s) still running are stopped", runtime.running().size()));

@@ -664,6 +664,15 @@ TEST_F(NodeJoinTest, NodesJoinWithTokensAndADedicatedPoolRunsOnlyItsTenantsTasks
       << reason;
   EXPECT_NE(reason.find("nodeSelector: no node has the labels rack=r7"), std::string::npos)
       << reason;
+  // Its agent hears it at its next heartbeat and exits, saying so, rather than run on fenced.
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return agents_["gpu-c"]->errors().find("this node was removed from the server") !=
+               std::string::npos;
+      },
+      10s))
+      << agents_["gpu-c"]->errors();
+  EXPECT_EQ(agents_["gpu-c"]->wait(), 3) << agents_["gpu-c"]->errors();
   EXPECT_EQ(nodeInfo("gpu-c"), json());
   EXPECT_EQ(call("GET", "/v1/sys/nodes/gpu-c/tasks", node_token).status, 403U);
   CmdResult declared = rootCli("node remove gpu-a");
