@@ -808,6 +808,16 @@ TEST_F(ControlPlaneTest, TeamQuotasAddUpToNoMoreThanTheTenants) {
   EXPECT_EQ(call("POST", "queues/team-c", {{"weight", 2}}).status, 204U);
   // A queue without a quota borrows only: always taken.
   EXPECT_EQ(call("POST", "queues/team-d", json::object()).status, 204U);
+  // Listed at once, before any scheduling pass, with its quota.
+  const HttpResponse listed = call("GET", "queues");
+  ASSERT_EQ(listed.status, 200U) << listed.body;
+  const json queues = json::parse(listed.body)["data"]["queues"];
+  std::map<std::string, int64_t> quotas;
+  for (const json& q : queues) {
+    quotas[q["name"]] = q["quota_milli_gpu"];
+  }
+  EXPECT_EQ(quotas.at("demo/team-a"), 4000) << listed.body;
+  EXPECT_EQ(quotas.at("demo/team-d"), 0) << listed.body;
   // The tenant's own quota under its teams' 8 GPUs: refused, saying what to lower first.
   r = callAs(root_.secret, "POST", "/v1/tenants/demo", {{"quota", {{"gpu", 7}}}});
   EXPECT_EQ(r.status, 400U) << r.body;

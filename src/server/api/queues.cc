@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <set>
 
 #include "audit/crypto.h"
 #include "audit/record.h"
@@ -36,12 +37,32 @@ HttpResponse ControlPlane::queuesApi(Request& r) {
     return error(403, "permission denied");
   }
   json queues = json::array();
+  std::set<std::string> listed;
   for (const QueueStatus& q : driver_.queues(r.scope.tenant.value_or(""))) {
+    listed.insert(q.name);
     queues.push_back({{"name", q.name},
                       {"allocated_milli_gpu", q.allocated_milli_gpu},
                       {"fair_share_milli_gpu", q.fair_share_milli_gpu},
                       {"quota_milli_gpu", q.quota_milli_gpu},
                       {"pending_milli_gpu", q.pending_milli_gpu}});
+  }
+  // A team queue created since the scheduler's last pass is listed at once, from the store,
+  // with nothing allocated yet (its fair share comes with the next pass).
+  if (r.scope.tenant) {
+    auto teams = teamQuotas(*r.scope.tenant);
+    if (!teams.isOk()) {
+      return fromStatus(teams.status());
+    }
+    for (const auto& [queue, quota] : *teams) {
+      const std::string name = *r.scope.tenant + "/" + queue;
+      if (!listed.contains(name)) {
+        queues.push_back({{"name", name},
+                          {"allocated_milli_gpu", 0},
+                          {"fair_share_milli_gpu", 0},
+                          {"quota_milli_gpu", quota},
+                          {"pending_milli_gpu", 0}});
+      }
+    }
   }
   return reply(200, {{"request_id", r.request_id}, {"data", {{"queues", queues}}}});
 }
