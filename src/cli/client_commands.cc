@@ -1046,7 +1046,13 @@ core::Status show(const WorkloadFlags& f) {
   std::cout << "\nEvents:\n";
   Table e({"TIME", "EVENT"});
   for (const json& event : data["events"]) {
-    e.add({cell(event.value("time", json())), cell(event.value("event", json()))});
+    // An eviction or preemption says why: "evicted: preempted by workload urgent (...)".
+    const json reason = event.value("reason", json());
+    e.add({cell(event.value("time", json())),
+           cell(event.value("event", json())) +
+               (reason.is_string() && !reason.get<std::string>().empty()
+                    ? ": " + reason.get<std::string>()
+                    : "")});
   }
   e.print(std::cout, "  ");
   return core::Status::ok();

@@ -36,6 +36,7 @@ using tessera::integration::binary;
 using tessera::integration::Outcome;
 using tessera::integration::runArgv;
 using tessera::integration::slurp;
+using tessera::integration::waitFor;
 
 // Runs `tessera ARGS` with exactly the TESSERA_* variables and HOME given, waits for it (or,
 // with `stop_after`, lets it run that long and stops it with SIGTERM).
@@ -692,6 +693,31 @@ TEST_F(ClientTest, ErrorsSayWhatWentWrong) {
   Outcome no_scheme = tessera({"ps"}, env, home_);
   EXPECT_EQ(no_scheme.rc, 2) << no_scheme;
   EXPECT_NE(no_scheme.err.find("https://"), std::string::npos) << no_scheme;
+}
+
+// `tessera show` says why a task was evicted (issue #37): a drain moves a running task, and the
+// workload's events in the table carry the reason the API has.
+TEST_F(ClientTest, ShowSaysWhyATaskWasEvicted) {
+  const std::string team = tenantWithToken("evicted-show");
+  ASSERT_EQ(as(team, {"run", "mover", "--gpus", "1", "--cpu-milli", "1000", "--duration", "600",
+                      "--", "sleep", "600"})
+                .rc,
+            0);
+  waitInPs(team, "mover", "running");
+  Outcome shown = as(team, {"show", "mover", "-format=json"});
+  ASSERT_EQ(shown.rc, 0) << shown;
+  const std::string node = parsed(shown)["status"]["tasks"][0].value("node", "");
+  ASSERT_FALSE(node.empty()) << shown;
+  ASSERT_EQ(as(root(), {"node", "drain", node}).rc, 0);
+  Outcome table;
+  const bool said = waitFor(
+      [&] {
+        table = as(team, {"show", "mover"});
+        return table.out.find("evicted: drained: node " + node) != std::string::npos;
+      },
+      std::chrono::seconds(20));
+  EXPECT_EQ(as(root(), {"node", "uncordon", node}).rc, 0);
+  EXPECT_TRUE(said) << table;
 }
 
 }  // namespace
