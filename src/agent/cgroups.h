@@ -102,7 +102,7 @@ class Cgroups {
   std::string devices_parent_;
   std::string pids_parent_;
   std::string unified_parent_;
-  std::string root_;  // Where the hierarchies are mounted (/sys/fs/cgroup).
+  std::string root_;                      // Where the hierarchies are mounted (/sys/fs/cgroup).
   std::string self_dir_;                  // v2: the agent's own group.
   std::set<std::string> v2_controllers_;  // v2: what the agent's group offers (cpu, memory, ...).
   core::Status v2_devices_;               // v2: whether device filters can be loaded, or why not.

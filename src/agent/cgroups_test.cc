@@ -133,8 +133,8 @@ TEST_F(CgroupsTest, V1WritesEachControllersFilesAndTheDeviceRules) {
   // In the task's view each hierarchy, from where it is mounted, shows its group alone.
   ASSERT_EQ(g->view_roots.size(), g->dirs.size());
   const std::set<std::string> hierarchies = {
-      (root_ / "cpu,cpuacct").string(), (root_ / "memory").string(),
-      (root_ / "devices").string(), (root_ / "pids").string()};
+      (root_ / "cpu,cpuacct").string(), (root_ / "memory").string(), (root_ / "devices").string(),
+      (root_ / "pids").string()};
   for (size_t i = 0; i < g->dirs.size(); ++i) {
     EXPECT_TRUE(hierarchies.contains(g->view_roots[i])) << g->view_roots[i];
     EXPECT_EQ(g->dirs[i].rfind(g->view_roots[i] + "/", 0), 0U) << g->dirs[i];
@@ -143,10 +143,9 @@ TEST_F(CgroupsTest, V1WritesEachControllersFilesAndTheDeviceRules) {
   // A task without device rules (a container's are its runtime's) still gets a devices group,
   // with no rule written, so that its view of the hierarchy holds no other task's group.
   limits.restrict_devices = false;
-  for (const char* f : {"cpu,cpuacct/tessera/t2/cpu.cfs_period_us",
-                        "cpu,cpuacct/tessera/t2/cpu.cfs_quota_us",
-                        "memory/job/tessera/t2/memory.limit_in_bytes",
-                        "pids/job/tessera/t2/pids.max"}) {
+  for (const char* f :
+       {"cpu,cpuacct/tessera/t2/cpu.cfs_period_us", "cpu,cpuacct/tessera/t2/cpu.cfs_quota_us",
+        "memory/job/tessera/t2/memory.limit_in_bytes", "pids/job/tessera/t2/pids.max"}) {
     touch(root_ / f);
   }
   auto open = cg->create("t2", limits);

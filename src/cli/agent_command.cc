@@ -679,7 +679,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       if (st.code() == core::StatusCode::kNotFound ||
           (!looked.isOk() && looked.status().code() == core::StatusCode::kPermissionDenied)) {
         agentLog("error: this node was removed from the server, or its credential revoked (" +
-                 st.message() + "); exiting. Join it again to serve (tessera node join-token "
+                 st.message() +
+                 "); exiting. Join it again to serve (tessera node join-token "
                  "create)");
         removed = true;
         break;

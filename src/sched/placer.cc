@@ -21,9 +21,8 @@ std::string Placer::Decision::explain(size_t node_count) const {
   const char* sep = ": ";
   for (size_t i = 1; i < kFilterReasonCount; ++i) {
     if (rejected[i] > 0) {
-      out +=
-          fmt::format("{}{} {}", sep, rejected[i],
-                      filterReasonCounted(static_cast<FilterReason>(i), rejected[i]));
+      out += fmt::format("{}{} {}", sep, rejected[i],
+                         filterReasonCounted(static_cast<FilterReason>(i), rejected[i]));
       sep = ", ";
     }
   }

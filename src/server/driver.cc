@@ -278,8 +278,7 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
   return checkCapacity(cmd.tenant, cmd.spec.request, cmd.spec.min_available);
 }
 
-core::Status SchedulerDriver::checkCapacity(const std::string& tenant,
-                                            const model::TaskRequest& r,
+core::Status SchedulerDriver::checkCapacity(const std::string& tenant, const model::TaskRequest& r,
                                             int64_t min_available) const {
   // What the pool offers, for a reason that says which part of the request nothing meets.
   std::set<std::string> models;
@@ -460,9 +459,9 @@ core::Status SchedulerDriver::checkLimits(const SubmitCommand& cmd) const {
     const std::string who = q == cmd.tenant
                                 ? "tenant '" + cmd.tenant + "'"
                                 : "queue '" + cmd.queue + "' of tenant '" + cmd.tenant + "'";
-    const std::string may = it->second == 0
-                                ? "may hold no GPU at all (its limit.gpu is 0)"
-                                : "may hold at most " + core::gpuText(it->second) + " at once (its limit.gpu)";
+    const std::string may = it->second == 0 ? "may hold no GPU at all (its limit.gpu is 0)"
+                                            : "may hold at most " + core::gpuText(it->second) +
+                                                  " at once (its limit.gpu)";
     return core::invalidArgument(fmt::format(
         "gpu: this workload needs {} x {} = {} at once (minAvailable x each task's GPU), and {} "
         "{}; it could never start",

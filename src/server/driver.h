@@ -448,7 +448,7 @@ class SchedulerDriver {
     std::string problem;  // "": some node could hold it.
   };
   mutable std::map<sched::WorkloadId, Verdict> unplaceable_;  // Guarded by pass_mu_.
-  std::vector<std::string> drains_;                  // Nodes to drain at the next pass.
+  std::vector<std::string> drains_;                           // Nodes to drain at the next pass.
   std::condition_variable node_changed_;
   double last_pass_ms_ = 0;
   int64_t passes_ = 0;

@@ -69,10 +69,9 @@ TEST(DriverReasonTest, AWaitOnlyANewNodeCanEndOutranksAPassingOne) {
   nodes.back().labels = {{"zone", "a"}};
   DriverOptions o;
   o.agent_nodes = {"gpu-a"};  // Waits for its agent: in service, holding nothing yet.
-  auto d = SchedulerDriver::create(cat, std::move(nodes), clock, o,
-                                   [](const std::map<std::string, WorkloadStatus>&) {
-                                     return core::Status::ok();
-                                   });
+  auto d = SchedulerDriver::create(
+      cat, std::move(nodes), clock, o,
+      [](const std::map<std::string, WorkloadStatus>&) { return core::Status::ok(); });
   ASSERT_TRUE(d.isOk()) << d.status().message();
   SchedulerDriver& driver = **d;
   ASSERT_TRUE(driver.addTenantQueue("t", 8000, sched::kNoGpuLimit, 1, 100).isOk());
@@ -142,7 +141,9 @@ TEST_F(DriverTest, AdmissionRefusesAGangBeyondAGpuLimitAndZeroMeansNone) {
       {"frozen: a MIG slice", mig("frozen", "1g.10gb"), "1 x 0.142 GPU = 0.142 GPU"},
       {"frozen: no GPU at all", cpu_only("frozen", 4), ""},
       {"capped 2 GPUs: 2 x 1", cmd("capped", "w", 2, 1), ""},
-      {"capped 2 GPUs: 3 x 1 at once", cmd("capped", "w", 3, 1), "3 x 1 GPU = 3 GPUs at once (minAvailable x each task's GPU), and tenant 'capped' may hold at most 2 GPUs at once"},
+      {"capped 2 GPUs: 3 x 1 at once", cmd("capped", "w", 3, 1),
+       "3 x 1 GPU = 3 GPUs at once (minAvailable x each task's GPU), and tenant 'capped' may hold "
+       "at most 2 GPUs at once"},
       {"capped 2 GPUs: 1 x 4", cmd("capped", "w", 1, 4), "1 x 4 GPUs = 4 GPUs"},
       {"capped 2 GPUs: 4 halves", fractional("capped", 500, 4), ""},
       {"capped 2 GPUs: 5 halves", fractional("capped", 500, 5), "5 x 0.5 GPU = 2.5 GPUs"},

@@ -122,8 +122,8 @@ std::vector<std::string> configStartProblems(const ServerConfig& config) {
     writable("storage \"sqlite\" path", config.storage_path);
   }
   if (config.seal == "file") {
-    const std::string key = config.seal_key_file.empty() ? config.storage_path + ".unseal-key"
-                                                         : config.seal_key_file;
+    const std::string key =
+        config.seal_key_file.empty() ? config.storage_path + ".unseal-key" : config.seal_key_file;
     std::error_code ec;
     if (std::filesystem::exists(key, ec)) {
       readable("secrets key_file", key);
@@ -830,8 +830,10 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     if (n.has("simulated")) {
       const json& v = (*nodes)["simulated"];
       if (!v.is_string()) {
-        return n.child("simulated").error("expected a string: PROFILE:COUNT or NAME=PROFILE, "
-                                          "comma-separated, or \"none\"");
+        return n.child("simulated")
+            .error(
+                "expected a string: PROFILE:COUNT or NAME=PROFILE, "
+                "comma-separated, or \"none\"");
       }
       c.simulated_nodes = v.get<std::string>() == "none" ? "" : v.get<std::string>();
     }

@@ -74,8 +74,8 @@ TEST_F(ServerConfigTest, NodesAreOnlyWhatTheConfigDeclares) {
   };
   using Names = std::vector<std::string>;
   // No nodes block, an empty one, "" or "none": no node at all (agents join later).
-  for (const std::string block : {"", "nodes {}\n", "nodes { simulated = \"\" }\n",
-                                  "nodes { simulated = \"none\" }\n"}) {
+  for (const std::string block :
+       {"", "nodes {}\n", "nodes { simulated = \"\" }\n", "nodes { simulated = \"none\" }\n"}) {
     auto got = nodes(block);
     ASSERT_TRUE(got.isOk()) << block << got.status().message();
     EXPECT_EQ(*got, Names{}) << block;

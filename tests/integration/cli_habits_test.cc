@@ -778,13 +778,13 @@ TEST_F(CliServerConfigTest, ValidateRefusesExactlyWhatStartRefuses) {
       {"count zero", replace("dgx-h100:1", "dgx-h100:0"), "expected PROFILE:COUNT"},
       {"node twice", replace("dgx-h100:1", "a=t4-2x,a=t4-2x"), "node 'a' is declared twice"},
       {"labels of no node",
-       replace(nodes_line, "nodes {\n  simulated = \"dgx-h100:1\"\n  labels = { "
-                           "gpu-z = { pool = \"p\" } }\n}\n"),
+       replace(nodes_line,
+               "nodes {\n  simulated = \"dgx-h100:1\"\n  labels = { "
+               "gpu-z = { pool = \"p\" } }\n}\n"),
        "no declared node 'gpu-z'"},
       {"unknown field", base + "bogus = 1\n", "bogus"},
       {"store folder missing", replace(d + "/t.db", d + "/missing/t.db"), d + "/missing"},
-      {"audit folder missing", replace(d + "/audit.log", d + "/missing/audit.log"),
-       d + "/missing"},
+      {"audit folder missing", replace(d + "/audit.log", d + "/missing/audit.log"), d + "/missing"},
       {"certificate not PEM", replace(d + "/cert.pem", d + "/garbage.pem"), "garbage.pem"},
       {"key of another certificate", replace(d + "/key.pem", d + "/alice-key.pem"),
        "alice-key.pem"},

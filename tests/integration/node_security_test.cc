@@ -4,9 +4,9 @@
 // NodeCredentialsTest: `tessera dev --external-agents` as root, its agent started exactly as dev
 // prints it, two tenants. Tenant B's task scans /proc/*/cmdline and /proc/*/environ, reads
 // /etc/passwd and /etc/group, lists /tmp, /dev/shm and the cgroup hierarchies (where the agent
-// runs in a group of its own beside another named as A's task would be), tries the node's token file,
-// and makes a heartbeat as its node with every token it could find. It finds no token, sees no
-// process but its own tree and no name of tenant A's. The same look from outside the sandbox (as
+// runs in a group of its own beside another named as A's task would be), tries the node's token
+// file, and makes a heartbeat as its node with every token it could find. It finds no token, sees
+// no process but its own tree and no name of tenant A's. The same look from outside the sandbox (as
 // B's user on the node) sees the node's processes, so the probe can find what is there. When the
 // agent is killed with SIGKILL, A's task is fenced by its shim and its credentials go with it.
 //

@@ -869,7 +869,17 @@ TEST_F(ServerTest, UnwritableAuditLogRefusesRequestsAndStoresNothing) {
   const Client c = client();
   EXPECT_EQ(c.call("LIST", "/v1/tenants/demo/workloads", demo()).status, 200U);
   // The disk is full for the audit log: its next append fails (EFBIG under a file-size limit).
-  const auto size = static_cast<rlim_t>(fs::file_size(dir_ / "audit.log"));
+  // Measured once the LIST's records are flushed (the answer may go before its record does):
+  // the size no longer changes for 300 ms.
+  auto size = static_cast<rlim_t>(fs::file_size(dir_ / "audit.log"));
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto now = static_cast<rlim_t>(fs::file_size(dir_ / "audit.log"));
+    if (now == size) {
+      break;
+    }
+    size = now;
+  }
   rlimit old{};
   ASSERT_EQ(prlimit(server->pid(), RLIMIT_FSIZE, nullptr, &old), 0);
   rlimit full = old;

@@ -305,7 +305,8 @@ TEST_F(TenantBoundaryTest, AGpuLimitOfZeroIsZeroAndNoLimitIsLeftOut) {
   team_work["queue"] = "interns";
   r = c().call("POST", "/v1/tenants/open/workloads/intern", open_admin, team_work);
   EXPECT_EQ(r.status, 400U) << r.raw;
-  EXPECT_NE(r.raw.find("queue 'interns' of tenant 'open' may hold no GPU at all"), std::string::npos)
+  EXPECT_NE(r.raw.find("queue 'interns' of tenant 'open' may hold no GPU at all"),
+            std::string::npos)
       << r.raw;
 }
 

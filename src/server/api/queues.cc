@@ -163,8 +163,9 @@ HttpResponse ControlPlane::teamQueueApi(Request& r, const std::string& name) {
     if (q->quota + others > tenant_quota) {
       return error(400, "queue '" + name + "': quota.gpu " + core::gpuText(q->quota) +
                             (listed.empty() ? "" : " and the other team queues' (" + listed + ")") +
-                            " add up to " + core::gpuText(q->quota + others) + ", more than tenant '" +
-                            tenant + "''s quota of " + core::gpuText(tenant_quota) +
+                            " add up to " + core::gpuText(q->quota + others) +
+                            ", more than tenant '" + tenant + "''s quota of " +
+                            core::gpuText(tenant_quota) +
                             ": teams share their tenant's guarantee (raise the tenant's quota or "
                             "lower a team's)");
     }

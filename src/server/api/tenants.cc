@@ -11,8 +11,8 @@
 #include "core/json_node.h"
 #include "core/log.h"
 #include "core/rfc3339.h"
-#include "core/units.h"
 #include "core/strings.h"
+#include "core/units.h"
 #include "model/codec.h"
 #include "server/api_util.h"
 #include "server/control_plane.h"
@@ -61,9 +61,9 @@ core::Status ControlPlane::putTenant(const std::string& name, const json& body, 
       sum += std::max<int64_t>(quota, 0);
     }
     if (q.quota < sum) {
-      return core::invalidArgument(
-          source + ": quota.gpu " + core::gpuText(q.quota) + " is less than its team queues' " +
-          core::gpuText(sum) + " together: lower the teams' quotas first (queues/<team>)");
+      return core::invalidArgument(source + ": quota.gpu " + core::gpuText(q.quota) +
+                                   " is less than its team queues' " + core::gpuText(sum) +
+                                   " together: lower the teams' quotas first (queues/<team>)");
     }
   }
   config["quota_milli_gpu"] = q.quota;
