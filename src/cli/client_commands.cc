@@ -31,6 +31,7 @@
 #include "api/client.h"
 #include "cli/client_session.h"
 #include "core/hcl.h"
+#include "core/units.h"
 
 namespace tessera::cli {
 
@@ -39,26 +40,11 @@ using api::ClientConfig;
 using api::pathSegment;
 namespace {
 
+using core::milliText;
 using nlohmann::json;
 
 constexpr size_t kDefaultColumns = 120;  // Table width when stdout is not a terminal.
 constexpr size_t kMinReasonColumns = 24;
-
-// 1500 -> "1.5", 2000 -> "2": thousandths as a decimal.
-std::string milliText(int64_t milli) {
-  std::string out = std::to_string(milli / 1000);
-  if (milli < 0 && milli > -1000) {
-    out = "-0";
-  }
-  int64_t frac = std::abs(milli % 1000);
-  if (frac != 0) {
-    std::string digits = std::to_string(frac);
-    digits = std::string(3 - digits.size(), '0') + digits;
-    digits.erase(digits.find_last_not_of('0') + 1);
-    out += "." + digits;
-  }
-  return out;
-}
 
 // 3700 -> "1h1m40s"; negative: the token never expires.
 std::string durationText(int64_t seconds) {

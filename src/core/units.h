@@ -16,15 +16,24 @@
 
 namespace tessera::core {
 
+// 1500 -> "1.5", 2000 -> "2", -500 -> "-0.5": thousandths as a decimal.
+inline std::string milliText(int64_t milli) {
+  std::string out = std::to_string(milli / 1000);
+  if (milli < 0 && milli > -1000) {
+    out = "-0";
+  }
+  const int64_t frac = milli % 1000 < 0 ? -(milli % 1000) : milli % 1000;
+  if (frac != 0) {
+    std::string digits = std::to_string(frac + 1000).substr(1);  // Three digits.
+    digits.erase(digits.find_last_not_of('0') + 1);
+    out += "." + digits;
+  }
+  return out;
+}
+
 // "24 GPUs", "1 GPU", "0.5 GPU", "0.142 GPU": an amount of milli-GPU (>= 0) as people count GPUs.
 inline std::string gpuText(int64_t milli) {
-  std::string n = std::to_string(milli / 1000);
-  if (milli % 1000 != 0) {
-    std::string fraction = std::to_string(milli % 1000 + 1000).substr(1);
-    fraction.erase(fraction.find_last_not_of('0') + 1);
-    n += "." + fraction;
-  }
-  return n + (milli <= 1000 ? " GPU" : " GPUs");
+  return milliText(milli) + (milli <= 1000 ? " GPU" : " GPUs");
 }
 
 template <typename Tag>

@@ -11,6 +11,7 @@
 #include <boost/beast/ssl.hpp>
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -170,20 +171,19 @@ TEST(HttpServerTest, TheHttpLayersOwnRefusalsAreToldToTheObserver) {
   block.set(http::field::host, "a");  // HTTP/1.1 without a Host is refused (RFC 9112).
   http::write(blocked, block);
   // Bounded waits: a request the server refuses must fail the test, not hang it.
-  auto inFlightReaches = [&](int64_t n) {
+  auto within10s = [](const std::function<bool()>& done) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (server->inFlight() < n && std::chrono::steady_clock::now() < deadline) {
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    return server->inFlight() >= n;
+    return done();
+  };
+  auto inFlightReaches = [&](int64_t n) {
+    return within10s([&] { return server->inFlight() >= n; });
   };
   // In the handler itself (not only counted: an earlier answer still being written counts too,
   // and /wait must not overtake it).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!blocking && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!blocking || !inFlightReaches(1)) {
+  if (!within10s([&] { return blocking.load(); }) || !inFlightReaches(1)) {
     gate.set_value();
     FAIL() << "the blocking request never reached the handler";
   }

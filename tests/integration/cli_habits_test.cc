@@ -660,24 +660,31 @@ class CliServerConfigTest : public ::testing::Test {
     args.insert(args.begin(), binary());
     return runArgv(args, env, dir_);
   }
+  // Waits until `server` listens: its address, and the root token it printed at its first
+  // start (a failure is recorded when either is missing: use with ASSERT_NO_FATAL_FAILURE).
+  void listening(const Process& server, std::string& address, std::string& root) {
+    std::smatch m;
+    std::string out;
+    ASSERT_TRUE(waitFor(
+        [&] {
+          out = server.output();
+          return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
+        },
+        std::chrono::seconds(30)))
+        << out << server.errors();
+    address = m[1];
+    ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
+    root = m[1];
+  }
 
   fs::path dir_;
 };
 
 TEST_F(CliServerConfigTest, ClientCertificateForAListenerThatRequiresOne) {
   Process server({"server", "-config=" + (dir_ / "server.hcl").string()}, dir_ / "out.txt");
-  std::smatch m;
-  std::string out;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        out = server.output();
-        return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
-      },
-      std::chrono::seconds(30)))
-      << out << server.errors();
-  const std::string address = m[1];
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
-  const std::string root = m[1];
+  std::string address;
+  std::string root;
+  ASSERT_NO_FATAL_FAILURE(listening(server, address, root));
   const std::string d = dir_.string();
   std::map<std::string, std::string> env = {
       {"TESSERA_ADDR", address}, {"TESSERA_CACERT", d + "/ca.pem"}, {"TESSERA_TOKEN", root}};
@@ -836,18 +843,9 @@ TEST_F(CliServerConfigTest, AServerWithoutDeclaredNodesHasNone) {
   ASSERT_EQ(text.find("nodes"), std::string::npos) << text;
   std::ofstream(dir_ / "bare.hcl") << text << "scheduler { pass_interval_ms = 50 }\n";
   Process server({"server", "-config=" + (dir_ / "bare.hcl").string()}, dir_ / "bare.out");
-  std::smatch m;
-  std::string out;
-  ASSERT_TRUE(waitFor(
-      [&] {
-        out = server.output();
-        return std::regex_search(out, m, std::regex(R"(listening on (https://[0-9.]+:\d+))"));
-      },
-      std::chrono::seconds(30)))
-      << out << server.errors();
-  const std::string address = m[1];
-  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"((tsr\.[A-Za-z0-9]{24}))"))) << out;
-  const std::string root = m[1];
+  std::string address;
+  std::string root;
+  ASSERT_NO_FATAL_FAILURE(listening(server, address, root));
   EXPECT_TRUE(contains(server.errors(), "no nodes yet")) << server.errors();
   const Client c(address, slurp(dir_ / "ca.pem"));
   Response nodes = c.call("GET", "/v1/nodes", root);
