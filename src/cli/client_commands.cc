@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -105,6 +106,10 @@ void printToken(const json& t) {
                                     : cell(t.value("explicit_max_ttl_time", json()))},
       {"ttl", durationText(t.value("ttl", int64_t{-1}))},
       {"renewable", cell(t.value("renewable", json()))},
+      {"period",
+       t.value("period", int64_t{0}) > 0 ? durationText(t.value("period", int64_t{0})) : "-"},
+      {"orphan", cell(t.value("orphan", json()))},
+      {"meta", t.value("meta", json()).is_object() ? t["meta"].dump() : "-"},
   });
 }
 
@@ -406,7 +411,23 @@ struct TokenFlags {
   std::vector<std::string> allowed_policies;
   std::string token_ttl;
   std::string token_max_ttl;
+  std::string period;  // token create --period; token role write --token-period.
+  bool orphan = false;
+  std::vector<std::string> meta;  // token create --meta KEY=VALUE.
 };
+
+// Vault's warnings in an answer, on stderr as Vault's CLI prints them.
+void printWarnings(const json& answer) {
+  const json w = answer.value("warnings", json());
+  if (!w.is_array()) {
+    return;
+  }
+  for (const json& line : w) {
+    if (line.is_string()) {
+      std::cerr << "WARNING! " << line.get<std::string>() << "\n";
+    }
+  }
+}
 
 core::Status tokenCreate(const TokenFlags& f) {
   json body = json::object();
@@ -424,6 +445,19 @@ core::Status tokenCreate(const TokenFlags& f) {
   }
   if (!f.display_name.empty()) {
     body["display_name"] = f.display_name;
+  }
+  if (!f.period.empty()) {
+    body["period"] = f.period;
+  }
+  if (f.orphan) {
+    body["no_parent"] = true;
+  }
+  for (const std::string& kv : f.meta) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return core::invalidArgument("--meta: expected KEY=VALUE, got '" + kv + "'");
+    }
+    body["meta"][kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
   std::string scope;
@@ -456,10 +490,12 @@ core::Status tokenCreate(const TokenFlags& f) {
   TESSERA_ASSIGN_OR_RETURN(json r, s->call("POST", Session::path(scope, op), body));
   const json auth = r.value("auth", json::object());
   if (s->json()) {
-    printJson(auth);
+    printJson(r);  // The whole answer, as `vault token create -format=json` prints it.
     return core::Status::ok();
   }
+  printWarnings(r);
   const int64_t ttl = auth.value("lease_duration", int64_t{-1});
+  const int64_t period = auth.value("period", int64_t{0});
   const std::string tenant = auth.value("tenant", "");
   printKeyValues({
       {"token", auth.value("client_token", "")},
@@ -469,6 +505,8 @@ core::Status tokenCreate(const TokenFlags& f) {
       {"token_role", auth.value("role", "").empty() ? "-" : auth.value("role", "")},
       {"token_duration", durationText(ttl)},
       {"token_renewable", cell(auth.value("renewable", json()))},
+      {"token_period", period > 0 ? durationText(period) : "-"},
+      {"token_orphan", cell(auth.value("orphan", json()))},
       {"token_expire_time", ttl < 0 ? "never" : utcText(now + std::chrono::seconds(ttl))},
   });
   std::cout << "\nThe token is shown only this once; the accessor can look it up, renew and "
@@ -508,11 +546,10 @@ core::Status tokenRenew(const TokenFlags& f) {
     body["accessor"] = f.accessor;
   }
   TESSERA_ASSIGN_OR_RETURN(json r, s->call("POST", Session::path(scope, op), body));
-  const json data = r.value("data", json::object());
   if (s->json()) {
-    printJson(data);
+    printJson(r);  // Vault's shape: the renewed token's `auth` block (and its lookup in `data`).
   } else {
-    printToken(data);
+    printToken(r.value("data", json::object()));
   }
   return core::Status::ok();
 }
@@ -555,12 +592,16 @@ core::Status roleWrite(const TokenFlags& f) {
   if (f.no_renew) {
     body["renewable"] = false;
   }
+  if (!f.period.empty()) {
+    body["token_period"] = f.period;
+  }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
   TESSERA_ASSIGN_OR_RETURN(std::string scope, s->scope());
   TESSERA_ASSIGN_OR_RETURN(json r, s->call("POST", Session::path(scope, rolePath(f.role)), body));
   if (s->json()) {
     printJson(r);
   } else {
+    printWarnings(r);
     std::cout << "Success! Token role '" << f.role << "' written"
               << (scope.empty() ? "" : " in tenant '" + scope + "'")
               << "; `tessera token create --role " << f.role << "` makes its tokens.\n";
@@ -882,8 +923,10 @@ core::Status run(const RunFlags& f) {
 struct WorkloadFlags {
   CommonFlags common;
   std::string name;
-  std::string phase;   // ps --phase
-  double watch_s = 0;  // top --watch: seconds between frames; 0: one frame.
+  std::string phase;         // ps --phase
+  double watch_s = 0;        // top --watch: seconds between frames; 0: one frame.
+  bool all_tenants = false;  // ps -A
+  bool per_gpu = false;      // nodes --gpus
 };
 
 constexpr const char* kPhases[] = {"pending", "running", "succeeded", "failed", "cancelled"};
@@ -899,8 +942,73 @@ std::string taskCounts(const json& w) {
   return std::to_string(running) + "/" + std::to_string(total);
 }
 
+// `tessera ps -A`: every tenant's workloads, each with its tenant, for an operator's token (one
+// request for the tenants, then one per tenant).
+core::Status psAllTenants(const WorkloadFlags& f, Session& s) {
+  auto tenants = s.call("LIST", "/v1/tenants");
+  if (!tenants.isOk()) {
+    if (tenants.status().code() == core::StatusCode::kNotFound ||
+        tenants.status().code() == core::StatusCode::kPermissionDenied) {
+      return core::Status(core::StatusCode::kPermissionDenied,
+                          "ps -A lists every tenant's workloads: it needs an operator's token "
+                          "(list on tenants, read and list on tenants/*/workloads), and this "
+                          "one is not (" +
+                              tenants.status().message() + ")");
+    }
+    return tenants.status();
+  }
+  json workloads = json::array();
+  for (const json& key : tenants->value("data", json::object()).value("keys", json::array())) {
+    const std::string tenant = key.get<std::string>();
+    auto list = s.call("LIST", Session::path(tenant, "workloads") + "?detail=true");
+    if (!list.isOk() && list.status().code() == core::StatusCode::kNotFound) {
+      continue;  // Deleted since the listing.
+    }
+    if (!list.isOk()) {
+      return list.status().withContext("tenant '" + tenant + "'");
+    }
+    for (json w : list->value("data", json::object()).value("workloads", json::array())) {
+      w["tenant"] = tenant;
+      if (f.phase.empty() || w.value("status", json::object()).value("phase", "") == f.phase) {
+        workloads.push_back(std::move(w));
+      }
+    }
+  }
+  if (s.json()) {
+    printJson(workloads);
+    return core::Status::ok();
+  }
+  if (workloads.empty()) {
+    std::cout << "No " << (f.phase.empty() ? "" : f.phase + " ") << "workloads in any tenant.\n";
+    return core::Status::ok();
+  }
+  std::vector<std::vector<std::string>> rows;
+  std::array<size_t, 4> width = {6, 4, 5, 5};  // The headers before REASON.
+  for (const json& w : workloads) {
+    const json status = w.value("status", json::object());
+    rows.push_back({w.value("tenant", ""), w.value("name", ""), status.value("phase", ""),
+                    taskCounts(w), status.value("reason", "")});
+    for (size_t i = 0; i < width.size(); ++i) {
+      width[i] = std::max(width[i], rows.back()[i].size());
+    }
+  }
+  const size_t used = width[0] + width[1] + width[2] + width[3] + 8;  // With the gaps.
+  const size_t columns = terminalColumns();
+  const size_t reason_w = columns > used + kMinReasonColumns ? columns - used : kMinReasonColumns;
+  Table t({"TENANT", "NAME", "PHASE", "TASKS", "REASON"});
+  for (auto& row : rows) {
+    row[4] = truncated(row[4], reason_w);
+    t.add(std::move(row));
+  }
+  t.print(std::cout);
+  return core::Status::ok();
+}
+
 core::Status ps(const WorkloadFlags& f) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  if (f.all_tenants) {
+    return psAllTenants(f, *s);
+  }
   TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("workloads"));
   // One request: the list with each workload's status (`?detail=true`).
   TESSERA_ASSIGN_OR_RETURN(json list,
@@ -1073,7 +1181,36 @@ core::Status nodes(const WorkloadFlags& f) {
     printJson(list);
     return core::Status::ok();
   }
-  Table t({"NAME", "STATE", "GPUS", "CPU", "MEMORY", "LABELS"});
+  if (f.per_gpu) {
+    // One row per GPU: how much of it is allocated, and to whom (an operator sees every tenant's
+    // tasks; a tenant only its own).
+    Table g({"NODE", "GPU", "MODEL", "MIG", "ALLOCATED", "USED BY"});
+    for (const json& n : list) {
+      for (const json& d : n.value("devices", json::array())) {
+        std::string who;
+        for (const json& u : d.value("uses", json::array())) {
+          std::string one = u.value("tenant", "") + "/" + u.value("workload", "") + "." +
+                            std::to_string(u.value("task", 0));
+          if (u.value("milli", int64_t{1000}) < 1000) {
+            one += " (" + milliText(u.value("milli", int64_t{0})) + ")";
+          }
+          if (u.contains("mig_profile")) {
+            one += " [" + u.value("mig_profile", "") + "]";
+          }
+          if (u.value("terminating", false)) {
+            one += " (stopping)";
+          }
+          who += (who.empty() ? "" : ", ") + one;
+        }
+        g.add({n.value("name", ""), std::to_string(d.value("index", 0)), d.value("model", ""),
+               d.value("mig", false) ? "on" : "-",
+               milliText(d.value("allocated_milli", int64_t{0})), who.empty() ? "-" : who});
+      }
+    }
+    g.print(std::cout);
+    return core::Status::ok();
+  }
+  Table t({"NAME", "STATE", "GPUS", "ALLOCATED", "CPU", "MEMORY", "LABELS"});
   for (const json& n : list) {
     std::string gpus;
     const json by_model = n.value("gpus", json::object());
@@ -1092,7 +1229,11 @@ core::Status nodes(const WorkloadFlags& f) {
     if (n.contains("dedicated_to")) {
       labels += " (dedicated to " + n.value("dedicated_to", "") + ")";
     }
+    const size_t total = n.value("devices", json::array()).size();
     t.add({n.value("name", ""), state, gpus.empty() ? "-" : gpus,
+           total == 0 ? "-"
+                      : milliText(n.value("allocated_milli_gpu", int64_t{0})) + "/" +
+                            std::to_string(total),
            milliText(n.value("cpu_milli", int64_t{0})),
            memoryText(n.value("memory_mib", int64_t{0})), labels.empty() ? "-" : labels});
   }
@@ -1473,6 +1614,13 @@ void addTokenCommands(CLI::App& app, int* rc) {
     c->add_option("--role", f->role,
                   "Create it from this token role (`tessera token role write`): the role's "
                   "policies (or --policy, some of them), TTL and cap");
+    c->add_option("--period", f->period,
+                  "A periodic token: each renewal gives it this long again, with no maximum "
+                  "(for service credentials that renew themselves, like 24h)");
+    c->add_flag("--orphan", f->orphan,
+                "No parent: revoking the calling token does not revoke it (root, or sudo on "
+                "auth/token/create)");
+    c->add_option("--meta", f->meta, "KEY=VALUE metadata, shown by lookups (repeat)");
     c->footer(
         "Without --role a token gets only policies the calling token has itself. A tenant "
         "admin delegates narrower tokens to its developers with a role: `tessera token role "
@@ -1498,6 +1646,8 @@ void addTokenCommands(CLI::App& app, int* rc) {
       c->add_option("--token-max-ttl", f->token_max_ttl,
                     "Hard cap of its tokens from issue time, like 8h (default: server's maximum)");
       c->add_flag("--no-renew", f->no_renew, "Its tokens cannot be renewed");
+      c->add_option("--token-period", f->period,
+                    "Its tokens are periodic with this period, like 24h (service credentials)");
       bind(c, f, &roleWrite, rc);
     }
     {
@@ -1704,6 +1854,8 @@ void addWorkloadCommands(CLI::App& app, int* rc) {
     addCommonFlags(c, f->common);
     c->add_option("--phase", f->phase, "Only workloads in this phase")
         ->check(CLI::IsMember(std::vector<std::string>(std::begin(kPhases), std::end(kPhases))));
+    c->add_flag("-A,--all-tenants", f->all_tenants,
+                "Every tenant's workloads, with a TENANT column (an operator's token)");
     bind(c, f, &ps, rc);
   }
   {
@@ -1742,8 +1894,13 @@ void addWorkloadCommands(CLI::App& app, int* rc) {
   {
     auto f = std::make_shared<WorkloadFlags>();
     CLI::App* c = app.add_subcommand(
-        "nodes", "List nodes: STATE (ready, waiting, lost; cordoned), GPUs by model, CPU, memory");
+        "nodes",
+        "List nodes: STATE (ready, waiting, lost; cordoned), GPUs by model, GPUs ALLOCATED of "
+        "all, CPU, memory");
     addCommonFlags(c, f->common);
+    c->add_flag("--gpus", f->per_gpu,
+                "One row per GPU: how much is allocated, and to which tasks (an operator sees "
+                "every tenant's; a tenant its own)");
     bind(c, f, &nodes, rc);
   }
   {

@@ -83,7 +83,17 @@ json statusJson(const WorkloadStatus& s) {
       if (t.generation != 0) {  // On an agent's node: what a restarted server keeps.
         tj["generation"] = t.generation;
         tj["starts"] = t.starts;
+      }
+      if (t.started_at != core::WallTime{}) {
         tj["started_at"] = core::formatRfc3339Millis(t.started_at);
+      }
+      if (t.finished_at != core::WallTime{}) {  // A finished task: when and how it ended.
+        tj["finished_at"] = core::formatRfc3339Millis(t.finished_at);
+        if (t.exit_code >= 0) {
+          tj["exit_code"] = t.exit_code;
+        } else if (t.signal > 0) {
+          tj["signal"] = t.signal;
+        }
       }
     }
     tasks.push_back(std::move(tj));

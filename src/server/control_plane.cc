@@ -484,7 +484,7 @@ audit::AuditEvent ControlPlane::refusalEvent(const HttpRequest& http, const Http
   ev.request.remote_address = http.remote;
   const std::string chroot =
       http.listener < listeners.size() ? listeners[http.listener].chroot_tenant : "";
-  auto scope = scopeTarget(http.target, chroot);
+  auto scope = requestScope(http, chroot);
   if (scope.isOk()) {
     ev.request.path = scope->tenant ? "tenants/" + *scope->tenant + "/" + scope->path : scope->path;
   } else {
@@ -625,16 +625,19 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     r.token = std::move(token).value();
   }
   // The tenant boundary: a tenant token sees its own tenant and nothing else, not even that
-  // something else exists. One exception: any token may look itself up from the admin scope,
-  // which answers nothing but the token's own data (naming its tenant). That is how a client
-  // holding only a token learns which scope to use.
-  const bool self_lookup = !r.scope.tenant && r.scope.path == "auth/token/lookup-self";
+  // something else exists. One exception: any token may look itself up, renew itself and
+  // revoke itself from the admin scope, which touches nothing but the token itself (the lookup
+  // names its tenant). That is how a client holding only a token learns which scope to use, and
+  // how Vault's clients (which know only these paths) keep their token alive.
+  const bool self_op = !r.scope.tenant && (r.scope.path == "auth/token/lookup-self" ||
+                                           r.scope.path == "auth/token/renew-self" ||
+                                           r.scope.path == "auth/token/revoke-self");
   // The one way in from another tenant: a live grant of the scope's tenant to the token's that
   // covers the path (server/grants.h). Anything else stays invisible.
   if (!r.token.tenant.empty() && r.scope.tenant && r.scope.tenant != r.token.tenant) {
     r.grant = grants_->find(*r.scope.tenant, r.token.tenant, r.scope.path, clock_.wallNow());
   }
-  if (!r.token.tenant.empty() && r.scope.tenant != r.token.tenant && !self_lookup && !r.grant) {
+  if (!r.token.tenant.empty() && r.scope.tenant != r.token.tenant && !self_op && !r.grant) {
     // Recorded as the caller's own (a probe of another tenant is worth an operator's look); the
     // record tells the caller nothing it did not send.
     audit::AuditEvent probe;
@@ -655,7 +658,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     return error(404, "not found");
   }
   // A self lookup is recorded (and counted) as the token's tenant's.
-  const std::string tenant = r.scope.tenant.value_or(self_lookup ? r.token.tenant : "");
+  const std::string tenant = r.scope.tenant.value_or(self_op ? r.token.tenant : "");
   if (routineNodeCall(r)) {
     HttpResponse resp;
     try {
@@ -1060,6 +1063,17 @@ core::Status ControlPlane::onDriverChanges(const std::map<std::string, WorkloadS
         events.push_back({{"time", core::formatRfc3339(clock_.wallNow())},
                           {"event", "evicted"},
                           {"reason", text}});
+      }
+      if (before == "pending" && status.phase == "running" && !rec.contains("started")) {
+        // Its first start: how long it waited since its submission (the queue SLO).
+        const auto submitted = core::parseRfc3339(rec.value("submitted", ""));
+        rec["started"] = core::formatRfc3339Millis(clock_.wallNow());
+        if (submitted) {
+          const json spec = rec.value("spec", json::object());
+          request_metrics_.observeStartDelay(
+              tenant, spec.is_object() ? spec.value("queue", "default") : "default",
+              std::chrono::duration<double>(clock_.wallNow() - *submitted).count());
+        }
       }
       if (before != status.phase) {
         events.push_back(

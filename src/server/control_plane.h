@@ -214,6 +214,9 @@ class ControlPlane {
   // Token roles (auth.cc): auth/token/roles[/<name>] and auth/token/create/<role>.
   HttpResponse tokenRolesApi(Request& r);
   HttpResponse createFromRole(Request& r, const std::string& role);
+  // Whether the calling token may create an orphan token (no_parent): root, or sudo on the
+  // create path, as in Vault.
+  bool mayCreateOrphan(Request& r);
   // OK when the calling token has at least the power that policy `name` of `scope` gives
   // (`checkChildPower` in tokens.h).
   core::Status holdsPowerOf(const Request& r, const std::string& scope,

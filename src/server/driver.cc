@@ -498,6 +498,7 @@ void SchedulerDriver::forgetWorkload(const std::string& tenant, const std::strin
     retire(key, it->second);
     for (sched::TaskId t : info.tasks) {
       task_ids_.erase(tenant + "." + name + "." + std::to_string(scheduler_->task(t).index));
+      ran_.erase(t);
     }
     ids_.erase(it);
   }
@@ -512,6 +513,9 @@ void SchedulerDriver::forgetTenant(const std::string& tenant) {
   for (const auto& [key, w] : ids_) {
     if (starts(key)) {
       retire(key, w);
+      for (sched::TaskId t : scheduler_->workload(w).tasks) {
+        ran_.erase(t);
+      }
     }
   }
   std::erase_if(ids_, [&](const auto& kv) { return starts(kv.first); });
@@ -668,9 +672,13 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
                              : std::to_string(p.mig_profile);
       }
     }
-    if (auto ran = ran_on_.find(t);
-        ran != ran_on_.end() && task.state == sched::TaskState::kFinished) {
-      ts.node = nodes_[ran->second].name;
+    if (auto ran = ran_.find(t); ran != ran_.end() && task.state == sched::TaskState::kFinished) {
+      ts.node = nodes_[ran->second.node].name;
+      ts.gpus = ran->second.gpus;
+      ts.started_at = ran->second.started_at;
+      ts.finished_at = ran->second.finished_at;
+      ts.exit_code = ran->second.exit_code;
+      ts.signal = ran->second.signal;
     }
     s.tasks.push_back(std::move(ts));
   }
@@ -748,6 +756,9 @@ void SchedulerDriver::runOnce() {
     if (it->second <= now) {
       touched.push_back(scheduler_->task(it->first).workload);
       scheduler_->taskFinished(it->first);
+      if (auto ran = ran_.find(it->first); ran != ran_.end()) {
+        ran->second.finished_at = clock_.wallNow();
+      }
       kept_.erase(it->first);
       it = ends_.erase(it);
     } else {
@@ -770,10 +781,10 @@ void SchedulerDriver::runOnce() {
   for (const sched::StartDecision& s : r.started) {
     touched.push_back(s.workload);
     const sched::NodeIndex node = scheduler_->task(s.task).assignment.placement.node;
+    noteStarted(s.task);
     if (agents_.contains(node)) {  // Changed only under pass_mu_ too: no lock needed to look.
       node_tasks_[node].insert(s.task);
       agent_started_[s.task] = false;
-      ran_on_[s.task] = node;
       continue;
     }
     const core::Duration d = specs_[s.workload].duration;
@@ -917,6 +928,20 @@ std::set<std::string> SchedulerDriver::liveTasks() const {
     }
   }
   return out;
+}
+
+void SchedulerDriver::noteStarted(sched::TaskId t) {
+  const sched::TaskInfo& task = scheduler_->task(t);
+  const sched::Placement& p = task.assignment.placement;
+  LastRun run;
+  run.node = p.node;
+  for (uint64_t g = p.gpus; g != 0; g &= g - 1) {
+    run.gpus.push_back(std::countr_zero(g));
+  }
+  // To the millisecond, as a running task's start is shown and stored.
+  run.started_at = std::chrono::round<std::chrono::milliseconds>(clock_.wallNow() -
+                                                                 (clock_.now() - task.started));
+  ran_[t] = std::move(run);
 }
 
 void SchedulerDriver::stopSimulated(sched::TaskId t, sched::WorkloadId w, core::TimePoint now) {

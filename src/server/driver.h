@@ -59,6 +59,10 @@ struct TaskStatus {
   uint32_t generation = 0;  // As its agent runs it.
   uint32_t starts = 0;      // Times it was placed.
   core::WallTime started_at{};
+  // A finished task: when, and how it exited (on an agent's node; -1 and 0: not known).
+  core::WallTime finished_at{};
+  int exit_code = -1;
+  int signal = 0;
 };
 
 // A task an agent should run: the node protocol's answer (docs/agent.md).
@@ -486,9 +490,21 @@ class SchedulerDriver {
   std::map<std::string, uint32_t> retired_starts_;  // "tenant/name" of forgotten workloads.
   // Notes a forgotten workload's highest start count (forgetWorkload, forgetTenant).
   void retire(const std::string& key, sched::WorkloadId w);
-  std::map<std::string, sched::TaskId> task_ids_;     // NodeTask id -> task.
-  std::map<sched::TaskId, bool> agent_started_;       // Placed on an agent's node: started there?
-  std::map<sched::TaskId, sched::NodeIndex> ran_on_;  // The agent's node a task last ran on.
+  std::map<std::string, sched::TaskId> task_ids_;  // NodeTask id -> task.
+  std::map<sched::TaskId, bool> agent_started_;    // Placed on an agent's node: started there?
+  // Where and how a task last ran, kept once it finishes (the API shows a finished task's node,
+  // GPU indexes, times and exit code: an Xid error in a node's log is traced back to the work).
+  struct LastRun {
+    sched::NodeIndex node = 0;
+    std::vector<int> gpus;
+    core::WallTime started_at{};
+    core::WallTime finished_at{};  // {} while it runs.
+    int exit_code = -1;            // As its agent reported it; -1: none (killed, or simulated).
+    int signal = 0;
+  };
+  std::map<sched::TaskId, LastRun> ran_;
+  // Notes that `t` started now where the scheduler placed it (ran_).
+  void noteStarted(sched::TaskId t);
   // Tasks assigned to each agent-run node (running there at their current generation).
   std::map<sched::NodeIndex, std::set<sched::TaskId>> node_tasks_;
   // Tasks put back where they ran before this start: their generation, which they keep until

@@ -394,6 +394,11 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
   }
   node_tasks_[n].erase(t);
   agent_started_.erase(t);
+  if (auto ran = ran_.find(t); ran != ran_.end()) {
+    ran->second.finished_at = clock_.wallNow();
+    ran->second.exit_code = r.exit_code;
+    ran->second.signal = r.exit_code >= 0 ? 0 : r.signal;
+  }
   if (task.state == sched::TaskState::kTerminating) {
     scheduler_->taskStopped(t);  // Evicted, and now gone: it waits to be placed again.
   } else if (r.stopped) {
@@ -553,7 +558,7 @@ void SchedulerDriver::restoreTasks(sched::WorkloadId w, const std::vector<Restor
     restored_[t] = {rt.starts, rt.generation};
     node_tasks_[n].insert(t);
     agent_started_[t] = rt.confirmed;
-    ran_on_[t] = n;
+    noteStarted(t);
   }
 }
 

@@ -294,10 +294,34 @@ std::map<std::string, uint64_t> RequestMetrics::evictions(const std::string* ten
   return out;
 }
 
+void RequestMetrics::observeStartDelay(const std::string& tenant, const std::string& queue,
+                                       double seconds) {
+  std::lock_guard lock(mu_);
+  auto key = std::make_pair(tenant, queue);
+  auto it = start_delays_.find(key);
+  if (it == start_delays_.end()) {
+    it = start_delays_.emplace(std::move(key), HistogramData(kWaitSecondsBounds)).first;
+  }
+  it->second.observe(std::max(0.0, seconds));
+}
+
+std::map<std::pair<std::string, std::string>, HistogramData> RequestMetrics::startDelays(
+    const std::string* tenant) const {
+  std::lock_guard lock(mu_);
+  std::map<std::pair<std::string, std::string>, HistogramData> out;
+  for (const auto& [key, h] : start_delays_) {
+    if (tenant == nullptr || key.first == *tenant) {
+      out.emplace(key, h);
+    }
+  }
+  return out;
+}
+
 void RequestMetrics::forgetTenant(const std::string& tenant) {
   std::lock_guard lock(mu_);
   tenant_latency_.erase(tenant);
   tenant_totals_.erase(tenant);
+  std::erase_if(start_delays_, [&](const auto& kv) { return kv.first.first == tenant; });
   // The fleet's eviction totals stay counters (never go down): only the tenant's view forgets.
   // A deleted tenant's evictions move to "(deleted)", which no tenant can be named (lowercase
   // letters, digits, '-'), so the fleet's totals keep them.

@@ -138,6 +138,11 @@ inline constexpr std::string_view kEvictionReasons[] = {"preempted", "reclaimed"
 // The API's requests (by route pattern and status code, and per tenant) and the evictions (by
 // reason, per tenant), as the control plane counts them. Thread-safe; cheap to record (one
 // lock, two map lookups).
+// Seconds from a workload's submission to its start, and how long pending workloads have
+// waited: from a second to a week (queues of GPU clusters wait hours).
+inline constexpr double kWaitSecondsBounds[] = {1,    5,    15,    60,    300,   900,    1800,
+                                                3600, 7200, 14400, 28800, 86400, 172800, 604800};
+
 class RequestMetrics {
  public:
   // One answered request: `route` is the route's pattern (RouteMatch::label), never a caller's
@@ -160,6 +165,12 @@ class RequestMetrics {
   std::map<std::string, TenantTotals> tenantTotals() const;
   // Evictions by reason (tenant: that tenant's only); every reason is there, 0 if none.
   std::map<std::string, uint64_t> evictions(const std::string* tenant = nullptr) const;
+  // A workload of `tenant`'s queue `queue` ("team" or "default") started `seconds` after its
+  // submission (its first start only).
+  void observeStartDelay(const std::string& tenant, const std::string& queue, double seconds);
+  // Those histograms by (tenant, queue) (tenant: that tenant's only).
+  std::map<std::pair<std::string, std::string>, HistogramData> startDelays(
+      const std::string* tenant = nullptr) const;
   // Forgets a deleted tenant's numbers (a tenant created again under the name starts at 0).
   void forgetTenant(const std::string& tenant);
 
@@ -169,6 +180,7 @@ class RequestMetrics {
   std::map<std::string, std::map<RouteKey, HistogramData>> tenant_latency_;
   std::map<std::string, TenantTotals> tenant_totals_;
   std::map<std::string, std::map<std::string, uint64_t>> evictions_;  // tenant -> reason -> n
+  std::map<std::pair<std::string, std::string>, HistogramData> start_delays_;
 };
 
 }  // namespace tessera::server

@@ -18,9 +18,32 @@ std::string requestToken(const HttpRequest& http) {
   return token;
 }
 
+core::Result<ScopedPath> requestScope(const HttpRequest& http, std::string_view chroot_tenant) {
+  const std::string header = http.header("x-vault-namespace");
+  std::string_view ns = header;
+  while (!ns.empty() && ns.front() == '/') {
+    ns.remove_prefix(1);
+  }
+  while (!ns.empty() && ns.back() == '/') {
+    ns.remove_suffix(1);
+  }
+  if (ns.empty() || ns == "root") {
+    return scopeTarget(http.target, chroot_tenant);
+  }
+  if (!validName(ns)) {
+    return core::invalidArgument(
+        "X-Vault-Namespace: '" + std::string(ns.substr(0, 64)) +
+        "' is not a tenant name (Tessera's namespaces are its tenants, one level deep)");
+  }
+  if (!chroot_tenant.empty() && ns != chroot_tenant) {
+    return core::notFound("not found");
+  }
+  return scopeTarget(http.target, ns);
+}
+
 core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_view chroot_tenant) {
   ApiRequest r;
-  TESSERA_ASSIGN_OR_RETURN(r.scope, scopeTarget(http.target, chroot_tenant));
+  TESSERA_ASSIGN_OR_RETURN(r.scope, requestScope(http, chroot_tenant));
   r.method = http.method;
   if (r.method == "GET" && r.scope.query.contains("list")) {
     r.method = "LIST";
@@ -67,7 +90,7 @@ std::optional<BodyAllowance> bodyAllowance(const HttpRequest& head,
   }
   const std::string_view chroot =
       head.listener < listeners.size() ? listeners[head.listener].chroot_tenant : "";
-  auto scope = scopeTarget(head.target, chroot);
+  auto scope = requestScope(head, chroot);
   if (!scope.isOk()) {
     // Not an API path (the console's files, OIDC discovery: GETs that read no body) or a
     // malformed one, answered 404 or 400 whatever it carries.

@@ -44,6 +44,13 @@ struct ApiRequest {
 // The token a request carries (X-Tessera-Token, else "Authorization: Bearer"), or "".
 std::string requestToken(const HttpRequest& http);
 
+// The request's scope: its target's (route.h scopeTarget), on a listener chrooted to
+// `chroot_tenant` ("" for none). Vault's namespace header, `X-Vault-Namespace: <tenant>`, acts
+// as a chroot to that tenant (Tessera's namespaces are its tenants, one level deep; "" and
+// "root" name the admin scope): on a chrooted listener it may name only that listener's tenant
+// (another is NOT_FOUND), and a name that is no tenant name is INVALID_ARGUMENT.
+core::Result<ScopedPath> requestScope(const HttpRequest& http, std::string_view chroot_tenant);
+
 core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_view chroot_tenant);
 
 // What the request whose head is `head` may carry as a body: nullopt (its listener's

@@ -18,6 +18,37 @@ HttpRequest request(std::string method, std::string target, std::string body = "
   return r;
 }
 
+TEST(RequestScopeTest, VaultsNamespaceHeaderIsATenantsChroot) {
+  auto with = [](const std::string& ns, const std::string& target) {
+    HttpRequest r = request("GET", target);
+    r.headers.emplace_back("x-vault-namespace", ns);
+    return r;
+  };
+  auto s = requestScope(with("team-1/", "/v1/secrets/kv/data/a"), "");
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  EXPECT_EQ(s->tenant, "team-1");
+  EXPECT_EQ(s->path, "secrets/kv/data/a");
+  // The root namespace, or none: the admin scope.
+  for (const char* root : {"", "root", "/"}) {
+    s = requestScope(with(root, "/v1/auth/token/lookup-self"), "");
+    ASSERT_TRUE(s.isOk()) << root;
+    EXPECT_FALSE(s->tenant.has_value()) << root;
+  }
+  // Inside a namespace, the admin scope's paths are out of reach, as on a chrooted listener.
+  EXPECT_EQ(requestScope(with("team-1", "/v1/tenants/team-2/workloads"), "").status().code(),
+            core::StatusCode::kNotFound);
+  EXPECT_EQ(requestScope(with("team-1", "/v1/sys/nodes"), "").status().code(),
+            core::StatusCode::kNotFound);
+  // On a listener chrooted to team-1: only team-1.
+  EXPECT_TRUE(requestScope(with("team-1", "/v1/workloads"), "team-1").isOk());
+  EXPECT_EQ(requestScope(with("team-2", "/v1/workloads"), "team-1").status().code(),
+            core::StatusCode::kNotFound);
+  // Nested namespaces do not exist here; the error says what the header is.
+  auto nested = requestScope(with("team-1/child", "/v1/workloads"), "");
+  EXPECT_EQ(nested.status().code(), core::StatusCode::kInvalidArgument);
+  EXPECT_NE(nested.status().message().find("X-Vault-Namespace"), std::string::npos);
+}
+
 TEST(TakesBodyTest, PostPutAndPatchAlwaysOtherMethodsWhereTheRouteSays) {
   const RouteMatch workload = matchRoute(RouteScope::kTenant, "workloads/w", "GET");
   ASSERT_NE(workload.route, nullptr);

@@ -456,7 +456,9 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   copts.reject_delay = std::chrono::milliseconds(config.reject_delay_ms);
   copts.node_lease_ttl = dopts.lease_ttl;
   copts.declared_nodes = declared;
-  copts.node_token_ttl = std::chrono::seconds(config.node_credential_ttl_s);
+  // A node's credential is a periodic token with this period, which max_ttl bounds.
+  copts.node_token_ttl =
+      std::chrono::seconds(std::min(config.node_credential_ttl_s, config.max_ttl_s));
   copts.audit_file = config.audit.empty() ? "" : config.audit[0].path;
   copts.durable_every_answer = config.audit_durable_every_answer;
   copts.refusals = config.refusals;
@@ -881,6 +883,7 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
       return t.error("default_ttl is above max_ttl");
     }
   }
+
   TESSERA_ASSIGN_OR_RETURN(const json* secrets, singleBlock(doc, "secrets", path));
   if (secrets != nullptr) {
     core::JsonNode s(*secrets, "secrets", path);

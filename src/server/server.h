@@ -132,7 +132,10 @@ struct ServerConfig {
   std::string oidc_issuer;
   int64_t identity_ttl_s = 3600;  // Tasks' identity tokens live this long (renewed at half).
   int64_t default_ttl_s = 3600;
-  int64_t max_ttl_s = int64_t{768} * 3600;
+  // tokens { max_ttl }: no token (nor grant) is renewable past a day from its issue unless the
+  // operator says so, so a fresh install's tokens pass `tessera doctor` (its threshold is a
+  // day); service credentials are periodic tokens, which no maximum caps (docs/server.md).
+  int64_t max_ttl_s = int64_t{24} * 3600;
   int io_threads = 2;  // TLS and HTTP; they never block.
   int workers = 16;    // Run the handlers; writes block on fsync: more share each group commit.
   // Requests of one tenant handled at once. 0: defaultTenantConcurrency (half the cores).

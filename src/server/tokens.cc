@@ -33,6 +33,10 @@ std::string randomBase62(size_t n) {
 
 namespace {
 
+int64_t millisOf(core::Duration d) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
 int64_t toMillis(core::WallTime t) {
   if (t == core::WallTime::max()) {
     return -1;
@@ -59,7 +63,9 @@ json encode(const TokenInfo& t) {
           {"max_expiry_ms", toMillis(t.max_expiry)},
           {"ttl_ms", std::chrono::duration_cast<std::chrono::milliseconds>(t.ttl).count()},
           {"renewable", t.renewable},
-          {"role", t.role}};
+          {"role", t.role},
+          {"period_ms", millisOf(t.period)},
+          {"meta", t.meta}};
 }
 
 core::Result<TokenInfo> decode(std::string_view key, std::string_view value) {
@@ -77,6 +83,9 @@ core::Result<TokenInfo> decode(std::string_view key, std::string_view value) {
     t.ttl = std::chrono::milliseconds(j.at("ttl_ms").get<int64_t>());
     t.renewable = j.at("renewable").get<bool>();
     t.role = j.value("role", std::string());  // Absent in tokens stored before roles existed.
+    // Absent in tokens stored before periodic tokens and metadata existed.
+    t.period = std::chrono::milliseconds(j.value("period_ms", int64_t{0}));
+    t.meta = j.value("meta", std::map<std::string, std::string>());
     return t;
   } catch (const json::exception& e) {
     return core::internalError("stored token " + std::string(key) + " is corrupt: " + e.what());
@@ -85,10 +94,6 @@ core::Result<TokenInfo> decode(std::string_view key, std::string_view value) {
 
 std::string roleKey(const std::string& scope, const std::string& name) {
   return scope.empty() ? "/token-roles/" + name : "/tenants/" + scope + "/token-roles/" + name;
-}
-
-int64_t millisOf(core::Duration d) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
 }
 
 int64_t secondsOf(core::Duration d) {
@@ -101,6 +106,7 @@ json TokenRole::toJson() const {
   return {{"allowed_policies", allowed_policies},
           {"token_ttl", secondsOf(token_ttl)},
           {"token_max_ttl", secondsOf(token_max_ttl)},
+          {"token_period", secondsOf(token_period)},
           {"renewable", renewable}};
 }
 
@@ -129,7 +135,19 @@ json TokenInfo::toJson(core::WallTime now) const {
       {"ttl", ttlSeconds(now)},
       {"renewable", renewable},
       {"role", role},
-      {"orphan", parent.empty()}};
+      {"orphan", parent.empty()},
+      // Vault's lookup fields, for its clients.
+      {"creation_time",
+       std::chrono::duration_cast<std::chrono::seconds>(issued.time_since_epoch()).count()},
+      {"creation_ttl", secondsOf(ttl)},
+      {"explicit_max_ttl",
+       max_expiry == core::WallTime::max() ? 0 : secondsOf(max_expiry - issued)},
+      {"period", secondsOf(period)},
+      {"meta", meta.empty() ? json(nullptr) : json(meta)},
+      {"num_uses", 0},
+      {"type", "service"},
+      {"entity_id", ""},
+      {"path", role.empty() ? "auth/token/create" : "auth/token/create/" + role}};
 }
 
 namespace {
@@ -309,6 +327,7 @@ core::Status TokenManager::putRole(const std::string& scope, const std::string& 
   const json stored = {{"allowed_policies", role.allowed_policies},
                        {"token_ttl_ms", millisOf(role.token_ttl)},
                        {"token_max_ttl_ms", millisOf(role.token_max_ttl)},
+                       {"token_period_ms", millisOf(role.token_period)},
                        {"renewable", role.renewable}};
   return store_.put(roleKey(scope, name), stored.dump()).status();
 }
@@ -328,6 +347,7 @@ core::Result<TokenRole> TokenManager::role(const std::string& scope,
     r.token_ttl = std::chrono::milliseconds(j.at("token_ttl_ms").get<int64_t>());
     r.token_max_ttl = std::chrono::milliseconds(j.at("token_max_ttl_ms").get<int64_t>());
     r.renewable = j.at("renewable").get<bool>();
+    r.token_period = std::chrono::milliseconds(j.value("token_period_ms", int64_t{0}));
     return r;
   } catch (const json::exception& e) {
     return core::internalError("stored token role " + key + " is corrupt: " + e.what());
@@ -384,27 +404,42 @@ core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const T
   if (req.ttl < core::Duration::zero() || req.explicit_max_ttl < core::Duration::zero()) {
     return core::invalidArgument("ttl and explicit_max_ttl must not be negative");
   }
-  const core::Duration ttl = req.ttl > core::Duration::zero() ? req.ttl : options_.default_ttl;
+  if (req.period < core::Duration::zero()) {
+    return core::invalidArgument("period must not be negative");
+  }
+  const bool periodic = req.period > core::Duration::zero();
+  if (periodic && !req.renewable) {
+    return core::invalidArgument("a periodic token is renewable: period and renewable=false clash");
+  }
+  // A periodic token's TTL is its period (Vault ignores `ttl` then).
+  const core::Duration ttl = periodic                           ? req.period
+                             : req.ttl > core::Duration::zero() ? req.ttl
+                                                                : options_.default_ttl;
   if (ttl > options_.max_ttl) {
     return core::invalidArgument(
-        "ttl is above the maximum of " +
+        std::string(periodic ? "period" : "ttl") + " is above the maximum of " +
         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options_.max_ttl).count()) +
         " s");
   }
   TokenInfo t;
   t.tenant = req.tenant;
   t.policies = req.policies;
-  t.parent = parent.accessor;
+  t.parent = req.orphan ? "" : parent.accessor;
   t.display_name = req.display_name;
   t.issued = now;
   t.ttl = ttl;
   t.renewable = req.renewable;
   t.role = req.role;
-  t.max_expiry = now + options_.max_ttl;
+  t.period = req.period;
+  t.meta = req.meta;
+  // A periodic token has no system maximum: its period is what keeps it short.
+  t.max_expiry = periodic ? core::WallTime::max() : now + options_.max_ttl;
   if (req.explicit_max_ttl > core::Duration::zero()) {
     t.max_expiry = std::min(t.max_expiry, now + req.explicit_max_ttl);
   }
-  t.max_expiry = std::min(t.max_expiry, parent.max_expiry);  // Never outlives its parent's cap.
+  if (!req.orphan) {
+    t.max_expiry = std::min(t.max_expiry, parent.max_expiry);  // Never outlives its parent's cap.
+  }
   // The maps change only under write_mu_, so holding it they can be read without mu_; mu_ is
   // taken only to add the token once it is in the store.
   std::lock_guard write(write_mu_);
@@ -422,7 +457,7 @@ core::Result<CreatedToken> TokenManager::create(const TokenInfo& parent, const T
       return core::notFound("the parent token has expired");
     }
   }
-  if (!req.role.empty()) {
+  if (!req.role.empty() && !req.orphan) {
     // A delegated token never outlives the delegating token's present expiry either: what the
     // creator shows as its time left is all it can hand on.
     t.max_expiry = std::min(t.max_expiry, parent_until);
@@ -486,7 +521,10 @@ core::Result<TokenInfo> TokenManager::renew(const std::string& accessor, core::D
   if (increment < core::Duration::zero()) {
     return core::invalidArgument("increment must not be negative");
   }
-  const core::Duration by = increment > core::Duration::zero() ? increment : t.ttl;
+  // A periodic token gets its period each time, whatever the increment (Vault's rule).
+  const core::Duration by = t.period > core::Duration::zero()    ? t.period
+                            : increment > core::Duration::zero() ? increment
+                                                                 : t.ttl;
   t.expires = std::min(now + by, t.max_expiry);
   TESSERA_RETURN_IF_ERROR(persist(h->second, t));
   std::lock_guard lock(mu_);

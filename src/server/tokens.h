@@ -16,7 +16,11 @@
 //     A token stops working the moment any ancestor expires: `lookup` reads the chain's expiry,
 //     kept with each token, rather than waiting for housekeeping's sweep (`expire`).
 //   - Renewal moves the expiry to now + increment (or the token's TTL), within its caps; a token
-//     created with `renewable = false` cannot be renewed.
+//     created with `renewable = false` cannot be renewed. A periodic token (`period`) is
+//     renewed by its period each time and has no cap but `explicit_max_ttl` and its parent's:
+//     renewed within each period it lives for ever, otherwise it expires.
+//   - An orphan (`orphan`, Vault's no_parent) has no parent: its creator's revocation, expiry
+//     and cap do not reach it.
 //   - A tenant token is bound to its tenant: its children belong to the same tenant. Only an
 //     admin token (tenant "") can create tokens for a tenant.
 //   - A parent gives a child only power it has itself (`checkChildPower`): each policy the child
@@ -64,6 +68,13 @@ struct TokenInfo {
   core::Duration ttl{0};        // The TTL it was created with: the default renewal increment.
   bool renewable = true;
   std::string role;  // The token role it was created from; "" for none.
+  // A periodic token (Vault's `period`): each renewal sets its expiry to now + period, and no
+  // system maximum caps it (only `explicit_max_ttl` and its parent's cap): it lives for as long
+  // as it is renewed within each period, and no longer. 0: not periodic.
+  core::Duration period{0};
+  // Vault's token metadata: free-form key/value pairs its creator gave, shown by lookups and in
+  // the audit log.
+  std::map<std::string, std::string> meta;
 
   bool isRoot() const;
   // Seconds left at `now` (0 when expired; -1 for the never-expiring root token).
@@ -82,6 +93,12 @@ struct TokenRequest {
   core::Duration ttl{0};               // 0: the default TTL.
   core::Duration explicit_max_ttl{0};  // 0: none beyond the system maximum.
   bool renewable = true;
+  core::Duration period{0};  // 0: not periodic (see TokenInfo::period).
+  std::map<std::string, std::string> meta = {};
+  // An orphan (Vault's no_parent): the token has no parent, so revoking or the expiry of its
+  // creator does not end it, and its creator's cap does not bound it. The API allows it only
+  // to a root token or one with sudo on auth/token/create.
+  bool orphan = false;
   // Set only by the role path once it has checked the creating token's power over `policies`:
   // the name of the role (see the rules above).
   std::string role = {};
@@ -94,6 +111,7 @@ struct TokenRole {
   std::vector<std::string> allowed_policies;
   core::Duration token_ttl{0};      // 0: the default TTL.
   core::Duration token_max_ttl{0};  // A hard cap from issue time; 0: the system maximum.
+  core::Duration token_period{0};   // Tokens from it are periodic with this period; 0: not.
   bool renewable = true;
 
   // As the API shows it (TTLs in seconds).
@@ -164,7 +182,8 @@ class TokenManager {
   // those with an expired ancestor. One hash and one map search, whatever the chain's depth.
   core::Result<TokenInfo> lookup(const std::string& secret) const;
   core::Result<TokenInfo> lookupAccessor(const std::string& accessor) const;
-  // Extends the token's expiry (increment 0: its TTL); returns it updated.
+  // Extends the token's expiry (increment 0: its TTL; a periodic token: always its period, as
+  // Vault does); returns it updated.
   core::Result<TokenInfo> renew(const std::string& accessor, core::Duration increment);
   // Revokes the token and every descendant; returns how many were revoked.
   core::Result<int> revoke(const std::string& accessor);

@@ -143,6 +143,72 @@ TEST_F(TokensTest, RenewalStopsAtTheExplicitMaxTtl) {
   EXPECT_FALSE(tokens_->renew(t->info.accessor, hours(1)).isOk());
 }
 
+TEST_F(TokensTest, APeriodicTokenLivesWhileRenewedWithinItsPeriod) {
+  CreatedToken r = root();
+  auto t = tokens_->create(r.info, {.tenant = "team-1",
+                                    .policies = {"dev"},
+                                    .ttl = hours(5),  // A periodic token's TTL is its period.
+                                    .period = hours(24),
+                                    .meta = {{"purpose", "scrape"}}});
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  EXPECT_EQ(t->info.ttlSeconds(clock_.wallNow()), 24 * 3600);
+  EXPECT_EQ(t->info.max_expiry, core::WallTime::max());  // No system maximum.
+  // Renewed every 20 h for 40 days: past the 32-day system maximum; the increment is ignored.
+  for (int i = 0; i < 48; ++i) {
+    clock_.advance(hours(20));
+    auto renewed = tokens_->renew(t->info.accessor, minutes(1));
+    ASSERT_TRUE(renewed.isOk()) << i << ": " << renewed.status().message();
+    EXPECT_EQ(renewed->ttlSeconds(clock_.wallNow()), 24 * 3600);
+  }
+  reopen();  // Period and metadata are stored.
+  auto after = tokens_->lookup(t->secret);
+  ASSERT_TRUE(after.isOk()) << after.status().message();
+  EXPECT_EQ(after->period, hours(24));
+  EXPECT_EQ(after->meta.at("purpose"), "scrape");
+  clock_.advance(hours(24));  // Not renewed within its period: gone.
+  EXPECT_FALSE(tokens_->lookup(t->secret).isOk());
+  EXPECT_FALSE(tokens_->renew(t->info.accessor, core::Duration::zero()).isOk());
+  // A period is renewable by definition, and no longer than the system maximum.
+  EXPECT_FALSE(
+      tokens_->create(r.info, {.tenant = "team-1", .renewable = false, .period = hours(1)}).isOk());
+  EXPECT_FALSE(tokens_->create(r.info, {.tenant = "team-1", .period = hours(24 * 33)}).isOk());
+}
+
+TEST_F(TokensTest, APeriodicChildNeverOutlivesItsParentsCap) {
+  CreatedToken r = root();
+  auto parent = tokens_->create(r.info, {.tenant = "team-1",
+                                         .policies = {"tenant-admin"},
+                                         .ttl = hours(1),
+                                         .explicit_max_ttl = hours(2)});
+  ASSERT_TRUE(parent.isOk());
+  auto child = tokens_->create(
+      parent->info, {.tenant = "team-1", .policies = {"tenant-admin"}, .period = hours(24)});
+  ASSERT_TRUE(child.isOk()) << child.status().message();
+  EXPECT_EQ(child->info.ttlSeconds(clock_.wallNow()), 2 * 3600);  // The parent's cap.
+  clock_.advance(minutes(50));
+  ASSERT_TRUE(tokens_->renew(parent->info.accessor, core::Duration::zero()).isOk());
+  clock_.advance(minutes(50));
+  ASSERT_TRUE(tokens_->renew(child->info.accessor, core::Duration::zero()).isOk());
+  clock_.advance(minutes(21));
+  EXPECT_FALSE(tokens_->lookup(child->secret).isOk());
+}
+
+TEST_F(TokensTest, AnOrphanOutlivesItsCreatorsRevocation) {
+  CreatedToken r = root();
+  auto creator = tokens_->create(r.info, {.tenant = "team-1", .policies = {"tenant-admin"}});
+  ASSERT_TRUE(creator.isOk());
+  auto child = tokens_->create(creator->info, {.tenant = "team-1", .policies = {"tenant-admin"}});
+  auto orphan = tokens_->create(creator->info,
+                                {.tenant = "team-1", .policies = {"tenant-admin"}, .orphan = true});
+  ASSERT_TRUE(child.isOk() && orphan.isOk());
+  EXPECT_TRUE(orphan->info.parent.empty());
+  EXPECT_EQ(tokens_->revoke(creator->info.accessor).value(), 2);  // It and its child.
+  EXPECT_FALSE(tokens_->lookup(child->secret).isOk());
+  EXPECT_TRUE(tokens_->lookup(orphan->secret).isOk());
+  reopen();
+  EXPECT_TRUE(tokens_->lookup(orphan->secret).isOk());
+}
+
 TEST_F(TokensTest, AccessForFourHoursThenGone) {
   CreatedToken r = root();
   auto t = tokens_->create(r.info, {.tenant = "team-1",

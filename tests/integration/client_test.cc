@@ -145,7 +145,7 @@ class ClientTest : public ::testing::Test {
     Outcome token = as(root(), {"token", "create", "--tenant", name, "--policy", "tenant-admin",
                                 "--ttl", "1h", "-format=json"});
     EXPECT_EQ(token.rc, 0) << token;
-    return parsed(token).value("client_token", "");
+    return parsed(token)["auth"].value("client_token", "");
   }
 
   // Polls `ps` until NAME's row shows PHASE; returns the last output.
@@ -275,8 +275,8 @@ TEST_F(ClientTest, TenantTokenRunPsShowCancel) {
   EXPECT_TRUE(found) << top_json;
   Outcome nodes = as(team_a, {"nodes"});
   ASSERT_EQ(nodes.rc, 0) << nodes;
-  EXPECT_TRUE(std::regex_search(nodes.out,
-                                std::regex(node + R"(\s+simulated\s+8x H100\S*\s+\d+\s+\d+ GiB)")))
+  EXPECT_TRUE(std::regex_search(
+      nodes.out, std::regex(node + R"(\s+simulated\s+8x H100\S*\s+[0-9.]+/8\s+\d+\s+\d+ GiB)")))
       << nodes;
   Outcome nodes_json = as(root(), {"nodes", "-format=json"});
   ASSERT_EQ(nodes_json.rc, 0) << nodes_json;
@@ -530,7 +530,7 @@ TEST_F(ClientTest, PolicyWriteReadFromHclAndItIsEnforced) {
   Outcome token = as(root(), {"token", "create", "--tenant", "team-p", "--policy", "viewer",
                               "--ttl", "10m", "-format=json"});
   ASSERT_EQ(token.rc, 0) << token;
-  const std::string viewer = parsed(token)["client_token"];
+  const std::string viewer = parsed(token)["auth"]["client_token"];
   EXPECT_EQ(as(viewer, {"ps"}).rc, 0);
   Outcome refused = as(viewer, {"run", "nope", "--cpu-milli", "100"});
   EXPECT_EQ(refused.rc, 1) << refused;
@@ -553,7 +553,16 @@ TEST_F(ClientTest, TokenLookupRenewRevoke) {
   Outcome created = as(demo(), {"token", "create", "--ttl", "1h", "--explicit-max-ttl", "2h",
                                 "--display-name", "ci", "-format=json"});
   ASSERT_EQ(created.rc, 0) << created;
-  const json auth = parsed(created);
+  // Vault's whole answer, as `vault token create -format=json` prints it.
+  const json answer = parsed(created);
+  for (const char* key :
+       {"request_id", "lease_id", "lease_duration", "renewable", "data", "warnings", "auth"}) {
+    EXPECT_TRUE(answer.contains(key)) << key << ": " << created;
+  }
+  // No --policy: a token with none, which Vault would not give (it copies the parent's).
+  EXPECT_NE(answer["warnings"].dump().find("policies: none given"), std::string::npos) << created;
+  const json auth = answer["auth"];
+  EXPECT_EQ(auth["token_type"], "service") << created;
   const std::string accessor = auth["accessor"];
   const std::string secret = auth["client_token"];
   EXPECT_EQ(auth["tenant"], "demo");
@@ -569,14 +578,24 @@ TEST_F(ClientTest, TokenLookupRenewRevoke) {
 
   Outcome renew = as(demo(), {"token", "renew", accessor, "--increment", "90m", "-format=json"});
   ASSERT_EQ(renew.rc, 0) << renew;
-  EXPECT_GT(parsed(renew)["ttl"].get<int64_t>(), 3600);
+  EXPECT_GT(parsed(renew)["auth"]["lease_duration"].get<int64_t>(), 3600) << renew;
   Outcome renew_self = as(secret, {"token", "renew"});
   EXPECT_EQ(renew_self.rc, 0) << renew_self;
 
+  // A periodic service credential, and its warning for no policies in text on stderr.
+  Outcome periodic = as(demo(), {"token", "create", "--policy", "tenant-admin", "--period", "2h",
+                                 "--meta", "purpose=scrape"});
+  ASSERT_EQ(periodic.rc, 0) << periodic;
+  EXPECT_TRUE(std::regex_search(periodic.out, std::regex(R"(token_period\s+2h)"))) << periodic;
+  Outcome bare = as(demo(), {"token", "create", "--ttl", "5m"});
+  ASSERT_EQ(bare.rc, 0) << bare;
+  EXPECT_NE(bare.err.find("WARNING! policies: none given"), std::string::npos) << bare;
+
   Outcome no_renew = as(demo(), {"token", "create", "--no-renew", "--ttl", "5m", "-format=json"});
   ASSERT_EQ(no_renew.rc, 0) << no_renew;
-  EXPECT_EQ(parsed(no_renew)["renewable"], false);
-  Outcome refused = as(parsed(no_renew)["client_token"].get<std::string>(), {"token", "renew"});
+  EXPECT_EQ(parsed(no_renew)["auth"]["renewable"], false);
+  Outcome refused =
+      as(parsed(no_renew)["auth"]["client_token"].get<std::string>(), {"token", "renew"});
   EXPECT_EQ(refused.rc, 1) << refused;
   EXPECT_NE(refused.err.find("not renewable"), std::string::npos) << refused;
 
@@ -589,7 +608,8 @@ TEST_F(ClientTest, TokenLookupRenewRevoke) {
   EXPECT_NE(after.err.find("revoked"), std::string::npos) << after;
   EXPECT_EQ(as(demo(), {"token", "lookup", accessor}).rc, 1);
 
-  const std::string other = parsed(as(demo(), {"token", "create", "-format=json"}))["client_token"];
+  const std::string other =
+      parsed(as(demo(), {"token", "create", "-format=json"}))["auth"]["client_token"];
   EXPECT_EQ(as(other, {"token", "lookup"}).rc, 0);
   EXPECT_EQ(as(other, {"token", "revoke", "--self"}).rc, 0);
   EXPECT_EQ(as(other, {"token", "lookup"}).rc, 1);

@@ -127,6 +127,13 @@ TEST_F(MetricsTest, FleetTenantViewsAndDashboard) {
       {"tessera_tokens_expiring", "gauge"},
       {"tessera_leases", "gauge"},
       {"tessera_leases_expiring", "gauge"},
+      {"tessera_workload_start_delay_seconds", "histogram"},
+      {"tessera_workload_pending_age_seconds", "histogram"},
+      {"tessera_queue_oldest_pending_seconds", "gauge"},
+      {"tessera_node_gpus", "gauge"},
+      {"tessera_node_allocated_gpus", "gauge"},
+      {"tessera_secrets_initialized", "gauge"},
+      {"tessera_secrets_sealed", "gauge"},
   };
   for (const auto& [name, type] : promised) {
     ASSERT_TRUE(before.families.contains(name)) << name << "\n" << last_text_;
@@ -172,6 +179,18 @@ TEST_F(MetricsTest, FleetTenantViewsAndDashboard) {
   EXPECT_EQ(placed.sum("tessera_workloads", {{"phase", "running"}}), 3);
   EXPECT_GE(placed.sum("tessera_queue_allocated_gpus", {{"queue", "demo/default"}}), 1.5);
   EXPECT_EQ(placed.sum("tessera_gpus"), 24);  // Free + allocated: every GPU, once.
+  // Issue #37, item 8: each start's wait since submission, per tenant and queue; each node's
+  // allocation (together, the fleet's); the seal (dev's secrets are unsealed).
+  EXPECT_GE(placed.sum("tessera_workload_start_delay_seconds_count",
+                       {{"tenant", "demo"}, {"queue", "demo/default"}}),
+            3);
+  EXPECT_EQ(placed.sum("tessera_node_gpus"), 24);
+  EXPECT_EQ(placed.sum("tessera_node_gpus", {{"node", "dgx-h100-0"}}), 8);
+  EXPECT_DOUBLE_EQ(placed.sum("tessera_node_allocated_gpus"),
+                   placed.sum("tessera_gpu_allocated_gpus"));
+  EXPECT_GE(placed.sum("tessera_node_allocated_gpus"), 1.5);
+  EXPECT_EQ(placed.sum("tessera_secrets_initialized"), 1);
+  EXPECT_EQ(placed.sum("tessera_secrets_sealed"), 0);
   // The audit log wrote and flushed.
   EXPECT_GT(placed.sum("tessera_audit_records_total"), before.sum("tessera_audit_records_total"));
   EXPECT_GT(placed.sum("tessera_audit_bytes_total"), before.sum("tessera_audit_bytes_total"));
@@ -260,6 +279,23 @@ TEST_F(MetricsTest, FleetTenantViewsAndDashboard) {
   EXPECT_EQ(theirs.sum("tessera_gpu_allocated_gpus"), 1);  // bee's GPU, not demo's.
   EXPECT_EQ(theirs.sum("tessera_gpu_shares"), 0);
   EXPECT_EQ(theirs.sum("tessera_tokens"), 1);  // The one made above.
+  EXPECT_GE(theirs.sum("tessera_workload_start_delay_seconds_count",
+                       {{"tenant", "team-b"}, {"queue", "team-b/default"}}),
+            1);
+  // Work that waits (team-b now at its limit of 1 GPU, which bee holds) shows in the pending
+  // age, growing, in its queue.
+  r = c().call("POST", "/v1/tenants/team-b", root(),
+               {{"quota", {{"gpu", 1}}}, {"limit", {{"gpu", 1}}}});
+  ASSERT_EQ(r.status, 204U) << r.raw;
+  r = c().call("POST", "/v1/tenants/team-b/workloads/waits", b, whole);
+  ASSERT_EQ(r.status, 202U) << r.raw;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  PromText waiting = scrape("/v1/tenants/team-b/metrics", b);
+  const std::map<std::string, std::string> b_queue = {{"tenant", "team-b"},
+                                                      {"queue", "team-b/default"}};
+  EXPECT_EQ(waiting.sum("tessera_workload_pending_age_seconds_count", b_queue), 1) << last_text_;
+  EXPECT_GE(waiting.sum("tessera_queue_oldest_pending_seconds", b_queue), 1) << last_text_;
+  EXPECT_EQ(c().call("DELETE", "/v1/tenants/team-b/workloads/waits", b).status, 204U);
   // Its requests only: demo's GETs of workloads/{name} are not in it.
   EXPECT_LT(theirs.sum("tessera_http_request_duration_seconds_count", route),
             mine.sum("tessera_http_request_duration_seconds_count", route));

@@ -11,6 +11,7 @@
 #include "audit/verify.h"
 #include "core/json_node.h"
 #include "core/log.h"
+#include "core/rfc3339.h"
 #include "core/strings.h"
 #include "model/codec.h"
 #include "server/api_util.h"
@@ -153,10 +154,15 @@ HttpResponse ControlPlane::metrics(const std::optional<std::string>& tenant) {
     }
   }
 
-  // Workloads by phase, from the stored records.
+  // Workloads by phase, from the stored records, in one walk with the pending ones' ages (how
+  // long those pending now have waited, at the scrape); and how long workloads took from
+  // submission to their first start (a histogram since the server started).
   {
     std::map<std::string, int64_t> phases = {
         {"pending", 0}, {"running", 0}, {"succeeded", 0}, {"failed", 0}, {"cancelled", 0}};
+    std::map<std::pair<std::string, std::string>, HistogramData> ages;
+    std::map<std::pair<std::string, std::string>, double> oldest;
+    const core::WallTime now = clock_.wallNow();
     {
       std::shared_lock lock(mu_);
       for (const auto& [t, list] : workloads_) {
@@ -169,6 +175,19 @@ HttpResponse ControlPlane::metrics(const std::optional<std::string>& tenant) {
           if (phases.contains(phase)) {  // A fixed set: no label from a record's text.
             ++phases[phase];
           }
+          const auto submitted = core::parseRfc3339(rec.value("submitted", ""));
+          if (phase != "pending" || !submitted) {
+            continue;
+          }
+          const json& spec = rec.contains("spec") ? rec["spec"] : json::object();
+          const std::string queue =
+              spec.is_object() && spec.contains("queue") && spec["queue"].is_string()
+                  ? spec["queue"].get<std::string>()
+                  : "default";
+          const auto key = std::make_pair(t, queue);
+          const double age = std::max(0.0, std::chrono::duration<double>(now - *submitted).count());
+          ages.try_emplace(key, kWaitSecondsBounds).first->second.observe(age);
+          oldest[key] = std::max(oldest[key], age);
         }
       }
     }
@@ -177,6 +196,55 @@ HttpResponse ControlPlane::metrics(const std::optional<std::string>& tenant) {
     for (const auto& [phase, n] : phases) {
       f.add({{"phase", phase}}, static_cast<double>(n));
     }
+    MetricFamily& started =
+        out.family("tessera_workload_start_delay_seconds", MetricType::kHistogram,
+                   "Seconds from a workload's submission to its first start, by tenant and queue.");
+    for (const auto& [key, h] : request_metrics_.startDelays(only)) {
+      started.addHistogram({{"tenant", key.first}, {"queue", key.first + "/" + key.second}}, h);
+    }
+    MetricFamily& pending = out.family(
+        "tessera_workload_pending_age_seconds", MetricType::kHistogram,
+        "How long the workloads pending now have waited since their submission, by tenant and "
+        "queue: a snapshot at each scrape (read it without rate()).");
+    MetricFamily& old = out.family("tessera_queue_oldest_pending_seconds", MetricType::kGauge,
+                                   "Seconds the queue's oldest pending workload has waited.");
+    for (const auto& [key, h] : ages) {
+      const MetricLabels l = {{"tenant", key.first}, {"queue", key.first + "/" + key.second}};
+      pending.addHistogram(l, h);
+      old.add(l, oldest[key]);
+    }
+  }
+  // Each node's GPUs and how many are allocated (the fleet's view).
+  if (fleet) {
+    MetricFamily& cap =
+        out.family("tessera_node_gpus", MetricType::kGauge, "GPUs of each node in service.");
+    MetricFamily& used =
+        out.family("tessera_node_allocated_gpus", MetricType::kGauge,
+                   "GPUs of each node allocated to tasks (a half share counts 0.5), terminating "
+                   "tasks included.");
+    for (const NodeState& n : nodes) {
+      int64_t milli = 0;
+      for (const GpuState& g : n.gpus) {
+        int64_t on_gpu = 0;
+        for (const GpuUse& u : g.uses) {
+          on_gpu += u.milli;
+        }
+        milli += std::min<int64_t>(on_gpu, 1000);
+      }
+      cap.add({{"node", n.name}}, static_cast<double>(n.gpus.size()));
+      used.add({{"node", n.name}}, static_cast<double>(milli) / kMilli);
+    }
+  }
+  // The secrets barrier: whether it is initialized and sealed (a sealed server answers every
+  // secret with 503; an alert belongs on it).
+  if (fleet && secrets_ != nullptr) {
+    const secrets::SealStatus seal = secrets_->keys().status();
+    out.family("tessera_secrets_initialized", MetricType::kGauge,
+               "1 when the secrets barrier is initialized, 0 before `tessera operator init`.")
+        .add({}, seal.initialized ? 1 : 0);
+    out.family("tessera_secrets_sealed", MetricType::kGauge,
+               "1 while the secrets barrier is sealed (secrets answer 503), 0 when unsealed.")
+        .add({}, seal.sealed ? 1 : 0);
   }
   {
     MetricFamily& f = out.family("tessera_evictions_total", MetricType::kCounter,

@@ -109,18 +109,49 @@ HttpResponse ControlPlane::policiesApi(Request& r) {
 
 namespace {
 
+// Vault's `auth` block for `t` (token create and renew answers): what Vault's clients read
+// (hvac, the Go client's lifetime watcher), plus Tessera's tenant and role. `secret` is the
+// token itself, only where the caller already holds it or is given it now.
+json authBlock(const TokenInfo& t, const std::string& secret, core::WallTime now) {
+  return {{"client_token", secret},
+          {"accessor", t.accessor},
+          {"policies", t.policies},
+          {"token_policies", t.policies},
+          {"metadata", t.meta.empty() ? json(nullptr) : json(t.meta)},
+          {"lease_duration", t.ttlSeconds(now)},
+          {"renewable", t.renewable},
+          {"entity_id", ""},
+          {"token_type", "service"},
+          {"orphan", t.parent.empty()},
+          {"num_uses", 0},
+          {"tenant", t.tenant},
+          {"role", t.role},
+          {"period", std::chrono::duration_cast<std::chrono::seconds>(t.period).count()}};
+}
+
+// An answer in Vault's envelope: `auth` set, `data` as given, warnings if any.
+HttpResponse vaultReply(const std::string& request_id, json auth, json data,
+                        const std::vector<std::string>& warnings) {
+  return reply(200, {{"request_id", request_id},
+                     {"lease_id", ""},
+                     {"lease_duration", 0},
+                     {"renewable", false},
+                     {"data", std::move(data)},
+                     {"warnings", warnings.empty() ? json(nullptr) : json(warnings)},
+                     {"auth", std::move(auth)}});
+}
+
 // The answer to a token creation: the secret, shown this once.
 HttpResponse createdReply(const std::string& request_id, const CreatedToken& created,
-                          core::WallTime now) {
-  return reply(200, {{"request_id", request_id},
-                     {"auth",
-                      {{"client_token", created.secret},
-                       {"accessor", created.info.accessor},
-                       {"policies", created.info.policies},
-                       {"tenant", created.info.tenant},
-                       {"role", created.info.role},
-                       {"lease_duration", created.info.ttlSeconds(now)},
-                       {"renewable", created.info.renewable}}}});
+                          core::WallTime now, const std::vector<std::string>& warnings) {
+  return vaultReply(request_id, authBlock(created.info, created.secret, now), nullptr, warnings);
+}
+
+// The answer to a renewal: Vault's `auth` block, and the token as a lookup shows it in `data`
+// (Tessera's own clients read its `ttl` there).
+HttpResponse renewedReply(const std::string& request_id, const TokenInfo& t,
+                          const std::string& secret, core::WallTime now) {
+  return vaultReply(request_id, authBlock(t, secret, now), t.toJson(now), {});
 }
 
 // A list of policy names at `field` of `body`: strings, valid names, no repeats.
@@ -143,7 +174,96 @@ core::Result<std::vector<std::string>> policyNames(const json& body, const char*
   return out;
 }
 
+// Vault's token-creation fields that both creation paths read the same way (docs/server.md
+// "Vault's token fields"): each is mapped onto `req`, or accepted and ignored with a warning
+// saying what Tessera does instead, as Vault answers parameters it does not use. Fields the
+// caller handles itself (`own`) are skipped; any other key is reported in Vault's words. Errors
+// only for values of the wrong type or out of range.
+core::Status readVaultTokenFields(const json& body, const std::vector<std::string>& own,
+                                  TokenRequest& req, std::vector<std::string>& warnings) {
+  const std::string source = "token request";
+  core::JsonNode n(body, "", source);
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(own.begin(), own.end(), key) != own.end()) {
+      continue;
+    }
+    if (key == "renewable" || key == "no_parent" || key == "no_default_policy") {
+      TESSERA_ASSIGN_OR_RETURN(bool b, n.child(key.c_str()).boolean());
+      if (key == "renewable") {
+        req.renewable = req.renewable && b;
+      } else if (key == "no_parent") {
+        req.orphan = b;
+      }
+      // no_default_policy: Tessera has no default policy to add or leave out.
+    } else if (key == "display_name") {
+      if (!value.is_string() || value.get<std::string>().size() > 256) {
+        return n.child(key.c_str()).error("expected a string of at most 256 bytes");
+      }
+      req.display_name = value.get<std::string>();
+    } else if (key == "period") {
+      TESSERA_ASSIGN_OR_RETURN(req.period, parseDuration(value, key));
+    } else if (key == "meta") {
+      if (value.is_null()) {
+        continue;
+      }
+      if (!value.is_object() || value.size() > 64) {
+        return n.child(key.c_str()).error("expected an object of at most 64 string values");
+      }
+      for (const auto& [k, v] : value.items()) {
+        if (k.empty() || k.size() > 128 || !v.is_string() || v.get<std::string>().size() > 512) {
+          return n.child(key.c_str())
+              .child(k.c_str())
+              .error("expected a string of at most 512 bytes, under a key of 1 to 128 bytes");
+        }
+        req.meta[k] = v.get<std::string>();
+      }
+    } else if (key == "num_uses") {
+      if (!value.is_number_integer() || value.get<int64_t>() < 0) {
+        return n.child(key.c_str()).error("expected a whole number, 0 or more");
+      }
+      if (value.get<int64_t>() > 0) {
+        warnings.push_back(
+            "num_uses is not supported: the token may be used any number of times until it "
+            "expires; give it a short ttl instead");
+      }
+    } else if (key == "type") {
+      const std::string type = value.is_string() ? value.get<std::string>() : "?";
+      if (type == "batch") {
+        warnings.push_back("type: batch tokens are not supported; this is a service token");
+      } else if (type != "service" && type != "default" && !type.empty()) {
+        return n.child(key.c_str()).error("expected \"service\", \"batch\" or \"default\"");
+      }
+    } else if (key == "id") {
+      if (!value.is_null() && !(value.is_string() && value.get<std::string>().empty())) {
+        warnings.push_back(
+            "id is ignored: Tessera chooses every token's secret (use this answer's "
+            "auth.client_token)");
+      }
+    } else if (key == "entity_alias") {
+      if (!value.is_null() && !(value.is_string() && value.get<std::string>().empty())) {
+        warnings.push_back("entity_alias is ignored: Tessera has no identity entities");
+      }
+    } else {
+      unknown.push_back(key);
+    }
+  }
+  if (!unknown.empty()) {
+    std::string list;
+    for (const std::string& k : unknown) {
+      list += (list.empty() ? "" : " ") + k;
+    }
+    warnings.push_back("Endpoint ignored these unrecognized parameters: [" + list + "]");
+  }
+  return core::Status::ok();
+}
+
 }  // namespace
+
+// Whether `r`'s token may create an orphan token (Vault: root, or sudo on the create path).
+bool ControlPlane::mayCreateOrphan(Request& r) {
+  return r.token.isRoot() || authorized(r, Capability::kSudo);
+}
 
 PowerSource ControlPlane::powerSource() const {
   PowerSource source;
@@ -265,10 +385,19 @@ HttpResponse ControlPlane::tokenRolesApi(Request& r) {
   }
   const std::string source = "token role";
   core::JsonNode n(r.body, "", source);
-  if (core::Status st =
-          n.checkKeys({"allowed_policies", "token_ttl", "token_max_ttl", "renewable"});
-      !st.isOk()) {
-    return fromStatus(st);
+  if (!r.body.is_object()) {
+    return error(400, "token role: expected an object");
+  }
+  // Vault's other role fields are accepted and reported as ignored, as Vault does.
+  std::vector<std::string> ignored;
+  for (const auto& [key, value] : r.body.items()) {
+    if (key == "orphan" && value == false) {
+      continue;  // What Tessera's roles are; hvac sends it with every role.
+    }
+    if (key != "allowed_policies" && key != "token_ttl" && key != "token_max_ttl" &&
+        key != "renewable" && key != "token_period" && key != "period") {
+      ignored.push_back(key);
+    }
   }
   if (!r.body.contains("allowed_policies")) {
     return error(400, "token role: allowed_policies: required (the policies its tokens may have)");
@@ -301,6 +430,18 @@ HttpResponse ControlPlane::tokenRolesApi(Request& r) {
       (std::string(f) == "token_ttl" ? role.token_ttl : role.token_max_ttl) = *d;
     }
   }
+  for (const char* f : {"token_period", "period"}) {  // `period` is Vault's older name.
+    if (r.body.contains(f) && !r.body[f].is_null()) {
+      auto d = parseDuration(r.body[f], f);
+      if (!d.isOk()) {
+        return fromStatus(d.status());
+      }
+      if (*d < core::Duration::zero()) {
+        return error(400, std::string("token role: ") + f + ": must not be negative");
+      }
+      role.token_period = *d;
+    }
+  }
   if (role.token_max_ttl > core::Duration::zero() && role.token_ttl > role.token_max_ttl) {
     return error(400, "token role: token_ttl is longer than token_max_ttl");
   }
@@ -310,6 +451,11 @@ HttpResponse ControlPlane::tokenRolesApi(Request& r) {
       return fromStatus(renewable.status());
     }
     role.renewable = *renewable;
+  }
+  if (role.token_period > core::Duration::zero() && !role.renewable) {
+    return error(400,
+                 "token role: a token_period makes its tokens renewable: renewable=false "
+                 "clashes");
   }
   if (!existing.isOk()) {
     // Each role is a store key of the scope: a tenant holds as many as it may hold policies.
@@ -325,7 +471,20 @@ HttpResponse ControlPlane::tokenRolesApi(Request& r) {
     }
   }
   core::Status st = tokens_->putRole(scope, name, role);
-  return st.isOk() ? noContent() : fromStatus(st);
+  if (!st.isOk()) {
+    return fromStatus(st);
+  }
+  if (ignored.empty()) {
+    return noContent();
+  }
+  std::string list;
+  for (const std::string& k : ignored) {
+    list += (list.empty() ? "" : " ") + k;
+  }
+  return reply(200,
+               {{"request_id", r.request_id},
+                {"data", nullptr},
+                {"warnings", {"Endpoint ignored these unrecognized parameters: [" + list + "]"}}});
 }
 
 HttpResponse ControlPlane::createFromRole(Request& r, const std::string& role_name) {
@@ -343,13 +502,6 @@ HttpResponse ControlPlane::createFromRole(Request& r, const std::string& role_na
   auto role = tokens_->role(scope, role_name);
   if (!role.isOk()) {
     return fromStatus(role.status());
-  }
-  const std::string source = "token request";
-  core::JsonNode n(r.body, "", source);
-  if (core::Status st =
-          n.checkKeys({"policies", "ttl", "explicit_max_ttl", "renewable", "display_name"});
-      !st.isOk()) {
-    return fromStatus(st);
   }
   TokenRequest req;
   req.tenant = scope;
@@ -396,19 +548,26 @@ HttpResponse ControlPlane::createFromRole(Request& r, const std::string& role_na
     }
   }
   req.renewable = role->renewable;
-  if (n.has("renewable")) {
-    auto renewable = n.child("renewable").boolean();
-    if (!renewable.isOk()) {
-      return fromStatus(renewable.status());
-    }
-    req.renewable = role->renewable && *renewable;
+  req.period = role->token_period;
+  std::vector<std::string> warnings;
+  const core::Duration role_period = req.period;
+  if (core::Status st = readVaultTokenFields(
+          r.body, {"policies", "ttl", "explicit_max_ttl", "role_name"}, req, warnings);
+      !st.isOk()) {
+    return fromStatus(st);
   }
-  if (n.has("display_name")) {
-    const json& name = n.child("display_name").value();
-    if (!name.is_string() || name.get<std::string>().size() > 256) {
-      return fromStatus(n.child("display_name").error("expected a string of at most 256 bytes"));
-    }
-    req.display_name = name.get<std::string>();
+  if (role_period > core::Duration::zero() && req.period != role_period) {
+    req.period = role_period;  // The role decides, as in Vault.
+    warnings.push_back(
+        "period: token role '" + role_name + "' gives its tokens a period of " +
+        std::to_string(std::chrono::duration_cast<std::chrono::seconds>(role_period).count()) +
+        " s, which applies");
+  }
+  if (req.orphan && !mayCreateOrphan(r)) {
+    return error(403,
+                 "permission denied: no_parent: only a root token or one with sudo on "
+                 "auth/token/create/" +
+                     role_name + " creates orphan tokens");
   }
   const int64_t max_tokens =
       req.tenant.empty() ? 0 : tenantSetting(req.tenant, "max_tokens", options_.default_max_tokens);
@@ -416,7 +575,7 @@ HttpResponse ControlPlane::createFromRole(Request& r, const std::string& role_na
   if (!created.isOk()) {
     return fromStatus(created.status());
   }
-  return createdReply(r.request_id, *created, clock_.wallNow());
+  return createdReply(r.request_id, *created, clock_.wallNow(), warnings);
 }
 
 HttpResponse ControlPlane::tokensApi(Request& r) {
@@ -452,7 +611,7 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
       return fromStatus(inc.status());
     }
     auto t = tokens_->renew(r.token.accessor, *inc);
-    return t.isOk() ? reply(200, {{"request_id", r.request_id}, {"data", t->toJson(now)}})
+    return t.isOk() ? renewedReply(r.request_id, *t, requestToken(r.http), now)
                     : fromStatus(t.status());
   }
   if (r.method != "POST" && !(op == "lookup" && r.method == "GET")) {
@@ -463,15 +622,12 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
   }
   const std::string scope = r.scope.tenant.value_or("");
   if (op == "create") {
+    if (r.body.contains("role_name") && r.body["role_name"].is_string() &&
+        !r.body["role_name"].get<std::string>().empty()) {
+      return createFromRole(r, r.body["role_name"].get<std::string>());  // Vault takes it here too.
+    }
     TokenRequest req;
     req.tenant = scope;
-    const std::string source = "token request";
-    core::JsonNode n(r.body, "", source);
-    core::Status st =
-        n.checkKeys({"policies", "ttl", "explicit_max_ttl", "renewable", "display_name", "tenant"});
-    if (!st.isOk()) {
-      return fromStatus(st);
-    }
     if (r.body.contains("tenant")) {
       if (!scope.empty() || !r.body["tenant"].is_string() ||
           !validName(r.body["tenant"].get<std::string>())) {
@@ -483,7 +639,8 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
         return error(404, "no tenant '" + req.tenant + "'");
       }
     }
-    if (r.body.contains("policies")) {
+    std::vector<std::string> warnings;
+    if (r.body.contains("policies") && !r.body["policies"].is_null()) {
       if (!r.body["policies"].is_array()) {
         return error(400, "policies: expected a list of names");
       }
@@ -493,9 +650,13 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
         }
         req.policies.push_back(p.get<std::string>());
       }
+    } else {
+      warnings.push_back(
+          "policies: none given, so the token has none (unlike Vault, Tessera does not copy the "
+          "creating token's policies): it can only look up, renew and revoke itself");
     }
     for (const char* f : {"ttl", "explicit_max_ttl"}) {
-      if (r.body.contains(f)) {
+      if (r.body.contains(f) && !r.body[f].is_null()) {
         auto d = parseDuration(r.body[f], f);
         if (!d.isOk()) {
           return fromStatus(d.status());
@@ -503,19 +664,24 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
         (std::string(f) == "ttl" ? req.ttl : req.explicit_max_ttl) = *d;
       }
     }
-    if (n.has("renewable")) {
-      auto renewable = n.child("renewable").boolean();
-      if (!renewable.isOk()) {
-        return fromStatus(renewable.status());
-      }
-      req.renewable = *renewable;
+    if (core::Status st = readVaultTokenFields(
+            r.body, {"policies", "ttl", "explicit_max_ttl", "tenant", "role_name"}, req, warnings);
+        !st.isOk()) {
+      return fromStatus(st);
     }
-    if (n.has("display_name")) {
-      const json& name = n.child("display_name").value();
-      if (!name.is_string() || name.get<std::string>().size() > 256) {
-        return fromStatus(n.child("display_name").error("expected a string of at most 256 bytes"));
-      }
-      req.display_name = name.get<std::string>();
+    if (req.orphan && !mayCreateOrphan(r)) {
+      return error(403,
+                   "permission denied: no_parent: only a root token or one with sudo on "
+                   "auth/token/create creates orphan tokens");
+    }
+    if (req.period == core::Duration::zero() && req.ttl > options_.tokens.max_ttl) {
+      // Vault's answer: the longest TTL there is, and a warning that says so.
+      req.ttl = options_.tokens.max_ttl;
+      warnings.push_back(
+          "ttl is above the server's max_ttl of " +
+          std::to_string(
+              std::chrono::duration_cast<std::chrono::seconds>(options_.tokens.max_ttl).count()) +
+          " s; the token's TTL is capped to it");
     }
     // Every token lives in the server's memory until it expires: a tenant holds a bounded number.
     const int64_t max_tokens =
@@ -525,31 +691,45 @@ HttpResponse ControlPlane::tokensApi(Request& r) {
     if (!created.isOk()) {
       return fromStatus(created.status());
     }
-    return createdReply(r.request_id, *created, now);
+    return createdReply(r.request_id, *created, now, warnings);
   }
-  // lookup, renew, revoke by accessor: only tokens of this scope.
-  if (r.body.contains("accessor") && !r.body["accessor"].is_string()) {
-    return error(400, "token request: accessor: expected a string");
+  // lookup, renew, revoke by accessor (Vault's -accessor paths, and Tessera's own without the
+  // suffix), or by the token itself (`token`, as Vault's lookup, renew and revoke take it): only
+  // tokens of this scope.
+  for (const char* f : {"accessor", "token"}) {
+    if (r.body.contains(f) && !r.body[f].is_string()) {
+      return error(400, std::string("token request: ") + f + ": expected a string");
+    }
   }
-  const std::string accessor = r.body.value(
+  std::string accessor = r.body.value(
       "accessor", r.scope.query.count("accessor") != 0 ? r.scope.query.at("accessor") : "");
+  std::optional<std::string> secret;
+  if (accessor.empty() && r.body.contains("token") && op.find('-') == std::string::npos) {
+    secret = r.body["token"].get<std::string>();
+    auto by_secret = tokens_->lookup(*secret);
+    if (!by_secret.isOk() || by_secret->tenant != scope) {
+      return error(404, "no such token");
+    }
+    accessor = by_secret->accessor;
+  }
   auto target = tokens_->lookupAccessor(accessor);
   if (!target.isOk() || target->tenant != scope) {
     return error(404, "no such token");
   }
-  if (op == "lookup") {
+  const std::string verb = op.substr(0, op.find('-'));  // lookup-accessor -> lookup
+  if (verb == "lookup") {
     return reply(200, {{"request_id", r.request_id}, {"data", target->toJson(now)}});
   }
-  if (op == "renew") {
+  if (verb == "renew") {
     auto inc = incrementOf(r.body);
     if (!inc.isOk()) {
       return fromStatus(inc.status());
     }
     auto t = tokens_->renew(accessor, *inc);
-    return t.isOk() ? reply(200, {{"request_id", r.request_id}, {"data", t->toJson(now)}})
+    return t.isOk() ? renewedReply(r.request_id, *t, secret.value_or(""), now)
                     : fromStatus(t.status());
   }
-  if (op == "revoke") {
+  if (verb == "revoke") {
     auto n = tokens_->revoke(accessor);
     return n.isOk() ? noContent() : fromStatus(n.status());
   }

@@ -70,7 +70,10 @@ core::Result<CreatedToken> ControlPlane::issueNodeToken(const std::string& node)
   TokenRequest req;
   req.policies = {nodePolicyName(node)};
   req.display_name = "node-" + node;
-  req.ttl = options_.node_token_ttl;
+  // Periodic: its agent renews it at half its period for as long as the node runs, with no
+  // maximum that would cut a node off after max_ttl; one period after its agent stops, it
+  // is gone.
+  req.period = options_.node_token_ttl;
   req.renewable = true;
   return tokens_->create(parent, req);
 }
@@ -603,9 +606,18 @@ json ControlPlane::nodeJson(const NodeState& s,
                {"labels", s.node.labels},
                {"cordoned", s.cordoned}};
   // Each GPU, with what runs on it: a tenant sees its own tasks only.
+  // How much of each GPU is allocated, all tenants together, is shown to every reader (it is
+  // capacity); who holds it only to operators and to the tenant itself.
   json devices = json::array();
+  int64_t allocated_milli = 0;
   for (size_t i = 0; i < s.gpus.size(); ++i) {
     const GpuState& g = s.gpus[i];
+    int64_t on_gpu = 0;
+    for (const GpuUse& u : g.uses) {
+      on_gpu += u.milli;
+    }
+    on_gpu = std::min<int64_t>(on_gpu, 1000);
+    allocated_milli += on_gpu;
     json uses = json::array();
     for (const GpuUse& u : g.uses) {
       if (tenant_view && u.tenant != *tenant_view) {
@@ -622,9 +634,14 @@ json ControlPlane::nodeJson(const NodeState& s,
       }
       uses.push_back(std::move(use));
     }
-    devices.push_back({{"index", i}, {"model", g.model}, {"mig", g.mig}, {"uses", uses}});
+    devices.push_back({{"index", i},
+                       {"model", g.model},
+                       {"mig", g.mig},
+                       {"allocated_milli", on_gpu},
+                       {"uses", uses}});
   }
   node["devices"] = std::move(devices);
+  node["allocated_milli_gpu"] = allocated_milli;
   if (!tenant_view) {  // Operators also see how its agent is doing, and whose pool it is.
     node["agent"] = s.agent;
     node["seconds_since_heartbeat"] = s.seconds_since_heartbeat;

@@ -303,6 +303,14 @@ HttpResponse ControlPlane::doctorApi(Request& r) {
       std::string why;
       if (t.expires == core::WallTime::max()) {
         why = "never expires (the bootstrap root token: revoke it once other admin tokens exist)";
+      } else if (t.period > core::Duration::zero()) {
+        // A service credential: it ends one period after its holder stops renewing it, so only
+        // a period longer than the threshold is long.
+        if (t.period > std::chrono::seconds(threshold_s)) {
+          why = "periodic: lives " +
+                std::to_string(std::chrono::duration_cast<std::chrono::hours>(t.period).count()) +
+                " h after its last renewal, for ever while renewed";
+        }
       } else if (t.renewable && t.max_expiry > limit) {
         why = "renewable for " + std::to_string(hours_left(t.max_expiry)) + " h more";
       } else if (t.expires > limit) {
