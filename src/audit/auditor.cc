@@ -165,6 +165,17 @@ Status Auditor::close() {
   return first;
 }
 
+Status Auditor::reopen() {
+  Status first;
+  for (const auto& sink : sinks_) {
+    Status s = sink->reopen();
+    if (first.isOk() && !s.isOk()) {
+      first = s;
+    }
+  }
+  return first;
+}
+
 std::vector<std::string> Auditor::sinkNames() const {
   std::vector<std::string> names;
   for (const auto& sink : sinks_) {

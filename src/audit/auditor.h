@@ -75,6 +75,9 @@ class Auditor {
 
   // Closes every sink (final checkpoints); returns the first error. Thread-safe.
   core::Status close();
+  // AuditSink::reopen on every sink (SIGHUP after logrotate moved the files away); returns the
+  // first error, after trying them all. Thread-safe.
+  core::Status reopen();
 
   // Each sink and the error of its last write, for a health endpoint.
   std::vector<SinkHealth> health() const;

@@ -8,12 +8,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "core/log.h"
+#include "core/rfc3339.h"
 
 namespace tessera::audit {
 namespace {
@@ -120,7 +124,67 @@ Result<std::optional<std::string>> readLastLine(int fd, uint64_t size, const std
   return std::optional<std::string>(std::move(line));
 }
 
+// The first line of the file (without its newline), or nullopt if it has no complete line.
+std::optional<std::string> readFirstLine(int fd, uint64_t size) {
+  std::string line;
+  char buf[64 * 1024];
+  uint64_t at = 0;
+  while (at < size && line.size() <= kMaxRecordBytes) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(at));
+    if (n <= 0) {
+      return std::nullopt;
+    }
+    const std::string_view chunk(buf, static_cast<size_t>(n));
+    const size_t nl = chunk.find('\n');
+    if (nl != std::string_view::npos) {
+      line.append(chunk.substr(0, nl));
+      return line;
+    }
+    line.append(chunk);
+    at += static_cast<uint64_t>(n);
+  }
+  return std::nullopt;
+}
+
+// `2024-05-01T12:34:56.789Z` -> `20240501T123456.789Z`: a file name suffix that sorts by time.
+std::string rotationStamp(core::WallTime t) {
+  std::string stamp = core::formatRfc3339Millis(t);
+  stamp.erase(
+      std::remove_if(stamp.begin(), stamp.end(), [](char c) { return c == '-' || c == ':'; }),
+      stamp.end());
+  return stamp;
+}
+
+bool allDigits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 }  // namespace
+
+bool isRotatedName(std::string_view base, std::string_view name, std::string* order) {
+  if (name.size() <= base.size() + 1 || name.substr(0, base.size()) != base ||
+      name[base.size()] != '.') {
+    return false;
+  }
+  const std::string_view rest = name.substr(base.size() + 1);
+  // YYYYMMDDTHHMMSS.mmmZ, then optionally -N.
+  constexpr size_t kStamp = 20;
+  if (rest.size() < kStamp || !allDigits(rest.substr(0, 8)) || rest[8] != 'T' ||
+      !allDigits(rest.substr(9, 6)) || rest[15] != '.' || !allDigits(rest.substr(16, 3)) ||
+      rest[19] != 'Z') {
+    return false;
+  }
+  const std::string_view suffix = rest.substr(kStamp);
+  if (!suffix.empty() && (suffix[0] != '-' || !allDigits(suffix.substr(1)) || suffix.size() > 10)) {
+    return false;
+  }
+  if (order != nullptr) {
+    // The stamp, then the suffix's number padded, so that -10 sorts after -9.
+    const std::string n = suffix.empty() ? "1" : std::string(suffix.substr(1));
+    *order = std::string(rest.substr(0, kStamp)) + std::string(10 - n.size(), '0') + n;
+  }
+  return true;
+}
 
 Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path,
                                                  const FileSinkOptions& options,
@@ -164,6 +228,7 @@ Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path,
     return fail(last.status());
   }
   internal::ChainHead head;
+  bool ends_with_file_end = false;
   if (last->has_value()) {
     auto rec = parseRecordLine(**last);
     if (!rec.isOk()) {
@@ -175,6 +240,8 @@ Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path,
     head.hash = rec->hash;
     // Unknown how many records follow the last checkpoint; 1 makes close() sign the tail.
     head.since_checkpoint = rec->type == "checkpoint" ? 0 : 1;
+    ends_with_file_end =
+        rec->type == "checkpoint" && rec->json["checkpoint"].value("file", "") == "end";
   }
   // The copy of the last checkpoint (kept since the log's last flush that made one durable)
   // never names a seq past the log's end, unless records were cut off the log: then the copy
@@ -207,9 +274,25 @@ Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path,
   const uint64_t durable_seq = head.seq;
   const bool unsigned_tail = head.since_checkpoint > 0;
   internal::Chain chain(chainOptions(options.sink), std::move(head), clock);
-  auto sink = std::unique_ptr<FileSink>(new FileSink(path, fd, size, options, std::move(chain)));
+  auto sink =
+      std::unique_ptr<FileSink>(new FileSink(path, fd, size, options, std::move(chain), clock));
   sink->synced_seq_ = durable_seq;
   sink->copy_file_seq_ = copy_seq;
+  sink->file_started_ = clock.wallNow();
+  if (size > 0) {
+    // The live file's age counts from its first record.
+    if (auto first = readFirstLine(fd, size)) {
+      auto rec = parseRecordLine(*first);
+      if (rec.isOk()) {
+        if (auto t = core::parseRfc3339(rec->json.value("time", ""))) {
+          sink->file_started_ = *t;
+        }
+        if (rec->type == "checkpoint" && rec->json["checkpoint"].value("file", "") == "start") {
+          sink->file_start_bytes_ = first->size() + 1;
+        }
+      }
+    }
+  }
   if (size == 0 && sink->checkpoint_interval_.count() > 0 && sink->chain_.signs()) {
     // A new log states its writer's checkpoint interval from its first line, so that a reader
     // can judge its first unsigned records too.
@@ -242,11 +325,18 @@ Result<std::unique_ptr<FileSink>> FileSink::open(const std::string& path,
       sink->startFlusherLocked();
     }
   }
+  if (ends_with_file_end) {
+    // A rotation was cut short (the process died after the old file's end checkpoint): it is
+    // finished now, so that no record follows an "end" checkpoint in its file.
+    sink->file_end_seq_ = durable_seq;
+    std::unique_lock lock(sink->mu_);
+    TESSERA_RETURN_IF_ERROR(sink->rotateLocked(lock, /*reopen=*/false));
+  }
   return sink;
 }
 
 FileSink::FileSink(std::string path, int fd, uint64_t size, const FileSinkOptions& options,
-                   internal::Chain chain)
+                   internal::Chain chain, const core::Clock& clock)
     : path_(std::move(path)),
       name_("file:" + path_),
       sync_(options.sync),
@@ -256,6 +346,10 @@ FileSink::FileSink(std::string path, int fd, uint64_t size, const FileSinkOption
       checkpoint_interval_(
           std::max(std::chrono::milliseconds(0), options.sink.checkpoint_interval)),
       copy_path_(options.checkpoint_copy),
+      clock_(clock),
+      rotate_bytes_(options.rotate_bytes),
+      rotate_interval_(std::max(std::chrono::milliseconds(0), options.rotate_interval)),
+      retain_files_(options.retain_files),
       fd_(fd),
       size_(size),
       chain_(std::move(chain)) {}
@@ -491,12 +585,23 @@ void FileSink::stopFlusher(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-Result<WrittenRecord> FileSink::appendRecordLocked(const internal::RedactedRecord& record) {
+Result<WrittenRecord> FileSink::appendRecordLocked(std::unique_lock<std::mutex>& lock,
+                                                   const internal::RedactedRecord& record) {
   if (closed_) {
     return core::failedPrecondition(name_ + ": the audit sink is closed");
   }
   if (!broken_.empty()) {
     return brokenError();
+  }
+  if (rotationDueLocked()) {
+    if (Status s = rotateLocked(lock, /*reopen=*/false); !s.isOk()) {
+      // The record goes into the current file; the rotation is tried again a while later.
+      core::logWarn("audit: cannot rotate {}: {}", path_, s.message());
+      rotate_retry_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      if (!broken_.empty()) {
+        return brokenError();
+      }
+    }
   }
   TESSERA_ASSIGN_OR_RETURN(internal::PendingLines pending, chain_.seal(record));
   TESSERA_RETURN_IF_ERROR(appendLocked(pending.bytes));
@@ -586,7 +691,7 @@ Status FileSink::write(const AuditEvent& event, Durability durability) {
   // the hash and the append are ordered.
   TESSERA_ASSIGN_OR_RETURN(internal::RedactedRecord record, chain_.redact(event));
   std::unique_lock lock(mu_);
-  TESSERA_RETURN_IF_ERROR(appendRecordLocked(record).status());
+  TESSERA_RETURN_IF_ERROR(appendRecordLocked(lock, record).status());
   if (durability == Durability::kAppended) {
     flushSoonLocked();
     return Status::ok();
@@ -597,7 +702,7 @@ Status FileSink::write(const AuditEvent& event, Durability durability) {
 Result<WrittenRecord> FileSink::append(const AuditEvent& event) {
   TESSERA_ASSIGN_OR_RETURN(internal::RedactedRecord record, chain_.redact(event));
   std::unique_lock lock(mu_);
-  TESSERA_ASSIGN_OR_RETURN(WrittenRecord written, appendRecordLocked(record));
+  TESSERA_ASSIGN_OR_RETURN(WrittenRecord written, appendRecordLocked(lock, record));
   flushSoonLocked();
   return written;
 }
@@ -610,7 +715,7 @@ uint64_t FileSink::durableSeq() const {
 Status FileSink::writeRecovered(std::string_view line) {
   TESSERA_ASSIGN_OR_RETURN(internal::RedactedRecord record, internal::Chain::recovered(line));
   std::unique_lock lock(mu_);
-  TESSERA_RETURN_IF_ERROR(appendRecordLocked(record).status());
+  TESSERA_RETURN_IF_ERROR(appendRecordLocked(lock, record).status());
   return syncLocked(lock, appended_);
 }
 
@@ -660,6 +765,218 @@ Status FileSink::close() {
     writeCopy(seq, line);
   }
   return status;
+}
+
+bool FileSink::rotationDueLocked() const {
+  if (size_ <= file_start_bytes_) {
+    return false;  // Nothing in the live file but its start: a rotation would only add files.
+  }
+  if (rotate_retry_at_ && std::chrono::steady_clock::now() < *rotate_retry_at_) {
+    return false;
+  }
+  return (rotate_bytes_ > 0 && size_ >= rotate_bytes_) ||
+         (rotate_interval_.count() > 0 && clock_.wallNow() - file_started_ >= rotate_interval_);
+}
+
+Status FileSink::rotate() {
+  std::unique_lock lock(mu_);
+  if (closed_) {
+    return core::failedPrecondition(name_ + ": the audit sink is closed");
+  }
+  return rotateLocked(lock, /*reopen=*/false);
+}
+
+Status FileSink::reopen() {
+  std::unique_lock lock(mu_);
+  if (closed_) {
+    return core::failedPrecondition(name_ + ": the audit sink is closed");
+  }
+  struct stat at_path {};
+  struct stat open_file {};
+  if (::stat(path_.c_str(), &at_path) == 0 && ::fstat(fd_, &open_file) == 0 &&
+      at_path.st_dev == open_file.st_dev && at_path.st_ino == open_file.st_ino) {
+    return Status::ok();  // Not moved: nothing to do.
+  }
+  return rotateLocked(lock, /*reopen=*/true);
+}
+
+Status FileSink::rotateLocked(std::unique_lock<std::mutex>& lock, bool reopen) {
+  synced_cv_.wait(lock, [this] { return !syncing_; });  // A flush holds fd_ without the lock.
+  if (!broken_.empty()) {
+    return brokenError();
+  }
+  // The new file first: if it cannot be made, nothing has changed.
+  const std::string new_path = reopen ? path_ : path_ + ".new";
+  const int new_fd = ::open(new_path.c_str(),
+                            O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC | (reopen ? 0 : O_TRUNC), 0600);
+  if (new_fd < 0) {
+    return unavailable(new_path + ": cannot create the next audit log file: " + errnoText(errno));
+  }
+  auto drop_new = [&](Status s) {
+    ::close(new_fd);
+    if (!reopen) {
+      ::unlink(new_path.c_str());
+    }
+    return s;
+  };
+  struct stat st {};
+  if (::fstat(new_fd, &st) != 0) {
+    return drop_new(unavailable(new_path + ": cannot stat: " + errnoText(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return drop_new(core::failedPrecondition(new_path + ": not a regular file"));
+  }
+  if (st.st_size != 0) {
+    return drop_new(core::failedPrecondition(fmt::format(
+        "{}: the audit log was moved away, but a file of {} bytes took its place; still writing "
+        "to the moved file. Move that file away and send SIGHUP again",
+        new_path, st.st_size)));
+  }
+  if (::flock(new_fd, LOCK_EX | LOCK_NB) != 0) {
+    return drop_new(unavailable(new_path + ": cannot lock: " + errnoText(errno)));
+  }
+  // The old file ends with a signed checkpoint that says so (unless it already does: a
+  // rotation resumed after a crash), and everything in it is flushed.
+  if (file_end_seq_ == 0 || file_end_seq_ != chain_.head().seq) {
+    auto end = chain_.prepareCheckpoint("end");
+    if (!end.isOk()) {
+      return drop_new(end.status());
+    }
+    if (!end->bytes.empty()) {
+      if (Status s = appendLocked(end->bytes); !s.isOk()) {
+        return drop_new(s);
+      }
+      noteSealedLocked(*end);
+      chain_.commit(std::move(end).value());
+      ++appended_;
+      file_end_seq_ = chain_.head().seq;
+    }
+  }
+  if (Status s = timedSyncLocked(); !s.isOk()) {
+    return drop_new(s);
+  }
+  synced_ = appended_;
+  synced_seq_ = chain_.head().seq;
+  synced_cv_.notify_all();
+  flusher_cv_.notify_one();
+  if (!reopen) {
+    // A second name for the old file, unless it has one already (a rotation resumed after a
+    // crash that came after this step).
+    struct stat old {};
+    if (::fstat(fd_, &old) != 0) {
+      return drop_new(unavailable(path_ + ": cannot stat: " + errnoText(errno)));
+    }
+    if (old.st_nlink < 2) {
+      const std::string stamp = path_ + "." + rotationStamp(clock_.wallNow());
+      // Names sort oldest first: within one millisecond, after every name of it already taken
+      // (one freed by retain_files is not taken again).
+      int n = 1;
+      {
+        const std::filesystem::path log(path_);
+        const std::string base = log.filename().string();
+        const std::string prefix = std::filesystem::path(stamp).filename().string();
+        std::error_code ec;
+        for (const auto& entry : std::filesystem::directory_iterator(
+                 log.parent_path().empty() ? std::filesystem::path(".") : log.parent_path(), ec)) {
+          const std::string name = entry.path().filename().string();
+          if (name.rfind(prefix, 0) == 0 && isRotatedName(base, name)) {
+            const int taken =
+                name.size() == prefix.size() ? 1 : std::atoi(name.c_str() + prefix.size() + 1);
+            n = std::max(n, taken + 1);
+          }
+        }
+      }
+      std::string rotated = n == 1 ? stamp : stamp + "-" + std::to_string(n);
+      int rc = -1;
+      for (int tries = 0; tries < 1000; ++tries) {
+        rc = ::link(path_.c_str(), rotated.c_str());
+        if (rc == 0 || errno != EEXIST) {
+          break;
+        }
+        rotated = stamp + "-" + std::to_string(++n);
+      }
+      if (rc != 0) {
+        return drop_new(unavailable(
+            rotated + ": cannot rename the audit log for rotation: " + errnoText(errno)));
+      }
+    }
+  }
+  // From here the new file is the live one.
+  const int old_fd = fd_;
+  fd_ = new_fd;
+  size_ = 0;
+  file_start_bytes_ = 0;
+  file_started_ = clock_.wallNow();
+  auto start = chain_.prepareCheckpoint("start");
+  if (start.isOk() && !start->bytes.empty()) {
+    if (appendLocked(start->bytes).isOk()) {
+      noteSealedLocked(*start);
+      chain_.commit(std::move(start).value());
+      ++appended_;
+      file_start_bytes_ = size_;
+    }
+  }
+  // Without its start checkpoint (no key, or it could not be written) the file's first record
+  // still links to the old file's last by prev_hash.
+  Status synced = timedSyncLocked();
+  if (synced.isOk() && !reopen) {
+    if (::rename(new_path.c_str(), path_.c_str()) != 0) {
+      broken_ = "the next audit log file " + new_path + " could not be renamed to " + path_ + ": " +
+                errnoText(errno);
+      synced = brokenError();
+    }
+  }
+  if (synced.isOk()) {
+    synced = fsyncParentDirectory(path_);
+  }
+  ::close(old_fd);
+  synced_ = appended_;
+  synced_seq_ = chain_.head().seq;
+  synced_cv_.notify_all();
+  flusher_cv_.notify_one();
+  rotate_retry_at_.reset();
+  if (!synced.isOk()) {
+    return synced;
+  }
+  if (!reopen) {
+    pruneRotatedLocked();
+  }
+  return Status::ok();
+}
+
+void FileSink::pruneRotatedLocked() {
+  if (retain_files_ == 0) {
+    return;
+  }
+  const std::filesystem::path log(path_);
+  std::filesystem::path dir = log.parent_path();
+  if (dir.empty()) {
+    dir = ".";
+  }
+  const std::string base = log.filename().string();
+  std::vector<std::pair<std::string, std::filesystem::path>> rotated;  // (order, path)
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    std::string order;
+    if (isRotatedName(base, entry.path().filename().string(), &order)) {
+      rotated.emplace_back(std::move(order), entry.path());
+    }
+  }
+  if (ec) {
+    core::logWarn("audit: cannot list {} to remove old rotated logs: {}", dir.string(),
+                  ec.message());
+    return;
+  }
+  if (rotated.size() <= retain_files_) {
+    return;
+  }
+  std::sort(rotated.begin(), rotated.end());
+  for (size_t i = 0; i + retain_files_ < rotated.size(); ++i) {
+    if (!std::filesystem::remove(rotated[i].second, ec) || ec) {
+      core::logWarn("audit: cannot remove the old rotated log {}: {}", rotated[i].second.string(),
+                    ec ? ec.message() : "not found");
+    }
+  }
 }
 
 }  // namespace tessera::audit

@@ -15,6 +15,16 @@
 // one, so a live log's unsigned tail is never older than the interval. Each durable checkpoint
 // is copied to `checkpoint_copy`.
 //
+// Rotation: with `rotate_bytes` or `rotate_interval` set, a record that would go into a file
+// that has reached that size or age goes into a new file instead. The old file ends with a signed
+// checkpoint marked "file": "end" and is renamed to `<path>.<UTC time of the rotation>`
+// (`audit.log.20240501T123456.789Z`, with `-2`, `-3`, ... if that name is taken); the new file,
+// under `path`, starts with a checkpoint marked "file": "start" whose prev_hash is the old file's
+// last hash, so one chain runs through the whole set (`verifyAuditFiles`). `retain_files` keeps
+// only that many rotated files (the oldest go). `reopen` does the same for a file that someone
+// else renamed (logrotate, then SIGHUP): the renamed file gets the end checkpoint and a new file
+// is started under `path`. Without a signing key the files are linked by prev_hash alone.
+//
 // Failures: a write that fails (disk full, file size limit, I/O error) is rolled back by
 // truncating the file to its last complete record, so the file stays a valid chain; if even that
 // fails, or an fdatasync fails (the kernel may then have dropped the data), the sink stops taking
@@ -67,7 +77,19 @@ struct FileSinkOptions {
   // log cut back to before its last checkpoint (audit/verify.h). Kept where the log's writer
   // cannot change it (another machine), it also holds against someone who can.
   std::string checkpoint_copy = {};
+  // Rotation (see above): a new file once the live one holds this many bytes (0: never by size),
+  // or once its first record is this old by the clock's wall time (0: never by age). Checked
+  // when a record comes, so an idle log is not rotated.
+  uint64_t rotate_bytes = 0;
+  std::chrono::milliseconds rotate_interval{0};
+  // Rotated files kept beside the log (0: all). Only the sink's own names
+  // (`<path>.<YYYYMMDDTHHMMSS.mmmZ>[-N]`) count and go; files renamed by others stay.
+  uint32_t retain_files = 0;
 };
+
+// Whether `name` (a file name, not a path) is one FileSink gives the log `base` (a file name) when
+// it rotates it; `order` gets a key that sorts rotated files oldest first.
+bool isRotatedName(std::string_view base, std::string_view name, std::string* order = nullptr);
 
 class FileSink final : public AuditSink {
  public:
@@ -97,18 +119,37 @@ class FileSink final : public AuditSink {
   core::Status writeRecovered(std::string_view line) override;
   core::Status close() override;
   SinkStats stats() const override;
+  // For logrotate: if the file at `path` is no longer the one being written (it was renamed
+  // away), ends the old file with a checkpoint marked "file": "end" and goes on in a new file at
+  // `path` (missing or empty: logrotate's `create`) that starts with one marked "start". OK
+  // and nothing done if `path` is still the file being written. Fails, and goes on writing the
+  // old file, if `path` holds a non-empty file of its own. Thread-safe.
+  core::Status reopen() override;
+  // Rotates now, whatever the size or age (the rotation `rotate_bytes` would do). Thread-safe.
+  core::Status rotate();
 
   // The head of the chain as stored: the last record's seq and hash.
   internal::ChainHead head() const;
 
  private:
   FileSink(std::string path, int fd, uint64_t size, const FileSinkOptions& options,
-           internal::Chain chain);
+           internal::Chain chain, const core::Clock& clock);
+
+  // Whether the next record goes into a new file (rotate_bytes, rotate_interval).
+  bool rotationDueLocked() const;
+  // Ends the current file with an "end" checkpoint and starts a new one at `path_` with a
+  // "start" checkpoint: renaming the current file away first (`reopen` false), or after someone
+  // else did (`reopen` true). On failure the sink goes on with the current file (or is broken).
+  core::Status rotateLocked(std::unique_lock<std::mutex>& lock, bool reopen);
+  // Removes the oldest rotated files beyond `retain_files_`.
+  void pruneRotatedLocked();
 
   // Appends `bytes` at the end; on failure truncates back to `size_` (or marks the sink broken).
   core::Status appendLocked(std::string_view bytes);
   // Seals and appends `record` (and a checkpoint when one is due); its ticket is `appended_`.
-  core::Result<WrittenRecord> appendRecordLocked(const internal::RedactedRecord& record);
+  // Rotates first when a rotation is due.
+  core::Result<WrittenRecord> appendRecordLocked(std::unique_lock<std::mutex>& lock,
+                                                 const internal::RedactedRecord& record);
   // Has the flusher flush what was appended within `appended_flush_delay_`.
   void flushSoonLocked();
   // After `pending` (lines just sealed, not yet committed) is appended: notes a checkpoint it
@@ -144,6 +185,10 @@ class FileSink final : public AuditSink {
   const std::chrono::milliseconds appended_flush_delay_;
   const std::chrono::milliseconds checkpoint_interval_;  // 0: no timer.
   const std::string copy_path_;                          // FileSinkOptions::checkpoint_copy.
+  const core::Clock& clock_;
+  const uint64_t rotate_bytes_;                      // 0: no rotation by size.
+  const std::chrono::milliseconds rotate_interval_;  // 0: no rotation by age.
+  const uint32_t retain_files_;                      // 0: keep every rotated file.
   std::mutex copy_mu_;          // Guards the two below; taken after mu_ (if both), or alone.
   uint64_t copy_file_seq_ = 0;  // The seq of the checkpoint in the copy's file.
   bool copy_failed_ = false;    // The last copy failed (said once on stderr until one works).
@@ -173,7 +218,13 @@ class FileSink final : public AuditSink {
   std::optional<std::chrono::steady_clock::time_point> unsigned_since_;
   uint64_t last_checkpoint_seq_ = 0;  // The newest checkpoint appended, and its line.
   std::string last_checkpoint_line_;
-  uint64_t copied_seq_ = 0;  // The newest checkpoint written to the copy (or being written).
+  uint64_t copied_seq_ = 0;        // The newest checkpoint written to the copy (or being written).
+  core::WallTime file_started_{};  // When the live file's first record was written.
+  uint64_t file_start_bytes_ = 0;  // Bytes of its "start" checkpoint (none: 0).
+  uint64_t file_end_seq_ = 0;      // The seq of the last "end" checkpoint written (0: none).
+  // After a rotation failed, the next try waits until then (a full disk is not retried on
+  // every record).
+  std::optional<std::chrono::steady_clock::time_point> rotate_retry_at_;
 
   std::thread flusher_;  // Started by the first whenDurable or kAppended write.
 };

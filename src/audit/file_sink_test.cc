@@ -1,5 +1,6 @@
 #include "audit/file_sink.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -624,6 +625,318 @@ TEST_P(FileSinkTest, TheCheckpointCopyFollowsTheLogAndACutLogIsRefused) {
             std::string::npos)
       << cut.status().toString();
   EXPECT_EQ(json::parse(readFile(o.checkpoint_copy))["seq"], 6);  // The evidence stays.
+}
+
+// The files of a rotated log, oldest first: the rotated ones (by name), then the live one.
+std::vector<std::string> logFiles(const std::string& path) {
+  const std::filesystem::path log(path);
+  std::vector<std::pair<std::string, std::string>> rotated;
+  for (const auto& e : std::filesystem::directory_iterator(log.parent_path())) {
+    std::string order;
+    if (isRotatedName(log.filename().string(), e.path().filename().string(), &order)) {
+      rotated.emplace_back(order, e.path().string());
+    }
+  }
+  std::sort(rotated.begin(), rotated.end());
+  std::vector<std::string> files;
+  for (const auto& [order, file] : rotated) {
+    files.push_back(file);
+  }
+  files.push_back(path);
+  return files;
+}
+
+// Replaces `from` by `to` (the same length) in the first line of `file` that holds it, without
+// recomputing its hash: an edit of a record in place.
+void editInPlace(const std::string& file, const std::string& from, const std::string& to) {
+  std::string text = readFile(file);
+  const size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+  writeFile(file, text);
+}
+
+TEST(RotatedNameTest, OnlyTheSinksOwnNamesCount) {
+  std::string a, b, c;
+  EXPECT_TRUE(isRotatedName("audit.log", "audit.log.20240501T123456.789Z", &a));
+  EXPECT_TRUE(isRotatedName("audit.log", "audit.log.20240501T123456.789Z-2", &b));
+  EXPECT_TRUE(isRotatedName("audit.log", "audit.log.20240501T123456.789Z-10", &c));
+  EXPECT_LT(a, b);
+  EXPECT_LT(b, c);  // -10 after -2.
+  for (const char* other : {"audit.log", "audit.log.checkpoint", "audit.log.1", "audit.log.salt",
+                            "audit.log.public.pem", "audit.log.20240501T123456.789Z.gz",
+                            "other.log.20240501T123456.789Z", "audit.log.20240501T123456.789Z-x"}) {
+    EXPECT_FALSE(isRotatedName("audit.log", other)) << other;
+  }
+}
+
+// Rotation by size: each rotated file ends with an "end" checkpoint, the next starts with a
+// "start" checkpoint chained to it, and the set verifies as one chain in any order. A missing
+// middle file, or one byte changed in the oldest file, fails and names the file.
+TEST_P(FileSinkTest, RotationBySizeKeepsOneChainAcrossFiles) {
+  FileSinkOptions o = options();
+  o.rotate_bytes = 2000;
+  o.checkpoint_copy = path_ + ".checkpoint";
+  {
+    auto sink = FileSink::open(path_, o, clock_);
+    ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+    for (int i = 0; i < 40; ++i) {
+      ASSERT_TRUE((*sink)->write(sampleEvent(i)).isOk());
+    }
+    ASSERT_TRUE((*sink)->close().isOk());
+  }
+  const std::vector<std::string> files = logFiles(path_);
+  ASSERT_GE(files.size(), 4U);
+  uint64_t lines = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::vector<std::string> ls = splitLines(readFile(files[i]));
+    ASSERT_FALSE(ls.empty()) << files[i];
+    lines += ls.size();
+    const json first = json::parse(ls.front());
+    const json last = json::parse(ls.back());
+    if (i + 1 < files.size()) {
+      EXPECT_EQ(last["checkpoint"]["file"], "end") << files[i];
+      // A file is rotated once it reaches the size, so it is at most one record and the end
+      // checkpoint past it.
+      EXPECT_LT(readFile(files[i]).size(), 2000U + 1500U) << files[i];
+      const json next = json::parse(splitLines(readFile(files[i + 1])).front());
+      EXPECT_EQ(next["checkpoint"]["file"], "start") << files[i + 1];
+      EXPECT_EQ(next["prev_hash"], last["hash"]);
+      EXPECT_EQ(next["seq"], last["seq"].get<uint64_t>() + 1);
+    }
+    if (i > 0) {
+      EXPECT_EQ(first["checkpoint"]["file"], "start");
+    }
+  }
+  const std::string copy = readFile(o.checkpoint_copy);
+  const VerifyOptions vo{.public_key = verifying_.get(), .checkpoint_copy = &copy};
+  std::vector<std::string> shuffled(files.rbegin(), files.rend());
+  auto r = verifyAuditFiles(shuffled, vo);
+  ASSERT_TRUE(r.isOk()) << r.status().toString();
+  EXPECT_TRUE(r->intact()) << r->summary();
+  EXPECT_EQ(r->records, lines);
+  EXPECT_EQ(r->first_seq, 1U);
+  EXPECT_EQ(r->files.size(), files.size());
+  EXPECT_EQ(r->files.front().path, files.front());  // Put in chain order.
+  EXPECT_EQ(r->unsigned_tail, 0U);
+  EXPECT_NE(r->summary().find(fmt::format("in {} files", files.size())), std::string::npos)
+      << r->summary();
+
+  // The live file alone starts at its "start" checkpoint: it verifies, and says where it starts.
+  auto live = verifyAuditFiles(std::vector<std::string>{path_}, vo);
+  ASSERT_TRUE(live.isOk());
+  EXPECT_TRUE(live->intact()) << live->summary();
+  EXPECT_NE(live->summary().find("(earlier files removed)"), std::string::npos) << live->summary();
+
+  // A missing middle file.
+  std::vector<std::string> gap = files;
+  gap.erase(gap.begin() + 1);
+  auto g = verifyAuditFiles(gap, vo);
+  ASSERT_TRUE(g.isOk());
+  ASSERT_FALSE(g->intact());
+  EXPECT_EQ(g->failure->file, files[2]);
+  EXPECT_NE(g->failure->message.find("the previous file, " + files[0]), std::string::npos)
+      << g->summary();
+  EXPECT_NE(g->failure->message.find("are missing"), std::string::npos) << g->summary();
+
+  // The same file twice.
+  std::vector<std::string> twice = files;
+  twice.push_back(files[1]);
+  auto t = verifyAuditFiles(twice, vo);
+  ASSERT_TRUE(t.isOk());
+  EXPECT_FALSE(t->intact());
+
+  // One edit in the oldest (rotated) file, hashes not recomputed.
+  editInPlace(files[0], "\"train-2\"", "\"train-9\"");
+  auto e = verifyAuditFiles(files, vo);
+  ASSERT_TRUE(e.isOk());
+  ASSERT_FALSE(e->intact());
+  EXPECT_EQ(e->failure->file, files[0]);
+  EXPECT_NE(e->summary().find(files[0] + ": line "), std::string::npos) << e->summary();
+}
+
+// Without a signing key the files link by prev_hash alone: the set verifies, and a gap fails.
+TEST_P(FileSinkTest, RotationWithoutAKeyLinksTheFilesByPrevHash) {
+  FileSinkOptions o = options();
+  o.sink.signing_key = nullptr;
+  o.rotate_bytes = 1500;
+  {
+    auto sink = FileSink::open(path_, o, clock_);
+    ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_TRUE((*sink)->write(sampleEvent(i)).isOk());
+    }
+    ASSERT_TRUE((*sink)->close().isOk());
+  }
+  const std::vector<std::string> files = logFiles(path_);
+  ASSERT_GE(files.size(), 3U);
+  auto r = verifyAuditFiles(files, VerifyOptions{});
+  ASSERT_TRUE(r.isOk());
+  EXPECT_TRUE(r->intact()) << r->summary();
+  EXPECT_EQ(r->records, 20U);
+  std::vector<std::string> gap = files;
+  gap.erase(gap.begin() + 1);
+  auto g = verifyAuditFiles(gap, VerifyOptions{});
+  ASSERT_TRUE(g.isOk());
+  EXPECT_FALSE(g->intact());
+}
+
+// retain_files keeps the newest rotated files; what is left starts at a signed "start"
+// checkpoint and verifies, saying where it starts; an edit in it still fails.
+TEST_P(FileSinkTest, RetentionRemovesTheOldestRotatedFiles) {
+  FileSinkOptions o = options();
+  o.rotate_bytes = 1500;
+  o.retain_files = 2;
+  writeFile(dir_.file("audit.log.1"), "not ours\n");  // Another's name: never removed.
+  {
+    auto sink = FileSink::open(path_, o, clock_);
+    ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+    for (int i = 0; i < 40; ++i) {
+      ASSERT_TRUE((*sink)->write(sampleEvent(i)).isOk());
+    }
+    ASSERT_TRUE((*sink)->close().isOk());
+  }
+  const std::vector<std::string> files = logFiles(path_);
+  ASSERT_EQ(files.size(), 3U);  // Two rotated, and the live one.
+  EXPECT_TRUE(std::filesystem::exists(dir_.file("audit.log.1")));
+  const VerifyOptions vo{.public_key = verifying_.get()};
+  auto r = verifyAuditFiles(files, vo);
+  ASSERT_TRUE(r.isOk());
+  EXPECT_TRUE(r->intact()) << r->summary();
+  EXPECT_GT(r->first_seq, 1U);
+  EXPECT_NE(
+      r->summary().find(fmt::format("starts at seq {} (earlier files removed)", r->first_seq)),
+      std::string::npos)
+      << r->summary();
+  // A file that starts mid-chain without a "start" checkpoint is not a retention's leftover.
+  std::vector<std::string> ls = splitLines(readFile(files[0]));
+  ls.erase(ls.begin());
+  writeFile(files[0], testing::joinLines(ls));
+  auto cut = verifyAuditFiles(files, vo);
+  ASSERT_TRUE(cut.isOk());
+  ASSERT_FALSE(cut->intact());
+  EXPECT_NE(cut->failure->message.find("records before it are missing"), std::string::npos)
+      << cut->summary();
+}
+
+// Rotation by age follows the sink's clock: a record that comes once the live file's first
+// record is older than the interval goes into a new file.
+TEST_P(FileSinkTest, RotationByAgeFollowsTheClock) {
+  FileSinkOptions o = options();
+  o.rotate_interval = std::chrono::hours(24);
+  auto sink = FileSink::open(path_, o, clock_);
+  ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+  ASSERT_TRUE((*sink)->write(sampleEvent(0)).isOk());
+  clock_.advance(std::chrono::hours(23));
+  ASSERT_TRUE((*sink)->write(sampleEvent(1)).isOk());
+  EXPECT_EQ(logFiles(path_).size(), 1U);
+  clock_.advance(std::chrono::hours(2));
+  ASSERT_TRUE((*sink)->write(sampleEvent(2)).isOk());
+  const std::vector<std::string> files = logFiles(path_);
+  ASSERT_EQ(files.size(), 2U);
+  // Named by the rotation's time (the fake clock's wall time: 1970-01-02T01:00).
+  EXPECT_NE(files[0].find("audit.log.19700102T010000.000Z"), std::string::npos) << files[0];
+  ASSERT_TRUE((*sink)->close().isOk());
+  auto r = verifyAuditFiles(files, VerifyOptions{.public_key = verifying_.get()});
+  ASSERT_TRUE(r.isOk());
+  EXPECT_TRUE(r->intact()) << r->summary();
+}
+
+// SIGHUP after logrotate renamed the log: the renamed file gets an "end" checkpoint and a new
+// file goes on at the path, chained to it. Not renamed: nothing happens. A non-empty file of
+// someone else's at the path: refused, and the records go on into the renamed file.
+TEST_P(FileSinkTest, ReopenAfterARenameStartsANewFileChainedToTheOld) {
+  FileSinkOptions o = options();
+  o.checkpoint_copy = path_ + ".checkpoint";
+  auto sink = FileSink::open(path_, o, clock_);
+  ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+  ASSERT_TRUE((*sink)->write(sampleEvent(0)).isOk());
+  const size_t before = readFile(path_).size();
+  ASSERT_TRUE((*sink)->reopen().isOk());
+  EXPECT_EQ(readFile(path_).size(), before);  // Not moved: nothing written.
+
+  const std::string moved = dir_.file("audit.log.1");
+  std::filesystem::rename(path_, moved);
+  writeFile(path_, "someone else's\n");
+  EXPECT_FALSE((*sink)->reopen().isOk());
+  ASSERT_TRUE((*sink)->write(sampleEvent(1)).isOk());
+  EXPECT_EQ(readFile(path_), "someone else's\n");
+  std::filesystem::remove(path_);
+
+  ASSERT_TRUE((*sink)->reopen().isOk());  // logrotate without `create`: no file at the path.
+  ASSERT_TRUE((*sink)->write(sampleEvent(2)).isOk());
+  const std::vector<std::string> old_lines = splitLines(readFile(moved));
+  EXPECT_EQ(json::parse(old_lines.back())["checkpoint"]["file"], "end");
+  const std::vector<std::string> new_lines = splitLines(readFile(path_));
+  ASSERT_EQ(new_lines.size(), 2U);
+  EXPECT_EQ(json::parse(new_lines[0])["checkpoint"]["file"], "start");
+  EXPECT_EQ(json::parse(new_lines[0])["prev_hash"], json::parse(old_lines.back())["hash"]);
+
+  // logrotate's `create`: an empty file at the path is taken.
+  const std::string moved2 = dir_.file("audit.log.2");
+  std::filesystem::rename(path_, moved2);
+  writeFile(path_, "");
+  ASSERT_TRUE((*sink)->reopen().isOk());
+  ASSERT_TRUE((*sink)->write(sampleEvent(3)).isOk());
+  ASSERT_TRUE((*sink)->close().isOk());
+  const std::string copy = readFile(o.checkpoint_copy);
+  auto r = verifyAuditFiles(std::vector<std::string>{path_, moved2, moved},
+                            {.public_key = verifying_.get(), .checkpoint_copy = &copy});
+  ASSERT_TRUE(r.isOk());
+  EXPECT_TRUE(r->intact()) << r->summary();
+  EXPECT_EQ(r->first_seq, 1U);
+  EXPECT_EQ(r->files.size(), 3U);
+}
+
+// A process that died after the old file's "end" checkpoint, before the new file took the path:
+// the next open finishes the rotation, so that nothing follows an "end" in its file.
+TEST_P(FileSinkTest, AnInterruptedRotationIsFinishedAtOpen) {
+  FileSinkOptions o = options();
+  {
+    auto sink = FileSink::open(path_, o, clock_);
+    ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+    ASSERT_TRUE((*sink)->write(sampleEvent(0)).isOk());
+    ASSERT_TRUE((*sink)->rotate().isOk());
+  }
+  // Undo the last steps: the rotated file back at the path, with one name only.
+  std::vector<std::string> files = logFiles(path_);
+  ASSERT_EQ(files.size(), 2U);
+  std::filesystem::rename(files[0], path_);
+  ASSERT_EQ(logFiles(path_).size(), 1U);
+  ASSERT_EQ(json::parse(splitLines(readFile(path_)).back())["checkpoint"]["file"], "end");
+  {
+    auto sink = FileSink::open(path_, o, clock_);
+    ASSERT_TRUE(sink.isOk()) << sink.status().toString();
+    ASSERT_TRUE((*sink)->write(sampleEvent(1)).isOk());
+    ASSERT_TRUE((*sink)->close().isOk());
+  }
+  files = logFiles(path_);
+  ASSERT_EQ(files.size(), 2U);
+  EXPECT_EQ(json::parse(splitLines(readFile(files[0])).back())["checkpoint"]["file"], "end");
+  EXPECT_EQ(json::parse(splitLines(readFile(path_)).front())["checkpoint"]["file"], "start");
+  auto r = verifyAuditFiles(files, VerifyOptions{.public_key = verifying_.get()});
+  ASSERT_TRUE(r.isOk());
+  EXPECT_TRUE(r->intact()) << r->summary();
+}
+
+// Bad input: an unreadable file is an error naming it; a file that is no audit log is a failure
+// naming it and its line.
+TEST_P(FileSinkTest, VerifyingASetNamesTheBadFile) {
+  {
+    auto sink = open();
+    ASSERT_TRUE(sink->write(sampleEvent(0)).isOk());
+    ASSERT_TRUE(sink->close().isOk());
+  }
+  auto missing = verifyAuditFiles(std::vector<std::string>{path_, dir_.file("nope.log")}, {});
+  ASSERT_FALSE(missing.isOk());
+  EXPECT_NE(missing.status().message().find("nope.log"), std::string::npos);
+  writeFile(dir_.file("garbage.log"), "hello\n");
+  auto garbage = verifyAuditFiles(std::vector<std::string>{path_, dir_.file("garbage.log")}, {});
+  ASSERT_TRUE(garbage.isOk());
+  ASSERT_FALSE(garbage->intact());
+  EXPECT_EQ(garbage->failure->file, dir_.file("garbage.log"));
+  EXPECT_NE(garbage->summary().find("garbage.log: line 1: not an audit record"), std::string::npos)
+      << garbage->summary();
 }
 
 INSTANTIATE_TEST_SUITE_P(SyncModes, FileSinkTest,

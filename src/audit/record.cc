@@ -164,6 +164,7 @@ Result<json> redactedEventJson(const AuditEvent& event, const RedactionOptions& 
        {{"accessor", options.hmac_accessor && !event.auth.accessor.empty()
                          ? hmacValue(options.salt, event.auth.accessor)
                          : event.auth.accessor},
+        {"display_name", event.auth.display_name},
         {"policies", event.auth.policies}}},
       {"request", std::move(request)},
       {"error", event.error},

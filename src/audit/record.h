@@ -10,7 +10,8 @@
 //   type        "request" | "response" | "checkpoint".
 //   request_id  pairs a request with its response.
 //   tenant      the tenant the request is scoped to; "" for an operator (admin) request.
-//   auth        {"accessor": token accessor (HMAC'd by default), "policies": [...]}; never a token
+//   auth        {"accessor": token accessor (HMAC'd by default), "display_name": the token's
+//               display name in clear ("" when unknown), "policies": [...]}; never a token
 //               in clear. A refused request whose token did not authenticate (unknown, revoked,
 //               expired) also has "token": the presented token, always HMAC'd, so that repeated
 //               guesses of one token can be told apart and an operator can test a candidate
@@ -20,7 +21,9 @@
 //   error       "" or the error the server returned.
 //   checkpoint  {"key_id", "signature"} and, from a sink that signs on a timer, "interval_ms":
 //               its promise that no record waits longer than that for a checkpoint (signed with
-//               the rest). Checkpoint records only (they carry none of the above).
+//               the rest); "file": "end" on the last line of a file the sink rotated away from,
+//               "start" on the first line of the file that follows it (audit/file_sink.h).
+//               Checkpoint records only (they carry none of the above).
 //   prev_hash   the previous record's `hash`; 64 zeros for seq 1.
 //   hash        lowercase hex SHA-256 of the line's canonical serialization without `hash`.
 //
@@ -54,6 +57,9 @@ struct AuditAuth {
   std::vector<std::string> policies;
   // A token that did not authenticate (a refusal's record only): written only as its HMAC.
   std::string token = {};
+  // The token's display name ("root", "team-1-admin", "ci-bot"), written in clear so that a
+  // reader sees who acted without the salt (the accessor is HMAC'd).
+  std::string display_name = {};
 };
 
 struct AuditRequest {

@@ -76,6 +76,20 @@ TEST(RecordTest, AccessorIsHmacdByDefault) {
   EXPECT_EQ((*j)["auth"]["accessor"], hmacValue("pepper", "accessor-team-1"));
 }
 
+// Who acted is readable without the salt: the accessor is HMAC'd, the display name is not.
+TEST(RecordTest, DisplayNameIsWrittenInClearBesideTheHmacdAccessor) {
+  AuditEvent e = testing::sampleEvent(0);
+  e.auth.display_name = "ci-bot";
+  auto j = redactedEventJson(e, kSalted);
+  ASSERT_TRUE(j.isOk());
+  EXPECT_EQ((*j)["auth"]["display_name"], "ci-bot");
+  EXPECT_EQ((*j)["auth"]["accessor"], hmacValue("pepper", "accessor-team-1"));
+  // Every record has the field, empty when the caller had no token.
+  auto none = redactedEventJson(testing::sampleEvent(0), kSalted);
+  ASSERT_TRUE(none.isOk());
+  EXPECT_EQ((*none)["auth"]["display_name"], "");
+}
+
 TEST(RecordTest, AResponseIsSensitiveIfItsRecordHidesAnyOfIt) {
   AuditEvent e = testing::sampleEvent(1);
   e.response.body = {{"data", {{"phase", "Running"}, {"tasks", {{{"node", "n0"}}}}}}};

@@ -115,6 +115,10 @@ class AuditSink {
   // What it has written and flushed so far (all zero for a sink that does not count).
   // Thread-safe.
   virtual SinkStats stats() const { return {}; }
+
+  // Reopens the sink's storage after someone else moved it away (SIGHUP after logrotate); a
+  // no-op for a sink with nothing to reopen. Thread-safe.
+  virtual core::Status reopen() { return core::Status::ok(); }
 };
 
 // Keeps the lines in memory: for tests and for a process that ships records elsewhere. Can be

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -23,6 +24,19 @@ std::optional<uint64_t> looseSeq(std::string_view line) {
     }
   }
   return std::nullopt;
+}
+
+// The "file" mark of a checkpoint record ("start", "end"), or "".
+std::string fileMark(const AuditRecord& rec) {
+  if (rec.type != "checkpoint") {
+    return "";
+  }
+  const auto cp = rec.json.find("checkpoint");
+  if (cp == rec.json.end() || !cp->is_object()) {
+    return "";
+  }
+  const auto mark = cp->find("file");
+  return mark != cp->end() && mark->is_string() ? mark->get<std::string>() : "";
 }
 
 // Checks one stream line by line and keeps the report. `on_record` sees each verified record.
@@ -64,6 +78,17 @@ class StreamVerifier {
     return true;
   }
 
+  // The lines that follow come from the file `path` (a set of rotated files): failures name it,
+  // lines count from 1 in it, and its first record must follow the previous file's last.
+  void beginFile(const std::string& path) {
+    if (!report_.files.empty() && report_.files.back().first_seq > 0) {
+      prev_file_ = report_.files.back().path;
+    }
+    report_.files.push_back({path});
+    file_ = path;
+    line_no_ = 0;
+  }
+
   // Checks the next line; false once the chain is broken (the report says where).
   bool feed(const std::string& line, bool has_newline) {
     ++line_no_;
@@ -81,20 +106,56 @@ class StreamVerifier {
     }
     const AuditRecord& rec = parsed.value();
     const uint64_t expected = report_.last_seq + 1;
-    if (rec.seq != expected) {
-      if (report_.last_seq == 0) {
+    const std::string mark = fileMark(rec);
+    const bool file_first = !report_.files.empty() && report_.files.back().first_seq == 0;
+    if (report_.records == 0) {
+      // The stream's first record: seq 1, or a rotated file's start (older files removed), whose
+      // prev_hash names a record that is not here.
+      if (rec.seq != 1 && mark != "start") {
         return fail(rec.seq,
-                    fmt::format("the first record has seq {}, not 1: records before it are missing",
+                    fmt::format("the first record has seq {}, not 1: records before it are missing "
+                                "(a rotated log whose oldest files were removed starts with a "
+                                "checkpoint marked \"file\": \"start\")",
                                 rec.seq));
       }
+      if (rec.seq == 1 && rec.prev_hash != kZeroHash) {
+        return fail(rec.seq, "prev_hash of the first record is not all zeros");
+      }
+      report_.first_seq = rec.seq;
+    } else if (file_first && !prev_file_.empty()) {
+      // The first record of the next file of a set continues the previous file's chain.
+      if (rec.seq > expected) {
+        return fail(rec.seq,
+                    fmt::format("the file starts at seq {}, but the previous file, {}, "
+                                "ends at seq {}: records {} to {} are missing (a file "
+                                "between them was removed or is not in the set)",
+                                rec.seq, prev_file_, report_.last_seq, expected, rec.seq - 1));
+      }
+      if (rec.seq < expected) {
+        return fail(rec.seq, fmt::format("the file starts at seq {}, but the previous file, {}, "
+                                         "already reached seq {}: the files overlap (one file "
+                                         "given twice, or a copy of one)",
+                                         rec.seq, prev_file_, report_.last_seq));
+      }
+      if (rec.prev_hash != report_.last_hash) {
+        return fail(rec.seq, fmt::format("prev_hash does not match the hash of the last record of "
+                                         "the previous file, {} (seq {}): the files are not one "
+                                         "chain",
+                                         prev_file_, report_.last_seq));
+      }
+    } else if (rec.seq != expected) {
       return fail(rec.seq, fmt::format("seq {} follows seq {} (expected {}): a record is missing, "
                                        "duplicated or out of order",
                                        rec.seq, report_.last_seq, expected));
+    } else if (rec.prev_hash != report_.last_hash) {
+      return fail(rec.seq, "prev_hash does not match the previous record's hash");
     }
-    if (rec.prev_hash != report_.last_hash) {
-      return fail(rec.seq, report_.last_seq == 0
-                               ? "prev_hash of the first record is not all zeros"
-                               : "prev_hash does not match the previous record's hash");
+    report_.ends_at_rotation = mark == "end";
+    if (file_first) {
+      report_.files.back().first_seq = rec.seq;
+    }
+    if (!report_.files.empty()) {
+      report_.files.back().last_seq = rec.seq;
     }
     if (rec.type == "checkpoint") {
       if (key_ != nullptr) {
@@ -136,7 +197,16 @@ class StreamVerifier {
     return true;
   }
 
+  bool intact() const { return report_.intact(); }
+
   VerifyReport finish() {
+    if (report_.intact() && !copy_line_.empty() && report_.copy_seq < report_.first_seq) {
+      report_.failure = VerifyFailure{
+          0, std::nullopt,
+          fmt::format("{} holds checkpoint seq {}, before the first record here (seq {}): it is "
+                      "older than every file given",
+                      copy_name_, report_.copy_seq, report_.first_seq)};
+    }
     if (report_.intact() && !copy_line_.empty() && report_.last_seq < report_.copy_seq) {
       report_.failure = VerifyFailure{
           line_no_ + 1, std::nullopt,
@@ -157,7 +227,7 @@ class StreamVerifier {
   }
 
   bool fail(std::optional<uint64_t> seq, std::string message) {
-    report_.failure = VerifyFailure{line_no_, seq, std::move(message)};
+    report_.failure = VerifyFailure{line_no_, seq, std::move(message), file_};
     return false;
   }
 
@@ -168,6 +238,8 @@ class StreamVerifier {
   std::string copy_line_;  // The checkpoint copy's line; empty: none given.
   std::string copy_name_;
   std::string copy_time_;
+  std::string file_;       // The file being read (beginFile); empty: one stream.
+  std::string prev_file_;  // The last file before it that held records.
 };
 
 // Feeds every line of `in` to `verifier` until it fails.
@@ -198,19 +270,29 @@ std::string VerifyFailure::toString() const {
   if (line == 0) {
     return message;  // Not a line of the log (the checkpoint copy).
   }
+  const std::string where = file.empty() ? "" : file + ": ";
   if (seq.has_value()) {
-    return fmt::format("line {} (seq {}): {}", line, *seq, message);
+    return fmt::format("{}line {} (seq {}): {}", where, line, *seq, message);
   }
-  return fmt::format("line {}: {}", line, message);
+  return fmt::format("{}line {}: {}", where, line, message);
 }
 
 std::string VerifyReport::summary() const {
   if (failure.has_value()) {
     return fmt::format("{} ({} records before it verified)", failure->toString(), records);
   }
-  std::string s = fmt::format("{} records, {} checkpoints, chain intact", records, checkpoints);
-  if (signatures_checked) {
+  std::string s = fmt::format("{} records, {} checkpoints", records, checkpoints);
+  if (files.size() > 1) {
+    s += fmt::format(" in {} files", files.size());
+  }
+  s += ", chain intact";
+  if (first_seq > 1) {
+    s += fmt::format("; starts at seq {} (earlier files removed)", first_seq);
+  }
+  if (signatures_checked && checkpoints > 0) {
     s += fmt::format("; checkpoint signatures valid (key {})", key_id);
+  } else if (signatures_checked) {
+    s += fmt::format("; no signed checkpoint to check (key {})", key_id);
   } else if (checkpoints > 0) {
     s += "; checkpoint signatures not checked (no public key)";
   }
@@ -218,7 +300,15 @@ std::string VerifyReport::summary() const {
     s += fmt::format("; holds its last checkpoint's copy (seq {})", copy_seq);
   }
   if (unsigned_tail > 0 && records > 0) {
-    s += fmt::format("; {} records after the last checkpoint", unsigned_tail);
+    s += fmt::format(
+        "; {} records after the last checkpoint, not covered by a signed checkpoint yet",
+        unsigned_tail);
+  }
+  if (ends_at_rotation) {
+    s += fmt::format(
+        "; ends where its writer rotated to a new file (seq {}): later files are not "
+        "in the set",
+        last_seq);
   }
   return s;
 }
@@ -247,6 +337,69 @@ Result<VerifyReport> verifyAuditFile(const std::string& path, const VerifyOption
 
 Result<VerifyReport> verifyAuditFile(const std::string& path, const VerifyingKey* public_key) {
   return verifyAuditFile(path, VerifyOptions{.public_key = public_key});
+}
+
+Result<VerifyReport> verifyAuditFiles(std::span<const std::string> paths,
+                                      const VerifyOptions& options) {
+  struct Entry {
+    std::string path;
+    uint64_t first_seq = 0;  // 0: empty.
+  };
+  std::vector<Entry> entries;
+  for (const std::string& path : paths) {
+    TESSERA_ASSIGN_OR_RETURN(std::ifstream in, openFile(path));
+    std::string first;
+    Entry e{path};
+    if (std::getline(in, first)) {
+      const std::optional<uint64_t> seq = looseSeq(first);
+      if (!seq.has_value()) {
+        // Not a record at all: its place in the chain cannot even be told.
+        VerifyReport report;
+        auto parsed = parseRecordLine(first);
+        report.failure = VerifyFailure{
+            1, std::nullopt,
+            "not an audit record (" +
+                (parsed.isOk() ? std::string("no seq") : parsed.status().message()) + ")",
+            path};
+        return report;
+      }
+      e.first_seq = *seq;
+    } else if (in.bad()) {
+      return core::internalError(path + ": cannot read");
+    }
+    entries.push_back(std::move(e));
+  }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.first_seq < b.first_seq; });
+  for (size_t i = 1; i < entries.size(); ++i) {
+    if (entries[i].first_seq > 0 && entries[i].first_seq == entries[i - 1].first_seq) {
+      VerifyReport report;
+      report.failure = VerifyFailure{
+          1, entries[i].first_seq,
+          fmt::format("starts at the same seq as {}: one file given twice, or a copy of one",
+                      entries[i - 1].path),
+          entries[i].path};
+      return report;
+    }
+  }
+  StreamVerifier verifier(options.public_key, nullptr);
+  if (options.checkpoint_copy == nullptr ||
+      verifier.expectCopy(*options.checkpoint_copy, options.checkpoint_copy_name)) {
+    for (const Entry& e : entries) {
+      verifier.beginFile(e.path);
+      if (e.first_seq == 0) {
+        continue;
+      }
+      TESSERA_ASSIGN_OR_RETURN(std::ifstream in, openFile(e.path));
+      if (auto s = feedStream(in, verifier); !s.isOk()) {
+        return s.withContext(e.path);
+      }
+      if (!verifier.intact()) {
+        break;
+      }
+    }
+  }
+  return verifier.finish();
 }
 
 Result<std::vector<std::string>> tenantView(std::istream& operator_stream,

@@ -1,4 +1,5 @@
-// Verifying audit streams: the whole operator stream, and one tenant's view of it.
+// Verifying audit streams: the whole operator stream (one file, or the files of a rotated log),
+// and one tenant's view of it.
 //
 //   auto key = VerifyingKey::fromPemFile("audit-public.pem");
 //   TESSERA_ASSIGN_OR_RETURN(VerifyReport r, verifyAuditFile("audit.log", key->get()));
@@ -60,9 +61,18 @@ struct VerifyFailure {
   uint64_t line = 0;            // 1-based line of the first broken record.
   std::optional<uint64_t> seq;  // Its seq, if it could be read.
   std::string message;          // What is wrong with it.
+  std::string file = {};        // The file it is in (verifyAuditFiles); empty: the one stream.
 
-  // "line 1234 (seq 1234): prev_hash does not match the previous record's hash".
+  // "line 1234 (seq 1234): prev_hash does not match the previous record's hash", after
+  // "FILE: " when `file` is set.
   std::string toString() const;
+};
+
+// One file of a rotated set, as verifyAuditFiles found it.
+struct VerifiedFile {
+  std::string path;
+  uint64_t first_seq = 0;  // 0: an empty file.
+  uint64_t last_seq = 0;
 };
 
 struct VerifyOptions {
@@ -86,6 +96,13 @@ struct VerifyReport {
   std::string tail_first_time;  // The `time` of the first record after the last checkpoint.
   uint64_t copy_seq = 0;        // The seq of the checkpoint copy checked (0: none given).
 
+  // The seq the stream starts at: 1, or later for a rotated set whose oldest files were
+  // removed (it starts with a signed checkpoint marked "file": "start").
+  uint64_t first_seq = 0;
+  // The last record is a checkpoint marked "file": "end": the files after it are not here.
+  bool ends_at_rotation = false;
+  std::vector<VerifiedFile> files;  // verifyAuditFiles: the set, in chain order.
+
   uint64_t last_seq = 0;
   std::string last_hash = std::string(kZeroHash);
   std::optional<VerifyFailure> failure;  // The first broken record; none if intact.
@@ -104,6 +121,17 @@ core::Result<VerifyReport> verifyAuditFile(const std::string& path,
 // The same, with a checkpoint copy to hold the log against (VerifyOptions).
 core::Result<VerifyReport> verifyAuditStream(std::istream& in, const VerifyOptions& options);
 core::Result<VerifyReport> verifyAuditFile(const std::string& path, const VerifyOptions& options);
+
+// Verifies a rotated log: several files that together hold one chain (audit/file_sink.h). The
+// files may come in any order: they are put in chain order by their first record's seq, and each
+// file's first record must follow the previous file's last (seq + 1, prev_hash = its hash). A
+// missing file in the middle, overlapping files and the same file twice fail, naming the files.
+// The set may start after seq 1 only at a checkpoint marked "file": "start" (its older files were
+// removed by retention: `first_seq` says where it starts); the checkpoint copy, if given, is
+// held against the whole set. Empty files are skipped. Fails (a Status) only if a file cannot be
+// read; a failure's `file` names the file of the broken record, and `line` counts in that file.
+core::Result<VerifyReport> verifyAuditFiles(std::span<const std::string> paths,
+                                            const VerifyOptions& options);
 
 // The request and response records of `tenant` in an operator stream, each line byte for byte
 // (without its newline). Fails on an unreadable stream, a line that is not a record, or an empty

@@ -2,14 +2,18 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "audit/crypto.h"
 #include "audit/record.h"
@@ -33,10 +37,121 @@ int fail(int code, const std::string& message) {
 }
 
 struct VerifyArgs {
-  std::string file;
+  std::vector<std::string> files;
   std::string public_key;
   std::string checkpoint_copy;
+  bool only = false;  // Not the rotated files beside a single FILE.
 };
+
+// Files beside an audit log that are not part of it: the server's own, and temporary ones.
+bool isSidecar(const std::string& name) {
+  for (const char* suffix : {".checkpoint", ".tmp", ".pem", ".salt", ".new"}) {
+    const std::string_view sv(suffix);
+    if (name.size() >= sv.size() && name.compare(name.size() - sv.size(), sv.size(), sv) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool isCompressed(const std::string& name) {
+  for (const char* suffix : {".gz", ".xz", ".zst", ".bz2", ".lz4"}) {
+    const std::string_view sv(suffix);
+    if (name.size() >= sv.size() && name.compare(name.size() - sv.size(), sv.size(), sv) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether the file starts like an audit record (or is empty): what a directory or the files
+// beside a log contribute to the set. Records are canonical JSON (keys sorted), so every one
+// starts with "auth" or, for a checkpoint, "checkpoint"; only the first bytes are read.
+bool looksLikeAuditLog(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return false;
+  }
+  char head[16] = {};
+  in.read(head, sizeof head);
+  const std::string_view start(head, static_cast<size_t>(in.gcount()));
+  return start.empty() || start.rfind("{\"auth\":{", 0) == 0 ||
+         start.rfind("{\"checkpoint\":{", 0) == 0;
+}
+
+// The audit logs among the regular files of `dir` whose names `keep` accepts, sorted by name;
+// what is skipped is said on stderr.
+std::vector<std::string> auditLogsIn(const std::filesystem::path& dir,
+                                     const std::function<bool(const std::string&)>& keep) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || !keep(name) || isSidecar(name)) {
+      continue;
+    }
+    if (isCompressed(name)) {
+      std::cerr << "skipping " << entry.path().string()
+                << " (compressed: decompress it to verify it with the others)\n";
+    } else if (!looksLikeAuditLog(entry.path())) {
+      std::cerr << "skipping " << entry.path().string() << " (not an audit log)\n";
+    } else {
+      out.push_back(entry.path().string());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The files to verify: FILE and the rotated files beside it (unless --only), each DIR's audit
+// logs, or exactly the files given. `live` gets the file whose sidecars (public key, checkpoint
+// copy) apply: a single FILE, or the one file of the set that has them.
+core::Result<std::vector<std::string>> verifySet(const VerifyArgs& args, std::string* live) {
+  std::vector<std::string> files;
+  for (const std::string& arg : args.files) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(arg, ec)) {
+      auto found = auditLogsIn(arg, [](const std::string&) { return true; });
+      if (found.empty()) {
+        return core::notFound(arg + ": no audit log files in this directory");
+      }
+      files.insert(files.end(), found.begin(), found.end());
+    } else {
+      files.push_back(arg);
+    }
+  }
+  if (args.files.size() == 1 && files.size() == 1 && !args.only) {
+    // A log and the files it was rotated into: the sink's own names (audit.log.<time>) and
+    // logrotate's (audit.log.1, audit.log-20240501).
+    const std::filesystem::path log(files[0]);
+    const std::string base = log.filename().string();
+    std::filesystem::path dir = log.parent_path();
+    auto rotated = auditLogsIn(dir.empty() ? "." : dir, [&](const std::string& name) {
+      return name.size() > base.size() + 1 && name.compare(0, base.size(), base) == 0 &&
+             (name[base.size()] == '.' || name[base.size()] == '-');
+    });
+    if (!rotated.empty()) {
+      std::cerr << "verifying " << files[0] << " with the " << rotated.size()
+                << " rotated files beside it (--only for it alone)\n";
+      files.insert(files.end(), rotated.begin(), rotated.end());
+    }
+  }
+  if (args.files.size() == 1 && !std::filesystem::is_directory(args.files[0])) {
+    *live = args.files[0];
+  } else {
+    for (const std::string& f : files) {
+      if (std::filesystem::exists(f + ".public.pem") ||
+          std::filesystem::exists(f + ".checkpoint")) {
+        if (!live->empty()) {
+          live->clear();  // Two candidates: none is assumed.
+          break;
+        }
+        *live = f;
+      }
+    }
+  }
+  return files;
+}
 
 // How long an unsigned tail may wait for its checkpoint, beyond the writer's interval, before
 // verify stops calling it a live server's: a flush, a slow disk, clocks a little apart.
@@ -76,11 +191,16 @@ int unsignedTail(const audit::VerifyReport& report) {
 }
 
 int runVerify(const VerifyArgs& args) {
+  std::string live;
+  auto files = verifySet(args, &live);
+  if (!files.isOk()) {
+    return fail(kExitBadInput, files.status().message());
+  }
   std::unique_ptr<audit::VerifyingKey> key;
   std::string public_key = args.public_key;
-  if (public_key.empty() && std::filesystem::exists(args.file + ".public.pem")) {
+  if (public_key.empty() && !live.empty() && std::filesystem::exists(live + ".public.pem")) {
     // The key the server made beside the log (its audit block names no key of its own).
-    public_key = args.file + ".public.pem";
+    public_key = live + ".public.pem";
     std::cerr << "checking checkpoint signatures with " << public_key
               << " (found beside the log; --public-key to give another)\n";
   }
@@ -93,9 +213,9 @@ int runVerify(const VerifyArgs& args) {
   }
   audit::VerifyOptions options{.public_key = key.get()};
   std::string copy_file = args.checkpoint_copy;
-  if (copy_file.empty() && std::filesystem::exists(args.file + ".checkpoint")) {
+  if (copy_file.empty() && !live.empty() && std::filesystem::exists(live + ".checkpoint")) {
     // The copy of its last checkpoint that the server keeps beside the log.
-    copy_file = args.file + ".checkpoint";
+    copy_file = live + ".checkpoint";
     std::cerr << "checking the log against the copy of its last checkpoint in " << copy_file
               << " (found beside the log; --checkpoint to give another)\n";
   }
@@ -110,12 +230,23 @@ int runVerify(const VerifyArgs& args) {
     options.checkpoint_copy_name = copy_file;
   }
   // The copy is read before the log: the log a server writes meanwhile still holds it.
-  auto report = audit::verifyAuditFile(args.file, options);
+  auto report = audit::verifyAuditFiles(*files, options);
   if (!report.isOk()) {
     return fail(kExitBadInput, report.status().message());
   }
   if (!report->intact()) {
-    return fail(kExitFailure, args.file + ": " + report->summary());
+    // A failure names its file, except one against the checkpoint copy (which names the copy).
+    const std::string where =
+        report->failure->file.empty() && files->size() == 1 ? (*files)[0] + ": " : "";
+    return fail(kExitFailure, where + report->summary());
+  }
+  if (files->size() > 1) {
+    for (const audit::VerifiedFile& f : report->files) {
+      std::cout << "  " << f.path << ": "
+                << (f.first_seq == 0 ? std::string("empty")
+                                     : fmt::format("seq {} to {}", f.first_seq, f.last_seq))
+                << "\n";
+    }
   }
   std::cout << report->summary() << "\n";
   if (report->unsigned_tail > 0) {
@@ -223,7 +354,13 @@ void addAuditCommand(CLI::App& app, int* rc) {
   CLI::App* verify_cmd = audit_cmd->add_subcommand(
       "verify",
       "Check an audit log's hash chain and checkpoint signatures; report the first broken record");
-  verify_cmd->add_option("file", verify->file, "Audit log file (JSON lines)")->required();
+  verify_cmd
+      ->add_option("files", verify->files,
+                   "Audit log file (JSON lines), with the rotated files beside it; or several "
+                   "files, or a directory, holding one rotated log")
+      ->required();
+  verify_cmd->add_flag("--only", verify->only,
+                       "Verify FILE alone, not with the rotated files beside it");
   verify_cmd->add_option("--public-key,-k", verify->public_key,
                          "Ed25519 public key (PEM) to check checkpoint signatures with (default: "
                          "FILE.public.pem, the server's, if it is there); without one a rewritten "
@@ -237,8 +374,15 @@ void addAuditCommand(CLI::App& app, int* rc) {
       "counts up from 1, that each prev_hash is the previous record's hash, with --public-key "
       "that every checkpoint is signed by that key, and with --checkpoint that the log holds "
       "that checkpoint at its seq (a log cut back to before its last checkpoint, or rewritten up "
-      "to it, fails). Prints a one-line summary, or the first broken record as 'line N (seq S): "
-      "what is wrong'.\n"
+      "to it, fails). Prints a one-line summary, or the first broken record as 'FILE: line N "
+      "(seq S): what is wrong'.\n"
+      "A rotated log is one chain over several files (audit.log, audit.log.<time>, or "
+      "logrotate's audit.log.1 ...): given FILE, verify also reads the rotated files beside it; "
+      "given several files or a directory, it reads those. It orders them by their first seq "
+      "and checks that each file's first record follows the previous file's last; a missing "
+      "file in the middle fails, naming the files on either side. A set whose oldest files were "
+      "removed (retain_files) starts at a signed checkpoint marked as a file's start: verify "
+      "says 'starts at seq N (earlier files removed)'. Compressed files are skipped.\n"
       "Records after the last checkpoint are not signed: they could have been rewritten or cut "
       "off without a trace. A live server signs them within its checkpoint interval (audit "
       "block: checkpoint_interval_ms, 5000 by default) and when it stops.\n"

@@ -1374,6 +1374,25 @@ struct AuditTailFlags {
   double interval_s = 1;
 };
 
+// Who acted: the token's display name, else the start of its accessor (HMAC'd in the log by
+// default), else "-" (no token).
+std::string auditActor(const json& rec) {
+  const json auth = rec.value("auth", json::object());
+  const std::string name = auth.is_object() ? auth.value("display_name", "") : "";
+  if (!name.empty()) {
+    return name;
+  }
+  std::string accessor = auth.is_object() ? auth.value("accessor", "") : "";
+  if (accessor.empty()) {
+    return "-";
+  }
+  constexpr std::string_view kHmac = "hmac-sha256:";
+  if (accessor.rfind(kHmac, 0) == 0) {
+    return "hmac:" + accessor.substr(kHmac.size(), 8);
+  }
+  return accessor.substr(0, 8);
+}
+
 void printAuditRecord(const json& rec, bool as_json) {
   if (as_json) {
     std::cout << rec.dump() << "\n" << std::flush;  // JSON lines, as in the log.
@@ -1385,8 +1404,8 @@ void printAuditRecord(const json& rec, bool as_json) {
                            ? std::to_string(resp.value("status", 0))
                            : "-";
   std::cout << rec.value("seq", int64_t{0}) << "  " << rec.value("time", "") << "  "
-            << rec.value("type", "") << "  " << req.value("method", "") << " "
-            << req.value("path", "") << "  " << status;
+            << rec.value("type", "") << "  " << auditActor(rec) << "  " << req.value("method", "")
+            << " " << req.value("path", "") << "  " << status;
   const std::string error = rec.value("error", "");
   if (!error.empty()) {
     std::cout << "  (" << error << ")";
@@ -1926,7 +1945,8 @@ void addAuditTail(CLI::App& audit, int* rc) {
   c->add_option("--interval", f->interval_s, "Seconds between polls with -f")
       ->capture_default_str();
   c->footer(
-      "Columns: seq, time, type (request/response), method and path, status, error, request id. "
+      "Columns: seq, time, type (request/response), actor (the token's display name, else "
+      "the start of its accessor, HMAC'd), method and path, status, error, request id. "
       "-format=json prints each record as the log holds it (JSON lines, with hash and "
       "prev_hash). A tenant sees only its own records; the tail's own polls are skipped while "
       "following.");

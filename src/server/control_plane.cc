@@ -497,6 +497,7 @@ audit::AuditEvent ControlPlane::refusalEvent(const HttpRequest& http, const Http
   if (token.isOk()) {
     ev.tenant = token->tenant;
     ev.auth.accessor = token->accessor;
+    ev.auth.display_name = token->display_name;
     ev.auth.policies = token->policies;
     source = RefusalLog::sourceOf(http.remote, &token->tenant);
   } else {
@@ -645,6 +646,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     probe.request_id = r.request_id;
     probe.tenant = r.token.tenant;
     probe.auth.accessor = r.token.accessor;
+    probe.auth.display_name = r.token.display_name;
     probe.auth.policies = r.token.policies;
     probe.request.method = r.method;
     probe.request.path =
@@ -681,6 +683,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   ev.request_id = r.request_id;
   ev.tenant = tenant;
   ev.auth.accessor = r.token.accessor;
+  ev.auth.display_name = r.token.display_name;
   ev.auth.policies = r.token.policies;
   ev.request.method = r.method;
   ev.request.path = r.scope.tenant ? "tenants/" + tenant + "/" + r.scope.path : r.scope.path;

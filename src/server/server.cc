@@ -196,6 +196,8 @@ core::Result<int64_t> durationField(const core::JsonNode& n, const char* field, 
 }
 
 std::atomic<bool> g_stop{false};
+// SIGHUP: the audit files are reopened (logrotate moved them away).
+std::atomic<bool> g_reopen{false};
 
 // A key or salt file of the server's own (the unseal key, audit salts) is its owner's alone:
 // one that group or others can read is made 0600, with a warning, before it is used.
@@ -351,6 +353,9 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
     opts.sink.checkpoint_every = a.checkpoint_every;
     opts.sink.checkpoint_interval = std::chrono::milliseconds(a.checkpoint_interval_ms);
     opts.appended_flush_delay = std::chrono::milliseconds(a.flush_delay_ms);
+    opts.rotate_bytes = a.rotate_bytes;
+    opts.rotate_interval = std::chrono::seconds(a.rotate_interval_s);
+    opts.retain_files = static_cast<uint32_t>(a.retain_files);
     // Checkpoints are signed unless the config says none: without a key a log whose records
     // are edited and every later hash recomputed still verifies. A key of its own is made
     // beside the log the first time (<path>.signing-key.pem, 0600, and <path>.public.pem for
@@ -551,8 +556,17 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   std::cout.flush();
   // Housekeeping until a signal: token expiry, store leases.
   while (!g_stop) {
-    for (int i = 0; i < 10 && !g_stop; ++i) {
+    for (int i = 0; i < 10 && !g_stop && !g_reopen; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (g_reopen.exchange(false)) {
+      // After logrotate renamed the audit files (postrotate: kill -HUP): each goes on in a new
+      // file at its path, chained to the renamed one's last record.
+      if (core::Status s = (*auditor)->reopen(); !s.isOk()) {
+        core::logError("audit: SIGHUP: {}", s.message());
+      } else {
+        core::logInfo("audit: SIGHUP: audit files reopened");
+      }
     }
     cp_ptr->housekeeping();
     (void)(*store)->expireLeases();
@@ -579,6 +593,10 @@ void installSignalHandlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction hup {};
+  hup.sa_handler = [](int) { g_reopen = true; };
+  sigemptyset(&hup.sa_mask);
+  sigaction(SIGHUP, &hup, nullptr);
   signal(SIGPIPE, SIG_IGN);
   signal(SIGXFSZ, SIG_IGN);  // A file-size limit becomes EFBIG, handled like a full disk.
 }
@@ -728,7 +746,8 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     core::JsonNode a(*audits[i].body, at, path);
     TESSERA_RETURN_IF_ERROR(
         a.checkKeys({"path", "salt_file", "signing_key_file", "checkpoint_every", "flush_delay_ms",
-                     "checkpoint_interval_ms", "checkpoint_copy_file"}));
+                     "checkpoint_interval_ms", "checkpoint_copy_file", "rotate_bytes",
+                     "rotate_interval", "retain_files"}));
     ServerConfig::AuditFile af;
     if (!a.has("path")) {
       return a.error("missing 'path'");
@@ -742,6 +761,17 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_ASSIGN_OR_RETURN(af.checkpoint_interval_ms,
                              intField(a, "checkpoint_interval_ms", 0, 3600000, 5000));
     TESSERA_ASSIGN_OR_RETURN(af.checkpoint_copy_file, strField(a, "checkpoint_copy_file", ""));
+    TESSERA_ASSIGN_OR_RETURN(int64_t rotate_bytes,
+                             intField(a, "rotate_bytes", 0, int64_t{1} << 50, 100 << 20));
+    af.rotate_bytes = static_cast<uint64_t>(rotate_bytes);
+    if (a.has("rotate_interval") &&
+        (a.child("rotate_interval").value() == 0 || a.child("rotate_interval").value() == "0")) {
+      af.rotate_interval_s = 0;  // Never by age.
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(af.rotate_interval_s,
+                               durationField(a, "rotate_interval", af.rotate_interval_s));
+    }
+    TESSERA_ASSIGN_OR_RETURN(af.retain_files, intField(a, "retain_files", 0, 1000000, 0));
     c.audit.push_back(std::move(af));
   }
   TESSERA_ASSIGN_OR_RETURN(const json* refusals, singleBlock(doc, "audit_refusals", path));

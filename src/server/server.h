@@ -11,7 +11,8 @@
 //     tls_client_ca_file = "/etc/tessera/clients-ca.pem"   # optional mTLS
 //   }
 //   audit "file" { path = "/var/log/tessera/audit.log"  salt_file = "/etc/tessera/audit.salt"
-//                  checkpoint_interval_ms = 5000  checkpoint_copy_file = "<path>.checkpoint" }
+//                  checkpoint_interval_ms = 5000  checkpoint_copy_file = "<path>.checkpoint"
+//                  rotate_bytes = 104857600  rotate_interval = "24h"  retain_files = 0 }
 //   audit_refusals { per_source_rate = 10  per_source_burst = 100  unauthenticated_rate = 100
 //                    unauthenticated_burst = 1000 }
 //   scheduler { policy = "tessera"  pass_interval_ms = 200  reclaim_patience_s = 0
@@ -76,6 +77,12 @@ struct ServerConfig {
     int64_t checkpoint_interval_ms = 5000;
     // Where the copy of the last checkpoint is kept; empty: `<path>.checkpoint`; "none": none.
     std::string checkpoint_copy_file = {};
+    // Rotation (audit/file_sink.h): a new file once the live one holds this many bytes (0:
+    // never by size), or once its first record is this many seconds old (0: never by age);
+    // rotated files kept beside it (0: all).
+    uint64_t rotate_bytes = 100ull << 20;
+    int64_t rotate_interval_s = 86400;
+    int64_t retain_files = 0;
   };
   std::vector<AuditFile> audit;
   // audit_durable_answers = "secrets" (false) | "all" (true): whether every answer waits until

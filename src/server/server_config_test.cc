@@ -243,5 +243,40 @@ TEST_F(ServerConfigTest, BadAuditFlushSettingsNameTheFieldAndFile) {
   }
 }
 
+// Rotation of the audit file: on by default at 100 MiB and a day, every rotated file kept;
+// each option may turn its part off ("0"), and a bad value names the field and the file.
+TEST_F(ServerConfigTest, AuditRotationHasDefaultsAndNamesBadValues) {
+  auto c = readServerConfig(write(kBase));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->audit[0].rotate_bytes, 100ull << 20);
+  EXPECT_EQ(c->audit[0].rotate_interval_s, 86400);
+  EXPECT_EQ(c->audit[0].retain_files, 0);
+  EXPECT_EQ(c->audit[0].checkpoint_interval_ms, 5000);
+
+  c = readServerConfig(write(std::string(kBase) +
+                             "audit \"file\" { path = \"/tmp/b.log\" rotate_bytes = 1048576 "
+                             "rotate_interval = \"6h\" retain_files = 30 }\n"
+                             "audit \"file\" { path = \"/tmp/c.log\" rotate_bytes = 0 "
+                             "rotate_interval = \"0\" }\n"));
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_EQ(c->audit[1].rotate_bytes, 1048576U);
+  EXPECT_EQ(c->audit[1].rotate_interval_s, 6 * 3600);
+  EXPECT_EQ(c->audit[1].retain_files, 30);
+  EXPECT_EQ(c->audit[2].rotate_bytes, 0U);
+  EXPECT_EQ(c->audit[2].rotate_interval_s, 0);
+
+  for (const std::string& bad :
+       {std::string("rotate_bytes = -1"), std::string("rotate_interval = \"soon\""),
+        std::string("retain_files = -3"), std::string("rotate_files = 3")}) {
+    const std::string path =
+        write(std::string(kBase) + "audit \"file\" { path = \"/tmp/b.log\" " + bad + " }\n");
+    auto bad_config = readServerConfig(path);
+    ASSERT_FALSE(bad_config.isOk()) << bad;
+    const std::string& m = bad_config.status().message();
+    EXPECT_NE(m.find(bad.substr(0, bad.find(' '))), std::string::npos) << m;
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace tessera::server

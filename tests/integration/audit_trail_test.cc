@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/write.hpp>
@@ -531,6 +532,190 @@ TEST(AuditTailTest, ARewrittenOrCutTailFailsVerify) {
   fs::remove(snap / "audit.log.checkpoint");
   r = verify(snap_log);
   EXPECT_TRUE(r.rc == 3 || r.rc == 4) << r.rc << r.out << r.err;
+  fs::remove_all(dir);
+}
+
+// The lines of `file`, each parsed.
+std::vector<json> fileRecords(const fs::path& file) { return records(file); }
+
+// The files of the log in `dir` that `tessera audit verify` would read beside audit.log: the
+// server's rotated names and logrotate's audit.log.N, sorted by name.
+std::vector<fs::path> rotatedFiles(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("audit.log.", 0) == 0 && name != "audit.log.checkpoint" &&
+        name.find(".pem") == std::string::npos && name.find(".salt") == std::string::npos &&
+        name.find(".tmp") == std::string::npos && name.find(".new") == std::string::npos) {
+      out.push_back(e.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Rotation through the real server and CLI: by size, the files form one chain that `tessera
+// audit verify` checks as a set; a missing middle file or an edit in a rotated file fails it; a
+// set whose oldest files are gone still verifies and says where it starts; SIGHUP after a
+// logrotate-style rename goes on in a new file chained to the renamed one. Every record names
+// its token's display name, and verify says how many records no signed checkpoint covers yet,
+// until the server's timer signs them within its interval.
+TEST(AuditRotationTest, RotatedLogVerifiesAsOneChain) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("tessera-audit-rotation-" + std::to_string(::getpid()));
+  Server s;
+  startServer(s, dir,
+              "audit \"file\" { path = \"" + (dir / "audit.log").string() +
+                  "\"  checkpoint_interval_ms = 1000  rotate_bytes = 16384 }\n");
+  ASSERT_FALSE(s.main.empty());
+  const Client c = s.client();
+  const std::string log = s.log().string();
+  auto verify = [&](const std::string& args) {
+    return runTessera("audit verify " + args, dir / "verify.err");
+  };
+  auto liveEndsSigned = [&] {
+    const std::vector<json> all = records(s.log());
+    return !all.empty() && all.back()["type"] == "checkpoint";
+  };
+
+  ASSERT_EQ(c.call("POST", "/v1/tenants/demo", s.root, json::object()).status, 204U);
+  const Response made = c.call("POST", "/v1/auth/token/create", s.root,
+                               {{"tenant", "demo"},
+                                {"policies", {"tenant-admin"}},
+                                {"ttl", "1h"},
+                                {"display_name", "rotation-bot"}});
+  ASSERT_EQ(made.status, 200U) << made.raw;
+  const std::string bot = made.body["auth"]["client_token"];
+  constexpr int kRequests = 60;
+  for (int i = 0; i < kRequests; ++i) {
+    ASSERT_EQ(c.call("GET", "/v1/tenants/demo/queues", bot).status, 200U);
+  }
+  std::vector<fs::path> rotated = rotatedFiles(dir);
+  ASSERT_GE(rotated.size(), 3U) << "16 KiB files should have rotated";
+  for (const fs::path& f : rotated) {
+    EXPECT_LE(fs::file_size(f), 16384U + 4096U) << f;  // One record and the end checkpoint past.
+    EXPECT_EQ(fileRecords(f).back()["checkpoint"]["file"], "end") << f;
+  }
+  EXPECT_EQ(records(s.log()).front()["checkpoint"]["file"], "start");
+
+  // Every record of the bot's requests names it in clear, across the files.
+  int named = 0;
+  for (const fs::path& f : rotated) {
+    for (const json& rec : fileRecords(f)) {
+      named += rec.contains("auth") && rec["auth"]["display_name"] == "rotation-bot";
+    }
+  }
+  for (const json& rec : records(s.log())) {
+    named += rec.contains("auth") && rec["auth"]["display_name"] == "rotation-bot";
+  }
+  EXPECT_EQ(named, 2 * kRequests);
+
+  // The newest records are not signed yet: verify says how many (3, a live tail); the timer
+  // signs them within its interval (1 s), and then the whole set verifies (0).
+  ASSERT_EQ(c.call("GET", "/v1/tenants/demo/queues", bot).status, 200U);
+  tessera::integration::CmdResult r = verify(log);
+  if (!liveEndsSigned()) {
+    EXPECT_EQ(r.rc, 3) << r.out << r.err;
+    EXPECT_NE(r.out.find("not covered by a signed checkpoint yet"), std::string::npos) << r.out;
+  }
+  const auto asked = std::chrono::steady_clock::now();
+  ASSERT_TRUE(waitFor(liveEndsSigned, std::chrono::seconds(4)));
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::milliseconds(3000));
+  r = verify(log);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("rotated files beside it"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("in " + std::to_string(rotated.size() + 1) + " files, chain intact"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("checkpoint signatures valid"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not covered"), std::string::npos) << r.out;
+  // Alone, the live file starts at its "start" checkpoint.
+  r = verify(log + " --only");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("(earlier files removed)"), std::string::npos) << r.out;
+
+  // SIGHUP after a logrotate-style rename: the renamed file ends with an "end" checkpoint, a new
+  // audit.log starts chained to it.
+  const fs::path renamed = dir / "audit.log.1";
+  fs::rename(s.log(), renamed);
+  ASSERT_EQ(::kill(s.process->pid(), SIGHUP), 0);
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return fs::exists(s.log()) && !records(s.log()).empty() &&
+               records(s.log()).front()["checkpoint"].value("file", "") == "start";
+      },
+      std::chrono::seconds(5)))
+      << s.process->errors();
+  EXPECT_EQ(fileRecords(renamed).back()["checkpoint"]["file"], "end");
+  EXPECT_EQ(records(s.log()).front()["prev_hash"], fileRecords(renamed).back()["hash"]);
+  ASSERT_EQ(c.call("GET", "/v1/tenants/demo/queues", bot).status, 200U);
+  EXPECT_EQ(records(s.log()).back()["auth"]["display_name"], "rotation-bot");
+  ASSERT_TRUE(waitFor(liveEndsSigned, std::chrono::seconds(4)));
+  r = verify(log);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("in " + std::to_string(rotated.size() + 2) + " files"), std::string::npos)
+      << r.out;
+
+  // A clean stop; then, offline, on a copy of the set.
+  EXPECT_EQ(s.process->stop(SIGTERM), 0) << s.process->errors();
+  r = verify(log);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  const fs::path snap = dir / "snap";
+  fs::create_directories(snap);
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && name.rfind("audit.log", 0) == 0) {
+      fs::copy_file(e.path(), snap / name);
+    }
+  }
+  const std::string snap_log = (snap / "audit.log").string();
+  ASSERT_EQ(verify(snap_log).rc, 0) << verify(snap_log).err;
+  std::vector<fs::path> set = rotatedFiles(snap);  // The server's names, then audit.log.1.
+  ASSERT_GE(set.size(), 4U);
+  // Ordered by name, the server's own rotated files come oldest first; audit.log.1 sorts first
+  // by name but holds the newest records before the live file.
+  std::vector<fs::path> own;
+  for (const fs::path& f : set) {
+    if (f.filename() != "audit.log.1") {
+      own.push_back(f);
+    }
+  }
+  ASSERT_GE(own.size(), 3U);
+
+  // A missing middle file fails, naming the files on either side of the gap; so does a
+  // directory holding the same set.
+  const fs::path middle = own[1];
+  const fs::path aside = dir / "middle-aside";
+  fs::rename(middle, aside);
+  r = verify(snap_log);
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("are missing"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(own[0].string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(own[2].string()), std::string::npos) << r.err;
+  r = verify(snap.string());
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("are missing"), std::string::npos) << r.err;
+  fs::rename(aside, middle);
+  ASSERT_EQ(verify(snap.string()).rc, 0) << verify(snap.string()).err;
+
+  // One byte changed in the oldest rotated file (its hash not recomputed) fails, naming it.
+  {
+    std::string text = slurp(own[0]);
+    const size_t at = text.find("tenants/demo/queues");
+    ASSERT_NE(at, std::string::npos);
+    text[at + 8] = 'D';  // tenants/Demo/queues.
+    std::ofstream(own[0], std::ios::binary | std::ios::trunc) << text;
+  }
+  r = verify(snap_log);
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find(own[0].string() + ": line "), std::string::npos) << r.err;
+
+  // Retention's way: the oldest files removed. What is left starts at a signed "start"
+  // checkpoint: it verifies and says where it starts.
+  fs::remove(own[0]);
+  r = verify(snap_log);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("(earlier files removed)"), std::string::npos) << r.out;
   fs::remove_all(dir);
 }
 

@@ -348,7 +348,19 @@ TEST_F(ClientTest, AuditTailShowsTheTenantsOwnRecordsAndFollows) {
   ASSERT_EQ(tail.rc, 0) << tail;
   EXPECT_EQ(std::count(tail.out.begin(), tail.out.end(), '\n'), 3) << tail;
   EXPECT_NE(tail.out.find("GET tenants/team-audit/audit"), std::string::npos) << tail;
+  // The actor column: no display name, the start of the (HMAC'd) accessor.
+  EXPECT_NE(tail.out.find("  hmac:"), std::string::npos) << tail;
   EXPECT_EQ(as(team, {"audit", "tail", "-n", "0"}).rc, 2);
+  // A token with a display name is named in each of its records.
+  Outcome named =
+      as(root(), {"token", "create", "--tenant", "team-audit", "--policy", "tenant-admin", "--ttl",
+                  "1h", "--display-name", "ci-bot", "-format=json"});
+  ASSERT_EQ(named.rc, 0) << named;
+  const std::string bot = parsed(named).value("client_token", "");
+  Outcome by_bot = as(bot, {"audit", "tail", "-n", "1"});
+  ASSERT_EQ(by_bot.rc, 0) << by_bot;
+  EXPECT_NE(by_bot.out.find("  request  ci-bot  GET tenants/team-audit/audit"), std::string::npos)
+      << by_bot;
 }
 
 TEST_F(ClientTest, TeamQueuesInsideATenant) {

@@ -119,17 +119,17 @@ Result<PendingLines> Chain::prepareFinalCheckpoint() const {
   return pending;
 }
 
-Result<PendingLines> Chain::prepareCheckpoint() const {
+Result<PendingLines> Chain::prepareCheckpoint(std::string_view file_mark) const {
   PendingLines pending{{}, head_};
   if (options_.signing_key != nullptr) {
-    TESSERA_RETURN_IF_ERROR(
-        appendCheckpoint(pending.head, core::formatRfc3339Millis(clock_.wallNow()), pending.bytes));
+    TESSERA_RETURN_IF_ERROR(appendCheckpoint(
+        pending.head, core::formatRfc3339Millis(clock_.wallNow()), pending.bytes, file_mark));
   }
   return pending;
 }
 
-core::Status Chain::appendCheckpoint(ChainHead& head, const std::string& time,
-                                     std::string& out) const {
+core::Status Chain::appendCheckpoint(ChainHead& head, const std::string& time, std::string& out,
+                                     std::string_view file_mark) const {
   json record = {
       {"type", "checkpoint"},
       {"seq", head.seq + 1},
@@ -139,6 +139,9 @@ core::Status Chain::appendCheckpoint(ChainHead& head, const std::string& time,
   };
   if (options_.checkpoint_interval_ms > 0) {
     record["checkpoint"]["interval_ms"] = options_.checkpoint_interval_ms;
+  }
+  if (!file_mark.empty()) {
+    record["checkpoint"]["file"] = std::string(file_mark);
   }
   TESSERA_ASSIGN_OR_RETURN(std::string signature,
                            options_.signing_key->signHex(checkpointSigningMessage(record)));

@@ -67,8 +67,10 @@ class Chain {
   // (Any checkpoint made outside `seal`: on close, on a timer, on request.)
   core::Result<PendingLines> prepareFinalCheckpoint() const;
   // A checkpoint now, whatever came since the last one (a new log's first line, which states
-  // the writer's checkpoint interval from the start); empty without a signing key.
-  core::Result<PendingLines> prepareCheckpoint() const;
+  // the writer's checkpoint interval from the start); empty without a signing key. `file_mark`
+  // ("start" or "end"; empty: none) is written as its "file" field: the checkpoint opens or
+  // closes one file of a rotated log (audit/file_sink.h).
+  core::Result<PendingLines> prepareCheckpoint(std::string_view file_mark = {}) const;
   // Whether the chain signs checkpoints at all.
   bool signs() const { return options_.signing_key != nullptr; }
   void commit(PendingLines pending) { head_ = std::move(pending.head); }
@@ -77,7 +79,8 @@ class Chain {
 
  private:
   // Appends the checkpoint line after `head` to `out`.
-  core::Status appendCheckpoint(ChainHead& head, const std::string& time, std::string& out) const;
+  core::Status appendCheckpoint(ChainHead& head, const std::string& time, std::string& out,
+                                std::string_view file_mark = {}) const;
 
   ChainOptions options_;
   ChainHead head_;

@@ -154,6 +154,7 @@ std::optional<HttpResponse> ControlPlane::unauthenticatedSecretsApi(const HttpRe
       return finish(fromStatus(token.status()));
     }
     ev.auth.accessor = token->info.accessor;  // Who it was given to shows in every later record.
+    ev.auth.display_name = token->info.display_name;
     return finish(reply(200, {{"data",
                                {{"token", token->secret},
                                 {"accessor", token->info.accessor},

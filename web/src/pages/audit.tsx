@@ -5,7 +5,16 @@ import { ErrorBox, PageHead } from './common';
 
 interface Record { seq: number; time: string; type: string; request_id: string; error?: string;
                    request?: { method?: string; path?: string; remote_address?: string };
-                   response?: { status?: number } }
+                   response?: { status?: number };
+                   auth?: { display_name?: string; accessor?: string } }
+
+// Who acted: the token's display name, else the start of its accessor (HMAC'd), else "-".
+function actor(r: Record): string {
+  if (r.auth?.display_name) return r.auth.display_name;
+  const a = r.auth?.accessor ?? '';
+  if (!a) return '-';
+  return a.startsWith('hmac-sha256:') ? `hmac:${a.slice(12, 20)}` : a.slice(0, 8);
+}
 
 // The tenant's own audit stream: the last 100 records, then whatever comes after (after=SEQ).
 export function Audit({ tenant }: { tenant: string }) {
@@ -54,11 +63,11 @@ export function Audit({ tenant }: { tenant: string }) {
       <p class="muted">This page's own reads are in the stream too: every request the console makes is an API request, audited like any other.</p>
       <ErrorBox error={error} status={status} />
       <table class="table compact" id="audit-table">
-        <thead><tr><th>Seq</th><th>Time</th><th>Type</th><th>Request</th><th>Status</th><th>Error</th><th>Request id</th></tr></thead>
+        <thead><tr><th>Seq</th><th>Time</th><th>Type</th><th>Actor</th><th>Request</th><th>Status</th><th>Error</th><th>Request id</th></tr></thead>
         <tbody>
           {records.map((r) => (
             <tr class={(r.response?.status ?? 0) >= 400 ? 'bad' : ''}>
-              <td>{r.seq}</td><td class="mono nowrap">{r.time}</td><td>{r.type}</td>
+              <td>{r.seq}</td><td class="mono nowrap">{r.time}</td><td>{r.type}</td><td class="mono">{actor(r)}</td>
               <td class="mono">{r.request?.method} {r.request?.path}</td>
               <td>{r.response?.status ?? ''}</td><td class="reason">{r.error}</td>
               <td class="mono muted">{r.request_id}</td>
