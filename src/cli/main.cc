@@ -14,6 +14,7 @@
 #include "cli/secrets_commands.h"
 #include "cli/server_command.h"
 #include "cli/sim_command.h"
+#include "cli/tls_command.h"
 
 namespace {
 
@@ -142,6 +143,7 @@ int run(int argc, char** argv) {
   int rc = 0;
   tessera::cli::addSimCommand(app, &rc);
   tessera::cli::addAuditCommand(app, &rc);
+  tessera::cli::addTlsCommand(app, &rc);
   tessera::cli::addServerCommands(app, &rc);
   tessera::cli::addAgentCommands(app, &rc);
   tessera::cli::addClientCommands(app, &rc);

@@ -540,24 +540,31 @@ void printGrant(const json& g) {
 }
 
 core::Status grantCreate(const GrantFlags& f) {
-  // --on tenants/<owner>/<path>: the grant is the owner's.
+  // --on secrets/<path> (of the token's own tenant, or $TESSERA_TENANT), or
+  // tenants/<owner>/secrets/<path>: the grant is the owner's.
   const std::string prefix = "tenants/";
-  const size_t slash = f.on.find('/', prefix.size());
-  if (f.on.rfind(prefix, 0) != 0 || slash == std::string::npos) {
-    return core::invalidArgument(
-        "grant create: --on is tenants/<tenant>/<path>, like "
-        "tenants/team-2/secrets/kv/data/projects/x");
+  std::string owner;
+  std::string on = f.on;
+  if (f.on.rfind(prefix, 0) == 0) {
+    const size_t slash = f.on.find('/', prefix.size());
+    if (slash == std::string::npos) {
+      return core::invalidArgument(
+          "grant create: --on: expected secrets/<path> (your own tenant's), or "
+          "tenants/<tenant>/secrets/<path>, like secrets/kv/data/app/config");
+    }
+    owner = f.on.substr(prefix.size(), slash - prefix.size());
+    on = f.on.substr(slash + 1);
   }
   if (f.ttl.empty()) {
     return core::invalidArgument("grant create: --ttl is required (like 4h); no grant is forever");
   }
-  const std::string owner = f.on.substr(prefix.size(), slash - prefix.size());
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  if (owner.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(owner, s->tenant("grants"));
+  }
   TESSERA_ASSIGN_OR_RETURN(
-      json r,
-      s->call(
-          "POST", Session::path(owner, "grants"),
-          {{"to", f.to}, {"on", f.on.substr(slash + 1)}, {"policy", f.policy}, {"ttl", f.ttl}}));
+      json r, s->call("POST", Session::path(owner, "grants"),
+                      {{"to", f.to}, {"on", on}, {"policy", f.policy}, {"ttl", f.ttl}}));
   const json g = r.value("data", json::object());
   if (s->json()) {
     printJson(g);
@@ -861,7 +868,10 @@ void addSecretsCommands(CLI::App& app, int* rc) {
                               "tenants/team-2/secrets/kv/data/projects/x --policy read --ttl 4h)");
     addCommonFlags(c, f->common);
     c->add_option("--to", f->to, "The tenant that gets access")->required();
-    c->add_option("--on", f->on, "tenants/<owner>/<path under secrets/>")->required();
+    c->add_option("--on", f->on,
+                  "secrets/<path> of your own tenant (like secrets/kv/data/app/config), or "
+                  "tenants/<owner>/secrets/<path>")
+        ->required();
     c->add_option("--policy", f->policy,
                   "read (read, list), write (also create, update, delete), or the name of one "
                   "of the owner's policies (judged at each use)")

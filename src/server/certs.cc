@@ -123,6 +123,36 @@ core::Result<std::unique_ptr<CertAuthority>> CertAuthority::create(const std::st
   return ca;
 }
 
+core::Result<std::unique_ptr<CertAuthority>> CertAuthority::load(const std::string& cert_pem,
+                                                                 const std::string& key_pem,
+                                                                 std::chrono::seconds validity) {
+  std::unique_ptr<CertAuthority> ca(new CertAuthority());
+  ca->keys_ = std::make_unique<Keys>();
+  std::unique_ptr<BIO, BioFree> cert_bio(
+      BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())));
+  ca->keys_->cert.reset(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
+  if (ca->keys_->cert == nullptr) {
+    return core::invalidArgument(sslError("the CA certificate is not a PEM certificate"));
+  }
+  std::unique_ptr<BIO, BioFree> key_bio(
+      BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size())));
+  ca->keys_->key.reset(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
+  if (ca->keys_->key == nullptr) {
+    return core::invalidArgument(sslError("the CA key is not a PEM private key"));
+  }
+  if (X509_check_private_key(ca->keys_->cert.get(), ca->keys_->key.get()) != 1) {
+    ERR_clear_error();
+    return core::invalidArgument("the CA key is not the CA certificate's key");
+  }
+  if (X509_check_ca(ca->keys_->cert.get()) == 0) {
+    return core::invalidArgument("the certificate is not a CA's (no CA:TRUE basic constraint)");
+  }
+  ca->cert_pem_ = cert_pem;
+  ca->key_pem_ = key_pem;
+  ca->validity_ = validity;
+  return ca;
+}
+
 core::Result<IssuedCert> CertAuthority::issue(const std::string& common_name,
                                               const std::vector<std::string>& dns_names,
                                               const std::vector<std::string>& ip_addresses,

@@ -1,12 +1,14 @@
-// A small certificate authority for `tessera dev` and the tests: an ECDSA P-256 CA that issues
-// server certificates (with IP and DNS subject alternative names) and client certificates.
+// A small certificate authority for `tessera dev`, `tessera tls` and the tests: an ECDSA P-256
+// CA that issues server certificates (with IP and DNS subject alternative names) and client
+// certificates.
 //
 //   auto ca = CertAuthority::create("tessera dev CA", std::chrono::hours(24));
 //   auto server = ca->issue("localhost", {"localhost"}, {"127.0.0.1"}, /*client=*/false);
 //   writeFile(dir + "/ca.pem", ca->certPem());
 //   writeFile(dir + "/server.pem", server->cert_pem);  // and server->key_pem
 //
-// Not a production PKI: operators bring their own certificates in the server config.
+// A CA for a fleet that has no PKI of its own (`tessera tls ca create`, as Nomad's); operators
+// with one bring their own certificates in the server config.
 #pragma once
 
 #include <chrono>
@@ -27,6 +29,12 @@ class CertAuthority {
  public:
   static core::Result<std::unique_ptr<CertAuthority>> create(const std::string& common_name,
                                                              std::chrono::seconds validity);
+  // A CA from its certificate and key (PEM), issuing certificates valid for `validity`.
+  // INVALID_ARGUMENT, saying which, when either does not parse, the key is not the
+  // certificate's, or the certificate is not a CA's.
+  static core::Result<std::unique_ptr<CertAuthority>> load(const std::string& cert_pem,
+                                                           const std::string& key_pem,
+                                                           std::chrono::seconds validity);
   ~CertAuthority();
   CertAuthority(const CertAuthority&) = delete;
   CertAuthority& operator=(const CertAuthority&) = delete;

@@ -122,7 +122,10 @@ ControlPlane::~ControlPlane() {
   driver_.setNodeListener(nullptr);
 }
 
-void ControlPlane::stopWatches() { watchers_->stop(); }
+void ControlPlane::stopWatches() {
+  watchers_->stop();
+  workload_watchers_->stop();
+}
 
 core::Status ControlPlane::migrateGpuLimits() {
   static constexpr std::string_view kDone = "/migrations/gpu-limit-zero-is-zero";
@@ -238,6 +241,27 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
   if (!w.error.isOk()) {
     core::logError("the scheduler's store watch ended: {}", w.error.message());
     return;
+  }
+  // Every change to a tenant's workloads moves its index and answers its long polls.
+  std::map<std::string, int64_t> changed;
+  for (const store::Event& e : w.events) {
+    const std::vector<std::string> parts = split(e.kv.key.substr(1));
+    if (parts.size() == 4 && parts[0] == "tenants" && parts[2] == "workloads") {
+      int64_t& rev = changed[parts[1]];
+      rev = std::max({rev, e.kv.mod_revision, w.revision});
+    }
+  }
+  if (!changed.empty()) {
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [tenant, rev] : changed) {
+        int64_t& index = workload_index_[tenant];
+        index = std::max(index + 1, rev);
+      }
+    }
+    for (const auto& [tenant, rev] : changed) {
+      workload_watchers_->notify(tenant);
+    }
   }
   for (const store::Event& e : w.events) {
     const std::vector<std::string> parts = split(e.kv.key.substr(1));

@@ -224,6 +224,14 @@ class ControlPlane {
   // What the tokens' power rule reads: policies_ (under mu_) and the live grants to a tenant.
   PowerSource powerSource() const;
   HttpResponse workloadsApi(Request& r);
+  // LIST workloads?detail=true: every workload of `tenant` the token may read, with `index`.
+  HttpResponse workloadListAnswer(const Request& r, const std::string& tenant);
+  // A long poll (`?index=N&wait=30s`, at most 300 s): when the tenant's workloads are still at
+  // index N, sets r.defer so that `answer` runs once any of them changes or the wait is up, and
+  // returns true; false (answer now) without those parameters or once they changed.
+  bool deferUntilWorkloadsChange(Request& r, const std::string& tenant,
+                                 std::function<HttpResponse(const Request&)> answer);
+  int64_t workloadIndex(const std::string& tenant) const;
   HttpResponse nodesApi(Request& r);
   // PUT sys/nodes/<node>/heartbeat: an agent's lease, reports and task list.
   HttpResponse heartbeatApi(Request& r, const std::string& node);
@@ -429,6 +437,9 @@ class ControlPlane {
   // Guarded by mu_: the revision of the last new workload onStoreEvents has taken or passed over
   // (passed over: its tenant was out of the caches, being deleted).
   int64_t watched_revision_ = 0;
+  // Guarded by mu_: per tenant, the store revision of the last change to any of its workloads
+  // (onStoreEvents); what a workload list hands out as its `index`.
+  std::map<std::string, int64_t> workload_index_;
   struct CachedToken {
     std::string token;
     core::WallTime refresh{};  // Minted again from here on.
@@ -446,6 +457,9 @@ class ControlPlane {
   // Agents' watches waiting for news. Last: destroyed first, answering those still waiting
   // while everything they read is alive.
   std::unique_ptr<NodeWatchers> watchers_ = std::make_unique<NodeWatchers>();
+  // Long polls of a tenant's workloads (`?index=N&wait=30s`: the console), by tenant; a tenant
+  // holds at most 64 waiting at once (more are answered at once).
+  std::unique_ptr<NodeWatchers> workload_watchers_ = std::make_unique<NodeWatchers>(64);
 };
 
 }  // namespace tessera::server

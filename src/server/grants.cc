@@ -130,8 +130,9 @@ core::Result<Grant> GrantTable::create(const std::string& owner, const std::stri
   }
   if (!cleanPath(on) || (on != "secrets" && on.rfind("secrets/", 0) != 0)) {
     return core::invalidArgument(
-        "grant: \"on\" must be a path under secrets/ (like secrets/kv/data/projects/x), "
-        "without '.', '..' or empty segments");
+        "grant: on: expected secrets/<path> of tenant '" + owner +
+        "' (like secrets/kv/data/app/config, or tenants/" + owner +
+        "/secrets/kv/data/app/config), without '.', '..' or empty segments");
   }
   if (ttl <= core::Duration::zero()) {
     return core::invalidArgument("grant: a TTL is required (like \"4h\"); no grant is forever");

@@ -4,7 +4,8 @@
 
 namespace tessera::server {
 
-NodeWatchers::NodeWatchers() : timer_([this] { run(); }) {}
+NodeWatchers::NodeWatchers(size_t max_per_key)
+    : max_per_key_(max_per_key), timer_([this] { run(); }) {}
 
 void NodeWatchers::stop() {
   std::map<std::string, std::vector<Watch>> left;
@@ -28,7 +29,7 @@ bool NodeWatchers::wait(const std::string& node, Clock::time_point deadline, Fir
   {
     std::lock_guard lock(mu_);
     std::vector<Watch>& list = watches_[node];
-    if (stopping_ || list.size() >= kMaxPerNode) {
+    if (stopping_ || list.size() >= max_per_key_) {
       return false;
     }
     list.push_back({deadline, std::move(fire)});

@@ -29,7 +29,8 @@ class NodeWatchers {
   // answers at once), so a node's token cannot pile them up.
   static constexpr size_t kMaxPerNode = 4;
 
-  NodeWatchers();
+  // `max_per_key`: how many watches of one key may wait at once (a node's: kMaxPerNode).
+  explicit NodeWatchers(size_t max_per_key = kMaxPerNode);
   // Fires every watch still waiting (the server is stopping: each gets its answer now); wait()
   // refuses from then on. Idempotent.
   void stop();
@@ -38,7 +39,7 @@ class NodeWatchers {
   NodeWatchers& operator=(const NodeWatchers&) = delete;
 
   // Leaves `fire` to run at the next notify(node), or at `deadline`. False (and `fire` is not
-  // kept): the node has kMaxPerNode watches waiting already.
+  // kept): the node has max_per_key watches waiting already.
   bool wait(const std::string& node, Clock::time_point deadline, Fire fire);
   // Fires every watch of `node`.
   void notify(const std::string& node);
@@ -51,6 +52,7 @@ class NodeWatchers {
   };
   void run();
 
+  const size_t max_per_key_;
   mutable std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::vector<Watch>> watches_;  // By node.

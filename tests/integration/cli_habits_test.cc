@@ -42,6 +42,7 @@ using tessera::integration::Process;
 using tessera::integration::Response;
 using tessera::integration::runArgv;
 using tessera::integration::slurp;
+using tessera::integration::sourceDir;
 using tessera::integration::waitFor;
 
 json parsed(const Outcome& o) { return json::parse(o.out, nullptr, false); }
@@ -968,6 +969,94 @@ TEST_F(CliServerConfigTest, AServerWithoutDeclaredNodesHasNone) {
   EXPECT_EQ(listed.rc, 0) << listed;
   EXPECT_FALSE(contains(listed.out, "dgx-h100")) << listed;
   EXPECT_EQ(server.stop(SIGTERM), 0) << server.errors();
+}
+
+// `tessera tls` makes a CA and a server certificate as an operator without a PKI would; with
+// them, examples/server.hcl and the server configs of docs/server.md (whole, and its audit and
+// nodes fragments on the example) pass -validate and start, their /etc, /var/lib and /var/log
+// paths moved under a temporary folder and their addresses onto free loopback ports. (The etcd
+// configs need an etcd cluster: ServerTest covers those.)
+TEST_F(CliServerConfigTest, ExamplesAndDocsConfigsValidateAndStart) {
+  const fs::path root = dir_ / "fleet";
+  for (const char* sub : {"etc", "lib", "log"}) {
+    fs::create_directories(root / sub);
+  }
+  const std::string etc = (root / "etc").string();
+  Outcome ca = tessera({"tls", "ca", "create", "--out-dir", etc}, {});
+  ASSERT_EQ(ca.rc, 0) << ca;
+  EXPECT_TRUE(contains(ca.out, "tessera-ca.pem")) << ca;
+  EXPECT_EQ(fs::status(root / "etc" / "tessera-ca-key.pem").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  // Never over an existing CA.
+  Outcome again = tessera({"tls", "ca", "create", "--out-dir", etc}, {});
+  EXPECT_EQ(again.rc, 1) << again;
+  EXPECT_TRUE(contains(again.err, "exists already")) << again;
+  Outcome no_kind = tessera({"tls", "cert", "create", "--out-dir", etc}, {});
+  EXPECT_EQ(no_kind.rc, 2) << no_kind;
+  Outcome cert =
+      tessera({"tls", "cert", "create", "--server", "--dns", "tessera.example.internal", "--ca",
+               etc + "/tessera-ca.pem", "--ca-key", etc + "/tessera-ca-key.pem", "--out-dir", etc},
+              {});
+  ASSERT_EQ(cert.rc, 0) << cert;
+  EXPECT_TRUE(contains(cert.out, "tessera.example.internal, localhost, 127.0.0.1")) << cert;
+  // A key that is not the CA's is refused, saying so.
+  Outcome other = tessera({"tls", "cert", "create", "--client", "--ca", etc + "/tessera-ca.pem",
+                           "--ca-key", etc + "/tessera-server-key.pem", "--out-dir", etc},
+                          {});
+  EXPECT_EQ(other.rc, 2) << other;  // Bad input.
+  EXPECT_TRUE(contains(other.err, "not the CA certificate's key")) << other;
+
+  auto moved = [&](std::string text) {
+    text = std::regex_replace(text, std::regex("/etc/tessera/"), etc + "/");
+    text = std::regex_replace(text, std::regex("/var/lib/tessera/"), (root / "lib").string() + "/");
+    text = std::regex_replace(text, std::regex("/var/log/tessera/"), (root / "log").string() + "/");
+    return std::regex_replace(text, std::regex(R"((0\.0\.0\.0|127\.0\.0\.1):\d+)"), "127.0.0.1:0");
+  };
+  const std::string example = slurp(fs::path(sourceDir()) / "examples" / "server.hcl");
+  ASSERT_FALSE(example.empty());
+  // The code blocks of a docs page that are server configs or fragments of one.
+  auto blocks = [](const std::string& page) {
+    std::vector<std::string> out;
+    const std::string text = slurp(fs::path(sourceDir()) / "docs" / page);
+    const std::regex block("```hcl\n([\\s\\S]*?)```");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), block);
+         it != std::sregex_iterator(); ++it) {
+      out.push_back((*it)[1]);
+    }
+    return out;
+  };
+  std::vector<std::pair<std::string, std::string>> configs = {{"examples/server.hcl", example}};
+  for (const std::string& b : blocks("server.md")) {
+    if (contains(b, "storage \"sqlite\"")) {
+      configs.emplace_back("docs/server.md: a whole config", b);
+    } else if (b.rfind("audit \"file\"", 0) == 0) {
+      configs.emplace_back("docs/server.md: an audit block, in the example",
+                           std::regex_replace(example, std::regex(R"(audit "file" \{[^}]*\})"), b));
+    }
+  }
+  for (const std::string& b : blocks("agent.md")) {
+    if (b.rfind("nodes {", 0) == 0) {
+      configs.emplace_back("docs/agent.md: a nodes block, in the example", example + b);
+    }
+  }
+  ASSERT_GE(configs.size(), 4U);
+  int n = 0;
+  for (const auto& [what, text] : configs) {
+    SCOPED_TRACE(what);
+    const fs::path file = root / ("config-" + std::to_string(n++) + ".hcl");
+    std::ofstream(file) << moved(text);
+    fs::remove_all(root / "lib");
+    fs::remove_all(root / "log");
+    fs::create_directories(root / "lib");
+    fs::create_directories(root / "log");
+    Outcome v = tessera({"server", "-validate", "-config=" + file.string()}, {});
+    ASSERT_EQ(v.rc, 0) << v << "\n" << moved(text);
+    Process server({"server", "-config=" + file.string()}, root / ("out-" + std::to_string(n)));
+    std::string address;
+    std::string token;
+    ASSERT_NO_FATAL_FAILURE(listening(server, address, token));
+    EXPECT_EQ(server.stop(SIGTERM), 0) << server.errors();
+  }
 }
 
 // The rule token roles rest on (server/acl.h checkWithinPower), case by case: the refusals above

@@ -356,7 +356,7 @@ TEST_F(ClientTest, AuditTailShowsTheTenantsOwnRecordsAndFollows) {
       as(root(), {"token", "create", "--tenant", "team-audit", "--policy", "tenant-admin", "--ttl",
                   "1h", "--display-name", "ci-bot", "-format=json"});
   ASSERT_EQ(named.rc, 0) << named;
-  const std::string bot = parsed(named).value("client_token", "");
+  const std::string bot = parsed(named)["auth"].value("client_token", "");
   Outcome by_bot = as(bot, {"audit", "tail", "-n", "1"});
   ASSERT_EQ(by_bot.rc, 0) << by_bot;
   EXPECT_NE(by_bot.out.find("  request  ci-bot  GET tenants/team-audit/audit"), std::string::npos)

@@ -597,6 +597,29 @@ TEST_F(SecretsTest, AFourSecondGrantLetsAnotherTenantReadUntilItEnds) {
   // team-2's stream has team-1's read of its secret (the value HMAC'd).
   EXPECT_NE(theirs.raw.find("tenants/team-2/secrets/kv/data/projects/x/db"), std::string::npos);
   EXPECT_EQ(theirs.raw.find("p-42"), std::string::npos);
+
+  // `--on secrets/...`: the token's own tenant is implied (issue #37); the API takes the CLI's
+  // tenants/<owner>/ form of its own paths too, and says both forms when the path is wrong.
+  {
+    Process own({"grant", "create", "--to", "team-1", "--on", "secrets/kv/data/projects/y",
+                 "--policy", "read", "--ttl", "1m", "--format", "json", "--address",
+                 info["address"], "--ca-cert", info["ca_cert"], "--token", token["team-2"]},
+                dir_ / "grant-own.txt");
+    ASSERT_EQ(own.wait(), 0) << own.errors();
+    const json made = json::parse(slurp(dir_ / "grant-own.txt"), nullptr, false);
+    EXPECT_EQ(made.value("on", ""), "tenants/team-2/secrets/kv/data/projects/y") << made;
+  }
+  r = c.call("POST", "/v1/tenants/team-2/grants", token["team-2"],
+             {{"to", "team-1"},
+              {"on", "tenants/team-2/secrets/kv/data/projects/z"},
+              {"policy", "read"},
+              {"ttl", "1m"}});
+  EXPECT_EQ(r.status, 200U) << r.raw;
+  EXPECT_EQ(r.body["data"].value("on", ""), "tenants/team-2/secrets/kv/data/projects/z") << r.raw;
+  r = c.call("POST", "/v1/tenants/team-2/grants", token["team-2"],
+             {{"to", "team-1"}, {"on", "kv/data/projects/z"}, {"policy", "read"}, {"ttl", "1m"}});
+  EXPECT_EQ(r.status, 400U) << r.raw;
+  EXPECT_NE(r.raw.find("expected secrets/<path> of tenant 'team-2'"), std::string::npos) << r.raw;
 }
 
 }  // namespace

@@ -216,6 +216,54 @@ TEST_F(ServerTest, TwoTenantsScheduledAndIsolated) {
   EXPECT_EQ(server->stop(SIGTERM), 0);
 }
 
+// The console's long poll (issue #37, item 4): LIST workloads?detail=true&index=N&wait=W answers
+// when one of the tenant's workloads changes (not another tenant's), or after W with a short
+// "unchanged" answer, so an idle console costs the audit log a few hundred bytes a poll.
+TEST_F(ServerTest, AWorkloadListLongPollAnswersOnChangeOrSaysUnchanged) {
+  auto server = startDev();
+  const Client c = client();
+  const std::string b = addTenant(c, "team-b");
+  const std::string list = "/v1/tenants/demo/workloads?detail=true";
+  Response first = c.call("LIST", list, demo());
+  ASSERT_EQ(first.status, 200U) << first.raw;
+  const int64_t index = first.body["data"]["index"];
+  const auto t0 = std::chrono::steady_clock::now();
+  Response idle = c.call("LIST", list + "&index=" + std::to_string(index) + "&wait=2s", demo());
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  ASSERT_EQ(idle.status, 200U) << idle.raw;
+  EXPECT_GE(waited, std::chrono::milliseconds(1800));
+  EXPECT_EQ(idle.body["data"], json({{"index", index}, {"unchanged", true}})) << idle.raw;
+  // A stale index is answered at once, with the list.
+  Response stale =
+      c.call("LIST", list + "&index=" + std::to_string(index - 1) + "&wait=30s", demo());
+  EXPECT_TRUE(stale.body["data"].contains("workloads")) << stale.raw;
+
+  std::atomic<bool> done{false};
+  Response woke;
+  std::chrono::steady_clock::time_point woke_at;
+  std::thread poll([&] {
+    woke = c.call("LIST", list + "&index=" + std::to_string(index) + "&wait=60s", demo());
+    woke_at = std::chrono::steady_clock::now();
+    done = true;
+  });
+  const json job = {{"gpu", {{"count", 1}}}, {"cpuMilli", 1000}, {"duration", 600}};
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(c.call("POST", "/v1/tenants/team-b/workloads/other", b, job).status, 202U);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_FALSE(done) << "another tenant's workload woke demo's long poll: " << woke.raw;
+  const auto submitted = std::chrono::steady_clock::now();
+  EXPECT_EQ(c.call("POST", "/v1/tenants/demo/workloads/lp", demo(), job).status, 202U);
+  poll.join();
+  EXPECT_LT(woke_at - submitted, std::chrono::seconds(10));
+  ASSERT_EQ(woke.status, 200U) << woke.raw;
+  EXPECT_GT(woke.body["data"]["index"].get<int64_t>(), index) << woke.raw;
+  bool listed = false;
+  for (const json& w : woke.body["data"]["workloads"]) {
+    listed |= w["name"] == "lp";
+  }
+  EXPECT_TRUE(listed) << woke.raw;
+}
+
 TEST_F(ServerTest, EachTenantHasItsOwnRequestRate) {
   auto server = startDev();
   const Client c = client();

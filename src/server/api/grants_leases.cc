@@ -98,7 +98,12 @@ HttpResponse ControlPlane::grantsApi(Request& r) {
                               "''s policies; it has no policy '" + policy + "'");
       }
     }
-    auto g = grants_->create(tenant, to, r.body.value("on", ""), policy, std::chrono::seconds(*ttl),
+    // The CLI's own form, tenants/<owner>/secrets/<path>, names this tenant's path too.
+    std::string on = r.body.value("on", "");
+    if (const std::string mine = "tenants/" + tenant + "/"; on.rfind(mine, 0) == 0) {
+      on.erase(0, mine.size());
+    }
+    auto g = grants_->create(tenant, to, on, policy, std::chrono::seconds(*ttl),
                              options_.tokens.max_ttl, r.token.accessor, now);
     if (!g.isOk()) {
       return fromStatus(g.status());

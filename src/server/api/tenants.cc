@@ -256,6 +256,7 @@ HttpResponse ControlPlane::tenantsApi(Request& r) {
       tenants_.erase(t);
       policies_.erase(name);
       workloads_.erase(name);
+      workload_index_.erase(name);
       pending_.erase(name);
     }
     auto failed = [&](const core::Status& st) {

@@ -255,6 +255,92 @@ core::Result<std::string> ControlPlane::openEnv(const NodeTask& t, const std::st
   return secrets_->keys().decrypt(t.tenant, envKey(t.workload, var), blob);
 }
 
+int64_t ControlPlane::workloadIndex(const std::string& tenant) const {
+  std::shared_lock lock(mu_);
+  auto it = workload_index_.find(tenant);
+  return it == workload_index_.end() ? loaded_revision_ : it->second;
+}
+
+bool ControlPlane::deferUntilWorkloadsChange(Request& r, const std::string& tenant,
+                                             std::function<HttpResponse(const Request&)> answer) {
+  auto index = r.scope.query.find("index");
+  auto wait = r.scope.query.find("wait");
+  if (index == r.scope.query.end() || wait == r.scope.query.end()) {
+    return false;
+  }
+  int64_t known = -1;
+  const std::string& text = index->second;
+  if (std::from_chars(text.data(), text.data() + text.size(), known).ec != std::errc() ||
+      known != workloadIndex(tenant)) {
+    return false;  // Unreadable, or news already: the answer now.
+  }
+  auto seconds = parseDurationSeconds(json(wait->second), "wait");
+  if (!seconds.isOk() || *seconds <= 0) {
+    return false;
+  }
+  const auto deadline =
+      NodeWatchers::Clock::now() + std::chrono::seconds(std::min<int64_t>(*seconds, 300));
+  // What the answer needs once this request is gone: its scope, token and grant (the token may
+  // read some workloads only), never the request itself.
+  static const HttpRequest kLater{};
+  auto saved = std::make_shared<Request>(
+      Request{kLater, r.scope, r.method, r.request_id, r.token, r.route, json::object(), r.grant});
+  r.defer = [this, tenant, known, deadline, saved, answer = std::move(answer)](auto reply) {
+    auto fire = [this, tenant, known, saved, answer, reply] {
+      if (workloadIndex(tenant) == known) {
+        // The wait is up and nothing changed: a short answer saying so (an idle console's
+        // polls cost the audit log a few hundred bytes each, not the whole list).
+        reply(api::reply(200, {{"request_id", saved->request_id},
+                               {"data", {{"index", known}, {"unchanged", true}}}}));
+        return;
+      }
+      reply(answer(*saved));
+    };
+    if (!workload_watchers_->wait(tenant, deadline, fire)) {
+      fire();  // The tenant has enough long polls waiting.
+      return;
+    }
+    if (workloadIndex(tenant) != known) {
+      workload_watchers_->notify(tenant);  // News between the look above and the wait.
+    }
+  };
+  return true;
+}
+
+HttpResponse ControlPlane::workloadListAnswer(const Request& r, const std::string& tenant) {
+  // Each workload as GET workloads/<name> shows it, in the one answer instead of one request per
+  // workload; only those the token may read, and the keys as before, so older clients see the
+  // same answer. `index` is what a long poll waits on.
+  const int64_t index = workloadIndex(tenant);
+  std::map<std::string, json> records;
+  {
+    std::shared_lock lock(mu_);
+    if (auto it = workloads_.find(tenant); it != workloads_.end()) {
+      records = it->second;
+    }
+  }
+  json keys = json::array();
+  json details = json::array();
+  for (const auto& [name, record] : records) {
+    keys.push_back(name);
+    if (!authorizedOn(r, "workloads/" + name, Capability::kRead)) {
+      continue;
+    }
+    json data = {{"name", name},
+                 {"tenant", tenant},
+                 {"spec", record.value("spec", json::object())},
+                 {"submitted", record.value("submitted", json())}};
+    if (record.contains("finished")) {
+      data["finished"] = record.at("finished");
+    }
+    auto live = driver_.status(tenant, name);
+    data["status"] = live ? statusJson(*live) : record.value("status", json::object());
+    details.push_back(std::move(data));
+  }
+  return reply(200, {{"request_id", r.request_id},
+                     {"data", {{"keys", keys}, {"workloads", details}, {"index", index}}}});
+}
+
 HttpResponse ControlPlane::workloadsApi(Request& r) {
   const std::string tenant = *r.scope.tenant;
   const std::vector<std::string> parts = split(r.scope.path);
@@ -277,41 +363,21 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
       return keysReply(r.request_id,
                        it == workloads_.end() ? std::map<std::string, json>{} : it->second);
     }
-    // `?detail=true` (`tessera ps`): each workload as GET workloads/<name> shows it, in the one
-    // answer instead of one request per workload; only those the token may read, and the keys
-    // as before, so older clients see the same answer.
-    std::map<std::string, json> records;
-    {
-      std::shared_lock lock(mu_);
-      if (auto it = workloads_.find(tenant); it != workloads_.end()) {
-        records = it->second;
-      }
+    // `?detail=true` (`tessera ps`, the console), at once or as a long poll.
+    if (deferUntilWorkloadsChange(r, tenant, [this, tenant](const Request& later) {
+          return workloadListAnswer(later, tenant);
+        })) {
+      return HttpResponse{};
     }
-    json keys = json::array();
-    json details = json::array();
-    for (const auto& [name, record] : records) {
-      keys.push_back(name);
-      if (!authorizedOn(r, "workloads/" + name, Capability::kRead)) {
-        continue;
-      }
-      json data = {{"name", name},
-                   {"tenant", tenant},
-                   {"spec", record.value("spec", json::object())},
-                   {"submitted", record.value("submitted", json())}};
-      if (record.contains("finished")) {
-        data["finished"] = record.at("finished");
-      }
-      auto live = driver_.status(tenant, name);
-      data["status"] = live ? statusJson(*live) : record.value("status", json::object());
-      details.push_back(std::move(data));
-    }
-    return reply(
-        200, {{"request_id", r.request_id}, {"data", {{"keys", keys}, {"workloads", details}}}});
+    return workloadListAnswer(r, tenant);
   }
   const std::string& name = parts[1];
   if (!validName(name)) {
     return error(400, "workload names are lowercase letters, digits and '-' (at most 63)");
   }
+  // Read before the record: a change after it moves the index past this one, so a long poll
+  // from here misses nothing.
+  const int64_t index = workloadIndex(tenant);
   json record;
   {
     std::shared_lock lock(mu_);
@@ -359,6 +425,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     }
     auto live = driver_.status(tenant, name);
     data["status"] = live ? statusJson(*live) : record["status"];
+    data["index"] = index;  // The tenant's workloads' (a long poll of the list waits on it).
     return reply(200, {{"request_id", r.request_id}, {"data", data}});
   }
   if (r.method == "DELETE") {

@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { get, tenantPath } from '../api';
-import { errorText } from '../util';
+import { errorText, whenVisible } from '../util';
 import { ErrorBox, PageHead } from './common';
 
 interface Record { seq: number; time: string; type: string; request_id: string; error?: string;
@@ -30,6 +30,8 @@ export function Audit({ tenant }: { tenant: string }) {
     let stopped = false;
     let timer = 0;
     const tick = async () => {
+      await whenVisible();
+      if (stopped) return;
       try {
         const q = last.current < 0 ? 'audit?limit=100' : `audit?limit=500&after=${last.current}`;
         const d = await get<{ data: { records: Record[]; total: number } }>(tenantPath(tenant, q));

@@ -20,7 +20,7 @@ const gpuModels = () => (modelsOnce ??= fetch('gpu-models.json').then((r) => r.j
 // else that tenant's view (its own tasks only).
 export function Fleet({ tenant }: { tenant: string }) {
   const path = tenant ? tenantPath(tenant, 'nodes') : '/v1/nodes';
-  const { data, error, status } = usePoll(() => get<{ data: { nodes: Node[] } }>(path).then((d) => d.data.nodes ?? []), 3000, [path]);
+  const { data, error, status } = usePoll(() => get<{ data: { nodes: Node[] } }>(path).then((d) => d.data.nodes ?? []), 10000, [path]);
   const [models, setModels] = useState<Models | null>(null);
   useEffect(() => { gpuModels().then(setModels, () => {}); }, []);
   const tenants = new Set<string>();

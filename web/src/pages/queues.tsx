@@ -1,6 +1,6 @@
 import { useEffect, useState } from 'preact/hooks';
 import { get, tenantPath } from '../api';
-import { errorText, gpus } from '../util';
+import { errorText, gpus, whenVisible } from '../util';
 import { TimeChart } from '../chart';
 import { ErrorBox, PageHead } from './common';
 
@@ -56,6 +56,8 @@ export function useQueueSamples(path: string, scope: string, ms = 3000) {
     let stopped = false;
     let timer = 0;
     const tick = async () => {
+      await whenVisible();
+      if (stopped) return;
       try {
         const d = await get<{ data: { queues: QueueRow[] } }>(path);
         if (stopped) return;

@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { call, encPath, get, tenantPath } from '../api';
-import { ago, errorText, usePoll } from '../util';
+import { ago, errorText, useWatch, whenVisible } from '../util';
 import { href } from '../app';
 import { ErrorBox, Loading, PageHead, Phase } from './common';
 
@@ -13,15 +13,19 @@ interface Workload {
 }
 interface Event { event: string; time: string; reason?: string; detail?: string; [k: string]: unknown }
 
+// The tenant's workloads, each as GET shows it, in one request (`detail=true`), long-polled:
+// the server answers when any of them changes (`index`), or after 4 min with `unchanged`.
+function watchWorkloads(tenant: string) {
+  return async (index: number): Promise<{ value?: Workload[]; index: number }> => {
+    const wait = index >= 0 ? `&index=${index}&wait=240s` : '';
+    const d = (await get<{ data: { keys?: string[]; workloads?: Workload[]; index?: number; unchanged?: boolean } }>(
+      tenantPath(tenant, `workloads?list=true&detail=true${wait}`))).data;
+    return { value: d.unchanged ? undefined : d.workloads ?? [], index: d.index ?? -1 };
+  };
+}
+
 export function WorkloadList({ tenant }: { tenant: string }) {
-  const { data, error, status } = usePoll(async () => {
-    // One request with `detail=true` (each workload as GET shows it); a server that answers
-    // only the keys gets a GET per workload.
-    const d = (await get<{ data: { keys: string[]; workloads?: Workload[] } }>(
-      tenantPath(tenant, 'workloads?list=true&detail=true'))).data;
-    if (d.workloads) return d.workloads;
-    return Promise.all((d.keys ?? []).map((k) => get<{ data: Workload }>(tenantPath(tenant, `workloads/${encPath(k)}`)).then((w) => w.data)));
-  }, 3000, [tenant]);
+  const { data, error, status } = useWatch(watchWorkloads(tenant), [tenant]);
   return (
     <div>
       <PageHead title={`Workloads · ${tenant}`}>
@@ -65,13 +69,19 @@ function gpuSpec(g: any): string {
 
 export function WorkloadDetail({ tenant, name }: { tenant: string; name: string }) {
   const base = tenantPath(tenant, `workloads/${encPath(name)}`);
-  const { data, error, status } = usePoll(async () => {
+  // Reads this one and its events; then waits on the tenant's workloads (the list's long poll)
+  // until something changed before reading them again.
+  const { data, error, status } = useWatch(async (index: number) => {
+    if (index >= 0) {
+      const list = await watchWorkloads(tenant)(index);
+      if (list.value === undefined) return { index: list.index };  // Nothing changed.
+    }
     const [w, ev] = await Promise.all([
-      get<{ data: Workload }>(base),
+      get<{ data: Workload & { index?: number } }>(base),
       get<{ data: { events: Event[] } }>(`${base}/events`),
     ]);
-    return { w: w.data, events: ev.data.events ?? [] };
-  }, 2000, [tenant, name]);
+    return { value: { w: w.data, events: ev.data.events ?? [] }, index: w.data.index ?? -1 };
+  }, [tenant, name]);
   const [actionError, setActionError] = useState('');
   const cancel = async () => {
     if (!confirm(`Cancel workload ${name}?`)) return;
@@ -132,13 +142,15 @@ export function WorkloadDetail({ tenant, name }: { tenant: string; name: string 
           </div>
         </div>
       )}
-      {w && <Logs base={base} tasks={(w.status.tasks ?? []).length || 1} phase={w.status.phase} />}
+      {w && <Logs base={base} tasks={w.status.tasks ?? []} phase={w.status.phase} />}
     </div>
   );
 }
 
-// A task's log, followed: each poll asks for what came after the last offset.
-function Logs({ base, tasks, phase }: { base: string; tasks: number; phase: string }) {
+// A task's log, followed: each poll asks for what came after the last offset. Only a task that
+// ran on an agent's node has a log; a finished one is read to its end once, not polled.
+function Logs({ base, tasks: list, phase }: { base: string; tasks: Task[]; phase: string }) {
+  const tasks = list.length || 1;
   const [task, setTask] = useState(0);
   const [stream, setStream] = useState<'stdout' | 'stderr'>('stdout');
   const [follow, setFollow] = useState(true);
@@ -146,6 +158,8 @@ function Logs({ base, tasks, phase }: { base: string; tasks: number; phase: stri
   const [error, setError] = useState('');
   const offset = useRef(0);
   const pre = useRef<HTMLPreElement>(null);
+  const node = list[task]?.node ?? '';
+  const live = phase === 'running';
   useEffect(() => {
     offset.current = 0;
     setText('');
@@ -153,21 +167,26 @@ function Logs({ base, tasks, phase }: { base: string; tasks: number; phase: stri
     let stopped = false;
     let timer = 0;
     const tick = async () => {
+      await whenVisible();
+      if (stopped) return;
+      let more = false;
       try {
-        const d = await get<{ data: { text: string; next_offset: number } }>(
+        const d = await get<{ data: { text: string; next_offset: number; size?: number } }>(
           `${base}/logs?task=${task}&stream=${stream}&offset=${offset.current}&limit=65536`);
         if (stopped) return;
         offset.current = d.data.next_offset;
         if (d.data.text) setText((t) => (t + d.data.text).slice(-200000));
+        more = d.data.size !== undefined && d.data.next_offset < d.data.size;
         setError('');
       } catch (e) {
         if (!stopped) setError(errorText(e));
       }
-      if (!stopped && follow) timer = window.setTimeout(tick, 1000);
+      // A running task's log grows: followed every 2 s. A finished one is read to its end.
+      if (!stopped && (more || (follow && live))) timer = window.setTimeout(tick, more ? 0 : 2000);
     };
-    if (phase !== 'pending') void tick();
+    if (node) void tick();
     return () => { stopped = true; window.clearTimeout(timer); };
-  }, [base, task, stream, follow, phase]);
+  }, [base, task, stream, follow, node, live]);
   useEffect(() => {
     if (follow && pre.current) pre.current.scrollTop = pre.current.scrollHeight;
   }, [text]);
@@ -185,7 +204,7 @@ function Logs({ base, tasks, phase }: { base: string; tasks: number; phase: stri
           <label class="check"><input type="checkbox" checked={follow} onChange={(e) => setFollow((e.target as HTMLInputElement).checked)} /> follow</label>
         </div>
       </div>
-      {phase === 'pending' ? <div class="muted">No log yet: the workload is pending.</div> : (
+      {!node ? <div class="muted">{phase === 'pending' ? 'No log yet: the workload is pending.' : 'No log: this task did not run on an agent\'s node.'}</div> : (
         <>
           {error && <div class="error">{error}</div>}
           <pre class="logs" id="logs" ref={pre}>{text || '(empty so far)'}</pre>
