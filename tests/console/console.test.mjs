@@ -300,6 +300,10 @@ test('the operator\'s fleet map shows MIG tiles by profile and fractional shares
   assert.equal(await page.$eval('[data-node="dgx-h100-1"]', (e) => e.dataset.cordoned), 'true');
   await page.waitForSelector('[data-node="dgx-h100-1"] .badge.cordon');
   await shot('console-operator-fleet');
+  // Every tenant's workloads on one page (as `tessera ps -A`), each with its tenant.
+  await page.goto(`${dev.address}/ui/#/all-workloads`);
+  await page.waitForSelector('#all-workloads-table [data-tenant="rival"][data-workload="rival-secret"]');
+  await page.waitForSelector('#all-workloads-table [data-tenant="demo"][data-workload="mig-small"]');
   await page.goto(`${dev.address}/ui/#/tenants`);
   await page.waitForSelector('#tenants-table [data-tenant="rival"]');
   await page.waitForSelector('#queues-table [data-queue="demo/default"]');

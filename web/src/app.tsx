@@ -9,6 +9,7 @@ import { Secrets } from './pages/secrets';
 import { Grants } from './pages/grants';
 import { Audit } from './pages/audit';
 import { Fleet } from './pages/fleet';
+import { AllWorkloads } from './pages/workloads';
 import { Tenants } from './pages/tenants';
 import { Evictions } from './pages/evictions';
 
@@ -26,7 +27,7 @@ function parseRoute(hash: string, s: Session): Route {
   if (parts[0] === 'tenant' && parts.length >= 3) {
     return { tenant: parts[1], page: parts[2], name: parts.slice(3).join('/') };
   }
-  if (parts[0] && ['fleet', 'tenants', 'evictions'].includes(parts[0])) {
+  if (parts[0] && ['fleet', 'tenants', 'evictions', 'all-workloads'].includes(parts[0])) {
     return { tenant: '', page: parts[0], name: '' };
   }
   return s.tenant ? { tenant: s.tenant, page: 'workloads', name: '' } : { tenant: '', page: 'fleet', name: '' };
@@ -117,6 +118,7 @@ function Sidebar({ s, r }: { s: Session; r: Route }) {
         <div class="navgroup">
           <div class="navtitle">Operator</div>
           {link('fleet', 'GPU map', '')}
+          {link('all-workloads', 'All workloads', '')}
           {link('tenants', 'Tenants & fair share', '')}
           {link('evictions', 'Evictions', '')}
         </div>
@@ -150,6 +152,7 @@ function Page({ s, r }: { s: Session; r: Route }) {
     case 'fleet': return <Fleet tenant="" />;
     case 'tenants': return <Tenants />;
     case 'evictions': return <Evictions />;
+    case 'all-workloads': return <AllWorkloads />;
     case 'workloads': return r.name ? <WorkloadDetail tenant={t} name={r.name} /> : <WorkloadList tenant={t} />;
     case 'submit': return <Submit tenant={t} />;
     case 'nodes': return <Fleet tenant={t} />;

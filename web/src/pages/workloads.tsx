@@ -1,6 +1,6 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { call, encPath, get, tenantPath } from '../api';
-import { ago, errorText, useWatch, whenVisible } from '../util';
+import { ago, errorText, usePoll, useWatch, whenVisible } from '../util';
 import { href } from '../app';
 import { ErrorBox, Loading, PageHead, Phase } from './common';
 
@@ -50,6 +50,49 @@ export function WorkloadList({ tenant }: { tenant: string }) {
                   <td class="mono">{[...new Set(tasks.map((t) => t.node).filter(Boolean))].join(', ')}</td>
                   <td class="reason">{w.status.reason ?? ''}</td>
                   <td class="muted">{ago(w.submitted)}</td>
+                </tr>
+              );
+            })}
+          </tbody>
+        </table></div>
+      )}
+    </div>
+  );
+}
+
+// Every tenant's workloads, for an operator (as `tessera ps -A`): the tenants, then each one's
+// list in one request, every 15 s while the tab is shown.
+export function AllWorkloads() {
+  const { data, error, status } = usePoll(async () => {
+    const tenants = (await get<{ data: { keys: string[] } }>('/v1/tenants?list=true')).data.keys ?? [];
+    const lists = await Promise.all(tenants.map((t) =>
+      get<{ data: { workloads?: Workload[] } }>(tenantPath(t, 'workloads?list=true&detail=true'))
+        .then((d) => (d.data.workloads ?? []).map((w) => ({ ...w, tenant: t })))
+        .catch(() => [] as (Workload & { tenant: string })[])));
+    return lists.flat();
+  }, 15000);
+  return (
+    <div>
+      <PageHead title="All workloads" />
+      <ErrorBox error={error} status={status} />
+      {!data && !error && <Loading />}
+      {data && data.length === 0 && <div class="empty">No workloads in any tenant.</div>}
+      {data && data.length > 0 && (
+        <div class="card"><table class="table" id="all-workloads-table">
+          <thead><tr><th>Tenant</th><th>Name</th><th>Phase</th><th>Tasks</th><th>GPU</th><th>Where</th><th>Reason</th></tr></thead>
+          <tbody>
+            {data.map((w) => {
+              const tasks = w.status.tasks ?? [];
+              const running = tasks.filter((t) => t.state === 'running').length;
+              return (
+                <tr data-tenant={w.tenant} data-workload={w.name}>
+                  <td>{w.tenant}</td>
+                  <td><a href={href(w.tenant, 'workloads', w.name)}>{w.name}</a></td>
+                  <td><Phase phase={w.status.phase} /></td>
+                  <td>{running}/{tasks.length || w.spec.tasks || 1}</td>
+                  <td>{gpuSpec(w.spec.gpu)}</td>
+                  <td class="mono">{[...new Set(tasks.map((t) => t.node).filter(Boolean))].join(', ')}</td>
+                  <td class="reason">{w.status.reason ?? ''}</td>
                 </tr>
               );
             })}
