@@ -203,7 +203,9 @@ TEST_F(ServerTest, TwoTenantsScheduledAndIsolated) {
   EXPECT_EQ(list.body["data"]["keys"], json({"train"}));
   // Cancel ends it.
   EXPECT_EQ(c.call("DELETE", "/v1/tenants/demo/workloads/train", demo()).status, 204U);
-  EXPECT_EQ(waitForPhase(c, "demo", "train", demo(), "cancelled"), "cancelled");
+  EXPECT_EQ(waitForPhase(c, "demo", "train", demo(), "cancelled"), "cancelled")
+      << c.call("GET", "/v1/tenants/demo/workloads/train", demo()).raw
+      << c.call("GET", "/v1/tenants/demo/workloads/train/events", demo()).raw;
   Response events = c.call("GET", "/v1/tenants/demo/workloads/train/events", demo());
   ASSERT_EQ(events.status, 200U);
   EXPECT_GE(events.body["data"]["events"].size(), 3U);  // submitted, running, cancelled.
