@@ -646,13 +646,18 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     agent::watchTasks(**watch_api, config.node_name, f.work_dir,
                       std::chrono::milliseconds(f.wait_ms), wakeup, watching_stops);
   });
+  // The node's credential is renewed at half its life (a periodic one: its period), at most
+  // this many seconds apart: a credential of an hour twice an hour (each renewal is two audit
+  // records; a failed one is tried again in 5 s, with half its life left).
+  constexpr int64_t kMostBetweenRenewalsS = 1800;
   // Renew well within the fencing period, so one lost call does not stop the tasks.
   const auto renew_every = std::max(std::chrono::milliseconds(200), fence_after / 4);
   bool failing = false;
   bool fenced = false;
   bool removed = false;  // The server said the node is gone: exit non-zero.
   auto credential_renewed = std::chrono::steady_clock::now();
-  auto credential_every = std::chrono::seconds(std::clamp<int64_t>(credential_ttl_s / 2, 1, 600));
+  auto credential_every =
+      std::chrono::seconds(std::clamp<int64_t>(credential_ttl_s / 2, 1, kMostBetweenRenewalsS));
   while (!stop) {
     if (renew_credential &&
         std::chrono::steady_clock::now() - credential_renewed > credential_every) {
@@ -662,8 +667,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
         credential_renewed = std::chrono::steady_clock::now();
         const nlohmann::json data = renewed->value("data", nlohmann::json::object());
         const nlohmann::json ttl = data.value("ttl", nlohmann::json(3600));
-        credential_every = std::chrono::seconds(
-            std::clamp<int64_t>((ttl.is_number_integer() ? ttl.get<int64_t>() : 3600) / 2, 1, 600));
+        credential_every = std::chrono::seconds(std::clamp<int64_t>(
+            (ttl.is_number_integer() ? ttl.get<int64_t>() : 3600) / 2, 1, kMostBetweenRenewalsS));
       } else {
         agentLog("cannot renew the node's credential: " + renewed.status().message());
         credential_renewed += std::chrono::seconds(5);  // Again soon.
@@ -714,8 +719,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
             data.value("renewable", false) && ttl.is_number_integer() && ttl.get<int64_t>() > 0;
         if (renew_credential) {
           credential_renewed = std::chrono::steady_clock::now();
-          credential_every =
-              std::chrono::seconds(std::clamp<int64_t>(ttl.get<int64_t>() / 2, 1, 600));
+          credential_every = std::chrono::seconds(
+              std::clamp<int64_t>(ttl.get<int64_t>() / 2, 1, kMostBetweenRenewalsS));
         }
       } else {
         agentLog("warning: cannot look up the node's token (" + looked.status().message() +
