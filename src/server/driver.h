@@ -21,6 +21,7 @@
 //   driver.start(); ... driver.stop();
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -109,6 +110,14 @@ struct GpuState {
   std::string model;  // The catalogue's name ("H100-80GB").
   bool mig = false;   // In MIG mode.
   std::vector<GpuUse> uses;
+  // Milli-GPU held by its uses, every tenant's, terminating ones included (at most 1000).
+  int64_t allocatedMilli() const {
+    int64_t milli = 0;
+    for (const GpuUse& u : uses) {
+      milli += u.milli;
+    }
+    return std::min<int64_t>(milli, 1000);
+  }
 };
 
 // A node as operators see it.

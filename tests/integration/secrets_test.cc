@@ -601,12 +601,15 @@ TEST_F(SecretsTest, AFourSecondGrantLetsAnotherTenantReadUntilItEnds) {
   // `--on secrets/...`: the token's own tenant is implied (issue #37); the API takes the CLI's
   // tenants/<owner>/ form of its own paths too, and says both forms when the path is wrong.
   {
-    Process own({"grant", "create", "--to", "team-1", "--on", "secrets/kv/data/projects/y",
-                 "--policy", "read", "--ttl", "1m", "--format", "json", "--address",
-                 info["address"], "--ca-cert", info["ca_cert"], "--token", token["team-2"]},
-                dir_ / "grant-own.txt");
-    ASSERT_EQ(own.wait(), 0) << own.errors();
-    const json made = json::parse(slurp(dir_ / "grant-own.txt"), nullptr, false);
+    const tessera::integration::Outcome own = tessera::integration::runArgv(
+        {tessera::integration::binary(), "grant", "create", "--to", "team-1", "--on",
+         "secrets/kv/data/projects/y", "--policy", "read", "--ttl", "1m", "--format", "json"},
+        {{"TESSERA_ADDR", info["address"]},
+         {"TESSERA_CACERT", info["ca_cert"]},
+         {"TESSERA_TOKEN", token["team-2"]}},
+        dir_);
+    ASSERT_EQ(own.rc, 0) << own;
+    const json made = json::parse(own.out, nullptr, false);
     EXPECT_EQ(made.value("on", ""), "tenants/team-2/secrets/kv/data/projects/y") << made;
   }
   r = c.call("POST", "/v1/tenants/team-2/grants", token["team-2"],

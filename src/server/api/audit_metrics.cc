@@ -225,11 +225,7 @@ HttpResponse ControlPlane::metrics(const std::optional<std::string>& tenant) {
     for (const NodeState& n : nodes) {
       int64_t milli = 0;
       for (const GpuState& g : n.gpus) {
-        int64_t on_gpu = 0;
-        for (const GpuUse& u : g.uses) {
-          on_gpu += u.milli;
-        }
-        milli += std::min<int64_t>(on_gpu, 1000);
+        milli += g.allocatedMilli();
       }
       cap.add({{"node", n.name}}, static_cast<double>(n.gpus.size()));
       used.add({{"node", n.name}}, static_cast<double>(milli) / kMilli);

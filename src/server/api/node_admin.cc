@@ -612,11 +612,7 @@ json ControlPlane::nodeJson(const NodeState& s,
   int64_t allocated_milli = 0;
   for (size_t i = 0; i < s.gpus.size(); ++i) {
     const GpuState& g = s.gpus[i];
-    int64_t on_gpu = 0;
-    for (const GpuUse& u : g.uses) {
-      on_gpu += u.milli;
-    }
-    on_gpu = std::min<int64_t>(on_gpu, 1000);
+    const int64_t on_gpu = g.allocatedMilli();
     allocated_milli += on_gpu;
     json uses = json::array();
     for (const GpuUse& u : g.uses) {

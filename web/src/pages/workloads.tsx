@@ -38,21 +38,12 @@ export function WorkloadList({ tenant }: { tenant: string }) {
         <div class="card"><table class="table" id="workloads-table">
           <thead><tr><th>Name</th><th>Phase</th><th>Tasks</th><th>GPU</th><th>Where</th><th>Reason</th><th>Submitted</th></tr></thead>
           <tbody>
-            {data.map((w) => {
-              const tasks = w.status.tasks ?? [];
-              const running = tasks.filter((t) => t.state === 'running').length;
-              return (
-                <tr data-workload={w.name}>
-                  <td><a href={href(tenant, 'workloads', w.name)}>{w.name}</a></td>
-                  <td><Phase phase={w.status.phase} /></td>
-                  <td>{running}/{tasks.length || w.spec.tasks || 1}</td>
-                  <td>{gpuSpec(w.spec.gpu)}</td>
-                  <td class="mono">{[...new Set(tasks.map((t) => t.node).filter(Boolean))].join(', ')}</td>
-                  <td class="reason">{w.status.reason ?? ''}</td>
-                  <td class="muted">{ago(w.submitted)}</td>
-                </tr>
-              );
-            })}
+            {data.map((w) => (
+              <tr data-workload={w.name}>
+                <WorkloadCells tenant={tenant} w={w} />
+                <td class="muted">{ago(w.submitted)}</td>
+              </tr>
+            ))}
           </tbody>
         </table></div>
       )}
@@ -81,25 +72,32 @@ export function AllWorkloads() {
         <div class="card"><table class="table" id="all-workloads-table">
           <thead><tr><th>Tenant</th><th>Name</th><th>Phase</th><th>Tasks</th><th>GPU</th><th>Where</th><th>Reason</th></tr></thead>
           <tbody>
-            {data.map((w) => {
-              const tasks = w.status.tasks ?? [];
-              const running = tasks.filter((t) => t.state === 'running').length;
-              return (
-                <tr data-tenant={w.tenant} data-workload={w.name}>
-                  <td>{w.tenant}</td>
-                  <td><a href={href(w.tenant, 'workloads', w.name)}>{w.name}</a></td>
-                  <td><Phase phase={w.status.phase} /></td>
-                  <td>{running}/{tasks.length || w.spec.tasks || 1}</td>
-                  <td>{gpuSpec(w.spec.gpu)}</td>
-                  <td class="mono">{[...new Set(tasks.map((t) => t.node).filter(Boolean))].join(', ')}</td>
-                  <td class="reason">{w.status.reason ?? ''}</td>
-                </tr>
-              );
-            })}
+            {data.map((w) => (
+              <tr data-tenant={w.tenant} data-workload={w.name}>
+                <td>{w.tenant}</td>
+                <WorkloadCells tenant={w.tenant} w={w} />
+              </tr>
+            ))}
           </tbody>
         </table></div>
       )}
     </div>
+  );
+}
+
+// A workload's row in a list: name (a link), phase, tasks running, GPU, nodes, reason.
+function WorkloadCells({ tenant, w }: { tenant: string; w: Workload }) {
+  const tasks = w.status.tasks ?? [];
+  const running = tasks.filter((t) => t.state === 'running').length;
+  return (
+    <>
+      <td><a href={href(tenant, 'workloads', w.name)}>{w.name}</a></td>
+      <td><Phase phase={w.status.phase} /></td>
+      <td>{running}/{tasks.length || w.spec.tasks || 1}</td>
+      <td>{gpuSpec(w.spec.gpu)}</td>
+      <td class="mono">{[...new Set(tasks.map((t) => t.node).filter(Boolean))].join(', ')}</td>
+      <td class="reason">{w.status.reason ?? ''}</td>
+    </>
   );
 }
 
