@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <istream>
+#include <tuple>
 
 namespace tessera::audit {
 namespace {
@@ -430,6 +432,85 @@ Result<std::vector<std::string>> tenantView(std::istream& operator_stream,
     return core::internalError("cannot read the audit stream");
   }
   return view;
+}
+
+namespace {
+
+bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+bool isAuditSidecar(std::string_view name) {
+  for (std::string_view suffix : {".checkpoint", ".tmp", ".pem", ".salt", ".new"}) {
+    if (endsWith(name, suffix)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool isCompressedLog(std::string_view name) {
+  for (std::string_view suffix : {".gz", ".xz", ".zst", ".bz2", ".lz4"}) {
+    if (endsWith(name, suffix)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool isRotatedFrom(std::string_view base, std::string_view name) {
+  return name.size() > base.size() + 1 && name.substr(0, base.size()) == base &&
+         (name[base.size()] == '.' || name[base.size()] == '-') && !isAuditSidecar(name);
+}
+
+bool looksLikeAuditLog(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return false;
+  }
+  char head[16] = {};
+  in.read(head, sizeof head);
+  const std::string_view start(head, static_cast<size_t>(in.gcount()));
+  return start.empty() || start.rfind("{\"auth\":{", 0) == 0 ||
+         start.rfind("{\"checkpoint\":{", 0) == 0;
+}
+
+Result<std::vector<VerifiedFile>> rotatedLogFiles(const std::string& path) {
+  const std::filesystem::path log(path);
+  const std::string base = log.filename().string();
+  std::filesystem::path dir = log.parent_path();
+  if (dir.empty()) {
+    dir = ".";
+  }
+  auto first_seq = [](const std::filesystem::path& p) -> uint64_t {
+    std::ifstream in(p, std::ios::binary);
+    std::string line;
+    if (!std::getline(in, line)) {
+      return 0;
+    }
+    return looseSeq(line).value_or(0);
+  };
+  std::vector<VerifiedFile> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::error_code type_ec;
+    if (!isRotatedFrom(base, name) || isCompressedLog(name) || !entry.is_regular_file(type_ec) ||
+        !looksLikeAuditLog(entry.path())) {
+      continue;
+    }
+    out.push_back({entry.path().string(), first_seq(entry.path()), 0});
+  }
+  if (ec) {
+    return core::unavailable(fmt::format("{}: cannot list it: {}", dir.string(), ec.message()));
+  }
+  std::sort(out.begin(), out.end(), [](const VerifiedFile& a, const VerifiedFile& b) {
+    return std::tie(a.first_seq, a.path) < std::tie(b.first_seq, b.path);
+  });
+  out.push_back({path, first_seq(log), 0});
+  return out;
 }
 
 Result<std::vector<std::string>> tenantViewOfFile(const std::string& path,

@@ -44,6 +44,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <iosfwd>
 #include <optional>
 #include <span>
@@ -132,6 +133,24 @@ core::Result<VerifyReport> verifyAuditFile(const std::string& path, const Verify
 // read; a failure's `file` names the file of the broken record, and `line` counts in that file.
 core::Result<VerifyReport> verifyAuditFiles(std::span<const std::string> paths,
                                             const VerifyOptions& options);
+
+// Files beside an audit log that are not part of it: the server's sidecars (checkpoint copy,
+// keys, salt) and temporary files.
+bool isAuditSidecar(std::string_view name);
+// Compressed rotated logs (.gz, .xz, ...): verified once decompressed.
+bool isCompressedLog(std::string_view name);
+// Whether `name` may be a file rotated from the log named `base` (file names, not paths): the
+// sink's `<base>.<time>` or logrotate's `<base>.1`, `<base>-20240501`; not a sidecar.
+bool isRotatedFrom(std::string_view base, std::string_view name);
+// Whether the file starts like an audit record (or is empty). Records are canonical JSON (keys
+// sorted), so every one starts with "auth" or, for a checkpoint, "checkpoint"; only the first
+// bytes are read.
+bool looksLikeAuditLog(const std::filesystem::path& path);
+// The files of the log at `path`, in chain order (by first seq, read from each file's first line;
+// empty files first): the files rotated from it beside it that look like audit logs (compressed
+// ones are skipped), then `path` itself. Each with its first seq (0: empty); `last_seq` is not
+// read. Fails only if the directory cannot be listed.
+core::Result<std::vector<VerifiedFile>> rotatedLogFiles(const std::string& path);
 
 // The request and response records of `tenant` in an operator stream, each line byte for byte
 // (without its newline). Fails on an unreadable stream, a line that is not a record, or an empty

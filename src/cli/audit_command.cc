@@ -43,42 +43,6 @@ struct VerifyArgs {
   bool only = false;  // Not the rotated files beside a single FILE.
 };
 
-// Files beside an audit log that are not part of it: the server's own, and temporary ones.
-bool isSidecar(const std::string& name) {
-  for (const char* suffix : {".checkpoint", ".tmp", ".pem", ".salt", ".new"}) {
-    const std::string_view sv(suffix);
-    if (name.size() >= sv.size() && name.compare(name.size() - sv.size(), sv.size(), sv) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
-bool isCompressed(const std::string& name) {
-  for (const char* suffix : {".gz", ".xz", ".zst", ".bz2", ".lz4"}) {
-    const std::string_view sv(suffix);
-    if (name.size() >= sv.size() && name.compare(name.size() - sv.size(), sv.size(), sv) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
-// Whether the file starts like an audit record (or is empty): what a directory or the files
-// beside a log contribute to the set. Records are canonical JSON (keys sorted), so every one
-// starts with "auth" or, for a checkpoint, "checkpoint"; only the first bytes are read.
-bool looksLikeAuditLog(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return false;
-  }
-  char head[16] = {};
-  in.read(head, sizeof head);
-  const std::string_view start(head, static_cast<size_t>(in.gcount()));
-  return start.empty() || start.rfind("{\"auth\":{", 0) == 0 ||
-         start.rfind("{\"checkpoint\":{", 0) == 0;
-}
-
 // The audit logs among the regular files of `dir` whose names `keep` accepts, sorted by name;
 // what is skipped is said on stderr.
 std::vector<std::string> auditLogsIn(const std::filesystem::path& dir,
@@ -87,13 +51,13 @@ std::vector<std::string> auditLogsIn(const std::filesystem::path& dir,
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (!entry.is_regular_file() || !keep(name) || isSidecar(name)) {
+    if (!entry.is_regular_file() || !keep(name) || audit::isAuditSidecar(name)) {
       continue;
     }
-    if (isCompressed(name)) {
+    if (audit::isCompressedLog(name)) {
       std::cerr << "skipping " << entry.path().string()
                 << " (compressed: decompress it to verify it with the others)\n";
-    } else if (!looksLikeAuditLog(entry.path())) {
+    } else if (!audit::looksLikeAuditLog(entry.path())) {
       std::cerr << "skipping " << entry.path().string() << " (not an audit log)\n";
     } else {
       out.push_back(entry.path().string());
@@ -127,8 +91,7 @@ core::Result<std::vector<std::string>> verifySet(const VerifyArgs& args, std::st
     const std::string base = log.filename().string();
     std::filesystem::path dir = log.parent_path();
     auto rotated = auditLogsIn(dir.empty() ? "." : dir, [&](const std::string& name) {
-      return name.size() > base.size() + 1 && name.compare(0, base.size(), base) == 0 &&
-             (name[base.size()] == '.' || name[base.size()] == '-');
+      return audit::isRotatedFrom(base, name);
     });
     if (!rotated.empty()) {
       std::cerr << "verifying " << files[0] << " with the " << rotated.size()

@@ -134,6 +134,13 @@ void ClusterState::setUp(NodeIndex n, bool up) {
   }
 }
 
+void ClusterState::setRemoved(NodeIndex n) {
+  if (down_[n] != 2) {
+    down_[n] = 2;
+    touch(n);
+  }
+}
+
 std::optional<std::span<const NodeIndex>> ClusterState::changesSince(uint64_t seq) const {
   assert(seq <= journalEnd());
   if (seq < journal_begin_) {

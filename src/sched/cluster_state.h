@@ -144,6 +144,10 @@ class ClusterState {
   // (FilterReason::kNodeDown); what ran there is the scheduler's business.
   bool up(NodeIndex n) const { return down_[n] == 0; }
   void setUp(NodeIndex n, bool up);
+  // A removed node is down for good and counts as no node at all (FilterReason::kRemoved: a
+  // waiting workload's reason does not count it). Node indexes are never reused.
+  bool removed(NodeIndex n) const { return down_[n] == 2; }
+  void setRemoved(NodeIndex n);
   // A cordoned node takes no new tasks (FilterReason::kCordoned); what runs there stays.
   bool cordoned(NodeIndex n) const { return cordoned_[n] != 0; }
   void setCordoned(NodeIndex n, bool cordoned);
@@ -207,7 +211,7 @@ class ClusterState {
   std::vector<NodeState> node_state_;
   std::vector<GpuState> gpus_;
   std::vector<uint32_t> version_;
-  std::vector<uint8_t> down_;       // Per node: 1 while down.
+  std::vector<uint8_t> down_;       // Per node: 1 while down, 2 once removed.
   std::vector<uint8_t> cordoned_;   // Per node: 1 while cordoned.
   std::vector<int64_t> dedicated_;  // Per node: the tenant its pool is dedicated to, or -1.
   std::unordered_map<uint32_t, uint32_t> pool_nodes_;  // Tenant -> nodes dedicated to it.

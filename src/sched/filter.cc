@@ -42,6 +42,8 @@ std::string_view filterReasonName(FilterReason r) {
       return "node lacks the selected labels";
     case FilterReason::kCpuHeldForGpus:
       return "CPU held for the node's free GPUs";
+    case FilterReason::kRemoved:
+      return "node removed";
   }
   return "unknown";
 }
@@ -156,7 +158,7 @@ FilterReason checkGpu(const ClusterState& state, const GpuState& g, const Resolv
 
 FilterReason checkNodeRules(const ClusterState& state, NodeIndex node, const ResolvedRequest& r) {
   if (!state.up(node)) {
-    return FilterReason::kNodeDown;
+    return state.removed(node) ? FilterReason::kRemoved : FilterReason::kNodeDown;
   }
   if (state.cordoned(node)) {
     return FilterReason::kCordoned;
@@ -180,7 +182,7 @@ NodeFit checkNode(const ClusterState& state, NodeIndex node, const ResolvedReque
 
 NodeFit checkNodeResources(const ClusterState& state, NodeIndex node, const ResolvedRequest& r) {
   if (!state.up(node)) {
-    return {FilterReason::kNodeDown, 0};
+    return {state.removed(node) ? FilterReason::kRemoved : FilterReason::kNodeDown, 0};
   }
   const NodeState& ns = state.nodeState(node);
   if (ns.free_cpu_milli < r.cpu_milli) {

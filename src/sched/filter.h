@@ -39,8 +39,9 @@ enum class FilterReason : uint8_t {
   kDedicated,       // The node's pool is dedicated to another tenant.
   kNodeSelector,    // The node lacks a label the workload selects.
   kCpuHeldForGpus,  // A task with no GPU would take CPU the node holds for its free GPUs.
+  kRemoved,         // The node was removed: no reason counts it among the nodes.
 };
-inline constexpr size_t kFilterReasonCount = 18;
+inline constexpr size_t kFilterReasonCount = 19;
 
 std::string_view filterReasonName(FilterReason r);
 // The reason after a count of nodes: "1 node down", "2 nodes down", "2 nodes lack the selected

@@ -14,13 +14,17 @@ std::string Placer::Decision::explain(size_t node_count) const {
   if (placed) {
     return fmt::format("placed on node {}", placement.node);
   }
+  // Removed nodes are no nodes: neither counted nor a reason.
+  const size_t removed = rejected[static_cast<size_t>(FilterReason::kRemoved)];
+  node_count -= std::min(node_count, removed);
   if (node_count == 0) {
-    return "no node is in service yet (none is declared, none has joined)";
+    return removed > 0 ? "no node is in service (every node was removed)"
+                       : "no node is in service yet (none is declared, none has joined)";
   }
   std::string out = fmt::format("0/{} nodes fit", node_count);
   const char* sep = ": ";
   for (size_t i = 1; i < kFilterReasonCount; ++i) {
-    if (rejected[i] > 0) {
+    if (rejected[i] > 0 && i != static_cast<size_t>(FilterReason::kRemoved)) {
       out += fmt::format("{}{} {}", sep, rejected[i],
                          filterReasonCounted(static_cast<FilterReason>(i), rejected[i]));
       sep = ", ";

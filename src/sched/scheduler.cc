@@ -111,6 +111,7 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
   }
   s->moving_.assign(s->tree_.size(), space.zeros());
   s->below_since_.assign(s->tree_.size(), core::TimePoint::max());
+  s->over_share_.assign(s->tree_.size(), 0);
   s->trial_credit_ = space.zeros();
   return s;
 }
@@ -425,6 +426,11 @@ core::Result<NodeIndex> Scheduler::addNode(model::Node node) {
   // every waiting class is tried again.
   blocked_.clear();
   return n;
+}
+
+void Scheduler::removeNode(NodeIndex n) {
+  state_.setRemoved(n);
+  blocked_.clear();  // Verdicts counted it.
 }
 
 void Scheduler::setCordoned(NodeIndex n, bool cordoned) {
@@ -760,6 +766,7 @@ core::Result<QueueId> Scheduler::addQueue(QueueSpec spec) {
   np_allocated_.resize(n, tree_.space().zeros());
   moving_.resize(n, tree_.space().zeros());
   below_since_.resize(n, core::TimePoint::max());
+  over_share_.resize(n, 0);
   if (usage_ != nullptr) {
     usage_->resize(n);
   }

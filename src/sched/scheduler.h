@@ -154,6 +154,9 @@ struct WorkloadInfo {
   core::TimePoint submitted{};
   uint64_t seq = 0;         // Submission order.
   Explanation why;          // From its last try; see Scheduler::explain.
+  // Why reclaim, the last time it was considered for this workload, made no room ("" if never
+  // considered or it did); see Scheduler::explain.
+  std::string reclaim_refused;
   int awaited_victims = 0;  // Tasks evicted for it that have not stopped yet.
   bool cancelled = false;   // Its tasks that stop are finished, never pending again.
   uint32_t shape = 0;       // Its request's shape, tenant included (`shapeOf`).
@@ -198,6 +201,9 @@ class Scheduler {
   std::vector<TaskId> nodeLost(NodeIndex n);
   // Node `n` is back (its agent registered again with nothing running): it takes tasks again.
   void nodeBack(NodeIndex n);
+  // Node `n`, lost and holding nothing, was removed for good: waiting workloads' reasons no
+  // longer count it among the nodes. Its index is never reused.
+  void removeNode(NodeIndex n);
   // GPU `gpu` of node `n` is in MIG mode `mode` now (its agent reports the mode it found):
   // MIG slices go only where it is on, other work only where it is off. Work waiting for it is
   // tried again. Errors: no such node or GPU.
@@ -252,7 +258,9 @@ class Scheduler {
   const TaskInfo& task(TaskId t) const { return tasks_[t]; }
   size_t workloadCount() const { return workloads_.size(); }
   // Why the workload is still pending (kNone once nothing is): its last try's reason, or the
-  // verdict that has kept its whole bucket from being tried since.
+  // verdict that has kept its whole bucket from being tried since. A workload waiting for room
+  // also says what reclaim made of it: "reclaim not considered: queue 'a' holds more than its
+  // share", or "reclaim considered: the only victims would take 'b' below its quota".
   Explanation explain(WorkloadId w) const;
   // The resources a task of `w` is charged in queue accounting (its placement's model
   // dimension included when placed).
@@ -350,6 +358,8 @@ class Scheduler {
   }
   // Forgets the "no room" verdicts that resources released since the last pass may overturn.
   void unblock();
+  // explain() without what reclaim made of it: the verdicts passes record and compare.
+  Explanation waitOf(WorkloadId w) const;
   // Records a failed try: a "no room" verdict when `capacity`, and the bucket's explanation.
   void noteFailure(WorkloadId w, bool capacity, bool restricted, int32_t need);
   enum class Eviction : uint8_t { kReclaim, kPreempt, kConsolidate };
@@ -411,6 +421,9 @@ class Scheduler {
   std::vector<WorkloadId> awaiting_;          // Workloads waiting for their victims to stop.
   std::vector<Amounts> moving_;               // Per queue: settled(q) - allocated (see settled).
   std::vector<core::TimePoint> below_since_;  // Per leaf: since when it is within its share.
+  // Per leaf: 1 if at the last reclaim it had pending work and held its share or more (so it
+  // reclaimed nothing).
+  std::vector<uint8_t> over_share_;
   Amounts trial_credit_;  // Subtracted from allocations in limit checks of a trial placement.
   std::vector<Amounts> head_job_;  // Per queue, for the queue order; set at the start of a pass.
   // planEvictions' candidates filed by node: each node's slot in `plan_lists_` (UINT32_MAX for

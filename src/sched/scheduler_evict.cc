@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <map>
 #include <numeric>
 #include <set>
 #include <span>
@@ -69,6 +70,7 @@ struct Scheduler::EvictionPlan {
   std::unordered_map<QueueId, Amounts> freed;  // Per split side of the victims.
   int victim_tasks = 0;
   int placed = 0;  // Tasks of the workload the plan makes room for.
+  std::string refused;  // For reclaim: why no plan will do (WorkloadInfo::reclaim_refused).
 };
 
 const Amounts& Scheduler::reclaimBasis(const Queue& q) const {
@@ -268,6 +270,11 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
   // The reclaimer's side at each level where paths split: its share with N added, and whether it
   // stays within its deserved quota.
   std::unordered_map<QueueId, std::pair<Ratio, bool>> reclaimer_sides;
+  // For the reason a reclaim made no room: a side over its share that giving back would not
+  // make fairer, and a side that the no-overshoot rule kept whole.
+  QueueId not_fairer = kNoQueue;
+  QueueId kept_whole = kNoQueue;
+  bool kept_at_quota = false;
   sources.reserve(tree_.size());  // Candidates point into it.
   for (QueueId v = 0; v < tree_.size() && !move; ++v) {
     if (running_priorities_[v].empty() || (reclaim ? v == r_leaf : v != r_leaf)) {
@@ -306,11 +313,20 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
               .first;
     }
     if (!lessThan(side->second.first, s_v)) {
+      not_fairer = a_v;
       continue;  // The move would not lower unfairness.
     }
     sources.push_back(Source{v, a_v, s_v, side->second.second});
   }
   if (sources.empty() && !move) {
+    if (reclaim) {
+      plan.refused =
+          not_fairer == kNoQueue
+              ? std::string("no other queue holds more than its share")
+              : fmt::format("'{}' holds more than its share, but taking from it would leave the "
+                            "shares no fairer",
+                            tree_.queue(not_fairer).name);
+    }
     return false;
   }
   // Most over first: the search widens to the next level of victim share only when the levels
@@ -477,6 +493,8 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
     }
     for (size_t d = 0; d < floor.size(); ++d) {
       if (held[d] > 0 && before[d] > floor[d] && before[d] - held[d] < floor[d]) {
+        kept_whole = side;
+        kept_at_quota = &floor == &av.deserved;
         return false;
       }
     }
@@ -717,6 +735,34 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
   }
   trial_credit_ = tree_.space().zeros();
   restore_to(0);
+  if (!ok && reclaim) {
+    const int wanted = std::max(1, core_needed);
+    if (cands.empty()) {
+      std::string over;
+      for (size_t k = 0; k < sources.size() && k < 3; ++k) {
+        over += fmt::format("{}'{}'", k == 0 ? "" : ", ", tree_.queue(sources[k].leaf).name);
+      }
+      plan.refused = fmt::format(
+          "no running work of the queues over their share ({}{}) may be taken: it is not "
+          "preemptible, still within its minimum runtime, or holds more unsaved work than allowed",
+          over, sources.size() > 3 ? ", ..." : "");
+    } else if (plan.placed < wanted && kept_whole != kNoQueue) {
+      plan.refused = fmt::format("the only victims would take '{}' below its {}",
+                                 tree_.queue(kept_whole).name,
+                                 kept_at_quota ? "quota" : "share");
+    } else if (plan.placed < wanted) {
+      plan.refused = fmt::format(
+          "evicting all the work it may take would not make room for {} task(s)", wanted);
+    } else if (plan.victims.empty()) {
+      // It fits without victims: the next pass places it, and no reclaim was refused.
+    } else if (evictions > 0 && evictions + plan.victim_tasks > options_.max_evictions_per_pass) {
+      plan.refused = fmt::format("it needs {} evictions, more than this pass has left (at most {} "
+                                 "per pass)",
+                                 plan.victim_tasks, options_.max_evictions_per_pass);
+    } else {
+      plan.refused = "with its victims gone, a limit on its queue's path would still hold it back";
+    }
+  }
   return ok;
 }
 
@@ -748,6 +794,7 @@ void Scheduler::evictFor(Eviction kind, PassResult& out, int& all_evictions) {
     const Ratio share = dominantShareWith(queue.allocated, moving_[q],
                                           reclaim ? reclaimBasis(queue) : queue.fair_share);
     if (reclaim) {
+      over_share_[q] = pending && greaterThanOne(share) ? 1 : 0;
       // The patience clock runs while the queue waits at or below its share.
       if (!pending || greaterThanOne(share)) {
         below_since_[q] = core::TimePoint::max();
@@ -783,7 +830,7 @@ void Scheduler::evictFor(Eviction kind, PassResult& out, int& all_evictions) {
       if (reclaim && now - std::max(below_since_[q], info.submitted) < options_.reclaim_patience) {
         continue;
       }
-      const WaitReason why = explain(w).reason;
+      const WaitReason why = waitOf(w).reason;
       // A swap inside the queue leaves its totals as they were, so preemption may also serve
       // work that waits on its queue's limit.
       if (why == WaitReason::kNoCapacity ||
@@ -811,8 +858,9 @@ void Scheduler::evictFor(Eviction kind, PassResult& out, int& all_evictions) {
   }
   UnitCache units;
   // (queue, request class, tasks to place, target) of searches that found nothing in this call:
-  // the same search for a peer would find nothing either, as long as nothing was evicted since.
-  std::set<std::tuple<QueueId, uint32_t, int, int>> failed;
+  // the same search for a peer would find nothing either, as long as nothing was evicted since;
+  // with the reason a reclaim gives.
+  std::map<std::tuple<QueueId, uint32_t, int, int>, std::string> failed;
   const int64_t free_milli = 1000 * state_.totalGpus() - state_.usedGpuMilli();
   for (const auto& entry : blocked) {
     const WorkloadId w = entry.second;
@@ -846,7 +894,12 @@ void Scheduler::evictFor(Eviction kind, PassResult& out, int& all_evictions) {
         continue;
       }
     }
+    const char* basis = options_.reclaim_to == ReclaimTo::kQuota ? "quota" : "share";
     if (target == 0) {
+      if (reclaim) {
+        info.reclaim_refused = fmt::format("queue '{}' has no room under its {} for another task",
+                                           tree_.queue(r_leaf).name, basis);
+      }
       continue;
     }
     if (reclaim) {
@@ -858,17 +911,28 @@ void Scheduler::evictFor(Eviction kind, PassResult& out, int& all_evictions) {
       }
       addTo(after, need);
       if (greaterThanOne(dominantShare(after, reclaimBasis(tree_.queue(r_leaf))))) {
+        info.reclaim_refused = fmt::format("with its {} task(s), queue '{}' would hold more than its {}",
+                                           target, tree_.queue(r_leaf).name, basis);
         continue;
       }
     }
     EvictionPlan plan;
     const auto search = std::make_tuple(r_leaf, info.shape, needOf(w), target);
-    if (failed.contains(search)) {
+    if (auto known = failed.find(search); known != failed.end()) {
+      if (reclaim) {
+        info.reclaim_refused = known->second;
+      }
       continue;
     }
     if (!planEvictions(w, kind, target, evictions, units, plan)) {
-      failed.insert(search);
+      if (reclaim) {
+        info.reclaim_refused = plan.refused;
+      }
+      failed.emplace(search, std::move(plan.refused));
       continue;
+    }
+    if (reclaim) {
+      info.reclaim_refused.clear();
     }
     failed.clear();  // Shares moved: what failed may now succeed.
     // Commit: victims terminate and keep their resources until they stop, and then for `w`; the

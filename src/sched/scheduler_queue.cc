@@ -200,6 +200,23 @@ const Scheduler::Blocked* Scheduler::findBlocked(uint32_t shape, int32_t need,
 }
 
 Explanation Scheduler::explain(WorkloadId w) const {
+  Explanation e = waitOf(w);
+  if (e.reason != WaitReason::kNoCapacity || !options_.fair_share) {
+    return e;
+  }
+  const WorkloadInfo& info = workloads_[w];
+  const Queue& q = tree_.queue(info.spec.queue);
+  const char* basis = options_.reclaim_to == ReclaimTo::kQuota ? "quota" : "share";
+  if (over_share_[info.spec.queue] != 0) {
+    e.message += fmt::format("; reclaim not considered: queue '{}' holds more than its {}",
+                             q.name, basis);
+  } else if (!info.reclaim_refused.empty()) {
+    e.message += "; reclaim considered: " + info.reclaim_refused;
+  }
+  return e;
+}
+
+Explanation Scheduler::waitOf(WorkloadId w) const {
   const WorkloadInfo& info = workloads_[w];
   if (info.pending == 0) {
     return {WaitReason::kNone, ""};
@@ -283,7 +300,7 @@ void Scheduler::tryWorkload(WorkloadId w, PassResult& out) {
   const int core_needed = std::max(0, info.spec.min_available - info.running);
   // Victims stopping for it may have made room that no verdict knows of yet.
   if (info.awaited_victims == 0 && isBlocked(info.shape, std::max(1, core_needed), restricted(w))) {
-    info.why = explain(w);
+    info.why = waitOf(w);
     return;
   }
   ++out.tried;

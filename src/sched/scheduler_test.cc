@@ -1120,6 +1120,87 @@ TEST_F(SchedulerTest, ReclaimNeverPushesTheVictimBelowItsShare) {
   EXPECT_EQ(r.evicted[0].preemptor, b2);
 }
 
+// Issue #37: a workload waiting for room says what reclaim made of it, in words a user can act
+// on: not considered (its queue holds more than its share), or considered and refused, and why.
+TEST_F(SchedulerTest, AWaitingWorkloadSaysWhatReclaimMadeOfIt) {
+  auto says = [&](WorkloadId w, const std::string& text) {
+    const Explanation e = s_->explain(w);
+    EXPECT_EQ(e.reason, WaitReason::kNoCapacity) << e.message;
+    EXPECT_NE(e.message.find(text), std::string::npos) << e.message;
+  };
+  // The only victims would take the other queue below its share: a (fair share 7) holds 8 in
+  // pairs, and a pair for b's one GPU would leave it at 6.
+  build(1, 4, 0);
+  submit("a-pairs", "a", 4, 1, 2);
+  s_->schedule();
+  const WorkloadId b = submit("b-one", "b", 1, 1, 1);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  says(b, "0/1 nodes fit: 1 insufficient free GPU share; reclaim considered: the only victims "
+          "would take 'a' below its share");
+  // The reclaimer itself would go past its share: b holds 3 of its 4, and a pair would make 5.
+  build(1, 4, 4);
+  const WorkloadId a = submit("a-train", "a", 5, 1, 1);
+  submit("b-small", "b", 3, 3, 1);
+  s_->schedule();
+  const WorkloadId pair = submit("b-pair", "b", 1, 1, 2);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  says(pair, "reclaim considered: with its 1 task(s), queue 'b' would hold more than its share");
+  // a, holding 5 of its 4, is not considered for reclaim at all.
+  const WorkloadId more = submit("a-more", "a", 1, 1, 1);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  says(more, "reclaim not considered: queue 'a' holds more than its share");
+  EXPECT_EQ(running(a), 5);
+  // Work that holds too much unsaved work is no victim.
+  build(1, 4, 4);
+  submit("a-long", "a", 8, 8, 1);
+  s_->schedule();
+  clock_.advance(std::chrono::hours(2));
+  const WorkloadId late = submit("b-late", "b", 1, 1, 1);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  says(late, "reclaim considered: no running work of the queues over their share ('a') may be "
+             "taken");
+  // No queue over its share: nothing to reclaim from.
+  build(1, 4, 4);
+  submit("a-half", "a", 4, 4, 1);
+  submit("b-half", "b", 4, 4, 1);
+  s_->schedule();
+  const WorkloadId extra = submit("b-extra", "b", 1, 1, 1);
+  s_->schedule();
+  // b at its share (4 of 4) with more pending: over it once the extra is counted, not before.
+  const std::string m = s_->explain(extra).message;
+  EXPECT_TRUE(m.find("reclaim considered: with its 1 task(s), queue 'b' would hold more") !=
+                  std::string::npos ||
+              m.find("reclaim considered: no other queue holds more than its share") !=
+                  std::string::npos)
+      << m;
+}
+
+// Issue #37: a removed node is no node: a waiting workload's reason neither counts it nor says
+// it is down.
+TEST_F(SchedulerTest, ARemovedNodeLeavesTheWaitingReasons) {
+  build(3, 4, 4);
+  const WorkloadId wide = submit("wide", "a", 1, 1, 8);
+  const WorkloadId big = submit("big", "a", 1, 1, 8);
+  const WorkloadId b = submit("b-wide", "b", 1, 1, 8);
+  s_->schedule();
+  ASSERT_EQ(running(wide) + running(big) + running(b), 3);
+  const WorkloadId waits = submit("waits", "b", 1, 1, 4);
+  s_->schedule();
+  EXPECT_NE(s_->explain(waits).message.find("0/3 nodes fit: 3 insufficient free GPU share"),
+            std::string::npos)
+      << s_->explain(waits).message;
+  // The node of `big` goes: lost, then removed.
+  const NodeIndex gone = *nodesOf(big).begin();
+  s_->nodeLost(gone);
+  s_->cancel(big);
+  s_->removeNode(gone);
+  s_->schedule();
+  const std::string m = s_->explain(waits).message;
+  EXPECT_NE(m.find("0/2 nodes fit: 2 insufficient free GPU share"), std::string::npos) << m;
+  EXPECT_EQ(m.find("down"), std::string::npos) << m;
+  EXPECT_EQ(m.find("removed"), std::string::npos) << m;
+}
+
 // Rule 3: patience. A workload reclaims only after it waited `reclaim_patience` while its
 // queue was within its share.
 TEST_F(SchedulerTest, ReclaimWaitsForItsPatience) {

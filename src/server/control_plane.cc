@@ -251,18 +251,6 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
       rev = std::max({rev, e.kv.mod_revision, w.revision});
     }
   }
-  if (!changed.empty()) {
-    {
-      std::lock_guard lock(mu_);
-      for (const auto& [tenant, rev] : changed) {
-        int64_t& index = workload_index_[tenant];
-        index = std::max(index + 1, rev);
-      }
-    }
-    for (const auto& [tenant, rev] : changed) {
-      workload_watchers_->notify(tenant);
-    }
-  }
   for (const store::Event& e : w.events) {
     const std::vector<std::string> parts = split(e.kv.key.substr(1));
     if (e.type != store::EventType::kPut || parts.size() != 4 || parts[0] != "tenants" ||
@@ -305,6 +293,19 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
     if (record.value("cancel_requested", false) &&
         !(before.is_object() && before.value("cancel_requested", false))) {
       driver_.cancel(tenant, parts[3]);
+    }
+  }
+  // Last, once the cache holds the new records: a long poll woken here answers with them.
+  if (!changed.empty()) {
+    {
+      std::lock_guard lock(mu_);
+      for (const auto& [tenant, rev] : changed) {
+        int64_t& index = workload_index_[tenant];
+        index = std::max(index + 1, rev);
+      }
+    }
+    for (const auto& [tenant, rev] : changed) {
+      workload_watchers_->notify(tenant);
     }
   }
 }

@@ -666,6 +666,26 @@ TEST_F(NodeJoinTest, NodesJoinWithTokensAndADedicatedPoolRunsOnlyItsTenantsTasks
       << reason;
   EXPECT_NE(reason.find("nodeSelector: no node has the labels rack=r7"), std::string::npos)
       << reason;
+  // team-2's work that waits for room (gpu-a has one GPU for it) counts the two nodes left,
+  // gpu-a and gpu-d (team-1's), not the removed one as a node down.
+  int waiting = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "other-" + std::to_string(i);
+    json st;
+    EXPECT_TRUE(waitFor(
+        [&] {
+          st = call("GET", "/v1/tenants/team-2/workloads/" + name, team2).body["data"]["status"];
+          return st.value("phase", "") == "running" ||
+                 st.value("reason", "").find("0/2 nodes fit") != std::string::npos;
+        },
+        10s))
+        << name << ": " << st.dump();
+    reason = st.value("reason", "");
+    waiting += st.value("phase", "") == "pending";
+    EXPECT_EQ(reason.find("down"), std::string::npos) << name << ": " << reason;
+    EXPECT_EQ(reason.find("cordoned"), std::string::npos) << name << ": " << reason;
+  }
+  EXPECT_GE(waiting, 1);
   // Its agent hears it at its next heartbeat and exits, saying so, rather than run on fenced.
   ASSERT_TRUE(waitFor(
       [&] {

@@ -41,6 +41,7 @@ using nlohmann::json;
 using tessera::integration::binary;
 using tessera::integration::Client;
 using tessera::integration::Process;
+using tessera::integration::waitFor;
 using tessera::integration::Response;
 using tessera::integration::slurp;
 
@@ -56,10 +57,10 @@ class ServerTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Starts `tessera dev` and waits for its dev.json.
-  std::unique_ptr<Process> startDev() {
-    auto p = std::make_unique<Process>(
-        std::vector<std::string>{"dev", "--data-dir", dir_.string(), "--addr", "127.0.0.1:0"},
-        dir_ / "out.txt");
+  std::unique_ptr<Process> startDev(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args{"dev", "--data-dir", dir_.string(), "--addr", "127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<Process>(args, dir_ / "out.txt");
     // Ready when dev.json names this process (a restart finds the previous one's file).
     for (int i = 0; i < 600; ++i) {
       if (fs::exists(dir_ / "dev.json")) {
@@ -264,6 +265,50 @@ TEST_F(ServerTest, AWorkloadListLongPollAnswersOnChangeOrSaysUnchanged) {
     listed |= w["name"] == "lp";
   }
   EXPECT_TRUE(listed) << woke.raw;
+}
+
+// Issue #37, item 6: work that waits while reclaim was considered and refused says so, and why,
+// through the server's API. On two simulated 8-GPU nodes, team-a (quota 8) borrows all 16 GPUs in
+// two 8-GPU tasks; team-b (quota 0) asks for one. team-b's fair share is 1 and team-a's 15: taking
+// a task of team-a's would leave it at 8, below its share, so nothing is reclaimed and team-b's
+// reason says that.
+TEST_F(ServerTest, AWaitingWorkloadSaysWhyReclaimWasRefused) {
+  auto server = startDev({"--nodes", "dgx-h100:2", "--simulated"});
+  const Client c = client();
+  const std::string a = addTenant(c, "team-a");
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-a", root(), {{"quota", {{"gpu", 8}}}}).status, 204U);
+  const std::string b = addTenant(c, "team-b");
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-b", root(), {{"quota", {{"gpu", 0}}}}).status, 204U);
+  const json eight = {{"gpu", {{"count", 8}}}, {"cpuMilli", 1000}, {"duration", 600}};
+  for (const char* name : {"big-1", "big-2"}) {
+    ASSERT_EQ(c.call("POST", std::string("/v1/tenants/team-a/workloads/") + name, a, eight).status,
+              202U);
+    EXPECT_EQ(waitForPhase(c, "team-a", name, a, "running"), "running");
+  }
+  const json one = {{"gpu", {{"count", 1}}}, {"cpuMilli", 1000}, {"duration", 600}};
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-b/workloads/small", b, one).status, 202U);
+  std::string reason;
+  EXPECT_TRUE(waitFor(
+      [&] {
+        reason = c.call("GET", "/v1/tenants/team-b/workloads/small", b)
+                     .body["data"]["status"]
+                     .value("reason", "");
+        return reason.find("reclaim considered") != std::string::npos;
+      },
+      std::chrono::seconds(10)))
+      << reason;
+  EXPECT_EQ(reason.rfind("no-capacity: ", 0), 0U) << reason;
+  EXPECT_NE(reason.find("reclaim considered: the only victims would take 'team-a' below its share"),
+            std::string::npos)
+      << reason;
+  // Still refused a few passes later: both of team-a's tasks run.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  for (const char* name : {"big-1", "big-2"}) {
+    EXPECT_EQ(c.call("GET", std::string("/v1/tenants/team-a/workloads/") + name, a)
+                  .body["data"]["status"]["phase"],
+              "running");
+  }
+  EXPECT_EQ(server->stop(SIGTERM), 0);
 }
 
 TEST_F(ServerTest, EachTenantHasItsOwnRequestRate) {

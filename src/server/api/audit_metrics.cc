@@ -416,10 +416,12 @@ HttpResponse ControlPlane::auditApi(Request& r) {
   }
   // The tenant's records only, byte for byte, each with its hash and prev_hash (docs/server.md
   // says what a tenant can verify from them): the last `limit`, or with `after` the first
-  // `limit` whose seq is greater (to follow the log).
-  auto view = audit::tenantViewOfFile(options_.audit_file, *r.scope.tenant);
-  if (!view.isOk()) {
-    return fromStatus(view.status());
+  // `limit` whose seq is greater (to follow the log). A rotated log is read back from its newest
+  // file only as far as the answer needs: `total` counts the tenant's records in the files read,
+  // and `complete` is false when older files were not read.
+  auto files = audit::rotatedLogFiles(options_.audit_file);
+  if (!files.isOk()) {
+    return fromStatus(files.status());
   }
   // Records from before the tenant was created belong to a deleted tenant of the same name: the
   // view starts at the first record since (records are in time order).
@@ -434,15 +436,40 @@ HttpResponse ControlPlane::auditApi(Request& r) {
     const json rec = json::parse(line, nullptr, false);
     return rec.is_object() ? rec.value("time", std::string()) : std::string();
   };
-  size_t first = 0;
-  while (!created.empty() && first < view->size() && time_of((*view)[first]) < created) {
-    ++first;
+  std::vector<std::string> view;  // In seq order.
+  bool covered = false;           // With `after`: the files read hold every record past it.
+  bool complete = true;           // No older file holds more of the tenant's records.
+  for (size_t i = files->size(); i-- > 0;) {
+    const audit::VerifiedFile& file = (*files)[i];
+    const bool live = i + 1 == files->size();
+    if (*after >= 0 ? covered : view.size() >= static_cast<size_t>(*limit)) {
+      complete = false;
+      break;
+    }
+    auto part = audit::tenantViewOfFile(file.path, *r.scope.tenant);
+    if (!part.isOk()) {
+      if (live) {
+        return fromStatus(part.status());
+      }
+      core::logWarn("audit view: skipping {}", part.status().message());
+      continue;
+    }
+    size_t first = 0;
+    while (!created.empty() && first < part->size() && time_of((*part)[first]) < created) {
+      ++first;
+    }
+    part->erase(part->begin(), part->begin() + static_cast<std::ptrdiff_t>(first));
+    view.insert(view.begin(), std::make_move_iterator(part->begin()),
+                std::make_move_iterator(part->end()));
+    covered = file.first_seq > 0 && file.first_seq <= static_cast<uint64_t>(*after) + 1;
+    if (first > 0) {
+      break;  // Older files hold a deleted namesake's records only.
+    }
   }
-  view->erase(view->begin(), view->begin() + static_cast<std::ptrdiff_t>(first));
   json records = json::array();
   const auto n = static_cast<size_t>(*limit);
   if (*after >= 0) {
-    for (const std::string& line : *view) {
+    for (const std::string& line : view) {
       json rec = json::parse(line, nullptr, false);
       if (rec.is_object() && rec.value("seq", int64_t{0}) > *after) {
         records.push_back(std::move(rec));
@@ -452,12 +479,13 @@ HttpResponse ControlPlane::auditApi(Request& r) {
       }
     }
   } else {
-    for (size_t i = view->size() > n ? view->size() - n : 0; i < view->size(); ++i) {
-      records.push_back(json::parse((*view)[i], nullptr, false));
+    for (size_t i = view.size() > n ? view.size() - n : 0; i < view.size(); ++i) {
+      records.push_back(json::parse(view[i], nullptr, false));
     }
   }
   return reply(200, {{"request_id", r.request_id},
-                     {"data", {{"records", records}, {"total", view->size()}}}});
+                     {"data",
+                      {{"records", records}, {"total", view.size()}, {"complete", complete}}}});
 }
 
 }  // namespace tessera::server

@@ -20,6 +20,7 @@ function actor(r: Record): string {
 export function Audit({ tenant }: { tenant: string }) {
   const [records, setRecords] = useState<Record[]>([]);
   const [total, setTotal] = useState(0);
+  const [complete, setComplete] = useState(true);
   const [error, setError] = useState('');
   const [status, setStatus] = useState(0);
   const [follow, setFollow] = useState(true);
@@ -34,7 +35,7 @@ export function Audit({ tenant }: { tenant: string }) {
       if (stopped) return;
       try {
         const q = last.current < 0 ? 'audit?limit=100' : `audit?limit=500&after=${last.current}`;
-        const d = await get<{ data: { records: Record[]; total: number } }>(tenantPath(tenant, q));
+        const d = await get<{ data: { records: Record[]; total: number; complete?: boolean } }>(tenantPath(tenant, q));
         if (stopped) return;
         const recs = d.data.records ?? [];
         if (recs.length) {
@@ -44,6 +45,7 @@ export function Audit({ tenant }: { tenant: string }) {
           last.current = 0;
         }
         setTotal(d.data.total ?? 0);
+        setComplete(d.data.complete ?? true);
         setError('');
       } catch (e) {
         if (!stopped) {
@@ -59,7 +61,7 @@ export function Audit({ tenant }: { tenant: string }) {
   return (
     <div>
       <PageHead title={`Audit log · ${tenant}`}>
-        <span class="muted">{total} records in all</span>
+        <span class="muted" title={complete ? '' : 'and more in older rotated files of the log'}>{complete ? `${total} records in all` : `${total}+ records`}</span>
         <label class="check"><input type="checkbox" checked={follow} onChange={(e) => setFollow((e.target as HTMLInputElement).checked)} /> follow</label>
       </PageHead>
       <p class="muted">This page's own reads are in the stream too: every request the console makes is an API request, audited like any other.</p>
