@@ -333,6 +333,9 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
     }
   }
   // What the task was given on the node, at the same paths (its variables name them).
+  if (auto it = vars.find("TESSERA_HOSTFILE"); it != vars.end()) {
+    config["mounts"].push_back(bindMount(it->second, it->second, true));  // Its peers.
+  }
   if (auto it = spec.env.find("TESSERA_CREDENTIALS_DIR"); it != spec.env.end()) {
     config["mounts"].push_back(bindMount(it->second, it->second, true));
   }

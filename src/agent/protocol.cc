@@ -27,6 +27,11 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
     return core::failedPrecondition("task " + spec.id + ": " + t.credentials_error);
   }
   a.credentials = t.credentials;
+  spec.rendezvous.task_count = t.task_count;
+  spec.rendezvous.hosts = t.hosts;
+  spec.rendezvous.ports = t.ports;
+  spec.rendezvous.master_port = t.master_port;
+  spec.rendezvous.slots = std::max<int>(1, static_cast<int>(t.gpus.size()));
   spec.container.image = t.image;
   spec.container.shm_mib = t.shm_mib;
   spec.container.read_only_rootfs = t.read_only_rootfs;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "agent/runtime.h"
+
 namespace tessera::agent {
 namespace {
 
@@ -45,6 +47,43 @@ TEST(ProtocolTest, AnAssignmentPinsTheNodesOwnGpusAndDevices) {
   json t = task();
   t["grace_ms"] = 45000;  // ...unless the workload has its own.
   EXPECT_EQ(assignmentFromJson(t, fourGpus(), {})->grace, std::chrono::milliseconds(45000));
+}
+
+// Issue #38: a task of a workload of several finds its peers in its environment, by PyTorch's
+// names and Tessera's, and in a hostfile of DeepSpeed's and MPI's form.
+TEST(ProtocolTest, ATaskOfSeveralGetsItsRendezvous) {
+  json t = task();
+  t["index"] = 2;
+  t["task_count"] = 3;
+  t["hosts"] = {"10.1.0.1", "10.1.0.2", "10.1.0.2"};
+  t["ports"] = {{"master", 20005}, {"http-api", 20006}};
+  t["master_port"] = 20001;
+  auto a = assignmentFromJson(t, fourGpus(), {});
+  ASSERT_TRUE(a.isOk()) << a.status().message();
+  const auto env = rendezvousEnvironment(a->spec, "/work/team-1.train.2");
+  EXPECT_EQ(env.at("TESSERA_TASK_COUNT"), "3");
+  EXPECT_EQ(env.at("WORLD_SIZE"), "3");
+  EXPECT_EQ(env.at("RANK"), "2");
+  EXPECT_EQ(env.at("NODE_RANK"), "2");
+  EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "2");  // Its two GPUs.
+  EXPECT_EQ(env.at("MASTER_ADDR"), "10.1.0.1");
+  EXPECT_EQ(env.at("MASTER_PORT"), "20001");  // Task 0's, not its own.
+  EXPECT_EQ(env.at("TESSERA_PORT_MASTER"), "20005");
+  EXPECT_EQ(env.at("TESSERA_PORT_HTTP_API"), "20006");
+  EXPECT_EQ(env.at("TESSERA_HOSTS"), "10.1.0.1,10.1.0.2,10.1.0.2");
+  EXPECT_EQ(env.at("TESSERA_HOSTFILE"), "/work/team-1.train.2/hostfile");
+  EXPECT_EQ(hostfileText(a->spec.rendezvous),
+            "10.1.0.1 slots=2\n10.1.0.2 slots=2\n10.1.0.2 slots=2\n");
+  // A lone task: its count and ports only, none of PyTorch's names.
+  json one = task();
+  one["ports"] = {{"http", 20010}};
+  auto lone = assignmentFromJson(one, fourGpus(), {});
+  ASSERT_TRUE(lone.isOk()) << lone.status().message();
+  const auto mine = rendezvousEnvironment(lone->spec, "/w");
+  EXPECT_EQ(mine.at("TESSERA_TASK_COUNT"), "1");
+  EXPECT_EQ(mine.at("TESSERA_PORT_HTTP"), "20010");
+  EXPECT_FALSE(mine.contains("WORLD_SIZE"));
+  EXPECT_FALSE(mine.contains("MASTER_ADDR"));
 }
 
 TEST(ProtocolTest, AContainerKeepsItsImageAndSimulatedGpusGetStandIns) {

@@ -318,6 +318,55 @@ core::Result<Identity> identityOf(const std::string& user, const std::string& di
   return who;
 }
 
+}  // namespace
+
+std::map<std::string, std::string> rendezvousEnvironment(const TaskSpec& spec,
+                                                         const std::string& dir) {
+  const Rendezvous& r = spec.rendezvous;
+  std::map<std::string, std::string> env;
+  env["TESSERA_TASK_COUNT"] = std::to_string(r.task_count);
+  for (const auto& [name, port] : r.ports) {
+    std::string var = "TESSERA_PORT_" + name;
+    for (char& c : var) {
+      c = c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+    env[var] = std::to_string(port);
+  }
+  if (r.task_count <= 1) {
+    return env;
+  }
+  // PyTorch's names (torchrun, torch.distributed), and the hosts for MPI and DeepSpeed.
+  env["WORLD_SIZE"] = std::to_string(r.task_count);
+  env["RANK"] = std::to_string(spec.index);
+  env["NODE_RANK"] = std::to_string(spec.index);
+  env["LOCAL_WORLD_SIZE"] = std::to_string(r.slots);
+  std::string hosts;
+  for (const std::string& h : r.hosts) {
+    hosts += (hosts.empty() ? "" : ",") + h;
+  }
+  env["TESSERA_HOSTS"] = hosts;
+  env["TESSERA_HOSTFILE"] = dir + "/hostfile";
+  if (!r.hosts.empty() && !r.hosts[0].empty()) {
+    env["MASTER_ADDR"] = r.hosts[0];
+  }
+  if (r.master_port > 0) {
+    env["MASTER_PORT"] = std::to_string(r.master_port);
+  }
+  return env;
+}
+
+std::string hostfileText(const Rendezvous& r) {
+  std::string out;
+  for (const std::string& h : r.hosts) {
+    if (!h.empty()) {
+      out += h + " slots=" + std::to_string(r.slots) + "\n";
+    }
+  }
+  return out;
+}
+
+namespace {
+
 // "KEY=value" strings: a clean base (HOME is the task's folder), the workload's own, then what the
 // agent sets (which the workload cannot override).
 std::vector<std::string> taskEnvironment(const TaskSpec& spec, const std::string& path,
@@ -341,6 +390,9 @@ std::vector<std::string> taskEnvironment(const TaskSpec& spec, const std::string
   env["TESSERA_WORKLOAD"] = spec.workload;
   env["TESSERA_TENANT"] = spec.tenant;
   env["TESSERA_TASK_INDEX"] = std::to_string(spec.index);
+  for (const auto& [k, v] : rendezvousEnvironment(spec, home)) {
+    env[k] = v;
+  }
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [k, v] : env) {
@@ -779,6 +831,20 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   if (out.get() < 0 || err.get() < 0) {
     return core::unavailable(where + ": cannot open its logs in " + dir + ": " +
                              std::strerror(errno));
+  }
+  if (spec.rendezvous.task_count > 1) {
+    // The agent's file, readable by the task: a name the task's user left there (a link, say) is
+    // removed first, and the new file is made only if nothing took the name meanwhile.
+    const std::string hostfile = dir + "/hostfile";
+    (void)::unlink(hostfile.c_str());
+    Fd fd(::open(hostfile.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    const std::string text = hostfileText(spec.rendezvous);
+    if (fd.get() < 0 || ::fchmod(fd.get(), 0644) != 0 ||
+        ::write(fd.get(), text.data(), text.size()) !=
+                            static_cast<ssize_t>(text.size())) {
+      return core::unavailable(where + ": cannot write its hostfile in " + dir + ": " +
+                               std::strerror(errno));
+    }
   }
   std::vector<std::string> env = taskEnvironment(spec, impl_->options.path, dir, who);
   std::vector<std::string> args = spec.command;

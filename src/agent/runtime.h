@@ -70,6 +70,16 @@ struct ContainerSpec {
   std::vector<std::pair<std::string, std::string>> simulated_devices;
 };
 
+// Where a task of a multi-task workload finds its peers (docs/agent.md "Distributed training"):
+// the agent puts it in the task's environment and a hostfile in its folder.
+struct Rendezvous {
+  int task_count = 1;
+  std::vector<std::string> hosts;    // Node addresses by task index ("" : not placed).
+  std::map<std::string, int> ports;  // This task's, by name.
+  int master_port = 0;               // Task 0's "master" port; 0: none.
+  int slots = 1;                     // GPUs of each task (at least 1), for the hostfile.
+};
+
 struct TaskSpec {
   std::string id;  // Unique on the node, a plain file name: its folder and cgroup names.
   std::string tenant;
@@ -83,10 +93,19 @@ struct TaskSpec {
   std::string user;                        // Unix user to run as; "": the agent's.
   std::string tag;  // Opaque to the runtime: kept with the task, given back by adopt().
   ContainerSpec container;
+  Rendezvous rendezvous;
   // The folder of its credential files (agent/credentials.h; "" : none): carried into its view
   // when it has one of its own, and removed by its shim when it ends after the agent is gone.
   std::string credentials_dir;
 };
+
+// The variables a task gets from its rendezvous: TESSERA_TASK_COUNT and TESSERA_PORT_<NAME>
+// always; for a workload of several tasks also WORLD_SIZE, RANK, NODE_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, TESSERA_HOSTS and TESSERA_HOSTFILE (`dir`/hostfile).
+std::map<std::string, std::string> rendezvousEnvironment(const TaskSpec& spec,
+                                                         const std::string& dir);
+// The hostfile in DeepSpeed's and MPI's form: "<host> slots=<GPUs>" per placed task.
+std::string hostfileText(const Rendezvous& r);
 
 struct TaskExit {
   int exit_code = -1;       // >= 0 when it exited.

@@ -25,8 +25,12 @@ thread_local std::string t_log_node;
 // The node protocol over HTTPS: PUT /v1/sys/nodes/<node>/heartbeat (docs/agent.md).
 class HttpControlPlane final : public ControlPlaneClient {
  public:
-  HttpControlPlane(std::unique_ptr<ApiClient> api, AssignmentOptions assign, UserMapping* users)
-      : api_(std::move(api)), assign_(std::move(assign)), users_(users) {}
+  HttpControlPlane(std::unique_ptr<ApiClient> api, AssignmentOptions assign, UserMapping* users,
+                   std::string advertise_address)
+      : api_(std::move(api)),
+        assign_(std::move(assign)),
+        users_(users),
+        advertise_address_(std::move(advertise_address)) {}
 
   core::Result<std::vector<TaskAssignment>> heartbeat(
       const std::string& node, const NodeGpus& gpus,
@@ -36,7 +40,11 @@ class HttpControlPlane final : public ControlPlaneClient {
       list.push_back(reportToJson(r));
     }
     const std::string target = "/v1/sys/nodes/" + pathSegment(node) + "/heartbeat";
-    auto answer = api_->call("PUT", target, {{"node", toJson(gpus)}, {"reports", std::move(list)}});
+    nlohmann::json found = toJson(gpus);
+    if (!advertise_address_.empty()) {
+      found["address"] = advertise_address_;
+    }
+    auto answer = api_->call("PUT", target, {{"node", std::move(found)}, {"reports", std::move(list)}});
     if (!answer.isOk()) {
       return answer.status();
     }
@@ -98,6 +106,7 @@ class HttpControlPlane final : public ControlPlaneClient {
   std::unique_ptr<ApiClient> api_;
   AssignmentOptions assign_;
   UserMapping* users_;
+  std::string advertise_address_;
   bool registered_ = false;
 };
 
@@ -115,8 +124,10 @@ void sleepUnlessStopped(std::chrono::milliseconds d, const std::atomic<bool>& st
 }
 
 std::unique_ptr<ControlPlaneClient> httpControlPlane(std::unique_ptr<ApiClient> api,
-                                                     AssignmentOptions assign, UserMapping* users) {
-  return std::make_unique<HttpControlPlane>(std::move(api), std::move(assign), users);
+                                                     AssignmentOptions assign, UserMapping* users,
+                                                     std::string advertise_address) {
+  return std::make_unique<HttpControlPlane>(std::move(api), std::move(assign), users,
+                                            std::move(advertise_address));
 }
 
 void answerLogRequest(api::ApiClient& api, const std::string& node, const std::string& work_dir,

@@ -32,8 +32,11 @@ void sleepUnlessStopped(std::chrono::milliseconds d, const std::atomic<bool>& st
 
 // The heartbeat over HTTPS: PUT /v1/sys/nodes/<node>/heartbeat. Tasks become assignments
 // (agent/protocol.h) run as the user `users` maps their tenant to (null: the agent's own).
+// `advertise_address`, when not empty, is the address the node's peers reach it at (its tasks'
+// rendezvous); else the server takes the one the agent's connections come from.
 std::unique_ptr<ControlPlaneClient> httpControlPlane(std::unique_ptr<api::ApiClient> api,
-                                                     AssignmentOptions assign, UserMapping* users);
+                                                     AssignmentOptions assign, UserMapping* users,
+                                                     std::string advertise_address = "");
 
 // Wakes the agent's loop: the node's task list changed at the server (the watcher saw it), a
 // task ended here, or it is time to renew the lease.

@@ -177,6 +177,7 @@ int discover(const DiscoverFlags& f) {
 struct RunFlags {
   DiscoverFlags node;
   std::string address;
+  std::string advertise_address;  // "" : the server takes the agent's connection's.
   std::string token;  // Refused: a credential on the command line (see runAgent).
   std::string token_file;
   std::string ca_cert;
@@ -499,7 +500,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     agentLog("time-sliced GPU shares run under " + assign.interposer);
   }
   const std::unique_ptr<agent::ControlPlaneClient> server =
-      agent::httpControlPlane(std::move(api).value(), assign, users ? &*users : nullptr);
+      agent::httpControlPlane(std::move(api).value(), assign, users ? &*users : nullptr,
+                              f.advertise_address);
   agent::Wakeup wakeup(stop);
   // The lease the tasks' shims watch: renewed with every heartbeat, it runs out `fence_after`
   // after the last one, and then they stop their tasks even if this process is gone.
@@ -821,6 +823,13 @@ int runAgent(const RunFlags& f) {
   }
   settings.sandbox = f.sandbox;
   settings.task_pids_max = f.task_pids_max;
+  if (f.advertise_address.size() > 255 ||
+      f.advertise_address.find_first_of(" \t\r\n,") != std::string::npos) {
+    std::cerr << "error: --advertise-address '" << f.advertise_address
+              << "': expected a host name or IP address\n";
+    return 2;
+  }
+  settings.advertise_address = f.advertise_address;
   settings.work_dir = f.work_dir;
   settings.cgroups = f.cgroups;
   settings.run_as = f.run_as;
@@ -896,6 +905,10 @@ void addAgentCommands(CLI::App& app, int* rc) {
                       "Simulated GPUs with MIG mode on, where MIG slices go (--sim-mig 6,7)")
           ->delimiter(',');
   run->add_option("--address", r->address, "Server address (default: $TESSERA_ADDR)");
+  run->add_option("--advertise-address", r->advertise_address,
+                  "The address other nodes reach this one at: its tasks' peers in a distributed "
+                  "workload (MASTER_ADDR, TESSERA_HOSTS). Default: the address the server sees "
+                  "this agent's connections come from");
   run->add_option("--token-file", r->token_file,
                   "File (mode 0600) holding a token allowed to read and update "
                   "sys/nodes/<node>/* (default: $TESSERA_TOKEN); renewed while the agent runs "

@@ -46,6 +46,9 @@ struct AgentSettings {
   std::string sandbox = "auto";
   // Processes and threads each task may have at once; 0: no limit.
   int64_t task_pids_max = 4096;
+  // The address other nodes reach this one at (its tasks' rendezvous); "": the one the server
+  // sees the agent's connections come from.
+  std::string advertise_address;
   // On stop, leave running tasks to their shims for the next agent (a restart) rather than
   // stop them (`tessera dev`, whose nodes go away with it).
   bool detach_on_stop = true;

@@ -746,6 +746,7 @@ struct RunFlags {
   std::vector<std::string> secret_kv;
   std::vector<std::string> secret_db;
   std::vector<std::string> env;  // NAME=VALUE
+  std::vector<std::string> ports;
   std::vector<std::string> identity_audiences;
   std::string image;  // oci:/path[:tag], oci-archive:/path.tar (docs/agent.md "Containers").
   int64_t shm_mib = 0;
@@ -1783,6 +1784,12 @@ void addRun(CLI::App& app, int* rc) {
                      "Run each task in a container of this image: oci:/path[:tag] (an OCI "
                      "layout on the node) or oci-archive:/path.tar"),
        [r](json& b) { b["image"] = r->image; });
+  flag(c->add_option("--port", r->ports,
+                     "A port on its node for each task, by name (repeat, or a,b): "
+                     "TESSERA_PORT_<NAME> in its environment; a workload of several tasks also "
+                     "gets \"master\" (MASTER_PORT)")
+           ->delimiter(','),
+       [r](json& b) { b["ports"] = r->ports; });
   flag(c->add_option("--shm-mib", r->shm_mib, "With --image: the size of /dev/shm, MiB"),
        [r](json& b) { b["shmMiB"] = r->shm_mib; });
   flag(c->add_flag("--read-only-rootfs", r->read_only_rootfs,

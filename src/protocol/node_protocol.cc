@@ -1,5 +1,6 @@
 #include "protocol/node_protocol.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/json_node.h"
@@ -64,7 +65,20 @@ json toJson(const AssignedTask& t) {
   if (!t.credentials_error.empty()) {
     out["credentials_error"] = t.credentials_error;
   }
+  if (t.task_count > 1 || !t.ports.empty()) {  // Absent for a lone task without ports.
+    out["task_count"] = t.task_count;
+    out["hosts"] = t.hosts;
+    out["ports"] = t.ports;
+    out["master_port"] = t.master_port;
+  }
   return out;
+}
+
+bool isPortName(std::string_view name) {
+  return !name.empty() && name.size() <= 32 && name[0] >= 'a' && name[0] <= 'z' &&
+         std::all_of(name.begin(), name.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+         });
 }
 
 core::Result<AssignedTask> assignedTaskFromJson(const json& j, const std::string& where,
@@ -156,6 +170,36 @@ core::Result<AssignedTask> assignedTaskFromJson(const json& j, const std::string
     TESSERA_ASSIGN_OR_RETURN(t.credentials_error, text(n.child("credentials_error")));
     t.credentials_error = t.credentials_error.substr(0, 1024);
   }
+  TESSERA_ASSIGN_OR_RETURN(const int64_t count, integerOr(n, "task_count", 1, 1 << 20, 1));
+  t.task_count = static_cast<int>(count);
+  if (n.has("hosts")) {
+    const core::JsonNode h = n.child("hosts");
+    if (!h.value().is_array() || h.value().size() != static_cast<size_t>(t.task_count)) {
+      return h.error("expected a list of task_count node addresses");
+    }
+    for (size_t i = 0; i < h.value().size(); ++i) {
+      TESSERA_ASSIGN_OR_RETURN(std::string host, text(h.at(i)));
+      if (host.size() > 255 || host.find_first_of(" \t\n,") != std::string::npos) {
+        return h.at(i).error("expected a node address (no spaces or commas)");
+      }
+      t.hosts.push_back(std::move(host));
+    }
+  }
+  if (n.has("ports")) {
+    const core::JsonNode p = n.child("ports");
+    if (!p.value().is_object() || p.value().size() > 16) {
+      return p.error("expected an object of at most 16 NAME: port");
+    }
+    for (const auto& [name, port] : p.value().items()) {
+      if (!isPortName(name)) {
+        return p.error("'" + name.substr(0, 40) + "' is not a port name");
+      }
+      TESSERA_ASSIGN_OR_RETURN(const int64_t number, p.child(name.c_str()).integer(1, 65535));
+      t.ports[name] = static_cast<int>(number);
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(const int64_t master, integerOr(n, "master_port", 0, 65535, 0));
+  t.master_port = static_cast<int>(master);
   return t;
 }
 

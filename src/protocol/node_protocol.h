@@ -15,6 +15,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -50,7 +51,18 @@ struct AssignedTask {
   std::map<std::string, std::string> credentials;
   // Set: the server could not resolve what the task needs; the agent must not start it.
   std::string credentials_error;
+  // Rendezvous (docs/agent.md "Distributed training"): how many tasks the workload has, each
+  // one's node address in index order ("" for a task not placed when this one started), the
+  // ports allocated to this task on its node by name, and task 0's "master" port (0: none).
+  int task_count = 1;
+  std::vector<std::string> hosts;
+  std::map<std::string, int> ports;
+  int master_port = 0;
 };
+
+// Whether `name` may name a port ("master", "http"): 1 to 32 of [a-z0-9_-], starting with a
+// letter. Its variable is TESSERA_PORT_<NAME> (upper case, '-' as '_').
+bool isPortName(std::string_view name);
 
 // What an agent says happened to one of its tasks.
 struct TaskReport {

@@ -26,11 +26,17 @@ TEST(NodeProtocolTest, ATaskRoundTripsThroughItsJson) {
   t.duration_s = 600;
   t.grace_ms = 45000;
   t.credentials = {{"identity-token", "eyJ..."}};
+  t.task_count = 3;
+  t.hosts = {"10.0.0.1", "", "gpu-b.example"};
+  t.ports = {{"master", 20001}, {"http", 20002}};
+  t.master_port = 20001;
   auto back = assignedTaskFromJson(toJson(t), "tasks[0]", "heartbeat answer");
   ASSERT_TRUE(back.isOk()) << back.status().message();
   EXPECT_EQ(toJson(*back), toJson(t));
   EXPECT_EQ(back->generation, t.generation);
   EXPECT_EQ(back->env.at("EMPTY"), "");
+  EXPECT_EQ(back->hosts, t.hosts);
+  EXPECT_EQ(back->ports, t.ports);
   // What a task leaves out: a whole GPU, hardware isolation, the agent's own grace period.
   auto minimal = assignedTaskFromJson(
       {{"task", "a.b.0"}, {"generation", 1}, {"tenant", "a"}, {"workload", "b"}, {"index", 0}}, "",
@@ -42,6 +48,11 @@ TEST(NodeProtocolTest, ATaskRoundTripsThroughItsJson) {
   EXPECT_EQ(minimal->mig_profile, -1);
   EXPECT_EQ(minimal->mig_start, -1);
   EXPECT_TRUE(minimal->credentials_error.empty());
+  EXPECT_EQ(minimal->task_count, 1);
+  EXPECT_TRUE(minimal->hosts.empty());
+  EXPECT_TRUE(minimal->ports.empty());
+  EXPECT_EQ(minimal->master_port, 0);
+  EXPECT_FALSE(toJson(*minimal).contains("hosts"));  // Older agents see nothing new.
 }
 
 TEST(NodeProtocolTest, ABadTaskSaysWhichField) {
@@ -70,6 +81,18 @@ TEST(NodeProtocolTest, ABadTaskSaysWhichField) {
   EXPECT_EQ(error("newer_field", true), "ok");  // A newer server may say more.
   EXPECT_EQ(error("mig_profile", 2), "answer: tasks[1]: mig_profile and mig_start go together");
   EXPECT_EQ(error("mig_start", 99), "answer: tasks[1].mig_start: value 99 is outside 0..63");
+  EXPECT_EQ(error("hosts", json::array({"a", "b"})),
+            "answer: tasks[1].hosts: expected a list of task_count node addresses");
+  {
+    json two = good;
+    two["task_count"] = 2;
+    two["hosts"] = {"10.0.0.1", "10.0.0.2,10.0.0.3"};
+    EXPECT_EQ(assignedTaskFromJson(two, "tasks[1]", "answer").status().message(),
+              "answer: tasks[1].hosts[1]: expected a node address (no spaces or commas)");
+  }
+  EXPECT_EQ(error("ports", json{{"Master", 20000}}), "answer: tasks[1].ports: 'Master' is not a port name");
+  EXPECT_EQ(error("ports", json{{"master", 70000}}),
+            "answer: tasks[1].ports.master: value 70000 is outside 1..65535");
   json j = good;
   j.erase("tenant");
   EXPECT_EQ(assignedTaskFromJson(j, "tasks[1]", "answer").status().message(),

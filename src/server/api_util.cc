@@ -84,6 +84,9 @@ json statusJson(const WorkloadStatus& s) {
         tj["generation"] = t.generation;
         tj["starts"] = t.starts;
       }
+      if (!t.ports.empty()) {
+        tj["ports"] = t.ports;
+      }
       if (t.started_at != core::WallTime{}) {
         tj["started_at"] = core::formatRfc3339Millis(t.started_at);
       }

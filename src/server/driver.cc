@@ -658,6 +658,9 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
         // To the millisecond it is stored with, rounded: a restored task's start reads the same.
         ts.started_at = std::chrono::round<std::chrono::milliseconds>(
             clock_.wallNow() - (clock_.now() - task.started));
+        if (auto ports = task_ports_.find(t); ports != task_ports_.end()) {
+          ts.ports = ports->second;
+        }
       }
       if (auto started = agent_started_.find(t); started != agent_started_.end() &&
                                                  !started->second &&
@@ -783,6 +786,7 @@ void SchedulerDriver::runOnce() {
     const sched::NodeIndex node = scheduler_->task(s.task).assignment.placement.node;
     noteStarted(s.task);
     if (agents_.contains(node)) {  // Changed only under pass_mu_ too: no lock needed to look.
+      allocatePorts(s.task);
       node_tasks_[node].insert(s.task);
       agent_started_[s.task] = false;
       continue;

@@ -64,6 +64,7 @@ struct TaskStatus {
   core::WallTime finished_at{};
   int exit_code = -1;
   int signal = 0;
+  std::map<std::string, int> ports;  // Allocated on its node while it runs there, by name.
 };
 
 // A task an agent should run: the node protocol's answer (docs/agent.md).
@@ -163,6 +164,7 @@ struct RestoredTask {
   uint32_t starts = 0;
   core::WallTime started_at{};
   bool confirmed = false;  // Its agent had said it runs (not "starting").
+  std::map<std::string, int> ports;
 };
 
 struct SubmitCommand {
@@ -178,6 +180,9 @@ struct SubmitCommand {
   int64_t shm_mib = 0;
   bool read_only_rootfs = false;
   std::map<std::string, std::string> env;         // Its own environment variables.
+  // Ports each task gets on its node, by name (`ports`; a workload of several tasks also gets
+  // "master", its MASTER_PORT): docs/agent.md "Distributed training".
+  std::vector<std::string> ports;
   std::map<std::string, std::string> sealed_env;  // Secret-looking ones, sealed (hex).
   // SIGTERM to SIGKILL when an agent stops a task (preemption, cancel); on a simulated node, the
   // time an evicted task takes to stop.
@@ -215,6 +220,10 @@ struct DriverOptions {
   // without these.
   int64_t task_default_cpu_milli = 1000;
   int64_t task_default_memory_mib = 2048;
+  // The ports tasks on agents' nodes are given (rendezvous; `ports` of a workload), inclusive;
+  // Nomad's default dynamic range.
+  int port_first = 20000;
+  int port_last = 32000;
 };
 
 class SchedulerDriver {
@@ -314,10 +323,13 @@ class SchedulerDriver {
   // be the node's; `mig_on` says which of them have MIG mode on (missing: off), and MIG slices
   // go only to those (other work only to the rest). Not found: no such node; failed
   // precondition: a simulated node, or other GPUs.
+  // `address`: what its tasks' peers reach the node at (the rendezvous' hosts); "" leaves the
+  // one known.
   core::Result<HeartbeatAnswer> heartbeat(const std::string& node,
                                           const std::vector<std::string>& gpu_models,
                                           std::vector<NodeTaskReport> reports,
-                                          const std::vector<bool>& mig_on = {});
+                                          const std::vector<bool>& mig_on = {},
+                                          const std::string& address = "");
   // Waits up to `wait` for the agent-run `node`'s task list to move past `known_version`, and
   // returns its version then (at once if it already has). Not found: not an agent-run node.
   core::Result<uint64_t> watchNode(const std::string& node, uint64_t known_version,
@@ -390,7 +402,9 @@ class SchedulerDriver {
   bool admits(const model::Node& node, const std::string& tenant) const;
   // The index of the node in service named `node`. Caller holds mu_.
   core::Result<sched::NodeIndex> indexOf(const std::string& node) const;
-  NodeTask nodeTask(sched::TaskId t) const;
+  // What task `t`'s agent is told; `addresses`: the agent nodes' addresses (its peers').
+  NodeTask nodeTask(sched::TaskId t,
+                    const std::map<sched::NodeIndex, std::string>& addresses) const;
   // For Scheduler::cancel: whether a task is one an agent was given (its process must stop
   // before its GPUs are free).
   std::function<bool(sched::TaskId)> stopsOnAgent();
@@ -445,7 +459,14 @@ class SchedulerDriver {
     bool mig_changed = false;             // Since the last pass: the scheduler must learn it.
     uint64_t version = 0;
     std::vector<NodeTask> tasks;  // Published.
+    std::string address;          // Its tasks' peers reach it there; "" : not known yet.
   };
+  // Ports allocated to tasks on agents' nodes, by name, while they run there; and per node where
+  // the search for a free port goes on, so that a task placed again gets new ones. Pass only.
+  std::map<sched::TaskId, std::map<std::string, int>> task_ports_;
+  std::map<sched::NodeIndex, int> port_cursor_;
+  // Gives task `t`, just placed on an agent's node, its workload's ports there.
+  void allocatePorts(sched::TaskId t);
   // Changed (nodes joining, removed) under both pass_mu_ and mu_: either lock is enough to read.
   std::map<sched::NodeIndex, AgentNode> agents_;
   std::map<std::string, sched::NodeIndex> agent_index_;  // Name -> index.

@@ -219,7 +219,8 @@ void SchedulerDriver::applyDrains(const std::vector<std::string>& drains, core::
 core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node,
                                                          const std::vector<std::string>& gpu_models,
                                                          std::vector<NodeTaskReport> reports,
-                                                         const std::vector<bool>& mig_on) {
+                                                         const std::vector<bool>& mig_on,
+                                                         const std::string& address) {
   std::lock_guard lock(mu_);
   auto found = agent_index_.find(node);
   if (found == agent_index_.end()) {
@@ -261,6 +262,9 @@ core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node
   AgentNode& a = agents_.at(found->second);
   const core::TimePoint now = clock_.now();
   a.registered = true;
+  if (!address.empty()) {
+    a.address = address;
+  }
   ++a.heartbeats;
   a.last_heartbeat = now;
   a.expires = now + options_.lease_ttl;
@@ -557,13 +561,57 @@ void SchedulerDriver::restoreTasks(sched::WorkloadId w, const std::vector<Restor
       continue;
     }
     restored_[t] = {rt.starts, rt.generation};
+    task_ports_[t] = rt.ports;
     node_tasks_[n].insert(t);
     agent_started_[t] = rt.confirmed;
     noteStarted(t);
   }
 }
 
-NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
+void SchedulerDriver::allocatePorts(sched::TaskId t) {
+  const sched::TaskInfo& task = scheduler_->task(t);
+  const SubmitCommand& c = specs_[task.workload];
+  std::vector<std::string> names = c.ports;
+  if (c.spec.tasks > 1 && std::find(names.begin(), names.end(), "master") == names.end()) {
+    names.insert(names.begin(), "master");  // MASTER_PORT, for every workload of several tasks.
+  }
+  std::map<std::string, int>& mine = task_ports_[t];
+  mine.clear();
+  if (names.empty()) {
+    return;
+  }
+  // Free: held by no other task placed on the node (running, or still stopping there).
+  const sched::NodeIndex n = task.assignment.placement.node;
+  std::set<int> used;
+  for (sched::TaskId other : scheduler_->tasksOn(n)) {
+    if (auto it = task_ports_.find(other); other != t && it != task_ports_.end()) {
+      for (const auto& [name, port] : it->second) {
+        used.insert(port);
+      }
+    }
+  }
+  const int first = options_.port_first;
+  const int span = options_.port_last - first + 1;
+  int& cursor = port_cursor_.try_emplace(n, first).first->second;
+  for (const std::string& name : names) {
+    for (int k = 0; k < span; ++k) {
+      const int port = first + (cursor - first + k) % span;
+      if (!used.contains(port)) {
+        mine[name] = port;
+        used.insert(port);
+        cursor = first + (port - first + 1) % span;  // The next task looks past it.
+        break;
+      }
+    }
+    if (!mine.contains(name)) {
+      core::logError("node {}: no free port in {}-{} for task {} of {}", nodes_[n].name, first,
+                     options_.port_last, task.index, keys_[task.workload]);
+    }
+  }
+}
+
+NodeTask SchedulerDriver::nodeTask(sched::TaskId t,
+                                   const std::map<sched::NodeIndex, std::string>& addresses) const {
   const sched::TaskInfo& task = scheduler_->task(t);
   const SubmitCommand& c = specs_[task.workload];
   NodeTask nt;
@@ -618,6 +666,33 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t) const {
     }
   }
   nt.duration_s = std::chrono::duration_cast<std::chrono::seconds>(c.duration).count();
+  // Rendezvous: each task's node address as it is placed now (a gang's are all placed in the
+  // pass that starts it), this task's ports, and task 0's "master" port.
+  const sched::WorkloadInfo& info = scheduler_->workload(task.workload);
+  nt.task_count = info.spec.tasks;
+  if (auto it = task_ports_.find(t); it != task_ports_.end()) {
+    nt.ports = it->second;
+  }
+  if (nt.task_count > 1) {
+    for (sched::TaskId peer : info.tasks) {
+      const sched::TaskInfo& pt = scheduler_->task(peer);
+      std::string host;
+      if (pt.state == sched::TaskState::kRunning) {
+        auto a = addresses.find(pt.assignment.placement.node);
+        host = a != addresses.end() && !a->second.empty()
+                   ? a->second
+                   : nodes_[pt.assignment.placement.node].name;
+      }
+      nt.hosts.push_back(std::move(host));
+    }
+    const sched::TaskId zero = info.tasks.front();
+    auto it = task_ports_.find(zero);
+    if (scheduler_->task(zero).state == sched::TaskState::kRunning && it != task_ports_.end()) {
+      if (auto m = it->second.find("master"); m != it->second.end()) {
+        nt.master_port = m->second;
+      }
+    }
+  }
   nt.grace_ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.grace).count();
   nt.identity_audiences = c.identity_audiences;
   nt.secrets = c.secrets;
@@ -644,11 +719,18 @@ void SchedulerDriver::publishNodeTasks() {
       return true;
     });
   }
+  std::map<sched::NodeIndex, std::string> addresses;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [n, a] : agents_) {
+      addresses[n] = a.address;
+    }
+  }
   std::map<sched::NodeIndex, std::vector<NodeTask>> lists;
   for (const auto& [n, a] : agents_) {
     std::vector<NodeTask>& list = lists[n];
     for (sched::TaskId t : node_tasks_[n]) {
-      list.push_back(nodeTask(t));
+      list.push_back(nodeTask(t, addresses));
     }
     std::sort(list.begin(), list.end(),
               [](const NodeTask& x, const NodeTask& y) { return x.id < y.id; });

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <set>
 #include <thread>
 
 #include "model/node_profiles.h"
@@ -593,6 +595,73 @@ TEST_F(AgentNodesTest, AFailedTaskFailsItsWorkloadAndStopsTheOthers) {
   EXPECT_NE(s.reason.find("killed by signal 9"), std::string::npos) << s.reason;
   EXPECT_NE(s.reason.find("out of memory"), std::string::npos) << s.reason;
   EXPECT_TRUE(beat("b")->tasks.empty());  // Its other task is no longer wanted.
+}
+
+// Issue #38: each task of a workload of several is told where its peers are (the nodes'
+// addresses, task 0's "master" port); ports are allocated per node, never two tasks the same
+// one on a node, and a task placed again gets new ones.
+TEST_F(AgentNodesTest, TasksOfSeveralGetTheirRendezvousAndPortsNeverCollide) {
+  ASSERT_TRUE(driver_->heartbeat("a", {"H100-80GB", "H100-80GB"}, {}, {}, "10.0.0.1").isOk());
+  ASSERT_TRUE(driver_->heartbeat("b", {"H100-80GB", "H100-80GB"}, {}, {}, "10.0.0.2").isOk());
+  driver_->runOnce();
+  SubmitCommand gang = cmd("team-1", "train", 2, 2);  // One task per node.
+  ASSERT_TRUE(driver_->submit(gang).isOk());
+  driver_->runOnce();
+  const NodeTask on_a = beat("a")->tasks.at(0);
+  const NodeTask on_b = beat("b")->tasks.at(0);
+  const NodeTask& zero = on_a.index == 0 ? on_a : on_b;
+  const NodeTask& one = on_a.index == 0 ? on_b : on_a;
+  EXPECT_EQ(zero.task_count, 2);
+  const std::vector<std::string> hosts = {zero.id == on_a.id ? "10.0.0.1" : "10.0.0.2",
+                                          one.id == on_a.id ? "10.0.0.1" : "10.0.0.2"};
+  EXPECT_EQ(zero.hosts, hosts);
+  EXPECT_EQ(one.hosts, hosts);
+  ASSERT_TRUE(zero.ports.contains("master"));
+  EXPECT_GE(zero.ports.at("master"), 20000);
+  EXPECT_LE(zero.ports.at("master"), 32000);
+  EXPECT_EQ(zero.master_port, zero.ports.at("master"));
+  EXPECT_EQ(one.master_port, zero.ports.at("master"));  // Task 0's, on task 0's node.
+  EXPECT_EQ(driver_->status("team-1", "train")->tasks[0].ports, zero.ports);  // Kept.
+  // A CPU-only workload asking for two ports goes beside the gang's task on one node: its ports
+  // are other than that task's.
+  SubmitCommand web = cmd("team-1", "web", 1, 0);
+  web.spec.request.cpu = core::MilliCpu{1500};  // More than "sim" has: on "a" or "b".
+  web.spec.request.gpu_milli = core::MilliGpu{0};
+  web.ports = {"http", "metrics"};
+  ASSERT_TRUE(driver_->submit(web).isOk()) << driver_->submit(web).message();
+  driver_->runOnce();
+  const WorkloadStatus ws = *driver_->status("team-1", "web");
+  ASSERT_EQ(ws.tasks.size(), 1U);
+  const NodeTask& beside = ws.tasks[0].node == "a" ? on_a : on_b;
+  EXPECT_EQ(ws.tasks[0].ports.size(), 2U);
+  std::set<int> ports;
+  for (const auto& [name, port] : ws.tasks[0].ports) {
+    ports.insert(port);
+  }
+  for (const auto& [name, port] : beside.ports) {
+    EXPECT_FALSE(ports.contains(port)) << name << " " << port;
+  }
+  EXPECT_EQ(ports.size(), 2U);
+  // Task 1 stopped by its agent (fenced) is placed again: new ports.
+  const std::string one_node = one.id == on_a.id ? "a" : "b";
+  NodeTaskReport fenced = report(one, NodeTaskReport::State::kExited);
+  fenced.signal = 15;
+  fenced.stopped = true;
+  ASSERT_TRUE(beat(one_node, {fenced}).isOk());
+  driver_->runOnce();
+  std::optional<NodeTask> again;
+  for (const char* node : {"a", "b"}) {
+    const auto answer = beat(node);
+    ASSERT_TRUE(answer.isOk());
+    for (const NodeTask& t : answer->tasks) {
+      if (t.id == one.id) {
+        again = t;
+      }
+    }
+  }
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->generation, one.generation + 1);
+  EXPECT_NE(again->ports.at("master"), one.ports.at("master"));
 }
 
 TEST_F(AgentNodesTest, ATaskThatCannotStartFailsWithTheAgentsReason) {

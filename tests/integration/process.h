@@ -2,6 +2,8 @@
 // integration tests that start servers and agents.
 #pragma once
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,11 +30,20 @@ namespace process_fs = std::filesystem;
 // A running `tessera` process with its output in files.
 class Process {
  public:
-  Process(std::vector<std::string> args, const process_fs::path& out) : out_(out) {
+  // `netns`: the network namespace (`ip netns add` NAME) it runs in; "": this process's.
+  Process(std::vector<std::string> args, const process_fs::path& out, const std::string& netns = "")
+      : out_(out) {
     pid_ = fork();
     if (pid_ == 0) {
       freopen(out.string().c_str(), "w", stdout);
       freopen((out.string() + ".err").c_str(), "w", stderr);
+      if (!netns.empty()) {
+        const int fd = open(("/var/run/netns/" + netns).c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
+          perror(("setns " + netns).c_str());
+          _exit(126);
+        }
+      }
       std::vector<char*> argv;
       std::string bin = binary();
       argv.push_back(bin.data());

@@ -85,7 +85,22 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
   }
   // The answer comes at once: agents wait for news on GET sys/nodes/<node>/tasks instead, so
   // that their reports are never held behind a waiting call.
-  auto answer = driver_.heartbeat(node, models, std::move(reports), mig_on);
+  // Where its tasks' peers reach the node: what its agent advertises, else the address its
+  // connection comes from (docs/agent.md "Distributed training").
+  std::string address;
+  if (const json& found = r.body["node"]; found.contains("address")) {
+    const json& a = found["address"];
+    if (!a.is_string() || a.get<std::string>().empty() || a.get<std::string>().size() > 255 ||
+        a.get<std::string>().find_first_of(" \t\r\n,") != std::string::npos) {
+      return error(400, source + ": node.address: expected a host name or IP address");
+    }
+    address = a.get<std::string>();
+  } else {
+    const std::string& remote = r.http.remote;  // "1.2.3.4:5678" or "[::1]:5678".
+    address = remote.rfind('[', 0) == 0 ? remote.substr(1, remote.find(']') - 1)
+                                        : remote.substr(0, remote.rfind(':'));
+  }
+  auto answer = driver_.heartbeat(node, models, std::move(reports), mig_on, address);
   if (!answer.isOk()) {
     return fromStatus(answer.status());
   }

@@ -15,6 +15,7 @@
 #include "core/rfc3339.h"
 #include "core/strings.h"
 #include "model/codec.h"
+#include "protocol/node_protocol.h"
 #include "server/api_util.h"
 #include "server/control_plane.h"
 #include "server/request.h"
@@ -87,6 +88,25 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
     }
     if (n.has("readOnlyRootfs")) {
       TESSERA_ASSIGN_OR_RETURN(cmd.read_only_rootfs, n.child("readOnlyRootfs").boolean());
+    }
+  }
+  if (n.has("ports")) {
+    // ["master", "http"]: a port on its node for each task, by name (docs/agent.md).
+    const core::JsonNode p = n.child("ports");
+    if (!p.value().is_array() || p.value().size() > 16) {
+      return p.error("expected a list of at most 16 port names");
+    }
+    for (size_t i = 0; i < p.value().size(); ++i) {
+      TESSERA_ASSIGN_OR_RETURN(std::string name, p.at(i).str());
+      if (!protocol::isPortName(name)) {
+        return p.at(i).error("'" + name.substr(0, 40) +
+                             "' is not a port name (1 to 32 of a-z, 0-9, '_' and '-', starting "
+                             "with a letter)");
+      }
+      if (std::find(cmd.ports.begin(), cmd.ports.end(), name) != cmd.ports.end()) {
+        return p.at(i).error("named twice");
+      }
+      cmd.ports.push_back(std::move(name));
     }
   }
   if (n.has("identity")) {
@@ -200,6 +220,9 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
       }
       rt.started_at = *started;
       rt.confirmed = state != "starting";
+      if (t.contains("ports")) {
+        rt.ports = t.at("ports").get<std::map<std::string, int>>();
+      }
       cmd.restore.push_back(std::move(rt));
     } catch (const std::exception& e) {
       core::logWarn(
@@ -478,7 +501,8 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
       n.checkKeys({"tasks",    "minAvailable",    "priority",    "preemptible", "maxRuntime",
                    "duration", "checkpointEvery", "gracePeriod", "command",     "env",
                    "identity", "secrets",         "cpuMilli",    "memoryMiB",   "gpu",
-                   "queue",    "nodeSelector",    "image",       "shmMiB",      "readOnlyRootfs"});
+                   "queue",    "nodeSelector",    "image",       "shmMiB",      "readOnlyRootfs",
+                   "ports"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
