@@ -480,6 +480,7 @@ void SchedulerDriver::retire(const std::string& key, sched::WorkloadId w) {
   uint32_t most = 0;
   for (sched::TaskId t : scheduler_->workload(w).tasks) {
     most = std::max(most, scheduler_->task(t).starts + start_offset_[w]);
+    task_ports_.erase(t);  // Its tasks are done: their last ports are nobody's.
   }
   retired_starts_[key] = most;
   waiting_.erase(w);
