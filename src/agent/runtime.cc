@@ -840,8 +840,7 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     Fd fd(::open(hostfile.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     const std::string text = hostfileText(spec.rendezvous);
     if (fd.get() < 0 || ::fchmod(fd.get(), 0644) != 0 ||
-        ::write(fd.get(), text.data(), text.size()) !=
-                            static_cast<ssize_t>(text.size())) {
+        ::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
       return core::unavailable(where + ": cannot write its hostfile in " + dir + ": " +
                                std::strerror(errno));
     }

@@ -44,7 +44,8 @@ class HttpControlPlane final : public ControlPlaneClient {
     if (!advertise_address_.empty()) {
       found["address"] = advertise_address_;
     }
-    auto answer = api_->call("PUT", target, {{"node", std::move(found)}, {"reports", std::move(list)}});
+    auto answer =
+        api_->call("PUT", target, {{"node", std::move(found)}, {"reports", std::move(list)}});
     if (!answer.isOk()) {
       return answer.status();
     }

@@ -178,7 +178,7 @@ struct RunFlags {
   DiscoverFlags node;
   std::string address;
   std::string advertise_address;  // "" : the server takes the agent's connection's.
-  std::string token;  // Refused: a credential on the command line (see runAgent).
+  std::string token;              // Refused: a credential on the command line (see runAgent).
   std::string token_file;
   std::string ca_cert;
   std::string work_dir = "/var/lib/tessera/agent";
@@ -499,9 +499,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   } else {
     agentLog("time-sliced GPU shares run under " + assign.interposer);
   }
-  const std::unique_ptr<agent::ControlPlaneClient> server =
-      agent::httpControlPlane(std::move(api).value(), assign, users ? &*users : nullptr,
-                              f.advertise_address);
+  const std::unique_ptr<agent::ControlPlaneClient> server = agent::httpControlPlane(
+      std::move(api).value(), assign, users ? &*users : nullptr, f.advertise_address);
   agent::Wakeup wakeup(stop);
   // The lease the tasks' shims watch: renewed with every heartbeat, it runs out `fence_after`
   // after the last one, and then they stop their tasks even if this process is gone.

@@ -90,7 +90,8 @@ TEST(NodeProtocolTest, ABadTaskSaysWhichField) {
     EXPECT_EQ(assignedTaskFromJson(two, "tasks[1]", "answer").status().message(),
               "answer: tasks[1].hosts[1]: expected a node address (no spaces or commas)");
   }
-  EXPECT_EQ(error("ports", json{{"Master", 20000}}), "answer: tasks[1].ports: 'Master' is not a port name");
+  EXPECT_EQ(error("ports", json{{"Master", 20000}}),
+            "answer: tasks[1].ports: 'Master' is not a port name");
   EXPECT_EQ(error("ports", json{{"master", 70000}}),
             "answer: tasks[1].ports.master: value 70000 is outside 1..65535");
   json j = good;

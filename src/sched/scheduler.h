@@ -152,8 +152,8 @@ struct WorkloadInfo {
   int terminating = 0;
   int finished = 0;
   core::TimePoint submitted{};
-  uint64_t seq = 0;         // Submission order.
-  Explanation why;          // From its last try; see Scheduler::explain.
+  uint64_t seq = 0;  // Submission order.
+  Explanation why;   // From its last try; see Scheduler::explain.
   // Why reclaim, the last time it was considered for this workload, made no room ("" if never
   // considered or it did); see Scheduler::explain.
   std::string reclaim_refused;

@@ -69,7 +69,7 @@ struct Scheduler::EvictionPlan {
   std::vector<Victim> victims;
   std::unordered_map<QueueId, Amounts> freed;  // Per split side of the victims.
   int victim_tasks = 0;
-  int placed = 0;  // Tasks of the workload the plan makes room for.
+  int placed = 0;       // Tasks of the workload the plan makes room for.
   std::string refused;  // For reclaim: why no plan will do (WorkloadInfo::reclaim_refused).
 };
 
@@ -320,12 +320,12 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
   }
   if (sources.empty() && !move) {
     if (reclaim) {
-      plan.refused =
-          not_fairer == kNoQueue
-              ? std::string("no other queue holds more than its share")
-              : fmt::format("'{}' holds more than its share, but taking from it would leave the "
-                            "shares no fairer",
-                            tree_.queue(not_fairer).name);
+      plan.refused = not_fairer == kNoQueue
+                         ? std::string("no other queue holds more than its share")
+                         : fmt::format(
+                               "'{}' holds more than its share, but taking from it would leave the "
+                               "shares no fairer",
+                               tree_.queue(not_fairer).name);
     }
     return false;
   }
@@ -748,17 +748,17 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
           over, sources.size() > 3 ? ", ..." : "");
     } else if (plan.placed < wanted && kept_whole != kNoQueue) {
       plan.refused = fmt::format("the only victims would take '{}' below its {}",
-                                 tree_.queue(kept_whole).name,
-                                 kept_at_quota ? "quota" : "share");
+                                 tree_.queue(kept_whole).name, kept_at_quota ? "quota" : "share");
     } else if (plan.placed < wanted) {
       plan.refused = fmt::format(
           "evicting all the work it may take would not make room for {} task(s)", wanted);
     } else if (plan.victims.empty()) {
       // It fits without victims: the next pass places it, and no reclaim was refused.
     } else if (evictions > 0 && evictions + plan.victim_tasks > options_.max_evictions_per_pass) {
-      plan.refused = fmt::format("it needs {} evictions, more than this pass has left (at most {} "
-                                 "per pass)",
-                                 plan.victim_tasks, options_.max_evictions_per_pass);
+      plan.refused = fmt::format(
+          "it needs {} evictions, more than this pass has left (at most {} "
+          "per pass)",
+          plan.victim_tasks, options_.max_evictions_per_pass);
     } else {
       plan.refused = "with its victims gone, a limit on its queue's path would still hold it back";
     }
@@ -911,8 +911,9 @@ void Scheduler::evictFor(Eviction kind, PassResult& out, int& all_evictions) {
       }
       addTo(after, need);
       if (greaterThanOne(dominantShare(after, reclaimBasis(tree_.queue(r_leaf))))) {
-        info.reclaim_refused = fmt::format("with its {} task(s), queue '{}' would hold more than its {}",
-                                           target, tree_.queue(r_leaf).name, basis);
+        info.reclaim_refused =
+            fmt::format("with its {} task(s), queue '{}' would hold more than its {}", target,
+                        tree_.queue(r_leaf).name, basis);
         continue;
       }
     }

@@ -208,8 +208,8 @@ Explanation Scheduler::explain(WorkloadId w) const {
   const Queue& q = tree_.queue(info.spec.queue);
   const char* basis = options_.reclaim_to == ReclaimTo::kQuota ? "quota" : "share";
   if (over_share_[info.spec.queue] != 0) {
-    e.message += fmt::format("; reclaim not considered: queue '{}' holds more than its {}",
-                             q.name, basis);
+    e.message +=
+        fmt::format("; reclaim not considered: queue '{}' holds more than its {}", q.name, basis);
   } else if (!info.reclaim_refused.empty()) {
     e.message += "; reclaim considered: " + info.reclaim_refused;
   }

@@ -1135,8 +1135,9 @@ TEST_F(SchedulerTest, AWaitingWorkloadSaysWhatReclaimMadeOfIt) {
   s_->schedule();
   const WorkloadId b = submit("b-one", "b", 1, 1, 1);
   EXPECT_TRUE(s_->schedule().evicted.empty());
-  says(b, "0/1 nodes fit: 1 insufficient free GPU share; reclaim considered: the only victims "
-          "would take 'a' below its share");
+  says(b,
+       "0/1 nodes fit: 1 insufficient free GPU share; reclaim considered: the only victims "
+       "would take 'a' below its share");
   // The reclaimer itself would go past its share: b holds 3 of its 4, and a pair would make 5.
   build(1, 4, 4);
   const WorkloadId a = submit("a-train", "a", 5, 1, 1);
@@ -1157,8 +1158,9 @@ TEST_F(SchedulerTest, AWaitingWorkloadSaysWhatReclaimMadeOfIt) {
   clock_.advance(std::chrono::hours(2));
   const WorkloadId late = submit("b-late", "b", 1, 1, 1);
   EXPECT_TRUE(s_->schedule().evicted.empty());
-  says(late, "reclaim considered: no running work of the queues over their share ('a') may be "
-             "taken");
+  says(late,
+       "reclaim considered: no running work of the queues over their share ('a') may be "
+       "taken");
   // No queue over its share: nothing to reclaim from.
   build(1, 4, 4);
   submit("a-half", "a", 4, 4, 1);

@@ -179,7 +179,7 @@ struct SubmitCommand {
   std::string image;
   int64_t shm_mib = 0;
   bool read_only_rootfs = false;
-  std::map<std::string, std::string> env;         // Its own environment variables.
+  std::map<std::string, std::string> env;  // Its own environment variables.
   // Ports each task gets on its node, by name (`ports`; a workload of several tasks also gets
   // "master", its MASTER_PORT): docs/agent.md "Distributed training".
   std::vector<std::string> ports;

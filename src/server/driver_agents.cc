@@ -142,7 +142,7 @@ core::Status SchedulerDriver::removeNode(const std::string& node) {
   }
   scheduler_->setCordoned(n, true);
   (void)scheduler_->nodeLost(n);  // Down for good: its capacity leaves the fair shares.
-  scheduler_->removeNode(n);       // And no longer counted in waiting workloads' reasons.
+  scheduler_->removeNode(n);      // And no longer counted in waiting workloads' reasons.
   node_tasks_.erase(n);
   std::lock_guard lock(mu_);
   ++nodes_generation_;

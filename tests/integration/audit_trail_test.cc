@@ -651,8 +651,8 @@ TEST(AuditRotationTest, RotatedLogVerifiesAsOneChain) {
     }
   }
   ASSERT_GT(oldest_bot, 0U);
-  Response follow = c.call("GET", "/v1/tenants/demo/audit?limit=5&after=" +
-                                      std::to_string(oldest_bot), bot);
+  Response follow =
+      c.call("GET", "/v1/tenants/demo/audit?limit=5&after=" + std::to_string(oldest_bot), bot);
   ASSERT_EQ(follow.status, 200U);
   ASSERT_EQ(follow.body["data"]["records"].size(), 5U) << follow.raw;
   EXPECT_GT(follow.body["data"]["records"][0]["seq"].get<uint64_t>(), oldest_bot);

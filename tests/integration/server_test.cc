@@ -41,9 +41,9 @@ using nlohmann::json;
 using tessera::integration::binary;
 using tessera::integration::Client;
 using tessera::integration::Process;
-using tessera::integration::waitFor;
 using tessera::integration::Response;
 using tessera::integration::slurp;
+using tessera::integration::waitFor;
 
 class ServerTest : public ::testing::Test {
  protected:

@@ -30,13 +30,12 @@ class TestNetwork {
       const std::string here = "tsh" + std::to_string(id) + "x" + std::to_string(i);
       const std::string there = "tsn" + std::to_string(id) + "x" + std::to_string(i);
       namespaces_.push_back(ns);
-      ok_ = sh("ip netns add " + ns) &&
-            sh("ip link add " + here + " type veth peer name " + there) &&
-            sh("ip link set " + there + " netns " + ns) &&
-            sh("ip link set " + here + " master " + bridge_ + " up") &&
-            sh("ip -n " + ns + " addr add " + address(i) + "/24 dev " + there) &&
-            sh("ip -n " + ns + " link set " + there + " up") &&
-            sh("ip -n " + ns + " link set lo up");
+      ok_ =
+          sh("ip netns add " + ns) && sh("ip link add " + here + " type veth peer name " + there) &&
+          sh("ip link set " + there + " netns " + ns) &&
+          sh("ip link set " + here + " master " + bridge_ + " up") &&
+          sh("ip -n " + ns + " addr add " + address(i) + "/24 dev " + there) &&
+          sh("ip -n " + ns + " link set " + there + " up") && sh("ip -n " + ns + " link set lo up");
     }
   }
   ~TestNetwork() {

@@ -110,12 +110,12 @@ class TrainingTest : public ::testing::Test {
       ASSERT_EQ(t.status, 200U) << t.raw;
       // Each agent in its own namespace: the server sees its connections come from there.
       agents_.push_back(std::make_unique<Process>(
-          std::vector<std::string>{
-              "agent", "run", "--node", node, "--backend", "sim", "--profile", "l40s-4x",
-              "--address", address_, "--ca-cert", (dir_ / "ca.pem").string(), "--work-dir",
-              (dir_ / node).string(), "--node-mode", "development", "--token-file",
-              tessera::integration::tokenFile(dir_, node + ".token",
-                                              t.body["auth"]["client_token"])},
+          std::vector<std::string>{"agent", "run", "--node", node, "--backend", "sim", "--profile",
+                                   "l40s-4x", "--address", address_, "--ca-cert",
+                                   (dir_ / "ca.pem").string(), "--work-dir", (dir_ / node).string(),
+                                   "--node-mode", "development", "--token-file",
+                                   tessera::integration::tokenFile(dir_, node + ".token",
+                                                                   t.body["auth"]["client_token"])},
           dir_ / (node + ".out"), net_->ns(i)));
     }
     ASSERT_TRUE(waitFor(
@@ -231,8 +231,8 @@ TEST_F(TrainingTest, TwoGangsAtOnceGetPortsOfTheirOwn) {
     for (int i = 0; i < 3; ++i) {
       const auto hp = hostAndPort(output(name, i));
       ASSERT_FALSE(hp.first.empty()) << output(name, i);
-      EXPECT_TRUE(taken.insert(hp).second) << name << " task " << i << ": " << hp.first << ":"
-                                           << hp.second << " given twice";
+      EXPECT_TRUE(taken.insert(hp).second)
+          << name << " task " << i << ": " << hp.first << ":" << hp.second << " given twice";
     }
   }
 }

@@ -483,9 +483,9 @@ HttpResponse ControlPlane::auditApi(Request& r) {
       records.push_back(json::parse(view[i], nullptr, false));
     }
   }
-  return reply(200, {{"request_id", r.request_id},
-                     {"data",
-                      {{"records", records}, {"total", view.size()}, {"complete", complete}}}});
+  return reply(200,
+               {{"request_id", r.request_id},
+                {"data", {{"records", records}, {"total", view.size()}, {"complete", complete}}}});
 }
 
 }  // namespace tessera::server

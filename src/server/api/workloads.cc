@@ -497,12 +497,11 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   // Admission: the body against the catalogue, the pool and the tenant's caps.
   const std::string source = "workload '" + name + "'";
   core::JsonNode n(r.body, "", source);
-  core::Status st =
-      n.checkKeys({"tasks",    "minAvailable",    "priority",    "preemptible", "maxRuntime",
-                   "duration", "checkpointEvery", "gracePeriod", "command",     "env",
-                   "identity", "secrets",         "cpuMilli",    "memoryMiB",   "gpu",
-                   "queue",    "nodeSelector",    "image",       "shmMiB",      "readOnlyRootfs",
-                   "ports"});
+  core::Status st = n.checkKeys(
+      {"tasks",           "minAvailable",   "priority", "preemptible", "maxRuntime",   "duration",
+       "checkpointEvery", "gracePeriod",    "command",  "env",         "identity",     "secrets",
+       "cpuMilli",        "memoryMiB",      "gpu",      "queue",       "nodeSelector", "image",
+       "shmMiB",          "readOnlyRootfs", "ports"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
