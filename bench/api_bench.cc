@@ -485,6 +485,7 @@ class Bench {
     std::vector<std::string> phases = {"submit", "get", "noisy"};
     std::string load_tenant = "bench-load";
     int client_threads = 0;  // Threads the clients of a phase share; 0: one per client.
+    bool idempotency_keys = false;  // Submissions carry an Idempotency-Key, as the CLI's do.
   };
 
   Bench(const DevInfo& dev, Options options)
@@ -608,7 +609,8 @@ class Bench {
   Generator submit(const Tenant& t, const std::string& label) const {
     return [this, t, label](int client, uint64_t seq) {
       const std::string name = fmt::format("{}-{}-{}-{}", tag_, label, client, seq);
-      return Request{"POST", workloadPath(t.name, name), t.token, options_.spec, name};
+      return Request{"POST", workloadPath(t.name, name), t.token, options_.spec, name,
+                     options_.idempotency_keys ? name : ""};
     };
   }
 
@@ -1056,6 +1058,9 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--spec", o.spec, "The workload submitted")->capture_default_str();
   app.add_option("--out", out, "Also write the results as JSON to this file");
+  app.add_flag("--idempotency-keys", o.idempotency_keys,
+               "Submissions carry an Idempotency-Key header (as the tessera CLI's and API "
+               "client's changes do): the cost of the server's record of each");
   app.add_flag("--keep", keep, "Keep the started server's data directory (audit log, store)");
   try {
     app.parse(argc, argv);

@@ -175,6 +175,7 @@ struct Request {
   std::string token;
   std::string body;
   std::string workload;  // For submissions: the name, logged when the answer is 202.
+  std::string idempotency_key = {};  // Sent as Idempotency-Key when set (as the CLI does).
 };
 
 struct Reply {
@@ -217,6 +218,9 @@ inline http::request<http::string_body> toHttp(const Request& r, const std::stri
   req.keep_alive(true);
   if (!r.token.empty()) {
     req.set("X-Tessera-Token", r.token);
+  }
+  if (!r.idempotency_key.empty()) {
+    req.set("Idempotency-Key", r.idempotency_key);
   }
   req.body() = r.body;
   req.prepare_payload();

@@ -49,10 +49,17 @@ class HttpControlPlane final : public ControlPlaneClient {
     if (!answer.isOk()) {
       return answer.status();
     }
-    for (const TaskReport& r : reports) {
-      describe(r);
+    const nlohmann::json* found_data =
+        answer->is_object() && answer->contains("data") ? &(*answer)["data"] : nullptr;
+    if (found_data == nullptr || !found_data->is_object()) {
+      // Not an answer to a heartbeat: nothing in it was delivered.
+      return core::unavailable("the server's answer to the heartbeat from " + api_->address() +
+                               " has no data object: " + answer->dump().substr(0, 200));
     }
-    const nlohmann::json& data = (*answer)["data"];
+    const nlohmann::json& data = *found_data;
+    for (const TaskReport& r : reports) {
+      describe(r);  // Delivered.
+    }
     if (!registered_) {
       agentLog(fmt::format("node {} registered with {} ({} GPUs, lease {} ms)", node,
                            api_->address(), gpus.gpus.size(), data.value("lease_ttl_ms", 0)));
@@ -180,17 +187,29 @@ void watchTasks(api::ApiClient& api, const std::string& node, const std::string&
       sleepUnlessStopped(std::chrono::milliseconds(1000), stop);  // The heartbeat says why.
       continue;
     }
-    for (const nlohmann::json& req : (*r)["data"].value("log_requests", nlohmann::json::array())) {
-      if (req.is_object()) {
-        answerLogRequest(api, node, work_dir, req);
-      }
+    const nlohmann::json data = r->is_object() ? r->value("data", nlohmann::json()) : nullptr;
+    if (!data.is_object()) {
+      // Not an answer to this watch (a server in the middle of a failover, say): later.
+      agentLog("the server's answer to the task watch has no data object; trying again");
+      sleepUnlessStopped(std::chrono::milliseconds(1000), stop);
+      continue;
     }
-    const uint64_t version = (*r)["data"].value("version", uint64_t{0});
-    if (known != version) {
-      known = version;
-      wakeup.poke();
-    } else if (!(*r)["data"].value("waited", true)) {
-      sleepUnlessStopped(std::chrono::milliseconds(1000), stop);  // The server could not wait.
+    try {
+      for (const nlohmann::json& req : data.value("log_requests", nlohmann::json::array())) {
+        if (req.is_object()) {
+          answerLogRequest(api, node, work_dir, req);
+        }
+      }
+      const uint64_t version = data.value("version", uint64_t{0});
+      if (known != version) {
+        known = version;
+        wakeup.poke();
+      } else if (!data.value("waited", true)) {
+        sleepUnlessStopped(std::chrono::milliseconds(1000), stop);  // The server could not wait.
+      }
+    } catch (const nlohmann::json::exception& e) {
+      agentLog(std::string("the server's answer to the task watch is malformed: ") + e.what());
+      sleepUnlessStopped(std::chrono::milliseconds(1000), stop);
     }
   }
 }

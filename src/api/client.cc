@@ -1,5 +1,6 @@
 #include "api/client.h"
 
+#include <openssl/rand.h>
 #include <openssl/ssl.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cctype>
 #include <filesystem>
 #include <optional>
+#include <thread>
 
 namespace tessera::api {
 namespace {
@@ -63,6 +65,21 @@ std::string errorMessage(unsigned status, const json& body, const std::string& r
     messages = std::string(reason);
   }
   return std::to_string(status) + ": " + messages;
+}
+
+// 128 random bits, hex: a change's Idempotency-Key.
+std::string idempotencyKey() {
+  unsigned char bytes[16];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    return {};  // No key: the change is not sent again once its fate is unknown.
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char b : bytes) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
 }
 
 bool isIpAddress(const std::string& host) {
@@ -400,11 +417,38 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
   req.keep_alive(true);
   req.prepare_payload();
 
-  // Reads may go to another server if the request's fate is unknown; changes only when it
-  // cannot have been received.
+  // A read may be sent again anywhere; a change too, with its Idempotency-Key (the server
+  // applies one key once), or, without one, only where it cannot have been received.
   const bool read = method == "GET" || method == "LIST";
-  size_t failed_over = 0;  // Servers tried after the first.
-  int redirects = 0;
+  const std::string key = read ? std::string() : idempotencyKey();
+  if (!key.empty()) {
+    req.set("Idempotency-Key", key);
+  }
+  const bool resend = read || !key.empty();
+  const auto deadline = std::chrono::steady_clock::now() + im.config.retry_for;
+  auto backoff = std::chrono::milliseconds(50);
+  size_t failed_in_round = 0;               // Servers that failed since the last pause.
+  int redirects = 0;                        // Followed since the last failure.
+  bool replicas = im.endpoints.size() > 1;  // Several servers: one out of reach is a failover.
+  std::string problem;                      // The last reason to try elsewhere.
+  // The next server of the list; after a whole round failed, a pause first (doubling, up to a
+  // 200 ms), unless the time for retries is spent (false).
+  auto next = [&](std::string why) {
+    problem = std::move(why);
+    redirects = 0;
+    if (++failed_in_round >= im.endpoints.size()) {
+      failed_in_round = 0;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) {
+        return false;
+      }
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(backoff, deadline - now));
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+    }
+    im.use((im.current + 1) % im.endpoints.size());
+    return true;
+  };
   core::Result<http::response<http::string_body>> resp = unavailable("no server");
   while (true) {
     bool sent = false;
@@ -418,21 +462,25 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
       // The server closed the idle keep-alive connection without reading this request.
       return im.roundTrip(req, got_response, sent);
     }();
-    const bool more = failed_over + 1 < im.endpoints.size();
     if (!resp.isOk()) {
-      if (more && (!sent || read)) {  // That server is gone: the next one.
-        ++failed_over;
-        im.use((im.current + 1) % im.endpoints.size());
+      // That server is gone, or went while it had the request.
+      if ((!sent || resend) && (replicas || failed_in_round + 1 < im.endpoints.size()) &&
+          next(resp.status().message())) {
         continue;
+      }
+      if (sent && !read) {
+        return unavailable(resp.status().message() +
+                           " (the change may or may not have been applied)");
       }
       return resp.status();
     }
     const unsigned code = resp->result_int();
+    const bool standby = !(*resp)["X-Tessera-Standby"].empty();
+    replicas = replicas || standby;
     const std::string location((*resp)[http::field::location]);
-    if ((code == 307 || code == 308) && !location.empty() && redirects < 3) {
+    if (code == 307 || code == 308) {
       // A standby replica names the leader: the same request goes there (never a path
       // elsewhere: only the server part of Location is taken).
-      ++redirects;
       const size_t scheme = location.find("://");
       const size_t path =
           scheme == std::string::npos ? std::string::npos : location.find('/', scheme + 3);
@@ -441,6 +489,16 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
         return unavailable("server " + im.address + " redirected to '" + location.substr(0, 200) +
                            "', which is not a server address of the same kind");
       }
+      const bool self = leader->host == im.host && leader->port == im.port;
+      if (self || redirects >= static_cast<int>(im.endpoints.size()) + 1) {
+        // To itself, or round in a loop: no replica leads yet.
+        if (next("no leader yet: " + im.address + " redirects " +
+                 (self ? "to itself" : "in a loop"))) {
+          continue;
+        }
+        break;
+      }
+      ++redirects;
       auto known = std::find_if(im.endpoints.begin(), im.endpoints.end(), [&](const Endpoint& e) {
         return e.host == leader->host && e.port == leader->port;
       });
@@ -451,12 +509,21 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
       im.use(static_cast<size_t>(known - im.endpoints.begin()));
       continue;
     }
-    if (code == 503 && !(*resp)["X-Tessera-Standby"].empty() && more) {
-      ++failed_over;  // A standby that knows no leader yet: another may.
-      im.use((im.current + 1) % im.endpoints.size());
+    // A standby that knows no leader yet, or an answer whose change may or may not have been
+    // applied (sent again under its key): another try, elsewhere or later.
+    const bool unknown_outcome =
+        resend && !key.empty() && code == 503 && (*resp)["X-Tessera-Applied"] == "unknown";
+    if (code == 503 && (standby || unknown_outcome) &&
+        next(errorMessage(code, json::parse(resp->body(), nullptr, false), resp->body(),
+                          std::string(resp->reason())))) {
       continue;
     }
     break;
+  }
+  if (resp.isOk() && resp->result_int() >= 300 && resp->result_int() < 400) {
+    return unavailable("no leader answered " + std::string(method) + " " + target + " within " +
+                       std::to_string(im.config.retry_for.count() / 1000) + " s (" + problem +
+                       "); try again shortly");
   }
   const unsigned status = resp->result_int();
   im.chroot_tenant = std::string((*resp)["X-Tessera-Chroot"]);

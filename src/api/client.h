@@ -33,7 +33,7 @@ namespace tessera::api {
 struct ClientConfig {
   // "https://HOST:PORT" (a port-less address means 443), or "http://HOST:PORT" for a
   // listener with TLS disabled (loopback test servers only). Several servers (replicas, docs/
-  // server.md "Several replicas"): a comma-separated list. The first is tried first; one that
+  // server.md "High availability"): a comma-separated list. The first is tried first; one that
   // cannot be reached is left for the next (a change only when it cannot have been received, a
   // read always), and a standby's redirect (307) to the leader is followed.
   std::string address = "https://127.0.0.1:8200";
@@ -45,6 +45,12 @@ struct ClientConfig {
   std::string client_key_file;
   // Connecting, the TLS handshake, and each request's write and read must each finish in it.
   std::chrono::milliseconds timeout{60'000};
+  // Failover (docs/server.md, "High availability"): how long one call keeps trying, with
+  // backoff, while no replica answers as the leader: a standby that knows no leader (503), a
+  // redirect that leads nowhere (to itself, or round in a loop), a replica that cannot be
+  // reached (only with several addresses: one server that is down is an error at once), a
+  // write whose answer was lost on the way. 0: one round of the list, as before.
+  std::chrono::milliseconds retry_for{30'000};
 };
 
 class ApiClient {
@@ -59,6 +65,11 @@ class ApiClient {
   // unless it is null. Returns the response's JSON (an empty object for 204), or an error as
   // described above. When a reused connection fails before any byte of the response arrives
   // (the server closed it while idle), the request is sent once more on a new connection.
+  //
+  // Every change (any method but GET and LIST) carries an `Idempotency-Key` header, the same on
+  // every try of the call, so the server applies it once however often it is sent: a change
+  // whose answer was lost (the leader died after applying it, say) is sent again, and the
+  // server answers from its record of the first. A 3xx is never a success.
   core::Result<nlohmann::json> call(std::string_view method, const std::string& target,
                                     const nlohmann::json& body = nullptr);
 

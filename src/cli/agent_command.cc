@@ -409,6 +409,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   }
   ClientConfig cc = f.client;
   cc.timeout = std::chrono::milliseconds(f.wait_ms + 5000);
+  // The agent's loop tries again on its own, within its lease: a call need not wait long.
+  cc.retry_for = std::chrono::milliseconds(1000);
   // A node that joined renews its credential while it runs (half its life, at most every
   // 10 minutes): it lives an hour past the agent's last renewal, not for ever.
   const bool joined = cc.token.empty();
@@ -675,7 +677,14 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
         credential_renewed += std::chrono::seconds(5);  // Again soon.
       }
     }
-    core::Status st = agent.tick();
+    core::Status st;
+    try {
+      st = agent.tick();
+    } catch (const nlohmann::json::exception& e) {
+      // An answer of the wrong shape (a server in the middle of a failover): a failed
+      // heartbeat, never the end of the agent.
+      st = core::unavailable(std::string("the server's answer is malformed: ") + e.what());
+    }
     if (!st.isOk() && (st.code() == core::StatusCode::kNotFound ||
                        st.code() == core::StatusCode::kPermissionDenied)) {
       // The server no longer knows this node, or no longer takes its credential: removed

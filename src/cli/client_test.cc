@@ -284,7 +284,7 @@ TEST(ApiClientTest, AddressesAreCheckedBeforeConnecting) {
   EXPECT_NE(r.status().message().find("/no/such/ca.pem"), std::string::npos);
 }
 
-// Several replicas (docs/server.md "Several replicas"): an address that cannot be reached is
+// Several replicas (docs/server.md "High availability"): an address that cannot be reached is
 // left for the next, and a standby's 307 is followed to the leader it names, with the request's
 // method, path and body.
 TEST(ApiClientTest, AListOfServersFailsOverAndFollowsAStandbysRedirect) {
@@ -329,6 +329,86 @@ TEST(ApiClientTest, AListOfServersFailsOverAndFollowsAStandbysRedirect) {
   auto bad = ApiClient::create(c);
   ASSERT_FALSE(bad.isOk());
   EXPECT_NE(bad.status().message().find("ftp://x"), std::string::npos);
+}
+
+// Issue 42: a standby that names itself (a leader restarted at once) or keeps answering "no
+// leader" is no answer: the client tries again, with pauses, until a leader answers or its
+// time for retries is spent, and a 3xx never comes back as a success.
+TEST(ApiClientTest, NoLeaderYetIsRetriedAndA3xxIsNeverASuccess) {
+  std::atomic<int> refusals{3};
+  std::string self;
+  FakeServer replica([&](const server::HttpRequest& r) {
+    if (refusals-- > 0) {
+      server::HttpResponse resp = answer(307, R"({"errors": ["a standby; the leader is me"]})");
+      resp.headers.emplace_back("Location", self + r.target);
+      resp.headers.emplace_back("X-Tessera-Standby", "true");
+      return resp;
+    }
+    return answer(200, R"({"data": {"ok": true}})");
+  });
+  self = replica.address();
+  ClientConfig c;
+  c.address = replica.address();
+  c.ca_cert_file = replica.ca_file();
+  c.retry_for = std::chrono::milliseconds(5000);
+  auto client = ApiClient::create(c);
+  ASSERT_TRUE(client.isOk()) << client.status().message();
+  auto ok = (*client)->call("GET", "/v1/x");
+  ASSERT_TRUE(ok.isOk()) << ok.status().message();
+  EXPECT_EQ((*ok)["data"]["ok"], true);
+  EXPECT_EQ(replica.requests(), 4);
+  // For ever a standby naming itself: an error naming the reason, after the time for retries.
+  refusals = 1'000'000;
+  c.retry_for = std::chrono::milliseconds(300);
+  client = ApiClient::create(c);
+  ASSERT_TRUE(client.isOk());
+  const auto start = std::chrono::steady_clock::now();
+  auto never = (*client)->call("POST", "/v1/y", json::object());
+  ASSERT_FALSE(never.isOk());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(250));
+  EXPECT_EQ(never.status().code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(never.status().message().find("no leader"), std::string::npos)
+      << never.status().message();
+  EXPECT_NE(never.status().message().find("to itself"), std::string::npos)
+      << never.status().message();
+}
+
+// A change carries an Idempotency-Key, the same on every try of one call (a new one per call),
+// and an answer whose outcome the server does not know (X-Tessera-Applied: unknown) is sent
+// again under it; a read carries none.
+TEST(ApiClientTest, AChangeWhoseOutcomeIsUnknownIsSentAgainUnderItsKey) {
+  std::mutex mu;
+  std::vector<std::string> keys;
+  std::atomic<int> unknown{1};
+  FakeServer leader([&](const server::HttpRequest& r) {
+    {
+      std::lock_guard lock(mu);
+      keys.push_back(r.header("idempotency-key"));
+    }
+    if (r.method != "GET" && unknown-- > 0) {
+      server::HttpResponse resp = answer(
+          503,
+          R"j({"errors": ["put: etcd: timed out (the write may or may not have been applied)"]})j");
+      resp.headers.emplace_back("X-Tessera-Applied", "unknown");
+      return resp;
+    }
+    return answer(200, R"({"data": {}})");
+  });
+  ClientConfig c;
+  c.address = leader.address();
+  c.ca_cert_file = leader.ca_file();
+  auto client = ApiClient::create(c);
+  ASSERT_TRUE(client.isOk());
+  ASSERT_TRUE((*client)->call("POST", "/v1/a", json::object()).isOk());
+  ASSERT_TRUE((*client)->call("POST", "/v1/b", json::object()).isOk());
+  ASSERT_TRUE((*client)->call("GET", "/v1/c").isOk());
+  std::lock_guard lock(mu);
+  ASSERT_EQ(keys.size(), 4U);
+  EXPECT_EQ(keys[0].size(), 32U);
+  EXPECT_EQ(keys[0], keys[1]) << "the retry carries the first try's key";
+  EXPECT_NE(keys[2], keys[0]) << "each call its own key";
+  EXPECT_EQ(keys[2].size(), 32U);
+  EXPECT_EQ(keys[3], "") << "reads carry none";
 }
 
 TEST(ApiClientTest, PathSegmentsStayOneSegment) {

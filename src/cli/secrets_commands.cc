@@ -229,7 +229,16 @@ core::Status kvWrite(const KvFlags& f, bool patch) {
   if (s->json()) {
     printJson(vaultEnvelope(r));
   } else {
-    std::cout << "Wrote version " << r["data"].value("version", 0) << " of " << f.path << "\n";
+    const json d = r.value("data", json::object());
+    if (d.is_object() && d.contains("version")) {
+      std::cout << "Wrote version " << d.value("version", 0) << " of " << f.path << "\n";
+    } else {
+      // A write sent again after its answer was lost: applied once, its answer not kept.
+      std::cout << "Wrote " << f.path << "\n";
+      for (const json& w : r.value("warnings", json::array())) {
+        std::cerr << "warning: " << (w.is_string() ? w.get<std::string>() : w.dump()) << "\n";
+      }
+    }
   }
   return core::Status::ok();
 }

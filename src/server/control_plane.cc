@@ -21,6 +21,7 @@
 #include "model/codec.h"
 #include "server/api_util.h"
 #include "server/console.h"
+#include "server/fenced_store.h"
 #include "server/request.h"
 #include "server/route_table.h"
 
@@ -53,6 +54,7 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
   TESSERA_ASSIGN_OR_RETURN(
       cp->tokens_, TokenManager::open(store, clock, cp->options_.tokens, cp->powerSource()));
   TESSERA_ASSIGN_OR_RETURN(cp->grants_, GrantTable::open(store));
+  cp->idempotency_ = std::make_unique<Idempotency>(store, clock);
   if (secrets != nullptr) {
     cp->task_secrets_ = std::make_unique<TaskSecrets>(*secrets, store, auditor, clock);
     TESSERA_RETURN_IF_ERROR(cp->task_secrets_->load());
@@ -751,12 +753,27 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   HttpResponse resp;
   try {
     std::optional<HttpResponse> refused = read_only ? std::nullopt : storageRefusal(r, tenant);
-    resp = refused ? std::move(*refused) : route(r);
+    const std::string key = read_only ? "" : http.header("idempotency-key");
+    if (refused) {
+      resp = std::move(*refused);
+    } else if (key.empty()) {
+      resp = route(r);
+    } else {
+      resp = routeOnce(r, http, key, ev.sensitive);
+    }
   } catch (const json::type_error& e) {
     resp = error(400, jsonTypeError(e));
   } catch (const std::exception& e) {
     core::logError("{} {} (request {}): {}", r.method, ev.request.path, r.request_id, e.what());
     resp = error(500, "internal error (request " + r.request_id + ")");
+  }
+  if (resp.status >= 500 && resp.body.find(store::kOutcomeUnknown) != std::string::npos) {
+    // The one way a client learns it (docs/server.md): sent again with its Idempotency-Key,
+    // the change is applied once.
+    resp.headers.emplace_back("X-Tessera-Applied", "unknown");
+  } else if (resp.status == 503 && resp.body.find(kNotLeading) != std::string::npos) {
+    resp.headers.emplace_back("X-Tessera-Standby", "true");  // Deposed: not applied.
+    resp.headers.emplace_back("Retry-After", "1");
   }
   Finish f{std::move(ev),  std::move(appended),
            read_only,      std::move(r.grant),
@@ -834,6 +851,35 @@ std::optional<HttpResponse> ControlPlane::finish(Finish& f, HttpResponse resp, R
   recordMetric(f.route, f.tenant, resp.status,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - f.t0).count());
   return resp;
+}
+
+HttpResponse ControlPlane::routeOnce(Request& r, const HttpRequest& http, const std::string& key,
+                                     const std::vector<std::string>& sensitive) {
+  if (core::Status ok = Idempotency::checkKey(key); !ok.isOk()) {
+    return error(400, ok.message());
+  }
+  Idempotency::Ticket ticket;
+  auto earlier =
+      idempotency_->begin(key, r.token.accessor, r.method, http.target, http.body, ticket);
+  if (!earlier.isOk()) {
+    return fromStatus(earlier.status());
+  }
+  if (*earlier) {
+    return std::move(**earlier);
+  }
+  HttpResponse resp;
+  {
+    Idempotency::Scope scope(&ticket);
+    resp = route(r);
+  }
+  audit::AuditEvent answer;
+  answer.sensitive = sensitive;
+  answer.response.body = json::parse(resp.body, nullptr, false);
+  if (answer.response.body.is_discarded()) {
+    answer.response.body = json::object();
+  }
+  const bool secret = audit::responseIsSensitive(answer);
+  return idempotency_->end(ticket, std::move(resp), secret);
 }
 
 HttpResponse ControlPlane::appliedButUnrecorded(unsigned status) {

@@ -34,6 +34,7 @@
 #include "server/driver.h"
 #include "server/grants.h"
 #include "server/http_server.h"
+#include "server/idempotency.h"
 #include "server/metrics.h"
 #include "server/node_mailbox.h"
 #include "server/node_records.h"
@@ -391,6 +392,12 @@ class ControlPlane {
   std::unique_ptr<RefusalLog> refusals_;
   std::unique_ptr<TokenManager> tokens_;
   std::unique_ptr<GrantTable> grants_;
+  // Changes sent with an Idempotency-Key: applied once (server/idempotency.h). Takes effect
+  // when the store given to open() is an IdempotentStore (the server's is).
+  std::unique_ptr<Idempotency> idempotency_;
+  // route(r) for a change with `key`: once per key, else the first answer again.
+  HttpResponse routeOnce(Request& r, const HttpRequest& http, const std::string& key,
+                         const std::vector<std::string>& sensitive);
   std::unique_ptr<TaskSecrets> task_secrets_;  // Null without secrets_.
   std::unique_ptr<TenantUsage> usage_;
   // Why a write must be refused before it is routed: its tenant is over its byte quota (429), or

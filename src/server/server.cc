@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -26,7 +28,9 @@
 #include "secrets/service.h"
 #include "server/certs.h"
 #include "server/control_plane.h"
+#include "server/fenced_store.h"
 #include "server/http_server.h"
+#include "server/idempotency.h"
 #include "server/leader.h"
 #include "server/node_records.h"
 #include "server/request.h"
@@ -215,65 +219,171 @@ struct Hooks {
   std::function<void()> stopping;  // A signal came: before the server stops answering.
 };
 
-// A standby replica: until it leads, its listeners answer every request with the leader's
-// address (307, as Vault's standbys do), or 503 while no leader is known; `sys/health` says
-// it is a standby (429, again as Vault). Returns once it leads, or on a stop signal.
-core::Status standBy(const ServerConfig& config, LeaderElection& election) {
-  TESSERA_ASSIGN_OR_RETURN(bool leading, election.campaign());
-  if (leading) {
-    core::logInfo("leading: {} holds the leader key", config.ha->api_addr);
+// What a replica answers while it does not serve: while it waits for its store, and as a
+// standby (docs/server.md, "High availability"). A standby sends every request to the leader
+// (307, as Vault's standbys do); while no leader is known, or the store does not answer, or the
+// leader key names this replica itself (an earlier start of it, not yet taken over), it answers
+// 503 with Retry-After and why, so clients try again rather than loop. `sys/health` says which:
+// 429 for a standby with a leader (as Vault), 503 otherwise.
+class Holding {
+ public:
+  explicit Holding(std::string self) : self_(std::move(self)) {}
+
+  core::Status start(const std::vector<ListenerConfig>& listeners) {
+    TESSERA_ASSIGN_OR_RETURN(
+        server_, HttpServer::create(listeners, [this](const HttpRequest& r) { return answer(r); }));
+    server_->start(1, 2);
     return core::Status::ok();
   }
-  auto standby = HttpServer::create(config.listeners, [&election](const HttpRequest& r) {
-    const std::string leader = election.leader();
+  void stop() {
+    if (server_) {
+      server_->shutdown(std::chrono::milliseconds(0));
+      server_.reset();
+    }
+  }
+  // No leader can be known: `why` says what is wrong ("" once the store answers again).
+  void storeTrouble(std::string why) {
+    std::lock_guard lock(mu_);
+    why_ = std::move(why);
+  }
+  void leaderIs(std::string leader) {
+    std::lock_guard lock(mu_);
+    leader_ = std::move(leader);
+    why_.clear();
+  }
+
+ private:
+  HttpResponse answer(const HttpRequest& r) {
+    std::string leader;
+    std::string why;
+    {
+      std::lock_guard lock(mu_);
+      leader = leader_;
+      why = why_;
+    }
+    if (why.empty() && (leader.empty() || leader == self_)) {
+      why = "this replica is a standby and no leader is known yet";
+    }
     HttpResponse resp;
     resp.headers.emplace_back("X-Tessera-Standby", "true");
     const std::string path = r.target.substr(0, r.target.find('?'));
     if (path == "/v1/sys/health") {
-      resp.status = 429;
-      resp.body = json{{"standby", true}, {"leader", leader}}.dump();
-    } else if (leader.empty()) {
+      resp.status = why.empty() ? 429 : 503;
+      json body = {{"standby", true}, {"leader", why.empty() ? leader : ""}};
+      if (!why.empty()) {
+        body["reason"] = why;
+      }
+      resp.body = body.dump();
+    } else if (!why.empty()) {
       resp.status = 503;
       resp.headers.emplace_back("Retry-After", "1");
-      resp.body = json{{"errors",
-                        {"this replica is a standby and no leader is known yet; try "
-                         "again shortly"}}}
-                      .dump();
+      resp.body = json{{"errors", {why + "; try again shortly"}}}.dump();
     } else {
       resp.status = 307;
       resp.headers.emplace_back("Location", leader + r.target);
       resp.body = json{{"errors", {"this replica is a standby; the leader is " + leader}}}.dump();
     }
     return resp;
-  });
-  if (!standby.isOk()) {
-    return standby.status();
   }
-  (*standby)->start(1, 2);
-  std::cout << "standby: the leader is " << election.leader() << "\n";
-  std::cout.flush();
-  std::string told = election.leader();
+
+  const std::string self_;
+  std::mutex mu_;
+  std::string leader_;
+  std::string why_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+// A standby replica: campaigns every 100 ms until it leads (true), or a stop signal (false).
+// Its listeners are `holding`'s meanwhile.
+core::Result<bool> standBy(const ServerConfig& config, LeaderElection& election, Holding& holding) {
+  std::string told = "?";
+  bool troubled = false;
   while (!g_stop) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
     auto won = election.campaign();
     if (!won.isOk()) {
-      core::logWarn("leader election: {}", won.status().message());
-      continue;
+      if (!troubled) {
+        core::logWarn("leader election: {}", won.status().message());
+      }
+      troubled = true;
+      holding.storeTrouble("the store does not answer, so no leader is known: " +
+                           won.status().message());
+    } else if (*won) {
+      core::logInfo("leading: {} took the leader key; loading the state from the store",
+                    config.ha->api_addr);
+      return true;
+    } else {
+      troubled = false;
+      holding.leaderIs(election.leader());
+      if (election.leader() != told) {
+        told = election.leader();
+        if (told.empty()) {
+          core::logInfo("standby: no leader is known");
+        }
+        std::cout << "standby: the leader is " << (told.empty() ? "not known" : told) << "\n";
+        std::cout.flush();
+      }
     }
-    if (*won) {
-      break;
-    }
-    if (election.leader() != told) {
-      told = election.leader();
-      core::logInfo("standby: the leader is {}", told.empty() ? "not known" : told);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+// A leader that lost its lease (or was fenced) starts again as this same process (exec: the
+// same pid, so a supervisor sees no exit), with nothing of its state kept: a standby, until it
+// leads again. Everything it had open closes with the exec.
+constexpr const char* kRestartedInPlace = "TESSERA_RESTARTED_IN_PLACE";
+
+// Every fd above standard error, closed (or marked close-on-exec).
+void closeInheritedFds(bool on_exec = false) {
+  std::vector<int> fds;
+  std::error_code ec;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    try {
+      fds.push_back(std::stoi(fd.path().filename().string()));
+    } catch (const std::exception&) {
     }
   }
-  (*standby)->shutdown(std::chrono::milliseconds(0));
-  if (!g_stop) {
-    core::logInfo("leading: {} took the leader key; loading the state from the store",
-                  config.ha->api_addr);
+  for (int n : fds) {
+    if (n > 2) {
+      if (on_exec) {
+        ::fcntl(n, F_SETFD, FD_CLOEXEC);
+      } else {
+        ::close(n);  // Including the directory iterator's own, closed by now.
+      }
+    }
   }
-  return core::Status::ok();
+}
+
+[[noreturn]] void restartInPlace() {
+  std::vector<std::string> args;
+  {
+    std::ifstream in("/proc/self/cmdline", std::ios::binary);
+    std::string arg;
+    while (std::getline(in, arg, '\0')) {
+      args.push_back(arg);
+    }
+  }
+  // Other threads run on until the exec and may open more (a connection accepted meanwhile):
+  // the next life closes whatever it inherits.
+  closeInheritedFds(/*on_exec=*/true);
+  std::vector<char*> argv;
+  for (std::string& a : args) {
+    argv.push_back(a.data());
+  }
+  argv.push_back(nullptr);
+  std::string mark = std::string(kRestartedInPlace) + "=1";
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    envp.push_back(*e);
+  }
+  envp.push_back(mark.data());
+  envp.push_back(nullptr);
+  std::cerr << "restarting as a standby\n";
+  std::cerr.flush();
+  if (!args.empty()) {
+    ::execve("/proc/self/exe", argv.data(), envp.data());
+  }
+  std::_Exit(3);  // Could not: a supervisor starts it again.
 }
 
 int serve(const ServerConfig& config, const Hooks& hooks) {
@@ -293,31 +403,61 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   for (const model::Node& n : nodes) {
     declared.push_back(n.name);
   }
+  // A store in etcd may be out of reach (no quorum, a network cut): the replica waits for it,
+  // answering 503 with why meanwhile, rather than exit and be started again and again.
+  Holding holding(config.ha ? config.ha->api_addr : "");
+  if (config.etcd || config.ha) {
+    if (core::Status st = holding.start(config.listeners); !st.isOk()) {
+      return fail(st);
+    }
+  }
   auto store = config.etcd ? store::EtcdStore::open(*config.etcd, clock)
                            : store::SqliteStore::open(config.storage_path, {}, clock);
+  while (config.etcd && !store.isOk() && store.status().code() == core::StatusCode::kUnavailable &&
+         !g_stop) {
+    core::logWarn("waiting for the store: {}", store.status().message());
+    holding.storeTrouble("the store does not answer: " + store.status().message());
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    store = store::EtcdStore::open(*config.etcd, clock);
+  }
+  if (g_stop) {
+    return 0;
+  }
   if (!store.isOk()) {
     return fail(store.status());
   }
   // One of several replicas: it waits, sending clients to the leader, until it leads.
   std::unique_ptr<LeaderElection> election;
+  std::unique_ptr<FencedStore> fenced;
+  store::Store* st = store->get();
   if (config.ha) {
     election = std::make_unique<LeaderElection>(**store, config.ha->api_addr,
                                                 std::chrono::milliseconds(config.ha->lease_ttl_ms));
-    if (core::Status st = standBy(config, *election); !st.isOk()) {
-      return fail(st);
+    auto leads = standBy(config, *election, holding);
+    if (!leads.isOk()) {
+      return fail(leads.status());
     }
-    if (g_stop) {
+    if (!*leads) {
       return 0;
     }
-    // A leader that cannot renew its lease for most of a TTL stops at once, before another
-    // replica may lead: two must never run the scheduler (its agents' tasks keep running, and
-    // the next leader keeps them).
-    election->startKeepAlive([] { std::_Exit(3); });
+    // A leader that cannot renew its lease for most of a TTL stops leading at once, before
+    // another replica may lead: two must never run the scheduler (its agents' tasks keep
+    // running, and the next leader keeps them). And every write it makes is fenced, so one
+    // that has lost the lease without knowing it yet cannot change anything.
+    election->startKeepAlive([] { restartInPlace(); });
+    LeaderElection* e = election.get();
+    fenced = std::make_unique<FencedStore>(**store, election->fence(),
+                                           [e] { e->stepDown("the store fenced a write"); });
+    st = fenced.get();
   }
+  // Changes sent again under their Idempotency-Key are applied once (server/idempotency.h).
+  IdempotentStore idempotent(*st);
+  st = &idempotent;
+  holding.stop();
   // Nodes that joined with a join token before this start: agent-run nodes like the declared
   // ones (docs/server.md, "Nodes join"). A declared node of the same name wins.
   {
-    auto records = loadNodeRecords(**store, catalogue);
+    auto records = loadNodeRecords(*st, catalogue);
     if (!records.isOk()) {
       return fail(records.status());
     }
@@ -400,11 +540,11 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   // This start's epoch: how many times the server has started on this store.
   uint32_t epoch = 1;
   {
-    auto got = (*store)->range("/sys/epoch");
+    auto got = st->range("/sys/epoch");
     if (got.isOk() && !got->kvs.empty()) {
       epoch = static_cast<uint32_t>(got->kvs[0].version + 1) & 0xffffU;
     }
-    if (auto put = (*store)->put("/sys/epoch", std::to_string(epoch)); !put.isOk()) {
+    if (auto put = st->put("/sys/epoch", std::to_string(epoch)); !put.isOk()) {
       return fail(put.status());
     }
   }
@@ -485,7 +625,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
           l.tls_key_file, *mode);
     }
   }
-  auto secrets = secrets::Secrets::open(**store, clock, sopts);
+  auto secrets = secrets::Secrets::open(*st, clock, sopts);
   if (!secrets.isOk()) {
     return fail(secrets.status().withContext("secrets"));
   }
@@ -494,8 +634,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
                       ? "secrets are sealed: unseal with `tessera operator unseal`\n"
                       : "secrets are not initialized: run `tessera operator init`\n");
   }
-  auto cp =
-      ControlPlane::open(**store, **auditor, **driver, catalogue, clock, copts, secrets->get());
+  auto cp = ControlPlane::open(*st, **auditor, **driver, catalogue, clock, copts, secrets->get());
   if (!cp.isOk()) {
     return fail(cp.status());
   }
@@ -569,7 +708,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
       }
     }
     cp_ptr->housekeeping();
-    (void)(*store)->expireLeases();
+    (void)st->expireLeases();
   }
   if (hooks.stopping) {
     hooks.stopping();
@@ -963,6 +1102,13 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
 }
 
 int runServer(const ServerConfig& config) {
+  if (std::getenv(kRestartedInPlace) != nullptr) {
+    // Started again by restartInPlace(): what the last life had open and the exec did not close
+    // (a connection accepted after its fds were marked close-on-exec) is nobody's now. Closed,
+    // so its client is answered (the connection ends) rather than left waiting for ever.
+    ::unsetenv(kRestartedInPlace);
+    closeInheritedFds();
+  }
   installSignalHandlers();
   return serve(config, {});
 }

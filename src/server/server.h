@@ -57,7 +57,7 @@ struct ServerConfig {
   // store in an etcd v3 cluster (store/etcd_store.h); set instead of storage_path.
   std::optional<store::EtcdStoreOptions> etcd;
   // ha { api_addr = "https://10.0.0.1:8200"  lease_ttl_ms = 2000 }: one of several replicas on
-  // one etcd store (docs/server.md, "Several replicas"): it leads (serves) while it holds the
+  // one etcd store (docs/server.md, "High availability"): it leads (serves) while it holds the
   // leader key, and until then answers every request with the leader's address.
   struct Ha {
     std::string api_addr;  // How clients reach this replica (what standbys redirect to).

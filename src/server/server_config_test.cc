@@ -156,7 +156,7 @@ secrets { key_file = "/etc/tessera/unseal.key" })") +
   }
 }
 
-// Several replicas (docs/server.md "Several replicas"): an ha block needs etcd and an address.
+// Several replicas (docs/server.md "High availability"): an ha block needs etcd and an address.
 TEST_F(ServerConfigTest, ReplicasNeedEtcdAndAnAddressOfTheirOwn) {
   const std::string etcd = R"(storage "etcd" { endpoints = ["http://127.0.0.1:2379"] }
 secrets { key_file = "/tmp/unseal.key" }

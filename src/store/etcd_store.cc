@@ -312,40 +312,7 @@ class EtcdStoreImpl final : public Store {
     TESSERA_RETURN_IF_ERROR(internal::checkTxn(txn));
     pb::TxnRequest req;
     for (const Compare& c : txn.compares) {
-      pb::Compare* out = req.add_compare();
-      out->set_key(dataKey(c.key));
-      switch (c.relation) {
-        case Compare::kEqual:
-          out->set_result(pb::Compare::EQUAL);
-          break;
-        case Compare::kNotEqual:
-          out->set_result(pb::Compare::NOT_EQUAL);
-          break;
-        case Compare::kLess:
-          out->set_result(pb::Compare::LESS);
-          break;
-        case Compare::kGreater:
-          out->set_result(pb::Compare::GREATER);
-          break;
-      }
-      switch (c.target) {
-        case Compare::Target::kVersion:
-          out->set_target(pb::Compare::VERSION);
-          out->set_version(c.number);
-          break;
-        case Compare::Target::kCreateRevision:
-          out->set_target(pb::Compare::CREATE);
-          out->set_create_revision(c.number);
-          break;
-        case Compare::Target::kModRevision:
-          out->set_target(pb::Compare::MOD);
-          out->set_mod_revision(c.number);
-          break;
-        case Compare::Target::kValue:
-          out->set_target(pb::Compare::VALUE);
-          out->set_value(c.bytes);
-          break;
-      }
+      addCompare(c, req.add_compare());
     }
     std::vector<LeaseId> leases;
     for (const Op& op : txn.success) {
@@ -363,13 +330,31 @@ class EtcdStoreImpl final : public Store {
         put->set_value(note.body);
       }
     }
-    pb::TxnResponse resp;
+    // A guard is an outer txn whose only op is this one (etcd's nested txns, 3.3 and later).
+    pb::TxnRequest outer;
+    if (!txn.guard.empty()) {
+      for (const Compare& c : txn.guard) {
+        addCompare(c, outer.add_compare());
+      }
+      *outer.add_success()->mutable_request_txn() = std::move(req);
+    }
+    const pb::TxnRequest& sent = txn.guard.empty() ? req : outer;
+    pb::TxnResponse got;
     TESSERA_RETURN_IF_ERROR(write(
-        "txn", [&](Endpoint& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, req, &resp); },
+        "txn", [&](Endpoint& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, sent, &got); },
         leases));
     TxnResult result;
+    if (!txn.guard.empty() && !got.succeeded()) {
+      result.guard_failed = true;
+      result.revision = got.header().revision();
+      return result;
+    }
+    if (!txn.guard.empty() && (got.responses_size() != 1 || !got.responses(0).has_response_txn())) {
+      return core::internalError("txn: etcd's answer to a guarded txn holds no inner txn");
+    }
+    const pb::TxnResponse& resp = txn.guard.empty() ? got : got.responses(0).response_txn();
     result.succeeded = resp.succeeded();
-    result.revision = resp.header().revision();
+    result.revision = got.header().revision();
     const std::vector<Op>& ran = resp.succeeded() ? txn.success : txn.failure;
     for (size_t i = 0; i < ran.size() && i < static_cast<size_t>(resp.responses_size()); ++i) {
       const pb::ResponseOp& r = resp.responses(static_cast<int>(i));
@@ -647,6 +632,42 @@ class EtcdStoreImpl final : public Store {
     return req;
   }
 
+  void addCompare(const Compare& c, pb::Compare* out) const {
+    out->set_key(dataKey(c.key));
+    switch (c.relation) {
+      case Compare::kEqual:
+        out->set_result(pb::Compare::EQUAL);
+        break;
+      case Compare::kNotEqual:
+        out->set_result(pb::Compare::NOT_EQUAL);
+        break;
+      case Compare::kLess:
+        out->set_result(pb::Compare::LESS);
+        break;
+      case Compare::kGreater:
+        out->set_result(pb::Compare::GREATER);
+        break;
+    }
+    switch (c.target) {
+      case Compare::Target::kVersion:
+        out->set_target(pb::Compare::VERSION);
+        out->set_version(c.number);
+        break;
+      case Compare::Target::kCreateRevision:
+        out->set_target(pb::Compare::CREATE);
+        out->set_create_revision(c.number);
+        break;
+      case Compare::Target::kModRevision:
+        out->set_target(pb::Compare::MOD);
+        out->set_mod_revision(c.number);
+        break;
+      case Compare::Target::kValue:
+        out->set_target(pb::Compare::VALUE);
+        out->set_value(c.bytes);
+        break;
+    }
+  }
+
   void addOp(const Op& op, pb::RequestOp* out, std::vector<LeaseId>& leases) const {
     switch (op.kind) {
       case Op::Kind::kPut: {
@@ -730,7 +751,7 @@ class EtcdStoreImpl final : public Store {
                  Retry retry) const {
     std::string message = what + ": etcd at " + e.url + ": " + s.error_message();
     if (s.error_code() == grpc::StatusCode::UNAVAILABLE && retry == Retry::kIfNeverSent) {
-      message += " (the write may or may not have been applied)";
+      message += " (" + std::string(kOutcomeUnknown) + ")";
     }
     if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       message += " (no answer within the request timeout of " +

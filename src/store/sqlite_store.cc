@@ -793,6 +793,14 @@ class SqliteStoreImpl final : public Store {
 
   Status applyTxn(WriteRequest& req, Batch& b) {
     Txn& txn = req.txn;
+    for (const Compare& c : txn.guard) {
+      TESSERA_ASSIGN_OR_RETURN(std::optional<KeyValue> kv, readKv(*writer_, c.key));
+      if (!compareHolds(kv, c)) {
+        req.result.guard_failed = true;
+        req.result.revision = b.revision;
+        return Status::ok();
+      }
+    }
     for (const Note& note : txn.notes) {
       Stmt::Use q((*writer_)[kAddNote]);
       q.bind(1, note.topic);

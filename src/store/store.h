@@ -129,11 +129,17 @@ struct Note {
 
 // If every compare holds, the success ops run, otherwise the failure ops; atomically, at one
 // revision. A key may be written (put, or covered by a delete) at most once per branch.
+//
+// `guard`: conditions checked first. If one fails, nothing of the txn happens (neither branch
+// runs, no note is stored, the revision stays) and the result says `guard_failed`. For a fence
+// around everything a writer does (the leader's key: server/fenced_store.h), without mixing it
+// into the txn's own compares and branches.
 struct Txn {
   std::vector<Compare> compares;
   std::vector<Op> success;
   std::vector<Op> failure;
   std::vector<Note> notes = {};  // Stored with the txn, whichever branch runs.
+  std::vector<Compare> guard = {};
 };
 
 struct OpResult {
@@ -143,6 +149,7 @@ struct OpResult {
 };
 
 struct TxnResult {
+  bool guard_failed = false;      // A guard compare failed: nothing ran (results empty).
   bool succeeded = false;         // The compares held and the success branch ran.
   int64_t revision = 0;           // The store revision after the txn.
   std::vector<OpResult> results;  // One per op of the branch that ran.
@@ -175,6 +182,11 @@ struct StoreStats {
   int64_t commits = 0;                // Storage transactions committed (SQLite: one fsync each).
   int64_t queued_write_requests = 0;  // Writes waiting for the writer now.
 };
+
+// What the message of a write's error says when the write may have been applied all the same
+// (the store took it, then its answer was lost): the server answers such a write 503 with
+// `X-Tessera-Applied: unknown` (docs/server.md, "High availability").
+inline constexpr std::string_view kOutcomeUnknown = "the write may or may not have been applied";
 
 // The range end that covers every key starting with `prefix`: the prefix with its last byte that
 // is not 0xff incremented and the rest dropped; "\0" (no end) if there is no such byte.

@@ -371,6 +371,43 @@ TEST_P(StoreConformance, NotesGoWithWhicheverBranchRunsAndNotWithAFailedTxn) {
   EXPECT_EQ(notes[0].body, "compare failed");
 }
 
+TEST_P(StoreConformance, AFailedGuardRunsNeitherBranchAndStoresNoNote) {
+  const int64_t fence = rev(put("fence", "me"));
+  put("a", "1");
+  // The guard holds: the txn runs as if unguarded, its own compares choosing the branch.
+  Txn held{{Compare::value("a", Compare::kEqual, "0")}, {Op::put("a", "2")}, {Op::get("a")}};
+  held.guard = {Compare::createRevision("fence", Compare::kEqual, fence)};
+  held.notes = {{"audit", 1, "held"}};
+  TESSERA_ASSERT_OK_AND_ASSIGN(TxnResult r, store_->txn(std::move(held)));
+  EXPECT_FALSE(r.guard_failed);
+  EXPECT_FALSE(r.succeeded);
+  ASSERT_EQ(r.results.size(), 1U);
+  ASSERT_EQ(r.results[0].range.kvs.size(), 1U);
+  EXPECT_EQ(r.results[0].range.kvs[0].value, "1");
+  // The fence key made again (another leader's): the same guard fails, and nothing happens.
+  ASSERT_TRUE(store_->deleteRange("fence").isOk());
+  put("fence", "someone else");
+  const int64_t before = store_->stats().revision;
+  Txn fenced{{}, {Op::put("a", "3"), Op::del("fence")}, {Op::put("b", "1")}};
+  fenced.guard = {Compare::createRevision("fence", Compare::kEqual, fence)};
+  fenced.notes = {{"audit", 2, "fenced"}};
+  TESSERA_ASSERT_OK_AND_ASSIGN(TxnResult out, store_->txn(std::move(fenced)));
+  EXPECT_TRUE(out.guard_failed);
+  EXPECT_FALSE(out.succeeded);
+  EXPECT_TRUE(out.results.empty());
+  EXPECT_EQ(store_->stats().revision, before);
+  TESSERA_ASSERT_OK_AND_ASSIGN(RangeResult a, store_->range("a"));
+  ASSERT_EQ(a.kvs.size(), 1U);
+  EXPECT_EQ(a.kvs[0].value, "1");
+  TESSERA_ASSERT_OK_AND_ASSIGN(RangeResult b, store_->range("b"));
+  EXPECT_TRUE(b.kvs.empty());
+  TESSERA_ASSERT_OK_AND_ASSIGN(RangeResult f, store_->range("fence"));
+  EXPECT_EQ(f.kvs.size(), 1U);
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::vector<Note> notes, store_->notes("audit"));
+  ASSERT_EQ(notes.size(), 1U);
+  EXPECT_EQ(notes[0].body, "held");
+}
+
 TEST_P(StoreConformance, DropNotesDropsOneTopicsUpToAnId) {
   Txn txn{{}, {}, {}};
   for (uint64_t id = 1; id <= 4; ++id) {

@@ -5,16 +5,21 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
@@ -98,7 +103,8 @@ struct Response {
   unsigned status = 0;
   nlohmann::json body;
   std::string raw;
-  std::string retry_after;  // The Retry-After header, if any.
+  std::string retry_after;                          // The Retry-After header, if any.
+  std::map<std::string, std::string> headers = {};  // Every header, names lower-cased.
 };
 
 // An HTTPS client for one server; a connection per request keeps it simple.
@@ -115,6 +121,14 @@ class Client {
   }
   // Sends the token in `header` instead of X-Tessera-Token (e.g. Vault's X-Vault-Token).
   void setTokenHeader(std::string header) { token_header_ = std::move(header); }
+  // Sent with every request from now on (Idempotency-Key, say); "" removes it.
+  void setHeader(const std::string& name, const std::string& value) {
+    if (value.empty()) {
+      headers_.erase(name);
+    } else {
+      headers_[name] = value;
+    }
+  }
 
   Response call(const std::string& method, const std::string& target, const std::string& token,
                 const nlohmann::json& body = nullptr) const {
@@ -125,6 +139,13 @@ class Client {
     boost::beast::ssl_stream<boost::beast::tcp_stream> stream(io, ctx);
     boost::beast::get_lowest_layer(stream).connect(boost::asio::ip::tcp::endpoint(
         boost::asio::ip::make_address(host_ == "localhost" ? "127.0.0.1" : host_), port_));
+    {
+      // A server that never answers fails the test in 30 s rather than hang it.
+      timeval tv{30, 0};
+      const int fd = boost::beast::get_lowest_layer(stream).socket().native_handle();
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    }
     stream.handshake(boost::asio::ssl::stream_base::client);
     boost::beast::http::request<boost::beast::http::string_body> req;
     req.method_string(method);
@@ -133,6 +154,9 @@ class Client {
     req.set(boost::beast::http::field::host, host_);
     if (!token.empty()) {
       req.set(token_header_, token);
+    }
+    for (const auto& [name, value] : headers_) {
+      req.set(name, value);
     }
     if (!body.is_null()) {
       req.body() = body.dump();
@@ -146,6 +170,12 @@ class Client {
     r.status = resp.result_int();
     r.raw = resp.body();
     r.retry_after = std::string(resp[boost::beast::http::field::retry_after]);
+    for (const auto& field : resp) {
+      std::string name(field.name_string());
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      r.headers[name] = std::string(field.value());
+    }
     if (!r.raw.empty() && r.raw[0] == '{') {
       r.body = nlohmann::json::parse(r.raw, nullptr, false);
     }
@@ -159,6 +189,7 @@ class Client {
   uint16_t port_ = 0;
   std::string ca_pem_;
   std::string token_header_ = "X-Tessera-Token";
+  std::map<std::string, std::string> headers_;
 };
 
 // The storage, TLS listener and audit blocks of a test server's config, all in `dir` (with the

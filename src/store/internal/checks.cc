@@ -113,11 +113,15 @@ core::Status checkValue(std::string_view key, std::string_view value) {
 }
 
 core::Status checkTxn(const Txn& txn) {
-  if (txn.compares.size() > kMaxTxnOps) {
-    return core::invalidArgument("txn has " + std::to_string(txn.compares.size()) +
-                                 " compares; the limit is " + std::to_string(kMaxTxnOps));
+  if (txn.compares.size() + txn.guard.size() > kMaxTxnOps) {
+    return core::invalidArgument(
+        "txn has " + std::to_string(txn.compares.size() + txn.guard.size()) +
+        " compares (guard included); the limit is " + std::to_string(kMaxTxnOps));
   }
   for (const Compare& c : txn.compares) {
+    TESSERA_RETURN_IF_ERROR(checkKey(c.key));
+  }
+  for (const Compare& c : txn.guard) {
     TESSERA_RETURN_IF_ERROR(checkKey(c.key));
   }
   TESSERA_RETURN_IF_ERROR(checkBranch(txn.success, "success"));
