@@ -6,6 +6,8 @@
 #include <thread>
 #include <utility>
 
+#include "core/log.h"
+
 namespace tessera::agent {
 
 Agent::Agent(std::string node, NodeGpus gpus, ControlPlaneClient& server, Runtime& runtime,
@@ -69,12 +71,30 @@ core::Status Agent::tick() {
   }
   auto wanted = server_.heartbeat(node_, gpus_, reports);
   if (!wanted.isOk()) {
-    const bool lost = clock_.now() - last_ok_ >= options_.fence_after;
-    if (lost) {
+    const auto since =
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - last_ok_);
+    if (server_.noLeaderCanAct() && since < options_.no_leader_bound) {
+      // No one can place these tasks elsewhere: they run on, and the shims' lease with them.
+      if (!holding_on_) {
+        core::logWarn(
+            "agent {}: no leader can act now ({}): the tasks keep running, up to {} s without one",
+            node_, wanted.status().message(), options_.no_leader_bound.count() / 1000);
+      }
+      holding_on_ = true;
+      if (options_.renewed) {
+        options_.renewed(std::min(options_.fence_after, options_.no_leader_bound - since));
+      }
+    } else if (since >= options_.fence_after) {
+      if (holding_on_ && since >= options_.no_leader_bound) {
+        core::logWarn("agent {}: no leader for {} s, the agent's bound: the tasks are stopped",
+                      node_, since.count() / 1000);
+      }
+      holding_on_ = false;
       fence();
     }
     return wanted.status();
   }
+  holding_on_ = false;
   {
     std::lock_guard lock(mu_);
     // What was sent is acknowledged; what came in meanwhile stays for the next round.
@@ -84,7 +104,7 @@ core::Status Agent::tick() {
     fenced_ = false;
   }
   if (options_.renewed) {
-    options_.renewed();
+    options_.renewed(options_.fence_after);
   }
   reconcile(*wanted);
   return core::Status::ok();

@@ -8,7 +8,9 @@
 //     generation.
 // Fencing: when no heartbeat has succeeded for `fence_after` (shorter than the server's lease),
 // the agent stops every task itself, before the server can place them elsewhere, so a task
-// never runs on two nodes at once.
+// never runs on two nodes at once. Unless the servers say that no leader can act (etcd without
+// quorum): then no one can place the tasks elsewhere, and they run on up to `no_leader_bound`;
+// a new leader gives every node a full lease before it moves anything.
 //
 // `ControlPlaneClient` is what this loop needs from the server; `tessera agent run` implements
 // it over HTTPS (cli/agent_command.cc, docs/agent.md "The node protocol").
@@ -68,20 +70,30 @@ class ControlPlaneClient {
   // reached or refused: the reports are sent again next time.
   virtual core::Result<std::vector<TaskAssignment>> heartbeat(
       const std::string& node, const NodeGpus& gpus, const std::vector<TaskReport>& reports) = 0;
+  // After a failed heartbeat: whether the replica that answered knows that no leader can act now
+  // (etcd has no quorum, or no replica holds the leader key), so nobody can place this node's
+  // tasks elsewhere meanwhile (X-Tessera-Leader: none).
+  virtual bool noLeaderCanAct() const { return false; }
 };
 
 struct AgentOptions {
   // No successful heartbeat for this long: stop every task (the server's lease is longer).
   std::chrono::milliseconds fence_after{10000};
   std::chrono::milliseconds fence_grace{2000};  // SIGTERM to SIGKILL when fencing.
+  // While the servers answer that no leader can act (noLeaderCanAct), tasks keep running up to
+  // this long after the last successful heartbeat, not only `fence_after`: no one can place them
+  // elsewhere meanwhile (a control plane whose etcd lost quorum, as kubelets keep pods).
+  std::chrono::milliseconds no_leader_bound{600'000};
   // SIGTERM to SIGKILL for a task the server no longer assigns here, when it was not started by
   // this agent (adopted); otherwise the grace it was assigned with.
   std::chrono::milliseconds unassigned_grace{10000};
   // Tasks started at once (each start mostly waits: fork, exec, joining cgroups).
   int parallel_starts = 8;
-  // Called after each successful heartbeat, before the tasks are reconciled (the agent renews
-  // the lease file its tasks' shims watch, ProcessRuntimeOptions::lease_file).
-  std::function<void()> renewed;
+  // Called after each successful heartbeat, before the tasks are reconciled, with how long the
+  // tasks may run on from now without another (the agent renews the lease file its tasks' shims
+  // watch, ProcessRuntimeOptions::lease_file): `fence_after`; and after a failed one while no
+  // leader can act, with what is left of `no_leader_bound` (at most `fence_after`).
+  std::function<void(std::chrono::milliseconds)> renewed;
   // Where tasks' credential files go; null: credentials are not delivered.
   const CredentialFiles* credentials = nullptr;
   // Makes the MIG instances of MIG tasks (NVML, or recorded on simulated GPUs); null: MIG tasks
@@ -159,6 +171,7 @@ class Agent {
   // task is assigned here again.
   std::set<std::string> credentials_stale_;
   bool fenced_ = false;
+  bool holding_on_ = false;  // Heartbeats fail, and no leader can act: tasks run on.
 };
 
 }  // namespace tessera::agent

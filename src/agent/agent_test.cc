@@ -91,7 +91,10 @@ class FakeServer : public ControlPlaneClient {
     std::erase_if(assigned, [&](const TaskAssignment& a) { return a.spec.id == id; });
   }
 
+  bool noLeaderCanAct() const override { return down && no_leader; }
+
   bool down = false;
+  bool no_leader = false;  // While down: the servers answer that no leader can act.
   int calls = 0;
   std::vector<TaskAssignment> assigned;
   std::vector<TaskReport> received;
@@ -210,6 +213,59 @@ TEST_F(AgentTest, AStartThatFailsIsReportedAndNotRetriedForThatGeneration) {
   EXPECT_EQ(server_.received[0].state, TaskReport::State::kFailedToStart);
   EXPECT_NE(server_.received[0].error.find("not found in PATH"), std::string::npos);
   EXPECT_TRUE(a.running().empty());
+}
+
+// Issue 42: while the servers answer that no leader can act (etcd without quorum), nobody can
+// place the tasks elsewhere: they run on past fence_after, the shims' lease renewed with them,
+// up to the agent's bound; cut off from the servers instead, it fences at fence_after.
+TEST_F(AgentTest, WhileNoLeaderCanActTheTasksRunOnUpToTheBound) {
+  options_.no_leader_bound = 60s;
+  std::vector<std::chrono::milliseconds> leases;
+  options_.renewed = [&](std::chrono::milliseconds d) { leases.push_back(d); };
+  Agent a = agent();
+  server_.assign("t.w.0", 1);
+  ASSERT_TRUE(a.tick().isOk());
+  ASSERT_EQ(leases.size(), 1U);
+  EXPECT_EQ(leases.back(), 10s);
+  server_.down = true;
+  server_.no_leader = true;
+  for (int i = 0; i < 5; ++i) {
+    clock_.advance(10s);
+    EXPECT_FALSE(a.tick().isOk());
+    EXPECT_FALSE(a.fenced()) << "after " << (i + 1) * 10 << " s";
+  }
+  EXPECT_TRUE(runtime_.stops.empty());
+  // The shims' lease followed, never past the bound: 10 s each time, then what is left.
+  ASSERT_EQ(leases.size(), 6U);
+  EXPECT_EQ(leases[1], 10s);
+  EXPECT_EQ(leases[5], 10s);
+  clock_.advance(5s);
+  EXPECT_FALSE(a.tick().isOk());
+  EXPECT_EQ(leases.back(), 5s) << "55 s of the 60 s bound are gone";
+  EXPECT_FALSE(a.fenced());
+  // The bound passes: fenced.
+  clock_.advance(5s);
+  EXPECT_FALSE(a.tick().isOk());
+  EXPECT_TRUE(a.fenced());
+  EXPECT_EQ(runtime_.stops.size(), 1U);
+}
+
+TEST_F(AgentTest, ServersOutOfReachAreNoProofThatNoLeaderActs) {
+  options_.no_leader_bound = 60s;
+  Agent a = agent();
+  server_.assign("t.w.0", 1);
+  ASSERT_TRUE(a.tick().isOk());
+  server_.down = true;
+  server_.no_leader = true;
+  clock_.advance(5s);
+  EXPECT_FALSE(a.tick().isOk());
+  EXPECT_FALSE(a.fenced());
+  // Now the servers cannot be reached at all (this node may be the one cut off, while a leader
+  // elsewhere moves its tasks): fenced at fence_after since the last heartbeat, as ever.
+  server_.no_leader = false;
+  clock_.advance(5s);
+  EXPECT_FALSE(a.tick().isOk());
+  EXPECT_TRUE(a.fenced());
 }
 
 TEST_F(AgentTest, CutOffFromTheServerItStopsEverythingBeforeTheLeaseLapses) {

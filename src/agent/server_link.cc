@@ -46,6 +46,7 @@ class HttpControlPlane final : public ControlPlaneClient {
     }
     auto answer =
         api_->call("PUT", target, {{"node", std::move(found)}, {"reports", std::move(list)}});
+    no_leader_ = !answer.isOk() && api_->lastHeader("X-Tessera-Leader") == "none";
     if (!answer.isOk()) {
       return answer.status();
     }
@@ -94,6 +95,8 @@ class HttpControlPlane final : public ControlPlaneClient {
     return out;
   }
 
+  bool noLeaderCanAct() const override { return no_leader_; }
+
  private:
   static void describe(const TaskReport& r) {
     switch (r.state) {
@@ -116,6 +119,7 @@ class HttpControlPlane final : public ControlPlaneClient {
   UserMapping* users_;
   std::string advertise_address_;
   bool registered_ = false;
+  bool no_leader_ = false;  // The last failed heartbeat's answer: X-Tessera-Leader: none.
 };
 
 }  // namespace

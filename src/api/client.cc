@@ -180,6 +180,7 @@ struct ApiClient::Impl {
   std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
   beast::flat_buffer buffer;
   std::string chroot_tenant;  // From the last answer's X-Tessera-Chroot.
+  http::fields last_headers;  // The last answer's.
 
   bool connected() const { return plain.has_value() || secure.has_value(); }
 
@@ -314,6 +315,11 @@ ApiClient::~ApiClient() { impl_->close(); }
 const std::string& ApiClient::address() const { return impl_->address; }
 
 const std::string& ApiClient::chrootTenant() const { return impl_->chroot_tenant; }
+
+std::string ApiClient::lastHeader(std::string_view name) const {
+  const auto it = impl_->last_headers.find(beast::string_view(name.data(), name.size()));
+  return it == impl_->last_headers.end() ? std::string() : std::string(it->value());
+}
 
 core::Result<std::unique_ptr<ApiClient>> ApiClient::create(ClientConfig config) {
   auto impl = std::make_unique<Impl>();
@@ -450,6 +456,7 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
     return true;
   };
   core::Result<http::response<http::string_body>> resp = unavailable("no server");
+  im.last_headers.clear();
   while (true) {
     bool sent = false;
     resp = [&]() -> core::Result<http::response<http::string_body>> {
@@ -474,6 +481,7 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
       }
       return resp.status();
     }
+    im.last_headers = resp->base();
     const unsigned code = resp->result_int();
     const bool standby = !(*resp)["X-Tessera-Standby"].empty();
     replicas = replicas || standby;

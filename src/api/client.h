@@ -75,6 +75,10 @@ class ApiClient {
 
   // The server in use now (one of the list, or the leader a standby named).
   const std::string& address() const;
+  // A header of the last answer the last call received (errors included; a server that could
+  // not be reached gives none), "" if it had none or no server answered: e.g.
+  // X-Tessera-Leader ("none": no replica can act now, docs/server.md "High availability").
+  std::string lastHeader(std::string_view name) const;
   // The tenant the server's listener is chrooted to, as its last answer said
   // (X-Tessera-Chroot); empty for a listener that serves every scope.
   const std::string& chrootTenant() const;

@@ -191,6 +191,7 @@ struct RunFlags {
   std::string cuda_interposer = "auto";
   int64_t wait_ms = 2000;
   int64_t fence_after_ms = 10000;
+  int64_t no_leader_bound_ms = 600000;
   std::string credentials_dir;
   std::string join_token;  // Refused, as `token`.
   std::string join_token_file;
@@ -597,8 +598,9 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       std::filesystem::is_directory(assign.device_dir + "/nvidia-caps", caps_ec)) {
     options.mig_caps_dir = assign.device_dir + "/nvidia-caps";
   }
-  options.renewed = [&] {
-    if (core::Status st = agent::writeLease(lease_file, fence_after); !st.isOk()) {
+  options.no_leader_bound = std::chrono::milliseconds(f.no_leader_bound_ms);
+  options.renewed = [&](std::chrono::milliseconds for_how_long) {
+    if (core::Status st = agent::writeLease(lease_file, for_how_long); !st.isOk()) {
       agentLog("warning: " + st.message());
     }
   };
@@ -848,6 +850,7 @@ int runAgent(const RunFlags& f) {
   settings.cuda_interposer = f.cuda_interposer;
   settings.wait_ms = f.wait_ms;
   settings.fence_after_ms = f.fence_after_ms;
+  settings.no_leader_bound_ms = f.no_leader_bound_ms;
   settings.credentials_dir = f.credentials_dir;
   struct sigaction sa {};
   sa.sa_handler = [](int) { g_agent_stop = true; };
@@ -988,6 +991,12 @@ void addAgentCommands(CLI::App& app, int* rc) {
                   "Stop every task when the server has not been reached for this long (keep it "
                   "below the server's lease, 15 s by default)")
       ->check(CLI::Range(int64_t{1000}, int64_t{3600000}))
+      ->capture_default_str();
+  run->add_option("--no-leader-bound-ms", r->no_leader_bound_ms,
+                  "While the servers answer that no leader can act (their etcd has no quorum), "
+                  "keep the tasks running up to this long without a heartbeat, not only "
+                  "--fence-after-ms: nobody can place them elsewhere meanwhile (docs/agent.md)")
+      ->check(CLI::Range(int64_t{1000}, int64_t{86400000}))
       ->capture_default_str();
   run->footer(
       "The node is declared in the server's config (nodes { agents = \"NAME=PROFILE\" }) with "

@@ -34,6 +34,7 @@ struct AgentSettings {
   std::string cuda_interposer = "auto";
   int64_t wait_ms = 2000;  // A watch's wait at the server.
   int64_t fence_after_ms = 10000;
+  int64_t no_leader_bound_ms = 600000;  // AgentOptions::no_leader_bound.
   // Tasks' credential files (identity tokens); "": CredentialFiles::defaultRoot (a tmpfs).
   std::string credentials_dir;
   // Joining (docs/server.md, "Nodes join"): with no token, the node's credential kept in

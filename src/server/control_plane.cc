@@ -24,6 +24,7 @@
 #include "server/fenced_store.h"
 #include "server/request.h"
 #include "server/route_table.h"
+#include "store/etcd_store.h"
 
 namespace tessera::server {
 
@@ -478,13 +479,39 @@ void ControlPlane::handle(const HttpRequest& http, const std::vector<ListenerCon
   // its request record, if one was written).
   std::string recorded;
   std::optional<HttpResponse> now;
+  // Every answer, now or later, says what a client may do after a 5xx.
+  Reply marked;
+  if (reply) {
+    marked = [reply = std::move(reply)](HttpResponse resp) mutable {
+      markUnavailable(resp);
+      reply(std::move(resp));
+    };
+  }
   try {
-    now = serve(http, listeners, reply, recorded);
+    now = serve(http, listeners, marked, recorded);
   } catch (const std::exception& e) {
     now = failed(http, listeners, recorded, e);
   }
-  if (now && reply) {
-    reply(std::move(*now));
+  if (now && marked) {
+    marked(std::move(*now));
+  }
+}
+
+void ControlPlane::markUnavailable(HttpResponse& resp) {
+  if (resp.status < 500) {
+    return;
+  }
+  if (resp.body.find(store::kOutcomeUnknown) != std::string::npos) {
+    // The one way a client learns it (docs/server.md): sent again with its Idempotency-Key,
+    // the change is applied once.
+    resp.headers.emplace_back("X-Tessera-Applied", "unknown");
+  } else if (resp.status == 503 && resp.body.find(kNotLeading) != std::string::npos) {
+    resp.headers.emplace_back("X-Tessera-Standby", "true");  // Deposed: not applied.
+    resp.headers.emplace_back("Retry-After", "1");
+  } else if (resp.status == 503 && resp.body.find(store::kNoEtcdQuorum) != std::string::npos) {
+    // Nothing was written, and no replica can write: agents keep their tasks (docs/agent.md).
+    resp.headers.emplace_back("X-Tessera-Leader", "none");
+    resp.headers.emplace_back("Retry-After", "1");
   }
 }
 
@@ -766,14 +793,6 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   } catch (const std::exception& e) {
     core::logError("{} {} (request {}): {}", r.method, ev.request.path, r.request_id, e.what());
     resp = error(500, "internal error (request " + r.request_id + ")");
-  }
-  if (resp.status >= 500 && resp.body.find(store::kOutcomeUnknown) != std::string::npos) {
-    // The one way a client learns it (docs/server.md): sent again with its Idempotency-Key,
-    // the change is applied once.
-    resp.headers.emplace_back("X-Tessera-Applied", "unknown");
-  } else if (resp.status == 503 && resp.body.find(kNotLeading) != std::string::npos) {
-    resp.headers.emplace_back("X-Tessera-Standby", "true");  // Deposed: not applied.
-    resp.headers.emplace_back("Retry-After", "1");
   }
   Finish f{std::move(ev),  std::move(appended),
            read_only,      std::move(r.grant),
@@ -1168,6 +1187,9 @@ core::Status ControlPlane::onDriverChanges(const std::map<std::string, WorkloadS
     for (size_t k = i; k < std::min(writes.size(), i + store::kMaxTxnOps); ++k) {
       txn.success.push_back(store::Op::put(writes[k].first, std::move(writes[k].second)));
     }
+    // Whole records written as they are now, under status_write_mu_: writing them twice is
+    // writing them once, so an etcd leader change costs the pass a retry, not a timeout.
+    txn.idempotent = true;
     TESSERA_RETURN_IF_ERROR(store_.txn(std::move(txn)).status());
   }
   return core::Status::ok();

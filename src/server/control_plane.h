@@ -395,6 +395,10 @@ class ControlPlane {
   // Changes sent with an Idempotency-Key: applied once (server/idempotency.h). Takes effect
   // when the store given to open() is an IdempotentStore (the server's is).
   std::unique_ptr<Idempotency> idempotency_;
+  // Headers a 5xx carries to say what the client may do (docs/server.md, "High availability"):
+  // X-Tessera-Applied: unknown, X-Tessera-Standby for a deposed leader, X-Tessera-Leader: none
+  // when etcd has no quorum.
+  static void markUnavailable(HttpResponse& resp);
   // route(r) for a change with `key`: once per key, else the first answer again.
   HttpResponse routeOnce(Request& r, const HttpRequest& http, const std::string& key,
                          const std::vector<std::string>& sensitive);

@@ -239,6 +239,8 @@ core::Result<store::TxnResult> IdempotentStore::txn(store::Txn t) {
   t.success.push_back(store::Op::put(
       ticket->record_key, json{{"request", ticket->request_hash}}.dump(), ticket->lease));
   t.guard.push_back(store::Compare::version(ticket->record_key, store::Compare::kEqual, 0));
+  t.idempotent = false;  // Sent twice, the second would fail its guard.
+
   TESSERA_ASSIGN_OR_RETURN(store::TxnResult r, inner().txn(std::move(t)));
   if (r.guard_failed) {
     // Another try of this key wrote first: this one changes nothing.

@@ -250,6 +250,7 @@ class Holding {
     std::lock_guard lock(mu_);
     leader_ = std::move(leader);
     why_.clear();
+    known_ = true;
   }
 
  private:
@@ -261,11 +262,18 @@ class Holding {
       leader = leader_;
       why = why_;
     }
+    // No leader can act: etcd has no quorum, or the store answered and no one holds the key.
+    const bool none_can_act = why.find(store::kNoEtcdQuorum) != std::string::npos ||
+                              (why.empty() && leader.empty() && known_);
     if (why.empty() && (leader.empty() || leader == self_)) {
       why = "this replica is a standby and no leader is known yet";
     }
     HttpResponse resp;
     resp.headers.emplace_back("X-Tessera-Standby", "true");
+    if (none_can_act) {
+      // Nobody can place work meanwhile: agents keep their tasks running (docs/agent.md).
+      resp.headers.emplace_back("X-Tessera-Leader", "none");
+    }
     const std::string path = r.target.substr(0, r.target.find('?'));
     if (path == "/v1/sys/health") {
       resp.status = why.empty() ? 429 : 503;
@@ -290,6 +298,7 @@ class Holding {
   std::mutex mu_;
   std::string leader_;
   std::string why_;
+  bool known_ = false;  // The store has answered who leads (or that none does).
   std::unique_ptr<HttpServer> server_;
 };
 
@@ -406,6 +415,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   // A store in etcd may be out of reach (no quorum, a network cut): the replica waits for it,
   // answering 503 with why meanwhile, rather than exit and be started again and again.
   Holding holding(config.ha ? config.ha->api_addr : "");
+  holding.storeTrouble("starting: waiting for the store's first answer");
   if (config.etcd || config.ha) {
     if (core::Status st = holding.start(config.listeners); !st.isOk()) {
       return fail(st);
@@ -413,12 +423,18 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   }
   auto store = config.etcd ? store::EtcdStore::open(*config.etcd, clock)
                            : store::SqliteStore::open(config.storage_path, {}, clock);
+  bool waited = false;
   while (config.etcd && !store.isOk() && store.status().code() == core::StatusCode::kUnavailable &&
          !g_stop) {
-    core::logWarn("waiting for the store: {}", store.status().message());
+    if (!waited) {
+      core::logWarn("waiting for the store: {}", store.status().message());
+    }
+    waited = true;
     holding.storeTrouble("the store does not answer: " + store.status().message());
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    store = store::EtcdStore::open(*config.etcd, clock);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    store::EtcdStoreOptions again = *config.etcd;  // Tried often, each try short.
+    again.dial_timeout = std::min(again.dial_timeout, std::chrono::milliseconds(1000));
+    store = store::EtcdStore::open(again, clock);
   }
   if (g_stop) {
     return 0;

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -168,15 +169,22 @@ bool contains(const std::string& text, std::string_view part) {
 // A write that failed this way never reached a member that could apply it, so sending it again
 // cannot apply it twice: no connection could be made, or the member said it has no leader (the
 // "hasleader" check runs before anything is proposed) or is overloaded.
-bool writeNeverSent(const grpc::Status& s) {
+// The endpoint could not be reached at all (the request never left this process).
+bool unreachable(const grpc::Status& s) {
   if (s.error_code() != grpc::StatusCode::UNAVAILABLE) {
     return false;
   }
   const std::string& m = s.error_message();
   return contains(m, "failed to connect") || contains(m, "Failed to connect") ||
          contains(m, "Connection refused") || contains(m, "connections to all backends failing") ||
-         contains(m, "DNS resolution failed") || m == "etcdserver: no leader" ||
-         m == "etcdserver: too many requests" || m == "etcdserver: not capable";
+         contains(m, "DNS resolution failed");
+}
+
+bool writeNeverSent(const grpc::Status& s) {
+  const std::string& m = s.error_message();
+  return unreachable(s) || (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+                            (m == "etcdserver: no leader" || m == "etcdserver: too many requests" ||
+                             m == "etcdserver: not capable"));
 }
 
 int64_t maxRevision(std::atomic<int64_t>& a, int64_t r) {
@@ -252,10 +260,13 @@ class EtcdStoreImpl final : public Store {
     }
     if (!connected) {
       std::string all;
+      bool no_leader = false;  // Some member answered, and said it has no leader.
       for (size_t i = 0; i < endpoints_.size(); ++i) {
         all += (i == 0 ? "" : "; ") + endpoints_[i]->url + ": " + errors[i];
+        no_leader = no_leader || errors[i] == "etcdserver: no leader";
       }
-      return core::unavailable("no etcd endpoint answered within " +
+      return core::unavailable((no_leader ? std::string(kNoEtcdQuorum) + ": " : std::string()) +
+                               "no etcd endpoint answered within " +
                                std::to_string(options_.dial_timeout.count()) + " ms (" + all + ")");
     }
     TESSERA_RETURN_IF_ERROR(findCompactRevision());
@@ -340,9 +351,10 @@ class EtcdStoreImpl final : public Store {
     }
     const pb::TxnRequest& sent = txn.guard.empty() ? req : outer;
     pb::TxnResponse got;
+    // A txn that may be applied twice is sent again wherever its outcome is unknown.
     TESSERA_RETURN_IF_ERROR(write(
         "txn", [&](Endpoint& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, sent, &got); },
-        leases));
+        leases, txn.idempotent ? Retry::kAlways : Retry::kIfNeverSent));
     TxnResult result;
     if (!txn.guard.empty() && !got.succeeded()) {
       result.guard_failed = true;
@@ -719,18 +731,43 @@ class EtcdStoreImpl final : public Store {
   Status call(const std::string& what, Retry retry, Fn&& fn) const {
     const SystemTime deadline = std::chrono::system_clock::now() + options_.request_timeout;
     std::chrono::milliseconds backoff{10};
+    std::optional<SystemTime> no_leader_since;  // Every answer since said "no leader".
     for (size_t attempt = 1;; ++attempt) {
       size_t i = current_.load();
       Endpoint& e = *endpoints_[i];
       grpc::ClientContext ctx;
-      ctx.set_deadline(deadline);
+      ctx.set_deadline(
+          retry == Retry::kAlways
+              ? std::min(deadline, std::chrono::system_clock::now() + options_.attempt_timeout)
+              : deadline);
       ctx.AddMetadata(kRequireLeaderKey, "true");
       const grpc::Status s = fn(e, ctx);
       if (s.ok()) {
         return Status::ok();
       }
-      const bool may_retry = s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-                             (retry == Retry::kAlways || writeNeverSent(s));
+      // Members that answer say they have no leader, the others cannot be reached: no quorum.
+      if (s.error_message() == "etcdserver: no leader" || (no_leader_since && unreachable(s))) {
+        const SystemTime now = std::chrono::system_clock::now();
+        if (!no_leader_since) {
+          no_leader_since = now;
+        } else if (now - *no_leader_since >= options_.no_quorum_timeout) {
+          return core::unavailable(
+              what + ": store unavailable: " + std::string(kNoEtcdQuorum) + " (etcd at " + e.url +
+              " and the others asked have had no leader for " +
+              std::to_string(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(now - *no_leader_since)
+                      .count()) +
+              " ms; nothing was written)");
+        }
+      } else {
+        no_leader_since.reset();
+      }
+      // A call that may be sent twice goes to the next endpoint also when its try timed out
+      // (a member whose leader just died holds proposals until etcd's own timeout, ~7 s).
+      const bool may_retry =
+          (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+           (retry == Retry::kAlways || writeNeverSent(s))) ||
+          (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && retry == Retry::kAlways);
       if (!may_retry || std::chrono::system_clock::now() >= deadline) {
         return failure(what, e, s, retry);
       }
@@ -750,8 +787,13 @@ class EtcdStoreImpl final : public Store {
   Status failure(const std::string& what, const Endpoint& e, const grpc::Status& s,
                  Retry retry) const {
     std::string message = what + ": etcd at " + e.url + ": " + s.error_message();
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE && retry == Retry::kIfNeverSent) {
-      message += " (" + std::string(kOutcomeUnknown) + ")";
+    if ((s.error_code() == grpc::StatusCode::UNAVAILABLE && !writeNeverSent(s)) ||
+        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      if (retry == Retry::kIfNeverSent) {
+        message += " (" + std::string(kOutcomeUnknown) + ")";
+      }
+    } else if (s.error_code() == grpc::StatusCode::UNAVAILABLE && retry == Retry::kIfNeverSent) {
+      message += " (the write was not applied)";
     }
     if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       message += " (no answer within the request timeout of " +
@@ -763,9 +805,10 @@ class EtcdStoreImpl final : public Store {
   // A write: retried only if it never reached etcd; counted in stats. A NOT_FOUND naming a
   // lease says which of `leases` the request attached keys to.
   template <typename Fn>
-  Status write(const std::string& what, Fn&& fn, const std::vector<LeaseId>& leases = {}) {
+  Status write(const std::string& what, Fn&& fn, const std::vector<LeaseId>& leases = {},
+               Retry retry = Retry::kIfNeverSent) {
     ++writes_in_flight_;
-    Status s = call(what, Retry::kIfNeverSent, std::forward<Fn>(fn));
+    Status s = call(what, retry, std::forward<Fn>(fn));
     --writes_in_flight_;
     if (s.code() == core::StatusCode::kNotFound && contains(s.message(), "lease") &&
         !leases.empty()) {

@@ -25,6 +25,14 @@
 //                    attempt to an endpoint is given (default 5 s).
 //   request_timeout  how long one call may take, failovers to other endpoints included
 //                    (default 10 s).
+//   no_quorum_timeout  how long a call keeps trying while the members it asks say they have no
+//                    leader (quorum lost, or an election running long): then it fails at once,
+//                    UNAVAILABLE "... no etcd quorum ..." (default 1 s). A write refused so was
+//                    never proposed: it was not applied.
+//   attempt_timeout  how long one try of a call that may be sent again (a read, a lease
+//                    renewal, a Txn marked idempotent) waits before it goes to the next endpoint
+//                    (default 1 s): a member whose leader just died holds requests until etcd's
+//                    own timeout (about 7 s), while the others elect a new one in about 1 s.
 //
 // Mapping. Keys, values, revisions, versions and leases are etcd's own: a Store key K is etcd key
 // "<prefix>/kv" + K, and revisions come straight from etcd's response headers, so they are the
@@ -67,8 +75,9 @@
 //     with --max-request-bytes of at least 2 MiB and --max-txn-ops of at least 256. Such refusals
 //     are INVALID_ARGUMENT.
 //
-// Failover. A request goes to the endpoint that answered last. A read (range, keepAlive, stats)
-// that fails with UNAVAILABLE is retried on the next endpoint, until `request_timeout`. A write is
+// Failover. A request goes to the endpoint that answered last. A read (range, keepAlive, stats),
+// or a txn marked idempotent, that fails with UNAVAILABLE or takes longer than `attempt_timeout`
+// is retried on the next endpoint, until `request_timeout`. A write is
 // retried only when it is known not to have reached etcd (the endpoint refused the connection,
 // or had no leader and said so before proposing), as etcd's own Go client does; otherwise it fails
 // with UNAVAILABLE saying its outcome is unknown, since retrying a txn that did commit would run
@@ -104,7 +113,14 @@ struct EtcdStoreOptions {
   std::string prefix = "/tessera";
   std::chrono::milliseconds dial_timeout{5'000};
   std::chrono::milliseconds request_timeout{10'000};
+  std::chrono::milliseconds no_quorum_timeout{1'000};
+  std::chrono::milliseconds attempt_timeout{1'000};
 };
+
+// How an error says that etcd has no quorum (every member asked says it has no leader): no write
+// can be made anywhere, and none was made. The server answers such a request 503 with
+// `X-Tessera-Leader: none` (docs/server.md, "High availability").
+inline constexpr std::string_view kNoEtcdQuorum = "no etcd quorum";
 
 class EtcdStore {
  public:

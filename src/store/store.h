@@ -140,6 +140,10 @@ struct Txn {
   std::vector<Op> failure;
   std::vector<Note> notes = {};  // Stored with the txn, whichever branch runs.
   std::vector<Compare> guard = {};
+  // Applying it twice does what applying it once does (puts of values it sets, nothing that
+  // reads what it writes): a backend may send it again when the first try's outcome is unknown,
+  // rather than fail (the scheduler's status writes; etcd_store.h, "Failover").
+  bool idempotent = false;
 };
 
 struct OpResult {
