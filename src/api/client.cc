@@ -437,8 +437,8 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
   int redirects = 0;                        // Followed since the last failure.
   bool replicas = im.endpoints.size() > 1;  // Several servers: one out of reach is a failover.
   std::string problem;                      // The last reason to try elsewhere.
-  // The next server of the list; after a whole round failed, a pause first (doubling, up to a
-  // 200 ms), unless the time for retries is spent (false).
+  // The next server of the list; after a whole round failed, a pause first (50 ms, doubling up
+  // to 200 ms), unless the time for retries is spent (false).
   auto next = [&](std::string why) {
     problem = std::move(why);
     redirects = 0;
@@ -529,9 +529,11 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
     break;
   }
   if (resp.isOk() && resp->result_int() >= 300 && resp->result_int() < 400) {
-    return unavailable("no leader answered " + std::string(method) + " " + target + " within " +
-                       std::to_string(im.config.retry_for.count() / 1000) + " s (" + problem +
-                       "); try again shortly");
+    const int64_t ms = im.config.retry_for.count();
+    return unavailable(
+        "no leader answered " + std::string(method) + " " + target + " within " +
+        (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") + " (" +
+        problem + "); try again shortly");
   }
   const unsigned status = resp->result_int();
   im.chroot_tenant = std::string((*resp)["X-Tessera-Chroot"]);

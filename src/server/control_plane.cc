@@ -878,13 +878,10 @@ HttpResponse ControlPlane::routeOnce(Request& r, const HttpRequest& http, const 
     return error(400, ok.message());
   }
   Idempotency::Ticket ticket;
-  auto earlier =
-      idempotency_->begin(key, r.token.accessor, r.method, http.target, http.body, ticket);
-  if (!earlier.isOk()) {
-    return fromStatus(earlier.status());
-  }
-  if (*earlier) {
-    return std::move(**earlier);
+  if (core::Status ready =
+          idempotency_->begin(key, r.token.accessor, r.method, http.target, http.body, ticket);
+      !ready.isOk()) {
+    return fromStatus(ready);
   }
   HttpResponse resp;
   {

@@ -104,15 +104,13 @@ core::Result<std::optional<HttpResponse>> Idempotency::replay(const Ticket& tick
   return std::optional<HttpResponse>(std::move(resp));
 }
 
-core::Result<std::optional<HttpResponse>> Idempotency::begin(
-    const std::string& key, const std::string& accessor, const std::string& method,
-    const std::string& target, const std::string& body, Ticket& ticket) {
+core::Status Idempotency::begin(const std::string& key, const std::string& accessor,
+                                const std::string& method, const std::string& target,
+                                const std::string& body, Ticket& ticket) {
   ticket.record_key = std::string(kIdempotencyPrefix) + audit::sha256Hex(accessor + '\n' + key);
   ticket.request_hash = audit::sha256Hex(method + ' ' + target + '\n' + body);
-  // No read of the record here: a key seen before is found by the write it guards (raced),
-  // or, for a change refused before it writes, by end(). A first try costs no extra read.
   TESSERA_ASSIGN_OR_RETURN(ticket.lease, lease());
-  return std::optional<HttpResponse>();
+  return core::Status::ok();
 }
 
 HttpResponse Idempotency::end(Ticket& ticket, HttpResponse resp, bool sensitive) {

@@ -56,14 +56,11 @@ class Idempotency {
   // A key as clients send it: 1 to 128 characters of [A-Za-z0-9_.:-]. Empty: no key.
   static core::Status checkKey(const std::string& key);
 
-  // Before the handler of a change sent with `key` by the token `accessor`: the answer to give
-  // instead of running it (an earlier try's, or a refusal of a reused key), or nullopt with
-  // `ticket` ready to make the handler's first write carry the record.
-  core::Result<std::optional<HttpResponse>> begin(const std::string& key,
-                                                  const std::string& accessor,
-                                                  const std::string& method,
-                                                  const std::string& target,
-                                                  const std::string& body, Ticket& ticket);
+  // Before the handler of a change sent with `key` by the token `accessor`: readies `ticket`
+  // to make the handler's first write carry the record (no store read: a key seen before shows
+  // itself when that write's guard fails, or in end()).
+  core::Status begin(const std::string& key, const std::string& accessor, const std::string& method,
+                     const std::string& target, const std::string& body, Ticket& ticket);
   // After the handler answered `resp`: keeps the answer with the record (unless `sensitive`),
   // soon after, on a thread of its own; or, if an earlier try of the key applied the change,
   // gives that one's answer instead.

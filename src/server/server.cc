@@ -337,9 +337,7 @@ core::Result<bool> standBy(const ServerConfig& config, LeaderElection& election,
   return false;
 }
 
-// A leader that lost its lease (or was fenced) starts again as this same process (exec: the
-// same pid, so a supervisor sees no exit), with nothing of its state kept: a standby, until it
-// leads again. Everything it had open closes with the exec.
+// Set in the environment of a replica restartInPlace() started.
 constexpr const char* kRestartedInPlace = "TESSERA_RESTARTED_IN_PLACE";
 
 // Every fd above standard error, closed (or marked close-on-exec).
@@ -363,6 +361,9 @@ void closeInheritedFds(bool on_exec = false) {
   }
 }
 
+// A leader that lost its lease (or was fenced) starts again as this same process (exec: the
+// same pid, so a supervisor sees no exit), with nothing of its state kept: a standby, until it
+// leads again. Everything it had open closes with the exec.
 [[noreturn]] void restartInPlace() {
   std::vector<std::string> args;
   {
