@@ -393,6 +393,11 @@ void Agent::fence() {
   }
 }
 
+bool Agent::hasReports() const {
+  std::lock_guard lock(mu_);
+  return !outbox_.empty();
+}
+
 bool Agent::fenced() const {
   std::lock_guard lock(mu_);
   return fenced_;

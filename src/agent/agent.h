@@ -132,6 +132,9 @@ class Agent {
   void onExit(const std::string& id, const TaskExit& exit);
 
   bool fenced() const;
+  // Reports not yet delivered (tasks the last tick started, say): the loop sends them at once
+  // rather than at the next renewal, so a task shows as running as soon as it runs.
+  bool hasReports() const;
   // Tasks running and the generation each runs at.
   std::map<std::string, uint32_t> running() const;
 

@@ -431,7 +431,9 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
     req.set("Idempotency-Key", key);
   }
   const bool resend = read || !key.empty();
-  const auto deadline = std::chrono::steady_clock::now() + im.config.retry_for;
+  // The time for retries counts from the first failure: a long poll the server held for a
+  // while, then lost with its connection (a leader restarting), is still tried again.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   auto backoff = std::chrono::milliseconds(50);
   size_t failed_in_round = 0;               // Servers that failed since the last pause.
   int redirects = 0;                        // Followed since the last failure.
@@ -442,14 +444,17 @@ core::Result<json> ApiClient::call(std::string_view method, const std::string& t
   auto next = [&](std::string why) {
     problem = std::move(why);
     redirects = 0;
+    const auto now = std::chrono::steady_clock::now();
+    if (!deadline) {
+      deadline = now + im.config.retry_for;
+    }
     if (++failed_in_round >= im.endpoints.size()) {
       failed_in_round = 0;
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) {
+      if (now >= *deadline) {
         return false;
       }
       std::this_thread::sleep_for(
-          std::min<std::chrono::steady_clock::duration>(backoff, deadline - now));
+          std::min<std::chrono::steady_clock::duration>(backoff, *deadline - now));
       backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
     }
     im.use((im.current + 1) % im.endpoints.size());

@@ -49,7 +49,8 @@ struct ClientConfig {
   // backoff, while no replica answers as the leader: a standby that knows no leader (503), a
   // redirect that leads nowhere (to itself, or round in a loop), a replica that cannot be
   // reached (only with several addresses: one server that is down is an error at once), a
-  // write whose answer was lost on the way. 0: one round of the list, as before.
+  // write whose answer was lost on the way. It counts from the call's first failure, not its
+  // start (a long poll may wait long before its server goes). 0: one round of the list.
   std::chrono::milliseconds retry_for{30'000};
 };
 

@@ -739,7 +739,9 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
                  "); it is not renewed");
       }
     }
-    wakeup.wait(renew_every);
+    if (!agent.hasReports()) {
+      wakeup.wait(renew_every);
+    }
   }
   watching_stops = true;
   watcher.join();

@@ -373,6 +373,31 @@ TEST(ApiClientTest, NoLeaderYetIsRetriedAndA3xxIsNeverASuccess) {
       << never.status().message();
 }
 
+// The time for retries counts from the first failure: an answer the server held longer than
+// that (a long poll), then lost (its leader stepped down), is still tried again.
+TEST(ApiClientTest, TheTimeForRetriesStartsAtTheFirstFailure) {
+  std::atomic<int> calls{0};
+  FakeServer replica([&](const server::HttpRequest&) {
+    if (calls++ == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      server::HttpResponse resp = answer(503, R"({"errors": ["stepped down; no leader yet"]})");
+      resp.headers.emplace_back("X-Tessera-Standby", "true");
+      return resp;
+    }
+    return answer(200, R"({"data": {"version": 7}})");
+  });
+  ClientConfig c;
+  c.address = replica.address();
+  c.ca_cert_file = replica.ca_file();
+  c.retry_for = std::chrono::milliseconds(200);
+  auto client = ApiClient::create(c);
+  ASSERT_TRUE(client.isOk()) << client.status().message();
+  auto got = (*client)->call("GET", "/v1/sys/nodes/n/tasks?index=6&wait_ms=2000");
+  ASSERT_TRUE(got.isOk()) << got.status().message();
+  EXPECT_EQ((*got)["data"]["version"], 7);
+  EXPECT_EQ(calls.load(), 2);
+}
+
 // A change carries an Idempotency-Key, the same on every try of one call (a new one per call),
 // and an answer whose outcome the server does not know (X-Tessera-Applied: unknown) is sent
 // again under it; a read carries none.

@@ -1179,6 +1179,7 @@ core::Status ControlPlane::onDriverChanges(const std::map<std::string, WorkloadS
     }
     writes.emplace_back(workloadKey(tenant, name), record.dump());
   }
+  const auto base = options_.status_write_deadline;
   for (size_t i = 0; i < writes.size(); i += store::kMaxTxnOps) {
     store::Txn txn;
     for (size_t k = i; k < std::min(writes.size(), i + store::kMaxTxnOps); ++k) {
@@ -1187,8 +1188,13 @@ core::Status ControlPlane::onDriverChanges(const std::map<std::string, WorkloadS
     // Whole records written as they are now, under status_write_mu_: writing them twice is
     // writing them once, so an etcd leader change costs the pass a retry, not a timeout.
     txn.idempotent = true;
-    TESSERA_RETURN_IF_ERROR(store_.txn(std::move(txn)).status());
+    txn.deadline = base * (1 << std::min(status_failures_, 4));
+    if (auto r = store_.txn(std::move(txn)); !r.isOk()) {
+      ++status_failures_;
+      return r.status();
+    }
   }
+  status_failures_ = 0;
   return core::Status::ok();
 }
 

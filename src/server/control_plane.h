@@ -96,6 +96,11 @@ struct ControlPlaneOptions {
   bool durable_every_answer = false;
   // The budget of the records of refused requests (server/refusal_log.h).
   RefusalLogOptions refusals;
+  // How long the scheduler's status write of a pass may take (store::Txn::deadline; 0: the
+  // store's own timeout). Shorter than a pass, so a store member whose leader just died does
+  // not hold the pass: it is written again next pass, elsewhere. Each failure in a row doubles
+  // it (up to 16 times), so a store that is merely slow still takes it.
+  std::chrono::milliseconds status_write_deadline{0};
 };
 
 class ControlPlane {
@@ -422,6 +427,7 @@ class ControlPlane {
   std::chrono::steady_clock::time_point join_tokens_swept_{};
   std::chrono::steady_clock::time_point workloads_collected_{};
   std::mutex status_write_mu_;  // Held from reading a workload's record to writing it back.
+  int status_failures_ = 0;     // Status writes failed in a row (guarded by status_write_mu_).
   // Guards the caches below. Reads (most requests) share it; writes take it alone.
   mutable std::shared_mutex mu_;
   std::map<std::string, nlohmann::json> tenants_;                  // name -> config

@@ -120,6 +120,7 @@ class ControlPlaneTest : public ::testing::Test {
     secrets_ = std::move(secrets).value();
     ControlPlaneOptions co;
     co.durable_every_answer = durable_every_answer_;
+    co.status_write_deadline = status_write_deadline_;
     auto cp = ControlPlane::open(*held_store_, *auditor_, *driver_, catalogue_, clock_, co,
                                  secrets_.get());
     ASSERT_TRUE(cp.isOk()) << cp.status().toString();
@@ -238,6 +239,8 @@ class ControlPlaneTest : public ::testing::Test {
 
   // Whether every answer waits for the audit log's flush (audit_durable_answers = "all").
   bool durable_every_answer_ = false;
+  // ControlPlaneOptions::status_write_deadline.
+  std::chrono::milliseconds status_write_deadline_{0};
   // When the audit log flushes records nobody waits for.
   std::chrono::milliseconds flush_delay_ = 1ms;
   fs::path dir_;
@@ -690,6 +693,38 @@ INSTANTIATE_TEST_SUITE_P(AuditDurableAnswers, ControlPlaneAuditFlushCountTest, :
 // Issue #36: a GPU limit of 0 used to mean none. Tenants and team queues stored so keep that
 // meaning (rewritten to -1 once, at the first start of this version); a 0 written since is
 // zero, and stays zero across restarts.
+class ControlPlaneStatusWriteTest : public ControlPlaneTest {
+ protected:
+  ControlPlaneStatusWriteTest() { status_write_deadline_ = 100ms; }
+};
+
+// Issue 42: the scheduler's status write is bounded below a pass (a store member whose leader
+// died does not hold the pass); each failure in a row doubles the bound, up to 16 times (a
+// slow store still takes it), and a success brings it back.
+TEST_F(ControlPlaneStatusWriteTest, EachFailureInARowDoublesTheStatusWritesDeadline) {
+  ASSERT_EQ(call("POST", "workloads/w", {{"cpuMilli", 100}, {"duration", 1}}).status, 202U);
+  const std::string key = "/tenants/demo/workloads/w";
+  waitStored(key);
+  const size_t before = held_store_->txnDeadlines().size();
+  WorkloadStatus running;
+  running.phase = "running";
+  held_store_->fail(key);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_FALSE(cp_->onDriverChanges({{"demo/w", running}}).isOk());
+  }
+  held_store_->heal();
+  ASSERT_TRUE(cp_->onDriverChanges({{"demo/w", running}}).isOk());
+  ASSERT_TRUE(cp_->onDriverChanges({{"demo/w", running}}).isOk());
+  const std::vector<std::chrono::milliseconds> all = held_store_->txnDeadlines();
+  ASSERT_EQ(all.size(), before + 8);
+  const std::vector<std::chrono::milliseconds> got(all.begin() + before, all.end());
+  EXPECT_EQ(got, (std::vector<std::chrono::milliseconds>{100ms, 200ms, 400ms, 800ms, 1600ms, 1600ms,
+                                                         1600ms, 100ms}));
+  auto stored = store_->get(key);
+  ASSERT_TRUE(stored.isOk() && stored->has_value());
+  EXPECT_EQ(json::parse((*stored)->value)["status"].value("phase", ""), "running");
+}
+
 TEST_F(ControlPlaneTest, StoredGpuLimitsOfZeroFromBeforeStayNoneAndNewZerosStayZero) {
   auto reopen = [&] {
     for (std::thread& t : threads_) {

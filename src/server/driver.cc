@@ -31,7 +31,7 @@ core::Result<std::unique_ptr<SchedulerDriver>> SchedulerDriver::create(
     }
     const auto n = static_cast<sched::NodeIndex>(it - nodes.begin());
     d->agent_index_[name] = n;
-    d->agents_[n] = {};
+    d->agents_[n] = freshAgentNode();
     // A real GPU's MIG mode is what its agent reports; until then, off (no MIG slice goes
     // there, and nothing runs there before its agent registers anyway).
     for (model::GpuDevice& g : it->gpus) {
@@ -895,13 +895,20 @@ void SchedulerDriver::runOnce() {
   unsaved_.clear();
   if (!changed.empty() && listener_) {
     if (core::Status st = listener_(changed); !st.isOk()) {
-      core::logWarn(
-          "workload status not stored ({}); tried again next pass, and agents hear of "
-          "nothing new until then",
-          st.message());
+      if (unsaved_passes_++ == 0) {  // Once: passes come every few hundred ms.
+        core::logWarn(
+            "workload status not stored ({}); tried again each pass, and agents hear of "
+            "nothing new until then",
+            st.message());
+      }
       unsaved_ = std::move(changed);
       return;
     }
+  }
+  if (unsaved_passes_ > 0) {
+    core::logInfo("workload status stored again, after {} pass(es) that could not store it",
+                  unsaved_passes_);
+    unsaved_passes_ = 0;
   }
   publishNodeTasks();
 }

@@ -418,6 +418,7 @@ class SchedulerDriver {
   DriverOptions options_;
   Listener listener_;
   std::map<std::string, WorkloadStatus> unsaved_;  // The listener failed: told again next pass.
+  int unsaved_passes_ = 0;                         // Passes in a row whose listener failed.
   std::function<void(const std::string& node)> node_listener_;
   // Every node the scheduler has, by index (removed ones too: indexes never move). Grows when
   // a node joins, under both pass_mu_ and mu_: either lock is enough to read it.
@@ -457,10 +458,15 @@ class SchedulerDriver {
     std::vector<NodeTaskReport> reports;  // Since the last pass.
     std::vector<bool> mig_on;             // Per GPU, as its agent last reported.
     bool mig_changed = false;             // Since the last pass: the scheduler must learn it.
+    // Of its task list: starts at a random value (freshAgentNode), so a version an agent got
+    // from an earlier leader is never taken for this one's (a watch would wait on a list that
+    // changed).
     uint64_t version = 0;
     std::vector<NodeTask> tasks;  // Published.
     std::string address;          // Its tasks' peers reach it there; "" : not known yet.
   };
+  // A new agent node's entry, its version at a random start.
+  static AgentNode freshAgentNode();
   // Ports allocated to tasks on agents' nodes, by name, while they run there; and per node where
   // the search for a free port goes on, so that a task placed again gets new ones. Pass only.
   std::map<sched::TaskId, std::map<std::string, int>> task_ports_;

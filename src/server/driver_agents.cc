@@ -4,11 +4,24 @@
 
 #include <algorithm>
 #include <bit>
+#include <random>
 
 #include "core/log.h"
 #include "server/driver.h"
 
 namespace tessera::server {
+
+SchedulerDriver::AgentNode SchedulerDriver::freshAgentNode() {
+  static std::mutex mu;
+  static std::mt19937_64 next = [] {
+    std::random_device os;
+    return std::mt19937_64((uint64_t{os()} << 32) ^ os());
+  }();
+  AgentNode a;
+  std::lock_guard lock(mu);
+  a.version = next() >> 12;  // Below 2^52: exact in every JSON reader.
+  return a;
+}
 
 std::vector<NodeState> SchedulerDriver::nodeStates() const {
   const core::TimePoint now = clock_.now();
@@ -93,7 +106,7 @@ core::Status SchedulerDriver::addAgentNode(model::Node node) {
   ++nodes_generation_;
   node_index_[node.name] = n;
   agent_index_[node.name] = n;
-  agents_[n] = {};
+  agents_[n] = freshAgentNode();
   nodes_.push_back(std::move(node));
   return core::Status::ok();
 }

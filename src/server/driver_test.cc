@@ -378,6 +378,15 @@ TEST_F(DriverTest, RunsPassesOnItsOwnThread) {
 // CPUs for the tests' tasks).
 class AgentNodesTest : public DriverTest {
  protected:
+  // Another driver, with one agent-run node "a" (2 H100s).
+  core::Result<std::unique_ptr<SchedulerDriver>> oneAgentNodeDriver(
+      SchedulerDriver::Listener listener) {
+    model::Node n = *model::makeProfileNode("dgx-h100", "a", cat_, 0);
+    n.gpus.resize(2);
+    DriverOptions opts;
+    opts.agent_nodes = {"a"};
+    return SchedulerDriver::create(cat_, {n}, clock_, opts, std::move(listener));
+  }
   void SetUp() override {
     std::vector<model::Node> nodes = {*model::makeProfileNode("t4-2x", "sim", cat_, 0)};
     nodes[0].cpu = core::MilliCpu{1000};
@@ -816,17 +825,10 @@ TEST_F(AgentNodesTest, ATaskEvictedBeforeItsAgentHeardOfItFreesItsGpusAtTheNextH
 TEST_F(AgentNodesTest, AWaitingWorkloadsReasonIsRefreshedWhenItChanges) {
   std::vector<std::map<std::string, WorkloadStatus>> told;
   {
-    std::vector<model::Node> nodes;
-    model::Node n = *model::makeProfileNode("dgx-h100", "a", cat_, 0);
-    n.gpus.resize(2);
-    nodes.push_back(n);
-    DriverOptions opts;
-    opts.agent_nodes = {"a"};
-    auto d = SchedulerDriver::create(cat_, std::move(nodes), clock_, opts,
-                                     [&](const std::map<std::string, WorkloadStatus>& changed) {
-                                       told.push_back(changed);
-                                       return core::Status::ok();
-                                     });
+    auto d = oneAgentNodeDriver([&](const std::map<std::string, WorkloadStatus>& changed) {
+      told.push_back(changed);
+      return core::Status::ok();
+    });
     ASSERT_TRUE(d.isOk()) << d.status().message();
     driver_ = std::move(d).value();
     ASSERT_TRUE(driver_->addTenantQueue("team-1", 2000, sched::kNoGpuLimit, 1, 100).isOk());
@@ -862,6 +864,18 @@ TEST_F(AgentNodesTest, AWaitingWorkloadsReasonIsRefreshedWhenItChanges) {
   for (const auto& changed : told) {
     EXPECT_FALSE(changed.contains("team-2/late")) << now.reason;
   }
+}
+
+// A node's task-list version from one leader is never another's: an agent whose watch sends
+// the version an earlier leader gave it is answered at once by a new leader (issue 42: a watch
+// that waited on a list that had changed held a task's start for a renewal).
+TEST_F(AgentNodesTest, TaskListVersionsOfTwoLeadersDiffer) {
+  auto next = oneAgentNodeDriver({});
+  ASSERT_TRUE(next.isOk()) << next.status().message();
+  const uint64_t old_version = *driver_->watchNode("a", 0, {});
+  const uint64_t new_version = *(*next)->watchNode("a", 0, {});
+  EXPECT_NE(old_version, new_version);
+  EXPECT_EQ(*(*next)->watchNode("a", old_version, std::chrono::seconds(10)), new_version);
 }
 
 TEST_F(AgentNodesTest, RefusesUnknownNodesSimulatedNodesAndOtherHardware) {

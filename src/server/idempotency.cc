@@ -21,6 +21,9 @@ constexpr auto kLeaseReuse = std::chrono::minutes(5);
 constexpr size_t kMaxKeyChars = 128;
 // Answers waiting to be kept; beyond it an answer is dropped (its change is kept all the same).
 constexpr size_t kMaxQueuedAnswers = 10'000;
+// A keyed write's try, and how long one whose outcome is unknown is sent again.
+constexpr auto kTry = std::chrono::milliseconds(1000);
+constexpr auto kResendFor = std::chrono::seconds(10);
 
 bool writes(const store::Txn& t) {
   for (const store::Op& op : t.success) {
@@ -237,11 +240,25 @@ core::Result<store::TxnResult> IdempotentStore::txn(store::Txn t) {
   t.success.push_back(store::Op::put(
       ticket->record_key, json{{"request", ticket->request_hash}}.dump(), ticket->lease));
   t.guard.push_back(store::Compare::version(ticket->record_key, store::Compare::kEqual, 0));
-  t.idempotent = false;  // Sent twice, the second would fail its guard.
-
-  TESSERA_ASSIGN_OR_RETURN(store::TxnResult r, inner().txn(std::move(t)));
+  t.idempotent = false;  // Not blindly: sent again, it fails its guard (below).
+  if (t.deadline.count() == 0) {
+    t.deadline = kTry;
+  }
+  const auto until = std::chrono::steady_clock::now() + kResendFor;
+  core::Result<store::TxnResult> got = inner().txn(t);
+  while (!got.isOk() && got.status().message().find(store::kOutcomeUnknown) != std::string::npos &&
+         std::chrono::steady_clock::now() < until) {
+    // Its answer was lost: sent again (the store sends it to another member), it is applied
+    // if the first try was not, and fails its guard if it was.
+    core::logWarn("a keyed write's outcome is unknown ({}); sending it again",
+                  got.status().message());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    got = inner().txn(t);
+  }
+  TESSERA_ASSIGN_OR_RETURN(store::TxnResult r, std::move(got));
   if (r.guard_failed) {
-    // Another try of this key wrote first: this one changes nothing.
+    // Another try of this key wrote first (another request's, or an earlier send of this
+    // one): this one changes nothing.
     ticket->raced = true;
     return core::alreadyExists("this change was applied once already (same Idempotency-Key)");
   }

@@ -17,6 +17,11 @@
 // A request that writes nothing (a refusal) keeps no record: sent again, it is judged again. A
 // key may name one request: the same key with another method, path or body is refused (422).
 //
+// The guard also lets the server itself send such a write again: a try is bounded (1 s), and
+// one whose outcome is unknown (an etcd member whose leader just died holds a write until
+// etcd's own timeout, about 7 s) is sent again, to the next member, for up to 10 s. If the
+// first try did apply, the next one's guard fails, and the request is answered as a replay.
+//
 // Thread-safe. The request in progress on a thread is known through a thread-local ticket, set
 // by Idempotency::Scope for the handler's run.
 #pragma once

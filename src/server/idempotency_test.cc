@@ -11,6 +11,28 @@ namespace {
 
 using nlohmann::json;
 
+// A store whose next txns' answers are lost: each applied (or not), then "outcome unknown", as
+// an etcd member whose leader died answers.
+class LossyStore final : public store::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  core::Result<store::TxnResult> txn(store::Txn t) override {
+    deadlines.push_back(t.deadline);
+    if (lose > 0) {
+      --lose;
+      if (applied_anyway) {
+        (void)inner().txn(t);
+      }
+      return core::unavailable("txn: etcd at http://e1: Deadline Exceeded (" +
+                               std::string(store::kOutcomeUnknown) + ")");
+    }
+    return inner().txn(std::move(t));
+  }
+  int lose = 0;
+  bool applied_anyway = false;
+  std::vector<std::chrono::milliseconds> deadlines;
+};
+
 class IdempotencyTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -189,6 +211,31 @@ TEST_F(IdempotencyTest, AnAnswerHoldingASecretIsNotKept) {
     EXPECT_TRUE(store_->put("/tokens/y", "v").isOk());
   }
   EXPECT_TRUE(other.attached);
+}
+
+// A keyed write's try is bounded, and one whose outcome is unknown is sent again by the server:
+// applied once whether the lost try applied it or not.
+TEST_F(IdempotencyTest, AKeyedWriteWhoseAnswerIsLostIsSentAgainAndAppliedOnce) {
+  idem_.reset();
+  auto lossy = std::make_unique<LossyStore>(*raw_);
+  store_ = std::make_unique<IdempotentStore>(*lossy);
+  idem_ = std::make_unique<Idempotency>(*store_, clock_);
+  // Lost before it was applied: the second send applies it, and its answer is the handler's.
+  lossy->lose = 2;
+  const HttpResponse first = change("k-5", "/a", "1");
+  EXPECT_EQ(first.status, 201U) << first.body;
+  EXPECT_EQ(versionOf("/a"), 1);
+  ASSERT_GE(lossy->deadlines.size(), 3U);
+  EXPECT_EQ(lossy->deadlines[0], std::chrono::milliseconds(1000)) << "a try is bounded";
+  // Applied, then lost: the next send fails its guard, and the answer says it was applied once.
+  lossy->lose = 1;
+  lossy->applied_anyway = true;
+  const HttpResponse second = change("k-6", "/b", "1");
+  EXPECT_EQ(second.status, 200U) << second.body;
+  EXPECT_NE(second.body.find("applied once already"), std::string::npos) << second.body;
+  EXPECT_EQ(versionOf("/b"), 1) << "applied once";
+  idem_.reset();
+  store_.reset();
 }
 
 TEST(IdempotencyKeyTest, KeysAreShortAndPlain) {

@@ -354,7 +354,7 @@ class EtcdStoreImpl final : public Store {
     // A txn that may be applied twice is sent again wherever its outcome is unknown.
     TESSERA_RETURN_IF_ERROR(write(
         "txn", [&](Endpoint& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, sent, &got); },
-        leases, txn.idempotent ? Retry::kAlways : Retry::kIfNeverSent));
+        leases, txn.idempotent ? Retry::kAlways : Retry::kIfNeverSent, txn.deadline));
     TxnResult result;
     if (!txn.guard.empty() && !got.succeeded()) {
       result.guard_failed = true;
@@ -728,8 +728,11 @@ class EtcdStoreImpl final : public Store {
   // current endpoint, moving to the next one on UNAVAILABLE as `retry` allows, until the request
   // timeout. `what` names the request in errors.
   template <typename Fn>
-  Status call(const std::string& what, Retry retry, Fn&& fn) const {
-    const SystemTime deadline = std::chrono::system_clock::now() + options_.request_timeout;
+  Status call(const std::string& what, Retry retry, Fn&& fn,
+              std::chrono::milliseconds within = std::chrono::milliseconds(0)) const {
+    const auto limit =
+        within.count() > 0 ? std::min(within, options_.request_timeout) : options_.request_timeout;
+    const SystemTime deadline = std::chrono::system_clock::now() + limit;
     std::chrono::milliseconds backoff{10};
     std::optional<SystemTime> no_leader_since;  // Every answer since said "no leader".
     for (size_t attempt = 1;; ++attempt) {
@@ -768,11 +771,15 @@ class EtcdStoreImpl final : public Store {
           (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
            (retry == Retry::kAlways || writeNeverSent(s))) ||
           (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && retry == Retry::kAlways);
-      if (!may_retry || std::chrono::system_clock::now() >= deadline) {
-        return failure(what, e, s, retry);
-      }
-      if (endpoints_.size() > 1) {
+      // The next try, or the next call (a write sent again by its caller), goes to the next
+      // member.
+      const bool member_failed = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                                 s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      if (member_failed && endpoints_.size() > 1) {
         current_.compare_exchange_strong(i, (i + 1) % endpoints_.size());
+      }
+      if (!may_retry || std::chrono::system_clock::now() >= deadline) {
+        return failure(what, e, s, retry, limit);
       }
       if (attempt % endpoints_.size() == 0) {
         // Every endpoint failed once more: give the cluster a moment (an election, say).
@@ -784,8 +791,8 @@ class EtcdStoreImpl final : public Store {
     }
   }
 
-  Status failure(const std::string& what, const Endpoint& e, const grpc::Status& s,
-                 Retry retry) const {
+  Status failure(const std::string& what, const Endpoint& e, const grpc::Status& s, Retry retry,
+                 std::chrono::milliseconds limit) const {
     std::string message = what + ": etcd at " + e.url + ": " + s.error_message();
     if ((s.error_code() == grpc::StatusCode::UNAVAILABLE && !writeNeverSent(s)) ||
         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -796,8 +803,10 @@ class EtcdStoreImpl final : public Store {
       message += " (the write was not applied)";
     }
     if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      message += " (no answer within the request timeout of " +
-                 std::to_string(options_.request_timeout.count()) + " ms)";
+      message += " (no answer within " +
+                 std::string(limit == options_.request_timeout ? "the request timeout of "
+                                                               : "the call's deadline of ") +
+                 std::to_string(limit.count()) + " ms)";
     }
     return Status(codeOf(s.error_code()), std::move(message));
   }
@@ -806,9 +815,10 @@ class EtcdStoreImpl final : public Store {
   // lease says which of `leases` the request attached keys to.
   template <typename Fn>
   Status write(const std::string& what, Fn&& fn, const std::vector<LeaseId>& leases = {},
-               Retry retry = Retry::kIfNeverSent) {
+               Retry retry = Retry::kIfNeverSent,
+               std::chrono::milliseconds within = std::chrono::milliseconds(0)) {
     ++writes_in_flight_;
-    Status s = call(what, retry, std::forward<Fn>(fn));
+    Status s = call(what, retry, std::forward<Fn>(fn), within);
     --writes_in_flight_;
     if (s.code() == core::StatusCode::kNotFound && contains(s.message(), "lease") &&
         !leases.empty()) {

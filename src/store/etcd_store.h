@@ -75,9 +75,11 @@
 //     with --max-request-bytes of at least 2 MiB and --max-txn-ops of at least 256. Such refusals
 //     are INVALID_ARGUMENT.
 //
-// Failover. A request goes to the endpoint that answered last. A read (range, keepAlive, stats),
+// Failover. A request goes to the endpoint that answered last; after one failed or timed out,
+// the next request goes to the next endpoint. A read (range, keepAlive, stats),
 // or a txn marked idempotent, that fails with UNAVAILABLE or takes longer than `attempt_timeout`
-// is retried on the next endpoint, until `request_timeout`. A write is
+// is retried on the next endpoint, until `request_timeout` (or the txn's own `deadline`, which
+// bounds the whole call when set). A write is
 // retried only when it is known not to have reached etcd (the endpoint refused the connection,
 // or had no leader and said so before proposing), as etcd's own Go client does; otherwise it fails
 // with UNAVAILABLE saying its outcome is unknown, since retrying a txn that did commit would run

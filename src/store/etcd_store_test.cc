@@ -40,6 +40,7 @@ class EtcdStoreTest : public ::testing::Test {
   void TearDown() override {
     // Leave the shared cluster whole for the tests after this one.
     for (size_t i = 0; etcd_ != nullptr && i < etcd_->clientUrls().size(); ++i) {
+      etcd_->resume(i);
       if (!etcd_->running(i)) {
         TESSERA_ASSERT_OK(etcd_->restart(i));
       }
@@ -250,6 +251,39 @@ TEST_F(EtcdStoreTest, KillingTheMemberInUseLosesNothing) {
   }
   EXPECT_EQ(events.back().kv.value, "swapped");
   EXPECT_TRUE(q.poll().empty());
+}
+
+// Issue 42: a call with a deadline of its own (the scheduler's status write, shorter than a
+// pass) gives up on a member that does not answer within it, instead of waiting out its try,
+// and the store's next call goes to another member.
+TEST_F(EtcdStoreTest, ACallsDeadlineBoundsItAndTheNextCallGoesElsewhere) {
+  TESSERA_ASSERT_OK_AND_ASSIGN(size_t leader, etcd_->leader());
+  const size_t stalled = (leader + 1) % etcd_->clientUrls().size();
+  EtcdStoreOptions o = etcd_->options(prefix_, stalled);
+  o.attempt_timeout = 3s;  // Longer than the deadline below, so that bounds the call.
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, EtcdStore::open(o, clock_));
+  TESSERA_ASSERT_OK(store->put("/status/w", "pending").status());
+  etcd_->pause(stalled);
+  Txn txn{.success = {Op::put("/status/w", "running")}};
+  txn.idempotent = true;
+  txn.deadline = 300ms;
+  auto start = std::chrono::steady_clock::now();
+  auto r = store->txn(txn);
+  const auto bounded = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(r.isOk());
+  EXPECT_EQ(r.status().code(), core::StatusCode::kUnavailable);
+  EXPECT_TRUE(contains(r.status().message(), "the call's deadline of 300 ms"))
+      << r.status().message();
+  EXPECT_GE(bounded, 250ms);
+  EXPECT_LT(bounded, 2s);  // Not the 3 s try, nor the 10 s request timeout.
+  // The same txn again, as the next pass would send it: answered by another member at once.
+  start = std::chrono::steady_clock::now();
+  TESSERA_ASSERT_OK(store->txn(txn).status());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::optional<KeyValue> kv, store->get("/status/w"));
+  ASSERT_TRUE(kv.has_value());
+  EXPECT_EQ(kv->value, "running");
+  etcd_->resume(stalled);
 }
 
 }  // namespace

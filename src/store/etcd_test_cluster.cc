@@ -239,6 +239,23 @@ void EtcdTestCluster::kill(size_t i) {
   int status = 0;
   waitpid(m.pid, &status, 0);
   m.pid = -1;
+  m.paused = false;
+}
+
+void EtcdTestCluster::pause(size_t i) {
+  Member& m = members_[i];
+  if (m.pid > 0 && !m.paused) {
+    ::kill(m.pid, SIGSTOP);
+    m.paused = true;
+  }
+}
+
+void EtcdTestCluster::resume(size_t i) {
+  Member& m = members_[i];
+  if (m.pid > 0 && m.paused) {
+    ::kill(m.pid, SIGCONT);
+    m.paused = false;
+  }
 }
 
 core::Status EtcdTestCluster::restart(size_t i) {

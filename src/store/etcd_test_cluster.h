@@ -62,6 +62,12 @@ class EtcdTestCluster {
   // Starts member `i` again on its data directory and waits until it answers.
   core::Status restart(size_t i);
   bool running(size_t i) const { return members_[i].pid > 0; }
+  // Stops member `i` (SIGSTOP) without killing it: its connections stay open and every request
+  // to it goes unanswered, as with a member stalled or cut off mid-request. resume() (SIGCONT)
+  // lets it go on; both do nothing to a member that is not running.
+  void pause(size_t i);
+  void resume(size_t i);
+  bool paused(size_t i) const { return members_[i].paused; }
 
  private:
   struct Member {
@@ -70,6 +76,7 @@ class EtcdTestCluster {
     std::string log_file;
     std::vector<std::string> args;  // For the first start; a restart drops the initial-* flags.
     pid_t pid = -1;
+    bool paused = false;
   };
 
   EtcdTestCluster() = default;

@@ -32,6 +32,7 @@
 // nor while other threads still call the store.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -144,6 +145,12 @@ struct Txn {
   // reads what it writes): a backend may send it again when the first try's outcome is unknown,
   // rather than fail (the scheduler's status writes; etcd_store.h, "Failover").
   bool idempotent = false;
+  // How long the whole call may take, tries on other members included (0: the store's own
+  // request timeout). Past it the call fails UNAVAILABLE, its outcome unknown unless idempotent,
+  // and the store's next call goes to another member: a caller with a period of its own (the
+  // scheduler's pass) tries again next period instead of waiting out a member whose leader is
+  // gone. A local store (SQLite) answers within it or not at all: it does not read it.
+  std::chrono::milliseconds deadline{0};
 };
 
 struct OpResult {

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/clock.h"
 #include "store/sqlite_store.h"
@@ -119,6 +120,15 @@ class HeldStore final : public Store {
     std::lock_guard lock(mu_);
     failing_ = std::move(prefix);
   }
+  void heal() {
+    std::lock_guard lock(mu_);
+    failing_.reset();
+  }
+  // The deadline (Txn::deadline) of each txn sent so far, in order.
+  std::vector<std::chrono::milliseconds> txnDeadlines() {
+    std::lock_guard lock(mu_);
+    return txn_deadlines_;
+  }
   // Waits (up to 5 s) until `n` writes have waited.
   bool waitHeld(int n) {
     std::unique_lock lock(mu_);
@@ -151,6 +161,10 @@ class HeldStore final : public Store {
     return inner_.deleteRange(key, range_end);
   }
   core::Result<TxnResult> txn(Txn txn) override {
+    {
+      std::lock_guard lock(mu_);
+      txn_deadlines_.push_back(txn.deadline);
+    }
     for (const Op& op : txn.success) {
       TESSERA_RETURN_IF_ERROR(waitIfHeld(op.key));
     }
@@ -198,6 +212,7 @@ class HeldStore final : public Store {
   std::set<std::string> prefixes_;      // Writes of keys under one of them wait.
   std::optional<std::string> failing_;  // Set: writes of keys under it fail.
   std::string throwing_;                // Non-empty: reads of keys under it throw.
+  std::vector<std::chrono::milliseconds> txn_deadlines_;
   int held_ = 0;
 };
 

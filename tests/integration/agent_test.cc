@@ -331,6 +331,39 @@ TEST_F(AgentTest, TasksRunPinnedToTheirGpusAndMoveWhenAnAgentDies) {
   EXPECT_EQ(slurp(taskDir(first, "long") / "exit"), "15 1\n");
 }
 
+// Agents that renew their lease seldom (every 10 s here).
+class SeldomRenewingAgentTest : public AgentTest {
+ protected:
+  int fenceAfterMs() const override { return 40000; }
+  std::string nodesConfig() const override {
+    return "nodes {\n  agents = \"gpu-a=t4-2x,gpu-b=t4-2x\"\n  lease_ttl_ms = 60000\n}\n";
+  }
+};
+
+// A task's start is reported as soon as it runs, not with the agent's next renewal (its
+// exit already was): a user sees "running" within a pass or two of its placement.
+TEST_F(SeldomRenewingAgentTest, AStartIsReportedAtOnce) {
+  startAgent("gpu-a");
+  ASSERT_TRUE(waitFor([&] { return nodeState("gpu-a") == "ready"; }, 20s))
+      << agents_["gpu-a"]->errors();
+  const auto submitted = std::chrono::steady_clock::now();
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/soon", tenant_,
+                 {{"command", {"sleep", "600"}}, {"cpuMilli", 10}})
+                .status,
+            202U);
+  // The task's state, which only its agent's report sets (the phase follows the placement).
+  ASSERT_TRUE(waitFor(
+      [&] {
+        const json tasks = workload("soon")["status"].value("tasks", json::array());
+        return !tasks.empty() && tasks[0].value("state", "") == "running";
+      },
+      30s))
+      << workload("soon").dump();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - submitted).count();
+  EXPECT_LT(took, 5.0) << "running was reported " << took << " s after the submission";
+}
+
 TEST_F(AgentTest, ARestartedAgentAdoptsItsRunningTasks) {
   startBothAgents();
   ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/steady", tenant_,
