@@ -235,7 +235,12 @@ class EtcdStoreImpl final : public Store {
     // Round after round over the endpoints, each try bounded, so that one that never answers
     // does not keep open() from the others.
     bool connected = false;
+    // Since when every round heard "no leader" from some members and nothing from the others:
+    // no quorum, said after no_quorum_timeout rather than the whole dial_timeout.
+    std::optional<SystemTime> no_quorum_since;
     while (!connected && std::chrono::system_clock::now() < deadline) {
+      bool no_leader = false;
+      bool other_error = false;
       for (size_t i = 0; i < endpoints_.size() && !connected; ++i) {
         Endpoint& e = *endpoints_[i];
         pb::RangeRequest req;
@@ -248,6 +253,11 @@ class EtcdStoreImpl final : public Store {
         const grpc::Status s = e.kv->Range(&ctx, req, &resp);
         if (!s.ok()) {
           errors[i] = s.error_message();
+          if (s.error_message() == "etcdserver: no leader") {
+            no_leader = true;
+          } else if (!unreachable(s)) {
+            other_error = true;
+          }
           continue;
         }
         current_ = i;
@@ -255,6 +265,14 @@ class EtcdStoreImpl final : public Store {
         connected = true;
       }
       if (!connected) {
+        const SystemTime now = std::chrono::system_clock::now();
+        if (!no_leader || other_error) {
+          no_quorum_since.reset();
+        } else if (!no_quorum_since) {
+          no_quorum_since = now;
+        } else if (now - *no_quorum_since >= options_.no_quorum_timeout) {
+          break;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
     }
@@ -264,6 +282,12 @@ class EtcdStoreImpl final : public Store {
       for (size_t i = 0; i < endpoints_.size(); ++i) {
         all += (i == 0 ? "" : "; ") + endpoints_[i]->url + ": " + errors[i];
         no_leader = no_leader || errors[i] == "etcdserver: no leader";
+      }
+      if (no_quorum_since) {
+        return core::unavailable(std::string(kNoEtcdQuorum) + ": the members that answer have " +
+                                 "had no leader for " +
+                                 std::to_string(options_.no_quorum_timeout.count()) +
+                                 " ms, the others cannot be reached (" + all + ")");
       }
       return core::unavailable((no_leader ? std::string(kNoEtcdQuorum) + ": " : std::string()) +
                                "no etcd endpoint answered within " +

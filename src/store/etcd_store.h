@@ -22,7 +22,8 @@
 //                    stores may share one cluster: keys under "<prefix>/kv", notes under
 //                    "<prefix>/notes/" (below).
 //   dial_timeout     how long open() waits for a first answer, and the least time a connection
-//                    attempt to an endpoint is given (default 5 s).
+//                    attempt to an endpoint is given (default 5 s). Without quorum, open() fails
+//                    sooner: after no_quorum_timeout of "no leader" from the members that answer.
 //   request_timeout  how long one call may take, failovers to other endpoints included
 //                    (default 10 s).
 //   no_quorum_timeout  how long a call keeps trying while the members it asks say they have no

@@ -286,5 +286,45 @@ TEST_F(EtcdStoreTest, ACallsDeadlineBoundsItAndTheNextCallGoesElsewhere) {
   etcd_->resume(stalled);
 }
 
+// Issue 42: without quorum (two members of three down), once the member left says it has no
+// leader, a call fails within about no_quorum_timeout saying why, and writes nothing; opening a
+// store fails as soon, not after its dial timeout.
+TEST_F(EtcdStoreTest, WithoutQuorumCallsAndOpeningFailSoonSayingWhy) {
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, open(0));
+  TESSERA_ASSERT_OK(store->put("/q", "before").status());
+  etcd_->kill(1);
+  etcd_->kill(2);
+  // The member left believes in its leader for an election timeout (a write sent meanwhile
+  // would wait for etcd's own timeout, its outcome unknown); reads, tried 1 s at a time, find
+  // out when it says it has none.
+  auto read = store->get("/q");
+  for (int i = 0;
+       i < 10 && (read.isOk() || !contains(read.status().message(), std::string(kNoEtcdQuorum)));
+       ++i) {
+    read = store->get("/q");
+  }
+  ASSERT_FALSE(read.isOk());
+  ASSERT_TRUE(contains(read.status().message(), std::string(kNoEtcdQuorum)))
+      << read.status().message();
+  auto start = std::chrono::steady_clock::now();
+  auto put = store->put("/q", "refused");
+  ASSERT_FALSE(put.isOk());
+  EXPECT_TRUE(contains(put.status().message(), "nothing was written")) << put.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EtcdStoreOptions o = etcd_->options(prefix_);
+  o.dial_timeout = 20s;
+  start = std::chrono::steady_clock::now();
+  auto opened = EtcdStore::open(o, clock_);
+  ASSERT_FALSE(opened.isOk());
+  EXPECT_EQ(opened.status().code(), core::StatusCode::kUnavailable);
+  EXPECT_TRUE(contains(opened.status().message(), std::string(kNoEtcdQuorum)))
+      << opened.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "not the 20 s dial timeout";
+  TESSERA_ASSERT_OK(etcd_->restart(1));
+  TESSERA_ASSERT_OK_AND_ASSIGN(std::optional<KeyValue> kv, store->get("/q"));
+  ASSERT_TRUE(kv.has_value());
+  EXPECT_NE(kv->value, "refused") << "a write refused for want of quorum was applied";
+}
+
 }  // namespace
 }  // namespace tessera::store
