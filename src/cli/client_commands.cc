@@ -747,6 +747,8 @@ struct RunFlags {
   std::vector<std::string> secret_db;
   std::vector<std::string> env;  // NAME=VALUE
   std::vector<std::string> ports;
+  int64_t retries = 0;
+  int64_t retry_delay_s = 0;
   std::vector<std::string> identity_audiences;
   std::string image;  // oci:/path[:tag], oci-archive:/path.tar (docs/agent.md "Containers").
   int64_t shm_mib = 0;
@@ -1093,6 +1095,9 @@ core::Status show(const WorkloadFlags& f) {
   if (status.contains("reason")) {
     head.emplace_back("Reason:", cell(status["reason"]));
   }
+  if (status.contains("attempt")) {  // Retried, or failed once: which attempt this is.
+    head.emplace_back("Attempt:", cell(status["attempt"]));
+  }
   head.emplace_back("Tasks:", taskCounts(data) + " running");
   head.emplace_back("Submitted:", cell(data.value("submitted", json())));
   Table h;
@@ -1136,6 +1141,14 @@ core::Status show(const WorkloadFlags& f) {
              gpus.empty() ? "-" : gpus, share});
     }
     t.print(std::cout, "  ");
+  }
+
+  const json attempts = status.value("attempts", json::array());
+  if (!attempts.empty()) {
+    std::cout << "\nHow earlier attempts ended:\n";
+    for (const json& a : attempts) {
+      std::cout << "  " << cell(a) << "\n";  // "attempt 1: task 0 on node ... exited with ..."
+    }
   }
 
   std::cout << "\nEvents:\n";
@@ -1790,6 +1803,15 @@ void addRun(CLI::App& app, int* rc) {
                      "gets \"master\" (MASTER_PORT)")
            ->delimiter(','),
        [r](json& b) { b["ports"] = r->ports; });
+  flag(c->add_option("--retries", r->retries,
+                     "When a task fails, start the whole workload over, up to N times "
+                     "(restart.attempts; then it fails, saying after how many attempts)")
+           ->check(CLI::Range(0, 1000)),
+       [r](json& b) { b["restart"]["attempts"] = r->retries; });
+  flag(c->add_option("--retry-delay", r->retry_delay_s,
+                     "Seconds between a failure and the next attempt (restart.delay; default 0)")
+           ->check(CLI::Range(0, 3600)),
+       [r](json& b) { b["restart"]["delay"] = r->retry_delay_s; });
   flag(c->add_option("--shm-mib", r->shm_mib, "With --image: the size of /dev/shm, MiB"),
        [r](json& b) { b["shmMiB"] = r->shm_mib; });
   flag(c->add_flag("--read-only-rootfs", r->read_only_rootfs,

@@ -203,16 +203,7 @@ core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
   for (int i = 0; i < workloads_[w].spec.tasks; ++i) {
     tree_.addPending(workloads_[w].spec.queue, one, +1);
   }
-  // Kept in allocation order inside the queue: priority, then submission.
-  auto& ws = queue_workloads_[workloads_[w].spec.queue];
-  ws.insert(std::upper_bound(ws.begin(), ws.end(), w,
-                             [&](WorkloadId a, WorkloadId b) {
-                               if (workloads_[a].spec.priority != workloads_[b].spec.priority) {
-                                 return workloads_[a].spec.priority > workloads_[b].spec.priority;
-                               }
-                               return workloads_[a].seq < workloads_[b].seq;
-                             }),
-            w);
+  listInQueue(w);
   unfinished_.push_back(w);
   refile(w);
   fair_share_dirty_ = true;
@@ -352,6 +343,59 @@ void Scheduler::cancel(WorkloadId w, const std::function<bool(TaskId)>& stops_la
     setReservation(kNoWorkload, {});
   }
   endHold(w);
+  fair_share_dirty_ = true;
+}
+
+void Scheduler::listInQueue(WorkloadId w) {
+  // Kept in allocation order inside the queue: priority, then submission.
+  auto& ws = queue_workloads_[workloads_[w].spec.queue];
+  auto before = [&](WorkloadId a, WorkloadId b) {
+    if (workloads_[a].spec.priority != workloads_[b].spec.priority) {
+      return workloads_[a].spec.priority > workloads_[b].spec.priority;
+    }
+    return workloads_[a].seq < workloads_[b].seq;
+  };
+  auto at = std::lower_bound(ws.begin(), ws.end(), w, before);
+  if (at == ws.end() || *at != w) {
+    ws.insert(at, w);
+  }
+}
+
+void Scheduler::restart(WorkloadId w, const std::function<bool(TaskId)>& stops_later) {
+  WorkloadInfo& info = workloads_[w];
+  if (info.cancelled) {
+    return;
+  }
+  if (info.finished == info.spec.tasks) {
+    listInQueue(w);  // Finished, it may have left its queue's list.
+  }
+  for (TaskId t : info.tasks) {
+    TaskInfo& task = tasks_[t];
+    switch (task.state) {
+      case TaskState::kPending:
+      case TaskState::kTerminating:  // Queued when it stops.
+        break;
+      case TaskState::kRunning:
+        if (stops_later && stops_later(t)) {
+          task.state = TaskState::kTerminating;
+          addRunning(w, -1);
+          ++info.terminating;
+          refile(w);
+        } else {
+          requeue(t);
+        }
+        break;
+      case TaskState::kFinished:
+        if (info.finished-- == info.spec.tasks) {
+          --finished_in_queue_[info.spec.queue];
+        }
+        tree_.addPending(info.spec.queue, pendingAmounts(w), +1);
+        task.state = TaskState::kPending;
+        ++info.pending;
+        refile(w);
+        break;
+    }
+  }
   fair_share_dirty_ = true;
 }
 

@@ -193,6 +193,13 @@ class Scheduler {
   // their resources until taskStopped (or taskInterrupted, or their node's loss), which then
   // finishes them instead of queueing them again.
   void cancel(WorkloadId w, const std::function<bool(TaskId)>& stops_later = {});
+  // Starts a workload over (a retry after a task failed, or a gang that lost a task): every task
+  // is pending again, and is placed anew (a new start, so a new generation) with all the others.
+  // Running tasks for which `stops_later` is true become terminating, holding their resources
+  // until taskStopped queues them; other running tasks are queued now; finished ones are pending
+  // again. A gang is placed again only once all of its core is pending. Nothing for a cancelled
+  // workload.
+  void restart(WorkloadId w, const std::function<bool(TaskId)>& stops_later = {});
   // Node `n`'s agent is lost. No task goes there until `nodeBack`; its running and terminating
   // tasks are pending again (the next start of each raises TaskInfo::starts, the generation
   // its assignment carries, so the lost node's copy is known stale); its capacity leaves the
@@ -472,6 +479,7 @@ class Scheduler {
   std::vector<WorkloadInfo> workloads_;
   std::vector<TaskInfo> tasks_;
   std::vector<std::vector<WorkloadId>> queue_workloads_;  // Per leaf: unfinished workloads.
+  void listInQueue(WorkloadId w);                         // In queue_workloads_, if not yet.
   std::vector<uint32_t> finished_in_queue_;  // Per leaf: finished ones not yet dropped.
   // A preemptible workload with running tasks, in its leaf's list.
   struct RunningWorkload {

@@ -863,6 +863,42 @@ TEST_F(SchedulerTest, ANoRoomVerdictForOneTenantHoldsBackNoTenantThatHasAPool) {
       << s_->explain(theirs).message;
 }
 
+// Issue 38: a gang started over (a retry) is placed again whole, as a new start of every task,
+// and only once every task that must stop has stopped: never half of it against old peers.
+TEST_F(SchedulerTest, ARestartedGangIsPlacedAgainWholeOnceEveryTaskHasStopped) {
+  build(2, 16, 0);
+  const WorkloadId w = submit("gang", "a", 3, 3, 4);
+  PassResult first = s_->schedule();
+  ASSERT_EQ(first.started.size(), 3U);
+  const TaskId done = s_->workload(w).tasks[2];
+  s_->taskFinished(done);                         // One rank ended well before another failed.
+  const TaskId stays = s_->workload(w).tasks[1];  // Its process must be stopped first.
+  s_->restart(w, [&](TaskId t) { return t == stays; });
+  EXPECT_EQ(s_->task(stays).state, TaskState::kTerminating);
+  EXPECT_EQ(s_->workload(w).pending, 2);
+  EXPECT_EQ(s_->workload(w).finished, 0);
+  EXPECT_TRUE(s_->schedule().started.empty()) << "placed while a task of the gang still stops";
+  s_->taskStopped(stays);
+  PassResult again = s_->schedule();
+  ASSERT_EQ(again.started.size(), 3U);
+  for (TaskId t : s_->workload(w).tasks) {
+    EXPECT_EQ(s_->task(t).state, TaskState::kRunning);
+    EXPECT_EQ(s_->task(t).starts, 2U) << "a new start, so a new generation";
+  }
+  // A workload whose every task finished can be started over too.
+  for (TaskId t : s_->workload(w).tasks) {
+    s_->taskFinished(t);
+  }
+  s_->schedule();
+  s_->restart(w);
+  EXPECT_EQ(s_->workload(w).pending, 3);
+  EXPECT_EQ(s_->schedule().started.size(), 3U);
+  // A cancelled one is not.
+  s_->cancel(w);
+  s_->restart(w);
+  EXPECT_EQ(s_->workload(w).pending, 0);
+}
+
 TEST_F(SchedulerTest, LosingANodeRequeuesOnlyItsUnfinishedTasks) {
   build(1, 8, 0);
   WorkloadId w = submit("w", "a", 2, 1, 4);

@@ -105,6 +105,10 @@ json statusJson(const WorkloadStatus& s) {
   if (!s.reason.empty()) {
     j["reason"] = s.reason;
   }
+  if (s.attempt > 1 || !s.attempts.empty()) {  // Retried, or failed once: its attempts.
+    j["attempt"] = s.attempt;
+    j["attempts"] = s.attempts;
+  }
   return j;
 }
 

@@ -145,6 +145,7 @@ constexpr std::string_view kVersion = "0.1.0";
 constexpr int64_t kMaxWorkloadTasks = 10000;
 constexpr size_t kTaskStatusBytes = 128;
 constexpr size_t kEventsBytes = 100 * 400;
+constexpr size_t kAttemptsBytes = kMaxAttemptsKept * 400;
 
 // Tokens are leases too (docs/secrets.md "Leases"): "auth/token/create/<accessor>", with the
 // token's own expiry, renewal and revocation (the token manager keeps them, restart-safe).

@@ -288,7 +288,7 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
       core::Status st = cmd.isOk() ? driver_.submit(std::move(cmd).value()) : cmd.status();
       if (!st.isOk()) {
         (void)onDriverChanges(
-            {{tenant + "/" + parts[3], WorkloadStatus{"failed", st.message(), {}, {}}}});
+            {{tenant + "/" + parts[3], WorkloadStatus{.phase = "failed", .reason = st.message()}}});
       }
       continue;
     }
@@ -1148,6 +1148,11 @@ core::Status ControlPlane::onDriverChanges(const std::map<std::string, WorkloadS
         pending_[tenant] += status.phase == "pending" ? 1 : -1;
       }
       json& events = rec["events"];
+      for (const std::string& text : status.restarts) {
+        events.push_back({{"time", core::formatRfc3339(clock_.wallNow())},
+                          {"event", "restarting"},
+                          {"reason", text}});
+      }
       for (const std::string& text : status.events) {
         request_metrics_.countEviction(tenant, evictionReason(text));
         events.push_back({{"time", core::formatRfc3339(clock_.wallNow())},

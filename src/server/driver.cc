@@ -6,6 +6,7 @@
 #include <bit>
 
 #include "core/log.h"
+#include "core/rfc3339.h"
 #include "sched/filter.h"
 #include "sched/tenant_queues.h"
 
@@ -240,12 +241,10 @@ core::Status SchedulerDriver::updateTenantQueue(const std::string& tenant, int64
 core::Status SchedulerDriver::submit(SubmitCommand cmd) {
   TESSERA_RETURN_IF_ERROR(check(cmd));
   std::lock_guard lock(mu_);
-  published_.try_emplace(
-      cmd.tenant + "/" + cmd.name,
-      WorkloadStatus{"pending",
-                     "not scheduled yet",
-                     std::vector<TaskStatus>(static_cast<size_t>(cmd.spec.tasks)),
-                     {}});
+  WorkloadStatus first;
+  first.reason = "not scheduled yet";
+  first.tasks.resize(static_cast<size_t>(cmd.spec.tasks));
+  published_.try_emplace(cmd.tenant + "/" + cmd.name, std::move(first));
   if (!cmd.restore.empty()) {
     ++unpublished_restores_;
   }
@@ -592,11 +591,20 @@ void SchedulerDriver::loop() {
 WorkloadStatus SchedulerDriver::phaseOf(sched::WorkloadId w) const {
   const sched::WorkloadInfo& info = scheduler_->workload(w);
   WorkloadStatus s;
+  const Attempts& a = attempts_[w];
+  s.attempt = a.attempt;
+  s.attempts = a.ended;
   if (cancelled_[w]) {
     s.phase = "cancelled";
   } else if (!failed_[w].empty()) {
     s.phase = "failed";
     s.reason = failed_[w];
+  } else if (a.next_at) {
+    s.phase = info.running > 0 ? "running" : "pending";
+    s.reason = fmt::format("restarting: attempt {} starts at {} ({})", a.attempt + 1,
+                           core::formatRfc3339(a.next_wall),
+                           a.ended.empty() ? "the last one failed" : a.ended.back());
+    return s;
   } else if (info.finished == info.spec.tasks) {
     s.phase = "succeeded";
   } else if (info.running > 0) {
@@ -732,6 +740,8 @@ void SchedulerDriver::runOnce() {
     start_offset_.push_back(retired == retired_starts_.end() ? 0 : retired->second);
     cancelled_.push_back(false);
     failed_.emplace_back();
+    attempts_.emplace_back().attempt = c.attempt;
+    attempts_.back().ended = c.attempts_ended;
     for (sched::TaskId t : scheduler_->workload(*id).tasks) {
       task_ids_[c.tenant + "." + c.name + "." + std::to_string(scheduler_->task(t).index)] = t;
     }
@@ -779,6 +789,7 @@ void SchedulerDriver::runOnce() {
     }
   }
   applyNodeEvents(now, touched);
+  startRetries(now, touched);
   std::map<sched::WorkloadId, std::vector<std::string>> events;
   applyDrains(drains, now, touched, events);
   sched::PassResult r = scheduler_->schedule();
@@ -847,6 +858,12 @@ void SchedulerDriver::runOnce() {
   }
   for (auto& [w, list] : events) {
     changed[keys_[w]].events = std::move(list);
+  }
+  for (sched::WorkloadId w : touched) {
+    if (!attempts_[w].untold.empty()) {
+      changed[keys_[w]].restarts = std::move(attempts_[w].untold);
+      attempts_[w].untold.clear();
+    }
   }
   // Queues' numbers change without a start: refresh them every pass.
   std::vector<QueueStatus> queue_status;
@@ -973,6 +990,64 @@ void SchedulerDriver::stopSimulated(sched::TaskId t, sched::WorkloadId w, core::
 
 std::string SchedulerDriver::evictionEvent(const sched::EvictDecision& e) const {
   return sched::evictionEvent(*scheduler_, e, specs_[e.preemptor].name);
+}
+
+void SchedulerDriver::taskFailed(sched::WorkloadId w, const std::string& what) {
+  if (cancelled_[w] || !failed_[w].empty()) {
+    return;
+  }
+  Attempts& a = attempts_[w];
+  if (a.next_at) {
+    return;  // Another task of the attempt that already failed (its peers lost it, say).
+  }
+  const SubmitCommand::Restart& policy = specs_[w].restart;
+  const int retries = a.attempt - 1;
+  a.ended.push_back(fmt::format("attempt {}: {}", a.attempt, what.substr(0, 300)));
+  if (a.ended.size() > kMaxAttemptsKept) {
+    a.ended.erase(a.ended.begin());  // The last ones say enough.
+  }
+  if (retries >= policy.attempts && !policy.keep_trying) {
+    failWorkload(w,
+                 a.attempt > 1 ? what + " after " + std::to_string(a.attempt) + " attempts" : what);
+    return;
+  }
+  std::chrono::seconds delay = policy.delay;
+  if (retries >= policy.attempts) {  // Crash-looping: back off.
+    const int beyond = std::min(retries - policy.attempts, 5);
+    delay = std::min<std::chrono::seconds>(
+        std::max<std::chrono::seconds>(policy.delay, std::chrono::seconds(10)) * (1 << beyond),
+        std::chrono::minutes(5));
+  }
+  a.next_at = clock_.now() + delay;
+  a.next_wall = clock_.wallNow() + delay;
+  retrying_.insert(w);
+  a.untold.push_back(fmt::format("attempt {} failed: {}; attempt {} starts in {} s", a.attempt,
+                                 what, a.attempt + 1, delay.count()));
+}
+
+void SchedulerDriver::startRetries(core::TimePoint now, std::vector<sched::WorkloadId>& touched) {
+  for (auto it = retrying_.begin(); it != retrying_.end();) {
+    const sched::WorkloadId w = *it;
+    Attempts& a = attempts_[w];
+    if (a.next_at && *a.next_at > now) {
+      ++it;
+      continue;
+    }
+    it = retrying_.erase(it);
+    a.next_at.reset();
+    if (cancelled_[w] || !failed_[w].empty()) {
+      continue;
+    }
+    ++a.attempt;
+    for (sched::TaskId t : scheduler_->workload(w).tasks) {
+      ends_.erase(t);
+      kept_.erase(t);
+    }
+    // Every task anew, with the others: its peers stop first (their agents stop them), then the
+    // whole workload is placed again, with new ports (a new rendezvous).
+    scheduler_->restart(w, stopsOnAgent());
+    touched.push_back(w);
+  }
 }
 
 void SchedulerDriver::failWorkload(sched::WorkloadId w, const std::string& reason) {

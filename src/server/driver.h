@@ -134,13 +134,21 @@ struct NodeState {
   std::vector<GpuState> gpus;            // By GPU index: model, MIG mode, who uses it.
 };
 
+inline constexpr size_t kMaxAttemptsKept = 20;  // How the last attempts ended, in a status.
+
 struct WorkloadStatus {
   std::string phase = "pending";  // pending, running, succeeded, cancelled, failed.
   std::string reason;             // Why it waits, while pending (never empty then).
-  std::vector<TaskStatus> tasks;
+  std::vector<TaskStatus> tasks = {};
   // What happened to it in the pass that published this status, beyond its phase: each
   // eviction of one of its tasks, with who took the GPUs and why. Given to the listener once.
-  std::vector<std::string> events;
+  std::vector<std::string> events = {};
+  // Its attempt now (1: its first run; more after retries, SubmitCommand::restart), and how the
+  // last attempts that failed ended ("attempt 1: task 0 on node gpu-a exited with code 3").
+  int attempt = 1;
+  std::vector<std::string> attempts = {};
+  // Retries decided in that pass ("attempt 1 failed: ...; attempt 2 starts in 5 s"). Told once.
+  std::vector<std::string> restarts = {};
 };
 
 struct QueueStatus {
@@ -193,6 +201,19 @@ struct SubmitCommand {
   std::vector<std::string> identity_audiences;  // The workload's `identity.audiences`.
   WorkloadSecrets secrets;                      // The workload's `secrets`.
   std::vector<RestoredTask> restore;            // After a restart: where its tasks run.
+  // When a task fails (exits non-zero, is killed, cannot start): the whole workload is started
+  // over, every task anew with a new rendezvous, up to `attempts` times, each `delay` after the
+  // failure (`restart` in the spec, `--retries` on tessera run; Nomad's restart block). Then it
+  // fails, unless `keep_trying` (mode "delay"): it is tried on, the delay doubling each time
+  // from at least 10 s up to 5 minutes, as Kubernetes' crash-loop back-off.
+  struct Restart {
+    int attempts = 0;
+    std::chrono::seconds delay{0};
+    bool keep_trying = false;
+  } restart;
+  // After a server restart: the attempt it was at, and how the earlier ones ended.
+  int attempt = 1;
+  std::vector<std::string> attempts_ended;
 };
 
 struct DriverOptions {
@@ -382,6 +403,25 @@ class SchedulerDriver {
   void applyReport(sched::NodeIndex n, const NodeTaskReport& r,
                    std::vector<sched::WorkloadId>& touched);
   void failWorkload(sched::WorkloadId w, const std::string& reason);
+  // A task of `w` failed (`what` says how): the workload is started over after its restart
+  // policy's delay, or fails if its attempts are used.
+  void taskFailed(sched::WorkloadId w, const std::string& what);
+  // A task of `w` was interrupted (its node lost, its agent fenced): if `w` is a gang, all of
+  // its tasks start over together.
+  void restartGang(sched::WorkloadId w);
+  // Starts over the workloads whose retry delay is over (each pass).
+  void startRetries(core::TimePoint now, std::vector<sched::WorkloadId>& touched);
+  // Per workload: its attempt now, how earlier ones ended, when the next starts (while one is
+  // due), and the retries to tell the listener.
+  struct Attempts {
+    int attempt = 1;
+    std::vector<std::string> ended;
+    std::optional<core::TimePoint> next_at;
+    core::WallTime next_wall{};
+    std::vector<std::string> untold;
+  };
+  std::vector<Attempts> attempts_;
+  std::set<sched::WorkloadId> retrying_;  // Those whose next attempt is due (next_at).
   // Releases the unconfirmed tasks that the agents' heartbeats since have proved not running;
   // `answered` is each agent node's count of heartbeats whose reports have been applied.
   void releaseUnconfirmed(const std::map<sched::NodeIndex, uint64_t>& answered,

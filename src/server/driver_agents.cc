@@ -375,10 +375,21 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
     core::logWarn("node {} lost: no heartbeat from its agent for {} ms", nodes_[n].name,
                   options_.lease_ttl.count());
     for (sched::TaskId t : scheduler_->nodeLost(n)) {
-      touched.push_back(scheduler_->task(t).workload);
+      const sched::WorkloadId w = scheduler_->task(t).workload;
+      touched.push_back(w);
       agent_started_.erase(t);
+      restartGang(w);
     }
     node_tasks_[n].clear();
+  }
+}
+
+void SchedulerDriver::restartGang(sched::WorkloadId w) {
+  // A gang's ranks know each other's addresses and ports: one placed again alone would look for
+  // peers that wait at the old rendezvous. So all of them stop and start over together (no
+  // attempt counted: nothing failed).
+  if (scheduler_->workload(w).spec.min_available > 1) {
+    scheduler_->restart(w, stopsOnAgent());
   }
 }
 
@@ -405,7 +416,8 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
     case NodeTaskReport::State::kFailedToStart:
       node_tasks_[n].erase(t);
       agent_started_.erase(t);
-      failWorkload(w, who + " could not start: " + r.error);
+      scheduler_->taskFinished(t);  // Gives its GPUs back; pending again if retried.
+      taskFailed(w, who + " could not start: " + r.error);
       return;
     case NodeTaskReport::State::kExited:
       break;
@@ -421,6 +433,7 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
     scheduler_->taskStopped(t);  // Evicted, and now gone: it waits to be placed again.
   } else if (r.stopped) {
     scheduler_->taskInterrupted(t);  // Its agent stopped it (fenced): placed again.
+    restartGang(w);
   } else if (r.exit_code == 0 && !r.oom_killed) {
     scheduler_->taskFinished(t);
   } else {
@@ -430,7 +443,7 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
       how += " (out of memory: over its memoryMiB)";
     }
     scheduler_->taskFinished(t);
-    failWorkload(w, who + " " + how);
+    taskFailed(w, who + " " + how);
   }
 }
 

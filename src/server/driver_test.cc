@@ -586,6 +586,74 @@ TEST_F(AgentNodesTest, ALapsedLeaseMovesTasksToAnotherNodeAtAHigherGeneration) {
   EXPECT_EQ(driver_->status("team-1", "train")->phase, "running");
 }
 
+// Issue 38: a gang that loses a task with its node starts over whole: its task on the node
+// that lives is stopped, and every task is placed again at a new generation, none of them
+// against the old rendezvous.
+TEST_F(AgentNodesTest, AGangThatLosesANodeStartsOverWhole) {
+  ASSERT_TRUE(beat("a").isOk());
+  ASSERT_TRUE(beat("b").isOk());
+  driver_->runOnce();
+  ASSERT_TRUE(driver_->submit(cmd("team-1", "gang", 2, 2)).isOk());
+  driver_->runOnce();
+  const NodeTask on_b = beat("b")->tasks.at(0);
+  ASSERT_EQ(beat("a")->tasks.size(), 1U);
+  clock_.advance(std::chrono::seconds(10));
+  ASSERT_TRUE(beat("b").isOk());
+  driver_->runOnce();
+  clock_.advance(std::chrono::seconds(6));
+  ASSERT_TRUE(beat("b").isOk());
+  driver_->runOnce();
+  ASSERT_EQ(stateOf("a"), "lost");
+  // b's task is taken off b's list (its agent stops it), and nothing starts meanwhile.
+  EXPECT_TRUE(beat("b")->tasks.empty());
+  EXPECT_EQ(driver_->status("team-1", "gang")->phase, "pending");
+  ASSERT_TRUE(beat("b", {report(on_b, NodeTaskReport::State::kExited, 143)}).isOk());
+  ASSERT_TRUE(beat("a").isOk());  // Back: room for the whole gang again.
+  driver_->runOnce();
+  driver_->runOnce();
+  std::vector<NodeTask> now = beat("a")->tasks;
+  const std::vector<NodeTask> on_b_now = beat("b")->tasks;
+  now.insert(now.end(), on_b_now.begin(), on_b_now.end());
+  ASSERT_EQ(now.size(), 2U);
+  for (const NodeTask& t : now) {
+    if (t.id == on_b.id) {
+      EXPECT_GT(t.generation, on_b.generation) << "placed anew, not kept";
+    }
+  }
+  EXPECT_EQ(driver_->status("team-1", "gang")->phase, "running");
+  // A failure is not an interruption: no retries asked, so the workload fails (below).
+}
+
+// Issue 38: with mode "delay" a failing workload is never failed: once its attempts are used it
+// is tried on, the delay doubling from 10 s; meanwhile it waits, saying when the next starts.
+TEST_F(AgentNodesTest, ACrashLoopBacksOffAndIsNeverFailedInDelayMode) {
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  SubmitCommand c = cmd("team-1", "loop", 1, 1);
+  c.restart.keep_trying = true;
+  ASSERT_TRUE(driver_->submit(c).isOk());
+  driver_->runOnce();
+  for (const int64_t wait_s : {10, 20, 40}) {
+    const NodeTask t = beat("a")->tasks.at(0);
+    ASSERT_TRUE(beat("a", {report(t, NodeTaskReport::State::kExited, 2)}).isOk());
+    driver_->runOnce();
+    const WorkloadStatus s = *driver_->status("team-1", "loop");
+    EXPECT_EQ(s.phase, "pending");
+    EXPECT_EQ(s.reason.rfind("restarting: attempt", 0), 0U) << s.reason;
+    EXPECT_TRUE(beat("a")->tasks.empty()) << "started again before its delay";
+    clock_.advance(std::chrono::seconds(wait_s - 1));
+    driver_->runOnce();
+    EXPECT_TRUE(beat("a")->tasks.empty()) << wait_s;
+    clock_.advance(std::chrono::seconds(1));
+    driver_->runOnce();
+    driver_->runOnce();
+    ASSERT_EQ(beat("a")->tasks.size(), 1U) << "not started again after " << wait_s << " s";
+    EXPECT_GT(beat("a")->tasks.at(0).generation, t.generation);
+  }
+  EXPECT_EQ(driver_->status("team-1", "loop")->attempt, 4);
+  EXPECT_EQ(driver_->status("team-1", "loop")->attempts.size(), 3U);
+}
+
 TEST_F(AgentNodesTest, AFailedTaskFailsItsWorkloadAndStopsTheOthers) {
   ASSERT_TRUE(beat("a").isOk());
   ASSERT_TRUE(beat("b").isOk());
@@ -651,12 +719,22 @@ TEST_F(AgentNodesTest, TasksOfSeveralGetTheirRendezvousAndPortsNeverCollide) {
     EXPECT_FALSE(ports.contains(port)) << name << " " << port;
   }
   EXPECT_EQ(ports.size(), 2U);
-  // Task 1 stopped by its agent (fenced) is placed again: new ports.
+  // Task 1 stopped by its agent (fenced): the gang starts over (its other task is stopped
+  // first), and task 1 is placed again with new ports.
   const std::string one_node = one.id == on_a.id ? "a" : "b";
+  const std::string other_node = one_node == "a" ? "b" : "a";
   NodeTaskReport fenced = report(one, NodeTaskReport::State::kExited);
   fenced.signal = 15;
   fenced.stopped = true;
   ASSERT_TRUE(beat(one_node, {fenced}).isOk());
+  driver_->runOnce();
+  const NodeTask other = one.id == on_a.id ? on_b : on_a;
+  const std::vector<NodeTask> still = beat(other_node)->tasks;
+  for (const NodeTask& t : still) {
+    EXPECT_NE(t.id, other.id) << "its peer was not stopped";
+  }
+  ASSERT_TRUE(beat(other_node, {report(other, NodeTaskReport::State::kExited, 143)}).isOk());
+  driver_->runOnce();
   driver_->runOnce();
   std::optional<NodeTask> again;
   for (const char* node : {"a", "b"}) {

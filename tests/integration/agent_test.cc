@@ -364,6 +364,49 @@ TEST_F(SeldomRenewingAgentTest, AStartIsReportedAtOnce) {
   EXPECT_LT(took, 5.0) << "running was reported " << took << " s after the submission";
 }
 
+// Issue 38, Must show 2: a task that exits 3 with --retries 2 runs three times (the whole
+// workload started over each time, a new generation), then the workload fails saying after how
+// many attempts; its events, `tessera show` and the API's attempts say so.
+TEST_F(AgentTest, AFailingTaskIsRetriedThenFailsSayingAfterHowManyAttempts) {
+  startAgent("gpu-a");
+  ASSERT_TRUE(waitFor([&] { return nodeState("gpu-a") == "ready"; }, 20s))
+      << agents_["gpu-a"]->errors();
+  CmdResult r = tenantCli("run flaky --gpus 1 --retries 2 -- sh -c 'echo run >> runs; exit 3'");
+  ASSERT_EQ(r.rc, 0) << r.out << slurp(dir_ / "cli.err");
+  ASSERT_TRUE(waitFor([&] { return phaseIs("flaky", "failed"); }, 60s)) << workload("flaky").dump();
+  const json w = workload("flaky");
+  const json status = w["status"];
+  EXPECT_NE(status.value("reason", "").find("exited with code 3 after 3 attempts"),
+            std::string::npos)
+      << status.dump();
+  EXPECT_EQ(status.value("attempt", 0), 3) << status.dump();
+  ASSERT_EQ(status["attempts"].size(), 3U) << status.dump();
+  for (int i = 0; i < 3; ++i) {
+    const std::string a = status["attempts"][i];
+    EXPECT_EQ(a.rfind("attempt " + std::to_string(i + 1) + ": task 0 on node gpu-a", 0), 0U) << a;
+    EXPECT_NE(a.find("exited with code 3"), std::string::npos) << a;
+  }
+  const json events =
+      call("GET", "/v1/tenants/team-1/workloads/flaky/events", tenant_).body["data"]["events"];
+  int restarting = 0;
+  for (const json& e : events) {
+    restarting += e.value("event", "") == "restarting" ? 1 : 0;
+  }
+  EXPECT_EQ(restarting, 2) << events.dump();
+  EXPECT_EQ(slurp(taskDir("gpu-a", "flaky") / "runs"), "run\nrun\nrun\n");
+  CmdResult show = tenantCli("show flaky");
+  ASSERT_EQ(show.rc, 0) << slurp(dir_ / "cli.err");
+  EXPECT_NE(show.out.find("after 3 attempts"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("attempt 2: task 0 on node gpu-a exited with code 3"), std::string::npos)
+      << show.out;
+  EXPECT_NE(show.out.find("restarting: attempt 1 failed"), std::string::npos) << show.out;
+  // A bad restart block is refused, naming the field.
+  Response bad = call("POST", "/v1/tenants/team-1/workloads/bad", tenant_,
+                      {{"command", {"true"}}, {"restart", {{"mode", "sometimes"}}}});
+  EXPECT_EQ(bad.status, 400U) << bad.raw;
+  EXPECT_NE(bad.raw.find("restart.mode"), std::string::npos) << bad.raw;
+}
+
 TEST_F(AgentTest, ARestartedAgentAdoptsItsRunningTasks) {
   startBothAgents();
   ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/steady", tenant_,

@@ -186,8 +186,10 @@ TEST_F(HaFailoverTest, ThreeKillsOfTheLeaderUnderLoadLoseNothingAndShowNoError) 
     EXPECT_LE(f, 3.0) << "failover within 3 s";
   }
   EXPECT_TRUE(errors.empty()) << errors.size() << " errors, the first: " << errors.front();
-  EXPECT_GT(acked.size(), 60U);
-  EXPECT_GT(reads.load(), 100);
+  // The load ran all along (about 110 reads and 90 writes on an idle 2-core machine; fewer when
+  // other tests share its cores): a floor that says so, not a speed to meet.
+  EXPECT_GT(acked.size(), 40U);
+  EXPECT_GT(reads.load(), 50);
   // Every acknowledged write is there, once.
   auto reader = apiClient();
   ASSERT_TRUE(reader);

@@ -337,8 +337,9 @@ TEST_F(IsolationTest, AnAgentThatCannotSwitchUsersRunsOneTenantAtATime) {
   std::string raw;
   ASSERT_TRUE(waitFor(
       [&] {
-        raw = call("GET", "/v1/tenants/iso-b/workloads/attack", tokens_["iso-b"]).raw;
-        return status("iso-b", "attack").value("phase", "") == "failed";
+        const Response r = call("GET", "/v1/tenants/iso-b/workloads/attack", tokens_["iso-b"]);
+        raw = r.raw;
+        return r.body["data"]["status"].value("phase", "") == "failed";
       },
       30s))
       << raw;

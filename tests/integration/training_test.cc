@@ -3,6 +3,7 @@
 // whose tasks, run as the tenant's Unix user, meet at MASTER_ADDR:MASTER_PORT over TCP as
 // torchrun's would. Needs root (network namespaces), iproute2 and /usr/bin/python3.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -137,15 +139,39 @@ class TrainingTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  Response submit(const std::string& name, int tasks, int gpus, double hold_s) {
-    return client_->call("POST", "/v1/tenants/team-1/workloads/" + name, tenant_,
-                         {{"tasks", tasks},
-                          {"minAvailable", tasks},
-                          {"gpu", {{"count", gpus}}},
-                          {"cpuMilli", 200},
-                          {"memoryMiB", 256},
-                          {"env", {{"HOLD", std::to_string(hold_s)}}},
-                          {"command", {"/usr/bin/python3", "-c", kRendezvous}}});
+  Response submit(const std::string& name, int tasks, int gpus, double hold_s,
+                  const json& extra = json::object()) {
+    json body = {{"tasks", tasks},
+                 {"minAvailable", tasks},
+                 {"gpu", {{"count", gpus}}},
+                 {"cpuMilli", 200},
+                 {"memoryMiB", 256},
+                 {"env", {{"HOLD", std::to_string(hold_s)}}},
+                 {"command", {"/usr/bin/python3", "-c", kRendezvous}}};
+    body.update(extra);
+    return client_->call("POST", "/v1/tenants/team-1/workloads/" + name, tenant_, body);
+  }
+  // Every node's stdout of task `index` of `name`, in node order (a task placed again may have
+  // run on another node; each attempt's output is appended to its node's log).
+  std::string allOutput(const std::string& name, int index) {
+    std::string all;
+    for (int i = 0; i < 3; ++i) {
+      all += slurp(dir_ / ("n" + std::to_string(i)) /
+                   ("team-1." + name + "." + std::to_string(index)) / "stdout.log");
+    }
+    return all;
+  }
+  // The node folder where task `index` of `name` runs now ("" if none).
+  fs::path runningDir(const std::string& name, int index) {
+    const json s = status(name);
+    if (!s.contains("tasks") || s["tasks"].size() <= static_cast<size_t>(index)) {
+      return {};
+    }
+    const json& t = s["tasks"][index];
+    if (t.value("state", "") != "running") {
+      return {};
+    }
+    return dir_ / t.value("node", "") / ("team-1." + name + "." + std::to_string(index));
   }
   json status(const std::string& name) {
     return client_->call("GET", "/v1/tenants/team-1/workloads/" + name, tenant_)
@@ -234,6 +260,55 @@ TEST_F(TrainingTest, TwoGangsAtOnceGetPortsOfTheirOwn) {
       EXPECT_TRUE(taken.insert(hp).second)
           << name << " task " << i << ": " << hp.first << ":" << hp.second << " given twice";
     }
+  }
+}
+
+// Must show 1: a rank killed after the rendezvous makes the whole gang start over (restart
+// attempts 1): every task anew, meeting again at a new MASTER_PORT, and the gang succeeds.
+TEST_F(TrainingTest, AKilledRankRestartsTheWholeGangWithANewRendezvous) {
+  ASSERT_EQ(submit("again", 4, 2, 8, {{"restart", {{"attempts", 1}}}}).status, 202U);
+  ASSERT_TRUE(waitFor(
+      [&] { return output("again", 0).find("rendezvous ok 0,1,2,3") != std::string::npos; }, 90s))
+      << status("again").dump() << output("again", 0);
+  const std::regex master(R"(master (\S+):(\d+))");
+  std::smatch m;
+  const std::string first = output("again", 0);
+  ASSERT_TRUE(std::regex_search(first, m, master)) << first;
+  const std::string first_port = m[2];
+  // Rank 2's process, killed while the gang holds (SIGKILL: a crash, not a stop).
+  const fs::path rank2 = runningDir("again", 2);
+  ASSERT_FALSE(rank2.empty()) << status("again").dump();
+  std::istringstream shim(slurp(rank2 / "shim"));
+  pid_t shim_pid = 0;
+  pid_t process = 0;
+  shim >> shim_pid >> process;
+  ASSERT_GT(process, 0) << slurp(rank2 / "shim");
+  ASSERT_EQ(::kill(process, SIGKILL), 0);
+  ASSERT_TRUE(waitFor([&] { return status("again").value("phase", "") == "succeeded"; }, 120s))
+      << status("again").dump() << allOutput("again", 0);
+  const json done = status("again");
+  EXPECT_EQ(done.value("attempt", 0), 2) << done.dump();
+  ASSERT_EQ(done["attempts"].size(), 1U) << done.dump();
+  EXPECT_NE(done["attempts"][0].get<std::string>().find("task 2 on node"), std::string::npos)
+      << done.dump();
+  // Every rank met its peers again, task 0 at a new port.
+  const std::string all = allOutput("again", 0);
+  std::vector<std::string> ports;
+  for (auto it = std::sregex_iterator(all.begin(), all.end(), master); it != std::sregex_iterator();
+       ++it) {
+    ports.push_back((*it)[2]);
+  }
+  ASSERT_EQ(ports.size(), 2U) << all;
+  EXPECT_EQ(ports[0], first_port);
+  EXPECT_NE(ports[1], first_port) << "the second rendezvous reused the first one's port";
+  size_t met = 0;
+  for (size_t at = all.find("rendezvous ok 0,1,2,3"); at != std::string::npos;
+       at = all.find("rendezvous ok 0,1,2,3", at + 1)) {
+    ++met;
+  }
+  EXPECT_EQ(met, 2U) << all;
+  for (const json& t : done["tasks"]) {
+    EXPECT_EQ(t.value("exit_code", -1), 0) << t.dump();
   }
 }
 

@@ -109,6 +109,29 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
       cmd.ports.push_back(std::move(name));
     }
   }
+  if (n.has("restart")) {
+    // {"attempts": 2, "delay": 5, "mode": "fail"}: retries of the whole workload when a task
+    // fails (docs/agent.md "Retries").
+    const core::JsonNode r = n.child("restart");
+    TESSERA_RETURN_IF_ERROR(r.checkKeys({"attempts", "delay", "mode"}));
+    if (r.has("attempts")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t attempts, r.child("attempts").integer(0, 1000));
+      cmd.restart.attempts = static_cast<int>(attempts);
+    }
+    if (r.has("delay")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t delay, r.child("delay").integer(0, 3600));
+      cmd.restart.delay = std::chrono::seconds(delay);
+    }
+    if (r.has("mode")) {
+      TESSERA_ASSIGN_OR_RETURN(std::string mode, r.child("mode").str());
+      if (mode != "fail" && mode != "delay") {
+        return r.child("mode").error(
+            "expected \"fail\" (fail once the attempts are used) or "
+            "\"delay\" (go on trying, backing off)");
+      }
+      cmd.restart.keep_trying = mode == "delay";
+    }
+  }
   if (n.has("identity")) {
     // {"audiences": ["sts.amazonaws.com"]}: who the task's identity token is for.
     const core::JsonNode id = n.child("identity");
@@ -194,8 +217,20 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
       cmd.sealed_env[var] = hex.get<std::string>();
     }
   }
+  // Its attempt goes on where it was (a retry is not a first run again).
+  const json& status = record.at("status");
+  if (status.contains("attempt") && status["attempt"].is_number_integer()) {
+    cmd.attempt = std::max(1, status["attempt"].get<int>());
+  }
+  if (status.contains("attempts") && status["attempts"].is_array()) {
+    for (const json& a : status["attempts"]) {
+      if (a.is_string()) {
+        cmd.attempts_ended.push_back(a.get<std::string>());
+      }
+    }
+  }
   // Tasks an agent ran (or was told to start) when the server stopped go back where they are.
-  const json& tasks = record.at("status").value("tasks", json::array());
+  const json& tasks = status.value("tasks", json::array());
   for (size_t i = 0; i < tasks.size(); ++i) {
     const json& t = tasks[i];
     if (!t.is_object() || !t.contains("generation")) {
@@ -501,7 +536,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
       {"tasks",           "minAvailable",   "priority", "preemptible", "maxRuntime",   "duration",
        "checkpointEvery", "gracePeriod",    "command",  "env",         "identity",     "secrets",
        "cpuMilli",        "memoryMiB",      "gpu",      "queue",       "nodeSelector", "image",
-       "shmMiB",          "readOnlyRootfs", "ports"});
+       "shmMiB",          "readOnlyRootfs", "ports",    "restart"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
@@ -590,7 +625,8 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   // The record grows with its tasks' status and its events, and must stay within what the store
   // takes, or it could never be updated again (nor cancelled).
   const size_t largest = stored.dump(-1, ' ', false, json::error_handler_t::replace).size() +
-                         static_cast<size_t>(*tasks) * kTaskStatusBytes + kEventsBytes;
+                         static_cast<size_t>(*tasks) * kTaskStatusBytes + kEventsBytes +
+                         kAttemptsBytes;
   if (largest > store::kMaxValueBytes) {
     return error(400, source + ": its record could grow to " + std::to_string(largest) +
                           " bytes with the status of its " + std::to_string(*tasks) +
