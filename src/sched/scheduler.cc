@@ -367,7 +367,14 @@ void Scheduler::restart(WorkloadId w, const std::function<bool(TaskId)>& stops_l
     return;
   }
   if (info.finished == info.spec.tasks) {
-    listInQueue(w);  // Finished, it may have left its queue's list.
+    // Finished, it may have left its queue's list and the FIFO list: back in, in order.
+    listInQueue(w);
+    auto at = std::lower_bound(
+        unfinished_.begin(), unfinished_.end(), w,
+        [&](WorkloadId a, WorkloadId b) { return workloads_[a].seq < workloads_[b].seq; });
+    if (at == unfinished_.end() || *at != w) {
+      unfinished_.insert(at, w);
+    }
   }
   for (TaskId t : info.tasks) {
     TaskInfo& task = tasks_[t];

@@ -899,6 +899,19 @@ TEST_F(SchedulerTest, ARestartedGangIsPlacedAgainWholeOnceEveryTaskHasStopped) {
   EXPECT_EQ(s_->workload(w).pending, 0);
 }
 
+// The same in FIFO mode (no fair share), whose list of unfinished workloads drops finished ones.
+TEST_F(SchedulerTest, AFinishedWorkloadRestartedIsPlacedAgainInFifoMode) {
+  SchedulerOptions fifo;
+  fifo.fair_share = false;
+  build(1, 8, 0, fifo);
+  const WorkloadId w = submit("once", "a", 1, 1, 4);
+  ASSERT_EQ(s_->schedule().started.size(), 1U);
+  s_->taskFinished(s_->workload(w).tasks[0]);
+  EXPECT_TRUE(s_->schedule().started.empty());  // The list is swept of it here.
+  s_->restart(w);
+  EXPECT_EQ(s_->schedule().started.size(), 1U);
+}
+
 TEST_F(SchedulerTest, LosingANodeRequeuesOnlyItsUnfinishedTasks) {
   build(1, 8, 0);
   WorkloadId w = submit("w", "a", 2, 1, 4);
