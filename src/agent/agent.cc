@@ -71,9 +71,10 @@ core::Status Agent::tick() {
   }
   auto wanted = server_.heartbeat(node_, gpus_, reports);
   if (!wanted.isOk()) {
-    const auto since =
-        std::chrono::duration_cast<std::chrono::milliseconds>(clock_.now() - last_ok_);
+    const core::TimePoint now = clock_.now();
+    const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_ok_);
     if (server_.noLeaderCanAct() && since < options_.no_leader_bound) {
+      last_none_ = now;
       // No one can place these tasks elsewhere: they run on, and the shims' lease with them.
       if (!holding_on_) {
         core::logWarn(
@@ -84,7 +85,14 @@ core::Status Agent::tick() {
       if (options_.renewed) {
         options_.renewed(std::min(options_.fence_after, options_.no_leader_bound - since));
       }
-    } else if (since >= options_.fence_after) {
+    } else if (since >= options_.no_leader_bound ||
+               (holding_on_
+                    ? now - last_none_
+                    : std::chrono::duration_cast<core::Duration>(since)) >= options_.fence_after) {
+      // Fenced fence_after after the last sign that nobody could move the tasks: a heartbeat,
+      // or an answer that no leader can act (the shims' lease was renewed for it). A failure
+      // without that answer in between (a replica restarting, a connection cut) is no such
+      // sign, nor a reason to stop early.
       if (holding_on_ && since >= options_.no_leader_bound) {
         core::logWarn("agent {}: no leader for {} s, the agent's bound: the tasks are stopped",
                       node_, since.count() / 1000);

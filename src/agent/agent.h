@@ -165,7 +165,8 @@ class Agent {
   std::set<std::pair<std::string, uint32_t>> done_;          // Ended at that generation: not again.
   std::map<std::string, TaskAssignment::Mig> mig_live_;      // MIG slices of tasks not yet ended.
   std::vector<TaskReport> outbox_;                           // Not yet acknowledged by the server.
-  core::TimePoint last_ok_{};  // The last successful heartbeat (or the agent's start).
+  core::TimePoint last_ok_{};    // The last successful heartbeat (or the agent's start).
+  core::TimePoint last_none_{};  // The last answer that no leader can act (while holding on).
   // Credential files written, per task (name -> content). Only the agent loop's thread
   // (reconcile, and fence from tick) touches it.
   std::map<std::string, std::map<std::string, std::string>> written_;

@@ -261,11 +261,19 @@ TEST_F(AgentTest, ServersOutOfReachAreNoProofThatNoLeaderActs) {
   EXPECT_FALSE(a.tick().isOk());
   EXPECT_FALSE(a.fenced());
   // Now the servers cannot be reached at all (this node may be the one cut off, while a leader
-  // elsewhere moves its tasks): fenced at fence_after since the last heartbeat, as ever.
+  // elsewhere moves its tasks): fenced at fence_after since the last sign that nobody could
+  // move them, the "no leader" answer at 5 s (a new leader gives every node a full lease from
+  // its start, so none can move them before 5 s + the lease).
   server_.no_leader = false;
   clock_.advance(5s);
   EXPECT_FALSE(a.tick().isOk());
-  EXPECT_TRUE(a.fenced());
+  EXPECT_FALSE(a.fenced()) << "a failure without the answer is no reason to stop early";
+  clock_.advance(4s);
+  EXPECT_FALSE(a.tick().isOk());
+  EXPECT_FALSE(a.fenced());
+  clock_.advance(1s);
+  EXPECT_FALSE(a.tick().isOk());
+  EXPECT_TRUE(a.fenced()) << "10 s after the last answer that no leader could act";
 }
 
 TEST_F(AgentTest, CutOffFromTheServerItStopsEverythingBeforeTheLeaseLapses) {

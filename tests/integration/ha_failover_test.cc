@@ -45,7 +45,7 @@ class HaFailoverTest : public HaTest {
     }
     const json status = (*w)["data"].value("status", json::object());
     const json tasks = status.value("tasks", json::array());
-    return tasks.empty() ? json() : tasks[0];
+    return tasks.empty() ? json::object() : tasks[0];
   }
   // The replica that answers health as the leader, asking only those in `among`.
   int leaderAmong(const std::vector<int>& among) {
