@@ -1,5 +1,8 @@
 #include "agent/agent.h"
 
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -19,6 +22,99 @@ Agent::Agent(std::string node, NodeGpus gpus, ControlPlaneClient& server, Runtim
       clock_(clock),
       options_(std::move(options)),
       last_ok_(clock.now()) {}
+
+Agent::~Agent() {
+  cancel_pulls_ = true;
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, p] : pulls_) {
+      threads.push_back(std::move(p.thread));
+    }
+  }
+  for (std::thread& t : threads) {
+    if (t.joinable()) {
+      t.join();
+    }
+  }
+}
+
+namespace {
+
+// "312 MB", "1.2 GB": what `tessera show` says of a download.
+std::string byteSize(int64_t n) {
+  if (n >= 1'000'000'000) {
+    return fmt::format("{:.1f} GB", static_cast<double>(n) / 1e9);
+  }
+  if (n >= 100'000'000) {
+    return fmt::format("{} MB", n / 1'000'000);
+  }
+  if (n >= 1'000'000) {
+    return fmt::format("{:.1f} MB", static_cast<double>(n) / 1e6);
+  }
+  return fmt::format("{} kB", (n + 999) / 1000);
+}
+
+}  // namespace
+
+void Agent::startPullLocked(const TaskAssignment& a) {
+  const std::string id = a.spec.id;
+  const uint32_t generation = a.generation;
+  Pull& p = pulls_[id];
+  if (p.thread.joinable()) {
+    p.thread.join();  // An older generation's, done: only its wake() may be left to run.
+  }
+  p = Pull{};
+  p.generation = generation;
+  p.progress = "pulling image";
+  p.progress_sent = false;
+  TaskSpec spec = a.spec;
+  spec.container.pull_cancel = &cancel_pulls_;
+  auto last = std::make_shared<std::chrono::steady_clock::time_point>();
+  spec.container.pull_progress = [this, id, generation, last](int64_t done, int64_t total) {
+    // At most once a second: the next heartbeat takes the newest.
+    const auto now = std::chrono::steady_clock::now();
+    if (done != 0 && done < total && now - *last < std::chrono::seconds(1)) {
+      return;
+    }
+    *last = now;
+    {
+      std::lock_guard lock(mu_);
+      auto it = pulls_.find(id);
+      if (it == pulls_.end() || it->second.generation != generation) {
+        return;
+      }
+      it->second.progress =
+          total > 0 ? "pulling image (" + byteSize(done) + " of " + byteSize(total) + ")"
+                    : "pulling image";
+      it->second.progress_sent = false;
+    }
+    if (options_.wake) {
+      options_.wake();
+    }
+  };
+  p.thread = std::thread([this, spec = std::move(spec), id, generation]() mutable {
+    core::Status st;
+    try {
+      st = runtime_.pull(spec);
+    } catch (const std::exception& e) {
+      st = core::internalError(std::string("pulling its image: ") + e.what());
+    }
+    OPENSSL_cleanse(spec.container.pull_credentials.password.data(),
+                    spec.container.pull_credentials.password.size());
+    {
+      std::lock_guard lock(mu_);
+      auto it = pulls_.find(id);
+      if (it != pulls_.end() && it->second.generation == generation) {
+        it->second.done = true;
+        it->second.result = std::move(st);
+      }
+    }
+    if (options_.wake) {
+      options_.wake();
+    }
+  });
+}
 
 void Agent::onExit(const std::string& id, const TaskExit& exit) {
   std::lock_guard lock(mu_);
@@ -65,9 +161,21 @@ void Agent::adopt(const std::vector<AdoptedTask>& tasks) {
 
 core::Status Agent::tick() {
   std::vector<TaskReport> reports;
+  std::map<std::string, std::string> progress;  // Sent with this heartbeat.
   {
     std::lock_guard lock(mu_);
     reports = outbox_;
+    for (const auto& [id, p] : pulls_) {
+      if (!p.progress_sent && !p.done) {
+        TaskReport r;
+        r.id = id;
+        r.generation = p.generation;
+        r.state = TaskReport::State::kStarting;
+        r.progress = p.progress;
+        reports.push_back(std::move(r));
+        progress[id] = p.progress;
+      }
+    }
   }
   auto wanted = server_.heartbeat(node_, gpus_, reports);
   if (!wanted.isOk()) {
@@ -106,8 +214,14 @@ core::Status Agent::tick() {
   {
     std::lock_guard lock(mu_);
     // What was sent is acknowledged; what came in meanwhile stays for the next round.
-    outbox_.erase(outbox_.begin(), outbox_.begin() + static_cast<std::ptrdiff_t>(
-                                                         std::min(reports.size(), outbox_.size())));
+    const size_t sent = reports.size() - progress.size();
+    outbox_.erase(outbox_.begin(),
+                  outbox_.begin() + static_cast<std::ptrdiff_t>(std::min(sent, outbox_.size())));
+    for (const auto& [id, text] : progress) {
+      if (auto it = pulls_.find(id); it != pulls_.end() && it->second.progress == text) {
+        it->second.progress_sent = true;
+      }
+    }
     last_ok_ = clock_.now();
     fenced_ = false;
   }
@@ -203,11 +317,51 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
   std::vector<const TaskAssignment*> starts;
   std::vector<TaskAssignment> unstartable;  // Their credentials could not be written.
   unstartable.reserve(credential_errors.size());
+  std::vector<std::thread> ended_pulls;  // Joined below, without the lock.
   {
     std::lock_guard lock(mu_);
+    // Pulls of tasks no longer here (cancelled while their image came) are forgotten once done.
+    for (auto it = pulls_.begin(); it != pulls_.end();) {
+      auto w = by_id.find(it->first);
+      if (it->second.done && (w == by_id.end() || w->second->generation != it->second.generation)) {
+        ended_pulls.push_back(std::move(it->second.thread));
+        it = pulls_.erase(it);
+      } else {
+        ++it;
+      }
+    }
     for (const TaskAssignment& a : wanted) {
       if (running_.contains(a.spec.id) || done_.contains({a.spec.id, a.generation})) {
         continue;
+      }
+      if (a.invalid.empty() && !credential_errors.contains(a.spec.id) &&
+          runtime_.needsPull(a.spec)) {
+        // Its image first, off this loop: a download may take minutes, and the heartbeats go on.
+        auto p = pulls_.find(a.spec.id);
+        if (p == pulls_.end() || p->second.generation != a.generation) {
+          if (p == pulls_.end() || p->second.done) {
+            startPullLocked(a);
+          }
+          continue;
+        }
+        if (!p->second.done) {
+          continue;
+        }
+        const core::Status result = p->second.result;
+        ended_pulls.push_back(std::move(p->second.thread));
+        pulls_.erase(p);
+        if (!result.isOk()) {
+          done_.insert({a.spec.id, a.generation});
+          TaskReport r;
+          r.id = a.spec.id;
+          r.generation = a.generation;
+          r.state = TaskReport::State::kFailedToStart;
+          r.error = result.message();
+          outbox_.push_back(std::move(r));
+          continue;
+        }
+        // Pulled: it starts now (its manifest is asked again with its credentials, its layers
+        // are here).
       }
       running_[a.spec.id] = a.generation;  // Before start: an exit may come at once.
       if (auto e = credential_errors.find(a.spec.id); e != credential_errors.end()) {
@@ -216,6 +370,11 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
         continue;
       }
       starts.push_back(&a);
+    }
+  }
+  for (std::thread& t : ended_pulls) {
+    if (t.joinable()) {
+      t.join();  // It has set its result: done, or about to return.
     }
   }
   for (const TaskAssignment& a : unstartable) {
@@ -356,6 +515,8 @@ void Agent::startOne(const TaskAssignment& a) {
   }
   const core::Status s =
       a.invalid.empty() ? runtime_.start(spec) : core::failedPrecondition(a.invalid);
+  OPENSSL_cleanse(spec.container.pull_credentials.password.data(),
+                  spec.container.pull_credentials.password.size());
   std::lock_guard lock(mu_);
   TaskReport r;
   r.id = a.spec.id;

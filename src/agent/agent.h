@@ -16,6 +16,7 @@
 // it over HTTPS (cli/agent_command.cc, docs/agent.md "The node protocol").
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -23,6 +24,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/credentials.h"
@@ -54,12 +56,14 @@ struct TaskAssignment {
 };
 
 struct TaskReport {
-  enum class State { kRunning, kExited, kFailedToStart };
+  // kStarting: not yet running, and what it waits for (`progress`: its image's download).
+  enum class State { kRunning, kExited, kFailedToStart, kStarting };
   std::string id;
   uint32_t generation = 0;
   State state = State::kRunning;
-  TaskExit exit;      // kExited.
-  std::string error;  // kFailedToStart.
+  TaskExit exit;         // kExited.
+  std::string error;     // kFailedToStart.
+  std::string progress;  // kStarting: "pulling image (312 MB of 1.2 GB)".
 };
 
 class ControlPlaneClient {
@@ -104,6 +108,8 @@ struct AgentOptions {
   // its own GPU and compute instance's nodes (nvidia-cap<minor>) and no other instance's.
   std::string mig_caps_dir;
   std::string mig_minors = "/proc/driver/nvidia-caps/mig-minors";
+  // Called when the loop should tick soon (an image pulled, its progress): the loop's wakeup.
+  std::function<void()> wake;
 };
 
 // The MIG capability device nodes a process of MIG device `device` opens (its GPU instance's
@@ -119,6 +125,9 @@ class Agent {
   // `runtime`'s exits must be passed to onExit (the runtime's OnExit callback).
   Agent(std::string node, NodeGpus gpus, ControlPlaneClient& server, Runtime& runtime,
         const core::Clock& clock, AgentOptions options = {});
+  ~Agent();  // Stops the image pulls under way, and waits for them.
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
 
   // Tasks a restarted agent found still running (or ended meanwhile) from before
   // (ProcessRuntime::adopt; each tag is the generation the task was started at): running ones
@@ -144,6 +153,9 @@ class Agent {
   // here; returns, per task, why its files could not be written.
   std::map<std::string, std::string> syncCredentials(const std::vector<TaskAssignment>& wanted);
   void startOne(const TaskAssignment& a);
+  // Starts the download of `a`'s image on a thread of its own (Runtime::pull); the task starts
+  // at the first reconcile after it ended. Called with mu_ held.
+  void startPullLocked(const TaskAssignment& a);
   // Makes the MIG instances of the MIG tasks in `starts` (one layout per GPU: the instances of
   // its tasks still running and of those starting) and points each at a copy in `prepared`
   // that names its MIG device, or says why it cannot start.
@@ -176,6 +188,18 @@ class Agent {
   std::set<std::string> credentials_stale_;
   bool fenced_ = false;
   bool holding_on_ = false;  // Heartbeats fail, and no leader can act: tasks run on.
+  // Image pulls (Runtime::needsPull), by task: under way, or ended with `result`; the task
+  // starts (or fails to) at the next reconcile. `progress` is reported while it is new.
+  struct Pull {
+    uint32_t generation = 0;
+    bool done = false;
+    core::Status result;
+    std::string progress;
+    bool progress_sent = true;
+    std::thread thread;
+  };
+  std::map<std::string, Pull> pulls_;
+  std::atomic<bool> cancel_pulls_{false};  // The agent is going: pulls stop.
 };
 
 }  // namespace tessera::agent

@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+
 #include "agent/nvml_discovery.h"
 #include "agent/sim_discovery.h"
 #include "core/hcl.h"
@@ -75,6 +79,12 @@ std::string hostName() {
   return buf;
 }
 
+std::string agentInstance(const std::string& node, const std::string& work_dir) {
+  char suffix[17];
+  std::snprintf(suffix, sizeof suffix, "%016zx", std::hash<std::string>{}(work_dir));
+  return node + "-" + std::string(suffix, 8);
+}
+
 core::Status validateGpuConfig(const GpuConfig& config) {
   if (config.backend != "nvml" && config.backend != "sim") {
     return core::invalidArgument("gpus.backend: '" + config.backend +
@@ -92,7 +102,8 @@ core::Status validateGpuConfig(const GpuConfig& config) {
 core::Result<AgentConfig> readAgentConfig(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(nlohmann::json doc, core::parseConfigFile(path));
   core::JsonNode top(doc, "", path);
-  TESSERA_RETURN_IF_ERROR(top.checkKeys({"node_name", "node_mode", "gpus", "container"}));
+  TESSERA_RETURN_IF_ERROR(
+      top.checkKeys({"node_name", "node_mode", "gpus", "container", "registry"}));
   AgentConfig c;
   if (top.has("node_name")) {
     TESSERA_ASSIGN_OR_RETURN(c.node_name, top.child("node_name").str());
@@ -144,7 +155,11 @@ core::Result<AgentConfig> readAgentConfig(const std::string& path) {
   }
   if (!containers.empty()) {
     core::JsonNode b(*containers[0].body, "container", path);
-    TESSERA_RETURN_IF_ERROR(b.checkKeys({"runtime", "path", "cdi_dir"}));
+    TESSERA_RETURN_IF_ERROR(b.checkKeys({"runtime", "path", "cdi_dir", "image_cache_max_mib"}));
+    if (b.has("image_cache_max_mib")) {
+      TESSERA_ASSIGN_OR_RETURN(c.container.image_cache_max_mib,
+                               b.child("image_cache_max_mib").integer(0, int64_t{1} << 30));
+    }
     for (const auto& [key, field] :
          {std::pair<const char*, std::string*>{"runtime", &c.container.runtime},
           {"path", &c.container.runtime_path},
@@ -156,6 +171,55 @@ core::Result<AgentConfig> readAgentConfig(const std::string& path) {
     if (c.container.runtime != "runc" && c.container.runtime != "crun") {
       return b.child("runtime").error("expected runc or crun");
     }
+  }
+  // registry "127.0.0.1:5000" { ca_file = "/etc/tessera/registry-ca.pem" }
+  // registry "docker.io" { mirror = ["https://mirror.example"] }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<core::HclBlock> registries,
+                           core::hclBlocks(doc, "registry", 1, path));
+  for (const core::HclBlock& r : registries) {
+    const std::string name = r.labels[0];
+    core::JsonNode b(*r.body, "registry \"" + name + "\"", path);
+    auto ref = model::parseImageRef(name + "/x");
+    if (!ref.isOk() || ref->registry != name) {
+      return core::invalidArgument(path + ": registry \"" + name +
+                                   "\": expected a registry host[:port] as image references "
+                                   "name it (\"docker.io\", \"nvcr.io\", \"10.0.0.5:5000\")");
+    }
+    if (c.container.registries.hosts.contains(name)) {
+      return core::invalidArgument(path + ": registry \"" + name + "\" is configured twice");
+    }
+    TESSERA_RETURN_IF_ERROR(b.checkKeys({"ca_file", "mirror"}));
+    RegistryHostConfig h;
+    if (b.has("ca_file")) {
+      TESSERA_ASSIGN_OR_RETURN(h.ca_file, b.child("ca_file").str());
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(h.ca_file, ec)) {
+        return b.child("ca_file").error("no such file: " + h.ca_file);
+      }
+    }
+    if (b.has("mirror")) {
+      const core::JsonNode m = b.child("mirror");
+      std::vector<core::JsonNode> items;
+      if (m.value().is_string()) {
+        items.push_back(m);
+      } else if (m.value().is_array()) {
+        for (size_t i = 0; i < m.value().size(); ++i) {
+          items.push_back(m.at(i));
+        }
+      } else {
+        return m.error("expected an address or a list of them (\"https://mirror.example\")");
+      }
+      for (const core::JsonNode& item : items) {
+        TESSERA_ASSIGN_OR_RETURN(std::string url, item.str());
+        const bool scheme = url.starts_with("https://") || url.starts_with("http://");
+        const std::string rest = scheme ? url.substr(url.find("//") + 2) : "";
+        if (!scheme || rest.empty() || rest.find_first_of("/?#@ ") != std::string::npos) {
+          return item.error("expected https://host[:port] (or http:// for a plain-HTTP mirror)");
+        }
+        h.mirrors.push_back(std::move(url));
+      }
+    }
+    c.container.registries.hosts[name] = std::move(h);
   }
   return c;
 }

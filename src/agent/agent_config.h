@@ -14,6 +14,11 @@
 //     runtime = "runc"                   # or crun (cgroup v2 machines)
 //     path    = "/usr/sbin/runc"         # default: looked up in PATH
 //     cdi_dir = "/etc/cdi"               # CDI specs (JSON) describing the GPUs
+//     image_cache_max_mib = 200000       # unused layers go, oldest use first, past it (0: no cap)
+//   }
+//   registry "registry.internal:5000" {  # per registry, as image references name it
+//     ca_file = "/etc/tessera/registry-ca.pem"
+//     mirror  = ["https://mirror.internal"]  # tried first, anonymously
 //   }
 //
 // So a GPU machine runs with NVML and refuses to start without it unless told otherwise, and a
@@ -78,5 +83,10 @@ core::Result<NodeGpus> discoverGpus(const GpuConfig& config, const std::string& 
 
 // The host name, for a node without a configured name.
 std::string hostName();
+
+// "<node>-<8 hex digits of work_dir's hash>": the name of one agent's things on its machine (its
+// tasks' cgroup folder, its credential tmpfs folder). Two agents of one node name on one machine
+// (tests, dev servers) never share them, and an agent restarted with its work dir finds its own.
+std::string agentInstance(const std::string& node, const std::string& work_dir);
 
 }  // namespace tessera::agent

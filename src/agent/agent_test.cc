@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 namespace tessera::agent {
 namespace {
@@ -111,6 +115,95 @@ class AgentTest : public ::testing::Test {
   AgentOptions options_{
       .fence_after = 10s, .fence_grace = 1s, .unassigned_grace = 7s, .parallel_starts = 1};
 };
+
+// A runtime whose tasks named "*.img.*" need their image pulled first: each pull says how far it
+// got, then waits for the test to let it end, as a long download would.
+class PullingRuntime : public FakeRuntime {
+ public:
+  bool needsPull(const TaskSpec& spec) const override {
+    return spec.id.find(".img.") != std::string::npos;
+  }
+  core::Status pull(const TaskSpec& spec) override {
+    spec.container.pull_progress(500'000'000, 1'200'000'000);
+    std::unique_lock lock(mu_);
+    ++pulls_started;
+    cv_.wait(lock, [&] { return results_.contains(spec.id); });
+    return results_[spec.id];
+  }
+  void finish(const std::string& id, core::Status result) {
+    std::lock_guard lock(mu_);
+    results_[id] = std::move(result);
+    cv_.notify_all();
+  }
+  int pullsStarted() {
+    std::lock_guard lock(mu_);
+    return pulls_started;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, core::Status> results_;
+  int pulls_started = 0;
+};
+
+// A registry image is pulled off the agent's loop: heartbeats go on meanwhile, carrying the
+// download's progress; the task starts once its image is here, or fails with the pull's reason.
+TEST_F(AgentTest, ImagesArePulledOffTheLoopWithProgressThenTheTaskStarts) {
+  PullingRuntime runtime;
+  std::atomic<int> wakes{0};
+  AgentOptions options = options_;
+  options.wake = [&] { ++wakes; };
+  Agent a("gpu-01", NodeGpus{}, server_, runtime, clock_, options);
+  server_.assign("t.img.0", 1);
+  server_.assign("t.img.1", 1);
+  ASSERT_TRUE(a.tick().isOk());  // Returns at once: the pulls run on their own.
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 500 && runtime.pullsStarted() < 2; ++i) {
+      std::this_thread::sleep_for(10ms);
+    }
+    return runtime.pullsStarted() == 2;
+  }());
+  EXPECT_TRUE(runtime.starts.empty());
+  ASSERT_TRUE(a.tick().isOk());  // The loop goes on, and reports how far each pull got.
+  auto progress = [&](const std::string& id) {
+    std::string last;
+    for (const TaskReport& r : server_.received) {
+      if (r.id == id && r.state == TaskReport::State::kStarting) {
+        last = r.progress;
+      }
+    }
+    return last;
+  };
+  EXPECT_EQ(progress("t.img.0"), "pulling image (500 MB of 1.2 GB)");
+  EXPECT_GE(wakes.load(), 2);
+  const size_t received = server_.received.size();
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(server_.received.size(), received);  // Progress is sent once, while it is new.
+  EXPECT_TRUE(runtime.starts.empty());
+
+  runtime.finish("t.img.0", core::Status::ok());
+  runtime.finish("t.img.1", core::permissionDenied("image r/x:1: unauthorized: no pull secret"));
+  for (int i = 0; i < 500 && runtime.starts.empty(); ++i) {
+    std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(a.tick().isOk());
+  }
+  EXPECT_EQ(runtime.starts, std::vector<std::string>{"t.img.0"});
+  ASSERT_TRUE(a.tick().isOk());
+  bool failed = false;
+  for (const TaskReport& r : server_.received) {
+    if (r.id == "t.img.1") {
+      EXPECT_NE(r.state, TaskReport::State::kRunning);
+      failed = failed || (r.state == TaskReport::State::kFailedToStart &&
+                          r.error == "image r/x:1: unauthorized: no pull secret");
+    }
+  }
+  EXPECT_TRUE(failed);
+  // Not pulled again, not started again.
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime.pullsStarted(), 2);
+  EXPECT_EQ(runtime.starts, std::vector<std::string>{"t.img.0"});
+}
 
 TEST_F(AgentTest, StartsWhatIsAssignedAndReportsEachChangeOnce) {
   Agent a = agent();

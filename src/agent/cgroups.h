@@ -69,8 +69,8 @@ struct TaskCgroup {
 class Cgroups {
  public:
   // Finds the hierarchy under `root` and the agent's own groups (from `self_cgroup`). Task
-  // groups go in `folder` under the agent's groups ("tessera/<node>" when several agents share
-  // a machine). Fails if neither v1 nor v2 is usable.
+  // groups go in `folder` under the agent's groups ("tessera/<node>-<hash>", agentInstance(), so
+  // several agents can share a machine). Fails if neither v1 nor v2 is usable.
   static core::Result<Cgroups> detect(const std::string& folder = "tessera",
                                       const std::string& root = "/sys/fs/cgroup",
                                       const std::string& self_cgroup = "/proc/self/cgroup");

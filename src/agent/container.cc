@@ -167,7 +167,31 @@ bool readableBy(const std::string& path, uid_t uid, gid_t gid) {
 }  // namespace
 
 Containers::Containers(ContainerOptions options)
-    : options_(std::move(options)), images_(options_.dir + "/images") {}
+    : options_(std::move(options)), images_(options_.dir + "/images", options_.registries) {}
+
+bool Containers::pullsFromRegistry(const TaskSpec& spec) {
+  auto ref = model::parseImageRef(spec.container.image);
+  return !spec.container.image.empty() && ref.isOk() &&
+         ref->kind == model::ImageRef::Kind::kRegistry;
+}
+
+core::Status Containers::pull(const TaskSpec& spec) {
+  auto ref = model::parseImageRef(spec.container.image);
+  if (!ref.isOk()) {
+    return ref.status().withContext("task " + spec.id);
+  }
+  auto image = images_.get(*ref, {.credentials = spec.container.pull_credentials,
+                                  .progress = spec.container.pull_progress,
+                                  .cancel = spec.container.pull_cancel});
+  if (!image.isOk()) {
+    return image.status().withContext("task " + spec.id);
+  }
+  images_.release(*image);
+  if (options_.image_cache_max_mib > 0) {
+    trimCache();
+  }
+  return core::Status::ok();
+}
 
 core::Result<std::string> Containers::runtimePath() const {
   if (options_.runtime != "runc" && options_.runtime != "crun") {
@@ -203,12 +227,19 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
     }
   }
   cleanup(spec.id);  // A previous generation's leftovers.
-  // Held until the bundle names its layers, so a collection cannot take them meanwhile.
-  std::unique_lock lock(mu_);
-  auto image = images_.get(*ref);
+  // Its layers are pinned until the bundle names them, so a collection cannot take them.
+  auto image = images_.get(*ref, {.credentials = spec.container.pull_credentials,
+                                  .progress = spec.container.pull_progress,
+                                  .cancel = spec.container.pull_cancel});
   if (!image.isOk()) {
     return image.status().withContext(where);
   }
+  std::unique_lock lock(mu_);
+  struct Unpin {
+    ImageCache& cache;
+    const UnpackedImage& image;
+    ~Unpin() { cache.release(image); }
+  } unpin{images_, *image};
   const std::string bundle = options_.dir + "/bundles/" + spec.id;
   const std::string rootfs = bundle + "/rootfs";
   std::error_code ec;
@@ -230,6 +261,9 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
     return core::unavailable(where + ": cannot write " + bundle + "/layers");
   }
   lock.unlock();
+  if (options_.image_cache_max_mib > 0) {
+    trimCache();  // A pull may have taken the cache past its cap.
+  }
   // overlayfs: the top layer first.
   std::string lower;
   for (auto it = image->layer_dirs.rbegin(); it != image->layer_dirs.rend(); ++it) {
@@ -430,24 +464,22 @@ void Containers::cleanup(const std::string& id) {
   }
   ::umount2((bundle + "/rootfs").c_str(), MNT_DETACH);
   fs::remove_all(bundle, ec);
-  // Layers still used by a bundle stay; the rest go once unused for keep_unused.
+  trimCache();
+}
+
+void Containers::trimCache() {
+  // Layers still used by a bundle stay; the rest go once unused for keep_unused, or sooner while
+  // the cache is over its cap.
   std::lock_guard lock(mu_);
-  std::set<std::string> keep;
+  std::set<std::string> in_use;
+  std::error_code ec;
   for (const fs::directory_entry& b : fs::directory_iterator(options_.dir + "/bundles", ec)) {
     std::ifstream in(b.path() / "layers");
     for (std::string key; std::getline(in, key);) {
-      keep.insert(key);
+      in_use.insert(key);
     }
   }
-  const auto cutoff = fs::file_time_type::clock::now() - options_.keep_unused;
-  for (const fs::directory_entry& l : fs::directory_iterator(options_.dir + "/images/layers", ec)) {
-    std::error_code mt;
-    const auto when = fs::last_write_time(l.path(), mt);
-    if (!mt && when > cutoff && !l.path().filename().string().ends_with(".partial")) {
-      keep.insert(l.path().filename().string());
-    }
-  }
-  (void)images_.collect(keep);
+  (void)images_.trim(in_use, options_.keep_unused, options_.image_cache_max_mib << 20);
 }
 
 }  // namespace tessera::agent

@@ -42,8 +42,11 @@ struct ContainerOptions {
   std::string runtime_path;      // "" : `runtime` looked up in PATH.
   std::string dir;               // Bundles, state and the image cache (created).
   std::string cdi_dir = "/etc/cdi";
-  // Cached layers no task uses are removed once unused this long (0: at once).
+  // Cached layers no task uses are removed once unused this long (0: at once), and the least
+  // recently used first while the cache holds more than image_cache_max_mib (0: no cap).
   std::chrono::seconds keep_unused{3600};
+  int64_t image_cache_max_mib = 0;
+  RegistryOptions registries;  // CA files and mirrors by registry (agent/registry.h).
 };
 
 class Containers {
@@ -57,12 +60,21 @@ class Containers {
   core::Result<std::vector<std::string>> prepare(const TaskSpec& spec,
                                                  const std::vector<std::string>& env, uid_t uid,
                                                  gid_t gid);
+  // Whether `spec`'s image comes from a registry (a download that may take minutes).
+  static bool pullsFromRegistry(const TaskSpec& spec);
+  // Brings `spec`'s image into the cache (with its pull secret), without making a bundle: the
+  // agent does this off its loop, then prepare() finds the layers here (and still asks the
+  // registry for the manifest with the task's credentials).
+  core::Status pull(const TaskSpec& spec);
   // Removes whatever is left of the container of task `id` (its runtime state, which kills its
-  // processes, the rootfs mount and the bundle), then cached layers nobody uses. Safe to call
-  // for a task that never was a container (nothing happens).
+  // processes, the rootfs mount and the bundle), then cached layers nobody uses (trimCache). Safe
+  // to call for a task that never was a container (nothing happens).
   void cleanup(const std::string& id);
   // The container's cgroup, relative to the runtime's own (the task's) groups.
   static std::string cgroupName(const std::string& id) { return "ctr-" + id; }
+  // Cached layers no bundle uses go once unused for keep_unused, or sooner, least recently used
+  // first, while the cache is over its cap.
+  void trimCache();
   // Whether the runtime is there (the agent's start-up line).
   core::Result<std::string> runtimePath() const;
 

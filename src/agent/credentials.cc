@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 
+#include "agent/agent_config.h"
 #include "agent/exec_util.h"
 
 namespace tessera::agent {
@@ -203,9 +204,7 @@ std::string CredentialFiles::defaultRoot(const std::string& node, const std::str
       ::access("/dev/shm", W_OK) == 0) {
     // One folder per agent work dir: two agents of the same node name (tests, dev servers) never
     // share one, and a restarted agent finds its own again.
-    char suffix[17];
-    std::snprintf(suffix, sizeof suffix, "%016zx", std::hash<std::string>{}(work_dir));
-    return "/dev/shm/tessera-" + node + "-" + std::string(suffix, 8);
+    return "/dev/shm/tessera-" + agentInstance(node, work_dir);
   }
   return work_dir + "/credentials";
 }

@@ -134,6 +134,8 @@ class MpsRuntime : public Runtime {
     return inner_->stop(id, grace);
   }
   std::vector<std::string> running() const override { return inner_->running(); }
+  bool needsPull(const TaskSpec& spec) const override { return inner_->needsPull(spec); }
+  core::Status pull(const TaskSpec& spec) override { return inner_->pull(spec); }
 
  private:
   void releaseFor(const std::string& id);

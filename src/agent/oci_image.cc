@@ -9,6 +9,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +21,18 @@
 #include <optional>
 
 namespace tessera::agent {
+
+// Where an image's files come from: a layout folder, a tar of one, or a registry.
+class ImageSource {
+ public:
+  virtual ~ImageSource() = default;
+  // A small file of the layout ("index.json", "blobs/sha256/<hex>"); nullopt if absent.
+  virtual std::optional<std::string> small(const std::string& name) = 0;
+  // Calls `consume` with the blob's bytes, in order; false if the blob is absent.
+  virtual core::Result<bool> stream(
+      const std::string& name, const std::function<core::Status(const void*, size_t)>& consume) = 0;
+};
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -67,17 +80,6 @@ core::Result<std::string> digestHex(const json& descriptor, const std::string& w
   }
   return hex;
 }
-
-// Where an image's files come from: a layout folder or a tar of one.
-class ImageSource {
- public:
-  virtual ~ImageSource() = default;
-  // A small file of the layout ("index.json", "blobs/sha256/<hex>"); nullopt if absent.
-  virtual std::optional<std::string> small(const std::string& name) = 0;
-  // Calls `consume` with the blob's bytes, in order; false if the blob is absent.
-  virtual core::Result<bool> stream(
-      const std::string& name, const std::function<core::Status(const void*, size_t)>& consume) = 0;
-};
 
 class LayoutSource : public ImageSource {
  public:
@@ -233,6 +235,57 @@ class ArchiveSource : public ImageSource {
   std::map<std::string, std::string> small_;
 };
 
+// A registry's blobs ("blobs/sha256/<hex>"), through one pull's session; what it streams counts
+// towards the pull's progress.
+class RegistrySource : public ImageSource {
+ public:
+  RegistrySource(RegistrySession& session, const PullOptions& pull, int64_t total)
+      : session_(session), pull_(pull), total_(total) {}
+  std::optional<std::string> small(const std::string& name) override {
+    std::string out;
+    const core::Status st = session_.blob(digestOf(name), [&](const void* p, size_t n) {
+      if (out.size() + n > kMaxJsonBlob) {
+        return core::failedPrecondition("over 16 MiB");
+      }
+      out.append(static_cast<const char*>(p), n);
+      return core::Status::ok();
+    });
+    if (!st.isOk()) {
+      error_ = st;
+      return std::nullopt;
+    }
+    return out;
+  }
+  core::Result<bool> stream(
+      const std::string& name,
+      const std::function<core::Status(const void*, size_t)>& consume) override {
+    TESSERA_RETURN_IF_ERROR(
+        session_.blob(digestOf(name), [&](const void* p, size_t n) -> core::Status {
+          if (pull_.cancel != nullptr && pull_.cancel->load()) {
+            return core::unavailable(session_.where() + ": the pull was stopped (agent stopping)");
+          }
+          done_ += static_cast<int64_t>(n);
+          if (pull_.progress) {
+            pull_.progress(done_, std::max(done_, total_));
+          }
+          return consume(p, n);
+        }));
+    return true;
+  }
+  // Why the last small() failed.
+  const core::Status& error() const { return error_; }
+
+ private:
+  static std::string digestOf(const std::string& name) {
+    return "sha256:" + name.substr(name.rfind('/') + 1);
+  }
+  RegistrySession& session_;
+  const PullOptions& pull_;
+  int64_t total_;
+  int64_t done_ = 0;
+  core::Status error_;
+};
+
 // A JSON blob, verified against its digest.
 core::Result<json> jsonBlob(ImageSource& src, const std::string& hex, const std::string& where) {
   const std::optional<std::string> content = src.small("blobs/sha256/" + hex);
@@ -259,6 +312,22 @@ std::string mediaType(const json& j) {
                                                                : "";
 }
 
+// An index's linux/amd64 image descriptor (or its only one); nullopt if none.
+std::optional<json> linuxAmd64(const json& index) {
+  if (!index.is_object() || !index.contains("manifests") || !index["manifests"].is_array()) {
+    return std::nullopt;
+  }
+  const json& list = index["manifests"];
+  for (const json& d : list) {
+    const json* p = d.is_object() && d.contains("platform") ? &d["platform"] : nullptr;
+    if (p != nullptr && p->is_object() && p->value("os", "") == "linux" &&
+        p->value("architecture", "") == "amd64") {
+      return d;
+    }
+  }
+  return list.size() == 1 ? std::optional<json>(list[0]) : std::nullopt;
+}
+
 // The manifest descriptor to run from an index's "manifests": by tag, else the only one; an
 // index nested in it is followed to its linux/amd64 image (or its only one).
 core::Result<json> chooseManifest(ImageSource& src, const json& index, const std::string& tag,
@@ -283,17 +352,7 @@ core::Result<json> chooseManifest(ImageSource& src, const json& index, const std
       return core::notFound(where + ": no image tagged '" + tag + "' in its index.json");
     }
   } else if (depth > 0) {
-    for (const json& d : list) {
-      const json* p = d.contains("platform") ? &d["platform"] : nullptr;
-      if (p != nullptr && p->is_object() && p->value("os", "") == "linux" &&
-          p->value("architecture", "") == "amd64") {
-        chosen = d;
-        break;
-      }
-    }
-    if (!chosen && list.size() == 1) {
-      chosen = list[0];
-    }
+    chosen = linuxAmd64(index);
     if (!chosen) {
       return core::notFound(where + ": no linux/amd64 image in its index");
     }
@@ -507,16 +566,102 @@ core::Status unpackLayer(ImageSource& src, const std::string& hex, const std::st
   return st;
 }
 
+// Bytes under `path` on disk (its files' blocks).
+int64_t diskBytes(const std::string& path) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(path, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) == 0) {
+      total += static_cast<int64_t>(st.st_blocks) * 512;
+    }
+  }
+  return total;
+}
+
+// The image a manifest describes, its layers unpacked into `dir`/layers where not there yet
+// (and their sizes noted in `dir`/sizes).
+// Who may unpack a layer: `claim` waits while another call unpacks it, pins it, and returns
+// whether this call must unpack it (it is not there); `unpacked` ends a claim that returned true.
+struct LayerGate {
+  std::function<bool(const std::string& hex, const std::string& dest)> claim;
+  std::function<void(const std::string& hex)> unpacked;
+};
+
+core::Result<UnpackedImage> unpackImage(const std::string& dir, ImageSource& src,
+                                        const json& manifest, const std::string& manifest_hex,
+                                        const std::string& where, const LayerGate& gate) {
+  if (!manifest.contains("layers") || !manifest["layers"].is_array() ||
+      !manifest.contains("config")) {
+    return core::invalidArgument(where + ": manifest sha256:" + manifest_hex +
+                                 " has no layers or config");
+  }
+  UnpackedImage img;
+  img.manifest_digest = "sha256:" + manifest_hex;
+  TESSERA_ASSIGN_OR_RETURN(const std::string config_hex, digestHex(manifest["config"], where));
+  TESSERA_ASSIGN_OR_RETURN(const json config, jsonBlob(src, config_hex, where));
+  if (config.contains("config") && config["config"].is_object()) {
+    const json& c = config["config"];
+    img.config.env = stringList(c, "Env");
+    img.config.entrypoint = stringList(c, "Entrypoint");
+    img.config.cmd = stringList(c, "Cmd");
+    if (c.contains("WorkingDir") && c["WorkingDir"].is_string()) {
+      img.config.working_dir = c["WorkingDir"].get<std::string>();
+    }
+  }
+  const std::string layers = dir + "/layers";
+  std::error_code ec;
+  fs::create_directories(layers, ec);
+  if (ec) {
+    return core::unavailable(where + ": cannot create " + layers + ": " + ec.message());
+  }
+  ::chmod(dir.c_str(), 0700);  // Images may hold what their owners keep from other tenants.
+  // SECURE_SYMLINKS refuses a path through any link, the cache's own included.
+  const std::string real_layers = fs::canonical(layers, ec).string();
+  if (ec) {
+    return core::unavailable(where + ": " + layers + ": " + ec.message());
+  }
+  for (const json& layer : manifest["layers"]) {
+    TESSERA_ASSIGN_OR_RETURN(const std::string hex, digestHex(layer, where));
+    const std::string dest = real_layers + "/" + hex;
+    img.layer_dirs.push_back(dest);
+    img.layer_keys.push_back(hex);  // Pinned from here (the caller releases it).
+    if (gate.claim(hex, dest)) {
+      const std::string partial = dest + ".partial";
+      fs::remove_all(partial, ec);
+      core::Status st = unpackLayer(src, hex, partial, where);
+      if (st.isOk() && ::rename(partial.c_str(), dest.c_str()) != 0) {
+        st = core::unavailable(where + ": cannot rename " + partial + ": " + std::strerror(errno));
+      }
+      if (st.isOk()) {
+        fs::create_directories(dir + "/sizes", ec);
+        std::ofstream(dir + "/sizes/" + hex) << diskBytes(dest) << "\n";
+      } else {
+        fs::remove_all(partial, ec);
+      }
+      gate.unpacked(hex);
+      if (!st.isOk()) {
+        return st;
+      }
+    }
+    // Its time of last use, for the collection of unused layers.
+    (void)::utimensat(AT_FDCWD, dest.c_str(), nullptr, 0);
+  }
+  if (img.layer_dirs.empty()) {
+    return core::invalidArgument(where + ": its manifest has no layers");
+  }
+  return img;
+}
+
 }  // namespace
 
-core::Result<UnpackedImage> ImageCache::get(const model::ImageRef& ref) {
+core::Result<UnpackedImage> ImageCache::get(const model::ImageRef& ref, const PullOptions& pull) {
   std::string where;
   std::unique_ptr<ImageSource> src;
   switch (ref.kind) {
     case model::ImageRef::Kind::kRegistry:
-      return core::failedPrecondition("image '" + ref.reference +
-                                      "': registry pulls are not supported yet (use "
-                                      "oci:/path or oci-archive:/path.tar on the node)");
+      return fromRegistry(ref, pull);
     case model::ImageRef::Kind::kOciLayout: {
       where = "image oci:" + ref.path + (ref.tag.empty() ? "" : ":" + ref.tag);
       std::error_code ec;
@@ -540,7 +685,6 @@ core::Result<UnpackedImage> ImageCache::get(const model::ImageRef& ref) {
       break;
     }
   }
-  std::lock_guard lock(mu_);
   const std::optional<std::string> index_text = src->small("index.json");
   if (!index_text) {
     return core::notFound(where + ": no index.json (not an OCI image layout)");
@@ -552,72 +696,182 @@ core::Result<UnpackedImage> ImageCache::get(const model::ImageRef& ref) {
   TESSERA_ASSIGN_OR_RETURN(const json desc, chooseManifest(*src, index, ref.tag, where, 0));
   TESSERA_ASSIGN_OR_RETURN(const std::string manifest_hex, digestHex(desc, where));
   TESSERA_ASSIGN_OR_RETURN(const json manifest, jsonBlob(*src, manifest_hex, where));
-  if (!manifest.contains("layers") || !manifest["layers"].is_array() ||
-      !manifest.contains("config")) {
-    return core::invalidArgument(where + ": manifest sha256:" + manifest_hex +
-                                 " has no layers or config");
-  }
-  UnpackedImage img;
-  img.manifest_digest = "sha256:" + manifest_hex;
-  TESSERA_ASSIGN_OR_RETURN(const std::string config_hex, digestHex(manifest["config"], where));
-  TESSERA_ASSIGN_OR_RETURN(const json config, jsonBlob(*src, config_hex, where));
-  if (config.contains("config") && config["config"].is_object()) {
-    const json& c = config["config"];
-    img.config.env = stringList(c, "Env");
-    img.config.entrypoint = stringList(c, "Entrypoint");
-    img.config.cmd = stringList(c, "Cmd");
-    if (c.contains("WorkingDir") && c["WorkingDir"].is_string()) {
-      img.config.working_dir = c["WorkingDir"].get<std::string>();
+  return unpackPinned(*src, manifest, manifest_hex, where);
+}
+
+core::Result<UnpackedImage> ImageCache::unpackPinned(ImageSource& src, const json& manifest,
+                                                     const std::string& manifest_hex,
+                                                     const std::string& where) {
+  std::vector<std::string> pinned;
+  LayerGate gate{.claim =
+                     [&](const std::string& hex, const std::string& dest) {
+                       std::unique_lock lock(mu_);
+                       cv_.wait(lock, [&] { return !busy_.contains(hex); });
+                       pinned_.insert(hex);
+                       pinned.push_back(hex);
+                       std::error_code ec;
+                       if (fs::is_directory(dest, ec)) {
+                         return false;
+                       }
+                       busy_.insert(hex);
+                       return true;
+                     },
+                 .unpacked =
+                     [&](const std::string& hex) {
+                       std::lock_guard lock(mu_);
+                       busy_.erase(hex);
+                       cv_.notify_all();
+                     }};
+  auto img = unpackImage(dir_, src, manifest, manifest_hex, where, gate);
+  if (!img.isOk()) {
+    std::lock_guard lock(mu_);
+    for (const std::string& hex : pinned) {
+      pinned_.erase(pinned_.find(hex));
     }
-  }
-  const std::string layers = dir_ + "/layers";
-  std::error_code ec;
-  fs::create_directories(layers, ec);
-  if (ec) {
-    return core::unavailable(where + ": cannot create " + layers + ": " + ec.message());
-  }
-  ::chmod(dir_.c_str(), 0700);  // Images may hold what their owners keep from other tenants.
-  // SECURE_SYMLINKS refuses a path through any link, the cache's own included.
-  const std::string real_layers = fs::canonical(layers, ec).string();
-  if (ec) {
-    return core::unavailable(where + ": " + layers + ": " + ec.message());
-  }
-  for (const json& layer : manifest["layers"]) {
-    TESSERA_ASSIGN_OR_RETURN(const std::string hex, digestHex(layer, where));
-    const std::string dest = real_layers + "/" + hex;
-    if (!fs::is_directory(dest, ec)) {
-      const std::string partial = dest + ".partial";
-      fs::remove_all(partial, ec);
-      core::Status st = unpackLayer(*src, hex, partial, where);
-      if (st.isOk() && ::rename(partial.c_str(), dest.c_str()) != 0) {
-        st = core::unavailable(where + ": cannot rename " + partial + ": " + std::strerror(errno));
-      }
-      if (!st.isOk()) {
-        fs::remove_all(partial, ec);
-        return st;
-      }
-    }
-    // Its time of last use, for the collection of unused layers.
-    (void)::utimensat(AT_FDCWD, dest.c_str(), nullptr, 0);
-    img.layer_dirs.push_back(dest);
-    img.layer_keys.push_back(hex);
-  }
-  if (img.layer_dirs.empty()) {
-    return core::invalidArgument(where + ": its manifest has no layers");
   }
   return img;
 }
 
+void ImageCache::release(const UnpackedImage& image) {
+  std::lock_guard lock(mu_);
+  for (const std::string& hex : image.layer_keys) {
+    if (auto it = pinned_.find(hex); it != pinned_.end()) {
+      pinned_.erase(it);
+    }
+  }
+}
+
+core::Result<UnpackedImage> ImageCache::fromRegistry(const model::ImageRef& ref,
+                                                     const PullOptions& pull) {
+  RegistrySession session(registries_, ref, pull.credentials);
+  const std::string where = session.where();
+  // Always asked of the registry with the task's own credentials, even when every layer is here.
+  TESSERA_ASSIGN_OR_RETURN(RegistryManifest m,
+                           session.manifest(ref.digest.empty() ? ref.tag : ref.digest));
+  json manifest = json::parse(m.body, nullptr, false);
+  for (int depth = 0; m.media_type == kIndexType || m.media_type == kDockerListType; ++depth) {
+    if (depth >= 2) {
+      return core::invalidArgument(where + ": indexes nested too deep");
+    }
+    // An index: its linux/amd64 image (or its only one).
+    const std::optional<json> chosen = linuxAmd64(manifest);
+    if (!chosen) {
+      return core::notFound(where + ": not found: no linux/amd64 image in its index " + m.digest);
+    }
+    TESSERA_ASSIGN_OR_RETURN(const std::string hex, digestHex(*chosen, where));
+    TESSERA_ASSIGN_OR_RETURN(m, session.manifest("sha256:" + hex));
+    manifest = json::parse(m.body, nullptr, false);
+  }
+  if (!manifest.is_object() || !manifest.contains("layers") || !manifest["layers"].is_array()) {
+    return core::invalidArgument(where + ": the manifest " + m.digest + " (" + m.media_type +
+                                 ") has no layers");
+  }
+  // What is still to download, for the progress.
+  int64_t total = 0;
+  for (const json& layer : manifest["layers"]) {
+    auto hex = digestHex(layer, where);
+    std::error_code ec;
+    if (hex.isOk() && !fs::is_directory(dir_ + "/layers/" + *hex, ec) && layer.is_object() &&
+        layer.contains("size") && layer["size"].is_number_integer()) {
+      total += std::max<int64_t>(0, layer["size"].get<int64_t>());
+    }
+  }
+  if (pull.progress) {
+    pull.progress(0, total);
+  }
+  RegistrySource src(session, pull, total);
+  auto img = unpackPinned(src, manifest, m.digest.substr(7), where);
+  if (!img.isOk() && !src.error().isOk()) {
+    return src.error();  // The config's download failed: say why, not only that it is missing.
+  }
+  return img;
+}
+
+int64_t ImageCache::layerBytesLocked(const std::string& hex) {
+  std::ifstream in(dir_ + "/sizes/" + hex);
+  int64_t n = -1;
+  if (in >> n && n >= 0) {
+    return n;
+  }
+  n = diskBytes(dir_ + "/layers/" + hex);
+  std::error_code ec;
+  fs::create_directories(dir_ + "/sizes", ec);
+  std::ofstream(dir_ + "/sizes/" + hex) << n << "\n";
+  return n;
+}
+
+int64_t ImageCache::bytes() {
+  std::lock_guard lock(mu_);
+  int64_t total = 0;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_ + "/layers", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find('.') == std::string::npos) {
+      total += layerBytesLocked(name);
+    }
+  }
+  return total;
+}
+
+int ImageCache::trim(const std::set<std::string>& in_use, std::chrono::seconds keep_unused,
+                     int64_t max_bytes) {
+  std::set<std::string> keep;
+  {
+    std::lock_guard lock(mu_);
+    struct Layer {
+      fs::file_time_type used;
+      std::string hex;
+      int64_t bytes;
+    };
+    std::vector<Layer> idle;  // Kept for now, not in use.
+    int64_t total = 0;
+    const auto cutoff = fs::file_time_type::clock::now() - keep_unused;
+    std::error_code ec;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir_ + "/layers", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.find('.') != std::string::npos) {
+        continue;  // Half unpacked: goes (unless being unpacked now: collectLocked).
+      }
+      std::error_code mt;
+      const auto used = fs::last_write_time(e.path(), mt);
+      if (in_use.contains(name) || pinned_.contains(name)) {
+        keep.insert(name);
+        total += layerBytesLocked(name);
+      } else if (!mt && used > cutoff) {
+        idle.push_back({used, name, layerBytesLocked(name)});
+        total += idle.back().bytes;
+      }
+    }
+    // Least recently used first, while over the cap.
+    std::sort(idle.begin(), idle.end(),
+              [](const Layer& a, const Layer& b) { return a.used < b.used; });
+    for (const Layer& l : idle) {
+      if (max_bytes > 0 && total > max_bytes) {
+        total -= l.bytes;
+        continue;
+      }
+      keep.insert(l.hex);
+    }
+    return collectLocked(keep);
+  }
+}
+
 int ImageCache::collect(const std::set<std::string>& keep) {
   std::lock_guard lock(mu_);
+  return collectLocked(keep);
+}
+
+int ImageCache::collectLocked(const std::set<std::string>& keep) {
   int removed = 0;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(dir_ + "/layers", ec)) {
     const std::string name = e.path().filename().string();
-    if (!keep.contains(name)) {
+    const std::string hex = name.substr(0, name.find('.'));
+    if (!keep.contains(name) && !busy_.contains(hex) && !pinned_.contains(hex)) {
       std::error_code rm;
       fs::remove_all(e.path(), rm);
       removed += rm ? 0 : 1;
+      fs::remove(dir_ + "/sizes/" + name, rm);
     }
   }
   return removed;

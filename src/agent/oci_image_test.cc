@@ -155,10 +155,49 @@ TEST_F(OciImageTest, UnpacksLayersOnceWithWhiteoutsInOverlayForm) {
   ASSERT_TRUE(again.isOk()) << again.status().toString();
   ASSERT_EQ(::stat((again->layer_dirs[0] + "/bin/tool").c_str(), &st), 0);
   EXPECT_EQ(st.st_ino, inode);
-  // Collection keeps what is named, removes the rest.
+  // Collection keeps what is named and what get() returned until it is released, removes the
+  // rest.
+  EXPECT_EQ(images.collect({keys[0]}), 0);
+  EXPECT_TRUE(fs::exists(img->layer_dirs[1]));
+  images.release(*img);
+  EXPECT_EQ(images.collect({keys[0]}), 0);  // `again` still holds it.
+  images.release(*again);
   EXPECT_EQ(images.collect({keys[0]}), 1);
   EXPECT_TRUE(fs::exists(img->layer_dirs[0]));
   EXPECT_FALSE(fs::exists(img->layer_dirs[1]));
+}
+
+// The cache's cap: layers in use stay whatever their size; idle ones go least recently used
+// first while the cache is over the cap, and all of them once unused for keep_unused.
+TEST_F(OciImageTest, TrimKeepsLayersInUseAndEvictsTheLeastRecentlyUsedPastTheCap) {
+  ImageCache images(cache().string());
+  const auto now = fs::file_time_type::clock::now();
+  const std::string names[] = {std::string(64, 'a'), std::string(64, 'b'), std::string(64, 'c'),
+                               std::string(64, 'd')};
+  for (int i = 0; i < 4; ++i) {
+    const fs::path l = cache() / "layers" / names[i];
+    fs::create_directories(l);
+    std::ofstream(l / "data") << std::string(100 * 1024, 'x');
+    // a: used an hour ago (in use now); b: 3 minutes ago; c: 2; d: 1.
+    fs::last_write_time(l, now - std::chrono::minutes(i == 0 ? 60 : 4 - i));
+  }
+  fs::create_directories(cache() / "layers" / (names[0] + ".partial"));
+  const int64_t all = images.bytes();
+  EXPECT_GE(all, 4 * 100 * 1024);
+  // Room for three of them: b, the least recently used idle one, goes.
+  EXPECT_EQ(images.trim({names[0]}, std::chrono::hours(1), all * 3 / 4 + 1), 2);  // b, .partial
+  EXPECT_TRUE(fs::exists(cache() / "layers" / names[0]));
+  EXPECT_FALSE(fs::exists(cache() / "layers" / names[1]));
+  EXPECT_TRUE(fs::exists(cache() / "layers" / names[2]));
+  EXPECT_TRUE(fs::exists(cache() / "layers" / names[3]));
+  EXPECT_FALSE(fs::exists(cache() / "sizes" / names[1]));
+  // No cap, but a short keep_unused: idle layers go, the one in use stays.
+  EXPECT_EQ(images.trim({names[0]}, std::chrono::seconds(30), 0), 2);
+  EXPECT_TRUE(fs::exists(cache() / "layers" / names[0]));
+  EXPECT_FALSE(fs::exists(cache() / "layers" / names[2]));
+  // A cap below the layer in use does not take it.
+  EXPECT_EQ(images.trim({names[0]}, std::chrono::hours(1), 1), 0);
+  EXPECT_TRUE(fs::exists(cache() / "layers" / names[0]));
 }
 
 TEST_F(OciImageTest, ALayerThatIsNotWhatItsDigestSaysIsRefusedAndNotCached) {
@@ -205,10 +244,14 @@ TEST_F(OciImageTest, ArchivesTagsAndRegistriesSayWhatIsWrong) {
   auto tagged = images.get(layout("v2"));
   ASSERT_FALSE(tagged.isOk());
   EXPECT_NE(tagged.status().message().find("no image tagged 'v2'"), std::string::npos);
-  auto registry = images.get({model::ImageRef::Kind::kRegistry, "", "", "nvcr.io/x/y:1"});
+  // A registry nobody answers at (a closed loopback port).
+  auto registry = images.get(*model::parseImageRef("127.0.0.1:1/x/y:1"));
   ASSERT_FALSE(registry.isOk());
-  EXPECT_NE(registry.status().message().find("registry pulls are not supported yet"),
-            std::string::npos);
+  EXPECT_EQ(registry.status().code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(registry.status().message().find(
+                "image 127.0.0.1:1/x/y:1: cannot reach the registry at https://127.0.0.1:1"),
+            std::string::npos)
+      << registry.status().message();
   auto missing = images.get({model::ImageRef::Kind::kOciArchive, "/no/such.tar", "", ""});
   ASSERT_FALSE(missing.isOk());
   EXPECT_NE(missing.status().message().find("no such file"), std::string::npos);

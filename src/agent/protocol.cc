@@ -35,6 +35,7 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
   spec.container.image = t.image;
   spec.container.shm_mib = t.shm_mib;
   spec.container.read_only_rootfs = t.read_only_rootfs;
+  spec.container.pull_credentials = {t.pull_username, t.pull_password};
   // A container without a command runs its image's entrypoint.
   if (spec.command.empty() && spec.container.image.empty()) {
     spec.command = {"sleep", t.duration_s > 0 ? std::to_string(t.duration_s) : "infinity"};
@@ -138,6 +139,10 @@ json reportToJson(const TaskReport& report) {
     case TaskReport::State::kFailedToStart:
       r.state = protocol::TaskReport::State::kFailedToStart;
       r.error = report.error;
+      break;
+    case TaskReport::State::kStarting:
+      r.state = protocol::TaskReport::State::kStarting;
+      r.progress = report.progress;
       break;
   }
   return protocol::toJson(r);

@@ -781,6 +781,12 @@ std::vector<std::string> ProcessRuntime::running() const {
   return out;
 }
 
+bool ProcessRuntime::needsPull(const TaskSpec& spec) const {
+  return Containers::pullsFromRegistry(spec);
+}
+
+core::Status ProcessRuntime::pull(const TaskSpec& spec) { return impl_->containers->pull(spec); }
+
 core::Status ProcessRuntime::start(const TaskSpec& spec) {
   if (!plainFileName(spec.id)) {
     return core::invalidArgument("task id '" + spec.id + "' is not a plain name");

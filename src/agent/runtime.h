@@ -27,6 +27,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -68,6 +69,11 @@ struct ContainerSpec {
   // Simulated GPUs (no device nodes): a path in the container (/dev/nvidiaN) and the file's
   // content (the GPU's UUID), standing in for each device node.
   std::vector<std::pair<std::string, std::string>> simulated_devices;
+  // A registry image: the task's pull secret for its registry (kept in memory only), and who
+  // hears of the download's progress (bytes so far, in all).
+  RegistryCredentials pull_credentials;
+  std::function<void(int64_t, int64_t)> pull_progress;
+  const std::atomic<bool>* pull_cancel = nullptr;  // Set: the download stops.
 };
 
 // Where a task of a multi-task workload finds its peers (docs/agent.md "Distributed training"):
@@ -128,6 +134,10 @@ class Runtime {
   virtual core::Status stop(const std::string& id, std::chrono::milliseconds grace) = 0;
   // Tasks started and not yet ended.
   virtual std::vector<std::string> running() const = 0;
+  // Whether the task needs a download before start() (a registry image), which pull() does off
+  // the agent's loop: start() would otherwise hold the loop, and its heartbeats, for minutes.
+  virtual bool needsPull(const TaskSpec&) const { return false; }
+  virtual core::Status pull(const TaskSpec&) { return core::Status::ok(); }
 };
 
 struct ProcessRuntimeOptions {
@@ -171,6 +181,8 @@ class ProcessRuntime : public Runtime {
   core::Status start(const TaskSpec& spec) override;
   core::Status stop(const std::string& id, std::chrono::milliseconds grace) override;
   std::vector<std::string> running() const override;
+  bool needsPull(const TaskSpec& spec) const override;
+  core::Status pull(const TaskSpec& spec) override;
 
   // Takes over the tasks an earlier runtime (an agent that was restarted or died) started in the
   // same work_dir: those whose shim still runs are watched as if started here (their exits are

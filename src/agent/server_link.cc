@@ -111,6 +111,8 @@ class HttpControlPlane final : public ControlPlaneClient {
         agentLog(fmt::format("task {} (generation {}) could not start: {}", r.id, r.generation,
                              r.error));
         break;
+      case TaskReport::State::kStarting:
+        break;  // Progress: the server shows it; the log would repeat it every second.
     }
   }
 

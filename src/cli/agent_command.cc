@@ -439,10 +439,12 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     std::cerr << "error: " << (api.isOk() ? watch_api : api).status().message() << "\n";
     return 2;
   }
-  // Cgroups: one folder per node, so several agents can share a machine (tests, dev).
+  // Cgroups: one folder per agent (node name and work dir), so several agents can share a
+  // machine (tests, dev) without one taking another's tasks for its own leftovers.
   std::optional<agent::Cgroups> cgroups;
   if (f.cgroups != "off") {
-    auto cg = agent::Cgroups::detect("tessera/" + config.node_name);
+    auto cg =
+        agent::Cgroups::detect("tessera/" + agent::agentInstance(config.node_name, f.work_dir));
     if (cg.isOk()) {
       cgroups = std::move(cg).value();
       agentLog("cgroups: " + cgroups->describe());
@@ -604,6 +606,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
       agentLog("warning: " + st.message());
     }
   };
+  // An image pulled, or its progress: the loop ticks now (the task starts, or says how far).
+  options.wake = [&wakeup] { wakeup.poke(); };
   // An agent that cannot keep tenants apart lets one tenant's tasks in at a time.
   std::optional<agent::TenantGuard> guard;
   if (agent::needsTenantGuard(config.node_mode, switch_users)) {

@@ -748,6 +748,7 @@ struct RunFlags {
   std::vector<std::string> env;  // NAME=VALUE
   std::vector<std::string> ports;
   int64_t retries = 0;
+  std::string pull_secret;
   int64_t retry_delay_s = 0;
   std::vector<std::string> identity_audiences;
   std::string image;  // oci:/path[:tag], oci-archive:/path.tar (docs/agent.md "Containers").
@@ -1137,8 +1138,10 @@ core::Status show(const WorkloadFlags& f) {
                                 : !mig.empty() ? "MIG " + mig
                                 : milli > 0    ? milliText(milli) + " GPU each"
                                                : "whole GPUs";
-      t.add({std::to_string(i), task.value("state", ""), task.value("node", "-"),
-             gpus.empty() ? "-" : gpus, share});
+      // A task starting says what it waits for: "starting: pulling image (312 MB of 1.2 GB)".
+      const std::string progress = task.value("progress", "");
+      t.add({std::to_string(i), task.value("state", "") + (progress.empty() ? "" : ": " + progress),
+             task.value("node", "-"), gpus.empty() ? "-" : gpus, share});
     }
     t.print(std::cout, "  ");
   }
@@ -1794,9 +1797,14 @@ void addRun(CLI::App& app, int* rc) {
          }
        });
   flag(c->add_option("--image", r->image,
-                     "Run each task in a container of this image: oci:/path[:tag] (an OCI "
-                     "layout on the node) or oci-archive:/path.tar"),
+                     "Run each task in a container of this image: a registry's "
+                     "(registry.example/team/trainer:2.4, nvcr.io/nvidia/pytorch@sha256:...), "
+                     "oci:/path[:tag] (an OCI layout on the node) or oci-archive:/path.tar"),
        [r](json& b) { b["image"] = r->image; });
+  flag(c->add_option("--pull-secret", r->pull_secret,
+                     "With a registry --image: the tenant's KV secret to pull it with (Docker's "
+                     "config.json, or username and password; pullSecret in a spec)"),
+       [r](json& b) { b["pullSecret"] = r->pull_secret; });
   flag(c->add_option("--port", r->ports,
                      "A port on its node for each task, by name (repeat, or a,b): "
                      "TESSERA_PORT_<NAME> in its environment; a workload of several tasks also "

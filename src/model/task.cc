@@ -144,7 +144,14 @@ core::Result<ImageRef> parseImageRef(const std::string& ref) {
     return out;
   }
   std::string reference = ref.starts_with("docker://") ? ref.substr(9) : ref;
-  // A registry reference: [host[:port]/]name[:tag][@sha256:hex], lower-case name parts.
+  // A registry reference: [host[:port]/]name[:tag][@sha256:hex] (the distribution spec's
+  // grammar: lower-case name parts of [a-z0-9] joined by '.', '_', '__' or '-').
+  const auto bad = [&](const std::string& why) {
+    return core::invalidArgument(
+        "image '" + ref + "': " + why +
+        " (expected oci:/path[:tag], oci-archive:/path.tar, or a registry reference like "
+        "registry.example.com/team/image:tag or team/image@sha256:<64 hex digits>)");
+  };
   const bool chars_ok =
       !reference.empty() && std::all_of(reference.begin(), reference.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
@@ -153,13 +160,83 @@ core::Result<ImageRef> parseImageRef(const std::string& ref) {
   if (!chars_ok || reference.front() == '/' || reference.back() == '/' ||
       reference.find("//") != std::string::npos || reference.back() == ':' ||
       reference.back() == '@') {
-    return core::invalidArgument(
-        "image '" + ref +
-        "': not an image reference (expected oci:/path[:tag], oci-archive:/path.tar, or a "
-        "registry reference like registry.example.com/team/image:tag)");
+    return bad("not an image reference");
   }
   out.kind = ImageRef::Kind::kRegistry;
   out.reference = reference;
+  std::string name = reference;
+  if (const size_t at = name.find('@'); at != std::string::npos) {
+    out.digest = name.substr(at + 1);
+    name = name.substr(0, at);
+    const std::string hex = out.digest.starts_with("sha256:") ? out.digest.substr(7) : "";
+    if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return bad("the digest '" + out.digest.substr(0, 80) +
+                 "' is not sha256:<64 lower-case hex digits>");
+    }
+  }
+  // The tag follows the last ':' after the last '/' (a ':' before it is the registry's port).
+  const size_t slash = name.rfind('/');
+  const size_t colon = name.rfind(':');
+  if (colon != std::string::npos && (slash == std::string::npos || colon > slash)) {
+    out.tag = name.substr(colon + 1);
+    name = name.substr(0, colon);
+    const bool tag_ok = !out.tag.empty() && out.tag.size() <= 128 && out.tag.front() != '.' &&
+                        out.tag.front() != '-' &&
+                        std::all_of(out.tag.begin(), out.tag.end(), [](char c) {
+                          return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' ||
+                                 c == '.' || c == '-';
+                        });
+    if (!tag_ok) {
+      return bad("the tag '" + out.tag.substr(0, 140) + "' is not 1 to 128 of [A-Za-z0-9_.-]");
+    }
+  } else if (out.digest.empty()) {
+    out.tag = "latest";
+  }
+  const size_t first = name.find('/');
+  const std::string head = first == std::string::npos ? "" : name.substr(0, first);
+  if (!head.empty() && (head.find_first_of(".:") != std::string::npos || head == "localhost")) {
+    out.registry = head;
+    out.repository = name.substr(first + 1);
+  } else {
+    out.registry = "docker.io";
+    out.repository = name.find('/') == std::string::npos ? "library/" + name : name;
+  }
+  if (out.registry.find('@') != std::string::npos ||
+      std::count(out.registry.begin(), out.registry.end(), ':') > 1 || out.registry.back() == ':' ||
+      out.registry.front() == ':') {
+    return bad("the registry '" + out.registry + "' is not host[:port]");
+  }
+  if (const size_t c = out.registry.find(':'); c != std::string::npos) {
+    const std::string port = out.registry.substr(c + 1);
+    if (port.empty() || port.size() > 5 ||
+        port.find_first_not_of("0123456789") != std::string::npos) {
+      return bad("the registry '" + out.registry + "' has no valid port");
+    }
+  }
+  // Repository parts: [a-z0-9]+ joined by one '.', '_', '__' or one or more '-'.
+  size_t start = 0;
+  while (start <= out.repository.size()) {
+    size_t end = out.repository.find('/', start);
+    if (end == std::string::npos) {
+      end = out.repository.size();
+    }
+    const std::string part = out.repository.substr(start, end - start);
+    bool ok = !part.empty() && std::isalnum(static_cast<unsigned char>(part.front())) != 0 &&
+              std::isalnum(static_cast<unsigned char>(part.back())) != 0 &&
+              part.find_first_of(":@") == std::string::npos &&
+              part.find("..") == std::string::npos && part.find("___") == std::string::npos;
+    for (char c : part) {
+      ok = ok && std::isupper(static_cast<unsigned char>(c)) == 0;
+    }
+    if (!ok) {
+      return bad("the name part '" + part.substr(0, 80) +
+                 "' is not lower-case letters and digits joined by '.', '_' or '-'");
+    }
+    start = end + 1;
+  }
+  if (out.repository.size() > 255) {
+    return bad("the name is over 255 characters");
+  }
   return out;
 }
 

@@ -52,15 +52,19 @@ core::Status validateTaskRequest(const TaskRequest& req);
 //   oci:/path/to/layout[:tag]   an OCI image layout folder on the node (tag: its index's
 //                               org.opencontainers.image.ref.name; none: the only image there);
 //   oci-archive:/path/to.tar    the same layout as a tar file;
-//   anything else with a host, like registry.example.com/team/image:tag or
-//   docker://nvcr.io/nvidia/pytorch:24.01-py3: a registry reference. Accepted, but agents do not
-//   pull from registries yet (such a task fails with a clear reason).
+//   anything else, like registry.example.com/team/image:tag, nvcr.io/nvidia/pytorch@sha256:...
+//   or docker://busybox: a registry reference, read as Docker reads one: the first part is the
+//   registry if it holds a '.' or ':' or is "localhost", else the image is Docker Hub's
+//   ("docker.io", "library/" before a one-part name); no tag and no digest: ":latest".
 struct ImageRef {
   enum class Kind : uint8_t { kOciLayout, kOciArchive, kRegistry };
   Kind kind = Kind::kOciLayout;
-  std::string path;       // kOciLayout, kOciArchive: absolute, normalised (no "." or ".." parts).
-  std::string tag;        // kOciLayout: "" when none was given.
-  std::string reference;  // kRegistry: the reference as given (without "docker://").
+  std::string path;        // kOciLayout, kOciArchive: absolute, normalised (no "." or ".." parts).
+  std::string tag;         // kOciLayout: "" when none was given. kRegistry: "" with a digest only.
+  std::string reference;   // kRegistry: the reference as given (without "docker://").
+  std::string registry;    // kRegistry: "host[:port]" ("docker.io" for Docker Hub).
+  std::string repository;  // kRegistry: "team/image" ("library/busybox" for "busybox").
+  std::string digest;      // kRegistry: "sha256:<64 hex>" when given, else "".
 };
 
 // Parses an image reference; the error says what is wrong with it (to be prefixed with where).

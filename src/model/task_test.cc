@@ -69,10 +69,10 @@ TEST(ImageRefTest, ParsesTheThreeKindsAndRefusesTheRest) {
        ""},
       {"oci:/img:dir/x", true, ImageRef::Kind::kOciLayout, "/img:dir/x", "", ""},
       {"oci-archive:/tmp/b.tar", true, ImageRef::Kind::kOciArchive, "/tmp/b.tar", "", ""},
-      {"nvcr.io/nvidia/pytorch:24.01-py3", true, ImageRef::Kind::kRegistry, "", "",
+      {"nvcr.io/nvidia/pytorch:24.01-py3", true, ImageRef::Kind::kRegistry, "", "24.01-py3",
        "nvcr.io/nvidia/pytorch:24.01-py3"},
-      {"docker://busybox@sha256:abc", true, ImageRef::Kind::kRegistry, "", "",
-       "busybox@sha256:abc"},
+      {"docker://busybox", true, ImageRef::Kind::kRegistry, "", "latest", "busybox"},
+      {"docker://busybox@sha256:abc", false, {}, "", "", ""},
       {"", false, {}, "", "", ""},
       {"oci:relative", false, {}, "", "", ""},
       {"oci:/a/../etc", false, {}, "", "", ""},
@@ -97,6 +97,43 @@ TEST(ImageRefTest, ParsesTheThreeKindsAndRefusesTheRest) {
     EXPECT_EQ(r->path, c.path) << c.ref;
     EXPECT_EQ(r->tag, c.tag) << c.ref;
     EXPECT_EQ(r->reference, c.reference) << c.ref;
+  }
+}
+
+// Registry references are read as Docker reads them, and a bad one is refused saying which part.
+TEST(ImageRefTest, RegistryReferencesNameTheirRegistryRepositoryTagAndDigest) {
+  const std::string hex(64, 'a');
+  struct Case {
+    std::string ref, registry, repository, tag, digest;
+  };
+  const Case cases[] = {
+      {"busybox", "docker.io", "library/busybox", "latest", ""},
+      {"team/trainer:2.4", "docker.io", "team/trainer", "2.4", ""},
+      {"nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io", "nvidia/pytorch", "24.01-py3", ""},
+      {"127.0.0.1:5000/team-a/busybox:1", "127.0.0.1:5000", "team-a/busybox", "1", ""},
+      {"localhost/x", "localhost", "x", "latest", ""},
+      {"reg.example:443/a/b/c@sha256:" + hex, "reg.example:443", "a/b/c", "", "sha256:" + hex},
+      {"reg.example/a:v1@sha256:" + hex, "reg.example", "a", "v1", "sha256:" + hex},
+  };
+  for (const Case& c : cases) {
+    auto r = parseImageRef(c.ref);
+    ASSERT_TRUE(r.isOk()) << c.ref << ": " << r.status().message();
+    EXPECT_EQ(r->kind, ImageRef::Kind::kRegistry);
+    EXPECT_EQ(r->registry, c.registry) << c.ref;
+    EXPECT_EQ(r->repository, c.repository) << c.ref;
+    EXPECT_EQ(r->tag, c.tag) << c.ref;
+    EXPECT_EQ(r->digest, c.digest) << c.ref;
+  }
+  const std::pair<std::string, std::string> bad[] = {
+      {"Team/Image:1", "name part 'Team'"},   {"reg.example/a@sha256:abc", "digest"},
+      {"reg.example/a@md5:" + hex, "digest"}, {"reg.example/a:-x", "tag '-x'"},
+      {"reg.example:99999999/a", "port"},     {"reg.example/a..b", "name part 'a..b'"},
+      {"reg.example/-a", "name part '-a'"},
+  };
+  for (const auto& [ref, why] : bad) {
+    auto r = parseImageRef(ref);
+    ASSERT_FALSE(r.isOk()) << ref;
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
   }
 }
 

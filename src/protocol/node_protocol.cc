@@ -65,6 +65,10 @@ json toJson(const AssignedTask& t) {
   if (!t.credentials_error.empty()) {
     out["credentials_error"] = t.credentials_error;
   }
+  if (!t.pull_username.empty() || !t.pull_password.empty()) {
+    // Under a key the audit log always HMACs.
+    out["pull_credentials"] = {{"username", t.pull_username}, {"password", t.pull_password}};
+  }
   if (t.task_count > 1 || !t.ports.empty()) {  // Absent for a lone task without ports.
     out["task_count"] = t.task_count;
     out["hosts"] = t.hosts;
@@ -170,6 +174,15 @@ core::Result<AssignedTask> assignedTaskFromJson(const json& j, const std::string
     TESSERA_ASSIGN_OR_RETURN(t.credentials_error, text(n.child("credentials_error")));
     t.credentials_error = t.credentials_error.substr(0, 1024);
   }
+  if (n.has("pull_credentials")) {
+    const core::JsonNode p = n.child("pull_credentials");
+    for (const auto& [key, field] :
+         {std::pair{"username", &t.pull_username}, std::pair{"password", &t.pull_password}}) {
+      if (p.has(key)) {
+        TESSERA_ASSIGN_OR_RETURN(*field, p.child(key).str());
+      }
+    }
+  }
   TESSERA_ASSIGN_OR_RETURN(const int64_t count, integerOr(n, "task_count", 1, 1 << 20, 1));
   t.task_count = static_cast<int>(count);
   if (n.has("hosts")) {
@@ -221,6 +234,10 @@ json toJson(const TaskReport& r) {
       out["state"] = "failed_to_start";
       out["error"] = r.error;
       break;
+    case TaskReport::State::kStarting:
+      out["state"] = "starting";
+      out["progress"] = r.progress;
+      break;
   }
   return out;
 }
@@ -228,8 +245,9 @@ json toJson(const TaskReport& r) {
 core::Result<TaskReport> reportFromJson(const json& j, const std::string& where,
                                         const std::string& source) {
   const core::JsonNode n(j, where, source);
-  TESSERA_RETURN_IF_ERROR(n.checkKeys({"task", "generation", "state", "exit_code", "signal",
-                                       "oom_killed", "stopped", "run_time_ms", "error"}));
+  TESSERA_RETURN_IF_ERROR(
+      n.checkKeys({"task", "generation", "state", "exit_code", "signal", "oom_killed", "stopped",
+                   "run_time_ms", "error", "progress"}));
   for (const char* required : {"task", "generation", "state"}) {
     if (!n.has(required)) {
       return n.error(std::string("missing '") + required + "'");
@@ -246,8 +264,10 @@ core::Result<TaskReport> reportFromJson(const json& j, const std::string& where,
     r.state = TaskReport::State::kExited;
   } else if (state == "failed_to_start") {
     r.state = TaskReport::State::kFailedToStart;
+  } else if (state == "starting") {
+    r.state = TaskReport::State::kStarting;
   } else {
-    return n.child("state").error("expected running, exited or failed_to_start");
+    return n.child("state").error("expected running, exited, failed_to_start or starting");
   }
   TESSERA_ASSIGN_OR_RETURN(const int64_t code, integerOr(n, "exit_code", -1, 255, -1));
   TESSERA_ASSIGN_OR_RETURN(const int64_t sig, integerOr(n, "signal", 0, 128, 0));
@@ -259,6 +279,10 @@ core::Result<TaskReport> reportFromJson(const json& j, const std::string& where,
   if (n.has("error")) {
     TESSERA_ASSIGN_OR_RETURN(r.error, n.child("error").str());
     r.error = r.error.substr(0, 1024);
+  }
+  if (n.has("progress")) {
+    TESSERA_ASSIGN_OR_RETURN(r.progress, n.child("progress").str());
+    r.progress = r.progress.substr(0, 256);
   }
   return r;
 }

@@ -51,6 +51,10 @@ struct AssignedTask {
   std::map<std::string, std::string> credentials;
   // Set: the server could not resolve what the task needs; the agent must not start it.
   std::string credentials_error;
+  // A registry image's pull secret, for the image's registry only (docs/agent.md "Images from
+  // registries"): the agent keeps it in memory for the pull, never in a file or the task's view.
+  std::string pull_username;
+  std::string pull_password;
   // Rendezvous (docs/agent.md "Distributed training"): how many tasks the workload has, each
   // one's node address in index order ("" for a task not placed when this one started), the
   // ports allocated to this task on its node by name, and task 0's "master" port (0: none).
@@ -66,7 +70,8 @@ bool isPortName(std::string_view name);
 
 // What an agent says happened to one of its tasks.
 struct TaskReport {
-  enum class State { kRunning, kExited, kFailedToStart };
+  // kStarting: not running yet, with what it waits for (`progress`).
+  enum class State { kRunning, kExited, kFailedToStart, kStarting };
   std::string task;
   uint32_t generation = 0;
   State state = State::kRunning;
@@ -75,7 +80,8 @@ struct TaskReport {
   bool oom_killed = false;
   bool stopped = false;  // The agent stopped it (evicted, cancelled, fenced).
   int64_t run_time_ms = 0;
-  std::string error;  // kFailedToStart (at most 1 KiB is kept).
+  std::string error;     // kFailedToStart (at most 1 KiB is kept).
+  std::string progress;  // kStarting: "pulling image (312 MB of 1.2 GB)" (at most 256 bytes).
 };
 
 nlohmann::json toJson(const AssignedTask& task);

@@ -124,7 +124,19 @@ TEST(NodeProtocolTest, AReportRoundTripsAndAnUnknownFieldIsRefused) {
   json bad = toJson(r);
   bad["state"] = "gone";
   EXPECT_EQ(reportFromJson(bad, "reports[0]", "heartbeat").status().message(),
-            "heartbeat: reports[0].state: expected running, exited or failed_to_start");
+            "heartbeat: reports[0].state: expected running, exited, failed_to_start or starting");
+  // A task still starting says what it waits for, in a line kept short.
+  TaskReport starting;
+  starting.task = "a.b.0";
+  starting.generation = 8;
+  starting.state = TaskReport::State::kStarting;
+  starting.progress = "pulling image (312 MB of 1.2 GB)";
+  back = reportFromJson(toJson(starting), "reports[0]", "heartbeat");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back->state, TaskReport::State::kStarting);
+  EXPECT_EQ(back->progress, starting.progress);
+  starting.progress = std::string(1000, 'p');
+  EXPECT_EQ(reportFromJson(toJson(starting), "reports[0]", "heartbeat")->progress.size(), 256U);
   bad = toJson(r);
   bad["pid"] = 42;
   EXPECT_FALSE(reportFromJson(bad, "reports[0]", "heartbeat").isOk());

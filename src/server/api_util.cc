@@ -87,6 +87,9 @@ json statusJson(const WorkloadStatus& s) {
       if (!t.ports.empty()) {
         tj["ports"] = t.ports;
       }
+      if (!t.progress.empty()) {
+        tj["progress"] = t.progress;
+      }
       if (t.started_at != core::WallTime{}) {
         tj["started_at"] = core::formatRfc3339Millis(t.started_at);
       }

@@ -675,6 +675,10 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
                                                  !started->second &&
                                                  task.state == sched::TaskState::kRunning) {
         ts.state = "starting";
+        if (auto p = start_progress_.find(t);
+            p != start_progress_.end() && p->second.first == generationOf(t)) {
+          ts.progress = p->second.second;
+        }
       }
       if (p.mig_profile >= 0 && p.gpus != 0) {
         const model::GpuModelInfo& info = catalogue_->model(

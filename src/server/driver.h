@@ -65,6 +65,9 @@ struct TaskStatus {
   int exit_code = -1;
   int signal = 0;
   std::map<std::string, int> ports;  // Allocated on its node while it runs there, by name.
+  // Starting: what it waits for on its node, as its agent last said ("pulling image (312 MB of
+  // 1.2 GB)"); "" : nothing said.
+  std::string progress;
 };
 
 // A task an agent should run: the node protocol's answer (docs/agent.md).
@@ -73,6 +76,10 @@ struct TaskStatus {
 struct WorkloadSecrets {
   std::vector<std::string> kv;  // KV v2 paths (under secrets/kv/data/).
   std::vector<std::string> db;  // Database roles (secrets/db/creds/<role>).
+  // `pullSecret`: the KV path of the login its registry image is pulled with ("" : none). Not
+  // in the task's secrets.json: only the agent sees it, for the pull.
+  std::string pull;
+  // Whether the tasks get a secrets.json.
   bool empty() const { return kv.empty() && db.empty(); }
 };
 
@@ -568,6 +575,9 @@ class SchedulerDriver {
   void retire(const std::string& key, sched::WorkloadId w);
   std::map<std::string, sched::TaskId> task_ids_;  // NodeTask id -> task.
   std::map<sched::TaskId, bool> agent_started_;    // Placed on an agent's node: started there?
+  // What a task placed on an agent's node and not yet started waits for (its image's download),
+  // at that generation, as its agent last reported.
+  std::map<sched::TaskId, std::pair<uint32_t, std::string>> start_progress_;
   // Where and how a task last ran, kept once it finishes (the API shows a finished task's node,
   // GPU indexes, times and exit code: an Xid error in a node's log is traced back to the work).
   struct LastRun {

@@ -378,6 +378,7 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
       const sched::WorkloadId w = scheduler_->task(t).workload;
       touched.push_back(w);
       agent_started_.erase(t);
+      start_progress_.erase(t);
       restartGang(w);
     }
     node_tasks_[n].clear();
@@ -407,15 +408,23 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
     return;  // An older generation, or a task already cancelled or finished: nothing to do.
   }
   const sched::WorkloadId w = task.workload;
-  touched.push_back(w);
+  touched.push_back(w);  // Its status changes (a progress too: at most one a second a task).
+  if (r.state == NodeTaskReport::State::kStarting) {
+    start_progress_[t] = {r.generation, r.progress};  // Shown while it is starting.
+    return;
+  }
+  start_progress_.erase(t);
   const std::string who = "task " + std::to_string(task.index) + " on node " + nodes_[n].name;
   switch (r.state) {
+    case NodeTaskReport::State::kStarting:
+      return;
     case NodeTaskReport::State::kRunning:
       agent_started_[t] = true;
       return;
     case NodeTaskReport::State::kFailedToStart:
       node_tasks_[n].erase(t);
       agent_started_.erase(t);
+      start_progress_.erase(t);
       scheduler_->taskFinished(t);  // Gives its GPUs back; pending again if retried.
       taskFailed(w, who + " could not start: " + r.error);
       return;
@@ -424,6 +433,7 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
   }
   node_tasks_[n].erase(t);
   agent_started_.erase(t);
+  start_progress_.erase(t);
   if (auto ran = ran_.find(t); ran != ran_.end()) {
     ran->second.finished_at = clock_.wallNow();
     ran->second.exit_code = r.exit_code;
@@ -470,6 +480,7 @@ void SchedulerDriver::releaseUnconfirmed(const std::map<sched::NodeIndex, uint64
       continue;
     }
     agent_started_.erase(t);
+    start_progress_.erase(t);
     touched.push_back(task.workload);
     scheduler_->taskStopped(t);
     it = unconfirmed_.erase(it);

@@ -1,12 +1,14 @@
 #include "server/task_secrets.h"
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include <iostream>
 
 #include "audit/record.h"
 #include "core/log.h"
 #include "core/rfc3339.h"
+#include "model/task.h"
 #include "server/api_util.h"
 
 namespace tessera::server {
@@ -175,18 +177,178 @@ core::Status TaskSecrets::issueLocked(Entry& e, const NodeTask& t, const std::st
   return core::Status::ok();
 }
 
+namespace {
+
+core::Result<std::string> unbase64(std::string in) {
+  while (!in.empty() && std::isspace(static_cast<unsigned char>(in.back())) != 0) {
+    in.pop_back();
+  }
+  if (in.size() % 4 != 0) {
+    return core::invalidArgument("not base64");
+  }
+  std::string out(in.size() / 4 * 3 + 1, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()),
+                                static_cast<int>(in.size()));
+  if (n < 0) {
+    return core::invalidArgument("not base64");
+  }
+  size_t len = static_cast<size_t>(n);
+  for (size_t i = in.size(); i > 0 && in[i - 1] == '='; --i) {
+    --len;  // EVP_DecodeBlock counts the padding's bytes.
+  }
+  out.resize(len);
+  return out;
+}
+
+}  // namespace
+
+core::Result<PullCredentials> registryLogin(const json& data, const std::string& registry) {
+  if (!data.is_object()) {
+    return core::invalidArgument("its data is not an object");
+  }
+  json doc = data;
+  for (const char* key : {".dockerconfigjson", "auths"}) {
+    if (data.contains(key) && data[key].is_string()) {
+      const json parsed = json::parse(data[key].get<std::string>(), nullptr, false);
+      if (parsed.is_discarded() || !parsed.is_object()) {
+        return core::invalidArgument(std::string("its \"") + key + "\" is not JSON");
+      }
+      doc = std::string_view(key) == "auths" ? json{{"auths", parsed}} : parsed;
+      break;
+    }
+  }
+  if (!doc.contains("auths")) {
+    if (doc.contains("username") && doc["username"].is_string() && doc.contains("password") &&
+        doc["password"].is_string()) {
+      if (doc.contains("registry") && doc["registry"] != registry) {
+        return core::notFound("it is for registry " + doc["registry"].dump() + ", not " + registry);
+      }
+      return PullCredentials{doc["username"].get<std::string>(),
+                             doc["password"].get<std::string>()};
+    }
+    return core::invalidArgument(
+        "expected Docker's config.json ({\"auths\": {...}}, or as a string under "
+        "\".dockerconfigjson\") or {\"username\", \"password\"}");
+  }
+  if (!doc["auths"].is_object()) {
+    return core::invalidArgument("its \"auths\" is not an object");
+  }
+  // How Docker writes the key: the host, or a URL of it; Docker Hub's is a v1 URL.
+  auto hostOf = [](std::string key) {
+    for (const char* scheme : {"https://", "http://"}) {
+      if (key.starts_with(scheme)) {
+        key = key.substr(std::string_view(scheme).size());
+      }
+    }
+    key = key.substr(0, key.find('/'));
+    if (key == "index.docker.io" || key == "registry-1.docker.io") {
+      key = "docker.io";
+    }
+    return key;
+  };
+  for (const auto& [key, entry] : doc["auths"].items()) {
+    if (hostOf(key) != registry) {
+      continue;
+    }
+    const std::string where = "auths[\"" + key.substr(0, 100) + "\"]";
+    if (!entry.is_object()) {
+      return core::invalidArgument(where + " is not an object");
+    }
+    PullCredentials c;
+    if (entry.contains("auth") && entry["auth"].is_string() &&
+        !entry["auth"].get<std::string>().empty()) {
+      auto plain = unbase64(entry["auth"].get<std::string>());
+      const size_t colon = plain.isOk() ? plain->find(':') : std::string::npos;
+      if (colon == std::string::npos) {
+        return core::invalidArgument(where + ".auth is not base64 of \"user:password\"");
+      }
+      c.username = plain->substr(0, colon);
+      c.password = plain->substr(colon + 1);
+      OPENSSL_cleanse(plain->data(), plain->size());
+      return c;
+    }
+    for (const auto& [field, out] :
+         {std::pair{"username", &c.username}, std::pair{"password", &c.password}}) {
+      if (!entry.contains(field) || !entry[field].is_string()) {
+        return core::invalidArgument(where + " has neither \"auth\" nor a string \"" + field +
+                                     "\"");
+      }
+      *out = entry[field].get<std::string>();
+    }
+    return c;
+  }
+  return core::notFound("it has no login for registry " + registry);
+}
+
+std::shared_ptr<TaskSecrets::Entry> TaskSecrets::entryFor(const NodeTask& t,
+                                                          const std::string& key) {
+  std::lock_guard lock(mu_);
+  std::shared_ptr<Entry>& slot = entries_[key];
+  if (slot == nullptr) {
+    slot = std::make_shared<Entry>();
+    slot->tenant = t.tenant;
+  }
+  return slot;
+}
+
+core::Result<PullCredentials> TaskSecrets::pullCredentials(const NodeTask& t) {
+  const std::string key = t.id + "@" + std::to_string(t.generation);
+  auto ref = model::parseImageRef(t.image);
+  if (!ref.isOk() || ref->kind != model::ImageRef::Kind::kRegistry) {
+    return core::failedPrecondition("a pull secret is for an image from a registry");
+  }
+  const std::shared_ptr<Entry> e = entryFor(t, key);
+  std::lock_guard lock(e->mu);
+  if (e->ended) {
+    return core::failedPrecondition("the task has ended; its credentials are revoked");
+  }
+  const core::WallTime now = clock_.wallNow();
+  if (e->pull_resolved && now - e->pull_read < options_.kv_refresh) {
+    return e->pull;
+  }
+  const std::string& path = t.secrets.pull;
+  auto read = engine_.kv().read(t.tenant, path, 0);
+  if (!read.isOk()) {
+    if (e->pull_resolved) {
+      return e->pull;  // A failed refresh keeps the login the task has.
+    }
+    return core::Status(read.status().code(),
+                        "pull secret '" + path + "': " + read.status().message());
+  }
+  auto login = registryLogin(read->data, ref->registry);
+  if (!login.isOk()) {
+    if (e->pull_resolved) {
+      return e->pull;
+    }
+    return core::Status(login.status().code(),
+                        "pull secret '" + path + "': " + login.status().message());
+  }
+  e->pull_read = now;
+  if (e->pull_resolved && login->username == e->pull.username &&
+      login->password == e->pull.password) {
+    OPENSSL_cleanse(login->password.data(), login->password.size());
+    return e->pull;
+  }
+  const json details = {{"workload", t.workload},
+                        {"task", t.index},
+                        {"kv_path", path},
+                        {"registry", ref->registry},
+                        {"username", login->username},
+                        {"password", login->password}};
+  if (!audit(t.tenant, "pull secret read", key, details).isOk()) {
+    OPENSSL_cleanse(login->password.data(), login->password.size());
+    return core::unavailable("the audit log cannot record the read of the pull secret");
+  }
+  OPENSSL_cleanse(e->pull.password.data(), e->pull.password.size());
+  e->pull = std::move(login).value();
+  e->pull_resolved = true;
+  return e->pull;
+}
+
 core::Result<std::string> TaskSecrets::resolve(const NodeTask& t) {
   const std::string key = t.id + "@" + std::to_string(t.generation);
-  std::shared_ptr<Entry> e;
-  {
-    std::lock_guard lock(mu_);
-    std::shared_ptr<Entry>& slot = entries_[key];
-    if (slot == nullptr) {
-      slot = std::make_shared<Entry>();
-      slot->tenant = t.tenant;
-    }
-    e = slot;
-  }
+  const std::shared_ptr<Entry> e = entryFor(t, key);
   std::lock_guard lock(e->mu);
   if (e->ended) {
     return core::failedPrecondition("the task has ended; its credentials are revoked");
@@ -231,6 +393,8 @@ void TaskSecrets::revokeLocked(Entry& e, const std::string& key) {
                 {{"workload", e.workload}, {"task", e.index}, {"leases", leases}});
   }
   wipe(e.db);
+  OPENSSL_cleanse(e.pull.password.data(), e.pull.password.size());
+  e.pull = {};
   setContent(e, "");
   e.kv = json();
   e.stored_leases.clear();

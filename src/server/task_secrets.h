@@ -50,6 +50,20 @@ struct TaskSecretsOptions {
   core::Duration kv_refresh = std::chrono::seconds(30);
 };
 
+// A registry login, from a workload's pull secret.
+struct PullCredentials {
+  std::string username;
+  std::string password;
+};
+
+// The login for `registry` ("host[:port]", "docker.io") in a pull secret's KV data: Docker's
+// config.json shape ({"auths": {"<registry>": {"auth": base64("user:password")} or
+// {"username", "password"}}}, as the data itself, as a string under "auths", or as a string
+// under ".dockerconfigjson" like Kubernetes' secrets), or plain {"username", "password"} (for
+// whichever registry the image names). Errors say what is wrong with the secret, never its values.
+core::Result<PullCredentials> registryLogin(const nlohmann::json& data,
+                                            const std::string& registry);
+
 class TaskSecrets {
  public:
   TaskSecrets(secrets::Secrets& engine, store::Store& store, audit::Auditor& auditor,
@@ -59,6 +73,10 @@ class TaskSecrets {
   core::Status load();
   // The content of `t`'s secrets.json (its first call makes the task's credentials).
   core::Result<std::string> resolve(const NodeTask& t);
+  // The login `t`'s image's registry gets (its workload's `pullSecret`, a KV path of its
+  // tenant). Read at the task's first call and again when older than kv_refresh; each read
+  // that finds a new value is in the tenant's audit stream (the password HMAC'd).
+  core::Result<PullCredentials> pullCredentials(const NodeTask& t);
   // Revokes the credentials of tasks that are not live and renews the leases of those that
   // are, past half their TTL. `live_tasks` gives the live ones now ("<task id>@<generation>",
   // SchedulerDriver::liveTasks). Returns how many tasks' credentials it revoked.
@@ -88,11 +106,17 @@ class TaskSecrets {
     nlohmann::json kv;      // The KV values as last read.
     core::WallTime kv_read{};
     std::vector<DbCred> db;
+    // The pull secret's login, when the task has one, and when it was read.
+    bool pull_resolved = false;
+    PullCredentials pull;
+    core::WallTime pull_read{};
     // Leases no longer in the file: loaded at start (an earlier process's), or replaced at
     // their max TTL. Revoked with the task.
     std::vector<std::string> stored_leases;
   };
 
+  // The entry of task `t` at `key` ("<task id>@<generation>"), made if new.
+  std::shared_ptr<Entry> entryFor(const NodeTask& t, const std::string& key);
   static void wipe(std::vector<DbCred>& creds);
   static void setContent(Entry& e, std::string content);  // Wipes the old file's bytes.  // Clears
                                                           // the passwords' bytes, then the list.

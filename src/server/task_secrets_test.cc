@@ -245,5 +245,39 @@ TEST_F(TaskSecretsTest, WhatCannotBeResolvedIsAnErrorAndLeavesNoCredentialBehind
   EXPECT_EQ(generatedRoles(), roles_before);
 }
 
+// A pull secret in each shape people keep one in; the login for the image's registry only, and
+// errors that say what is wrong without the values.
+TEST(RegistryLoginTest, ReadsDockerConfigsAndPlainLoginsForTheImagesRegistry) {
+  // base64("team:pa:ss") (a password may hold ':').
+  const json config = {{"auths",
+                        {{"https://index.docker.io/v1/", {{"auth", "dGVhbTpwYTpzcw=="}}},
+                         {"reg.example:5000", {{"username", "u2"}, {"password", "p2"}}}}}};
+  auto hub = registryLogin(config, "docker.io");
+  ASSERT_TRUE(hub.isOk()) << hub.status().message();
+  EXPECT_EQ(hub->username, "team");
+  EXPECT_EQ(hub->password, "pa:ss");
+  auto other = registryLogin({{".dockerconfigjson", config.dump()}}, "reg.example:5000");
+  ASSERT_TRUE(other.isOk()) << other.status().message();
+  EXPECT_EQ(other->username, "u2");
+  EXPECT_EQ(registryLogin({{"auths", config["auths"].dump()}}, "reg.example:5000")->password, "p2");
+  auto plain = registryLogin({{"username", "a"}, {"password", "b"}}, "nvcr.io");
+  ASSERT_TRUE(plain.isOk());
+  EXPECT_EQ(plain->password, "b");
+  // What is wrong, and where; never a value.
+  auto none = registryLogin(config, "ghcr.io");
+  ASSERT_FALSE(none.isOk());
+  EXPECT_EQ(none.status().code(), core::StatusCode::kNotFound);
+  EXPECT_EQ(none.status().message(), "it has no login for registry ghcr.io");
+  auto bad = registryLogin({{"auths", {{"ghcr.io", {{"auth", "bm9jb2xvbg=="}}}}}}, "ghcr.io");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_EQ(bad.status().message(), "auths[\"ghcr.io\"].auth is not base64 of \"user:password\"");
+  EXPECT_FALSE(registryLogin({{"token", "x"}}, "ghcr.io").isOk());
+  EXPECT_FALSE(registryLogin({{".dockerconfigjson", "{not json"}}, "ghcr.io").isOk());
+  auto other_registry =
+      registryLogin({{"registry", "a.example"}, {"username", "u"}, {"password", "p"}}, "b.example");
+  ASSERT_FALSE(other_registry.isOk());
+  EXPECT_EQ(other_registry.status().message().find("p\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessera::server

@@ -31,7 +31,7 @@ using nlohmann::json;
 using namespace std::chrono_literals;
 
 // The pids of processes whose command line holds `marker` and whose cgroups are those of
-// `node`'s agent's tasks (the agents' task groups are tessera/<node>).
+// `node`'s agent's tasks (an agent's task groups are tessera/<node>-<work dir hash>).
 std::vector<pid_t> processesOf(const std::string& node, const std::string& marker) {
   std::vector<pid_t> out;
   std::error_code ec;
@@ -43,7 +43,7 @@ std::vector<pid_t> processesOf(const std::string& node, const std::string& marke
     std::string cmdline = slurp(e.path() / "cmdline");
     std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
     if (cmdline.find(marker) != std::string::npos &&
-        slurp(e.path() / "cgroup").find("/" + node + "/") != std::string::npos) {
+        slurp(e.path() / "cgroup").find("/tessera/" + node + "-") != std::string::npos) {
       out.push_back(std::stoi(name));
     }
   }
@@ -304,7 +304,7 @@ TEST_F(ContainerTest, RunsInItsImageAsItsTenantWithOnlyItsGpu) {
 }
 
 // Bad references are refused at admission with a 400 naming the field; an image that is not
-// there, or a registry reference, fails its task with the reason.
+// there, or a registry that cannot be reached, fails its task with the reason.
 TEST_F(ContainerTest, ImagesThatCannotBeRunSayWhy) {
   for (const std::string bad :
        {"oci:relative/path", "oci-archive:/a/../etc/shadow", "oci:/x:b@d", "HTTP://bad host/x"}) {
@@ -318,8 +318,8 @@ TEST_F(ContainerTest, ImagesThatCannotBeRunSayWhy) {
   ASSERT_EQ(submit("missing", {{"image", "oci-archive:/no/such/image.tar"}, {"command", {"true"}}})
                 .status,
             202U);
-  ASSERT_EQ(submit("registry",
-                   {{"image", "registry.example.com/team/pytorch:24.01"}, {"command", {"true"}}})
+  // A registry nobody answers at (a closed loopback port).
+  ASSERT_EQ(submit("registry", {{"image", "127.0.0.1:1/team/pytorch:24.01"}, {"command", {"true"}}})
                 .status,
             202U);
   // An image on the node that the tenant's user may not read (another tenant's, say): the agent,
@@ -340,7 +340,10 @@ TEST_F(ContainerTest, ImagesThatCannotBeRunSayWhy) {
   EXPECT_NE(workload("missing").dump().find("oci-archive:/no/such/image.tar: no such file"),
             std::string::npos)
       << workload("missing").dump();
-  EXPECT_NE(workload("registry").dump().find("registry pulls are not supported yet"),
+  EXPECT_NE(workload("registry")
+                .dump()
+                .find("image 127.0.0.1:1/team/pytorch:24.01: cannot reach the registry at "
+                      "https://127.0.0.1:1"),
             std::string::npos)
       << workload("registry").dump();
 }

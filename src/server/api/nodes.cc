@@ -1,5 +1,7 @@
 // Nodes: the list operators and tenants read, and the agents' protocol (heartbeat, the task
 // list watch, log answers); docs/agent.md.
+#include <openssl/crypto.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
@@ -132,7 +134,21 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
         a.credentials_error = "its secrets: " + file.status().message();
       }
     }
+    if (!t.secrets.pull.empty()) {
+      // The login for the image's registry only; the agent keeps it in memory for the pull.
+      auto login =
+          task_secrets_ != nullptr
+              ? task_secrets_->pullCredentials(t)
+              : core::Result<PullCredentials>(core::failedPrecondition("no secrets engine"));
+      if (login.isOk()) {
+        a.pull_username = login->username;
+        a.pull_password = login->password;
+      } else {
+        a.credentials_error = "its image: " + login.status().message();
+      }
+    }
     tasks.push_back(protocol::toJson(a));
+    OPENSSL_cleanse(a.pull_password.data(), a.pull_password.size());
   }
   return reply(200, {{"request_id", r.request_id},
                      {"data",

@@ -32,6 +32,11 @@ core::Status ControlPlane::checkWorkloadSecrets(const Request& r,
       return core::permissionDenied("secrets.kv: this token may not read secrets/kv/data/" + path);
     }
   }
+  if (!wanted.pull.empty() &&
+      !authorizedOn(r, "secrets/kv/data/" + wanted.pull, Capability::kRead)) {
+    return core::permissionDenied("pullSecret: this token may not read secrets/kv/data/" +
+                                  wanted.pull);
+  }
   for (const std::string& role : wanted.db) {
     if (!authorizedOn(r, "secrets/db/creds/" + role, Capability::kRead)) {
       return core::permissionDenied("secrets.db: this token may not read secrets/db/creds/" + role);

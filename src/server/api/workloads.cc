@@ -150,6 +150,18 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
       }
     }
   }
+  if (n.has("pullSecret")) {
+    // "app/registry": the KV secret its registry image is pulled with (docs/agent.md).
+    TESSERA_ASSIGN_OR_RETURN(cmd.secrets.pull, n.child("pullSecret").str());
+    if (core::Status st = secrets::KvEngine::checkPath(cmd.secrets.pull); !st.isOk()) {
+      return n.child("pullSecret").error(st.message());
+    }
+    auto ref = model::parseImageRef(cmd.image);
+    if (cmd.image.empty() || !ref.isOk() || ref->kind != model::ImageRef::Kind::kRegistry) {
+      return n.child("pullSecret")
+          .error("a pull secret is for an image from a registry (`image`: registry/name:tag)");
+    }
+  }
   if (n.has("secrets")) {
     // {"kv": ["app/config"], "db": ["readonly"]}: delivered to each task (docs/secrets.md).
     const core::JsonNode sec = n.child("secrets");
@@ -536,7 +548,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
       {"tasks",           "minAvailable",   "priority", "preemptible", "maxRuntime",   "duration",
        "checkpointEvery", "gracePeriod",    "command",  "env",         "identity",     "secrets",
        "cpuMilli",        "memoryMiB",      "gpu",      "queue",       "nodeSelector", "image",
-       "shmMiB",          "readOnlyRootfs", "ports",    "restart"});
+       "shmMiB",          "readOnlyRootfs", "ports",    "restart",     "pullSecret"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
@@ -551,7 +563,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   if (st.isOk()) {
     st = sealEnv(tenant, name, cmd, spec, sealed_env);
   }
-  if (st.isOk() && !cmd.secrets.empty()) {
+  if (st.isOk() && (!cmd.secrets.empty() || !cmd.secrets.pull.empty())) {
     if (core::Status allowed = checkWorkloadSecrets(r, cmd.secrets); !allowed.isOk()) {
       return fromStatus(allowed.withContext(source));
     }
