@@ -155,7 +155,11 @@ core::Result<AgentConfig> readAgentConfig(const std::string& path) {
   }
   if (!containers.empty()) {
     core::JsonNode b(*containers[0].body, "container", path);
-    TESSERA_RETURN_IF_ERROR(b.checkKeys({"runtime", "path", "cdi_dir", "image_cache_max_mib"}));
+    TESSERA_RETURN_IF_ERROR(b.checkKeys({"runtime", "path", "cdi_dir", "cdi_dynamic_dir",
+                                         "image_cache_max_mib", "user_namespace"}));
+    if (b.has("user_namespace")) {
+      TESSERA_ASSIGN_OR_RETURN(c.container.user_namespace, b.child("user_namespace").boolean());
+    }
     if (b.has("image_cache_max_mib")) {
       TESSERA_ASSIGN_OR_RETURN(c.container.image_cache_max_mib,
                                b.child("image_cache_max_mib").integer(0, int64_t{1} << 30));
@@ -163,7 +167,8 @@ core::Result<AgentConfig> readAgentConfig(const std::string& path) {
     for (const auto& [key, field] :
          {std::pair<const char*, std::string*>{"runtime", &c.container.runtime},
           {"path", &c.container.runtime_path},
-          {"cdi_dir", &c.container.cdi_dir}}) {
+          {"cdi_dir", &c.container.cdi_dir},
+          {"cdi_dynamic_dir", &c.container.cdi_dir_dynamic}}) {
       if (b.has(key)) {
         TESSERA_ASSIGN_OR_RETURN(*field, b.child(key).str());
       }

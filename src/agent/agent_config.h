@@ -13,7 +13,9 @@
 //   container {                          # tasks with an image (docs/agent.md "Containers")
 //     runtime = "runc"                   # or crun (cgroup v2 machines)
 //     path    = "/usr/sbin/runc"         # default: looked up in PATH
-//     cdi_dir = "/etc/cdi"               # CDI specs (JSON) describing the GPUs
+//     cdi_dir = "/etc/cdi"               # CDI specs (JSON, YAML) describing the GPUs
+//     cdi_dynamic_dir = "/var/run/cdi"   # and those a tool writes at run time
+//     user_namespace = true              # root inside a container is its tenant's user outside
 //     image_cache_max_mib = 200000       # unused layers go, oldest use first, past it (0: no cap)
 //   }
 //   registry "registry.internal:5000" {  # per registry, as image references name it

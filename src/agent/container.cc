@@ -8,6 +8,7 @@
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,6 +21,7 @@
 
 #include "agent/exec_util.h"
 #include "agent/runtime.h"
+#include "core/log.h"
 
 extern char** environ;
 
@@ -45,6 +47,17 @@ core::Status addDevice(const std::string& host, const std::string& in_container,
   const char* type = S_ISCHR(st.st_mode) ? "c" : "b";
   const auto maj = static_cast<int64_t>(major(st.st_rdev));
   const auto min = static_cast<int64_t>(minor(st.st_rdev));
+  config["linux"]["resources"]["devices"].push_back(
+      {{"allow", true}, {"type", type}, {"major", maj}, {"minor", min}, {"access", "rwm"}});
+  if (config["linux"].contains("uidMappings")) {
+    // In a user namespace no device node can be made: the node's is bound in (the runtime's
+    // own binding takes the same path on both sides, which a CDI spec's may not be).
+    config["mounts"].push_back({{"destination", in_container},
+                                {"type", "bind"},
+                                {"source", host},
+                                {"options", {"bind", "nosuid", "noexec"}}});
+    return core::Status::ok();
+  }
   config["linux"]["devices"].push_back({{"path", in_container},
                                         {"type", type},
                                         {"major", maj},
@@ -52,8 +65,6 @@ core::Status addDevice(const std::string& host, const std::string& in_container,
                                         {"fileMode", st.st_mode & 0777},
                                         {"uid", 0},
                                         {"gid", 0}});
-  config["linux"]["resources"]["devices"].push_back(
-      {{"allow", true}, {"type", type}, {"major", maj}, {"minor", min}, {"access", "rwm"}});
   return core::Status::ok();
 }
 
@@ -63,51 +74,116 @@ json bindMount(const std::string& source, const std::string& dest, bool read_onl
   return {{"destination", dest}, {"type", "bind"}, {"source", source}, {"options", opts}};
 }
 
-// CDI specs (the format the NVIDIA container toolkit writes): device name -> its edits, with
-// each spec's own edits (what every device of it needs: nvidiactl, the driver's libraries).
-struct CdiDevices {
-  std::map<std::string, json> devices;  // By name (index, UUID): {"edits", "common"}.
-};
+// A YAML document as JSON: maps, lists, and scalars (integers and true/false as such, the rest
+// as strings), as CDI specs written in YAML mean them.
+json yamlToJson(const YAML::Node& n, int depth = 0) {
+  if (depth > 64) {
+    throw YAML::Exception(n.Mark(), "nested too deep");
+  }
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : n) {
+        out[kv.first.as<std::string>()] = yamlToJson(kv.second, depth + 1);
+      }
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : n) {
+        out.push_back(yamlToJson(item, depth + 1));
+      }
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string text = n.Scalar();
+      if (n.Tag() != "!" && !text.empty() &&
+          text.find_first_not_of("0123456789") == std::string::npos && text.size() < 18) {
+        return std::stoll(text);
+      }
+      if (n.Tag() != "!" && (text == "true" || text == "false")) {
+        return text == "true";
+      }
+      return text;
+    }
+    default:
+      return nullptr;
+  }
+}
 
-CdiDevices readCdi(const std::string& dir) {
+}  // namespace
+
+CdiDevices readCdi(const std::vector<std::string>& dirs, std::vector<std::string>* problems) {
   CdiDevices out;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    if (e.path().extension() != ".json") {
-      continue;  // YAML specs are not read (docs/agent.md).
+  auto problem = [&](const std::string& what) {
+    if (problems != nullptr) {
+      problems->push_back(what);
     }
-    std::ifstream in(e.path());
-    const json spec = json::parse(in, nullptr, false);
-    if (spec.is_discarded() || !spec.is_object() || spec.value("kind", "") != "nvidia.com/gpu" ||
-        !spec.contains("devices") || !spec["devices"].is_array()) {
-      continue;
+  };
+  for (const std::string& dir : dirs) {
+    std::error_code ec;
+    std::vector<fs::path> files;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+      const std::string ext = e.path().extension().string();
+      if (ext == ".json" || ext == ".yaml" || ext == ".yml") {
+        files.push_back(e.path());
+      }
     }
-    const json common = spec.value("containerEdits", json::object());
-    for (const json& d : spec["devices"]) {
-      if (d.is_object() && d.contains("name") && d["name"].is_string()) {
-        out.devices[d["name"].get<std::string>()] = {
-            {"edits", d.value("containerEdits", json::object())}, {"common", common}};
+    std::sort(files.begin(), files.end());  // Later files win, as in the CDI spec's registry.
+    for (const fs::path& f : files) {
+      // A spec's hooks run as root: only root's files, writable by nobody else, are read.
+      struct stat st {};
+      if (::stat(f.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+          (::geteuid() == 0 && (st.st_uid != 0 || (st.st_mode & 022) != 0))) {
+        problem(f.string() + ": not a file of root's that only root may write; ignored");
+        continue;
+      }
+      json spec;
+      try {
+        if (f.extension() == ".json") {
+          std::ifstream in(f);
+          spec = json::parse(in, nullptr, false);
+        } else {
+          spec = yamlToJson(YAML::LoadFile(f.string()));
+        }
+      } catch (const std::exception& e) {
+        problem(f.string() + ": " + e.what());
+        continue;
+      }
+      if (spec.is_discarded() || !spec.is_object() || !spec.contains("kind") ||
+          !spec["kind"].is_string() || !spec.contains("devices") || !spec["devices"].is_array()) {
+        problem(f.string() + ": not a CDI spec (kind and devices)");
+        continue;
+      }
+      if (spec["kind"] != "nvidia.com/gpu") {
+        continue;  // Another vendor's devices.
+      }
+      const json common = spec.value("containerEdits", json::object());
+      for (const json& d : spec["devices"]) {
+        if (d.is_object() && d.contains("name") && d["name"].is_string()) {
+          out.devices[d["name"].get<std::string>()] = {
+              {"edits", d.value("containerEdits", json::object())}, {"common", common}};
+        }
       }
     }
   }
   return out;
 }
 
-// Applies a CDI containerEdits object: device nodes, mounts, environment (hooks are not run).
 core::Status applyCdiEdits(const json& edits, json& config, std::vector<std::string>& env,
                            std::set<std::string>& done) {
   if (!edits.is_object()) {
     return core::Status::ok();
   }
   for (const json& n : edits.value("deviceNodes", json::array())) {
-    const std::string path = n.value("path", "");
-    const std::string host = n.value("hostPath", path);
+    const std::string path = n.is_object() ? n.value("path", "") : "";
+    const std::string host = n.is_object() ? n.value("hostPath", path) : "";
     if (!path.empty() && done.insert("dev:" + path).second) {
       TESSERA_RETURN_IF_ERROR(addDevice(host, path, config).withContext("CDI"));
     }
   }
   for (const json& m : edits.value("mounts", json::array())) {
-    const std::string dest = m.value("containerPath", "");
+    const std::string dest = m.is_object() ? m.value("containerPath", "") : "";
     if (!dest.empty() && done.insert("mnt:" + dest).second) {
       json mount = bindMount(m.value("hostPath", ""), dest, true);
       if (m.contains("options") && m["options"].is_array()) {
@@ -121,7 +197,71 @@ core::Status applyCdiEdits(const json& edits, json& config, std::vector<std::str
       env.push_back(v.get<std::string>());
     }
   }
+  // Hooks (nvidia-ctk's update-ldcache, create-symlinks): into the OCI config, run by the
+  // runtime at their point of the container's life.
+  static const std::set<std::string> kHooks = {"prestart",       "createRuntime", "createContainer",
+                                               "startContainer", "poststart",     "poststop"};
+  for (const json& h : edits.value("hooks", json::array())) {
+    if (!h.is_object() || !h.contains("path") || !h["path"].is_string()) {
+      return core::invalidArgument("CDI: a hook without a path");
+    }
+    const std::string name = h.value("hookName", "");
+    if (!kHooks.contains(name)) {
+      return core::invalidArgument("CDI: hook '" + h["path"].get<std::string>() +
+                                   "' has an unknown hookName '" + name + "'");
+    }
+    if (!done.insert("hook:" + name + ":" + h.dump()).second) {
+      continue;
+    }
+    json hook = {{"path", h["path"]}};
+    for (const char* key : {"args", "env"}) {
+      if (h.contains(key) && h[key].is_array()) {
+        hook[key] = h[key];
+      }
+    }
+    if (h.contains("timeout") && h["timeout"].is_number_integer()) {
+      hook["timeout"] = h["timeout"];
+    }
+    config["hooks"][name].push_back(hook);
+  }
   return core::Status::ok();
+}
+
+namespace {
+
+// Makes `rel` (a path inside the root filesystem open at `root_fd`, without leading '/') as a
+// folder, or as an empty file when `file`, with its missing parents: each part through
+// mkdirat/openat with O_NOFOLLOW, so a link in the image can never lead outside it (the agent is
+// root). A part that is a link is left alone (the runtime resolves it inside the container).
+void makeMountPoint(int root_fd, const std::string& rel, bool file) {
+  int at = ::dup(root_fd);
+  size_t start = 0;
+  while (at >= 0 && start < rel.size()) {
+    size_t end = rel.find('/', start);
+    const bool last = end == std::string::npos;
+    if (last) {
+      end = rel.size();
+    }
+    const std::string part = rel.substr(start, end - start);
+    start = end + 1;
+    if (part.empty() || part == "." || part == "..") {
+      break;
+    }
+    if (last && file) {
+      const int fd = ::openat(at, part.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::close(fd);
+      }
+      break;
+    }
+    (void)::mkdirat(at, part.c_str(), 0755);
+    const int next = ::openat(at, part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    ::close(at);
+    at = next;
+  }
+  if (at >= 0) {
+    ::close(at);
+  }
 }
 
 // Runs argv, its output discarded; its exit status (-1: could not run it).
@@ -250,7 +390,10 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
   if (ec) {
     return core::unavailable(where + ": cannot create " + bundle + ": " + ec.message());
   }
-  ::chmod((options_.dir + "/bundles").c_str(), 0700);  // Only root reaches the rootfs from here.
+  // Only root reaches a rootfs from here (with user namespaces, a task's own user its own:
+  // the folder is then traversable, each bundle its user's alone).
+  ::chmod((options_.dir + "/bundles").c_str(), options_.user_namespace ? 0711 : 0700);
+  ::chmod(bundle.c_str(), 0700);
   std::string layer_list;
   for (const std::string& key : image->layer_keys) {
     layer_list += key + "\n";
@@ -316,13 +459,18 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
   config["ociVersion"] = "1.0.2";
   config["root"] = {{"path", rootfs}, {"readonly", spec.container.read_only_rootfs}};
   config["hostname"] = spec.id.substr(0, 63);
+  // In a user namespace of its own, the task's user is root inside, and only that: nothing else
+  // of the node's is mapped (its root's files show as nobody's).
+  const bool userns = options_.user_namespace && uid != 0;
+  const uid_t inside_uid = userns ? 0 : uid;
+  const gid_t inside_gid = userns ? 0 : gid;
   json caps = json::array();
-  if (uid == 0) {
+  if (inside_uid == 0) {
     caps = {"CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"};
   }
   config["process"] = {
       {"terminal", false},
-      {"user", {{"uid", uid}, {"gid", gid}, {"additionalGids", json::array()}}},
+      {"user", {{"uid", inside_uid}, {"gid", inside_gid}, {"additionalGids", json::array()}}},
       {"args", args},
       {"cwd", image->config.working_dir.empty() ? "/" : image->config.working_dir},
       {"noNewPrivileges", true},
@@ -392,10 +540,42 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
         "/proc/scsi"}},
       {"readonlyPaths",
        {"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}}};
+  if (userns) {
+    config["linux"]["namespaces"].push_back({{"type", "user"}});
+    config["linux"]["uidMappings"] = {{{"containerID", 0}, {"hostID", uid}, {"size", 1}}};
+    config["linux"]["gidMappings"] = {{{"containerID", 0}, {"hostID", gid}, {"size", 1}}};
+    // sysfs cannot be mounted anew from a user namespace that does not own the network
+    // namespace (the node's): the node's, bound read-only.
+    for (json& m : config["mounts"]) {
+      if (m["destination"] == "/sys") {
+        m = {{"destination", "/sys"},
+             {"type", "bind"},
+             {"source", "/sys"},
+             {"options", {"rbind", "nosuid", "noexec", "nodev", "ro"}}};
+      }
+    }
+    // The runtime's init reaches the root filesystem as the task's user: its bundle stays
+    // root's (nothing in it is the task's to change), traversable by the task's group alone
+    // (0710), the bundles folder only traversable.
+    if (::chown(bundle.c_str(), 0, gid) != 0 || ::chmod(bundle.c_str(), 0710) != 0 ||
+        ::chmod((options_.dir + "/bundles").c_str(), 0711) != 0) {
+      cleanup(spec.id);
+      return core::unavailable(where + ": cannot give its bundle to uid " + std::to_string(uid) +
+                               ": " + std::strerror(errno));
+    }
+  }
   // GPUs: a CDI spec's description of each when there is one for all of them, else the task's
   // device nodes (real GPUs) or stand-ins (simulated ones).
   core::Status dev_status;
-  const CdiDevices cdi = readCdi(options_.cdi_dir);
+  std::vector<std::string> cdi_dirs = {options_.cdi_dir};
+  if (!options_.cdi_dir_dynamic.empty()) {
+    cdi_dirs.push_back(options_.cdi_dir_dynamic);
+  }
+  std::vector<std::string> cdi_problems;
+  const CdiDevices cdi = readCdi(cdi_dirs, &cdi_problems);
+  for (const std::string& p : cdi_problems) {
+    core::logWarn("CDI spec {}", p);  // The operator's to mend; the task goes on without it.
+  }
   const bool use_cdi = !spec.gpus.uuids.empty() &&
                        std::all_of(spec.gpus.uuids.begin(), spec.gpus.uuids.end(),
                                    [&](const std::string& u) { return cdi.devices.contains(u); });
@@ -440,6 +620,28 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
     envs.push_back(k + "=" + v);
   }
   config["process"]["env"] = envs;
+  if (userns) {
+    // Root inside cannot make folders in the image's own (the node's root owns them): the
+    // mount points are made now, in the container's upper layer.
+    const int root_fd = ::open(rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (const json& m : config["mounts"]) {
+      const std::string dest = m.value("destination", "");
+      bool inside_other = false;  // Under a mount of its own (a tmpfs the runtime makes).
+      for (const char* top : {"/dev/", "/proc/", "/sys/", "/tmp/"}) {
+        inside_other = inside_other || dest.starts_with(top);
+      }
+      if (root_fd < 0 || dest.size() < 2 || dest[0] != '/' || inside_other) {
+        continue;
+      }
+      std::error_code ec;
+      const bool file =
+          m.value("type", "") == "bind" && !fs::is_directory(m.value("source", ""), ec);
+      makeMountPoint(root_fd, dest.substr(1), file);
+    }
+    if (root_fd >= 0) {
+      ::close(root_fd);
+    }
+  }
   if (!writeFile(bundle + "/config.json", config.dump(2), 0600)) {
     cleanup(spec.id);
     return core::unavailable(where + ": cannot write " + bundle + "/config.json");

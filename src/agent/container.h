@@ -25,8 +25,11 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,11 +40,33 @@ namespace tessera::agent {
 
 struct TaskSpec;
 
+// CDI specs (the Container Device Interface's format, which `nvidia-ctk cdi generate` writes):
+// device name (GPU UUID, index) -> {"edits": its containerEdits, "common": its spec's}.
+struct CdiDevices {
+  std::map<std::string, nlohmann::json> devices;
+};
+// Reads the nvidia.com/gpu specs (*.json, *.yaml, *.yml) of `dirs`; files that cannot be read,
+// are not specs, or (when the agent is root) are not root's alone are skipped, each with a line
+// in `problems` (when given).
+CdiDevices readCdi(const std::vector<std::string>& dirs, std::vector<std::string>* problems);
+// Applies CDI containerEdits to an OCI config: device nodes (with their cgroup rule), mounts,
+// environment ("KEY=value" into `env`), hooks. `done` keeps what was applied, so an edit two
+// devices share is applied once.
+core::Status applyCdiEdits(const nlohmann::json& edits, nlohmann::json& config,
+                           std::vector<std::string>& env, std::set<std::string>& done);
+
 struct ContainerOptions {
   std::string runtime = "runc";  // "runc" or "crun" (same command line).
   std::string runtime_path;      // "" : `runtime` looked up in PATH.
   std::string dir;               // Bundles, state and the image cache (created).
+  // CDI specs (JSON or YAML) of kind nvidia.com/gpu: the operator's, then those a tool writes
+  // at run time (the CDI spec's two default folders; later ones win for a device name).
   std::string cdi_dir = "/etc/cdi";
+  std::string cdi_dir_dynamic = "/var/run/cdi";
+  // Containers in a user namespace of their own: root inside is the task's user outside (its
+  // tenant's), mapped alone, so nothing of the node's is root's inside. Files of the image that
+  // root owns show as nobody's inside (readable, not writable), as under rootless runtimes.
+  bool user_namespace = false;
   // Cached layers no task uses are removed once unused this long (0: at once), and the least
   // recently used first while the cache holds more than image_cache_max_mib (0: no cap).
   std::chrono::seconds keep_unused{3600};

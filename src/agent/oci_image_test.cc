@@ -272,6 +272,88 @@ TEST_F(OciImageTest, ArchivesTagsAndRegistriesSayWhatIsWrong) {
 // The bundle a container task gets: its GPUs from a CDI spec when one names them (here /dev/null
 // standing in for a GPU's node), else its own device nodes and stand-ins; everything gone after
 // cleanup.
+// CDI specs as nvidia-ctk writes them in YAML, with hooks; the run-time folder's spec wins for a
+// device both name; a spec others may write is not read; a hook of no known kind is an error.
+TEST_F(OciImageTest, CdiSpecsInYamlWithHooksFromBothFolders) {
+  fs::create_directories(dir_ / "etc-cdi");
+  fs::create_directories(dir_ / "run-cdi");
+  std::ofstream(dir_ / "etc-cdi" / "nvidia.yaml") << R"(---
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+devices:
+- name: GPU-1
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia1
+      hostPath: /dev/null
+- name: GPU-2
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia2
+containerEdits:
+  env:
+  - NVIDIA_VISIBLE_DEVICES=void
+  hooks:
+  - hookName: createContainer
+    path: /usr/bin/nvidia-cdi-hook
+    args: [nvidia-cdi-hook, update-ldcache, --folder, /usr/lib/x86_64-linux-gnu]
+    timeout: 5
+  mounts:
+  - hostPath: /etc/hostname
+    containerPath: /usr/lib/x86_64-linux-gnu/libcuda.so.1
+    options: [ro, nosuid, nodev, bind]
+)";
+  std::ofstream(dir_ / "run-cdi" / "late.json")
+      << json{{"cdiVersion", "0.6.0"},
+              {"kind", "nvidia.com/gpu"},
+              {"devices",
+               {{{"name", "GPU-2"},
+                 {"containerEdits",
+                  {{"deviceNodes", {{{"path", "/dev/nvidia2"}, {"hostPath", "/dev/zero"}}}}}}}}}}
+             .dump();
+  std::vector<std::string> problems;
+  const CdiDevices cdi =
+      readCdi({(dir_ / "etc-cdi").string(), (dir_ / "run-cdi").string()}, &problems);
+  EXPECT_TRUE(problems.empty()) << ::testing::PrintToString(problems);
+  ASSERT_EQ(cdi.devices.size(), 2U);
+  EXPECT_EQ(cdi.devices.at("GPU-2")["edits"]["deviceNodes"][0]["hostPath"], "/dev/zero");
+  json config = {
+      {"mounts", json::array()},
+      {"linux", {{"devices", json::array()}, {"resources", {{"devices", json::array()}}}}}};
+  std::vector<std::string> env;
+  std::set<std::string> done;
+  for (const char* gpu : {"GPU-1", "GPU-2"}) {
+    ASSERT_TRUE(applyCdiEdits(cdi.devices.at(gpu)["common"], config, env, done).isOk());
+    ASSERT_TRUE(applyCdiEdits(cdi.devices.at(gpu)["edits"], config, env, done).isOk());
+  }
+  // The spec's common edits once, each device's node with its rule.
+  ASSERT_EQ(config["hooks"]["createContainer"].size(), 1U) << config.dump();
+  const json& hook = config["hooks"]["createContainer"][0];
+  EXPECT_EQ(hook["path"], "/usr/bin/nvidia-cdi-hook");
+  EXPECT_EQ(hook["args"][1], "update-ldcache");
+  EXPECT_EQ(hook["timeout"], 5);
+  EXPECT_EQ(config["mounts"].size(), 1U);
+  EXPECT_EQ(config["mounts"][0]["options"][0], "ro");
+  ASSERT_EQ(config["linux"]["devices"].size(), 2U);
+  EXPECT_EQ(config["linux"]["devices"][1]["minor"], 5);  // /dev/zero (1, 5).
+  EXPECT_EQ(env, std::vector<std::string>{"NVIDIA_VISIBLE_DEVICES=void"});
+  // A hook of no kind the runtime knows is refused, naming it.
+  const json bad = {{"hooks", {{{"hookName", "whenever"}, {"path", "/bin/true"}}}}};
+  const core::Status st = applyCdiEdits(bad, config, env, done);
+  EXPECT_EQ(st.message(), "CDI: hook '/bin/true' has an unknown hookName 'whenever'");
+  // A spec anyone may write (its hooks run as root) and one that is not YAML are skipped, saying
+  // why.
+  std::ofstream(dir_ / "run-cdi" / "broken.yaml") << "kind: [unclosed";
+  fs::permissions(dir_ / "run-cdi" / "late.json", fs::perms::others_write, fs::perm_options::add);
+  problems.clear();
+  const CdiDevices fewer =
+      readCdi({(dir_ / "etc-cdi").string(), (dir_ / "run-cdi").string()}, &problems);
+  EXPECT_EQ(problems.size(), ::geteuid() == 0 ? 2U : 1U) << ::testing::PrintToString(problems);
+  if (::geteuid() == 0) {
+    EXPECT_FALSE(fewer.devices.at("GPU-2")["edits"]["deviceNodes"][0].contains("hostPath"));
+  }
+}
+
 TEST_F(OciImageTest, ContainerBundlesTakeGpusFromCdiOrTheTasksOwnNodes) {
   if (::geteuid() != 0 || std::system("command -v runc >/dev/null") != 0) {
     GTEST_SKIP() << "needs root (an overlay mount) and runc";
@@ -346,6 +428,34 @@ TEST_F(OciImageTest, ContainerBundlesTakeGpusFromCdiOrTheTasksOwnNodes) {
   ASSERT_FALSE(argv.isOk());
   EXPECT_NE(argv.status().message().find("is not a device"), std::string::npos);
   EXPECT_FALSE(fs::exists(bundle));
+
+  // In a user namespace: root inside is uid 1234 outside, alone; the node's /sys is bound (it
+  // cannot be mounted anew there); the bundle is root's, entered by the task's group only.
+  Containers userns({.dir = (dir_ / "containers").string(),
+                     .cdi_dir = (dir_ / "cdi").string(),
+                     .user_namespace = true});
+  spec.device_nodes.clear();
+  argv = userns.prepare(spec, {}, 1234, 4321);
+  ASSERT_TRUE(argv.isOk()) << argv.status().toString();
+  config = json::parse(std::ifstream(bundle / "config.json"));
+  EXPECT_EQ(config["process"]["user"]["uid"], 0);
+  EXPECT_EQ(config["process"]["user"]["gid"], 0);
+  EXPECT_EQ(config["linux"]["uidMappings"],
+            json::parse(R"([{"containerID": 0, "hostID": 1234, "size": 1}])"));
+  EXPECT_EQ(config["linux"]["gidMappings"],
+            json::parse(R"([{"containerID": 0, "hostID": 4321, "size": 1}])"));
+  EXPECT_NE(config["linux"]["namespaces"].dump().find("\"user\""), std::string::npos);
+  EXPECT_NE(
+      config["mounts"].dump().find(
+          R"({"destination":"/sys","options":["rbind","nosuid","noexec","nodev","ro"],"source":"/sys","type":"bind"})"),
+      std::string::npos)
+      << config["mounts"].dump();
+  struct stat st {};
+  ASSERT_EQ(::stat(bundle.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0U);
+  EXPECT_EQ(st.st_gid, 4321U);
+  EXPECT_EQ(st.st_mode & 0777, 0710U);
+  userns.cleanup(spec.id);
 }
 
 }  // namespace

@@ -483,10 +483,14 @@ struct RegistrySession::Impl {
       TESSERA_ASSIGN_OR_RETURN(r, get(url, e.authorization, accept, sink));
       if (r.status == 401) {
         const std::string errors = registryErrors(r.body);
+        const bool creds = !e.mirror && !credentials.empty();
         return core::permissionDenied(
             where() + ": unauthorized: " +
             (e.mirror ? "the mirror " + e.base.origin() : "registry " + ref.registry) +
-            " refused the pull secret's credentials" + (errors.empty() ? "" : " (" + errors + ")"));
+            (creds ? " refused the pull secret's credentials"
+                   : " needs credentials, and the workload has no pull secret for it "
+                     "(--pull-secret)") +
+            (errors.empty() ? "" : " (" + errors + ")"));
       }
     }
     return r;
@@ -519,7 +523,7 @@ RegistrySession::RegistrySession(const RegistryOptions& options, model::ImageRef
     impl_->ca_file = cfg->second.ca_file;
     for (const std::string& m : cfg->second.mirrors) {
       if (auto u = parseUrl(m); u.isOk()) {  // Checked when the config was read.
-        impl_->endpoints.push_back({.base = *u, .mirror = true});
+        impl_->endpoints.push_back({.base = *u, .mirror = true, .authorization = ""});
       }
     }
   }
@@ -527,7 +531,7 @@ RegistrySession::RegistrySession(const RegistryOptions& options, model::ImageRef
   const std::string host =
       impl_->ref.registry == "docker.io" ? "registry-1.docker.io" : impl_->ref.registry;
   if (auto u = parseUrl("https://" + host); u.isOk()) {
-    impl_->endpoints.push_back({.base = *u, .mirror = false});
+    impl_->endpoints.push_back({.base = *u, .mirror = false, .authorization = ""});
   }
 }
 

@@ -781,6 +781,50 @@ std::vector<std::string> ProcessRuntime::running() const {
   return out;
 }
 
+namespace {
+
+// A task started again at a new generation (a retry, a placement anew) keeps the earlier one's
+// logs beside its own: stdout.log and stderr.log become stdout.<generation>.log and
+// stderr.<generation>.log, the last kKeptLogs generations' of them.
+constexpr size_t kKeptLogs = 8;
+
+void keepEarlierLogs(const std::string& dir, const std::string& tag) {
+  // The generation whose logs these are: the agent's file (a task's user cannot make one).
+  const std::optional<std::string> record = readAgentFile(dir + "/logs-generation");
+  (void)writeAgentFile(dir + "/logs-generation", tag + "\n");
+  if (!record) {
+    return;
+  }
+  std::string earlier = record->substr(0, record->find('\n'));
+  if (earlier.empty() || earlier == tag ||
+      earlier.find_first_not_of("0123456789") != std::string::npos) {
+    return;
+  }
+  for (const char* stream : {"stdout", "stderr"}) {
+    // rename() replaces a name the task's user may have put there; it never follows it.
+    (void)::rename((dir + "/" + stream + ".log").c_str(),
+                   (dir + "/" + stream + "." + earlier + ".log").c_str());
+  }
+  // The oldest go past kKeptLogs generations.
+  std::vector<std::pair<fs::file_time_type, fs::path>> kept;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("stdout.") && name.ends_with(".log") && name != "stdout.log" &&
+        e.is_regular_file(ec) && !e.is_symlink(ec)) {
+      kept.emplace_back(e.last_write_time(ec), e.path());
+    }
+  }
+  std::sort(kept.begin(), kept.end());
+  for (size_t i = 0; i + kKeptLogs < kept.size(); ++i) {
+    const std::string gen = kept[i].second.filename().string().substr(7);  // "<gen>.log".
+    fs::remove(kept[i].second, ec);
+    fs::remove(fs::path(dir) / ("stderr." + gen), ec);
+  }
+}
+
+}  // namespace
+
 bool ProcessRuntime::needsPull(const TaskSpec& spec) const {
   return Containers::pullsFromRegistry(spec);
 }
@@ -832,6 +876,7 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     }
     return fd;
   };
+  keepEarlierLogs(dir, spec.tag);
   const Fd out = open_log("stdout.log");
   const Fd err = open_log("stderr.log");
   if (out.get() < 0 || err.get() < 0) {

@@ -163,6 +163,24 @@ TEST_F(RuntimeTest, RunsTheCommandWithItsGpusAndNamesInTheEnvironmentAndLogsIt) 
   EXPECT_TRUE(rt.running().empty());
 }
 
+// A task started again at a new generation (a retry) keeps each earlier generation's logs beside
+// its own; the same generation started again (adopted, say) writes on.
+TEST_F(RuntimeTest, EachGenerationKeepsItsOwnLogs) {
+  ProcessRuntime& rt = runtime();
+  for (const char* tag : {"65537", "65538", "65539"}) {
+    TaskSpec spec = shell("again", std::string("echo out ") + tag + "; echo err " + tag + " >&2");
+    spec.tag = tag;
+    ASSERT_TRUE(rt.start(spec).isOk());
+    ASSERT_TRUE(exitOf("again").has_value());
+    std::lock_guard lock(mu_);
+    exits_.erase("again");
+  }
+  EXPECT_EQ(log("again"), "out 65539\n");
+  EXPECT_EQ(log("again", "stderr.log"), "err 65539\n");
+  EXPECT_EQ(log("again", "stdout.65537.log"), "out 65537\n");
+  EXPECT_EQ(log("again", "stderr.65538.log"), "err 65538\n");
+}
+
 TEST_F(RuntimeTest, NoDescriptorOfTheAgentReachesTheTask) {
   ProcessRuntime& rt = runtime();
   // An inheritable descriptor of the agent's (as a store lock or a socket might be).

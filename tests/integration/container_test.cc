@@ -133,31 +133,31 @@ class ContainerTest : public ::testing::Test {
     return client_->call(method, target, token, body);
   }
   // The agent of `node`: simulated GPUs, each tenant's tasks as its own Unix user.
-  void startAgent(const std::string& node) {
-    agents_[node] = std::make_unique<Process>(
-        std::vector<std::string>{"agent",
-                                 "run",
-                                 "--node",
-                                 node,
-                                 "--backend",
-                                 "sim",
-                                 "--profile",
-                                 "t4-2x",
-                                 "--address",
-                                 address_,
-                                 "--ca-cert",
-                                 (dir_ / "ca.pem").string(),
-                                 "--work-dir",
-                                 (dir_ / node).string(),
-                                 "--run-as",
-                                 "tenant",
-                                 "--node-mode",
-                                 "development",
-                                 "--fence-after-ms",
-                                 "2500",
-                                 "--token-file",
-                                 tokenFile(dir_, node + ".token", node_tokens_[node])},
-        dir_ / (node + ".out"));
+  void startAgent(const std::string& node, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args{"agent",
+                                  "run",
+                                  "--node",
+                                  node,
+                                  "--backend",
+                                  "sim",
+                                  "--profile",
+                                  "t4-2x",
+                                  "--address",
+                                  address_,
+                                  "--ca-cert",
+                                  (dir_ / "ca.pem").string(),
+                                  "--work-dir",
+                                  (dir_ / node).string(),
+                                  "--run-as",
+                                  "tenant",
+                                  "--node-mode",
+                                  "development",
+                                  "--fence-after-ms",
+                                  "2500",
+                                  "--token-file",
+                                  tokenFile(dir_, node + ".token", node_tokens_[node])};
+    args.insert(args.end(), extra.begin(), extra.end());
+    agents_[node] = std::make_unique<Process>(args, dir_ / (node + ".out"));
   }
   std::string nodeState(const std::string& node) {
     const Response r = call("GET", "/v1/nodes", root_);
@@ -168,9 +168,10 @@ class ContainerTest : public ::testing::Test {
     }
     return "?";
   }
-  void startAgents(const std::vector<std::string>& nodes) {
+  void startAgents(const std::vector<std::string>& nodes,
+                   const std::vector<std::string>& extra = {}) {
     for (const std::string& n : nodes) {
-      startAgent(n);
+      startAgent(n, extra);
     }
     ASSERT_TRUE(waitFor(
         [&] {
@@ -346,6 +347,78 @@ TEST_F(ContainerTest, ImagesThatCannotBeRunSayWhy) {
                       "https://127.0.0.1:1"),
             std::string::npos)
       << workload("registry").dump();
+}
+
+// Issue #38, must show 4: with `container { user_namespace = true }`, root in the container is
+// the tenant's user outside (the node's root is not mapped); and a CDI spec the operator wrote in
+// YAML (as nvidia-ctk does) gives the task its GPU's device node, a mount and a variable, and its
+// hook runs.
+TEST_F(ContainerTest, RootInAUserNamespaceIsTheTenantOutsideAndCdiSpecsApply) {
+  const CmdResult found = runTessera(
+      "agent discover --backend sim --profile t4-2x --node gpu-a --format json", dir_ / "d.err");
+  ASSERT_EQ(found.rc, 0) << found.err;
+  fs::create_directories(dir_ / "cdi");
+  fs::create_directories(dir_ / "driver");
+  std::ofstream(dir_ / "driver" / "libcuda.so.1") << "fake driver library\n";
+  std::ofstream spec(dir_ / "cdi" / "nvidia.yaml");
+  spec << "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n";
+  const json discovered = json::parse(found.out);
+  for (const json& g : discovered["gpus"]) {
+    spec << "- name: " << g["uuid"].get<std::string>() << "\n  containerEdits:\n"
+         << "    deviceNodes:\n    - path: /dev/nvidia-fake" << g["index"] << "\n"
+         << "      hostPath: /dev/null\n";
+  }
+  spec << "containerEdits:\n  env:\n  - FAKE_CDI=applied\n  mounts:\n"
+       << "  - hostPath: " << (dir_ / "driver").string() << "\n"
+       << "    containerPath: /usr/local/nvidia-fake\n    options: [ro, nosuid, nodev, bind]\n"
+       << "  hooks:\n  - hookName: createRuntime\n    path: /bin/sh\n"
+       << "    args: [sh, -c, 'echo ran > " << (dir_ / "hook-ran").string() << "']\n";
+  spec.close();
+  fs::permissions(dir_ / "cdi" / "nvidia.yaml", fs::perms::owner_read | fs::perms::owner_write |
+                                                    fs::perms::group_read | fs::perms::others_read);
+  std::ofstream(dir_ / "agent.hcl") << "container {\n  user_namespace = true\n  cdi_dir = \""
+                                    << (dir_ / "cdi").string() << "\"\n}\n";
+  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}, {"--config", (dir_ / "agent.hcl").string()}));
+  const std::string script =
+      "echo uid=$(id -u); for d in /dev/nvidia-fake*; do echo dev=$d; done; "
+      "cat /usr/local/nvidia-fake/libcuda.so.1; echo cdi=$FAKE_CDI; "
+      "touch /usr/local/nvidia-fake/x 2>/dev/null || echo mount-read-only; "
+      "ls -ln /etc/image-marker | awk '{print \"owner=\" $3}'; "
+      "exec sleep 77778";
+  ASSERT_EQ(submit("userns", {{"gpu", {{"count", 1}}},
+                              {"gracePeriod", 1},
+                              {"image", "oci-archive:" + image_},
+                              {"command", {"sh", "-c", script}}})
+                .status,
+            202U);
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return slurp(taskDir("gpu-a", "userns") / "stdout.log").find("owner=") !=
+                   std::string::npos &&
+               !processesOf("gpu-a", "sleep 77778").empty();
+      },
+      30s))
+      << workload("userns").dump() << slurp(taskDir("gpu-a", "userns") / "stderr.log");
+  // Outside, the container's root is the tenant's user.
+  const passwd* pw = ::getpwnam("tessera-team-1");
+  ASSERT_NE(pw, nullptr);
+  for (pid_t pid : processesOf("gpu-a", "sleep 77778")) {
+    const std::string status = slurp("/proc/" + std::to_string(pid) + "/status");
+    EXPECT_NE(status.find("\nUid:\t" + std::to_string(pw->pw_uid) + "\t"), std::string::npos)
+        << status;
+  }
+  const std::string out = slurp(taskDir("gpu-a", "userns") / "stdout.log");
+  EXPECT_NE(out.find("uid=0\n"), std::string::npos) << out;
+  // Its one GPU's node only.
+  EXPECT_TRUE(std::regex_search(out, std::regex("dev=/dev/nvidia-fake[01]\n")))
+      << out << agentLog("gpu-a") << slurp(dir_ / "cdi" / "nvidia.yaml");
+  EXPECT_EQ(count(out, "dev="), 1U) << out;
+  EXPECT_NE(out.find("fake driver library\ncdi=applied\nmount-read-only\n"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("owner=65534"), std::string::npos) << out;  // The node's root: unmapped.
+  EXPECT_EQ(slurp(dir_ / "hook-ran"), "ran\n");
+  ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/workloads/userns", tenant_).status / 100, 2U);
+  EXPECT_TRUE(waitFor([&] { return processesOf("gpu-a", "sleep 77778").empty(); }, 20s));
 }
 
 // Must show 2, cancel: SIGTERM reaches the container's process (its handler runs), and one that

@@ -153,13 +153,28 @@ class TrainingTest : public ::testing::Test {
   }
   // Every node's stdout of task `index` of `name`, in node order (a task placed again may have
   // run on another node; each attempt's output is appended to its node's log).
+  // Every attempt's output of task `index`, on any node: a folder keeps the earlier
+  // generations' logs (stdout.<generation>.log), oldest first, then the last one's stdout.log.
   std::string allOutput(const std::string& name, int index) {
-    std::string all;
+    std::map<uint64_t, std::string> by_generation;
+    std::string last;
     for (int i = 0; i < 3; ++i) {
-      all += slurp(dir_ / ("n" + std::to_string(i)) /
-                   ("team-1." + name + "." + std::to_string(index)) / "stdout.log");
+      const fs::path d =
+          dir_ / ("n" + std::to_string(i)) / ("team-1." + name + "." + std::to_string(index));
+      std::error_code ec;
+      for (const fs::directory_entry& e : fs::directory_iterator(d, ec)) {
+        const std::string f = e.path().filename().string();
+        if (f.starts_with("stdout.") && f.ends_with(".log") && f != "stdout.log") {
+          by_generation[std::stoull(f.substr(7))] = slurp(e.path());
+        }
+      }
+      last += slurp(d / "stdout.log");
     }
-    return all;
+    std::string all;
+    for (const auto& [generation, text] : by_generation) {
+      all += text;
+    }
+    return all + last;
   }
   // The node folder where task `index` of `name` runs now ("" if none).
   fs::path runningDir(const std::string& name, int index) {
