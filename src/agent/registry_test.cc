@@ -169,6 +169,24 @@ TEST_F(RegistrySessionTest, BearerTokenFlowWithTheTasksLoginAndBlobsThroughARedi
   EXPECT_NE(log.find("storage /store/x -"), std::string::npos) << log;
 }
 
+// Mirrors are tried first, anonymously: one that cannot be reached and one that refuses an
+// anonymous pull each leave it to the next, then to the registry, with the task's login.
+TEST_F(RegistrySessionTest, MirrorsAreTriedFirstAnonymouslyThenTheRegistry) {
+  RegistryOptions options = options_;
+  options.hosts[registry_].mirrors = {"http://127.0.0.1:1", "https://" + registry_};
+  RegistrySession s(options, ref("team/app:1"), {"u", "p"});
+  auto m = s.manifest("1");
+  ASSERT_TRUE(m.isOk()) << m.status().message();
+  EXPECT_EQ(m->body, manifest_);
+  const std::string log = slurp(dir_ / "requests.log");
+  // The mirror (the same server here) was asked without the login; the registry with it.
+  const size_t anonymous = log.find("registry /token?service=fake%20registry&scope=");
+  ASSERT_NE(anonymous, std::string::npos) << log;
+  EXPECT_EQ(log.substr(log.find(' ', log.find(' ', anonymous) + 1) + 1, 1), "-") << log;
+  EXPECT_NE(log.find("registry /v2/team/app/manifests/1 Bearer tok-123"), std::string::npos)
+      << log;
+}
+
 TEST_F(RegistrySessionTest, RefusalsMissingManifestsAndBadCertificatesSayWhy) {
   {
     RegistrySession s(options_, ref("team/app:1"), {"u", "wrong"});
