@@ -19,6 +19,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 namespace tessera::agent {
 
@@ -31,6 +32,8 @@ class ImageSource {
   // Calls `consume` with the blob's bytes, in order; false if the blob is absent.
   virtual core::Result<bool> stream(
       const std::string& name, const std::function<core::Status(const void*, size_t)>& consume) = 0;
+  // Whether a stream that failed as unavailable may succeed if tried again (a network's).
+  virtual bool retriable() const { return false; }
 };
 
 namespace {
@@ -40,6 +43,8 @@ using nlohmann::json;
 
 // Manifests, indexes and configs are small; anything bigger named as one is refused.
 constexpr size_t kMaxJsonBlob = size_t{16} << 20;
+// Tries of a layer whose download broke off.
+constexpr int kLayerTries = 3;
 
 class Sha256 {
  public:
@@ -259,18 +264,27 @@ class RegistrySource : public ImageSource {
   core::Result<bool> stream(
       const std::string& name,
       const std::function<core::Status(const void*, size_t)>& consume) override {
-    TESSERA_RETURN_IF_ERROR(
+    int64_t streamed = 0;
+    const core::Status st =
         session_.blob(digestOf(name), [&](const void* p, size_t n) -> core::Status {
           if (pull_.cancel != nullptr && pull_.cancel->load()) {
             return core::unavailable(session_.where() + ": the pull was stopped (agent stopping)");
           }
+          streamed += static_cast<int64_t>(n);
           done_ += static_cast<int64_t>(n);
           if (pull_.progress) {
             pull_.progress(done_, std::max(done_, total_));
           }
           return consume(p, n);
-        }));
+        });
+    if (!st.isOk()) {
+      done_ -= streamed;  // Tried again from its start, if at all.
+      return st;
+    }
     return true;
+  }
+  bool retriable() const override {
+    return pull_.cancel == nullptr || !pull_.cancel->load();  // Not once the agent stops.
   }
   // Why the last small() failed.
   const core::Status& error() const { return error_; }
@@ -630,7 +644,22 @@ core::Result<UnpackedImage> unpackImage(const std::string& dir, ImageSource& src
     if (gate.claim(hex, dest)) {
       const std::string partial = dest + ".partial";
       fs::remove_all(partial, ec);
-      core::Status st = unpackLayer(src, hex, partial, where);
+      // A download that broke off (a registry's connection reset, a 5xx) is tried again from
+      // its start, up to kLayerTries times, 1 s and then 2 s apart, as Docker's pulls do.
+      core::Status st;
+      for (int attempt = 1;; ++attempt) {
+        st = unpackLayer(src, hex, partial, where);
+        if (st.isOk() || st.code() != core::StatusCode::kUnavailable || attempt == kLayerTries ||
+            !src.retriable()) {
+          if (!st.isOk() && attempt > 1) {
+            st = core::Status(st.code(),
+                              st.message() + " (after " + std::to_string(attempt) + " tries)");
+          }
+          break;
+        }
+        fs::remove_all(partial, ec);
+        std::this_thread::sleep_for(std::chrono::seconds(attempt));
+      }
       if (st.isOk() && ::rename(partial.c_str(), dest.c_str()) != 0) {
         st = core::unavailable(where + ": cannot rename " + partial + ": " + std::strerror(errno));
       }

@@ -14,8 +14,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
+
+#include "agent/oci_image.h"
 
 namespace tessera::agent {
 namespace {
@@ -24,8 +27,9 @@ namespace fs = std::filesystem;
 
 // The fake: GET /v2/team/app/manifests/<ref> and /v2/team/app/blobs/<digest> need
 // "Bearer tok-123", which /token gives for basic "u:p" and the pull scope of team/app; blobs
-// redirect to a plain-HTTP storage origin that refuses any Authorization header. Every
-// request's line and Authorization are appended to requests.log.
+// redirect to a plain-HTTP storage origin that refuses any Authorization header, and serves
+// blobs/<hex> (else one default blob; a file fail-<hex> holding N makes its first N tries a 500).
+// Every request's line and Authorization are appended to requests.log.
 constexpr const char* kFake = R"PY(
 import http.server, ssl, sys, threading, json, base64, os
 d = sys.argv[1]
@@ -38,8 +42,16 @@ class Storage(http.server.BaseHTTPRequestHandler):
         log.write('storage %s %s\n' % (self.path, self.headers.get('Authorization', '-'))); log.flush()
         if self.headers.get('Authorization'):
             self.send_response(400); self.end_headers(); return
-        self.send_response(200); self.send_header('Content-Length', str(len(blob))); self.end_headers()
-        self.wfile.write(blob)
+        hexd = self.path.rsplit('/', 1)[-1]
+        fail = os.path.join(d, 'fail-' + hexd)
+        left = int(open(fail).read() or 0) if os.path.exists(fail) else 0
+        if left > 0:
+            with open(fail, 'w') as f: f.write(str(left - 1))
+            self.send_response(500); self.send_header('Content-Length', '0'); self.end_headers(); return
+        path = os.path.join(d, 'blobs', hexd)
+        body = open(path, 'rb').read() if os.path.exists(path) else blob
+        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()
+        self.wfile.write(body)
 storage = http.server.HTTPServer(('127.0.0.1', 0), Storage)
 threading.Thread(target=storage.serve_forever, daemon=True).start()
 class Registry(http.server.BaseHTTPRequestHandler):
@@ -62,7 +74,8 @@ class Registry(http.server.BaseHTTPRequestHandler):
         if self.path in ('/v2/team/app/manifests/1', '/v2/team/app/manifests/' + sys.argv[2]):
             return self.send(200, manifest, {'Content-Type': 'application/vnd.oci.image.manifest.v1+json'})
         if self.path.startswith('/v2/team/app/blobs/'):
-            return self.send(307, b'', {'Location': 'http://127.0.0.1:%d/store/x' % storage.server_address[1]})
+            return self.send(307, b'', {'Location': 'http://127.0.0.1:%d/store/%s' % (
+                storage.server_address[1], self.path.rsplit(':', 1)[-1])})
         return self.send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}')
 server = http.server.HTTPServer(('127.0.0.1', 0), Registry)
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -99,7 +112,31 @@ class RegistrySessionTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("tessera-registry-unit-" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    manifest_ = R"({"schemaVersion":2,"layers":[]})";
+    // A real image: one gzip layer holding /etc/marker, and its config.
+    fs::create_directories(dir_ / "layer" / "etc");
+    fs::create_directories(dir_ / "blobs");
+    std::ofstream(dir_ / "layer" / "etc" / "marker") << "from the registry\n";
+    ASSERT_EQ(std::system(("tar -C " + (dir_ / "layer").string() + " -czf " +
+                           (dir_ / "layer.tgz").string() + " .")
+                              .c_str()),
+              0);
+    const std::string layer = slurp(dir_ / "layer.tgz");
+    const std::string config = R"({"architecture":"amd64","os":"linux","config":{"Cmd":["sh"]}})";
+    layer_digest_ = sha256(layer);
+    for (const std::string* b : {&layer, &config}) {
+      std::ofstream(dir_ / "blobs" / sha256(*b).substr(7), std::ios::binary) << *b;
+    }
+    manifest_ = nlohmann::json{{"schemaVersion", 2},
+                               {"mediaType", "application/vnd.oci.image.manifest.v1+json"},
+                               {"config",
+                                {{"mediaType", "application/vnd.oci.image.config.v1+json"},
+                                 {"digest", sha256(config)},
+                                 {"size", config.size()}}},
+                               {"layers",
+                                {{{"mediaType", "application/vnd.oci.image.layer.v1.tar+gzip"},
+                                  {"digest", layer_digest_},
+                                  {"size", layer.size()}}}}}
+                    .dump();
     blob_ = std::string(300000, 'b') + "end";
     std::ofstream(dir_ / "manifest.json") << manifest_;
     std::ofstream(dir_ / "blob") << blob_;
@@ -141,7 +178,7 @@ class RegistrySessionTest : public ::testing::Test {
 
   fs::path dir_;
   pid_t pid_ = -1;
-  std::string manifest_, blob_, registry_;
+  std::string manifest_, blob_, registry_, layer_digest_;
   RegistryOptions options_;
 };
 
@@ -166,7 +203,7 @@ TEST_F(RegistrySessionTest, BearerTokenFlowWithTheTasksLoginAndBlobsThroughARedi
   // The token was asked for with the service and the pull scope; the storage origin got no
   // Authorization header (the fake answers 400 to one, so the blob would have failed).
   EXPECT_NE(log.find("service=fake%20registry"), std::string::npos) << log;
-  EXPECT_NE(log.find("storage /store/x -"), std::string::npos) << log;
+  EXPECT_NE(log.find("storage /store/" + std::string(64, 'c') + " -"), std::string::npos) << log;
 }
 
 // Mirrors are tried first, anonymously: one that cannot be reached and one that refuses an
@@ -183,8 +220,45 @@ TEST_F(RegistrySessionTest, MirrorsAreTriedFirstAnonymouslyThenTheRegistry) {
   const size_t anonymous = log.find("registry /token?service=fake%20registry&scope=");
   ASSERT_NE(anonymous, std::string::npos) << log;
   EXPECT_EQ(log.substr(log.find(' ', log.find(' ', anonymous) + 1) + 1, 1), "-") << log;
-  EXPECT_NE(log.find("registry /v2/team/app/manifests/1 Bearer tok-123"), std::string::npos)
-      << log;
+  EXPECT_NE(log.find("registry /v2/team/app/manifests/1 Bearer tok-123"), std::string::npos) << log;
+}
+
+// Through the node's cache: the image's layer arrives checked against its digest, with the
+// pull's progress; a download that breaks off (a 500 from the blob store) is tried again.
+TEST_F(RegistrySessionTest, ALayerWhoseDownloadBrokeOffIsTriedAgain) {
+  std::ofstream(dir_ / ("fail-" + layer_digest_.substr(7))) << "1";
+  ImageCache cache((dir_ / "cache").string(), options_);
+  int64_t last_done = -1;
+  int64_t last_total = -1;
+  auto img = cache.get(ref("team/app:1"),
+                       {.credentials = {"u", "p"}, .progress = [&](int64_t done, int64_t total) {
+                          last_done = done;
+                          last_total = total;
+                        }});
+  ASSERT_TRUE(img.isOk()) << img.status().message() << slurp(dir_ / "requests.log");
+  ASSERT_EQ(img->layer_dirs.size(), 1U);
+  EXPECT_EQ(slurp(fs::path(img->layer_dirs[0]) / "etc" / "marker"), "from the registry\n");
+  EXPECT_EQ(img->config.cmd, std::vector<std::string>{"sh"});
+  EXPECT_EQ(last_done, last_total);  // The failed try's bytes are not counted twice.
+  EXPECT_EQ(last_total, static_cast<int64_t>(fs::file_size(dir_ / "layer.tgz")));
+  const std::string log = slurp(dir_ / "requests.log");
+  size_t tries = 0;
+  for (size_t at = log.find("storage /store/" + layer_digest_.substr(7)); at != std::string::npos;
+       at = log.find("storage /store/" + layer_digest_.substr(7), at + 1)) {
+    ++tries;
+  }
+  EXPECT_EQ(tries, 2U) << log;
+  cache.release(*img);
+  // Three failures in a row: the task's reason says so.
+  std::ofstream(dir_ / ("fail-" + layer_digest_.substr(7))) << "3";
+  ImageCache empty((dir_ / "cache2").string(), options_);
+  auto failed = empty.get(ref("team/app:1"), {.credentials = {"u", "p"}});
+  ASSERT_FALSE(failed.isOk());
+  EXPECT_EQ(failed.status().code(), core::StatusCode::kUnavailable);
+  EXPECT_NE(failed.status().message().find("answered 500"), std::string::npos)
+      << failed.status().message();
+  EXPECT_NE(failed.status().message().find("(after 3 tries)"), std::string::npos)
+      << failed.status().message();
 }
 
 TEST_F(RegistrySessionTest, RefusalsMissingManifestsAndBadCertificatesSayWhy) {
