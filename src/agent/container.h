@@ -41,7 +41,8 @@ namespace tessera::agent {
 struct TaskSpec;
 
 // CDI specs (the Container Device Interface's format, which `nvidia-ctk cdi generate` writes):
-// device name (GPU UUID, index) -> {"edits": its containerEdits, "common": its spec's}.
+// device name (a GPU's UUID, as the agent matches them) -> {"edits": its containerEdits,
+// "common": its spec's}.
 struct CdiDevices {
   std::map<std::string, nlohmann::json> devices;
 };
