@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <openssl/evp.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -181,14 +182,17 @@ class RegistryTest : public ::testing::Test {
     ASSERT_TRUE(ca.isOk()) << ca.status().toString();
     ca_pem_ = *ca;
 
-    // The registry: TLS with the test CA's certificate for 127.0.0.1, and basic auth.
-    ASSERT_EQ(std::system(("htpasswd -Bbn team-a '" + std::string(kPassword) + "' > " +
-                           (dir_ / "htpasswd").string() + " 2>/dev/null")
-                              .c_str()),
-              0);
+    // The registry: TLS with the test CA's certificate for 127.0.0.1, and basic auth. The
+    // password goes to the tools by file, never on a command line.
     port_ = freeLoopbackPort();
     ASSERT_NE(port_, 0);
     registry_ = "127.0.0.1:" + std::to_string(port_);
+    writePrivate(dir_ / "password", kPassword);
+    writePrivate(dir_ / "auth.json", dockerConfig(kPassword));
+    ASSERT_EQ(std::system(("htpasswd -iBn team-a < " + (dir_ / "password").string() + " > " +
+                           (dir_ / "htpasswd").string() + " 2>/dev/null")
+                              .c_str()),
+              0);
     std::ofstream(dir_ / "registry.yml")
         << "version: 0.1\n"
         << "log:\n  level: warn\n"
@@ -202,9 +206,8 @@ class RegistryTest : public ::testing::Test {
     startRegistry();
     // The image, pushed as a team would; its manifest's digest as the registry has it.
     const std::string push =
-        "skopeo --insecure-policy copy -q --dest-tls-verify=false "
-        "--dest-creds 'team-a:" +
-        std::string(kPassword) + "' --digestfile " + (dir_ / "digest").string() +
+        "skopeo --insecure-policy copy -q --dest-tls-verify=false --dest-authfile " +
+        (dir_ / "auth.json").string() + " --digestfile " + (dir_ / "digest").string() +
         " oci-archive:" + image.string() + " docker://" + registry_ + "/team-a/busybox:1 > " +
         (dir_ / "skopeo.log").string() + " 2>&1";
     ASSERT_EQ(std::system(push.c_str()), 0) << slurp(dir_ / "skopeo.log");
@@ -324,17 +327,19 @@ class RegistryTest : public ::testing::Test {
                                      tokens_[tenant], {{"data", data}});
     ASSERT_EQ(r.status / 100, 2U) << r.raw;
   }
+  // Docker's config.json for team-a at the registry, as `docker login` writes it.
   std::string dockerConfig(const std::string& password) {
     const std::string plain = "team-a:" + password;
-    std::string b64;
-    FILE* p = ::popen(("printf %s '" + plain + "' | base64 -w0").c_str(), "r");
-    char buf[256];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) {
-      b64.append(buf, n);
-    }
-    ::pclose(p);
+    std::string b64(4 * ((plain.size() + 2) / 3) + 1, '\0');
+    b64.resize(static_cast<size_t>(EVP_EncodeBlock(
+        reinterpret_cast<unsigned char*>(b64.data()),
+        reinterpret_cast<const unsigned char*>(plain.data()), static_cast<int>(plain.size()))));
     return json{{"auths", {{registry_, {{"auth", b64}}}}}}.dump();
+  }
+  // A file only its owner reads (a password, a token).
+  static void writePrivate(const fs::path& path, const std::string& content) {
+    std::ofstream(path) << content;
+    fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
   }
   size_t cachedLayers() {
     size_t n = 0;
@@ -459,9 +464,9 @@ TEST_F(RegistryTest, TenantsPullWithTheirOwnCredentialsAndNobodyElses) {
   EXPECT_EQ(slurp(dir_ / "agent.out.err").find(kPassword), std::string::npos);
   const std::string audit = slurp(dir_ / "audit.log");
   EXPECT_EQ(audit.find(kPassword), std::string::npos);
-  const CmdResult hmac = runTessera(
-      "audit hash --salt-file " + (dir_ / "audit.log.salt").string() + " '" + kPassword + "'",
-      dir_ / "hash.err");
+  const CmdResult hmac = runTessera("audit hash --salt-file " + (dir_ / "audit.log.salt").string() +
+                                        " - < " + (dir_ / "password").string(),
+                                    dir_ / "hash.err");
   ASSERT_EQ(hmac.rc, 0) << hmac.err;
   std::string h = hmac.out;
   while (!h.empty() && std::isspace(static_cast<unsigned char>(h.back()))) {
@@ -482,9 +487,11 @@ TEST_F(RegistryTest, ASlowPullSaysHowFarItGot) {
                     {"command", {"sh", "-c", "cat /etc/image-marker"}}})
                 .status,
             202U);
-  const std::string env =
-      "TESSERA_ADDR=" + address_ + " TESSERA_CACERT=" + (dir_ / "ca.pem").string() +
-      " TESSERA_TENANT=team-a HOME=" + dir_.string() + " TESSERA_TOKEN=" + tokens_["team-a"];
+  // The tenant's token where `tessera login` keeps it (not on a command line).
+  writePrivate(dir_ / ".tessera-token", tokens_["team-a"]);
+  const std::string env = "TESSERA_ADDR=" + address_ +
+                          " TESSERA_CACERT=" + (dir_ / "ca.pem").string() +
+                          " TESSERA_TENANT=team-a HOME=" + dir_.string();
   std::string shown;
   std::vector<std::string> states;
   const std::regex progress(R"(starting: pulling image \(([0-9]+) (kB|MB) of 1\.[0-9] MB\))");
