@@ -46,29 +46,6 @@ constexpr size_t kMaxJsonBlob = size_t{16} << 20;
 // Tries of a layer whose download broke off.
 constexpr int kLayerTries = 3;
 
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
-    EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr);
-  }
-  void update(const void* data, size_t n) { EVP_DigestUpdate(ctx_.get(), data, n); }
-  std::string hex() {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_DigestFinal_ex(ctx_.get(), md, &len);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned int i = 0; i < len; ++i) {
-      out += kHex[md[i] >> 4];
-      out += kHex[md[i] & 15];
-    }
-    return out;
-  }
-
- private:
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
-};
-
 // The hex part of "sha256:<64 hex>"; an error for any other digest.
 core::Result<std::string> digestHex(const json& descriptor, const std::string& where) {
   if (!descriptor.is_object() || !descriptor.contains("digest") ||

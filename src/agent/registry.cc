@@ -42,19 +42,6 @@ std::string base64(std::string_view in) {
   return out;
 }
 
-std::string sha256Hex(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 15];
-  }
-  return out;
-}
-
 struct Url {
   bool tls = true;
   std::string host;  // Without brackets.
@@ -209,6 +196,25 @@ struct Response {
 };
 
 }  // namespace
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+  EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr);
+}
+
+void Sha256::update(const void* data, size_t n) { EVP_DigestUpdate(ctx_.get(), data, n); }
+
+std::string Sha256::hex() {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(ctx_.get(), md, &len);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
+}
 
 struct RegistrySession::Impl {
   RegistryOptions options;
@@ -550,7 +556,9 @@ core::Result<RegistryManifest> RegistrySession::manifest(const std::string& refe
     if (r.isOk() && r->status == 200) {
       RegistryManifest m;
       m.body = std::move(r->body);
-      m.digest = "sha256:" + sha256Hex(m.body);
+      Sha256 digest;
+      digest.update(m.body.data(), m.body.size());
+      m.digest = "sha256:" + digest.hex();
       if (reference.starts_with("sha256:") && m.digest != reference) {
         return core::invalidArgument(impl_->where() + ": the manifest served for " + reference +
                                      " does not match that digest");

@@ -18,6 +18,8 @@
 // session per pull.
 #pragma once
 
+#include <openssl/evp.h>
+
 #include <chrono>
 #include <functional>
 #include <map>
@@ -46,6 +48,18 @@ struct RegistryCredentials {
   std::string username;
   std::string password;
   bool empty() const { return username.empty() && password.empty(); }
+};
+
+// SHA-256 of bytes as they come, as the hex of an OCI digest ("sha256:<hex>"): blobs are
+// checked against their names with it (here and in agent/oci_image.h).
+class Sha256 {
+ public:
+  Sha256();
+  void update(const void* data, size_t n);
+  std::string hex();  // Once, at the end.
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
 };
 
 struct RegistryManifest {
