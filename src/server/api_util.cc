@@ -64,57 +64,6 @@ core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const json& bas
   return q;
 }
 
-json statusJson(const WorkloadStatus& s) {
-  json tasks = json::array();
-  for (const TaskStatus& t : s.tasks) {
-    json tj = {{"state", t.state}};
-    if (!t.node.empty()) {
-      tj["node"] = t.node;
-      tj["gpus"] = t.gpus;
-      if (t.milli_per_gpu > 0 && t.milli_per_gpu < 1000) {
-        tj["milli_per_gpu"] = t.milli_per_gpu;
-      }
-      if (!t.mig_profile.empty()) {
-        tj["mig"] = t.mig_profile;  // Its MIG slice's profile ("3g.40gb").
-        if (t.mig_start >= 0) {
-          tj["mig_slot"] = t.mig_start;
-        }
-      }
-      if (t.generation != 0) {  // On an agent's node: what a restarted server keeps.
-        tj["generation"] = t.generation;
-        tj["starts"] = t.starts;
-      }
-      if (!t.ports.empty()) {
-        tj["ports"] = t.ports;
-      }
-      if (!t.progress.empty()) {
-        tj["progress"] = t.progress;
-      }
-      if (t.started_at != core::WallTime{}) {
-        tj["started_at"] = core::formatRfc3339Millis(t.started_at);
-      }
-      if (t.finished_at != core::WallTime{}) {  // A finished task: when and how it ended.
-        tj["finished_at"] = core::formatRfc3339Millis(t.finished_at);
-        if (t.exit_code >= 0) {
-          tj["exit_code"] = t.exit_code;
-        } else if (t.signal > 0) {
-          tj["signal"] = t.signal;
-        }
-      }
-    }
-    tasks.push_back(std::move(tj));
-  }
-  json j = {{"phase", s.phase}, {"tasks", tasks}};
-  if (!s.reason.empty()) {
-    j["reason"] = s.reason;
-  }
-  if (s.attempt > 1 || !s.attempts.empty()) {  // Retried, or failed once: its attempts.
-    j["attempt"] = s.attempt;
-    j["attempts"] = s.attempts;
-  }
-  return j;
-}
-
 std::string tenantKey(const std::string& t) { return "/tenants/" + t; }
 
 std::string policyKey(const std::string& scope, const std::string& name) {

@@ -25,6 +25,7 @@
 #include "server/route.h"
 #include "server/route_table.h"
 #include "server/tokens.h"
+#include "server/workload_record.h"
 #include "store/store.h"
 
 namespace tessera::server {
@@ -53,6 +54,8 @@ struct ControlPlane::Request {
   // for a heartbeat the digest of the discovery it carries ("" if none).
   bool routine = false;
   std::string beat_digest = {};
+  // For a route that asks (RouteSpec::asks_sudo): whether the token holds sudo on the path too.
+  bool sudo = false;
 };
 
 namespace api {
@@ -173,14 +176,6 @@ struct QueueNumbers {
 };
 core::Result<QueueNumbers> queueNumbers(const core::JsonNode& n, const nlohmann::json& base,
                                         const std::string& source);
-
-// A workload's status as the API shows it.
-nlohmann::json statusJson(const WorkloadStatus& s);
-
-// Whether a workload in `phase` is done with (succeeded, failed, cancelled).
-inline bool isFinished(const std::string& phase) {
-  return phase == "succeeded" || phase == "failed" || phase == "cancelled";
-}
 
 // Store keys.
 std::string tenantKey(const std::string& t);

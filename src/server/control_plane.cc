@@ -1,5 +1,6 @@
-// The request pipeline (scope, route, authenticate, tenant boundary, audit, handler, audit), the
-// store's feed to the scheduler and housekeeping. The handlers are in api/*.cc.
+// The request pipeline (scope, route, authenticate, tenant boundary, audit, authorize, handler,
+// audit) and housekeeping. The handlers are in api/*.cc; authorization in api/authorize.cc; the
+// workload registry's feeds in workload_feed.cc.
 #include "server/control_plane.h"
 
 #include <sys/statvfs.h>
@@ -30,20 +31,6 @@ namespace tessera::server {
 
 using namespace api;  // NOLINT(google-build-using-namespace): the handlers' shared vocabulary.
 using nlohmann::json;
-
-namespace {
-
-// Requests of a tenant that may wait for a worker: kQueuedPerRunning per request it may have
-// running, and at least kMinQueued.
-constexpr size_t kQueuedPerRunning = 8;
-constexpr size_t kMinQueued = 64;
-
-FairLimits fairLimits(int max_in_flight) {
-  return {max_in_flight, std::max(kMinQueued, kQueuedPerRunning *
-                                                  static_cast<size_t>(std::max(1, max_in_flight)))};
-}
-
-}  // namespace
 
 core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
     store::Store& store, audit::Auditor& auditor, SchedulerDriver& driver,
@@ -177,8 +164,8 @@ core::Status ControlPlane::load() {
   for (store::KeyValue& kv : got.results[1].range.kvs) {
     all.push_back(std::move(kv));
   }
-  std::vector<std::pair<std::string, json>> workloads;
   std::vector<std::pair<std::string, json>> teams;  // ("tenant/queue", config)
+  TESSERA_RETURN_IF_ERROR(registry_.load(all, got.revision));
   for (const store::KeyValue& kv : all) {
     const std::vector<std::string> parts = split(kv.key.substr(1));
     json value;
@@ -201,12 +188,6 @@ core::Status ControlPlane::load() {
       policies_[parts[1]][parts[3]] = std::move(p);
     } else if (parts[0] == "tenants" && parts.size() == 4 && parts[2] == "queues") {
       teams.emplace_back(parts[1] + "/" + parts[3], value);
-    } else if (parts[0] == "tenants" && parts.size() == 4 && parts[2] == "workloads") {
-      workloads_[parts[1]][parts[3]] = value;
-      if (value["status"].value("phase", "") == "pending") {
-        ++pending_[parts[1]];
-      }
-      workloads.emplace_back(parts[1], value);
     }
   }
   for (const auto& [name, config] : tenants_) {
@@ -223,13 +204,12 @@ core::Status ControlPlane::load() {
         config.value("limit_milli_gpu", kNoGpuLimit), config.value("weight", int64_t{1}),
         config.value("priority", 100), config.value("max_unsaved_gpu_seconds", int64_t{-1})));
   }
-  for (const auto& [tenant, record] : workloads) {
-    const std::string phase = record.at("status").at("phase").get<std::string>();
-    if (phase == "succeeded" || phase == "cancelled" || phase == "failed") {
+  for (const auto& [tenant, record] : registry_.all()) {
+    if (isFinished(record->status.phase)) {
       continue;
     }
-    TESSERA_ASSIGN_OR_RETURN(SubmitCommand cmd, commandFromRecord(tenant, record));
-    if (record.value("cancel_requested", false)) {
+    TESSERA_ASSIGN_OR_RETURN(SubmitCommand cmd, commandFromRecord(tenant, *record));
+    if (record->cancel_requested) {
       (void)driver_.submit(cmd);  // It was running; the next pass stops it.
       driver_.cancel(tenant, cmd.name);
       continue;
@@ -238,234 +218,6 @@ core::Status ControlPlane::load() {
   }
   loaded_revision_ = got.revision;
   return core::Status::ok();
-}
-
-void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
-  if (!w.error.isOk()) {
-    core::logError("the scheduler's store watch ended: {}", w.error.message());
-    return;
-  }
-  // Every change to a tenant's workloads moves its index and answers its long polls.
-  std::map<std::string, int64_t> changed;
-  for (const store::Event& e : w.events) {
-    const std::vector<std::string> parts = split(e.kv.key.substr(1));
-    if (parts.size() == 4 && parts[0] == "tenants" && parts[2] == "workloads") {
-      int64_t& rev = changed[parts[1]];
-      rev = std::max({rev, e.kv.mod_revision, w.revision});
-    }
-  }
-  for (const store::Event& e : w.events) {
-    const std::vector<std::string> parts = split(e.kv.key.substr(1));
-    if (e.type != store::EventType::kPut || parts.size() != 4 || parts[0] != "tenants" ||
-        parts[2] != "workloads") {
-      continue;  // Tenants and queues reach the scheduler when they are written.
-    }
-    // Most writes are the scheduler's own status changes: only a new record or one that
-    // carries a cancel request is worth parsing.
-    if (e.prev_kv && e.kv.value.find("\"cancel_requested\"") == std::string::npos) {
-      continue;
-    }
-    const json record = json::parse(e.kv.value, nullptr, false);
-    if (!record.is_object()) {
-      continue;
-    }
-    const std::string& tenant = parts[1];
-    if (!e.prev_kv) {
-      // A new workload: into the cache (if the handler has not put it there yet, so that the
-      // scheduler's first status change finds it), then to the scheduler. Not if its tenant
-      // was deleted since: that deletion removed it from the store.
-      {
-        std::lock_guard lock(mu_);
-        watched_revision_ = e.kv.mod_revision;
-        if (!tenants_.contains(tenant)) {
-          continue;  // If that deletion fails, it hands this one to the scheduler.
-        }
-        if (workloads_[tenant].try_emplace(parts[3], record).second) {
-          ++pending_[tenant];
-        }
-      }
-      auto cmd = commandFromRecord(tenant, record);
-      core::Status st = cmd.isOk() ? driver_.submit(std::move(cmd).value()) : cmd.status();
-      if (!st.isOk()) {
-        (void)onDriverChanges(
-            {{tenant + "/" + parts[3], WorkloadStatus{.phase = "failed", .reason = st.message()}}});
-      }
-      continue;
-    }
-    const json before = json::parse(e.prev_kv->value, nullptr, false);
-    if (record.value("cancel_requested", false) &&
-        !(before.is_object() && before.value("cancel_requested", false))) {
-      driver_.cancel(tenant, parts[3]);
-    }
-  }
-  // Last, once the cache holds the new records: a long poll woken here answers with them.
-  if (!changed.empty()) {
-    {
-      std::lock_guard lock(mu_);
-      for (const auto& [tenant, rev] : changed) {
-        int64_t& index = workload_index_[tenant];
-        index = std::max(index + 1, rev);
-      }
-    }
-    for (const auto& [tenant, rev] : changed) {
-      workload_watchers_->notify(tenant);
-    }
-  }
-}
-
-ControlPlane::Bucket& ControlPlane::bucketLocked(const std::string& key) {
-  std::unique_ptr<Bucket>& slot = buckets_[key];
-  if (slot == nullptr) {
-    slot = std::make_unique<Bucket>();
-    applyLimitsLocked(key);
-  }
-  return *slot;
-}
-
-void ControlPlane::applyLimitsLocked(const std::string& key) {
-  auto it = buckets_.find(key);
-  if (it == buckets_.end()) {
-    return;  // Created with the current limits on first use.
-  }
-  Bucket& b = *it->second;
-  auto t = tenants_.find(key);
-  const json config = t == tenants_.end() ? json::object() : t->second;
-  b.rate = config.value("request_rate", options_.tenant_rate_per_s);
-  b.burst = config.value("request_burst", options_.tenant_burst);
-  b.max_in_flight = config.value("request_concurrency", options_.tenant_max_in_flight);
-  b.tokens = std::min(b.tokens, b.burst);
-}
-
-Admission ControlPlane::admit(const HttpRequest& http,
-                              const std::vector<ListenerConfig>& listeners) {
-  Admission a;
-  a.reject_delay = options_.reject_delay;
-  const std::string secret = requestToken(http);
-  auto token = secret.empty() ? core::Result<TokenInfo>(core::notFound("no token"))
-                              : tokens_->lookup(secret);
-  if (!token.isOk()) {
-    // Health checks and requests that will be refused (403): one key of their own, so they
-    // can neither starve a tenant nor be starved.
-    a.key = "/unauthenticated";
-    a.limits = fairLimits(options_.tenant_max_in_flight);
-    return a;
-  }
-  a.key = token->tenant.empty() ? "/admin" : token->tenant;
-  if (token->tenant.empty()) {
-    // An agent's heartbeat (it may wait for news): its node's own key, so agents neither wait
-    // behind operators nor hold their turns. Only declared agent nodes get one (a bounded set).
-    constexpr std::string_view kPrefix = "/v1/sys/nodes/";
-    const std::string_view target =
-        std::string_view(http.target)
-            .substr(0, std::min(http.target.size(), http.target.find('?')));
-    const std::string_view rest =
-        target.starts_with(kPrefix) ? target.substr(kPrefix.size()) : std::string_view();
-    const size_t slash = rest.find('/');
-    if (slash != std::string_view::npos &&
-        (rest.substr(slash) == "/heartbeat" || rest.substr(slash) == "/tasks" ||
-         rest.substr(slash).starts_with("/logs/"))) {
-      const std::string node(rest.substr(0, slash));
-      if (driver_.isAgentNode(node)) {
-        a.key = "/node/" + node;
-        a.limits = fairLimits(2);
-        return a;
-      }
-    }
-  }
-  std::shared_lock tenants_lock(mu_);  // A new bucket reads the tenant's limits.
-  std::lock_guard lock(buckets_mu_);
-  Bucket& b = bucketLocked(a.key);
-  const core::TimePoint now = clock_.now();
-  if (b.last == core::TimePoint{}) {
-    b.tokens = b.burst;
-  } else {
-    const double dt = std::chrono::duration<double>(now - b.last).count();
-    b.tokens = std::min(b.burst, b.tokens + dt * b.rate);
-  }
-  b.last = now;
-  if (b.tokens < 1) {
-    HttpResponse resp = error(429, "too many requests for this tenant; slow down");
-    resp.headers.emplace_back("Retry-After", "1");
-    resp.delay = options_.reject_delay;
-    a.response = std::move(resp);
-    recordRefusal(http, *a.response, listeners);
-    return a;
-  }
-  b.tokens -= 1;
-  a.limits = fairLimits(b.max_in_flight);
-  a.run_now = isOwnStatusRead(http, listeners, *token);
-  return a;
-}
-
-bool ControlPlane::isOwnStatusRead(const HttpRequest& http,
-                                   const std::vector<ListenerConfig>& listeners,
-                                   const TokenInfo& token) {
-  if (http.method != "GET") {
-    return false;
-  }
-  const std::string chroot =
-      http.listener < listeners.size() ? listeners[http.listener].chroot_tenant : "";
-  auto parsed = parseApiRequest(http, chroot);
-  if (!parsed.isOk() || parsed->method != "GET" || !parsed->scope.tenant) {
-    return false;
-  }
-  // Its own tenant's, or an operator's: never one that could come in on a grant, whose answer
-  // waits for the audit log's flush on the thread that handles it.
-  if (!token.tenant.empty() && token.tenant != *parsed->scope.tenant) {
-    return false;
-  }
-  const std::vector<std::string> parts = split(parsed->scope.path);
-  return parts.size() == 2 && parts[0] == "workloads";
-}
-
-bool ControlPlane::authorized(const Request& r, Capability needed) const {
-  return authorizedOn(r, r.scope.path, needed);
-}
-
-bool ControlPlane::authorizedOn(const Request& r, const std::string& scoped_path,
-                                Capability needed) const {
-  if (r.grant) {
-    // In on a grant: the grant's capabilities on its paths, whatever the token's policies say.
-    if (!r.grant->covers(scoped_path)) {
-      return false;
-    }
-    if (!r.grant->ownerPolicy()) {
-      return r.grant->capabilities.allows(needed);
-    }
-    // An owner's policy, as it is now (gone: nothing), on the owner's path.
-    std::shared_lock lock(mu_);
-    auto owner = policies_.find(r.grant->owner);
-    if (owner == policies_.end()) {
-      return false;
-    }
-    auto p = owner->second.find(r.grant->policy);
-    return p != owner->second.end() &&
-           allowsRequest(resolvePermissions({&p->second}, scoped_path), needed,
-                         requestParameters(needed, r.body, r.scope.query));
-  }
-  if (r.token.isRoot()) {
-    return true;
-  }
-  std::shared_lock lock(mu_);
-  // A tenant token's policies live in its tenant and see paths inside it; an admin token's
-  // policies see absolute paths.
-  const std::string& scope = r.token.tenant;
-  const std::string path = scope.empty() && r.scope.tenant
-                               ? "tenants/" + *r.scope.tenant + "/" + scoped_path
-                               : scoped_path;
-  std::vector<const Policy*> policies;
-  auto it = policies_.find(scope);
-  for (const std::string& name : r.token.policies) {
-    if (it != policies_.end()) {
-      auto p = it->second.find(name);
-      if (p != it->second.end()) {
-        policies.push_back(&p->second);
-      }
-    }
-  }
-  // Vault's parameter and wrapping constraints too (acl.h allowsRequest).
-  return allowsRequest(resolvePermissions(policies, path), needed,
-                       requestParameters(needed, r.body, r.scope.query));
 }
 
 void ControlPlane::recordMetric(const std::string& route, const std::string& tenant,
@@ -718,7 +470,7 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   if (routineNodeCall(r)) {
     HttpResponse resp;
     try {
-      resp = route(r);
+      resp = route(r);  // Authorized: routineNodeCall asked authorize().
     } catch (const std::exception& e) {
       core::logError("{} {} (request {}): {}", r.method, r.scope.path, r.request_id, e.what());
       resp = error(500, "internal error (request " + r.request_id + ")");
@@ -753,7 +505,9 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   // own in the way; the log flushes it within its flush delay, and a record the log lost in a
   // crash of the machine is written again from the copy at the next start
   // (recoverAuditNotes).
-  const bool read_only = r.method == "GET" || r.method == "LIST";
+  // What the route table says: a POST that only reads (leases/lookup) is audited as a read.
+  const bool read_only = r.match.route != nullptr ? !changesState(*r.match.route, r.method)
+                                                  : r.method == "GET" || r.method == "LIST";
   const bool prepared = !read_only && preparedWhileRecorded(r);
   audit::Auditor::Appended appended;
   if (read_only || prepared) {
@@ -779,7 +533,12 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   // a handler read without checking), the caller's to fix; anything else is ours.
   HttpResponse resp;
   try {
-    std::optional<HttpResponse> refused = read_only ? std::nullopt : storageRefusal(r, tenant);
+    // Authorized first: a refusal for room or a replayed answer tells nothing to a token
+    // that may not make the request.
+    std::optional<HttpResponse> refused = authorize(r);
+    if (!refused && !read_only) {
+      refused = storageRefusal(r, tenant);
+    }
     const std::string key = read_only ? "" : http.header("idempotency-key");
     if (refused) {
       resp = std::move(*refused);
@@ -794,11 +553,17 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
     core::logError("{} {} (request {}): {}", r.method, ev.request.path, r.request_id, e.what());
     resp = error(500, "internal error (request " + r.request_id + ")");
   }
-  Finish f{std::move(ev),  std::move(appended),
-           read_only,      std::move(r.grant),
-           r.token.tenant, r.token.accessor,
-           r.method,       std::move(r.route),
-           tenant,         t0};
+  Finish f{std::move(ev),
+           std::move(appended),
+           read_only,
+           std::move(r.grant),
+           r.token.tenant,
+           r.token.accessor,
+           r.method,
+           std::move(r.route),
+           tenant,
+           t0,
+           r.match.route != nullptr && r.match.route->reveals_secrets};
   if (r.defer) {
     // The handler answers later (a node's watch, when there is news): its response record and
     // the rest of this pipeline wait for that answer, and this worker goes on meanwhile.
@@ -824,8 +589,8 @@ std::optional<HttpResponse> ControlPlane::finish(Finish& f, HttpResponse resp, R
     ev.response.body = json::object();
   }
   const bool read_only = f.read_only;
-  const bool durable_answer =
-      f.grant || options_.durable_every_answer || audit::responseIsSensitive(ev);
+  const bool durable_answer = f.grant || options_.durable_every_answer || f.reveals_secrets ||
+                              audit::responseIsSensitive(ev);
   if (!durable_answer) {
     // Nothing secret in the answer: it goes once the response record is appended (a read's
     // request record with it), and the log flushes them soon after: a crash of the machine in
@@ -914,11 +679,10 @@ bool ControlPlane::routineNodeCall(Request& r) {
     return false;
   }
   if (r.match.route->api == Api::kNodeTasks) {
-    r.routine = r.method == "GET" && authorized(r, Capability::kRead);
+    r.routine = r.method == "GET" && !authorize(r);
     return r.routine;
   }
-  if (r.match.route->api != Api::kNodeHeartbeat || !r.body.is_object() ||
-      !authorized(r, Capability::kUpdate)) {
+  if (r.match.route->api != Api::kNodeHeartbeat || !r.body.is_object() || authorize(r)) {
     return false;
   }
   const auto reports = r.body.find("reports");
@@ -1074,14 +838,8 @@ HttpResponse ControlPlane::route(Request& r) {
     case Api::kNodeLogs:
       return logAnswerApi(r, p.at("node"), p.at("id"));
     case Api::kMetrics:
-      if (!authorized(r, Capability::kRead)) {
-        return error(403, "permission denied");
-      }
       return metrics();
     case Api::kTenantMetrics:
-      if (!authorized(r, Capability::kRead)) {
-        return error(403, "permission denied");
-      }
       return metrics(r.scope.tenant);
     case Api::kNodes:
       return nodesApi(r);
@@ -1123,86 +881,6 @@ HttpResponse ControlPlane::route(Request& r) {
   return error(404, "unsupported path");
 }
 
-core::Status ControlPlane::onDriverChanges(const std::map<std::string, WorkloadStatus>& changed) {
-  // A record is read from the cache and written back whole: one writer at a time, so a status
-  // change never overwrites a cancel request (or the reverse).
-  std::lock_guard write_lock(status_write_mu_);
-  // One store transaction per batch of changes, not one write each: a pass that starts many
-  // workloads must not fall behind on fsyncs.
-  std::vector<std::pair<std::string, std::string>> writes;
-  for (const auto& [key, status] : changed) {
-    const size_t slash = key.find('/');
-    const std::string tenant = key.substr(0, slash);
-    const std::string name = key.substr(slash + 1);
-    json record;
-    {
-      std::lock_guard lock(mu_);
-      auto t = workloads_.find(tenant);
-      if (t == workloads_.end() || !t->second.contains(name)) {
-        continue;
-      }
-      json& rec = t->second[name];
-      const std::string before = rec["status"].value("phase", "");
-      rec["status"] = statusJson(status);
-      if ((before == "pending") != (status.phase == "pending")) {
-        pending_[tenant] += status.phase == "pending" ? 1 : -1;
-      }
-      json& events = rec["events"];
-      for (const std::string& text : status.restarts) {
-        events.push_back({{"time", core::formatRfc3339(clock_.wallNow())},
-                          {"event", "restarting"},
-                          {"reason", text}});
-      }
-      for (const std::string& text : status.events) {
-        request_metrics_.countEviction(tenant, evictionReason(text));
-        events.push_back({{"time", core::formatRfc3339(clock_.wallNow())},
-                          {"event", "evicted"},
-                          {"reason", text}});
-      }
-      if (before == "pending" && status.phase == "running" && !rec.contains("started")) {
-        // Its first start: how long it waited since its submission (the queue SLO).
-        const auto submitted = core::parseRfc3339(rec.value("submitted", ""));
-        rec["started"] = core::formatRfc3339Millis(clock_.wallNow());
-        if (submitted) {
-          const json spec = rec.value("spec", json::object());
-          request_metrics_.observeStartDelay(
-              tenant, spec.is_object() ? spec.value("queue", "default") : "default",
-              std::chrono::duration<double>(clock_.wallNow() - *submitted).count());
-        }
-      }
-      if (before != status.phase) {
-        events.push_back(
-            {{"time", core::formatRfc3339(clock_.wallNow())}, {"event", status.phase}});
-        if (isFinished(status.phase) && !rec.contains("finished")) {
-          rec["finished"] = core::formatRfc3339Millis(clock_.wallNow());  // Retention counts.
-        }
-      }
-      while (events.size() > 100) {
-        events.erase(events.begin());
-      }
-      record = rec;
-    }
-    writes.emplace_back(workloadKey(tenant, name), record.dump());
-  }
-  const auto base = options_.status_write_deadline;
-  for (size_t i = 0; i < writes.size(); i += store::kMaxTxnOps) {
-    store::Txn txn;
-    for (size_t k = i; k < std::min(writes.size(), i + store::kMaxTxnOps); ++k) {
-      txn.success.push_back(store::Op::put(writes[k].first, std::move(writes[k].second)));
-    }
-    // Whole records written as they are now, under status_write_mu_: writing them twice is
-    // writing them once, so an etcd leader change costs the pass a retry, not a timeout.
-    txn.idempotent = true;
-    txn.deadline = base * (1 << std::min(status_failures_, 4));
-    if (auto r = store_.txn(std::move(txn)); !r.isOk()) {
-      ++status_failures_;
-      return r.status();
-    }
-  }
-  status_failures_ = 0;
-  return core::Status::ok();
-}
-
 void ControlPlane::housekeeping() {
   (void)tokens_->expire();
   refusals_->flushSummaries();
@@ -1227,53 +905,6 @@ void ControlPlane::housekeeping() {
     collectFinishedWorkloads();
   }
   dropDurableAuditNotes();
-}
-
-void ControlPlane::collectFinishedWorkloads() {
-  const core::WallTime now = clock_.wallNow();
-  std::vector<std::pair<std::string, std::string>> due;  // (tenant, name)
-  {
-    std::shared_lock lock(mu_);
-    for (const auto& [tenant, list] : workloads_) {
-      const auto config = tenants_.find(tenant);
-      const int64_t keep_s = config == tenants_.end()
-                                 ? options_.default_workload_retention_s
-                                 : config->second.value("workload_retention_seconds",
-                                                        options_.default_workload_retention_s);
-      if (keep_s <= 0) {
-        continue;  // Kept until deleted with the tenant.
-      }
-      for (const auto& [name, rec] : list) {
-        const auto finished = core::parseRfc3339(rec.value("finished", ""));
-        if (finished && isFinished(rec["status"].value("phase", "")) &&
-            *finished + std::chrono::seconds(keep_s) <= now) {
-          due.emplace_back(tenant, name);
-        }
-      }
-    }
-  }
-  for (const auto& [tenant, name] : due) {
-    std::lock_guard write_lock(status_write_mu_);  // No status write puts it back meanwhile.
-    if (!store_.deleteRange(workloadKey(tenant, name)).isOk()) {
-      continue;  // Tried again at the next sweep.
-    }
-    {
-      std::lock_guard lock(mu_);
-      if (auto t = workloads_.find(tenant); t != workloads_.end()) {
-        t->second.erase(name);
-      }
-    }
-    driver_.forgetWorkload(tenant, name);  // Its name may be used again.
-    audit::AuditEvent ev;
-    ev.type = audit::AuditType::kResponse;
-    ev.request_id = api::requestId();
-    ev.tenant = tenant;
-    ev.request.method = "COLLECT";
-    ev.request.path = "tenants/" + tenant + "/workloads/" + name;
-    ev.request.body = {{"event", "finished workload collected after its retention"}};
-    ev.response.status = 200;
-    (void)auditor_.record(ev);
-  }
 }
 
 }  // namespace tessera::server

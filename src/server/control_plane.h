@@ -20,6 +20,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <utility>
@@ -44,6 +45,7 @@
 #include "server/task_secrets.h"
 #include "server/tenant_usage.h"
 #include "server/tokens.h"
+#include "server/workload_registry.h"
 #include "store/store.h"
 
 namespace tessera::server {
@@ -195,7 +197,9 @@ class ControlPlane {
   // The scheduler's feed: new workloads and cancel requests as the store's watch reports them.
   void onStoreEvents(const store::WatchResponse& w);
   core::Result<SubmitCommand> commandFromRecord(const std::string& tenant,
-                                                const nlohmann::json& record) const;
+                                                const WorkloadRecord& record) const;
+  // A new stored workload to the scheduler (refused: the driver marks it failed).
+  void handOver(const std::string& tenant, const WorkloadRecord& record);
   // Whether `r` is a change whose one effect is a store txn that can store a copy of its request's
   // audit record (Request::audit_notes), so that it need not wait for the log's disk flush.
   static bool preparedWhileRecorded(const Request& r);
@@ -230,6 +234,8 @@ class ControlPlane {
   // What the tokens' power rule reads: policies_ (under mu_) and the live grants to a tenant.
   PowerSource powerSource() const;
   HttpResponse workloadsApi(Request& r);
+  // A workload as GET workloads/<name> shows it: its record, with the scheduler's live status.
+  nlohmann::json workloadData(const std::string& tenant, const WorkloadRecord& record) const;
   // LIST workloads?detail=true: every workload of `tenant` the token may read, with `index`.
   HttpResponse workloadListAnswer(const Request& r, const std::string& tenant);
   // A long poll (`?index=N&wait=30s`, at most 300 s): when the tenant's workloads are still at
@@ -287,7 +293,7 @@ class ControlPlane {
   HttpResponse teamQueueApi(Request& r, const std::string& name);
   // Each team queue's quota (milli-GPU) of `tenant`, from the store.
   core::Result<std::map<std::string, int64_t>> teamQuotas(const std::string& tenant);
-  HttpResponse deleteTeamQueue(Request& r, const std::string& tenant, const std::string& name,
+  HttpResponse deleteTeamQueue(const std::string& tenant, const std::string& name,
                                const std::string& key);
   HttpResponse auditApi(Request& r);
   // GET sys/metrics (tenant: nullopt), or GET tenants/<t>/metrics: that tenant's own numbers
@@ -337,8 +343,17 @@ class ControlPlane {
   // read): admit's test for a request that never blocks.
   static bool isOwnStatusRead(const HttpRequest& http, const std::vector<ListenerConfig>& listeners,
                               const TokenInfo& token);
-  bool authorized(const Request& r, Capability needed) const;
-  // Whether the request's token may do `needed` on `path` (inside the request's tenant).
+  // The pipeline's authorization of `r` by its route's Access (server/route_table.h): nullopt
+  // when it may go on to its handler, else the answer (403, or why existence is unknown). Also
+  // sets r.sudo where the route asks. Routes the table does not have, or whose method it does
+  // not list, go on (the handler answers 404 or 405). In api/authorize.cc.
+  std::optional<HttpResponse> authorize(Request& r);
+  // For Access::kWrite: whether the object the request writes is there already (update) or not
+  // (create). An error the pipeline answers (the barrier is sealed ...).
+  core::Result<bool> objectExists(const Request& r);
+  // Whether the request's token (or its grant) may do `needed` on `path` (inside the request's
+  // tenant): authorize()'s test, and a handler's for paths other than the request's own (each
+  // workload a list shows, the secrets a workload asks for).
   bool authorizedOn(const Request& r, const std::string& path, Capability needed) const;
   // A workload's `secrets`, checked against what the submitting token may read.
   core::Status checkWorkloadSecrets(const Request& r, const WorkloadSecrets& wanted) const;
@@ -367,6 +382,7 @@ class ControlPlane {
     std::string route;
     std::string tenant;
     std::chrono::steady_clock::time_point t0;
+    bool reveals_secrets = false;  // The route says its answers do (RouteSpec).
   };
   // The pipeline after the handler: the response record, the grant's, the metrics. The answer,
   // or nullopt when it goes to `later` (moved from) once the audit log has it on disk.
@@ -418,7 +434,13 @@ class ControlPlane {
   std::chrono::steady_clock::time_point disk_checked_{};
   std::pair<int64_t, std::string> disk_free_{INT64_MAX, ""};
 
-  int64_t loaded_revision_ = 0;                 // The store revision load() read.
+  int64_t loaded_revision_ = 0;  // The store revision load() read.
+  // Every workload, as the store holds it (fed by the watch on /tenants/): the only copy in
+  // memory. Handlers write the store, then waitForOwnWrite.
+  WorkloadRegistry registry_;
+  // Waits until the registry has reached a write's `revision`, so the writer reads its own
+  // write (and the next status write starts from it); logs if the watch lags past a bound.
+  void waitForOwnWrite(int64_t revision) const;
   const std::vector<std::string> audit_sinks_;  // The auditor's sinks' names, in its order.
   store::WatchId watch_{};
   bool watching_ = false;
@@ -432,8 +454,6 @@ class ControlPlane {
   mutable std::shared_mutex mu_;
   std::map<std::string, nlohmann::json> tenants_;                  // name -> config
   std::map<std::string, std::map<std::string, Policy>> policies_;  // scope ("" admin) -> name
-  std::map<std::string, std::map<std::string, nlohmann::json>>
-      workloads_;  // tenant -> name -> record
   // A tenant's request rate ("/admin" for admin tokens): a token bucket, and how many of its
   // requests may be handled at once, from the tenant's config (or the server's defaults).
   struct Bucket {
@@ -450,13 +470,9 @@ class ControlPlane {
   void applyLimitsLocked(const std::string& key);
   std::mutex buckets_mu_;  // Guards buckets_ (and their contents); taken after mu_, if both.
   std::map<std::string, std::unique_ptr<Bucket>> buckets_;
-  std::map<std::string, int64_t> pending_;  // Per tenant: stored workloads in phase "pending".
-  // Guarded by mu_: the revision of the last new workload onStoreEvents has taken or passed over
-  // (passed over: its tenant was out of the caches, being deleted).
-  int64_t watched_revision_ = 0;
-  // Guarded by mu_: per tenant, the store revision of the last change to any of its workloads
-  // (onStoreEvents); what a workload list hands out as its `index`.
-  std::map<std::string, int64_t> workload_index_;
+  // Guarded by mu_: new workloads onStoreEvents passed over because their tenant was out of
+  // the caches, being deleted (by tenant): if that deletion fails, they go to the scheduler.
+  std::map<std::string, std::set<std::string>> passed_over_;
   struct CachedToken {
     std::string token;
     core::WallTime refresh{};  // Minted again from here on.

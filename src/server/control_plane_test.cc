@@ -570,13 +570,13 @@ TEST_F(ControlPlaneDeletionRaceTest, ADeletionThatFailsKeepsTheWorkloadAndSchedu
   EXPECT_EQ(answer(std::move(submitted_), "the submission").status, 202U);
   EXPECT_EQ(call("GET", "workloads/w1").status, 200U);
   std::optional<WorkloadStatus> status;
-  for (int i = 0; i < 500 && !(status && status->phase == "running"); ++i) {
+  for (int i = 0; i < 500 && !(status && status->phase == WorkloadPhase::kRunning); ++i) {
     driver_->runOnce();
     status = driver_->status("demo", "w1");
     std::this_thread::sleep_for(10ms);
   }
   ASSERT_TRUE(status.has_value()) << "the scheduler never got the workload";
-  EXPECT_EQ(status->phase, "running");
+  EXPECT_EQ(status->phase, WorkloadPhase::kRunning);
   // It counts as demo's: the tenant cannot be deleted while it runs.
   EXPECT_EQ(callAs(root_.secret, "DELETE", "/v1/tenants/demo").status, 409U);
 }
@@ -707,7 +707,7 @@ TEST_F(ControlPlaneStatusWriteTest, EachFailureInARowDoublesTheStatusWritesDeadl
   waitStored(key);
   const size_t before = held_store_->txnDeadlines().size();
   WorkloadStatus running;
-  running.phase = "running";
+  running.phase = WorkloadPhase::kRunning;
   held_store_->fail(key);
   for (int i = 0; i < 6; ++i) {
     EXPECT_FALSE(cp_->onDriverChanges({{"demo/w", running}}).isOk());

@@ -41,6 +41,7 @@
 #include "sched/scheduler.h"
 #include "sched/tenant_queues.h"
 #include "server/metrics.h"
+#include "server/workload_phase.h"
 
 namespace tessera::server {
 
@@ -144,8 +145,8 @@ struct NodeState {
 inline constexpr size_t kMaxAttemptsKept = 20;  // How the last attempts ended, in a status.
 
 struct WorkloadStatus {
-  std::string phase = "pending";  // pending, running, succeeded, cancelled, failed.
-  std::string reason;             // Why it waits, while pending (never empty then).
+  WorkloadPhase phase = WorkloadPhase::kPending;
+  std::string reason;  // Why it waits, while pending (never empty then).
   std::vector<TaskStatus> tasks = {};
   // What happened to it in the pass that published this status, beyond its phase: each
   // eviction of one of its tasks, with who took the GPUs and why. Given to the listener once.
@@ -313,6 +314,10 @@ class SchedulerDriver {
   // Queues `cmd` for the next pass, after check(). Submitting a workload the driver already
   // has changes nothing (a replay or a retry).
   core::Status submit(SubmitCommand cmd);
+  // A stored workload that cannot be handed over (its stored spec does not parse, or submit()
+  // refused it): published as failed with `reason`, and told to the listener at the next pass
+  // like any status change (so it is stored by the pass, not by the caller).
+  void reject(const std::string& tenant, const std::string& name, std::string reason);
   void cancel(const std::string& tenant, const std::string& name);
   // Forgets the workloads of a deleted tenant (all finished), so that a tenant created again
   // under the same name can reuse their names.
@@ -480,6 +485,7 @@ class SchedulerDriver {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::vector<SubmitCommand> submits_;
+  std::map<std::string, WorkloadStatus> rejected_;  // Guarded by mu_: told at the next pass.
   std::vector<std::pair<std::string, std::string>> cancels_;
   std::map<std::string, WorkloadStatus> published_;
   std::map<sched::NodeIndex, std::vector<GpuState>> gpu_map_;  // As the last pass left it.

@@ -23,7 +23,7 @@ class DriverTest : public ::testing::Test {
     auto d = SchedulerDriver::create(cat_, std::move(nodes), clock_, {},
                                      [this](const std::map<std::string, WorkloadStatus>& c) {
                                        for (const auto& [k, v] : c) {
-                                         seen_[k] = v.phase;
+                                         seen_[k] = std::string(phaseName(v.phase));
                                          for (const std::string& e : v.events) {
                                            events_[k].push_back(e);
                                          }
@@ -92,7 +92,7 @@ TEST(DriverReasonTest, AWaitOnlyANewNodeCanEndOutranksAPassingOne) {
   EXPECT_EQ(reason.rfind("no-capacity: ", 0), 0U) << reason;
   ASSERT_TRUE(driver.removeNode("gpu-a").isOk());
   driver.runOnce();
-  EXPECT_EQ(driver.status("t", "w")->phase, "pending");
+  EXPECT_EQ(driver.status("t", "w")->phase, WorkloadPhase::kPending);
   reason = driver.status("t", "w")->reason;
   EXPECT_EQ(reason,
             "unplaceable: no node in service could ever hold it (nodeSelector: no node has the "
@@ -166,7 +166,7 @@ TEST_F(DriverTest, AdmissionRefusesAGangBeyondAGpuLimitAndZeroMeansNone) {
   EXPECT_TRUE(driver_->checkLimits(cmd("frozen", "w", 2, 8)).isOk());
   ASSERT_TRUE(driver_->submit(cmd("frozen", "w", 1, 1)).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("frozen", "w")->phase, "running");
+  EXPECT_EQ(driver_->status("frozen", "w")->phase, WorkloadPhase::kRunning);
 }
 
 TEST_F(DriverTest, AFrozenTenantsAdmittedWorkWaitsAndATenantMadeAgainTakesItsNewLimit) {
@@ -175,37 +175,37 @@ TEST_F(DriverTest, AFrozenTenantsAdmittedWorkWaitsAndATenantMadeAgainTakesItsNew
   ASSERT_TRUE(driver_->submit(cmd("t", "w", 1, 1)).isOk());  // Restored work is not refused.
   driver_->runOnce();
   auto s = driver_->status("t", "w");
-  EXPECT_EQ(s->phase, "pending");
+  EXPECT_EQ(s->phase, WorkloadPhase::kPending);
   EXPECT_NE(s->reason.find("limit"), std::string::npos) << s->reason;
   // The same name added again (a tenant deleted and created anew, or loaded twice) takes the
   // numbers it is given now, not the first one's.
   ASSERT_TRUE(driver_->addTenantQueue("t", 0, sched::kNoGpuLimit, 1, 100).isOk());
   EXPECT_TRUE(driver_->checkLimits(cmd("t", "x", 1, 1)).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("t", "w")->phase, "running");
+  EXPECT_EQ(driver_->status("t", "w")->phase, WorkloadPhase::kRunning);
 }
 
 TEST_F(DriverTest, SchedulesTenantsWorkAndReportsChanges) {
   ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 2, 4, std::chrono::seconds(60))).isOk());
   ASSERT_TRUE(driver_->submit(cmd("team-2", "eval", 1, 8)).isOk());
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, "pending");
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kPending);
   driver_->runOnce();
   auto s = driver_->status("team-1", "train");
   ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->phase, "running");
+  EXPECT_EQ(s->phase, WorkloadPhase::kRunning);
   ASSERT_EQ(s->tasks.size(), 2U);
   EXPECT_EQ(s->tasks[0].gpus.size(), 4U);
   EXPECT_FALSE(s->tasks[0].node.empty());
-  EXPECT_EQ(driver_->status("team-2", "eval")->phase, "running");
+  EXPECT_EQ(driver_->status("team-2", "eval")->phase, WorkloadPhase::kRunning);
   EXPECT_EQ(seen_["team-1/train"], "running");
   // The simulated run ends after its duration.
   clock_.advance(std::chrono::seconds(61));
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, "succeeded");
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kSucceeded);
   EXPECT_EQ(seen_["team-1/train"], "succeeded");
   driver_->cancel("team-2", "eval");
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-2", "eval")->phase, "cancelled");
+  EXPECT_EQ(driver_->status("team-2", "eval")->phase, WorkloadPhase::kCancelled);
   // Queues: allocated vs fair share vs quota.
   bool found = false;
   for (const QueueStatus& q : driver_->queues("team-1")) {
@@ -266,16 +266,16 @@ TEST_F(DriverTest, AForgottenTenantsNamesCanBeUsedAgain) {
   driver_->runOnce();
   clock_.advance(std::chrono::seconds(11));
   driver_->runOnce();
-  ASSERT_EQ(driver_->status("team-1", "train")->phase, "succeeded");
+  ASSERT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kSucceeded);
   // Without forgetting, the same name is taken for a replay and ignored.
   ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 1)).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, "succeeded");
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kSucceeded);
   driver_->forgetTenant("team-1");
   EXPECT_FALSE(driver_->status("team-1", "train").has_value());
   ASSERT_TRUE(driver_->submit(cmd("team-1", "train", 1, 1)).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, "running");
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kRunning);
 }
 
 TEST_F(DriverTest, ADeletedTeamQueuesNodeGoesToTheTenantsNextNewQueue) {
@@ -287,7 +287,7 @@ TEST_F(DriverTest, ADeletedTeamQueuesNodeGoesToTheTenantsNextNewQueue) {
   driver_->runOnce();
   clock_.advance(std::chrono::seconds(11));
   driver_->runOnce();
-  ASSERT_EQ(driver_->status("team-1", "in-a")->phase, "succeeded");
+  ASSERT_EQ(driver_->status("team-1", "in-a")->phase, WorkloadPhase::kSucceeded);
   ASSERT_TRUE(driver_->retireTeamQueue("team-1", "a").isOk());
   EXPECT_EQ(driver_->teamQueues("team-1"), (std::vector<std::string>{"b"}));
   EXPECT_EQ(driver_->teamQueueNodeCount("team-1"), 2U);
@@ -305,8 +305,9 @@ TEST_F(DriverTest, ADeletedTeamQueuesNodeGoesToTheTenantsNextNewQueue) {
   in_a.name = "in-a-again";
   EXPECT_FALSE(driver_->submit(in_a).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-1", "in-c")->phase, "running");
-  EXPECT_EQ(driver_->status("team-1", "in-a")->phase, "succeeded");  // Its record stays.
+  EXPECT_EQ(driver_->status("team-1", "in-c")->phase, WorkloadPhase::kRunning);
+  EXPECT_EQ(driver_->status("team-1", "in-a")->phase,
+            WorkloadPhase::kSucceeded);  // Its record stays.
   std::map<std::string, QueueStatus> listed;
   for (const QueueStatus& q : driver_->queues("team-1")) {
     listed[q.name] = q;
@@ -327,7 +328,7 @@ TEST_F(DriverTest, AnEvictionIsAnEventOnTheVictimWithWhoTookTheGpusAndWhy) {
   wide.spec.min_available = 1;
   ASSERT_TRUE(driver_->submit(wide).isOk());
   driver_->runOnce();
-  ASSERT_EQ(driver_->status("team-1", "wide")->phase, "running");
+  ASSERT_EQ(driver_->status("team-1", "wide")->phase, WorkloadPhase::kRunning);
   ASSERT_TRUE(driver_->submit(cmd("team-2", "secret-project", 1, 8)).isOk());
   driver_->runOnce();  // Evicts; simulated nodes stop their tasks at once.
   driver_->runOnce();  // Places.
@@ -340,7 +341,7 @@ TEST_F(DriverTest, AnEvictionIsAnEventOnTheVictimWithWhoTookTheGpusAndWhy) {
   EXPECT_EQ(e.find("secret-project"), std::string::npos) << e;
   EXPECT_TRUE(driver_->status("team-1", "wide")->events.empty());  // Told once.
   // Inside a queue: the preemptor is named, with its priority.
-  ASSERT_EQ(driver_->status("team-2", "secret-project")->phase, "running");
+  ASSERT_EQ(driver_->status("team-2", "secret-project")->phase, WorkloadPhase::kRunning);
   SubmitCommand urgent = cmd("team-2", "urgent", 1, 8);
   urgent.spec.priority = 10;
   ASSERT_TRUE(driver_->submit(urgent).isOk());
@@ -353,7 +354,7 @@ TEST_F(DriverTest, AnEvictionIsAnEventOnTheVictimWithWhoTookTheGpusAndWhy) {
   for (const std::string w : {"team-1/wide", "team-2/secret-project", "team-2/urgent"}) {
     const size_t slash = w.find('/');
     const WorkloadStatus s = *driver_->status(w.substr(0, slash), w.substr(slash + 1));
-    EXPECT_TRUE(s.phase != "pending" || !s.reason.empty()) << w;
+    EXPECT_TRUE(s.phase != WorkloadPhase::kPending || !s.reason.empty()) << w;
   }
 }
 
@@ -367,10 +368,10 @@ TEST_F(DriverTest, RunsPassesOnItsOwnThread) {
   ASSERT_TRUE((*d)->addTenantQueue("t", 8000, sched::kNoGpuLimit, 1, 100).isOk());
   (*d)->start();
   ASSERT_TRUE((*d)->submit(cmd("t", "w", 1, 1)).isOk());
-  for (int i = 0; i < 500 && (*d)->status("t", "w")->phase != "running"; ++i) {
+  for (int i = 0; i < 500 && (*d)->status("t", "w")->phase != WorkloadPhase::kRunning; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_EQ((*d)->status("t", "w")->phase, "running");
+  EXPECT_EQ((*d)->status("t", "w")->phase, WorkloadPhase::kRunning);
   (*d)->stop();
 }
 
@@ -406,7 +407,7 @@ class AgentNodesTest : public DriverTest {
             return core::unavailable("etcd: no leader");
           }
           for (const auto& [key, status] : changed) {
-            stored_[key] = status.phase;
+            stored_[key] = std::string(phaseName(status.phase));
           }
           return core::Status::ok();
         });
@@ -447,7 +448,7 @@ TEST_F(AgentNodesTest, AgentNodesWaitForTheirAgentThenRunItsTasks) {
   c.grace = std::chrono::seconds(45);
   ASSERT_TRUE(driver_->submit(c).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, "pending");  // No agent yet.
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kPending);  // No agent yet.
   ASSERT_TRUE(beat("a").isOk());
   driver_->runOnce();
   EXPECT_EQ(stateOf("a"), "ready");
@@ -467,7 +468,7 @@ TEST_F(AgentNodesTest, AgentNodesWaitForTheirAgentThenRunItsTasks) {
   EXPECT_EQ(driver_->status("team-1", "train")->tasks[0].state, "running");
   ASSERT_TRUE(beat("a", {report(t, NodeTaskReport::State::kExited, 0)}).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, "succeeded");
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kSucceeded);
   EXPECT_TRUE(beat("a")->tasks.empty());
 }
 
@@ -583,7 +584,7 @@ TEST_F(AgentNodesTest, ALapsedLeaseMovesTasksToAnotherNodeAtAHigherGeneration) {
   driver_->runOnce();
   EXPECT_TRUE(beat("a")->tasks.empty());
   EXPECT_EQ(stateOf("a"), "ready");
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, "running");
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kRunning);
 }
 
 // Issue 38: a gang that loses a task with its node starts over whole: its task on the node
@@ -606,7 +607,7 @@ TEST_F(AgentNodesTest, AGangThatLosesANodeStartsOverWhole) {
   ASSERT_EQ(stateOf("a"), "lost");
   // b's task is taken off b's list (its agent stops it), and nothing starts meanwhile.
   EXPECT_TRUE(beat("b")->tasks.empty());
-  EXPECT_EQ(driver_->status("team-1", "gang")->phase, "pending");
+  EXPECT_EQ(driver_->status("team-1", "gang")->phase, WorkloadPhase::kPending);
   ASSERT_TRUE(beat("b", {report(on_b, NodeTaskReport::State::kExited, 143)}).isOk());
   ASSERT_TRUE(beat("a").isOk());  // Back: room for the whole gang again.
   driver_->runOnce();
@@ -620,7 +621,7 @@ TEST_F(AgentNodesTest, AGangThatLosesANodeStartsOverWhole) {
       EXPECT_GT(t.generation, on_b.generation) << "placed anew, not kept";
     }
   }
-  EXPECT_EQ(driver_->status("team-1", "gang")->phase, "running");
+  EXPECT_EQ(driver_->status("team-1", "gang")->phase, WorkloadPhase::kRunning);
   // A failure is not an interruption: no retries asked, so the workload fails (below).
 }
 
@@ -638,7 +639,7 @@ TEST_F(AgentNodesTest, ACrashLoopBacksOffAndIsNeverFailedInDelayMode) {
     ASSERT_TRUE(beat("a", {report(t, NodeTaskReport::State::kExited, 2)}).isOk());
     driver_->runOnce();
     const WorkloadStatus s = *driver_->status("team-1", "loop");
-    EXPECT_EQ(s.phase, "pending");
+    EXPECT_EQ(s.phase, WorkloadPhase::kPending);
     EXPECT_EQ(s.reason.rfind("restarting: attempt", 0), 0U) << s.reason;
     EXPECT_TRUE(beat("a")->tasks.empty()) << "started again before its delay";
     clock_.advance(std::chrono::seconds(wait_s - 1));
@@ -668,7 +669,7 @@ TEST_F(AgentNodesTest, AFailedTaskFailsItsWorkloadAndStopsTheOthers) {
   ASSERT_TRUE(beat("a", {oom}).isOk());
   driver_->runOnce();
   const WorkloadStatus s = *driver_->status("team-1", "train");
-  EXPECT_EQ(s.phase, "failed");
+  EXPECT_EQ(s.phase, WorkloadPhase::kFailed);
   EXPECT_NE(s.reason.find("killed by signal 9"), std::string::npos) << s.reason;
   EXPECT_NE(s.reason.find("out of memory"), std::string::npos) << s.reason;
   EXPECT_TRUE(beat("b")->tasks.empty());  // Its other task is no longer wanted.
@@ -760,7 +761,7 @@ TEST_F(AgentNodesTest, ATaskThatCannotStartFailsWithTheAgentsReason) {
   r.error = "no such program 'trian.py'";
   ASSERT_TRUE(beat("a", {r}).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, "failed");
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kFailed);
   EXPECT_NE(driver_->status("team-1", "train")->reason.find("trian.py"), std::string::npos);
 }
 
@@ -778,7 +779,7 @@ TEST_F(AgentNodesTest, AnAgentStoppedTaskIsPlacedAgain) {
   auto again = beat("a");
   ASSERT_EQ(again->tasks.size(), 1U);
   EXPECT_EQ(again->tasks[0].generation, t.generation + 1);
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, "running");
+  EXPECT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kRunning);
 }
 
 // A cancelled task leaves its node's list at once, but its GPUs stay its own until its agent
@@ -796,23 +797,23 @@ TEST_F(AgentNodesTest, CancellingTakesTheTaskOffItsNodeAndFreesItsGpusWhenItHasS
   driver_->runOnce();
   EXPECT_TRUE(beat("a")->tasks.empty());
   WorkloadStatus s = *driver_->status("team-1", "train");
-  EXPECT_EQ(s.phase, "cancelled");
+  EXPECT_EQ(s.phase, WorkloadPhase::kCancelled);
   EXPECT_EQ(s.tasks[0].state, "terminating");
   EXPECT_EQ(s.tasks[0].node, "a");
   EXPECT_NE(s.reason.find("stopping"), std::string::npos) << s.reason;
   // Another workload for those GPUs waits for the process to stop (grace period, SIGKILL).
   ASSERT_TRUE(driver_->submit(cmd("team-1", "next", 1, 2)).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-1", "next")->phase, "pending");
+  EXPECT_EQ(driver_->status("team-1", "next")->phase, WorkloadPhase::kPending);
   EXPECT_TRUE(beat("a")->tasks.empty());
   NodeTaskReport gone = report(listed[0], NodeTaskReport::State::kExited, 143);
   gone.stopped = true;
   ASSERT_TRUE(beat("a", {gone}).isOk());
   driver_->runOnce();
   s = *driver_->status("team-1", "train");
-  EXPECT_EQ(s.phase, "cancelled");
+  EXPECT_EQ(s.phase, WorkloadPhase::kCancelled);
   EXPECT_EQ(s.tasks[0].state, "finished");  // Not pending again: nothing is left to run.
-  EXPECT_EQ(driver_->status("team-1", "next")->phase, "running");
+  EXPECT_EQ(driver_->status("team-1", "next")->phase, WorkloadPhase::kRunning);
 }
 
 // A cancelled task its agent never started frees its GPUs at the next heartbeat.
@@ -844,7 +845,7 @@ TEST_F(AgentNodesTest, AnEvictedTaskTheAgentNeverStartedFreesItsGpus) {
   wide.spec.min_available = 1;
   ASSERT_TRUE(driver_->submit(wide).isOk());
   driver_->runOnce();
-  ASSERT_EQ(driver_->status("team-1", "wide")->phase, "running");
+  ASSERT_EQ(driver_->status("team-1", "wide")->phase, WorkloadPhase::kRunning);
   // The agent is told, and says it started one of them only (its answer to the other is lost,
   // say, or it is still starting).
   const std::vector<NodeTask> listed = beat("a")->tasks;
@@ -866,11 +867,11 @@ TEST_F(AgentNodesTest, AnEvictedTaskTheAgentNeverStartedFreesItsGpus) {
   EXPECT_EQ(wide_now.tasks[1].state, "pending");
   EXPECT_EQ(wide_now.tasks[0].state, "terminating");
   EXPECT_EQ(wide_now.tasks[0].node, "a");
-  EXPECT_EQ(driver_->status("team-2", "big")->phase, "pending");
+  EXPECT_EQ(driver_->status("team-2", "big")->phase, WorkloadPhase::kPending);
   // Its exit frees the other; the reclaimer starts.
   ASSERT_TRUE(beat("a", {report(listed[0], NodeTaskReport::State::kExited, 143)}).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-2", "big")->phase, "running");
+  EXPECT_EQ(driver_->status("team-2", "big")->phase, WorkloadPhase::kRunning);
   EXPECT_EQ(driver_->status("team-1", "wide")->tasks[0].state, "pending");
 }
 
@@ -892,8 +893,8 @@ TEST_F(AgentNodesTest, ATaskEvictedBeforeItsAgentHeardOfItFreesItsGpusAtTheNextH
   ASSERT_TRUE(answer.isOk());
   EXPECT_TRUE(answer->tasks.empty());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-2", "big")->phase, "running");
-  EXPECT_EQ(driver_->status("team-1", "early")->phase, "pending");
+  EXPECT_EQ(driver_->status("team-2", "big")->phase, WorkloadPhase::kRunning);
+  EXPECT_EQ(driver_->status("team-1", "early")->phase, WorkloadPhase::kPending);
   EXPECT_FALSE(driver_->status("team-1", "early")->reason.empty());
 }
 
@@ -937,7 +938,7 @@ TEST_F(AgentNodesTest, AWaitingWorkloadsReasonIsRefreshedWhenItChanges) {
   told.clear();
   driver_->runOnce();  // Nothing new: not told again.
   const WorkloadStatus now = *driver_->status("team-2", "late");
-  EXPECT_EQ(now.phase, "pending");
+  EXPECT_EQ(now.phase, WorkloadPhase::kPending);
   EXPECT_NE(now.reason.find("untrusted"), std::string::npos) << now.reason;
   for (const auto& changed : told) {
     EXPECT_FALSE(changed.contains("team-2/late")) << now.reason;

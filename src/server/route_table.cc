@@ -9,459 +9,6 @@ using nlohmann::json;
 
 namespace {
 
-using enum RouteScope;
-
-constexpr bool kAuth = true;
-constexpr bool kOpen = false;
-
-std::vector<RouteSpec> makeTable() {
-  return {
-      // Unauthenticated (admin scope): health, the seal, this document.
-      {kAdmin,
-       "sys/health",
-       {"GET"},
-       Api::kHealth,
-       kOpen,
-       "Health: version, seal, audit sinks, scheduler passes"},
-      {kAdmin,
-       "sys/openapi",
-       {"GET"},
-       Api::kOpenApi,
-       kOpen,
-       "This document: every route, generated from the server's route table"},
-      {kAdmin,
-       "sys/seal-status",
-       {"GET"},
-       Api::kSealUnauthenticated,
-       kOpen,
-       "The secrets barrier's seal"},
-      {kAdmin,
-       "sys/init",
-       {"POST"},
-       Api::kSealUnauthenticated,
-       kOpen,
-       "Initialize a Shamir-sealed store: the unseal key's shares"},
-      {kAdmin,
-       "sys/unseal",
-       {"POST"},
-       Api::kSealUnauthenticated,
-       kOpen,
-       "Give one unseal share ({\"key\": \"...\"}, or {\"reset\": true})"},
-      {kAdmin,
-       "sys/generate-root",
-       {"POST"},
-       Api::kSealUnauthenticated,
-       kOpen,
-       "A short-lived root token for a quorum of unseal shares"},
-      {kRoot,
-       "/.well-known/openid-configuration",
-       {"GET"},
-       Api::kWellKnown,
-       kOpen,
-       "OIDC discovery of the workload identity issuer"},
-      {kRoot,
-       "/.well-known/jwks.json",
-       {"GET"},
-       Api::kWellKnown,
-       kOpen,
-       "The workload identity issuer's public keys"},
-      // The web console (server/console.h, docs/console.md): static files, no token; every
-      // request its page makes goes to the API above with the user's token.
-      {kRoot, "/", {"GET"}, Api::kConsole, kOpen, "Redirects to the web console, /ui/"},
-      {kRoot, "/ui", {"GET"}, Api::kConsole, kOpen, "Redirects to the web console, /ui/"},
-      {kRoot,
-       "/ui/{file}",
-       {"GET"},
-       Api::kConsole,
-       kOpen,
-       "The web console: index.html at /ui/, its bundles, gpu-models.json (MIG slices)"},
-
-      // Admin scope.
-      {kAdmin, "sys/metrics", {"GET"}, Api::kMetrics, kAuth, "Prometheus metrics"},
-      {kAdmin, "tenants", {"GET", "LIST"}, Api::kTenants, kAuth, "Tenant names"},
-      {kAdmin,
-       "tenants/{tenant}",
-       {"GET", "POST", "DELETE"},
-       Api::kTenants,
-       kAuth,
-       "A tenant's settings: read, create or update, delete"},
-      {kAdmin, "sys/policies", {"GET", "LIST"}, Api::kPolicies, kAuth, "Admin ACL policy names"},
-      {kAdmin,
-       "sys/policies/{name}",
-       {"GET", "POST", "DELETE"},
-       Api::kPolicies,
-       kAuth,
-       "An admin ACL policy"},
-      {kAdmin,
-       "sys/nodes/join",
-       {"POST"},
-       Api::kNodeJoin,
-       kOpen,
-       "An agent joins with a join token ({\"join_token\", \"node\", \"discovery\", "
-       "\"cpu_milli\", \"memory_mib\", \"labels\"}): its node and credential"},
-      {kAdmin,
-       "sys/nodes/join-tokens",
-       {"GET", "LIST", "POST"},
-       Api::kJoinTokens,
-       kAuth,
-       "Join tokens: create one ({\"ttl\": \"1h\", \"labels\": {...}}), or list them"},
-      {kAdmin,
-       "sys/nodes/join-tokens/{accessor}",
-       {"DELETE"},
-       Api::kJoinTokens,
-       kAuth,
-       "Revoke a join token"},
-      {kAdmin,
-       "sys/nodes/{node}/credential",
-       {"POST"},
-       Api::kNodeCredential,
-       kAuth,
-       "A joined node's agent renews its credential: a new token, the old one revoked"},
-      {kAdmin,
-       "sys/nodes/{node}/heartbeat",
-       {"POST"},
-       Api::kNodeHeartbeat,
-       kAuth,
-       "An agent's heartbeat: its lease, discovery and task reports; answers its task list"},
-      {kAdmin,
-       "sys/nodes/{node}/tasks",
-       {"GET"},
-       Api::kNodeTasks,
-       kAuth,
-       "An agent's watch: waits for its task list to change or a log request (?index=&wait_ms=)"},
-      {kAdmin,
-       "sys/nodes/{node}/logs/{id}",
-       {"POST"},
-       Api::kNodeLogs,
-       kAuth,
-       "An agent's answer to a log request"},
-      {kAdmin, "nodes", {"GET", "LIST"}, Api::kNodes, kAuth, "Nodes: capacity and state"},
-      {kAdmin,
-       "nodes/{node}",
-       {"GET", "DELETE"},
-       Api::kNodeAdmin,
-       kAuth,
-       "A node; DELETE takes a joined node out of service (drain it first)"},
-      {kAdmin,
-       "nodes/{node}/{op}",
-       {"POST"},
-       Api::kNodeAdmin,
-       kAuth,
-       "cordon (no new tasks), uncordon, or drain (cordon, then move its tasks elsewhere)"},
-      {kAdmin, "sys/pools", {"GET", "LIST"}, Api::kPools, kAuth, "Pools dedicated to a tenant"},
-      {kAdmin,
-       "sys/pools/{pool}",
-       {"GET", "POST", "DELETE"},
-       Api::kPools,
-       kAuth,
-       "Dedicate the nodes labelled pool=<pool> to one tenant ({\"tenant\"}), or open them"},
-      {kAdmin,
-       "queues",
-       {"GET", "LIST"},
-       Api::kQueues,
-       kAuth,
-       "Every queue: allocated, fair share, quota, pending"},
-      {kAdmin, "sys/key-status", {"GET"}, Api::kSeal, kAuth, "The active key term (root or sudo)"},
-      {kAdmin, "sys/seal", {"POST"}, Api::kSeal, kAuth, "Forget the keys (root or sudo)"},
-      {kAdmin, "sys/rotate", {"POST"}, Api::kSeal, kAuth, "A new key term (root or sudo)"},
-      {kAdmin,
-       "sys/rewrap",
-       {"POST"},
-       Api::kSeal,
-       kAuth,
-       "Re-seal values of older key terms (root or sudo)"},
-      {kAdmin,
-       "sys/leases/count",
-       {"GET", "LIST"},
-       Api::kAdminLeases,
-       kAuth,
-       "How many leases there are (?type=&tenant=&prefix=)"},
-      {kAdmin,
-       "sys/leases/revoke-force",
-       {"POST"},
-       Api::kAdminLeases,
-       kAuth,
-       "Remove an irrevocable lease by hand"},
-      {kAdmin,
-       "sys/leases",
-       {"GET", "LIST"},
-       Api::kAdminLeases,
-       kAuth,
-       "Every tenant's leases (?type=&tenant=&prefix=)"},
-      {kAdmin,
-       "sys/doctor",
-       {"GET"},
-       Api::kDoctor,
-       kAuth,
-       "Tokens, grants and leases that live long or forever (?threshold=24h)"},
-
-      // Both scopes: tokens.
-      {kAdmin, "auth/token/create", {"POST"}, Api::kTokens, kAuth, "Create a token"},
-      {kAdmin,
-       "auth/token/lookup-self",
-       {"GET", "POST"},
-       Api::kTokens,
-       kAuth,
-       "The calling token (any token, its own data only)"},
-      {kAdmin, "auth/token/renew-self", {"POST"}, Api::kTokens, kAuth, "Renew the calling token"},
-      {kAdmin, "auth/token/revoke-self", {"POST"}, Api::kTokens, kAuth, "Revoke the calling token"},
-      // GET reads {"accessor"} from a body too (or ?accessor=), as it always has.
-      {kAdmin,
-       "auth/token/lookup",
-       {"GET", "POST"},
-       Api::kTokens,
-       kAuth,
-       "A token by accessor",
-       {"GET"}},
-      {kAdmin, "auth/token/renew", {"POST"}, Api::kTokens, kAuth, "Renew a token by accessor"},
-      {kAdmin, "auth/token/revoke", {"POST"}, Api::kTokens, kAuth, "Revoke a token by accessor"},
-      // Vault's names for the same by accessor (its lookup, renew and revoke take the token).
-      {kAdmin, "auth/token/lookup-accessor", {"POST"}, Api::kTokens, kAuth, "A token by accessor"},
-      {kAdmin,
-       "auth/token/renew-accessor",
-       {"POST"},
-       Api::kTokens,
-       kAuth,
-       "Renew a token by accessor"},
-      {kAdmin,
-       "auth/token/revoke-accessor",
-       {"POST"},
-       Api::kTokens,
-       kAuth,
-       "Revoke a token by accessor"},
-      {kTenant, "auth/token/create", {"POST"}, Api::kTokens, kAuth, "Create a tenant token"},
-      {kTenant,
-       "auth/token/lookup-self",
-       {"GET", "POST"},
-       Api::kTokens,
-       kAuth,
-       "The calling token"},
-      {kTenant, "auth/token/renew-self", {"POST"}, Api::kTokens, kAuth, "Renew the calling token"},
-      {kTenant,
-       "auth/token/revoke-self",
-       {"POST"},
-       Api::kTokens,
-       kAuth,
-       "Revoke the calling token"},
-      {kTenant,
-       "auth/token/lookup",
-       {"GET", "POST"},
-       Api::kTokens,
-       kAuth,
-       "A tenant token by accessor",
-       {"GET"}},
-      {kTenant,
-       "auth/token/renew",
-       {"POST"},
-       Api::kTokens,
-       kAuth,
-       "Renew a tenant token by accessor"},
-      {kTenant,
-       "auth/token/revoke",
-       {"POST"},
-       Api::kTokens,
-       kAuth,
-       "Revoke a tenant token by accessor"},
-      {kTenant,
-       "auth/token/lookup-accessor",
-       {"POST"},
-       Api::kTokens,
-       kAuth,
-       "A tenant token by accessor"},
-      {kTenant,
-       "auth/token/renew-accessor",
-       {"POST"},
-       Api::kTokens,
-       kAuth,
-       "Renew a tenant token by accessor"},
-      {kTenant,
-       "auth/token/revoke-accessor",
-       {"POST"},
-       Api::kTokens,
-       kAuth,
-       "Revoke a tenant token by accessor"},
-      // Both scopes: token roles (tenant admins delegate narrower tokens; docs/server.md).
-      {kAdmin, "auth/token/roles", {"GET", "LIST"}, Api::kTokens, kAuth, "Token role names"},
-      {kAdmin,
-       "auth/token/roles/{name}",
-       {"GET", "POST", "DELETE"},
-       Api::kTokens,
-       kAuth,
-       "A token role: allowed_policies, token_ttl, token_max_ttl"},
-      {kAdmin, "auth/token/create/{role}", {"POST"}, Api::kTokens, kAuth, "Create from a role"},
-      {kTenant, "auth/token/roles", {"GET", "LIST"}, Api::kTokens, kAuth, "Token role names"},
-      {kTenant,
-       "auth/token/roles/{name}",
-       {"GET", "POST", "DELETE"},
-       Api::kTokens,
-       kAuth,
-       "A tenant token role: allowed_policies, token_ttl, token_max_ttl"},
-      {kTenant,
-       "auth/token/create/{role}",
-       {"POST"},
-       Api::kTokens,
-       kAuth,
-       "Create a tenant token from a role"},
-
-      // Tenant scope.
-      {kTenant, "workloads", {"LIST"}, Api::kWorkloads, kAuth, "The tenant's workloads"},
-      {kTenant,
-       "workloads/{name}",
-       {"GET", "POST", "DELETE"},
-       Api::kWorkloads,
-       kAuth,
-       "A workload: its spec and status; submit; cancel"},
-      {kTenant,
-       "workloads/{name}/events",
-       {"GET"},
-       Api::kWorkloads,
-       kAuth,
-       "A workload's events, evictions included"},
-      {kTenant,
-       "workloads/{name}/logs",
-       {"GET"},
-       Api::kWorkloads,
-       kAuth,
-       "A piece of a task's log (?task=&stream=&offset=&limit=)"},
-      {kTenant, "policies", {"GET", "LIST"}, Api::kPolicies, kAuth, "The tenant's ACL policies"},
-      {kTenant,
-       "policies/{name}",
-       {"GET", "POST", "DELETE"},
-       Api::kPolicies,
-       kAuth,
-       "A tenant ACL policy"},
-      {kTenant, "nodes", {"GET", "LIST"}, Api::kNodes, kAuth, "Nodes: capacity and state"},
-      {kTenant, "queues", {"GET", "LIST"}, Api::kQueues, kAuth, "The tenant's queues"},
-      {kTenant,
-       "metrics",
-       {"GET"},
-       Api::kTenantMetrics,
-       kAuth,
-       "The tenant's own Prometheus metrics: its queues, workloads, GPUs, evictions, requests"},
-      {kTenant,
-       "queues/{queue}",
-       {"GET", "POST", "DELETE"},
-       Api::kQueues,
-       kAuth,
-       "A team's queue under the tenant's"},
-      {kTenant,
-       "audit",
-       {"GET"},
-       Api::kAudit,
-       kAuth,
-       "The tenant's own audit records (?limit=&after=)"},
-      {kTenant,
-       "grants",
-       {"GET", "LIST", "POST"},
-       Api::kGrants,
-       kAuth,
-       "Grants of the tenant's secrets to other tenants, given and received; give one"},
-      {kTenant, "grants/{id}", {"DELETE"}, Api::kGrants, kAuth, "Revoke a grant early"},
-      {kTenant, "leases", {"GET", "LIST"}, Api::kLeases, kAuth, "The tenant's leases (?prefix=)"},
-      {kTenant, "leases/lookup", {"POST"}, Api::kLeases, kAuth, "A lease"},
-      {kTenant, "leases/renew", {"POST"}, Api::kLeases, kAuth, "Renew a lease"},
-      {kTenant, "leases/revoke", {"POST"}, Api::kLeases, kAuth, "Revoke a lease"},
-      {kTenant,
-       "leases/revoke-prefix/{prefix*}",
-       {"POST"},
-       Api::kLeases,
-       kAuth,
-       "Revoke every lease under a prefix"},
-      {kTenant,
-       "secrets/kv/config",
-       {"GET", "POST"},
-       Api::kSecrets,
-       kAuth,
-       "The KV engine's settings (max_versions, cas_required)"},
-      {kTenant,
-       "secrets/kv/data/{path+}",
-       {"GET", "POST", "PATCH", "DELETE"},
-       Api::kSecrets,
-       kAuth,
-       "A KV secret's data (?version=); write, patch, delete the latest version"},
-      {kTenant,
-       "secrets/kv/metadata/{path*}",
-       {"GET", "LIST", "POST", "PATCH", "DELETE"},
-       Api::kSecrets,
-       kAuth,
-       "A KV secret's versions and settings (PATCH merges); list keys under a prefix "
-       "(?exclude_deleted=true)"},
-      {kTenant,
-       "secrets/kv/subkeys/{path+}",
-       {"GET"},
-       Api::kSecrets,
-       kAuth,
-       "A KV secret's keys without their values (?version=, ?depth=)"},
-      {kTenant,
-       "secrets/kv/delete/{path+}",
-       {"POST"},
-       Api::kSecrets,
-       kAuth,
-       "Delete versions of a KV secret"},
-      {kTenant,
-       "secrets/kv/undelete/{path+}",
-       {"POST"},
-       Api::kSecrets,
-       kAuth,
-       "Undelete versions of a KV secret"},
-      {kTenant,
-       "secrets/kv/destroy/{path+}",
-       {"POST"},
-       Api::kSecrets,
-       kAuth,
-       "Destroy versions of a KV secret for good"},
-      {kTenant,
-       "secrets/db/config",
-       {"GET", "LIST"},
-       Api::kSecrets,
-       kAuth,
-       "PostgreSQL connection names"},
-      {kTenant,
-       "secrets/db/config/{name}",
-       {"GET", "POST", "DELETE"},
-       Api::kSecrets,
-       kAuth,
-       "A PostgreSQL connection"},
-      {kTenant,
-       "secrets/db/roles",
-       {"GET", "LIST"},
-       Api::kSecrets,
-       kAuth,
-       "Dynamic credential role names"},
-      {kTenant,
-       "secrets/db/roles/{name}",
-       {"GET", "POST", "DELETE"},
-       Api::kSecrets,
-       kAuth,
-       "A dynamic credential role"},
-      {kTenant,
-       "secrets/db/creds/{role}",
-       {"GET"},
-       Api::kSecrets,
-       kAuth,
-       "A new database credential of the role, with its lease"},
-      {kTenant,
-       "secrets/aws/config",
-       {"GET", "POST"},
-       Api::kSecrets,
-       kAuth,
-       "The AWS engine's STS endpoint and region"},
-      {kTenant, "secrets/aws/roles", {"GET", "LIST"}, Api::kSecrets, kAuth, "AWS role names"},
-      {kTenant,
-       "secrets/aws/roles/{name}",
-       {"GET", "POST", "DELETE"},
-       Api::kSecrets,
-       kAuth,
-       "An AWS role to assume (role_arn, ttl, max_ttl)"},
-      {kTenant,
-       "secrets/aws/creds/{role}",
-       {"GET", "POST"},
-       Api::kSecrets,
-       kAuth,
-       "A new STS session of the role (expire-only), clamped to a grant's window"},
-  };
-}
-
 std::vector<std::string_view> splitPath(std::string_view path) {
   std::vector<std::string_view> out;
   while (!path.empty()) {
@@ -530,11 +77,6 @@ std::string_view methodOf(std::string_view method) { return method == "PUT" ? "P
 
 }  // namespace
 
-const std::vector<RouteSpec>& routeTable() {
-  static const std::vector<RouteSpec> table = makeTable();
-  return table;
-}
-
 RouteMatch matchRoute(RouteScope scope, std::string_view path, std::string_view method) {
   RouteMatch m;
   const std::vector<std::string_view> parts = splitPath(path);
@@ -554,6 +96,73 @@ RouteMatch matchRoute(RouteScope scope, std::string_view path, std::string_view 
   }
   m.label = "unmatched";
   return m;
+}
+
+std::string_view accessName(Access a) {
+  switch (a) {
+    case Access::kNone:
+      return "none (no token)";
+    case Access::kToken:
+      return "any token (itself only)";
+    case Access::kRead:
+      return "read";
+    case Access::kList:
+      return "list";
+    case Access::kReadOrList:
+      return "read|list";
+    case Access::kCreate:
+      return "create";
+    case Access::kUpdate:
+      return "update";
+    case Access::kCreateOrUpdate:
+      return "create|update";
+    case Access::kPatch:
+      return "patch";
+    case Access::kDelete:
+      return "delete";
+    case Access::kSudo:
+      return "sudo";
+    case Access::kWrite:
+      return "create (new) or update (existing)";
+    case Access::kListFolder:
+      return "list (on the path with a trailing /)";
+  }
+  return "?";
+}
+
+Access accessFor(const RouteSpec& route, std::string_view method) {
+  if (!route.authenticated) {
+    return Access::kNone;
+  }
+  method = methodOf(method);
+  for (const MethodAccess& m : route.access) {
+    if (m.method == method) {
+      return m.access;
+    }
+  }
+  if (method == "GET") {
+    return Access::kRead;
+  }
+  if (method == "LIST") {
+    return Access::kList;
+  }
+  if (method == "PATCH") {
+    return Access::kPatch;
+  }
+  if (method == "DELETE") {
+    return Access::kDelete;
+  }
+  return Access::kWrite;
+}
+
+bool changesState(const RouteSpec& route, std::string_view method) {
+  method = methodOf(method);
+  if (method == "GET" || method == "LIST") {
+    return false;
+  }
+  const Access a = accessFor(route, method);
+  return !(a == Access::kRead || a == Access::kList || a == Access::kReadOrList ||
+           a == Access::kListFolder);
 }
 
 std::string allowHeader(const RouteSpec& route) {

@@ -60,6 +60,37 @@ enum class Api {
   kConsole,  // The web console's files (server/console.h): `/`, `/ui`, `/ui/<file>`
 };
 
+// What a request to a route must be allowed before its handler runs: capabilities of the
+// token's ACL policies (server/acl.h) on the request's path, or of the grant it comes in on. The
+// pipeline (ControlPlane::serve) checks it, never the handler; a handler only checks paths other
+// than its own (each workload a list shows, the secrets a workload asks for).
+enum class Access : uint8_t {
+  kNone,   // No token at all: an unauthenticated route.
+  kToken,  // Any valid token: the route concerns only the token itself (lookup-self ...).
+  kRead,
+  kList,
+  kReadOrList,
+  kCreate,
+  kUpdate,
+  kCreateOrUpdate,  // Either will do.
+  kPatch,
+  kDelete,
+  kSudo,        // Root, or sudo on the path: operations that affect every tenant.
+  kWrite,       // Create where the object is not there yet, update where it is (Vault's
+                // existence check: ControlPlane::objectExists).
+  kListFolder,  // List, on the path with a trailing '/' (Vault's LIST of a folder, so that
+                // `path "secrets/kv/metadata/dev/*"` lists metadata/dev/).
+};
+
+// How an Access reads in docs and tests ("read", "create|update", ...).
+std::string_view accessName(Access a);
+
+// A method whose access differs from the default (accessFor).
+struct MethodAccess {
+  std::string_view method;
+  Access access;
+};
+
 struct RouteSpec {
   RouteScope scope;
   std::string_view pattern;
@@ -70,7 +101,23 @@ struct RouteSpec {
   // Methods besides POST and PATCH whose requests carry a JSON body the handler reads (see
   // takesBody); none by default.
   std::vector<std::string_view> body_methods = {};
+  // Where a method needs other than the default: GET read, LIST list, POST write, PATCH patch,
+  // DELETE delete (accessFor).
+  std::vector<MethodAccess> access = {};
+  // Whether an answer carries secret values (a KV secret, a credential, a token): it is sent
+  // only once its audit records are on stable storage, whatever audit_durable_answers says.
+  bool reveals_secrets = false;
+  // Whether the handler needs to know if the token also holds sudo on the path (Request::sudo):
+  // token creation, where sudo allows an orphan token, as in Vault.
+  bool asks_sudo = false;
 };
+
+// What `method` on `route` must be allowed (Access::kNone for an unauthenticated route).
+Access accessFor(const RouteSpec& route, std::string_view method);
+
+// Whether `method` on `route` may change state: anything but GET and LIST, unless the route
+// declares it a read (POST leases/lookup). A request that does not is audited as a read.
+bool changesState(const RouteSpec& route, std::string_view method);
 
 // Every route, in matching order.
 const std::vector<RouteSpec>& routeTable();

@@ -137,3 +137,213 @@ TEST(RouteTableTest, TheOpenApiDocumentHasEveryRouteAndMethod) {
 
 }  // namespace
 }  // namespace tessera::server
+
+namespace tessera::server {
+namespace {
+
+// Every route's authorization as the pipeline applies it: the route table is where it is
+// declared, and this list is where a change to it shows up in review. One line per route and
+// method: scope, pattern, method, what the token must be allowed; then "secrets" for an answer
+// that reveals them and "sudo?" where the handler learns whether the token holds sudo.
+std::string accessTable() {
+  std::string out;
+  for (const RouteSpec& route : routeTable()) {
+    for (std::string_view method : route.methods) {
+      out += std::string(route.scope == RouteScope::kAdmin    ? "admin "
+                         : route.scope == RouteScope::kTenant ? "tenant "
+                                                              : "root ") +
+             std::string(route.pattern) + " " + std::string(method) + ": " +
+             std::string(accessName(accessFor(route, method))) +
+             (changesState(route, method) ? "" : " (reads)") +
+             (route.reveals_secrets ? " secrets" : "") + (route.asks_sudo ? " sudo?" : "") + "\n";
+    }
+  }
+  return out;
+}
+
+TEST(RouteAccessTest, EveryRouteSaysWhatItNeeds) {
+  EXPECT_EQ(accessTable(), R"(admin sys/health GET: none (no token) (reads)
+admin sys/openapi GET: none (no token) (reads)
+admin sys/seal-status GET: none (no token) (reads)
+admin sys/init POST: none (no token)
+admin sys/unseal POST: none (no token)
+admin sys/generate-root POST: none (no token)
+root /.well-known/openid-configuration GET: none (no token) (reads)
+root /.well-known/jwks.json GET: none (no token) (reads)
+root / GET: none (no token) (reads)
+root /ui GET: none (no token) (reads)
+root /ui/{file} GET: none (no token) (reads)
+admin sys/metrics GET: read (reads)
+admin tenants GET: list (reads)
+admin tenants LIST: list (reads)
+admin tenants/{tenant} GET: read (reads)
+admin tenants/{tenant} POST: create (new) or update (existing)
+admin tenants/{tenant} DELETE: delete
+admin sys/policies GET: list (reads)
+admin sys/policies LIST: list (reads)
+admin sys/policies/{name} GET: read (reads)
+admin sys/policies/{name} POST: create (new) or update (existing)
+admin sys/policies/{name} DELETE: delete
+admin sys/nodes/join POST: none (no token)
+admin sys/nodes/join-tokens GET: read|list (reads) secrets
+admin sys/nodes/join-tokens LIST: read|list (reads) secrets
+admin sys/nodes/join-tokens POST: create|update secrets
+admin sys/nodes/join-tokens/{accessor} DELETE: delete
+admin sys/nodes/{node}/credential POST: update secrets
+admin sys/nodes/{node}/heartbeat POST: update
+admin sys/nodes/{node}/tasks GET: read (reads)
+admin sys/nodes/{node}/logs/{id} POST: update
+admin nodes GET: read|list (reads)
+admin nodes LIST: read|list (reads)
+admin nodes/{node} GET: read (reads)
+admin nodes/{node} DELETE: delete
+admin nodes/{node}/{op} POST: update
+admin sys/pools GET: read|list (reads)
+admin sys/pools LIST: read|list (reads)
+admin sys/pools/{pool} GET: read|list (reads)
+admin sys/pools/{pool} POST: create|update
+admin sys/pools/{pool} DELETE: delete
+admin queues GET: read|list (reads)
+admin queues LIST: read|list (reads)
+admin sys/key-status GET: sudo (reads)
+admin sys/seal POST: sudo
+admin sys/rotate POST: sudo
+admin sys/rewrap POST: sudo
+admin sys/leases/count GET: read (reads)
+admin sys/leases/count LIST: read (reads)
+admin sys/leases/revoke-force POST: sudo
+admin sys/leases GET: read (reads)
+admin sys/leases LIST: read (reads)
+admin sys/doctor GET: sudo (reads)
+admin auth/token/create POST: create|update secrets sudo?
+admin auth/token/lookup-self GET: any token (itself only) (reads)
+admin auth/token/lookup-self POST: any token (itself only)
+admin auth/token/renew-self POST: any token (itself only)
+admin auth/token/revoke-self POST: any token (itself only)
+admin auth/token/lookup GET: create|update (reads)
+admin auth/token/lookup POST: create|update
+admin auth/token/renew POST: create|update
+admin auth/token/revoke POST: create|update
+admin auth/token/lookup-accessor POST: create|update
+admin auth/token/renew-accessor POST: create|update
+admin auth/token/revoke-accessor POST: create|update
+tenant auth/token/create POST: create|update secrets sudo?
+tenant auth/token/lookup-self GET: any token (itself only) (reads)
+tenant auth/token/lookup-self POST: any token (itself only)
+tenant auth/token/renew-self POST: any token (itself only)
+tenant auth/token/revoke-self POST: any token (itself only)
+tenant auth/token/lookup GET: create|update (reads)
+tenant auth/token/lookup POST: create|update
+tenant auth/token/renew POST: create|update
+tenant auth/token/revoke POST: create|update
+tenant auth/token/lookup-accessor POST: create|update
+tenant auth/token/renew-accessor POST: create|update
+tenant auth/token/revoke-accessor POST: create|update
+admin auth/token/roles GET: list (reads)
+admin auth/token/roles LIST: list (reads)
+admin auth/token/roles/{name} GET: read (reads)
+admin auth/token/roles/{name} POST: create (new) or update (existing)
+admin auth/token/roles/{name} DELETE: delete
+admin auth/token/create/{role} POST: create|update secrets
+tenant auth/token/roles GET: list (reads)
+tenant auth/token/roles LIST: list (reads)
+tenant auth/token/roles/{name} GET: read (reads)
+tenant auth/token/roles/{name} POST: create (new) or update (existing)
+tenant auth/token/roles/{name} DELETE: delete
+tenant auth/token/create/{role} POST: create|update secrets
+tenant workloads LIST: list (reads)
+tenant workloads/{name} GET: read (reads)
+tenant workloads/{name} POST: create (new) or update (existing)
+tenant workloads/{name} DELETE: delete
+tenant workloads/{name}/events GET: read (reads)
+tenant workloads/{name}/logs GET: read (reads)
+tenant policies GET: list (reads)
+tenant policies LIST: list (reads)
+tenant policies/{name} GET: read (reads)
+tenant policies/{name} POST: create (new) or update (existing)
+tenant policies/{name} DELETE: delete
+tenant nodes GET: read|list (reads)
+tenant nodes LIST: read|list (reads)
+tenant queues GET: read|list (reads)
+tenant queues LIST: read|list (reads)
+tenant metrics GET: read (reads)
+tenant queues/{queue} GET: read (reads)
+tenant queues/{queue} POST: create (new) or update (existing)
+tenant queues/{queue} DELETE: delete
+tenant audit GET: read (reads)
+tenant grants GET: list (reads)
+tenant grants LIST: list (reads)
+tenant grants POST: create
+tenant grants/{id} DELETE: delete
+tenant leases GET: list (reads)
+tenant leases LIST: list (reads)
+tenant leases/lookup POST: read (reads)
+tenant leases/renew POST: update
+tenant leases/revoke POST: update
+tenant leases/revoke-prefix/{prefix*} POST: update
+tenant secrets/kv/config GET: read (reads)
+tenant secrets/kv/config POST: update
+tenant secrets/kv/data/{path+} GET: read (reads) secrets
+tenant secrets/kv/data/{path+} POST: create (new) or update (existing) secrets
+tenant secrets/kv/data/{path+} PATCH: patch secrets
+tenant secrets/kv/data/{path+} DELETE: delete secrets
+tenant secrets/kv/metadata/{path*} GET: read (reads)
+tenant secrets/kv/metadata/{path*} LIST: list (on the path with a trailing /) (reads)
+tenant secrets/kv/metadata/{path*} POST: create (new) or update (existing)
+tenant secrets/kv/metadata/{path*} PATCH: patch
+tenant secrets/kv/metadata/{path*} DELETE: delete
+tenant secrets/kv/subkeys/{path+} GET: read (reads)
+tenant secrets/kv/delete/{path+} POST: update
+tenant secrets/kv/undelete/{path+} POST: update
+tenant secrets/kv/destroy/{path+} POST: update
+tenant secrets/db/config GET: list (on the path with a trailing /) (reads)
+tenant secrets/db/config LIST: list (on the path with a trailing /) (reads)
+tenant secrets/db/config/{name} GET: read (reads)
+tenant secrets/db/config/{name} POST: create (new) or update (existing)
+tenant secrets/db/config/{name} DELETE: delete
+tenant secrets/db/roles GET: list (on the path with a trailing /) (reads)
+tenant secrets/db/roles LIST: list (on the path with a trailing /) (reads)
+tenant secrets/db/roles/{name} GET: read (reads)
+tenant secrets/db/roles/{name} POST: create (new) or update (existing)
+tenant secrets/db/roles/{name} DELETE: delete
+tenant secrets/db/creds/{role} GET: read (reads) secrets
+tenant secrets/aws/config GET: read (reads)
+tenant secrets/aws/config POST: update
+tenant secrets/aws/roles GET: list (on the path with a trailing /) (reads)
+tenant secrets/aws/roles LIST: list (on the path with a trailing /) (reads)
+tenant secrets/aws/roles/{name} GET: read (reads)
+tenant secrets/aws/roles/{name} POST: create (new) or update (existing)
+tenant secrets/aws/roles/{name} DELETE: delete
+tenant secrets/aws/creds/{role} GET: read (reads) secrets
+tenant secrets/aws/creds/{role} POST: read (reads) secrets
+)");
+}
+
+// The defaults, where a route declares nothing else; and what a method the route does not list
+// would need is never asked (the pipeline answers 405 first).
+TEST(RouteAccessTest, DefaultsFollowTheMethod) {
+  const RouteSpec route{RouteScope::kTenant,
+                        "things/{name}",
+                        {"GET", "LIST", "POST", "PATCH", "DELETE"},
+                        Api::kWorkloads,
+                        true,
+                        "test"};
+  EXPECT_EQ(accessFor(route, "GET"), Access::kRead);
+  EXPECT_EQ(accessFor(route, "LIST"), Access::kList);
+  EXPECT_EQ(accessFor(route, "POST"), Access::kWrite);
+  EXPECT_EQ(accessFor(route, "PUT"), Access::kWrite);
+  EXPECT_EQ(accessFor(route, "PATCH"), Access::kPatch);
+  EXPECT_EQ(accessFor(route, "DELETE"), Access::kDelete);
+  EXPECT_TRUE(changesState(route, "POST"));
+  EXPECT_FALSE(changesState(route, "GET"));
+  RouteSpec open = route;
+  open.authenticated = false;
+  EXPECT_EQ(accessFor(open, "POST"), Access::kNone);
+  RouteSpec lookup = route;
+  lookup.access = {{"POST", Access::kRead}};
+  EXPECT_EQ(accessFor(lookup, "POST"), Access::kRead);
+  EXPECT_FALSE(changesState(lookup, "POST"));  // Audited as a read.
+}
+
+}  // namespace
+}  // namespace tessera::server

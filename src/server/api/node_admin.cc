@@ -115,9 +115,6 @@ core::Result<std::optional<NodeRecord>> ControlPlane::nodeRecord(const std::stri
 HttpResponse ControlPlane::joinTokensApi(Request& r) {
   const std::string source = "join token";
   if (r.method == "GET" || r.method == "LIST") {
-    if (!authorized(r, Capability::kRead) && !authorized(r, Capability::kList)) {
-      return error(403, "permission denied");
-    }
     const std::string prefix(kJoinTokensPrefix);
     auto got = store_.range(prefix, store::prefixEnd(prefix));
     if (!got.isOk()) {
@@ -137,9 +134,6 @@ HttpResponse ControlPlane::joinTokensApi(Request& r) {
     return reply(200, {{"request_id", r.request_id}, {"data", {{"join_tokens", list}}}});
   }
   if (r.method == "DELETE") {
-    if (!authorized(r, Capability::kDelete)) {
-      return error(403, "permission denied");
-    }
     const std::string accessor =
         r.match.params.contains("accessor") ? r.match.params.at("accessor") : "";
     const std::string prefix(kJoinTokensPrefix);
@@ -157,9 +151,6 @@ HttpResponse ControlPlane::joinTokensApi(Request& r) {
       }
     }
     return error(404, "no join token with accessor '" + accessor + "'");
-  }
-  if (!authorized(r, Capability::kCreate) && !authorized(r, Capability::kUpdate)) {
-    return error(403, "permission denied");
   }
   core::JsonNode body(r.body, "", source);
   if (core::Status st = body.checkKeys({"ttl", "labels"}); !st.isOk()) {
@@ -376,9 +367,6 @@ HttpResponse ControlPlane::nodeCredentialApi(Request& r, const std::string& node
   if (r.method != "POST" && r.method != "PUT") {
     return methodNotAllowed(r);
   }
-  if (!authorized(r, Capability::kUpdate)) {
-    return error(403, "permission denied");
-  }
   std::lock_guard admin(node_admin_mu_);
   auto rec = nodeRecord(node);
   if (!rec.isOk()) {
@@ -415,18 +403,12 @@ HttpResponse ControlPlane::nodeAdminApi(Request& r, const std::string& node,
                                         const std::string& op) {
   const bool read = r.method == "GET" || r.method == "LIST";
   if (read) {
-    if (!authorized(r, Capability::kRead)) {
-      return error(403, "permission denied");
-    }
     for (const NodeState& s : driver_.nodeStates()) {
       if (s.name == node) {
         return reply(200, {{"request_id", r.request_id}, {"data", nodeJson(s, std::nullopt)}});
       }
     }
     return error(404, "no node '" + node + "'");
-  }
-  if (!authorized(r, r.method == "DELETE" ? Capability::kDelete : Capability::kUpdate)) {
-    return error(403, "permission denied");
   }
   std::lock_guard admin(node_admin_mu_);
   auto rec = nodeRecord(node);
@@ -494,9 +476,6 @@ HttpResponse ControlPlane::nodeAdminApi(Request& r, const std::string& node,
 HttpResponse ControlPlane::poolsApi(Request& r) {
   const std::string pool = r.match.params.contains("pool") ? r.match.params.at("pool") : "";
   if (r.method == "GET" || r.method == "LIST") {
-    if (!authorized(r, Capability::kRead) && !authorized(r, Capability::kList)) {
-      return error(403, "permission denied");
-    }
     json pools = json::object();
     for (const auto& [p, tenant] : driver_.dedicatedPools()) {
       pools[p] = {{"tenant", tenant}};
@@ -515,17 +494,11 @@ HttpResponse ControlPlane::poolsApi(Request& r) {
         400, "pool name '" + pool + "': " + (pool.empty() ? std::string("empty") : st.message()));
   }
   if (r.method == "DELETE") {
-    if (!authorized(r, Capability::kDelete)) {
-      return error(403, "permission denied");
-    }
     if (auto del = store_.deleteRange(std::string(kPoolsPrefix) + pool); !del.isOk()) {
       return fromStatus(del.status());
     }
     driver_.dedicatePool(pool, "");
     return noContent();
-  }
-  if (!authorized(r, Capability::kUpdate) && !authorized(r, Capability::kCreate)) {
-    return error(403, "permission denied");
   }
   const std::string source = "pool '" + pool + "'";
   core::JsonNode body(r.body, "", source);

@@ -79,9 +79,6 @@ HttpResponse ControlPlane::awsApi(Request& r, const std::vector<std::string>& pa
     if (r.method != "LIST" && r.method != "GET") {
       return error(405, "use LIST");
     }
-    if (!authorizedOn(r, r.scope.path + "/", Capability::kList)) {
-      return error(403, "permission denied");
-    }
     auto names = aws.listRoles(tenant);
     if (!names.isOk()) {
       return fromStatus(names.status());
@@ -95,9 +92,6 @@ HttpResponse ControlPlane::awsApi(Request& r, const std::vector<std::string>& pa
     // Reading is what the capability names (as for secrets/db/creds); POST is the same request.
     if (r.method != "GET" && r.method != "POST") {
       return error(405, "use GET or POST");
-    }
-    if (!authorized(r, Capability::kRead)) {
-      return error(403, "permission denied");
     }
     const std::string& name = parts[3];
     auto role = aws.readRole(tenant, name);
@@ -162,9 +156,6 @@ HttpResponse ControlPlane::awsApi(Request& r, const std::vector<std::string>& pa
                          {"ttl", *duration}}}});
   }
   if (r.method == "GET") {
-    if (!authorized(r, Capability::kRead)) {
-      return error(403, "permission denied");
-    }
     auto got = config ? aws.readConfig(tenant) : aws.readRole(tenant, parts[3]);
     if (!got.isOk()) {
       return fromStatus(got.status());
@@ -176,19 +167,11 @@ HttpResponse ControlPlane::awsApi(Request& r, const std::vector<std::string>& pa
       // The endpoint receives JWTs that the real STS accepts for every role of the tenant.
       return error(403, "permission denied: secrets/aws/config cannot be changed through a grant");
     }
-    const bool exists =
-        config ? aws.readConfig(tenant).isOk() : aws.readRole(tenant, parts[3]).isOk();
-    if (!authorized(r, exists || config ? Capability::kUpdate : Capability::kCreate)) {
-      return error(403, "permission denied");
-    }
     core::Status st =
         config ? aws.putConfig(tenant, r.body) : aws.putRole(tenant, parts[3], r.body);
     return st.isOk() ? noContent() : fromStatus(st);
   }
   if (r.method == "DELETE" && !config) {
-    if (!authorized(r, Capability::kDelete)) {
-      return error(403, "permission denied");
-    }
     core::Status st = aws.deleteRole(tenant, parts[3]);
     return st.isOk() ? noContent() : fromStatus(st);
   }
@@ -207,9 +190,6 @@ HttpResponse ControlPlane::dbApi(Request& r, const std::vector<std::string>& par
     if (what == "creds" || (r.method != "LIST" && r.method != "GET")) {
       return error(405, "use LIST");
     }
-    if (!authorizedOn(r, r.scope.path + "/", Capability::kList)) {
-      return error(403, "permission denied");
-    }
     auto names = what == "config" ? db.listConnections(tenant) : db.listRoles(tenant);
     if (!names.isOk()) {
       return fromStatus(names.status());
@@ -224,9 +204,6 @@ HttpResponse ControlPlane::dbApi(Request& r, const std::vector<std::string>& par
     // A GET that creates a credential, as in Vault: reading is what the capability names.
     if (r.method != "GET") {
       return error(405, "use GET");
-    }
-    if (!authorized(r, Capability::kRead)) {
-      return error(403, "permission denied");
     }
     core::Duration ttl{};
     if (auto it = r.scope.query.find("ttl"); it != r.scope.query.end()) {
@@ -268,9 +245,6 @@ HttpResponse ControlPlane::dbApi(Request& r, const std::vector<std::string>& par
   }
   const bool config = what == "config";
   if (r.method == "GET") {
-    if (!authorized(r, Capability::kRead)) {
-      return error(403, "permission denied");
-    }
     auto got = config ? db.readConnection(tenant, name) : db.readRole(tenant, name);
     if (!got.isOk()) {
       return fromStatus(got.status());
@@ -278,19 +252,11 @@ HttpResponse ControlPlane::dbApi(Request& r, const std::vector<std::string>& par
     return reply(200, {{"request_id", r.request_id}, {"data", *got}});
   }
   if (r.method == "PUT" || r.method == "POST") {
-    const bool exists =
-        config ? db.readConnection(tenant, name).isOk() : db.readRole(tenant, name).isOk();
-    if (!authorized(r, exists ? Capability::kUpdate : Capability::kCreate)) {
-      return error(403, "permission denied");
-    }
     core::Status st =
         config ? db.putConnection(tenant, name, r.body) : db.putRole(tenant, name, r.body);
     return st.isOk() ? noContent() : fromStatus(st);
   }
   if (r.method == "DELETE") {
-    if (!authorized(r, Capability::kDelete)) {
-      return error(403, "permission denied");
-    }
     core::Status st = config ? db.deleteConnection(tenant, name) : db.deleteRole(tenant, name);
     return st.isOk() ? noContent() : fromStatus(st);
   }
@@ -308,7 +274,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   }
   const std::string& op = parts[2];
   const std::string path = rest(parts, 3);
-  auto need = [&](Capability c) { return authorized(r, c); };
   // A new key takes one of the tenant's max_secrets places; `creating` holds the tenant's lock
   // until the write is done.
   std::unique_lock<std::mutex> creating;
@@ -335,9 +300,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   };
   if (op == "config") {
     if (r.method == "GET") {
-      if (!need(Capability::kRead)) {
-        return error(403, "permission denied");
-      }
       auto c = kv.config(tenant);
       if (!c.isOk()) {
         return fromStatus(c.status());
@@ -352,9 +314,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
     if (r.method != "PUT" && r.method != "POST") {
       return error(405, "use GET or PUT");
     }
-    if (!need(Capability::kUpdate)) {
-      return error(403, "permission denied");
-    }
     core::Status st = kv.setConfig(tenant, r.body);
     return st.isOk() ? noContent() : fromStatus(st);
   }
@@ -362,9 +321,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   if (op == "metadata" && r.method == "LIST") {
     // As Vault: a LIST is checked on the folder's path, with its trailing '/', so
     // `path "secrets/kv/metadata/dev/*" { capabilities = ["list"] }` lists metadata/dev/.
-    if (!authorizedOn(r, r.scope.path + "/", Capability::kList)) {
-      return error(403, "permission denied");
-    }
     std::string prefix = path;
     if (!prefix.empty() && prefix.back() != '/') {
       prefix += '/';
@@ -401,9 +357,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       return error(405, "use GET");
     }
     if (r.method == "GET") {
-      if (!need(Capability::kRead)) {
-        return error(403, "permission denied");
-      }
       auto version = versionParam(r.scope);
       if (!version.isOk()) {
         return fromStatus(version.status());
@@ -443,9 +396,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       const bool patch = r.method == "PATCH";
       const auto found = patch ? core::Result<bool>(true) : kv.exists(tenant, path);
       const bool exists = found.isOk() && *found;
-      if (!need(patch ? Capability::kPatch : exists ? Capability::kUpdate : Capability::kCreate)) {
-        return error(403, "permission denied");
-      }
       static const std::string kRequest = "request";
       core::JsonNode n(r.body, "body", kRequest);
       if (core::Status st = n.checkKeys({"data", "options"}); !st.isOk()) {
@@ -478,9 +428,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
       return reply(200, {{"request_id", r.request_id}, {"data", written.metadataJson()}});
     }
     if (r.method == "DELETE") {
-      if (!need(Capability::kDelete)) {
-        return error(403, "permission denied");
-      }
       core::Status st = kv.remove(tenant, path, {});
       return st.isOk() ? noContent() : fromStatus(st);
     }
@@ -489,9 +436,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   if (op == "delete" || op == "undelete" || op == "destroy") {
     if (r.method != "PUT" && r.method != "POST") {
       return error(405, "use PUT");
-    }
-    if (!need(Capability::kUpdate)) {
-      return error(403, "permission denied");
     }
     auto versions = versionsField(r.body, op != "delete");
     if (!versions.isOk()) {
@@ -504,9 +448,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
   }
   if (op == "metadata") {
     if (r.method == "GET") {
-      if (!need(Capability::kRead)) {
-        return error(403, "permission denied");
-      }
       auto m = kv.metadata(tenant, path);
       if (!m.isOk()) {
         return fromStatus(m.status());
@@ -516,9 +457,6 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
     if (r.method == "PUT" || r.method == "POST") {
       const auto found = kv.exists(tenant, path);
       const bool exists = found.isOk() && *found;
-      if (!need(exists ? Capability::kUpdate : Capability::kCreate)) {
-        return error(403, "permission denied");
-      }
       if (!exists) {
         if (auto refused = room_for_new_key()) {
           return *refused;
@@ -530,16 +468,10 @@ HttpResponse ControlPlane::kvApi(Request& r, const std::vector<std::string>& par
     if (r.method == "PATCH") {
       // Vault: a merge into the key's metadata (custom_metadata merged, null removes a key);
       // the key must exist; `patch`.
-      if (!need(Capability::kPatch)) {
-        return error(403, "permission denied");
-      }
       core::Status st = kv.putMetadata(tenant, path, r.body, /*merge=*/true);
       return st.isOk() ? noContent() : fromStatus(st);
     }
     if (r.method == "DELETE") {
-      if (!need(Capability::kDelete)) {
-        return error(403, "permission denied");
-      }
       core::Status st = kv.deleteKey(tenant, path);
       return st.isOk() ? noContent() : fromStatus(st);
     }

@@ -205,13 +205,13 @@ std::string envKey(const std::string& workload, const std::string& var) {
 }  // namespace
 
 core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& tenant,
-                                                            const json& record) const {
-  const json& spec = record.at("spec");
+                                                            const WorkloadRecord& record) const {
+  const json& spec = record.spec;
   static const std::string kSource = "stored workload";
   core::JsonNode node(spec, "", kSource);
   SubmitCommand cmd;
   cmd.tenant = tenant;
-  cmd.name = record.at("name").get<std::string>();
+  cmd.name = record.name;
   TESSERA_RETURN_IF_ERROR(model::parseTaskRequest(node, catalogue_, {}, cmd.spec.request));
   cmd.spec.tasks = spec.value("tasks", 1);
   cmd.spec.min_available = spec.value("minAvailable", cmd.spec.tasks);
@@ -223,60 +223,37 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
   cmd.checkpoint_every = std::chrono::seconds(spec.value("checkpointEvery", int64_t{0}));
   cmd.spec.max_runtime = std::chrono::seconds(spec.value("maxRuntime", int64_t{0}));
   TESSERA_RETURN_IF_ERROR(parseCommandAndEnv(node, cmd));
-  if (const auto sealed = record.find("sealed_env"); sealed != record.end()) {
-    for (const auto& [var, hex] : sealed->items()) {
-      cmd.env.erase(var);
-      cmd.sealed_env[var] = hex.get<std::string>();
-    }
+  for (const auto& [var, hex] : record.sealed_env) {
+    cmd.env.erase(var);
+    cmd.sealed_env[var] = hex;
   }
   // Its attempt goes on where it was (a retry is not a first run again).
-  const json& status = record.at("status");
-  if (status.contains("attempt") && status["attempt"].is_number_integer()) {
-    cmd.attempt = std::max(1, status["attempt"].get<int>());
-  }
-  if (status.contains("attempts") && status["attempts"].is_array()) {
-    for (const json& a : status["attempts"]) {
-      if (a.is_string()) {
-        cmd.attempts_ended.push_back(a.get<std::string>());
-      }
-    }
-  }
+  cmd.attempt = std::max(1, record.status.attempt);
+  cmd.attempts_ended = record.status.attempts;
   // Tasks an agent ran (or was told to start) when the server stopped go back where they are.
-  const json& tasks = status.value("tasks", json::array());
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    const json& t = tasks[i];
-    if (!t.is_object() || !t.contains("generation")) {
+  for (size_t i = 0; i < record.status.tasks.size(); ++i) {
+    const TaskStatus& t = record.status.tasks[i];
+    if (t.generation == 0 || t.node.empty() ||
+        (t.state != "starting" && t.state != "running" && t.state != "terminating")) {
       continue;
     }
-    const std::string state = t.value("state", "");
-    if (state != "starting" && state != "running" && state != "terminating") {
+    if (t.started_at == core::WallTime{}) {
+      core::logWarn("workload {}/{}: task {} has no stored start time; it is placed anew", tenant,
+                    cmd.name, i);
       continue;
     }
-    try {
-      RestoredTask rt;
-      rt.index = static_cast<int>(i);
-      rt.node = t.at("node").get<std::string>();
-      rt.gpus = t.at("gpus").get<std::vector<int>>();
-      rt.mig_profile = t.value("mig", "");
-      rt.mig_start = t.value("mig_slot", -1);
-      rt.generation = t.at("generation").get<uint32_t>();
-      rt.starts = t.at("starts").get<uint32_t>();
-      const auto started = core::parseRfc3339(t.at("started_at").get<std::string>());
-      if (!started) {
-        throw std::invalid_argument("started_at is not an RFC 3339 time");
-      }
-      rt.started_at = *started;
-      rt.confirmed = state != "starting";
-      if (t.contains("ports")) {
-        rt.ports = t.at("ports").get<std::map<std::string, int>>();
-      }
-      cmd.restore.push_back(std::move(rt));
-    } catch (const std::exception& e) {
-      core::logWarn(
-          "workload {}/{}: task {}'s stored placement is unreadable ({}); it is placed "
-          "anew",
-          tenant, cmd.name, i, e.what());
-    }
+    RestoredTask rt;
+    rt.index = static_cast<int>(i);
+    rt.node = t.node;
+    rt.gpus = t.gpus;
+    rt.mig_profile = t.mig_profile;
+    rt.mig_start = t.mig_start;
+    rt.generation = t.generation;
+    rt.starts = t.starts;
+    rt.started_at = t.started_at;
+    rt.confirmed = t.state != "starting";
+    rt.ports = t.ports;
+    cmd.restore.push_back(std::move(rt));
   }
   return cmd;
 }
@@ -326,9 +303,7 @@ core::Result<std::string> ControlPlane::openEnv(const NodeTask& t, const std::st
 }
 
 int64_t ControlPlane::workloadIndex(const std::string& tenant) const {
-  std::shared_lock lock(mu_);
-  auto it = workload_index_.find(tenant);
-  return it == workload_index_.end() ? loaded_revision_ : it->second;
+  return registry_.index(tenant);
 }
 
 bool ControlPlane::deferUntilWorkloadsChange(Request& r, const std::string& tenant,
@@ -377,35 +352,31 @@ bool ControlPlane::deferUntilWorkloadsChange(Request& r, const std::string& tena
   return true;
 }
 
+json ControlPlane::workloadData(const std::string& tenant, const WorkloadRecord& record) const {
+  json data = {{"name", record.name},
+               {"tenant", tenant},
+               {"spec", record.spec},
+               {"submitted", record.submitted}};
+  if (!record.finished.empty()) {  // Collected a retention after this.
+    data["finished"] = record.finished;
+  }
+  auto live = driver_.status(tenant, record.name);
+  data["status"] = statusJson(live ? *live : record.status);
+  return data;
+}
+
 HttpResponse ControlPlane::workloadListAnswer(const Request& r, const std::string& tenant) {
   // Each workload as GET workloads/<name> shows it, in the one answer instead of one request per
   // workload; only those the token may read, and the keys as before, so older clients see the
   // same answer. `index` is what a long poll waits on.
   const int64_t index = workloadIndex(tenant);
-  std::map<std::string, json> records;
-  {
-    std::shared_lock lock(mu_);
-    if (auto it = workloads_.find(tenant); it != workloads_.end()) {
-      records = it->second;
-    }
-  }
   json keys = json::array();
   json details = json::array();
-  for (const auto& [name, record] : records) {
-    keys.push_back(name);
-    if (!authorizedOn(r, "workloads/" + name, Capability::kRead)) {
-      continue;
+  for (const WorkloadPtr& record : registry_.list(tenant)) {
+    keys.push_back(record->name);
+    if (authorizedOn(r, "workloads/" + record->name, Capability::kRead)) {
+      details.push_back(workloadData(tenant, *record));
     }
-    json data = {{"name", name},
-                 {"tenant", tenant},
-                 {"spec", record.value("spec", json::object())},
-                 {"submitted", record.value("submitted", json())}};
-    if (record.contains("finished")) {
-      data["finished"] = record.at("finished");
-    }
-    auto live = driver_.status(tenant, name);
-    data["status"] = live ? statusJson(*live) : record.value("status", json::object());
-    details.push_back(std::move(data));
   }
   return reply(200, {{"request_id", r.request_id},
                      {"data", {{"keys", keys}, {"workloads", details}, {"index", index}}}});
@@ -424,14 +395,12 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     if (r.method != "LIST") {
       return error(405, "use LIST (or GET ?list=true) on workloads");
     }
-    if (!authorized(r, Capability::kList)) {
-      return error(403, "permission denied");
-    }
     if (!r.scope.query.contains("detail")) {
-      std::shared_lock lock(mu_);
-      auto it = workloads_.find(tenant);
-      return keysReply(r.request_id,
-                       it == workloads_.end() ? std::map<std::string, json>{} : it->second);
+      json keys = json::array();
+      for (const WorkloadPtr& record : registry_.list(tenant)) {
+        keys.push_back(record->name);
+      }
+      return reply(200, {{"request_id", r.request_id}, {"data", {{"keys", keys}}}});
     }
     // `?detail=true` (`tessera ps`, the console), at once or as a long poll.
     if (deferUntilWorkloadsChange(r, tenant, [this, tenant](const Request& later) {
@@ -448,18 +417,8 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   // Read before the record: a change after it moves the index past this one, so a long poll
   // from here misses nothing.
   const int64_t index = workloadIndex(tenant);
-  json record;
-  {
-    std::shared_lock lock(mu_);
-    auto t = workloads_.find(tenant);
-    if (t != workloads_.end()) {
-      auto it = t->second.find(name);
-      if (it != t->second.end()) {
-        record = it->second;
-      }
-    }
-  }
-  const bool exists = !record.is_null();
+  const WorkloadPtr record = registry_.get(tenant, name);
+  const bool exists = record != nullptr;
   if (parts.size() == 3 && parts[2] == "logs") {
     if (!exists) {
       return error(404, "no workload '" + name + "'");
@@ -467,76 +426,49 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
     return workloadLogs(r, tenant, name);
   }
   if (parts.size() == 3 && parts[2] == "events" && r.method == "GET") {
-    if (!authorized(r, Capability::kRead)) {
-      return error(403, "permission denied");
-    }
     if (!exists) {
       return error(404, "no workload '" + name + "'");
     }
     return reply(200, {{"request_id", r.request_id},
-                       {"data", {{"events", record.value("events", json::array())}}}});
+                       {"data", {{"events", workloadJson(*record)["events"]}}}});
   }
   if (parts.size() != 2) {
     return error(404, "unsupported path");
   }
   if (r.method == "GET") {
-    if (!authorized(r, Capability::kRead)) {
-      return error(403, "permission denied");
-    }
     if (!exists) {
       return error(404, "no workload '" + name + "'");
     }
-    json data = {{"name", name},
-                 {"tenant", tenant},
-                 {"spec", record["spec"]},
-                 {"submitted", record["submitted"]}};
-    if (record.contains("finished")) {  // Collected a retention after this.
-      data["finished"] = record["finished"];
-    }
-    auto live = driver_.status(tenant, name);
-    data["status"] = live ? statusJson(*live) : record["status"];
+    json data = workloadData(tenant, *record);
     data["index"] = index;  // The tenant's workloads' (a long poll of the list waits on it).
     return reply(200, {{"request_id", r.request_id}, {"data", data}});
   }
   if (r.method == "DELETE") {
-    if (!authorized(r, Capability::kDelete)) {
-      return error(403, "permission denied");
-    }
     if (!exists) {
       return error(404, "no workload '" + name + "'");
     }
     // The request is stored (durable, so it survives a restart); the scheduler stops the
     // workload when the store's watch brings it (onStoreEvents).
     std::lock_guard write_lock(status_write_mu_);
-    json updated;
-    {
-      std::lock_guard lock(mu_);
-      auto t = workloads_.find(tenant);
-      if (t == workloads_.end() || !t->second.contains(name)) {
-        return error(404, "no workload '" + name + "'");
-      }
-      json& rec = t->second[name];
-      const std::string phase = rec["status"].value("phase", "");
-      if (rec.value("cancel_requested", false) || phase == "succeeded" || phase == "failed" ||
-          phase == "cancelled") {
-        return noContent();  // Nothing left to stop.
-      }
-      rec["cancel_requested"] = true;
-      rec["events"].push_back(
-          {{"time", core::formatRfc3339(clock_.wallNow())}, {"event", "cancel requested"}});
-      updated = rec;
+    const WorkloadPtr now = registry_.get(tenant, name);
+    if (now == nullptr) {
+      return error(404, "no workload '" + name + "'");
     }
-    auto put = store_.put(workloadKey(tenant, name), updated.dump());
+    if (now->cancel_requested || isFinished(now->status.phase)) {
+      return noContent();  // Nothing left to stop.
+    }
+    WorkloadRecord updated = *now;
+    updated.cancel_requested = true;
+    updated.addEvent(core::formatRfc3339(clock_.wallNow()), "cancel requested");
+    auto put = store_.put(workloadKey(tenant, name), encodeWorkload(updated));
     if (!put.isOk()) {
       return fromStatus(put.status());
     }
+    waitForOwnWrite(*put);
     return noContent();
   }
   if (r.method != "POST") {
     return error(405, "method not allowed");
-  }
-  if (!authorized(r, exists ? Capability::kUpdate : Capability::kCreate)) {
-    return error(403, "permission denied");
   }
   if (exists) {
     return error(409, "workload '" + name + "' exists; workloads cannot be changed");
@@ -616,8 +548,8 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
       return error(404, "not found");  // Deleted since the request was routed.
     }
     const json& config = t->second;
-    const int64_t pending = pending_[tenant];
-    if (static_cast<int64_t>(workloads_[tenant].size()) >=
+    const int64_t pending = registry_.pending(tenant);
+    if (static_cast<int64_t>(registry_.count(tenant)) >=
         config.value("max_workloads", options_.default_max_workloads)) {
       return error(429, "tenant '" + tenant + "' is at its limit of stored workloads");
     }
@@ -625,20 +557,19 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
       return error(429, "tenant '" + tenant + "' is at its limit of pending workloads");
     }
   }
-  json stored = {
-      {"name", name},
-      {"spec", std::move(spec)},
-      {"submitted", core::formatRfc3339(clock_.wallNow())},
-      {"status", {{"phase", "pending"}, {"tasks", json::array()}}},
-      {"events", {{{"time", core::formatRfc3339(clock_.wallNow())}, {"event", "submitted"}}}}};
-  if (!sealed_env.empty()) {
-    stored["sealed_env"] = std::move(sealed_env);
+  WorkloadRecord stored;
+  stored.name = name;
+  stored.spec = std::move(spec);
+  stored.submitted = core::formatRfc3339(clock_.wallNow());
+  stored.addEvent(stored.submitted, "submitted");
+  for (const auto& [var, hex] : sealed_env.items()) {
+    stored.sealed_env[var] = hex.get<std::string>();
   }
+  const std::string value = encodeWorkload(stored);
   // The record grows with its tasks' status and its events, and must stay within what the store
   // takes, or it could never be updated again (nor cancelled).
-  const size_t largest = stored.dump(-1, ' ', false, json::error_handler_t::replace).size() +
-                         static_cast<size_t>(*tasks) * kTaskStatusBytes + kEventsBytes +
-                         kAttemptsBytes;
+  const size_t largest =
+      value.size() + static_cast<size_t>(*tasks) * kTaskStatusBytes + kEventsBytes + kAttemptsBytes;
   if (largest > store::kMaxValueBytes) {
     return error(400, source + ": its record could grow to " + std::to_string(largest) +
                           " bytes with the status of its " + std::to_string(*tasks) +
@@ -661,31 +592,33 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   txn.compares.push_back(
       store::Compare::version(workloadKey(tenant, name), store::Compare::kEqual, 0));
   txn.compares.push_back(store::Compare::version(tenantKey(tenant), store::Compare::kGreater, 0));
-  txn.success.push_back(store::Op::put(workloadKey(tenant, name), stored.dump()));
+  txn.success.push_back(store::Op::put(workloadKey(tenant, name), value));
   auto res = store_.txn(std::move(txn));
   if (!res.isOk()) {
     return fromStatus(res.status());
   }
+  if (!res->succeeded) {
+    // Either compare failed: the tenant is gone (deleted since the checks above), or the name
+    // is taken.
+    std::shared_lock lock(mu_);
+    return tenants_.contains(tenant) ? error(409, "workload '" + name + "' exists")
+                                     : error(404, "not found");
+  }
+  waitForOwnWrite(res->revision);
   bool deleting = false;
-  if (res->succeeded) {
+  {
     std::shared_lock lock(mu_);
     deleting = !tenants_.contains(tenant);
   }
   if (deleting) {
     // Stored, while the tenant is out of the caches: its deletion began after the checks above
     // and is under way. It holds the tenant's lock until it is done, and either removes the
-    // workload with the rest or, if it fails, puts the tenant back with the workload.
+    // workload with the rest or, if it fails, puts the tenant back and hands the workload over.
     std::lock_guard wait(tenantLock(tenant));
-  }
-  std::lock_guard lock(mu_);
-  if (!tenants_.contains(tenant) || (deleting && !workloads_[tenant].contains(name))) {
-    return error(404, "not found");  // Deleted meanwhile: the workload is not in the store.
-  }
-  if (!res->succeeded) {
-    return error(409, "workload '" + name + "' exists");
-  }
-  if (workloads_[tenant].try_emplace(name, stored).second) {  // Unless the watch was first.
-    ++pending_[tenant];
+    std::shared_lock lock(mu_);
+    if (!tenants_.contains(tenant)) {
+      return error(404, "not found");  // Deleted meanwhile: the workload went with it.
+    }
   }
   return reply(202, {{"request_id", r.request_id},
                      {"data", {{"name", name}, {"tenant", tenant}, {"phase", "pending"}}}});
@@ -695,9 +628,6 @@ HttpResponse ControlPlane::workloadLogs(Request& r, const std::string& tenant,
                                         const std::string& name) {
   if (r.method != "GET") {
     return error(405, "method not allowed");
-  }
-  if (!authorized(r, Capability::kRead)) {
-    return error(403, "permission denied");
   }
   int64_t task = 0;
   LogRequest req;
@@ -750,7 +680,7 @@ HttpResponse ControlPlane::workloadLogs(Request& r, const std::string& tenant,
                          {"offset", req.offset},
                          {"next_offset", req.offset},
                          {"size", 0},
-                         {"phase", status->phase},
+                         {"phase", phaseName(status->phase)},
                          {"state", "starting"},
                          {"text", ""}}}});
   }
@@ -773,7 +703,7 @@ HttpResponse ControlPlane::workloadLogs(Request& r, const std::string& tenant,
                        {"offset", offset},
                        {"next_offset", offset + static_cast<int64_t>(piece->data.size())},
                        {"size", piece->size},
-                       {"phase", status->phase},
+                       {"phase", phaseName(status->phase)},
                        {"text", text}}}});
 }
 
