@@ -154,6 +154,9 @@ Result<json> redactedEventJson(const AuditEvent& event, const RedactionOptions& 
                   {"path", event.request.path},
                   {"remote_address", event.request.remote_address},
                   {"body", event.request.body}};
+  if (!event.request.client.empty()) {
+    request["client"] = event.request.client;
+  }
   std::vector<std::string> done;  // Pointers to values already HMAC'd by the key-name rule.
   hmacSensitiveKeys(request["body"], json::json_pointer("/request/body"), options.salt, &done);
   json record = {

@@ -40,6 +40,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -67,6 +68,9 @@ struct AuditRequest {
   std::string path;
   std::string remote_address;
   nlohmann::json body = nlohmann::json::object();
+  // What the client said about itself, where the server records it (the Kubernetes API:
+  // user-agent, kubectl-command, kubectl-session); written only when there is something.
+  std::map<std::string, std::string> client = {};
 };
 
 struct AuditResponse {

@@ -2054,6 +2054,7 @@ void addClientCommands(CLI::App& app, int* rc) {
   addWorkloadCommands(app, rc);
   addQueueCommands(app, rc);
   addNodeCommands(app, rc);
+  addKubeconfigCommand(app, rc);
 }
 
 }  // namespace tessera::cli

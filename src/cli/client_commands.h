@@ -28,5 +28,7 @@ void addClientCommands(CLI::App& app, int* rc);
 void addAuditTail(CLI::App& audit, int* rc);
 // `tessera node ...` (node_commands.cc): join tokens, cordon, drain, remove, dedicated pools.
 void addNodeCommands(CLI::App& app, int* rc);
+// `tessera kubeconfig` (kubeconfig_command.cc): a kubeconfig for the tenant's Kubernetes API.
+void addKubeconfigCommand(CLI::App& app, int* rc);
 
 }  // namespace tessera::cli

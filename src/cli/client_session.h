@@ -234,6 +234,17 @@ class Session {
     return t;
   }
 
+  // `target` as this session sends it: rooted on a listener chrooted to a tenant (known once
+  // the server has answered once).
+  std::string rooted(const std::string& target) const {
+    const std::string& chroot = client_->chrootTenant();
+    const std::string prefix = "/v1/tenants/" + pathSegment(chroot) + "/";
+    if (!chroot.empty() && target.rfind(prefix, 0) == 0) {
+      return "/v1/" + target.substr(prefix.size());
+    }
+    return target;  // Another tenant's path stays as it is: the listener answers 404.
+  }
+
  private:
   Session() = default;
 
@@ -259,15 +270,6 @@ class Session {
                         "this is an admin command, and your token belongs to tenant '" +
                             me->value("tenant", std::string()) +
                             "': use an admin (root) token (--token or TESSERA_TOKEN)");
-  }
-
-  std::string rooted(const std::string& target) const {
-    const std::string& chroot = client_->chrootTenant();
-    const std::string prefix = "/v1/tenants/" + pathSegment(chroot) + "/";
-    if (!chroot.empty() && target.rfind(prefix, 0) == 0) {
-      return "/v1/" + target.substr(prefix.size());
-    }
-    return target;  // Another tenant's path stays as it is: the listener answers 404.
   }
 
   std::unique_ptr<ApiClient> client_;

@@ -23,6 +23,7 @@
 #include "server/api_util.h"
 #include "server/console.h"
 #include "server/fenced_store.h"
+#include "server/kube/objects.h"
 #include "server/request.h"
 #include "server/route_table.h"
 #include "store/etcd_store.h"
@@ -234,8 +235,13 @@ void ControlPlane::handle(const HttpRequest& http, const std::vector<ListenerCon
   // Every answer, now or later, says what a client may do after a 5xx.
   Reply marked;
   if (reply) {
-    marked = [reply = std::move(reply)](HttpResponse resp) mutable {
+    // A Kubernetes client gets its errors as Status objects, whoever answered.
+    const bool kube = isKubeTarget(http, listeners);
+    marked = [reply = std::move(reply), kube](HttpResponse resp) mutable {
       markUnavailable(resp);
+      if (kube) {
+        kube::asStatus(resp);
+      }
       reply(std::move(resp));
     };
   }
@@ -247,6 +253,22 @@ void ControlPlane::handle(const HttpRequest& http, const std::vector<ListenerCon
   if (now && marked) {
     marked(std::move(*now));
   }
+}
+
+bool ControlPlane::isKubeTarget(const HttpRequest& http,
+                                const std::vector<ListenerConfig>& listeners) {
+  const std::string_view target = http.target;
+  const bool chrooted =
+      http.listener < listeners.size() && !listeners[http.listener].chroot_tenant.empty();
+  if (chrooted && (isKubeRoot(target) || target.starts_with("/v1/k8s/"))) {
+    return true;
+  }
+  constexpr std::string_view kTenants = "/v1/tenants/";
+  if (!target.starts_with(kTenants)) {
+    return false;
+  }
+  const size_t slash = target.find('/', kTenants.size());
+  return slash != std::string_view::npos && target.substr(slash).starts_with("/k8s/");
 }
 
 void ControlPlane::markUnavailable(HttpResponse& resp) {
@@ -495,6 +517,14 @@ std::optional<HttpResponse> ControlPlane::serve(const HttpRequest& http,
   ev.request.path = r.scope.tenant ? "tenants/" + tenant + "/" + r.scope.path : r.scope.path;
   ev.request.remote_address = http.remote;
   ev.request.body = r.body;
+  if (r.match.route != nullptr && r.match.route->api == Api::kKube) {
+    // Which kubectl command (and invocation) sent it: what an operator reading the log asks.
+    for (const char* header : {"kubectl-command", "kubectl-session", "user-agent"}) {
+      if (std::string v = http.header(header); !v.empty()) {
+        ev.request.client[header] = v.substr(0, 256);
+      }
+    }
+  }
   ev.sensitive = sensitivePointers(r.scope);
   // A request that changes something is on stable storage in the log before it is acted on. A
   // read changes nothing, so its request record only needs to precede its response record in
@@ -871,6 +901,8 @@ HttpResponse ControlPlane::route(Request& r) {
       return workloadsApi(r);
     case Api::kAudit:
       return auditApi(r);
+    case Api::kKube:
+      return kubeApi(r);
     case Api::kHealth:
     case Api::kOpenApi:
     case Api::kSealUnauthenticated:

@@ -234,6 +234,18 @@ class ControlPlane {
   // What the tokens' power rule reads: policies_ (under mu_) and the live grants to a tenant.
   PowerSource powerSource() const;
   HttpResponse workloadsApi(Request& r);
+  // Admits and stores a new workload `name` of `tenant` with spec `body` (Tessera's workload
+  // spec; `kube`: what the Kubernetes API keeps of the object, WorkloadRecord::kube): 202 once
+  // the registry has it, or why not (400, 404, 409, 429, ...). Both APIs submit through here.
+  HttpResponse submitWorkload(Request& r, const std::string& tenant, const std::string& name,
+                              const nlohmann::json& body, nlohmann::json kube);
+  // The Kubernetes API (server/kube/kube_api.cc; docs/kubernetes.md).
+  HttpResponse kubeApi(Request& r);
+  // DELETE of a pod: a finished one is gone at once; one that runs or waits is stopped, marked
+  // with its deletionTimestamp, and collected once it has stopped (collectFinishedWorkloads).
+  HttpResponse kubeDeletePod(const std::string& tenant, const WorkloadRecord& w);
+  // GET pods/<name>/log (?tailLines=&limitBytes=): its task's stdout, from its agent.
+  HttpResponse kubeLogs(Request& r, const std::string& tenant, const WorkloadRecord& w);
   // A workload as GET workloads/<name> shows it: its record, with the scheduler's live status.
   nlohmann::json workloadData(const std::string& tenant, const WorkloadRecord& record) const;
   // LIST workloads?detail=true: every workload of `tenant` the token may read, with `index`.
@@ -420,6 +432,9 @@ class ControlPlane {
   // X-Tessera-Applied: unknown, X-Tessera-Standby for a deposed leader, X-Tessera-Leader: none
   // when etcd has no quorum.
   static void markUnavailable(HttpResponse& resp);
+  // Whether `http` is for the Kubernetes API (under k8s/, or a Kubernetes root on a listener
+  // chrooted to a tenant): its errors are then Status objects (kube::asStatus).
+  static bool isKubeTarget(const HttpRequest& http, const std::vector<ListenerConfig>& listeners);
   // route(r) for a change with `key`: once per key, else the first answer again.
   HttpResponse routeOnce(Request& r, const HttpRequest& http, const std::string& key,
                          const std::vector<std::string>& sensitive);

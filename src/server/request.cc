@@ -18,6 +18,17 @@ std::string requestToken(const HttpRequest& http) {
   return token;
 }
 
+bool isKubeRoot(std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  for (std::string_view root : {"/version", "/api", "/apis", "/openapi"}) {
+    if (path == root ||
+        (path.starts_with(root) && path.size() > root.size() && path[root.size()] == '/')) {
+      return true;
+    }
+  }
+  return false;
+}
+
 core::Result<ScopedPath> requestScope(const HttpRequest& http, std::string_view chroot_tenant) {
   const std::string header = http.header("x-vault-namespace");
   std::string_view ns = header;
@@ -28,6 +39,11 @@ core::Result<ScopedPath> requestScope(const HttpRequest& http, std::string_view 
     ns.remove_suffix(1);
   }
   if (ns.empty() || ns == "root") {
+    if (!chroot_tenant.empty() && isKubeRoot(http.target)) {
+      // A listener chrooted to a tenant also answers the Kubernetes API at its root, so a
+      // kubeconfig's server: is just https://host:port (docs/kubernetes.md).
+      return scopeTarget("/v1/k8s" + http.target, chroot_tenant);
+    }
     return scopeTarget(http.target, chroot_tenant);
   }
   if (!validName(ns)) {
@@ -56,7 +72,12 @@ core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_vi
       matchRoute(r.scope.tenant ? RouteScope::kTenant : RouteScope::kAdmin, r.scope.path, r.method);
   // A body is parsed only for a route and method that read one; any other is ignored (a small
   // one: bodyAllowance refuses a larger one before it is read).
-  if (!http.body.empty() && r.match.route != nullptr && r.match.allowed &&
+  // The Kubernetes API's bodies may be protobuf (kubectl's typed clients send it): its
+  // handler reads those itself.
+  const bool protobuf =
+      r.match.route != nullptr && r.match.route->api == Api::kKube &&
+      http.header("content-type").starts_with("application/vnd.kubernetes.protobuf");
+  if (!http.body.empty() && r.match.route != nullptr && r.match.allowed && !protobuf &&
       takesBody(*r.match.route, r.method)) {
     // Depth-limited like config files: hostile nesting must not exhaust the stack.
     int depth = 0;

@@ -51,6 +51,10 @@ std::string requestToken(const HttpRequest& http);
 // (another is NOT_FOUND), and a name that is no tenant name is INVALID_ARGUMENT.
 core::Result<ScopedPath> requestScope(const HttpRequest& http, std::string_view chroot_tenant);
 
+// Whether `target` is one of the Kubernetes API's roots (/version, /api, /apis, /openapi and
+// below): on a listener chrooted to a tenant they are its k8s/ paths.
+bool isKubeRoot(std::string_view target);
+
 core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_view chroot_tenant);
 
 // What the request whose head is `head` may carry as a body: nullopt (its listener's

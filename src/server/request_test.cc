@@ -144,5 +144,42 @@ TEST(BodyAllowanceTest, ARouteThatReadsNoBodyMayCarryASmallOneOnly) {
   }
 }
 
+// The Kubernetes API is under k8s/ in a tenant's scope, and at the root of a listener chrooted
+// to the tenant (a kubeconfig's server: https://host:port); its protobuf bodies are left to its
+// handler.
+TEST(ParseApiRequestTest, KubernetesPathsAtATenantsRootAndItsK8sPrefix) {
+  auto prefixed = parseApiRequest(
+      request("GET", "/v1/tenants/t/k8s/api/v1/namespaces/default/pods?limit=500"), "");
+  ASSERT_TRUE(prefixed.isOk()) << prefixed.status().toString();
+  EXPECT_EQ(prefixed->scope.tenant, "t");
+  EXPECT_EQ(prefixed->scope.path, "k8s/api/v1/namespaces/default/pods");
+  ASSERT_NE(prefixed->match.route, nullptr);
+  EXPECT_EQ(prefixed->match.route->api, Api::kKube);
+  for (const char* target : {"/api", "/apis/batch/v1", "/version?timeout=5s", "/openapi/v3"}) {
+    auto rooted = parseApiRequest(request("GET", target), "t");
+    ASSERT_TRUE(rooted.isOk()) << target << ": " << rooted.status().toString();
+    EXPECT_EQ(rooted->scope.tenant, "t") << target;
+    EXPECT_TRUE(rooted->scope.path.starts_with("k8s/")) << target;
+    EXPECT_EQ(rooted->match.route->api, Api::kKube) << target;
+  }
+  // Not on a plain listener, and nothing that merely starts with the same letters.
+  EXPECT_FALSE(parseApiRequest(request("GET", "/api/v1/pods"), "").isOk());
+  EXPECT_FALSE(isKubeRoot("/apiary"));
+  EXPECT_FALSE(isKubeRoot("/versions"));
+  EXPECT_TRUE(isKubeRoot("/apis"));
+  // A protobuf body is not parsed as JSON here; a JSON one is.
+  HttpRequest pb = request("POST", "/v1/tenants/t/k8s/api/v1/namespaces/default/secrets",
+                           std::string("k8s\0\x0a", 5));
+  pb.headers.emplace_back("content-type", "application/vnd.kubernetes.protobuf");
+  auto proto = parseApiRequest(pb, "");
+  ASSERT_TRUE(proto.isOk()) << proto.status().toString();
+  EXPECT_TRUE(proto->body.empty());
+  auto js = parseApiRequest(request("POST", "/v1/tenants/t/k8s/api/v1/namespaces/default/pods",
+                                    R"({"metadata": {"name": "p"}})"),
+                            "");
+  ASSERT_TRUE(js.isOk());
+  EXPECT_EQ(js->body["metadata"]["name"], "p");
+}
+
 }  // namespace
 }  // namespace tessera::server

@@ -103,7 +103,7 @@ std::string_view accessName(Access a) {
     case Access::kNone:
       return "none (no token)";
     case Access::kToken:
-      return "any token (itself only)";
+      return "any valid token";
     case Access::kRead:
       return "read";
     case Access::kList:
@@ -126,6 +126,8 @@ std::string_view accessName(Access a) {
       return "create (new) or update (existing)";
     case Access::kListFolder:
       return "list (on the path with a trailing /)";
+    case Access::kKube:
+      return "the Kubernetes verb's, on its object's Tessera path";
   }
   return "?";
 }

@@ -58,6 +58,7 @@ enum class Api {
   kWorkloads,
   kAudit,
   kConsole,  // The web console's files (server/console.h): `/`, `/ui`, `/ui/<file>`
+  kKube,     // The Kubernetes API under k8s/ (server/kube/kube_api.cc, docs/kubernetes.md)
 };
 
 // What a request to a route must be allowed before its handler runs: capabilities of the
@@ -80,6 +81,8 @@ enum class Access : uint8_t {
                 // existence check: ControlPlane::objectExists).
   kListFolder,  // List, on the path with a trailing '/' (Vault's LIST of a folder, so that
                 // `path "secrets/kv/metadata/dev/*"` lists metadata/dev/).
+  kKube,        // The Kubernetes verb's capability on the Tessera path its object maps to
+                // (pods/x -> workloads/x; server/kube/access.h).
 };
 
 // How an Access reads in docs and tests ("read", "create|update", ...).

@@ -216,10 +216,10 @@ admin sys/leases GET: read (reads)
 admin sys/leases LIST: read (reads)
 admin sys/doctor GET: sudo (reads)
 admin auth/token/create POST: create|update secrets sudo?
-admin auth/token/lookup-self GET: any token (itself only) (reads)
-admin auth/token/lookup-self POST: any token (itself only)
-admin auth/token/renew-self POST: any token (itself only)
-admin auth/token/revoke-self POST: any token (itself only)
+admin auth/token/lookup-self GET: any valid token (reads)
+admin auth/token/lookup-self POST: any valid token
+admin auth/token/renew-self POST: any valid token
+admin auth/token/revoke-self POST: any valid token
 admin auth/token/lookup GET: create|update (reads)
 admin auth/token/lookup POST: create|update
 admin auth/token/renew POST: create|update
@@ -228,10 +228,10 @@ admin auth/token/lookup-accessor POST: create|update
 admin auth/token/renew-accessor POST: create|update
 admin auth/token/revoke-accessor POST: create|update
 tenant auth/token/create POST: create|update secrets sudo?
-tenant auth/token/lookup-self GET: any token (itself only) (reads)
-tenant auth/token/lookup-self POST: any token (itself only)
-tenant auth/token/renew-self POST: any token (itself only)
-tenant auth/token/revoke-self POST: any token (itself only)
+tenant auth/token/lookup-self GET: any valid token (reads)
+tenant auth/token/lookup-self POST: any valid token
+tenant auth/token/renew-self POST: any valid token
+tenant auth/token/revoke-self POST: any valid token
 tenant auth/token/lookup GET: create|update (reads)
 tenant auth/token/lookup POST: create|update
 tenant auth/token/renew POST: create|update
@@ -316,6 +316,25 @@ tenant secrets/aws/roles/{name} POST: create (new) or update (existing)
 tenant secrets/aws/roles/{name} DELETE: delete
 tenant secrets/aws/creds/{role} GET: read (reads) secrets
 tenant secrets/aws/creds/{role} POST: read (reads) secrets
+tenant k8s/version GET: any valid token (reads)
+tenant k8s/api GET: any valid token (reads)
+tenant k8s/apis GET: any valid token (reads)
+tenant k8s/api/v1 GET: any valid token (reads)
+tenant k8s/api/v1/namespaces GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace} GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/pods GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/pods POST: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/api/v1/namespaces/{namespace}/pods/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/pods/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/api/v1/namespaces/{namespace}/pods/{name}/log GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/pods GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/apis/{group}/{version} GET: any valid token (reads)
+tenant k8s/openapi/v3 GET: any valid token (reads)
+tenant k8s/openapi/v3/{gv+} GET: any valid token (reads)
+tenant k8s/{path*} GET: any valid token (reads)
+tenant k8s/{path*} POST: any valid token
+tenant k8s/{path*} PATCH: any valid token
+tenant k8s/{path*} DELETE: any valid token
 )");
 }
 

@@ -143,6 +143,11 @@ void ControlPlane::collectFinishedWorkloads() {
     if (!isFinished(rec->status.phase)) {
       continue;
     }
+    // A pod deleted through Kubernetes goes once it has stopped, whatever the retention.
+    if (rec->kube.is_object() && rec->kube.contains("deletionTimestamp")) {
+      due.emplace_back(tenant, rec->name);
+      continue;
+    }
     const int64_t keep_s =
         tenantSetting(tenant, "workload_retention_seconds", options_.default_workload_retention_s);
     if (keep_s <= 0) {

@@ -199,6 +199,9 @@ json workloadJson(const WorkloadRecord& r) {
   if (!r.sealed_env.empty()) {
     j["sealed_env"] = r.sealed_env;
   }
+  if (r.kube.is_object()) {
+    j["kube"] = r.kube;
+  }
   return j;
 }
 
@@ -224,6 +227,10 @@ core::Result<WorkloadRecord> workloadFromJson(const json& j, const std::string& 
   r.finished = f.get<std::string>("finished", "");
   r.cancel_requested = f.get<bool>("cancel_requested", false);
   r.sealed_env = f.get<std::map<std::string, std::string>>("sealed_env", {});
+  r.kube = f.get<json>("kube", json());
+  if (!r.kube.is_null() && !r.kube.is_object()) {
+    f.fail("kube: expected an object");
+  }
   const json events = f.get<json>("events", json::array());
   if (!events.is_array()) {
     f.fail("events: expected a list");

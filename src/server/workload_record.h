@@ -44,6 +44,9 @@ struct WorkloadRecord {
   bool cancel_requested = false;
   std::vector<WorkloadEvent> events;
   std::map<std::string, std::string> sealed_env;  // Env name -> sealed value (hex).
+  // Set for a workload created through the Kubernetes API (server/kube): what it keeps of the
+  // object to show it back ({"kind", "namespace", "uid", "labels", "annotations", "spec"}).
+  nlohmann::json kube;
   // Where the store has it (not part of the value): the revisions that created it and last
   // changed it (the Kubernetes API's resourceVersion).
   int64_t create_revision = 0;

@@ -37,6 +37,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using tessera::integration::binary;
 using tessera::integration::Client;
+using tessera::integration::Dev;
 using tessera::integration::Outcome;
 using tessera::integration::Process;
 using tessera::integration::Response;
@@ -58,48 +59,6 @@ size_t count(const std::string& s, const std::string& part) {
   }
   return n;
 }
-
-// A `tessera dev` of its own, started by the test and stopped when it goes.
-struct Dev {
-  fs::path dir;
-  pid_t pid = -1;
-  json info;
-
-  Dev(const fs::path& d, const std::vector<std::string>& extra) : dir(d) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    pid = fork();
-    if (pid == 0) {
-      freopen((dir / "server.out").c_str(), "w", stdout);
-      freopen((dir / "server.err").c_str(), "w", stderr);
-      std::string bin = binary();
-      std::vector<std::string> args = {bin,          "dev",    "--data-dir",
-                                       dir.string(), "--addr", "127.0.0.1:0"};
-      args.insert(args.end(), extra.begin(), extra.end());
-      std::vector<char*> argv;
-      for (std::string& a : args) {
-        argv.push_back(a.data());
-      }
-      argv.push_back(nullptr);
-      execv(bin.c_str(), argv.data());
-      _exit(127);
-    }
-    waitFor(
-        [&] {
-          info = json::parse(slurp(dir / "dev.json"), nullptr, false);
-          return info.is_object() && info.value("pid", 0) == pid;
-        },
-        std::chrono::seconds(30));
-  }
-  ~Dev() {
-    kill(pid, SIGTERM);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    fs::remove_all(dir);
-  }
-  bool up() const { return info.is_object() && info.value("pid", 0) == pid; }
-  std::string logs() const { return slurp(dir / "server.out") + slurp(dir / "server.err"); }
-};
 
 // One `tessera dev` with one simulated DGX run by an in-process agent (tasks are real
 // processes) for the suite; each test uses its own tenants, names and HOME.

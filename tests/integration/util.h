@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -206,5 +207,47 @@ inline pid_t hostPidOf(const std::filesystem::path& task_dir, pid_t pid) {
   }
   return 0;
 }
+
+// A `tessera dev` of its own, started by the test and stopped when it goes.
+struct Dev {
+  std::filesystem::path dir;
+  pid_t pid = -1;
+  nlohmann::json info;
+
+  Dev(const std::filesystem::path& d, const std::vector<std::string>& extra) : dir(d) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    pid = fork();
+    if (pid == 0) {
+      freopen((dir / "server.out").c_str(), "w", stdout);
+      freopen((dir / "server.err").c_str(), "w", stderr);
+      std::string bin = binary();
+      std::vector<std::string> args = {bin,          "dev",    "--data-dir",
+                                       dir.string(), "--addr", "127.0.0.1:0"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      std::vector<char*> argv;
+      for (std::string& a : args) {
+        argv.push_back(a.data());
+      }
+      argv.push_back(nullptr);
+      execv(bin.c_str(), argv.data());
+      _exit(127);
+    }
+    waitFor(
+        [&] {
+          info = nlohmann::json::parse(slurp(dir / "dev.json"), nullptr, false);
+          return info.is_object() && info.value("pid", 0) == pid;
+        },
+        std::chrono::seconds(30));
+  }
+  ~Dev() {
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    std::filesystem::remove_all(dir);
+  }
+  bool up() const { return info.is_object() && info.value("pid", 0) == pid; }
+  std::string logs() const { return slurp(dir / "server.out") + slurp(dir / "server.err"); }
+};
 
 }  // namespace tessera::integration

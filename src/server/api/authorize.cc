@@ -3,6 +3,8 @@
 #include "secrets/service.h"
 #include "server/api_util.h"
 #include "server/control_plane.h"
+#include "server/kube/access.h"
+#include "server/kube/objects.h"
 
 namespace tessera::server {
 
@@ -162,6 +164,17 @@ std::optional<HttpResponse> ControlPlane::authorize(Request& r) {
     case Access::kListFolder:
       allowed = authorizedOn(r, path + "/", Capability::kList);
       break;
+    case Access::kKube: {
+      const kube::KubeTarget t = kube::kubeTarget(path, r.http.method, r.scope.query, r.body);
+      const auto need = kube::tesseraAccess(t);
+      if (need && !authorizedOn(r, need->path, need->capability)) {
+        const std::string user =
+            r.token.display_name.empty() ? r.token.accessor : r.token.display_name;
+        return kube::statusResponse(403, kube::forbiddenMessage(t, user),
+                                    {{"kind", t.resource}, {"name", t.name}});
+      }
+      return std::nullopt;
+    }
   }
   if (!allowed) {
     return error(403, "permission denied: " + r.method + " " + path + " needs " +

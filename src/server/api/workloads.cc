@@ -473,9 +473,14 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   if (exists) {
     return error(409, "workload '" + name + "' exists; workloads cannot be changed");
   }
+  return submitWorkload(r, tenant, name, r.body, json());
+}
+
+HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
+                                          const std::string& name, const json& body, json kube) {
   // Admission: the body against the catalogue, the pool and the tenant's caps.
   const std::string source = "workload '" + name + "'";
-  core::JsonNode n(r.body, "", source);
+  core::JsonNode n(body, "", source);
   core::Status st = n.checkKeys(
       {"tasks",           "minAvailable",   "priority", "preemptible", "maxRuntime",   "duration",
        "checkpointEvery", "gracePeriod",    "command",  "env",         "identity",     "secrets",
@@ -490,7 +495,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   if (st.isOk()) {
     st = parseCommandAndEnv(n, cmd);
   }
-  json spec = r.body;
+  json spec = body;
   json sealed_env = json::object();
   if (st.isOk()) {
     st = sealEnv(tenant, name, cmd, spec, sealed_env);
@@ -562,6 +567,7 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   stored.spec = std::move(spec);
   stored.submitted = core::formatRfc3339(clock_.wallNow());
   stored.addEvent(stored.submitted, "submitted");
+  stored.kube = std::move(kube);
   for (const auto& [var, hex] : sealed_env.items()) {
     stored.sealed_env[var] = hex.get<std::string>();
   }

@@ -1,0 +1,128 @@
+#include "server/kube/access.h"
+
+#include <vector>
+
+namespace tessera::server::kube {
+
+namespace {
+
+std::vector<std::string> segments(std::string_view path) {
+  std::vector<std::string> out;
+  while (!path.empty()) {
+    const size_t slash = path.find('/');
+    out.emplace_back(path.substr(0, slash));
+    path = slash == std::string_view::npos ? std::string_view() : path.substr(slash + 1);
+  }
+  return out;
+}
+
+bool isTrue(const std::map<std::string, std::string>& query, const char* key) {
+  auto it = query.find(key);
+  if (it == query.end()) {
+    return false;
+  }
+  const std::string& v = it->second;
+  return v == "1" || v == "t" || v == "T" || v == "true" || v == "True" || v == "TRUE";
+}
+
+}  // namespace
+
+KubeTarget kubeTarget(std::string_view path, std::string_view method,
+                      const std::map<std::string, std::string>& query, const nlohmann::json& body) {
+  KubeTarget t;
+  std::vector<std::string> s = segments(path);
+  size_t i = 1;  // After "k8s".
+  if (s.size() > i && s[i] == "api") {
+    i += 1;
+  } else if (s.size() > i + 1 && s[i] == "apis") {
+    t.group = s[i + 1];
+    i += 2;
+  } else {
+    return t;  // /version, /openapi, /apis: discovery.
+  }
+  if (s.size() <= i) {
+    return t;
+  }
+  t.version = s[i++];
+  if (s.size() > i + 2 && s[i] == "namespaces") {
+    t.ns = s[i + 1];
+    i += 2;
+  }
+  if (s.size() <= i) {
+    return t;  // /api/v1: discovery.
+  }
+  t.resource = s[i++];
+  if (s.size() > i) {
+    t.name = s[i++];
+  }
+  if (s.size() > i) {
+    t.subresource = s[i++];
+  }
+  // /api/v1/namespaces/<name>: the namespace itself.
+  if (t.resource.empty() && !t.ns.empty()) {
+    t.resource = "namespaces";
+    t.name = t.ns;
+    t.ns.clear();
+  }
+  if (method == "GET") {
+    t.verb = !t.name.empty() ? "get" : isTrue(query, "watch") ? "watch" : "list";
+  } else if (method == "POST") {
+    t.verb = "create";
+    if (t.name.empty() && body.is_object()) {
+      const nlohmann::json& m = body.value("metadata", nlohmann::json::object());
+      if (m.is_object() && m.contains("name") && m["name"].is_string()) {
+        t.name = m["name"];
+      }
+    }
+  } else if (method == "PUT") {
+    t.verb = "update";
+  } else if (method == "PATCH") {
+    t.verb = "patch";
+  } else if (method == "DELETE") {
+    t.verb = t.name.empty() ? "deletecollection" : "delete";
+  }
+  return t;
+}
+
+std::optional<TesseraAccess> tesseraAccess(const KubeTarget& t) {
+  if (t.resource.empty()) {
+    return std::nullopt;
+  }
+  Capability cap = Capability::kRead;
+  if (t.verb == "list" || t.verb == "watch") {
+    cap = Capability::kList;
+  } else if (t.verb == "create") {
+    cap = Capability::kCreate;
+  } else if (t.verb == "update" || t.verb == "patch") {
+    cap = Capability::kUpdate;
+  } else if (t.verb == "delete" || t.verb == "deletecollection") {
+    cap = Capability::kDelete;
+  }
+  // Pods (and later Jobs) are workloads; a namespace is a view over them.
+  if (t.group.empty() && (t.resource == "pods" || t.resource == "namespaces")) {
+    if (t.resource == "namespaces") {
+      return TesseraAccess{"workloads", Capability::kList};
+    }
+    if (t.subresource == "log") {
+      return TesseraAccess{"workloads/" + t.name + "/logs", Capability::kRead};
+    }
+    return TesseraAccess{t.name.empty() ? "workloads" : "workloads/" + t.name, cap};
+  }
+  return std::nullopt;
+}
+
+std::string forbiddenMessage(const KubeTarget& t, const std::string& user) {
+  std::string what = t.resource + (t.group.empty() ? "" : "." + t.group);
+  if (!t.name.empty()) {
+    what += " \"" + t.name + "\"";
+  }
+  const std::string resource = t.resource + (t.subresource.empty() ? "" : "/" + t.subresource);
+  std::string msg = what + " is forbidden: User \"" + user + "\" cannot " + t.verb +
+                    " resource \"" + resource + "\" in API group \"" + t.group + "\"";
+  if (!t.ns.empty()) {
+    msg += " in the namespace \"" + t.ns + "\"";
+  }
+  return msg;
+}
+
+}  // namespace tessera::server::kube

@@ -1,0 +1,338 @@
+// The Kubernetes API's pure parts: documents, the Pod mapping both ways, Tables, quantities,
+// the authorization mapping and the Status shapes. kube_integration_test drives them through
+// the real binary with the real kubectl.
+#include <gtest/gtest.h>
+
+#include "core/rfc3339.h"
+#include "server/kube/access.h"
+#include "server/kube/objects.h"
+
+namespace tessera::server::kube {
+namespace {
+
+using nlohmann::json;
+using std::chrono::hours;
+using std::chrono::minutes;
+using std::chrono::seconds;
+
+TEST(KubeObjectsTest, AgeReadsAsKubectlSaysIt) {
+  // apimachinery's HumanDuration, boundary by boundary.
+  EXPECT_EQ(humanDuration(seconds(0)), "0s");
+  EXPECT_EQ(humanDuration(seconds(119)), "119s");
+  EXPECT_EQ(humanDuration(seconds(120)), "2m");
+  EXPECT_EQ(humanDuration(seconds(150)), "2m30s");
+  EXPECT_EQ(humanDuration(minutes(10)), "10m");
+  EXPECT_EQ(humanDuration(minutes(179)), "179m");
+  EXPECT_EQ(humanDuration(hours(3)), "3h");
+  EXPECT_EQ(humanDuration(hours(7) + minutes(30)), "7h30m");
+  EXPECT_EQ(humanDuration(hours(47)), "47h");
+  EXPECT_EQ(humanDuration(hours(48)), "2d");
+  EXPECT_EQ(humanDuration(hours(76)), "3d4h");
+  EXPECT_EQ(humanDuration(hours(24 * 10)), "10d");
+  EXPECT_EQ(humanDuration(hours(24 * 800)), "2y70d");
+  EXPECT_EQ(humanDuration(hours(24 * 365 * 9)), "9y");
+  EXPECT_EQ(humanDuration(seconds(-5)), "0s");  // A clock a little behind: never negative.
+}
+
+TEST(KubeObjectsTest, QuantitiesScaleToMilliCoresAndMebibytes) {
+  EXPECT_EQ(*cpuMilli("500m"), 500);
+  EXPECT_EQ(*cpuMilli("2"), 2000);
+  EXPECT_EQ(*cpuMilli(1.5), 1500);
+  EXPECT_EQ(*cpuMilli(3), 3000);
+  EXPECT_EQ(*memoryMiB("4Gi"), 4096);
+  EXPECT_EQ(*memoryMiB("1000Mi"), 1000);
+  EXPECT_EQ(*memoryMiB("1G"), 954);   // 10^9 bytes, rounded up to whole MiB.
+  EXPECT_EQ(*memoryMiB("512Ki"), 1);  // Half a MiB: rounded up.
+  for (const json& bad : {json("4Xi"), json("-1"), json(""), json("1.2.3"), json(true)}) {
+    auto r = memoryMiB(bad);
+    EXPECT_FALSE(r.isOk()) << bad;
+  }
+  EXPECT_NE(cpuMilli("lots").status().message().find("'lots' is not a quantity"),
+            std::string::npos);
+}
+
+json pod(json spec, json metadata = json::object()) {
+  if (!metadata.contains("name")) {
+    metadata["name"] = "p";
+  }
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", metadata}, {"spec", spec}};
+}
+
+TEST(KubeObjectsTest, APodIsReadAsTesseraReadsAWorkload) {
+  const json p = pod({{"restartPolicy", "Never"},
+                      {"nodeSelector", {{"pool", "a100"}}},
+                      {"containers",
+                       {{{"name", "main"},
+                         {"image", "nvcr.io/nvidia/pytorch:24.05-py3"},
+                         {"command", {"torchrun"}},
+                         {"args", {"--nproc-per-node=2", "train.py"}},
+                         {"env", {{{"name", "EPOCHS"}, {"value", "3"}}}},
+                         {"resources",
+                          {{"limits", {{"nvidia.com/gpu", "2"}, {"memory", "8Gi"}}},
+                           {"requests", {{"cpu", "1500m"}, {"memory", "4Gi"}}}}}}}}},
+                     {{"name", "train"}, {"labels", {{"kai.scheduler/queue", "research"}}}});
+  auto s = workloadFromPod(p, "default", /*strict=*/true);
+  ASSERT_TRUE(s.isOk()) << s.status().toString();
+  EXPECT_EQ(s->name, "train");
+  EXPECT_EQ(s->spec["image"], "nvcr.io/nvidia/pytorch:24.05-py3");
+  EXPECT_EQ(s->spec["command"], json({"torchrun", "--nproc-per-node=2", "train.py"}));
+  EXPECT_EQ(s->spec["env"], json({{"EPOCHS", "3"}}));
+  EXPECT_EQ(s->spec["gpu"], json({{"count", 2}}));
+  EXPECT_EQ(s->spec["cpuMilli"], 1500);
+  EXPECT_EQ(s->spec["memoryMiB"], 4096);  // Requests first, as Kubernetes schedules by them.
+  EXPECT_EQ(s->spec["queue"], "research");
+  EXPECT_EQ(s->spec["nodeSelector"], json({{"pool", "a100"}}));
+  EXPECT_FALSE(s->spec.contains("restart"));  // Never: no retry.
+  EXPECT_EQ(s->kube["namespace"], "default");
+  EXPECT_EQ(s->kube["labels"]["kai.scheduler/queue"], "research");
+  EXPECT_EQ(s->kube["spec"]["terminationGracePeriodSeconds"], 30);  // Kubernetes' default.
+  EXPECT_TRUE(s->warnings.empty());
+
+  // Run:ai's queue label, KAI's fraction annotation; OnFailure retries.
+  auto f = workloadFromPod(
+      pod({{"restartPolicy", "OnFailure"}, {"containers", {{{"name", "m"}, {"image", "x"}}}}},
+          {{"labels", {{"runai/queue", "team"}}}, {"annotations", {{"gpu-fraction", "0.25"}}}}),
+      "ml", false);
+  ASSERT_TRUE(f.isOk()) << f.status().toString();
+  EXPECT_EQ(f->spec["gpu"], json({{"milli", 250}}));
+  EXPECT_EQ(f->spec["queue"], "team");
+  EXPECT_EQ(f->spec["restart"]["mode"], "delay");
+  auto m = workloadFromPod(pod({{"containers", {{{"name", "m"}, {"image", "x"}}}}},
+                               {{"annotations", {{"gpu-memory", "2000"}}}}),
+                           "ml", false);
+  ASSERT_TRUE(m.isOk());
+  EXPECT_EQ(m->spec["gpu"], json({{"memoryMiB", 2000}}));
+}
+
+TEST(KubeObjectsTest, WhatTesseraCannotDoIsRefusedNamingTheFieldAndSafeIgnoresWarn) {
+  auto error = [](const json& p, bool strict = true) {
+    auto r = workloadFromPod(p, "default", strict);
+    EXPECT_FALSE(r.isOk()) << p;
+    return r.isOk() ? std::string() : r.status().message();
+  };
+  const json one = {{"name", "m"}, {"command", {"true"}}};
+  EXPECT_EQ(error(pod({{"containers", json::array()}})), "spec.containers: Required value");
+  EXPECT_EQ(error(pod({{"containers", {one, one}}})).substr(0, 27), "spec.containers: Forbidden:");
+  EXPECT_EQ(error(pod({{"hostNetwork", true}, {"containers", {one}}})).substr(0, 28),
+            "spec.hostNetwork: Forbidden:");
+  EXPECT_EQ(error(pod({{"volumes", json::array()}, {"containers", {one}}})).substr(0, 24),
+            "spec.volumes: Forbidden:");
+  json privileged = one;
+  privileged["securityContext"] = {{"privileged", true}};
+  EXPECT_NE(error(pod({{"containers", {privileged}}})).find("securityContext.privileged"),
+            std::string::npos);
+  json requests_only = one;
+  requests_only["resources"] = {{"requests", {{"nvidia.com/gpu", 1}}}};
+  EXPECT_NE(
+      error(pod({{"containers", {requests_only}}})).find("limits[nvidia.com/gpu]: Required value"),
+      std::string::npos);
+  json half_gpu = one;
+  half_gpu["resources"] = {{"limits", {{"nvidia.com/gpu", "0.5"}}}};
+  EXPECT_NE(error(pod({{"containers", {half_gpu}}})).find("whole number of GPUs"),
+            std::string::npos);
+  EXPECT_NE(error(pod({{"containers", {one}}}, {{"annotations", {{"gpu-fraction", "1.5"}}}}))
+                .find("metadata.annotations[gpu-fraction]"),
+            std::string::npos);
+  json from_secret = one;
+  from_secret["env"] = {{{"name", "K"}, {"valueFrom", {{"secretKeyRef", json::object()}}}}};
+  EXPECT_NE(error(pod({{"containers", {from_secret}}})).find("env[0].valueFrom"),
+            std::string::npos);
+  EXPECT_NE(error(pod({{"restartPolicy", "Sometimes"}, {"containers", {one}}}))
+                .find("Unsupported value: \"Sometimes\""),
+            std::string::npos);
+  EXPECT_EQ(error(pod({{"containers", {one}}}, {{"name", "p"}, {"namespace", "other"}})),
+            "the namespace of the provided object does not match the namespace sent on the "
+            "request");
+  json typo = one;
+  typo["imagePullPolcy"] = "Always";
+  EXPECT_EQ(error(pod({{"containers", {typo}}})),
+            "spec.containers[0].imagePullPolcy: unknown field");
+  // Not strict: accepted, with a warning; so are fields Tessera may safely ignore.
+  auto lenient = workloadFromPod(
+      pod({{"affinity", json::object()}, {"restartPolicy", "Never"}, {"containers", {typo}}}),
+      "default", false);
+  ASSERT_TRUE(lenient.isOk());
+  ASSERT_EQ(lenient->warnings.size(), 2U);
+  EXPECT_NE(lenient->warnings[1].find("imagePullPolcy"), std::string::npos);
+  EXPECT_NE(lenient->warnings[0].find("spec.affinity is ignored"), std::string::npos);
+}
+
+WorkloadRecord record(WorkloadPhase phase) {
+  WorkloadRecord r;
+  r.name = "train";
+  r.submitted = "2026-12-04T10:00:00Z";
+  r.spec = {{"gpu", {{"count", 1}}}, {"command", {"sleep", "60"}}};
+  r.status.phase = phase;
+  r.create_revision = 7;
+  r.mod_revision = 9;
+  return r;
+}
+
+TEST(KubeObjectsTest, AWorkloadIsAPodWhoseStatusAndTableReadAsKubectlExpects) {
+  const core::WallTime now = *core::parseRfc3339("2026-12-04T10:01:05Z");
+  WorkloadRecord r = record(WorkloadPhase::kPending);
+  WorkloadStatus waiting;
+  waiting.reason = "waiting for 1 GPU: queue team-1/default is at its limit";
+  waiting.tasks.resize(1);
+  json p = podObject("team-1", r, waiting, now);
+  EXPECT_EQ(p["metadata"]["resourceVersion"], "9");
+  EXPECT_EQ(p["metadata"]["namespace"], "default");
+  EXPECT_EQ(p["status"]["phase"], "Pending");
+  EXPECT_EQ(p["status"]["conditions"][0], json({{"type", "PodScheduled"},
+                                                {"status", "False"},
+                                                {"reason", "Unschedulable"},
+                                                {"message", waiting.reason}}));
+  // Stable across reads, another for another incarnation of the name.
+  EXPECT_EQ(p["metadata"]["uid"], podObject("team-1", r, waiting, now)["metadata"]["uid"]);
+  WorkloadRecord again = r;
+  again.create_revision = 20;
+  EXPECT_NE(p["metadata"]["uid"], podObject("team-1", again, waiting, now)["metadata"]["uid"]);
+  // A Tessera workload's spec shows as its Pod.
+  EXPECT_EQ(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1");
+
+  WorkloadStatus running;
+  running.phase = WorkloadPhase::kRunning;
+  running.tasks.resize(1);
+  running.tasks[0].state = "running";
+  running.tasks[0].node = "gpu-a";
+  running.tasks[0].starts = 2;  // Placed again once (an eviction).
+  running.tasks[0].started_at = *core::parseRfc3339("2026-12-04T10:00:30Z");
+  WorkloadStatus done = running;
+  done.phase = WorkloadPhase::kSucceeded;
+  done.tasks[0].state = "finished";
+  done.tasks[0].exit_code = 0;
+  WorkloadStatus failed = done;
+  failed.phase = WorkloadPhase::kFailed;
+  failed.tasks[0].exit_code = 3;
+  const json t =
+      podTable({podObject("team-1", r, waiting, now), podObject("team-1", r, running, now),
+                podObject("team-1", r, done, now), podObject("team-1", r, failed, now)},
+               "42", IncludeObject::kMetadata, now);
+  EXPECT_EQ(t["metadata"]["resourceVersion"], "42");
+  ASSERT_EQ(t["columnDefinitions"].size(), 9U);
+  EXPECT_EQ(t["columnDefinitions"][5]["priority"], 1);  // IP and after: -o wide only.
+  EXPECT_EQ(t["rows"][0]["cells"],
+            json({"train", "0/1", "Pending", "0", "65s", "<none>", "<none>", "<none>", "<none>"}));
+  EXPECT_EQ(t["rows"][1]["cells"],
+            json({"train", "1/1", "Running", "1", "65s", "<none>", "gpu-a", "<none>", "<none>"}));
+  EXPECT_EQ(t["rows"][2]["cells"][1], "0/1");
+  EXPECT_EQ(t["rows"][2]["cells"][2], "Completed");
+  EXPECT_EQ(t["rows"][3]["cells"][2], "Error");
+  EXPECT_EQ(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+  EXPECT_EQ(t["rows"][0]["object"]["metadata"]["name"], "train");
+  EXPECT_EQ(podTable({p}, "1", IncludeObject::kObject, now)["rows"][0]["object"]["kind"], "Pod");
+}
+
+TEST(KubeObjectsTest, DiscoveryAndOpenApiSayWhatIsServedAndNoMore) {
+  const json agg = aggregatedDiscovery(true);
+  EXPECT_EQ(agg["kind"], "APIGroupDiscoveryList");
+  ASSERT_EQ(agg["items"].size(), 1U);
+  for (const json& r : agg["items"][0]["versions"][0]["resources"]) {
+    EXPECT_TRUE(r.contains("responseKind")) << r;  // client-go drops a resource without one.
+    for (const json& s : r.value("subresources", json::array())) {
+      EXPECT_TRUE(s.contains("responseKind")) << s;
+    }
+  }
+  EXPECT_TRUE(aggregatedDiscovery(false)["items"].empty());  // No group served yet.
+  EXPECT_TRUE(acceptsAggregatedDiscovery(
+      "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"));
+  EXPECT_FALSE(acceptsAggregatedDiscovery("application/json"));
+  ASSERT_TRUE(apiResourceList("", "v1"));
+  EXPECT_EQ((*apiResourceList("", "v1"))["resources"][1]["name"], "pods/log");
+  EXPECT_FALSE(apiResourceList("batch", "v1"));
+
+  const json index = openApiIndex();
+  ASSERT_TRUE(index["paths"].contains("api/v1"));
+  const std::string url = index["paths"]["api/v1"]["serverRelativeURL"];
+  EXPECT_EQ(url, "/openapi/v3/api/v1?hash=" + openApiHash("api/v1"));  // Relative to the root.
+  const auto doc = openApiDocument("api/v1");
+  ASSERT_TRUE(doc);
+  const json& patch = (*doc)["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
+  EXPECT_EQ(patch["x-kubernetes-group-version-kind"],
+            json({{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}));
+  EXPECT_EQ(patch["parameters"][0]["name"], "fieldValidation");
+  EXPECT_FALSE(patch["requestBody"]["content"].contains("application/strategic-merge-patch+json"));
+  EXPECT_FALSE(openApiDocument("apis/batch/v1"));
+}
+
+TEST(KubeObjectsTest, ErrorsLeaveAsStatusObjectsAndABadTokenIs401) {
+  HttpResponse bad_token{
+      .status = 403,
+      .body = R"({"errors":["permission denied: missing, invalid, revoked or expired token"]})"};
+  asStatus(bad_token);
+  EXPECT_EQ(bad_token.status, 401U);
+  const json s = json::parse(bad_token.body);
+  EXPECT_EQ(s["kind"], "Status");
+  EXPECT_EQ(s["reason"], "Unauthorized");
+  EXPECT_EQ(s["message"], "Unauthorized");
+  HttpResponse boundary{.status = 404, .body = R"({"errors":["not found"]})"};
+  asStatus(boundary);
+  EXPECT_EQ(json::parse(boundary.body)["message"],
+            "the server could not find the requested resource");
+  HttpResponse limited{.status = 429, .body = R"({"errors":["slow down"]})"};
+  asStatus(limited);
+  EXPECT_EQ(json::parse(limited.body)["details"]["retryAfterSeconds"], 1);
+  // A Status, or a success, is left as it is.
+  HttpResponse already = statusResponse(409, "pods \"x\" already exists", {}, "AlreadyExists");
+  const std::string before = already.body;
+  asStatus(already);
+  EXPECT_EQ(already.body, before);
+  HttpResponse ok{.status = 200, .body = "{\"errors\": []}"};
+  asStatus(ok);
+  EXPECT_EQ(ok.body, "{\"errors\": []}");
+  EXPECT_TRUE(queryBool(nullptr, false) == false);
+  const std::string t = "True";
+  const std::string f = "0";
+  const std::string junk = "yes";
+  EXPECT_TRUE(queryBool(&t, false));  // The Python client's spelling.
+  EXPECT_FALSE(queryBool(&f, true));
+  EXPECT_TRUE(queryBool(&junk, true));  // Unreadable: the default.
+}
+
+TEST(KubeAccessTest, EachRequestMapsToItsVerbAndTesseraPath) {
+  const std::map<std::string, std::string> none;
+  KubeTarget t = kubeTarget("k8s/api/v1/namespaces/default/pods/x", "DELETE", none, {});
+  EXPECT_EQ(t.verb, "delete");
+  EXPECT_EQ(t.resource, "pods");
+  EXPECT_EQ(t.ns, "default");
+  EXPECT_EQ(t.name, "x");
+  auto need = tesseraAccess(t);
+  ASSERT_TRUE(need);
+  EXPECT_EQ(need->path, "workloads/x");
+  EXPECT_EQ(need->capability, Capability::kDelete);
+  t = kubeTarget("k8s/api/v1/namespaces/default/pods", "POST", none,
+                 {{"metadata", {{"name", "new"}}}});
+  EXPECT_EQ(t.verb, "create");
+  EXPECT_EQ(tesseraAccess(t)->path, "workloads/new");  // The name from the body.
+  EXPECT_EQ(tesseraAccess(t)->capability, Capability::kCreate);
+  t = kubeTarget("k8s/api/v1/pods", "GET", {{"watch", "True"}}, {});
+  EXPECT_EQ(t.verb, "watch");
+  EXPECT_EQ(t.ns, "");
+  EXPECT_EQ(tesseraAccess(t)->capability, Capability::kList);
+  t = kubeTarget("k8s/api/v1/namespaces/ml/pods/x/log", "GET", none, {});
+  EXPECT_EQ(t.subresource, "log");
+  EXPECT_EQ(tesseraAccess(t)->path, "workloads/x/logs");
+  t = kubeTarget("k8s/api/v1/namespaces/ml", "GET", none, {});
+  EXPECT_EQ(t.resource, "namespaces");
+  EXPECT_EQ(t.name, "ml");
+  EXPECT_EQ(tesseraAccess(t)->path, "workloads");
+  EXPECT_FALSE(tesseraAccess(kubeTarget("k8s/api/v1", "GET", none, {})));  // Discovery.
+  EXPECT_FALSE(tesseraAccess(kubeTarget("k8s/version", "GET", none, {})));
+  t = kubeTarget("k8s/apis/batch/v1/namespaces/default/jobs/j", "PUT", none, {});
+  EXPECT_EQ(t.group, "batch");
+  EXPECT_EQ(t.verb, "update");
+  EXPECT_FALSE(tesseraAccess(t));  // Not served yet: the handler's 404.
+
+  EXPECT_EQ(forbiddenMessage(kubeTarget("k8s/api/v1/namespaces/default/pods", "POST", none,
+                                        {{"metadata", {{"name", "p"}}}}),
+                             "bob"),
+            "pods \"p\" is forbidden: User \"bob\" cannot create resource \"pods\" in API group "
+            "\"\" in the namespace \"default\"");
+  EXPECT_EQ(
+      forbiddenMessage(kubeTarget("k8s/api/v1/namespaces/ml/pods/p/log", "GET", none, {}), "bob"),
+      "pods \"p\" is forbidden: User \"bob\" cannot get resource \"pods/log\" in API group "
+      "\"\" in the namespace \"ml\"");
+}
+
+}  // namespace
+}  // namespace tessera::server::kube

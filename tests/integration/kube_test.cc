@@ -1,0 +1,365 @@
+// The Kubernetes API of issue #39 through the real binary, as an ML team uses it: `tessera dev`
+// (agents running real processes), a kubeconfig from `tessera kubeconfig`, and the machine's
+// own `/usr/bin/kubectl` (1.32), its output checked as a user reads it. One workload registry
+// behind both doors: what kubectl creates, Tessera's CLI sees, and the reverse.
+//
+// Skipped (with the reason) only where /usr/bin/kubectl is absent; CI has it.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "process.h"
+#include "util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using tessera::integration::binary;
+using tessera::integration::Client;
+using tessera::integration::Dev;
+using tessera::integration::Outcome;
+using tessera::integration::runArgv;
+using tessera::integration::slurp;
+using tessera::integration::waitFor;
+
+constexpr const char* kKubectl = "/usr/bin/kubectl";
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+class KubeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (access(kKubectl, X_OK) != 0) {
+      return;
+    }
+    dev_ = new Dev(fs::temp_directory_path() / ("tessera-kube-" + std::to_string(::getpid())),
+                   {"--nodes", "dgx-h100:1"});
+  }
+  static void TearDownTestSuite() {
+    delete dev_;
+    dev_ = nullptr;
+  }
+  void SetUp() override {
+    if (access(kKubectl, X_OK) != 0) {
+      GTEST_SKIP() << kKubectl << " is not installed on this machine (CI has it)";
+    }
+    ASSERT_TRUE(dev_->up()) << dev_->logs();
+    home_ = dev_->dir / ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::create_directories(home_);
+  }
+
+  std::string root() const { return dev_->info["root_token"]; }
+  std::map<std::string, std::string> envFor(const std::string& token) const {
+    return {{"TESSERA_ADDR", dev_->info["address"]},
+            {"TESSERA_CACERT", dev_->info["ca_cert"]},
+            {"TESSERA_TOKEN", token},
+            {"HOME", home_.string()}};
+  }
+  Outcome tessera(const std::string& token, std::vector<std::string> args) const {
+    args.insert(args.begin(), binary());
+    return runArgv(args, envFor(token), home_);
+  }
+  // A tenant and a token of `policy` for it.
+  std::string tenantToken(const std::string& tenant, const std::string& policy = "tenant-admin",
+                          bool create = true) {
+    if (create) {
+      Outcome created = tessera(root(), {"tenant", "create", tenant, "--quota-gpu", "8"});
+      EXPECT_EQ(created.rc, 0) << created;
+    }
+    Outcome token = tessera(root(), {"token", "create", "--tenant", tenant, "--policy", policy,
+                                     "--ttl", "1h", "-format=json"});
+    EXPECT_EQ(token.rc, 0) << token;
+    return json::parse(token.out, nullptr, false)["auth"].value("client_token", "");
+  }
+  // `tessera kubeconfig` for `token`, written to HOME/<name>.
+  fs::path kubeconfig(const std::string& token, const std::string& name) {
+    const fs::path file = home_ / name;
+    Outcome made = tessera(token, {"kubeconfig", "-o", file.string()});
+    EXPECT_EQ(made.rc, 0) << made;
+    return file;
+  }
+  Outcome kubectl(const fs::path& config, std::vector<std::string> args) const {
+    args.insert(args.begin(), kKubectl);
+    return runArgv(args, {{"KUBECONFIG", config.string()}, {"HOME", home_.string()}}, home_);
+  }
+  fs::path manifest(const std::string& name, const std::string& yaml) const {
+    const fs::path file = home_ / name;
+    std::ofstream(file) << yaml;
+    return file;
+  }
+
+  static inline Dev* dev_ = nullptr;
+  fs::path home_;
+};
+
+const char* kPod = R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+  labels:
+    app: llm
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    command: ["sh", "-c", "for i in 1 2 3; do echo tick $i; done; sleep 1"]
+    resources:
+      limits:
+        nvidia.com/gpu: 1
+)";
+
+// Must show 1 (first part): version, api-resources, create -f (validated against the OpenAPI
+// document), get in its forms, logs, selectors, delete; and one registry behind both APIs.
+TEST_F(KubeTest, KubectlCreatesListsReadsAndDeletesPodsThatTesseraRuns) {
+  const std::string token = tenantToken("kube-a");
+  const fs::path config = kubeconfig(token, "a.kubeconfig");
+  struct stat st {};
+  ASSERT_EQ(stat(config.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600U) << "the kubeconfig holds the token";
+  EXPECT_TRUE(contains(slurp(config), "/v1/tenants/kube-a/k8s")) << slurp(config);
+
+  Outcome version = kubectl(config, {"version"});
+  ASSERT_EQ(version.rc, 0) << version;
+  EXPECT_TRUE(contains(version.out, "Server Version: v1.32.0-tessera")) << version;
+  EXPECT_FALSE(contains(version.err, "WARNING")) << version;  // No version skew.
+
+  Outcome resources = kubectl(config, {"api-resources"});
+  ASSERT_EQ(resources.rc, 0) << resources;
+  EXPECT_TRUE(contains(resources.out, "pods         po           v1           true         Pod"))
+      << resources;
+  EXPECT_TRUE(contains(resources.out,
+                       "namespaces   ns           v1           false        "
+                       "Namespace"))
+      << resources;
+
+  Outcome empty = kubectl(config, {"get", "pods"});
+  ASSERT_EQ(empty.rc, 0) << empty;
+  EXPECT_TRUE(contains(empty.err, "No resources found in default namespace.")) << empty;
+
+  // create -f with validation on: kubectl reads the OpenAPI document, then sends Strict.
+  const fs::path pod = manifest("pod.yaml", kPod);
+  Outcome created = kubectl(config, {"create", "-f", pod.string()});
+  ASSERT_EQ(created.rc, 0) << created;
+  EXPECT_EQ(created.out, "pod/trainer created\n") << created;
+  Outcome again = kubectl(config, {"create", "-f", pod.string()});
+  EXPECT_EQ(again.rc, 1) << again;
+  EXPECT_TRUE(contains(again.err, "Error from server (AlreadyExists): error when creating \"" +
+                                      pod.string() + "\": pods \"trainer\" already exists"))
+      << again;
+
+  // It runs on the dev node, then completes; kubectl's columns say so.
+  std::string phase;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        phase = kubectl(config, {"get", "pod", "trainer", "-o", "jsonpath={.status.phase}"}).out;
+        return phase == "Succeeded";
+      },
+      std::chrono::seconds(30)))
+      << phase;
+  Outcome listed = kubectl(config, {"get", "pods"});
+  ASSERT_EQ(listed.rc, 0) << listed;
+  EXPECT_TRUE(contains(listed.out, "NAME      READY   STATUS      RESTARTS   AGE\n")) << listed;
+  EXPECT_TRUE(contains(listed.out, "trainer   0/1     Completed   0")) << listed;
+  Outcome wide = kubectl(config, {"get", "pods", "-o", "wide"});
+  EXPECT_TRUE(contains(wide.out, "NODE")) << wide;
+  EXPECT_TRUE(contains(wide.out, "dgx-h100-0")) << wide;
+  const json object =
+      json::parse(kubectl(config, {"get", "pod", "trainer", "-o", "json"}).out, nullptr, false);
+  ASSERT_TRUE(object.is_object());
+  EXPECT_EQ(object["metadata"]["labels"]["app"], "llm");
+  EXPECT_EQ(object["metadata"]["namespace"], "default");
+  EXPECT_GT(std::stoll(object["metadata"]["resourceVersion"].get<std::string>()), 0);
+  EXPECT_EQ(object["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0);
+  EXPECT_EQ(object["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 1);
+
+  Outcome logs = kubectl(config, {"logs", "trainer"});
+  ASSERT_EQ(logs.rc, 0) << logs;
+  EXPECT_EQ(logs.out, "tick 1\ntick 2\ntick 3\n");
+  EXPECT_EQ(kubectl(config, {"logs", "trainer", "--tail=1"}).out, "tick 3\n");
+
+  // Selectors kubectl sends.
+  EXPECT_TRUE(contains(kubectl(config, {"get", "pods", "-l", "app=llm"}).out, "trainer"));
+  Outcome none = kubectl(config, {"get", "pods", "-l", "app=other"});
+  EXPECT_TRUE(contains(none.err, "No resources found")) << none;
+  EXPECT_TRUE(
+      contains(kubectl(config, {"get", "pods", "--field-selector", "status.phase=Succeeded"}).out,
+               "trainer"));
+  Outcome badfield = kubectl(config, {"get", "pods", "--field-selector", "spec.foo=bar"});
+  EXPECT_EQ(badfield.rc, 1) << badfield;
+  EXPECT_TRUE(contains(badfield.err, "field label not supported: spec.foo")) << badfield;
+
+  // One registry, both doors: Tessera's CLI shows the pod as a workload, and a workload it
+  // submits is a pod to kubectl.
+  Outcome ps = tessera(token, {"ps"});
+  EXPECT_TRUE(contains(ps.out, "trainer")) << ps;
+  Outcome run = tessera(token, {"run", "from-cli", "--gpus", "1", "--", "sleep", "30"});
+  ASSERT_EQ(run.rc, 0) << run;
+  Outcome both = kubectl(config, {"get", "pods"});
+  EXPECT_TRUE(contains(both.out, "from-cli")) << both;
+  EXPECT_TRUE(contains(both.out, "trainer")) << both;
+
+  // Delete: a running pod is stopped and goes; a finished one goes at once.
+  Outcome deleted = kubectl(config, {"delete", "pod", "trainer"});
+  ASSERT_EQ(deleted.rc, 0) << deleted;
+  EXPECT_EQ(deleted.out, "pod \"trainer\" deleted\n");
+  Outcome gone = kubectl(config, {"get", "pod", "trainer"});
+  EXPECT_EQ(gone.rc, 1) << gone;
+  EXPECT_TRUE(contains(gone.err, "Error from server (NotFound): pods \"trainer\" not found"))
+      << gone;
+  // Every request is in the tenant's audit stream, with the kubectl command that sent it.
+  bool audited = false;
+  std::istringstream log(slurp(dev_->dir / "audit.log"));
+  for (std::string line; std::getline(log, line);) {
+    const json record = json::parse(line, nullptr, false);
+    if (record.is_object() && record.value("tenant", "") == "kube-a" &&
+        record["request"].value("client", json::object()).value("kubectl-command", "") ==
+            "kubectl create" &&
+        record["request"].value("path", "").ends_with("k8s/api/v1/namespaces/default/pods")) {
+      audited = true;
+    }
+  }
+  EXPECT_TRUE(audited) << "no audit record of `kubectl create` in kube-a's stream";
+  Outcome stopped = kubectl(config, {"delete", "pod", "from-cli", "--wait=false"});
+  ASSERT_EQ(stopped.rc, 0) << stopped;
+  EXPECT_TRUE(waitFor(
+      [&] {
+        return kubectl(config, {"get", "pod", "from-cli"}).rc == 1;
+      },
+      std::chrono::seconds(30)))
+      << kubectl(config, {"get", "pod", "from-cli", "-o", "json"}).out;
+}
+
+// Bad input gets kubectl's Invalid with the field named, and nothing is created; a fraction
+// asked for with KAI's annotation is a fraction of a GPU in Tessera.
+TEST_F(KubeTest, InvalidPodsAreRefusedNamingTheFieldAndKaiFractionsMap) {
+  const std::string token = tenantToken("kube-b");
+  const fs::path config = kubeconfig(token, "b.kubeconfig");
+  const fs::path two = manifest("two.yaml", R"(apiVersion: v1
+kind: Pod
+metadata: {name: two}
+spec:
+  containers:
+  - {name: a, command: ["true"]}
+  - {name: b, command: ["true"]}
+)");
+  Outcome refused = kubectl(config, {"create", "-f", two.string()});
+  EXPECT_EQ(refused.rc, 1) << refused;
+  EXPECT_TRUE(contains(refused.err, "The Pod \"two\" is invalid: spec.containers: Forbidden"))
+      << refused;
+  const fs::path host = manifest("host.yaml", R"(apiVersion: v1
+kind: Pod
+metadata: {name: host}
+spec:
+  hostNetwork: true
+  containers:
+  - {name: a, command: ["true"]}
+)");
+  Outcome host_refused = kubectl(config, {"create", "-f", host.string()});
+  EXPECT_EQ(host_refused.rc, 1) << host_refused;
+  EXPECT_TRUE(contains(host_refused.err, "spec.hostNetwork: Forbidden")) << host_refused;
+  const fs::path typo = manifest("typo.yaml", R"(apiVersion: v1
+kind: Pod
+metadata: {name: typo}
+spec:
+  containers:
+  - {name: a, command: ["true"], imagePullPolcy: Always}
+)");
+  Outcome strict = kubectl(config, {"create", "-f", typo.string()});
+  EXPECT_EQ(strict.rc, 1) << strict;
+  EXPECT_TRUE(contains(strict.err,
+                       "Error from server (BadRequest): error when creating \"" + typo.string() +
+                           "\": Pod in version \"v1\" cannot be handled as a Pod: strict "
+                           "decoding error: unknown field \"spec.containers[0].imagePullPolcy\""))
+      << strict;
+  Outcome none = kubectl(config, {"get", "pods"});
+  EXPECT_TRUE(contains(none.err, "No resources found")) << none;
+
+  const fs::path half = manifest("half.yaml", R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: half
+  annotations: {gpu-fraction: "0.5"}
+  labels: {kai.scheduler/queue: default}
+spec:
+  schedulerName: kai-scheduler
+  restartPolicy: Never
+  containers:
+  - {name: main, command: ["sleep", "1"]}
+)");
+  Outcome created = kubectl(config, {"create", "-f", half.string()});
+  ASSERT_EQ(created.rc, 0) << created;
+  Outcome shown = tessera(token, {"show", "half", "-format=json"});
+  ASSERT_EQ(shown.rc, 0) << shown;
+  const json spec = json::parse(shown.out, nullptr, false).value("spec", json::object());
+  EXPECT_EQ(spec["gpu"].value("milli", 0), 500) << shown.out;
+  EXPECT_EQ(spec.value("queue", ""), "default") << shown.out;
+}
+
+// Must show 2 (first part): another tenant's pods are not there (404, never 403), whatever the
+// path; a token that may only read cannot create, in kubectl's words; a bad token is 401.
+TEST_F(KubeTest, TenantsSeeOnlyTheirOwnPodsAndPoliciesHold) {
+  const std::string a = tenantToken("kube-c");
+  const std::string b = tenantToken("kube-d");
+  const fs::path ca = kubeconfig(a, "c.kubeconfig");
+  const fs::path cb = kubeconfig(b, "d.kubeconfig");
+  ASSERT_EQ(kubectl(ca, {"create", "-f", manifest("pod.yaml", kPod).string()}).rc, 0);
+  Outcome theirs = kubectl(cb, {"get", "pods", "-A"});
+  EXPECT_TRUE(contains(theirs.err, "No resources found")) << theirs;
+  Outcome get = kubectl(cb, {"get", "pod", "trainer"});
+  EXPECT_TRUE(contains(get.err, "(NotFound)")) << get;
+  Outcome logs = kubectl(cb, {"logs", "trainer"});
+  EXPECT_TRUE(contains(logs.err, "(NotFound)")) << logs;
+  // B's token pointed at A's API root: not found, as every other path of A's.
+  std::string text = slurp(cb);
+  text.replace(text.find("/v1/tenants/kube-d/k8s"), 22, "/v1/tenants/kube-c/k8s");
+  const fs::path crossed = manifest("crossed.kubeconfig", text);
+  Outcome cross = kubectl(crossed, {"get", "pods"});
+  EXPECT_EQ(cross.rc, 1) << cross;
+  EXPECT_TRUE(contains(cross.err, "(NotFound)")) << cross;
+  EXPECT_FALSE(contains(cross.out + cross.err, "trainer")) << cross;
+
+  // A read-only token of A's.
+  ASSERT_EQ(Client(dev_->info["address"], slurp(dev_->info["ca_cert"].get<std::string>()))
+                .call("POST", "/v1/tenants/kube-c/policies/reader", a,
+                      {{"path", {{"workloads*", {{"capabilities", {"read", "list"}}}}}}})
+                .status,
+            204U);
+  const std::string reader = tenantToken("kube-c", "reader", /*create=*/false);
+  const fs::path cr = kubeconfig(reader, "reader.kubeconfig");
+  EXPECT_TRUE(contains(kubectl(cr, {"get", "pods"}).out, "trainer"));
+  std::string second = kPod;
+  second.replace(second.find("name: trainer"), 13, "name: second");
+  Outcome forbidden = kubectl(cr, {"create", "-f", manifest("second.yaml", second).string()});
+  EXPECT_EQ(forbidden.rc, 1) << forbidden;
+  EXPECT_TRUE(contains(forbidden.err,
+                       "Error from server (Forbidden): error when creating \"" +
+                           (home_ / "second.yaml").string() +
+                           "\": pods \"second\" is forbidden: User \"token\" cannot create "
+                           "resource \"pods\" in API group \"\" in the namespace \"default\"") ||
+              contains(forbidden.err, "pods \"second\" is forbidden: User "))
+      << forbidden;
+  Outcome not_deleted = kubectl(cr, {"delete", "pod", "trainer", "--wait=false"});
+  EXPECT_EQ(not_deleted.rc, 1) << not_deleted;
+  EXPECT_TRUE(contains(not_deleted.err, "(Forbidden)")) << not_deleted;
+
+  std::string bad = slurp(ca);
+  const size_t at = bad.find("token: \"") + 8;
+  bad.replace(at, bad.find('"', at) - at, "tsr.AAAAAAAAAAAAAAAAAAAAAAAA");
+  Outcome unauthorized = kubectl(manifest("bad.kubeconfig", bad), {"get", "pods"});
+  EXPECT_EQ(unauthorized.rc, 1) << unauthorized;
+  EXPECT_TRUE(
+      contains(unauthorized.err, "error: You must be logged in to the server (Unauthorized)"))
+      << unauthorized;
+}
+
+}  // namespace
