@@ -116,6 +116,7 @@ ControlPlane::~ControlPlane() {
 void ControlPlane::stopWatches() {
   watchers_->stop();
   workload_watchers_->stop();
+  stopKubeWatches();
 }
 
 core::Status ControlPlane::migrateGpuLimits() {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,6 +38,7 @@
 #include "server/grants.h"
 #include "server/http_server.h"
 #include "server/idempotency.h"
+#include "server/kube/selector.h"
 #include "server/metrics.h"
 #include "server/node_mailbox.h"
 #include "server/node_records.h"
@@ -241,6 +244,22 @@ class ControlPlane {
                               const nlohmann::json& body, nlohmann::json kube);
   // The Kubernetes API (server/kube/kube_api.cc; docs/kubernetes.md).
   HttpResponse kubeApi(Request& r);
+  // Kubernetes watches (kube/kube_watch.cc): each a stream fed from the registry's changes,
+  // after the list revision or the resourceVersion it names; ended at its timeoutSeconds, when
+  // the client goes, or when the server stops.
+  struct KubeWatch;
+  HttpResponse kubeWatch(Request& r, kube::PodFilter filter, bool table);
+  std::string kubeEvent(const KubeWatch& w, const char* type, nlohmann::json object) const;
+  void kubeWatchDeliver(KubeWatch& w);
+  void kubeWatchNotify(const std::set<std::string>& tenants);
+  void kubeWatchTimer();  // Deadlines and bookmarks, once a second.
+  void stopKubeWatches();
+  // `logs -f`: a thread that reads `task_id`'s log on `node` from `offset` every half second
+  // into `stream`, until the task ends, the client goes or the server stops. False: too many
+  // are followed at once.
+  bool followKubeLog(const std::string& tenant, const std::string& name, const std::string& node,
+                     const std::string& task_id, int64_t offset,
+                     std::shared_ptr<ResponseStream> stream);
   // DELETE of a pod: a finished one is gone at once; one that runs or waits is stopped, marked
   // with its deletionTimestamp, and collected once it has stopped (collectFinishedWorkloads).
   HttpResponse kubeDeletePod(const std::string& tenant, const WorkloadRecord& w);
@@ -505,6 +524,17 @@ class ControlPlane {
   // Agents' watches waiting for news. Last: destroyed first, answering those still waiting
   // while everything they read is alive.
   std::unique_ptr<NodeWatchers> watchers_ = std::make_unique<NodeWatchers>();
+  // Kubernetes watches, by tenant, and the thread that ends them at their deadlines.
+  std::mutex kube_watch_mu_;
+  std::condition_variable kube_watch_cv_;
+  std::map<std::string, std::vector<std::shared_ptr<KubeWatch>>> kube_watches_;
+  bool kube_watch_stop_ = false;
+  std::thread kube_watch_thread_;
+  struct KubeFollower {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<KubeFollower> kube_followers_;  // Guarded by kube_watch_mu_.
   // Long polls of a tenant's workloads (`?index=N&wait=30s`: the console), by tenant; a tenant
   // holds at most 64 waiting at once (more are answered at once).
   std::unique_ptr<NodeWatchers> workload_watchers_ = std::make_unique<NodeWatchers>(64);

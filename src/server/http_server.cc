@@ -12,6 +12,7 @@
 #include <boost/beast/version.hpp>
 #include <cctype>
 #include <charconv>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -63,6 +64,86 @@ struct HttpServer::Impl {
     });
   }
 };
+
+bool ResponseStream::write(std::string data) {
+  std::lock_guard lock(mu_);
+  if (ended_) {
+    return false;
+  }
+  if (data.empty()) {
+    return true;
+  }
+  if (!sink_) {
+    pending_.push_back(std::move(data));
+  } else {
+    sink_(std::move(data), false);  // Only posts to the connection: cheap, and in order.
+  }
+  return true;
+}
+
+void ResponseStream::end() {
+  std::vector<std::function<void()>> run;
+  {
+    std::lock_guard lock(mu_);
+    if (ended_) {
+      return;
+    }
+    ended_ = true;
+    if (sink_ && !end_sent_) {
+      end_sent_ = true;
+      sink_(std::string(), true);
+    }
+    run = std::move(on_end_);
+  }
+  for (auto& fn : run) {
+    fn();
+  }
+}
+
+bool ResponseStream::open() const {
+  std::lock_guard lock(mu_);
+  return !ended_;
+}
+
+void ResponseStream::onEnd(std::function<void()> fn) {
+  {
+    std::lock_guard lock(mu_);
+    if (!ended_) {
+      on_end_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+void ResponseStream::attach(std::function<void(std::string, bool)> sink) {
+  std::lock_guard lock(mu_);
+  sink_ = std::move(sink);
+  for (std::string& chunk : pending_) {
+    sink_(std::move(chunk), false);
+  }
+  pending_.clear();
+  if (ended_ && !end_sent_) {
+    end_sent_ = true;
+    sink_(std::string(), true);
+  }
+}
+
+void ResponseStream::closed() {
+  std::vector<std::function<void()>> run;
+  {
+    std::lock_guard lock(mu_);
+    sink_ = nullptr;
+    if (ended_) {
+      return;
+    }
+    ended_ = true;
+    run = std::move(on_end_);
+  }
+  for (auto& fn : run) {
+    fn();
+  }
+}
 
 namespace {
 
@@ -255,6 +336,10 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
 
   void close() {
     open_ = false;
+    if (streaming_) {
+      streaming_->closed();  // The client went, or the server stops: the producer stops.
+      streaming_.reset();
+    }
     beast::error_code ec;
     beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_both, ec);
     beast::get_lowest_layer(stream_).socket().close(ec);
@@ -469,7 +554,106 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     reply(std::move(resp), keep_alive && !server_.stopping, /*counted=*/true);
   }
 
+  // A streamed answer (HttpResponse::stream): the headers, then each chunk as the producer
+  // writes it, until it ends the stream (then the connection closes) or the client goes.
+  void streamReply(HttpResponse resp, bool counted) {
+    auto msg = std::make_shared<http::response<http::empty_body>>();
+    msg->version(11);
+    msg->result(resp.status);
+    msg->set(http::field::server, "tessera");
+    msg->set(http::field::content_type, resp.content_type);
+    for (const auto& [k, v] : resp.headers) {
+      msg->set(k, v);
+    }
+    if (!config().chroot_tenant.empty()) {
+      msg->set("X-Tessera-Chroot", config().chroot_tenant);
+    }
+    msg->keep_alive(false);
+    msg->chunked(true);
+    auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*msg);
+    streaming_ = resp.stream;
+    // A watch may stay quiet for long: no idle timeout while it streams.
+    beast::get_lowest_layer(stream_).expires_never();
+    http::async_write_header(
+        stream_, *serializer,
+        [self = this->shared_from_this(), msg, serializer, counted, first = std::move(resp.body)](
+            beast::error_code ec, size_t) mutable {
+          if (counted) {
+            --self->server_.in_flight;  // Streaming holds up no shutdown: it is cut.
+          }
+          if (ec || !self->streaming_) {
+            self->close();
+            return;
+          }
+          if (!first.empty() && !self->head_) {
+            self->out_.emplace_back(std::move(first), false);
+          }
+          std::weak_ptr<Session> weak = self;
+          const bool head = self->head_;
+          self->streaming_->attach([weak, head](std::string chunk, bool last) {
+            auto s = weak.lock();
+            if (s == nullptr || (head && !last)) {
+              return;
+            }
+            asio::post(s->stream_.get_executor(), [s, chunk = std::move(chunk), last]() mutable {
+              s->out_.emplace_back(std::move(chunk), last);
+              s->pump();
+            });
+          });
+          self->awaitHangUp();
+          self->pump();
+        });
+  }
+
+  // Writes the next queued chunk of a streamed answer, one at a time.
+  void pump() {
+    if (writing_ || out_.empty() || !open_) {
+      return;
+    }
+    auto [data, last] = std::move(out_.front());
+    out_.pop_front();
+    writing_ = true;
+    auto self = this->shared_from_this();
+    if (last) {
+      asio::async_write(stream_, http::make_chunk_last(), [self](beast::error_code, size_t) {
+        self->writing_ = false;
+        self->streaming_.reset();
+        self->close();
+      });
+      return;
+    }
+    auto held = std::make_shared<std::string>(std::move(data));
+    asio::async_write(stream_, http::make_chunk(asio::buffer(*held)),
+                      [self, held](beast::error_code ec, size_t) {
+                        self->writing_ = false;
+                        if (ec) {
+                          self->close();
+                          return;
+                        }
+                        self->pump();
+                      });
+  }
+
+  // While a stream runs, a read that ends means the client went.
+  void awaitHangUp() {
+    hangup_.resize(512);
+    stream_.async_read_some(asio::buffer(hangup_),
+                            [self = this->shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) {
+                                self->close();
+                                return;
+                              }
+                              if (self->open_) {
+                                self->awaitHangUp();  // Bytes after the request: ignored.
+                              }
+                            });
+  }
+
   void reply(HttpResponse resp, bool keep_alive, bool counted = false) {
+    if (resp.stream != nullptr) {
+      streamReply(std::move(resp), counted);
+      return;
+    }
     auto msg = std::make_shared<http::response<http::string_body>>();
     msg->version(11);
     msg->result(resp.status);
@@ -546,6 +730,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   std::vector<char> drain_;
   size_t drained_ = 0;
   std::atomic<bool> open_{true};
+  // A streamed answer: its producer's end, the chunks queued for the connection, whether one is
+  // being written, and the buffer of the read that notices the client going.
+  std::shared_ptr<ResponseStream> streaming_;
+  std::deque<std::pair<std::string, bool>> out_;
+  bool writing_ = false;
+  std::vector<char> hangup_;
 };
 
 core::Result<tcp::endpoint> parseAddress(const std::string& address) {

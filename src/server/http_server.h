@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -75,6 +76,36 @@ struct HttpRequest {
   }
 };
 
+// The body of a streamed answer (a Kubernetes watch, `logs -f`): written as HTTP/1.1 chunks, each
+// flushed as it is written, until the producer ends it or the client goes; the connection closes
+// after it. The producer keeps a shared_ptr and calls write() from any thread.
+class ResponseStream {
+ public:
+  // Queues `data` as one chunk (nothing for empty data). False once the stream has ended or
+  // the client has gone: the producer stops and drops it.
+  bool write(std::string data);
+  // Ends the stream (the terminating chunk). Idempotent.
+  void end();
+  bool open() const;
+  // Called once when the stream ends, whoever ends it (the producer, the client going, the
+  // server stopping), on whichever thread that happens; at once if it has ended already.
+  void onEnd(std::function<void()> fn);
+
+  // For the HTTP server: where chunks go (`last`: the terminating one). Chunks written before
+  // it is attached are kept and go first.
+  void attach(std::function<void(std::string chunk, bool last)> sink);
+  // For the HTTP server: the client went, or the server stops.
+  void closed();
+
+ private:
+  mutable std::mutex mu_;
+  std::function<void(std::string, bool)> sink_;
+  std::vector<std::string> pending_;
+  bool ended_ = false;
+  bool end_sent_ = false;
+  std::vector<std::function<void()>> on_end_;
+};
+
 struct HttpResponse {
   unsigned status = 200;
   std::string body;
@@ -84,6 +115,9 @@ struct HttpResponse {
   // server's backpressure on a client it refuses (a client that retries at once then costs a
   // refusal per delay per connection, not a core).
   std::chrono::milliseconds delay{0};
+  // Set: `body` is the first chunk of a streamed answer, and the rest comes through `stream`
+  // (Transfer-Encoding: chunked; a HEAD gets the headers only).
+  std::shared_ptr<ResponseStream> stream = nullptr;
 };
 
 // What the admitter decides about a request on the I/O thread, before it waits for a worker.

@@ -653,3 +653,94 @@ TEST(HttpServerTest, ConfigErrorsNameTheListener) {
 
 }  // namespace
 }  // namespace tessera::server
+
+namespace tessera::server {
+namespace {
+
+// A streamed answer (a watch): chunks written from another thread arrive as HTTP/1.1 chunks in
+// order, after the first; end() finishes the answer; a client that goes ends the stream, so
+// its producer stops.
+TEST(HttpServerStreamTest, ChunksArriveInOrderAndAClientThatGoesEndsTheStream) {
+  std::mutex mu;
+  std::vector<std::shared_ptr<ResponseStream>> streams;
+  HttpServer::Handler handler = [&](const HttpRequest&) {
+    HttpResponse resp;
+    resp.body = "first\n";
+    resp.stream = std::make_shared<ResponseStream>();
+    std::lock_guard lock(mu);
+    streams.push_back(resp.stream);
+    return resp;
+  };
+  ListenerConfig l;
+  l.address = "127.0.0.1:0";
+  auto created = HttpServer::create({l}, handler);
+  ASSERT_TRUE(created.isOk());
+  auto server = std::move(created).value();
+  server->start(1, 1);
+  const uint16_t port = server->ports()[0];
+  auto latest = [&]() -> std::shared_ptr<ResponseStream> {
+    for (int i = 0; i < 200; ++i) {
+      {
+        std::lock_guard lock(mu);
+        if (!streams.empty()) {
+          auto s = streams.back();
+          streams.clear();
+          return s;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return nullptr;
+  };
+
+  // Read it whole: the writes, then the end.
+  asio::io_context io;
+  beast::tcp_stream client(io);
+  client.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  http::request<http::string_body> req{http::verb::get, "/watch", 11};
+  req.set(http::field::host, "a");
+  http::write(client, req);
+  auto stream = latest();
+  ASSERT_NE(stream, nullptr);
+  std::thread producer([stream] {
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(stream->write("event " + std::to_string(i) + "\n"));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    stream->end();
+  });
+  beast::flat_buffer buf;
+  http::response<http::string_body> resp;
+  http::read(client, buf, resp);
+  producer.join();
+  EXPECT_EQ(resp.result_int(), 200U);
+  EXPECT_TRUE(resp.chunked());
+  EXPECT_EQ(resp.body(), "first\nevent 0\nevent 1\nevent 2\n");
+  EXPECT_FALSE(stream->write("late"));  // Ended: the producer is told to stop.
+
+  // A client that goes: the stream ends by itself, and says so.
+  beast::tcp_stream leaver(io);
+  leaver.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  http::write(leaver, req);
+  auto second = latest();
+  ASSERT_NE(second, nullptr);
+  std::promise<void> ended;
+  second->onEnd([&] { ended.set_value(); });
+  EXPECT_TRUE(second->write("hello\n"));
+  leaver.socket().shutdown(tcp::socket::shutdown_both);
+  leaver.close();
+  EXPECT_EQ(ended.get_future().wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_FALSE(second->open());
+
+  // The server stopping ends the streams still open.
+  beast::tcp_stream staying(io);
+  staying.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  http::write(staying, req);
+  auto third = latest();
+  ASSERT_NE(third, nullptr);
+  server->shutdown(std::chrono::milliseconds(100));
+  EXPECT_FALSE(third->open());
+}
+
+}  // namespace
+}  // namespace tessera::server

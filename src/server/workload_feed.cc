@@ -40,9 +40,13 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
       driver_.cancel(c.tenant, c.name);
     }
   }
-  // Last, once the registry holds the new records: a long poll woken here answers with them.
+  // Last, once the registry holds the new records: a long poll woken here answers with them,
+  // and Kubernetes watches get their events.
   for (const std::string& tenant : changed) {
     workload_watchers_->notify(tenant);
+  }
+  if (!changed.empty()) {
+    kubeWatchNotify(changed);
   }
 }
 

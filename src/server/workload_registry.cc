@@ -171,6 +171,19 @@ std::vector<WorkloadPtr> WorkloadRegistry::list(const std::string& tenant) const
   return out;
 }
 
+std::pair<std::vector<WorkloadPtr>, int64_t> WorkloadRegistry::snapshot(
+    const std::string& tenant) const {
+  std::pair<std::vector<WorkloadPtr>, int64_t> out;
+  std::shared_lock lock(mu_);
+  if (auto t = tenants_.find(tenant); t != tenants_.end()) {
+    for (const auto& [name, r] : t->second.workloads) {
+      out.first.push_back(r);
+    }
+  }
+  out.second = revision_;
+  return out;
+}
+
 std::vector<std::pair<std::string, WorkloadPtr>> WorkloadRegistry::all() const {
   std::vector<std::pair<std::string, WorkloadPtr>> out;
   std::shared_lock lock(mu_);
@@ -201,8 +214,12 @@ int64_t WorkloadRegistry::index(const std::string& tenant) const {
 }
 
 core::Result<std::vector<WorkloadChange>> WorkloadRegistry::changesSince(const std::string& tenant,
-                                                                         int64_t revision) const {
+                                                                         int64_t revision,
+                                                                         int64_t* through) const {
   std::shared_lock lock(mu_);
+  if (through != nullptr) {
+    *through = revision_;
+  }
   if (revision < horizon_) {
     return core::outOfRange("too old resource version: " + std::to_string(revision) + " (" +
                             std::to_string(horizon_) + ")");

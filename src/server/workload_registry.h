@@ -75,6 +75,9 @@ class WorkloadRegistry {
   WorkloadPtr get(const std::string& tenant, const std::string& name) const;
   // A tenant's workloads, by name.
   std::vector<WorkloadPtr> list(const std::string& tenant) const;
+  // A tenant's workloads and the revision they are at, read together (a Kubernetes list whose
+  // resourceVersion a watch then starts from).
+  std::pair<std::vector<WorkloadPtr>, int64_t> snapshot(const std::string& tenant) const;
   // Every tenant's, by tenant then name (housekeeping, metrics).
   std::vector<std::pair<std::string, WorkloadPtr>> all() const;
   // How many a tenant has stored, and how many of them are pending.
@@ -86,8 +89,11 @@ class WorkloadRegistry {
 
   // The changes to `tenant`'s workloads after `revision`, in order. OUT_OF_RANGE (410 Gone)
   // when the window no longer reaches back to `revision`.
+  // `through`, when given, is set to the revision the answer is complete up to (a watch
+  // resumes from there, past other tenants' changes).
   core::Result<std::vector<WorkloadChange>> changesSince(const std::string& tenant,
-                                                         int64_t revision) const;
+                                                         int64_t revision,
+                                                         int64_t* through = nullptr) const;
   // The oldest revision `changesSince` still answers from.
   int64_t oldestRevision() const;
 

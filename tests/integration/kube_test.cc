@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "process.h"
@@ -88,9 +89,11 @@ class KubeTest : public ::testing::Test {
     EXPECT_EQ(made.rc, 0) << made;
     return file;
   }
-  Outcome kubectl(const fs::path& config, std::vector<std::string> args) const {
+  Outcome kubectl(const fs::path& config, std::vector<std::string> args,
+                  std::chrono::milliseconds stop_after = std::chrono::milliseconds(0)) const {
     args.insert(args.begin(), kKubectl);
-    return runArgv(args, {{"KUBECONFIG", config.string()}, {"HOME", home_.string()}}, home_);
+    return runArgv(args, {{"KUBECONFIG", config.string()}, {"HOME", home_.string()}}, home_,
+                   stop_after);
   }
   fs::path manifest(const std::string& name, const std::string& yaml) const {
     const fs::path file = home_ / name;
@@ -319,6 +322,18 @@ TEST_F(KubeTest, TenantsSeeOnlyTheirOwnPodsAndPoliciesHold) {
   EXPECT_TRUE(contains(get.err, "(NotFound)")) << get;
   Outcome logs = kubectl(cb, {"logs", "trainer"});
   EXPECT_TRUE(contains(logs.err, "(NotFound)")) << logs;
+  // B's watch sees nothing of what A does meanwhile.
+  Outcome watched;
+  std::thread watcher([&] {
+    watched = kubectl(cb, {"get", "pods", "-A", "-w"}, std::chrono::seconds(4));
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::string third = kPod;
+  third.replace(third.find("name: trainer"), 13, "name: third");
+  ASSERT_EQ(kubectl(ca, {"create", "-f", manifest("third.yaml", third).string()}).rc, 0);
+  watcher.join();
+  EXPECT_FALSE(contains(watched.out + watched.err, "third")) << watched;
+  EXPECT_FALSE(contains(watched.out + watched.err, "trainer")) << watched;
   // B's token pointed at A's API root: not found, as every other path of A's.
   std::string text = slurp(cb);
   text.replace(text.find("/v1/tenants/kube-d/k8s"), 22, "/v1/tenants/kube-c/k8s");
@@ -360,6 +375,80 @@ TEST_F(KubeTest, TenantsSeeOnlyTheirOwnPodsAndPoliciesHold) {
   EXPECT_TRUE(
       contains(unauthorized.err, "error: You must be logged in to the server (Unauthorized)"))
       << unauthorized;
+}
+
+// Must show 1 (watch): `get pods -w` sees Pending, Running, Completed as they happen; `wait`
+// and `delete` (which waits for a running pod to go) work, as both are built on watches; and
+// `logs -f` follows a running pod to its end.
+TEST_F(KubeTest, WatchesSeeEachChangeAndDeleteWaitsForARunningPodToGo) {
+  const std::string token = tenantToken("kube-w");
+  const fs::path config = kubeconfig(token, "w.kubeconfig");
+  Outcome watched;
+  std::thread watcher([&] {
+    watched = kubectl(config, {"get", "pods", "-w"}, std::chrono::seconds(9));
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::string pod = kPod;
+  pod.replace(pod.find("sleep 1"), 7, "sleep 2");
+  ASSERT_EQ(kubectl(config, {"create", "-f", manifest("pod.yaml", pod).string()}).rc, 0);
+  Outcome waited = kubectl(
+      config, {"wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/trainer", "--timeout=30s"});
+  EXPECT_EQ(waited.rc, 0) << waited;
+  EXPECT_EQ(waited.out, "pod/trainer condition met\n") << waited;
+  watcher.join();
+  // One line per change, in order, each a row of kubectl's table.
+  const size_t running = watched.out.find("trainer   1/1     Running");
+  const size_t completed = watched.out.find("trainer   0/1     Completed");
+  EXPECT_NE(running, std::string::npos) << watched;
+  EXPECT_NE(completed, std::string::npos) << watched;
+  EXPECT_LT(running, completed) << watched;
+  EXPECT_TRUE(contains(watched.out.substr(0, running), "trainer   0/1     ")) << watched;
+
+  // logs -f: the lines as they come, and it ends when the container does.
+  std::string ticker = kPod;
+  ticker.replace(ticker.find("name: trainer"), 13, "name: ticker");
+  ticker.replace(ticker.find("for i in 1 2 3; do echo tick $i; done; sleep 1"), 46,
+                 "for i in 1 2 3; do echo tick $i; sleep 1; done");
+  ASSERT_EQ(kubectl(config, {"create", "-f", manifest("ticker.yaml", ticker).string()}).rc, 0);
+  ASSERT_EQ(kubectl(config, {"wait", "--for=jsonpath={.status.phase}=Running", "pod/ticker",
+                             "--timeout=30s"})
+                .rc,
+            0);
+  Outcome followed = kubectl(config, {"logs", "-f", "ticker"});
+  EXPECT_EQ(followed.rc, 0) << followed;
+  EXPECT_EQ(followed.out, "tick 1\ntick 2\ntick 3\n") << followed;
+
+  // A running pod: delete stops it and waits (on a watch) until it is gone.
+  std::string slow = kPod;
+  slow.replace(slow.find("name: trainer"), 13, "name: sleeper");
+  slow.replace(slow.find("for i in 1 2 3; do echo tick $i; done; sleep 1"), 46, "exec sleep 300");
+  ASSERT_EQ(kubectl(config, {"create", "-f", manifest("slow.yaml", slow).string()}).rc, 0);
+  ASSERT_EQ(kubectl(config, {"wait", "--for=jsonpath={.status.phase}=Running", "pod/sleeper",
+                             "--timeout=30s"})
+                .rc,
+            0);
+  Outcome deleted = kubectl(config, {"delete", "pod", "sleeper", "--timeout=30s"});
+  EXPECT_EQ(deleted.rc, 0) << deleted;
+  EXPECT_EQ(deleted.out, "pod \"sleeper\" deleted\n") << deleted;
+  EXPECT_TRUE(contains(kubectl(config, {"get", "pod", "sleeper"}).err, "(NotFound)"));
+}
+
+// Must show 3: the official Python client (Debian's python3-kubernetes) as a second real client:
+// create, list, watch (watch=True), logs, delete, and its errors.
+TEST_F(KubeTest, ThePythonClientCreatesListsWatchesReadsLogsAndDeletes) {
+  if (access("/usr/lib/python3/dist-packages/kubernetes", F_OK) != 0) {
+    GTEST_SKIP() << "python3-kubernetes is not installed (scripts/bootstrap installs it)";
+  }
+  const std::string token = tenantToken("kube-py");
+  const fs::path config = kubeconfig(token, "py.kubeconfig");
+  const Outcome o = runArgv(
+      {"/usr/bin/python3", "-W", "ignore::ResourceWarning",
+       tessera::integration::sourceDir() + "/tests/kube/python_client_test.py", "-v"},
+      {{"KUBECONFIG", config.string()}, {"HOME", home_.string()}, {"PYTHONDONTWRITEBYTECODE", "1"}},
+      home_);
+  EXPECT_EQ(o.rc, 0) << o;
+  EXPECT_TRUE(contains(o.err, "Ran 2 tests")) << o;
+  EXPECT_TRUE(contains(o.err, "\nOK")) << o;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -109,7 +110,7 @@ inline Outcome runArgv(std::vector<std::string> argv_s,
                        const std::map<std::string, std::string>& env,
                        const std::filesystem::path& scratch,
                        std::chrono::milliseconds stop_after = std::chrono::milliseconds(0)) {
-  static int counter = 0;
+  static std::atomic<int> counter{0};  // Commands may run from several threads.
   const std::string base = (scratch / ("cmd-" + std::to_string(counter++))).string();
   const pid_t pid = fork();
   if (pid == 0) {

@@ -8,6 +8,7 @@
 #include "server/control_plane.h"
 #include "server/kube/access.h"
 #include "server/kube/objects.h"
+#include "server/kube/selector.h"
 
 namespace tessera::server {
 
@@ -41,171 +42,6 @@ std::string randomUid() {
   return out.substr(0, 8) + "-" + out.substr(8, 4) + "-" + out.substr(12, 4) + "-" +
          out.substr(16, 4) + "-" + out.substr(20);
 }
-
-// A label selector of the equality forms (k=v, k==v, k!=v, k, !k), comma-joined; set-based
-// forms are refused with 400 for now. Nullopt: it does not parse.
-struct Requirement {
-  std::string key;
-  enum class Op { kEq, kNotEq, kExists, kNotExists } op;
-  std::string value;
-};
-
-core::Result<std::vector<Requirement>> labelSelector(const std::string& text) {
-  std::vector<Requirement> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    std::string part =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
-    while (!part.empty() && part.front() == ' ') {
-      part.erase(part.begin());
-    }
-    while (!part.empty() && part.back() == ' ') {
-      part.pop_back();
-    }
-    if (part.empty()) {
-      if (text.empty()) {
-        break;
-      }
-      return core::invalidArgument("unable to parse requirement: empty requirement");
-    }
-    if (part.find(" in ") != std::string::npos || part.find(" notin ") != std::string::npos ||
-        part.find('(') != std::string::npos) {
-      return core::invalidArgument("set-based label selectors ('" + part +
-                                   "') are not supported yet; use k=v, k!=v, k or !k");
-    }
-    Requirement r;
-    if (part.front() == '!') {
-      r.key = part.substr(1);
-      r.op = Requirement::Op::kNotExists;
-    } else if (size_t ne = part.find("!="); ne != std::string::npos) {
-      r.key = part.substr(0, ne);
-      r.op = Requirement::Op::kNotEq;
-      r.value = part.substr(ne + 2);
-    } else if (size_t eq = part.find('='); eq != std::string::npos) {
-      r.key = part.substr(0, eq);
-      r.op = Requirement::Op::kEq;
-      r.value = part.substr(part.compare(eq, 2, "==") == 0 ? eq + 2 : eq + 1);
-    } else {
-      r.key = part;
-      r.op = Requirement::Op::kExists;
-    }
-    if (r.key.empty()) {
-      return core::invalidArgument("unable to parse requirement: '" + part + "'");
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
-bool matchesLabels(const std::vector<Requirement>& selector, const json& labels) {
-  for (const Requirement& r : selector) {
-    const bool has = labels.is_object() && labels.contains(r.key) && labels[r.key].is_string();
-    const std::string value = has ? labels[r.key].get<std::string>() : "";
-    switch (r.op) {
-      case Requirement::Op::kEq:
-        if (!has || value != r.value) {
-          return false;
-        }
-        break;
-      case Requirement::Op::kNotEq:
-        if (has && value == r.value) {
-          return false;
-        }
-        break;
-      case Requirement::Op::kExists:
-        if (!has) {
-          return false;
-        }
-        break;
-      case Requirement::Op::kNotExists:
-        if (has) {
-          return false;
-        }
-        break;
-    }
-  }
-  return true;
-}
-
-// A field selector (k=v, k==v, k!=v, comma-joined) over the fields a pod can be selected by.
-struct FieldRequirement {
-  std::string field;
-  bool equal = true;
-  std::string value;
-};
-
-core::Result<std::vector<FieldRequirement>> fieldSelector(const std::string& text,
-                                                          const std::set<std::string>& fields) {
-  std::vector<FieldRequirement> out;
-  if (text.empty()) {
-    return out;
-  }
-  size_t start = 0;
-  while (start <= text.size()) {
-    const size_t comma = text.find(',', start);
-    const std::string part =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
-    FieldRequirement f;
-    size_t op = part.find("!=");
-    size_t skip = 2;
-    if (op == std::string::npos) {
-      op = part.find("==");
-      skip = 2;
-      if (op == std::string::npos) {
-        op = part.find('=');
-        skip = 1;
-      }
-    } else {
-      f.equal = false;
-    }
-    if (op == std::string::npos || op == 0) {
-      return core::invalidArgument("invalid selector: '" + part + "'; can't understand '" + part +
-                                   "'");
-    }
-    f.field = part.substr(0, op);
-    f.value = part.substr(op + skip);
-    if (!fields.contains(f.field)) {
-      return core::invalidArgument("field label not supported: " + f.field);
-    }
-    out.push_back(std::move(f));
-  }
-  return out;
-}
-
-std::string fieldOf(const json& pod, const std::string& field) {
-  if (field == "metadata.name") {
-    return pod["metadata"].value("name", "");
-  }
-  if (field == "metadata.namespace") {
-    return pod["metadata"].value("namespace", "");
-  }
-  if (field == "status.phase") {
-    return pod["status"].value("phase", "");
-  }
-  if (field == "spec.nodeName") {
-    return pod["spec"].value("nodeName", "");
-  }
-  if (field == "spec.restartPolicy") {
-    return pod["spec"].value("restartPolicy", "");
-  }
-  if (field == "spec.schedulerName") {
-    return pod["spec"].value("schedulerName", "");
-  }
-  return "";
-}
-
-const std::set<std::string>& podFields() {
-  static const std::set<std::string> kFields = {"metadata.name",      "metadata.namespace",
-                                                "status.phase",       "spec.nodeName",
-                                                "spec.restartPolicy", "spec.schedulerName"};
-  return kFields;
-}
-
-// A workload is shown as a Pod when it is one task (a Job's pods come with Jobs).
-bool isPod(const WorkloadRecord& r) { return !r.spec.contains("tasks") || r.spec["tasks"] == 1; }
 
 }  // namespace
 
@@ -294,49 +130,39 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
   if (!(t.group.empty() && t.resource == "pods")) {
     return kube::statusResponse(404, "the server could not find the requested resource");
   }
-  auto podOf = [&](const WorkloadRecord& w) {
-    const auto live = driver_.status(tenant, w.name);
-    return kube::podObject(tenant, w, live ? *live : w.status, now);
-  };
+  // A pod as the registry has it, at its record's revision (a watch from that revision sees
+  // every change after it).
+  auto podOf = [&](const WorkloadRecord& w) { return kube::podObject(tenant, w, w.status, now); };
   auto notFound = [&](const std::string& name) {
     return kube::statusResponse(404, "pods \"" + name + "\" not found",
                                 {{"name", name}, {"kind", "pods"}});
   };
   if (t.verb == "list" || t.verb == "watch") {
-    if (t.verb == "watch") {
-      return kube::statusResponse(405, "watch is not served yet by this Tessera server");
-    }
     const std::string* ls = queryOf(r.scope, "labelSelector");
-    auto labels = labelSelector(ls == nullptr ? "" : *ls);
-    if (!labels.isOk()) {
-      return kube::statusResponse(400, labels.status().message());
-    }
     const std::string* fs = queryOf(r.scope, "fieldSelector");
-    auto fields = fieldSelector(fs == nullptr ? "" : *fs, podFields());
-    if (!fields.isOk()) {
-      return kube::statusResponse(400, fields.status().message());
+    auto filter = kube::PodFilter::parse(t.ns, ls == nullptr ? "" : *ls, fs == nullptr ? "" : *fs);
+    if (!filter.isOk()) {
+      return kube::statusResponse(400, filter.status().message());
     }
+    if (t.verb == "watch") {
+      return kubeWatch(r, std::move(filter).value(), table);
+    }
+    auto [records, at] = registry_.snapshot(tenant);
     std::vector<json> pods;
-    for (const WorkloadPtr& w : registry_.list(tenant)) {
-      if (!isPod(*w) || (!t.ns.empty() && kube::namespaceOf(*w) != t.ns)) {
+    for (const WorkloadPtr& w : records) {
+      if (!kube::isPod(*w)) {
         continue;
       }
       json pod = podOf(*w);
-      if (!matchesLabels(*labels, pod["metadata"].value("labels", json::object()))) {
-        continue;
-      }
-      bool ok = true;
-      for (const auto& f : *fields) {
-        ok = ok && ((fieldOf(pod, f.field) == f.value) == f.equal);
-      }
-      if (ok) {
+      if (filter->matches(pod)) {
         pods.push_back(std::move(pod));
       }
     }
+    const std::string list_rv = std::to_string(at);
     if (table) {
-      return jsonAnswer(200, kube::podTable(pods, rv, include, now));
+      return jsonAnswer(200, kube::podTable(pods, list_rv, include, now));
     }
-    return jsonAnswer(200, kube::list("PodList", "v1", std::move(pods), rv));
+    return jsonAnswer(200, kube::list("PodList", "v1", std::move(pods), list_rv));
   }
   if (t.verb == "create") {
     if (r.http.header("content-type").starts_with("application/vnd.kubernetes.protobuf")) {
@@ -412,7 +238,7 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
   }
   // One pod by name.
   const WorkloadPtr w = registry_.get(tenant, t.name);
-  if (w == nullptr || !isPod(*w) || kube::namespaceOf(*w) != t.ns) {
+  if (w == nullptr || !kube::isPod(*w) || kube::namespaceOf(*w) != t.ns) {
     return notFound(t.name);
   }
   if (t.subresource == "log") {
@@ -513,12 +339,14 @@ HttpResponse ControlPlane::kubeLogs(Request& r, const std::string& tenant,
   const int64_t size = first->size;
   const int64_t from = std::max<int64_t>(0, size - kWindow);
   std::string text;
+  int64_t next = 0;  // Where what comes after this answer starts (logs -f).
   if (size > 0) {
     LogRequest req{.id = "", .task = id, .stream = "stdout", .offset = from, .limit = kWindow};
     auto piece = mailbox_.fetchLog(task.node, std::move(req), std::chrono::seconds(5));
     if (!piece.isOk()) {
       return api::fromStatus(piece.status());
     }
+    next = from + static_cast<int64_t>(piece->data.size());
     text = std::move(piece->data);
   }
   if (tail >= 0) {
@@ -545,7 +373,70 @@ HttpResponse ControlPlane::kubeLogs(Request& r, const std::string& tenant,
   resp.status = 200;
   resp.content_type = "text/plain";
   resp.body = std::move(text);
+  if (kube::queryBool(queryOf(r.scope, "follow"), false) && limit_bytes < 0) {
+    // `logs -f`: what comes next, as it comes, until the container ends.
+    resp.stream = std::make_shared<ResponseStream>();
+    if (!followKubeLog(tenant, w.name, task.node, id, next, resp.stream)) {
+      return kube::statusResponse(429, "too many logs followed at once; try again shortly",
+                                  {{"retryAfterSeconds", 1}});
+    }
+  }
   return resp;
+}
+
+bool ControlPlane::followKubeLog(const std::string& tenant, const std::string& name,
+                                 const std::string& node, const std::string& task_id,
+                                 int64_t offset, std::shared_ptr<ResponseStream> stream) {
+  constexpr size_t kMaxFollowers = 256;
+  std::lock_guard lock(kube_watch_mu_);
+  if (kube_watch_stop_) {
+    return false;
+  }
+  // Those that have ended are joined here, so the list holds the live ones.
+  std::erase_if(kube_followers_, [](KubeFollower& f) {
+    if (f.done->load() && f.thread.joinable()) {
+      f.thread.join();
+    }
+    return !f.thread.joinable();
+  });
+  if (kube_followers_.size() >= kMaxFollowers) {
+    return false;
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([this, tenant, name, node, task_id, offset, stream, done]() mutable {
+    constexpr int64_t kPiece = int64_t{256} * 1024;
+    while (stream->open()) {
+      {
+        std::unique_lock wait(kube_watch_mu_);
+        if (kube_watch_cv_.wait_for(wait, std::chrono::milliseconds(500),
+                                    [&] { return kube_watch_stop_; })) {
+          break;
+        }
+      }
+      // Read whether it is done before the log: a last line written just before it ended is
+      // then read below, not missed.
+      const auto status = driver_.status(tenant, name);
+      const bool over = !status || isFinished(status->phase) || status->tasks.empty() ||
+                        status->tasks[0].node != node || status->tasks[0].state == "finished";
+      LogRequest req{
+          .id = "", .task = task_id, .stream = "stdout", .offset = offset, .limit = kPiece};
+      auto piece = mailbox_.fetchLog(node, std::move(req), std::chrono::seconds(5));
+      if (piece.isOk() && !piece->data.empty()) {
+        offset += static_cast<int64_t>(piece->data.size());
+        if (!stream->write(std::move(piece->data))) {
+          break;
+        }
+        continue;  // There may be more at once.
+      }
+      if (over) {
+        break;
+      }
+    }
+    stream->end();
+    done->store(true);
+  });
+  kube_followers_.push_back({std::move(t), done});
+  return true;
 }
 
 }  // namespace tessera::server

@@ -66,6 +66,11 @@ bool queryBool(const std::string* value, bool fallback);
 // How long ago, as kubectl's AGE column says it (apimachinery's HumanDuration).
 std::string humanDuration(std::chrono::seconds d);
 
+// Whether a workload is shown as a Pod: one of one task (a Job's pods come with Jobs).
+inline bool isPod(const WorkloadRecord& r) {
+  return !r.spec.contains("tasks") || r.spec["tasks"] == 1;
+}
+
 // The namespace a workload is in ("default" for one submitted through Tessera's own API).
 std::string namespaceOf(const WorkloadRecord& r);
 

@@ -1,0 +1,268 @@
+// Kubernetes watches (docs/kubernetes.md, "Watch"): each a chunked stream of one JSON event per
+// line, fed from the workload registry's change stream in revision order. A watch from a
+// resourceVersion gets every change after it (410 Expired, as an ERROR event, past the
+// registry's window); one without (or from "0") first gets an ADDED for every object it selects.
+// Events are filtered by namespace, labels and fields against the object's new state, so an
+// object that stops matching leaves as DELETED and one that starts arrives as ADDED.
+#include <random>
+
+#include "core/log.h"
+#include "server/api_util.h"
+#include "server/control_plane.h"
+#include "server/kube/objects.h"
+#include "server/kube/selector.h"
+
+namespace tessera::server {
+
+using nlohmann::json;
+
+namespace {
+
+// A tenant may hold this many watches at once (1,000 is the benchmark's load); more are 429.
+constexpr size_t kMaxWatchesPerTenant = 4096;
+constexpr std::chrono::seconds kBookmarkEvery{15};
+
+const std::string* queryOf(const ScopedPath& scope, const char* key) {
+  auto it = scope.query.find(key);
+  return it == scope.query.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+struct ControlPlane::KubeWatch {
+  std::string tenant;
+  kube::PodFilter filter;
+  bool table = false;
+  bool bookmarks = false;
+  std::shared_ptr<ResponseStream> stream;
+  std::mutex mu;   // Held while its events are computed and written: one writer at a time.
+  int64_t rv = 0;  // Every change up to here has been sent (or passed over).
+  std::chrono::steady_clock::time_point deadline;
+  std::chrono::steady_clock::time_point next_bookmark;
+};
+
+std::string ControlPlane::kubeEvent(const KubeWatch& w, const char* type, json object) const {
+  if (w.table) {
+    object = kube::podTable({object}, object["metadata"].value("resourceVersion", ""),
+                            kube::IncludeObject::kMetadata, clock_.wallNow());
+  }
+  return json{{"type", type}, {"object", std::move(object)}}.dump(-1, ' ', false,
+                                                                  json::error_handler_t::replace) +
+         "\n";
+}
+
+void ControlPlane::kubeWatchDeliver(KubeWatch& w) {
+  std::lock_guard lock(w.mu);
+  if (!w.stream->open()) {
+    return;
+  }
+  int64_t through = w.rv;
+  auto changes = registry_.changesSince(w.tenant, w.rv, &through);
+  if (!changes.isOk()) {
+    // Its place in history is gone: the client lists again (kubectl get -w ends, reflectors
+    // re-list).
+    const json status = kube::status(410, changes.status().message(), json::object(), "Expired");
+    (void)w.stream->write(json{{"type", "ERROR"}, {"object", status}}.dump() + "\n");
+    w.stream->end();
+    return;
+  }
+  const core::WallTime now = clock_.wallNow();
+  std::string out;
+  for (const WorkloadChange& c : *changes) {
+    if (c.record == nullptr || !kube::isPod(*c.record)) {
+      continue;
+    }
+    json pod = kube::podObject(w.tenant, *c.record, c.record->status, now);
+    pod["metadata"]["resourceVersion"] = std::to_string(c.revision);
+    const bool is = w.filter.matches(pod);
+    if (c.type == WorkloadChange::Type::kDeleted) {
+      if (is) {
+        out += kubeEvent(w, "DELETED", std::move(pod));
+      }
+      continue;
+    }
+    const bool was = c.before != nullptr && kube::isPod(*c.before) &&
+                     w.filter.matches(kube::podObject(w.tenant, *c.before, c.before->status, now));
+    if (is) {
+      out += kubeEvent(w, was ? "MODIFIED" : "ADDED", std::move(pod));
+    } else if (was) {
+      out += kubeEvent(w, "DELETED", std::move(pod));
+    }
+  }
+  w.rv = std::max(w.rv, through);
+  if (!out.empty()) {
+    (void)w.stream->write(std::move(out));
+  }
+}
+
+HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool table) {
+  const std::string tenant = *r.scope.tenant;
+  auto w = std::make_shared<KubeWatch>();
+  w->tenant = tenant;
+  w->filter = std::move(filter);
+  w->table = table;
+  w->bookmarks = kube::queryBool(queryOf(r.scope, "allowWatchBookmarks"), false);
+  w->stream = std::make_shared<ResponseStream>();
+  const auto start = std::chrono::steady_clock::now();
+  int64_t timeout_s = 0;
+  if (const std::string* t = queryOf(r.scope, "timeoutSeconds")) {
+    try {
+      timeout_s = std::stoll(*t);
+    } catch (const std::exception&) {
+      return kube::statusResponse(400, "timeoutSeconds: expected a number of seconds");
+    }
+  }
+  if (timeout_s <= 0) {
+    // Without one, as kube-apiserver: between 30 and 60 minutes, so that the clients of one
+    // restart do not all come back at once.
+    std::random_device rd;
+    timeout_s = 1800 + std::uniform_int_distribution<int64_t>(0, 1800)(rd);
+  }
+  w->deadline = start + std::chrono::seconds(std::min<int64_t>(timeout_s, 3600));
+  w->next_bookmark = start + kBookmarkEvery;
+  const std::string* rv_text = queryOf(r.scope, "resourceVersion");
+  std::string initial;
+  if (rv_text == nullptr || rv_text->empty() || *rv_text == "0") {
+    // Every object it selects now, as ADDED, then what comes after.
+    auto [records, at] = registry_.snapshot(tenant);
+    const core::WallTime now = clock_.wallNow();
+    for (const WorkloadPtr& rec : records) {
+      if (!kube::isPod(*rec)) {
+        continue;
+      }
+      json pod = kube::podObject(tenant, *rec, rec->status, now);
+      if (w->filter.matches(pod)) {
+        initial += kubeEvent(*w, "ADDED", std::move(pod));
+      }
+    }
+    w->rv = at;
+  } else {
+    try {
+      size_t used = 0;
+      w->rv = std::stoll(*rv_text, &used);
+      if (used != rv_text->size() || w->rv < 0) {
+        throw std::invalid_argument("resourceVersion");
+      }
+    } catch (const std::exception&) {
+      return kube::statusResponse(
+          400, "resourceVersion: '" + rv_text->substr(0, 32) + "' is not a resource version");
+    }
+  }
+  {
+    std::lock_guard lock(kube_watch_mu_);
+    if (kube_watch_stop_) {
+      return kube::statusResponse(503, "the server is stopping");
+    }
+    auto& list = kube_watches_[tenant];
+    std::erase_if(list, [](const auto& x) { return !x->stream->open(); });
+    if (list.size() >= kMaxWatchesPerTenant) {
+      HttpResponse busy =
+          kube::statusResponse(429,
+                               "tenant '" + tenant + "' holds " + std::to_string(list.size()) +
+                                   " watches, its limit; close some",
+                               {{"retryAfterSeconds", 1}});
+      busy.headers.emplace_back("Retry-After", "1");
+      return busy;
+    }
+    list.push_back(w);
+    if (!kube_watch_thread_.joinable()) {
+      kube_watch_thread_ = std::thread([this] { kubeWatchTimer(); });
+    }
+  }
+  std::weak_ptr<KubeWatch> weak = w;
+  w->stream->onEnd([this, weak, tenant] {
+    std::lock_guard lock(kube_watch_mu_);
+    auto it = kube_watches_.find(tenant);
+    if (it != kube_watches_.end()) {
+      std::erase_if(it->second, [&](const auto& x) { return x == weak.lock() || !x; });
+      if (it->second.empty()) {
+        kube_watches_.erase(it);
+      }
+    }
+  });
+  if (!initial.empty()) {
+    (void)w->stream->write(std::move(initial));
+  }
+  kubeWatchDeliver(*w);  // What changed since its revision, and since the snapshot.
+  HttpResponse resp;
+  resp.status = 200;
+  resp.content_type = "application/json";
+  resp.stream = w->stream;
+  return resp;
+}
+
+void ControlPlane::kubeWatchNotify(const std::set<std::string>& tenants) {
+  std::vector<std::shared_ptr<KubeWatch>> due;
+  {
+    std::lock_guard lock(kube_watch_mu_);
+    for (const std::string& t : tenants) {
+      if (auto it = kube_watches_.find(t); it != kube_watches_.end()) {
+        due.insert(due.end(), it->second.begin(), it->second.end());
+      }
+    }
+  }
+  for (const auto& w : due) {
+    kubeWatchDeliver(*w);
+  }
+}
+
+void ControlPlane::kubeWatchTimer() {
+  std::unique_lock lock(kube_watch_mu_);
+  while (!kube_watch_stop_) {
+    kube_watch_cv_.wait_for(lock, std::chrono::seconds(1));
+    if (kube_watch_stop_) {
+      break;
+    }
+    std::vector<std::shared_ptr<KubeWatch>> all;
+    for (const auto& [tenant, list] : kube_watches_) {
+      all.insert(all.end(), list.begin(), list.end());
+    }
+    lock.unlock();
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& w : all) {
+      if (now >= w->deadline) {
+        w->stream->end();  // timeoutSeconds: ended cleanly; reflectors watch again.
+        continue;
+      }
+      if (w->bookmarks && now >= w->next_bookmark) {
+        std::lock_guard wl(w->mu);
+        w->next_bookmark = now + kBookmarkEvery;
+        const json mark = {{"kind", "Pod"},
+                           {"apiVersion", "v1"},
+                           {"metadata", {{"resourceVersion", std::to_string(w->rv)}}}};
+        (void)w->stream->write(json{{"type", "BOOKMARK"}, {"object", mark}}.dump() + "\n");
+      }
+    }
+    lock.lock();
+  }
+}
+
+void ControlPlane::stopKubeWatches() {
+  std::map<std::string, std::vector<std::shared_ptr<KubeWatch>>> watches;
+  {
+    std::lock_guard lock(kube_watch_mu_);
+    kube_watch_stop_ = true;
+    watches = kube_watches_;
+  }
+  kube_watch_cv_.notify_all();
+  if (kube_watch_thread_.joinable()) {
+    kube_watch_thread_.join();
+  }
+  std::vector<KubeFollower> followers;
+  {
+    std::lock_guard lock(kube_watch_mu_);
+    followers = std::move(kube_followers_);
+  }
+  for (KubeFollower& f : followers) {
+    if (f.thread.joinable()) {
+      f.thread.join();  // Each sees kube_watch_stop_ within half a second (or its fetch's 5 s).
+    }
+  }
+  for (const auto& [tenant, list] : watches) {
+    for (const auto& w : list) {
+      w->stream->end();
+    }
+  }
+}
+
+}  // namespace tessera::server
