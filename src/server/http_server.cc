@@ -554,20 +554,27 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     reply(std::move(resp), keep_alive && !server_.stopping, /*counted=*/true);
   }
 
+  // The status line and headers of `resp` (a header given twice, e.g. Warning, is sent twice).
+  template <typename Body>
+  void fillHeaders(http::response<Body>& msg, const HttpResponse& resp) const {
+    msg.version(11);
+    msg.result(resp.status);
+    msg.set(http::field::server, "tessera");
+    msg.set(http::field::content_type, resp.content_type);
+    for (const auto& [k, v] : resp.headers) {
+      msg.insert(k, v);
+    }
+    if (!config().chroot_tenant.empty()) {
+      // Tells a client that this listener's /v1/ is one tenant's (it writes paths accordingly).
+      msg.set("X-Tessera-Chroot", config().chroot_tenant);
+    }
+  }
+
   // A streamed answer (HttpResponse::stream): the headers, then each chunk as the producer
   // writes it, until it ends the stream (then the connection closes) or the client goes.
   void streamReply(HttpResponse resp, bool counted) {
     auto msg = std::make_shared<http::response<http::empty_body>>();
-    msg->version(11);
-    msg->result(resp.status);
-    msg->set(http::field::server, "tessera");
-    msg->set(http::field::content_type, resp.content_type);
-    for (const auto& [k, v] : resp.headers) {
-      msg->set(k, v);
-    }
-    if (!config().chroot_tenant.empty()) {
-      msg->set("X-Tessera-Chroot", config().chroot_tenant);
-    }
+    fillHeaders(*msg, resp);
     msg->keep_alive(false);
     msg->chunked(true);
     auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*msg);
@@ -655,17 +662,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
       return;
     }
     auto msg = std::make_shared<http::response<http::string_body>>();
-    msg->version(11);
-    msg->result(resp.status);
-    msg->set(http::field::server, "tessera");
-    msg->set(http::field::content_type, resp.content_type);
-    for (const auto& [k, v] : resp.headers) {
-      msg->set(k, v);
-    }
-    if (!config().chroot_tenant.empty()) {
-      // Tells a client that this listener's /v1/ is one tenant's (it writes paths accordingly).
-      msg->set("X-Tessera-Chroot", config().chroot_tenant);
-    }
+    fillHeaders(*msg, resp);
     msg->body() = std::move(resp.body);
     msg->keep_alive(keep_alive);
     msg->prepare_payload();

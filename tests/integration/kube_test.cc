@@ -192,6 +192,8 @@ TEST_F(KubeTest, KubectlCreatesListsReadsAndDeletesPodsThatTesseraRuns) {
 
   // Selectors kubectl sends.
   EXPECT_TRUE(contains(kubectl(config, {"get", "pods", "-l", "app=llm"}).out, "trainer"));
+  EXPECT_TRUE(
+      contains(kubectl(config, {"get", "pods", "-l", "app in (llm,x),!nolabel"}).out, "trainer"));
   Outcome none = kubectl(config, {"get", "pods", "-l", "app=other"});
   EXPECT_TRUE(contains(none.err, "No resources found")) << none;
   EXPECT_TRUE(

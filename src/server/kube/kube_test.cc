@@ -6,6 +6,7 @@
 #include "core/rfc3339.h"
 #include "server/kube/access.h"
 #include "server/kube/objects.h"
+#include "server/kube/selector.h"
 
 namespace tessera::server::kube {
 namespace {
@@ -332,6 +333,44 @@ TEST(KubeAccessTest, EachRequestMapsToItsVerbAndTesseraPath) {
       forbiddenMessage(kubeTarget("k8s/api/v1/namespaces/ml/pods/p/log", "GET", none, {}), "bob"),
       "pods \"p\" is forbidden: User \"bob\" cannot get resource \"pods/log\" in API group "
       "\"\" in the namespace \"ml\"");
+}
+
+}  // namespace
+}  // namespace tessera::server::kube
+
+namespace tessera::server::kube {
+namespace {
+
+TEST(KubeSelectorTest, LabelSelectorsInEveryFormKubectlSends) {
+  const json labels = {{"app", "llm"}, {"kai.scheduler/queue", "team-a"}, {"tier", "gpu"}};
+  auto matches = [&](const std::string& text) {
+    auto s = parseLabelSelector(text);
+    EXPECT_TRUE(s.isOk()) << text << ": " << s.status().toString();
+    return s.isOk() && matchesLabels(*s, labels);
+  };
+  EXPECT_TRUE(matches(""));
+  EXPECT_TRUE(matches("app=llm"));
+  EXPECT_TRUE(matches("app==llm,tier"));
+  EXPECT_FALSE(matches("app!=llm"));
+  EXPECT_TRUE(matches("!missing"));
+  EXPECT_FALSE(matches("!app"));
+  // The spec's example, as kubectl decodes it from the URL.
+  EXPECT_TRUE(matches("app in (llm,x),kai.scheduler/queue=team-a"));
+  EXPECT_TRUE(matches("app in ( x , llm )"));
+  EXPECT_FALSE(matches("app in (x,y)"));
+  EXPECT_TRUE(matches("app notin (x,y)"));
+  EXPECT_FALSE(matches("app notin (llm)"));
+  EXPECT_TRUE(matches("missing notin (a)"));  // Absent: notin holds, as upstream.
+  EXPECT_FALSE(matches("missing in (a)"));
+  for (const char* bad : {"app in (llm", "app within (a)", ",", "a=b,", "=x", "app=(x)"}) {
+    EXPECT_FALSE(parseLabelSelector(bad).isOk()) << bad;
+  }
+  auto fields = parseFieldSelector("metadata.name=x,status.phase!=Running", podFields());
+  ASSERT_TRUE(fields.isOk());
+  EXPECT_EQ(fields->size(), 2U);
+  EXPECT_FALSE((*fields)[1].equal);
+  EXPECT_EQ(parseFieldSelector("spec.foo=bar", podFields()).status().message(),
+            "field label not supported: spec.foo");
 }
 
 }  // namespace

@@ -1,54 +1,112 @@
 #include "server/kube/selector.h"
 
+#include <algorithm>
+#include <cctype>
+
 namespace tessera::server::kube {
 
 using nlohmann::json;
 
-// A label selector of the equality forms (k=v, k==v, k!=v, k, !k), comma-joined; set-based
-// forms are refused with 400 for now. Nullopt: it does not parse.
+namespace {
 
+std::string trimmed(std::string s) {
+  const char* ws = " \t";
+  const size_t first = s.find_first_not_of(ws);
+  if (first == std::string::npos) {
+    return "";
+  }
+  return s.substr(first, s.find_last_not_of(ws) - first + 1);
+}
+
+// A label key or value: letters, digits, '-', '_', '.', and in a key '/' (a prefix).
+bool labelText(const std::string& s, bool key) {
+  return std::all_of(s.begin(), s.end(), [key](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_' || c == '.' ||
+           (key && c == '/');
+  });
+}
+
+}  // namespace
+
+// The requirements, comma-joined (a comma inside the parentheses of `in` or `notin` separates
+// values): k=v, k==v, k!=v, k, !k, k in (a,b), k notin (a,b).
 core::Result<std::vector<LabelRequirement>> parseLabelSelector(const std::string& text) {
   std::vector<LabelRequirement> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    std::string part =
-        text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    start = comma == std::string::npos ? text.size() + 1 : comma + 1;
-    while (!part.empty() && part.front() == ' ') {
-      part.erase(part.begin());
+  std::vector<std::string> parts;
+  std::string current;
+  int depth = 0;
+  for (char c : text) {
+    if (c == '(') {
+      ++depth;
+    } else if (c == ')') {
+      --depth;
     }
-    while (!part.empty() && part.back() == ' ') {
-      part.pop_back();
+    if (c == ',' && depth == 0) {
+      parts.push_back(current);
+      current.clear();
+    } else {
+      current.push_back(c);
     }
+  }
+  if (depth != 0) {
+    return core::invalidArgument("unable to parse requirement: unbalanced parentheses in '" + text +
+                                 "'");
+  }
+  if (!text.empty()) {
+    parts.push_back(current);
+  }
+  for (const std::string& raw : parts) {
+    const std::string part = trimmed(raw);
     if (part.empty()) {
-      if (text.empty()) {
-        break;
-      }
       return core::invalidArgument("unable to parse requirement: empty requirement");
     }
-    if (part.find(" in ") != std::string::npos || part.find(" notin ") != std::string::npos ||
-        part.find('(') != std::string::npos) {
-      return core::invalidArgument("set-based label selectors ('" + part +
-                                   "') are not supported yet; use k=v, k!=v, k or !k");
-    }
     LabelRequirement r;
-    if (part.front() == '!') {
-      r.key = part.substr(1);
+    const size_t open = part.find('(');
+    if (open != std::string::npos) {
+      // k in (a,b) / k notin (a,b)
+      std::string head = trimmed(part.substr(0, open));
+      if (part.back() != ')') {
+        return core::invalidArgument("unable to parse requirement: '" + part + "'");
+      }
+      const size_t space = head.find_last_of(" \t");
+      const std::string op = space == std::string::npos ? "" : head.substr(space + 1);
+      r.key = trimmed(head.substr(0, space == std::string::npos ? 0 : space));
+      if (op == "in") {
+        r.op = LabelRequirement::Op::kIn;
+      } else if (op == "notin") {
+        r.op = LabelRequirement::Op::kNotIn;
+      } else {
+        return core::invalidArgument("unable to parse requirement: '" + part +
+                                     "': expected 'in' or 'notin' before '('");
+      }
+      std::string values = part.substr(open + 1, part.size() - open - 2);
+      size_t start = 0;
+      while (start <= values.size()) {
+        const size_t comma = values.find(',', start);
+        const std::string v = trimmed(
+            values.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        start = comma == std::string::npos ? values.size() + 1 : comma + 1;
+        if (!labelText(v, false)) {
+          return core::invalidArgument("unable to parse requirement: invalid value '" + v + "'");
+        }
+        r.values.insert(v);
+      }
+    } else if (part.front() == '!') {
+      r.key = trimmed(part.substr(1));
       r.op = LabelRequirement::Op::kNotExists;
     } else if (size_t ne = part.find("!="); ne != std::string::npos) {
-      r.key = part.substr(0, ne);
+      r.key = trimmed(part.substr(0, ne));
       r.op = LabelRequirement::Op::kNotEq;
-      r.value = part.substr(ne + 2);
+      r.value = trimmed(part.substr(ne + 2));
     } else if (size_t eq = part.find('='); eq != std::string::npos) {
-      r.key = part.substr(0, eq);
+      r.key = trimmed(part.substr(0, eq));
       r.op = LabelRequirement::Op::kEq;
-      r.value = part.substr(part.compare(eq, 2, "==") == 0 ? eq + 2 : eq + 1);
+      r.value = trimmed(part.substr(part.compare(eq, 2, "==") == 0 ? eq + 2 : eq + 1));
     } else {
       r.key = part;
       r.op = LabelRequirement::Op::kExists;
     }
-    if (r.key.empty()) {
+    if (r.key.empty() || !labelText(r.key, true) || !labelText(r.value, false)) {
       return core::invalidArgument("unable to parse requirement: '" + part + "'");
     }
     out.push_back(std::move(r));
@@ -78,6 +136,16 @@ bool matchesLabels(const std::vector<LabelRequirement>& selector, const json& la
         break;
       case LabelRequirement::Op::kNotExists:
         if (has) {
+          return false;
+        }
+        break;
+      case LabelRequirement::Op::kIn:
+        if (!has || !r.values.contains(value)) {
+          return false;
+        }
+        break;
+      case LabelRequirement::Op::kNotIn:  // An object without the label matches, as upstream.
+        if (has && r.values.contains(value)) {
           return false;
         }
         break;

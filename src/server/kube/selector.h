@@ -1,5 +1,5 @@
-// Which objects a Kubernetes request selects: its namespace, label selector (the equality
-// forms: k=v, k==v, k!=v, k, !k) and field selector (k=v, k==v, k!=v over the fields a kind can
+// Which objects a Kubernetes request selects: its namespace, label selector (k=v, k==v, k!=v,
+// k, !k, k in (a,b), k notin (a,b)) and field selector (k=v, k==v, k!=v over the fields a kind can
 // be selected by), as lists and watches filter.
 //
 //   auto f = kube::PodFilter::parse("default", "app=llm", "status.phase=Running");
@@ -17,8 +17,9 @@ namespace tessera::server::kube {
 
 struct LabelRequirement {
   std::string key;
-  enum class Op { kEq, kNotEq, kExists, kNotExists } op = Op::kEq;
+  enum class Op { kEq, kNotEq, kExists, kNotExists, kIn, kNotIn } op = Op::kEq;
   std::string value;
+  std::set<std::string> values;  // kIn, kNotIn.
 };
 struct FieldRequirement {
   std::string field;
