@@ -118,16 +118,15 @@ inline std::string storedToken() {
   return trim(t);
 }
 
-// Writes the token file readable by its owner only, replacing any previous one whole.
-inline core::Status storeToken(const std::string& token) {
-  const std::string path = tokenFilePath();
+// Writes `text` to `path`, readable by its owner only (it holds a token), replacing any previous
+// file whole or leaving it as it was.
+inline core::Status writePrivateFile(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp-" + std::to_string(getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     return core::Status(core::StatusCode::kUnavailable,
                         "cannot write " + tmp + ": " + std::strerror(errno));
   }
-  const std::string text = token + "\n";
   const bool ok = ::fchmod(fd, 0600) == 0 &&
                   ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
                   ::fsync(fd) == 0;
@@ -139,6 +138,11 @@ inline core::Status storeToken(const std::string& token) {
     return core::Status(core::StatusCode::kUnavailable, "cannot write " + path + ": " + why);
   }
   return core::Status::ok();
+}
+
+// Writes the token file readable by its owner only, replacing any previous one whole.
+inline core::Status storeToken(const std::string& token) {
+  return writePrivateFile(tokenFilePath(), token + "\n");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -61,26 +61,15 @@ core::Status kubeconfig(const KubeconfigFlags& f) {
     yaml += "    certificate-authority-data: " + yamlString(base64(pem)) + "\n";
   }
   yaml += "users:\n- name: " + yamlString(name) + "\n  user:\n    token: " + yamlString(token) +
-          "\ncontexts:\n- name: " + yamlString(name) + "\n  context:\n    cluster: " + yamlString(name) +
-          "\n    user: " + yamlString(name) +
+          "\ncontexts:\n- name: " + yamlString(name) +
+          "\n  context:\n    cluster: " + yamlString(name) + "\n    user: " + yamlString(name) +
           "\n    namespace: default\ncurrent-context: " + yamlString(name) + "\n";
   if (f.output.empty() || f.output == "-") {
     std::cout << yaml;
     return core::Status::ok();
   }
   // It holds the token: the owner's alone, written whole or not at all.
-  const std::string tmp = f.output + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return core::unavailable("cannot write " + tmp + ": " + std::strerror(errno));
-  }
-  const bool ok = ::write(fd, yaml.data(), yaml.size()) == static_cast<ssize_t>(yaml.size()) &&
-                  ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), f.output.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return core::unavailable("cannot write " + f.output + ": " + std::strerror(errno));
-  }
+  TESSERA_RETURN_IF_ERROR(writePrivateFile(f.output, yaml));
   std::cerr << "Wrote " << f.output << " (mode 0600): tenant '" << tenant << "' at " << server
             << ". Use it with `KUBECONFIG=" << f.output
             << " kubectl get pods`; it holds the token, which expires as the token does.\n";

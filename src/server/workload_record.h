@@ -45,7 +45,8 @@ struct WorkloadRecord {
   std::vector<WorkloadEvent> events;
   std::map<std::string, std::string> sealed_env;  // Env name -> sealed value (hex).
   // Set for a workload created through the Kubernetes API (server/kube): what it keeps of the
-  // object to show it back ({"kind", "namespace", "uid", "labels", "annotations", "spec"}).
+  // object to show it back ({"kind", "namespace", "labels", "annotations", "spec"}; its uid is
+  // derived from the tenant, name and create revision).
   nlohmann::json kube;
   // Where the store has it (not part of the value): the revisions that created it and last
   // changed it (the Kubernetes API's resourceVersion).

@@ -1,36 +1,36 @@
 #include "server/kube/access.h"
 
+#include <set>
 #include <vector>
+
+#include "core/strings.h"
 
 namespace tessera::server::kube {
 
-namespace {
-
-std::vector<std::string> segments(std::string_view path) {
-  std::vector<std::string> out;
-  while (!path.empty()) {
-    const size_t slash = path.find('/');
-    out.emplace_back(path.substr(0, slash));
-    path = slash == std::string_view::npos ? std::string_view() : path.substr(slash + 1);
-  }
-  return out;
+const std::string* queryParam(const std::map<std::string, std::string>& query, const char* key) {
+  auto it = query.find(key);
+  return it == query.end() ? nullptr : &it->second;
 }
 
-bool isTrue(const std::map<std::string, std::string>& query, const char* key) {
-  auto it = query.find(key);
-  if (it == query.end()) {
+bool queryBool(const std::string* value, bool fallback) {
+  if (value == nullptr) {
+    return fallback;
+  }
+  static const std::set<std::string> kTrue = {"1", "t", "T", "TRUE", "true", "True"};
+  static const std::set<std::string> kFalse = {"0", "f", "F", "FALSE", "false", "False"};
+  if (kTrue.contains(*value)) {
+    return true;
+  }
+  if (kFalse.contains(*value)) {
     return false;
   }
-  const std::string& v = it->second;
-  return v == "1" || v == "t" || v == "T" || v == "true" || v == "True" || v == "TRUE";
+  return fallback;
 }
-
-}  // namespace
 
 KubeTarget kubeTarget(std::string_view path, std::string_view method,
                       const std::map<std::string, std::string>& query, const nlohmann::json& body) {
   KubeTarget t;
-  std::vector<std::string> s = segments(path);
+  const std::vector<std::string> s = core::splitList(path, '/');
   size_t i = 1;  // After "k8s".
   if (s.size() > i && s[i] == "api") {
     i += 1;
@@ -65,7 +65,9 @@ KubeTarget kubeTarget(std::string_view path, std::string_view method,
     t.ns.clear();
   }
   if (method == "GET") {
-    t.verb = !t.name.empty() ? "get" : isTrue(query, "watch") ? "watch" : "list";
+    t.verb = !t.name.empty()                                ? "get"
+             : queryBool(queryParam(query, "watch"), false) ? "watch"
+                                                            : "list";
   } else if (method == "POST") {
     t.verb = "create";
     if (t.name.empty() && body.is_object()) {

@@ -17,6 +17,12 @@
 
 namespace tessera::server::kube {
 
+// A query parameter's value, or null when the request has none.
+const std::string* queryParam(const std::map<std::string, std::string>& query, const char* key);
+// Whether a query boolean is true, read as Go's strconv.ParseBool (the Python client sends
+// "True"); `fallback` when absent or unreadable.
+bool queryBool(const std::string* value, bool fallback);
+
 struct KubeTarget {
   std::string group;  // "" : the core group.
   std::string version;

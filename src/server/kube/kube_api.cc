@@ -1,8 +1,6 @@
 // The Kubernetes API's handlers (docs/kubernetes.md): discovery, namespaces, pods and their
 // logs, over the one workload registry. Authorization is the pipeline's (Access::kKube,
 // server/kube/access.h); errors leave as Status objects (kube::asStatus).
-#include <random>
-
 #include "core/rfc3339.h"
 #include "server/api_util.h"
 #include "server/control_plane.h"
@@ -17,30 +15,11 @@ using nlohmann::json;
 namespace {
 
 HttpResponse jsonAnswer(unsigned code, const json& body, std::string content_type = "") {
-  HttpResponse r;
-  r.status = code;
-  r.body = body.dump(-1, ' ', false, json::error_handler_t::replace);
+  HttpResponse r = api::reply(code, body);
   if (!content_type.empty()) {
     r.content_type = std::move(content_type);
   }
   return r;
-}
-
-const std::string* queryOf(const ScopedPath& scope, const char* key) {
-  auto it = scope.query.find(key);
-  return it == scope.query.end() ? nullptr : &it->second;
-}
-
-std::string randomUid() {
-  std::random_device rd;
-  std::uniform_int_distribution<int> hex(0, 15);
-  std::string out;
-  for (int i = 0; i < 32; ++i) {
-    out.push_back("0123456789abcdef"[hex(rd)]);
-  }
-  out[12] = '4';
-  return out.substr(0, 8) + "-" + out.substr(8, 4) + "-" + out.substr(12, 4) + "-" +
-         out.substr(16, 4) + "-" + out.substr(20);
 }
 
 }  // namespace
@@ -92,7 +71,7 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
     return kube::statusResponse(404, "the server could not find the requested resource");
   }
   const std::string rv = std::to_string(registry_.revision());
-  const auto include = kube::includeObject(queryOf(r.scope, "includeObject"));
+  const auto include = kube::includeObject(kube::queryParam(r.scope.query, "includeObject"));
   const bool table = kube::wantsTable(accept);
   if (t.group.empty() && t.resource == "namespaces") {
     // The tenant's namespaces: default, and every one a workload is in.
@@ -132,14 +111,14 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
   }
   // A pod as the registry has it, at its record's revision (a watch from that revision sees
   // every change after it).
-  auto podOf = [&](const WorkloadRecord& w) { return kube::podObject(tenant, w, w.status, now); };
+  auto podOf = [&](const WorkloadRecord& w) { return kube::podObject(tenant, w, w.status); };
   auto notFound = [&](const std::string& name) {
     return kube::statusResponse(404, "pods \"" + name + "\" not found",
                                 {{"name", name}, {"kind", "pods"}});
   };
   if (t.verb == "list" || t.verb == "watch") {
-    const std::string* ls = queryOf(r.scope, "labelSelector");
-    const std::string* fs = queryOf(r.scope, "fieldSelector");
+    const std::string* ls = kube::queryParam(r.scope.query, "labelSelector");
+    const std::string* fs = kube::queryParam(r.scope.query, "fieldSelector");
     auto filter = kube::PodFilter::parse(t.ns, ls == nullptr ? "" : *ls, fs == nullptr ? "" : *fs);
     if (!filter.isOk()) {
       return kube::statusResponse(400, filter.status().message());
@@ -170,7 +149,7 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
                                   "the body of the request was in an unknown format - accepted "
                                   "media types include: application/json");
     }
-    const std::string* validation = queryOf(r.scope, "fieldValidation");
+    const std::string* validation = kube::queryParam(r.scope.query, "fieldValidation");
     const bool strict = validation != nullptr && *validation == "Strict";
     auto pod = kube::workloadFromPod(r.body, t.ns, strict);
     if (!pod.isOk()) {
@@ -207,7 +186,6 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
       return kube::statusResponse(409, "pods \"" + pod->name + "\" already exists",
                                   {{"name", pod->name}, {"kind", "pods"}}, "AlreadyExists");
     }
-    pod->kube["uid"] = randomUid();
     HttpResponse submitted = submitWorkload(r, tenant, pod->name, pod->spec, std::move(pod->kube));
     if (submitted.status != 202) {
       // The same admission as Tessera's own API, its words kept: a request the pool can never
@@ -277,7 +255,7 @@ HttpResponse ControlPlane::kubeDeletePod(const std::string& tenant, const Worklo
     }
     waitForOwnWrite(deleted->revision);
     driver_.forgetWorkload(tenant, w.name);
-    json pod = kube::podObject(tenant, *current, current->status, now);
+    json pod = kube::podObject(tenant, *current, current->status);
     pod["metadata"]["deletionTimestamp"] = core::formatRfc3339(now);
     return jsonAnswer(200, pod);
   }
@@ -294,7 +272,7 @@ HttpResponse ControlPlane::kubeDeletePod(const std::string& tenant, const Worklo
     return api::fromStatus(put.status());
   }
   waitForOwnWrite(*put);
-  json pod = kube::podObject(tenant, updated, updated.status, now);
+  json pod = kube::podObject(tenant, updated, updated.status);
   pod["metadata"]["deletionTimestamp"] = updated.kube["deletionTimestamp"];
   pod["metadata"]["deletionGracePeriodSeconds"] = updated.spec.value("gracePeriod", 30);
   return jsonAnswer(200, pod);
@@ -319,10 +297,10 @@ HttpResponse ControlPlane::kubeLogs(Request& r, const std::string& tenant,
   int64_t tail = -1;
   int64_t limit_bytes = -1;
   try {
-    if (const std::string* v = queryOf(r.scope, "tailLines")) {
+    if (const std::string* v = kube::queryParam(r.scope.query, "tailLines")) {
       tail = std::stoll(*v);
     }
-    if (const std::string* v = queryOf(r.scope, "limitBytes")) {
+    if (const std::string* v = kube::queryParam(r.scope.query, "limitBytes")) {
       limit_bytes = std::stoll(*v);
     }
   } catch (const std::exception&) {
@@ -373,7 +351,7 @@ HttpResponse ControlPlane::kubeLogs(Request& r, const std::string& tenant,
   resp.status = 200;
   resp.content_type = "text/plain";
   resp.body = std::move(text);
-  if (kube::queryBool(queryOf(r.scope, "follow"), false) && limit_bytes < 0) {
+  if (kube::queryBool(kube::queryParam(r.scope.query, "follow"), false) && limit_bytes < 0) {
     // `logs -f`: what comes next, as it comes, until the container ends.
     resp.stream = std::make_shared<ResponseStream>();
     if (!followKubeLog(tenant, w.name, task.node, id, next, resp.stream)) {

@@ -175,7 +175,7 @@ TEST(KubeObjectsTest, AWorkloadIsAPodWhoseStatusAndTableReadAsKubectlExpects) {
   WorkloadStatus waiting;
   waiting.reason = "waiting for 1 GPU: queue team-1/default is at its limit";
   waiting.tasks.resize(1);
-  json p = podObject("team-1", r, waiting, now);
+  json p = podObject("team-1", r, waiting);
   EXPECT_EQ(p["metadata"]["resourceVersion"], "9");
   EXPECT_EQ(p["metadata"]["namespace"], "default");
   EXPECT_EQ(p["status"]["phase"], "Pending");
@@ -184,10 +184,10 @@ TEST(KubeObjectsTest, AWorkloadIsAPodWhoseStatusAndTableReadAsKubectlExpects) {
                                                 {"reason", "Unschedulable"},
                                                 {"message", waiting.reason}}));
   // Stable across reads, another for another incarnation of the name.
-  EXPECT_EQ(p["metadata"]["uid"], podObject("team-1", r, waiting, now)["metadata"]["uid"]);
+  EXPECT_EQ(p["metadata"]["uid"], podObject("team-1", r, waiting)["metadata"]["uid"]);
   WorkloadRecord again = r;
   again.create_revision = 20;
-  EXPECT_NE(p["metadata"]["uid"], podObject("team-1", again, waiting, now)["metadata"]["uid"]);
+  EXPECT_NE(p["metadata"]["uid"], podObject("team-1", again, waiting)["metadata"]["uid"]);
   // A Tessera workload's spec shows as its Pod.
   EXPECT_EQ(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1");
 
@@ -205,10 +205,9 @@ TEST(KubeObjectsTest, AWorkloadIsAPodWhoseStatusAndTableReadAsKubectlExpects) {
   WorkloadStatus failed = done;
   failed.phase = WorkloadPhase::kFailed;
   failed.tasks[0].exit_code = 3;
-  const json t =
-      podTable({podObject("team-1", r, waiting, now), podObject("team-1", r, running, now),
-                podObject("team-1", r, done, now), podObject("team-1", r, failed, now)},
-               "42", IncludeObject::kMetadata, now);
+  const json t = podTable({podObject("team-1", r, waiting), podObject("team-1", r, running),
+                           podObject("team-1", r, done), podObject("team-1", r, failed)},
+                          "42", IncludeObject::kMetadata, now);
   EXPECT_EQ(t["metadata"]["resourceVersion"], "42");
   ASSERT_EQ(t["columnDefinitions"].size(), 9U);
   EXPECT_EQ(t["columnDefinitions"][5]["priority"], 1);  // IP and after: -o wide only.

@@ -22,11 +22,6 @@ namespace {
 constexpr size_t kMaxWatchesPerTenant = 4096;
 constexpr std::chrono::seconds kBookmarkEvery{15};
 
-const std::string* queryOf(const ScopedPath& scope, const char* key) {
-  auto it = scope.query.find(key);
-  return it == scope.query.end() ? nullptr : &it->second;
-}
-
 }  // namespace
 
 struct ControlPlane::KubeWatch {
@@ -72,7 +67,7 @@ void ControlPlane::kubeWatchDeliver(KubeWatch& w) {
     if (c.record == nullptr || !kube::isPod(*c.record)) {
       continue;
     }
-    json pod = kube::podObject(w.tenant, *c.record, c.record->status, now);
+    json pod = kube::podObject(w.tenant, *c.record, c.record->status);
     pod["metadata"]["resourceVersion"] = std::to_string(c.revision);
     const bool is = w.filter.matches(pod);
     if (c.type == WorkloadChange::Type::kDeleted) {
@@ -82,7 +77,7 @@ void ControlPlane::kubeWatchDeliver(KubeWatch& w) {
       continue;
     }
     const bool was = c.before != nullptr && kube::isPod(*c.before) &&
-                     w.filter.matches(kube::podObject(w.tenant, *c.before, c.before->status, now));
+                     w.filter.matches(kube::podObject(w.tenant, *c.before, c.before->status));
     if (is) {
       out += kubeEvent(w, was ? "MODIFIED" : "ADDED", std::move(pod));
     } else if (was) {
@@ -101,11 +96,11 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
   w->tenant = tenant;
   w->filter = std::move(filter);
   w->table = table;
-  w->bookmarks = kube::queryBool(queryOf(r.scope, "allowWatchBookmarks"), false);
+  w->bookmarks = kube::queryBool(kube::queryParam(r.scope.query, "allowWatchBookmarks"), false);
   w->stream = std::make_shared<ResponseStream>();
   const auto start = std::chrono::steady_clock::now();
   int64_t timeout_s = 0;
-  if (const std::string* t = queryOf(r.scope, "timeoutSeconds")) {
+  if (const std::string* t = kube::queryParam(r.scope.query, "timeoutSeconds")) {
     try {
       timeout_s = std::stoll(*t);
     } catch (const std::exception&) {
@@ -120,7 +115,7 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
   }
   w->deadline = start + std::chrono::seconds(std::min<int64_t>(timeout_s, 3600));
   w->next_bookmark = start + kBookmarkEvery;
-  const std::string* rv_text = queryOf(r.scope, "resourceVersion");
+  const std::string* rv_text = kube::queryParam(r.scope.query, "resourceVersion");
   std::string initial;
   if (rv_text == nullptr || rv_text->empty() || *rv_text == "0") {
     // Every object it selects now, as ADDED, then what comes after.
@@ -130,7 +125,7 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
       if (!kube::isPod(*rec)) {
         continue;
       }
-      json pod = kube::podObject(tenant, *rec, rec->status, now);
+      json pod = kube::podObject(tenant, *rec, rec->status);
       if (w->filter.matches(pod)) {
         initial += kubeEvent(*w, "ADDED", std::move(pod));
       }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "audit/crypto.h"
@@ -176,59 +177,75 @@ std::optional<json> apiResourceList(std::string_view group, std::string_view ver
               {"resources", std::move(list)}};
 }
 
-std::optional<json> openApiDocument(std::string_view group_version) {
-  json paths = json::object();
-  for (const Resource& r : resources()) {
-    const std::string gv = r.group.empty()
-                               ? "api/" + std::string(r.version)
-                               : "apis/" + std::string(r.group) + "/" + std::string(r.version);
-    if (gv != group_version ||
-        std::find(r.verbs.begin(), r.verbs.end(), "create") == r.verbs.end()) {
-      continue;
+namespace {
+
+struct OpenApiDocument {
+  json document;
+  std::string hash;
+};
+
+// Every group-version's OpenAPI document ("api/v1" -> ...), with its hash: built once, since
+// what is served does not change while the server runs (kubectl asks on every create -f).
+const std::map<std::string, OpenApiDocument>& openApiDocuments() {
+  static const std::map<std::string, OpenApiDocument> kDocuments = [] {
+    std::map<std::string, json> paths;  // By group-version.
+    for (const Resource& r : resources()) {
+      if (std::find(r.verbs.begin(), r.verbs.end(), "create") == r.verbs.end()) {
+        continue;
+      }
+      const std::string gv = r.group.empty()
+                                 ? "api/" + std::string(r.version)
+                                 : "apis/" + std::string(r.group) + "/" + std::string(r.version);
+      const std::string item = "/" + gv + (r.namespaced ? "/namespaces/{namespace}/" : "/") +
+                               std::string(r.name) + "/{name}";
+      const json patch_body = {{"content",
+                                {{"application/json-patch+json", {{"schema", json::object()}}},
+                                 {"application/merge-patch+json", {{"schema", json::object()}}},
+                                 {"application/apply-patch+yaml", {{"schema", json::object()}}}}}};
+      paths[gv][item] = {
+          {"patch",
+           {{"operationId", "patch" + std::string(r.kind)},
+            {"x-kubernetes-group-version-kind",
+             {{"group", r.group}, {"version", r.version}, {"kind", r.kind}}},
+            {"parameters",
+             {{{"name", "fieldValidation"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+              {{"name", "fieldManager"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+              {{"name", "dryRun"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
+              {{"name", "force"}, {"in", "query"}, {"schema", {{"type", "boolean"}}}}}},
+            {"requestBody", patch_body},
+            {"responses", {{"200", {{"description", "OK"}}}}}}}};
     }
-    const std::string item = "/" + gv + (r.namespaced ? "/namespaces/{namespace}/" : "/") +
-                             std::string(r.name) + "/{name}";
-    const json patch_body = {{"content",
-                              {{"application/json-patch+json", {{"schema", json::object()}}},
-                               {"application/merge-patch+json", {{"schema", json::object()}}},
-                               {"application/apply-patch+yaml", {{"schema", json::object()}}}}}};
-    paths[item] = {
-        {"patch",
-         {{"operationId", "patch" + std::string(r.kind)},
-          {"x-kubernetes-group-version-kind",
-           {{"group", r.group}, {"version", r.version}, {"kind", r.kind}}},
-          {"parameters",
-           {{{"name", "fieldValidation"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
-            {{"name", "fieldManager"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
-            {{"name", "dryRun"}, {"in", "query"}, {"schema", {{"type", "string"}}}},
-            {{"name", "force"}, {"in", "query"}, {"schema", {{"type", "boolean"}}}}}},
-          {"requestBody", patch_body},
-          {"responses", {{"200", {{"description", "OK"}}}}}}}};
-  }
-  if (paths.empty()) {
-    return std::nullopt;
-  }
-  return json{{"openapi", "3.0.0"},
-              {"info", {{"title", "Tessera's Kubernetes API"}, {"version", kGitVersion}}},
-              {"paths", std::move(paths)}};
+    std::map<std::string, OpenApiDocument> out;
+    for (auto& [gv, items] : paths) {
+      json doc = {{"openapi", "3.0.0"},
+                  {"info", {{"title", "Tessera's Kubernetes API"}, {"version", kGitVersion}}},
+                  {"paths", std::move(items)}};
+      const std::string hash = audit::sha256Hex(doc.dump()).substr(0, 32);
+      out[gv] = {std::move(doc), hash};
+    }
+    return out;
+  }();
+  return kDocuments;
+}
+
+}  // namespace
+
+std::optional<json> openApiDocument(std::string_view group_version) {
+  const auto& docs = openApiDocuments();
+  auto it = docs.find(std::string(group_version));
+  return it == docs.end() ? std::nullopt : std::optional<json>(it->second.document);
 }
 
 std::string openApiHash(std::string_view group_version) {
-  const auto doc = openApiDocument(group_version);
-  return doc ? audit::sha256Hex(doc->dump()).substr(0, 32) : "";
+  const auto& docs = openApiDocuments();
+  auto it = docs.find(std::string(group_version));
+  return it == docs.end() ? "" : it->second.hash;
 }
 
 json openApiIndex() {
   json paths = json::object();
-  std::set<std::string> seen;
-  for (const Resource& r : resources()) {
-    const std::string gv = r.group.empty()
-                               ? "api/" + std::string(r.version)
-                               : "apis/" + std::string(r.group) + "/" + std::string(r.version);
-    if (!seen.insert(gv).second || !openApiDocument(gv)) {
-      continue;
-    }
-    paths[gv] = {{"serverRelativeURL", "/openapi/v3/" + gv + "?hash=" + openApiHash(gv)}};
+  for (const auto& [gv, doc] : openApiDocuments()) {
+    paths[gv] = {{"serverRelativeURL", "/openapi/v3/" + gv + "?hash=" + doc.hash}};
   }
   return {{"paths", std::move(paths)}};
 }
@@ -319,21 +336,6 @@ void asStatus(HttpResponse& resp) {
                   .dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-bool queryBool(const std::string* value, bool fallback) {
-  if (value == nullptr) {
-    return fallback;
-  }
-  static const std::set<std::string> kTrue = {"1", "t", "T", "TRUE", "true", "True"};
-  static const std::set<std::string> kFalse = {"0", "f", "F", "FALSE", "false", "False"};
-  if (kTrue.contains(*value)) {
-    return true;
-  }
-  if (kFalse.contains(*value)) {
-    return false;
-  }
-  return fallback;
-}
-
 std::string humanDuration(std::chrono::seconds d) {
   // apimachinery's duration.HumanDuration.
   const int64_t s = std::max<int64_t>(0, d.count());
@@ -384,9 +386,6 @@ std::string uuidOf(const std::string& seed) {
 // A stable UUID for a record: its tenant, name and create revision, hashed (a name used again
 // after a deletion is another object, as in Kubernetes).
 std::string uidOf(const std::string& tenant, const WorkloadRecord& r) {
-  if (r.kube.is_object() && r.kube.contains("uid") && r.kube["uid"].is_string()) {
-    return r.kube["uid"];
-  }
   return uuidOf(tenant + "/" + r.name + "@" + std::to_string(r.create_revision));
 }
 
@@ -447,9 +446,7 @@ json podSpecOf(const WorkloadRecord& r) {
 
 }  // namespace
 
-json podObject(const std::string& tenant, const WorkloadRecord& r, const WorkloadStatus& status,
-               core::WallTime now) {
-  (void)now;
+json podObject(const std::string& tenant, const WorkloadRecord& r, const WorkloadStatus& status) {
   json metadata = {{"name", r.name},
                    {"namespace", namespaceOf(r)},
                    {"uid", uidOf(tenant, r)},

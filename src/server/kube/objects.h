@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "core/status.h"
 #include "server/http_server.h"
+#include "server/kube/access.h"
 #include "server/workload_record.h"
 
 namespace tessera::server::kube {
@@ -59,10 +60,6 @@ HttpResponse statusResponse(unsigned code, const std::string& message,
 // kubectl expects; anything already a Status, or not an error, is left as it is.
 void asStatus(HttpResponse& resp);
 
-// Whether a query boolean is true, read as Go's strconv.ParseBool (the Python client sends
-// "True"); `fallback` when absent or unreadable.
-bool queryBool(const std::string* value, bool fallback);
-
 // How long ago, as kubectl's AGE column says it (apimachinery's HumanDuration).
 std::string humanDuration(std::chrono::seconds d);
 
@@ -74,10 +71,11 @@ inline bool isPod(const WorkloadRecord& r) {
 // The namespace a workload is in ("default" for one submitted through Tessera's own API).
 std::string namespaceOf(const WorkloadRecord& r);
 
-// A workload as a Pod (one whose spec asks for one task), with its live status if the
-// scheduler has one. `uid` is stable for the record (from its create revision).
+// A workload as a Pod (one whose spec asks for one task), with `status` (the record's own, so
+// that the object is as it was at its resourceVersion). `uid` is stable for the record (from its
+// create revision).
 nlohmann::json podObject(const std::string& tenant, const WorkloadRecord& r,
-                         const WorkloadStatus& status, core::WallTime now);
+                         const WorkloadStatus& status);
 // Where a Table's rows carry their objects (`includeObject`).
 enum class IncludeObject { kNone, kMetadata, kObject };
 IncludeObject includeObject(const std::string* value);
