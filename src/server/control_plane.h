@@ -38,6 +38,8 @@
 #include "server/grants.h"
 #include "server/http_server.h"
 #include "server/idempotency.h"
+#include "server/kube/access.h"
+#include "server/kube/objects.h"
 #include "server/kube/selector.h"
 #include "server/metrics.h"
 #include "server/node_mailbox.h"
@@ -248,23 +250,30 @@ class ControlPlane {
   // after the list revision or the resourceVersion it names; ended at its timeoutSeconds, when
   // the client goes, or when the server stops.
   struct KubeWatch;
-  HttpResponse kubeWatch(Request& r, kube::PodFilter filter, bool table);
+  // `jobs`: it watches Jobs, else pods.
+  HttpResponse kubeWatch(Request& r, kube::PodFilter filter, bool table, bool jobs);
   std::string kubeEvent(const KubeWatch& w, const char* type, nlohmann::json object) const;
   void kubeWatchDeliver(KubeWatch& w);
   void kubeWatchNotify(const std::set<std::string>& tenants);
   void kubeWatchTimer();  // Deadlines and bookmarks, once a second.
   void stopKubeWatches();
-  // `logs -f`: a thread that reads `task_id`'s log on `node` from `offset` every half second
-  // into `stream`, until the task ends, the client goes or the server stops. False: too many
-  // are followed at once.
-  bool followKubeLog(const std::string& tenant, const std::string& name, const std::string& node,
-                     const std::string& task_id, int64_t offset,
+  // `logs -f`: a thread that reads `task_id`'s log (task `index` of workload `name`) on `node`
+  // from `offset` every half second into `stream`, until the task ends, the client goes or the
+  // server stops. False: too many are followed at once.
+  bool followKubeLog(const std::string& tenant, const std::string& name, int index,
+                     const std::string& node, const std::string& task_id, int64_t offset,
                      std::shared_ptr<ResponseStream> stream);
-  // DELETE of a pod: a finished one is gone at once; one that runs or waits is stopped, marked
-  // with its deletionTimestamp, and collected once it has stopped (collectFinishedWorkloads).
-  HttpResponse kubeDeletePod(const std::string& tenant, const WorkloadRecord& w);
-  // GET pods/<name>/log (?tailLines=&limitBytes=): its task's stdout, from its agent.
-  HttpResponse kubeLogs(Request& r, const std::string& tenant, const WorkloadRecord& w);
+  // POST of a pod or a Job (`submission` read from its body, or why not): admitted and stored as
+  // Tessera's own workloads are (submitWorkload), answered 201 with the object.
+  HttpResponse kubeCreate(Request& r, const std::string& tenant, const kube::KubeTarget& t,
+                          core::Result<kube::PodSubmission> submission);
+  // DELETE of a pod or a Job: a finished one is gone at once; one that runs or waits is stopped,
+  // marked with its deletionTimestamp, and collected once it has stopped
+  // (collectFinishedWorkloads).
+  HttpResponse kubeDelete(const std::string& tenant, const WorkloadRecord& w);
+  // GET pods/<name>/log (?tailLines=&limitBytes=): task `index`'s stdout, from its agent.
+  HttpResponse kubeLogs(Request& r, const std::string& tenant, const WorkloadRecord& w, int index,
+                        const std::string& pod);
   // A workload as GET workloads/<name> shows it: its record, with the scheduler's live status.
   nlohmann::json workloadData(const std::string& tenant, const WorkloadRecord& record) const;
   // LIST workloads?detail=true: every workload of `tenant` the token may read, with `index`.

@@ -196,6 +196,9 @@ struct SubmitCommand {
   int64_t shm_mib = 0;
   bool read_only_rootfs = false;
   std::map<std::string, std::string> env;  // Its own environment variables.
+  // Variables that each task gets its own index in, as TESSERA_TASK_INDEX (`indexEnv`; an Indexed
+  // Job's JOB_COMPLETION_INDEX).
+  std::vector<std::string> index_env;
   // Ports each task gets on its node, by name (`ports`; a workload of several tasks also gets
   // "master", its MASTER_PORT): docs/agent.md "Distributed training".
   std::vector<std::string> ports;

@@ -662,6 +662,9 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t,
   nt.shm_mib = c.shm_mib;
   nt.read_only_rootfs = c.read_only_rootfs;
   nt.env = c.env;
+  for (const std::string& var : c.index_env) {
+    nt.env[var] = std::to_string(task.index);
+  }
   nt.sealed_env = c.sealed_env;
   const sched::Placement& p = task.assignment.placement;
   for (uint64_t g = p.gpus; g != 0; g &= g - 1) {

@@ -124,6 +124,8 @@ bool changesState(const RouteSpec& route, std::string_view method);
 
 // Every route, in matching order.
 const std::vector<RouteSpec>& routeTable();
+// The Kubernetes API's routes (server/kube/kube_routes.cc), the table's last.
+std::vector<RouteSpec> kubeRoutes();
 
 struct RouteMatch {
   const RouteSpec* route = nullptr;           // Null: no route has this path (404).

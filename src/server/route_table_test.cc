@@ -328,6 +328,11 @@ tenant k8s/api/v1/namespaces/{namespace}/pods/{name} GET: the Kubernetes verb's,
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name}/log GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/pods GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs POST: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/apis/batch/v1/jobs GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/apis/{group}/{version} GET: any valid token (reads)
 tenant k8s/openapi/v3 GET: any valid token (reads)
 tenant k8s/openapi/v3/{gv+} GET: any valid token (reads)

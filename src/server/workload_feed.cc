@@ -152,9 +152,16 @@ void ControlPlane::collectFinishedWorkloads() {
       due.emplace_back(tenant, rec->name);
       continue;
     }
-    const int64_t keep_s =
+    int64_t keep_s =
         tenantSetting(tenant, "workload_retention_seconds", options_.default_workload_retention_s);
-    if (keep_s <= 0) {
+    // A Job's ttlSecondsAfterFinished is its own retention (0: gone once finished).
+    const bool ttl = rec->kube.is_object() && rec->kube.contains("spec") &&
+                     rec->kube["spec"].is_object() &&
+                     rec->kube["spec"].contains("ttlSecondsAfterFinished") &&
+                     rec->kube["spec"]["ttlSecondsAfterFinished"].is_number_integer();
+    if (ttl) {
+      keep_s = rec->kube["spec"]["ttlSecondsAfterFinished"].get<int64_t>();
+    } else if (keep_s <= 0) {
       continue;  // Kept until deleted with the tenant.
     }
     const auto finished = core::parseRfc3339(rec->finished);

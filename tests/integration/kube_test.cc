@@ -8,8 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -433,6 +435,134 @@ TEST_F(KubeTest, WatchesSeeEachChangeAndDeleteWaitsForARunningPodToGo) {
   EXPECT_EQ(deleted.rc, 0) << deleted;
   EXPECT_EQ(deleted.out, "pod \"sleeper\" deleted\n") << deleted;
   EXPECT_TRUE(contains(kubectl(config, {"get", "pod", "sleeper"}).err, "(NotFound)"));
+}
+
+const char* kIndexedJob = R"(apiVersion: batch/v1
+kind: Job
+metadata:
+  name: ddp
+  labels:
+    team: nlp
+spec:
+  completions: 2
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    metadata:
+      labels:
+        app: ddp
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        command: ["sh", "-c", "echo index=$JOB_COMPLETION_INDEX rank=$RANK world=$WORLD_SIZE master=${MASTER_ADDR:+set}; sleep 2"]
+        resources:
+          limits:
+            nvidia.com/gpu: 1
+)";
+
+// Must show 1 (Jobs): an Indexed Job's pods run at once with their index and #29's rendezvous
+// variables; kubectl waits for it to complete, reads its logs through its selector, lists it
+// with kubectl's columns, and deletes it with its pods. A failing Job ends Failed, never
+// Complete; Tessera's own workload of several tasks is a Job to kubectl.
+TEST_F(KubeTest, AnIndexedJobRunsItsPodsAtOnceWithTheirIndexAndCompletes) {
+  const std::string token = tenantToken("kube-j");
+  const fs::path config = kubeconfig(token, "j.kubeconfig");
+  Outcome resources = kubectl(config, {"api-resources", "--api-group=batch"});
+  ASSERT_EQ(resources.rc, 0) << resources;
+  EXPECT_TRUE(contains(resources.out, "jobs") && contains(resources.out, "batch/v1") &&
+              contains(resources.out, "Job"))
+      << resources;
+
+  const fs::path job = manifest("job.yaml", kIndexedJob);
+  Outcome created = kubectl(config, {"create", "-f", job.string()});
+  ASSERT_EQ(created.rc, 0) << created;
+  EXPECT_EQ(created.out, "job.batch/ddp created\n") << created;
+  Outcome waited =
+      kubectl(config, {"wait", "--for=condition=complete", "job/ddp", "--timeout=60s"});
+  ASSERT_EQ(waited.rc, 0) << waited << kubectl(config, {"get", "job", "ddp", "-o", "json"}).out;
+  EXPECT_EQ(waited.out, "job.batch/ddp condition met\n") << waited;
+
+  Outcome listed = kubectl(config, {"get", "jobs"});
+  ASSERT_EQ(listed.rc, 0) << listed;
+  EXPECT_TRUE(contains(listed.out, "NAME   STATUS     COMPLETIONS   DURATION   AGE\n")) << listed;
+  EXPECT_TRUE(contains(listed.out, "ddp    Complete   2/2")) << listed;
+  Outcome wide = kubectl(config, {"get", "jobs", "-o", "wide"});
+  EXPECT_TRUE(contains(wide.out, "batch.kubernetes.io/controller-uid=")) << wide;
+  const json object =
+      json::parse(kubectl(config, {"get", "job", "ddp", "-o", "json"}).out, nullptr, false);
+  ASSERT_TRUE(object.is_object());
+  const std::string uid = object["metadata"]["uid"];
+  EXPECT_EQ(object["spec"]["completionMode"], "Indexed");
+  EXPECT_EQ(object["status"]["succeeded"], 2);
+  EXPECT_EQ(object["metadata"]["labels"]["team"], "nlp");
+  Outcome yaml = kubectl(config, {"get", "job", "ddp", "-o", "yaml"});
+  EXPECT_TRUE(contains(yaml.out, "type: Complete")) << yaml;
+
+  // Its pods: one per index, found by the Job's selector, each with its own index.
+  const json pods = json::parse(
+      kubectl(config,
+              {"get", "pods", "-l", "batch.kubernetes.io/controller-uid=" + uid, "-o", "json"})
+          .out,
+      nullptr, false);
+  ASSERT_TRUE(pods.is_object());
+  ASSERT_EQ(pods["items"].size(), 2U) << pods.dump();
+  std::map<std::string, std::string> by_index;
+  for (const json& p : pods["items"]) {
+    EXPECT_EQ(p["status"]["phase"], "Succeeded") << p.dump();
+    EXPECT_EQ(p["metadata"]["labels"]["app"], "ddp");
+    by_index[p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]] =
+        p["metadata"]["name"];
+  }
+  ASSERT_EQ(by_index.size(), 2U);
+  Outcome logs = kubectl(config, {"logs", "job/ddp"});
+  ASSERT_EQ(logs.rc, 0) << logs;
+  EXPECT_EQ(logs.out, "index=0 rank=0 world=2 master=set\n") << logs;
+  Outcome second = kubectl(config, {"logs", by_index["1"]});
+  EXPECT_EQ(second.out, "index=1 rank=1 world=2 master=set\n") << second;
+  Outcome pod_delete = kubectl(config, {"delete", "pod", by_index["1"]});
+  EXPECT_EQ(pod_delete.rc, 1) << pod_delete;
+  EXPECT_TRUE(contains(pod_delete.err, "delete the job instead")) << pod_delete;
+
+  Outcome deleted = kubectl(config, {"delete", "job", "ddp"});
+  ASSERT_EQ(deleted.rc, 0) << deleted;
+  EXPECT_EQ(deleted.out, "job.batch \"ddp\" deleted\n") << deleted;
+  EXPECT_TRUE(contains(kubectl(config, {"get", "job", "ddp"}).err,
+                       "Error from server (NotFound): jobs.batch \"ddp\" not found"));
+  EXPECT_TRUE(
+      contains(kubectl(config, {"get", "pods", "-l", "job-name=ddp"}).err, "No resources found"));
+
+  // A Job whose pod fails, with no retries, is Failed: `wait --for=condition=failed` sees it.
+  std::string failing = kIndexedJob;
+  failing.replace(failing.find("name: ddp"), 9, "name: bad");
+  failing.replace(failing.find("completions: 2"), 14, "completions: 1\n  backoffLimit: 0");
+  failing.replace(failing.find("parallelism: 2"), 14, "parallelism: 1");
+  failing.replace(failing.find("sleep 2"), 7, "exit 3");
+  ASSERT_EQ(kubectl(config, {"create", "-f", manifest("bad.yaml", failing).string()}).rc, 0);
+  Outcome failed = kubectl(config, {"wait", "--for=condition=failed", "job/bad", "--timeout=60s"});
+  EXPECT_EQ(failed.rc, 0) << failed;
+  EXPECT_TRUE(contains(kubectl(config, {"get", "job", "bad"}).out, "bad    Failed   0/1"))
+      << kubectl(config, {"get", "job", "bad"});
+
+  // A Job Tessera cannot run as asked is refused, naming the field; nothing is created.
+  std::string serial = kIndexedJob;
+  serial.replace(serial.find("name: ddp"), 9, "name: serial");
+  serial.replace(serial.find("parallelism: 2"), 14, "parallelism: 1");
+  Outcome refused = kubectl(config, {"create", "-f", manifest("serial.yaml", serial).string()});
+  EXPECT_EQ(refused.rc, 1) << refused;
+  EXPECT_TRUE(
+      contains(refused.err, "spec.parallelism: Forbidden: Tessera runs all of a Job's pods"))
+      << refused;
+  EXPECT_TRUE(contains(kubectl(config, {"get", "job", "serial"}).err, "(NotFound)"));
+
+  // Tessera's own workload of several tasks is a Job, its tasks pods.
+  Outcome run = tessera(token, {"run", "pair", "--tasks", "2", "--", "sleep", "30"});
+  ASSERT_EQ(run.rc, 0) << run;
+  Outcome jobs = kubectl(config, {"get", "jobs"});
+  EXPECT_TRUE(contains(jobs.out, "pair ")) << jobs;
+  Outcome pair_pods = kubectl(config, {"get", "pods", "-l", "job-name=pair"});
+  EXPECT_EQ(std::count(pair_pods.out.begin(), pair_pods.out.end(), '\n'), 3) << pair_pods;
+  EXPECT_EQ(kubectl(config, {"delete", "job", "pair", "--wait=false"}).rc, 0);
 }
 
 // Must show 3: the official Python client (Debian's python3-kubernetes) as a second real client:

@@ -27,6 +27,14 @@ using nlohmann::json;
 
 namespace {
 
+// An environment variable's name: [A-Za-z_][A-Za-z0-9_]*, at most 256 characters.
+bool isVariableName(const std::string& v) {
+  return !v.empty() && v.size() <= 256 && (std::isalpha(v[0]) != 0 || v[0] == '_') &&
+         std::all_of(v.begin(), v.end(), [](char ch) {
+           return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_';
+         });
+}
+
 // A workload's "command" (argv) and "env" (variables), as an agent will run them.
 core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
   if (n.has("command")) {
@@ -57,12 +65,7 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
       return e.error("expected an object of at most 256 NAME: \"value\" pairs");
     }
     for (const auto& [key, value] : e.value().items()) {
-      const bool valid_name =
-          !key.empty() && key.size() <= 256 && (std::isalpha(key[0]) != 0 || key[0] == '_') &&
-          std::all_of(key.begin(), key.end(), [](char ch) {
-            return std::isalnum(static_cast<unsigned char>(ch)) != 0 || ch == '_';
-          });
-      if (!valid_name) {
+      if (!isVariableName(key)) {
         return e.error("'" + key.substr(0, 64) +
                        "' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)");
       }
@@ -71,6 +74,21 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
         return e.child(key.c_str()).error("expected a string of at most 32 KiB without NUL bytes");
       }
       cmd.env[key] = value.get<std::string>();
+    }
+  }
+  if (n.has("indexEnv")) {
+    // ["JOB_COMPLETION_INDEX"]: more names for each task's index (TESSERA_TASK_INDEX).
+    const core::JsonNode e = n.child("indexEnv");
+    if (!e.value().is_array() || e.value().size() > 8) {
+      return e.error("expected a list of at most 8 variable names");
+    }
+    for (size_t i = 0; i < e.value().size(); ++i) {
+      TESSERA_ASSIGN_OR_RETURN(std::string var, e.at(i).str());
+      if (!isVariableName(var)) {
+        return e.at(i).error("'" + var.substr(0, 64) +
+                             "' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)");
+      }
+      cmd.index_env.push_back(std::move(var));
     }
   }
   if (n.has("image")) {  // A container (docs/agent.md "Containers"): checked here, run there.
@@ -485,7 +503,7 @@ HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
       {"tasks",           "minAvailable",   "priority", "preemptible", "maxRuntime",   "duration",
        "checkpointEvery", "gracePeriod",    "command",  "env",         "identity",     "secrets",
        "cpuMilli",        "memoryMiB",      "gpu",      "queue",       "nodeSelector", "image",
-       "shmMiB",          "readOnlyRootfs", "ports",    "restart",     "pullSecret"});
+       "shmMiB",          "readOnlyRootfs", "ports",    "restart",     "pullSecret",   "indexEnv"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;

@@ -100,8 +100,9 @@ std::optional<TesseraAccess> tesseraAccess(const KubeTarget& t) {
   } else if (t.verb == "delete" || t.verb == "deletecollection") {
     cap = Capability::kDelete;
   }
-  // Pods (and later Jobs) are workloads; a namespace is a view over them.
-  if (t.group.empty() && (t.resource == "pods" || t.resource == "namespaces")) {
+  // Pods and Jobs are workloads; a namespace is a view over them.
+  const bool jobs = t.group == "batch" && t.resource == "jobs";
+  if (jobs || (t.group.empty() && (t.resource == "pods" || t.resource == "namespaces"))) {
     if (t.resource == "namespaces") {
       return TesseraAccess{"workloads", Capability::kList};
     }

@@ -106,16 +106,11 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
     }
     return jsonAnswer(200, kube::list("NamespaceList", "v1", std::move(items), rv));
   }
-  if (!(t.group.empty() && t.resource == "pods")) {
+  const bool jobs = t.group == "batch" && t.version == "v1" && t.resource == "jobs";
+  if (!(t.group.empty() && t.resource == "pods") && !jobs) {
     return kube::statusResponse(404, "the server could not find the requested resource");
   }
-  // A pod as the registry has it, at its record's revision (a watch from that revision sees
-  // every change after it).
-  auto podOf = [&](const WorkloadRecord& w) { return kube::podObject(tenant, w, w.status); };
-  auto notFound = [&](const std::string& name) {
-    return kube::statusResponse(404, "pods \"" + name + "\" not found",
-                                {{"name", name}, {"kind", "pods"}});
-  };
+  const std::string plural = jobs ? "jobs.batch" : "pods";
   if (t.verb == "list" || t.verb == "watch") {
     const std::string* ls = kube::queryParam(r.scope.query, "labelSelector");
     const std::string* fs = kube::queryParam(r.scope.query, "fieldSelector");
@@ -124,128 +119,184 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
       return kube::statusResponse(400, filter.status().message());
     }
     if (t.verb == "watch") {
-      return kubeWatch(r, std::move(filter).value(), table);
+      return kubeWatch(r, std::move(filter).value(), table, jobs);
     }
     auto [records, at] = registry_.snapshot(tenant);
-    std::vector<json> pods;
+    std::vector<json> items;
     for (const WorkloadPtr& w : records) {
-      if (!kube::isPod(*w)) {
+      if (jobs) {
+        if (kube::isJob(*w)) {
+          json job = kube::jobObject(tenant, *w, w->status);
+          if (filter->matches(job)) {
+            items.push_back(std::move(job));
+          }
+        }
         continue;
       }
-      json pod = podOf(*w);
-      if (filter->matches(pod)) {
-        pods.push_back(std::move(pod));
+      for (json& pod : kube::podsOf(tenant, *w, w->status)) {
+        if (filter->matches(pod)) {
+          items.push_back(std::move(pod));
+        }
       }
     }
     const std::string list_rv = std::to_string(at);
     if (table) {
-      return jsonAnswer(200, kube::podTable(pods, list_rv, include, now));
+      return jsonAnswer(200, jobs ? kube::jobTable(items, list_rv, include, now)
+                                  : kube::podTable(items, list_rv, include, now));
     }
-    return jsonAnswer(200, kube::list("PodList", "v1", std::move(pods), list_rv));
+    return jsonAnswer(200, kube::list(jobs ? "JobList" : "PodList", jobs ? "batch/v1" : "v1",
+                                      std::move(items), list_rv));
   }
   if (t.verb == "create") {
-    if (r.http.header("content-type").starts_with("application/vnd.kubernetes.protobuf")) {
-      return kube::statusResponse(415,
-                                  "the body of the request was in an unknown format - accepted "
-                                  "media types include: application/json");
-    }
     const std::string* validation = kube::queryParam(r.scope.query, "fieldValidation");
     const bool strict = validation != nullptr && *validation == "Strict";
-    auto pod = kube::workloadFromPod(r.body, t.ns, strict);
-    if (!pod.isOk()) {
-      const std::string& m = pod.status().message();
-      if (m.starts_with("the namespace of the provided object")) {
-        return kube::statusResponse(400, m);
-      }
-      if (m.ends_with(": unknown field")) {  // fieldValidation=Strict, in upstream's words.
-        return kube::statusResponse(
-            400,
-            "Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: "
-            "unknown field \"" +
-                m.substr(0, m.size() - 15) + "\"");
-      }
-      // Kubernetes' shape: the message names the field, and so does each cause, whose own
-      // message is what follows it (kubectl prints "field: message" from the causes).
-      const size_t colon = m.find(": ");
-      const std::string field = m.substr(0, colon);
-      const std::string said = colon == std::string::npos ? m : m.substr(colon + 2);
-      return kube::statusResponse(
-          422, "Pod \"" + t.name + "\" is invalid: " + m,
-          {{"name", t.name},
-           {"kind", "Pod"},
-           {"causes", {{{"reason", "FieldValueInvalid"}, {"message", said}, {"field", field}}}}});
-    }
-    if (!validName(pod->name)) {
-      const std::string m =
-          "metadata.name: Invalid value: \"" + pod->name +
-          "\": a lowercase RFC 1123 label of at most 63 characters (Tessera's workload names)";
-      return kube::statusResponse(422, "Pod \"" + pod->name + "\" is invalid: " + m,
-                                  {{"name", pod->name}, {"kind", "Pod"}});
-    }
-    if (registry_.get(tenant, pod->name) != nullptr) {
-      return kube::statusResponse(409, "pods \"" + pod->name + "\" already exists",
-                                  {{"name", pod->name}, {"kind", "pods"}}, "AlreadyExists");
-    }
-    HttpResponse submitted = submitWorkload(r, tenant, pod->name, pod->spec, std::move(pod->kube));
-    if (submitted.status != 202) {
-      // The same admission as Tessera's own API, its words kept: a request the pool can never
-      // hold, over a cap or limit.
-      const json body = json::parse(submitted.body, nullptr, false);
-      const std::string m = body.is_object() && body.contains("errors")
-                                ? body["errors"][0].get<std::string>()
-                                : "refused";
-      if (submitted.status == 400) {
-        return kube::statusResponse(422, "Pod \"" + pod->name + "\" is invalid: " + m,
-                                    {{"name", pod->name}, {"kind", "Pod"}});
-      }
-      if (submitted.status == 409) {
-        return kube::statusResponse(409, "pods \"" + pod->name + "\" already exists",
-                                    {{"name", pod->name}, {"kind", "pods"}}, "AlreadyExists");
-      }
-      return submitted;
-    }
-    const WorkloadPtr created = registry_.get(tenant, pod->name);
-    if (created == nullptr) {
-      return kube::statusResponse(500, "created, but not yet readable; try a get");
-    }
-    HttpResponse answer = jsonAnswer(201, podOf(*created));
-    for (const std::string& w : pod->warnings) {
-      answer.headers.emplace_back("Warning", "299 - \"" + w + "\"");
-    }
-    return answer;
+    return kubeCreate(r, tenant, t,
+                      jobs ? kube::workloadFromJob(r.body, t.ns, strict)
+                           : kube::workloadFromPod(r.body, t.ns, strict));
   }
-  // One pod by name.
-  const WorkloadPtr w = registry_.get(tenant, t.name);
-  if (w == nullptr || !kube::isPod(*w) || kube::namespaceOf(*w) != t.ns) {
-    return notFound(t.name);
+  auto notFound = [&] {
+    return kube::statusResponse(
+        404, plural + " \"" + t.name + "\" not found",
+        {{"name", t.name}, {"group", jobs ? "batch" : ""}, {"kind", jobs ? "jobs" : "pods"}});
+  };
+  // One object by name: a workload, or (a pod) one task of a Job.
+  WorkloadPtr w = registry_.get(tenant, t.name);
+  int index = -1;
+  if (jobs) {
+    if (w == nullptr || !kube::isJob(*w)) {
+      return notFound();
+    }
+  } else if (w == nullptr || !kube::isPod(*w)) {
+    w = nullptr;
+    if (auto task = kube::parseTaskPodName(t.name)) {
+      WorkloadPtr job = registry_.get(tenant, task->workload);
+      if (job != nullptr && kube::isJob(*job) && task->index < kube::taskCount(*job) &&
+          kube::taskPodName(tenant, *job, task->index) == t.name &&
+          authorizedOn(r, "workloads/" + job->name, Capability::kRead)) {
+        w = job;
+        index = task->index;
+      }
+    }
   }
-  if (t.subresource == "log") {
-    return kubeLogs(r, tenant, *w);
+  if (w == nullptr || kube::namespaceOf(*w) != t.ns) {
+    return notFound();
+  }
+  if (t.subresource == "log" && !jobs) {
+    return kubeLogs(r, tenant, *w, std::max(0, index), t.name);
   }
   if (!t.subresource.empty()) {
     return kube::statusResponse(404, "the server could not find the requested resource");
   }
   if (t.verb == "get") {
-    json pod = podOf(*w);
-    if (table) {
-      return jsonAnswer(200, kube::podTable({pod}, rv, include, now));
+    if (jobs) {
+      json job = kube::jobObject(tenant, *w, w->status);
+      return jsonAnswer(200, table ? kube::jobTable({job}, rv, include, now) : job);
     }
-    return jsonAnswer(200, pod);
+    json pod = index < 0 ? kube::podObject(tenant, *w, w->status)
+                         : kube::taskPodObject(tenant, *w, w->status, index);
+    return jsonAnswer(200, table ? kube::podTable({pod}, rv, include, now) : pod);
   }
   if (t.verb == "delete") {
-    return kubeDeletePod(tenant, *w);
+    if (index >= 0) {
+      return kube::statusResponse(
+          405, "pod \"" + t.name + "\" is a pod of job \"" + w->name +
+                   "\", whose pods Tessera runs as one workload: delete the job instead");
+    }
+    return kubeDelete(tenant, *w);
   }
   return kube::statusResponse(405,
                               "the server does not allow this method on the requested resource");
 }
 
-HttpResponse ControlPlane::kubeDeletePod(const std::string& tenant, const WorkloadRecord& w) {
+HttpResponse ControlPlane::kubeCreate(Request& r, const std::string& tenant,
+                                      const kube::KubeTarget& t,
+                                      core::Result<kube::PodSubmission> submission) {
+  const bool job = t.resource == "jobs";
+  const std::string kind = job ? "Job" : "Pod";
+  const std::string plural = job ? "jobs.batch" : "pods";
+  const json details_kind = {{"group", job ? "batch" : ""}, {"kind", job ? "jobs" : "pods"}};
+  if (r.http.header("content-type").starts_with("application/vnd.kubernetes.protobuf")) {
+    return kube::statusResponse(415,
+                                "the body of the request was in an unknown format - accepted "
+                                "media types include: application/json");
+  }
+  if (!submission.isOk()) {
+    const std::string& m = submission.status().message();
+    if (m.starts_with("the namespace of the provided object")) {
+      return kube::statusResponse(400, m);
+    }
+    if (m.ends_with(": unknown field")) {  // fieldValidation=Strict, in upstream's words.
+      const std::string version = job ? "batch/v1" : "v1";
+      return kube::statusResponse(
+          400, kind + " in version \"" + version + "\" cannot be handled as a " + kind +
+                   ": strict decoding error: unknown field \"" + m.substr(0, m.size() - 15) + "\"");
+    }
+    // Kubernetes' shape: the message names the field, and so does each cause, whose own
+    // message is what follows it (kubectl prints "field: message" from the causes).
+    const size_t colon = m.find(": ");
+    const std::string field = m.substr(0, colon);
+    const std::string said = colon == std::string::npos ? m : m.substr(colon + 2);
+    return kube::statusResponse(
+        422, kind + " \"" + t.name + "\" is invalid: " + m,
+        {{"name", t.name},
+         {"kind", kind},
+         {"causes", {{{"reason", "FieldValueInvalid"}, {"message", said}, {"field", field}}}}});
+  }
+  kube::PodSubmission& sub = *submission;
+  json details = details_kind;
+  details["name"] = sub.name;
+  if (!validName(sub.name)) {
+    const std::string m =
+        "metadata.name: Invalid value: \"" + sub.name +
+        "\": a lowercase RFC 1123 label of at most 63 characters (Tessera's workload names)";
+    return kube::statusResponse(422, kind + " \"" + sub.name + "\" is invalid: " + m, details);
+  }
+  if (registry_.get(tenant, sub.name) != nullptr) {
+    return kube::statusResponse(409, plural + " \"" + sub.name + "\" already exists", details,
+                                "AlreadyExists");
+  }
+  HttpResponse submitted = submitWorkload(r, tenant, sub.name, sub.spec, std::move(sub.kube));
+  if (submitted.status != 202) {
+    // The same admission as Tessera's own API, its words kept: a request the pool can never
+    // hold, over a cap or limit.
+    const json body = json::parse(submitted.body, nullptr, false);
+    const std::string m = body.is_object() && body.contains("errors")
+                              ? body["errors"][0].get<std::string>()
+                              : "refused";
+    if (submitted.status == 400) {
+      return kube::statusResponse(422, kind + " \"" + sub.name + "\" is invalid: " + m, details);
+    }
+    if (submitted.status == 409) {
+      return kube::statusResponse(409, plural + " \"" + sub.name + "\" already exists", details,
+                                  "AlreadyExists");
+    }
+    return submitted;
+  }
+  const WorkloadPtr created = registry_.get(tenant, sub.name);
+  if (created == nullptr) {
+    return kube::statusResponse(500, "created, but not yet readable; try a get");
+  }
+  HttpResponse answer = jsonAnswer(201, job ? kube::jobObject(tenant, *created, created->status)
+                                            : kube::podObject(tenant, *created, created->status));
+  for (const std::string& w : sub.warnings) {
+    answer.headers.emplace_back("Warning", "299 - \"" + w + "\"");
+  }
+  return answer;
+}
+
+HttpResponse ControlPlane::kubeDelete(const std::string& tenant, const WorkloadRecord& w) {
   const core::WallTime now = clock_.wallNow();
+  auto shown = [&](const WorkloadRecord& rec) {
+    return kube::isJob(rec) ? kube::jobObject(tenant, rec, rec.status)
+                            : kube::podObject(tenant, rec, rec.status);
+  };
   std::lock_guard write_lock(status_write_mu_);
   const WorkloadPtr current = registry_.get(tenant, w.name);
   if (current == nullptr) {
-    return kube::statusResponse(404, "pods \"" + w.name + "\" not found",
-                                {{"name", w.name}, {"kind", "pods"}});
+    const bool job = kube::isJob(w);
+    return kube::statusResponse(
+        404, (job ? "jobs.batch \"" : "pods \"") + w.name + "\" not found",
+        {{"name", w.name}, {"group", job ? "batch" : ""}, {"kind", job ? "jobs" : "pods"}});
   }
   if (isFinished(current->status.phase)) {
     // Done with: gone at once, as a deleted pod is.
@@ -255,9 +306,9 @@ HttpResponse ControlPlane::kubeDeletePod(const std::string& tenant, const Worklo
     }
     waitForOwnWrite(deleted->revision);
     driver_.forgetWorkload(tenant, w.name);
-    json pod = kube::podObject(tenant, *current, current->status);
-    pod["metadata"]["deletionTimestamp"] = core::formatRfc3339(now);
-    return jsonAnswer(200, pod);
+    json object = shown(*current);
+    object["metadata"]["deletionTimestamp"] = core::formatRfc3339(now);
+    return jsonAnswer(200, object);
   }
   // Running or waiting: stopped (its grace period), then collected (collectFinishedWorkloads).
   WorkloadRecord updated = *current;
@@ -272,27 +323,27 @@ HttpResponse ControlPlane::kubeDeletePod(const std::string& tenant, const Worklo
     return api::fromStatus(put.status());
   }
   waitForOwnWrite(*put);
-  json pod = kube::podObject(tenant, updated, updated.status);
-  pod["metadata"]["deletionTimestamp"] = updated.kube["deletionTimestamp"];
-  pod["metadata"]["deletionGracePeriodSeconds"] = updated.spec.value("gracePeriod", 30);
-  return jsonAnswer(200, pod);
+  json object = shown(updated);
+  object["metadata"]["deletionGracePeriodSeconds"] = updated.spec.value("gracePeriod", 30);
+  return jsonAnswer(200, object);
 }
 
-HttpResponse ControlPlane::kubeLogs(Request& r, const std::string& tenant,
-                                    const WorkloadRecord& w) {
+HttpResponse ControlPlane::kubeLogs(Request& r, const std::string& tenant, const WorkloadRecord& w,
+                                    int index, const std::string& pod) {
   const std::optional<WorkloadStatus> status = driver_.status(tenant, w.name);
-  if (!status || status->tasks.empty() || status->tasks[0].node.empty()) {
+  const auto at = static_cast<size_t>(index);
+  if (!status || status->tasks.size() <= at || status->tasks[at].node.empty()) {
     return kube::statusResponse(
-        400, "container \"main\" in pod \"" + w.name + "\" is waiting to start: ContainerCreating");
+        400, "container \"main\" in pod \"" + pod + "\" is waiting to start: ContainerCreating");
   }
-  const TaskStatus& task = status->tasks[0];
+  const TaskStatus& task = status->tasks[at];
   if (!driver_.isAgentNode(task.node)) {
-    return kube::statusResponse(400, "pod \"" + w.name + "\" runs on simulated node '" + task.node +
-                                         "', which keeps no logs");
+    return kube::statusResponse(
+        400, "pod \"" + pod + "\" runs on simulated node '" + task.node + "', which keeps no logs");
   }
   if (task.state == "starting") {
     return kube::statusResponse(
-        400, "container \"main\" in pod \"" + w.name + "\" is waiting to start: ContainerCreating");
+        400, "container \"main\" in pod \"" + pod + "\" is waiting to start: ContainerCreating");
   }
   int64_t tail = -1;
   int64_t limit_bytes = -1;
@@ -308,7 +359,7 @@ HttpResponse ControlPlane::kubeLogs(Request& r, const std::string& tenant,
   }
   // The last 256 KiB at most: its size first, then the piece that ends there.
   constexpr int64_t kWindow = int64_t{256} * 1024;
-  const std::string id = tenant + "." + w.name + ".0";
+  const std::string id = tenant + "." + w.name + "." + std::to_string(index);
   LogRequest probe{.id = "", .task = id, .stream = "stdout", .offset = 0, .limit = 1};
   auto first = mailbox_.fetchLog(task.node, std::move(probe), std::chrono::seconds(5));
   if (!first.isOk()) {
@@ -354,7 +405,7 @@ HttpResponse ControlPlane::kubeLogs(Request& r, const std::string& tenant,
   if (kube::queryBool(kube::queryParam(r.scope.query, "follow"), false) && limit_bytes < 0) {
     // `logs -f`: what comes next, as it comes, until the container ends.
     resp.stream = std::make_shared<ResponseStream>();
-    if (!followKubeLog(tenant, w.name, task.node, id, next, resp.stream)) {
+    if (!followKubeLog(tenant, w.name, index, task.node, id, next, resp.stream)) {
       return kube::statusResponse(429, "too many logs followed at once; try again shortly",
                                   {{"retryAfterSeconds", 1}});
     }
@@ -362,7 +413,7 @@ HttpResponse ControlPlane::kubeLogs(Request& r, const std::string& tenant,
   return resp;
 }
 
-bool ControlPlane::followKubeLog(const std::string& tenant, const std::string& name,
+bool ControlPlane::followKubeLog(const std::string& tenant, const std::string& name, int index,
                                  const std::string& node, const std::string& task_id,
                                  int64_t offset, std::shared_ptr<ResponseStream> stream) {
   constexpr size_t kMaxFollowers = 256;
@@ -381,7 +432,7 @@ bool ControlPlane::followKubeLog(const std::string& tenant, const std::string& n
     return false;
   }
   auto done = std::make_shared<std::atomic<bool>>(false);
-  std::thread t([this, tenant, name, node, task_id, offset, stream, done]() mutable {
+  std::thread t([this, tenant, name, index, node, task_id, offset, stream, done]() mutable {
     constexpr int64_t kPiece = int64_t{256} * 1024;
     while (stream->open()) {
       {
@@ -394,8 +445,9 @@ bool ControlPlane::followKubeLog(const std::string& tenant, const std::string& n
       // Read whether it is done before the log: a last line written just before it ended is
       // then read below, not missed.
       const auto status = driver_.status(tenant, name);
-      const bool over = !status || isFinished(status->phase) || status->tasks.empty() ||
-                        status->tasks[0].node != node || status->tasks[0].state == "finished";
+      const auto at = static_cast<size_t>(index);
+      const bool over = !status || isFinished(status->phase) || status->tasks.size() <= at ||
+                        status->tasks[at].node != node || status->tasks[at].state == "finished";
       LogRequest req{
           .id = "", .task = task_id, .stream = "stdout", .offset = offset, .limit = kPiece};
       auto piece = mailbox_.fetchLog(node, std::move(req), std::chrono::seconds(5));

@@ -223,6 +223,188 @@ TEST(KubeObjectsTest, AWorkloadIsAPodWhoseStatusAndTableReadAsKubectlExpects) {
   EXPECT_EQ(podTable({p}, "1", IncludeObject::kObject, now)["rows"][0]["object"]["kind"], "Pod");
 }
 
+json indexedJob() {
+  return json::parse(R"({
+    "apiVersion": "batch/v1", "kind": "Job",
+    "metadata": {"name": "ddp", "labels": {"kai.scheduler/queue": "research"},
+                 "annotations": {"kai.scheduler/batch-min-member": "2"}},
+    "spec": {"completions": 2, "parallelism": 2, "completionMode": "Indexed", "backoffLimit": 1,
+             "ttlSecondsAfterFinished": 60,
+             "template": {"metadata": {"labels": {"app": "ddp"}},
+                          "spec": {"restartPolicy": "Never",
+                                   "containers": [{"name": "main", "image": "busybox",
+                                                   "command": ["sh", "-c", "echo $RANK"],
+                                                   "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}
+  })");
+}
+
+TEST(KubeObjectsTest, AJobIsOneWorkloadOfItsCompletionsAllAtOnce) {
+  auto j = workloadFromJob(indexedJob(), "default", true);
+  ASSERT_TRUE(j.isOk()) << j.status().message();
+  EXPECT_EQ(j->name, "ddp");
+  EXPECT_EQ(j->spec["tasks"], 2);
+  EXPECT_EQ(j->spec["minAvailable"], 2);    // kai.scheduler/batch-min-member: a gang.
+  EXPECT_EQ(j->spec["queue"], "research");  // The Job's label, as KAI's pod-grouper reads it.
+  EXPECT_EQ(j->spec["gpu"], json({{"count", 1}}));
+  EXPECT_EQ(j->spec["indexEnv"], json({"JOB_COMPLETION_INDEX"}));
+  EXPECT_EQ(j->spec["restart"], json({{"attempts", 1}, {"mode", "fail"}}));  // backoffLimit.
+  EXPECT_EQ(j->kube["kind"], "Job");
+  EXPECT_EQ(j->kube["spec"]["ttlSecondsAfterFinished"], 60);
+  EXPECT_EQ(j->kube["spec"]["template"]["spec"]["restartPolicy"], "Never");
+
+  // Defaults: one pod, elastic (minAvailable 1), backoffLimit 6, NonIndexed.
+  json plain = indexedJob();
+  plain["spec"] = {{"template", plain["spec"]["template"]}};
+  plain["metadata"].erase("annotations");
+  auto d = workloadFromJob(plain, "default", true);
+  ASSERT_TRUE(d.isOk()) << d.status().message();
+  EXPECT_EQ(d->spec["tasks"], 1);
+  EXPECT_EQ(d->spec["minAvailable"], 1);
+  EXPECT_EQ(d->spec["restart"]["attempts"], 6);
+  EXPECT_FALSE(d->spec.contains("indexEnv"));
+  EXPECT_EQ(d->kube["spec"]["completionMode"], "NonIndexed");
+
+  // Refusals name the Job's field.
+  auto refused = [](json job) {
+    auto r = workloadFromJob(job, "default", true);
+    return r.isOk() ? std::string("accepted") : r.status().message();
+  };
+  json j2 = indexedJob();
+  j2["spec"]["parallelism"] = 1;
+  EXPECT_TRUE(
+      refused(j2).starts_with("spec.parallelism: Forbidden: Tessera runs all of a Job's "
+                              "pods at once"))
+      << refused(j2);
+  j2 = indexedJob();
+  j2["spec"]["template"]["spec"]["restartPolicy"] = "Always";
+  EXPECT_EQ(refused(j2),
+            "spec.template.spec.restartPolicy: Unsupported value: \"Always\": supported values: "
+            "\"OnFailure\", \"Never\"");
+  j2 = indexedJob();
+  j2["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "0.5";
+  EXPECT_TRUE(refused(j2).starts_with(
+      "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]: Invalid value"))
+      << refused(j2);
+  j2 = indexedJob();
+  j2["spec"]["template"]["spec"]["hostNetwork"] = true;
+  EXPECT_EQ(refused(j2),
+            "spec.template.spec.hostNetwork: Forbidden: Tessera does not support this field");
+  j2 = indexedJob();
+  j2["spec"]["suspend"] = true;
+  EXPECT_TRUE(refused(j2).starts_with("spec.suspend: Forbidden")) << refused(j2);
+  j2 = indexedJob();
+  j2["spec"]["podFailurePolicy"] = json::object();
+  EXPECT_TRUE(refused(j2).starts_with("spec.podFailurePolicy: Forbidden")) << refused(j2);
+  j2 = indexedJob();
+  j2["spec"].erase("completions");
+  EXPECT_EQ(refused(j2), "spec.completions: Required value: when completion mode is Indexed");
+  j2 = indexedJob();
+  j2["metadata"]["annotations"]["kai.scheduler/batch-min-member"] = "3";
+  EXPECT_TRUE(refused(j2).starts_with(
+      "metadata.annotations[kai.scheduler/batch-min-member]: Invalid value"))
+      << refused(j2);
+  j2 = indexedJob();
+  j2["spec"]["completions"] = -1;
+  EXPECT_TRUE(refused(j2).starts_with("spec.completions: Invalid value")) << refused(j2);
+  j2 = indexedJob();
+  j2["spec"]["bogus"] = 1;
+  EXPECT_EQ(refused(j2), "spec.bogus: unknown field");
+}
+
+TEST(KubeObjectsTest, AJobsTasksArePodsItsSelectorFindsAndItsStatusCountsThem) {
+  const core::WallTime now = *core::parseRfc3339("2026-12-04T10:01:05Z");
+  auto sub = workloadFromJob(indexedJob(), "default", true);
+  ASSERT_TRUE(sub.isOk());
+  WorkloadRecord r = record(WorkloadPhase::kRunning);
+  r.name = "ddp";
+  r.spec = sub->spec;
+  r.kube = sub->kube;
+  WorkloadStatus st;
+  st.phase = WorkloadPhase::kRunning;
+  st.tasks.resize(2);
+  st.tasks[0].state = "finished";
+  st.tasks[0].exit_code = 0;
+  st.tasks[0].node = "gpu-a";
+  st.tasks[1].state = "running";
+  st.tasks[1].node = "gpu-b";
+  st.tasks[1].started_at = *core::parseRfc3339("2026-12-04T10:00:30Z");
+  ASSERT_TRUE(isJob(r));
+  const std::vector<json> pods = podsOf("team-1", r, st);
+  ASSERT_EQ(pods.size(), 2U);
+  const std::string uid = uidOf("team-1", r);
+  for (int i = 0; i < 2; ++i) {
+    const json& m = pods[i]["metadata"];
+    const std::string name = m["name"];
+    EXPECT_EQ(name, taskPodName("team-1", r, i));
+    EXPECT_TRUE(name.starts_with("ddp-" + std::to_string(i) + "-")) << name;
+    auto parsed = parseTaskPodName(name);
+    ASSERT_TRUE(parsed);
+    EXPECT_EQ(parsed->workload, "ddp");
+    EXPECT_EQ(parsed->index, i);
+    EXPECT_EQ(m["labels"]["batch.kubernetes.io/controller-uid"], uid);
+    EXPECT_EQ(m["labels"]["job-name"], "ddp");
+    EXPECT_EQ(m["labels"]["app"], "ddp");  // The template's.
+    EXPECT_EQ(m["annotations"]["batch.kubernetes.io/job-completion-index"], std::to_string(i));
+    EXPECT_EQ(m["ownerReferences"][0]["kind"], "Job");
+    EXPECT_EQ(m["ownerReferences"][0]["uid"], uid);
+    EXPECT_EQ(pods[i]["spec"]["hostname"], "ddp-" + std::to_string(i));
+  }
+  EXPECT_EQ(pods[0]["status"]["phase"], "Succeeded");
+  EXPECT_EQ(pods[1]["status"]["phase"], "Running");
+  EXPECT_EQ(pods[1]["spec"]["nodeName"], "gpu-b");
+  EXPECT_NE(pods[0]["metadata"]["uid"], pods[1]["metadata"]["uid"]);
+  EXPECT_FALSE(parseTaskPodName("ddp"));
+  EXPECT_FALSE(parseTaskPodName("ddp-x-abcde"));
+  EXPECT_FALSE(parseTaskPodName("-0-abcde"));
+
+  json job = jobObject("team-1", r, st);
+  EXPECT_EQ(job["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"], uid);
+  EXPECT_EQ(job["status"]["active"], 1);
+  EXPECT_EQ(job["status"]["ready"], 1);
+  EXPECT_EQ(job["status"]["succeeded"], 1);
+  EXPECT_FALSE(job["status"].contains("conditions"));
+  json t = jobTable({job}, "5", IncludeObject::kMetadata, now);
+  EXPECT_EQ(t["rows"][0]["cells"][0], "ddp");
+  EXPECT_EQ(t["rows"][0]["cells"][1], "Running");
+  EXPECT_EQ(t["rows"][0]["cells"][2], "1/2");
+  EXPECT_EQ(t["rows"][0]["cells"][3], "65s");
+
+  // Done: Complete (what `kubectl wait --for=condition=complete` waits for).
+  r.finished = "2026-12-04T10:00:50Z";
+  st.phase = WorkloadPhase::kSucceeded;
+  job = jobObject("team-1", r, st);
+  EXPECT_EQ(job["status"]["succeeded"], 2);
+  EXPECT_EQ(job["status"]["completionTime"], r.finished);
+  ASSERT_EQ(job["status"]["conditions"].size(), 2U);
+  EXPECT_EQ(job["status"]["conditions"][1]["type"], "Complete");
+  EXPECT_EQ(job["status"]["conditions"][1]["status"], "True");
+  t = jobTable({job}, "6", IncludeObject::kNone, now);
+  EXPECT_EQ(t["rows"][0]["cells"][1], "Complete");
+  EXPECT_EQ(t["rows"][0]["cells"][2], "2/2");
+  EXPECT_EQ(t["rows"][0]["cells"][3], "50s");
+  // Failed: never Complete.
+  st.phase = WorkloadPhase::kFailed;
+  st.reason = "task 1 on node gpu-b exited with code 3 after 2 attempts";
+  st.attempt = 2;
+  st.tasks[1].state = "finished";
+  st.tasks[1].exit_code = 3;
+  job = jobObject("team-1", r, st);
+  EXPECT_EQ(job["status"]["conditions"][1]["type"], "Failed");
+  EXPECT_EQ(job["status"]["conditions"][1]["reason"], "BackoffLimitExceeded");
+  EXPECT_EQ(job["status"]["failed"], 2);  // The earlier attempt's, and this one's.
+  EXPECT_EQ(podsOf("team-1", r, st)[1]["status"]["phase"], "Failed");
+
+  // Tessera's own workload of several tasks is a Job of Indexed pods too.
+  WorkloadRecord own = record(WorkloadPhase::kPending);
+  own.spec["tasks"] = 3;
+  ASSERT_TRUE(isJob(own));
+  EXPECT_FALSE(isJob(record(WorkloadPhase::kPending)));
+  WorkloadStatus pending;
+  EXPECT_EQ(podsOf("team-1", own, pending).size(), 3U);
+  EXPECT_EQ(podsOf("team-1", own, pending)[2]["status"]["phase"], "Pending");
+  EXPECT_EQ(jobObject("team-1", own, pending)["spec"]["completions"], 3);
+}
+
 TEST(KubeObjectsTest, DiscoveryAndOpenApiSayWhatIsServedAndNoMore) {
   const json agg = aggregatedDiscovery(true);
   EXPECT_EQ(agg["kind"], "APIGroupDiscoveryList");
@@ -233,13 +415,18 @@ TEST(KubeObjectsTest, DiscoveryAndOpenApiSayWhatIsServedAndNoMore) {
       EXPECT_TRUE(s.contains("responseKind")) << s;
     }
   }
-  EXPECT_TRUE(aggregatedDiscovery(false)["items"].empty());  // No group served yet.
+  const json groups = aggregatedDiscovery(false)["items"];
+  ASSERT_EQ(groups.size(), 1U);  // batch, and nothing Tessera does not serve.
+  EXPECT_EQ(groups[0]["metadata"]["name"], "batch");
+  EXPECT_EQ(groups[0]["versions"][0]["resources"][0]["resource"], "jobs");
   EXPECT_TRUE(acceptsAggregatedDiscovery(
       "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"));
   EXPECT_FALSE(acceptsAggregatedDiscovery("application/json"));
   ASSERT_TRUE(apiResourceList("", "v1"));
   EXPECT_EQ((*apiResourceList("", "v1"))["resources"][1]["name"], "pods/log");
-  EXPECT_FALSE(apiResourceList("batch", "v1"));
+  ASSERT_TRUE(apiResourceList("batch", "v1"));
+  EXPECT_EQ((*apiResourceList("batch", "v1"))["resources"][0]["kind"], "Job");
+  EXPECT_FALSE(apiResourceList("apps", "v1"));
 
   const json index = openApiIndex();
   ASSERT_TRUE(index["paths"].contains("api/v1"));
@@ -252,7 +439,10 @@ TEST(KubeObjectsTest, DiscoveryAndOpenApiSayWhatIsServedAndNoMore) {
             json({{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}));
   EXPECT_EQ(patch["parameters"][0]["name"], "fieldValidation");
   EXPECT_FALSE(patch["requestBody"]["content"].contains("application/strategic-merge-patch+json"));
-  EXPECT_FALSE(openApiDocument("apis/batch/v1"));
+  ASSERT_TRUE(openApiDocument("apis/batch/v1"));
+  EXPECT_TRUE((*openApiDocument("apis/batch/v1"))["paths"].contains(
+      "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"));
+  EXPECT_FALSE(openApiDocument("apis/apps/v1"));
 }
 
 TEST(KubeObjectsTest, ErrorsLeaveAsStatusObjectsAndABadTokenIs401) {
@@ -321,7 +511,10 @@ TEST(KubeAccessTest, EachRequestMapsToItsVerbAndTesseraPath) {
   t = kubeTarget("k8s/apis/batch/v1/namespaces/default/jobs/j", "PUT", none, {});
   EXPECT_EQ(t.group, "batch");
   EXPECT_EQ(t.verb, "update");
-  EXPECT_FALSE(tesseraAccess(t));  // Not served yet: the handler's 404.
+  EXPECT_EQ(tesseraAccess(t)->path, "workloads/j");  // A Job is a workload.
+  EXPECT_EQ(tesseraAccess(t)->capability, Capability::kUpdate);
+  t = kubeTarget("k8s/apis/apps/v1/namespaces/default/deployments/d", "GET", none, {});
+  EXPECT_FALSE(tesseraAccess(t));  // Not served: the handler's 404.
 
   EXPECT_EQ(forbiddenMessage(kubeTarget("k8s/api/v1/namespaces/default/pods", "POST", none,
                                         {{"metadata", {{"name", "p"}}}}),

@@ -28,6 +28,7 @@ struct ControlPlane::KubeWatch {
   std::string tenant;
   kube::PodFilter filter;
   bool table = false;
+  bool jobs = false;  // Jobs, else pods.
   bool bookmarks = false;
   std::shared_ptr<ResponseStream> stream;
   std::mutex mu;   // Held while its events are computed and written: one writer at a time.
@@ -36,10 +37,41 @@ struct ControlPlane::KubeWatch {
   std::chrono::steady_clock::time_point next_bookmark;
 };
 
+namespace {
+
+// The objects a watch sees of a workload, by name: its Job, or its pods, that match.
+std::map<std::string, json> watchedObjects(const std::string& tenant, const WorkloadRecord* r,
+                                           bool jobs, const kube::PodFilter& filter) {
+  std::map<std::string, json> out;
+  if (r == nullptr) {
+    return out;
+  }
+  if (jobs) {
+    if (kube::isJob(*r)) {
+      json job = kube::jobObject(tenant, *r, r->status);
+      if (filter.matches(job)) {
+        out.emplace(r->name, std::move(job));
+      }
+    }
+    return out;
+  }
+  for (json& pod : kube::podsOf(tenant, *r, r->status)) {
+    if (filter.matches(pod)) {
+      std::string name = pod["metadata"]["name"];
+      out.emplace(std::move(name), std::move(pod));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string ControlPlane::kubeEvent(const KubeWatch& w, const char* type, json object) const {
   if (w.table) {
-    object = kube::podTable({object}, object["metadata"].value("resourceVersion", ""),
-                            kube::IncludeObject::kMetadata, clock_.wallNow());
+    const std::string rv = object["metadata"].value("resourceVersion", "");
+    object = w.jobs
+                 ? kube::jobTable({object}, rv, kube::IncludeObject::kMetadata, clock_.wallNow())
+                 : kube::podTable({object}, rv, kube::IncludeObject::kMetadata, clock_.wallNow());
   }
   return json{{"type", type}, {"object", std::move(object)}}.dump(-1, ' ', false,
                                                                   json::error_handler_t::replace) +
@@ -64,24 +96,34 @@ void ControlPlane::kubeWatchDeliver(KubeWatch& w) {
   const core::WallTime now = clock_.wallNow();
   std::string out;
   for (const WorkloadChange& c : *changes) {
-    if (c.record == nullptr || !kube::isPod(*c.record)) {
-      continue;
-    }
-    json pod = kube::podObject(w.tenant, *c.record, c.record->status);
-    pod["metadata"]["resourceVersion"] = std::to_string(c.revision);
-    const bool is = w.filter.matches(pod);
-    if (c.type == WorkloadChange::Type::kDeleted) {
-      if (is) {
-        out += kubeEvent(w, "DELETED", std::move(pod));
+    // What it showed of the workload before the change and after, compared object by object
+    // (a Job's change may leave most of its pods as they were).
+    const std::string rv = std::to_string(c.revision);
+    const bool deleted = c.type == WorkloadChange::Type::kDeleted;
+    auto before =
+        watchedObjects(w.tenant, deleted ? c.record.get() : c.before.get(), w.jobs, w.filter);
+    auto after = watchedObjects(w.tenant, deleted ? nullptr : c.record.get(), w.jobs, w.filter);
+    for (auto& [name, object] : after) {
+      auto was = before.find(name);
+      if (was != before.end()) {
+        was->second["metadata"]["resourceVersion"] = rv;
+        object["metadata"]["resourceVersion"] = rv;
+        if (was->second == object) {
+          before.erase(was);
+          continue;  // Unchanged.
+        }
       }
-      continue;
+      object["metadata"]["resourceVersion"] = rv;
+      const bool existed = was != before.end();
+      if (existed) {
+        before.erase(was);
+      }
+      out += kubeEvent(w, existed ? "MODIFIED" : "ADDED", std::move(object));
     }
-    const bool was = c.before != nullptr && kube::isPod(*c.before) &&
-                     w.filter.matches(kube::podObject(w.tenant, *c.before, c.before->status));
-    if (is) {
-      out += kubeEvent(w, was ? "MODIFIED" : "ADDED", std::move(pod));
-    } else if (was) {
-      out += kubeEvent(w, "DELETED", std::move(pod));
+    for (auto& [name, object] : before) {
+      // Gone, or no longer selected: as it was last, at this revision.
+      object["metadata"]["resourceVersion"] = rv;
+      out += kubeEvent(w, "DELETED", std::move(object));
     }
   }
   w.rv = std::max(w.rv, through);
@@ -90,12 +132,13 @@ void ControlPlane::kubeWatchDeliver(KubeWatch& w) {
   }
 }
 
-HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool table) {
+HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool table, bool jobs) {
   const std::string tenant = *r.scope.tenant;
   auto w = std::make_shared<KubeWatch>();
   w->tenant = tenant;
   w->filter = std::move(filter);
   w->table = table;
+  w->jobs = jobs;
   w->bookmarks = kube::queryBool(kube::queryParam(r.scope.query, "allowWatchBookmarks"), false);
   w->stream = std::make_shared<ResponseStream>();
   const auto start = std::chrono::steady_clock::now();
@@ -122,12 +165,8 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
     auto [records, at] = registry_.snapshot(tenant);
     const core::WallTime now = clock_.wallNow();
     for (const WorkloadPtr& rec : records) {
-      if (!kube::isPod(*rec)) {
-        continue;
-      }
-      json pod = kube::podObject(tenant, *rec, rec->status);
-      if (w->filter.matches(pod)) {
-        initial += kubeEvent(*w, "ADDED", std::move(pod));
+      for (auto& [name, object] : watchedObjects(tenant, rec.get(), jobs, w->filter)) {
+        initial += kubeEvent(*w, "ADDED", std::move(object));
       }
     }
     w->rv = at;
@@ -222,8 +261,8 @@ void ControlPlane::kubeWatchTimer() {
       if (w->bookmarks && now >= w->next_bookmark) {
         std::lock_guard wl(w->mu);
         w->next_bookmark = now + kBookmarkEvery;
-        const json mark = {{"kind", "Pod"},
-                           {"apiVersion", "v1"},
+        const json mark = {{"kind", w->jobs ? "Job" : "Pod"},
+                           {"apiVersion", w->jobs ? "batch/v1" : "v1"},
                            {"metadata", {{"resourceVersion", std::to_string(w->rv)}}}};
         (void)w->stream->write(json{{"type", "BOOKMARK"}, {"object", mark}}.dump() + "\n");
       }

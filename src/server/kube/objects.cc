@@ -46,8 +46,18 @@ const std::vector<Resource>& resources() {
        true,
        {"po"},
        {"all"},
-       {"create", "delete", "get", "list"},
+       {"create", "delete", "get", "list", "watch"},
        {{"log", "Pod", {"get"}}}},
+      {"batch",
+       "v1",
+       "jobs",
+       "job",
+       "Job",
+       true,
+       {},
+       {"all"},
+       {"create", "delete", "get", "list", "watch"},
+       {}},
       {"", "v1", "namespaces", "namespace", "Namespace", false, {"ns"}, {}, {"get", "list"}, {}},
   };
   return kResources;
@@ -374,20 +384,70 @@ std::string namespaceOf(const WorkloadRecord& r) {
   return r.kube.is_object() ? r.kube.value("namespace", "default") : "default";
 }
 
-namespace {
-
-// A UUID (version 4's shape) made from a hash of `seed`: the same seed, the same UUID.
 std::string uuidOf(const std::string& seed) {
   const std::string h = audit::sha256Hex(seed);
   return h.substr(0, 8) + "-" + h.substr(8, 4) + "-4" + h.substr(13, 3) + "-a" + h.substr(17, 3) +
          "-" + h.substr(20, 12);
 }
 
-// A stable UUID for a record: its tenant, name and create revision, hashed (a name used again
-// after a deletion is another object, as in Kubernetes).
 std::string uidOf(const std::string& tenant, const WorkloadRecord& r) {
   return uuidOf(tenant + "/" + r.name + "@" + std::to_string(r.create_revision));
 }
+
+bool isJob(const WorkloadRecord& r) {
+  return (r.kube.is_object() && r.kube.value("kind", "") == "Job") ||
+         (r.spec.contains("tasks") && r.spec["tasks"].is_number_integer() && r.spec["tasks"] != 1);
+}
+
+int taskCount(const WorkloadRecord& r) {
+  return r.spec.contains("tasks") && r.spec["tasks"].is_number_integer()
+             ? std::max(1, r.spec["tasks"].get<int>())
+             : 1;
+}
+
+std::string taskPodName(const std::string& tenant, const WorkloadRecord& r, int index) {
+  // Five characters of [a-z0-9] from the Job's uid and the index: stable for the object, as
+  // a Job's pod names are unique (its controller's random suffix).
+  const std::string h = audit::sha256Hex(uidOf(tenant, r) + "#" + std::to_string(index));
+  static constexpr std::string_view kAlphabet = "bcdfghjklmnpqrstvwxz2456789";
+  std::string suffix;
+  for (size_t i = 0; i < 5; ++i) {
+    suffix += kAlphabet[static_cast<size_t>(std::stoi(h.substr(i * 2, 2), nullptr, 16)) %
+                        kAlphabet.size()];
+  }
+  return r.name + "-" + std::to_string(index) + "-" + suffix;
+}
+
+std::optional<TaskPodName> parseTaskPodName(std::string_view name) {
+  // <workload>-<index>-<5 characters>
+  if (name.size() < 9 || name[name.size() - 6] != '-') {
+    return std::nullopt;
+  }
+  const std::string_view rest = name.substr(0, name.size() - 6);
+  const size_t dash = rest.rfind('-');
+  if (dash == std::string_view::npos || dash == 0 || dash + 1 == rest.size() ||
+      rest.size() - dash > 6) {
+    return std::nullopt;
+  }
+  int index = 0;
+  for (char c : rest.substr(dash + 1)) {
+    if (c < '0' || c > '9') {
+      return std::nullopt;
+    }
+    index = index * 10 + (c - '0');
+  }
+  return TaskPodName{std::string(rest.substr(0, dash)), index};
+}
+
+json jobLabels(const std::string& tenant, const WorkloadRecord& r) {
+  const std::string uid = uidOf(tenant, r);
+  return {{"batch.kubernetes.io/controller-uid", uid},
+          {"batch.kubernetes.io/job-name", r.name},
+          {"controller-uid", uid},
+          {"job-name", r.name}};
+}
+
+namespace {
 
 std::string podPhase(WorkloadPhase p) {
   switch (p) {
@@ -404,6 +464,28 @@ std::string podPhase(WorkloadPhase p) {
   return "Unknown";
 }
 
+// One task of a workload of several, as a pod: done when the task is (its exit code says
+// how; a simulated task that ended, or any task of a workload that succeeded, succeeded), failed
+// when the workload failed and it had not ended, else running or waiting as the task is.
+std::string taskPhase(const TaskStatus& t, WorkloadPhase workload) {
+  if (workload == WorkloadPhase::kSucceeded) {
+    return "Succeeded";
+  }
+  if (t.state == "finished") {
+    if (t.exit_code > 0 || t.signal > 0) {
+      return "Failed";
+    }
+    return t.exit_code == 0 || workload == WorkloadPhase::kRunning ||
+                   workload == WorkloadPhase::kPending
+               ? "Succeeded"
+               : "Failed";
+  }
+  if (isFinished(workload)) {
+    return "Failed";
+  }
+  return t.state == "running" ? "Running" : "Pending";
+}
+
 json condition(const std::string& type, bool ok, const std::string& reason = "",
                const std::string& message = "") {
   json c = {{"type", type}, {"status", ok ? "True" : "False"}};
@@ -416,7 +498,102 @@ json condition(const std::string& type, bool ok, const std::string& reason = "",
   return c;
 }
 
-// A Tessera workload submitted through its own API, shown as the Pod it would be.
+const json& firstContainer(const json& spec) {
+  static const json kNone = json::object();
+  return spec.contains("containers") && spec["containers"].is_array() &&
+                 !spec["containers"].empty() && spec["containers"][0].is_object()
+             ? spec["containers"][0]
+             : kNone;
+}
+
+// A pod's metadata, spec and status, however it came to be: `phase` is the pod's, `task` its
+// task's, `reason` why it waits or how it ended.
+json podOf(json metadata, json spec, const std::string& phase, const TaskStatus& task,
+           const std::string& reason, int restarts) {
+  if (!task.node.empty()) {
+    spec["nodeName"] = task.node;
+  }
+  const json& c = firstContainer(spec);
+  const std::string container = c.value("name", "main");
+  const std::string image = c.value("image", "");
+  const bool running = phase == "Running";
+  const bool finished = phase == "Succeeded" || phase == "Failed";
+  json state;
+  if (running) {
+    state = {{"running", {{"startedAt", core::formatRfc3339(task.started_at)}}}};
+  } else if (finished) {
+    json t = {{"exitCode", task.exit_code >= 0 ? task.exit_code : (phase == "Succeeded" ? 0 : 1)},
+              {"reason", phase == "Succeeded"           ? "Completed"
+                         : reason.starts_with("cancel") ? "Cancelled"
+                                                        : "Error"}};
+    if (task.signal > 0) {
+      t["signal"] = task.signal;
+    }
+    if (task.started_at != core::WallTime{}) {
+      t["startedAt"] = core::formatRfc3339(task.started_at);
+    }
+    if (task.finished_at != core::WallTime{}) {
+      t["finishedAt"] = core::formatRfc3339(task.finished_at);
+    }
+    if (!reason.empty()) {
+      t["message"] = reason;
+    }
+    state = {{"terminated", std::move(t)}};
+  } else {
+    const bool placed = task.state == "starting";
+    json w = {{"reason", placed ? "ContainerCreating" : "Pending"}};
+    if (!task.progress.empty()) {
+      w["message"] = task.progress;
+    }
+    state = {{"waiting", std::move(w)}};
+  }
+  json conditions = json::array();
+  const bool scheduled = !task.node.empty();
+  if (scheduled) {
+    conditions.push_back(condition("PodScheduled", true));
+  } else if (phase == "Pending") {
+    conditions.push_back(condition("PodScheduled", false, "Unschedulable", reason));
+  }
+  conditions.push_back(condition("Initialized", scheduled));
+  conditions.push_back(condition("ContainersReady", running, finished ? "PodCompleted" : ""));
+  conditions.push_back(condition("Ready", running, finished ? "PodCompleted" : ""));
+  json st = {{"phase", phase},
+             {"conditions", std::move(conditions)},
+             {"qosClass", "BestEffort"},
+             {"containerStatuses",
+              {{{"name", container},
+                {"image", image},
+                {"imageID", ""},
+                {"ready", running},
+                {"started", running},
+                {"restartCount", restarts},
+                {"state", std::move(state)},
+                {"lastState", json::object()}}}}};
+  if (task.started_at != core::WallTime{}) {
+    st["startTime"] = core::formatRfc3339(task.started_at);
+  }
+  if (phase == "Pending" && !reason.empty()) {
+    st["message"] = reason;
+  }
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", std::move(metadata)},
+          {"spec", std::move(spec)},
+          {"status", std::move(st)}};
+}
+
+int restartsOf(const WorkloadStatus& status, int index) {
+  int restarts = 0;
+  for (size_t i = 0; i < status.tasks.size(); ++i) {
+    if (index < 0 || static_cast<int>(i) == index) {
+      restarts = std::max(restarts, static_cast<int>(status.tasks[i].starts) - 1);
+    }
+  }
+  return restarts + std::max(0, status.attempt - 1);
+}
+
+}  // namespace
+
 json podSpecOf(const WorkloadRecord& r) {
   const json& s = r.spec;
   json container = {{"name", "main"}, {"image", s.value("image", "")}};
@@ -444,8 +621,6 @@ json podSpecOf(const WorkloadRecord& r) {
   return spec;
 }
 
-}  // namespace
-
 json podObject(const std::string& tenant, const WorkloadRecord& r, const WorkloadStatus& status) {
   json metadata = {{"name", r.name},
                    {"namespace", namespaceOf(r)},
@@ -463,89 +638,82 @@ json podObject(const std::string& tenant, const WorkloadRecord& r, const Workloa
   } else {
     spec = podSpecOf(r);
   }
+  if (r.kube.is_object() && r.kube.contains("deletionTimestamp")) {
+    metadata["deletionTimestamp"] = r.kube["deletionTimestamp"];
+  }
   const TaskStatus task = status.tasks.empty() ? TaskStatus{} : status.tasks[0];
-  if (!task.node.empty()) {
-    spec["nodeName"] = task.node;
+  std::string phase = podPhase(status.phase);
+  if (phase == "Running" && task.state != "running") {
+    phase = "Pending";  // Placed, not started yet (ContainerCreating).
   }
-  const std::string container =
-      spec.contains("containers") && spec["containers"].is_array() && !spec["containers"].empty()
-          ? spec["containers"][0].value("name", "main")
-          : "main";
-  const std::string image =
-      spec.contains("containers") && spec["containers"].is_array() && !spec["containers"].empty()
-          ? spec["containers"][0].value("image", "")
-          : "";
-  const bool running = status.phase == WorkloadPhase::kRunning && task.state == "running";
-  json state;
-  if (running) {
-    state = {{"running", {{"startedAt", core::formatRfc3339(task.started_at)}}}};
-  } else if (isFinished(status.phase)) {
-    json t = {
-        {"exitCode", task.exit_code >= 0 ? task.exit_code
-                                         : (status.phase == WorkloadPhase::kSucceeded ? 0 : 1)},
-        {"reason", status.phase == WorkloadPhase::kSucceeded   ? "Completed"
-                   : status.phase == WorkloadPhase::kCancelled ? "Cancelled"
-                                                               : "Error"}};
-    if (task.signal > 0) {
-      t["signal"] = task.signal;
-    }
-    if (task.started_at != core::WallTime{}) {
-      t["startedAt"] = core::formatRfc3339(task.started_at);
-    }
-    if (task.finished_at != core::WallTime{}) {
-      t["finishedAt"] = core::formatRfc3339(task.finished_at);
-    }
-    if (!status.reason.empty()) {
-      t["message"] = status.reason;
-    }
-    state = {{"terminated", std::move(t)}};
-  } else {
-    const bool placed = task.state == "starting";
-    json w = {{"reason", placed ? "ContainerCreating" : "Pending"}};
-    if (!task.progress.empty()) {
-      w["message"] = task.progress;
-    }
-    state = {{"waiting", std::move(w)}};
+  return podOf(
+      std::move(metadata), std::move(spec), phase, task,
+      isFinished(status.phase) || status.phase == WorkloadPhase::kPending ? status.reason : "",
+      restartsOf(status, -1));
+}
+
+json taskPodObject(const std::string& tenant, const WorkloadRecord& r, const WorkloadStatus& status,
+                   int index) {
+  const std::string name = taskPodName(tenant, r, index);
+  const bool job = r.kube.is_object() && r.kube.value("kind", "") == "Job";
+  const json job_spec = job ? r.kube.value("spec", json::object()) : json::object();
+  const json tmpl = job_spec.value("template", json::object());
+  const json tmeta = tmpl.value("metadata", json::object());
+  const bool indexed = !job || job_spec.value("completionMode", "NonIndexed") == "Indexed";
+  const std::string uid = uidOf(tenant, r);
+  json labels = tmeta.value("labels", json::object());
+  labels.update(jobLabels(tenant, r));
+  json annotations = tmeta.value("annotations", json::object());
+  if (indexed) {
+    labels["batch.kubernetes.io/job-completion-index"] = std::to_string(index);
+    annotations["batch.kubernetes.io/job-completion-index"] = std::to_string(index);
   }
-  int restarts = 0;
-  for (const TaskStatus& t : status.tasks) {
-    restarts = std::max(restarts, static_cast<int>(t.starts) - 1);
+  json metadata = {{"name", name},
+                   {"generateName", r.name + "-" + std::to_string(index) + "-"},
+                   {"namespace", namespaceOf(r)},
+                   {"uid", uuidOf(uid + "#" + std::to_string(index))},
+                   {"resourceVersion", std::to_string(r.mod_revision)},
+                   {"creationTimestamp", r.submitted},
+                   {"labels", std::move(labels)},
+                   {"ownerReferences",
+                    {{{"apiVersion", "batch/v1"},
+                      {"kind", "Job"},
+                      {"name", r.name},
+                      {"uid", uid},
+                      {"controller", true},
+                      {"blockOwnerDeletion", true}}}}};
+  if (!annotations.empty()) {
+    metadata["annotations"] = std::move(annotations);
   }
-  restarts += std::max(0, status.attempt - 1);
-  json conditions = json::array();
-  const bool scheduled = !task.node.empty();
-  if (scheduled) {
-    conditions.push_back(condition("PodScheduled", true));
-  } else if (status.phase == WorkloadPhase::kPending) {
-    conditions.push_back(condition("PodScheduled", false, "Unschedulable", status.reason));
+  if (r.kube.is_object() && r.kube.contains("deletionTimestamp")) {
+    metadata["deletionTimestamp"] = r.kube["deletionTimestamp"];
   }
-  const bool finished = isFinished(status.phase);
-  conditions.push_back(condition("Initialized", scheduled));
-  conditions.push_back(condition("ContainersReady", running, finished ? "PodCompleted" : ""));
-  conditions.push_back(condition("Ready", running, finished ? "PodCompleted" : ""));
-  json st = {{"phase", podPhase(status.phase)},
-             {"conditions", std::move(conditions)},
-             {"qosClass", "BestEffort"},
-             {"containerStatuses",
-              {{{"name", container},
-                {"image", image},
-                {"imageID", ""},
-                {"ready", running},
-                {"started", running},
-                {"restartCount", restarts},
-                {"state", std::move(state)},
-                {"lastState", json::object()}}}}};
-  if (task.started_at != core::WallTime{}) {
-    st["startTime"] = core::formatRfc3339(task.started_at);
+  json spec = job ? tmpl.value("spec", json::object()) : podSpecOf(r);
+  if (indexed) {
+    spec["hostname"] = r.name + "-" + std::to_string(index);
   }
-  if (status.phase == WorkloadPhase::kPending && !status.reason.empty()) {
-    st["message"] = status.reason;
+  const TaskStatus task =
+      static_cast<size_t>(index) < status.tasks.size() ? status.tasks[index] : TaskStatus{};
+  const std::string phase = taskPhase(task, status.phase);
+  const std::string reason =
+      phase == "Pending" || phase == "Failed" || isFinished(status.phase) ? status.reason : "";
+  return podOf(std::move(metadata), std::move(spec), phase, task, reason,
+               restartsOf(status, index));
+}
+
+std::vector<json> podsOf(const std::string& tenant, const WorkloadRecord& r,
+                         const WorkloadStatus& status) {
+  std::vector<json> pods;
+  if (!isJob(r)) {
+    pods.push_back(podObject(tenant, r, status));
+    return pods;
   }
-  return {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata", std::move(metadata)},
-          {"spec", std::move(spec)},
-          {"status", std::move(st)}};
+  const int n = taskCount(r);
+  pods.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    pods.push_back(taskPodObject(tenant, r, status, i));
+  }
+  return pods;
 }
 
 IncludeObject includeObject(const std::string* value) {
@@ -561,10 +729,8 @@ bool wantsTable(std::string_view accept) {
   return accept.find("as=Table") != std::string_view::npos;
 }
 
-namespace {
-
-json column(const std::string& name, const std::string& description, int priority = 0,
-            const std::string& format = "") {
+json column(const std::string& name, const std::string& description, int priority,
+            const std::string& format) {
   return {{"name", name},
           {"type", "string"},
           {"format", format},
@@ -581,7 +747,7 @@ json rowObject(const json& object, IncludeObject include) {
           {"metadata", object.value("metadata", json::object())}};
 }
 
-json table(json columns, json rows, const std::string& rv) {
+json makeTable(json columns, json rows, const std::string& rv) {
   return {{"kind", "Table"},
           {"apiVersion", "meta.k8s.io/v1"},
           {"metadata", {{"resourceVersion", rv}}},
@@ -589,13 +755,15 @@ json table(json columns, json rows, const std::string& rv) {
           {"rows", std::move(rows)}};
 }
 
-std::string age(const json& metadata, core::WallTime now) {
+std::string ageCell(const json& metadata, core::WallTime now) {
   const auto created = core::parseRfc3339(metadata.value("creationTimestamp", ""));
   if (!created) {
     return "<unknown>";
   }
   return humanDuration(std::chrono::duration_cast<std::chrono::seconds>(now - *created));
 }
+
+namespace {
 
 // The STATUS column: the pod's reason, else its phase, else the last container's waiting or
 // terminated reason (upstream printPod, the parts Tessera's pods have).
@@ -656,7 +824,7 @@ json podTable(const std::vector<json>& pods, const std::string& rv, IncludeObjec
                   std::to_string(ready) + "/" + std::to_string(std::max(total, 1)),
                   podStatusCell(pod),
                   std::to_string(restarts),
-                  age(pod["metadata"], now),
+                  ageCell(pod["metadata"], now),
                   st.value("podIP", "<none>"),
                   pod["spec"].value("nodeName", "<none>"),
                   "<none>",
@@ -666,7 +834,7 @@ json podTable(const std::vector<json>& pods, const std::string& rv, IncludeObjec
       rows.back().erase("object");
     }
   }
-  return table(std::move(columns), std::move(rows), rv);
+  return makeTable(std::move(columns), std::move(rows), rv);
 }
 
 json namespaceObject(const std::string& name, const std::string& created) {
@@ -691,10 +859,10 @@ json namespaceTable(const std::vector<json>& namespaces, const std::string& rv,
   for (const json& ns : namespaces) {
     rows.push_back({{"cells",
                      {ns["metadata"]["name"], ns["status"].value("phase", "Active"),
-                      age(ns["metadata"], now)}},
+                      ageCell(ns["metadata"], now)}},
                     {"object", rowObject(ns, include)}});
   }
-  return table(std::move(columns), std::move(rows), rv);
+  return makeTable(std::move(columns), std::move(rows), rv);
 }
 
 json list(std::string_view kind, std::string_view api_version, std::vector<json> items,
@@ -703,363 +871,6 @@ json list(std::string_view kind, std::string_view api_version, std::vector<json>
           {"apiVersion", api_version},
           {"metadata", {{"resourceVersion", rv}}},
           {"items", std::move(items)}};
-}
-
-namespace {
-
-// Parses a quantity's number and suffix: the value times `scale` of the unit asked for.
-core::Result<double> quantity(const json& q, const std::string& field) {
-  std::string text;
-  if (q.is_number()) {
-    return q.get<double>();
-  }
-  if (!q.is_string() || (text = q.get<std::string>()).empty()) {
-    return core::invalidArgument(field +
-                                 ": expected a quantity such as \"2\", \"500m\" or \"4Gi\"");
-  }
-  static const std::vector<std::pair<std::string, double>> kSuffixes = {
-      {"Ki", 1024.0},
-      {"Mi", 1024.0 * 1024},
-      {"Gi", 1024.0 * 1024 * 1024},
-      {"Ti", 1024.0 * 1024 * 1024 * 1024},
-      {"k", 1e3},
-      {"M", 1e6},
-      {"G", 1e9},
-      {"T", 1e12},
-      {"m", 1e-3}};
-  double mult = 1;
-  std::string number = text;
-  for (const auto& [suffix, m] : kSuffixes) {
-    if (text.size() > suffix.size() && text.ends_with(suffix)) {
-      number = text.substr(0, text.size() - suffix.size());
-      mult = m;
-      break;
-    }
-  }
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(number, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != number.size() || !std::isfinite(v) || v < 0) {
-    return core::invalidArgument(field + ": '" + text +
-                                 "' is not a quantity (expected e.g. \"2\", \"500m\", \"4Gi\")");
-  }
-  return v * mult;
-}
-
-}  // namespace
-
-core::Result<int64_t> cpuMilli(const json& q) {
-  TESSERA_ASSIGN_OR_RETURN(double cores, quantity(q, "cpu"));
-  return static_cast<int64_t>(std::ceil(cores * 1000 - 1e-9));
-}
-
-core::Result<int64_t> memoryMiB(const json& q) {
-  TESSERA_ASSIGN_OR_RETURN(double bytes, quantity(q, "memory"));
-  return static_cast<int64_t>(std::ceil(bytes / (1024.0 * 1024) - 1e-9));
-}
-
-namespace {
-
-core::Status invalid(const std::string& field, const std::string& message) {
-  return core::invalidArgument(field + ": " + message);
-}
-
-}  // namespace
-
-core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& ns, bool strict) {
-  PodSubmission out;
-  if (!pod.is_object()) {
-    return invalid("body", "expected a Pod object");
-  }
-  if (pod.value("kind", "Pod") != "Pod" || pod.value("apiVersion", "v1") != "v1") {
-    return invalid("kind", "expected apiVersion v1, kind Pod");
-  }
-  const json metadata = pod.value("metadata", json::object());
-  if (!metadata.is_object()) {
-    return invalid("metadata", "expected an object");
-  }
-  out.name = metadata.value("name", "");
-  if (out.name.empty()) {
-    return invalid("metadata.name", "Required value: name or generateName is required");
-  }
-  if (metadata.contains("namespace") && metadata["namespace"] != ns) {
-    return core::invalidArgument(
-        "the namespace of the provided object does not match the namespace sent on the request");
-  }
-  const json spec = pod.value("spec", json::object());
-  if (!spec.is_object()) {
-    return invalid("spec", "expected an object");
-  }
-  // What Tessera does not do is refused, naming the field; what it may safely ignore is
-  // accepted with a warning.
-  static const std::set<std::string> kKnownSpec = {"containers",
-                                                   "restartPolicy",
-                                                   "schedulerName",
-                                                   "nodeSelector",
-                                                   "tolerations",
-                                                   "priorityClassName",
-                                                   "terminationGracePeriodSeconds",
-                                                   "activeDeadlineSeconds",
-                                                   "imagePullSecrets",
-                                                   "serviceAccountName",
-                                                   "dnsPolicy",
-                                                   "securityContext",
-                                                   "affinity",
-                                                   "enableServiceLinks",
-                                                   "automountServiceAccountToken"};
-  static const std::set<std::string> kRefusedSpec = {
-      "hostNetwork",         "hostPID", "hostIPC", "volumes", "initContainers",
-      "ephemeralContainers", "nodeName"};
-  for (const auto& [key, value] : spec.items()) {
-    if (kRefusedSpec.contains(key)) {
-      return invalid("spec." + key, "Forbidden: Tessera does not support this field");
-    }
-    if (!kKnownSpec.contains(key)) {
-      if (strict) {
-        return invalid("spec." + key, "unknown field");
-      }
-      out.warnings.push_back("spec." + key + " is not supported by Tessera and is ignored");
-    }
-  }
-  for (const char* ignored : {"affinity", "tolerations", "priorityClassName"}) {
-    if (spec.contains(ignored)) {
-      out.warnings.push_back(std::string("spec.") + ignored +
-                             " is ignored: Tessera places by its own pools, labels and queues");
-    }
-  }
-  const json containers = spec.value("containers", json::array());
-  if (!containers.is_array() || containers.empty()) {
-    return invalid("spec.containers", "Required value");
-  }
-  if (containers.size() > 1) {
-    return invalid("spec.containers",
-                   "Forbidden: Tessera runs one container per pod (a task); got " +
-                       std::to_string(containers.size()));
-  }
-  const json& c = containers[0];
-  if (!c.is_object() || c.value("name", "").empty()) {
-    return invalid("spec.containers[0].name", "Required value");
-  }
-  static const std::set<std::string> kKnownContainer = {"name",
-                                                        "image",
-                                                        "command",
-                                                        "args",
-                                                        "env",
-                                                        "resources",
-                                                        "imagePullPolicy",
-                                                        "workingDir",
-                                                        "terminationMessagePath",
-                                                        "terminationMessagePolicy",
-                                                        "ports",
-                                                        "securityContext"};
-  for (const auto& [key, value] : c.items()) {
-    if (!kKnownContainer.contains(key)) {
-      if (strict) {
-        return invalid("spec.containers[0]." + key, "unknown field");
-      }
-      out.warnings.push_back("spec.containers[0]." + key + " is not supported and is ignored");
-    }
-  }
-  if (c.contains("securityContext") && c["securityContext"].is_object() &&
-      c["securityContext"].value("privileged", false)) {
-    return invalid("spec.containers[0].securityContext.privileged",
-                   "Forbidden: Tessera runs no privileged containers");
-  }
-  json& w = out.spec = json::object();
-  if (c.contains("image")) {
-    if (!c["image"].is_string()) {
-      return invalid("spec.containers[0].image", "expected a string");
-    }
-    w["image"] = c["image"];
-  }
-  json argv = json::array();
-  for (const char* field : {"command", "args"}) {
-    if (!c.contains(field)) {
-      continue;
-    }
-    if (!c[field].is_array()) {
-      return invalid(std::string("spec.containers[0].") + field, "expected a list of strings");
-    }
-    for (const json& a : c[field]) {
-      if (!a.is_string()) {
-        return invalid(std::string("spec.containers[0].") + field, "expected a list of strings");
-      }
-      argv.push_back(a);
-    }
-  }
-  if (!argv.empty()) {
-    w["command"] = argv;
-  } else if (!w.contains("image")) {
-    return invalid("spec.containers[0].command",
-                   "Required value: a pod without an image needs a command");
-  }
-  if (c.contains("env")) {
-    if (!c["env"].is_array()) {
-      return invalid("spec.containers[0].env", "expected a list");
-    }
-    json env = json::object();
-    for (size_t i = 0; i < c["env"].size(); ++i) {
-      const json& e = c["env"][i];
-      const std::string where = "spec.containers[0].env[" + std::to_string(i) + "]";
-      if (!e.is_object() || e.value("name", "").empty()) {
-        return invalid(where + ".name", "Required value");
-      }
-      if (e.contains("valueFrom")) {
-        return invalid(where + ".valueFrom",
-                       "Forbidden: not supported yet; use a value, or Tessera's secrets");
-      }
-      env[e["name"].get<std::string>()] = e.value("value", "");
-    }
-    if (!env.empty()) {
-      w["env"] = env;
-    }
-  }
-  // Resources: GPUs from limits (requests alone are invalid, as in Kubernetes), CPU and memory
-  // from requests (else limits).
-  const json resources = c.value("resources", json::object());
-  const json limits = resources.value("limits", json::object());
-  const json requests = resources.value("requests", json::object());
-  const std::string rwhere = "spec.containers[0].resources";
-  if (requests.contains("nvidia.com/gpu") && !limits.contains("nvidia.com/gpu")) {
-    return invalid(rwhere + ".limits[nvidia.com/gpu]",
-                   "Required value: GPUs are asked for in limits (requests alone are invalid)");
-  }
-  const json annotations = metadata.value("annotations", json::object());
-  const json labels = metadata.value("labels", json::object());
-  if (limits.contains("nvidia.com/gpu")) {
-    const json& g = limits["nvidia.com/gpu"];
-    TESSERA_ASSIGN_OR_RETURN(double n, quantity(g, rwhere + ".limits[nvidia.com/gpu]"));
-    if (n != std::floor(n) || n < 0) {
-      return invalid(rwhere + ".limits[nvidia.com/gpu]",
-                     "Invalid value: must be a whole number of GPUs");
-    }
-    if (requests.contains("nvidia.com/gpu") && requests["nvidia.com/gpu"] != g) {
-      TESSERA_ASSIGN_OR_RETURN(double r, quantity(requests["nvidia.com/gpu"], rwhere));
-      if (r != n) {
-        return invalid(rwhere + ".requests[nvidia.com/gpu]", "Invalid value: must equal the limit");
-      }
-    }
-    if (n > 0) {
-      w["gpu"] = {{"count", static_cast<int64_t>(n)}};
-    }
-  }
-  // KAI's and Run:ai's fractions: gpu-fraction (of one GPU), or gpu-memory (MiB).
-  if (annotations.is_object() && annotations.contains("gpu-fraction")) {
-    if (w.contains("gpu")) {
-      return invalid("metadata.annotations[gpu-fraction]",
-                     "Forbidden: a fraction and a whole-GPU limit together");
-    }
-    const json& f = annotations["gpu-fraction"];
-    double v = -1;
-    try {
-      v = f.is_string() ? std::stod(f.get<std::string>()) : -1;
-    } catch (const std::exception&) {
-    }
-    if (!(v > 0 && v <= 1)) {
-      return invalid("metadata.annotations[gpu-fraction]",
-                     "Invalid value: expected a fraction in (0, 1], e.g. \"0.5\"");
-    }
-    w["gpu"] = {{"milli", static_cast<int64_t>(std::llround(v * 1000))}};
-  } else if (annotations.is_object() && annotations.contains("gpu-memory")) {
-    if (w.contains("gpu")) {
-      return invalid("metadata.annotations[gpu-memory]",
-                     "Forbidden: a GPU memory share and a whole-GPU limit together");
-    }
-    int64_t mib = 0;
-    try {
-      mib = annotations["gpu-memory"].is_string()
-                ? std::stoll(annotations["gpu-memory"].get<std::string>())
-                : 0;
-    } catch (const std::exception&) {
-    }
-    if (mib <= 0) {
-      return invalid("metadata.annotations[gpu-memory]",
-                     "Invalid value: expected MiB of GPU memory, e.g. \"2000\"");
-    }
-    w["gpu"] = {{"memoryMiB", mib}};
-  }
-  for (const auto& [source, name] : {std::pair{&requests, "requests"}, {&limits, "limits"}}) {
-    if (source->contains("cpu") && !w.contains("cpuMilli")) {
-      auto v = cpuMilli((*source)["cpu"]);
-      if (!v.isOk()) {
-        return invalid(rwhere + "." + name + "[cpu]", v.status().message());
-      }
-      w["cpuMilli"] = *v;
-    }
-    if (source->contains("memory") && !w.contains("memoryMiB")) {
-      auto v = memoryMiB((*source)["memory"]);
-      if (!v.isOk()) {
-        return invalid(rwhere + "." + name + "[memory]", v.status().message());
-      }
-      w["memoryMiB"] = *v;
-    }
-  }
-  // The queue: KAI's label, then Run:ai's; else the tenant's default.
-  for (const char* label : {"kai.scheduler/queue", "runai/queue"}) {
-    if (labels.is_object() && labels.contains(label) && labels[label].is_string()) {
-      w["queue"] = labels[label];
-      break;
-    }
-  }
-  if (spec.contains("nodeSelector")) {
-    if (!spec["nodeSelector"].is_object()) {
-      return invalid("spec.nodeSelector", "expected a map of labels");
-    }
-    w["nodeSelector"] = spec["nodeSelector"];
-  }
-  const std::string scheduler = spec.value("schedulerName", "default-scheduler");
-  static const std::set<std::string> kSchedulers = {"default-scheduler", "kai-scheduler",
-                                                    "runai-scheduler", "tessera"};
-  if (!kSchedulers.contains(scheduler)) {
-    out.warnings.push_back("spec.schedulerName '" + scheduler +
-                           "' is not a scheduler here; Tessera schedules this pod");
-  }
-  const std::string restart = spec.value("restartPolicy", "Always");
-  if (restart == "OnFailure") {
-    w["restart"] = {{"attempts", 6}, {"mode", "delay"}};
-  } else if (restart == "Always") {
-    out.warnings.push_back(
-        "spec.restartPolicy Always: Tessera restarts a pod that fails, not one that exits 0 "
-        "(a task that ends is done)");
-    w["restart"] = {{"attempts", 6}, {"mode", "delay"}};
-  } else if (restart != "Never") {
-    return invalid("spec.restartPolicy", "Unsupported value: \"" + restart +
-                                             "\": supported values: \"Always\", "
-                                             "\"OnFailure\", \"Never\"");
-  }
-  if (spec.contains("terminationGracePeriodSeconds") &&
-      spec["terminationGracePeriodSeconds"].is_number_integer()) {
-    w["gracePeriod"] = std::clamp<int64_t>(spec["terminationGracePeriodSeconds"], 0, 3600);
-  }
-  if (spec.contains("activeDeadlineSeconds") && spec["activeDeadlineSeconds"].is_number_integer()) {
-    w["maxRuntime"] = std::max<int64_t>(0, spec["activeDeadlineSeconds"]);
-  }
-  // What is kept of the Pod, to show it back: the spec with Kubernetes' defaults.
-  json kept = spec;
-  kept["restartPolicy"] = restart;
-  kept["schedulerName"] = scheduler;
-  if (!kept.contains("terminationGracePeriodSeconds")) {
-    kept["terminationGracePeriodSeconds"] = 30;
-  }
-  out.kube = {{"kind", "Pod"}, {"namespace", ns}, {"spec", std::move(kept)}};
-  for (const char* field : {"labels", "annotations"}) {
-    if (metadata.contains(field)) {
-      if (!metadata[field].is_object()) {
-        return invalid(std::string("metadata.") + field, "expected a map of strings");
-      }
-      for (const auto& [k, v] : metadata[field].items()) {
-        if (!v.is_string()) {
-          return invalid(std::string("metadata.") + field + "[" + k + "]", "expected a string");
-        }
-      }
-      out.kube[field] = metadata[field];
-    }
-  }
-  return out;
 }
 
 }  // namespace tessera::server::kube

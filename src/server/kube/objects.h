@@ -63,22 +63,54 @@ void asStatus(HttpResponse& resp);
 // How long ago, as kubectl's AGE column says it (apimachinery's HumanDuration).
 std::string humanDuration(std::chrono::seconds d);
 
-// Whether a workload is shown as a Pod: one of one task (a Job's pods come with Jobs).
-inline bool isPod(const WorkloadRecord& r) {
-  return !r.spec.contains("tasks") || r.spec["tasks"] == 1;
-}
+// A stable UUID for `seed` (the same seed, the same UUID), and an object's: its tenant, name and
+// create revision, hashed (a name used again after a deletion is another object, as in
+// Kubernetes).
+std::string uuidOf(const std::string& seed);
+std::string uidOf(const std::string& tenant, const WorkloadRecord& r);
+
+// Whether a workload is shown as a Job (one made through batch/v1, or one of several tasks,
+// whose tasks are its pods) rather than as one Pod.
+bool isJob(const WorkloadRecord& r);
+inline bool isPod(const WorkloadRecord& r) { return !isJob(r); }
+int taskCount(const WorkloadRecord& r);
 
 // The namespace a workload is in ("default" for one submitted through Tessera's own API).
 std::string namespaceOf(const WorkloadRecord& r);
 
+// A Job's pods are its tasks, named `<job>-<index>-<5 characters>` (stable for the object), and
+// labelled as Kubernetes' Job controller labels them (controller-uid, job-name).
+std::string taskPodName(const std::string& tenant, const WorkloadRecord& r, int index);
+struct TaskPodName {
+  std::string workload;
+  int index = 0;
+};
+// Which workload and index a name of that shape names (nullopt: not of that shape); the caller
+// checks it against taskPodName.
+std::optional<TaskPodName> parseTaskPodName(std::string_view name);
+nlohmann::json jobLabels(const std::string& tenant, const WorkloadRecord& r);
+
 // A workload as a Pod (one whose spec asks for one task), with `status` (the record's own, so
-// that the object is as it was at its resourceVersion). `uid` is stable for the record (from its
-// create revision).
+// that the object is as it was at its resourceVersion).
 nlohmann::json podObject(const std::string& tenant, const WorkloadRecord& r,
                          const WorkloadStatus& status);
+// Task `index` of a Job as its pod.
+nlohmann::json taskPodObject(const std::string& tenant, const WorkloadRecord& r,
+                             const WorkloadStatus& status, int index);
+// Every pod a workload is shown as: itself, or each of its tasks.
+std::vector<nlohmann::json> podsOf(const std::string& tenant, const WorkloadRecord& r,
+                                   const WorkloadStatus& status);
+// A workload submitted through Tessera's own API, as the pod spec it would have.
+nlohmann::json podSpecOf(const WorkloadRecord& r);
 // Where a Table's rows carry their objects (`includeObject`).
 enum class IncludeObject { kNone, kMetadata, kObject };
 IncludeObject includeObject(const std::string* value);
+// Building Tables: a column, a row's object as `include` asks, the Table, an AGE cell.
+nlohmann::json column(const std::string& name, const std::string& description, int priority = 0,
+                      const std::string& format = "");
+nlohmann::json rowObject(const nlohmann::json& object, IncludeObject include);
+nlohmann::json makeTable(nlohmann::json columns, nlohmann::json rows, const std::string& rv);
+std::string ageCell(const nlohmann::json& metadata, core::WallTime now);
 // Pods as a Table with kubectl's columns (NAME READY STATUS RESTARTS AGE; IP NODE NOMINATED
 // NODE READINESS GATES in -o wide).
 nlohmann::json podTable(const std::vector<nlohmann::json>& pods, const std::string& rv,
@@ -102,10 +134,26 @@ struct PodSubmission {
   nlohmann::json kube;  // WorkloadRecord::kube.
   std::vector<std::string> warnings;
 };
+// An object's body checked as every create checks it: an object of `kind` in `api_version`,
+// named, of the request's namespace `ns` (if it says), its labels and annotations maps of
+// strings. Returns its metadata; errors name the field.
+core::Result<nlohmann::json> objectMetadata(const nlohmann::json& body, std::string_view kind,
+                                            std::string_view api_version, const std::string& ns);
 // An error is an invalid Pod (422) whose message names the field; `strict`: unknown fields
 // are errors (fieldValidation=Strict) rather than warnings.
 core::Result<PodSubmission> workloadFromPod(const nlohmann::json& pod, const std::string& ns,
                                             bool strict);
+
+// A batch/v1 Job to create: a workload of `completions` tasks, all at once (docs/kubernetes.md,
+// "Jobs"); errors as workloadFromPod's, naming the Job's field (spec.template.spec...).
+core::Result<PodSubmission> workloadFromJob(const nlohmann::json& job, const std::string& ns,
+                                            bool strict);
+// A workload shown as a Job (isJob), at its record's revision.
+nlohmann::json jobObject(const std::string& tenant, const WorkloadRecord& r,
+                         const WorkloadStatus& status);
+// Jobs as a Table (NAME STATUS COMPLETIONS DURATION AGE; CONTAINERS IMAGES SELECTOR in -o wide).
+nlohmann::json jobTable(const std::vector<nlohmann::json>& jobs, const std::string& rv,
+                        IncludeObject include, core::WallTime now);
 
 // A Kubernetes quantity ("500m", "2", "4Gi", "1.5") scaled: CPU in milli-cores, memory in MiB
 // (rounded up). Errors name the text.

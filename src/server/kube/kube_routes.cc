@@ -1,0 +1,68 @@
+// The Kubernetes API's routes (docs/kubernetes.md), part of the one route table
+// (server/route_table.h): under k8s/ in the tenant's scope, and at the root of a listener chrooted
+// to the tenant. Discovery answers any token; every object's verb is authorized on the Tessera
+// path it maps to (Access::kKube, server/kube/access.h).
+#include "server/route_table.h"
+
+namespace tessera::server {
+
+namespace {
+
+// A route whose methods each need `access`; `body_methods` as RouteSpec's (kubectl's DELETE
+// sends DeleteOptions).
+RouteSpec kube(std::string_view pattern, std::vector<std::string_view> methods,
+               std::string_view summary, Access access,
+               std::vector<std::string_view> body_methods = {}) {
+  std::vector<MethodAccess> each;
+  for (std::string_view m : methods) {
+    each.push_back({m, access});
+  }
+  return {RouteScope::kTenant,
+          pattern,
+          std::move(methods),
+          Api::kKube,
+          true,
+          summary,
+          std::move(body_methods),
+          std::move(each),
+          false,
+          false};
+}
+
+}  // namespace
+
+std::vector<RouteSpec> kubeRoutes() {
+  constexpr Access kToken = Access::kToken;
+  constexpr Access kVerb = Access::kKube;
+  return {
+      kube("k8s/version", {"GET"}, "Kubernetes: the server's version", kToken),
+      kube("k8s/api", {"GET"}, "Kubernetes: core API discovery", kToken),
+      kube("k8s/apis", {"GET"}, "Kubernetes: API group discovery", kToken),
+      kube("k8s/api/v1", {"GET"}, "Kubernetes: core/v1 resources", kToken),
+      kube("k8s/api/v1/namespaces", {"GET"}, "Kubernetes: the tenant's namespaces", kVerb),
+      kube("k8s/api/v1/namespaces/{namespace}", {"GET"}, "Kubernetes: a namespace", kVerb),
+      kube("k8s/api/v1/namespaces/{namespace}/pods", {"GET", "POST"},
+           "Kubernetes: list (?watch), create pods", kVerb),
+      kube("k8s/api/v1/namespaces/{namespace}/pods/{name}", {"GET", "DELETE"},
+           "Kubernetes: a pod: read, delete", kVerb, {"DELETE"}),
+      kube("k8s/api/v1/namespaces/{namespace}/pods/{name}/log", {"GET"},
+           "Kubernetes: a pod's log (?tailLines=&limitBytes=)", kVerb),
+      kube("k8s/api/v1/pods", {"GET"}, "Kubernetes: pods in every namespace (-A)", kVerb),
+      kube("k8s/apis/batch/v1/namespaces/{namespace}/jobs", {"GET", "POST"},
+           "Kubernetes: list (?watch), create Jobs", kVerb),
+      kube("k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name}", {"GET", "DELETE"},
+           "Kubernetes: a Job: read, delete (its pods with it)", kVerb, {"DELETE"}),
+      kube("k8s/apis/batch/v1/jobs", {"GET"}, "Kubernetes: Jobs in every namespace (-A)", kVerb),
+      kube("k8s/apis/{group}/{version}", {"GET"}, "Kubernetes: a group-version's resources",
+           kToken),
+      kube("k8s/openapi/v3", {"GET"},
+           "Kubernetes: the OpenAPI v3 index (what kubectl validates against)", kToken),
+      kube("k8s/openapi/v3/{gv+}", {"GET"}, "Kubernetes: a group-version's OpenAPI v3 document",
+           kToken),
+      // Anything else under k8s/ is answered as Kubernetes answers it (a Status 404).
+      kube("k8s/{path*}", {"GET", "POST", "PATCH", "DELETE"},
+           "Kubernetes: what Tessera does not serve (404 Status)", kToken),
+  };
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,383 @@
+// A Pod's body read as Tessera's workload spec (server/kube/objects.h): what maps, what is
+// refused naming the field, and what is accepted with a warning (docs/kubernetes.md, "Mapping").
+#include <cmath>
+#include <set>
+
+#include "server/kube/objects.h"
+
+namespace tessera::server::kube {
+
+using nlohmann::json;
+
+namespace {
+
+// Parses a quantity's number and suffix: the value times `scale` of the unit asked for.
+core::Result<double> quantity(const json& q, const std::string& field) {
+  std::string text;
+  if (q.is_number()) {
+    return q.get<double>();
+  }
+  if (!q.is_string() || (text = q.get<std::string>()).empty()) {
+    return core::invalidArgument(field +
+                                 ": expected a quantity such as \"2\", \"500m\" or \"4Gi\"");
+  }
+  static const std::vector<std::pair<std::string, double>> kSuffixes = {
+      {"Ki", 1024.0},
+      {"Mi", 1024.0 * 1024},
+      {"Gi", 1024.0 * 1024 * 1024},
+      {"Ti", 1024.0 * 1024 * 1024 * 1024},
+      {"k", 1e3},
+      {"M", 1e6},
+      {"G", 1e9},
+      {"T", 1e12},
+      {"m", 1e-3}};
+  double mult = 1;
+  std::string number = text;
+  for (const auto& [suffix, m] : kSuffixes) {
+    if (text.size() > suffix.size() && text.ends_with(suffix)) {
+      number = text.substr(0, text.size() - suffix.size());
+      mult = m;
+      break;
+    }
+  }
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(number, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != number.size() || !std::isfinite(v) || v < 0) {
+    return core::invalidArgument(field + ": '" + text +
+                                 "' is not a quantity (expected e.g. \"2\", \"500m\", \"4Gi\")");
+  }
+  return v * mult;
+}
+
+}  // namespace
+
+core::Result<int64_t> cpuMilli(const json& q) {
+  TESSERA_ASSIGN_OR_RETURN(double cores, quantity(q, "cpu"));
+  return static_cast<int64_t>(std::ceil(cores * 1000 - 1e-9));
+}
+
+core::Result<int64_t> memoryMiB(const json& q) {
+  TESSERA_ASSIGN_OR_RETURN(double bytes, quantity(q, "memory"));
+  return static_cast<int64_t>(std::ceil(bytes / (1024.0 * 1024) - 1e-9));
+}
+
+namespace {
+
+core::Status invalid(const std::string& field, const std::string& message) {
+  return core::invalidArgument(field + ": " + message);
+}
+
+}  // namespace
+
+core::Result<json> objectMetadata(const json& body, std::string_view kind,
+                                  std::string_view api_version, const std::string& ns) {
+  if (!body.is_object()) {
+    return invalid("body", "expected a " + std::string(kind) + " object");
+  }
+  if (body.value("kind", std::string(kind)) != kind ||
+      body.value("apiVersion", std::string(api_version)) != api_version) {
+    return invalid(
+        "kind", "expected apiVersion " + std::string(api_version) + ", kind " + std::string(kind));
+  }
+  json metadata = body.value("metadata", json::object());
+  if (!metadata.is_object()) {
+    return invalid("metadata", "expected an object");
+  }
+  if (!metadata.contains("name") || !metadata["name"].is_string() ||
+      metadata["name"].get<std::string>().empty()) {
+    return invalid("metadata.name", "Required value: name or generateName is required");
+  }
+  if (metadata.contains("namespace") && metadata["namespace"] != ns) {
+    return core::invalidArgument(
+        "the namespace of the provided object does not match the namespace sent on the request");
+  }
+  for (const char* field : {"labels", "annotations"}) {
+    if (!metadata.contains(field)) {
+      continue;
+    }
+    if (!metadata[field].is_object()) {
+      return invalid(std::string("metadata.") + field, "expected a map of strings");
+    }
+    for (const auto& [k, v] : metadata[field].items()) {
+      if (!v.is_string()) {
+        return invalid(std::string("metadata.") + field + "[" + k + "]", "expected a string");
+      }
+    }
+  }
+  return metadata;
+}
+
+core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& ns, bool strict) {
+  PodSubmission out;
+  TESSERA_ASSIGN_OR_RETURN(const json metadata, objectMetadata(pod, "Pod", "v1", ns));
+  out.name = metadata["name"];
+  const json spec = pod.value("spec", json::object());
+  if (!spec.is_object()) {
+    return invalid("spec", "expected an object");
+  }
+  // What Tessera does not do is refused, naming the field; what it may safely ignore is
+  // accepted with a warning.
+  static const std::set<std::string> kKnownSpec = {"containers",
+                                                   "restartPolicy",
+                                                   "schedulerName",
+                                                   "nodeSelector",
+                                                   "tolerations",
+                                                   "priorityClassName",
+                                                   "terminationGracePeriodSeconds",
+                                                   "activeDeadlineSeconds",
+                                                   "imagePullSecrets",
+                                                   "serviceAccountName",
+                                                   "dnsPolicy",
+                                                   "securityContext",
+                                                   "affinity",
+                                                   "enableServiceLinks",
+                                                   "automountServiceAccountToken"};
+  static const std::set<std::string> kRefusedSpec = {
+      "hostNetwork",         "hostPID", "hostIPC", "volumes", "initContainers",
+      "ephemeralContainers", "nodeName"};
+  for (const auto& [key, value] : spec.items()) {
+    if (kRefusedSpec.contains(key)) {
+      return invalid("spec." + key, "Forbidden: Tessera does not support this field");
+    }
+    if (!kKnownSpec.contains(key)) {
+      if (strict) {
+        return invalid("spec." + key, "unknown field");
+      }
+      out.warnings.push_back("spec." + key + " is not supported by Tessera and is ignored");
+    }
+  }
+  for (const char* ignored : {"affinity", "tolerations", "priorityClassName"}) {
+    if (spec.contains(ignored)) {
+      out.warnings.push_back(std::string("spec.") + ignored +
+                             " is ignored: Tessera places by its own pools, labels and queues");
+    }
+  }
+  const json containers = spec.value("containers", json::array());
+  if (!containers.is_array() || containers.empty()) {
+    return invalid("spec.containers", "Required value");
+  }
+  if (containers.size() > 1) {
+    return invalid("spec.containers",
+                   "Forbidden: Tessera runs one container per pod (a task); got " +
+                       std::to_string(containers.size()));
+  }
+  const json& c = containers[0];
+  if (!c.is_object() || c.value("name", "").empty()) {
+    return invalid("spec.containers[0].name", "Required value");
+  }
+  static const std::set<std::string> kKnownContainer = {"name",
+                                                        "image",
+                                                        "command",
+                                                        "args",
+                                                        "env",
+                                                        "resources",
+                                                        "imagePullPolicy",
+                                                        "workingDir",
+                                                        "terminationMessagePath",
+                                                        "terminationMessagePolicy",
+                                                        "ports",
+                                                        "securityContext"};
+  for (const auto& [key, value] : c.items()) {
+    if (!kKnownContainer.contains(key)) {
+      if (strict) {
+        return invalid("spec.containers[0]." + key, "unknown field");
+      }
+      out.warnings.push_back("spec.containers[0]." + key + " is not supported and is ignored");
+    }
+  }
+  if (c.contains("securityContext") && c["securityContext"].is_object() &&
+      c["securityContext"].value("privileged", false)) {
+    return invalid("spec.containers[0].securityContext.privileged",
+                   "Forbidden: Tessera runs no privileged containers");
+  }
+  json& w = out.spec = json::object();
+  if (c.contains("image")) {
+    if (!c["image"].is_string()) {
+      return invalid("spec.containers[0].image", "expected a string");
+    }
+    w["image"] = c["image"];
+  }
+  json argv = json::array();
+  for (const char* field : {"command", "args"}) {
+    if (!c.contains(field)) {
+      continue;
+    }
+    if (!c[field].is_array()) {
+      return invalid(std::string("spec.containers[0].") + field, "expected a list of strings");
+    }
+    for (const json& a : c[field]) {
+      if (!a.is_string()) {
+        return invalid(std::string("spec.containers[0].") + field, "expected a list of strings");
+      }
+      argv.push_back(a);
+    }
+  }
+  if (!argv.empty()) {
+    w["command"] = argv;
+  } else if (!w.contains("image")) {
+    return invalid("spec.containers[0].command",
+                   "Required value: a pod without an image needs a command");
+  }
+  if (c.contains("env")) {
+    if (!c["env"].is_array()) {
+      return invalid("spec.containers[0].env", "expected a list");
+    }
+    json env = json::object();
+    for (size_t i = 0; i < c["env"].size(); ++i) {
+      const json& e = c["env"][i];
+      const std::string where = "spec.containers[0].env[" + std::to_string(i) + "]";
+      if (!e.is_object() || e.value("name", "").empty()) {
+        return invalid(where + ".name", "Required value");
+      }
+      if (e.contains("valueFrom")) {
+        return invalid(where + ".valueFrom",
+                       "Forbidden: not supported yet; use a value, or Tessera's secrets");
+      }
+      env[e["name"].get<std::string>()] = e.value("value", "");
+    }
+    if (!env.empty()) {
+      w["env"] = env;
+    }
+  }
+  // Resources: GPUs from limits (requests alone are invalid, as in Kubernetes), CPU and memory
+  // from requests (else limits).
+  const json resources = c.value("resources", json::object());
+  const json limits = resources.value("limits", json::object());
+  const json requests = resources.value("requests", json::object());
+  const std::string rwhere = "spec.containers[0].resources";
+  if (requests.contains("nvidia.com/gpu") && !limits.contains("nvidia.com/gpu")) {
+    return invalid(rwhere + ".limits[nvidia.com/gpu]",
+                   "Required value: GPUs are asked for in limits (requests alone are invalid)");
+  }
+  const json annotations = metadata.value("annotations", json::object());
+  const json labels = metadata.value("labels", json::object());
+  if (limits.contains("nvidia.com/gpu")) {
+    const json& g = limits["nvidia.com/gpu"];
+    TESSERA_ASSIGN_OR_RETURN(double n, quantity(g, rwhere + ".limits[nvidia.com/gpu]"));
+    if (n != std::floor(n) || n < 0) {
+      return invalid(rwhere + ".limits[nvidia.com/gpu]",
+                     "Invalid value: must be a whole number of GPUs");
+    }
+    if (requests.contains("nvidia.com/gpu") && requests["nvidia.com/gpu"] != g) {
+      TESSERA_ASSIGN_OR_RETURN(double r, quantity(requests["nvidia.com/gpu"], rwhere));
+      if (r != n) {
+        return invalid(rwhere + ".requests[nvidia.com/gpu]", "Invalid value: must equal the limit");
+      }
+    }
+    if (n > 0) {
+      w["gpu"] = {{"count", static_cast<int64_t>(n)}};
+    }
+  }
+  // KAI's and Run:ai's fractions: gpu-fraction (of one GPU), or gpu-memory (MiB).
+  if (annotations.is_object() && annotations.contains("gpu-fraction")) {
+    if (w.contains("gpu")) {
+      return invalid("metadata.annotations[gpu-fraction]",
+                     "Forbidden: a fraction and a whole-GPU limit together");
+    }
+    const json& f = annotations["gpu-fraction"];
+    double v = -1;
+    try {
+      v = f.is_string() ? std::stod(f.get<std::string>()) : -1;
+    } catch (const std::exception&) {
+    }
+    if (!(v > 0 && v <= 1)) {
+      return invalid("metadata.annotations[gpu-fraction]",
+                     "Invalid value: expected a fraction in (0, 1], e.g. \"0.5\"");
+    }
+    w["gpu"] = {{"milli", static_cast<int64_t>(std::llround(v * 1000))}};
+  } else if (annotations.is_object() && annotations.contains("gpu-memory")) {
+    if (w.contains("gpu")) {
+      return invalid("metadata.annotations[gpu-memory]",
+                     "Forbidden: a GPU memory share and a whole-GPU limit together");
+    }
+    int64_t mib = 0;
+    try {
+      mib = annotations["gpu-memory"].is_string()
+                ? std::stoll(annotations["gpu-memory"].get<std::string>())
+                : 0;
+    } catch (const std::exception&) {
+    }
+    if (mib <= 0) {
+      return invalid("metadata.annotations[gpu-memory]",
+                     "Invalid value: expected MiB of GPU memory, e.g. \"2000\"");
+    }
+    w["gpu"] = {{"memoryMiB", mib}};
+  }
+  for (const auto& [source, name] : {std::pair{&requests, "requests"}, {&limits, "limits"}}) {
+    if (source->contains("cpu") && !w.contains("cpuMilli")) {
+      auto v = cpuMilli((*source)["cpu"]);
+      if (!v.isOk()) {
+        return invalid(rwhere + "." + name + "[cpu]", v.status().message());
+      }
+      w["cpuMilli"] = *v;
+    }
+    if (source->contains("memory") && !w.contains("memoryMiB")) {
+      auto v = memoryMiB((*source)["memory"]);
+      if (!v.isOk()) {
+        return invalid(rwhere + "." + name + "[memory]", v.status().message());
+      }
+      w["memoryMiB"] = *v;
+    }
+  }
+  // The queue: KAI's label, then Run:ai's; else the tenant's default.
+  for (const char* label : {"kai.scheduler/queue", "runai/queue"}) {
+    if (labels.is_object() && labels.contains(label) && labels[label].is_string()) {
+      w["queue"] = labels[label];
+      break;
+    }
+  }
+  if (spec.contains("nodeSelector")) {
+    if (!spec["nodeSelector"].is_object()) {
+      return invalid("spec.nodeSelector", "expected a map of labels");
+    }
+    w["nodeSelector"] = spec["nodeSelector"];
+  }
+  const std::string scheduler = spec.value("schedulerName", "default-scheduler");
+  static const std::set<std::string> kSchedulers = {"default-scheduler", "kai-scheduler",
+                                                    "runai-scheduler", "tessera"};
+  if (!kSchedulers.contains(scheduler)) {
+    out.warnings.push_back("spec.schedulerName '" + scheduler +
+                           "' is not a scheduler here; Tessera schedules this pod");
+  }
+  const std::string restart = spec.value("restartPolicy", "Always");
+  if (restart == "OnFailure") {
+    w["restart"] = {{"attempts", 6}, {"mode", "delay"}};
+  } else if (restart == "Always") {
+    out.warnings.push_back(
+        "spec.restartPolicy Always: Tessera restarts a pod that fails, not one that exits 0 "
+        "(a task that ends is done)");
+    w["restart"] = {{"attempts", 6}, {"mode", "delay"}};
+  } else if (restart != "Never") {
+    return invalid("spec.restartPolicy", "Unsupported value: \"" + restart +
+                                             "\": supported values: \"Always\", "
+                                             "\"OnFailure\", \"Never\"");
+  }
+  if (spec.contains("terminationGracePeriodSeconds") &&
+      spec["terminationGracePeriodSeconds"].is_number_integer()) {
+    w["gracePeriod"] = std::clamp<int64_t>(spec["terminationGracePeriodSeconds"], 0, 3600);
+  }
+  if (spec.contains("activeDeadlineSeconds") && spec["activeDeadlineSeconds"].is_number_integer()) {
+    w["maxRuntime"] = std::max<int64_t>(0, spec["activeDeadlineSeconds"]);
+  }
+  // What is kept of the Pod, to show it back: the spec with Kubernetes' defaults.
+  json kept = spec;
+  kept["restartPolicy"] = restart;
+  kept["schedulerName"] = scheduler;
+  if (!kept.contains("terminationGracePeriodSeconds")) {
+    kept["terminationGracePeriodSeconds"] = 30;
+  }
+  out.kube = {{"kind", "Pod"}, {"namespace", ns}, {"spec", std::move(kept)}};
+  for (const char* field : {"labels", "annotations"}) {
+    if (metadata.contains(field)) {
+      out.kube[field] = metadata[field];
+    }
+  }
+  return out;
+}
+
+}  // namespace tessera::server::kube
