@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -136,6 +137,37 @@ std::string sha256Hex(std::string_view data) {
   // then break the chain visibly rather than silently.
   EVP_Digest(data.data(), data.size(), md.data(), &len, EVP_sha256(), nullptr);
   return toHex(md.data(), len);
+}
+
+std::string base64Encode(std::string_view bytes) {
+  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(bytes.data()),
+                                static_cast<int>(bytes.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+core::Result<std::string> base64Decode(std::string_view in) {
+  while (!in.empty() && std::isspace(static_cast<unsigned char>(in.back())) != 0) {
+    in.remove_suffix(1);
+  }
+  if (in.size() % 4 != 0) {
+    return core::invalidArgument("not base64");
+  }
+  std::string out(in.size() / 4 * 3 + 1, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()),
+                                static_cast<int>(in.size()));
+  if (n < 0) {
+    return core::invalidArgument("not base64");
+  }
+  size_t len = static_cast<size_t>(n);
+  for (size_t i = in.size(); i > 0 && in[i - 1] == '='; --i) {
+    --len;  // EVP_DecodeBlock counts the padding's bytes.
+  }
+  out.resize(len);
+  return out;
 }
 
 std::string hmacValue(std::string_view salt, std::string_view value) {

@@ -25,6 +25,11 @@ inline constexpr std::string_view kHmacPrefix = "hmac-sha256:";
 // Lowercase hex of SHA-256(data).
 std::string sha256Hex(std::string_view data);
 
+// Standard base64 with padding (RFC 4648 §4), as Kubernetes' Secret data and Docker's config
+// carry bytes. Decoding ignores trailing whitespace; anything else not base64 is an error.
+std::string base64Encode(std::string_view bytes);
+core::Result<std::string> base64Decode(std::string_view text);
+
 // "hmac-sha256:" + lowercase hex of HMAC-SHA256(key = the salt's bytes, message = the value's
 // bytes). This is what a sink writes in place of a sensitive string; an operator who holds the
 // salt computes it for a candidate value to answer "was this the value?".

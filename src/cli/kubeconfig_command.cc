@@ -1,7 +1,6 @@
 // `tessera kubeconfig`: a kubeconfig that points kubectl (and every client-go or Python client)
 // at a tenant's Kubernetes API (docs/kubernetes.md).
-#include <openssl/evp.h>
-
+#include "audit/crypto.h"
 #include "cli/client_commands.h"
 #include "cli/client_session.h"
 
@@ -14,15 +13,6 @@ struct KubeconfigFlags {
   std::string output;
   std::string name;
 };
-
-std::string base64(const std::string& bytes) {
-  std::string out(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(bytes.data()),
-                                static_cast<int>(bytes.size()));
-  out.resize(static_cast<size_t>(n));
-  return out;
-}
 
 // A YAML string, double-quoted (JSON's escapes are YAML's).
 std::string yamlString(const std::string& s) { return nlohmann::json(s).dump(); }
@@ -58,7 +48,7 @@ core::Status kubeconfig(const KubeconfigFlags& f) {
       return core::invalidArgument("cannot read the CA file " + c.ca_cert_file);
     }
     const std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    yaml += "    certificate-authority-data: " + yamlString(base64(pem)) + "\n";
+    yaml += "    certificate-authority-data: " + yamlString(audit::base64Encode(pem)) + "\n";
   }
   yaml += "users:\n- name: " + yamlString(name) + "\n  user:\n    token: " + yamlString(token) +
           "\ncontexts:\n- name: " + yamlString(name) +

@@ -48,4 +48,32 @@ int hexDigitValue(char c) {
   return -1;
 }
 
+bool isValidUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t more = 0;  // Continuation bytes that follow.
+    if (c >= 0x80) {
+      if ((c >> 5) == 0x6 && c >= 0xC2) {
+        more = 1;
+      } else if ((c >> 4) == 0xE) {
+        more = 2;
+      } else if ((c >> 3) == 0x1E && c <= 0xF4) {
+        more = 3;
+      } else {
+        return false;
+      }
+    }
+    if (more >= s.size() - i) {
+      return false;
+    }
+    for (size_t k = 1; k <= more; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) {
+        return false;
+      }
+    }
+    i += more + 1;
+  }
+  return true;
+}
+
 }  // namespace tessera::core

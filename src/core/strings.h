@@ -17,4 +17,7 @@ std::string hexEncode(const unsigned char* data, size_t n);
 // The value of one hex digit (either case), or -1 if `c` is not one.
 int hexDigitValue(char c);
 
+// Whether `s` is well-formed UTF-8 (no overlong two-byte forms, no sequence cut short).
+bool isValidUtf8(std::string_view s);
+
 }  // namespace tessera::core

@@ -242,8 +242,10 @@ class ControlPlane {
   // Admits and stores a new workload `name` of `tenant` with spec `body` (Tessera's workload
   // spec; `kube`: what the Kubernetes API keeps of the object, WorkloadRecord::kube): 202 once
   // the registry has it, or why not (400, 404, 409, 429, ...). Both APIs submit through here.
+  // `seal`: env values sealed whatever their names (those read from Secrets).
   HttpResponse submitWorkload(Request& r, const std::string& tenant, const std::string& name,
-                              const nlohmann::json& body, nlohmann::json kube);
+                              const nlohmann::json& body, nlohmann::json kube,
+                              const std::set<std::string>& seal = {});
   // The Kubernetes API (server/kube/kube_api.cc; docs/kubernetes.md).
   HttpResponse kubeApi(Request& r);
   // Kubernetes watches (kube/kube_watch.cc): each a stream fed from the registry's changes,
@@ -263,6 +265,15 @@ class ControlPlane {
   bool followKubeLog(const std::string& tenant, const std::string& name, int index,
                      const std::string& node, const std::string& task_id, int64_t offset,
                      std::shared_ptr<ResponseStream> stream);
+  // Secrets and ConfigMaps (kube/kube_secrets.cc): create, get, list, delete over the tenant's
+  // KV; `table`: kubectl's human output.
+  HttpResponse kubeKvObjects(Request& r, const kube::KubeTarget& t, bool table);
+  // A pod's env read from Secrets and ConfigMaps of namespace `ns` (sub.env_refs) into
+  // sub.spec's env, as the submitter may read them; the names of those from Secrets into `seal`.
+  // An answer: why not (403, 422 naming the field).
+  std::optional<HttpResponse> kubeResolveEnv(Request& r, const std::string& tenant,
+                                             const std::string& ns, kube::PodSubmission& sub,
+                                             std::set<std::string>& seal);
   // POST of a pod or a Job (`submission` read from its body, or why not): admitted and stored as
   // Tessera's own workloads are (submitWorkload), answered 201 with the object.
   HttpResponse kubeCreate(Request& r, const std::string& tenant, const kube::KubeTarget& t,
@@ -397,11 +408,13 @@ class ControlPlane {
   bool authorizedOn(const Request& r, const std::string& path, Capability needed) const;
   // A workload's `secrets`, checked against what the submitting token may read.
   core::Status checkWorkloadSecrets(const Request& r, const WorkloadSecrets& wanted) const;
-  // Env values of workload `name` whose names look secret (audit::looksSecret): sealed by the
-  // barrier into `sealed` (NAME -> hex) and moved out of cmd.env, their spec value replaced by
-  // "(sealed)"; and opened again for an agent. Unavailable while the barrier is sealed.
+  // Env values of workload `name` whose names look secret (audit::looksSecret), and those named
+  // in `also`: sealed by the barrier into `sealed` (NAME -> hex) and moved out of cmd.env, their
+  // spec value replaced by "(sealed)"; and opened again for an agent. Unavailable while the
+  // barrier is sealed.
   core::Status sealEnv(const std::string& tenant, const std::string& name, SubmitCommand& cmd,
-                       nlohmann::json& spec, nlohmann::json& sealed);
+                       nlohmann::json& spec, nlohmann::json& sealed,
+                       const std::set<std::string>& also = {});
   core::Result<std::string> openEnv(const NodeTask& t, const std::string& var,
                                     const std::string& hex) const;
   // 405 with `Allow`, for a request whose route does not take its method.

@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include "server/kube/protobuf.h"
+
 namespace tessera::server {
 
 std::string requestToken(const HttpRequest& http) {
@@ -72,11 +74,13 @@ core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_vi
       matchRoute(r.scope.tenant ? RouteScope::kTenant : RouteScope::kAdmin, r.scope.path, r.method);
   // A body is parsed only for a route and method that read one; any other is ignored (a small
   // one: bodyAllowance refuses a larger one before it is read).
-  // The Kubernetes API's bodies may be protobuf (kubectl's typed clients send it): its
-  // handler reads those itself.
-  const bool protobuf =
-      r.match.route != nullptr && r.match.route->api == Api::kKube &&
-      http.header("content-type").starts_with("application/vnd.kubernetes.protobuf");
+  // The Kubernetes API's bodies may be protobuf (kubectl's typed clients send it): read as
+  // the JSON object a JSON client would have sent (kube/protobuf.h).
+  const bool protobuf = r.match.route != nullptr && r.match.route->api == Api::kKube &&
+                        http.header("content-type").starts_with(kube::kProtobufType);
+  if (protobuf && !http.body.empty() && r.match.allowed && takesBody(*r.match.route, r.method)) {
+    TESSERA_ASSIGN_OR_RETURN(r.body, kube::decodeProtobuf(http.body));
+  }
   if (!http.body.empty() && r.match.route != nullptr && r.match.allowed && !protobuf &&
       takesBody(*r.match.route, r.method)) {
     // Depth-limited like config files: hostile nesting must not exhaust the stack.

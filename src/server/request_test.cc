@@ -145,8 +145,7 @@ TEST(BodyAllowanceTest, ARouteThatReadsNoBodyMayCarryASmallOneOnly) {
 }
 
 // The Kubernetes API is under k8s/ in a tenant's scope, and at the root of a listener chrooted
-// to the tenant (a kubeconfig's server: https://host:port); its protobuf bodies are left to its
-// handler.
+// to the tenant (a kubeconfig's server: https://host:port); its protobuf bodies are read too.
 TEST(ParseApiRequestTest, KubernetesPathsAtATenantsRootAndItsK8sPrefix) {
   auto prefixed = parseApiRequest(
       request("GET", "/v1/tenants/t/k8s/api/v1/namespaces/default/pods?limit=500"), "");
@@ -167,13 +166,22 @@ TEST(ParseApiRequestTest, KubernetesPathsAtATenantsRootAndItsK8sPrefix) {
   EXPECT_FALSE(isKubeRoot("/apiary"));
   EXPECT_FALSE(isKubeRoot("/versions"));
   EXPECT_TRUE(isKubeRoot("/apis"));
-  // A protobuf body is not parsed as JSON here; a JSON one is.
+  // A protobuf body is read as the JSON object it stands for (kube/protobuf.h), one that is
+  // not well-formed refused, and a JSON one parsed as JSON.
+  const std::string secret = std::string("\x0a\x04\x0a\x02hf", 6);  // metadata{name: "hf"}.
+  const std::string type = std::string("\x0a\x02v1\x12\x06Secret", 12);
   HttpRequest pb = request("POST", "/v1/tenants/t/k8s/api/v1/namespaces/default/secrets",
-                           std::string("k8s\0\x0a", 5));
+                           std::string("k8s\0", 4) + "\x0a" + static_cast<char>(type.size()) +
+                               type + "\x12" + static_cast<char>(secret.size()) + secret);
   pb.headers.emplace_back("content-type", "application/vnd.kubernetes.protobuf");
   auto proto = parseApiRequest(pb, "");
   ASSERT_TRUE(proto.isOk()) << proto.status().toString();
-  EXPECT_TRUE(proto->body.empty());
+  EXPECT_EQ(proto->body["kind"], "Secret");
+  EXPECT_EQ(proto->body["metadata"]["name"], "hf");
+  pb.body = std::string("k8s\0\x0a", 5);
+  auto cut = parseApiRequest(pb, "");
+  ASSERT_FALSE(cut.isOk());
+  EXPECT_EQ(cut.status().message(), "protobuf body: runtime.Unknown: field 1 is cut short");
   auto js = parseApiRequest(request("POST", "/v1/tenants/t/k8s/api/v1/namespaces/default/pods",
                                     R"({"metadata": {"name": "p"}})"),
                             "");

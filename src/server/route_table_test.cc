@@ -328,11 +328,22 @@ tenant k8s/api/v1/namespaces/{namespace}/pods/{name} GET: the Kubernetes verb's,
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name}/log GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/pods GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/secrets GET: the Kubernetes verb's, on its object's Tessera path (reads) secrets
+tenant k8s/api/v1/namespaces/{namespace}/secrets POST: the Kubernetes verb's, on its object's Tessera path secrets
+tenant k8s/api/v1/namespaces/{namespace}/secrets/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads) secrets
+tenant k8s/api/v1/namespaces/{namespace}/secrets/{name} DELETE: the Kubernetes verb's, on its object's Tessera path secrets
+tenant k8s/api/v1/secrets GET: the Kubernetes verb's, on its object's Tessera path (reads) secrets
+tenant k8s/api/v1/namespaces/{namespace}/configmaps GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/configmaps POST: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/api/v1/namespaces/{namespace}/configmaps/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/configmaps/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/api/v1/configmaps GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs POST: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/apis/batch/v1/jobs GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/apis/authorization.k8s.io/v1/selfsubjectaccessreviews POST: any valid token
 tenant k8s/apis/{group}/{version} GET: any valid token (reads)
 tenant k8s/openapi/v3 GET: any valid token (reads)
 tenant k8s/openapi/v3/{gv+} GET: any valid token (reads)

@@ -1,10 +1,10 @@
 #include "server/task_secrets.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include <iostream>
 
+#include "audit/crypto.h"
 #include "audit/record.h"
 #include "core/log.h"
 #include "core/rfc3339.h"
@@ -177,32 +177,6 @@ core::Status TaskSecrets::issueLocked(Entry& e, const NodeTask& t, const std::st
   return core::Status::ok();
 }
 
-namespace {
-
-core::Result<std::string> unbase64(std::string in) {
-  while (!in.empty() && std::isspace(static_cast<unsigned char>(in.back())) != 0) {
-    in.pop_back();
-  }
-  if (in.size() % 4 != 0) {
-    return core::invalidArgument("not base64");
-  }
-  std::string out(in.size() / 4 * 3 + 1, '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(in.data()),
-                                static_cast<int>(in.size()));
-  if (n < 0) {
-    return core::invalidArgument("not base64");
-  }
-  size_t len = static_cast<size_t>(n);
-  for (size_t i = in.size(); i > 0 && in[i - 1] == '='; --i) {
-    --len;  // EVP_DecodeBlock counts the padding's bytes.
-  }
-  out.resize(len);
-  return out;
-}
-
-}  // namespace
-
 core::Result<PullCredentials> registryLogin(const json& data, const std::string& registry) {
   if (!data.is_object()) {
     return core::invalidArgument("its data is not an object");
@@ -258,7 +232,7 @@ core::Result<PullCredentials> registryLogin(const json& data, const std::string&
     PullCredentials c;
     if (entry.contains("auth") && entry["auth"].is_string() &&
         !entry["auth"].get<std::string>().empty()) {
-      auto plain = unbase64(entry["auth"].get<std::string>());
+      auto plain = audit::base64Decode(entry["auth"].get<std::string>());
       const size_t colon = plain.isOk() ? plain->find(':') : std::string::npos;
       if (colon == std::string::npos) {
         return core::invalidArgument(where + ".auth is not base64 of \"user:password\"");

@@ -140,11 +140,19 @@ TEST_F(KubeTest, KubectlCreatesListsReadsAndDeletesPodsThatTesseraRuns) {
 
   Outcome resources = kubectl(config, {"api-resources"});
   ASSERT_EQ(resources.rc, 0) << resources;
-  EXPECT_TRUE(contains(resources.out, "pods         po           v1           true         Pod"))
-      << resources;
-  EXPECT_TRUE(contains(resources.out,
-                       "namespaces   ns           v1           false        "
-                       "Namespace"))
+  // What is served, and only that.
+  EXPECT_EQ(resources.out,
+            "NAME                       SHORTNAMES   APIVERSION                NAMESPACED   KIND\n"
+            "configmaps                 cm           v1                        true         "
+            "ConfigMap\n"
+            "namespaces                 ns           v1                        false        "
+            "Namespace\n"
+            "pods                       po           v1                        true         Pod\n"
+            "secrets                                 v1                        true         "
+            "Secret\n"
+            "selfsubjectaccessreviews                authorization.k8s.io/v1   false        "
+            "SelfSubjectAccessReview\n"
+            "jobs                                    batch/v1                  true         Job\n")
       << resources;
 
   Outcome empty = kubectl(config, {"get", "pods"});
@@ -563,6 +571,107 @@ TEST_F(KubeTest, AnIndexedJobRunsItsPodsAtOnceWithTheirIndexAndCompletes) {
   Outcome pair_pods = kubectl(config, {"get", "pods", "-l", "job-name=pair"});
   EXPECT_EQ(std::count(pair_pods.out.begin(), pair_pods.out.end(), '\n'), 3) << pair_pods;
   EXPECT_EQ(kubectl(config, {"delete", "job", "pair", "--wait=false"}).rc, 0);
+}
+
+const char* kEnvPod = R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: reader
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    command: ["sh", "-c", "echo token=$HF_TOKEN user=$S_user lr=$LR me=$ME"]
+    envFrom:
+    - configMapRef:
+        name: cfg
+    - secretRef:
+        name: hf
+      prefix: S_
+    env:
+    - name: HF_TOKEN
+      valueFrom:
+        secretKeyRef:
+          name: hf
+          key: HF_TOKEN
+    - name: ME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+)";
+
+// Must show 1 (Secrets, can-i) and 2: `create secret generic` and `create configmap` (protobuf
+// bodies) keep them in the tenant's sealed KV; a pod reads them through envFrom and valueFrom,
+// sealed on the way; `auth can-i` answers from the token's policies; a read-only token and
+// another tenant see nothing of them.
+TEST_F(KubeTest, SecretsFromKubectlReachAPodThroughEnvFromAndStayInTheirTenant) {
+  const std::string token = tenantToken("kube-s");
+  const fs::path config = kubeconfig(token, "s.kubeconfig");
+  Outcome created = kubectl(config, {"create", "secret", "generic", "hf",
+                                     "--from-literal=HF_TOKEN=abc123", "--from-literal=user=me"});
+  ASSERT_EQ(created.rc, 0) << created;
+  EXPECT_EQ(created.out, "secret/hf created\n");
+  Outcome listed = kubectl(config, {"get", "secrets"});
+  EXPECT_TRUE(contains(listed.out, "NAME   TYPE     DATA   AGE\nhf     Opaque   2")) << listed;
+  EXPECT_EQ(kubectl(config, {"get", "secret", "hf", "-o", "jsonpath={.data.HF_TOKEN}"}).out,
+            "YWJjMTIz");
+  Outcome again = kubectl(config, {"create", "secret", "generic", "hf", "--from-literal=a=b"});
+  EXPECT_TRUE(contains(again.err, "secrets \"hf\" already exists")) << again;
+  ASSERT_EQ(kubectl(config, {"create", "configmap", "cfg", "--from-literal=LR=0.1"}).out,
+            "configmap/cfg created\n");
+
+  ASSERT_EQ(kubectl(config, {"create", "-f", manifest("reader.yaml", kEnvPod).string()}).rc, 0);
+  ASSERT_EQ(kubectl(config, {"wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/reader",
+                             "--timeout=30s"})
+                .rc,
+            0);
+  EXPECT_EQ(kubectl(config, {"logs", "reader"}).out, "token=abc123 user=me lr=0.1 me=reader\n");
+  // Sealed on the way: the workload's spec says so, and no record holds the value.
+  const json workload =
+      json::parse(tessera(token, {"show", "reader", "-format=json"}).out, nullptr, false);
+  EXPECT_NE(workload.dump().find("(sealed)"), std::string::npos) << workload.dump();
+  EXPECT_EQ(workload.dump().find("abc123"), std::string::npos) << workload.dump();
+  EXPECT_FALSE(contains(slurp(dev_->dir / "audit.log"), "abc123"));
+  // A Secret that is not there: refused, naming the field; nothing created.
+  std::string missing = kEnvPod;
+  missing.replace(missing.find("name: reader"), 12, "name: lost");
+  missing.replace(missing.find("name: hf\n      prefix"), 8, "name: nope");
+  Outcome lost = kubectl(config, {"create", "-f", manifest("lost.yaml", missing).string()});
+  EXPECT_EQ(lost.rc, 1) << lost;
+  EXPECT_TRUE(contains(lost.err,
+                       "spec.containers[0].envFrom[1].secretRef: Not found: secret "
+                       "\"nope\""))
+      << lost;
+  EXPECT_TRUE(contains(kubectl(config, {"get", "pod", "lost"}).err, "(NotFound)"));
+
+  // auth can-i: yes for the tenant's admin, no for a token that may only read workloads.
+  Outcome can = kubectl(config, {"auth", "can-i", "create", "pods"});
+  EXPECT_EQ(can.rc, 0) << can;
+  EXPECT_EQ(can.out, "yes\n") << can;
+  ASSERT_EQ(Client(dev_->info["address"], slurp(dev_->info["ca_cert"].get<std::string>()))
+                .call("POST", "/v1/tenants/kube-s/policies/viewer", token,
+                      {{"path", {{"workloads*", {{"capabilities", {"read", "list"}}}}}}})
+                .status,
+            204U);
+  const fs::path viewer = kubeconfig(tenantToken("kube-s", "viewer", false), "viewer.kubeconfig");
+  Outcome cannot = kubectl(viewer, {"auth", "can-i", "create", "pods"});
+  EXPECT_EQ(cannot.rc, 1) << cannot;
+  EXPECT_TRUE(cannot.out.starts_with("no")) << cannot;
+  EXPECT_EQ(kubectl(viewer, {"auth", "can-i", "list", "pods"}).out, "yes\n");
+  Outcome hidden = kubectl(viewer, {"get", "secret", "hf"});
+  EXPECT_EQ(hidden.rc, 1) << hidden;
+  EXPECT_TRUE(contains(hidden.err, "(Forbidden)")) << hidden;
+  EXPECT_TRUE(contains(kubectl(viewer, {"get", "pods"}).out, "reader"));
+
+  // Another tenant: nothing of them, by any path.
+  const fs::path other = kubeconfig(tenantToken("kube-s2"), "s2.kubeconfig");
+  EXPECT_TRUE(contains(kubectl(other, {"get", "secrets", "-A"}).err, "No resources found"));
+  EXPECT_TRUE(contains(kubectl(other, {"get", "secret", "hf"}).err, "(NotFound)"));
+  EXPECT_TRUE(contains(kubectl(other, {"get", "configmap", "cfg"}).err, "(NotFound)"));
+
+  Outcome deleted = kubectl(config, {"delete", "secret", "hf"});
+  EXPECT_EQ(deleted.out, "secret \"hf\" deleted\n") << deleted;
+  EXPECT_TRUE(contains(kubectl(config, {"get", "secret", "hf"}).err, "(NotFound)"));
 }
 
 // Must show 3: the official Python client (Debian's python3-kubernetes) as a second real client:

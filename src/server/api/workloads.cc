@@ -277,9 +277,10 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
 }
 
 core::Status ControlPlane::sealEnv(const std::string& tenant, const std::string& name,
-                                   SubmitCommand& cmd, json& spec, json& sealed) {
+                                   SubmitCommand& cmd, json& spec, json& sealed,
+                                   const std::set<std::string>& also) {
   for (auto it = cmd.env.begin(); it != cmd.env.end();) {
-    if (!audit::looksSecret(it->first)) {
+    if (!audit::looksSecret(it->first) && !also.contains(it->first)) {
       ++it;
       continue;
     }
@@ -495,7 +496,8 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
 }
 
 HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
-                                          const std::string& name, const json& body, json kube) {
+                                          const std::string& name, const json& body, json kube,
+                                          const std::set<std::string>& seal) {
   // Admission: the body against the catalogue, the pool and the tenant's caps.
   const std::string source = "workload '" + name + "'";
   core::JsonNode n(body, "", source);
@@ -516,7 +518,7 @@ HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
   json spec = body;
   json sealed_env = json::object();
   if (st.isOk()) {
-    st = sealEnv(tenant, name, cmd, spec, sealed_env);
+    st = sealEnv(tenant, name, cmd, spec, sealed_env, seal);
   }
   if (st.isOk() && (!cmd.secrets.empty() || !cmd.secrets.pull.empty())) {
     if (core::Status allowed = checkWorkloadSecrets(r, cmd.secrets); !allowed.isOk()) {

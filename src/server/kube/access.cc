@@ -100,6 +100,16 @@ std::optional<TesseraAccess> tesseraAccess(const KubeTarget& t) {
   } else if (t.verb == "delete" || t.verb == "deletecollection") {
     cap = Capability::kDelete;
   }
+  // Secrets and ConfigMaps are KV keys of the tenant (kube/<ns>/<resource>/<name>).
+  if (t.group.empty() && (t.resource == "secrets" || t.resource == "configmaps")) {
+    if (t.verb == "list" || t.verb == "watch") {
+      return TesseraAccess{t.ns.empty()
+                               ? "secrets/kv/metadata/kube/"
+                               : "secrets/kv/metadata/kube/" + t.ns + "/" + t.resource + "/",
+                           Capability::kList};
+    }
+    return TesseraAccess{"secrets/kv/data/kube/" + t.ns + "/" + t.resource + "/" + t.name, cap};
+  }
   // Pods and Jobs are workloads; a namespace is a view over them.
   const bool jobs = t.group == "batch" && t.resource == "jobs";
   if (jobs || (t.group.empty() && (t.resource == "pods" || t.resource == "namespaces"))) {
@@ -112,6 +122,59 @@ std::optional<TesseraAccess> tesseraAccess(const KubeTarget& t) {
     return TesseraAccess{t.name.empty() ? "workloads" : "workloads/" + t.name, cap};
   }
   return std::nullopt;
+}
+
+nlohmann::json accessReview(const nlohmann::json& review,
+                            const std::function<bool(const std::string&, Capability)>& allowed) {
+  nlohmann::json out = review.is_object() ? review : nlohmann::json::object();
+  out["apiVersion"] = "authorization.k8s.io/v1";
+  out["kind"] = "SelfSubjectAccessReview";
+  if (!out.contains("metadata") || !out["metadata"].is_object()) {
+    out["metadata"] = nlohmann::json::object();
+  }
+  const nlohmann::json spec = out.value("spec", nlohmann::json::object());
+  const nlohmann::json none = nlohmann::json::object();
+  auto text = [](const nlohmann::json& o, const char* k) {
+    return o.is_object() && o.contains(k) && o[k].is_string() ? o[k].get<std::string>() : "";
+  };
+  bool ok = false;
+  std::string reason;
+  if (spec.is_object() && spec.contains("resourceAttributes")) {
+    const nlohmann::json& a = spec["resourceAttributes"];
+    KubeTarget t;
+    t.group = text(a, "group");
+    t.version = text(a, "version");
+    t.resource = text(a, "resource");
+    t.ns = text(a, "namespace");
+    t.name = text(a, "name");
+    t.subresource = text(a, "subresource");
+    t.verb = text(a, "verb");
+    static const std::set<std::string> kVerbs = {"get",    "list",  "watch",  "create",
+                                                 "update", "patch", "delete", "deletecollection"};
+    const auto need = kVerbs.contains(t.verb) ? tesseraAccess(t) : std::nullopt;
+    if (!need) {
+      reason = "Tessera does not serve " + t.verb + " on \"" + t.resource + "\"" +
+               (t.group.empty() ? "" : " in API group \"" + t.group + "\"");
+    } else {
+      ok = allowed(need->path, need->capability);
+      reason =
+          std::string(ok ? "allowed" : "not allowed") + " by the token's policies on " + need->path;
+    }
+  } else if (spec.is_object() && spec.contains("nonResourceAttributes")) {
+    const nlohmann::json& a = spec["nonResourceAttributes"];
+    const std::string path = text(a, "path");
+    ok = text(a, "verb") == "get" &&
+         (path == "/api" || path == "/apis" || path == "/version" || path.starts_with("/api/") ||
+          path.starts_with("/apis/") || path.starts_with("/openapi"));
+    reason = ok ? "discovery is open to any token" : "Tessera serves no such path";
+  } else {
+    reason = "the review names neither resourceAttributes nor nonResourceAttributes";
+  }
+  out["status"] = {{"allowed", ok}, {"reason", reason}};
+  if (!ok) {
+    out["status"]["denied"] = false;  // Not denied by a rule: just not allowed (as RBAC says).
+  }
+  return out;
 }
 
 std::string forbiddenMessage(const KubeTarget& t, const std::string& user) {

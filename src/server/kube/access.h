@@ -7,6 +7,7 @@
 //   auto need = kube::tesseraAccess(t);   // {"workloads/x", Capability::kDelete}
 #pragma once
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -45,6 +46,13 @@ struct TesseraAccess {
   Capability capability;
 };
 std::optional<TesseraAccess> tesseraAccess(const KubeTarget& t);
+
+// A SelfSubjectAccessReview (`kubectl auth can-i`) answered from the same mapping: the review
+// with its `status` ({"allowed": ..., "reason": ...}); `allowed(path, capability)` asks the
+// token's policies. A resource Tessera does not serve is not allowed, saying so; of the
+// non-resource paths, only discovery's (GET /api, /apis, /version, /openapi) are.
+nlohmann::json accessReview(const nlohmann::json& review,
+                            const std::function<bool(const std::string&, Capability)>& allowed);
 
 // Kubernetes' Forbidden message: `pods "x" is forbidden: User "u" cannot delete resource "pods"
 // in API group "" in the namespace "default"` (scripts grep for it).

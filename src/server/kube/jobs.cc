@@ -107,12 +107,12 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
       warnings.push_back("spec." + key + " is not supported by Tessera and is ignored");
     }
   }
-  if (spec.value("suspend", false)) {
+  if (spec.contains("suspend") && spec["suspend"] == true) {
     return invalid("spec.suspend",
                    "Forbidden: Tessera does not run suspended Jobs yet (it cannot resume one); "
                    "create it when it should run");
   }
-  if (spec.value("manualSelector", false)) {
+  if (spec.contains("manualSelector") && spec["manualSelector"] == true) {
     return invalid("spec.manualSelector",
                    "Forbidden: Tessera selects a Job's pods by its controller-uid label");
   }
@@ -128,7 +128,10 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
                            integerField(spec, "activeDeadlineSeconds", 1, 365LL * 86400));
   TESSERA_ASSIGN_OR_RETURN(auto ttl,
                            integerField(spec, "ttlSecondsAfterFinished", 0, 365LL * 86400));
-  const std::string mode = spec.value("completionMode", "NonIndexed");
+  const std::string mode = textOr(spec, "completionMode", "NonIndexed");
+  if (spec.contains("completionMode") && !spec["completionMode"].is_string()) {
+    return invalid("spec.completionMode", "expected a string");
+  }
   if (mode != "NonIndexed" && mode != "Indexed") {
     return invalid("spec.completionMode", "Unsupported value: \"" + mode +
                                               "\": supported values: \"NonIndexed\", \"Indexed\"");
@@ -197,6 +200,9 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
   PodSubmission out = std::move(from_pod).value();
   for (std::string& w : out.warnings) {
     w = inTemplate(w);
+  }
+  for (EnvRef& ref : out.env_refs) {
+    ref.field = inTemplate(ref.field);
   }
   out.warnings.insert(out.warnings.end(), warnings.begin(), warnings.end());
   TESSERA_ASSIGN_OR_RETURN(int64_t min_available,

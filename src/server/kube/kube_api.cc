@@ -106,6 +106,15 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
     }
     return jsonAnswer(200, kube::list("NamespaceList", "v1", std::move(items), rv));
   }
+  if (t.group == "authorization.k8s.io" && t.resource == "selfsubjectaccessreviews" &&
+      t.verb == "create") {
+    return jsonAnswer(201, kube::accessReview(r.body, [&](const std::string& p, Capability c) {
+                        return authorizedOn(r, p, c);
+                      }));
+  }
+  if (t.group.empty() && (t.resource == "secrets" || t.resource == "configmaps")) {
+    return kubeKvObjects(r, t, table);
+  }
   const bool jobs = t.group == "batch" && t.version == "v1" && t.resource == "jobs";
   if (!(t.group.empty() && t.resource == "pods") && !jobs) {
     return kube::statusResponse(404, "the server could not find the requested resource");
@@ -215,11 +224,6 @@ HttpResponse ControlPlane::kubeCreate(Request& r, const std::string& tenant,
   const std::string kind = job ? "Job" : "Pod";
   const std::string plural = job ? "jobs.batch" : "pods";
   const json details_kind = {{"group", job ? "batch" : ""}, {"kind", job ? "jobs" : "pods"}};
-  if (r.http.header("content-type").starts_with("application/vnd.kubernetes.protobuf")) {
-    return kube::statusResponse(415,
-                                "the body of the request was in an unknown format - accepted "
-                                "media types include: application/json");
-  }
   if (!submission.isOk()) {
     const std::string& m = submission.status().message();
     if (m.starts_with("the namespace of the provided object")) {
@@ -255,7 +259,11 @@ HttpResponse ControlPlane::kubeCreate(Request& r, const std::string& tenant,
     return kube::statusResponse(409, plural + " \"" + sub.name + "\" already exists", details,
                                 "AlreadyExists");
   }
-  HttpResponse submitted = submitWorkload(r, tenant, sub.name, sub.spec, std::move(sub.kube));
+  std::set<std::string> seal;
+  if (auto refused = kubeResolveEnv(r, tenant, t.ns, sub, seal)) {
+    return *refused;
+  }
+  HttpResponse submitted = submitWorkload(r, tenant, sub.name, sub.spec, std::move(sub.kube), seal);
   if (submitted.status != 202) {
     // The same admission as Tessera's own API, its words kept: a request the pool can never
     // hold, over a cap or limit.

@@ -10,9 +10,11 @@ namespace {
 
 // A route whose methods each need `access`; `body_methods` as RouteSpec's (kubectl's DELETE
 // sends DeleteOptions).
+constexpr bool kReveals = true;  // RouteSpec::reveals_secrets
+
 RouteSpec kube(std::string_view pattern, std::vector<std::string_view> methods,
                std::string_view summary, Access access,
-               std::vector<std::string_view> body_methods = {}) {
+               std::vector<std::string_view> body_methods = {}, bool reveals = false) {
   std::vector<MethodAccess> each;
   for (std::string_view m : methods) {
     each.push_back({m, access});
@@ -25,7 +27,7 @@ RouteSpec kube(std::string_view pattern, std::vector<std::string_view> methods,
           summary,
           std::move(body_methods),
           std::move(each),
-          false,
+          reveals,
           false};
 }
 
@@ -48,11 +50,25 @@ std::vector<RouteSpec> kubeRoutes() {
       kube("k8s/api/v1/namespaces/{namespace}/pods/{name}/log", {"GET"},
            "Kubernetes: a pod's log (?tailLines=&limitBytes=)", kVerb),
       kube("k8s/api/v1/pods", {"GET"}, "Kubernetes: pods in every namespace (-A)", kVerb),
+      kube("k8s/api/v1/namespaces/{namespace}/secrets", {"GET", "POST"},
+           "Kubernetes: list, create Secrets (the tenant's KV)", kVerb, {}, kReveals),
+      kube("k8s/api/v1/namespaces/{namespace}/secrets/{name}", {"GET", "DELETE"},
+           "Kubernetes: a Secret: read, delete", kVerb, {"DELETE"}, kReveals),
+      kube("k8s/api/v1/secrets", {"GET"}, "Kubernetes: Secrets in every namespace (-A)", kVerb, {},
+           kReveals),
+      kube("k8s/api/v1/namespaces/{namespace}/configmaps", {"GET", "POST"},
+           "Kubernetes: list, create ConfigMaps (the tenant's KV)", kVerb),
+      kube("k8s/api/v1/namespaces/{namespace}/configmaps/{name}", {"GET", "DELETE"},
+           "Kubernetes: a ConfigMap: read, delete", kVerb, {"DELETE"}),
+      kube("k8s/api/v1/configmaps", {"GET"}, "Kubernetes: ConfigMaps in every namespace (-A)",
+           kVerb),
       kube("k8s/apis/batch/v1/namespaces/{namespace}/jobs", {"GET", "POST"},
            "Kubernetes: list (?watch), create Jobs", kVerb),
       kube("k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name}", {"GET", "DELETE"},
            "Kubernetes: a Job: read, delete (its pods with it)", kVerb, {"DELETE"}),
       kube("k8s/apis/batch/v1/jobs", {"GET"}, "Kubernetes: Jobs in every namespace (-A)", kVerb),
+      kube("k8s/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {"POST"},
+           "Kubernetes: what this token may do (kubectl auth can-i), from its policies", kToken),
       kube("k8s/apis/{group}/{version}", {"GET"}, "Kubernetes: a group-version's resources",
            kToken),
       kube("k8s/openapi/v3", {"GET"},

@@ -6,6 +6,7 @@
 #include "core/rfc3339.h"
 #include "server/kube/access.h"
 #include "server/kube/objects.h"
+#include "server/kube/protobuf.h"
 #include "server/kube/selector.h"
 
 namespace tessera::server::kube {
@@ -405,6 +406,208 @@ TEST(KubeObjectsTest, AJobsTasksArePodsItsSelectorFindsAndItsStatusCountsThem) {
   EXPECT_EQ(jobObject("team-1", own, pending)["spec"]["completions"], 3);
 }
 
+// Protobuf wire encoding, for bodies as kubectl's typed clients send them.
+std::string varint(uint64_t v) {
+  std::string out;
+  do {
+    out.push_back(static_cast<char>((v & 0x7F) | (v > 0x7F ? 0x80 : 0)));
+    v >>= 7;
+  } while (v != 0);
+  return out;
+}
+std::string bytesField(uint32_t n, const std::string& b) {
+  return varint(n << 3 | 2) + varint(b.size()) + b;
+}
+std::string entry(uint32_t n, const std::string& k, const std::string& v) {
+  return bytesField(n, bytesField(1, k) + bytesField(2, v));
+}
+std::string k8sBody(const std::string& api_version, const std::string& kind,
+                    const std::string& raw) {
+  return std::string("k8s\0", 4) + bytesField(1, bytesField(1, api_version) + bytesField(2, kind)) +
+         bytesField(2, raw) + bytesField(3, "") + bytesField(4, "");
+}
+
+TEST(KubeProtobufTest, ASecretAReviewAndANamespaceReadAsTheirJson) {
+  // `kubectl create secret generic hf --from-literal=HF_TOKEN=abc123`, as captured: empty
+  // strings sent for unset fields, type "" meaning Opaque.
+  const std::string meta =
+      bytesField(1, "hf") + bytesField(2, "") + bytesField(3, "default") + entry(11, "app", "llm");
+  const std::string secret = bytesField(1, meta) + entry(2, "HF_TOKEN", "abc123") +
+                             entry(2, "bin", std::string("\xff\x00", 2)) + bytesField(3, "") +
+                             varint(5 << 3) + varint(1);
+  auto s = decodeProtobuf(k8sBody("v1", "Secret", secret));
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  EXPECT_EQ((*s)["kind"], "Secret");
+  EXPECT_EQ((*s)["metadata"],
+            json({{"name", "hf"}, {"namespace", "default"}, {"labels", {{"app", "llm"}}}}));
+  EXPECT_EQ((*s)["data"]["HF_TOKEN"], "YWJjMTIz");  // Bytes, base64 as JSON carries them.
+  EXPECT_EQ((*s)["data"]["bin"], "/wA=");
+  EXPECT_FALSE(s->contains("type"));
+  EXPECT_EQ((*s)["immutable"], true);
+
+  // `kubectl auth can-i create pods`.
+  const std::string attrs = bytesField(1, "default") + bytesField(2, "create") + bytesField(3, "") +
+                            bytesField(5, "pods");
+  auto review = decodeProtobuf(k8sBody("authorization.k8s.io/v1", "SelfSubjectAccessReview",
+                                       bytesField(1, "") + bytesField(2, bytesField(1, attrs))));
+  ASSERT_TRUE(review.isOk()) << review.status().message();
+  EXPECT_EQ((*review)["spec"]["resourceAttributes"],
+            json({{"namespace", "default"}, {"verb", "create"}, {"resource", "pods"}}));
+
+  auto ns = decodeProtobuf(k8sBody("v1", "Namespace", bytesField(1, bytesField(1, "team-a"))));
+  ASSERT_TRUE(ns.isOk());
+  EXPECT_EQ((*ns)["metadata"]["name"], "team-a");
+  auto cm = decodeProtobuf(
+      k8sBody("v1", "ConfigMap", bytesField(1, bytesField(1, "cfg")) + entry(2, "LR", "0.1")));
+  ASSERT_TRUE(cm.isOk());
+  EXPECT_EQ((*cm)["data"]["LR"], "0.1");
+
+  // Bad bodies: each an error that says what, never a crash.
+  auto error = [](const std::string& body) {
+    auto r = decodeProtobuf(body);
+    return r.isOk() ? std::string("decoded") : r.status().message();
+  };
+  EXPECT_TRUE(error("{\"kind\": \"Secret\"}").find("magic") != std::string::npos);
+  EXPECT_TRUE(error(k8sBody("v1", "Pod", "")).find("only as JSON") != std::string::npos)
+      << error(k8sBody("v1", "Pod", ""));
+  std::string cut = k8sBody("v1", "Secret", secret);
+  cut.resize(cut.size() - 12);  // The raw message cut short.
+  EXPECT_TRUE(error(cut).find("cut short") != std::string::npos) << error(cut);
+  EXPECT_TRUE(error(k8sBody("v1", "Secret", bytesField(1, bytesField(1, "\xc3")))).find("UTF-8") !=
+              std::string::npos);
+  EXPECT_TRUE(error(std::string("k8s\0", 4) + varint(1 << 3 | 3)).find("wire type") !=
+              std::string::npos);
+  EXPECT_TRUE(error(std::string("k8s\0", 4) + varint(0)).find("without a number") !=
+              std::string::npos);
+  // A length far beyond the body.
+  EXPECT_TRUE(
+      error(std::string("k8s\0", 4) + varint(2 << 3 | 2) + varint(1u << 30)).find("cut short") !=
+      std::string::npos);
+}
+
+TEST(KubeObjectsTest, SecretsAndConfigMapsAreKvDataAndBackAndTheirErrorsNameTheField) {
+  const core::WallTime now = *core::parseRfc3339("2026-12-04T10:00:00Z");
+  const json secret = {{"apiVersion", "v1"},
+                       {"kind", "Secret"},
+                       {"metadata", {{"name", "hf"}, {"labels", {{"app", "llm"}}}}},
+                       {"data", {{"HF_TOKEN", "YWJjMTIz"}}},
+                       {"stringData", {{"user", "me"}}},
+                       {"type", ""}};
+  auto kv = kvFromObject(secret, "Secret", "default", true, now);
+  ASSERT_TRUE(kv.isOk()) << kv.status().message();
+  EXPECT_EQ(kv->name, "hf");
+  EXPECT_EQ(kv->data["HF_TOKEN"], "abc123");  // Kept as text: Tessera's own readers see it so.
+  EXPECT_EQ(kv->data["user"], "me");
+  EXPECT_EQ(kv->data[std::string(kKubeObjectKey)]["type"], "Opaque");  // "" is Opaque.
+  const json back = objectFromKv("Secret", "t", "default", "hf", kv->data, 3);
+  EXPECT_EQ(back["data"], json({{"HF_TOKEN", "YWJjMTIz"}, {"user", "bWU="}}));
+  EXPECT_EQ(back["metadata"]["labels"]["app"], "llm");
+  EXPECT_EQ(back["metadata"]["resourceVersion"], "3");
+  EXPECT_EQ(back["metadata"]["creationTimestamp"], "2026-12-04T10:00:00Z");
+  EXPECT_FALSE(back.contains("stringData"));
+  const json t = kvTable("Secret", {back}, "3", IncludeObject::kMetadata, now + seconds(5));
+  EXPECT_EQ(t["rows"][0]["cells"], json({"hf", "Opaque", 2, "5s"}));
+
+  auto refused = [&](json body, std::string_view kind = "Secret") {
+    auto r = kvFromObject(body, kind, "default", true, now);
+    return r.isOk() ? std::string("accepted") : r.status().message();
+  };
+  json bad = secret;
+  bad["data"]["k"] = "not base64!";
+  EXPECT_TRUE(refused(bad).starts_with("data[k]: Invalid value: not base64")) << refused(bad);
+  bad = secret;
+  bad["data"]["k"] = "/wA=";  // 0xff 0x00: not text.
+  EXPECT_TRUE(refused(bad).starts_with("data[k]: Forbidden: Tessera keeps")) << refused(bad);
+  bad = secret;
+  bad["data"]["a/b"] = "YQ==";
+  EXPECT_TRUE(refused(bad).starts_with("data[a/b]: Invalid value")) << refused(bad);
+  bad = secret;
+  bad["type"] = "kubernetes.io/tls";
+  EXPECT_EQ(refused(bad), "data[tls.crt]: Required value: a kubernetes.io/tls Secret needs it");
+  bad = secret;
+  bad["extra"] = 1;
+  EXPECT_EQ(refused(bad), "extra: unknown field");
+  const json cm = {
+      {"kind", "ConfigMap"}, {"metadata", {{"name", "cfg"}}}, {"binaryData", {{"x", "YQ=="}}}};
+  EXPECT_TRUE(refused(cm, "ConfigMap").starts_with("binaryData: Forbidden"))
+      << refused(cm, "ConfigMap");
+  json ok_cm = cm;
+  ok_cm.erase("binaryData");
+  ok_cm["data"] = {{"LR", "0.1"}};
+  auto c = kvFromObject(ok_cm, "ConfigMap", "default", true, now);
+  ASSERT_TRUE(c.isOk());
+  EXPECT_EQ(objectFromKv("ConfigMap", "t", "default", "cfg", c->data, 1)["data"]["LR"], "0.1");
+  EXPECT_EQ(kvPathOf("secrets", "default", "hf"), "kube/default/secrets/hf");
+}
+
+TEST(KubeAccessTest, AnAccessReviewAsksTheSameMappingAsTheRequestWould) {
+  std::vector<std::pair<std::string, Capability>> asked;
+  auto only_pods = [&](const std::string& path, Capability c) {
+    asked.emplace_back(path, c);
+    return path.starts_with("workloads");
+  };
+  json review = {{"spec",
+                  {{"resourceAttributes",
+                    {{"namespace", "default"}, {"verb", "create"}, {"resource", "pods"}}}}}};
+  json out = accessReview(review, only_pods);
+  EXPECT_EQ(out["status"]["allowed"], true);
+  ASSERT_EQ(asked.size(), 1U);
+  EXPECT_EQ(asked[0].first, "workloads");
+  EXPECT_EQ(asked[0].second, Capability::kCreate);
+  review["spec"]["resourceAttributes"] = {
+      {"namespace", "default"}, {"verb", "get"}, {"resource", "secrets"}, {"name", "hf"}};
+  out = accessReview(review, only_pods);
+  EXPECT_EQ(out["status"]["allowed"], false);
+  EXPECT_EQ(asked.back().first, "secrets/kv/data/kube/default/secrets/hf");
+  review["spec"]["resourceAttributes"] = {
+      {"verb", "create"}, {"resource", "deployments"}, {"group", "apps"}};
+  out = accessReview(review, only_pods);
+  EXPECT_EQ(out["status"]["allowed"], false);
+  EXPECT_EQ(out["status"]["reason"],
+            "Tessera does not serve create on \"deployments\" in API group \"apps\"");
+  review["spec"] = {{"nonResourceAttributes", {{"path", "/version"}, {"verb", "get"}}}};
+  EXPECT_EQ(accessReview(review, only_pods)["status"]["allowed"], true);
+  EXPECT_EQ(accessReview(json::array(), only_pods)["status"]["allowed"], false);
+}
+
+// Found by fuzz/kube_fuzz.cc: a field of an unexpected JSON type is an error naming it, never
+// an exception out of the decoder.
+TEST(KubeObjectsTest, FieldsOfTheWrongTypeAreErrorsNamingThem) {
+  auto pod = [](const json& body) {
+    auto r = workloadFromPod(body, "default", true);
+    return r.isOk() ? std::string("accepted") : r.status().message();
+  };
+  EXPECT_EQ(pod(json::parse(R"({"kind": {"name": "5.1"}})")),
+            "kind: expected apiVersion v1, kind Pod");
+  json p = {{"metadata", {{"name", "p"}}},
+            {"spec", {{"containers", {{{"name", "main"}, {"command", {"true"}}}}}}}};
+  ASSERT_EQ(pod(p), "accepted");
+  json bad = p;
+  bad["spec"]["restartPolicy"] = 5;
+  EXPECT_EQ(pod(bad), "spec.restartPolicy: expected a string");
+  bad = p;
+  bad["spec"]["containers"][0]["name"] = 7;
+  EXPECT_EQ(pod(bad), "spec.containers[0].name: Required value");
+  bad = p;
+  bad["spec"]["containers"][0]["resources"] = "big";
+  EXPECT_EQ(pod(bad), "spec.containers[0].resources: expected an object");
+  bad = p;
+  bad["spec"]["containers"][0]["securityContext"] = {{"privileged", "yes"}};
+  EXPECT_EQ(pod(bad), "accepted");  // Only true is privileged.
+  bad = p;
+  bad["spec"]["containers"][0]["env"] = {{{"name", "N"}, {"valueFrom", {{"fieldRef", 3}}}}};
+  EXPECT_TRUE(
+      pod(bad).starts_with("spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: "
+                           "Unsupported value"))
+      << pod(bad);
+  EXPECT_EQ(textOr(json::parse(R"({"a": 1})"), "a", "x"), "x");
+  EXPECT_EQ(textOr(json::array(), "a"), "");
+  auto secret = kvFromObject({{"kind", "Secret"}, {"metadata", {{"name", "s"}}}, {"type", 5}},
+                             "Secret", "default", true, {});
+  ASSERT_FALSE(secret.isOk());
+  EXPECT_EQ(secret.status().message(), "type: expected a string");
+}
+
 TEST(KubeObjectsTest, DiscoveryAndOpenApiSayWhatIsServedAndNoMore) {
   const json agg = aggregatedDiscovery(true);
   EXPECT_EQ(agg["kind"], "APIGroupDiscoveryList");
@@ -416,9 +619,11 @@ TEST(KubeObjectsTest, DiscoveryAndOpenApiSayWhatIsServedAndNoMore) {
     }
   }
   const json groups = aggregatedDiscovery(false)["items"];
-  ASSERT_EQ(groups.size(), 1U);  // batch, and nothing Tessera does not serve.
-  EXPECT_EQ(groups[0]["metadata"]["name"], "batch");
-  EXPECT_EQ(groups[0]["versions"][0]["resources"][0]["resource"], "jobs");
+  ASSERT_EQ(groups.size(), 2U);  // And nothing Tessera does not serve.
+  EXPECT_EQ(groups[0]["metadata"]["name"], "authorization.k8s.io");
+  EXPECT_EQ(groups[0]["versions"][0]["resources"][0]["resource"], "selfsubjectaccessreviews");
+  EXPECT_EQ(groups[1]["metadata"]["name"], "batch");
+  EXPECT_EQ(groups[1]["versions"][0]["resources"][0]["resource"], "jobs");
   EXPECT_TRUE(acceptsAggregatedDiscovery(
       "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"));
   EXPECT_FALSE(acceptsAggregatedDiscovery("application/json"));

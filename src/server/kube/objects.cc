@@ -48,6 +48,16 @@ const std::vector<Resource>& resources() {
        {"all"},
        {"create", "delete", "get", "list", "watch"},
        {{"log", "Pod", {"get"}}}},
+      {"authorization.k8s.io",
+       "v1",
+       "selfsubjectaccessreviews",
+       "",
+       "SelfSubjectAccessReview",
+       false,
+       {},
+       {},
+       {"create"},
+       {}},
       {"batch",
        "v1",
        "jobs",
@@ -59,6 +69,26 @@ const std::vector<Resource>& resources() {
        {"create", "delete", "get", "list", "watch"},
        {}},
       {"", "v1", "namespaces", "namespace", "Namespace", false, {"ns"}, {}, {"get", "list"}, {}},
+      {"",
+       "v1",
+       "secrets",
+       "secret",
+       "Secret",
+       true,
+       {},
+       {},
+       {"create", "delete", "get", "list"},
+       {}},
+      {"",
+       "v1",
+       "configmaps",
+       "configmap",
+       "ConfigMap",
+       true,
+       {"cm"},
+       {},
+       {"create", "delete", "get", "list"},
+       {}},
   };
   return kResources;
 }
@@ -296,13 +326,12 @@ std::string reasonFor(unsigned code) {
 }
 
 json status(unsigned code, const std::string& message, json details, std::string reason) {
-  json s = {{"kind", "Status"},
-            {"apiVersion", "v1"},
-            {"metadata", json::object()},
-            {"status", code < 400 ? "Success" : "Failure"},
-            {"message", message},
-            {"reason", reason.empty() ? reasonFor(code) : std::move(reason)},
-            {"code", code}};
+  json s = {{"kind", "Status"},           {"apiVersion", "v1"},
+            {"metadata", json::object()}, {"status", code < 400 ? "Success" : "Failure"},
+            {"message", message},         {"code", code}};
+  if (code >= 400 || !reason.empty()) {
+    s["reason"] = reason.empty() ? reasonFor(code) : std::move(reason);
+  }
   if (!details.empty()) {
     s["details"] = std::move(details);
   }
@@ -382,6 +411,14 @@ std::string humanDuration(std::chrono::seconds d) {
 
 std::string namespaceOf(const WorkloadRecord& r) {
   return r.kube.is_object() ? r.kube.value("namespace", "default") : "default";
+}
+
+std::string textOr(const json& o, std::string_view key, std::string fallback) {
+  if (!o.is_object()) {
+    return fallback;
+  }
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
 std::string uuidOf(const std::string& seed) {

@@ -63,6 +63,10 @@ void asStatus(HttpResponse& resp);
 // How long ago, as kubectl's AGE column says it (apimachinery's HumanDuration).
 std::string humanDuration(std::chrono::seconds d);
 
+// `o[key]` when `o` is an object holding a string there, else `fallback`: a body's or a stored
+// object's text that may be anything (nlohmann's value() throws on a type it did not expect).
+std::string textOr(const nlohmann::json& o, std::string_view key, std::string fallback = "");
+
 // A stable UUID for `seed` (the same seed, the same UUID), and an object's: its tenant, name and
 // create revision, hashed (a name used again after a deletion is another object, as in
 // Kubernetes).
@@ -128,11 +132,25 @@ bool wantsTable(std::string_view accept);
 // A Pod to create, read as Tessera reads a workload: its spec for the workload API, what is
 // kept of the Pod itself (metadata, spec) for reading it back, and warnings for what was
 // accepted but means nothing here.
+// A pod's environment read from a Secret or ConfigMap of its namespace: one key
+// (valueFrom.secretKeyRef, configMapKeyRef) into `env`, or every key (envFrom, with `prefix`).
+struct EnvRef {
+  std::string env;       // The variable ("" : envFrom).
+  std::string prefix;    // envFrom's.
+  std::string resource;  // "secrets" or "configmaps".
+  std::string name;
+  std::string key;  // "" : envFrom.
+  bool optional = false;
+  std::string field;  // Where the pod asks for it (errors name it).
+};
 struct PodSubmission {
   std::string name;
   nlohmann::json spec;  // Tessera's workload spec.
   nlohmann::json kube;  // WorkloadRecord::kube.
   std::vector<std::string> warnings;
+  // Read by the server, which may read them as the submitter: envFrom first, then valueFrom
+  // over the spec's values (Kubernetes' order).
+  std::vector<EnvRef> env_refs;
 };
 // An object's body checked as every create checks it: an object of `kind` in `api_version`,
 // named, of the request's namespace `ns` (if it says), its labels and annotations maps of
@@ -154,6 +172,28 @@ nlohmann::json jobObject(const std::string& tenant, const WorkloadRecord& r,
 // Jobs as a Table (NAME STATUS COMPLETIONS DURATION AGE; CONTAINERS IMAGES SELECTOR in -o wide).
 nlohmann::json jobTable(const std::vector<nlohmann::json>& jobs, const std::string& rv,
                         IncludeObject include, core::WallTime now);
+
+// Secrets and ConfigMaps are the tenant's sealed KV (docs/kubernetes.md): `kube/<ns>/secrets/<n>`
+// and `kube/<ns>/configmaps/<n>`, each key's value as text, and under this key (which no
+// Kubernetes data key can be) what Kubernetes says of the object besides: type, labels,
+// annotations, immutable, creationTimestamp.
+inline constexpr std::string_view kKubeObjectKey = "kubernetes.io/object";
+std::string kvPathOf(std::string_view resource, const std::string& ns, const std::string& name);
+struct KvSubmission {
+  std::string name;
+  nlohmann::json data;  // The KV data to write.
+  std::vector<std::string> warnings;
+};
+// A Secret's (base64 data, stringData, type) or ConfigMap's (data) body, as `kind` says; errors
+// name the field (binary values and binaryData are refused: Tessera keeps text).
+core::Result<KvSubmission> kvFromObject(const nlohmann::json& body, std::string_view kind,
+                                        const std::string& ns, bool strict, core::WallTime now);
+// A KV key's data (version `version`) as the Secret or ConfigMap it is.
+nlohmann::json objectFromKv(std::string_view kind, const std::string& tenant, const std::string& ns,
+                            const std::string& name, const nlohmann::json& data, int64_t version);
+// NAME TYPE DATA AGE (Secrets), NAME DATA AGE (ConfigMaps).
+nlohmann::json kvTable(std::string_view kind, const std::vector<nlohmann::json>& objects,
+                       const std::string& rv, IncludeObject include, core::WallTime now);
 
 // A Kubernetes quantity ("500m", "2", "4Gi", "1.5") scaled: CPU in milli-cores, memory in MiB
 // (rounded up). Errors name the text.

@@ -74,13 +74,130 @@ core::Status invalid(const std::string& field, const std::string& message) {
 
 }  // namespace
 
+// A Secret's or ConfigMap's reference ({"name", "key", "optional"}) at `field`.
+core::Result<EnvRef> refOf(const json& ref, std::string resource, const std::string& field,
+                           bool keyed) {
+  if (!ref.is_object() || !ref.contains("name") || !ref["name"].is_string() ||
+      ref["name"].get<std::string>().empty()) {
+    return invalid(field + ".name", "Required value");
+  }
+  EnvRef r;
+  r.resource = std::move(resource);
+  r.name = ref["name"];
+  r.field = field;
+  if (keyed) {
+    if (!ref.contains("key") || !ref["key"].is_string() || ref["key"].get<std::string>().empty()) {
+      return invalid(field + ".key", "Required value");
+    }
+    r.key = ref["key"];
+  }
+  if (ref.contains("optional")) {
+    if (!ref["optional"].is_boolean()) {
+      return invalid(field + ".optional", "expected true or false");
+    }
+    r.optional = ref["optional"];
+  }
+  return r;
+}
+
+// The container's env: values into the workload's spec, references to Secrets and ConfigMaps
+// (envFrom, valueFrom) into `out.env_refs` for the server to read, and the pod's own name and
+// namespace (fieldRef) as values.
+core::Status readEnv(const json& c, const std::string& ns, PodSubmission& out) {
+  const std::string base = "spec.containers[0]";
+  if (c.contains("envFrom")) {
+    if (!c["envFrom"].is_array()) {
+      return invalid(base + ".envFrom", "expected a list");
+    }
+    for (size_t i = 0; i < c["envFrom"].size(); ++i) {
+      const json& e = c["envFrom"][i];
+      const std::string where = base + ".envFrom[" + std::to_string(i) + "]";
+      if (!e.is_object()) {
+        return invalid(where, "expected an object");
+      }
+      const bool secret = e.contains("secretRef");
+      if (secret == e.contains("configMapRef")) {
+        return invalid(where, "Invalid value: exactly one of secretRef and configMapRef");
+      }
+      const char* field = secret ? "secretRef" : "configMapRef";
+      TESSERA_ASSIGN_OR_RETURN(EnvRef ref, refOf(e[field], secret ? "secrets" : "configmaps",
+                                                 where + "." + field, false));
+      if (e.contains("prefix")) {
+        if (!e["prefix"].is_string()) {
+          return invalid(where + ".prefix", "expected a string");
+        }
+        ref.prefix = e["prefix"];
+      }
+      out.env_refs.push_back(std::move(ref));
+    }
+  }
+  if (!c.contains("env")) {
+    return core::Status::ok();
+  }
+  if (!c["env"].is_array()) {
+    return invalid(base + ".env", "expected a list");
+  }
+  json env = json::object();
+  for (size_t i = 0; i < c["env"].size(); ++i) {
+    const json& e = c["env"][i];
+    const std::string where = base + ".env[" + std::to_string(i) + "]";
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() ||
+        e["name"].get<std::string>().empty()) {
+      return invalid(where + ".name", "Required value");
+    }
+    const std::string name = e["name"];
+    if (!e.contains("valueFrom")) {
+      if (e.contains("value") && !e["value"].is_string()) {
+        return invalid(where + ".value", "expected a string");
+      }
+      env[name] = e.value("value", "");
+      continue;
+    }
+    const json& from = e["valueFrom"];
+    const std::string fwhere = where + ".valueFrom";
+    if (!from.is_object() || from.size() != 1) {
+      return invalid(fwhere,
+                     "Invalid value: exactly one of secretKeyRef, configMapKeyRef and "
+                     "fieldRef");
+    }
+    if (from.contains("fieldRef")) {
+      const std::string path = textOr(from["fieldRef"], "fieldPath");
+      if (path == "metadata.name") {
+        env[name] = out.name;
+      } else if (path == "metadata.namespace") {
+        env[name] = ns;
+      } else {
+        return invalid(fwhere + ".fieldRef.fieldPath",
+                       "Unsupported value: \"" + path +
+                           "\": supported values: \"metadata.name\", \"metadata.namespace\" (a "
+                           "task's node and address are in TESSERA_* variables)");
+      }
+      continue;
+    }
+    const bool secret = from.contains("secretKeyRef");
+    if (!secret && !from.contains("configMapKeyRef")) {
+      return invalid(fwhere + "." + from.begin().key(),
+                     "Forbidden: Tessera reads secretKeyRef, configMapKeyRef and fieldRef");
+    }
+    const char* field = secret ? "secretKeyRef" : "configMapKeyRef";
+    TESSERA_ASSIGN_OR_RETURN(EnvRef ref, refOf(from[field], secret ? "secrets" : "configmaps",
+                                               fwhere + "." + field, true));
+    ref.env = name;
+    out.env_refs.push_back(std::move(ref));
+  }
+  if (!env.empty()) {
+    out.spec["env"] = std::move(env);
+  }
+  return core::Status::ok();
+}
+
 core::Result<json> objectMetadata(const json& body, std::string_view kind,
                                   std::string_view api_version, const std::string& ns) {
   if (!body.is_object()) {
     return invalid("body", "expected a " + std::string(kind) + " object");
   }
-  if (body.value("kind", std::string(kind)) != kind ||
-      body.value("apiVersion", std::string(api_version)) != api_version) {
+  if ((body.contains("kind") && body["kind"] != kind) ||
+      (body.contains("apiVersion") && body["apiVersion"] != api_version)) {
     return invalid(
         "kind", "expected apiVersion " + std::string(api_version) + ", kind " + std::string(kind));
   }
@@ -167,7 +284,7 @@ core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& 
                        std::to_string(containers.size()));
   }
   const json& c = containers[0];
-  if (!c.is_object() || c.value("name", "").empty()) {
+  if (textOr(c, "name").empty()) {
     return invalid("spec.containers[0].name", "Required value");
   }
   static const std::set<std::string> kKnownContainer = {"name",
@@ -175,6 +292,7 @@ core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& 
                                                         "command",
                                                         "args",
                                                         "env",
+                                                        "envFrom",
                                                         "resources",
                                                         "imagePullPolicy",
                                                         "workingDir",
@@ -191,7 +309,7 @@ core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& 
     }
   }
   if (c.contains("securityContext") && c["securityContext"].is_object() &&
-      c["securityContext"].value("privileged", false)) {
+      c["securityContext"].contains("privileged") && c["securityContext"]["privileged"] == true) {
     return invalid("spec.containers[0].securityContext.privileged",
                    "Forbidden: Tessera runs no privileged containers");
   }
@@ -223,32 +341,42 @@ core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& 
     return invalid("spec.containers[0].command",
                    "Required value: a pod without an image needs a command");
   }
-  if (c.contains("env")) {
-    if (!c["env"].is_array()) {
-      return invalid("spec.containers[0].env", "expected a list");
+  TESSERA_RETURN_IF_ERROR(readEnv(c, ns, out));
+  // imagePullSecrets name Secrets of the namespace: the first is the workload's pullSecret (a
+  // kubernetes.io/dockerconfigjson Secret's .dockerconfigjson is what it reads).
+  if (spec.contains("imagePullSecrets")) {
+    const json& pulls = spec["imagePullSecrets"];
+    if (!pulls.is_array()) {
+      return invalid("spec.imagePullSecrets", "expected a list");
     }
-    json env = json::object();
-    for (size_t i = 0; i < c["env"].size(); ++i) {
-      const json& e = c["env"][i];
-      const std::string where = "spec.containers[0].env[" + std::to_string(i) + "]";
-      if (!e.is_object() || e.value("name", "").empty()) {
-        return invalid(where + ".name", "Required value");
+    for (size_t i = 0; i < pulls.size(); ++i) {
+      const std::string where = "spec.imagePullSecrets[" + std::to_string(i) + "].name";
+      if (!pulls[i].is_object() || !pulls[i].contains("name") || !pulls[i]["name"].is_string() ||
+          pulls[i]["name"].get<std::string>().empty()) {
+        return invalid(where, "Required value");
       }
-      if (e.contains("valueFrom")) {
-        return invalid(where + ".valueFrom",
-                       "Forbidden: not supported yet; use a value, or Tessera's secrets");
+      if (i == 0 && w.contains("image")) {
+        w["pullSecret"] = kvPathOf("secrets", ns, pulls[i]["name"]);
+      } else {
+        out.warnings.push_back(where +
+                               " is ignored: Tessera logs in with the first pull secret "
+                               "of a pod with an image");
       }
-      env[e["name"].get<std::string>()] = e.value("value", "");
-    }
-    if (!env.empty()) {
-      w["env"] = env;
     }
   }
   // Resources: GPUs from limits (requests alone are invalid, as in Kubernetes), CPU and memory
   // from requests (else limits).
   const json resources = c.value("resources", json::object());
+  if (!resources.is_object()) {
+    return invalid("spec.containers[0].resources", "expected an object");
+  }
   const json limits = resources.value("limits", json::object());
   const json requests = resources.value("requests", json::object());
+  if (!limits.is_object() || !requests.is_object()) {
+    return invalid(
+        std::string("spec.containers[0].resources.") + (limits.is_object() ? "requests" : "limits"),
+        "expected a map of quantities");
+  }
   const std::string rwhere = "spec.containers[0].resources";
   if (requests.contains("nvidia.com/gpu") && !limits.contains("nvidia.com/gpu")) {
     return invalid(rwhere + ".limits[nvidia.com/gpu]",
@@ -337,14 +465,17 @@ core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& 
     }
     w["nodeSelector"] = spec["nodeSelector"];
   }
-  const std::string scheduler = spec.value("schedulerName", "default-scheduler");
+  const std::string scheduler = textOr(spec, "schedulerName", "default-scheduler");
   static const std::set<std::string> kSchedulers = {"default-scheduler", "kai-scheduler",
                                                     "runai-scheduler", "tessera"};
   if (!kSchedulers.contains(scheduler)) {
     out.warnings.push_back("spec.schedulerName '" + scheduler +
                            "' is not a scheduler here; Tessera schedules this pod");
   }
-  const std::string restart = spec.value("restartPolicy", "Always");
+  if (spec.contains("restartPolicy") && !spec["restartPolicy"].is_string()) {
+    return invalid("spec.restartPolicy", "expected a string");
+  }
+  const std::string restart = textOr(spec, "restartPolicy", "Always");
   if (restart == "OnFailure") {
     w["restart"] = {{"attempts", 6}, {"mode", "delay"}};
   } else if (restart == "Always") {

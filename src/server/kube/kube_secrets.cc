@@ -1,0 +1,257 @@
+// Secrets and ConfigMaps through the Kubernetes API (docs/kubernetes.md, "Secrets and
+// ConfigMaps"): create, get, list, delete, over the tenant's sealed KV (kube/<ns>/<resource>/).
+// Authorization is the pipeline's, on the KV path the object is kept at (kube/access.h); a list
+// shows only the objects the token may read.
+#include <optional>
+#include <set>
+
+#include "core/rfc3339.h"
+#include "server/api_util.h"
+#include "server/control_plane.h"
+#include "server/kube/objects.h"
+
+namespace tessera::server {
+
+using nlohmann::json;
+
+HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, bool table) {
+  const bool secret = t.resource == "secrets";
+  const std::string kind = secret ? "Secret" : "ConfigMap";
+  const std::string tenant = *r.scope.tenant;
+  const core::WallTime now = clock_.wallNow();
+  const auto include = kube::includeObject(kube::queryParam(r.scope.query, "includeObject"));
+  if (secrets_ == nullptr) {
+    return kube::statusResponse(
+        503, "this server has no secrets engine: " + t.resource + " are kept in it");
+  }
+  secrets::KvEngine& kv = secrets_->kv();
+  auto answer = [](unsigned code, const json& body) {
+    HttpResponse resp = api::reply(code, body);
+    return resp;
+  };
+  auto failed = [&](const core::Status& st) {
+    HttpResponse resp = api::fromStatus(st);
+    kube::asStatus(resp);
+    return resp;
+  };
+  if (core::Status st = secrets_->keys().addTenant(tenant); !st.isOk()) {
+    return failed(st);  // Its key, made on first use (sealed: 503).
+  }
+  const json details = {{"name", t.name}, {"kind", t.resource}};
+  if (t.verb == "list" || t.verb == "watch") {
+    if (t.verb == "watch") {
+      return kube::statusResponse(405, "watching " + t.resource + " is not served");
+    }
+    const std::string* ls = kube::queryParam(r.scope.query, "labelSelector");
+    const std::string* fs = kube::queryParam(r.scope.query, "fieldSelector");
+    auto filter = kube::PodFilter::parse(t.ns, ls == nullptr ? "" : *ls, fs == nullptr ? "" : *fs);
+    if (!filter.isOk()) {
+      return kube::statusResponse(400, filter.status().message());
+    }
+    std::vector<std::string> namespaces = {t.ns};
+    if (t.ns.empty()) {  // -A: every namespace that holds any.
+      auto all = kv.list(tenant, "kube/", true);
+      if (!all.isOk() && all.status().code() != core::StatusCode::kNotFound) {
+        return failed(all.status());
+      }
+      namespaces.clear();
+      for (const std::string& n : all.isOk() ? *all : std::vector<std::string>{}) {
+        if (n.ends_with("/")) {
+          namespaces.push_back(n.substr(0, n.size() - 1));
+        }
+      }
+    }
+    std::vector<json> items;
+    for (const std::string& ns : namespaces) {
+      const std::string folder = "kube/" + ns + "/" + t.resource + "/";
+      auto names = kv.list(tenant, folder, true);
+      if (!names.isOk()) {
+        if (names.status().code() == core::StatusCode::kNotFound) {
+          continue;
+        }
+        return failed(names.status());
+      }
+      for (const std::string& name : *names) {
+        if (name.ends_with("/") ||
+            !authorizedOn(r, "secrets/kv/data/" + folder + name, Capability::kRead)) {
+          continue;  // Only what the token may read (its values are in the list).
+        }
+        auto read = kv.read(tenant, folder + name, 0);
+        if (!read.isOk()) {
+          continue;  // Deleted meanwhile.
+        }
+        json object = kube::objectFromKv(kind, tenant, ns, name, read->data, read->version);
+        if (filter->matches(object)) {
+          items.push_back(std::move(object));
+        }
+      }
+    }
+    const std::string rv = std::to_string(registry_.revision());
+    if (table) {
+      return answer(200, kube::kvTable(kind, items, rv, include, now));
+    }
+    return answer(200, kube::list(kind + "List", "v1", std::move(items), rv));
+  }
+  if (t.verb == "create") {
+    const std::string* validation = kube::queryParam(r.scope.query, "fieldValidation");
+    const bool strict = validation != nullptr && *validation == "Strict";
+    auto sub = kube::kvFromObject(r.body, kind, t.ns, strict, now);
+    if (!sub.isOk()) {
+      const std::string& m = sub.status().message();
+      if (m.starts_with("the namespace of the provided object")) {
+        return kube::statusResponse(400, m);
+      }
+      if (m.ends_with(": unknown field")) {
+        return kube::statusResponse(400, kind + " in version \"v1\" cannot be handled as a " +
+                                             kind + ": strict decoding error: unknown field \"" +
+                                             m.substr(0, m.size() - 15) + "\"");
+      }
+      const size_t colon = m.find(": ");
+      return kube::statusResponse(
+          422, kind + " \"" + t.name + "\" is invalid: " + m,
+          {{"name", t.name},
+           {"kind", kind},
+           {"causes",
+            {{{"reason", "FieldValueInvalid"},
+              {"message", colon == std::string::npos ? m : m.substr(colon + 2)},
+              {"field", m.substr(0, colon)}}}}});
+    }
+    const std::string path = kube::kvPathOf(t.resource, t.ns, sub->name);
+    if (core::Status ok = secrets::KvEngine::checkPath(path); !ok.isOk() || !validName(t.ns)) {
+      return kube::statusResponse(422, kind + " \"" + sub->name +
+                                           "\" is invalid: metadata.name: Invalid value: \"" +
+                                           sub->name + "\": a lowercase RFC 1123 subdomain");
+    }
+    auto exists = kv.exists(tenant, path);
+    if (!exists.isOk()) {
+      return failed(exists.status());
+    }
+    if (*exists) {
+      auto current = kv.read(tenant, path, 0);
+      if (current.isOk()) {
+        return kube::statusResponse(409, t.resource + " \"" + sub->name + "\" already exists",
+                                    {{"name", sub->name}, {"kind", t.resource}}, "AlreadyExists");
+      }
+    }
+    const json created_by = {{"accessor", r.token.accessor},
+                             {"display_name", r.token.display_name}};
+    // A key left by a deletion (its versions kept) is written over; a new one only if none.
+    auto version = kv.write(tenant, path, sub->data,
+                            *exists ? std::nullopt : std::optional<int64_t>(0), created_by);
+    if (!version.isOk()) {
+      return failed(version.status());
+    }
+    HttpResponse resp =
+        answer(201, kube::objectFromKv(kind, tenant, t.ns, sub->name, sub->data, *version));
+    for (const std::string& w : sub->warnings) {
+      resp.headers.emplace_back("Warning", "299 - \"" + w + "\"");
+    }
+    return resp;
+  }
+  const std::string path = kube::kvPathOf(t.resource, t.ns, t.name);
+  auto read = kv.read(tenant, path, 0);
+  if (!read.isOk()) {
+    if (read.status().code() == core::StatusCode::kNotFound) {
+      return kube::statusResponse(404, t.resource + " \"" + t.name + "\" not found", details);
+    }
+    return failed(read.status());
+  }
+  if (!t.subresource.empty()) {
+    return kube::statusResponse(404, "the server could not find the requested resource");
+  }
+  json object = kube::objectFromKv(kind, tenant, t.ns, t.name, read->data, read->version);
+  if (t.verb == "get") {
+    const std::string rv = std::to_string(read->version);
+    return answer(200, table ? kube::kvTable(kind, {object}, rv, include, now) : object);
+  }
+  if (t.verb == "delete") {
+    // Gone for good, with every version (as a deleted Secret is).
+    if (core::Status st = kv.deleteKey(tenant, path); !st.isOk()) {
+      return failed(st);
+    }
+    return answer(
+        200,
+        kube::status(200, "",
+                     {{"name", t.name}, {"kind", t.resource}, {"uid", object["metadata"]["uid"]}}));
+  }
+  return kube::statusResponse(405,
+                              "the server does not allow this method on the requested resource");
+}
+
+std::optional<HttpResponse> ControlPlane::kubeResolveEnv(Request& r, const std::string& tenant,
+                                                         const std::string& ns,
+                                                         kube::PodSubmission& sub,
+                                                         std::set<std::string>& seal) {
+  if (sub.env_refs.empty()) {
+    return std::nullopt;
+  }
+  const std::string kind = sub.kube.value("kind", "Pod");
+  auto refused = [&](unsigned code, const kube::EnvRef& ref, const std::string& message) {
+    const std::string m = ref.field + ": " + message;
+    return kube::statusResponse(
+        code, kind + " \"" + sub.name + "\" is invalid: " + m,
+        {{"name", sub.name},
+         {"kind", kind},
+         {"causes",
+          {{{"reason", "FieldValueInvalid"}, {"message", message}, {"field", ref.field}}}}});
+  };
+  if (secrets_ == nullptr) {
+    return refused(422, sub.env_refs[0],
+                   "Forbidden: this server has no secrets engine, where Secrets and ConfigMaps "
+                   "are kept");
+  }
+  json from_refs = json::object();  // envFrom's, then valueFrom's over them.
+  json values = json::object();
+  for (const kube::EnvRef& ref : sub.env_refs) {
+    const std::string path = kube::kvPathOf(ref.resource, ns, ref.name);
+    const std::string singular = ref.resource == "secrets" ? "secret" : "configmap";
+    // A workload gets only what its submitter may read (docs/secrets.md), as for `secrets.kv`.
+    if (!authorizedOn(r, "secrets/kv/data/" + path, Capability::kRead)) {
+      return kube::statusResponse(403, kind + " \"" + sub.name + "\" is forbidden: " + ref.field +
+                                           ": this token may not "
+                                           "read " +
+                                           singular + " \"" + ref.name + "\" (secrets/kv/data/" +
+                                           path + ")");
+    }
+    auto read = secrets_->kv().read(tenant, path, 0);
+    if (!read.isOk()) {
+      if (read.status().code() != core::StatusCode::kNotFound) {
+        HttpResponse resp = api::fromStatus(read.status());
+        kube::asStatus(resp);
+        return resp;
+      }
+      if (ref.optional) {
+        continue;
+      }
+      return refused(422, ref, "Not found: " + singular + " \"" + ref.name + "\"");
+    }
+    const bool secret = ref.resource == "secrets";
+    for (const auto& [k, v] : read->data.items()) {
+      if (k == kube::kKubeObjectKey || !v.is_string()) {
+        continue;
+      }
+      if (ref.key.empty()) {  // envFrom: every key that makes a variable name.
+        from_refs[ref.prefix + k] = v;
+        if (secret) {
+          seal.insert(ref.prefix + k);
+        }
+      } else if (k == ref.key) {
+        values[ref.env] = v;
+        if (secret) {
+          seal.insert(ref.env);
+        }
+      }
+    }
+    if (!ref.key.empty() && !values.contains(ref.env) && !ref.optional) {
+      return refused(422, ref,
+                     "Not found: key \"" + ref.key + "\" in " + singular + " \"" + ref.name + "\"");
+    }
+  }
+  json env = std::move(from_refs);
+  env.update(sub.spec.value("env", json::object()));
+  env.update(values);
+  sub.spec["env"] = std::move(env);
+  return std::nullopt;
+}
+
+}  // namespace tessera::server
