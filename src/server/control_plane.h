@@ -268,6 +268,8 @@ class ControlPlane {
   // Secrets and ConfigMaps (kube/kube_secrets.cc): create, get, list, delete over the tenant's
   // KV; `table`: kubectl's human output.
   HttpResponse kubeKvObjects(Request& r, const kube::KubeTarget& t, bool table);
+  // Events and Nodes (kube/kube_cluster.cc): get and list, read-only.
+  HttpResponse kubeClusterObjects(Request& r, const kube::KubeTarget& t, bool table);
   // A pod's env read from Secrets and ConfigMaps of namespace `ns` (sub.env_refs) into
   // sub.spec's env, as the submitter may read them; the names of those from Secrets into `seal`.
   // An answer: why not (403, 422 naming the field).

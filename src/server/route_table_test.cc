@@ -328,6 +328,11 @@ tenant k8s/api/v1/namespaces/{namespace}/pods/{name} GET: the Kubernetes verb's,
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name}/log GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/pods GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/events GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/events/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/events GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/nodes GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/nodes/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/namespaces/{namespace}/secrets GET: the Kubernetes verb's, on its object's Tessera path (reads) secrets
 tenant k8s/api/v1/namespaces/{namespace}/secrets POST: the Kubernetes verb's, on its object's Tessera path secrets
 tenant k8s/api/v1/namespaces/{namespace}/secrets/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads) secrets

@@ -145,8 +145,12 @@ TEST_F(KubeTest, KubectlCreatesListsReadsAndDeletesPodsThatTesseraRuns) {
             "NAME                       SHORTNAMES   APIVERSION                NAMESPACED   KIND\n"
             "configmaps                 cm           v1                        true         "
             "ConfigMap\n"
+            "events                     ev           v1                        true         "
+            "Event\n"
             "namespaces                 ns           v1                        false        "
             "Namespace\n"
+            "nodes                      no           v1                        false        "
+            "Node\n"
             "pods                       po           v1                        true         Pod\n"
             "secrets                                 v1                        true         "
             "Secret\n"
@@ -672,6 +676,77 @@ TEST_F(KubeTest, SecretsFromKubectlReachAPodThroughEnvFromAndStayInTheirTenant) 
   Outcome deleted = kubectl(config, {"delete", "secret", "hf"});
   EXPECT_EQ(deleted.out, "secret \"hf\" deleted\n") << deleted;
   EXPECT_TRUE(contains(kubectl(config, {"get", "secret", "hf"}).err, "(NotFound)"));
+}
+
+// Must show 1 (nodes, events, describe): the nodes a tenant may use with their GPUs; a pod that
+// waits shows the scheduler's reason as a FailedScheduling event in `kubectl describe pod`;
+// events are selected as describe selects them, and another tenant sees none of them.
+TEST_F(KubeTest, NodesAndEventsSayWhereWorkRunsAndWhyItWaits) {
+  const std::string token = tenantToken("kube-e");
+  const fs::path config = kubeconfig(token, "e.kubeconfig");
+  Outcome nodes = kubectl(config, {"get", "nodes"});
+  ASSERT_EQ(nodes.rc, 0) << nodes;
+  EXPECT_TRUE(contains(nodes.out,
+                       "NAME         STATUS   ROLES    AGE         VERSION\n"
+                       "dgx-h100-0   Ready    worker   <unknown>   v1.32.0-tessera\n"))
+      << nodes;
+  const json node =
+      json::parse(kubectl(config, {"get", "node", "dgx-h100-0", "-o", "json"}).out, nullptr, false);
+  ASSERT_TRUE(node.is_object());
+  EXPECT_EQ(node["status"]["capacity"]["nvidia.com/gpu"], "8");
+  EXPECT_TRUE(node["metadata"]["labels"].contains("nvidia.com/gpu.product"));
+
+  std::string holder = kPod;
+  holder.replace(holder.find("name: trainer"), 13, "name: holder");
+  holder.replace(holder.find("for i in 1 2 3; do echo tick $i; done; sleep 1"), 46,
+                 "exec sleep 60");
+  // 4 and 4 of the node's 6 whole GPUs (its last two are in MIG mode): the second waits.
+  holder.replace(holder.find("nvidia.com/gpu: 1"), 17, "nvidia.com/gpu: 4");
+  ASSERT_EQ(kubectl(config, {"create", "-f", manifest("holder.yaml", holder).string()}).rc, 0);
+  ASSERT_EQ(kubectl(config, {"wait", "--for=jsonpath={.status.phase}=Running", "pod/holder",
+                             "--timeout=60s"})
+                .rc,
+            0)
+      << kubectl(config, {"get", "pod", "holder", "-o", "jsonpath={.status.message}"});
+  std::string waiter = holder;
+  waiter.replace(waiter.find("name: holder"), 12, "name: waiter");
+  ASSERT_EQ(kubectl(config, {"create", "-f", manifest("waiter.yaml", waiter).string()}).rc, 0);
+  std::string described;
+  EXPECT_TRUE(waitFor(
+      [&] {
+        described = kubectl(config, {"describe", "pod", "waiter"}).out;
+        return contains(described, "Warning  FailedScheduling");
+      },
+      std::chrono::seconds(15)))
+      << described;
+  EXPECT_TRUE(contains(described, "Status:       Pending")) << described;
+  const std::string reason =
+      json::parse(kubectl(config, {"get", "pod", "waiter", "-o", "json"}).out, nullptr,
+                  false)["status"]
+          .value("message", "");
+  ASSERT_FALSE(reason.empty());
+  EXPECT_TRUE(contains(described, reason.substr(0, 40))) << described << "\n" << reason;
+
+  Outcome events = kubectl(config, {"get", "events"});
+  EXPECT_TRUE(contains(events.out, "LAST SEEN   TYPE      REASON             OBJECT       MESSAGE"))
+      << events;
+  EXPECT_TRUE(contains(events.out,
+                       "Scheduled          pod/holder   Successfully assigned "
+                       "default/holder to dgx-h100-0"))
+      << events;
+  EXPECT_TRUE(contains(events.out, "FailedScheduling   pod/waiter")) << events;
+  const json selected = json::parse(kubectl(config, {"get", "events", "--field-selector",
+                                                     "involvedObject.name=waiter", "-o", "json"})
+                                        .out,
+                                    nullptr, false);
+  ASSERT_TRUE(selected.is_object());
+  ASSERT_FALSE(selected["items"].empty());
+  for (const json& e : selected["items"]) {
+    EXPECT_EQ(e["involvedObject"]["name"], "waiter") << e.dump();
+  }
+  const fs::path other = kubeconfig(tenantToken("kube-e2"), "e2.kubeconfig");
+  EXPECT_TRUE(contains(kubectl(other, {"get", "events", "-A"}).err, "No resources found"));
+  EXPECT_EQ(kubectl(config, {"delete", "pod", "waiter", "holder", "--wait=false"}).rc, 0);
 }
 
 // Must show 3: the official Python client (Debian's python3-kubernetes) as a second real client:

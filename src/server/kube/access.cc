@@ -100,6 +100,13 @@ std::optional<TesseraAccess> tesseraAccess(const KubeTarget& t) {
   } else if (t.verb == "delete" || t.verb == "deletecollection") {
     cap = Capability::kDelete;
   }
+  // Nodes are Tessera's nodes (capacity only); events are of workloads.
+  if (t.group.empty() && t.resource == "nodes") {
+    return TesseraAccess{"nodes", t.name.empty() ? Capability::kList : Capability::kRead};
+  }
+  if (t.group.empty() && t.resource == "events") {
+    return TesseraAccess{"workloads", Capability::kList};
+  }
   // Secrets and ConfigMaps are KV keys of the tenant (kube/<ns>/<resource>/<name>).
   if (t.group.empty() && (t.resource == "secrets" || t.resource == "configmaps")) {
     if (t.verb == "list" || t.verb == "watch") {

@@ -210,11 +210,7 @@ json kvTable(std::string_view kind, const std::vector<json>& objects, const std:
     }
     cells.push_back(o.contains("data") ? o["data"].size() : 0);
     cells.push_back(ageCell(o["metadata"], now));
-    json row = {{"cells", std::move(cells)}};
-    if (include != IncludeObject::kNone) {
-      row["object"] = rowObject(o, include);
-    }
-    rows.push_back(std::move(row));
+    rows.push_back(tableRow(std::move(cells), o, include));
   }
   return makeTable(std::move(columns), std::move(rows), rv);
 }

@@ -409,11 +409,7 @@ json jobTable(const std::vector<json>& jobs, const std::string& rv, IncludeObjec
         containers,
         images,
         selector};
-    json row = {{"cells", std::move(cells)}};
-    if (include != IncludeObject::kNone) {
-      row["object"] = rowObject(job, include);
-    }
-    rows.push_back(std::move(row));
+    rows.push_back(tableRow(std::move(cells), job, include));
   }
   return makeTable(std::move(columns), std::move(rows), rv);
 }

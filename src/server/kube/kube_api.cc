@@ -112,6 +112,9 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
                         return authorizedOn(r, p, c);
                       }));
   }
+  if (t.group.empty() && (t.resource == "events" || t.resource == "nodes")) {
+    return kubeClusterObjects(r, t, table);
+  }
   if (t.group.empty() && (t.resource == "secrets" || t.resource == "configmaps")) {
     return kubeKvObjects(r, t, table);
   }

@@ -608,6 +608,87 @@ TEST(KubeObjectsTest, FieldsOfTheWrongTypeAreErrorsNamingThem) {
   EXPECT_EQ(secret.status().message(), "type: expected a string");
 }
 
+TEST(KubeObjectsTest, EventsSayWhatHappenedInKubernetesReasonsAndTesserasWords) {
+  WorkloadRecord r = record(WorkloadPhase::kPending);
+  r.events = {{"2026-12-04T10:00:00Z", "submitted", ""},
+              {"2026-12-04T10:00:01Z", "running", ""},
+              {"2026-12-04T10:00:05Z", "evicted",
+               "task 0 on gpu-a evicted: reclaimed for workload team-2/big (queue team-2 below "
+               "its share)"},
+              {"2026-12-04T10:00:06Z", "evicted", "task 0 on gpu-a evicted: node gpu-a drained"}};
+  WorkloadStatus waiting;
+  waiting.reason = "waiting for 1 GPU: queue team-1/default is at its limit";
+  waiting.tasks.resize(1);
+  const std::vector<json> ev = eventsOf("team-1", r, waiting);
+  std::vector<std::string> reasons;
+  for (const json& e : ev) {
+    reasons.push_back(e["reason"]);
+    EXPECT_EQ(e["involvedObject"]["kind"], "Pod");
+    EXPECT_EQ(e["involvedObject"]["uid"], podObject("team-1", r, waiting)["metadata"]["uid"]);
+  }
+  // Running: no node now (it waits again), so no Scheduled; the reclaim is Preempted, the
+  // drain Evicted, both with Tessera's words; and why it waits now.
+  EXPECT_EQ(reasons, std::vector<std::string>({"Preempted", "Evicted", "FailedScheduling"}));
+  EXPECT_EQ(ev[0]["type"], "Warning");
+  EXPECT_EQ(ev[0]["message"], r.events[2].reason);
+  EXPECT_EQ(ev.back()["message"], waiting.reason);
+  EXPECT_NE(ev[0]["metadata"]["name"], ev[1]["metadata"]["name"]);
+  // The fields `kubectl describe pod` selects them by.
+  auto f = PodFilter::parse("default", "",
+                            "involvedObject.name=train,involvedObject.namespace=default,"
+                            "involvedObject.uid=" +
+                                ev[0]["involvedObject"]["uid"].get<std::string>(),
+                            eventFields());
+  ASSERT_TRUE(f.isOk()) << f.status().message();
+  EXPECT_TRUE(f->matches(ev[0]));
+  EXPECT_FALSE(
+      PodFilter::parse("", "", "involvedObject.name=other", eventFields())->matches(ev[0]));
+  const json t =
+      eventTable(ev, "1", IncludeObject::kMetadata, *core::parseRfc3339("2026-12-04T10:01:06Z"));
+  EXPECT_EQ(t["rows"][1]["cells"][0], "60s");
+  EXPECT_EQ(t["rows"][1]["cells"][3], "pod/train");
+
+  // A Job: its pods' creation, its completion, about the Job.
+  auto sub = workloadFromJob(indexedJob(), "default", true);
+  ASSERT_TRUE(sub.isOk());
+  WorkloadRecord j = record(WorkloadPhase::kSucceeded);
+  j.name = "ddp";
+  j.spec = sub->spec;
+  j.kube = sub->kube;
+  j.events = {{"2026-12-04T10:00:00Z", "submitted", ""}, {"2026-12-04T10:00:09Z", "succeeded", ""}};
+  WorkloadStatus done;
+  done.phase = WorkloadPhase::kSucceeded;
+  const std::vector<json> jev = eventsOf("team-1", j, done);
+  ASSERT_EQ(jev.size(), 3U);
+  EXPECT_EQ(jev[0]["reason"], "SuccessfulCreate");
+  EXPECT_EQ(jev[0]["message"], "Created pod: " + taskPodName("team-1", j, 0));
+  EXPECT_EQ(jev[2]["reason"], "Completed");
+  EXPECT_EQ(jev[2]["involvedObject"]["kind"], "Job");
+}
+
+TEST(KubeObjectsTest, ANodeShowsItsGpusAsTheDevicePluginWould) {
+  NodeState s;
+  s.name = "gpu-a";
+  s.state = "ready";
+  s.node.cpu = core::MilliCpu(128000);
+  s.node.memory = core::MiB(2048 * 1024);
+  s.node.gpus.resize(8);
+  s.node.labels = {{"pool", "train"}};
+  json n = nodeObject(s, "NVIDIA-H100-80GB");
+  EXPECT_EQ(n["status"]["capacity"]["nvidia.com/gpu"], "8");
+  EXPECT_EQ(n["status"]["capacity"]["cpu"], "128000m");
+  EXPECT_EQ(n["metadata"]["labels"]["pool"], "train");
+  EXPECT_EQ(n["metadata"]["labels"]["nvidia.com/gpu.product"], "NVIDIA-H100-80GB");
+  EXPECT_EQ(n["status"]["conditions"][0]["status"], "True");
+  EXPECT_FALSE(n["metadata"].contains("creationTimestamp"));  // Not known: not made up.
+  s.state = "lost";
+  s.cordoned = true;
+  n = nodeObject(s, "NVIDIA-H100-80GB");
+  const json t = nodeTable({n}, "1", IncludeObject::kNone, {});
+  EXPECT_EQ(t["rows"][0]["cells"][1], "NotReady,SchedulingDisabled");
+  EXPECT_EQ(t["rows"][0]["cells"][3], "<unknown>");
+}
+
 TEST(KubeObjectsTest, DiscoveryAndOpenApiSayWhatIsServedAndNoMore) {
   const json agg = aggregatedDiscovery(true);
   EXPECT_EQ(agg["kind"], "APIGroupDiscoveryList");

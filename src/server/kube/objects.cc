@@ -69,6 +69,8 @@ const std::vector<Resource>& resources() {
        {"create", "delete", "get", "list", "watch"},
        {}},
       {"", "v1", "namespaces", "namespace", "Namespace", false, {"ns"}, {}, {"get", "list"}, {}},
+      {"", "v1", "events", "event", "Event", true, {"ev"}, {}, {"get", "list"}, {}},
+      {"", "v1", "nodes", "node", "Node", false, {"no"}, {}, {"get", "list"}, {}},
       {"",
        "v1",
        "secrets",
@@ -784,6 +786,14 @@ json rowObject(const json& object, IncludeObject include) {
           {"metadata", object.value("metadata", json::object())}};
 }
 
+json tableRow(json cells, const json& object, IncludeObject include) {
+  json row = {{"cells", std::move(cells)}};
+  if (include != IncludeObject::kNone) {
+    row["object"] = rowObject(object, include);
+  }
+  return row;
+}
+
 json makeTable(json columns, json rows, const std::string& rv) {
   return {{"kind", "Table"},
           {"apiVersion", "meta.k8s.io/v1"},
@@ -866,10 +876,7 @@ json podTable(const std::vector<json>& pods, const std::string& rv, IncludeObjec
                   pod["spec"].value("nodeName", "<none>"),
                   "<none>",
                   "<none>"};
-    rows.push_back({{"cells", std::move(cells)}, {"object", rowObject(pod, include)}});
-    if (include == IncludeObject::kNone) {
-      rows.back().erase("object");
-    }
+    rows.push_back(tableRow(std::move(cells), pod, include));
   }
   return makeTable(std::move(columns), std::move(rows), rv);
 }
@@ -894,10 +901,9 @@ json namespaceTable(const std::vector<json>& namespaces, const std::string& rv,
       column("Age", "CreationTimestamp is a timestamp of when this object was created.")};
   json rows = json::array();
   for (const json& ns : namespaces) {
-    rows.push_back({{"cells",
-                     {ns["metadata"]["name"], ns["status"].value("phase", "Active"),
-                      ageCell(ns["metadata"], now)}},
-                    {"object", rowObject(ns, include)}});
+    rows.push_back(tableRow({ns["metadata"]["name"], ns["status"].value("phase", "Active"),
+                             ageCell(ns["metadata"], now)},
+                            ns, include));
   }
   return makeTable(std::move(columns), std::move(rows), rv);
 }

@@ -109,10 +109,12 @@ nlohmann::json podSpecOf(const WorkloadRecord& r);
 // Where a Table's rows carry their objects (`includeObject`).
 enum class IncludeObject { kNone, kMetadata, kObject };
 IncludeObject includeObject(const std::string* value);
-// Building Tables: a column, a row's object as `include` asks, the Table, an AGE cell.
+// Building Tables: a column, a row's object as `include` asks, a row (its cells and object),
+// the Table, an AGE cell.
 nlohmann::json column(const std::string& name, const std::string& description, int priority = 0,
                       const std::string& format = "");
 nlohmann::json rowObject(const nlohmann::json& object, IncludeObject include);
+nlohmann::json tableRow(nlohmann::json cells, const nlohmann::json& object, IncludeObject include);
 nlohmann::json makeTable(nlohmann::json columns, nlohmann::json rows, const std::string& rv);
 std::string ageCell(const nlohmann::json& metadata, core::WallTime now);
 // Pods as a Table with kubectl's columns (NAME READY STATUS RESTARTS AGE; IP NODE NOMINATED
@@ -194,6 +196,23 @@ nlohmann::json objectFromKv(std::string_view kind, const std::string& tenant, co
 // NAME TYPE DATA AGE (Secrets), NAME DATA AGE (ConfigMaps).
 nlohmann::json kvTable(std::string_view kind, const std::vector<nlohmann::json>& objects,
                        const std::string& rv, IncludeObject include, core::WallTime now);
+
+// Events of a workload: what happened to it (its record's events, in Kubernetes' reasons and
+// Tessera's words: Scheduled, Started, SuccessfulCreate, Completed, Failed,
+// BackoffLimitExceeded, Preempted or Evicted, BackOff, Killing) and, while it waits, why
+// (FailedScheduling with the scheduler's reason, about each waiting pod).
+std::vector<nlohmann::json> eventsOf(const std::string& tenant, const WorkloadRecord& r,
+                                     const WorkloadStatus& status);
+// LAST SEEN TYPE REASON OBJECT MESSAGE (SUBOBJECT SOURCE FIRST SEEN COUNT NAME in -o wide).
+nlohmann::json eventTable(const std::vector<nlohmann::json>& events, const std::string& rv,
+                          IncludeObject include, core::WallTime now);
+// A node as a tenant sees it: capacity (cpu, memory, nvidia.com/gpu), its labels with
+// nvidia.com/gpu.product and .count, Ready from its agent, unschedulable when cordoned; no
+// addresses but its name.
+nlohmann::json nodeObject(const NodeState& s, const std::string& gpu_product);
+// NAME STATUS ROLES AGE VERSION (and the -o wide columns).
+nlohmann::json nodeTable(const std::vector<nlohmann::json>& nodes, const std::string& rv,
+                         IncludeObject include, core::WallTime now);
 
 // A Kubernetes quantity ("500m", "2", "4Gi", "1.5") scaled: CPU in milli-cores, memory in MiB
 // (rounded up). Errors name the text.

@@ -193,26 +193,27 @@ core::Result<std::vector<FieldRequirement>> parseFieldSelector(
   return out;
 }
 
-std::string podField(const json& pod, const std::string& field) {
-  if (field == "metadata.name") {
-    return pod["metadata"].value("name", "");
+std::string objectField(const json& object, const std::string& field) {
+  // A dotted path into the object ("status.phase", "involvedObject.uid"); "" where it is not a
+  // string (or not there).
+  const json* at = &object;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = field.find('.', start);
+    const std::string part = field.substr(start, dot == std::string::npos ? dot : dot - start);
+    if (!at->is_object()) {
+      return "";
+    }
+    auto it = at->find(part);
+    if (it == at->end()) {
+      return "";
+    }
+    at = &*it;
+    if (dot == std::string::npos) {
+      return at->is_string() ? at->get<std::string>() : "";
+    }
+    start = dot + 1;
   }
-  if (field == "metadata.namespace") {
-    return pod["metadata"].value("namespace", "");
-  }
-  if (field == "status.phase") {
-    return pod["status"].value("phase", "");
-  }
-  if (field == "spec.nodeName") {
-    return pod["spec"].value("nodeName", "");
-  }
-  if (field == "spec.restartPolicy") {
-    return pod["spec"].value("restartPolicy", "");
-  }
-  if (field == "spec.schedulerName") {
-    return pod["spec"].value("schedulerName", "");
-  }
-  return "";
 }
 
 const std::set<std::string>& podFields() {
@@ -222,12 +223,30 @@ const std::set<std::string>& podFields() {
   return kFields;
 }
 
+const std::set<std::string>& eventFields() {
+  static const std::set<std::string> kFields = {"metadata.name",
+                                                "metadata.namespace",
+                                                "involvedObject.kind",
+                                                "involvedObject.name",
+                                                "involvedObject.namespace",
+                                                "involvedObject.uid",
+                                                "involvedObject.apiVersion",
+                                                "involvedObject.fieldPath",
+                                                "involvedObject.resourceVersion",
+                                                "reason",
+                                                "reportingComponent",
+                                                "source",
+                                                "type"};
+  return kFields;
+}
+
 core::Result<PodFilter> PodFilter::parse(std::string ns, const std::string& label_selector,
-                                         const std::string& field_selector) {
+                                         const std::string& field_selector,
+                                         const std::set<std::string>& fields) {
   PodFilter f;
   f.ns = std::move(ns);
   TESSERA_ASSIGN_OR_RETURN(f.labels, parseLabelSelector(label_selector));
-  TESSERA_ASSIGN_OR_RETURN(f.fields, parseFieldSelector(field_selector, podFields()));
+  TESSERA_ASSIGN_OR_RETURN(f.fields, parseFieldSelector(field_selector, fields));
   return f;
 }
 
@@ -240,7 +259,7 @@ bool PodFilter::matches(const json& pod) const {
     return false;
   }
   for (const FieldRequirement& f : fields) {
-    if ((podField(pod, f.field) == f.value) != f.equal) {
+    if ((objectField(pod, f.field) == f.value) != f.equal) {
       return false;
     }
   }

@@ -34,9 +34,11 @@ core::Result<std::vector<FieldRequirement>> parseFieldSelector(const std::string
                                                                const std::set<std::string>& fields);
 bool matchesLabels(const std::vector<LabelRequirement>& selector, const nlohmann::json& labels);
 
-// A pod's selectable fields, and a pod's value of one.
+// The fields each kind can be selected by (pods' also serve Jobs, Secrets and ConfigMaps: their
+// metadata.name and metadata.namespace), and an object's value of one (a dotted path).
 const std::set<std::string>& podFields();
-std::string podField(const nlohmann::json& pod, const std::string& field);
+const std::set<std::string>& eventFields();
+std::string objectField(const nlohmann::json& object, const std::string& field);
 
 struct PodFilter {
   std::string ns;  // "" : every namespace.
@@ -44,7 +46,8 @@ struct PodFilter {
   std::vector<FieldRequirement> fields;
 
   static core::Result<PodFilter> parse(std::string ns, const std::string& label_selector,
-                                       const std::string& field_selector);
+                                       const std::string& field_selector,
+                                       const std::set<std::string>& fields = podFields());
   bool matches(const nlohmann::json& pod) const;
 };
 
