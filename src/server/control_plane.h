@@ -268,6 +268,14 @@ class ControlPlane {
   // Secrets and ConfigMaps (kube/kube_secrets.cc): create, get, list, delete over the tenant's
   // KV; `table`: kubectl's human output.
   HttpResponse kubeKvObjects(Request& r, const kube::KubeTarget& t, bool table);
+  // PUT and PATCH (kube/kube_change.cc): `current` with the request's change applied, into
+  // `next`, and `managed` (the object's field managers) updated; or why not (409 for a stale
+  // resourceVersion or a server-side apply conflict, 415, 422).
+  std::optional<HttpResponse> kubeNextObject(Request& r, const kube::KubeTarget& t,
+                                             const nlohmann::json& current, nlohmann::json& managed,
+                                             nlohmann::json& next);
+  // A pod's or Job's labels and annotations changed (nothing else of a workload may change).
+  HttpResponse kubeChangeWorkload(Request& r, const kube::KubeTarget& t, const WorkloadRecord& w);
   // Events and Nodes (kube/kube_cluster.cc): get and list, read-only.
   HttpResponse kubeClusterObjects(Request& r, const kube::KubeTarget& t, bool table);
   // A pod's env read from Secrets and ConfigMaps of namespace `ns` (sub.env_refs) into

@@ -100,7 +100,10 @@ core::Result<ApiRequest> parseApiRequest(const HttpRequest& http, std::string_vi
     if (too_deep) {
       return core::invalidArgument("the request body nests deeper than 64 levels");
     }
-    if (!r.body.is_object()) {
+    // A JSON patch (RFC 6902) to the Kubernetes API is a list of operations.
+    const bool json_patch = r.match.route->api == Api::kKube && r.method == "PATCH" &&
+                            http.header("content-type").starts_with("application/json-patch+json");
+    if (!r.body.is_object() && !(json_patch && r.body.is_array())) {
       return core::invalidArgument("the request body must be a JSON object");
     }
   }

@@ -325,6 +325,8 @@ tenant k8s/api/v1/namespaces/{namespace} GET: the Kubernetes verb's, on its obje
 tenant k8s/api/v1/namespaces/{namespace}/pods GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/namespaces/{namespace}/pods POST: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/pods/{name} POST: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/api/v1/namespaces/{namespace}/pods/{name} PATCH: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name}/log GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/pods GET: the Kubernetes verb's, on its object's Tessera path (reads)
@@ -336,16 +338,22 @@ tenant k8s/api/v1/nodes/{name} GET: the Kubernetes verb's, on its object's Tesse
 tenant k8s/api/v1/namespaces/{namespace}/secrets GET: the Kubernetes verb's, on its object's Tessera path (reads) secrets
 tenant k8s/api/v1/namespaces/{namespace}/secrets POST: the Kubernetes verb's, on its object's Tessera path secrets
 tenant k8s/api/v1/namespaces/{namespace}/secrets/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads) secrets
+tenant k8s/api/v1/namespaces/{namespace}/secrets/{name} POST: the Kubernetes verb's, on its object's Tessera path secrets
+tenant k8s/api/v1/namespaces/{namespace}/secrets/{name} PATCH: the Kubernetes verb's, on its object's Tessera path secrets
 tenant k8s/api/v1/namespaces/{namespace}/secrets/{name} DELETE: the Kubernetes verb's, on its object's Tessera path secrets
 tenant k8s/api/v1/secrets GET: the Kubernetes verb's, on its object's Tessera path (reads) secrets
 tenant k8s/api/v1/namespaces/{namespace}/configmaps GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/namespaces/{namespace}/configmaps POST: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/configmaps/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/configmaps/{name} POST: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/api/v1/namespaces/{namespace}/configmaps/{name} PATCH: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/configmaps/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/configmaps GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs POST: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} POST: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} PATCH: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/apis/batch/v1/jobs GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/apis/authorization.k8s.io/v1/selfsubjectaccessreviews POST: any valid token

@@ -749,6 +749,76 @@ TEST_F(KubeTest, NodesAndEventsSayWhereWorkRunsAndWhyItWaits) {
   EXPECT_EQ(kubectl(config, {"delete", "pod", "waiter", "holder", "--wait=false"}).rc, 0);
 }
 
+// Must show 1 (apply): `apply -f` of a Pod and of an Indexed Job (created, then changed, then
+// unchanged), `apply --server-side` and its conflict with the client-side manager, forced; a
+// change Tessera cannot make to a submitted workload (its spec) is refused in Kubernetes' words.
+TEST_F(KubeTest, ApplyCreatesChangesAndLeavesUnchangedAndServerSideApplyConflicts) {
+  const std::string token = tenantToken("kube-ap");
+  const fs::path config = kubeconfig(token, "ap.kubeconfig");
+  std::string pod = kPod;
+  pod.replace(pod.find("name: trainer"), 13, "name: applied");
+  pod.replace(pod.find("for i in 1 2 3; do echo tick $i; done; sleep 1"), 46, "exec sleep 30");
+  const fs::path file = manifest("applied.yaml", pod);
+  Outcome created = kubectl(config, {"apply", "-f", file.string()});
+  ASSERT_EQ(created.rc, 0) << created;
+  EXPECT_EQ(created.out, "pod/applied created\n");
+  EXPECT_EQ(kubectl(config, {"apply", "-f", file.string()}).out, "pod/applied unchanged\n");
+  std::string relabelled = pod;
+  relabelled.replace(relabelled.find("app: llm"), 8, "app: llm2");
+  Outcome configured =
+      kubectl(config, {"apply", "-f", manifest("relabelled.yaml", relabelled).string()});
+  EXPECT_EQ(configured.out, "pod/applied configured\n") << configured;
+  EXPECT_EQ(kubectl(config, {"get", "pod", "applied", "-o", "jsonpath={.metadata.labels.app}"}).out,
+            "llm2");
+
+  std::string other = pod;
+  other.replace(other.find("app: llm"), 8, "app: other");
+  const fs::path other_file = manifest("other.yaml", other);
+  Outcome conflict = kubectl(config, {"apply", "--server-side", "-f", other_file.string()});
+  EXPECT_EQ(conflict.rc, 1) << conflict;
+  EXPECT_TRUE(contains(conflict.err,
+                       "Apply failed with 1 conflict: conflict with "
+                       "\"kubectl-client-side-apply\" using v1: "
+                       ".metadata.labels.app"))
+      << conflict;
+  Outcome forced =
+      kubectl(config, {"apply", "--server-side", "--force-conflicts", "-f", other_file.string()});
+  EXPECT_EQ(forced.out, "pod/applied serverside-applied\n") << forced;
+  EXPECT_EQ(kubectl(config, {"get", "pod", "applied", "-o", "jsonpath={.metadata.labels.app}"}).out,
+            "other");
+  std::string respec = relabelled;
+  respec.replace(respec.find("exec sleep 30"), 13, "exec sleep 31");
+  Outcome refused = kubectl(config, {"apply", "-f", manifest("respec.yaml", respec).string()});
+  EXPECT_EQ(refused.rc, 1) << refused;
+  EXPECT_TRUE(contains(refused.err,
+                       "pod updates may not change fields other than "
+                       "`metadata.labels` and `metadata.annotations`"))
+      << refused;
+  EXPECT_EQ(kubectl(config, {"label", "pod", "applied", "tier=gold"}).out, "pod/applied labeled\n");
+
+  // An Indexed Job with a GPU each, the same way.
+  std::string job = kIndexedJob;
+  job.replace(job.find("name: ddp"), 9, "name: ajob");
+  const fs::path job_file = manifest("ajob.yaml", job);
+  EXPECT_EQ(kubectl(config, {"apply", "-f", job_file.string()}).out, "job.batch/ajob created\n");
+  EXPECT_EQ(kubectl(config, {"apply", "-f", job_file.string()}).out, "job.batch/ajob unchanged\n");
+  std::string job2 = job;
+  job2.replace(job2.find("team: nlp"), 9, "team: cv");
+  EXPECT_EQ(kubectl(config, {"apply", "-f", manifest("ajob2.yaml", job2).string()}).out,
+            "job.batch/ajob configured\n");
+  EXPECT_EQ(kubectl(config, {"get", "job", "ajob", "-o", "jsonpath={.metadata.labels.team}"}).out,
+            "cv");
+  // Server-side apply of what is not there creates it.
+  Outcome cm = kubectl(config, {"apply", "--server-side", "-f",
+                                manifest("cm.yaml",
+                                         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+                                         "  name: cfg\ndata:\n  lr: \"0.1\"\n")
+                                    .string()});
+  EXPECT_EQ(cm.out, "configmap/cfg serverside-applied\n") << cm;
+  EXPECT_EQ(kubectl(config, {"delete", "pod", "applied", "--wait=false"}).rc, 0);
+  EXPECT_EQ(kubectl(config, {"delete", "job", "ajob", "--wait=false"}).rc, 0);
+}
+
 // Must show 3: the official Python client (Debian's python3-kubernetes) as a second real client:
 // create, list, watch (watch=True), logs, delete, and its errors.
 TEST_F(KubeTest, ThePythonClientCreatesListsWatchesReadsLogsAndDeletes) {

@@ -126,8 +126,9 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
   TESSERA_ASSIGN_OR_RETURN(auto backoff, integerField(spec, "backoffLimit", 0, 1000));
   TESSERA_ASSIGN_OR_RETURN(auto deadline,
                            integerField(spec, "activeDeadlineSeconds", 1, 365LL * 86400));
-  TESSERA_ASSIGN_OR_RETURN(auto ttl,
-                           integerField(spec, "ttlSecondsAfterFinished", 0, 365LL * 86400));
+  // Checked here; kept in the Job's spec, where retention reads it.
+  TESSERA_RETURN_IF_ERROR(
+      integerField(spec, "ttlSecondsAfterFinished", 0, 365LL * 86400).status());
   const std::string mode = textOr(spec, "completionMode", "NonIndexed");
   if (spec.contains("completionMode") && !spec["completionMode"].is_string()) {
     return invalid("spec.completionMode", "expected a string");
@@ -246,10 +247,10 @@ json jobObject(const std::string& tenant, const WorkloadRecord& r, const Workloa
   json metadata = {{"name", r.name},  {"namespace", namespaceOf(r)},
                    {"uid", uid},      {"resourceVersion", std::to_string(r.mod_revision)},
                    {"generation", 1}, {"creationTimestamp", r.submitted}};
-  json labels = made_as_job ? r.kube.value("labels", json::object()) : json::object();
+  json labels = r.kube.is_object() ? r.kube.value("labels", json::object()) : json::object();
   labels.update(jobLabels(tenant, r));
   metadata["labels"] = std::move(labels);
-  if (made_as_job && r.kube.contains("annotations") && !r.kube["annotations"].empty()) {
+  if (r.kube.is_object() && r.kube.contains("annotations") && !r.kube["annotations"].empty()) {
     metadata["annotations"] = r.kube["annotations"];
   }
   if (r.kube.is_object() && r.kube.contains("deletionTimestamp")) {

@@ -6,6 +6,7 @@
 #include "server/control_plane.h"
 #include "server/kube/access.h"
 #include "server/kube/objects.h"
+#include "server/kube/patch.h"
 #include "server/kube/selector.h"
 
 namespace tessera::server {
@@ -118,6 +119,12 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
   if (t.group.empty() && (t.resource == "secrets" || t.resource == "configmaps")) {
     return kubeKvObjects(r, t, table);
   }
+  if (r.http.method == "POST" && r.match.route != nullptr &&
+      r.match.route->pattern.ends_with("{name}")) {
+    return kube::statusResponse(405,
+                                "the server does not allow this method on the requested "
+                                "resource (create in the collection; PUT replaces)");
+  }
   const bool jobs = t.group == "batch" && t.version == "v1" && t.resource == "jobs";
   if (!(t.group.empty() && t.resource == "pods") && !jobs) {
     return kube::statusResponse(404, "the server could not find the requested resource");
@@ -190,6 +197,20 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
       }
     }
   }
+  const bool apply = t.verb == "patch" &&
+                     kube::patchTypeOf(r.http.header("content-type")) == kube::PatchType::kApply;
+  if (w == nullptr && index < 0 && apply) {
+    // Server-side apply of an object that is not there creates it (201).
+    if (kube::textOr(r.body.value("metadata", json::object()), "name") != t.name) {
+      return kube::statusResponse(400,
+                                  "the name of the object (metadata.name) must be the "
+                                  "name in the path, \"" +
+                                      t.name + "\"");
+    }
+    return kubeCreate(r, tenant, t,
+                      jobs ? kube::workloadFromJob(r.body, t.ns, true)
+                           : kube::workloadFromPod(r.body, t.ns, true));
+  }
   if (w == nullptr || kube::namespaceOf(*w) != t.ns) {
     return notFound();
   }
@@ -207,6 +228,13 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
     json pod = index < 0 ? kube::podObject(tenant, *w, w->status)
                          : kube::taskPodObject(tenant, *w, w->status, index);
     return jsonAnswer(200, table ? kube::podTable({pod}, rv, include, now) : pod);
+  }
+  if (t.verb == "patch" || t.verb == "update") {
+    if (index >= 0) {
+      return kube::statusResponse(
+          405, "pod \"" + t.name + "\" is a pod of job \"" + w->name + "\": change the job");
+    }
+    return kubeChangeWorkload(r, t, *w);
   }
   if (t.verb == "delete") {
     if (index >= 0) {
@@ -228,28 +256,14 @@ HttpResponse ControlPlane::kubeCreate(Request& r, const std::string& tenant,
   const std::string plural = job ? "jobs.batch" : "pods";
   const json details_kind = {{"group", job ? "batch" : ""}, {"kind", job ? "jobs" : "pods"}};
   if (!submission.isOk()) {
-    const std::string& m = submission.status().message();
-    if (m.starts_with("the namespace of the provided object")) {
-      return kube::statusResponse(400, m);
-    }
-    if (m.ends_with(": unknown field")) {  // fieldValidation=Strict, in upstream's words.
-      const std::string version = job ? "batch/v1" : "v1";
-      return kube::statusResponse(
-          400, kind + " in version \"" + version + "\" cannot be handled as a " + kind +
-                   ": strict decoding error: unknown field \"" + m.substr(0, m.size() - 15) + "\"");
-    }
-    // Kubernetes' shape: the message names the field, and so does each cause, whose own
-    // message is what follows it (kubectl prints "field: message" from the causes).
-    const size_t colon = m.find(": ");
-    const std::string field = m.substr(0, colon);
-    const std::string said = colon == std::string::npos ? m : m.substr(colon + 2);
-    return kube::statusResponse(
-        422, kind + " \"" + t.name + "\" is invalid: " + m,
-        {{"name", t.name},
-         {"kind", kind},
-         {"causes", {{{"reason", "FieldValueInvalid"}, {"message", said}, {"field", field}}}}});
+    return kube::invalidObject(kind, job ? "batch/v1" : "v1", t.name,
+                               submission.status().message());
   }
   kube::PodSubmission& sub = *submission;
+  // Who set which fields (server-side apply's conflicts): its creator, all it sent.
+  const std::string* manager = kube::queryParam(r.scope.query, "fieldManager");
+  sub.kube["managedFields"] = {
+      {manager != nullptr ? *manager : "kubectl-create", json(kube::fieldPaths(r.body))}};
   json details = details_kind;
   details["name"] = sub.name;
   if (!validName(sub.name)) {

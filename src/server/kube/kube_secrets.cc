@@ -9,6 +9,7 @@
 #include "server/api_util.h"
 #include "server/control_plane.h"
 #include "server/kube/objects.h"
+#include "server/kube/patch.h"
 
 namespace tessera::server {
 
@@ -92,29 +93,13 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
     }
     return answer(200, kube::list(kind + "List", "v1", std::move(items), rv));
   }
-  if (t.verb == "create") {
-    const std::string* validation = kube::queryParam(r.scope.query, "fieldValidation");
-    const bool strict = validation != nullptr && *validation == "Strict";
-    auto sub = kube::kvFromObject(r.body, kind, t.ns, strict, now);
+  // A new one (POST, or server-side apply of one that is not there), or a new version of one
+  // (PUT, PATCH): `body` read as the object, its managers `managed`, written; 201 or 200.
+  auto write = [&](const json& body, json managed, bool create, const std::string& created,
+                   bool strict) -> HttpResponse {
+    auto sub = kube::kvFromObject(body, kind, t.ns, strict, now);
     if (!sub.isOk()) {
-      const std::string& m = sub.status().message();
-      if (m.starts_with("the namespace of the provided object")) {
-        return kube::statusResponse(400, m);
-      }
-      if (m.ends_with(": unknown field")) {
-        return kube::statusResponse(400, kind + " in version \"v1\" cannot be handled as a " +
-                                             kind + ": strict decoding error: unknown field \"" +
-                                             m.substr(0, m.size() - 15) + "\"");
-      }
-      const size_t colon = m.find(": ");
-      return kube::statusResponse(
-          422, kind + " \"" + t.name + "\" is invalid: " + m,
-          {{"name", t.name},
-           {"kind", kind},
-           {"causes",
-            {{{"reason", "FieldValueInvalid"},
-              {"message", colon == std::string::npos ? m : m.substr(colon + 2)},
-              {"field", m.substr(0, colon)}}}}});
+      return kube::invalidObject(kind, "v1", t.name, sub.status().message());
     }
     const std::string path = kube::kvPathOf(t.resource, t.ns, sub->name);
     if (core::Status ok = secrets::KvEngine::checkPath(path); !ok.isOk() || !validName(t.ns)) {
@@ -122,17 +107,22 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
                                            "\" is invalid: metadata.name: Invalid value: \"" +
                                            sub->name + "\": a lowercase RFC 1123 subdomain");
     }
+    if (!create && sub->name != t.name) {
+      return kube::statusResponse(400, "the name of an object cannot change");
+    }
     auto exists = kv.exists(tenant, path);
     if (!exists.isOk()) {
       return failed(exists.status());
     }
-    if (*exists) {
-      auto current = kv.read(tenant, path, 0);
-      if (current.isOk()) {
-        return kube::statusResponse(409, t.resource + " \"" + sub->name + "\" already exists",
-                                    {{"name", sub->name}, {"kind", t.resource}}, "AlreadyExists");
-      }
+    if (create && *exists && kv.read(tenant, path, 0).isOk()) {
+      return kube::statusResponse(409, t.resource + " \"" + sub->name + "\" already exists",
+                                  {{"name", sub->name}, {"kind", t.resource}}, "AlreadyExists");
     }
+    json& about = sub->data[std::string(kube::kKubeObjectKey)];
+    if (!created.empty()) {
+      about["creationTimestamp"] = created;
+    }
+    about["managedFields"] = std::move(managed);
     const json created_by = {{"accessor", r.token.accessor},
                              {"display_name", r.token.display_name}};
     // A key left by a deletion (its versions kept) is written over; a new one only if none.
@@ -141,16 +131,30 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
     if (!version.isOk()) {
       return failed(version.status());
     }
-    HttpResponse resp =
-        answer(201, kube::objectFromKv(kind, tenant, t.ns, sub->name, sub->data, *version));
+    HttpResponse resp = answer(
+        create ? 201 : 200, kube::objectFromKv(kind, tenant, t.ns, sub->name, sub->data, *version));
     for (const std::string& w : sub->warnings) {
       resp.headers.emplace_back("Warning", "299 - \"" + w + "\"");
     }
     return resp;
+  };
+  const std::string* validation = kube::queryParam(r.scope.query, "fieldValidation");
+  const bool strict = validation != nullptr && *validation == "Strict";
+  const std::string* manager = kube::queryParam(r.scope.query, "fieldManager");
+  if (t.verb == "create") {
+    return write(
+        r.body,
+        {{manager != nullptr ? *manager : "kubectl-create", json(kube::fieldPaths(r.body))}}, true,
+        "", strict);
   }
   const std::string path = kube::kvPathOf(t.resource, t.ns, t.name);
   auto read = kv.read(tenant, path, 0);
   if (!read.isOk()) {
+    if (read.status().code() == core::StatusCode::kNotFound && t.verb == "patch" &&
+        kube::patchTypeOf(r.http.header("content-type")) == kube::PatchType::kApply &&
+        manager != nullptr) {
+      return write(r.body, {{*manager, json(kube::fieldPaths(r.body))}}, true, "", true);
+    }
     if (read.status().code() == core::StatusCode::kNotFound) {
       return kube::statusResponse(404, t.resource + " \"" + t.name + "\" not found", details);
     }
@@ -163,6 +167,25 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
   if (t.verb == "get") {
     const std::string rv = std::to_string(read->version);
     return answer(200, table ? kube::kvTable(kind, {object}, rv, include, now) : object);
+  }
+  if (t.verb == "patch" || t.verb == "update") {
+    const json about = read->data.value(std::string(kube::kKubeObjectKey), json::object());
+    json managed = about.value("managedFields", json::object());
+    json next;
+    if (auto refused = kubeNextObject(r, t, object, managed, next)) {
+      return *refused;
+    }
+    if (object.value("immutable", false) == true &&
+        (next.value("data", json()) != object.value("data", json()) ||
+         next.value("stringData", json()) != json() ||
+         next.value("type", json()) != object.value("type", json()) ||
+         next.value("immutable", json()) != true)) {
+      return kube::statusResponse(422,
+                                  kind + " \"" + t.name +
+                                      "\" is invalid: data: Forbidden: field is immutable when "
+                                      "`immutable` is set");
+    }
+    return write(next, std::move(managed), false, kube::textOr(about, "creationTimestamp"), false);
   }
   if (t.verb == "delete") {
     // Gone for good, with every version (as a deleted Secret is).

@@ -6,6 +6,7 @@
 #include "core/rfc3339.h"
 #include "server/kube/access.h"
 #include "server/kube/objects.h"
+#include "server/kube/patch.h"
 #include "server/kube/protobuf.h"
 #include "server/kube/selector.h"
 
@@ -687,6 +688,76 @@ TEST(KubeObjectsTest, ANodeShowsItsGpusAsTheDevicePluginWould) {
   const json t = nodeTable({n}, "1", IncludeObject::kNone, {});
   EXPECT_EQ(t["rows"][0]["cells"][1], "NotReady,SchedulingDisabled");
   EXPECT_EQ(t["rows"][0]["cells"][3], "<unknown>");
+}
+
+TEST(KubePatchTest, EachPatchTypeAsKubectlSendsIt) {
+  const json pod = json::parse(R"({"metadata": {"name": "p", "labels": {"app": "llm", "x": "1"}},
+      "spec": {"containers": [{"name": "main", "image": "a", "env": [{"name": "A", "value": "1"}]},
+                              {"name": "side", "image": "s"}]}})");
+  EXPECT_EQ(patchTypeOf("application/strategic-merge-patch+json"), PatchType::kStrategic);
+  EXPECT_EQ(patchTypeOf("application/apply-patch+yaml"), PatchType::kApply);
+  EXPECT_EQ(patchTypeOf("application/merge-patch+json; charset=utf-8"), PatchType::kMerge);
+  EXPECT_FALSE(patchTypeOf("application/json"));
+
+  auto merged = applyPatch(pod, {{"metadata", {{"labels", {{"x", nullptr}, {"y", "2"}}}}}},
+                           PatchType::kMerge);
+  ASSERT_TRUE(merged.isOk());
+  EXPECT_EQ((*merged)["metadata"]["labels"], json({{"app", "llm"}, {"y", "2"}}));
+
+  auto patched = applyPatch(
+      pod, json::parse(R"([{"op": "replace", "path": "/metadata/labels/app", "value": "z"}])"),
+      PatchType::kJson);
+  ASSERT_TRUE(patched.isOk());
+  EXPECT_EQ((*patched)["metadata"]["labels"]["app"], "z");
+  auto failed = applyPatch(
+      pod, json::parse(R"([{"op": "test", "path": "/metadata/labels/app", "value": "no"}])"),
+      PatchType::kJson);
+  ASSERT_FALSE(failed.isOk());
+  EXPECT_TRUE(failed.status().message().starts_with("the JSON patch cannot be applied"));
+
+  // kubectl apply's patch: containers merged by name, one deleted, order hints ignored.
+  auto smp = applyPatch(pod, json::parse(R"({
+      "$setElementOrder/containers": [{"name": "main"}],
+      "spec": {"containers": [{"name": "main", "image": "b"},
+                              {"name": "side", "$patch": "delete"}]},
+      "metadata": {"labels": {"x": null}}})"),
+                        PatchType::kStrategic);
+  ASSERT_TRUE(smp.isOk()) << smp.status().message();
+  ASSERT_EQ((*smp)["spec"]["containers"].size(), 1U);
+  EXPECT_EQ((*smp)["spec"]["containers"][0]["image"], "b");
+  EXPECT_EQ((*smp)["spec"]["containers"][0]["env"][0]["value"], "1");  // Kept.
+  EXPECT_FALSE((*smp)["metadata"]["labels"].contains("x"));
+  EXPECT_FALSE(applyPatch(pod, json::array(), PatchType::kStrategic).isOk());
+
+  const auto paths = fieldPaths(pod);
+  EXPECT_TRUE(paths.contains(".metadata.labels.app"));
+  EXPECT_TRUE(paths.contains(".spec.containers[name=main].image"));
+  EXPECT_FALSE(paths.contains(".metadata.name"));
+  EXPECT_EQ(fieldValue(pod, ".spec.containers[name=side].image"), "s");
+  EXPECT_TRUE(fieldValue(pod, ".spec.containers[name=nope].image").is_null());
+}
+
+TEST(KubePatchTest, ServerSideApplyConflictsWithAnotherManagersFieldsUnlessForced) {
+  const json current = {{"apiVersion", "v1"},
+                        {"metadata", {{"name", "p"}, {"labels", {{"app", "llm"}, {"t", "1"}}}}}};
+  json managed = {{"kubectl-client-side-apply", {".metadata.labels.app", ".metadata.labels.t"}}};
+  const json applied = {{"metadata", {{"name", "p"}, {"labels", {{"app", "other"}, {"t", "1"}}}}}};
+  json m = managed;
+  auto conflict = serverSideApply(current, applied, "kubectl", false, m);
+  ASSERT_FALSE(conflict.isOk());
+  EXPECT_EQ(conflict.status().message(),
+            "Apply failed with 1 conflict: conflict with \"kubectl-client-side-apply\" using v1: "
+            ".metadata.labels.app");
+  EXPECT_EQ(m, managed);  // Nothing taken.
+  auto forced = serverSideApply(current, applied, "kubectl", true, m);
+  ASSERT_TRUE(forced.isOk());
+  EXPECT_EQ((*forced)["metadata"]["labels"]["app"], "other");
+  // The changed field is kubectl's now; the one set to the same value is shared.
+  EXPECT_EQ(m["kubectl-client-side-apply"], json({".metadata.labels.t"}));
+  EXPECT_EQ(m["kubectl"], json({".metadata.labels.app", ".metadata.labels.t"}));
+  // Its own fields again: no conflict.
+  json again = {{"metadata", {{"labels", {{"app", "third"}}}}}};
+  EXPECT_TRUE(serverSideApply(*forced, again, "kubectl", false, m).isOk());
 }
 
 TEST(KubeObjectsTest, DiscoveryAndOpenApiSayWhatIsServedAndNoMore) {

@@ -93,7 +93,6 @@ void ControlPlane::kubeWatchDeliver(KubeWatch& w) {
     w.stream->end();
     return;
   }
-  const core::WallTime now = clock_.wallNow();
   std::string out;
   for (const WorkloadChange& c : *changes) {
     // What it showed of the workload before the change and after, compared object by object
@@ -163,7 +162,6 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
   if (rv_text == nullptr || rv_text->empty() || *rv_text == "0") {
     // Every object it selects now, as ADDED, then what comes after.
     auto [records, at] = registry_.snapshot(tenant);
-    const core::WallTime now = clock_.wallNow();
     for (const WorkloadPtr& rec : records) {
       for (auto& [name, object] : watchedObjects(tenant, rec.get(), jobs, w->filter)) {
         initial += kubeEvent(*w, "ADDED", std::move(object));

@@ -349,6 +349,31 @@ HttpResponse statusResponse(unsigned code, const std::string& message, json deta
   return r;
 }
 
+HttpResponse invalidObject(std::string_view kind, std::string_view version, const std::string& name,
+                           const std::string& message) {
+  const std::string k(kind);
+  if (message.starts_with("the namespace of the provided object")) {
+    return statusResponse(400, message);
+  }
+  if (message.ends_with(": unknown field")) {  // fieldValidation=Strict, in upstream's words.
+    return statusResponse(400, k + " in version \"" + std::string(version) +
+                                   "\" cannot be handled as a " + k +
+                                   ": strict decoding error: unknown field \"" +
+                                   message.substr(0, message.size() - 15) + "\"");
+  }
+  // Kubernetes' shape: the message names the field, and so does each cause, whose own message
+  // is what follows it (kubectl prints "field: message" from the causes).
+  const size_t colon = message.find(": ");
+  return statusResponse(
+      422, k + " \"" + name + "\" is invalid: " + message,
+      {{"name", name},
+       {"kind", k},
+       {"causes",
+        {{{"reason", "FieldValueInvalid"},
+          {"message", colon == std::string::npos ? message : message.substr(colon + 2)},
+          {"field", message.substr(0, colon)}}}}});
+}
+
 void asStatus(HttpResponse& resp) {
   if (resp.status < 400 || resp.content_type != "application/json") {
     return;
@@ -673,10 +698,9 @@ json podObject(const std::string& tenant, const WorkloadRecord& r, const Workloa
         metadata[field] = r.kube[field];
       }
     }
-    spec = r.kube.value("spec", json::object());
-  } else {
-    spec = podSpecOf(r);
   }
+  // Tessera's own workloads keep no pod spec (their kube holds labels given since, if any).
+  spec = r.kube.is_object() && r.kube.contains("spec") ? r.kube["spec"] : podSpecOf(r);
   if (r.kube.is_object() && r.kube.contains("deletionTimestamp")) {
     metadata["deletionTimestamp"] = r.kube["deletionTimestamp"];
   }

@@ -55,6 +55,11 @@ std::string reasonFor(unsigned code);
 HttpResponse statusResponse(unsigned code, const std::string& message,
                             nlohmann::json details = nlohmann::json::object(),
                             std::string reason = "");
+// An object's body refused (`message` from a decoder: "field: what"): 400 for another
+// namespace's object or an unknown field (fieldValidation=Strict, in upstream's words), else
+// 422 Invalid with the field in its causes.
+HttpResponse invalidObject(std::string_view kind, std::string_view version, const std::string& name,
+                           const std::string& message);
 // An error the pipeline or a shared handler answered in Tessera's shape ({"errors": [...]}),
 // reshaped as a Status for a Kubernetes client: a failed authentication is 401 Unauthorized, as
 // kubectl expects; anything already a Status, or not an error, is left as it is.
