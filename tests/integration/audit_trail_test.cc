@@ -360,6 +360,72 @@ TEST_F(AuditTrailTest, EveryKindOfRequestIsInTheLogWithItsResponse) {
 
 // Refusals that cost an attacker nothing are recorded within a budget per source: beyond it
 // they are counted, and a summary record says how many (and the metrics).
+// Issue #39, Must show 2: kubectl through a listener chrooted to team-1, with a kubeconfig from
+// `tessera kubeconfig` (whose server is then the listener's root): it serves team-1 only, another
+// tenant's token and every path to another tenant are refused there, and each request is in
+// team-1's audit stream with kubectl's command.
+TEST_F(AuditTrailTest, KubectlOnAChrootedListenerServesOnlyItsTenant) {
+  if (access("/usr/bin/kubectl", X_OK) != 0) {
+    GTEST_SKIP() << "/usr/bin/kubectl is not installed on this machine (CI has it)";
+  }
+  const std::string mine = tenantToken(*server_, "team-1", json::object());
+  const std::string theirs = tenantToken(*server_, "team-k", json::object());
+  const fs::path home = server_->dir / "kube-home";
+  fs::create_directories(home);
+  auto env = [&](const std::string& token) {
+    return std::map<std::string, std::string>{
+        {"TESSERA_ADDR", server_->chroot},
+        {"TESSERA_CACERT", (server_->dir / "ca.pem").string()},
+        {"TESSERA_TOKEN", token},
+        {"HOME", home.string()}};
+  };
+  auto kubeconfig = [&](const std::string& token, const std::string& name) {
+    const fs::path file = home / name;
+    const auto made = tessera::integration::runArgv(
+        {tessera::integration::binary(), "kubeconfig", "--tenant", "team-1", "-o", file.string()},
+        env(token), home);
+    EXPECT_EQ(made.rc, 0) << made;
+    return file;
+  };
+  auto kubectl = [&](const fs::path& config, std::vector<std::string> args) {
+    args.insert(args.begin(), "/usr/bin/kubectl");
+    return tessera::integration::runArgv(
+        args, {{"KUBECONFIG", config.string()}, {"HOME", home.string()}}, home);
+  };
+  const fs::path config = kubeconfig(mine, "team-1.kubeconfig");
+  const std::string yaml = slurp(config);
+  EXPECT_NE(yaml.find("server: \"" + server_->chroot + "\""), std::string::npos) << yaml;
+  EXPECT_EQ(yaml.find("/v1/tenants/"), std::string::npos) << yaml;  // The listener's root.
+  const auto version = kubectl(config, {"version"});
+  EXPECT_EQ(version.rc, 0) << version;
+  const auto pods = kubectl(config, {"get", "pods", "-A"});
+  EXPECT_EQ(pods.rc, 0) << pods;
+  EXPECT_NE(pods.err.find("No resources found"), std::string::npos) << pods;
+  // Another tenant's token at team-1's root: not a token of this listener's tenant.
+  std::string text = yaml;
+  const size_t at = text.find("token: \"") + 8;
+  text.replace(at, text.find('"', at) - at, theirs);
+  const fs::path crossed = home / "crossed.kubeconfig";
+  std::ofstream(crossed) << text;
+  const auto refused = kubectl(crossed, {"get", "pods"});
+  EXPECT_EQ(refused.rc, 1) << refused;
+  EXPECT_EQ(refused.out.find("NAME"), std::string::npos) << refused;
+  // Tessera's own paths to another tenant do not leave the chroot.
+  const auto escaped =
+      Client(server_->chroot, server_->ca)
+          .call("GET", "/v1/tenants/team-k/k8s/api/v1/namespaces/default/pods", theirs);
+  EXPECT_EQ(escaped.status, 404U) << escaped.raw;
+  bool audited = false;
+  for (const json& r : records(server_->log())) {
+    if (r.value("tenant", "") == "team-1" &&
+        r["request"].value("client", json::object()).value("kubectl-command", "") ==
+            "kubectl get") {
+      audited = true;
+    }
+  }
+  EXPECT_TRUE(audited) << "no `kubectl get` in team-1's audit stream";
+}
+
 TEST_F(AuditTrailTest, RefusalsBeyondTheBudgetAreCountedInASummary) {
   const Server& s = *server_;
   const Client c = s.client();
