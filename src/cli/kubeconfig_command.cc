@@ -21,7 +21,16 @@ core::Status kubeconfig(const KubeconfigFlags& f) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
   TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("a Kubernetes API"));
   // The token must work before it is written anywhere.
-  TESSERA_RETURN_IF_ERROR(s->self().status());
+  if (auto me = s->self(); !me.isOk()) {
+    if (me.status().code() == core::StatusCode::kNotFound) {
+      // A tenant's paths answer 404 to a token that is not of that tenant (and a listener
+      // chrooted to a tenant knows no other).
+      return core::notFound("the token is not valid for tenant '" + tenant +
+                            "' at this address (a token of another tenant, or a listener "
+                            "chrooted to another tenant)");
+    }
+    return me.status();
+  }
   const ClientConfig c = clientConfig(f.common);
   std::string address = c.address;
   const size_t comma = address.find(',');

@@ -401,7 +401,17 @@ TEST_F(AuditTrailTest, KubectlOnAChrootedListenerServesOnlyItsTenant) {
   const auto pods = kubectl(config, {"get", "pods", "-A"});
   EXPECT_EQ(pods.rc, 0) << pods;
   EXPECT_NE(pods.err.find("No resources found"), std::string::npos) << pods;
-  // Another tenant's token at team-1's root: not a token of this listener's tenant.
+  // Another tenant's token at team-1's root: not a token of this listener's tenant. Its
+  // kubeconfig is refused, saying so; one written by hand is refused by the server.
+  const auto foreign =
+      tessera::integration::runArgv({tessera::integration::binary(), "kubeconfig", "--tenant",
+                                     "team-1", "-o", (home / "foreign.kubeconfig").string()},
+                                    env(theirs), home);
+  EXPECT_EQ(foreign.rc, 1) << foreign;
+  EXPECT_NE(foreign.err.find("the token is not valid for tenant 'team-1' at this address"),
+            std::string::npos)
+      << foreign;
+  EXPECT_FALSE(fs::exists(home / "foreign.kubeconfig"));
   std::string text = yaml;
   const size_t at = text.find("token: \"") + 8;
   text.replace(at, text.find('"', at) - at, theirs);

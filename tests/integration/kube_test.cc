@@ -746,6 +746,9 @@ TEST_F(KubeTest, NodesAndEventsSayWhereWorkRunsAndWhyItWaits) {
   }
   const fs::path other = kubeconfig(tenantToken("kube-e2"), "e2.kubeconfig");
   EXPECT_TRUE(contains(kubectl(other, {"get", "events", "-A"}).err, "No resources found"));
+  // Nor the Jobs (kube-j's failed one is still there) and pods of the others.
+  EXPECT_TRUE(contains(kubectl(other, {"get", "jobs", "-A"}).err, "No resources found"));
+  EXPECT_TRUE(contains(kubectl(other, {"get", "pods", "-A"}).err, "No resources found"));
   EXPECT_EQ(kubectl(config, {"delete", "pod", "waiter", "holder", "--wait=false"}).rc, 0);
 }
 
