@@ -191,10 +191,21 @@ json nodeObject(const NodeState& s, const std::string& gpu_product) {
   for (const auto& [k, v] : s.node.labels) {
     labels[k] = v;
   }
-  const std::string gpus = std::to_string(s.node.gpus.size());
+  // Whole GPUs are nvidia.com/gpu; those in MIG mode hold slices Tessera makes as asked
+  // (nvidia.com/mig-<profile> requests), so they are counted apart, in a label.
+  size_t in_mig = 0;
+  for (const GpuState& g : s.gpus) {
+    in_mig += g.mig ? 1 : 0;
+  }
+  const std::string gpus =
+      std::to_string(s.node.gpus.size() - std::min(in_mig, s.node.gpus.size()));
   if (!s.node.gpus.empty()) {
-    labels["nvidia.com/gpu.count"] = gpus;
+    labels["nvidia.com/gpu.count"] = std::to_string(s.node.gpus.size());
     labels["nvidia.com/gpu.product"] = gpu_product;
+  }
+  if (in_mig > 0) {
+    labels["nvidia.com/mig.capable"] = "true";
+    labels["tessera.io/mig-gpus"] = std::to_string(in_mig);
   }
   const json capacity = {{"cpu", fmt::format("{}m", s.node.cpu.value())},
                          {"memory", fmt::format("{}Mi", s.node.memory.value())},

@@ -682,9 +682,15 @@ TEST(KubeObjectsTest, ANodeShowsItsGpusAsTheDevicePluginWould) {
   EXPECT_EQ(n["metadata"]["labels"]["nvidia.com/gpu.product"], "NVIDIA-H100-80GB");
   EXPECT_EQ(n["status"]["conditions"][0]["status"], "True");
   EXPECT_FALSE(n["metadata"].contains("creationTimestamp"));  // Not known: not made up.
+  s.gpus.resize(8);
+  s.gpus[6].mig = true;
+  s.gpus[7].mig = true;
   s.state = "lost";
   s.cordoned = true;
   n = nodeObject(s, "NVIDIA-H100-80GB");
+  EXPECT_EQ(n["status"]["capacity"]["nvidia.com/gpu"], "6");  // Two hold MIG slices.
+  EXPECT_EQ(n["metadata"]["labels"]["tessera.io/mig-gpus"], "2");
+  EXPECT_EQ(n["metadata"]["labels"]["nvidia.com/gpu.count"], "8");
   const json t = nodeTable({n}, "1", IncludeObject::kNone, {});
   EXPECT_EQ(t["rows"][0]["cells"][1], "NotReady,SchedulingDisabled");
   EXPECT_EQ(t["rows"][0]["cells"][3], "<unknown>");
