@@ -322,6 +322,25 @@ spec:
   const json spec = json::parse(shown.out, nullptr, false).value("spec", json::object());
   EXPECT_EQ(spec["gpu"].value("milli", 0), 500) << shown.out;
   EXPECT_EQ(spec.value("queue", ""), "default") << shown.out;
+
+  // A MIG slice as the device plugin names it: the task sees its MIG device.
+  const fs::path slice = manifest("slice.yaml", R"(apiVersion: v1
+kind: Pod
+metadata: {name: slice}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    command: ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES"]
+    resources: {limits: {nvidia.com/mig-3g.40gb: 1}}
+)");
+  ASSERT_EQ(kubectl(config, {"create", "-f", slice.string()}).rc, 0);
+  ASSERT_EQ(kubectl(config, {"wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/slice",
+                             "--timeout=30s"})
+                .rc,
+            0)
+      << kubectl(config, {"get", "pod", "slice", "-o", "json"});
+  EXPECT_TRUE(kubectl(config, {"logs", "slice"}).out.starts_with("MIG-"));
 }
 
 // Must show 2 (first part): another tenant's pods are not there (404, never 403), whatever the

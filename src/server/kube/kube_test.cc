@@ -573,6 +573,28 @@ TEST(KubeAccessTest, AnAccessReviewAsksTheSameMappingAsTheRequestWould) {
 
 // Found by fuzz/kube_fuzz.cc: a field of an unexpected JSON type is an error naming it, never
 // an exception out of the decoder.
+TEST(KubeObjectsTest, AMigSliceIsAskedForAsTheDevicePluginNamesIt) {
+  json p = {{"metadata", {{"name", "p"}}},
+            {"spec",
+             {{"containers",
+               {{{"name", "main"},
+                 {"command", {"true"}},
+                 {"resources", {{"limits", {{"nvidia.com/mig-3g.40gb", 1}}}}}}}}}}};
+  auto pod = workloadFromPod(p, "default", true);
+  ASSERT_TRUE(pod.isOk()) << pod.status().message();
+  EXPECT_EQ(pod->spec["gpu"], json({{"mig", "3g.40gb"}}));
+  p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-3g.40gb"] = 2;
+  EXPECT_TRUE(workloadFromPod(p, "default", true)
+                  .status()
+                  .message()
+                  .starts_with("spec.containers[0].resources.limits[nvidia.com/mig-3g.40gb]: "
+                               "Invalid value"));
+  p["spec"]["containers"][0]["resources"]["limits"] = {{"nvidia.com/gpu", 1},
+                                                       {"nvidia.com/mig-1g.10gb", 1}};
+  EXPECT_TRUE(workloadFromPod(p, "default", true).status().message().find("Forbidden: one kind") !=
+              std::string::npos);
+}
+
 TEST(KubeObjectsTest, FieldsOfTheWrongTypeAreErrorsNamingThem) {
   auto pod = [](const json& body) {
     auto r = workloadFromPod(body, "default", true);

@@ -401,6 +401,23 @@ core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& 
       w["gpu"] = {{"count", static_cast<int64_t>(n)}};
     }
   }
+  // A MIG slice, as the device plugin's mixed strategy names it: nvidia.com/mig-<profile>: 1.
+  for (const auto& [key, value] : limits.items()) {
+    if (!key.starts_with("nvidia.com/mig-")) {
+      continue;
+    }
+    const std::string where = rwhere + ".limits[" + key + "]";
+    if (w.contains("gpu")) {
+      return invalid(where,
+                     "Forbidden: one kind of GPU request per pod (a MIG slice, whole GPUs "
+                     "or a fraction)");
+    }
+    TESSERA_ASSIGN_OR_RETURN(double n, quantity(value, where));
+    if (n != 1) {
+      return invalid(where, "Invalid value: Tessera gives a pod one MIG slice; ask for 1");
+    }
+    w["gpu"] = {{"mig", key.substr(std::string_view("nvidia.com/mig-").size())}};
+  }
   // KAI's and Run:ai's fractions: gpu-fraction (of one GPU), or gpu-memory (MiB).
   if (annotations.is_object() && annotations.contains("gpu-fraction")) {
     if (w.contains("gpu")) {
