@@ -174,8 +174,10 @@ struct Request {
   std::string target;
   std::string token;
   std::string body;
-  std::string workload;  // For submissions: the name, logged when the answer is 202.
+  std::string workload;              // For submissions: the name, logged when the answer is 202.
   std::string idempotency_key = {};  // Sent as Idempotency-Key when set (as the CLI does).
+  std::string accept = {};           // Accept and Content-Type, when set (a Kubernetes client's).
+  std::string content_type = {};
 };
 
 struct Reply {
@@ -221,6 +223,12 @@ inline http::request<http::string_body> toHttp(const Request& r, const std::stri
   }
   if (!r.idempotency_key.empty()) {
     req.set("Idempotency-Key", r.idempotency_key);
+  }
+  if (!r.accept.empty()) {
+    req.set(http::field::accept, r.accept);
+  }
+  if (!r.content_type.empty()) {
+    req.set(http::field::content_type, r.content_type);
   }
   req.body() = r.body;
   req.prepare_payload();

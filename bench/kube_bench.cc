@@ -1,0 +1,311 @@
+// The Kubernetes API under load (issue #39, Must show 5), against a real `tessera dev` with
+// simulated nodes on loopback:
+//   create  pods/s created through the Kubernetes API (POST .../k8s/api/v1/.../pods) and the
+//           same workloads through Tessera's own (POST workloads/<name>), --clients at once;
+//   list    `kubectl get pods` of every pod of the tenant (--pods in all, by default 10,000) as
+//           kubectl asks for it (a Table), and as a PodList;
+//   watch   --watches watches of the tenant's pods at once while one client changes a pod's
+//           label --rate times a second for --seconds: the delay from each change to its
+//           delivery on every watch (p50, p99, max), read from the label, which carries the
+//           time of the change.
+//
+//   build/bench/kube_bench                         # the defaults: 10,000 pods, 1,000 watches
+//   build/bench/kube_bench --pods 2000 --watches 100 --seconds 5
+// Exit status: 0 when every phase ran, 1 when set-up failed, 2 for bad options, 3 when requests
+// failed.
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <iostream>
+#include <mutex>
+
+#include "dev_harness.h"
+
+namespace {
+
+using namespace tessera::bench;  // NOLINT(google-build-using-namespace): the harness.
+
+struct Options {
+  std::string tessera = "build/tessera";
+  int pods = 10000;  // In all: half through each API.
+  int clients = 8;
+  int watches = 1000;
+  double rate = 100;
+  double seconds = 10;
+};
+
+double since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+int64_t nowMicros() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             SteadyClock::now().time_since_epoch())
+      .count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) {
+    return 0;
+  }
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// Creates `count` objects named <prefix>-<i> with `clients` connections; returns objects/s, or
+// -1 when a request failed.
+double create(const DevInfo& dev, int count, int clients,
+              const std::function<Request(int)>& request) {
+  std::atomic<int> next{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  const auto start = SteadyClock::now();
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      Connection conn(dev);
+      for (int i = next++; i < count; i = next++) {
+        const Reply r = conn.call(request(i));
+        if (r.status / 100 != 2) {
+          if (failed++ == 0) {
+            std::cerr << "  failed: " << r.status << " " << r.body.substr(0, 300) << r.error
+                      << "\n";
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  const double s = since(start);
+  return failed > 0 ? -1 : count / s;
+}
+
+// One watch: a TLS connection that sends the request and reads the chunked stream, noting each
+// event's delay (now minus the time in its pod's `t` label).
+void watchOne(const DevInfo& dev, const std::string& target, const std::string& token,
+              std::atomic<int>& ready, std::mutex& mu, std::vector<double>& delays,
+              std::atomic<int>& errors) {
+  asio::io_context io;
+  ssl::context ctx(ssl::context::tls_client);
+  ctx.add_certificate_authority(asio::buffer(dev.ca_pem));
+  ctx.set_verify_mode(ssl::verify_peer);
+  beast::ssl_stream<beast::tcp_stream> stream(io, ctx);
+  std::string error;
+  if (!connectTls(stream, dev, &error)) {
+    ++errors;
+    ++ready;
+    return;
+  }
+  Request r{"GET", target, token, "", ""};
+  beast::error_code ec;
+  http::write(stream, toHttp(r, dev.host), ec);
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(boost::none);
+  http::read_header(stream, buffer, parser, ec);
+  ++ready;
+  if (ec || parser.get().result_int() != 200) {
+    if (errors++ == 0) {
+      std::cerr << "  a watch failed: " << (ec ? ec.message() : parser.get().body()) << "\n";
+    }
+    return;
+  }
+  std::vector<double> mine;
+  while (!ec && !parser.is_done()) {
+    http::read_some(stream, buffer, parser, ec);
+    std::string& body = parser.get().body();
+    size_t start = 0;
+    for (size_t nl = body.find('\n'); nl != std::string::npos; nl = body.find('\n', start)) {
+      const json event = json::parse(body.substr(start, nl - start), nullptr, false);
+      start = nl + 1;
+      if (!event.is_object() || event.value("type", "") != "MODIFIED") {
+        continue;
+      }
+      const json labels = event["object"]["metadata"].value("labels", json::object());
+      if (labels.contains("t") && labels["t"].is_string()) {
+        mine.push_back(
+            static_cast<double>(nowMicros() - std::stoll(labels["t"].get<std::string>())) / 1000.0);
+      }
+    }
+    body.erase(0, start);
+  }
+  std::lock_guard lock(mu);
+  delays.insert(delays.end(), mine.begin(), mine.end());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  bool keep = false;
+  CLI::App app{"The Kubernetes API under load: creates, a 10,000-pod Table, 1,000 watches"};
+  app.add_option("--tessera", o.tessera, "The tessera binary to start as `tessera dev`")
+      ->capture_default_str();
+  app.add_option("--pods", o.pods, "Pods in the tenant, half created through each API")
+      ->capture_default_str();
+  app.add_option("--clients", o.clients, "Concurrent clients that create")->capture_default_str();
+  app.add_option("--watches", o.watches, "Concurrent watches")->capture_default_str();
+  app.add_option("--rate", o.rate, "Changes per second while they watch")->capture_default_str();
+  app.add_option("--seconds", o.seconds, "How long they watch")->capture_default_str();
+  app.add_flag("--keep", keep, "Keep this run's temporary directory");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  std::cout << std::unitbuf;  // Each line as it is written: the phases take a while.
+  if (access(o.tessera.c_str(), X_OK) != 0) {
+    std::cerr << "error: --tessera " << o.tessera << " is not an executable\n";
+    return 1;
+  }
+  std::string pattern = (fs::temp_directory_path() / "tessera-kube-bench-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    std::cerr << "error: cannot create a temporary directory\n";
+    return 1;
+  }
+  const fs::path dir = pattern;
+  std::string error;
+  auto server = DevServer::start(o.tessera, dir, "dgx-h100:16", /*simulated=*/true, &error);
+  if (server == nullptr) {
+    std::cerr << "error: the server did not start: " << error << "\n";
+    return 1;
+  }
+  const std::optional<DevInfo> dev = readDevJson(dir / "dev.json", &error);
+  if (!dev) {
+    std::cerr << "error: " << error << "\n";
+    return 1;
+  }
+  // One tenant whose own limits are out of the way: what the server can do.
+  Connection admin(*dev);
+  const std::string tenant = "bench-kube";
+  Reply r = admin.call({"POST", "/v1/tenants/" + tenant, dev->root_token,
+                        R"({"quota": {"gpu": 1}, "request_rate": 10000000,
+                            "request_burst": 10000000, "request_concurrency": 4096,
+                            "max_pending": 10000000, "max_workloads": 10000000})",
+                        ""});
+  if (r.status / 100 != 2) {
+    std::cerr << "error: creating the tenant: " << r.status << " " << r.body << "\n";
+    return 1;
+  }
+  r = admin.call({"POST", "/v1/auth/token/create", dev->root_token,
+                  json{{"tenant", tenant}, {"policies", {"tenant-admin"}}, {"ttl", "2h"}}.dump(),
+                  ""});
+  const json tok = json::parse(r.body, nullptr, false);
+  if (r.status != 200 || !tok.is_object()) {
+    std::cerr << "error: a token: " << r.status << " " << r.body << "\n";
+    return 1;
+  }
+  const std::string token = tok["auth"]["client_token"];
+  const std::string k8s = "/v1/tenants/" + tenant + "/k8s/api/v1/namespaces/default/pods";
+  int status = 0;
+
+  std::cout << fmt::format("== create: {} pods through each API, {} clients\n", o.pods / 2,
+                           o.clients);
+  const double via_kube = create(*dev, o.pods / 2, o.clients, [&](int i) {
+    const json pod = {
+        {"apiVersion", "v1"},
+        {"kind", "Pod"},
+        {"metadata", {{"name", fmt::format("kube-{}", i)}, {"labels", {{"app", "bench"}}}}},
+        {"spec",
+         {{"restartPolicy", "Never"},
+          {"containers",
+           {{{"name", "main"},
+             {"command", {"sleep", "3600"}},
+             {"resources", {{"requests", {{"cpu", "10m"}}}}}}}}}}};
+    Request req{"POST", k8s + "?fieldManager=kubectl-create", token, pod.dump(), ""};
+    req.content_type = "application/json";
+    return req;
+  });
+  const double via_tessera = create(*dev, o.pods / 2, o.clients, [&](int i) {
+    return Request{"POST", fmt::format("/v1/tenants/{}/workloads/own-{}", tenant, i), token,
+                   R"({"cpuMilli": 10, "command": ["sleep", "3600"]})", ""};
+  });
+  if (via_kube < 0 || via_tessera < 0) {
+    status = 3;
+  }
+  std::cout << fmt::format("  Kubernetes API  {:8.0f} pods/s\n  Tessera API     {:8.0f} pods/s\n",
+                           via_kube, via_tessera);
+
+  std::cout << fmt::format("== list: every pod of the tenant ({}), 5 times each\n", o.pods);
+  for (const bool table : {true, false}) {
+    std::vector<double> times;
+    size_t bytes = 0;
+    size_t rows = 0;
+    for (int i = 0; i < 5; ++i) {
+      Request req{"GET", k8s + "?limit=500", token, "", ""};
+      req.accept = table ? "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+                         : "application/json";
+      const auto start = SteadyClock::now();
+      const Reply list = admin.call(req);
+      times.push_back(since(start) * 1000);
+      bytes = list.body.size();
+      const json j = json::parse(list.body, nullptr, false);
+      rows = j.is_object() ? j.value(table ? "rows" : "items", json::array()).size() : 0;
+      if (list.status != 200) {
+        status = 3;
+      }
+    }
+    std::cout << fmt::format("  {:<9} {} rows, {:.1f} MB: median {:.0f} ms, max {:.0f} ms\n",
+                             table ? "Table" : "PodList", rows, static_cast<double>(bytes) / 1e6,
+                             percentile(times, 0.5), percentile(times, 1.0));
+  }
+
+  std::cout << fmt::format("== watch: {} watches, {:.0f} changes/s for {:.0f} s\n", o.watches,
+                           o.rate, o.seconds);
+  std::atomic<int> ready{0};
+  std::atomic<int> errors{0};
+  std::mutex mu;
+  std::vector<double> delays;
+  std::vector<std::thread> watchers;
+  const std::string rv = json::parse(admin.call({"GET", k8s + "?limit=1", token, "", ""}).body,
+                                     nullptr, false)["metadata"]
+                             .value("resourceVersion", "0");
+  // The server ends each watch a little after the last change (timeoutSeconds): a blocking
+  // read has no timeout of its own.
+  const std::string target =
+      k8s + "?watch=true&fieldSelector=metadata.name%3Dkube-0&resourceVersion=" + rv +
+      "&timeoutSeconds=" + std::to_string(static_cast<int>(o.seconds) + 4);
+  for (int i = 0; i < o.watches; ++i) {
+    watchers.emplace_back([&] { watchOne(*dev, target, token, ready, mu, delays, errors); });
+  }
+  while (ready < o.watches) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const int changes = static_cast<int>(o.rate * o.seconds);
+  const auto start = SteadyClock::now();
+  for (int i = 0; i < changes; ++i) {
+    std::this_thread::sleep_until(
+        start + std::chrono::microseconds(static_cast<int64_t>(i * 1e6 / o.rate)));
+    Request req{"PATCH", k8s + "/kube-0", token,
+                json{{"metadata", {{"labels", {{"t", std::to_string(nowMicros())}}}}}}.dump(), ""};
+    req.content_type = "application/merge-patch+json";
+    if (admin.call(req).status != 200) {
+      ++errors;
+    }
+  }
+  const double took = since(start);
+  // Each watch reads on until its stream ends.
+  for (std::thread& t : watchers) {
+    t.join();
+  }
+  std::cout << fmt::format(
+      "  {} changes in {:.1f} s ({:.0f}/s); {} deliveries of {} expected; errors {}\n"
+      "  delay from change to delivery: p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms\n",
+      changes, took, changes / took, delays.size(), static_cast<size_t>(changes) * o.watches,
+      errors.load(), percentile(delays, 0.5), percentile(delays, 0.99), percentile(delays, 1.0));
+  if (errors > 0) {
+    status = 3;
+  }
+  server->stop();
+  if (!keep) {
+    fs::remove_all(dir);
+  }
+  return status;
+}
