@@ -127,8 +127,7 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
   TESSERA_ASSIGN_OR_RETURN(auto deadline,
                            integerField(spec, "activeDeadlineSeconds", 1, 365LL * 86400));
   // Checked here; kept in the Job's spec, where retention reads it.
-  TESSERA_RETURN_IF_ERROR(
-      integerField(spec, "ttlSecondsAfterFinished", 0, 365LL * 86400).status());
+  TESSERA_RETURN_IF_ERROR(integerField(spec, "ttlSecondsAfterFinished", 0, 365LL * 86400).status());
   const std::string mode = textOr(spec, "completionMode", "NonIndexed");
   if (spec.contains("completionMode") && !spec["completionMode"].is_string()) {
     return invalid("spec.completionMode", "expected a string");

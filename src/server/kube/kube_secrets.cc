@@ -26,10 +26,6 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
         503, "this server has no secrets engine: " + t.resource + " are kept in it");
   }
   secrets::KvEngine& kv = secrets_->kv();
-  auto answer = [](unsigned code, const json& body) {
-    HttpResponse resp = api::reply(code, body);
-    return resp;
-  };
   auto failed = [&](const core::Status& st) {
     HttpResponse resp = api::fromStatus(st);
     kube::asStatus(resp);
@@ -89,9 +85,9 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
     }
     const std::string rv = std::to_string(registry_.revision());
     if (table) {
-      return answer(200, kube::kvTable(kind, items, rv, include, now));
+      return api::reply(200, kube::kvTable(kind, items, rv, include, now));
     }
-    return answer(200, kube::list(kind + "List", "v1", std::move(items), rv));
+    return api::reply(200, kube::list(kind + "List", "v1", std::move(items), rv));
   }
   // A new one (POST, or server-side apply of one that is not there), or a new version of one
   // (PUT, PATCH): `body` read as the object, its managers `managed`, written; 201 or 200.
@@ -131,7 +127,7 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
     if (!version.isOk()) {
       return failed(version.status());
     }
-    HttpResponse resp = answer(
+    HttpResponse resp = api::reply(
         create ? 201 : 200, kube::objectFromKv(kind, tenant, t.ns, sub->name, sub->data, *version));
     for (const std::string& w : sub->warnings) {
       resp.headers.emplace_back("Warning", "299 - \"" + w + "\"");
@@ -166,7 +162,7 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
   json object = kube::objectFromKv(kind, tenant, t.ns, t.name, read->data, read->version);
   if (t.verb == "get") {
     const std::string rv = std::to_string(read->version);
-    return answer(200, table ? kube::kvTable(kind, {object}, rv, include, now) : object);
+    return api::reply(200, table ? kube::kvTable(kind, {object}, rv, include, now) : object);
   }
   if (t.verb == "patch" || t.verb == "update") {
     const json about = read->data.value(std::string(kube::kKubeObjectKey), json::object());
@@ -192,7 +188,7 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
     if (core::Status st = kv.deleteKey(tenant, path); !st.isOk()) {
       return failed(st);
     }
-    return answer(
+    return api::reply(
         200,
         kube::status(200, "",
                      {{"name", t.name}, {"kind", t.resource}, {"uid", object["metadata"]["uid"]}}));
