@@ -255,7 +255,11 @@ class ControlPlane {
   // `jobs`: it watches Jobs, else pods.
   HttpResponse kubeWatch(Request& r, kube::PodFilter filter, bool table, bool jobs);
   std::string kubeEvent(const KubeWatch& w, const char* type, nlohmann::json object) const;
-  void kubeWatchDeliver(KubeWatch& w);
+  // The events one change makes on a watch: none, or lines of ADDED, MODIFIED, DELETED.
+  std::string kubeChangeEvents(const KubeWatch& w, const WorkloadChange& c) const;
+  // Events by (revision, watch key), shared by the watches of one notification.
+  using KubeEventCache = std::map<std::pair<int64_t, std::string>, std::string>;
+  void kubeWatchDeliver(KubeWatch& w, KubeEventCache* cache = nullptr);
   void kubeWatchNotify(const std::set<std::string>& tenants);
   void kubeWatchTimer();  // Deadlines and bookmarks, once a second.
   void stopKubeWatches();

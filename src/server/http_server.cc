@@ -809,6 +809,10 @@ void HttpServer::Impl::accept(size_t i) {
           return;  // Closed at shutdown (or a transient failure: the loop below re-arms).
         }
         if (!stopping) {
+          // Answers and a stream's chunks go out as written: with Nagle's algorithm, a small
+          // write after another waits for the client's (delayed) ACK, up to 40 ms a watch event.
+          beast::error_code ignored;
+          socket.set_option(tcp::no_delay(true), ignored);
           beast::tcp_stream stream(std::move(socket));
           if (tls[i] == nullptr) {
             auto s = std::make_shared<Session<beast::tcp_stream>>(*this, i, std::move(stream));

@@ -30,6 +30,9 @@ struct ControlPlane::KubeWatch {
   bool table = false;
   bool jobs = false;  // Jobs, else pods.
   bool bookmarks = false;
+  // What it selects and how it shows it: watches with the same key get the same events for a
+  // change, encoded once (KubeEventCache).
+  std::string key;
   std::shared_ptr<ResponseStream> stream;
   std::mutex mu;   // Held while its events are computed and written: one writer at a time.
   int64_t rv = 0;  // Every change up to here has been sent (or passed over).
@@ -78,7 +81,41 @@ std::string ControlPlane::kubeEvent(const KubeWatch& w, const char* type, json o
          "\n";
 }
 
-void ControlPlane::kubeWatchDeliver(KubeWatch& w) {
+std::string ControlPlane::kubeChangeEvents(const KubeWatch& w, const WorkloadChange& c) const {
+  // What it showed of the workload before the change and after, compared object by object (a
+  // Job's change may leave most of its pods as they were).
+  std::string out;
+  const std::string rv = std::to_string(c.revision);
+  const bool deleted = c.type == WorkloadChange::Type::kDeleted;
+  auto before =
+      watchedObjects(w.tenant, deleted ? c.record.get() : c.before.get(), w.jobs, w.filter);
+  auto after = watchedObjects(w.tenant, deleted ? nullptr : c.record.get(), w.jobs, w.filter);
+  for (auto& [name, object] : after) {
+    auto was = before.find(name);
+    if (was != before.end()) {
+      was->second["metadata"]["resourceVersion"] = rv;
+      object["metadata"]["resourceVersion"] = rv;
+      if (was->second == object) {
+        before.erase(was);
+        continue;  // Unchanged.
+      }
+    }
+    object["metadata"]["resourceVersion"] = rv;
+    const bool existed = was != before.end();
+    if (existed) {
+      before.erase(was);
+    }
+    out += kubeEvent(w, existed ? "MODIFIED" : "ADDED", std::move(object));
+  }
+  for (auto& [name, object] : before) {
+    // Gone, or no longer selected: as it was last, at this revision.
+    object["metadata"]["resourceVersion"] = rv;
+    out += kubeEvent(w, "DELETED", std::move(object));
+  }
+  return out;
+}
+
+void ControlPlane::kubeWatchDeliver(KubeWatch& w, KubeEventCache* cache) {
   std::lock_guard lock(w.mu);
   if (!w.stream->open()) {
     return;
@@ -95,35 +132,17 @@ void ControlPlane::kubeWatchDeliver(KubeWatch& w) {
   }
   std::string out;
   for (const WorkloadChange& c : *changes) {
-    // What it showed of the workload before the change and after, compared object by object
-    // (a Job's change may leave most of its pods as they were).
-    const std::string rv = std::to_string(c.revision);
-    const bool deleted = c.type == WorkloadChange::Type::kDeleted;
-    auto before =
-        watchedObjects(w.tenant, deleted ? c.record.get() : c.before.get(), w.jobs, w.filter);
-    auto after = watchedObjects(w.tenant, deleted ? nullptr : c.record.get(), w.jobs, w.filter);
-    for (auto& [name, object] : after) {
-      auto was = before.find(name);
-      if (was != before.end()) {
-        was->second["metadata"]["resourceVersion"] = rv;
-        object["metadata"]["resourceVersion"] = rv;
-        if (was->second == object) {
-          before.erase(was);
-          continue;  // Unchanged.
-        }
-      }
-      object["metadata"]["resourceVersion"] = rv;
-      const bool existed = was != before.end();
-      if (existed) {
-        before.erase(was);
-      }
-      out += kubeEvent(w, existed ? "MODIFIED" : "ADDED", std::move(object));
+    if (cache == nullptr) {
+      out += kubeChangeEvents(w, c);
+      continue;
     }
-    for (auto& [name, object] : before) {
-      // Gone, or no longer selected: as it was last, at this revision.
-      object["metadata"]["resourceVersion"] = rv;
-      out += kubeEvent(w, "DELETED", std::move(object));
+    // One notification's watches mostly share their filters (a thousand `get pods -w` of one
+    // namespace): each change is encoded once per kind of watch, not once per watch.
+    auto [it, fresh] = cache->try_emplace({c.revision, w.key});
+    if (fresh) {
+      it->second = kubeChangeEvents(w, c);
     }
+    out += it->second;
   }
   w.rv = std::max(w.rv, through);
   if (!out.empty()) {
@@ -139,6 +158,12 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
   w->table = table;
   w->jobs = jobs;
   w->bookmarks = kube::queryBool(kube::queryParam(r.scope.query, "allowWatchBookmarks"), false);
+  {
+    const std::string* ls = kube::queryParam(r.scope.query, "labelSelector");
+    const std::string* fs = kube::queryParam(r.scope.query, "fieldSelector");
+    w->key = tenant + '\0' + (jobs ? "jobs" : "pods") + (table ? ",table" : ",json") + '\0' +
+             w->filter.ns + '\0' + (ls == nullptr ? "" : *ls) + '\0' + (fs == nullptr ? "" : *fs);
+  }
   w->stream = std::make_shared<ResponseStream>();
   const auto start = std::chrono::steady_clock::now();
   int64_t timeout_s = 0;
@@ -233,8 +258,9 @@ void ControlPlane::kubeWatchNotify(const std::set<std::string>& tenants) {
       }
     }
   }
+  KubeEventCache cache;
   for (const auto& w : due) {
-    kubeWatchDeliver(*w);
+    kubeWatchDeliver(*w, &cache);
   }
 }
 
