@@ -178,6 +178,12 @@ core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
                                  std::to_string(spec.min_available) + " is outside 1.." +
                                  std::to_string(spec.tasks));
   }
+  if (spec.parallelism != 0 &&
+      (spec.parallelism < spec.min_available || spec.parallelism > spec.tasks)) {
+    return core::invalidArgument(fmt::format(
+        "workload '{}': parallelism {} is outside {}..{} (its minAvailable to its tasks)", n,
+        spec.parallelism, spec.min_available, spec.tasks));
+  }
   core::Status st = model::validateTaskRequest(spec.request);
   if (!st.isOk()) {
     return st.withContext("workload '" + n + "'");
@@ -187,7 +193,11 @@ core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
   info.spec = std::move(spec);
   info.submitted = clock_.now();
   info.seq = next_seq_++;
-  info.pending = info.spec.tasks;
+  if (info.spec.parallelism == 0) {
+    info.spec.parallelism = info.spec.tasks;
+  }
+  info.pending = info.spec.parallelism;
+  info.deferred = info.spec.tasks - info.pending;
   for (int i = 0; i < info.spec.tasks; ++i) {
     info.tasks.push_back(static_cast<TaskId>(tasks_.size()));
     TaskInfo t;
@@ -200,7 +210,7 @@ core::Result<WorkloadId> Scheduler::submit(WorkloadSpec spec) {
   workloads_.push_back(std::move(info));
   running_slot_.push_back(0);
   const Amounts one = pendingAmounts(w);
-  for (int i = 0; i < workloads_[w].spec.tasks; ++i) {
+  for (int i = 0; i < workloads_[w].pending; ++i) {
     tree_.addPending(workloads_[w].spec.queue, one, +1);
   }
   listInQueue(w);
@@ -309,7 +319,27 @@ void Scheduler::taskFinished(TaskId t) {
   if (++w.finished == w.spec.tasks) {
     ++finished_in_queue_[w.spec.queue];
   }
+  releaseDeferred(task.workload);
   fair_share_dirty_ = true;
+}
+
+void Scheduler::releaseDeferred(WorkloadId w) {
+  WorkloadInfo& info = workloads_[w];
+  if (info.deferred == 0 || info.cancelled) {
+    return;
+  }
+  const int room = info.spec.parallelism - info.running - info.terminating - info.pending;
+  const int n = std::min(room, info.deferred);
+  if (n <= 0) {
+    return;
+  }
+  info.deferred -= n;
+  info.pending += n;
+  const Amounts one = pendingAmounts(w);
+  for (int i = 0; i < n; ++i) {
+    tree_.addPending(info.spec.queue, one, +1);
+  }
+  refile(w);
 }
 
 void Scheduler::cancel(WorkloadId w, const std::function<bool(TaskId)>& stops_later) {
@@ -328,9 +358,13 @@ void Scheduler::cancel(WorkloadId w, const std::function<bool(TaskId)>& stops_la
       continue;
     }
     if (task.state == TaskState::kPending) {
-      tree_.addPending(info.spec.queue, pendingAmounts(w), -1);
       task.state = TaskState::kFinished;
-      --info.pending;
+      if (info.deferred > 0) {
+        --info.deferred;  // Which of its pending tasks are deferred does not matter: all end.
+      } else {
+        tree_.addPending(info.spec.queue, pendingAmounts(w), -1);
+        --info.pending;
+      }
       if (++info.finished == info.spec.tasks) {
         ++finished_in_queue_[info.spec.queue];
       }
@@ -396,13 +430,12 @@ void Scheduler::restart(WorkloadId w, const std::function<bool(TaskId)>& stops_l
         if (info.finished-- == info.spec.tasks) {
           --finished_in_queue_[info.spec.queue];
         }
-        tree_.addPending(info.spec.queue, pendingAmounts(w), +1);
         task.state = TaskState::kPending;
-        ++info.pending;
-        refile(w);
+        ++info.deferred;  // Placeable as its parallelism allows, below.
         break;
     }
   }
+  releaseDeferred(w);
   fair_share_dirty_ = true;
 }
 
@@ -571,6 +604,10 @@ core::Status Scheduler::restoreTask(TaskId t, const Placement& p, core::TimePoin
       return core::failedPrecondition(
           fmt::format("MIG slot {} of profile {} is not free", p.mig_start, p.mig_profile));
     }
+  }
+  if (w.pending == 0) {
+    return core::failedPrecondition(fmt::format(
+        "workload '{}' runs {} tasks already, its parallelism", w.spec.name, w.spec.parallelism));
   }
   const Assignment a = placer_->applyAt(req, p);
   PassResult ignored;  // Not a decision of a pass: nobody is told to start it.

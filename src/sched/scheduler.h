@@ -148,7 +148,10 @@ struct WorkloadInfo {
   WorkloadSpec spec;
   std::vector<TaskId> tasks;
   int running = 0;
-  int pending = 0;
+  int pending = 0;  // Placeable: within its parallelism.
+  // Pending beyond its parallelism: neither placed nor counted as its queue's demand until a
+  // running task finishes.
+  int deferred = 0;
   int terminating = 0;
   int finished = 0;
   core::TimePoint submitted{};
@@ -349,6 +352,8 @@ class Scheduler {
   void refile(WorkloadId w);
   // Releases a running or terminating task and makes it pending again (see releaseTask).
   void requeue(TaskId t, WorkloadId hold_for = kNoWorkload);
+  // Makes deferred tasks of `w` placeable while it is below its parallelism.
+  void releaseDeferred(WorkloadId w);
   // Adds (sign +1) or removes (-1) node `n`'s capacity from what the fair shares divide.
   void addCapacity(NodeIndex n, int sign);
   OrderKey orderOf(WorkloadId w) const;

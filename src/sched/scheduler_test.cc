@@ -364,6 +364,61 @@ TEST_F(SchedulerTest, GangIsAllOrNothing) {
       << s_->explain(w).message;
 }
 
+// A Job's parallelism below its completions: at most that many tasks run, in index order, the
+// next placed as one finishes; the held ones are not its queue's demand; cancel and restart
+// keep the count.
+TEST_F(SchedulerTest, ParallelismBoundsTheTasksPlacedAtOnce) {
+  build(2, 8, 8);
+  WorkloadSpec spec;
+  spec.name = "job";
+  spec.queue = *s_->queues().find("a");
+  spec.tasks = 5;
+  spec.parallelism = 2;
+  spec.request = testing::gpuTask(4000, 1);
+  spec.min_available = 3;
+  EXPECT_FALSE(s_->submit(spec).isOk());  // A gang larger than its parallelism never starts.
+  spec.min_available = 1;
+  spec.parallelism = 6;
+  EXPECT_FALSE(s_->submit(spec).isOk());
+  spec.parallelism = 2;
+  const WorkloadId w = *s_->submit(spec);
+  const QueueId a = *s_->queues().find("a");
+  EXPECT_EQ(s_->queues().queue(a).pending[kGpuDim], 2000);  // Not 5,000: three are deferred.
+  EXPECT_EQ(s_->workload(w).pending, 2);
+  EXPECT_EQ(s_->workload(w).deferred, 3);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 2U);  // 16 GPUs free; two may run.
+  EXPECT_EQ(s_->task(r.started[0].task).index, 0U);
+  EXPECT_EQ(s_->task(r.started[1].task).index, 1U);
+  EXPECT_TRUE(s_->schedule().started.empty());
+  s_->taskFinished(r.started[0].task);
+  EXPECT_EQ(s_->workload(w).deferred, 2);
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(s_->task(r.started[0].task).index, 2U);
+  EXPECT_EQ(running(w), 2);
+  // An evicted task is pending again within the bound, not one more.
+  ASSERT_TRUE(s_->evictTask(r.started[0].task));
+  s_->taskStopped(r.started[0].task);
+  EXPECT_EQ(s_->workload(w).pending, 1);
+  EXPECT_EQ(s_->workload(w).deferred, 2);
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(running(w), 2);
+  // A restart makes every task pending again, two of them placeable.
+  s_->restart(w);
+  EXPECT_EQ(running(w), 0);
+  EXPECT_EQ(s_->workload(w).pending, 2);
+  EXPECT_EQ(s_->workload(w).deferred, 3);
+  EXPECT_EQ(s_->queues().queue(a).pending[kGpuDim], 2000);
+  EXPECT_EQ(s_->schedule().started.size(), 2U);
+  s_->cancel(w);
+  EXPECT_EQ(s_->workload(w).finished, 5);
+  EXPECT_EQ(s_->workload(w).pending + s_->workload(w).deferred, 0);
+  EXPECT_EQ(s_->queues().queue(a).pending[kGpuDim], 0);
+  EXPECT_EQ(allocatedGpus("a"), 0);
+}
+
 TEST_F(SchedulerTest, GangStaysOnOneNodeWhenItFits) {
   build(4, 32, 0);
   submit("filler", "a", 1, 1, 1);  // Makes node choice non-trivial.

@@ -609,8 +609,10 @@ void SchedulerDriver::allocatePorts(sched::TaskId t) {
   const sched::TaskInfo& task = scheduler_->task(t);
   const SubmitCommand& c = specs_[task.workload];
   std::vector<std::string> names = c.ports;
-  if (c.spec.tasks > 1 && std::find(names.begin(), names.end(), "master") == names.end()) {
-    names.insert(names.begin(), "master");  // MASTER_PORT, for every workload of several tasks.
+  if (sched::runsTogether(c.spec) &&
+      std::find(names.begin(), names.end(), "master") == names.end()) {
+    // MASTER_PORT, for every workload of several tasks that run together.
+    names.insert(names.begin(), "master");
   }
   std::map<std::string, int>& mine = task_ports_[t];
   mine.clear();
@@ -709,7 +711,9 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t,
   // Rendezvous: each task's node address as it is placed now (a gang's are all placed in the
   // pass that starts it), this task's ports, and task 0's "master" port.
   const sched::WorkloadInfo& info = scheduler_->workload(task.workload);
-  nt.task_count = info.spec.tasks;
+  // Tasks that run a few at a time (parallelism below tasks) do not run together: no
+  // rendezvous, as a Kubernetes Job's pods have none.
+  nt.task_count = sched::runsTogether(info.spec) ? info.spec.tasks : 1;
   if (auto it = task_ports_.find(t); it != task_ports_.end()) {
     nt.ports = it->second;
   }

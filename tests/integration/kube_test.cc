@@ -495,7 +495,8 @@ spec:
 // Must show 1 (Jobs): an Indexed Job's pods run at once with their index and #29's rendezvous
 // variables; kubectl waits for it to complete, reads its logs through its selector, lists it
 // with kubectl's columns, and deletes it with its pods. A failing Job ends Failed, never
-// Complete; Tessera's own workload of several tasks is a Job to kubectl.
+// Complete; one with parallelism below its completions runs its pods that many at a time;
+// Tessera's own workload of several tasks is a Job to kubectl.
 TEST_F(KubeTest, AnIndexedJobRunsItsPodsAtOnceWithTheirIndexAndCompletes) {
   const std::string token = tenantToken("kube-j");
   const fs::path config = kubeconfig(token, "j.kubeconfig");
@@ -575,16 +576,36 @@ TEST_F(KubeTest, AnIndexedJobRunsItsPodsAtOnceWithTheirIndexAndCompletes) {
   EXPECT_TRUE(contains(kubectl(config, {"get", "job", "bad"}).out, "bad    Failed   0/1"))
       << kubectl(config, {"get", "job", "bad"});
 
-  // A Job Tessera cannot run as asked is refused, naming the field; nothing is created.
+  // A Job whose parallelism is below its completions runs that many pods at a time, the next
+  // index as one succeeds: each pod of a serial Job starts after the one before it finished.
   std::string serial = kIndexedJob;
   serial.replace(serial.find("name: ddp"), 9, "name: serial");
+  serial.replace(serial.find("completions: 2"), 14, "completions: 3");
   serial.replace(serial.find("parallelism: 2"), 14, "parallelism: 1");
-  Outcome refused = kubectl(config, {"create", "-f", manifest("serial.yaml", serial).string()});
-  EXPECT_EQ(refused.rc, 1) << refused;
-  EXPECT_TRUE(
-      contains(refused.err, "spec.parallelism: Forbidden: Tessera runs all of a Job's pods"))
-      << refused;
-  EXPECT_TRUE(contains(kubectl(config, {"get", "job", "serial"}).err, "(NotFound)"));
+  ASSERT_EQ(kubectl(config, {"create", "-f", manifest("serial.yaml", serial).string()}).rc, 0);
+  Outcome serial_pods = kubectl(config, {"get", "pods", "-l", "job-name=serial"});
+  EXPECT_EQ(std::count(serial_pods.out.begin(), serial_pods.out.end(), '\n'), 2)
+      << "one pod at a time: " << serial_pods;
+  Outcome serial_done =
+      kubectl(config, {"wait", "--for=condition=complete", "job/serial", "--timeout=90s"});
+  EXPECT_EQ(serial_done.rc, 0) << serial_done;
+  EXPECT_TRUE(contains(kubectl(config, {"get", "job", "serial"}).out, "serial   Complete   3/3"))
+      << kubectl(config, {"get", "job", "serial"});
+  const json ran = json::parse(
+      kubectl(config, {"get", "pods", "-l", "job-name=serial", "-o", "json"}).out, nullptr, false);
+  ASSERT_TRUE(ran.is_object() && ran["items"].size() == 3) << ran.dump();
+  std::map<std::string, std::pair<std::string, std::string>> spans;  // By index.
+  for (const json& pod : ran["items"]) {
+    const json& done = pod["status"]["containerStatuses"][0]["state"]["terminated"];
+    spans[pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]] = {
+        done["startedAt"], done["finishedAt"]};
+    EXPECT_TRUE(
+        contains(kubectl(config, {"logs", pod["metadata"]["name"]}).out, "rank= world= master="))
+        << "no rendezvous for pods that do not run together";
+  }
+  ASSERT_EQ(spans.size(), 3U);
+  EXPECT_LE(spans["0"].second, spans["1"].first);  // RFC 3339 UTC: text order is time order.
+  EXPECT_LE(spans["1"].second, spans["2"].first);
 
   // Tessera's own workload of several tasks is a Job, its tasks pods.
   Outcome run = tessera(token, {"run", "pair", "--tasks", "2", "--", "sleep", "30"});

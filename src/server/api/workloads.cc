@@ -232,7 +232,8 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
   cmd.name = record.name;
   TESSERA_RETURN_IF_ERROR(model::parseTaskRequest(node, catalogue_, {}, cmd.spec.request));
   cmd.spec.tasks = spec.value("tasks", 1);
-  cmd.spec.min_available = spec.value("minAvailable", cmd.spec.tasks);
+  cmd.spec.parallelism = spec.value("parallelism", cmd.spec.tasks);
+  cmd.spec.min_available = spec.value("minAvailable", cmd.spec.parallelism);
   cmd.spec.priority = spec.value("priority", 0);
   cmd.spec.preemptible = spec.value("preemptible", true);
   cmd.queue = spec.value("queue", "default");
@@ -501,11 +502,12 @@ HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
   // Admission: the body against the catalogue, the pool and the tenant's caps.
   const std::string source = "workload '" + name + "'";
   core::JsonNode n(body, "", source);
-  core::Status st = n.checkKeys(
-      {"tasks",           "minAvailable",   "priority", "preemptible", "maxRuntime",   "duration",
-       "checkpointEvery", "gracePeriod",    "command",  "env",         "identity",     "secrets",
-       "cpuMilli",        "memoryMiB",      "gpu",      "queue",       "nodeSelector", "image",
-       "shmMiB",          "readOnlyRootfs", "ports",    "restart",     "pullSecret",   "indexEnv"});
+  core::Status st =
+      n.checkKeys({"tasks",    "minAvailable",    "priority",    "preemptible", "maxRuntime",
+                   "duration", "checkpointEvery", "gracePeriod", "command",     "env",
+                   "identity", "secrets",         "cpuMilli",    "memoryMiB",   "gpu",
+                   "queue",    "nodeSelector",    "image",       "shmMiB",      "readOnlyRootfs",
+                   "ports",    "restart",         "pullSecret",  "indexEnv",    "parallelism"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
@@ -540,7 +542,9 @@ HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
     return n.has(f) ? n.child(f).integer(lo, hi) : core::Result<int64_t>(def);
   };
   auto tasks = field("tasks", 1, kMaxWorkloadTasks, 1);
-  auto min = tasks.isOk() ? field("minAvailable", 1, *tasks, *tasks) : tasks;
+  auto parallelism = tasks.isOk() ? field("parallelism", 1, *tasks, *tasks) : tasks;
+  auto min =
+      parallelism.isOk() ? field("minAvailable", 1, *parallelism, *parallelism) : parallelism;
   auto prio = field("priority", -1000000, 1000000, 0);
   auto duration = field("duration", 0, 365LL * 86400, 0);
   auto grace = field("gracePeriod", 0, 3600, 30);
@@ -556,6 +560,7 @@ HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
   cmd.spec.max_runtime = std::chrono::seconds(*max_runtime);
   cmd.spec.tasks = static_cast<int>(*tasks);
   cmd.spec.min_available = static_cast<int>(*min);
+  cmd.spec.parallelism = static_cast<int>(*parallelism);
   cmd.spec.priority = static_cast<int32_t>(*prio);
   if (n.has("preemptible")) {
     auto preemptible = n.child("preemptible").boolean();

@@ -35,9 +35,10 @@ core::Result<std::optional<int64_t>> integerField(const json& spec, const char* 
   return std::optional<int64_t>(v.get<int64_t>());
 }
 
-// The gang minimum KAI reads (kai.scheduler/batch-min-member), from the Job or its template.
+// The gang minimum KAI reads (kai.scheduler/batch-min-member), from the Job or its template: at
+// most the pods it runs at once.
 core::Result<int64_t> minMember(const json& job_annotations, const json& pod_annotations,
-                                int64_t completions) {
+                                int64_t parallelism) {
   static constexpr const char* kKey = "kai.scheduler/batch-min-member";
   for (const json* a : {&pod_annotations, &job_annotations}) {
     if (!a->is_object() || !a->contains(kKey)) {
@@ -55,10 +56,12 @@ core::Result<int64_t> minMember(const json& job_annotations, const json& pod_ann
     } catch (const std::exception&) {
       n = 0;
     }
-    if (n < 1 || n > completions) {
+    if (n < 1 || n > parallelism) {
       return invalid(std::string(a == &pod_annotations ? "spec.template." : "") +
                          "metadata.annotations[" + kKey + "]",
-                     fmt::format("Invalid value: expected a number of pods in 1..{}", completions));
+                     fmt::format("Invalid value: expected a number of pods in 1..{} (the Job's "
+                                 "parallelism)",
+                                 parallelism));
     }
     return n;
   }
@@ -148,15 +151,11 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
     completions = 1;
   }
   if (!parallelism) {
-    parallelism = *completions == 1 ? 1 : *completions;
+    parallelism = 1;  // Kubernetes' default: one pod at a time.
   }
-  if (*parallelism < *completions) {
-    return invalid("spec.parallelism",
-                   fmt::format("Forbidden: Tessera runs all of a Job's pods at once: parallelism "
-                               "({}) must be at least completions ({})",
-                               *parallelism, *completions));
-  }
-  parallelism = completions;  // More at once than there are completions is the same Job.
+  // More at once than there are completions is the same Job; fewer run that many at a time,
+  // the next index placed as one succeeds.
+  parallelism = std::min(*parallelism, *completions);
   // The pod template, read as a Pod.
   if (!spec.contains("template") || !spec["template"].is_object()) {
     return invalid("spec.template", "Required value");
@@ -207,9 +206,12 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
   out.warnings.insert(out.warnings.end(), warnings.begin(), warnings.end());
   TESSERA_ASSIGN_OR_RETURN(int64_t min_available,
                            minMember(metadata.value("annotations", json::object()),
-                                     tmeta.value("annotations", json::object()), *completions));
+                                     tmeta.value("annotations", json::object()), *parallelism));
   json& w = out.spec;
   w["tasks"] = *completions;
+  if (*parallelism < *completions) {
+    w["parallelism"] = *parallelism;
+  }
   w["minAvailable"] = min_available;
   // backoffLimit: the Job starts over whole, its default 6 times (docs/kubernetes.md).
   w["restart"] = {{"attempts", backoff.value_or(6)}, {"mode", "fail"}};
@@ -260,17 +262,20 @@ json jobObject(const std::string& tenant, const WorkloadRecord& r, const Workloa
   if (made_as_job) {
     spec = r.kube.value("spec", json::object());
   } else {
-    // Tessera's own workload of several tasks: an Indexed Job of them all at once.
-    spec = {{"parallelism", n},
-            {"completions", n},
-            {"completionMode", "Indexed"},
-            {"backoffLimit", r.spec.contains("restart") && r.spec["restart"].is_object()
-                                 ? r.spec["restart"].value("attempts", 0)
-                                 : 0},
-            {"suspend", false},
-            {"manualSelector", false},
-            {"podReplacementPolicy", "TerminatingOrFailed"},
-            {"template", {{"metadata", json::object()}, {"spec", podSpecOf(r)}}}};
+    // Tessera's own workload of several tasks: an Indexed Job.
+    spec = {
+        {"parallelism", r.spec.contains("parallelism") && r.spec["parallelism"].is_number_integer()
+                            ? r.spec["parallelism"].get<int>()
+                            : n},
+        {"completions", n},
+        {"completionMode", "Indexed"},
+        {"backoffLimit", r.spec.contains("restart") && r.spec["restart"].is_object()
+                             ? r.spec["restart"].value("attempts", 0)
+                             : 0},
+        {"suspend", false},
+        {"manualSelector", false},
+        {"podReplacementPolicy", "TerminatingOrFailed"},
+        {"template", {{"metadata", json::object()}, {"spec", podSpecOf(r)}}}};
   }
   spec["selector"] = {{"matchLabels", {{"batch.kubernetes.io/controller-uid", uid}}}};
   json& tmeta = spec["template"]["metadata"];

@@ -240,7 +240,7 @@ json indexedJob() {
   })");
 }
 
-TEST(KubeObjectsTest, AJobIsOneWorkloadOfItsCompletionsAllAtOnce) {
+TEST(KubeObjectsTest, AJobIsOneWorkloadOfItsCompletionsParallelismAtATime) {
   auto j = workloadFromJob(indexedJob(), "default", true);
   ASSERT_TRUE(j.isOk()) << j.status().message();
   EXPECT_EQ(j->name, "ddp");
@@ -266,17 +266,30 @@ TEST(KubeObjectsTest, AJobIsOneWorkloadOfItsCompletionsAllAtOnce) {
   EXPECT_FALSE(d->spec.contains("indexEnv"));
   EXPECT_EQ(d->kube["spec"]["completionMode"], "NonIndexed");
 
+  // Fewer at once than completions: Kubernetes' default parallelism is 1; more than the
+  // completions is the same Job.
+  plain["spec"]["completions"] = 5;
+  auto serial = workloadFromJob(plain, "default", true);
+  ASSERT_TRUE(serial.isOk()) << serial.status().message();
+  EXPECT_EQ(serial->spec["tasks"], 5);
+  EXPECT_EQ(serial->spec["parallelism"], 1);
+  EXPECT_EQ(serial->kube["spec"]["parallelism"], 1);
+  plain["spec"]["parallelism"] = 7;
+  auto wide = workloadFromJob(plain, "default", true);
+  ASSERT_TRUE(wide.isOk()) << wide.status().message();
+  EXPECT_FALSE(wide->spec.contains("parallelism"));  // All at once: the workload's default.
+  EXPECT_EQ(wide->kube["spec"]["parallelism"], 5);
+
   // Refusals name the Job's field.
   auto refused = [](json job) {
     auto r = workloadFromJob(job, "default", true);
     return r.isOk() ? std::string("accepted") : r.status().message();
   };
   json j2 = indexedJob();
-  j2["spec"]["parallelism"] = 1;
-  EXPECT_TRUE(
-      refused(j2).starts_with("spec.parallelism: Forbidden: Tessera runs all of a Job's "
-                              "pods at once"))
-      << refused(j2);
+  j2["spec"]["parallelism"] = 1;  // A gang of 2 cannot start one at a time.
+  EXPECT_EQ(refused(j2),
+            "metadata.annotations[kai.scheduler/batch-min-member]: Invalid value: expected a "
+            "number of pods in 1..1 (the Job's parallelism)");
   j2 = indexedJob();
   j2["spec"]["template"]["spec"]["restartPolicy"] = "Always";
   EXPECT_EQ(refused(j2),
@@ -405,6 +418,24 @@ TEST(KubeObjectsTest, AJobsTasksArePodsItsSelectorFindsAndItsStatusCountsThem) {
   EXPECT_EQ(podsOf("team-1", own, pending).size(), 3U);
   EXPECT_EQ(podsOf("team-1", own, pending)[2]["status"]["phase"], "Pending");
   EXPECT_EQ(jobObject("team-1", own, pending)["spec"]["completions"], 3);
+
+  // Two at a time of four: a pod for each task placed so far, and for the next it may run now.
+  own.spec["tasks"] = 4;
+  own.spec["parallelism"] = 2;
+  EXPECT_EQ(podsOf("team-1", own, pending).size(), 2U);  // No status yet: the first two.
+  WorkloadStatus serial;
+  serial.tasks.resize(4);
+  serial.tasks[0].state = "finished";
+  serial.tasks[0].starts = 1;
+  serial.tasks[0].exit_code = 0;
+  serial.tasks[1].state = "running";
+  serial.tasks[1].starts = 1;
+  const std::vector<json> shown = podsOf("team-1", own, serial);
+  ASSERT_EQ(shown.size(), 3U);
+  EXPECT_EQ(shown[2]["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"], "2");
+  EXPECT_EQ(shown[2]["status"]["phase"], "Pending");
+  EXPECT_EQ(jobObject("team-1", own, serial)["spec"]["parallelism"], 2);
+  EXPECT_EQ(jobObject("team-1", own, serial)["status"]["active"], 2);
 }
 
 // Protobuf wire encoding, for bodies as kubectl's typed clients send them.

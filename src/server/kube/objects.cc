@@ -772,8 +772,32 @@ std::vector<json> podsOf(const std::string& tenant, const WorkloadRecord& r,
     return pods;
   }
   const int n = taskCount(r);
+  // A Job that runs fewer pods at once than its completions has a pod for each task placed so
+  // far, and for as many of the others, in index order, as it may run now (the Job controller
+  // creates the next one as one succeeds).
+  const int parallelism =
+      r.spec.contains("parallelism") && r.spec["parallelism"].is_number_integer()
+          ? std::clamp(r.spec["parallelism"].get<int>(), 1, n)
+          : n;
+  auto unplaced = [&](int i) {
+    const auto at = static_cast<size_t>(i);
+    return at >= status.tasks.size() ||
+           (status.tasks[at].state == "pending" && status.tasks[at].starts == 0);
+  };
+  int room = parallelism;
+  if (parallelism < n) {
+    for (int i = 0; i < n; ++i) {
+      const auto at = static_cast<size_t>(i);
+      if (!unplaced(i) && status.tasks[at].state != "finished") {
+        --room;
+      }
+    }
+  }
   pods.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
+    if (parallelism < n && unplaced(i) && room-- <= 0) {
+      continue;
+    }
     pods.push_back(taskPodObject(tenant, r, status, i));
   }
   return pods;
