@@ -246,6 +246,56 @@ TEST_F(FairShareTreeTest, ARenamedQueueKeepsItsIdTotalsAndChildren) {
   EXPECT_EQ(t.find("a"), a);
 }
 
+// `add` extends the tree in place (a server adds a queue per tenant): the tree it makes, one
+// queue at a time, divides as the one `create` makes at once, totals kept; it refuses what
+// `create` refuses, changing nothing.
+TEST_F(FairShareTreeTest, QueuesAddedOneByOneDivideAsATreeCreatedAtOnce) {
+  const std::vector<QueueSpec> specs = {spec("org", "", 0),       spec("t1", "org", 20),
+                                        spec("t2", "org", 10, 3), spec("t1-a", "t1", 5),
+                                        spec("t1-b", "t1", 5, 2), spec("t2-x", "t2", 0)};
+  auto whole = QueueTree::create(space_, specs);
+  auto grown = QueueTree::create(space_, {specs[0]});
+  ASSERT_TRUE(whole.isOk() && grown.isOk());
+  for (size_t i = 1; i < specs.size(); ++i) {
+    auto id = grown->add(specs[i]);
+    ASSERT_TRUE(id.isOk()) << id.status().message();
+    EXPECT_EQ(*id, i);
+    if (specs[i].name == "t1-a") {
+      grown->addAllocated(*id, gpus(1), +1);  // Kept through the adds that follow.
+    }
+  }
+  whole->addAllocated(*whole->find("t1-a"), gpus(1), +1);
+  EXPECT_EQ(grown->add(spec("t1", "", 0)).status().message(), "queue 't1' is declared twice");
+  EXPECT_EQ(grown->add(spec("z", "nope", 0)).status().message(),
+            "queue 'z': parent 'nope' is not declared");
+  EXPECT_EQ(grown->add(spec("w", "org", 0, -1)).status().message(),
+            "queue 'w': overQuotaWeight is negative");
+  ASSERT_EQ(grown->size(), specs.size());
+  EXPECT_EQ(grown->queue(0).allocated[kGpuDim], 1000);  // org, through t1 from t1-a.
+  // Parents before children, as the fair share walks it.
+  std::vector<bool> seen(grown->size(), false);
+  for (QueueId q : grown->topDown()) {
+    const QueueId parent = grown->queue(q).parent;
+    EXPECT_TRUE(parent == kNoQueue || seen[parent]) << grown->queue(q).name;
+    seen[q] = true;
+  }
+  Amounts capacity = space_.zeros();
+  capacity[kGpuDim] = 64000;
+  for (QueueTree* t : {&whole.value(), &grown.value()}) {
+    for (const char* leaf : {"t1-a", "t1-b", "t2-x"}) {
+      t->addPending(*t->find(leaf), gpus(40), +1);
+    }
+    computeFairShare(*t, capacity);
+  }
+  for (const QueueSpec& s : specs) {
+    const Queue& a = whole->queue(*whole->find(s.name));
+    const Queue& b = grown->queue(*grown->find(s.name));
+    EXPECT_EQ(a.fair_share, b.fair_share) << s.name;
+    EXPECT_EQ(a.depth, b.depth) << s.name;
+    EXPECT_EQ(a.children, b.children) << s.name;
+  }
+}
+
 TEST_F(FairShareTreeTest, TreeValidation) {
   auto err = [&](std::vector<QueueSpec> specs) {
     auto t = QueueTree::create(space_, std::move(specs));

@@ -4,59 +4,74 @@
 
 namespace tessera::sched {
 
+namespace {
+
+// Checks one queue's spec (not its parent) and fills its defaults (a quota of nothing, no
+// limit); errors name the queue and the field. `index`: its place, for a nameless one.
+core::Status checkSpec(const ResourceSpace& space, QueueSpec& s, size_t index) {
+  if (s.name.empty()) {
+    return core::invalidArgument("queue " + std::to_string(index) + " has an empty name");
+  }
+  const size_t dims = space.size();
+  if (s.quota.empty()) {
+    s.quota = space.zeros();
+  }
+  if (s.limit.empty()) {
+    s.limit = space.unlimited();
+  }
+  if (s.quota.size() != dims || s.limit.size() != dims) {
+    return core::internalError("queue '" + s.name + "': amounts of the wrong dimension");
+  }
+  for (size_t d = 0; d < dims; ++d) {
+    const std::string field = space.name(d);
+    if (s.quota[d] < 0) {
+      return core::invalidArgument("queue '" + s.name + "': quota." + field + " is negative");
+    }
+    if (s.limit[d] < 0) {
+      return core::invalidArgument("queue '" + s.name + "': limit." + field + " is negative");
+    }
+    if (s.limit[d] < s.quota[d]) {
+      return core::invalidArgument("queue '" + s.name + "': limit." + field + " (" +
+                                   std::to_string(s.limit[d]) + ") is below quota." + field + " (" +
+                                   std::to_string(s.quota[d]) + ")");
+    }
+  }
+  if (s.over_quota_weight < 0) {
+    return core::invalidArgument("queue '" + s.name + "': overQuotaWeight is negative");
+  }
+  if (s.max_unsaved_gpu_s < -1) {
+    return core::invalidArgument("queue '" + s.name + "': maxUnsavedGpuTime is negative");
+  }
+  return core::Status::ok();
+}
+
+Queue queueOf(const ResourceSpace& space, const QueueSpec& s) {
+  Queue q;
+  q.name = s.name;
+  q.quota = s.quota;
+  q.limit = s.limit;
+  q.weight = s.over_quota_weight;
+  q.priority = s.priority;
+  q.max_unsaved_gpu_s = s.max_unsaved_gpu_s;
+  q.allocated = space.zeros();
+  q.pending = space.zeros();
+  q.fair_share = space.zeros();
+  q.deserved = space.zeros();
+  return q;
+}
+
+}  // namespace
+
 core::Result<QueueTree> QueueTree::create(ResourceSpace space, std::vector<QueueSpec> specs) {
   QueueTree t;
   t.space_ = std::move(space);
-  const size_t dims = t.space_.size();
   for (size_t i = 0; i < specs.size(); ++i) {
     QueueSpec& s = specs[i];
-    if (s.name.empty()) {
-      return core::invalidArgument("queue " + std::to_string(i) + " has an empty name");
-    }
-    if (!t.by_name_.emplace(s.name, static_cast<QueueId>(i)).second) {
+    if (!s.name.empty() && !t.by_name_.emplace(s.name, static_cast<QueueId>(i)).second) {
       return core::invalidArgument("queue '" + s.name + "' is declared twice");
     }
-    if (s.quota.empty()) {
-      s.quota = t.space_.zeros();
-    }
-    if (s.limit.empty()) {
-      s.limit = t.space_.unlimited();
-    }
-    if (s.quota.size() != dims || s.limit.size() != dims) {
-      return core::internalError("queue '" + s.name + "': amounts of the wrong dimension");
-    }
-    for (size_t d = 0; d < dims; ++d) {
-      const std::string field = t.space_.name(d);
-      if (s.quota[d] < 0) {
-        return core::invalidArgument("queue '" + s.name + "': quota." + field + " is negative");
-      }
-      if (s.limit[d] < 0) {
-        return core::invalidArgument("queue '" + s.name + "': limit." + field + " is negative");
-      }
-      if (s.limit[d] < s.quota[d]) {
-        return core::invalidArgument("queue '" + s.name + "': limit." + field + " (" +
-                                     std::to_string(s.limit[d]) + ") is below quota." + field +
-                                     " (" + std::to_string(s.quota[d]) + ")");
-      }
-    }
-    if (s.over_quota_weight < 0) {
-      return core::invalidArgument("queue '" + s.name + "': overQuotaWeight is negative");
-    }
-    if (s.max_unsaved_gpu_s < -1) {
-      return core::invalidArgument("queue '" + s.name + "': maxUnsavedGpuTime is negative");
-    }
-    Queue q;
-    q.name = s.name;
-    q.quota = s.quota;
-    q.limit = s.limit;
-    q.weight = s.over_quota_weight;
-    q.priority = s.priority;
-    q.max_unsaved_gpu_s = s.max_unsaved_gpu_s;
-    q.allocated = t.space_.zeros();
-    q.pending = t.space_.zeros();
-    q.fair_share = t.space_.zeros();
-    q.deserved = t.space_.zeros();
-    t.queues_.push_back(std::move(q));
+    TESSERA_RETURN_IF_ERROR(checkSpec(t.space_, s, i));
+    t.queues_.push_back(queueOf(t.space_, s));
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     const QueueSpec& s = specs[i];
@@ -128,10 +143,34 @@ core::Result<QueueId> QueueTree::add(QueueSpec spec) {
       }
     }
   }
-  std::vector<QueueSpec> all = specs();
-  all.push_back(std::move(spec));
-  TESSERA_RETURN_IF_ERROR(rebuild(std::move(all)));
-  return static_cast<QueueId>(queues_.size() - 1);
+  // In place, not rebuilt: a server adds a queue per tenant, and ten thousand tenants made
+  // that quadratic.
+  if (by_name_.contains(spec.name)) {
+    return core::invalidArgument("queue '" + spec.name + "' is declared twice");
+  }
+  TESSERA_RETURN_IF_ERROR(checkSpec(space_, spec, queues_.size()));
+  QueueId parent = kNoQueue;
+  if (!spec.parent.empty()) {
+    auto p = find(spec.parent);
+    if (!p) {
+      return core::invalidArgument("queue '" + spec.name + "': parent '" + spec.parent +
+                                   "' is not declared");
+    }
+    parent = *p;
+  }
+  const auto id = static_cast<QueueId>(queues_.size());
+  Queue q = queueOf(space_, spec);
+  q.parent = parent;
+  q.depth = parent == kNoQueue ? 0 : queues_[parent].depth + 1;
+  queues_.push_back(std::move(q));
+  by_name_.emplace(spec.name, id);
+  if (parent == kNoQueue) {
+    roots_.push_back(id);
+  } else {
+    queues_[parent].children.push_back(id);
+  }
+  top_down_.push_back(id);  // After its parent: parents still come first.
+  return id;
 }
 
 core::Status QueueTree::update(QueueId q, const Amounts& quota, const Amounts& limit,
