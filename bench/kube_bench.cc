@@ -7,7 +7,10 @@
 //   watch   --watches watches of the tenant's pods at once while one client changes a pod's
 //           label --rate times a second for --seconds: the delay from each change to its
 //           delivery on every watch (p50, p99, max), read from the label, which carries the
-//           time of the change.
+//           time of the change;
+//   tenants server memory with --tenants idle tenants (by default 10,000), in a server of its
+//           own: its resident size before and after creating them, each having answered one
+//           `kubectl get pods` (so that what a tenant's Kubernetes API keeps is counted).
 //
 //   build/bench/kube_bench                         # the defaults: 10,000 pods, 1,000 watches
 //   build/bench/kube_bench --pods 2000 --watches 100 --seconds 5
@@ -21,6 +24,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string_view>
 
@@ -37,6 +41,7 @@ struct Options {
   int watches = 1000;
   double rate = 100;
   double seconds = 10;
+  int tenants = 10000;
 };
 
 double since(SteadyClock::time_point t) {
@@ -55,6 +60,110 @@ double percentile(std::vector<double> v, double p) {
   }
   std::sort(v.begin(), v.end());
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+// The resident set of process `pid` in bytes (VmRSS), or -1.
+int64_t residentBytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.starts_with("VmRSS:")) {
+      return std::atoll(line.c_str() + 6) * 1024;  // "VmRSS:   123456 kB"
+    }
+  }
+  return -1;
+}
+
+// Creates `count` tenants in a server of their own, each answering one Kubernetes list; prints
+// the server's memory per tenant. False when it could not be measured.
+bool idleTenants(const std::string& tessera, int count, int clients, bool keep) {
+  std::string pattern = (fs::temp_directory_path() / "tessera-kube-tenants-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return false;
+  }
+  const fs::path dir = pattern;
+  std::string error;
+  auto server = DevServer::start(tessera, dir, "dgx-h100:4", /*simulated=*/true, &error);
+  const std::optional<DevInfo> dev =
+      server == nullptr ? std::nullopt : readDevJson(dir / "dev.json", &error);
+  if (!dev) {
+    std::cerr << "error: the server did not start: " << error << "\n";
+    return false;
+  }
+  // Warm: one tenant through the same path, so that the baseline holds what any first tenant
+  // brings (threads, caches), not what each one does.
+  // A request refused by the root's rate limit (429) is sent again after a while, as a client
+  // should.
+  auto call = [](Connection& conn, const Request& req) {
+    Reply r = conn.call(req);
+    for (int tries = 0; r.status == 429 && tries < 600; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      r = conn.call(req);
+    }
+    return r;
+  };
+  auto make = [&](Connection& conn, const std::string& name) {
+    const Reply made = call(conn, {"POST", "/v1/tenants/" + name, dev->root_token, "{}", ""});
+    if (made.status / 100 != 2) {
+      std::cerr << "  creating " << name << ": " << made.status << " " << made.body.substr(0, 300)
+                << made.error << "\n";
+      return false;
+    }
+    Request list{"GET", "/v1/tenants/" + name + "/k8s/api/v1/namespaces/default/pods",
+                 dev->root_token, "", ""};
+    list.accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    const Reply listed = call(conn, list);
+    if (listed.status != 200) {
+      std::cerr << "  listing " << name << "'s pods: " << listed.status << " "
+                << listed.body.substr(0, 300) << listed.error << "\n";
+      return false;
+    }
+    return true;
+  };
+  {
+    Connection warm(*dev);
+    if (!make(warm, "warm-up")) {
+      return false;
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const int64_t before = residentBytes(server->pid());
+  std::atomic<int> next{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  const auto start = SteadyClock::now();
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      Connection conn(*dev);
+      for (int i = next++; i < count && failed == 0; i = next++) {
+        if (!make(conn, fmt::format("idle-{:05}", i))) {
+          ++failed;
+        }
+        if (i > 0 && i % 2000 == 0) {
+          std::cout << fmt::format("  {} tenants, {:.0f} s\n", i, since(start));
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  const double took = since(start);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // Their first passes, status writes.
+  const int64_t after = residentBytes(server->pid());
+  server->stop();
+  if (!keep) {
+    fs::remove_all(dir);
+  }
+  if (failed > 0 || before < 0 || after < 0) {
+    return false;
+  }
+  std::cout << fmt::format(
+      "  {} tenants created in {:.1f} s ({:.0f}/s)\n  server resident: {:.1f} MiB before, "
+      "{:.1f} MiB after: {:.1f} KiB per idle tenant\n",
+      count, took, count / took, static_cast<double>(before) / 1048576,
+      static_cast<double>(after) / 1048576, static_cast<double>(after - before) / 1024 / count);
+  return true;
 }
 
 // Creates `count` objects named <prefix>-<i> with `clients` connections; returns objects/s, or
@@ -151,7 +260,9 @@ struct Watch {
 int main(int argc, char** argv) {
   Options o;
   bool keep = false;
-  CLI::App app{"The Kubernetes API under load: creates, a 10,000-pod Table, 1,000 watches"};
+  CLI::App app{
+      "The Kubernetes API under load: creates, a 10,000-pod Table, 1,000 watches, 10,000 idle "
+      "tenants"};
   app.add_option("--tessera", o.tessera, "The tessera binary to start as `tessera dev`")
       ->capture_default_str();
   app.add_option("--pods", o.pods, "Pods in the tenant, half created through each API")
@@ -160,6 +271,8 @@ int main(int argc, char** argv) {
   app.add_option("--watches", o.watches, "Concurrent watches")->capture_default_str();
   app.add_option("--rate", o.rate, "Changes per second while they watch")->capture_default_str();
   app.add_option("--seconds", o.seconds, "How long they watch")->capture_default_str();
+  app.add_option("--tenants", o.tenants, "Idle tenants, in a server of their own (0: none)")
+      ->capture_default_str();
   app.add_flag("--keep", keep, "Keep this run's temporary directory");
   try {
     app.parse(argc, argv);
@@ -331,6 +444,13 @@ int main(int argc, char** argv) {
   server->stop();
   if (!keep) {
     fs::remove_all(dir);
+  }
+
+  if (o.tenants > 0) {
+    std::cout << fmt::format("== tenants: server memory with {} idle tenants\n", o.tenants);
+    if (!idleTenants(o.tessera, o.tenants, o.clients, keep)) {
+      status = 3;
+    }
   }
   return status;
 }
