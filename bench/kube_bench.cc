@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string_view>
 
 #include "dev_harness.h"
@@ -72,6 +73,25 @@ int64_t residentBytes(pid_t pid) {
     }
   }
   return -1;
+}
+
+// CPU seconds process `pid` has used (user and system), or -1.
+double cpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');  // The name may hold spaces.
+  if (paren == std::string::npos) {
+    return -1;
+  }
+  std::istringstream fields(text.substr(paren + 2));
+  std::string f;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14 || i == 15) {  // utime, stime.
+      ticks += std::stod(f);
+    }
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 // Creates `count` tenants in a server of their own, each answering one Kubernetes list; prints
@@ -408,6 +428,7 @@ int main(int argc, char** argv) {
   std::thread reader([&] { io.run(); });
   std::cout << fmt::format("  {} watches started in {:.1f} s\n", watches.size(), since(setup));
   const int changes = static_cast<int>(o.rate * o.seconds);
+  const double cpu_before = cpuSeconds(server->pid());
   const auto start = SteadyClock::now();
   for (int i = 0; i < changes; ++i) {
     std::this_thread::sleep_until(
@@ -429,15 +450,19 @@ int main(int argc, char** argv) {
     }
   });
   reader.join();
+  const double server_cpu = cpuSeconds(server->pid()) - cpu_before;
   std::vector<double> delays;
   for (const auto& w : watches) {
     delays.insert(delays.end(), w->delays.begin(), w->delays.end());
   }
   std::cout << fmt::format(
       "  {} changes in {:.1f} s ({:.0f}/s); {} deliveries of {} expected; errors {}\n"
-      "  delay from change to delivery: p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms\n",
+      "  delay from change to delivery: p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms\n"
+      "  server CPU {:.1f} s over {:.1f} s: {:.1f} us per delivery\n",
       changes, took, changes / took, delays.size(), static_cast<size_t>(changes) * o.watches,
-      errors.load(), percentile(delays, 0.5), percentile(delays, 0.99), percentile(delays, 1.0));
+      errors.load(), percentile(delays, 0.5), percentile(delays, 0.99), percentile(delays, 1.0),
+      server_cpu, took + 2,
+      delays.empty() ? 0.0 : server_cpu * 1e6 / static_cast<double>(delays.size()));
   if (errors > 0) {
     status = 3;
   }
