@@ -730,6 +730,11 @@ TEST_F(KubeTest, NodesAndEventsSayWhereWorkRunsAndWhyItWaits) {
                        "NAME         STATUS   ROLES    AGE         VERSION\n"
                        "dgx-h100-0   Ready    worker   <unknown>   v1.32.0-tessera\n"))
       << nodes;
+  Outcome wide_nodes = kubectl(config, {"get", "nodes", "-o", "wide"});
+  EXPECT_TRUE(contains(wide_nodes.out, "INTERNAL-IP")) << wide_nodes;
+  EXPECT_TRUE(contains(wide_nodes.out, "CONTAINER-RUNTIME")) << wide_nodes;
+  EXPECT_TRUE(contains(kubectl(config, {"get", "nodes", "-o", "yaml"}).out,
+                       "nvidia.com/gpu: \"6\""));
   const json node =
       json::parse(kubectl(config, {"get", "node", "dgx-h100-0", "-o", "json"}).out, nullptr, false);
   ASSERT_TRUE(node.is_object());
@@ -775,6 +780,12 @@ TEST_F(KubeTest, NodesAndEventsSayWhereWorkRunsAndWhyItWaits) {
                        "default/holder to dgx-h100-0"))
       << events;
   EXPECT_TRUE(contains(events.out, "FailedScheduling   pod/waiter")) << events;
+  Outcome wide_events = kubectl(config, {"get", "events", "-o", "wide"});
+  EXPECT_TRUE(contains(wide_events.out, "SUBOBJECT")) << wide_events;
+  EXPECT_TRUE(contains(wide_events.out, "tessera-scheduler")) << wide_events;  // SOURCE.
+  Outcome yaml_events = kubectl(config, {"get", "events", "-o", "yaml"});
+  EXPECT_TRUE(contains(yaml_events.out, "reason: FailedScheduling")) << yaml_events;
+  EXPECT_TRUE(contains(yaml_events.out, "kind: Event")) << yaml_events;
   const json selected = json::parse(kubectl(config, {"get", "events", "--field-selector",
                                                      "involvedObject.name=waiter", "-o", "json"})
                                         .out,
