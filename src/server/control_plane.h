@@ -110,6 +110,9 @@ struct ControlPlaneOptions {
   std::chrono::milliseconds status_write_deadline{0};
 };
 
+// What a Kubernetes watch streams (server/kube/kube_watch.cc).
+enum class KubeWatchKind { kPods, kJobs, kEvents };
+
 class ControlPlane {
  public:
   static core::Result<std::unique_ptr<ControlPlane>> open(
@@ -252,8 +255,7 @@ class ControlPlane {
   // after the list revision or the resourceVersion it names; ended at its timeoutSeconds, when
   // the client goes, or when the server stops.
   struct KubeWatch;
-  // `jobs`: it watches Jobs, else pods.
-  HttpResponse kubeWatch(Request& r, kube::PodFilter filter, bool table, bool jobs);
+  HttpResponse kubeWatch(Request& r, kube::PodFilter filter, bool table, KubeWatchKind kind);
   std::string kubeEvent(const KubeWatch& w, const char* type, nlohmann::json object) const;
   // The events one change makes on a watch: none, or lines of ADDED, MODIFIED, DELETED.
   std::string kubeChangeEvents(const KubeWatch& w, const WorkloadChange& c) const;

@@ -419,8 +419,12 @@ TEST_F(KubeTest, WatchesSeeEachChangeAndDeleteWaitsForARunningPodToGo) {
   const std::string token = tenantToken("kube-w");
   const fs::path config = kubeconfig(token, "w.kubeconfig");
   Outcome watched;
+  Outcome watched_events;
   std::thread watcher([&] {
     watched = kubectl(config, {"get", "pods", "-w"}, std::chrono::seconds(9));
+  });
+  std::thread event_watcher([&] {
+    watched_events = kubectl(config, {"get", "events", "-w"}, std::chrono::seconds(9));
   });
   std::this_thread::sleep_for(std::chrono::seconds(1));
   std::string pod = kPod;
@@ -431,6 +435,19 @@ TEST_F(KubeTest, WatchesSeeEachChangeAndDeleteWaitsForARunningPodToGo) {
   EXPECT_EQ(waited.rc, 0) << waited;
   EXPECT_EQ(waited.out, "pod/trainer condition met\n") << waited;
   watcher.join();
+  event_watcher.join();
+  // Events are watched as pods are, each once however often its pod changes afterwards.
+  const auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(count(watched_events.out, "Scheduled   pod/trainer   Successfully assigned"), 1U)
+      << watched_events;
+  EXPECT_EQ(count(watched_events.out, "Started     pod/trainer   Started container main"), 1U)
+      << watched_events;
   // One line per change, in order, each a row of kubectl's table.
   const size_t running = watched.out.find("trainer   1/1     Running");
   const size_t completed = watched.out.find("trainer   0/1     Completed");
@@ -733,8 +750,8 @@ TEST_F(KubeTest, NodesAndEventsSayWhereWorkRunsAndWhyItWaits) {
   Outcome wide_nodes = kubectl(config, {"get", "nodes", "-o", "wide"});
   EXPECT_TRUE(contains(wide_nodes.out, "INTERNAL-IP")) << wide_nodes;
   EXPECT_TRUE(contains(wide_nodes.out, "CONTAINER-RUNTIME")) << wide_nodes;
-  EXPECT_TRUE(contains(kubectl(config, {"get", "nodes", "-o", "yaml"}).out,
-                       "nvidia.com/gpu: \"6\""));
+  EXPECT_TRUE(
+      contains(kubectl(config, {"get", "nodes", "-o", "yaml"}).out, "nvidia.com/gpu: \"6\""));
   const json node =
       json::parse(kubectl(config, {"get", "node", "dgx-h100-0", "-o", "json"}).out, nullptr, false);
   ASSERT_TRUE(node.is_object());

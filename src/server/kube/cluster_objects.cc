@@ -13,8 +13,11 @@ using nlohmann::json;
 namespace {
 
 struct Involved {
-  json object;  // involvedObject.
+  // involvedObject: without the object's resourceVersion (optional in Kubernetes), so that an
+  // event reads the same while its object changes and a watch sees it once.
+  json object;
   std::string ns;
+  std::string rv;  // The object's, as the event's own.
 };
 
 Involved involvedPod(const json& pod) {
@@ -24,9 +27,9 @@ Involved involvedPod(const json& pod) {
            {"name", m["name"]},
            {"uid", m["uid"]},
            {"apiVersion", "v1"},
-           {"resourceVersion", m["resourceVersion"]},
            {"fieldPath", "spec.containers{main}"}},
-          m["namespace"]};
+          m["namespace"],
+          m.value("resourceVersion", "")};
 }
 
 Involved involvedJob(const std::string& tenant, const WorkloadRecord& r) {
@@ -34,15 +37,18 @@ Involved involvedJob(const std::string& tenant, const WorkloadRecord& r) {
            {"namespace", namespaceOf(r)},
            {"name", r.name},
            {"uid", uidOf(tenant, r)},
-           {"apiVersion", "batch/v1"},
-           {"resourceVersion", std::to_string(r.mod_revision)}},
-          namespaceOf(r)};
+           {"apiVersion", "batch/v1"}},
+          namespaceOf(r),
+          std::to_string(r.mod_revision)};
 }
 
+// `part`: what tells apart the events one workload event makes of one object (the pod a
+// Job's SuccessfulCreate is about).
 json event(const Involved& about, size_t seq, const std::string& time, bool warning,
-           const std::string& reason, const std::string& message) {
+           const std::string& reason, const std::string& message, const std::string& part = "") {
   const std::string uid = about.object.value("uid", "");
-  const std::string key = uid + "#" + std::to_string(seq) + "#" + reason;
+  const std::string key =
+      uid + "#" + std::to_string(seq) + "#" + reason + (part.empty() ? "" : "#" + part);
   const std::string name =
       about.object.value("name", "") + "." + audit::sha256Hex(key).substr(0, 16);
   return {{"apiVersion", "v1"},
@@ -51,7 +57,7 @@ json event(const Involved& about, size_t seq, const std::string& time, bool warn
            {{"name", name},
             {"namespace", about.ns},
             {"uid", uuidOf("event/" + key)},
-            {"resourceVersion", about.object.value("resourceVersion", "")},
+            {"resourceVersion", about.rv},
             {"creationTimestamp", time}}},
           {"involvedObject", about.object},
           {"reason", reason},
@@ -92,8 +98,9 @@ std::vector<json> eventsOf(const std::string& tenant, const WorkloadRecord& r,
     if (what == "submitted") {
       if (job) {  // The Job controller's: one per pod it creates.
         for (const json& pod : pods) {
-          out.push_back(event(whole, seq, e.time, false, "SuccessfulCreate",
-                              "Created pod: " + pod["metadata"].value("name", "")));
+          const std::string name = pod["metadata"].value("name", "");
+          out.push_back(
+              event(whole, seq, e.time, false, "SuccessfulCreate", "Created pod: " + name, name));
         }
       }
     } else if (what == "running") {

@@ -138,7 +138,8 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
       return kube::statusResponse(400, filter.status().message());
     }
     if (t.verb == "watch") {
-      return kubeWatch(r, std::move(filter).value(), table, jobs);
+      return kubeWatch(r, std::move(filter).value(), table,
+                       jobs ? KubeWatchKind::kJobs : KubeWatchKind::kPods);
     }
     auto [records, at] = registry_.snapshot(tenant);
     std::vector<json> items;

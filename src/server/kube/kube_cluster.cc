@@ -1,5 +1,6 @@
 // Events and Nodes through the Kubernetes API (docs/kubernetes.md, "Events", "Nodes"): read-only
-// views, events of the tenant's workloads from the one registry, and the nodes it may use.
+// views, events of the tenant's workloads from the one registry (watched as pods are), and the
+// nodes it may use.
 #include "server/api_util.h"
 #include "server/control_plane.h"
 #include "server/kube/objects.h"
@@ -13,7 +14,7 @@ HttpResponse ControlPlane::kubeClusterObjects(Request& r, const kube::KubeTarget
   const core::WallTime now = clock_.wallNow();
   const auto include = kube::includeObject(kube::queryParam(r.scope.query, "includeObject"));
   const bool events = t.resource == "events";
-  if (t.verb != "get" && t.verb != "list") {
+  if (t.verb != "get" && t.verb != "list" && !(events && t.verb == "watch")) {
     return kube::statusResponse(
         405, "the server does not allow this method on the requested resource (" + t.resource +
                  " are read-only" + (t.verb == "watch" ? ", and not watched yet)" : ")"));
@@ -25,6 +26,10 @@ HttpResponse ControlPlane::kubeClusterObjects(Request& r, const kube::KubeTarget
                              events ? kube::eventFields() : kube::podFields());
   if (!filter.isOk()) {
     return kube::statusResponse(400, filter.status().message());
+  }
+  if (t.verb == "watch") {
+    // Events come from the workloads' changes, as pods do: the same stream.
+    return kubeWatch(r, std::move(filter).value(), table, KubeWatchKind::kEvents);
   }
   std::vector<json> items;
   std::string rv = std::to_string(registry_.revision());

@@ -28,7 +28,7 @@ struct ControlPlane::KubeWatch {
   std::string tenant;
   kube::PodFilter filter;
   bool table = false;
-  bool jobs = false;  // Jobs, else pods.
+  KubeWatchKind kind = KubeWatchKind::kPods;
   bool bookmarks = false;
   // What it selects and how it shows it: watches with the same key get the same events for a
   // change, encoded once (KubeEventCache).
@@ -42,14 +42,14 @@ struct ControlPlane::KubeWatch {
 
 namespace {
 
-// The objects a watch sees of a workload, by name: its Job, or its pods, that match.
+// The objects a watch sees of a workload, by name: its Job, its pods or its events, that match.
 std::map<std::string, json> watchedObjects(const std::string& tenant, const WorkloadRecord* r,
-                                           bool jobs, const kube::PodFilter& filter) {
+                                           KubeWatchKind kind, const kube::PodFilter& filter) {
   std::map<std::string, json> out;
   if (r == nullptr) {
     return out;
   }
-  if (jobs) {
+  if (kind == KubeWatchKind::kJobs) {
     if (kube::isJob(*r)) {
       json job = kube::jobObject(tenant, *r, r->status);
       if (filter.matches(job)) {
@@ -58,10 +58,11 @@ std::map<std::string, json> watchedObjects(const std::string& tenant, const Work
     }
     return out;
   }
-  for (json& pod : kube::podsOf(tenant, *r, r->status)) {
-    if (filter.matches(pod)) {
-      std::string name = pod["metadata"]["name"];
-      out.emplace(std::move(name), std::move(pod));
+  for (json& object : kind == KubeWatchKind::kEvents ? kube::eventsOf(tenant, *r, r->status)
+                                                     : kube::podsOf(tenant, *r, r->status)) {
+    if (filter.matches(object)) {
+      std::string name = object["metadata"]["name"];
+      out.emplace(std::move(name), std::move(object));
     }
   }
   return out;
@@ -72,9 +73,11 @@ std::map<std::string, json> watchedObjects(const std::string& tenant, const Work
 std::string ControlPlane::kubeEvent(const KubeWatch& w, const char* type, json object) const {
   if (w.table) {
     const std::string rv = object["metadata"].value("resourceVersion", "");
-    object = w.jobs
-                 ? kube::jobTable({object}, rv, kube::IncludeObject::kMetadata, clock_.wallNow())
-                 : kube::podTable({object}, rv, kube::IncludeObject::kMetadata, clock_.wallNow());
+    const auto include = kube::IncludeObject::kMetadata;
+    const core::WallTime now = clock_.wallNow();
+    object = w.kind == KubeWatchKind::kJobs     ? kube::jobTable({object}, rv, include, now)
+             : w.kind == KubeWatchKind::kEvents ? kube::eventTable({object}, rv, include, now)
+                                                : kube::podTable({object}, rv, include, now);
   }
   return json{{"type", type}, {"object", std::move(object)}}.dump(-1, ' ', false,
                                                                   json::error_handler_t::replace) +
@@ -88,8 +91,8 @@ std::string ControlPlane::kubeChangeEvents(const KubeWatch& w, const WorkloadCha
   const std::string rv = std::to_string(c.revision);
   const bool deleted = c.type == WorkloadChange::Type::kDeleted;
   auto before =
-      watchedObjects(w.tenant, deleted ? c.record.get() : c.before.get(), w.jobs, w.filter);
-  auto after = watchedObjects(w.tenant, deleted ? nullptr : c.record.get(), w.jobs, w.filter);
+      watchedObjects(w.tenant, deleted ? c.record.get() : c.before.get(), w.kind, w.filter);
+  auto after = watchedObjects(w.tenant, deleted ? nullptr : c.record.get(), w.kind, w.filter);
   for (auto& [name, object] : after) {
     auto was = before.find(name);
     if (was != before.end()) {
@@ -150,18 +153,20 @@ void ControlPlane::kubeWatchDeliver(KubeWatch& w, KubeEventCache* cache) {
   }
 }
 
-HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool table, bool jobs) {
+HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool table,
+                                     KubeWatchKind kind) {
   const std::string tenant = *r.scope.tenant;
   auto w = std::make_shared<KubeWatch>();
   w->tenant = tenant;
   w->filter = std::move(filter);
   w->table = table;
-  w->jobs = jobs;
+  w->kind = kind;
   w->bookmarks = kube::queryBool(kube::queryParam(r.scope.query, "allowWatchBookmarks"), false);
   {
     const std::string* ls = kube::queryParam(r.scope.query, "labelSelector");
     const std::string* fs = kube::queryParam(r.scope.query, "fieldSelector");
-    w->key = tenant + '\0' + (jobs ? "jobs" : "pods") + (table ? ",table" : ",json") + '\0' +
+    static constexpr const char* kKinds[] = {"pods", "jobs", "events"};
+    w->key = tenant + '\0' + kKinds[static_cast<int>(kind)] + (table ? ",table" : ",json") + '\0' +
              w->filter.ns + '\0' + (ls == nullptr ? "" : *ls) + '\0' + (fs == nullptr ? "" : *fs);
   }
   w->stream = std::make_shared<ResponseStream>();
@@ -188,7 +193,7 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
     // Every object it selects now, as ADDED, then what comes after.
     auto [records, at] = registry_.snapshot(tenant);
     for (const WorkloadPtr& rec : records) {
-      for (auto& [name, object] : watchedObjects(tenant, rec.get(), jobs, w->filter)) {
+      for (auto& [name, object] : watchedObjects(tenant, rec.get(), kind, w->filter)) {
         initial += kubeEvent(*w, "ADDED", std::move(object));
       }
     }
@@ -285,8 +290,11 @@ void ControlPlane::kubeWatchTimer() {
       if (w->bookmarks && now >= w->next_bookmark) {
         std::lock_guard wl(w->mu);
         w->next_bookmark = now + kBookmarkEvery;
-        const json mark = {{"kind", w->jobs ? "Job" : "Pod"},
-                           {"apiVersion", w->jobs ? "batch/v1" : "v1"},
+        const bool job = w->kind == KubeWatchKind::kJobs;
+        const json mark = {{"kind", job                                 ? "Job"
+                                    : w->kind == KubeWatchKind::kEvents ? "Event"
+                                                                        : "Pod"},
+                           {"apiVersion", job ? "batch/v1" : "v1"},
                            {"metadata", {{"resourceVersion", std::to_string(w->rv)}}}};
         (void)w->stream->write(json{{"type", "BOOKMARK"}, {"object", mark}}.dump() + "\n");
       }
