@@ -59,11 +59,14 @@ core::Result<std::unique_ptr<ControlPlane>> ControlPlane::open(
   TESSERA_RETURN_IF_ERROR(cp->load());
   // From here on the scheduler is fed by the store: every workload written after what load()
   // read reaches it through this watch, in revision order.
-  ControlPlane* self = cp.get();
-  TESSERA_ASSIGN_OR_RETURN(
-      cp->watch_, store.watch("/tenants/", store::prefixEnd("/tenants/"), cp->loaded_revision_ + 1,
-                              [self](const store::WatchResponse& w) { self->onStoreEvents(w); }));
-  cp->watching_ = true;
+  TESSERA_ASSIGN_OR_RETURN(const store::WatchId feed,
+                           store.watch("/tenants/", store::prefixEnd("/tenants/"),
+                                       cp->loaded_revision_ + 1, cp->feedCallback()));
+  {
+    std::lock_guard lock(cp->feed_mu_);
+    cp->watch_ = feed;
+    cp->watching_ = true;
+  }
   return cp;
 }
 
@@ -106,8 +109,23 @@ void ControlPlane::dropDurableAuditNotes() {
 }
 
 ControlPlane::~ControlPlane() {
-  if (watching_) {
-    store_.cancelWatch(watch_);
+  {
+    std::lock_guard lock(feed_mu_);
+    feed_stop_ = true;
+  }
+  feed_cv_.notify_all();
+  if (feed_thread_.joinable()) {
+    feed_thread_.join();
+  }
+  store::WatchId feed{};
+  bool watching = false;
+  {
+    std::lock_guard lock(feed_mu_);
+    feed = watch_;
+    watching = std::exchange(watching_, false);
+  }
+  if (watching) {
+    store_.cancelWatch(feed);  // Not under feed_mu_: it waits for a running callback.
   }
   stopWatches();
   driver_.setNodeListener(nullptr);

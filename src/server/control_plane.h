@@ -204,6 +204,9 @@ class ControlPlane {
 
   // The scheduler's feed: new workloads and cancel requests as the store's watch reports them.
   void onStoreEvents(const store::WatchResponse& w);
+  void keepFeeding();         // The feed thread: resumes the watch each time it ends.
+  core::Status resumeFeed();  // Reads /tenants/, catches the registry up, watches again.
+  store::WatchCallback feedCallback();
   core::Result<SubmitCommand> commandFromRecord(const std::string& tenant,
                                                 const WorkloadRecord& record) const;
   // A new stored workload to the scheduler (refused: the driver marks it failed).
@@ -514,8 +517,16 @@ class ControlPlane {
   // write (and the next status write starts from it); logs if the watch lags past a bound.
   void waitForOwnWrite(int64_t revision) const;
   const std::vector<std::string> audit_sinks_;  // The auditor's sinks' names, in its order.
+  // The store's watch on /tenants/ that feeds the registry. When the store ends it (an etcd
+  // backend whose history was compacted while the server was cut off), a thread reads the
+  // workloads again, catches the registry up and watches on from there (keepFeeding).
+  std::mutex feed_mu_;  // Guards watch_, watching_ and the three below.
   store::WatchId watch_{};
   bool watching_ = false;
+  bool feed_ended_ = false;
+  bool feed_stop_ = false;
+  std::condition_variable feed_cv_;
+  std::thread feed_thread_;
   NodeMailbox mailbox_;       // Log requests for agents.
   std::mutex node_admin_mu_;  // Joins, credentials and operators' node changes take turns.
   std::chrono::steady_clock::time_point join_tokens_swept_{};

@@ -725,6 +725,46 @@ TEST_F(ControlPlaneStatusWriteTest, EachFailureInARowDoublesTheStatusWritesDeadl
   EXPECT_EQ(json::parse((*stored)->value)["status"].value("phase", ""), "running");
 }
 
+// The store may end the watch that feeds the workload registry (an etcd backend whose history
+// was compacted while the server was cut off from it). The server reads the workloads again,
+// catches the registry and the scheduler up with what it missed and watches on: a workload
+// written meanwhile is listed, scheduled and cancellable, and one deleted meanwhile is gone.
+TEST_F(ControlPlaneTest, AStoreWatchThatEndsIsResumedAndWhatItMissedIsCaughtUp) {
+  ASSERT_EQ(call("POST", "workloads/before", json{{"duration", 600}}).status, 202U);
+  ASSERT_EQ(call("POST", "workloads/gone", json{{"duration", 600}}).status, 202U);
+  // Reading is down first, so the server cannot catch up at once: the writes below are made
+  // while nothing feeds the registry.
+  held_store_->failRangesFrom("/tenants/");
+  ASSERT_GE(held_store_->endWatches(core::outOfRange("history compacted")), 1U);
+  auto submitted = send("POST", "workloads/after", json{{"duration", 600}});
+  ASSERT_TRUE(store_->deleteRange("/tenants/demo/workloads/gone", "").isOk());
+  std::this_thread::sleep_for(300ms);  // A few tries of the feed, each refused.
+  EXPECT_EQ(submitted.wait_for(0ms), std::future_status::timeout)
+      << "the handler waits for the registry to bring its own write";
+  held_store_->failRangesFrom("");
+  EXPECT_EQ(answer(std::move(submitted), "POST workloads/after").status, 202U);
+  EXPECT_EQ(call("GET", "workloads/after").status, 200U);
+  EXPECT_EQ(call("GET", "workloads/gone").status, 404U);
+  // The scheduler has it, and the resumed watch carries what comes next: a cancel.
+  std::optional<WorkloadStatus> after;
+  for (int i = 0; i < 500 && !(after && after->phase == WorkloadPhase::kRunning); ++i) {
+    driver_->runOnce();
+    after = driver_->status("demo", "after");
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(after.has_value()) << "the scheduler never got the workload written meanwhile";
+  EXPECT_EQ(after->phase, WorkloadPhase::kRunning);
+  ASSERT_EQ(call("DELETE", "workloads/before").status / 100, 2U);
+  std::optional<WorkloadStatus> before;
+  for (int i = 0; i < 500 && !(before && before->phase == WorkloadPhase::kCancelled); ++i) {
+    driver_->runOnce();
+    before = driver_->status("demo", "before");
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_TRUE(before.has_value());
+  EXPECT_EQ(before->phase, WorkloadPhase::kCancelled);
+}
+
 TEST_F(ControlPlaneTest, StoredGpuLimitsOfZeroFromBeforeStayNoneAndNewZerosStayZero) {
   auto reopen = [&] {
     for (std::thread& t : threads_) {

@@ -25,32 +25,89 @@ std::string_view TenantUsage::tenantOf(std::string_view key) {
 
 core::Result<std::unique_ptr<TenantUsage>> TenantUsage::open(store::Store& store) {
   std::unique_ptr<TenantUsage> u(new TenantUsage(store));
+  TESSERA_RETURN_IF_ERROR(u->start());
+  return u;
+}
+
+core::Status TenantUsage::start() {
+  uint64_t generation = 0;
+  std::vector<store::WatchId> old;
+  {
+    std::lock_guard lock(mu_);
+    generation = ++generation_;
+    old.swap(watches_);
+  }
+  for (store::WatchId w : old) {
+    store_.cancelWatch(w);  // Not under mu_: it waits for a running callback.
+  }
   store::Txn read;
   for (std::string_view prefix : kPrefixes) {
     read.success.push_back(store::Op::get(std::string(prefix), store::prefixEnd(prefix)));
   }
-  TESSERA_ASSIGN_OR_RETURN(store::TxnResult got, store.txn(std::move(read)));
+  TESSERA_ASSIGN_OR_RETURN(store::TxnResult got, store_.txn(std::move(read)));
+  std::map<std::string, int64_t, std::less<>> counted;
   for (const store::OpResult& r : got.results) {
     for (const store::KeyValue& kv : r.range.kvs) {
       if (std::string_view t = tenantOf(kv.key); !t.empty()) {
-        u->bytes_[std::string(t)] += sizeOf(kv);
+        counted[std::string(t)] += sizeOf(kv);
       }
     }
   }
-  TenantUsage* self = u.get();
-  for (std::string_view prefix : kPrefixes) {
-    TESSERA_ASSIGN_OR_RETURN(
-        store::WatchId w,
-        store.watch(prefix, store::prefixEnd(prefix), got.revision + 1,
-                    [self](const store::WatchResponse& resp) { self->apply(resp); }));
-    u->watches_.push_back(w);
+  {
+    std::lock_guard lock(mu_);
+    bytes_ = std::move(counted);
   }
-  return u;
+  for (std::string_view prefix : kPrefixes) {
+    auto w = store_.watch(
+        prefix, store::prefixEnd(prefix), got.revision + 1,
+        [this, generation](const store::WatchResponse& resp) { apply(resp, generation); });
+    if (!w.isOk()) {
+      std::lock_guard lock(mu_);
+      ended_ = true;  // Started again, the watch made here with it.
+      return w.status();
+    }
+    std::lock_guard lock(mu_);
+    watches_.push_back(*w);
+  }
+  return core::Status::ok();
 }
 
 TenantUsage::~TenantUsage() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (keeper_.joinable()) {
+    keeper_.join();
+  }
   for (store::WatchId w : watches_) {
     store_.cancelWatch(w);
+  }
+}
+
+void TenantUsage::keepCounting() {
+  std::unique_lock lock(mu_);
+  auto backoff = std::chrono::milliseconds(100);
+  while (!stop_) {
+    cv_.wait(lock, [&] { return stop_ || ended_; });
+    if (stop_) {
+      break;
+    }
+    ended_ = false;  // Before the new watches start: their own end sets it again.
+    lock.unlock();
+    const core::Status started = start();
+    lock.lock();
+    if (started.isOk()) {
+      backoff = std::chrono::milliseconds(100);
+      core::logInfo("tenant byte usage counted again and followed from the store's revision");
+      continue;
+    }
+    ended_ = true;
+    core::logWarn("counting tenant byte usage again: {}; trying again in {} ms", started.message(),
+                  backoff.count());
+    cv_.wait_for(lock, backoff, [&] { return stop_; });
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(5));
   }
 }
 
@@ -60,12 +117,23 @@ int64_t TenantUsage::bytes(const std::string& tenant) const {
   return it == bytes_.end() ? 0 : it->second;
 }
 
-void TenantUsage::apply(const store::WatchResponse& w) {
+void TenantUsage::apply(const store::WatchResponse& w, uint64_t generation) {
+  std::lock_guard lock(mu_);
+  if (generation != generation_) {
+    return;  // A watch of an earlier start, ending.
+  }
   if (!w.error.isOk()) {
-    core::logError("tenant byte usage no longer follows the store: {}", w.error.message());
+    core::logError("tenant byte usage stopped following the store: {}; counting again",
+                   w.error.message());
+    if (!stop_) {
+      ended_ = true;
+      if (!keeper_.joinable()) {
+        keeper_ = std::thread([this] { keepCounting(); });
+      }
+      cv_.notify_all();
+    }
     return;
   }
-  std::lock_guard lock(mu_);
   for (const store::Event& e : w.events) {
     const std::string_view t = tenantOf(e.kv.key);
     if (t.empty()) {

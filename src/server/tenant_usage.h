@@ -10,15 +10,19 @@
 // A write is counted once the store's watch delivers it (within a few milliseconds), so a
 // tenant's concurrent writes may pass its quota by what they carry together (bounded by its
 // request concurrency times the request size limit). History the store keeps for watches is
-// not counted: compaction bounds it for every tenant together.
+// not counted: compaction bounds it for every tenant together. When the store ends a watch (its
+// history compacted while the server was cut off), a thread counts again from the store and
+// watches on from there.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "core/status.h"
@@ -41,12 +45,21 @@ class TenantUsage {
 
  private:
   explicit TenantUsage(store::Store& store) : store_(store) {}
-  void apply(const store::WatchResponse& w);
+  // Counts every tenant's bytes from the store and watches on from there, ending the watches
+  // it had; what watches of an earlier start still deliver is passed over.
+  core::Status start();
+  void apply(const store::WatchResponse& w, uint64_t generation);
+  void keepCounting();  // The thread that starts again each time a watch ends.
 
   store::Store& store_;
   mutable std::mutex mu_;
   std::map<std::string, int64_t, std::less<>> bytes_;
   std::vector<store::WatchId> watches_;
+  uint64_t generation_ = 0;  // Of the last start; its watches' deliveries count.
+  bool ended_ = false;       // A watch of the last start ended: start again.
+  bool stop_ = false;
+  std::condition_variable cv_;
+  std::thread keeper_;
 };
 
 }  // namespace tessera::server

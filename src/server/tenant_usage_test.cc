@@ -48,5 +48,32 @@ TEST(TenantUsageTest, CountsEachTenantsKeysAndValuesAndFollowsTheStore) {
   EXPECT_EQ(u.bytes("b"), 12);
 }
 
+// A watch the store ends (its history compacted while the server was cut off) is not the end
+// of the count: it is counted again from the store, and followed from there.
+TEST(TenantUsageTest, AWatchThatEndsIsCountedAgainAndFollowedOn) {
+  store::TempDir dir;
+  core::RealClock clock;
+  auto s = store::SqliteStore::open(dir.file("t.db"), {}, clock);
+  ASSERT_TRUE(s.isOk()) << s.status().toString();
+  store::Store& inner = **s;
+  store::HeldStore store(inner);
+  ASSERT_TRUE(inner.put("/tenants/a", "{}").isOk());  // 10 + 2
+  auto opened = TenantUsage::open(store);
+  ASSERT_TRUE(opened.isOk()) << opened.status().toString();
+  const TenantUsage& u = **opened;
+  EXPECT_EQ(u.bytes("a"), 12);
+  // Both of its watches end; meanwhile a key is written and another tenant's removed.
+  ASSERT_TRUE(inner.put("/tenants/b", "{}").isOk());
+  EXPECT_EQ(settle(u, "b", 12), 12);
+  EXPECT_EQ(store.endWatches(core::outOfRange("history compacted")), 2U);
+  ASSERT_TRUE(inner.put("/secrets/a/kv/k", "0123456789").isOk());  // 15 + 10
+  ASSERT_TRUE(inner.deleteRange("/tenants/b", "").isOk());
+  EXPECT_EQ(settle(u, "a", 37), 37);
+  EXPECT_EQ(settle(u, "b", 0), 0);
+  // And what comes after, through the watches it made again.
+  ASSERT_TRUE(inner.put("/tenants/a/workloads/w", std::string(100, 'w')).isOk());  // 22 + 100
+  EXPECT_EQ(settle(u, "a", 159), 159);
+}
+
 }  // namespace
 }  // namespace tessera::server

@@ -14,9 +14,27 @@ namespace tessera::server {
 using namespace api;  // NOLINT(google-build-using-namespace): the handlers' shared vocabulary.
 using nlohmann::json;
 
+store::WatchCallback ControlPlane::feedCallback() {
+  return [this](const store::WatchResponse& w) { onStoreEvents(w); };
+}
+
 void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
   if (!w.error.isOk()) {
-    core::logError("the scheduler's store watch ended: {}", w.error.message());
+    // Its last response. What it would have brought is read again (keepFeeding); until then
+    // handlers' own writes wait for it (waitForOwnWrite, at most 5 s).
+    core::logError(
+        "the store's watch of the workloads ended at revision {}: {}; reading them again and "
+        "watching on from there",
+        registry_.revision(), w.error.message());
+    std::lock_guard lock(feed_mu_);
+    watching_ = false;
+    if (!feed_stop_) {
+      feed_ended_ = true;
+      if (!feed_thread_.joinable()) {
+        feed_thread_ = std::thread([this] { keepFeeding(); });
+      }
+      feed_cv_.notify_all();
+    }
     return;
   }
   // Into the registry first: a handler waiting for this revision reads it from there.
@@ -48,6 +66,60 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
   if (!changed.empty()) {
     kubeWatchNotify(changed);
   }
+}
+
+void ControlPlane::keepFeeding() {
+  std::unique_lock lock(feed_mu_);
+  auto backoff = std::chrono::milliseconds(100);
+  while (!feed_stop_) {
+    feed_cv_.wait(lock, [&] { return feed_stop_ || feed_ended_; });
+    if (feed_stop_) {
+      break;
+    }
+    feed_ended_ = false;  // Before the new watch starts: its own end sets it again.
+    lock.unlock();
+    const core::Status resumed = resumeFeed();
+    lock.lock();
+    if (resumed.isOk()) {
+      backoff = std::chrono::milliseconds(100);
+      continue;
+    }
+    feed_ended_ = true;
+    core::logWarn("resuming the store's watch of the workloads: {}; trying again in {} ms",
+                  resumed.message(), backoff.count());
+    feed_cv_.wait_for(lock, backoff, [&] { return feed_stop_; });
+    backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(5));
+  }
+}
+
+core::Status ControlPlane::resumeFeed() {
+  TESSERA_ASSIGN_OR_RETURN(const store::RangeResult now,
+                           store_.range("/tenants/", store::prefixEnd("/tenants/")));
+  // No watch runs now: this thread is the feed's only writer until the next watch starts.
+  const store::WatchResponse caught_up = registry_.catchUp(now);
+  if (now.revision > registry_.revision()) {
+    onStoreEvents(caught_up);  // New workloads to the scheduler, cancels, watches' events.
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      const store::WatchId feed,
+      store_.watch("/tenants/", store::prefixEnd("/tenants/"), now.revision + 1, feedCallback()));
+  bool stopping = false;
+  {
+    std::lock_guard lock(feed_mu_);
+    stopping = feed_stop_;
+    if (!stopping) {
+      watch_ = feed;
+      watching_ = true;
+    }
+  }
+  if (stopping) {
+    store_.cancelWatch(feed);
+    return core::Status::ok();
+  }
+  core::logInfo(
+      "the store's watch of the workloads resumed at revision {} ({} workloads caught up)",
+      now.revision + 1, caught_up.events.size());
+  return core::Status::ok();
 }
 
 void ControlPlane::handOver(const std::string& tenant, const WorkloadRecord& record) {

@@ -135,6 +135,36 @@ std::vector<WorkloadChange> WorkloadRegistry::apply(const store::WatchResponse& 
   return made;
 }
 
+store::WatchResponse WorkloadRegistry::catchUp(const store::RangeResult& now) const {
+  store::WatchResponse out;
+  out.revision = now.revision;
+  std::shared_lock lock(mu_);
+  std::set<std::pair<std::string, std::string>> present;
+  for (const store::KeyValue& kv : now.kvs) {
+    auto parts = workloadKeyParts(kv.key);
+    if (!parts) {
+      continue;
+    }
+    WorkloadPtr held = getLocked(parts->first, parts->second);
+    if (held == nullptr || held->mod_revision != kv.mod_revision) {
+      out.events.push_back({store::EventType::kPut, kv, std::nullopt});
+    }
+    present.insert(std::move(*parts));
+  }
+  for (const auto& [tenant, t] : tenants_) {
+    for (const auto& [name, record] : t.workloads) {
+      if (!present.contains({tenant, name})) {
+        store::Event gone;
+        gone.type = store::EventType::kDelete;
+        gone.kv.key = "/tenants/" + tenant + "/workloads/" + name;
+        gone.kv.mod_revision = now.revision;
+        out.events.push_back(std::move(gone));
+      }
+    }
+  }
+  return out;
+}
+
 WorkloadPtr WorkloadRegistry::getLocked(const std::string& tenant, const std::string& name) const {
   auto t = tenants_.find(tenant);
   if (t == tenants_.end()) {

@@ -66,6 +66,11 @@ class WorkloadRegistry {
   // taken, others passed over. Returns the workload changes it made, in order; a stored
   // record that does not decode is logged and passed over (the revision still counts).
   std::vector<WorkloadChange> apply(const store::WatchResponse& w);
+  // What takes the registry from what it holds to the workloads in `now` (a range of
+  // /tenants/, read at now.revision), as one watch response at that revision: a put for each
+  // workload that is new or changed, a delete for each one gone. For a store watch that ended
+  // (its history compacted away): apply this, then watch again from now.revision + 1.
+  store::WatchResponse catchUp(const store::RangeResult& now) const;
 
   // The store revision the registry has reached.
   int64_t revision() const;

@@ -141,12 +141,22 @@ class HeldStore final : public Store {
     throwing_ = std::move(prefix);
   }
 
+  // Ranges that start at `key` fail (UNAVAILABLE), as while the backend is unreachable, and
+  // reads of other keys still work; failRangesFrom("") heals them.
+  void failRangesFrom(std::string key) {
+    std::lock_guard lock(mu_);
+    failing_reads_ = std::move(key);
+  }
+
   core::Result<RangeResult> range(std::string_view key, std::string_view range_end, int64_t limit,
                                   int64_t revision) override {
     {
       std::lock_guard lock(mu_);
       if (!throwing_.empty() && key.starts_with(throwing_)) {
         throw std::runtime_error("store fault injected on " + std::string(key));
+      }
+      if (!failing_reads_.empty() && key == failing_reads_) {
+        return core::Status(core::StatusCode::kUnavailable, "the test's store cannot be read");
       }
     }
     return inner_.range(key, range_end, limit, revision);
@@ -172,9 +182,38 @@ class HeldStore final : public Store {
   }
   core::Result<WatchId> watch(std::string_view key, std::string_view range_end,
                               int64_t from_revision, WatchCallback callback) override {
-    return inner_.watch(key, range_end, from_revision, std::move(callback));
+    auto id = inner_.watch(key, range_end, from_revision, callback);
+    if (id.isOk()) {
+      std::lock_guard lock(mu_);
+      watches_.emplace_back(*id, std::move(callback));
+    }
+    return id;
   }
-  void cancelWatch(WatchId id) override { inner_.cancelWatch(id); }
+  void cancelWatch(WatchId id) override {
+    {
+      std::lock_guard lock(mu_);
+      std::erase_if(watches_, [&](const auto& w) { return w.first == id; });
+    }
+    inner_.cancelWatch(id);
+  }
+  // Ends every watch made through it so far, as a backend ends one whose history was compacted
+  // away: what is written from now on does not reach them, and each callback's last response
+  // is `error`. Returns how many it ended.
+  size_t endWatches(const core::Status& error) {
+    std::vector<std::pair<WatchId, WatchCallback>> ended;
+    {
+      std::lock_guard lock(mu_);
+      ended.swap(watches_);
+    }
+    for (auto& [id, callback] : ended) {
+      inner_.cancelWatch(id);
+      WatchResponse last;
+      last.revision = inner_.stats().revision + 1;
+      last.error = error;
+      callback(last);
+    }
+    return ended.size();
+  }
   core::Result<LeaseId> grant(core::Duration ttl) override { return inner_.grant(ttl); }
   core::Result<core::Duration> keepAlive(LeaseId id) override { return inner_.keepAlive(id); }
   core::Result<int64_t> revoke(LeaseId id) override { return inner_.revoke(id); }
@@ -212,8 +251,10 @@ class HeldStore final : public Store {
   std::set<std::string> prefixes_;      // Writes of keys under one of them wait.
   std::optional<std::string> failing_;  // Set: writes of keys under it fail.
   std::string throwing_;                // Non-empty: reads of keys under it throw.
+  std::string failing_reads_;           // Non-empty: ranges from it fail.
   std::vector<std::chrono::milliseconds> txn_deadlines_;
   int held_ = 0;
+  std::vector<std::pair<WatchId, WatchCallback>> watches_;  // Made through it, not cancelled.
 };
 
 }  // namespace tessera::store
