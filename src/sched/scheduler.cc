@@ -401,14 +401,7 @@ void Scheduler::restart(WorkloadId w, const std::function<bool(TaskId)>& stops_l
     return;
   }
   if (info.finished == info.spec.tasks) {
-    // Finished, it may have left its queue's list and the FIFO list: back in, in order.
-    listInQueue(w);
-    auto at = std::lower_bound(
-        unfinished_.begin(), unfinished_.end(), w,
-        [&](WorkloadId a, WorkloadId b) { return workloads_[a].seq < workloads_[b].seq; });
-    if (at == unfinished_.end() || *at != w) {
-      unfinished_.insert(at, w);
-    }
+    reopen(w);
   }
   for (TaskId t : info.tasks) {
     TaskInfo& task = tasks_[t];
@@ -435,6 +428,36 @@ void Scheduler::restart(WorkloadId w, const std::function<bool(TaskId)>& stops_l
         break;
     }
   }
+  releaseDeferred(w);
+  fair_share_dirty_ = true;
+}
+
+void Scheduler::reopen(WorkloadId w) {
+  // Finished, it may have left its queue's list and the FIFO list.
+  listInQueue(w);
+  auto at = std::lower_bound(
+      unfinished_.begin(), unfinished_.end(), w,
+      [&](WorkloadId a, WorkloadId b) { return workloads_[a].seq < workloads_[b].seq; });
+  if (at == unfinished_.end() || *at != w) {
+    unfinished_.insert(at, w);
+  }
+}
+
+void Scheduler::retryTask(TaskId t) {
+  TaskInfo& task = tasks_[t];
+  const WorkloadId w = task.workload;
+  WorkloadInfo& info = workloads_[w];
+  if (task.state != TaskState::kFinished || info.cancelled) {
+    return;
+  }
+  if (info.finished == info.spec.tasks) {
+    reopen(w);
+    uint32_t& finished = finished_in_queue_[info.spec.queue];
+    finished -= finished > 0 ? 1 : 0;  // 0: its queue's list has dropped it since.
+  }
+  --info.finished;
+  task.state = TaskState::kPending;
+  ++info.deferred;  // Placeable as its parallelism allows, below.
   releaseDeferred(w);
   fair_share_dirty_ = true;
 }

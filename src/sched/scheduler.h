@@ -203,6 +203,10 @@ class Scheduler {
   // again. A gang is placed again only once all of its core is pending. Nothing for a cancelled
   // workload.
   void restart(WorkloadId w, const std::function<bool(TaskId)>& stops_later = {});
+  // Makes finished task `t` pending again, alone (a retry of one task of a workload whose tasks
+  // do not run together), placed as its parallelism allows. Nothing for a cancelled workload or
+  // a task that has not finished.
+  void retryTask(TaskId t);
   // Node `n`'s agent is lost. No task goes there until `nodeBack`; its running and terminating
   // tasks are pending again (the next start of each raises TaskInfo::starts, the generation
   // its assignment carries, so the lost node's copy is known stale); its capacity leaves the
@@ -354,6 +358,9 @@ class Scheduler {
   void requeue(TaskId t, WorkloadId hold_for = kNoWorkload);
   // Makes deferred tasks of `w` placeable while it is below its parallelism.
   void releaseDeferred(WorkloadId w);
+  // A finished workload about to have pending tasks again: back in its queue's list and the
+  // FIFO list, in order.
+  void reopen(WorkloadId w);
   // Adds (sign +1) or removes (-1) node `n`'s capacity from what the fair shares divide.
   void addCapacity(NodeIndex n, int sign);
   OrderKey orderOf(WorkloadId w) const;

@@ -417,6 +417,30 @@ TEST_F(SchedulerTest, ParallelismBoundsTheTasksPlacedAtOnce) {
   EXPECT_EQ(s_->workload(w).pending + s_->workload(w).deferred, 0);
   EXPECT_EQ(s_->queues().queue(a).pending[kGpuDim], 0);
   EXPECT_EQ(allocatedGpus("a"), 0);
+
+  // A task retried alone, even once its workload had finished, runs again as its parallelism
+  // allows; the others stay finished.
+  spec.name = "retried";
+  spec.tasks = 2;
+  spec.parallelism = 1;
+  const WorkloadId v = *s_->submit(spec);
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  const TaskId zero = r.started[0].task;
+  s_->taskFinished(zero);
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  s_->taskFinished(r.started[0].task);
+  EXPECT_EQ(s_->workload(v).finished, 2);
+  s_->retryTask(zero);
+  EXPECT_EQ(s_->workload(v).finished, 1);
+  EXPECT_EQ(s_->workload(v).pending, 1);
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(r.started[0].task, zero);
+  EXPECT_EQ(s_->task(zero).starts, 2U);
+  s_->retryTask(zero);  // Running, not finished: nothing.
+  EXPECT_EQ(running(v), 1);
 }
 
 TEST_F(SchedulerTest, GangStaysOnOneNodeWhenItFits) {

@@ -798,16 +798,20 @@ std::string SchedulerDriver::evictionEvent(const sched::EvictDecision& e) const 
   return sched::evictionEvent(*scheduler_, e, specs_[e.preemptor].name);
 }
 
-void SchedulerDriver::taskFailed(sched::WorkloadId w, const std::string& what) {
+void SchedulerDriver::taskFailed(sched::WorkloadId w, sched::TaskId t, const std::string& what) {
   if (cancelled_[w] || !failed_[w].empty()) {
     return;
   }
   Attempts& a = attempts_[w];
-  if (a.next_at) {
+  const sched::WorkloadSpec& spec = scheduler_->workload(w).spec;
+  // Tasks that do not run together are retried one by one, as a Kubernetes Job's pods are: the
+  // others run on, and those that succeeded stay done.
+  const bool alone = spec.tasks > 1 && !sched::runsTogether(spec);
+  if (a.next_at && !alone) {
     return;  // Another task of the attempt that already failed (its peers lost it, say).
   }
   const SubmitCommand::Restart& policy = specs_[w].restart;
-  const int retries = a.attempt - 1;
+  const int retries = a.attempt - 1 + static_cast<int>(a.retry_tasks.size());
   a.ended.push_back(fmt::format("attempt {}: {}", a.attempt, what.substr(0, 300)));
   if (a.ended.size() > kMaxAttemptsKept) {
     a.ended.erase(a.ended.begin());  // The last ones say enough.
@@ -823,6 +827,12 @@ void SchedulerDriver::taskFailed(sched::WorkloadId w, const std::string& what) {
     delay = std::min<std::chrono::seconds>(
         std::max<std::chrono::seconds>(policy.delay, std::chrono::seconds(10)) * (1 << beyond),
         std::chrono::minutes(5));
+  }
+  if (alone) {
+    a.retry_tasks.push_back(t);
+    if (a.next_at) {
+      return;  // Run again with the one that failed before it, when that one's delay is over.
+    }
   }
   a.next_at = clock_.now() + delay;
   a.next_wall = clock_.wallNow() + delay;
@@ -842,6 +852,18 @@ void SchedulerDriver::startRetries(core::TimePoint now, std::vector<sched::Workl
     it = retrying_.erase(it);
     a.next_at.reset();
     if (cancelled_[w] || !failed_[w].empty()) {
+      continue;
+    }
+    if (!a.retry_tasks.empty()) {
+      // The tasks that failed, alone: the others run on.
+      for (sched::TaskId t : a.retry_tasks) {
+        ++a.attempt;
+        ends_.erase(t);
+        kept_.erase(t);
+        scheduler_->retryTask(t);
+      }
+      a.retry_tasks.clear();
+      touched.push_back(w);
       continue;
     }
     ++a.attempt;

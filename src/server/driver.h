@@ -418,9 +418,10 @@ class SchedulerDriver {
   void applyReport(sched::NodeIndex n, const NodeTaskReport& r,
                    std::vector<sched::WorkloadId>& touched);
   void failWorkload(sched::WorkloadId w, const std::string& reason);
-  // A task of `w` failed (`what` says how): the workload is started over after its restart
-  // policy's delay, or fails if its attempts are used.
-  void taskFailed(sched::WorkloadId w, const std::string& what);
+  // Task `t` of `w` failed (`what` says how): after its restart policy's delay the workload is
+  // started over, or, when its tasks do not run together (parallelism below tasks), that task
+  // alone is run again; it fails once its attempts are used (each failed task uses one then).
+  void taskFailed(sched::WorkloadId w, sched::TaskId t, const std::string& what);
   // A task of `w` was interrupted (its node lost, its agent fenced): if `w` is a gang, all of
   // its tasks start over together.
   void restartGang(sched::WorkloadId w);
@@ -434,6 +435,7 @@ class SchedulerDriver {
     std::optional<core::TimePoint> next_at;
     core::WallTime next_wall{};
     std::vector<std::string> untold;
+    std::vector<sched::TaskId> retry_tasks;  // Set: those alone run again at next_at.
   };
   std::vector<Attempts> attempts_;
   std::set<sched::WorkloadId> retrying_;  // Those whose next attempt is due (next_at).

@@ -426,7 +426,7 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
       agent_started_.erase(t);
       start_progress_.erase(t);
       scheduler_->taskFinished(t);  // Gives its GPUs back; pending again if retried.
-      taskFailed(w, who + " could not start: " + r.error);
+      taskFailed(w, t, who + " could not start: " + r.error);
       return;
     case NodeTaskReport::State::kExited:
       break;
@@ -453,7 +453,7 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
       how += " (out of memory: over its memoryMiB)";
     }
     scheduler_->taskFinished(t);
-    taskFailed(w, who + " " + how);
+    taskFailed(w, t, who + " " + how);
   }
 }
 

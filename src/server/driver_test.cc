@@ -655,6 +655,61 @@ TEST_F(AgentNodesTest, ACrashLoopBacksOffAndIsNeverFailedInDelayMode) {
   EXPECT_EQ(driver_->status("team-1", "loop")->attempts.size(), 3U);
 }
 
+// Tasks that run one at a time (parallelism 1 of 3, a serial Kubernetes Job) are retried one by
+// one: the others go on while the failed one waits its delay, then it alone runs again, and
+// what succeeded stays done; no rendezvous is given. Each failure uses one of its attempts.
+TEST_F(AgentNodesTest, TasksThatRunOneAtATimeAreRetriedAloneUntilTheirAttemptsAreUsed) {
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  SubmitCommand c = cmd("team-1", "serial", 3, 1);
+  c.spec.min_available = 1;
+  c.spec.parallelism = 1;
+  c.restart.attempts = 2;
+  c.restart.delay = std::chrono::seconds(5);
+  ASSERT_TRUE(driver_->submit(c).isOk());
+  driver_->runOnce();
+  const NodeTask first = beat("a")->tasks.at(0);
+  EXPECT_EQ(first.index, 0);
+  EXPECT_EQ(first.task_count, 1);  // Not run together: no rendezvous.
+  EXPECT_FALSE(first.ports.contains("master"));
+  ASSERT_TRUE(beat("a", {report(first, NodeTaskReport::State::kExited, 0)}).isOk());
+  driver_->runOnce();
+  const NodeTask second = beat("a")->tasks.at(0);
+  EXPECT_EQ(second.index, 1);
+  ASSERT_TRUE(beat("a", {report(second, NodeTaskReport::State::kExited, 3)}).isOk());
+  driver_->runOnce();
+  WorkloadStatus s = *driver_->status("team-1", "serial");
+  EXPECT_EQ(s.reason.rfind("restarting: attempt 2", 0), 0U) << s.reason;
+  const NodeTask third = beat("a")->tasks.at(0);
+  EXPECT_EQ(third.index, 2) << "the next goes on while the failed one waits";
+  clock_.advance(std::chrono::seconds(5));
+  driver_->runOnce();
+  driver_->runOnce();
+  ASSERT_EQ(beat("a")->tasks.size(), 1U) << "one at a time, the retry included";
+  ASSERT_TRUE(beat("a", {report(third, NodeTaskReport::State::kExited, 0)}).isOk());
+  driver_->runOnce();
+  const NodeTask again = beat("a")->tasks.at(0);
+  EXPECT_EQ(again.index, 1) << "the failed task alone";
+  EXPECT_GT(again.generation, second.generation);
+  s = *driver_->status("team-1", "serial");
+  EXPECT_EQ(s.tasks.at(0).state, "finished") << "what succeeded stays done";
+  EXPECT_EQ(s.tasks.at(2).state, "finished");
+  EXPECT_EQ(s.attempt, 2);
+  // It fails again, and again after its delay: its attempts are used, so it fails.
+  ASSERT_TRUE(beat("a", {report(again, NodeTaskReport::State::kExited, 1)}).isOk());
+  driver_->runOnce();
+  clock_.advance(std::chrono::seconds(5));
+  driver_->runOnce();
+  driver_->runOnce();
+  const NodeTask last = beat("a")->tasks.at(0);
+  EXPECT_EQ(last.index, 1);
+  ASSERT_TRUE(beat("a", {report(last, NodeTaskReport::State::kExited, 1)}).isOk());
+  driver_->runOnce();
+  s = *driver_->status("team-1", "serial");
+  EXPECT_EQ(s.phase, WorkloadPhase::kFailed);
+  EXPECT_NE(s.reason.find("after 3 attempts"), std::string::npos) << s.reason;
+}
+
 TEST_F(AgentNodesTest, AFailedTaskFailsItsWorkloadAndStopsTheOthers) {
   ASSERT_TRUE(beat("a").isOk());
   ASSERT_TRUE(beat("b").isOk());
