@@ -213,7 +213,8 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
     w["parallelism"] = *parallelism;
   }
   w["minAvailable"] = min_available;
-  // backoffLimit: the Job starts over whole, its default 6 times (docs/kubernetes.md).
+  // backoffLimit, by default 6: a Job whose pods all run at once starts over whole, one that
+  // runs fewer at a time retries the failed pod alone (docs/kubernetes.md).
   w["restart"] = {{"attempts", backoff.value_or(6)}, {"mode", "fail"}};
   if (mode == "Indexed") {
     w["indexEnv"] = {"JOB_COMPLETION_INDEX"};
