@@ -111,7 +111,8 @@ struct ControlPlaneOptions {
 };
 
 // What a Kubernetes watch streams (server/kube/kube_watch.cc).
-enum class KubeWatchKind { kPods, kJobs, kEvents };
+// Nodes are not workloads: their watches compare the nodes each second (kubeWatchTimer).
+enum class KubeWatchKind { kPods, kJobs, kEvents, kNodes };
 
 class ControlPlane {
  public:
@@ -287,6 +288,10 @@ class ControlPlane {
   HttpResponse kubeChangeWorkload(Request& r, const kube::KubeTarget& t, const WorkloadRecord& w);
   // Events and Nodes (kube/kube_cluster.cc): get and list, read-only.
   HttpResponse kubeClusterObjects(Request& r, const kube::KubeTarget& t, bool table);
+  // The nodes `tenant` may use, as Node objects, by name.
+  std::map<std::string, nlohmann::json> kubeNodes(const std::string& tenant) const;
+  // A nodes watch's events since it last looked: what changed, came or went.
+  void kubeNodesDeliver(KubeWatch& w);
   // A pod's env read from Secrets and ConfigMaps of namespace `ns` (sub.env_refs) into
   // sub.spec's env, as the submitter may read them; the names of those from Secrets into `seal`.
   // An answer: why not (403, 422 naming the field).

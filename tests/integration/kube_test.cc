@@ -747,6 +747,19 @@ TEST_F(KubeTest, NodesAndEventsSayWhereWorkRunsAndWhyItWaits) {
                        "NAME         STATUS   ROLES    AGE         VERSION\n"
                        "dgx-h100-0   Ready    worker   <unknown>   v1.32.0-tessera\n"))
       << nodes;
+  // A watch of nodes sees a node cordoned (then uncordoned, for the other tests).
+  Outcome watched_nodes;
+  std::thread node_watcher([&] {
+    watched_nodes = kubectl(config, {"get", "nodes", "-w"}, std::chrono::seconds(5));
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  Outcome cordoned = tessera(root(), {"node", "cordon", "dgx-h100-0"});
+  EXPECT_EQ(cordoned.rc, 0) << cordoned;
+  node_watcher.join();
+  EXPECT_EQ(tessera(root(), {"node", "uncordon", "dgx-h100-0"}).rc, 0);
+  EXPECT_TRUE(contains(watched_nodes.out, "dgx-h100-0   Ready    worker")) << watched_nodes;
+  EXPECT_TRUE(contains(watched_nodes.out, "dgx-h100-0   Ready,SchedulingDisabled   worker"))
+      << watched_nodes;
   Outcome wide_nodes = kubectl(config, {"get", "nodes", "-o", "wide"});
   EXPECT_TRUE(contains(wide_nodes.out, "INTERNAL-IP")) << wide_nodes;
   EXPECT_TRUE(contains(wide_nodes.out, "CONTAINER-RUNTIME")) << wide_nodes;

@@ -14,7 +14,7 @@ HttpResponse ControlPlane::kubeClusterObjects(Request& r, const kube::KubeTarget
   const core::WallTime now = clock_.wallNow();
   const auto include = kube::includeObject(kube::queryParam(r.scope.query, "includeObject"));
   const bool events = t.resource == "events";
-  if (t.verb != "get" && t.verb != "list" && !(events && t.verb == "watch")) {
+  if (t.verb != "get" && t.verb != "list" && t.verb != "watch") {
     return kube::statusResponse(
         405, "the server does not allow this method on the requested resource (" + t.resource +
                  " are read-only" + (t.verb == "watch" ? ", and not watched yet)" : ")"));
@@ -28,8 +28,10 @@ HttpResponse ControlPlane::kubeClusterObjects(Request& r, const kube::KubeTarget
     return kube::statusResponse(400, filter.status().message());
   }
   if (t.verb == "watch") {
-    // Events come from the workloads' changes, as pods do: the same stream.
-    return kubeWatch(r, std::move(filter).value(), table, KubeWatchKind::kEvents);
+    // Events come from the workloads' changes, as pods do: the same stream. Nodes are compared
+    // each second.
+    return kubeWatch(r, std::move(filter).value(), table,
+                     events ? KubeWatchKind::kEvents : KubeWatchKind::kNodes);
   }
   std::vector<json> items;
   std::string rv = std::to_string(registry_.revision());
@@ -47,14 +49,8 @@ HttpResponse ControlPlane::kubeClusterObjects(Request& r, const kube::KubeTarget
       return a.value("lastTimestamp", "") < b.value("lastTimestamp", "");
     });
   } else {
-    for (const NodeState& s : driver_.nodeStates()) {
-      if (!s.dedicated_to.empty() && s.dedicated_to != tenant) {
-        continue;  // Another tenant's pool: not a node this tenant may use.
-      }
-      const std::string product =
-          s.node.gpus.empty() ? "" : "NVIDIA-" + catalogue_.model(s.node.gpus[0].model).name;
-      json node = kube::nodeObject(s, product);
-      if (filter->matches(node) && (t.name.empty() || s.name == t.name)) {
+    for (auto& [name, node] : kubeNodes(tenant)) {
+      if (filter->matches(node) && (t.name.empty() || name == t.name)) {
         items.push_back(std::move(node));
       }
     }
@@ -75,6 +71,19 @@ HttpResponse ControlPlane::kubeClusterObjects(Request& r, const kube::KubeTarget
     return api::reply(200, items[0]);
   }
   return api::reply(200, kube::list(kind + "List", "v1", std::move(items), rv));
+}
+
+std::map<std::string, json> ControlPlane::kubeNodes(const std::string& tenant) const {
+  std::map<std::string, json> out;
+  for (const NodeState& s : driver_.nodeStates()) {
+    if (!s.dedicated_to.empty() && s.dedicated_to != tenant) {
+      continue;  // Another tenant's pool: not a node this tenant may use.
+    }
+    const std::string product =
+        s.node.gpus.empty() ? "" : "NVIDIA-" + catalogue_.model(s.node.gpus[0].model).name;
+    out.emplace(s.name, kube::nodeObject(s, product));
+  }
+  return out;
 }
 
 }  // namespace tessera::server

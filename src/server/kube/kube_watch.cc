@@ -33,6 +33,7 @@ struct ControlPlane::KubeWatch {
   // What it selects and how it shows it: watches with the same key get the same events for a
   // change, encoded once (KubeEventCache).
   std::string key;
+  std::map<std::string, json> nodes;  // A nodes watch: what it has shown, by name.
   std::shared_ptr<ResponseStream> stream;
   std::mutex mu;   // Held while its events are computed and written: one writer at a time.
   int64_t rv = 0;  // Every change up to here has been sent (or passed over).
@@ -46,7 +47,7 @@ namespace {
 std::map<std::string, json> watchedObjects(const std::string& tenant, const WorkloadRecord* r,
                                            KubeWatchKind kind, const kube::PodFilter& filter) {
   std::map<std::string, json> out;
-  if (r == nullptr) {
+  if (r == nullptr || kind == KubeWatchKind::kNodes) {
     return out;
   }
   if (kind == KubeWatchKind::kJobs) {
@@ -77,6 +78,7 @@ std::string ControlPlane::kubeEvent(const KubeWatch& w, const char* type, json o
     const core::WallTime now = clock_.wallNow();
     object = w.kind == KubeWatchKind::kJobs     ? kube::jobTable({object}, rv, include, now)
              : w.kind == KubeWatchKind::kEvents ? kube::eventTable({object}, rv, include, now)
+             : w.kind == KubeWatchKind::kNodes  ? kube::nodeTable({object}, rv, include, now)
                                                 : kube::podTable({object}, rv, include, now);
   }
   return json{{"type", type}, {"object", std::move(object)}}.dump(-1, ' ', false,
@@ -119,6 +121,9 @@ std::string ControlPlane::kubeChangeEvents(const KubeWatch& w, const WorkloadCha
 }
 
 void ControlPlane::kubeWatchDeliver(KubeWatch& w, KubeEventCache* cache) {
+  if (w.kind == KubeWatchKind::kNodes) {
+    return;  // Not fed by the workloads' changes: kubeNodesDeliver.
+  }
   std::lock_guard lock(w.mu);
   if (!w.stream->open()) {
     return;
@@ -165,7 +170,7 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
   {
     const std::string* ls = kube::queryParam(r.scope.query, "labelSelector");
     const std::string* fs = kube::queryParam(r.scope.query, "fieldSelector");
-    static constexpr const char* kKinds[] = {"pods", "jobs", "events"};
+    static constexpr const char* kKinds[] = {"pods", "jobs", "events", "nodes"};
     w->key = tenant + '\0' + kKinds[static_cast<int>(kind)] + (table ? ",table" : ",json") + '\0' +
              w->filter.ns + '\0' + (ls == nullptr ? "" : *ls) + '\0' + (fs == nullptr ? "" : *fs);
   }
@@ -189,7 +194,22 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
   w->next_bookmark = start + kBookmarkEvery;
   const std::string* rv_text = kube::queryParam(r.scope.query, "resourceVersion");
   std::string initial;
-  if (rv_text == nullptr || rv_text->empty() || *rv_text == "0") {
+  if (kind == KubeWatchKind::kNodes) {
+    // What it selects now: shown as ADDED without a resourceVersion (or from "0"), taken as
+    // already seen from a list's (kubectl get -w lists first).
+    const bool show = rv_text == nullptr || rv_text->empty() || *rv_text == "0";
+    const std::string at = std::to_string(registry_.revision());
+    for (auto& [name, node] : kubeNodes(tenant)) {
+      if (w->filter.matches(node)) {
+        node["metadata"]["resourceVersion"] = at;
+        if (show) {
+          initial += kubeEvent(*w, "ADDED", node);
+        }
+        w->nodes.emplace(name, std::move(node));
+      }
+    }
+    w->rv = registry_.revision();
+  } else if (rv_text == nullptr || rv_text->empty() || *rv_text == "0") {
     // Every object it selects now, as ADDED, then what comes after.
     auto [records, at] = registry_.snapshot(tenant);
     for (const WorkloadPtr& rec : records) {
@@ -269,6 +289,42 @@ void ControlPlane::kubeWatchNotify(const std::set<std::string>& tenants) {
   }
 }
 
+void ControlPlane::kubeNodesDeliver(KubeWatch& w) {
+  std::lock_guard lock(w.mu);
+  if (!w.stream->open()) {
+    return;
+  }
+  const std::string at = std::to_string(registry_.revision());
+  std::map<std::string, json> now;
+  for (auto& [name, node] : kubeNodes(w.tenant)) {
+    if (w.filter.matches(node)) {
+      now.emplace(name, std::move(node));
+    }
+  }
+  std::string out;
+  for (auto& [name, node] : now) {
+    auto was = w.nodes.find(name);
+    if (was != w.nodes.end()) {
+      node["metadata"]["resourceVersion"] = was->second["metadata"]["resourceVersion"];
+      if (node == was->second) {
+        continue;
+      }
+    }
+    node["metadata"]["resourceVersion"] = at;
+    out += kubeEvent(w, was == w.nodes.end() ? "ADDED" : "MODIFIED", node);
+  }
+  for (auto& [name, node] : w.nodes) {
+    if (!now.contains(name)) {
+      node["metadata"]["resourceVersion"] = at;
+      out += kubeEvent(w, "DELETED", node);  // Removed, or no longer selected.
+    }
+  }
+  w.nodes = std::move(now);
+  if (!out.empty()) {
+    (void)w.stream->write(std::move(out));
+  }
+}
+
 void ControlPlane::kubeWatchTimer() {
   std::unique_lock lock(kube_watch_mu_);
   while (!kube_watch_stop_) {
@@ -287,13 +343,18 @@ void ControlPlane::kubeWatchTimer() {
         w->stream->end();  // timeoutSeconds: ended cleanly; reflectors watch again.
         continue;
       }
+      if (w->kind == KubeWatchKind::kNodes) {
+        kubeNodesDeliver(*w);
+      }
       if (w->bookmarks && now >= w->next_bookmark) {
         std::lock_guard wl(w->mu);
         w->next_bookmark = now + kBookmarkEvery;
         const bool job = w->kind == KubeWatchKind::kJobs;
-        const json mark = {{"kind", job                                 ? "Job"
-                                    : w->kind == KubeWatchKind::kEvents ? "Event"
-                                                                        : "Pod"},
+        const char* kind = job                                 ? "Job"
+                           : w->kind == KubeWatchKind::kEvents ? "Event"
+                           : w->kind == KubeWatchKind::kNodes  ? "Node"
+                                                               : "Pod";
+        const json mark = {{"kind", kind},
                            {"apiVersion", job ? "batch/v1" : "v1"},
                            {"metadata", {{"resourceVersion", std::to_string(w->rv)}}}};
         (void)w->stream->write(json{{"type", "BOOKMARK"}, {"object", mark}}.dump() + "\n");
