@@ -63,6 +63,45 @@ double percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
+// Runs `step(conn, i)` for each i in [0, count) on `clients` connections at once; returns the
+// seconds it took, or -1 when a step failed (the others stop then).
+double inParallel(const DevInfo& dev, int count, int clients,
+                  const std::function<bool(Connection&, int)>& step) {
+  std::atomic<int> next{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> threads;
+  const auto start = SteadyClock::now();
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      Connection conn(dev);
+      for (int i = next++; i < count && !failed; i = next++) {
+        if (!step(conn, i)) {
+          failed = true;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) {
+    t.join();
+  }
+  return failed ? -1 : since(start);
+}
+
+// Creates `count` objects with `clients` connections, `request(i)` the i-th; returns objects/s,
+// or -1 when a request failed.
+double create(const DevInfo& dev, int count, int clients,
+              const std::function<Request(int)>& request) {
+  const double s = inParallel(dev, count, clients, [&](Connection& conn, int i) {
+    const Reply r = conn.call(request(i));
+    if (r.status / 100 != 2) {
+      std::cerr << "  failed: " << r.status << " " << r.body.substr(0, 300) << r.error << "\n";
+      return false;
+    }
+    return true;
+  });
+  return s < 0 ? -1 : count / s;
+}
+
 // The resident set of process `pid` in bytes (VmRSS), or -1.
 int64_t residentBytes(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -148,34 +187,20 @@ bool idleTenants(const std::string& tessera, int count, int clients, bool keep) 
   }
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const int64_t before = residentBytes(server->pid());
-  std::atomic<int> next{0};
-  std::atomic<int> failed{0};
-  std::vector<std::thread> threads;
   const auto start = SteadyClock::now();
-  for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&] {
-      Connection conn(*dev);
-      for (int i = next++; i < count && failed == 0; i = next++) {
-        if (!make(conn, fmt::format("idle-{:05}", i))) {
-          ++failed;
-        }
-        if (i > 0 && i % 2000 == 0) {
-          std::cout << fmt::format("  {} tenants, {:.0f} s\n", i, since(start));
-        }
-      }
-    });
-  }
-  for (std::thread& t : threads) {
-    t.join();
-  }
-  const double took = since(start);
+  const double took = inParallel(*dev, count, clients, [&](Connection& conn, int i) {
+    if (i > 0 && i % 2000 == 0) {
+      std::cout << fmt::format("  {} tenants, {:.0f} s\n", i, since(start));
+    }
+    return make(conn, fmt::format("idle-{:05}", i));
+  });
   std::this_thread::sleep_for(std::chrono::seconds(2));  // Their first passes, status writes.
   const int64_t after = residentBytes(server->pid());
   server->stop();
   if (!keep) {
     fs::remove_all(dir);
   }
-  if (failed > 0 || before < 0 || after < 0) {
+  if (took < 0 || before < 0 || after < 0) {
     return false;
   }
   std::cout << fmt::format(
@@ -184,35 +209,6 @@ bool idleTenants(const std::string& tessera, int count, int clients, bool keep) 
       count, took, count / took, static_cast<double>(before) / 1048576,
       static_cast<double>(after) / 1048576, static_cast<double>(after - before) / 1024 / count);
   return true;
-}
-
-// Creates `count` objects named <prefix>-<i> with `clients` connections; returns objects/s, or
-// -1 when a request failed.
-double create(const DevInfo& dev, int count, int clients,
-              const std::function<Request(int)>& request) {
-  std::atomic<int> next{0};
-  std::atomic<int> failed{0};
-  std::vector<std::thread> threads;
-  const auto start = SteadyClock::now();
-  for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&] {
-      Connection conn(dev);
-      for (int i = next++; i < count; i = next++) {
-        const Reply r = conn.call(request(i));
-        if (r.status / 100 != 2) {
-          if (failed++ == 0) {
-            std::cerr << "  failed: " << r.status << " " << r.body.substr(0, 300) << r.error
-                      << "\n";
-          }
-        }
-      }
-    });
-  }
-  for (std::thread& t : threads) {
-    t.join();
-  }
-  const double s = since(start);
-  return failed > 0 ? -1 : count / s;
 }
 
 // One watch: a TLS connection that has sent its request and read the answer's header, then

@@ -109,14 +109,7 @@ void ControlPlane::dropDurableAuditNotes() {
 }
 
 ControlPlane::~ControlPlane() {
-  {
-    std::lock_guard lock(feed_mu_);
-    feed_stop_ = true;
-  }
-  feed_cv_.notify_all();
-  if (feed_thread_.joinable()) {
-    feed_thread_.join();
-  }
+  feed_again_.stop();  // Then no new watch is made.
   store::WatchId feed{};
   bool watching = false;
   {

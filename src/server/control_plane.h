@@ -46,6 +46,7 @@
 #include "server/node_records.h"
 #include "server/node_watchers.h"
 #include "server/refusal_log.h"
+#include "server/resumer.h"
 #include "server/route.h"
 #include "server/task_secrets.h"
 #include "server/tenant_usage.h"
@@ -205,7 +206,6 @@ class ControlPlane {
 
   // The scheduler's feed: new workloads and cancel requests as the store's watch reports them.
   void onStoreEvents(const store::WatchResponse& w);
-  void keepFeeding();         // The feed thread: resumes the watch each time it ends.
   core::Status resumeFeed();  // Reads /tenants/, catches the registry up, watches again.
   store::WatchCallback feedCallback();
   core::Result<SubmitCommand> commandFromRecord(const std::string& tenant,
@@ -523,15 +523,12 @@ class ControlPlane {
   void waitForOwnWrite(int64_t revision) const;
   const std::vector<std::string> audit_sinks_;  // The auditor's sinks' names, in its order.
   // The store's watch on /tenants/ that feeds the registry. When the store ends it (an etcd
-  // backend whose history was compacted while the server was cut off), a thread reads the
-  // workloads again, catches the registry up and watches on from there (keepFeeding).
-  std::mutex feed_mu_;  // Guards watch_, watching_ and the three below.
+  // backend whose history was compacted while the server was cut off), `feed_again_` reads the
+  // workloads again, catches the registry up and watches on from there (resumeFeed).
+  std::mutex feed_mu_;  // Guards watch_ and watching_.
   store::WatchId watch_{};
   bool watching_ = false;
-  bool feed_ended_ = false;
-  bool feed_stop_ = false;
-  std::condition_variable feed_cv_;
-  std::thread feed_thread_;
+  Resumer feed_again_{"the store's watch of the workloads", [this] { return resumeFeed(); }};
   NodeMailbox mailbox_;       // Log requests for agents.
   std::mutex node_admin_mu_;  // Joins, credentials and operators' node changes take turns.
   std::chrono::steady_clock::time_point join_tokens_swept_{};

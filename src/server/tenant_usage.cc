@@ -62,9 +62,7 @@ core::Status TenantUsage::start() {
         prefix, store::prefixEnd(prefix), got.revision + 1,
         [this, generation](const store::WatchResponse& resp) { apply(resp, generation); });
     if (!w.isOk()) {
-      std::lock_guard lock(mu_);
-      ended_ = true;  // Started again, the watch made here with it.
-      return w.status();
+      return w.status();  // Started again (Resumer), the watch made here with it.
     }
     std::lock_guard lock(mu_);
     watches_.push_back(*w);
@@ -72,42 +70,16 @@ core::Status TenantUsage::start() {
   return core::Status::ok();
 }
 
-TenantUsage::~TenantUsage() {
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (keeper_.joinable()) {
-    keeper_.join();
-  }
-  for (store::WatchId w : watches_) {
-    store_.cancelWatch(w);
-  }
+core::Status TenantUsage::startAgain() {
+  TESSERA_RETURN_IF_ERROR(start());
+  core::logInfo("tenant byte usage counted again and followed from the store's revision");
+  return core::Status::ok();
 }
 
-void TenantUsage::keepCounting() {
-  std::unique_lock lock(mu_);
-  auto backoff = std::chrono::milliseconds(100);
-  while (!stop_) {
-    cv_.wait(lock, [&] { return stop_ || ended_; });
-    if (stop_) {
-      break;
-    }
-    ended_ = false;  // Before the new watches start: their own end sets it again.
-    lock.unlock();
-    const core::Status started = start();
-    lock.lock();
-    if (started.isOk()) {
-      backoff = std::chrono::milliseconds(100);
-      core::logInfo("tenant byte usage counted again and followed from the store's revision");
-      continue;
-    }
-    ended_ = true;
-    core::logWarn("counting tenant byte usage again: {}; trying again in {} ms", started.message(),
-                  backoff.count());
-    cv_.wait_for(lock, backoff, [&] { return stop_; });
-    backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(5));
+TenantUsage::~TenantUsage() {
+  again_.stop();
+  for (store::WatchId w : watches_) {
+    store_.cancelWatch(w);
   }
 }
 
@@ -125,13 +97,7 @@ void TenantUsage::apply(const store::WatchResponse& w, uint64_t generation) {
   if (!w.error.isOk()) {
     core::logError("tenant byte usage stopped following the store: {}; counting again",
                    w.error.message());
-    if (!stop_) {
-      ended_ = true;
-      if (!keeper_.joinable()) {
-        keeper_ = std::thread([this] { keepCounting(); });
-      }
-      cv_.notify_all();
-    }
+    again_.due();
     return;
   }
   for (const store::Event& e : w.events) {

@@ -15,17 +15,16 @@
 // watches on from there.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "core/status.h"
+#include "server/resumer.h"
 #include "store/store.h"
 
 namespace tessera::server {
@@ -48,18 +47,15 @@ class TenantUsage {
   // Counts every tenant's bytes from the store and watches on from there, ending the watches
   // it had; what watches of an earlier start still deliver is passed over.
   core::Status start();
+  core::Status startAgain();  // start() when a watch ended, logged.
   void apply(const store::WatchResponse& w, uint64_t generation);
-  void keepCounting();  // The thread that starts again each time a watch ends.
 
   store::Store& store_;
   mutable std::mutex mu_;
   std::map<std::string, int64_t, std::less<>> bytes_;
   std::vector<store::WatchId> watches_;
   uint64_t generation_ = 0;  // Of the last start; its watches' deliveries count.
-  bool ended_ = false;       // A watch of the last start ended: start again.
-  bool stop_ = false;
-  std::condition_variable cv_;
-  std::thread keeper_;
+  Resumer again_{"tenant byte usage", [this] { return startAgain(); }};  // When a watch ends.
 };
 
 }  // namespace tessera::server

@@ -20,21 +20,17 @@ store::WatchCallback ControlPlane::feedCallback() {
 
 void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
   if (!w.error.isOk()) {
-    // Its last response. What it would have brought is read again (keepFeeding); until then
+    // Its last response. What it would have brought is read again (resumeFeed); until then
     // handlers' own writes wait for it (waitForOwnWrite, at most 5 s).
     core::logError(
         "the store's watch of the workloads ended at revision {}: {}; reading them again and "
         "watching on from there",
         registry_.revision(), w.error.message());
-    std::lock_guard lock(feed_mu_);
-    watching_ = false;
-    if (!feed_stop_) {
-      feed_ended_ = true;
-      if (!feed_thread_.joinable()) {
-        feed_thread_ = std::thread([this] { keepFeeding(); });
-      }
-      feed_cv_.notify_all();
+    {
+      std::lock_guard lock(feed_mu_);
+      watching_ = false;
     }
+    feed_again_.due();
     return;
   }
   // Into the registry first: a handler waiting for this revision reads it from there.
@@ -68,30 +64,6 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
   }
 }
 
-void ControlPlane::keepFeeding() {
-  std::unique_lock lock(feed_mu_);
-  auto backoff = std::chrono::milliseconds(100);
-  while (!feed_stop_) {
-    feed_cv_.wait(lock, [&] { return feed_stop_ || feed_ended_; });
-    if (feed_stop_) {
-      break;
-    }
-    feed_ended_ = false;  // Before the new watch starts: its own end sets it again.
-    lock.unlock();
-    const core::Status resumed = resumeFeed();
-    lock.lock();
-    if (resumed.isOk()) {
-      backoff = std::chrono::milliseconds(100);
-      continue;
-    }
-    feed_ended_ = true;
-    core::logWarn("resuming the store's watch of the workloads: {}; trying again in {} ms",
-                  resumed.message(), backoff.count());
-    feed_cv_.wait_for(lock, backoff, [&] { return feed_stop_; });
-    backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(5));
-  }
-}
-
 core::Status ControlPlane::resumeFeed() {
   TESSERA_ASSIGN_OR_RETURN(const store::RangeResult now,
                            store_.range("/tenants/", store::prefixEnd("/tenants/")));
@@ -103,18 +75,10 @@ core::Status ControlPlane::resumeFeed() {
   TESSERA_ASSIGN_OR_RETURN(
       const store::WatchId feed,
       store_.watch("/tenants/", store::prefixEnd("/tenants/"), now.revision + 1, feedCallback()));
-  bool stopping = false;
   {
     std::lock_guard lock(feed_mu_);
-    stopping = feed_stop_;
-    if (!stopping) {
-      watch_ = feed;
-      watching_ = true;
-    }
-  }
-  if (stopping) {
-    store_.cancelWatch(feed);
-    return core::Status::ok();
+    watch_ = feed;
+    watching_ = true;
   }
   core::logInfo(
       "the store's watch of the workloads resumed at revision {} ({} workloads caught up)",
