@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <utility>
 
@@ -40,6 +41,9 @@ Agent::~Agent() {
 }
 
 namespace {
+
+// The folder of a task's volume `i` in its credentials folder.
+std::string volumeFolder(size_t i) { return "volume-" + std::to_string(i); }
 
 // "312 MB", "1.2 GB": what `tessera show` says of a download.
 std::string byteSize(int64_t n) {
@@ -264,6 +268,24 @@ std::map<std::string, std::string> Agent::syncCredentials(
         continue;
       }
       const core::Status s = options_.credentials->write(a.spec.id, name, content, a.spec.user);
+      if (s.isOk()) {
+        have[name] = content;
+      } else {
+        errors[a.spec.id] = s.message();
+      }
+    }
+    for (size_t i = 0; i < a.volumes.size(); ++i) {
+      if (a.volumes[i].tmpfs) {
+        continue;
+      }
+      const std::string name = volumeFolder(i);
+      const std::string content = nlohmann::json(a.volumes[i].files).dump();
+      auto it = have.find(name);
+      if (it != have.end() && it->second == content) {
+        continue;
+      }
+      const core::Status s =
+          options_.credentials->writeVolume(a.spec.id, name, a.volumes[i].files, a.spec.user);
       if (s.isOk()) {
         have[name] = content;
       } else {
@@ -498,7 +520,20 @@ void Agent::prepareMig(const std::vector<TaskAssignment>& wanted,
 void Agent::startOne(const TaskAssignment& a) {
   TaskSpec spec = a.spec;
   spec.tag = std::to_string(a.generation);  // Given back on adoption after a restart.
-  if (options_.credentials != nullptr && !a.credentials.empty()) {
+  const bool volume_files = std::any_of(a.volumes.begin(), a.volumes.end(),
+                                        [](const protocol::TaskVolume& v) { return !v.tmpfs; });
+  std::string invalid = a.invalid;
+  if (invalid.empty() && volume_files && options_.credentials == nullptr) {
+    invalid = "its volumes' files are kept in a credentials folder, and this agent has none";
+  }
+  for (size_t i = 0; i < a.volumes.size() && invalid.empty(); ++i) {
+    const protocol::TaskVolume& v = a.volumes[i];
+    spec.container.volumes.push_back(
+        {.path = v.path,
+         .source = v.tmpfs ? "" : options_.credentials->dir(a.spec.id) + "/" + volumeFolder(i),
+         .size_mib = v.size_mib});
+  }
+  if (options_.credentials != nullptr && (!a.credentials.empty() || volume_files)) {
     const std::string dir = options_.credentials->dir(a.spec.id);
     spec.credentials_dir = dir;
     spec.env["TESSERA_CREDENTIALS_DIR"] = dir;
@@ -513,8 +548,7 @@ void Agent::startOne(const TaskAssignment& a) {
       spec.env["TESSERA_SECRETS_FILE"] = dir + "/secrets.json";
     }
   }
-  const core::Status s =
-      a.invalid.empty() ? runtime_.start(spec) : core::failedPrecondition(a.invalid);
+  const core::Status s = invalid.empty() ? runtime_.start(spec) : core::failedPrecondition(invalid);
   OPENSSL_cleanse(spec.container.pull_credentials.password.data(),
                   spec.container.pull_credentials.password.size());
   std::lock_guard lock(mu_);

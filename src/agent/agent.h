@@ -33,6 +33,7 @@
 #include "agent/runtime.h"
 #include "core/clock.h"
 #include "core/status.h"
+#include "protocol/node_protocol.h"
 
 namespace tessera::agent {
 
@@ -46,6 +47,10 @@ struct TaskAssignment {
   // Credential files for the task (name -> content, e.g. "identity-token"): kept in its
   // credentials folder while it is assigned here, rewritten when the server sends a new version.
   std::map<std::string, std::string> credentials;
+  // Folders in its container (docs/agent.md "Volumes"): those with files are kept in its
+  // credentials folder as `volume-<i>` (CredentialFiles::writeVolume) and rewritten when the
+  // server sends new files; tmpfs ones are made by the container's runtime.
+  std::vector<protocol::TaskVolume> volumes;
   // A MIG slice: the GPU (its index here) and the instance (catalogue profile of the GPU's
   // model, start slice) the scheduler chose. The agent makes the instance before the task
   // starts and pins the task to its MIG device (spec.gpus.uuids). gpu -1: no MIG slice.

@@ -528,6 +528,28 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
   if (!spec.gpus.interposer.empty()) {
     config["mounts"].push_back(bindMount(spec.gpus.interposer, spec.gpus.interposer, true));
   }
+  // Its volumes (docs/agent.md "Volumes"): files from its credentials folder, read-only; empty
+  // tmpfs folders (one at /dev/shm replaces the default one).
+  for (const ContainerSpec::Volume& v : spec.container.volumes) {
+    if (!v.source.empty()) {
+      json m = bindMount(v.source, v.path, true);
+      m["options"].push_back("noexec");
+      config["mounts"].push_back(std::move(m));
+      continue;
+    }
+    json opts = {"nosuid", "nodev", "mode=1777"};
+    if (v.size_mib > 0) {
+      opts.push_back("size=" + std::to_string(v.size_mib) + "m");
+    }
+    json m = {{"destination", v.path}, {"type", "tmpfs"}, {"source", "tmpfs"}, {"options", opts}};
+    auto shm = std::find_if(config["mounts"].begin(), config["mounts"].end(),
+                            [&](const json& e) { return e["destination"] == v.path; });
+    if (shm != config["mounts"].end()) {
+      *shm = std::move(m);
+    } else {
+      config["mounts"].push_back(std::move(m));
+    }
+  }
   config["linux"] = {
       {"namespaces",
        {{{"type", "pid"}}, {{"type", "ipc"}}, {{"type", "uts"}}, {{"type", "mount"}}}},

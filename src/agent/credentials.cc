@@ -8,14 +8,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <set>
 
 #include "agent/agent_config.h"
 #include "agent/exec_util.h"
+#include "protocol/node_protocol.h"
 
 namespace tessera::agent {
 namespace {
@@ -95,21 +99,16 @@ core::Status CredentialFiles::prepare() const {
   return core::Status::ok();
 }
 
-core::Status CredentialFiles::write(const std::string& task, const std::string& name,
-                                    const std::string& content, const std::string& user) const {
-  if (!validName(name) || !validTask(task)) {
-    return core::invalidArgument("credentials: bad file name '" + name + "' for task '" + task +
-                                 "'");
-  }
-  uid_t uid = ::geteuid();
-  gid_t gid = ::getegid();
+core::Result<CredentialFiles::TaskFolder> CredentialFiles::openTaskFolder(
+    const std::string& task, const std::string& user) const {
+  TaskFolder out{.uid = ::geteuid(), .gid = ::getegid()};
   if (!user.empty()) {
     const std::optional<UnixUser> u = lookupUser(user);
     if (!u) {
       return core::failedPrecondition("credentials: no Unix user '" + user + "'");
     }
-    uid = u->uid;
-    gid = u->gid;
+    out.uid = u->uid;
+    out.gid = u->gid;
   }
   TESSERA_ASSIGN_OR_RETURN(const int root_fd, openRoot());
   const Fd root(root_fd);
@@ -117,23 +116,30 @@ core::Status CredentialFiles::write(const std::string& task, const std::string& 
   if (::mkdirat(root.get(), task.c_str(), 0700) != 0 && errno != EEXIST) {
     return fail("mkdir " + d);
   }
-  const Fd folder(
-      ::openat(root.get(), task.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (folder.get() < 0) {
+  out.fd = ::openat(root.get(), task.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (out.fd < 0) {
     return fail("open " + d);
   }
   // The agent's, so the task cannot put anything in it; the task's group may read it.
-  if (::fchown(folder.get(), ::geteuid(), user.empty() ? ::getegid() : gid) != 0 ||
-      ::fchmod(folder.get(), user.empty() ? 0700 : 0750) != 0) {
-    return fail("chown " + d);
+  if (::fchown(out.fd, ::geteuid(), user.empty() ? ::getegid() : out.gid) != 0 ||
+      ::fchmod(out.fd, user.empty() ? 0700 : 0750) != 0) {
+    core::Status s = fail("chown " + d);
+    ::close(out.fd);
+    return s;
   }
-  const std::string path = d + "/" + name;
-  const std::string tmp = "." + name + ".new";  // Never a valid name: no credential's.
-  ::unlinkat(folder.get(), tmp.c_str(), 0);
-  const Fd fd(::openat(folder.get(), tmp.c_str(),
-                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
+  return out;
+}
+
+namespace {
+
+// Writes `content` to a new file `name` in `dir_fd` (mode 0400, `uid`:`gid`).
+bool writeNewFile(int dir_fd, const std::string& name, const std::string& content, uid_t uid,
+                  gid_t gid) {
+  ::unlinkat(dir_fd, name.c_str(), 0);
+  const Fd fd(
+      ::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0400));
   if (fd.get() < 0) {
-    return fail("create " + d + "/" + tmp);
+    return false;
   }
   bool ok = ::fchown(fd.get(), uid, gid) == 0 && ::fchmod(fd.get(), 0400) == 0;
   for (size_t done = 0; ok && done < content.size();) {
@@ -144,10 +150,127 @@ core::Status CredentialFiles::write(const std::string& task, const std::string& 
     ok = n > 0;
     done += ok ? static_cast<size_t>(n) : 0;
   }
-  if (!ok || ::renameat(folder.get(), tmp.c_str(), folder.get(), name.c_str()) != 0) {
+  return ok;
+}
+
+// A folder `name` in `dir_fd` (made if new), the agent's with group `gid`, 0750, opened.
+int openFolder(int dir_fd, const std::string& name, gid_t gid) {
+  if (::mkdirat(dir_fd, name.c_str(), 0700) != 0 && errno != EEXIST) {
+    return -1;
+  }
+  const int fd = ::openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0 && (::fchown(fd, ::geteuid(), gid) != 0 || ::fchmod(fd, 0750) != 0)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+core::Status CredentialFiles::write(const std::string& task, const std::string& name,
+                                    const std::string& content, const std::string& user) const {
+  if (!validName(name) || !validTask(task)) {
+    return core::invalidArgument("credentials: bad file name '" + name + "' for task '" + task +
+                                 "'");
+  }
+  TESSERA_ASSIGN_OR_RETURN(const TaskFolder tf, openTaskFolder(task, user));
+  const Fd folder(tf.fd);
+  const std::string path = dir(task) + "/" + name;
+  const std::string tmp = "." + name + ".new";  // Never a valid name: no credential's.
+  if (!writeNewFile(folder.get(), tmp, content, tf.uid, tf.gid) ||
+      ::renameat(folder.get(), tmp.c_str(), folder.get(), name.c_str()) != 0) {
     core::Status s = fail("write " + path);
     ::unlinkat(folder.get(), tmp.c_str(), 0);
     return s;
+  }
+  return core::Status::ok();
+}
+
+core::Status CredentialFiles::writeVolume(const std::string& task, const std::string& name,
+                                          const std::map<std::string, std::string>& files,
+                                          const std::string& user) const {
+  if (!validName(name) || !validTask(task)) {
+    return core::invalidArgument("credentials: bad volume name '" + name + "' for task '" + task +
+                                 "'");
+  }
+  for (const auto& [file, content] : files) {
+    if (!protocol::isVolumeFilePath(file)) {
+      return core::invalidArgument("credentials: volume " + name + ": bad file name '" + file +
+                                   "'");
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(const TaskFolder tf, openTaskFolder(task, user));
+  const Fd folder(tf.fd);
+  const std::string where = dir(task) + "/" + name;
+  const Fd volume(openFolder(folder.get(), name, tf.gid));
+  if (volume.get() < 0) {
+    return fail("mkdir " + where);
+  }
+  // The new version, complete, in a folder of its own.
+  static std::atomic<uint64_t> versions{0};
+  const std::string version =
+      fmt::format("..v{}-{}", std::chrono::steady_clock::now().time_since_epoch().count(),
+                  versions.fetch_add(1));
+  {
+    const Fd v(openFolder(volume.get(), version, tf.gid));
+    if (v.get() < 0) {
+      return fail("mkdir " + where + "/" + version);
+    }
+    for (const auto& [file, content] : files) {
+      // Its folders first (isVolumeFilePath: no "..", no empty component).
+      std::vector<std::string> parts;
+      for (size_t at = 0;;) {
+        const size_t slash = file.find('/', at);
+        parts.push_back(file.substr(at, slash - at));
+        if (slash == std::string::npos) {
+          break;
+        }
+        at = slash + 1;
+      }
+      std::vector<Fd> dirs;
+      int at = v.get();
+      for (size_t i = 0; i + 1 < parts.size(); ++i) {
+        dirs.emplace_back(openFolder(at, parts[i], tf.gid));
+        at = dirs.back().get();
+        if (at < 0) {
+          removeTreeAt(volume.get(), version);
+          return fail("mkdir " + where + "/" + file);
+        }
+      }
+      if (!writeNewFile(at, parts.back(), content, tf.uid, tf.gid)) {
+        core::Status s = fail("write " + where + "/" + file);
+        removeTreeAt(volume.get(), version);
+        return s;
+      }
+    }
+  }
+  // ..data points at it now, in one rename; then the top-level names through it.
+  ::unlinkat(volume.get(), "..data_tmp", 0);
+  if (::symlinkat(version.c_str(), volume.get(), "..data_tmp") != 0 ||
+      ::renameat(volume.get(), "..data_tmp", volume.get(), "..data") != 0) {
+    core::Status s = fail("link " + where + "/..data");
+    removeTreeAt(volume.get(), version);
+    return s;
+  }
+  std::set<std::string> top;
+  for (const auto& [file, content] : files) {
+    top.insert(file.substr(0, file.find('/')));
+  }
+  for (const std::string& entry : dirEntries(volume.get())) {
+    if (entry.starts_with("..")) {
+      if (entry.starts_with("..v") && entry != version) {
+        removeTreeAt(volume.get(), entry);  // An older version.
+      }
+    } else if (!top.contains(entry)) {
+      ::unlinkat(volume.get(), entry.c_str(), 0);  // A file the new version no longer has.
+    }
+  }
+  for (const std::string& t : top) {
+    const std::string target = "..data/" + t;
+    if (::symlinkat(target.c_str(), volume.get(), t.c_str()) != 0 && errno != EEXIST) {
+      return fail("link " + where + "/" + t);
+    }
   }
   return core::Status::ok();
 }

@@ -23,6 +23,9 @@
 // Thread-safe (each call touches only its task's folder; the agent serializes calls per task).
 #pragma once
 
+#include <sys/types.h>
+
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,15 @@ class CredentialFiles {
   // owned by `user` ("" : the agent's own user), in the task's folder (see above).
   core::Status write(const std::string& task, const std::string& name, const std::string& content,
                      const std::string& user) const;
+  // Writes a volume's files (relative path -> content, protocol::isVolumeFilePath) into the
+  // task's folder `name` (as a file's name), bound read-only into its container: each version in
+  // a folder of its own (`..v<n>`), `..data` a link to the current one, and each top-level name a
+  // link through `..data`, so that a new version replaces the old at once, as the task sees it
+  // (Kubernetes' atomic writer). Folders 0750 (the agent's, the task's group), files 0400 (the
+  // task's user).
+  core::Status writeVolume(const std::string& task, const std::string& name,
+                           const std::map<std::string, std::string>& files,
+                           const std::string& user) const;
   // Removes the task's folder and everything in it, without following links (a folder an older
   // agent gave to the task's user may hold what the task put there).
   void remove(const std::string& task) const;
@@ -59,6 +71,14 @@ class CredentialFiles {
  private:
   // The root, opened (O_DIRECTORY | O_NOFOLLOW) after prepare's checks; the caller closes it.
   core::Result<int> openRoot() const;
+  // The task's folder, made if new (0750, the agent's, the group of `user`; 0700 for the agent's
+  // own user), opened; and `user`'s uid and gid.
+  struct TaskFolder {
+    int fd = -1;  // The caller closes it.
+    uid_t uid = 0;
+    gid_t gid = 0;
+  };
+  core::Result<TaskFolder> openTaskFolder(const std::string& task, const std::string& user) const;
 
   std::string root_;
 };

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "agent/agent.h"
@@ -57,6 +58,11 @@ int openErrno(const std::string& path) {
   }
   ::close(fd);
   return 0;
+}
+
+std::string slurpFile(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 class CredentialFilesTest : public ::testing::Test {
@@ -117,6 +123,44 @@ TEST_F(CredentialFilesTest, ATasksFolderIsItsUsersToReadAndNobodyElsesToListOrEn
   EXPECT_EQ(runAs(stranger, stranger, [&] { return openErrno(files.dir("t.w.0")); }), EACCES);
   EXPECT_EQ(runAs(stranger, stranger, [&] { return openErrno(root_); }), EACCES);
   EXPECT_EQ(runAs(nobody->uid, nobody->gid, [&] { return openErrno(other); }), EACCES);
+}
+
+// A volume's files (docs/agent.md "Volumes"): in folders of its own, each version complete
+// before `..data` points at it, so a task that reads through the volume never sees half of one;
+// what a new version drops is gone, and the old version with it.
+TEST_F(CredentialFilesTest, AVolumesNewVersionReplacesTheOldAtOnce) {
+  const CredentialFiles files(root_);
+  const std::string vol = files.dir("t.w.0") + "/volume-0";
+  ASSERT_TRUE(files
+                  .writeVolume("t.w.0", "volume-0",
+                               {{"password", "one"}, {"conf/model.yaml", "lr: 0.1"}}, "")
+                  .isOk());
+  EXPECT_EQ(slurpFile(vol + "/password"), "one");
+  EXPECT_EQ(slurpFile(vol + "/conf/model.yaml"), "lr: 0.1");
+  EXPECT_EQ(modeOf(vol + "/..data/password").mode, 0400U);
+  EXPECT_TRUE(fs::is_symlink(vol + "/password"));  // Through ..data, as Kubernetes' are.
+  const std::string first = fs::read_symlink(vol + "/..data").string();
+  ASSERT_TRUE(
+      files.writeVolume("t.w.0", "volume-0", {{"password", "two"}, {"user", "alice"}}, "").isOk());
+  EXPECT_EQ(slurpFile(vol + "/password"), "two");
+  EXPECT_EQ(slurpFile(vol + "/user"), "alice");
+  EXPECT_FALSE(fs::exists(vol + "/conf"));  // Dropped with its version.
+  EXPECT_NE(fs::read_symlink(vol + "/..data").string(), first);
+  EXPECT_FALSE(fs::exists(vol + "/" + first));
+  std::set<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(vol)) {
+    names.insert(e.path().filename().string());
+  }
+  EXPECT_EQ(names.size(), 4U);  // ..data, its version, password, user.
+  // Names that would leave the volume are refused before anything is written.
+  for (const char* bad : {"../escape", "a/../../escape", "/etc/passwd"}) {
+    EXPECT_FALSE(files.writeVolume("t.w.0", "volume-0", {{bad, "x"}}, "").isOk()) << bad;
+  }
+  EXPECT_FALSE(files.writeVolume("t.w.0", "../volume", {{"a", "x"}}, "").isOk());
+  EXPECT_EQ(slurpFile(vol + "/password"), "two");
+  // The task's folder goes with everything in it.
+  files.remove("t.w.0");
+  EXPECT_FALSE(fs::exists(files.dir("t.w.0")));
 }
 
 TEST_F(CredentialFilesTest, ARootSomeoneElseMadeOrLeftOpenIsRefusedNeverUsed) {
@@ -193,6 +237,7 @@ class Server : public ControlPlaneClient {
 class Tasks : public Runtime {
  public:
   core::Status start(const TaskSpec& spec) override {
+    started[spec.id] = spec;
     running_.insert(spec.id);
     return core::Status::ok();
   }
@@ -202,6 +247,7 @@ class Tasks : public Runtime {
   }
   std::vector<std::string> running() const override { return {running_.begin(), running_.end()}; }
   std::set<std::string> stopped;
+  std::map<std::string, TaskSpec> started;
 
  private:
   std::set<std::string> running_;
@@ -245,6 +291,40 @@ TEST_F(CredentialFilesTest, AFencedAgentRemovesItsTasksCredentialsWithTheTasks) 
   server.assigned = {withToken("t.w.0", "jwt-0")};
   ASSERT_TRUE(agent.tick().isOk());
   EXPECT_EQ(files.list(), std::vector<std::string>{"t.w.0"});
+}
+
+// A container's volumes: its files kept in its credentials folder and bound at their paths,
+// rewritten when the server sends new ones; tmpfs folders left to the runtime.
+TEST_F(CredentialFilesTest, AnAgentKeepsATasksVolumeFilesBesideItsCredentials) {
+  const CredentialFiles files(root_);
+  core::FakeClock clock;
+  Server server;
+  Tasks tasks;
+  AgentOptions options;
+  options.credentials = &files;
+  Agent agent("gpu-01", NodeGpus{}, server, tasks, clock, options);
+  TaskAssignment a;
+  a.spec.id = "t.w.0";
+  a.spec.container.image = "oci:/images/busybox:latest";
+  a.generation = 1;
+  a.volumes = {{.path = "/etc/db", .files = {{"password", "one"}}},
+               {.path = "/dev/shm", .files = {}, .tmpfs = true, .size_mib = 64}};
+  server.assigned = {a};
+  ASSERT_TRUE(agent.tick().isOk());
+  ASSERT_TRUE(tasks.started.contains("t.w.0"));
+  const std::vector<ContainerSpec::Volume>& mounts = tasks.started["t.w.0"].container.volumes;
+  ASSERT_EQ(mounts.size(), 2U);
+  EXPECT_EQ(mounts[0].path, "/etc/db");
+  EXPECT_EQ(mounts[0].source, files.dir("t.w.0") + "/volume-0");
+  EXPECT_EQ(mounts[1].path, "/dev/shm");
+  EXPECT_EQ(mounts[1].source, "");
+  EXPECT_EQ(mounts[1].size_mib, 64);
+  EXPECT_EQ(slurpFile(mounts[0].source + "/password"), "one");
+  // The secret changed: the running task's file changes in place.
+  server.assigned[0].volumes[0].files["password"] = "two";
+  ASSERT_TRUE(agent.tick().isOk());
+  EXPECT_EQ(slurpFile(mounts[0].source + "/password"), "two");
+  EXPECT_EQ(tasks.started.size(), 1U);  // Not started again.
 }
 
 TEST_F(CredentialFilesTest, FoldersAnEarlierAgentLeftGoUnlessTheirTaskIsStillHere) {

@@ -27,6 +27,10 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
     return core::failedPrecondition("task " + spec.id + ": " + t.credentials_error);
   }
   a.credentials = t.credentials;
+  a.volumes = t.volumes;
+  if (!t.volumes.empty() && t.image.empty()) {
+    a.invalid = "volumes are mounted in containers, and this task has no image";
+  }
   spec.rendezvous.task_count = t.task_count;
   spec.rendezvous.hosts = t.hosts;
   spec.rendezvous.ports = t.ports;

@@ -194,25 +194,37 @@ void killListed(const char* const* procs) {
   }
 }
 
-// Removes the files in the folder `dir` and the folder, then its parent if that is empty now
-// (never following a link; the folder holds files only). Async-signal-safe.
-void removeFlatFolder(const char* dir, const char* parent) {
+// Removes what the folder `dir_fd` holds, folders to a depth of 8 (a volume's files, in the
+// credentials folder), never following a link. Async-signal-safe.
+void removeEntriesAt(int dir_fd, int depth) {
+  alignas(8) char buf[2048];
+  for (long n = ::syscall(SYS_getdents64, dir_fd, buf, sizeof buf); n > 0;
+       n = ::syscall(SYS_getdents64, dir_fd, buf, sizeof buf)) {
+    for (long off = 0; off < n;) {
+      // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
+      unsigned short reclen = 0;
+      std::memcpy(&reclen, buf + off + 16, sizeof reclen);
+      const char* name = buf + off + 19;
+      if (!(name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))) &&
+          ::unlinkat(dir_fd, name, 0) != 0 && errno == EISDIR && depth < 8) {
+        const int sub = ::openat(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub >= 0) {
+          removeEntriesAt(sub, depth + 1);
+          ::close(sub);
+          (void)::unlinkat(dir_fd, name, AT_REMOVEDIR);
+        }
+      }
+      off += reclen;
+    }
+  }
+}
+
+// Removes the folder `dir` with what it holds, then its parent if that is empty now (never
+// following a link). Async-signal-safe.
+void removeCredentialFolder(const char* dir, const char* parent) {
   const int fd = ::open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd >= 0) {
-    alignas(8) char buf[4096];
-    for (long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf); n > 0;
-         n = ::syscall(SYS_getdents64, fd, buf, sizeof buf)) {
-      for (long off = 0; off < n;) {
-        // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
-        unsigned short reclen = 0;
-        std::memcpy(&reclen, buf + off + 16, sizeof reclen);
-        const char* name = buf + off + 19;
-        if (!(name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))) {
-          (void)::unlinkat(fd, name, 0);
-        }
-        off += reclen;
-      }
-    }
+    removeEntriesAt(fd, 0);
     ::close(fd);
   }
   (void)::rmdir(dir);
@@ -248,7 +260,7 @@ void removeFlatFolder(const char* dir, const char* parent) {
       }
       writeExit(exit_path, exit_tmp_path, status, fenced);
       if (credentials != nullptr && ::getppid() != agent) {
-        removeFlatFolder(credentials, credentials_root);
+        removeCredentialFolder(credentials, credentials_root);
       }
       ::_exit(0);
     }

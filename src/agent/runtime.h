@@ -74,6 +74,15 @@ struct ContainerSpec {
   RegistryCredentials pull_credentials;
   std::function<void(int64_t, int64_t)> pull_progress;
   const std::atomic<bool>* pull_cancel = nullptr;  // Set: the download stops.
+  // Folders mounted in it: `source` (a folder on the node) bound read-only at `path`, or, with
+  // no source, an empty tmpfs of at most `size_mib` (0: bounded by the task's memory only; at
+  // /dev/shm it replaces the default one).
+  struct Volume {
+    std::string path;
+    std::string source;
+    int64_t size_mib = 0;
+  };
+  std::vector<Volume> volumes;
 };
 
 // Where a task of a multi-task workload finds its peers (docs/agent.md "Distributed training"):

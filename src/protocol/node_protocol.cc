@@ -1,7 +1,9 @@
 #include "protocol/node_protocol.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
+#include <functional>
 
 #include "core/json_node.h"
 
@@ -75,7 +77,64 @@ json toJson(const AssignedTask& t) {
     out["ports"] = t.ports;
     out["master_port"] = t.master_port;
   }
+  if (!t.volumes.empty()) {
+    json volumes = json::array();
+    for (const TaskVolume& v : t.volumes) {
+      json one = {{"path", v.path}};
+      if (v.tmpfs) {
+        one["tmpfs"] = {{"size_mib", v.size_mib}};
+      } else {
+        // Under a key the audit log always HMACs (a Secret's files), as the task's other
+        // credentials.
+        one["credentials"] = v.files;
+      }
+      volumes.push_back(std::move(one));
+    }
+    out["volumes"] = std::move(volumes);
+  }
   return out;
+}
+
+namespace {
+
+// The components of `path` split at '/', each checked by `ok`.
+bool componentsAre(std::string_view path, const std::function<bool(std::string_view)>& ok) {
+  while (true) {
+    const size_t slash = path.find('/');
+    if (!ok(path.substr(0, slash))) {
+      return false;
+    }
+    if (slash == std::string_view::npos) {
+      return true;
+    }
+    path.remove_prefix(slash + 1);
+  }
+}
+
+}  // namespace
+
+bool isMountPath(std::string_view path) {
+  for (std::string_view top : {"/proc", "/sys", "/dev"}) {
+    if (path.starts_with(top) && (path.size() == top.size() || path[top.size()] == '/') &&
+        path != "/dev/shm") {
+      return false;
+    }
+  }
+  return path.size() > 1 && path.size() <= 1024 && path[0] == '/' &&
+         componentsAre(path.substr(1), [](std::string_view c) {
+           return !c.empty() && c != "." && c != ".." &&
+                  c.find_first_of(std::string_view("\0\n", 2)) == std::string_view::npos;
+         });
+}
+
+bool isVolumeFilePath(std::string_view path) {
+  return !path.empty() && path.size() <= 253 && componentsAre(path, [](std::string_view c) {
+    return !c.empty() && c != "." && !c.starts_with("..") &&
+           std::all_of(c.begin(), c.end(), [](char ch) {
+             return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+                    ch == '.';
+           });
+  });
 }
 
 bool isPortName(std::string_view name) {
@@ -213,6 +272,42 @@ core::Result<AssignedTask> assignedTaskFromJson(const json& j, const std::string
   }
   TESSERA_ASSIGN_OR_RETURN(const int64_t master, integerOr(n, "master_port", 0, 65535, 0));
   t.master_port = static_cast<int>(master);
+  if (n.has("volumes")) {
+    const core::JsonNode vs = n.child("volumes");
+    if (!vs.value().is_array() || vs.value().size() > 32) {
+      return vs.error("expected a list of at most 32 volumes");
+    }
+    for (size_t i = 0; i < vs.value().size(); ++i) {
+      const core::JsonNode v = vs.at(i);
+      TaskVolume volume;
+      TESSERA_ASSIGN_OR_RETURN(volume.path, text(v.child("path")));
+      if (!isMountPath(volume.path)) {
+        return v.child("path").error(
+            "expected an absolute path without '.' or '..', outside /proc, /sys and /dev");
+      }
+      if (v.has("tmpfs") == v.has("credentials")) {
+        return v.error("expected exactly one of credentials (its files) and tmpfs");
+      }
+      if (v.has("tmpfs")) {
+        volume.tmpfs = true;
+        TESSERA_ASSIGN_OR_RETURN(volume.size_mib,
+                                 integerOr(v.child("tmpfs"), "size_mib", 0, int64_t{1} << 30, 0));
+      } else {
+        const json& files = v.value().at("credentials");
+        if (!files.is_object() || files.size() > 1024) {
+          return v.child("credentials").error("expected an object of at most 1,024 files");
+        }
+        for (const auto& [file, content] : files.items()) {
+          if (!isVolumeFilePath(file) || !content.is_string()) {
+            return v.child("credentials")
+                .error("'" + file.substr(0, 64) + "': expected a relative path to a string");
+          }
+          volume.files[file] = content.get<std::string>();
+        }
+      }
+      t.volumes.push_back(std::move(volume));
+    }
+  }
   return t;
 }
 

@@ -22,6 +22,18 @@
 
 namespace tessera::protocol {
 
+// A folder mounted in a task's container (a Kubernetes pod's secret, configMap or emptyDir
+// volume; docs/agent.md "Volumes"): `files` (relative path -> content, written by the agent
+// into the task's credentials folder and bound read-only at `path`), or an empty tmpfs of at most
+// `size_mib` (0: no limit but the task's memory) when `tmpfs`.
+struct TaskVolume {
+  std::string path;                          // Absolute, in the container (isMountPath).
+  std::map<std::string, std::string> files;  // By isVolumeFilePath.
+  bool tmpfs = false;
+  int64_t size_mib = 0;
+  bool operator==(const TaskVolume&) const = default;
+};
+
 // One task as the server hands it to its node's agent (an entry of a heartbeat answer's
 // "tasks").
 struct AssignedTask {
@@ -62,7 +74,15 @@ struct AssignedTask {
   std::vector<std::string> hosts;
   std::map<std::string, int> ports;
   int master_port = 0;
+  std::vector<TaskVolume> volumes;  // Its container's (none for a plain process).
 };
+
+// Whether `path` may be a volume's mount point: absolute, at most 1,024 bytes, without empty,
+// "." or ".." components, and outside what the runtime mounts (/proc, /sys, /dev but /dev/shm).
+bool isMountPath(std::string_view path);
+// Whether `path` may name a file in a volume: relative, at most 253 bytes, components of
+// [-._a-zA-Z0-9] none of which is "." or starts with "..".
+bool isVolumeFilePath(std::string_view path);
 
 // Whether `name` may name a port ("master", "http"): 1 to 32 of [a-z0-9_-], starting with a
 // letter. Its variable is TESSERA_PORT_<NAME> (upper case, '-' as '_').

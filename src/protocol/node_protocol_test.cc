@@ -55,6 +55,51 @@ TEST(NodeProtocolTest, ATaskRoundTripsThroughItsJson) {
   EXPECT_FALSE(toJson(*minimal).contains("hosts"));  // Older agents see nothing new.
 }
 
+// Volumes (docs/agent.md "Volumes"): files and tmpfs folders travel; paths that would leave the
+// volume, or land on what the runtime mounts, never reach an agent.
+TEST(NodeProtocolTest, VolumesRoundTripAndPathsThatWouldEscapeAreRefused) {
+  AssignedTask t;
+  t.id = "a.b.0";
+  t.tenant = "a";
+  t.workload = "b";
+  t.image = "oci:/images/x:latest";
+  t.volumes = {{.path = "/etc/db", .files = {{"password", "hunter2"}, {"conf/model.yaml", "lr"}}},
+               {.path = "/dev/shm", .files = {}, .tmpfs = true, .size_mib = 256}};
+  const json j = toJson(t);
+  // A volume's files are under a key the audit log always hides.
+  EXPECT_EQ(j["volumes"][0]["credentials"]["password"], "hunter2");
+  auto back = assignedTaskFromJson(j, "tasks[0]", "heartbeat answer");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back->volumes, t.volumes);
+  for (const char* bad : {"../x", "a/../x", "..data", "a/..b", "/abs", "a//b", "", "a b"}) {
+    EXPECT_FALSE(isVolumeFilePath(bad)) << bad;
+    json b = j;
+    b["volumes"][0]["credentials"] = {{bad, "x"}};
+    auto r = assignedTaskFromJson(b, "tasks[0]", "heartbeat answer");
+    ASSERT_FALSE(r.isOk()) << bad;
+    EXPECT_NE(r.status().message().find("tasks[0].volumes[0].credentials"), std::string::npos)
+        << r.status().message();
+  }
+  for (const char* good : {"password", "conf/model.yaml", ".hidden", "a-b_c.d"}) {
+    EXPECT_TRUE(isVolumeFilePath(good)) << good;
+  }
+  for (const char* bad : {"relative", "/", "/etc/../x", "/etc/./x", "/etc//x", "/proc",
+                          "/proc/self", "/sys/fs", "/dev", "/dev/nvidia0", "/devices/x/"}) {
+    EXPECT_FALSE(isMountPath(bad)) << bad;
+    json b = j;
+    b["volumes"][1]["path"] = bad;
+    EXPECT_FALSE(assignedTaskFromJson(b, "", "t").isOk()) << bad;
+  }
+  for (const char* good : {"/etc/db", "/dev/shm", "/devices", "/data/x.y", "/procfs"}) {
+    EXPECT_TRUE(isMountPath(good)) << good;
+  }
+  json both = j;
+  both["volumes"][1]["credentials"] = json::object();
+  auto r = assignedTaskFromJson(both, "", "t");
+  ASSERT_FALSE(r.isOk());
+  EXPECT_NE(r.status().message().find("exactly one of"), std::string::npos);
+}
+
 TEST(NodeProtocolTest, ABadTaskSaysWhichField) {
   AssignedTask task;
   task.id = "a.b.0";

@@ -294,7 +294,8 @@ class ControlPlane {
   void kubeNodesDeliver(KubeWatch& w);
   // A pod's env read from Secrets and ConfigMaps of namespace `ns` (sub.env_refs) into
   // sub.spec's env, as the submitter may read them; the names of those from Secrets into `seal`.
-  // An answer: why not (403, 422 naming the field).
+  // Its volumes' Secrets and ConfigMaps are checked the same way (readable, there, with the keys
+  // they name), and read when each task starts. An answer: why not (403, 422 naming the field).
   std::optional<HttpResponse> kubeResolveEnv(Request& r, const std::string& tenant,
                                              const std::string& ns, kube::PodSubmission& sub,
                                              std::set<std::string>& seal);
@@ -431,7 +432,8 @@ class ControlPlane {
   // workload a list shows, the secrets a workload asks for).
   bool authorizedOn(const Request& r, const std::string& path, Capability needed) const;
   // A workload's `secrets`, checked against what the submitting token may read.
-  core::Status checkWorkloadSecrets(const Request& r, const WorkloadSecrets& wanted) const;
+  core::Status checkWorkloadSecrets(const Request& r, const WorkloadSecrets& wanted,
+                                    const std::vector<WorkloadVolume>& volumes) const;
   // Env values of workload `name` whose names look secret (audit::looksSecret), and those named
   // in `also`: sealed by the barrier into `sealed` (NAME -> hex) and moved out of cmd.env, their
   // spec value replaced by "(sealed)"; and opened again for an agent. Unavailable while the

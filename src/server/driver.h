@@ -84,6 +84,20 @@ struct WorkloadSecrets {
   bool empty() const { return kv.empty() && db.empty(); }
 };
 
+// A folder in each of a workload's containers (`volumes`, docs/agent.md "Volumes"; a
+// Kubernetes pod's secret, configMap and emptyDir volumes): the data of a KV secret of its
+// tenant as files, read when a task is handed to its agent and again as the secret changes; or
+// an empty tmpfs.
+struct WorkloadVolume {
+  std::string path;  // Absolute, in the container.
+  std::string kv;    // "" : a tmpfs.
+  // Key -> file (relative to `path`); empty: every key whose name is a file name, as itself.
+  std::map<std::string, std::string> items;
+  bool optional = false;  // No such secret (or key): an empty folder (or no such file).
+  int64_t size_mib = 0;   // A tmpfs's limit; 0: the task's memory.
+  bool operator==(const WorkloadVolume&) const = default;
+};
+
 // A task assigned to an agent-run node: the node protocol's message (what the agent is told;
 // its credentials are added when the answer is written), and what the server keeps beside it.
 struct NodeTask : protocol::AssignedTask {
@@ -93,6 +107,7 @@ struct NodeTask : protocol::AssignedTask {
   // Audiences of the task's identity token (docs/secrets.md); empty: the issuer's default.
   std::vector<std::string> identity_audiences;
   WorkloadSecrets secrets;
+  std::vector<WorkloadVolume> volumes;  // Made into the message's `volumes` when it is sent.
 };
 
 // What an agent says happened to one of its tasks (the node protocol's message).
@@ -211,6 +226,7 @@ struct SubmitCommand {
   core::Duration checkpoint_every{0};
   std::vector<std::string> identity_audiences;  // The workload's `identity.audiences`.
   WorkloadSecrets secrets;                      // The workload's `secrets`.
+  std::vector<WorkloadVolume> volumes;          // Its `volumes`.
   std::vector<RestoredTask> restore;            // After a restart: where its tasks run.
   // When a task fails (exits non-zero, is killed, cannot start): the whole workload is started
   // over, every task anew with a new rendezvous, up to `attempts` times, each `delay` after the

@@ -740,6 +740,7 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t,
   nt.grace_ms = std::chrono::duration_cast<std::chrono::milliseconds>(c.grace).count();
   nt.identity_audiences = c.identity_audiences;
   nt.secrets = c.secrets;
+  nt.volumes = c.volumes;
   return nt;
 }
 

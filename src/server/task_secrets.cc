@@ -320,6 +320,103 @@ core::Result<PullCredentials> TaskSecrets::pullCredentials(const NodeTask& t) {
   return e->pull;
 }
 
+core::Result<json> TaskSecrets::readVolumes(const NodeTask& t) const {
+  json out = json::array();
+  for (size_t i = 0; i < t.volumes.size(); ++i) {
+    const WorkloadVolume& v = t.volumes[i];
+    if (v.kv.empty()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    const std::string where = "volumes[" + std::to_string(i) + "]: secret '" + v.kv + "'";
+    auto r = engine_.kv().read(t.tenant, v.kv, 0);
+    if (!r.isOk()) {
+      if (r.status().code() == core::StatusCode::kNotFound && v.optional) {
+        out.push_back(nullptr);
+        continue;
+      }
+      return core::Status(r.status().code(), where + ": " + r.status().message());
+    }
+    if (!r->data.is_object()) {
+      return core::failedPrecondition(where + ": its data is not an object of keys");
+    }
+    for (const auto& [key, file] : v.items) {
+      if (!r->data.contains(key) && !v.optional) {
+        return core::notFound(where + ": no key '" + key + "'");
+      }
+    }
+    out.push_back(std::move(r->data));
+  }
+  return out;
+}
+
+core::Result<std::vector<protocol::TaskVolume>> TaskSecrets::volumes(const NodeTask& t) {
+  const std::string key = t.id + "@" + std::to_string(t.generation);
+  const std::shared_ptr<Entry> e = entryFor(t, key);
+  std::lock_guard lock(e->mu);
+  if (e->ended) {
+    return core::failedPrecondition("the task has ended; its credentials are revoked");
+  }
+  const core::WallTime now = clock_.wallNow();
+  if (!e->volumes_resolved || now - e->volumes_read >= options_.kv_refresh) {
+    auto data = readVolumes(t);
+    if (!data.isOk() && !e->volumes_resolved) {
+      return data.status();
+    }
+    if (data.isOk() && (!e->volumes_resolved || *data != e->volume_kv)) {
+      json paths = json::array();
+      for (const WorkloadVolume& v : t.volumes) {
+        if (!v.kv.empty()) {
+          paths.push_back(v.kv);
+        }
+      }
+      const json details = {{"workload", t.workload}, {"task", t.index}, {"kv", paths}};
+      if (!audit(t.tenant, "volumes read", key, details).isOk()) {
+        if (!e->volumes_resolved) {
+          return core::unavailable("the audit log cannot record the read of the task's volumes");
+        }
+      } else {
+        e->volume_kv = std::move(data).value();
+        e->volumes_resolved = true;
+      }
+    }
+    e->volumes_read = now;
+  }
+  std::vector<protocol::TaskVolume> out;
+  for (size_t i = 0; i < t.volumes.size(); ++i) {
+    const WorkloadVolume& v = t.volumes[i];
+    protocol::TaskVolume tv;
+    tv.path = v.path;
+    if (v.kv.empty()) {
+      tv.tmpfs = true;
+      tv.size_mib = v.size_mib;
+      out.push_back(std::move(tv));
+      continue;
+    }
+    const json& data = e->volume_kv.at(i);
+    auto content = [](const json& value) {
+      return value.is_string() ? value.get<std::string>() : value.dump();
+    };
+    if (data.is_object()) {
+      if (v.items.empty()) {
+        for (const auto& [k, value] : data.items()) {
+          if (k.find('/') == std::string::npos && protocol::isVolumeFilePath(k)) {
+            tv.files[k] = content(value);
+          }
+        }
+      } else {
+        for (const auto& [k, file] : v.items) {
+          if (data.contains(k)) {
+            tv.files[file] = content(data[k]);
+          }
+        }
+      }
+    }
+    out.push_back(std::move(tv));
+  }
+  return out;
+}
+
 core::Result<std::string> TaskSecrets::resolve(const NodeTask& t) {
   const std::string key = t.id + "@" + std::to_string(t.generation);
   const std::shared_ptr<Entry> e = entryFor(t, key);

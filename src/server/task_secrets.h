@@ -77,6 +77,13 @@ class TaskSecrets {
   // tenant). Read at the task's first call and again when older than kv_refresh; each read
   // that finds a new value is in the tenant's audit stream (the password HMAC'd).
   core::Result<PullCredentials> pullCredentials(const NodeTask& t);
+  // What `t`'s volumes (NodeTask::volumes) hold, as its agent gets them: each kv volume's secret
+  // as files, read at the task's first call and again when older than kv_refresh (a failed
+  // refresh keeps what the task has; each read that finds new data is in the tenant's audit
+  // stream, paths only). A secret or item key that is not there is an error unless the volume is
+  // optional. Every key of a secret that is a plain file name is a file (as itself, or as its
+  // volume's `items` say); a value that is not a string is its JSON.
+  core::Result<std::vector<protocol::TaskVolume>> volumes(const NodeTask& t);
   // Revokes the credentials of tasks that are not live and renews the leases of those that
   // are, past half their TTL. `live_tasks` gives the live ones now ("<task id>@<generation>",
   // SchedulerDriver::liveTasks). Returns how many tasks' credentials it revoked.
@@ -110,6 +117,10 @@ class TaskSecrets {
     bool pull_resolved = false;
     PullCredentials pull;
     core::WallTime pull_read{};
+    // The kv volumes' data as last read (by volume, null: an optional one not there), and when.
+    bool volumes_resolved = false;
+    nlohmann::json volume_kv;
+    core::WallTime volumes_read{};
     // Leases no longer in the file: loaded at start (an earlier process's), or replaced at
     // their max TTL. Revoked with the task.
     std::vector<std::string> stored_leases;
@@ -127,6 +138,8 @@ class TaskSecrets {
   core::Result<nlohmann::json> readKv(const std::string& tenant,
                                       const std::vector<std::string>& paths) const;
   std::string render(const nlohmann::json& kv, const std::vector<DbCred>& db) const;
+  // The data of `t`'s kv volumes, by volume (null: an optional one not there).
+  core::Result<nlohmann::json> readVolumes(const NodeTask& t) const;
   void revokeLocked(Entry& e, const std::string& key);
   core::Status audit(const std::string& tenant, const std::string& what, const std::string& key,
                      const nlohmann::json& details);

@@ -247,6 +247,78 @@ TEST_F(TaskSecretsTest, WhatCannotBeResolvedIsAnErrorAndLeavesNoCredentialBehind
 
 // A pull secret in each shape people keep one in; the login for the image's registry only, and
 // errors that say what is wrong without the values.
+// A container's volumes (docs/agent.md "Volumes"): a secret's keys as files (all of them,
+// or as `items` names them), read again once older than kv_refresh; what is not there is an
+// error unless the volume is optional; a tmpfs has no files.
+TEST_F(TaskSecretsTest, VolumesAreASecretsKeysAsFilesReadAgainWhenOld) {
+  ASSERT_TRUE(
+      engine_->kv()
+          .write(
+              "team-1", "kube/default/secrets/db",
+              {{"password", "hunter2"}, {"kubernetes.io/object", "{}"}, {"limits", {{"gpu", 1}}}},
+              std::nullopt)
+          .isOk());
+  NodeTask t;
+  t.id = "team-1.train.0";
+  t.generation = 1;
+  t.tenant = "team-1";
+  t.workload = "train";
+  auto volume = [](std::string path, std::string kv, std::map<std::string, std::string> items,
+                   bool optional) {
+    WorkloadVolume v;
+    v.path = std::move(path);
+    v.kv = std::move(kv);
+    v.items = std::move(items);
+    v.optional = optional;
+    return v;
+  };
+  t.volumes = {volume("/etc/db", "kube/default/secrets/db", {}, false),
+               volume("/etc/pw", "kube/default/secrets/db", {{"password", "x/pw"}}, false),
+               volume("/etc/none", "kube/default/secrets/none", {}, true),
+               volume("/dev/shm", "", {}, false)};
+  t.volumes[3].size_mib = 64;
+  auto v = secrets_->volumes(t);
+  ASSERT_TRUE(v.isOk()) << v.status().message();
+  ASSERT_EQ(v->size(), 4U);
+  // Every key that is a file name (not the kept Kubernetes object), a non-string as its JSON.
+  EXPECT_EQ((*v)[0].files, (std::map<std::string, std::string>{{"password", "hunter2"},
+                                                               {"limits", R"({"gpu":1})"}}));
+  EXPECT_EQ((*v)[0].path, "/etc/db");
+  EXPECT_EQ((*v)[1].files, (std::map<std::string, std::string>{{"x/pw", "hunter2"}}));
+  EXPECT_TRUE((*v)[2].files.empty());
+  EXPECT_FALSE((*v)[2].tmpfs);
+  EXPECT_TRUE((*v)[3].tmpfs);
+  EXPECT_EQ((*v)[3].size_mib, 64);
+  EXPECT_EQ(auditLinesWith("volumes read"), 1U);
+  EXPECT_EQ(auditLinesWith("hunter2"), 0U);  // Paths only.
+  // A new password reaches the task once its copy is older than kv_refresh.
+  ASSERT_TRUE(
+      engine_->kv()
+          .write("team-1", "kube/default/secrets/db", {{"password", "changed"}}, std::nullopt)
+          .isOk());
+  EXPECT_EQ(secrets_->volumes(t)->at(1).files.at("x/pw"), "hunter2");
+  clock_.advance(31s);
+  auto later = secrets_->volumes(t);
+  ASSERT_TRUE(later.isOk()) << later.status().message();
+  EXPECT_EQ(later->at(1).files.at("x/pw"), "changed");
+  EXPECT_EQ(later->at(0).files, (std::map<std::string, std::string>{{"password", "changed"}}));
+  EXPECT_EQ(auditLinesWith("volumes read"), 2U);
+  // A key the items name that is not there, or a secret that is not: the task does not start.
+  NodeTask missing = t;
+  missing.id = "team-1.train.1";
+  missing.volumes = {volume("/etc/pw", "kube/default/secrets/db", {{"user", "u"}}, false)};
+  auto no_key = secrets_->volumes(missing);
+  ASSERT_FALSE(no_key.isOk());
+  EXPECT_NE(no_key.status().message().find("volumes[0]: secret 'kube/default/secrets/db': no key "
+                                           "'user'"),
+            std::string::npos)
+      << no_key.status().message();
+  missing.volumes[0].kv = "kube/default/secrets/gone";
+  EXPECT_EQ(secrets_->volumes(missing).status().code(), core::StatusCode::kNotFound);
+  missing.volumes[0].optional = true;
+  ASSERT_TRUE(secrets_->volumes(missing).isOk());
+}
+
 TEST(RegistryLoginTest, ReadsDockerConfigsAndPlainLoginsForTheImagesRegistry) {
   // base64("team:pa:ss") (a password may hold ':').
   const json config = {{"auths",

@@ -304,6 +304,61 @@ TEST_F(ContainerTest, RunsInItsImageAsItsTenantWithOnlyItsGpu) {
   EXPECT_TRUE(fs::is_empty(dir_ / "gpu-a" / "containers" / "bundles"));
 }
 
+// Volumes (docs/agent.md "Volumes"): a KV secret's keys as read-only files at a path of the
+// container, as its tenant's user reads them; a tmpfs at /dev/shm of the size asked. Asked for
+// wrongly, they are refused at admission naming the field; a secret that is gone by the time the
+// task starts keeps it from starting, saying why.
+TEST_F(ContainerTest, VolumesAreSecretsAsFilesAndTmpfsFolders) {
+  Response put = call("POST", "/v1/tenants/team-1/secrets/kv/data/app/db", tenant_,
+                      {{"data", {{"password", "hunter2"}, {"user", "alice"}}}});
+  ASSERT_EQ(put.status / 100, 2U) << put.raw;
+  for (const auto& [body, field] : std::vector<std::pair<json, std::string>>{
+           {{{"command", {"true"}}, {"volumes", {{{"path", "/etc/db"}, {"kv", "app/db"}}}}},
+            "volumes: volumes are mounted in containers"},
+           {{{"image", "oci-archive:" + image_},
+             {"volumes", {{{"path", "/proc/x"}, {"kv", "app/db"}}}}},
+            "volumes[0].path"},
+           {{{"image", "oci-archive:" + image_},
+             {"volumes", {{{"path", "/etc/db"}, {"kv", "app/db"}, {"items", {{"user", "../u"}}}}}}},
+            "volumes[0].items.user"},
+           {{{"image", "oci-archive:" + image_},
+             {"volumes",
+              {{{"path", "/x"}, {"tmpfs", json::object()}}, {{"path", "/x"}, {"kv", "a"}}}}},
+            "volumes[1].path: mounted twice"}}) {
+    Response r = submit("bad", body);
+    EXPECT_EQ(r.status, 400U) << r.raw;
+    EXPECT_NE(r.raw.find(field), std::string::npos) << r.raw;
+  }
+  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}));
+  const std::string script =
+      "cat /etc/db/password; echo; cat /etc/app/u; echo; ls /etc/app; "
+      "touch /etc/db/new 2>/dev/null || echo db-read-only; "
+      "df -m /dev/shm | tail -1; echo x > /dev/shm/x && echo shm-writable";
+  Response r =
+      submit("vols", {{"image", "oci-archive:" + image_},
+                      {"volumes",
+                       {{{"path", "/etc/db"}, {"kv", "app/db"}},
+                        {{"path", "/etc/app"}, {"kv", "app/db"}, {"items", {{"user", "u"}}}},
+                        {{"path", "/dev/shm"}, {"tmpfs", {{"sizeMiB", 32}}}}}},
+                      {"command", {"sh", "-c", script}}});
+  ASSERT_EQ(r.status, 202U) << r.raw;
+  ASSERT_TRUE(waitPhase("vols", "succeeded")) << workload("vols").dump() << agentLog("gpu-a");
+  const CmdResult out = logs("vols");
+  EXPECT_NE(out.out.find("hunter2\nalice\nu\ndb-read-only\n"), std::string::npos) << out.out;
+  EXPECT_TRUE(std::regex_search(out.out, std::regex(R"(tmpfs\s+32\s.*\nshm-writable\n)")))
+      << out.out;
+  // The secret is gone before the next task starts: it fails to start, saying which.
+  ASSERT_EQ(call("DELETE", "/v1/tenants/team-1/secrets/kv/metadata/app/db", tenant_).status / 100,
+            2U);
+  r = submit("gone", {{"image", "oci-archive:" + image_},
+                      {"volumes", {{{"path", "/etc/db"}, {"kv", "app/db"}}}},
+                      {"command", {"true"}}});
+  ASSERT_EQ(r.status, 202U) << r.raw;
+  ASSERT_TRUE(waitPhase("gone", "failed")) << workload("gone").dump();
+  EXPECT_NE(workload("gone").dump().find("volumes[0]: secret 'app/db'"), std::string::npos)
+      << workload("gone").dump();
+}
+
 // Bad references are refused at admission with a 400 naming the field; an image that is not
 // there, or a registry that cannot be reached, fails its task with the reason.
 TEST_F(ContainerTest, ImagesThatCannotBeRunSayWhy) {

@@ -91,6 +91,16 @@ class KubeTest : public ::testing::Test {
     EXPECT_EQ(made.rc, 0) << made;
     return file;
   }
+  // A policy `name` of `tenant` (its `path` rules), made with `admin`, and a kubeconfig
+  // HOME/<name>.kubeconfig for a new token of it.
+  fs::path kubeconfigOfPolicy(const std::string& admin, const std::string& tenant,
+                              const std::string& name, const json& paths) {
+    const auto made =
+        Client(dev_->info["address"], slurp(dev_->info["ca_cert"].get<std::string>()))
+            .call("POST", "/v1/tenants/" + tenant + "/policies/" + name, admin, {{"path", paths}});
+    EXPECT_EQ(made.status, 204U) << made.raw;
+    return kubeconfig(tenantToken(tenant, name, /*create=*/false), name + ".kubeconfig");
+  }
   Outcome kubectl(const fs::path& config, std::vector<std::string> args,
                   std::chrono::milliseconds stop_after = std::chrono::milliseconds(0)) const {
     args.insert(args.begin(), kKubectl);
@@ -379,13 +389,8 @@ TEST_F(KubeTest, TenantsSeeOnlyTheirOwnPodsAndPoliciesHold) {
   EXPECT_FALSE(contains(cross.out + cross.err, "trainer")) << cross;
 
   // A read-only token of A's.
-  ASSERT_EQ(Client(dev_->info["address"], slurp(dev_->info["ca_cert"].get<std::string>()))
-                .call("POST", "/v1/tenants/kube-c/policies/reader", a,
-                      {{"path", {{"workloads*", {{"capabilities", {"read", "list"}}}}}}})
-                .status,
-            204U);
-  const std::string reader = tenantToken("kube-c", "reader", /*create=*/false);
-  const fs::path cr = kubeconfig(reader, "reader.kubeconfig");
+  const fs::path cr = kubeconfigOfPolicy(a, "kube-c", "reader",
+                                         {{"workloads*", {{"capabilities", {"read", "list"}}}}});
   EXPECT_TRUE(contains(kubectl(cr, {"get", "pods"}).out, "trainer"));
   std::string second = kPod;
   second.replace(second.find("name: trainer"), 13, "name: second");
@@ -709,12 +714,8 @@ TEST_F(KubeTest, SecretsFromKubectlReachAPodThroughEnvFromAndStayInTheirTenant) 
   Outcome can = kubectl(config, {"auth", "can-i", "create", "pods"});
   EXPECT_EQ(can.rc, 0) << can;
   EXPECT_EQ(can.out, "yes\n") << can;
-  ASSERT_EQ(Client(dev_->info["address"], slurp(dev_->info["ca_cert"].get<std::string>()))
-                .call("POST", "/v1/tenants/kube-s/policies/viewer", token,
-                      {{"path", {{"workloads*", {{"capabilities", {"read", "list"}}}}}}})
-                .status,
-            204U);
-  const fs::path viewer = kubeconfig(tenantToken("kube-s", "viewer", false), "viewer.kubeconfig");
+  const fs::path viewer = kubeconfigOfPolicy(
+      token, "kube-s", "viewer", {{"workloads*", {{"capabilities", {"read", "list"}}}}});
   Outcome cannot = kubectl(viewer, {"auth", "can-i", "create", "pods"});
   EXPECT_EQ(cannot.rc, 1) << cannot;
   EXPECT_TRUE(cannot.out.starts_with("no")) << cannot;
@@ -733,6 +734,91 @@ TEST_F(KubeTest, SecretsFromKubectlReachAPodThroughEnvFromAndStayInTheirTenant) 
   Outcome deleted = kubectl(config, {"delete", "secret", "hf"});
   EXPECT_EQ(deleted.out, "secret \"hf\" deleted\n") << deleted;
   EXPECT_TRUE(contains(kubectl(config, {"get", "secret", "hf"}).err, "(NotFound)"));
+}
+
+// Secret and ConfigMap volumes (docs/kubernetes.md "Volumes"): a pod's container reads them as
+// files at their mountPaths, read-only, with an emptyDir at /dev/shm of its sizeLimit; a Secret
+// the submitter may not read, or one that is not there, is refused naming the field. Containers
+// need root and runc here, as container_integration_test does (CI has both).
+TEST_F(KubeTest, SecretAndConfigMapVolumesAreFilesInThePodsContainer) {
+  ASSERT_EQ(::geteuid(), 0U) << "pods with an image run in containers: this test needs root";
+  ASSERT_EQ(std::system("command -v runc >/dev/null"), 0) << "apt-get install runc";
+  const fs::path image = home_ / "busybox.tar";
+  ASSERT_EQ(std::system((tessera::integration::sourceDir() + "/scripts/make-busybox-image " +
+                         image.string() + " >/dev/null")
+                            .c_str()),
+            0);
+  const std::string token = tenantToken("kube-v");
+  const fs::path config = kubeconfig(token, "v.kubeconfig");
+  ASSERT_EQ(kubectl(config, {"create", "secret", "generic", "db", "--from-literal=password=hunter2",
+                             "--from-literal=user=alice"})
+                .rc,
+            0);
+  ASSERT_EQ(
+      kubectl(config, {"create", "configmap", "train", "--from-literal=model.yaml=lr: 0.1"}).rc, 0);
+  std::string pod = R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: mounted
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: oci-archive:IMAGE
+    command: ["sh", "-c", "cat /etc/db/password /etc/db/user /etc/train/conf/model.yaml; echo; ls /etc/train; touch /etc/db/x 2>/dev/null || echo read-only; df -m /dev/shm | tail -1"]
+    volumeMounts:
+    - {name: db, mountPath: /etc/db, readOnly: true}
+    - {name: train, mountPath: /etc/train}
+    - {name: shm, mountPath: /dev/shm}
+  volumes:
+  - name: db
+    secret: {secretName: db}
+  - name: train
+    configMap:
+      name: train
+      items: [{key: model.yaml, path: conf/model.yaml}]
+  - name: shm
+    emptyDir: {medium: Memory, sizeLimit: 48Mi}
+)";
+  pod.replace(pod.find("IMAGE"), 5, image.string());
+  Outcome created = kubectl(config, {"create", "-f", manifest("mounted.yaml", pod).string()});
+  ASSERT_EQ(created.rc, 0) << created;
+  Outcome waited = kubectl(
+      config, {"wait", "--for=jsonpath={.status.phase}=Succeeded", "pod/mounted", "--timeout=60s"});
+  ASSERT_EQ(waited.rc, 0) << waited << kubectl(config, {"describe", "pod", "mounted"});
+  const std::string logs = kubectl(config, {"logs", "mounted"}).out;
+  EXPECT_TRUE(contains(logs, "hunter2alicelr: 0.1\nconf\nread-only\n")) << logs;
+  EXPECT_TRUE(contains(logs, "48")) << logs;
+  // The pod reads back with its volumes, as it was written.
+  EXPECT_EQ(kubectl(config, {"get", "pod", "mounted", "-o",
+                             "jsonpath={.spec.volumes[1].configMap.items[0].path}"})
+                .out,
+            "conf/model.yaml");
+  // Nothing of the Secret in the workload's record or the audit log.
+  EXPECT_EQ(tessera(token, {"show", "mounted", "-format=json"}).out.find("hunter2"),
+            std::string::npos);
+  EXPECT_FALSE(contains(slurp(dev_->dir / "audit.log"), "hunter2"));
+
+  // A Secret that is not there, and one the submitter may not read: refused, naming the field.
+  std::string lost = pod;
+  lost.replace(lost.find("name: mounted"), 13, "name: lost");
+  lost.replace(lost.find("secretName: db"), 14, "secretName: nope");
+  Outcome refused = kubectl(config, {"create", "-f", manifest("lost.yaml", lost).string()});
+  EXPECT_EQ(refused.rc, 1) << refused;
+  EXPECT_TRUE(contains(refused.err, "spec.volumes[0].secret: Not found: secret \"nope\""))
+      << refused;
+  const fs::path runner = kubeconfigOfPolicy(
+      token, "kube-v", "runner",
+      {{"workloads*", {{"capabilities", {"create", "read", "list", "update"}}}},
+       {"secrets/kv/data/kube/default/configmaps/*", {{"capabilities", {"read"}}}}});
+  std::string other = pod;
+  other.replace(other.find("name: mounted"), 13, "name: other");
+  Outcome forbidden = kubectl(runner, {"create", "-f", manifest("other.yaml", other).string()});
+  EXPECT_EQ(forbidden.rc, 1) << forbidden;
+  EXPECT_TRUE(contains(forbidden.err,
+                       "spec.volumes[0].secret: this token may not read secret "
+                       "\"db\""))
+      << forbidden;
 }
 
 // Must show 1 (nodes, events, describe): the nodes a tenant may use with their GPUs; a pod that

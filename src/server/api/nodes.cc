@@ -128,6 +128,23 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
         a.credentials_error = "its secrets: " + file.status().message();
       }
     }
+    const bool kv_volumes = std::any_of(t.volumes.begin(), t.volumes.end(),
+                                        [](const WorkloadVolume& v) { return !v.kv.empty(); });
+    if (!kv_volumes) {
+      for (const WorkloadVolume& v : t.volumes) {  // Empty folders: nothing to read.
+        a.volumes.push_back({.path = v.path, .files = {}, .tmpfs = true, .size_mib = v.size_mib});
+      }
+    } else {
+      auto volumes = task_secrets_ != nullptr
+                         ? task_secrets_->volumes(t)
+                         : core::Result<std::vector<protocol::TaskVolume>>(
+                               core::failedPrecondition("volumes: no secrets engine"));
+      if (volumes.isOk()) {
+        a.volumes = std::move(volumes).value();
+      } else {
+        a.credentials_error = "its " + volumes.status().message();
+      }
+    }
     if (!t.secrets.pull.empty()) {
       // The login for the image's registry only; the agent keeps it in memory for the pull.
       auto login =

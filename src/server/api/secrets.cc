@@ -21,8 +21,8 @@ namespace tessera::server {
 using namespace api;  // NOLINT(google-build-using-namespace): the handlers' shared vocabulary.
 using nlohmann::json;
 
-core::Status ControlPlane::checkWorkloadSecrets(const Request& r,
-                                                const WorkloadSecrets& wanted) const {
+core::Status ControlPlane::checkWorkloadSecrets(const Request& r, const WorkloadSecrets& wanted,
+                                                const std::vector<WorkloadVolume>& volumes) const {
   if (secrets_ == nullptr) {
     return core::failedPrecondition("secrets: this server has no secrets engine");
   }
@@ -40,6 +40,14 @@ core::Status ControlPlane::checkWorkloadSecrets(const Request& r,
   for (const std::string& role : wanted.db) {
     if (!authorizedOn(r, "secrets/db/creds/" + role, Capability::kRead)) {
       return core::permissionDenied("secrets.db: this token may not read secrets/db/creds/" + role);
+    }
+  }
+  for (size_t i = 0; i < volumes.size(); ++i) {
+    if (!volumes[i].kv.empty() &&
+        !authorizedOn(r, "secrets/kv/data/" + volumes[i].kv, Capability::kRead)) {
+      return core::permissionDenied("volumes[" + std::to_string(i) +
+                                    "].kv: this token may not read secrets/kv/data/" +
+                                    volumes[i].kv);
     }
   }
   return core::Status::ok();

@@ -108,6 +108,79 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
       TESSERA_ASSIGN_OR_RETURN(cmd.read_only_rootfs, n.child("readOnlyRootfs").boolean());
     }
   }
+  if (n.has("volumes")) {
+    // [{"path": "/etc/db", "kv": "app/db", "items": {"password": "pw"}, "optional": false},
+    //  {"path": "/dev/shm", "tmpfs": {"sizeMiB": 8192}}]: folders in its containers
+    // (docs/agent.md "Volumes").
+    const core::JsonNode vs = n.child("volumes");
+    if (!vs.value().is_array() || vs.value().size() > 32) {
+      return vs.error("expected a list of at most 32 volumes");
+    }
+    if (cmd.image.empty()) {
+      return vs.error(
+          "volumes are mounted in containers: give an image too (a plain process reads its "
+          "secrets from secrets.kv)");
+    }
+    for (size_t i = 0; i < vs.value().size(); ++i) {
+      const core::JsonNode v = vs.at(i);
+      TESSERA_RETURN_IF_ERROR(v.checkKeys({"path", "kv", "items", "optional", "tmpfs"}));
+      WorkloadVolume volume;
+      TESSERA_ASSIGN_OR_RETURN(volume.path, v.child("path").str());
+      if (!protocol::isMountPath(volume.path)) {
+        return v.child("path").error(
+            "'" + volume.path.substr(0, 64) +
+            "' is not an absolute path without '.' or '..', outside /proc, /sys and /dev (but "
+            "/dev/shm)");
+      }
+      for (const WorkloadVolume& other : cmd.volumes) {
+        if (other.path == volume.path) {
+          return v.child("path").error("mounted twice");
+        }
+      }
+      if (v.has("kv") == v.has("tmpfs")) {
+        return v.error("expected exactly one of kv (a secret's data as files) and tmpfs");
+      }
+      if (v.has("tmpfs")) {
+        const core::JsonNode t = v.child("tmpfs");
+        TESSERA_RETURN_IF_ERROR(t.checkKeys({"sizeMiB"}));
+        if (t.has("sizeMiB")) {
+          TESSERA_ASSIGN_OR_RETURN(volume.size_mib, t.child("sizeMiB").integer(1, 1 << 30));
+        }
+        if (v.has("items") || v.has("optional")) {
+          return v.error("items and optional are for kv volumes");
+        }
+        cmd.volumes.push_back(std::move(volume));
+        continue;
+      }
+      TESSERA_ASSIGN_OR_RETURN(volume.kv, v.child("kv").str());
+      if (core::Status st = secrets::KvEngine::checkPath(volume.kv); !st.isOk()) {
+        return v.child("kv").error(st.message());
+      }
+      if (v.has("optional")) {
+        TESSERA_ASSIGN_OR_RETURN(volume.optional, v.child("optional").boolean());
+      }
+      if (v.has("items")) {
+        const core::JsonNode items = v.child("items");
+        if (!items.value().is_object() || items.value().empty() || items.value().size() > 1024) {
+          return items.error("expected an object of 1 to 1,024 KEY: \"file\"");
+        }
+        std::set<std::string> files;
+        for (const auto& [key, file] : items.value().items()) {
+          if (!file.is_string() || !protocol::isVolumeFilePath(file.get<std::string>())) {
+            return items.child(key.c_str())
+                .error(
+                    "expected a relative path (components of A-Z, a-z, 0-9, '-', '_' and "
+                    "'.', none starting with '..')");
+          }
+          if (!files.insert(file.get<std::string>()).second) {
+            return items.child(key.c_str()).error("a file named twice");
+          }
+          volume.items[key] = file.get<std::string>();
+        }
+      }
+      cmd.volumes.push_back(std::move(volume));
+    }
+  }
   if (n.has("ports")) {
     // ["master", "http"]: a port on its node for each task, by name (docs/agent.md).
     const core::JsonNode p = n.child("ports");
@@ -502,12 +575,12 @@ HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
   // Admission: the body against the catalogue, the pool and the tenant's caps.
   const std::string source = "workload '" + name + "'";
   core::JsonNode n(body, "", source);
-  core::Status st =
-      n.checkKeys({"tasks",    "minAvailable",    "priority",    "preemptible", "maxRuntime",
-                   "duration", "checkpointEvery", "gracePeriod", "command",     "env",
-                   "identity", "secrets",         "cpuMilli",    "memoryMiB",   "gpu",
-                   "queue",    "nodeSelector",    "image",       "shmMiB",      "readOnlyRootfs",
-                   "ports",    "restart",         "pullSecret",  "indexEnv",    "parallelism"});
+  core::Status st = n.checkKeys(
+      {"tasks",           "minAvailable",   "priority", "preemptible", "maxRuntime",   "duration",
+       "checkpointEvery", "gracePeriod",    "command",  "env",         "identity",     "secrets",
+       "cpuMilli",        "memoryMiB",      "gpu",      "queue",       "nodeSelector", "image",
+       "shmMiB",          "readOnlyRootfs", "ports",    "restart",     "pullSecret",   "indexEnv",
+       "parallelism",     "volumes"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
@@ -522,8 +595,10 @@ HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
   if (st.isOk()) {
     st = sealEnv(tenant, name, cmd, spec, sealed_env, seal);
   }
-  if (st.isOk() && (!cmd.secrets.empty() || !cmd.secrets.pull.empty())) {
-    if (core::Status allowed = checkWorkloadSecrets(r, cmd.secrets); !allowed.isOk()) {
+  const bool kv_volumes = std::any_of(cmd.volumes.begin(), cmd.volumes.end(),
+                                      [](const WorkloadVolume& v) { return !v.kv.empty(); });
+  if (st.isOk() && (!cmd.secrets.empty() || !cmd.secrets.pull.empty() || kv_volumes)) {
+    if (core::Status allowed = checkWorkloadSecrets(r, cmd.secrets, cmd.volumes); !allowed.isOk()) {
       return fromStatus(allowed.withContext(source));
     }
   }

@@ -244,6 +244,15 @@ std::optional<HttpResponse> ControlPlane::kubeResolveEnv(Request& r, const std::
       }
       return refused(422, ref, "Not found: " + singular + " \"" + ref.name + "\"");
     }
+    if (ref.volume) {  // Read again as each task starts; only checked here.
+      for (const std::string& key : ref.keys) {
+        if (!read->data.contains(key) && !ref.optional) {
+          return refused(422, ref,
+                         "Not found: key \"" + key + "\" in " + singular + " \"" + ref.name + "\"");
+        }
+      }
+      continue;
+    }
     const bool secret = ref.resource == "secrets";
     for (const auto& [k, v] : read->data.items()) {
       if (k == kube::kKubeObjectKey || !v.is_string()) {
@@ -269,7 +278,9 @@ std::optional<HttpResponse> ControlPlane::kubeResolveEnv(Request& r, const std::
   json env = std::move(from_refs);
   env.update(sub.spec.value("env", json::object()));
   env.update(values);
-  sub.spec["env"] = std::move(env);
+  if (!env.empty()) {
+    sub.spec["env"] = std::move(env);
+  }
   return std::nullopt;
 }
 

@@ -118,8 +118,8 @@ TEST(KubeObjectsTest, WhatTesseraCannotDoIsRefusedNamingTheFieldAndSafeIgnoresWa
   EXPECT_EQ(error(pod({{"containers", {one, one}}})).substr(0, 27), "spec.containers: Forbidden:");
   EXPECT_EQ(error(pod({{"hostNetwork", true}, {"containers", {one}}})).substr(0, 28),
             "spec.hostNetwork: Forbidden:");
-  EXPECT_EQ(error(pod({{"volumes", json::array()}, {"containers", {one}}})).substr(0, 24),
-            "spec.volumes: Forbidden:");
+  EXPECT_EQ(error(pod({{"initContainers", json::array()}, {"containers", {one}}})).substr(0, 31),
+            "spec.initContainers: Forbidden:");
   json privileged = one;
   privileged["securityContext"] = {{"privileged", true}};
   EXPECT_NE(error(pod({{"containers", {privileged}}})).find("securityContext.privileged"),
@@ -158,6 +158,112 @@ TEST(KubeObjectsTest, WhatTesseraCannotDoIsRefusedNamingTheFieldAndSafeIgnoresWa
   ASSERT_EQ(lenient->warnings.size(), 2U);
   EXPECT_NE(lenient->warnings[1].find("imagePullPolcy"), std::string::npos);
   EXPECT_NE(lenient->warnings[0].find("spec.affinity is ignored"), std::string::npos);
+}
+
+// Secret, configMap and emptyDir volumes (docs/kubernetes.md "Volumes"): Tessera's kv and tmpfs
+// volumes at each mountPath, the Secrets and ConfigMaps referenced for the server to check;
+// every other source, subPath and a pod without an image are refused naming the field.
+TEST(KubeObjectsTest, VolumesAreKvFilesAndTmpfsFoldersInTheContainer) {
+  json c = {{"name", "m"},
+            {"image", "registry.example/train:1"},
+            {"volumeMounts",
+             {{{"name", "db"}, {"mountPath", "/etc/db/"}, {"readOnly", true}},
+              {{"name", "cfg"}, {"mountPath", "/etc/cfg"}},
+              {{"name", "db"}, {"mountPath", "/etc/db2"}},
+              {{"name", "shm"}, {"mountPath", "/dev/shm"}},
+              {{"name", "scratch"}, {"mountPath", "/scratch"}}}}};
+  const json volumes = {
+      {{"name", "db"}, {"secret", {{"secretName", "db"}, {"defaultMode", 420}}}},
+      {{"name", "cfg"},
+       {"configMap",
+        {{"name", "cfg"},
+         {"optional", true},
+         {"items", {{{"key", "model.yaml"}, {"path", "conf/model.yaml"}}}}}}},
+      {{"name", "shm"}, {"emptyDir", {{"medium", "Memory"}, {"sizeLimit", "8Gi"}}}},
+      {{"name", "unused"}, {"emptyDir", json::object()}},
+      {{"name", "scratch"}, {"emptyDir", json::object()}}};
+  auto r = workloadFromPod(
+      pod({{"restartPolicy", "Never"}, {"volumes", volumes}, {"containers", {c}}}), "team", true);
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_EQ(r->spec["volumes"], json::parse(R"([
+              {"path": "/etc/db", "kv": "kube/team/secrets/db"},
+              {"path": "/etc/cfg", "kv": "kube/team/configmaps/cfg", "optional": true,
+               "items": {"model.yaml": "conf/model.yaml"}},
+              {"path": "/etc/db2", "kv": "kube/team/secrets/db"},
+              {"path": "/dev/shm", "tmpfs": {"sizeMiB": 8192}},
+              {"path": "/scratch", "tmpfs": {}}])"));
+  // Each Secret and ConfigMap once, for the server to check as the submitter may read it.
+  ASSERT_EQ(r->env_refs.size(), 2U);
+  EXPECT_TRUE(r->env_refs[0].volume);
+  EXPECT_EQ(r->env_refs[0].resource, "secrets");
+  EXPECT_EQ(r->env_refs[0].field, "spec.volumes[0].secret");
+  EXPECT_EQ(r->env_refs[1].keys, std::vector<std::string>{"model.yaml"});
+  EXPECT_TRUE(r->env_refs[1].optional);
+  // defaultMode; the mounted disk-less emptyDir (not the one nothing mounts).
+  ASSERT_EQ(r->warnings.size(), 2U) << json(r->warnings);
+  EXPECT_NE(r->warnings[0].find("spec.volumes[0].secret.defaultMode is ignored"),
+            std::string::npos);
+  EXPECT_NE(r->warnings[1].find("spec.volumes[4].emptyDir is a tmpfs here"), std::string::npos);
+
+  auto error = [&](json vs, json container) {
+    auto bad = workloadFromPod(pod({{"volumes", std::move(vs)}, {"containers", {container}}}),
+                               "team", true);
+    EXPECT_FALSE(bad.isOk());
+    return bad.isOk() ? std::string() : bad.status().message();
+  };
+  const json mount_d = {{{"name", "d"}, {"mountPath", "/data"}}};
+  json mounting = c;
+  mounting["volumeMounts"] = mount_d;
+  EXPECT_EQ(error({{{"name", "d"}, {"hostPath", {{"path", "/etc"}}}}}, mounting).substr(0, 36),
+            "spec.volumes[0].hostPath: Forbidden:");
+  EXPECT_EQ(error({{{"name", "d"}, {"persistentVolumeClaim", {{"claimName", "x"}}}}}, mounting)
+                .substr(0, 49),
+            "spec.volumes[0].persistentVolumeClaim: Forbidden:");
+  EXPECT_EQ(error({{{"name", "d"}, {"secret", json::object()}}}, mounting),
+            "spec.volumes[0].secret.secretName: Required value");
+  EXPECT_EQ(error({{{"name", "D_"}, {"emptyDir", json::object()}}}, mounting).substr(0, 37),
+            "spec.volumes[0].name: Invalid value: ");
+  EXPECT_EQ(
+      error({{{"name", "d"}, {"emptyDir", json::object()}, {"secret", json::object()}}}, mounting)
+          .substr(0, 31),
+      "spec.volumes[0]: Invalid value:");
+  EXPECT_EQ(
+      error({{{"name", "d"},
+              {"secret", {{"secretName", "s"}, {"items", {{{"key", "k"}, {"path", "../k"}}}}}}}},
+            mounting)
+          .substr(0, 45),
+      "spec.volumes[0].secret.items[0].path: Invalid");
+  const json d = {{{"name", "d"}, {"emptyDir", json::object()}}};
+  json other = c;
+  other["volumeMounts"] = {{{"name", "e"}, {"mountPath", "/data"}}};
+  EXPECT_EQ(error(d, other), "spec.containers[0].volumeMounts[0].name: Not found: \"e\"");
+  for (const char* path : {"data", "/proc/x", "/a/../b", "/dev"}) {
+    other["volumeMounts"] = {{{"name", "d"}, {"mountPath", path}}};
+    EXPECT_EQ(error(d, other).substr(0, 52), "spec.containers[0].volumeMounts[0].mountPath: Invali")
+        << path;
+  }
+  other["volumeMounts"] = {{{"name", "d"}, {"mountPath", "/data"}, {"subPath", "x"}}};
+  EXPECT_EQ(error(d, other).substr(0, 55),
+            "spec.containers[0].volumeMounts[0].subPath: Forbidden: ");
+  other["volumeMounts"] = {{{"name", "d"}, {"mountPath", "/data"}},
+                           {{"name", "d"}, {"mountPath", "/data/"}}};
+  EXPECT_NE(error(d, other).find("volumeMounts[1].mountPath: Invalid value: \"/data\": must be "
+                                 "unique"),
+            std::string::npos);
+  other["volumeMounts"] = {{{"name", "d"}, {"mountPath", "/data"}, {"readOnly", true}}};
+  EXPECT_NE(error(d, other).find("readOnly: Forbidden"), std::string::npos);
+  // A pod without an image is a process on its node: nothing to mount into.
+  json process = {{"name", "m"}, {"command", {"true"}}, {"volumeMounts", mount_d}};
+  EXPECT_EQ(error(d, process).substr(0, 46), "spec.containers[0].volumeMounts: Forbidden: vo");
+  // In a Job, errors name the template's field.
+  json job = json::parse(R"({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+      "spec": {"template": {"spec": {"restartPolicy": "Never",
+        "volumes": [{"name": "d", "hostPath": {"path": "/"}}]}}}})");
+  job["spec"]["template"]["spec"]["containers"] = {mounting};
+  auto j = workloadFromJob(job, "team", true);
+  ASSERT_FALSE(j.isOk());
+  EXPECT_EQ(j.status().message().substr(0, 54),
+            "spec.template.spec.volumes[0].hostPath: Forbidden: Tes");
 }
 
 WorkloadRecord record(WorkloadPhase phase) {

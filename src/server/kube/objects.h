@@ -141,14 +141,18 @@ bool wantsTable(std::string_view accept);
 // accepted but means nothing here.
 // A pod's environment read from a Secret or ConfigMap of its namespace: one key
 // (valueFrom.secretKeyRef, configMapKeyRef) into `env`, or every key (envFrom, with `prefix`).
+// A volume's (secret, configMap) is checked the same way at creation (`volume`, with the item
+// `keys` it names) and read when each task starts (docs/kubernetes.md "Volumes").
 struct EnvRef {
-  std::string env;       // The variable ("" : envFrom).
+  std::string env;       // The variable ("" : envFrom or a volume).
   std::string prefix;    // envFrom's.
   std::string resource;  // "secrets" or "configmaps".
   std::string name;
   std::string key;  // "" : envFrom.
   bool optional = false;
   std::string field;  // Where the pod asks for it (errors name it).
+  bool volume = false;
+  std::vector<std::string> keys;  // A volume's items.
 };
 struct PodSubmission {
   std::string name;

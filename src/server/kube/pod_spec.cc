@@ -1,8 +1,12 @@
 // A Pod's body read as Tessera's workload spec (server/kube/objects.h): what maps, what is
 // refused naming the field, and what is accepted with a warning (docs/kubernetes.md, "Mapping").
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <map>
 #include <set>
 
+#include "protocol/node_protocol.h"
 #include "server/kube/objects.h"
 
 namespace tessera::server::kube {
@@ -191,6 +195,239 @@ core::Status readEnv(const json& c, const std::string& ns, PodSubmission& out) {
   return core::Status::ok();
 }
 
+namespace {
+
+bool isDnsLabel(const std::string& s) {
+  return !s.empty() && s.size() <= 63 && std::isalnum(static_cast<unsigned char>(s.front())) &&
+         std::isalnum(static_cast<unsigned char>(s.back())) &&
+         std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+         });
+}
+
+// A secret or configMap volume's source at `where` as a Tessera volume (without its path) and
+// the reference the server checks at creation.
+core::Result<std::pair<json, EnvRef>> kvVolume(const json& src, bool secret, const std::string& ns,
+                                               const std::string& where,
+                                               std::vector<std::string>& warnings) {
+  if (!src.is_object()) {
+    return invalid(where, "expected an object");
+  }
+  const char* name_field = secret ? "secretName" : "name";
+  if (!src.contains(name_field) || !src[name_field].is_string() ||
+      src[name_field].get<std::string>().empty()) {
+    return invalid(where + "." + name_field, "Required value");
+  }
+  EnvRef ref;
+  ref.resource = secret ? "secrets" : "configmaps";
+  ref.name = src[name_field];
+  ref.field = where;
+  ref.volume = true;
+  json volume = {{"kv", kvPathOf(ref.resource, ns, ref.name)}};
+  if (src.contains("optional")) {
+    if (!src["optional"].is_boolean()) {
+      return invalid(where + ".optional", "expected true or false");
+    }
+    ref.optional = src["optional"];
+    volume["optional"] = ref.optional;
+  }
+  if (src.contains("defaultMode")) {
+    warnings.push_back(where +
+                       ".defaultMode is ignored: a volume's files are readable by the pod's "
+                       "user only (0400)");
+  }
+  if (src.contains("items")) {
+    const json& items = src["items"];
+    if (!items.is_array()) {
+      return invalid(where + ".items", "expected a list");
+    }
+    json map = json::object();
+    std::set<std::string> paths;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const std::string iwhere = where + ".items[" + std::to_string(i) + "]";
+      const json& item = items[i];
+      if (!item.is_object() || !item.contains("key") || !item["key"].is_string() ||
+          item["key"].get<std::string>().empty()) {
+        return invalid(iwhere + ".key", "Required value");
+      }
+      if (!item.contains("path") || !item["path"].is_string() ||
+          !protocol::isVolumeFilePath(item["path"].get<std::string>())) {
+        return invalid(iwhere + ".path",
+                       "Invalid value: a relative path without '..' (components of A-Z, a-z, "
+                       "0-9, '-', '_' and '.')");
+      }
+      if (!paths.insert(item["path"].get<std::string>()).second) {
+        return invalid(iwhere + ".path", "Duplicate value");
+      }
+      if (map.contains(item["key"].get<std::string>())) {
+        return invalid(iwhere + ".key",
+                       "Forbidden: Tessera writes each key to one file of a volume");
+      }
+      if (item.contains("mode")) {
+        warnings.push_back(iwhere +
+                           ".mode is ignored: a volume's files are readable by the "
+                           "pod's user only (0400)");
+      }
+      map[item["key"].get<std::string>()] = item["path"];
+      ref.keys.push_back(item["key"]);
+    }
+    if (!map.empty()) {
+      volume["items"] = std::move(map);
+    }
+  }
+  return std::pair{std::move(volume), std::move(ref)};
+}
+
+// The pod's volumes that its container mounts, as Tessera's `volumes` (secret and configMap:
+// kv volumes of the namespace's Secrets and ConfigMaps; emptyDir: a tmpfs); everything else is
+// refused naming the field.
+core::Status readVolumes(const json& spec, const json& c, const std::string& ns,
+                         PodSubmission& out) {
+  std::map<std::string, json> sources;  // By volume name: its Tessera volume, without a path.
+  std::map<std::string, EnvRef> refs;
+  std::map<std::string, std::string> on_disk;  // emptyDirs asked for on disk, by name: where.
+  if (spec.contains("volumes")) {
+    const json& volumes = spec["volumes"];
+    if (!volumes.is_array()) {
+      return invalid("spec.volumes", "expected a list");
+    }
+    for (size_t i = 0; i < volumes.size(); ++i) {
+      const std::string where = "spec.volumes[" + std::to_string(i) + "]";
+      const json& v = volumes[i];
+      if (!v.is_object() || !v.contains("name") || !v["name"].is_string()) {
+        return invalid(where + ".name", "Required value");
+      }
+      const std::string name = v["name"];
+      if (!isDnsLabel(name)) {
+        return invalid(where + ".name",
+                       "Invalid value: \"" + name.substr(0, 64) + "\": a lowercase RFC 1123 label");
+      }
+      if (sources.contains(name)) {
+        return invalid(where + ".name", "Duplicate value: \"" + name + "\"");
+      }
+      std::vector<std::string> kinds;
+      for (const auto& [key, value] : v.items()) {
+        if (key != "name") {
+          kinds.push_back(key);
+        }
+      }
+      if (kinds.size() != 1) {
+        return invalid(where,
+                       "Invalid value: exactly one volume source (secret, configMap or "
+                       "emptyDir)");
+      }
+      const std::string& kind = kinds[0];
+      if (kind == "secret" || kind == "configMap") {
+        TESSERA_ASSIGN_OR_RETURN(
+            auto made, kvVolume(v[kind], kind == "secret", ns, where + "." + kind, out.warnings));
+        sources[name] = std::move(made.first);
+        refs[name] = std::move(made.second);
+      } else if (kind == "emptyDir") {
+        const json& e = v[kind];
+        if (!e.is_object()) {
+          return invalid(where + ".emptyDir", "expected an object");
+        }
+        const std::string medium = textOr(e, "medium");
+        if (medium != "" && medium != "Memory") {
+          return invalid(where + ".emptyDir.medium", "Unsupported value: \"" + medium +
+                                                         "\": supported values: \"\", "
+                                                         "\"Memory\"");
+        }
+        json tmpfs = json::object();
+        if (e.contains("sizeLimit")) {
+          TESSERA_ASSIGN_OR_RETURN(int64_t mib, memoryMiB(e["sizeLimit"]));
+          if (mib < 1) {
+            return invalid(where + ".emptyDir.sizeLimit", "Invalid value: at least 1Mi");
+          }
+          tmpfs["sizeMiB"] = mib;
+        }
+        if (medium.empty()) {  // Said if it is mounted.
+          on_disk[name] = where;
+        }
+        sources[name] = {{"tmpfs", std::move(tmpfs)}};
+      } else {
+        return invalid(where + "." + kind,
+                       "Forbidden: Tessera mounts secret, configMap and emptyDir volumes "
+                       "(no node or persistent storage)");
+      }
+    }
+  }
+  const std::string base = "spec.containers[0].volumeMounts";
+  if (!c.contains("volumeMounts")) {
+    return core::Status::ok();
+  }
+  const json& mounts = c["volumeMounts"];
+  if (!mounts.is_array()) {
+    return invalid(base, "expected a list");
+  }
+  if (!mounts.empty() && !out.spec.contains("image")) {
+    return invalid(base,
+                   "Forbidden: volumes are mounted in containers, and a pod without an image runs "
+                   "as a process on its node (read a Secret through env or envFrom)");
+  }
+  json list = json::array();
+  std::set<std::string> paths;
+  for (size_t i = 0; i < mounts.size(); ++i) {
+    const std::string where = base + "[" + std::to_string(i) + "]";
+    const json& m = mounts[i];
+    if (!m.is_object() || !m.contains("name") || !m["name"].is_string()) {
+      return invalid(where + ".name", "Required value");
+    }
+    const std::string name = m["name"];
+    auto source = sources.find(name);
+    if (source == sources.end()) {
+      return invalid(where + ".name", "Not found: \"" + name + "\"");
+    }
+    std::string path = textOr(m, "mountPath");
+    while (path.size() > 1 && path.back() == '/') {
+      path.pop_back();
+    }
+    if (!protocol::isMountPath(path)) {
+      return invalid(where + ".mountPath",
+                     "Invalid value: an absolute path without '.' or '..' components, outside "
+                     "/proc, /sys and /dev (but /dev/shm)");
+    }
+    if (!paths.insert(path).second) {
+      return invalid(where + ".mountPath", "Invalid value: \"" + path + "\": must be unique");
+    }
+    for (const char* refused : {"subPath", "subPathExpr", "mountPropagation"}) {
+      if (m.contains(refused)) {
+        return invalid(where + "." + refused,
+                       "Forbidden: Tessera mounts a whole volume at its mountPath");
+      }
+    }
+    if (m.contains("readOnly") && !m["readOnly"].is_boolean()) {
+      return invalid(where + ".readOnly", "expected true or false");
+    }
+    if (source->second.contains("tmpfs") && m.value("readOnly", false)) {
+      return invalid(where + ".readOnly",
+                     "Forbidden: an emptyDir mounted read-only would stay empty");
+    }
+    if (auto disk = on_disk.find(name); disk != on_disk.end()) {
+      out.warnings.push_back(disk->second +
+                             ".emptyDir is a tmpfs here: its files are kept in memory and count "
+                             "against the pod's memory");
+      on_disk.erase(disk);
+    }
+    json volume = source->second;
+    volume["path"] = path;
+    list.push_back(std::move(volume));
+    if (auto ref = refs.find(name); ref != refs.end()) {
+      EnvRef r = ref->second;
+      if (std::none_of(out.env_refs.begin(), out.env_refs.end(),
+                       [&](const EnvRef& e) { return e.volume && e.field == r.field; })) {
+        out.env_refs.push_back(std::move(r));
+      }
+    }
+  }
+  if (!list.empty()) {
+    out.spec["volumes"] = std::move(list);
+  }
+  return core::Status::ok();
+}
+
+}  // namespace
+
 core::Result<json> objectMetadata(const json& body, std::string_view kind,
                                   std::string_view api_version, const std::string& ns) {
   if (!body.is_object()) {
@@ -253,10 +490,10 @@ core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& 
                                                    "securityContext",
                                                    "affinity",
                                                    "enableServiceLinks",
-                                                   "automountServiceAccountToken"};
+                                                   "automountServiceAccountToken",
+                                                   "volumes"};
   static const std::set<std::string> kRefusedSpec = {
-      "hostNetwork",         "hostPID", "hostIPC", "volumes", "initContainers",
-      "ephemeralContainers", "nodeName"};
+      "hostNetwork", "hostPID", "hostIPC", "initContainers", "ephemeralContainers", "nodeName"};
   for (const auto& [key, value] : spec.items()) {
     if (kRefusedSpec.contains(key)) {
       return invalid("spec." + key, "Forbidden: Tessera does not support this field");
@@ -293,6 +530,7 @@ core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& 
                                                         "args",
                                                         "env",
                                                         "envFrom",
+                                                        "volumeMounts",
                                                         "resources",
                                                         "imagePullPolicy",
                                                         "workingDir",
@@ -342,6 +580,7 @@ core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& 
                    "Required value: a pod without an image needs a command");
   }
   TESSERA_RETURN_IF_ERROR(readEnv(c, ns, out));
+  TESSERA_RETURN_IF_ERROR(readVolumes(spec, c, ns, out));
   // imagePullSecrets name Secrets of the namespace: the first is the workload's pullSecret (a
   // kubernetes.io/dockerconfigjson Secret's .dockerconfigjson is what it reads).
   if (spec.contains("imagePullSecrets")) {
