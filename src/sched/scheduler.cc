@@ -639,6 +639,31 @@ core::Status Scheduler::restoreTask(TaskId t, const Placement& p, core::TimePoin
   return core::Status::ok();
 }
 
+core::Status Scheduler::restoreFinished(TaskId t) {
+  if (t >= tasks_.size() || tasks_[t].state != TaskState::kPending) {
+    return core::failedPrecondition("task " + std::to_string(t) + " is not pending");
+  }
+  TaskInfo& task = tasks_[t];
+  WorkloadInfo& w = workloads_[task.workload];
+  // Which of its pending tasks are deferred does not matter: one fewer is left to run.
+  if (w.deferred > 0) {
+    --w.deferred;
+  } else {
+    --w.pending;
+    tree_.addPending(w.spec.queue, pendingAmounts(task.workload), -1);
+  }
+  task.state = TaskState::kFinished;
+  if (++w.finished == w.spec.tasks) {
+    ++finished_in_queue_[w.spec.queue];
+  }
+  // A gang needs at once only those of its tasks that are left to run.
+  w.spec.min_available = std::max(1, std::min(w.spec.min_available, w.spec.tasks - w.finished));
+  releaseDeferred(task.workload);
+  refile(task.workload);
+  fair_share_dirty_ = true;
+  return core::Status::ok();
+}
+
 uint32_t Scheduler::shapeOf(const model::TaskRequest& req) {
   // The tenant always counts here, unlike in the placer's classes (which tenants share while
   // none of them has a pool): a verdict of "no room" for one tenant's shape must not hold back

@@ -228,6 +228,11 @@ class Scheduler {
   // if the task is not pending or `p` does not fit now (node down, GPUs, MIG slot or room
   // taken, another tenant's softly shared GPU outside its trust group): the error says why.
   core::Status restoreTask(TaskId t, const Placement& p, core::TimePoint started, uint32_t starts);
+  // Marks pending task `t` finished, as it had before a restart (a Job's completion done): it is
+  // not placed again, the tasks its workload's parallelism deferred are placeable in its stead,
+  // and a gang needs at once only the tasks left. Fails, changing nothing, if the task is not
+  // pending.
+  core::Status restoreFinished(TaskId t);
 
   // Adds a node (a machine that joined while the scheduler runs), down until nodeBack; returns
   // its index, the next one. Errors: it fails model::validateNode.

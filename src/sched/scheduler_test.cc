@@ -367,6 +367,49 @@ TEST_F(SchedulerTest, GangIsAllOrNothing) {
 // A Job's parallelism below its completions: at most that many tasks run, in index order, the
 // next placed as one finishes; the held ones are not its queue's demand; cancel and restart
 // keep the count.
+// After a restart, tasks that had finished are marked so (Scheduler::restoreFinished): their
+// queue no longer asks for them, and a gang needs at once only the tasks it has left.
+TEST_F(SchedulerTest, RestoredFinishedTasksAreNotPlacedAgain) {
+  build(1, 8, 8);
+  const QueueId a = *s_->queues().find("a");
+  WorkloadSpec spec;
+  spec.name = "serial";
+  spec.queue = a;
+  spec.tasks = 3;
+  spec.parallelism = 1;
+  spec.min_available = 1;
+  spec.request = testing::gpuTask(4000, 1);
+  const WorkloadId w = *s_->submit(spec);
+  ASSERT_TRUE(s_->restoreFinished(s_->workload(w).tasks[0]).isOk());
+  EXPECT_FALSE(s_->restoreFinished(s_->workload(w).tasks[0]).isOk());  // Not pending now.
+  EXPECT_EQ(s_->workload(w).finished, 1);
+  EXPECT_EQ(s_->workload(w).pending + s_->workload(w).deferred, 2);
+  EXPECT_EQ(s_->queues().queue(a).pending[kGpuDim], 1000);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 1U);
+  EXPECT_EQ(s_->task(r.started[0].task).index, 1U);
+  // A gang of four, two of which had finished: the two left start, together.
+  spec.name = "gang";
+  spec.tasks = 4;
+  spec.parallelism = 4;
+  spec.min_available = 4;
+  const WorkloadId g = *s_->submit(spec);
+  ASSERT_TRUE(s_->restoreFinished(s_->workload(g).tasks[0]).isOk());
+  ASSERT_TRUE(s_->restoreFinished(s_->workload(g).tasks[2]).isOk());
+  EXPECT_EQ(s_->workload(g).spec.min_available, 2);
+  // The gang's two (serial's task 2 is deferred behind its task 1).
+  EXPECT_EQ(s_->queues().queue(a).pending[kGpuDim], 2000);
+  r = s_->schedule();
+  std::vector<uint32_t> started;
+  for (const auto& d : r.started) {
+    if (s_->task(d.task).workload == g) {
+      started.push_back(s_->task(d.task).index);
+    }
+  }
+  std::sort(started.begin(), started.end());
+  EXPECT_EQ(started, (std::vector<uint32_t>{1, 3}));
+}
+
 TEST_F(SchedulerTest, ParallelismBoundsTheTasksPlacedAtOnce) {
   build(2, 8, 8);
   WorkloadSpec spec;

@@ -196,6 +196,11 @@ struct RestoredTask {
   core::WallTime started_at{};
   bool confirmed = false;  // Its agent had said it runs (not "starting").
   std::map<std::string, int> ports;
+  // It had finished, successfully: it stays done (a Job's completion is not run again), shown
+  // as it ended (`node`, `gpus`, `started_at` and these).
+  bool finished = false;
+  core::WallTime finished_at{};
+  int exit_code = -1;
 };
 
 struct SubmitCommand {

@@ -554,6 +554,22 @@ void SchedulerDriver::restoreTasks(sched::WorkloadId w, const std::vector<Restor
       return fmt::format("task {} of {} on node {} (generation {})", rt.index, key, rt.node,
                          rt.generation);
     };
+    if (rt.finished) {
+      if (core::Status st = scheduler_->restoreFinished(t); !st.isOk()) {
+        core::logWarn("finished task {} of {} not kept: {}; it runs again", rt.index, key,
+                      st.message());
+        continue;
+      }
+      if (auto n = node_index_.find(rt.node); n != node_index_.end()) {  // Where its logs are.
+        ran_[t] = {.node = n->second,
+                   .gpus = rt.gpus,
+                   .started_at = rt.started_at,
+                   .finished_at = rt.finished_at,
+                   .exit_code = rt.exit_code,
+                   .signal = 0};
+      }
+      continue;
+    }
     auto found = agent_index_.find(rt.node);
     if (found == agent_index_.end()) {
       core::logWarn("{} not kept: no agent node of that name now; it is placed anew", where());

@@ -498,6 +498,55 @@ TEST_F(AgentNodesTest, HeartbeatsWaitUntilRestoredTasksArePublished) {
   EXPECT_EQ(driver_->status("team-1", "train")->tasks[0].state, "running");
 }
 
+// A restarted server keeps a Job's completions done: a task that had finished (exit 0) is not
+// placed again, and shows as it ended; the one that ran goes on; the next runs after it.
+TEST_F(AgentNodesTest, ARestartKeepsFinishedTasksDoneAndRunsOnlyWhatIsLeft) {
+  SubmitCommand c = cmd("team-1", "serial", 3, 1);
+  c.spec.parallelism = 1;
+  c.spec.min_available = 1;
+  c.command = {"true"};
+  RestoredTask done;
+  done.index = 0;
+  done.finished = true;
+  done.node = "a";
+  done.gpus = {1};
+  done.started_at = clock_.wallNow() - std::chrono::seconds(90);
+  done.finished_at = clock_.wallNow() - std::chrono::seconds(60);
+  done.exit_code = 0;
+  RestoredTask running;
+  running.index = 1;
+  running.node = "a";
+  running.gpus = {0};
+  running.generation = (2U << 16) | 1U;
+  running.starts = 1;
+  running.started_at = clock_.wallNow() - std::chrono::seconds(50);
+  running.confirmed = true;
+  c.restore = {done, running};
+  ASSERT_TRUE(driver_->submit(c).isOk());
+  driver_->runOnce();
+  auto status = driver_->status("team-1", "serial");
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->phase, WorkloadPhase::kRunning);
+  EXPECT_EQ(status->tasks[0].state, "finished");
+  EXPECT_EQ(status->tasks[0].exit_code, 0);
+  EXPECT_EQ(status->tasks[0].node, "a");
+  EXPECT_EQ(status->tasks[0].finished_at, done.finished_at);
+  EXPECT_EQ(status->tasks[1].state, "running");
+  EXPECT_EQ(status->tasks[2].state, "pending");  // Its parallelism is 1: after task 1.
+  auto answer = beat("a");
+  ASSERT_TRUE(answer.isOk()) << answer.status().message();
+  ASSERT_EQ(answer->tasks.size(), 1U);
+  EXPECT_EQ(answer->tasks[0].index, 1);
+  ASSERT_TRUE(beat("a", {report(answer->tasks[0], NodeTaskReport::State::kExited, 0)}).isOk());
+  driver_->runOnce();
+  answer = beat("a");
+  ASSERT_EQ(answer->tasks.size(), 1U);
+  EXPECT_EQ(answer->tasks[0].index, 2);  // Never task 0 again.
+  ASSERT_TRUE(beat("a", {report(answer->tasks[0], NodeTaskReport::State::kExited, 0)}).isOk());
+  driver_->runOnce();
+  EXPECT_EQ(driver_->status("team-1", "serial")->phase, WorkloadPhase::kSucceeded);
+}
+
 // Stored before any agent hears of it: while the store refuses the status write, the start is
 // in no node's list; the status is written again at the next pass, and then the agent hears.
 TEST_F(AgentNodesTest, AStartReachesNoAgentUntilItsStatusIsStored) {

@@ -483,6 +483,40 @@ TEST_F(ServerTest, ChrootListenerCannotReachOutside) {
   EXPECT_EQ(other.rc, 1) << other.out << other.err;
 }
 
+// A workload whose tasks run one at a time (a Kubernetes Job's completions): a server killed
+// after its first task finished keeps that task done when it comes back; it runs what is left.
+TEST_F(ServerTest, ARestartRunsOnlyTheTasksLeftOfAWorkload) {
+  auto server = startDev({"--simulated"});
+  const Client c = client();
+  ASSERT_EQ(c.call("POST", "/v1/tenants/demo/workloads/serial", demo(),
+                   {{"tasks", 3}, {"parallelism", 1}, {"duration", 2}, {"cpuMilli", 100}})
+                .status,
+            202U);
+  json tasks;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        tasks = c.call("GET", "/v1/tenants/demo/workloads/serial", demo())
+                    .body["data"]["status"]["tasks"];
+        return tasks.is_array() && tasks.size() == 3 && tasks[0]["state"] == "finished" &&
+               tasks[1]["state"] == "running";
+      },
+      std::chrono::seconds(20)))
+      << tasks;
+  const json first = tasks[0];
+  server->stop(SIGKILL);
+  server = startDev({"--simulated"});
+  const Client again = client();
+  const json back = again.call("GET", "/v1/tenants/demo/workloads/serial", demo())
+                        .body["data"]["status"]["tasks"];
+  ASSERT_TRUE(back.is_array() && back.size() == 3) << back;
+  EXPECT_EQ(back[0]["state"], "finished") << back;  // Not pending, not running again.
+  EXPECT_EQ(back[0].value("finished_at", ""), first.value("finished_at", "")) << back;
+  EXPECT_EQ(waitForPhase(again, "demo", "serial", demo(), "succeeded"), "succeeded");
+  const json done = again.call("GET", "/v1/tenants/demo/workloads/serial", demo())
+                        .body["data"]["status"]["tasks"];
+  EXPECT_EQ(done[0].value("finished_at", ""), first.value("finished_at", "")) << done;
+}
+
 TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
   auto server = startDev();
   const Client c = client();

@@ -322,6 +322,28 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
   // Its attempt goes on where it was (a retry is not a first run again).
   cmd.attempt = std::max(1, record.status.attempt);
   cmd.attempts_ended = record.status.attempts;
+  // Tasks that finished successfully stay done, unless the workload runs its tasks together
+  // and one of them failed: then its next attempt runs them all again.
+  const auto failed = [](const TaskStatus& t) {
+    return t.state == "finished" && (t.exit_code > 0 || t.signal != 0);
+  };
+  const bool keep_finished =
+      !sched::runsTogether(cmd.spec) ||
+      std::none_of(record.status.tasks.begin(), record.status.tasks.end(), failed);
+  for (size_t i = 0; keep_finished && i < record.status.tasks.size(); ++i) {
+    const TaskStatus& t = record.status.tasks[i];
+    if (t.state == "finished" && !failed(t)) {
+      RestoredTask rt;
+      rt.index = static_cast<int>(i);
+      rt.finished = true;
+      rt.node = t.node;
+      rt.gpus = t.gpus;
+      rt.started_at = t.started_at;
+      rt.finished_at = t.finished_at;
+      rt.exit_code = t.exit_code;
+      cmd.restore.push_back(std::move(rt));
+    }
+  }
   // Tasks an agent ran (or was told to start) when the server stopped go back where they are.
   for (size_t i = 0; i < record.status.tasks.size(); ++i) {
     const TaskStatus& t = record.status.tasks[i];
