@@ -286,6 +286,8 @@ class ControlPlane {
                                              nlohmann::json& next);
   // A pod's or Job's labels and annotations changed (nothing else of a workload may change).
   HttpResponse kubeChangeWorkload(Request& r, const kube::KubeTarget& t, const WorkloadRecord& w);
+  // Namespaces (kube/kube_namespaces.cc): list, get, create, change and delete.
+  HttpResponse kubeNamespaces(Request& r, const kube::KubeTarget& t, bool table);
   // Events and Nodes (kube/kube_cluster.cc): get and list, read-only.
   HttpResponse kubeClusterObjects(Request& r, const kube::KubeTarget& t, bool table);
   // The nodes `tenant` may use, as Node objects, by name.

@@ -321,7 +321,11 @@ tenant k8s/api GET: any valid token (reads)
 tenant k8s/apis GET: any valid token (reads)
 tenant k8s/api/v1 GET: any valid token (reads)
 tenant k8s/api/v1/namespaces GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces POST: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace} GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace} POST: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/api/v1/namespaces/{namespace} PATCH: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/api/v1/namespaces/{namespace} DELETE: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/pods GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/namespaces/{namespace}/pods POST: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)

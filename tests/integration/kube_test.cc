@@ -821,6 +821,72 @@ spec:
       << forbidden;
 }
 
+// Namespaces (docs/kubernetes.md "Namespaces"): created by `kubectl create namespace` (a protobuf
+// body) or as a document of `kubectl apply -f`, labeled, listed, and deleted with the Secrets
+// and ConfigMaps in them; one that still holds pods is refused, default is never deleted, and
+// another tenant sees none of them.
+TEST_F(KubeTest, NamespacesAreCreatedLabeledAppliedAndDeleted) {
+  const fs::path config = kubeconfig(tenantToken("kube-n"), "n.kubeconfig");
+  Outcome created = kubectl(config, {"create", "namespace", "research"});
+  ASSERT_EQ(created.rc, 0) << created;
+  EXPECT_EQ(created.out, "namespace/research created\n");
+  EXPECT_TRUE(contains(kubectl(config, {"create", "namespace", "research"}).err,
+                       "namespaces \"research\" already exists"));
+  Outcome labeled = kubectl(config, {"label", "namespace", "research", "team=vision"});
+  EXPECT_EQ(labeled.out, "namespace/research labeled\n") << labeled;
+  Outcome listed = kubectl(config, {"get", "namespaces", "--show-labels"});
+  EXPECT_TRUE(contains(listed.out, "NAME       STATUS   AGE   LABELS\ndefault    Active"))
+      << listed;
+  EXPECT_TRUE(contains(listed.out, "kubernetes.io/metadata.name=research,team=vision")) << listed;
+  const fs::path app = manifest("app.yaml", R"(apiVersion: v1
+kind: Namespace
+metadata:
+  name: prod
+  labels: {tier: gold}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg, namespace: prod}
+data: {lr: "0.1"}
+)");
+  Outcome applied = kubectl(config, {"apply", "-f", app.string()});
+  EXPECT_EQ(applied.out, "namespace/prod created\nconfigmap/cfg created\n") << applied;
+  applied = kubectl(config, {"apply", "-f", app.string()});
+  EXPECT_EQ(applied.out, "namespace/prod unchanged\nconfigmap/cfg unchanged\n") << applied;
+  EXPECT_EQ(
+      kubectl(config, {"get", "namespace", "prod", "-o", "jsonpath={.metadata.labels.tier}"}).out,
+      "gold");
+  // Another tenant: none of them.
+  const fs::path other = kubeconfig(tenantToken("kube-n2"), "n2.kubeconfig");
+  EXPECT_TRUE(contains(kubectl(other, {"get", "namespace", "prod"}).err, "(NotFound)"));
+  EXPECT_FALSE(contains(kubectl(other, {"get", "namespaces"}).out, "research"));
+  // default stays; a namespace with a pod in it is refused until the pod is gone; one with
+  // only a ConfigMap goes with it.
+  Outcome kept = kubectl(config, {"delete", "namespace", "default"});
+  EXPECT_EQ(kept.rc, 1) << kept;
+  EXPECT_TRUE(contains(kept.err, "(Forbidden)")) << kept;
+  std::string pod = kPod;
+  pod.replace(pod.find("name: trainer"), 13, "name: in-research");
+  ASSERT_EQ(
+      kubectl(config, {"create", "-n", "research", "-f", manifest("r.yaml", pod).string()}).rc, 0);
+  Outcome busy = kubectl(config, {"delete", "namespace", "research"});
+  EXPECT_EQ(busy.rc, 1) << busy;
+  EXPECT_TRUE(contains(busy.err, "still holds 1 pods and Jobs")) << busy;
+  ASSERT_EQ(kubectl(config, {"delete", "pod", "in-research", "-n", "research", "--wait=false"}).rc,
+            0);
+  ASSERT_TRUE(waitFor(
+      [&] {
+        return kubectl(config, {"delete", "namespace", "research"}).rc == 0;
+      },
+      std::chrono::seconds(30)));
+  Outcome gone = kubectl(config, {"delete", "namespace", "prod"});
+  EXPECT_EQ(gone.out, "namespace \"prod\" deleted\n") << gone;
+  EXPECT_TRUE(
+      contains(kubectl(config, {"get", "configmap", "cfg", "-n", "prod"}).err, "(NotFound)"));
+  listed = kubectl(config, {"get", "namespaces", "-o", "name"});
+  EXPECT_EQ(listed.out, "namespace/default\n") << listed;
+}
+
 // Must show 1 (nodes, events, describe): the nodes a tenant may use with their GPUs; a pod that
 // waits shows the scheduler's reason as a FailedScheduling event in `kubectl describe pod`;
 // events are selected as describe selects them, and another tenant sees none of them.

@@ -117,11 +117,16 @@ std::optional<TesseraAccess> tesseraAccess(const KubeTarget& t) {
     }
     return TesseraAccess{"secrets/kv/data/kube/" + t.ns + "/" + t.resource + "/" + t.name, cap};
   }
-  // Pods and Jobs are workloads; a namespace is a view over them.
+  // Pods and Jobs are workloads.
   const bool jobs = t.group == "batch" && t.resource == "jobs";
   if (jobs || (t.group.empty() && (t.resource == "pods" || t.resource == "namespaces"))) {
     if (t.resource == "namespaces") {
-      return TesseraAccess{"workloads", Capability::kList};
+      // Reading them lists the tenant's objects; a created one is kept in its KV
+      // (kube/<name>/namespace), as its Secrets are.
+      if (t.verb == "get" || t.verb == "list" || t.verb == "watch") {
+        return TesseraAccess{"workloads", Capability::kList};
+      }
+      return TesseraAccess{"secrets/kv/data/kube/" + t.name + "/namespace", cap};
     }
     if (t.subresource == "log") {
       return TesseraAccess{"workloads/" + t.name + "/logs", Capability::kRead};

@@ -75,37 +75,7 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
   const auto include = kube::includeObject(kube::queryParam(r.scope.query, "includeObject"));
   const bool table = kube::wantsTable(accept);
   if (t.group.empty() && t.resource == "namespaces") {
-    // The tenant's namespaces: default, and every one a workload is in.
-    std::map<std::string, std::string> names = {{"default", ""}};
-    for (const WorkloadPtr& w : registry_.list(tenant)) {
-      std::string& created = names[kube::namespaceOf(*w)];
-      if (created.empty() || w->submitted < created) {
-        created = w->submitted;
-      }
-    }
-    std::vector<json> items;
-    for (const auto& [name, created] : names) {
-      if (t.name.empty() || t.name == name) {
-        items.push_back(
-            kube::namespaceObject(name, created.empty() ? core::formatRfc3339(now) : created));
-      }
-    }
-    if (!t.name.empty() && items.empty()) {
-      return kube::statusResponse(404, "namespaces \"" + t.name + "\" not found",
-                                  {{"name", t.name}, {"kind", "namespaces"}});
-    }
-    if (t.verb != "get" && t.verb != "list") {
-      return kube::statusResponse(405,
-                                  "the server does not allow this method on the requested "
-                                  "resource");
-    }
-    if (table) {
-      return jsonAnswer(200, kube::namespaceTable(items, rv, include, now));
-    }
-    if (!t.name.empty()) {
-      return jsonAnswer(200, items[0]);
-    }
-    return jsonAnswer(200, kube::list("NamespaceList", "v1", std::move(items), rv));
+    return kubeNamespaces(r, t, table);
   }
   if (t.group == "authorization.k8s.io" && t.resource == "selfsubjectaccessreviews" &&
       t.verb == "create") {

@@ -1028,6 +1028,13 @@ TEST(KubeAccessTest, EachRequestMapsToItsVerbAndTesseraPath) {
   EXPECT_EQ(t.resource, "namespaces");
   EXPECT_EQ(t.name, "ml");
   EXPECT_EQ(tesseraAccess(t)->path, "workloads");
+  // A namespace created, changed or deleted is its key in the tenant's KV.
+  t = kubeTarget("k8s/api/v1/namespaces", "POST", none, {{"metadata", {{"name", "research"}}}});
+  EXPECT_EQ(tesseraAccess(t)->path, "secrets/kv/data/kube/research/namespace");
+  EXPECT_EQ(tesseraAccess(t)->capability, Capability::kCreate);
+  t = kubeTarget("k8s/api/v1/namespaces/research", "DELETE", none, {});
+  EXPECT_EQ(tesseraAccess(t)->path, "secrets/kv/data/kube/research/namespace");
+  EXPECT_EQ(tesseraAccess(t)->capability, Capability::kDelete);
   EXPECT_FALSE(tesseraAccess(kubeTarget("k8s/api/v1", "GET", none, {})));  // Discovery.
   EXPECT_FALSE(tesseraAccess(kubeTarget("k8s/version", "GET", none, {})));
   t = kubeTarget("k8s/apis/batch/v1/namespaces/default/jobs/j", "PUT", none, {});
