@@ -1183,6 +1183,27 @@ core::Status cancel(const WorkloadFlags& f) {
   return core::Status::ok();
 }
 
+// `tessera suspend NAME` / `tessera resume NAME`.
+core::Status suspendOrResume(const WorkloadFlags& f, bool suspend) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(std::string tenant, s->tenant("workloads"));
+  const std::string verb = suspend ? "suspend" : "resume";
+  TESSERA_ASSIGN_OR_RETURN(
+      json r,
+      s->call("POST", Session::path(tenant, "workloads/" + pathSegment(f.name) + "/" + verb)));
+  if (s->json()) {
+    printJson(r);
+  } else if (suspend) {
+    std::cout << "Suspended workload '" << f.name << "' of tenant '" << tenant
+              << "': its running tasks stop, and none starts until `tessera resume " << f.name
+              << "`.\n";
+  } else {
+    std::cout << "Resumed workload '" << f.name << "' of tenant '" << tenant
+              << "': its tasks left to run are placed again.\n";
+  }
+  return core::Status::ok();
+}
+
 // --- cluster
 
 std::string memoryText(int64_t mib) {
@@ -1946,6 +1967,17 @@ void addWorkloadCommands(CLI::App& app, int* rc) {
     addCommonFlags(c, f->common);
     c->add_option("NAME", f->name, "Workload name")->required();
     bind(c, f, &cancel, rc);
+  }
+  for (const bool suspend : {true, false}) {
+    auto f = std::make_shared<WorkloadFlags>();
+    CLI::App* c = app.add_subcommand(
+        suspend ? "suspend" : "resume",
+        suspend ? "Suspend a workload: its running tasks stop (with their grace period), those "
+                  "that finished stay done, and none starts until it is resumed"
+                : "Resume a suspended workload: its tasks left to run are placed again");
+    addCommonFlags(c, f->common);
+    c->add_option("NAME", f->name, "Workload name")->required();
+    c->callback([f, rc, suspend] { *rc = finish(suspendOrResume(*f, suspend)); });
   }
   {
     auto f = std::make_shared<WorkloadFlags>();

@@ -323,9 +323,44 @@ void Scheduler::taskFinished(TaskId t) {
   fair_share_dirty_ = true;
 }
 
+std::vector<TaskId> Scheduler::suspend(WorkloadId w) {
+  WorkloadInfo& info = workloads_[w];
+  std::vector<TaskId> running;
+  if (info.cancelled) {
+    return running;
+  }
+  info.suspended = true;
+  const Amounts one = pendingAmounts(w);
+  for (; info.pending > 0; --info.pending) {
+    tree_.addPending(info.spec.queue, one, -1);
+    ++info.deferred;
+  }
+  refile(w);
+  if (reserved_for_ == w) {
+    setReservation(kNoWorkload, {});
+  }
+  for (TaskId t : info.tasks) {
+    if (tasks_[t].state == TaskState::kRunning) {
+      running.push_back(t);
+    }
+  }
+  fair_share_dirty_ = true;
+  return running;
+}
+
+void Scheduler::resume(WorkloadId w) {
+  WorkloadInfo& info = workloads_[w];
+  if (!info.suspended) {
+    return;
+  }
+  info.suspended = false;
+  releaseDeferred(w);
+  fair_share_dirty_ = true;
+}
+
 void Scheduler::releaseDeferred(WorkloadId w) {
   WorkloadInfo& info = workloads_[w];
-  if (info.deferred == 0 || info.cancelled) {
+  if (info.deferred == 0 || info.cancelled || info.suspended) {
     return;
   }
   const int room = info.spec.parallelism - info.running - info.terminating - info.pending;
@@ -698,8 +733,12 @@ void Scheduler::requeue(TaskId t, WorkloadId hold_for) {
   }
   releaseTask(t, hold_for);
   WorkloadInfo& w = workloads_[task.workload];
-  tree_.addPending(w.spec.queue, pendingAmounts(task.workload), +1);
   task.state = TaskState::kPending;
+  if (w.suspended) {
+    ++w.deferred;  // Held until it is resumed.
+    return;
+  }
+  tree_.addPending(w.spec.queue, pendingAmounts(task.workload), +1);
   ++w.pending;
   refile(task.workload);
 }

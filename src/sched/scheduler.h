@@ -162,6 +162,8 @@ struct WorkloadInfo {
   std::string reclaim_refused;
   int awaited_victims = 0;  // Tasks evicted for it that have not stopped yet.
   bool cancelled = false;   // Its tasks that stop are finished, never pending again.
+  // Suspended (Scheduler::suspend): its pending tasks are all deferred, and stay so.
+  bool suspended = false;
   uint32_t shape = 0;       // Its request's shape, tenant included (`shapeOf`).
   int32_t bucket = -1;      // Index in its leaf queue's buckets; -1 = none.
   uint64_t tried_pass = 0;  // The last pass that tried it.
@@ -203,6 +205,13 @@ class Scheduler {
   // again. A gang is placed again only once all of its core is pending. Nothing for a cancelled
   // workload.
   void restart(WorkloadId w, const std::function<bool(TaskId)>& stops_later = {});
+  // Suspends workload `w` (a Kubernetes Job's `suspend: true`): its pending tasks are held
+  // (deferred: neither placed nor its queue's demand) until `resume`; returns its running tasks,
+  // for the caller to stop (evictTask, then taskStopped holds them too). Finished tasks stay
+  // finished. Nothing for a cancelled workload.
+  std::vector<TaskId> suspend(WorkloadId w);
+  // Its held tasks are placeable again, as its parallelism allows.
+  void resume(WorkloadId w);
   // Makes finished task `t` pending again, alone (a retry of one task of a workload whose tasks
   // do not run together), placed as its parallelism allows. Nothing for a cancelled workload or
   // a task that has not finished.

@@ -410,6 +410,41 @@ TEST_F(SchedulerTest, RestoredFinishedTasksAreNotPlacedAgain) {
   EXPECT_EQ(started, (std::vector<uint32_t>{1, 3}));
 }
 
+// A suspended workload (a Kubernetes Job's spec.suspend): nothing of it is placed or asked for;
+// its running tasks are handed back to be stopped and come back held; resumed, it runs what is
+// left within its parallelism.
+TEST_F(SchedulerTest, ASuspendedWorkloadHoldsItsTasksUntilResumed) {
+  build(1, 8, 8);
+  const QueueId a = *s_->queues().find("a");
+  WorkloadSpec spec;
+  spec.name = "job";
+  spec.queue = a;
+  spec.tasks = 4;
+  spec.parallelism = 2;
+  spec.min_available = 1;
+  spec.request = testing::gpuTask(4000, 1);
+  const WorkloadId w = *s_->submit(spec);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 2U);
+  s_->taskFinished(r.started[0].task);  // One completion done.
+  const std::vector<TaskId> stop = s_->suspend(w);
+  ASSERT_EQ(stop.size(), 1U);                            // The one still running.
+  EXPECT_EQ(s_->queues().queue(a).pending[kGpuDim], 0);  // Its held tasks ask for nothing.
+  EXPECT_TRUE(s_->schedule().started.empty());
+  ASSERT_TRUE(s_->evictTask(stop[0]));
+  s_->taskStopped(stop[0]);
+  EXPECT_EQ(s_->workload(w).pending, 0);
+  EXPECT_EQ(s_->workload(w).deferred, 3);  // Held, with the two never started.
+  EXPECT_TRUE(s_->schedule().started.empty());
+  EXPECT_EQ(s_->workload(w).finished, 1);
+  s_->resume(w);
+  EXPECT_EQ(s_->queues().queue(a).pending[kGpuDim], 2000);
+  r = s_->schedule();
+  ASSERT_EQ(r.started.size(), 2U);  // Its parallelism, from what is left.
+  EXPECT_EQ(s_->task(r.started[0].task).index, 1U);
+  EXPECT_EQ(s_->task(r.started[1].task).index, 2U);
+}
+
 TEST_F(SchedulerTest, ParallelismBoundsTheTasksPlacedAtOnce) {
   build(2, 8, 8);
   WorkloadSpec spec;

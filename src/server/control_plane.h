@@ -250,6 +250,12 @@ class ControlPlane {
   // spec; `kube`: what the Kubernetes API keeps of the object, WorkloadRecord::kube): 202 once
   // the registry has it, or why not (400, 404, 409, 429, ...). Both APIs submit through here.
   // `seal`: env values sealed whatever their names (those read from Secrets).
+  // Suspends or resumes workload `name` (WorkloadRecord::suspended; `also` may change more of
+  // the record in the same write): the record as stored after, or why not (not found, finished,
+  // cancelled).
+  core::Result<WorkloadPtr> setSuspended(const std::string& tenant, const std::string& name,
+                                         bool suspended,
+                                         const std::function<void(WorkloadRecord&)>& also = {});
   HttpResponse submitWorkload(Request& r, const std::string& tenant, const std::string& name,
                               const nlohmann::json& body, nlohmann::json kube,
                               const std::set<std::string>& seal = {});

@@ -270,6 +270,36 @@ void SchedulerDriver::cancel(const std::string& tenant, const std::string& name)
   wake_.notify_one();
 }
 
+void SchedulerDriver::setSuspended(const std::string& tenant, const std::string& name,
+                                   bool suspended) {
+  std::lock_guard lock(mu_);
+  suspends_.push_back({tenant + "/" + name, suspended});
+  wake_.notify_one();
+}
+
+void SchedulerDriver::applySuspend(sched::WorkloadId w, bool suspended, core::TimePoint now,
+                                   std::map<sched::WorkloadId, std::vector<std::string>>& events) {
+  if (cancelled_[w]) {
+    return;
+  }
+  if (!suspended) {
+    scheduler_->resume(w);
+    return;
+  }
+  for (sched::TaskId t : scheduler_->suspend(w)) {
+    if (!scheduler_->evictTask(t)) {
+      continue;
+    }
+    events[w].push_back(
+        fmt::format("suspended: task {} is stopped; it runs again when the workload is resumed",
+                    scheduler_->task(t).index));
+    ends_.erase(t);
+    if (!agents_.contains(scheduler_->task(t).assignment.placement.node)) {
+      stopSimulated(t, w, now);
+    }
+  }
+}
+
 void SchedulerDriver::retire(const std::string& key, sched::WorkloadId w) {
   uint32_t most = 0;
   for (sched::TaskId t : scheduler_->workload(w).tasks) {
@@ -402,6 +432,12 @@ WorkloadStatus SchedulerDriver::phaseOf(sched::WorkloadId w) const {
     return s;
   } else if (info.finished == info.spec.tasks) {
     s.phase = WorkloadPhase::kSucceeded;
+  } else if (info.suspended) {
+    s.phase = info.running > 0 || info.terminating > 0 ? WorkloadPhase::kRunning
+                                                       : WorkloadPhase::kPending;
+    s.reason = fmt::format("suspended: {} of its {} tasks left to run once it is resumed",
+                           info.spec.tasks - info.finished, info.spec.tasks);
+    return s;
   } else if (info.running > 0) {
     s.phase = WorkloadPhase::kRunning;
   } else {
@@ -501,6 +537,7 @@ void SchedulerDriver::runOnce() {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<SubmitCommand> submits;
   std::vector<std::pair<std::string, std::string>> cancels;
+  std::vector<Suspend> suspends;
   std::vector<std::string> drains;
   {
     std::lock_guard lock(mu_);
@@ -508,6 +545,7 @@ void SchedulerDriver::runOnce() {
     restores_taken_ += static_cast<int>(std::count_if(
         submits.begin(), submits.end(), [](const SubmitCommand& c) { return !c.restore.empty(); }));
     cancels.swap(cancels_);
+    suspends.swap(suspends_);
     drains.swap(drains_);
     for (SubmitCommand& c : submits) {
       c.spec.queue = leaves_.at(c.tenant + "/" + c.queue);  // submit() checked that it exists.
@@ -545,6 +583,10 @@ void SchedulerDriver::runOnce() {
       task_ids_[c.tenant + "." + c.name + "." + std::to_string(scheduler_->task(t).index)] = t;
     }
     std::vector<RestoredTask> restore = std::move(c.restore);
+    if (c.suspended) {
+      // Held before the pass (first: a resume queued since comes after it).
+      suspends.insert(suspends.begin(), Suspend{key, true});
+    }
     specs_.push_back(std::move(c));
     touched.push_back(*id);
     if (!restore.empty()) {
@@ -590,6 +632,12 @@ void SchedulerDriver::runOnce() {
   applyNodeEvents(now, touched);
   startRetries(now, touched);
   std::map<sched::WorkloadId, std::vector<std::string>> events;
+  for (const Suspend& s : suspends) {
+    if (auto it = ids_.find(s.key); it != ids_.end()) {
+      applySuspend(it->second, s.suspended, now, events);
+      touched.push_back(it->second);
+    }
+  }
   applyDrains(drains, now, touched, events);
   sched::PassResult r = scheduler_->schedule();
   for (const sched::StartDecision& s : r.started) {

@@ -243,6 +243,8 @@ struct SubmitCommand {
     std::chrono::seconds delay{0};
     bool keep_trying = false;
   } restart;
+  // Suspended (WorkloadRecord::suspended): submitted with its tasks held, placed once resumed.
+  bool suspended = false;
   // After a server restart: the attempt it was at, and how the earlier ones ended.
   int attempt = 1;
   std::vector<std::string> attempts_ended;
@@ -343,6 +345,9 @@ class SchedulerDriver {
   // like any status change (so it is stored by the pass, not by the caller).
   void reject(const std::string& tenant, const std::string& name, std::string reason);
   void cancel(const std::string& tenant, const std::string& name);
+  // Suspends a workload (its running tasks stop, with their grace period; none is placed) or
+  // resumes it, at the next pass. Nothing for one that has finished.
+  void setSuspended(const std::string& tenant, const std::string& name, bool suspended);
   // Forgets the workloads of a deleted tenant (all finished), so that a tenant created again
   // under the same name can reuse their names.
   void forgetTenant(const std::string& tenant);
@@ -513,6 +518,14 @@ class SchedulerDriver {
   std::vector<SubmitCommand> submits_;
   std::map<std::string, WorkloadStatus> rejected_;  // Guarded by mu_: told at the next pass.
   std::vector<std::pair<std::string, std::string>> cancels_;
+  struct Suspend {
+    std::string key;  // tenant/name
+    bool suspended = false;
+  };
+  std::vector<Suspend> suspends_;
+  // Suspends (or resumes) `w`: its running tasks are evicted, each with an event.
+  void applySuspend(sched::WorkloadId w, bool suspended, core::TimePoint now,
+                    std::map<sched::WorkloadId, std::vector<std::string>>& events);
   std::map<std::string, WorkloadStatus> published_;
   std::map<sched::NodeIndex, std::vector<GpuState>> gpu_map_;  // As the last pass left it.
   // Submissions carrying tasks that ran before this start (SubmitCommand::restore) whose

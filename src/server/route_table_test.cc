@@ -256,6 +256,8 @@ tenant workloads/{name} GET: read (reads)
 tenant workloads/{name} POST: create (new) or update (existing)
 tenant workloads/{name} DELETE: delete
 tenant workloads/{name}/events GET: read (reads)
+tenant workloads/{name}/suspend POST: update
+tenant workloads/{name}/resume POST: update
 tenant workloads/{name}/logs GET: read (reads)
 tenant policies GET: list (reads)
 tenant policies LIST: list (reads)

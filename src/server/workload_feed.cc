@@ -52,6 +52,9 @@ void ControlPlane::onStoreEvents(const store::WatchResponse& w) {
     } else if (c.type == WorkloadChange::Type::kModified && c.record->cancel_requested &&
                !(c.before && c.before->cancel_requested)) {
       driver_.cancel(c.tenant, c.name);
+    } else if (c.type == WorkloadChange::Type::kModified && c.before &&
+               c.record->suspended != c.before->suspended) {
+      driver_.setSuspended(c.tenant, c.name, c.record->suspended);
     }
   }
   // Last, once the registry holds the new records: a long poll woken here answers with them,

@@ -196,6 +196,9 @@ json workloadJson(const WorkloadRecord& r) {
   if (r.cancel_requested) {
     j["cancel_requested"] = true;
   }
+  if (r.suspended) {
+    j["suspended"] = true;
+  }
   if (!r.sealed_env.empty()) {
     j["sealed_env"] = r.sealed_env;
   }
@@ -226,6 +229,7 @@ core::Result<WorkloadRecord> workloadFromJson(const json& j, const std::string& 
   r.started = f.get<std::string>("started", "");
   r.finished = f.get<std::string>("finished", "");
   r.cancel_requested = f.get<bool>("cancel_requested", false);
+  r.suspended = f.get<bool>("suspended", false);
   r.sealed_env = f.get<std::map<std::string, std::string>>("sealed_env", {});
   r.kube = f.get<json>("kube", json());
   if (!r.kube.is_null() && !r.kube.is_object()) {

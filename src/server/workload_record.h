@@ -9,7 +9,7 @@
 // The stored form is JSON (the server's earlier versions wrote the same keys, so their stores
 // load unchanged): name, spec (as submitted, with secret-looking env values sealed into
 // sealed_env), submitted, started, finished, status (as the API shows it: statusJson),
-// cancel_requested and events (the last 100).
+// cancel_requested, suspended and events (the last 100).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +42,9 @@ struct WorkloadRecord {
   std::string finished;  // When it finished (RFC 3339, milliseconds); "" : not finished.
   WorkloadStatus status;
   bool cancel_requested = false;
+  // Suspended (`tessera suspend`, a Kubernetes Job's `spec.suspend`): its tasks are stopped and
+  // none is placed until it is resumed. Unlike its spec, this may change.
+  bool suspended = false;
   std::vector<WorkloadEvent> events;
   std::map<std::string, std::string> sealed_env;  // Env name -> sealed value (hex).
   // Set for a workload created through the Kubernetes API (server/kube): what it keeps of the

@@ -821,6 +821,68 @@ spec:
       << forbidden;
 }
 
+// Suspended Jobs (docs/kubernetes.md "Jobs"): created with `suspend: true`, a Job has no pod and
+// says Suspended; `kubectl patch` resumes it; suspended while it runs, its running pod stops and
+// its completed one stays done; resumed again, it completes.
+TEST_F(KubeTest, ASuspendedJobRunsNothingUntilResumed) {
+  const fs::path config = kubeconfig(tenantToken("kube-j"), "j.kubeconfig");
+  // Index 1 runs for 8 s: long enough to be suspended while it runs.
+  const std::string held = R"yaml(apiVersion: batch/v1
+kind: Job
+metadata:
+  name: held
+spec:
+  suspend: true
+  completions: 2
+  parallelism: 1
+  completionMode: Indexed
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        command: ["sh", "-c", "echo index $JOB_COMPLETION_INDEX; sleep $((8 * JOB_COMPLETION_INDEX))"]
+)yaml";
+  const fs::path job = manifest("held.yaml", held);
+  ASSERT_EQ(kubectl(config, {"create", "-f", job.string()}).rc, 0);
+  Outcome got = kubectl(config, {"get", "job", "held"});
+  EXPECT_TRUE(contains(got.out, "held   Suspended   0/2")) << got;
+  EXPECT_TRUE(
+      contains(kubectl(config, {"get", "pods", "-l", "job-name=held"}).err, "No resources found"));
+  auto patch = [&](bool suspend) {
+    return kubectl(config,
+                   {"patch", "job", "held", "--type=merge", "-p",
+                    std::string("{\"spec\":{\"suspend\":") + (suspend ? "true" : "false") + "}}"});
+  };
+  Outcome resumed = patch(false);
+  ASSERT_EQ(resumed.out, "job.batch/held patched\n") << resumed;
+  // Index 0 completes; index 1 runs: suspend it there.
+  ASSERT_TRUE(waitFor(
+      [&] {
+        const std::string pods =
+            kubectl(config, {"get", "pods", "-l", "job-name=held", "--no-headers"}).out;
+        return contains(pods, "Completed") && contains(pods, "Running");
+      },
+      std::chrono::seconds(30)));
+  ASSERT_EQ(patch(true).rc, 0);
+  ASSERT_TRUE(waitFor(
+      [&] {
+        const std::string pods =
+            kubectl(config, {"get", "pods", "-l", "job-name=held", "--no-headers"}).out;
+        return contains(pods, "Completed") && !contains(pods, "Running");
+      },
+      std::chrono::seconds(30)));
+  got = kubectl(config, {"get", "job", "held", "-o",
+                         "jsonpath={.spec.suspend} "
+                         "{.status.conditions[0].type} "
+                         "{.status.succeeded}"});
+  EXPECT_EQ(got.out, "true Suspended 1") << got;
+  ASSERT_EQ(patch(false).rc, 0);
+  Outcome done = kubectl(config, {"wait", "--for=condition=complete", "job/held", "--timeout=60s"});
+  EXPECT_EQ(done.rc, 0) << done << kubectl(config, {"describe", "job", "held"});
+  EXPECT_TRUE(contains(kubectl(config, {"get", "job", "held"}).out, "Complete   2/2")) << got;
+}
+
 // Namespaces (docs/kubernetes.md "Namespaces"): created by `kubectl create namespace` (a protobuf
 // body) or as a document of `kubectl apply -f`, labeled, listed, and deleted with the Secrets
 // and ConfigMaps in them; one that still holds pods is refused, default is never deleted, and

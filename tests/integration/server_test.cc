@@ -517,6 +517,36 @@ TEST_F(ServerTest, ARestartRunsOnlyTheTasksLeftOfAWorkload) {
   EXPECT_EQ(done[0].value("finished_at", ""), first.value("finished_at", "")) << done;
 }
 
+// Suspended (`tessera suspend`): its running task stops, nothing runs; that holds across a
+// restart; resumed, it runs and finishes. A workload that has finished cannot be suspended.
+TEST_F(ServerTest, ASuspendedWorkloadStaysSuspendedAcrossARestartUntilResumed) {
+  auto server = startDev({"--simulated"});
+  const Client c = client();
+  ASSERT_EQ(c.call("POST", "/v1/tenants/demo/workloads/held", demo(),
+                   {{"tasks", 2}, {"duration", 1}, {"cpuMilli", 100}, {"suspended", true}})
+                .status,
+            202U);
+  auto status = [&](const Client& cl) {
+    return cl.call("GET", "/v1/tenants/demo/workloads/held", demo()).body["data"];
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // Passes run meanwhile.
+  json now = status(c);
+  EXPECT_EQ(now["status"]["phase"], "pending") << now;
+  EXPECT_EQ(now["status"].value("reason", "").rfind("suspended: 2 of its 2 tasks", 0), 0U) << now;
+  EXPECT_FALSE(now["spec"].contains("suspended")) << now;  // Its state, not its spec.
+  server->stop(SIGKILL);
+  server = startDev({"--simulated"});
+  const Client again = client();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(status(again)["status"]["phase"], "pending") << status(again);
+  Response resumed = again.call("POST", "/v1/tenants/demo/workloads/held/resume", demo());
+  EXPECT_EQ(resumed.status, 200U) << resumed.raw;
+  EXPECT_EQ(waitForPhase(again, "demo", "held", demo(), "succeeded"), "succeeded");
+  Response late = again.call("POST", "/v1/tenants/demo/workloads/held/suspend", demo());
+  EXPECT_EQ(late.status / 100, 4U) << late.raw;
+  EXPECT_NE(late.raw.find("has finished"), std::string::npos) << late.raw;
+}
+
 TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
   auto server = startDev();
   const Client c = client();

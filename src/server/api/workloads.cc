@@ -319,6 +319,7 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
     cmd.env.erase(var);
     cmd.sealed_env[var] = hex;
   }
+  cmd.suspended = record.suspended;
   // Its attempt goes on where it was (a retry is not a first run again).
   cmd.attempt = std::max(1, record.status.attempt);
   cmd.attempts_ended = record.status.attempts;
@@ -534,6 +535,16 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   const int64_t index = workloadIndex(tenant);
   const WorkloadPtr record = registry_.get(tenant, name);
   const bool exists = record != nullptr;
+  if (parts.size() == 3 && (parts[2] == "suspend" || parts[2] == "resume")) {
+    if (!exists) {
+      return error(404, "no workload '" + name + "'");
+    }
+    auto done = setSuspended(tenant, name, parts[2] == "suspend");
+    if (!done.isOk()) {
+      return fromStatus(done.status());
+    }
+    return reply(200, {{"request_id", r.request_id}, {"data", workloadData(tenant, **done)}});
+  }
   if (parts.size() == 3 && parts[2] == "logs") {
     if (!exists) {
       return error(404, "no workload '" + name + "'");
@@ -591,6 +602,39 @@ HttpResponse ControlPlane::workloadsApi(Request& r) {
   return submitWorkload(r, tenant, name, r.body, json());
 }
 
+core::Result<WorkloadPtr> ControlPlane::setSuspended(
+    const std::string& tenant, const std::string& name, bool suspended,
+    const std::function<void(WorkloadRecord&)>& also) {
+  std::lock_guard write_lock(status_write_mu_);
+  const WorkloadPtr now = registry_.get(tenant, name);
+  if (now == nullptr) {
+    return core::notFound("no workload '" + name + "'");
+  }
+  if (now->cancel_requested || isFinished(now->status.phase)) {
+    return core::failedPrecondition("workload '" + name + "' has " +
+                                    (now->cancel_requested ? "been cancelled" : "finished") +
+                                    ": there is nothing to " + (suspended ? "suspend" : "resume"));
+  }
+  WorkloadRecord updated = *now;
+  if (updated.suspended != suspended) {
+    updated.suspended = suspended;
+    updated.addEvent(core::formatRfc3339(clock_.wallNow()), suspended ? "suspended" : "resumed");
+  }
+  if (also) {
+    also(updated);
+  }
+  if (workloadJson(updated) == workloadJson(*now)) {
+    return now;  // Nothing changes.
+  }
+  auto put = store_.put(workloadKey(tenant, name), encodeWorkload(updated));
+  if (!put.isOk()) {
+    return put.status();
+  }
+  waitForOwnWrite(*put);
+  const WorkloadPtr after = registry_.get(tenant, name);
+  return after != nullptr ? after : std::make_shared<const WorkloadRecord>(std::move(updated));
+}
+
 HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
                                           const std::string& name, const json& body, json kube,
                                           const std::set<std::string>& seal) {
@@ -602,7 +646,7 @@ HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
        "checkpointEvery", "gracePeriod",    "command",  "env",         "identity",     "secrets",
        "cpuMilli",        "memoryMiB",      "gpu",      "queue",       "nodeSelector", "image",
        "shmMiB",          "readOnlyRootfs", "ports",    "restart",     "pullSecret",   "indexEnv",
-       "parallelism",     "volumes"});
+       "parallelism",     "volumes",        "suspended"});
   SubmitCommand cmd;
   cmd.tenant = tenant;
   cmd.name = name;
@@ -613,6 +657,13 @@ HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
     st = parseCommandAndEnv(n, cmd);
   }
   json spec = body;
+  // Whether it starts suspended is its state, not its spec: kept in its record (it may change).
+  if (st.isOk() && n.has("suspended")) {
+    auto suspended = n.child("suspended").boolean();
+    st = suspended.status();
+    cmd.suspended = suspended.isOk() && *suspended;
+    spec.erase("suspended");
+  }
   json sealed_env = json::object();
   if (st.isOk()) {
     st = sealEnv(tenant, name, cmd, spec, sealed_env, seal);
@@ -690,6 +741,10 @@ HttpResponse ControlPlane::submitWorkload(Request& r, const std::string& tenant,
   stored.submitted = core::formatRfc3339(clock_.wallNow());
   stored.addEvent(stored.submitted, "submitted");
   stored.kube = std::move(kube);
+  stored.suspended = cmd.suspended;
+  if (cmd.suspended) {
+    stored.addEvent(stored.submitted, "suspended");
+  }
   for (const auto& [var, hex] : sealed_env.items()) {
     stored.sealed_env[var] = hex.get<std::string>();
   }

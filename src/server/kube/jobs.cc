@@ -110,10 +110,8 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
       warnings.push_back("spec." + key + " is not supported by Tessera and is ignored");
     }
   }
-  if (spec.contains("suspend") && spec["suspend"] == true) {
-    return invalid("spec.suspend",
-                   "Forbidden: Tessera does not run suspended Jobs yet (it cannot resume one); "
-                   "create it when it should run");
+  if (spec.contains("suspend") && !spec["suspend"].is_boolean() && !spec["suspend"].is_null()) {
+    return invalid("spec.suspend", "expected true or false");
   }
   if (spec.contains("manualSelector") && spec["manualSelector"] == true) {
     return invalid("spec.manualSelector",
@@ -209,6 +207,9 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
                                      tmeta.value("annotations", json::object()), *parallelism));
   json& w = out.spec;
   w["tasks"] = *completions;
+  if (spec.value("suspend", json(false)) == true) {
+    w["suspended"] = true;  // Created held: no pod until it is resumed.
+  }
   if (*parallelism < *completions) {
     w["parallelism"] = *parallelism;
   }
@@ -229,7 +230,7 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
   kept["completions"] = *completions;
   kept["completionMode"] = mode;
   kept["backoffLimit"] = backoff.value_or(6);
-  kept["suspend"] = false;
+  kept.erase("suspend");  // Shown from the record: it may change (WorkloadRecord::suspended).
   kept["manualSelector"] = false;
   kept["podReplacementPolicy"] = "TerminatingOrFailed";
   kept.erase("selector");
@@ -262,6 +263,7 @@ json jobObject(const std::string& tenant, const WorkloadRecord& r, const Workloa
   json spec;
   if (made_as_job) {
     spec = r.kube.value("spec", json::object());
+    spec["suspend"] = r.suspended;
   } else {
     // Tessera's own workload of several tasks: an Indexed Job.
     spec = {
@@ -273,7 +275,7 @@ json jobObject(const std::string& tenant, const WorkloadRecord& r, const Workloa
         {"backoffLimit", r.spec.contains("restart") && r.spec["restart"].is_object()
                              ? r.spec["restart"].value("attempts", 0)
                              : 0},
-        {"suspend", false},
+        {"suspend", r.suspended},
         {"manualSelector", false},
         {"podReplacementPolicy", "TerminatingOrFailed"},
         {"template", {{"metadata", json::object()}, {"spec", podSpecOf(r)}}}};
@@ -325,7 +327,10 @@ json jobObject(const std::string& tenant, const WorkloadRecord& r, const Workloa
     return json{{"type", type},       {"status", "True"},    {"reason", reason},
                 {"message", message}, {"lastProbeTime", at}, {"lastTransitionTime", at}};
   };
-  if (status.phase == WorkloadPhase::kSucceeded) {
+  if (r.suspended && !isFinished(status.phase)) {
+    st["conditions"] = {cond("Suspended", "JobSuspended", "Job suspended")};
+    st.erase("startTime");  // As the Job controller clears it.
+  } else if (status.phase == WorkloadPhase::kSucceeded) {
     const std::string m = "Reached expected number of succeeded pods";
     st["completionTime"] = at;
     st["conditions"] = {cond("SuccessCriteriaMet", "CompletionsReached", m),

@@ -134,12 +134,29 @@ HttpResponse ControlPlane::kubeChangeWorkload(Request& r, const kube::KubeTarget
   if (kube::textOr(m, "name", t.name) != t.name || kube::textOr(m, "namespace", t.ns) != t.ns) {
     return kube::statusResponse(400, "the name and namespace of an object cannot change");
   }
-  // Only labels and annotations change; its spec is what was submitted.
-  if (next.value("spec", json::object()) != current["spec"]) {
+  // Only labels and annotations change, and a Job's `suspend`; its spec is what was submitted.
+  json next_spec = next.value("spec", json::object());
+  json current_spec = current["spec"];
+  std::optional<bool> suspend;
+  if (job && next_spec.is_object()) {
+    const json wanted = next_spec.value("suspend", json(false));
+    if (!wanted.is_boolean() && !wanted.is_null()) {
+      return kube::statusResponse(
+          422, kind + " \"" + t.name + "\" is invalid: spec.suspend: expected true or false");
+    }
+    if (wanted.is_boolean() && wanted != current_spec.value("suspend", json(false))) {
+      suspend = wanted.get<bool>();
+    }
+    next_spec.erase("suspend");
+    current_spec.erase("suspend");
+  }
+  if (next_spec != current_spec) {
     const std::string m2 = "spec: Forbidden: " + std::string(job ? "job" : "pod") +
-                           " updates may not change fields other than `metadata.labels` and "
-                           "`metadata.annotations`: Tessera runs a workload as it was "
-                           "submitted (delete it and create it anew)";
+                           " updates may not change fields other than `metadata.labels`, "
+                           "`metadata.annotations`" +
+                           (job ? " and `spec.suspend`" : "") +
+                           ": Tessera runs a workload as it was submitted (delete it and create "
+                           "it anew)";
     return kube::statusResponse(
         422, kind + " \"" + t.name + "\" is invalid: " + m2,
         {{"name", t.name},
@@ -163,24 +180,39 @@ HttpResponse ControlPlane::kubeChangeWorkload(Request& r, const kube::KubeTarget
                                            "strings");
     }
   }
+  // Labels and annotations into the record's Kubernetes part.
+  auto relabel = [&](WorkloadRecord& updated) {
+    if (!updated.kube.is_object()) {
+      updated.kube = json::object();
+    }
+    for (const auto& [field, map] : {std::pair{"labels", &labels}, {"annotations", &annotations}}) {
+      if (map->empty()) {
+        updated.kube.erase(field);
+      } else {
+        updated.kube[field] = *map;
+      }
+    }
+    updated.kube["managedFields"] = managed;
+  };
+  if (suspend) {
+    // Suspended (its pods stop, none is made) or resumed, as `kubectl patch job --type=merge -p
+    // '{"spec":{"suspend":true}}'` asks; the labels in the same write.
+    auto done = setSuspended(*r.scope.tenant, w.name, *suspend, relabel);
+    if (!done.isOk()) {
+      HttpResponse resp = api::fromStatus(done.status());
+      kube::asStatus(resp);
+      return resp;
+    }
+    return api::reply(200, kube::jobObject(*r.scope.tenant, **done, (*done)->status));
+  }
   std::lock_guard write_lock(status_write_mu_);
   const WorkloadPtr latest = registry_.get(*r.scope.tenant, w.name);
   if (latest == nullptr) {
     return kube::statusResponse(404, t.resource + " \"" + t.name + "\" not found");
   }
   WorkloadRecord updated = *latest;
-  if (!updated.kube.is_object()) {
-    updated.kube = json::object();
-  }
   const json old_kube = updated.kube;
-  for (const auto& [field, map] : {std::pair{"labels", &labels}, {"annotations", &annotations}}) {
-    if (map->empty()) {
-      updated.kube.erase(field);
-    } else {
-      updated.kube[field] = *map;
-    }
-  }
-  updated.kube["managedFields"] = managed;
+  relabel(updated);
   if (updated.kube != old_kube) {
     auto put = store_.put(api::workloadKey(*r.scope.tenant, w.name), encodeWorkload(updated));
     if (!put.isOk()) {

@@ -411,8 +411,14 @@ TEST(KubeObjectsTest, AJobIsOneWorkloadOfItsCompletionsParallelismAtATime) {
   EXPECT_EQ(refused(j2),
             "spec.template.spec.hostNetwork: Forbidden: Tessera does not support this field");
   j2 = indexedJob();
+  j2["spec"]["suspend"] = "yes";
+  EXPECT_EQ(refused(j2), "spec.suspend: expected true or false");
+  // A suspended Job is a workload created held (WorkloadRecord::suspended).
   j2["spec"]["suspend"] = true;
-  EXPECT_TRUE(refused(j2).starts_with("spec.suspend: Forbidden")) << refused(j2);
+  auto held = workloadFromJob(j2, "default", true);
+  ASSERT_TRUE(held.isOk()) << held.status().message();
+  EXPECT_EQ(held->spec["suspended"], true);
+  EXPECT_FALSE(held->kube["spec"].contains("suspend"));  // Shown from the record.
   j2 = indexedJob();
   j2["spec"]["podFailurePolicy"] = json::object();
   EXPECT_TRUE(refused(j2).starts_with("spec.podFailurePolicy: Forbidden")) << refused(j2);

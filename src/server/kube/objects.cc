@@ -793,6 +793,11 @@ std::vector<json> podsOf(const std::string& tenant, const WorkloadRecord& r,
     return at >= status.tasks.size() ||
            (status.tasks[at].state == "pending" && status.tasks[at].starts == 0);
   };
+  // A suspended Job has no pod waiting: those it runs stop, and none is made until it resumes.
+  auto held = [&](int i) {
+    const auto at = static_cast<size_t>(i);
+    return r.suspended && (at >= status.tasks.size() || status.tasks[at].state == "pending");
+  };
   int room = parallelism;
   if (parallelism < n) {
     for (int i = 0; i < n; ++i) {
@@ -804,7 +809,7 @@ std::vector<json> podsOf(const std::string& tenant, const WorkloadRecord& r,
   }
   pods.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    if (parallelism < n && unplaced(i) && room-- <= 0) {
+    if (held(i) || (parallelism < n && unplaced(i) && room-- <= 0)) {
       continue;
     }
     pods.push_back(taskPodObject(tenant, r, status, i));
