@@ -113,7 +113,9 @@ struct ControlPlaneOptions {
 
 // What a Kubernetes watch streams (server/kube/kube_watch.cc).
 // Nodes are not workloads: their watches compare the nodes each second (kubeWatchTimer).
-enum class KubeWatchKind { kPods, kJobs, kEvents, kNodes };
+// kNodes, kSecrets and kConfigMaps are polled (each second, compared with what was shown), the
+// others fed by the workload registry's change stream.
+enum class KubeWatchKind { kPods, kJobs, kEvents, kNodes, kSecrets, kConfigMaps };
 
 class ControlPlane {
  public:
@@ -299,7 +301,12 @@ class ControlPlane {
   // The nodes `tenant` may use, as Node objects, by name.
   std::map<std::string, nlohmann::json> kubeNodes(const std::string& tenant) const;
   // A nodes watch's events since it last looked: what changed, came or went.
-  void kubeNodesDeliver(KubeWatch& w);
+  // A polled watch (nodes, Secrets, ConfigMaps): what changed since it last looked. Ends one
+  // whose token (or grant) is no longer valid.
+  void kubePolledDeliver(KubeWatch& w);
+  // What a polled watch selects now, by name ("<namespace>/<name>" for Secrets and ConfigMaps:
+  // only those its token may read).
+  std::map<std::string, nlohmann::json> kubePolledObjects(const KubeWatch& w) const;
   // A pod's env read from Secrets and ConfigMaps of namespace `ns` (sub.env_refs) into
   // sub.spec's env, as the submitter may read them; the names of those from Secrets into `seal`.
   // Its volumes' Secrets and ConfigMaps are checked the same way (readable, there, with the keys

@@ -603,7 +603,7 @@ TEST_F(CliHabitsTest, CompletionAndVersion) {
                           "server", "dev", "version", "completion", "secrets", "policy"}) {
     EXPECT_TRUE(contains(bash.out, std::string(" ") + cmd)) << cmd;
   }
-  // What bash offers for `tessera r<TAB>`, `tessera token cr<TAB>` and `tessera run x --gp<TAB>`.
+  // What bash offers for `tessera r<TAB>` and `ru<TAB>`, `token cr<TAB>` and `run x --gp<TAB>`.
   auto complete = [&](const std::string& words, int cword) {
     const std::string line = "source " + script.string() + "; COMP_WORDS=(" + words +
                              "); COMP_CWORD=" + std::to_string(cword) +
@@ -611,6 +611,8 @@ TEST_F(CliHabitsTest, CompletionAndVersion) {
     return runArgv({"bash", "-c", line}, {{"PATH", "/usr/bin:/bin"}}, home_);
   };
   Outcome r = complete("tessera r", 1);
+  EXPECT_EQ(r.out, "resume\nrun\n") << r;
+  r = complete("tessera ru", 1);
   EXPECT_EQ(r.out, "run\n") << r;
   Outcome cr = complete("tessera token cr", 2);
   EXPECT_EQ(cr.out, "create\n") << cr;

@@ -825,7 +825,7 @@ spec:
 // says Suspended; `kubectl patch` resumes it; suspended while it runs, its running pod stops and
 // its completed one stays done; resumed again, it completes.
 TEST_F(KubeTest, ASuspendedJobRunsNothingUntilResumed) {
-  const fs::path config = kubeconfig(tenantToken("kube-j"), "j.kubeconfig");
+  const fs::path config = kubeconfig(tenantToken("kube-held"), "held.kubeconfig");
   // Index 1 runs for 8 s: long enough to be suspended while it runs.
   const std::string held = R"yaml(apiVersion: batch/v1
 kind: Job
@@ -947,6 +947,59 @@ data: {lr: "0.1"}
       contains(kubectl(config, {"get", "configmap", "cfg", "-n", "prod"}).err, "(NotFound)"));
   listed = kubectl(config, {"get", "namespaces", "-o", "name"});
   EXPECT_EQ(listed.out, "namespace/default\n") << listed;
+}
+
+// Watching Secrets and ConfigMaps (`kubectl get secrets -w`): each change as an event, only of
+// the objects the watch's token may read; a token revoked meanwhile ends the watch.
+TEST_F(KubeTest, SecretsAreWatchedOnlyAsTheTokenMayReadThem) {
+  const std::string admin = tenantToken("kube-sw");
+  const fs::path config = kubeconfig(admin, "sw.kubeconfig");
+  ASSERT_EQ(kubectl(config, {"create", "secret", "generic", "mine", "--from-literal=k=one"}).rc, 0);
+  const fs::path reader = kubeconfigOfPolicy(
+      admin, "kube-sw", "mine-only",
+      {{"secrets/kv/metadata/kube/default/secrets/", {{"capabilities", {"list"}}}},
+       {"secrets/kv/data/kube/default/secrets/mine", {{"capabilities", {"read"}}}}});
+  Outcome all;
+  Outcome mine;
+  std::thread admin_watch([&] {
+    all = kubectl(config,
+                  {"get", "secrets", "-w", "--output-watch-events", "-o",
+                   "jsonpath={.type} {.object.metadata.name} {.object.data.k}{\"\\n\"}"},
+                  std::chrono::seconds(6));
+  });
+  std::thread reader_watch([&] {
+    mine = kubectl(reader,
+                   {"get", "secrets", "-w", "--output-watch-events", "-o",
+                    "jsonpath={.type} {.object.metadata.name} {.object.data.k}{\"\\n\"}"},
+                   std::chrono::seconds(6));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_EQ(kubectl(config, {"create", "secret", "generic", "other", "--from-literal=k=x"}).rc, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // Watches look each second.
+  ASSERT_EQ(kubectl(config, {"patch", "secret", "mine", "-p", R"({"stringData":{"k":"two"}})"}).rc,
+            0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_EQ(kubectl(config, {"delete", "secret", "other"}).rc, 0);
+  admin_watch.join();
+  reader_watch.join();
+  // base64: one b25l, two dHdv, x eA==.
+  EXPECT_EQ(all.out, "ADDED mine b25l\nADDED other eA==\nMODIFIED mine dHdv\nDELETED other eA==\n")
+      << all;
+  EXPECT_EQ(mine.out, "ADDED mine b25l\nMODIFIED mine dHdv\n") << mine;
+  EXPECT_FALSE(contains(mine.out, "other")) << mine;  // Never a Secret it may not read.
+  // Its token revoked: the watch ends.
+  const std::string token = tenantToken("kube-sw", "mine-only", false);
+  const fs::path cut = home_ / "cut.kubeconfig";
+  ASSERT_EQ(tessera(token, {"kubeconfig", "-o", cut.string()}).rc, 0);
+  Outcome ended;
+  std::thread cut_watch([&] {
+    ended = kubectl(cut, {"get", "secrets", "-w"}, std::chrono::seconds(6));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_EQ(tessera(token, {"token", "revoke", "--self"}).rc, 0);
+  cut_watch.join();
+  EXPECT_EQ(ended.rc, 0) << ended;  // It ended by itself (killed after 6 s it would be -15).
+  EXPECT_TRUE(contains(ended.out + ended.err, "no longer valid")) << ended;
 }
 
 // Must show 1 (nodes, events, describe): the nodes a tenant may use with their GPUs; a pod that

@@ -152,9 +152,9 @@ HttpResponse ControlPlane::kubeChangeWorkload(Request& r, const kube::KubeTarget
   }
   if (next_spec != current_spec) {
     const std::string m2 = "spec: Forbidden: " + std::string(job ? "job" : "pod") +
-                           " updates may not change fields other than `metadata.labels`, "
-                           "`metadata.annotations`" +
-                           (job ? " and `spec.suspend`" : "") +
+                           " updates may not change fields other than " +
+                           (job ? "`metadata.labels`, `metadata.annotations` and `spec.suspend`"
+                                : "`metadata.labels` and `metadata.annotations`") +
                            ": Tessera runs a workload as it was submitted (delete it and create "
                            "it anew)";
     return kube::statusResponse(

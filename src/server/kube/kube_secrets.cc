@@ -36,14 +36,15 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
   }
   const json details = {{"name", t.name}, {"kind", t.resource}};
   if (t.verb == "list" || t.verb == "watch") {
-    if (t.verb == "watch") {
-      return kube::statusResponse(405, "watching " + t.resource + " is not served");
-    }
     const std::string* ls = kube::queryParam(r.scope.query, "labelSelector");
     const std::string* fs = kube::queryParam(r.scope.query, "fieldSelector");
     auto filter = kube::PodFilter::parse(t.ns, ls == nullptr ? "" : *ls, fs == nullptr ? "" : *fs);
     if (!filter.isOk()) {
       return kube::statusResponse(400, filter.status().message());
+    }
+    if (t.verb == "watch") {
+      return kubeWatch(r, std::move(filter).value(), table,
+                       secret ? KubeWatchKind::kSecrets : KubeWatchKind::kConfigMaps);
     }
     std::vector<std::string> namespaces = {t.ns};
     if (t.ns.empty()) {  // -A: every namespace that holds any.

@@ -3,7 +3,10 @@
 // resourceVersion gets every change after it (410 Expired, as an ERROR event, past the
 // registry's window); one without (or from "0") first gets an ADDED for every object it selects.
 // Events are filtered by namespace, labels and fields against the object's new state, so an
-// object that stops matching leaves as DELETED and one that starts arrives as ADDED.
+// object that stops matching leaves as DELETED and one that starts arrives as ADDED. Nodes,
+// Secrets and ConfigMaps are not workloads: their watches look each second and send what
+// changed; a Secrets or ConfigMaps watch shows only the objects its token may read, and ends when
+// its token (or grant) no longer holds.
 #include <random>
 
 #include "core/log.h"
@@ -33,7 +36,12 @@ struct ControlPlane::KubeWatch {
   // What it selects and how it shows it: watches with the same key get the same events for a
   // change, encoded once (KubeEventCache).
   std::string key;
-  std::map<std::string, json> nodes;  // A nodes watch: what it has shown, by name.
+  std::map<std::string, json> shown;  // A polled watch: what it has shown, by name.
+  // A Secrets or ConfigMaps watch: who asks, to authorize each object as it is shown.
+  HttpRequest http;
+  ScopedPath scope;
+  TokenInfo token;
+  std::optional<Grant> grant;
   std::shared_ptr<ResponseStream> stream;
   std::mutex mu;   // Held while its events are computed and written: one writer at a time.
   int64_t rv = 0;  // Every change up to here has been sent (or passed over).
@@ -43,11 +51,20 @@ struct ControlPlane::KubeWatch {
 
 namespace {
 
+bool polled(KubeWatchKind kind) {
+  return kind == KubeWatchKind::kNodes || kind == KubeWatchKind::kSecrets ||
+         kind == KubeWatchKind::kConfigMaps;
+}
+
+const char* kvKind(KubeWatchKind kind) {
+  return kind == KubeWatchKind::kSecrets ? "Secret" : "ConfigMap";
+}
+
 // The objects a watch sees of a workload, by name: its Job, its pods or its events, that match.
 std::map<std::string, json> watchedObjects(const std::string& tenant, const WorkloadRecord* r,
                                            KubeWatchKind kind, const kube::PodFilter& filter) {
   std::map<std::string, json> out;
-  if (r == nullptr || kind == KubeWatchKind::kNodes) {
+  if (r == nullptr || polled(kind)) {
     return out;
   }
   if (kind == KubeWatchKind::kJobs) {
@@ -79,7 +96,8 @@ std::string ControlPlane::kubeEvent(const KubeWatch& w, const char* type, json o
     object = w.kind == KubeWatchKind::kJobs     ? kube::jobTable({object}, rv, include, now)
              : w.kind == KubeWatchKind::kEvents ? kube::eventTable({object}, rv, include, now)
              : w.kind == KubeWatchKind::kNodes  ? kube::nodeTable({object}, rv, include, now)
-                                                : kube::podTable({object}, rv, include, now);
+             : polled(w.kind) ? kube::kvTable(kvKind(w.kind), {object}, rv, include, now)
+                              : kube::podTable({object}, rv, include, now);
   }
   return json{{"type", type}, {"object", std::move(object)}}.dump(-1, ' ', false,
                                                                   json::error_handler_t::replace) +
@@ -121,8 +139,8 @@ std::string ControlPlane::kubeChangeEvents(const KubeWatch& w, const WorkloadCha
 }
 
 void ControlPlane::kubeWatchDeliver(KubeWatch& w, KubeEventCache* cache) {
-  if (w.kind == KubeWatchKind::kNodes) {
-    return;  // Not fed by the workloads' changes: kubeNodesDeliver.
+  if (polled(w.kind)) {
+    return;  // Not fed by the workloads' changes: kubePolledDeliver.
   }
   std::lock_guard lock(w.mu);
   if (!w.stream->open()) {
@@ -170,7 +188,8 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
   {
     const std::string* ls = kube::queryParam(r.scope.query, "labelSelector");
     const std::string* fs = kube::queryParam(r.scope.query, "fieldSelector");
-    static constexpr const char* kKinds[] = {"pods", "jobs", "events", "nodes"};
+    static constexpr const char* kKinds[] = {"pods",  "jobs",    "events",
+                                             "nodes", "secrets", "configmaps"};
     w->key = tenant + '\0' + kKinds[static_cast<int>(kind)] + (table ? ",table" : ",json") + '\0' +
              w->filter.ns + '\0' + (ls == nullptr ? "" : *ls) + '\0' + (fs == nullptr ? "" : *fs);
   }
@@ -194,18 +213,20 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
   w->next_bookmark = start + kBookmarkEvery;
   const std::string* rv_text = kube::queryParam(r.scope.query, "resourceVersion");
   std::string initial;
-  if (kind == KubeWatchKind::kNodes) {
+  if (polled(kind)) {
+    if (kind != KubeWatchKind::kNodes) {
+      w->http = r.http;
+      w->scope = r.scope;
+      w->token = r.token;
+      w->grant = r.grant;
+    }
     // What it selects now: shown as ADDED without a resourceVersion (or from "0"), taken as
     // already seen from a list's (kubectl get -w lists first).
     const bool show = rv_text == nullptr || rv_text->empty() || *rv_text == "0";
-    const std::string at = std::to_string(registry_.revision());
-    for (auto& [name, node] : kubeNodes(tenant)) {
-      if (w->filter.matches(node)) {
-        node["metadata"]["resourceVersion"] = at;
-        if (show) {
-          initial += kubeEvent(*w, "ADDED", node);
-        }
-        w->nodes.emplace(name, std::move(node));
+    w->shown = kubePolledObjects(*w);
+    if (show) {
+      for (const auto& [name, object] : w->shown) {
+        initial += kubeEvent(*w, "ADDED", object);
       }
     }
     w->rv = registry_.revision();
@@ -289,37 +310,98 @@ void ControlPlane::kubeWatchNotify(const std::set<std::string>& tenants) {
   }
 }
 
-void ControlPlane::kubeNodesDeliver(KubeWatch& w) {
+std::map<std::string, json> ControlPlane::kubePolledObjects(const KubeWatch& w) const {
+  std::map<std::string, json> out;
+  if (w.kind == KubeWatchKind::kNodes) {
+    const std::string at = std::to_string(registry_.revision());
+    for (auto& [name, node] : kubeNodes(w.tenant)) {
+      if (w.filter.matches(node)) {
+        node["metadata"]["resourceVersion"] = at;
+        out.emplace(name, std::move(node));
+      }
+    }
+    return out;
+  }
+  if (secrets_ == nullptr) {
+    return out;
+  }
+  const std::string resource = w.kind == KubeWatchKind::kSecrets ? "secrets" : "configmaps";
+  const Request probe{.http = w.http, .scope = w.scope, .token = w.token, .grant = w.grant};
+  std::vector<std::string> namespaces = {w.filter.ns};
+  if (w.filter.ns.empty()) {  // -A: every namespace that holds any.
+    namespaces.clear();
+    auto all = secrets_->kv().list(w.tenant, "kube/", true);
+    for (const std::string& n : all.isOk() ? *all : std::vector<std::string>{}) {
+      if (n.ends_with("/")) {
+        namespaces.push_back(n.substr(0, n.size() - 1));
+      }
+    }
+  }
+  for (const std::string& ns : namespaces) {
+    const std::string folder = "kube/" + ns + "/" + resource + "/";
+    auto names = secrets_->kv().list(w.tenant, folder, true);
+    for (const std::string& name : names.isOk() ? *names : std::vector<std::string>{}) {
+      if (name.ends_with("/") ||
+          !authorizedOn(probe, "secrets/kv/data/" + folder + name, Capability::kRead)) {
+        continue;  // Only what the token may read, as a list shows.
+      }
+      auto read = secrets_->kv().read(w.tenant, folder + name, 0);
+      if (!read.isOk()) {
+        continue;  // Deleted meanwhile: the next look says so.
+      }
+      json object =
+          kube::objectFromKv(kvKind(w.kind), w.tenant, ns, name, read->data, read->version);
+      if (w.filter.matches(object)) {
+        out.emplace(ns + "/" + name, std::move(object));
+      }
+    }
+  }
+  return out;
+}
+
+void ControlPlane::kubePolledDeliver(KubeWatch& w) {
   std::lock_guard lock(w.mu);
   if (!w.stream->open()) {
     return;
   }
-  const std::string at = std::to_string(registry_.revision());
-  std::map<std::string, json> now;
-  for (auto& [name, node] : kubeNodes(w.tenant)) {
-    if (w.filter.matches(node)) {
-      now.emplace(name, std::move(node));
+  if (w.kind != KubeWatchKind::kNodes) {
+    // Its objects' values go to whoever holds the token: only while it (and its grant) holds.
+    const bool grant_over = w.grant && w.grant->expires <= clock_.wallNow();
+    if (grant_over || !tokens_->lookupAccessor(w.token.accessor).isOk()) {
+      const json status = kube::status(
+          401, "the watch's token is no longer valid (expired or revoked)", json::object());
+      (void)w.stream->write(json{{"type", "ERROR"}, {"object", status}}.dump() + "\n");
+      w.stream->end();
+      return;
     }
   }
+  std::map<std::string, json> now = kubePolledObjects(w);
   std::string out;
-  for (auto& [name, node] : now) {
-    auto was = w.nodes.find(name);
-    if (was != w.nodes.end()) {
-      node["metadata"]["resourceVersion"] = was->second["metadata"]["resourceVersion"];
-      if (node == was->second) {
+  const std::string at = std::to_string(registry_.revision());
+  for (auto& [name, object] : now) {
+    auto was = w.shown.find(name);
+    if (was != w.shown.end()) {
+      if (w.kind == KubeWatchKind::kNodes) {
+        object["metadata"]["resourceVersion"] = was->second["metadata"]["resourceVersion"];
+      }
+      if (object == was->second) {
         continue;
       }
+      if (w.kind == KubeWatchKind::kNodes) {
+        object["metadata"]["resourceVersion"] = at;
+      }
     }
-    node["metadata"]["resourceVersion"] = at;
-    out += kubeEvent(w, was == w.nodes.end() ? "ADDED" : "MODIFIED", node);
+    out += kubeEvent(w, was == w.shown.end() ? "ADDED" : "MODIFIED", object);
   }
-  for (auto& [name, node] : w.nodes) {
+  for (auto& [name, object] : w.shown) {
     if (!now.contains(name)) {
-      node["metadata"]["resourceVersion"] = at;
-      out += kubeEvent(w, "DELETED", node);  // Removed, or no longer selected.
+      if (w.kind == KubeWatchKind::kNodes) {
+        object["metadata"]["resourceVersion"] = at;
+      }
+      out += kubeEvent(w, "DELETED", object);  // Removed, or no longer selected.
     }
   }
-  w.nodes = std::move(now);
+  w.shown = std::move(now);
   if (!out.empty()) {
     (void)w.stream->write(std::move(out));
   }
@@ -343,8 +425,8 @@ void ControlPlane::kubeWatchTimer() {
         w->stream->end();  // timeoutSeconds: ended cleanly; reflectors watch again.
         continue;
       }
-      if (w->kind == KubeWatchKind::kNodes) {
-        kubeNodesDeliver(*w);
+      if (polled(w->kind)) {
+        kubePolledDeliver(*w);
       }
       if (w->bookmarks && now >= w->next_bookmark) {
         std::lock_guard wl(w->mu);
@@ -353,6 +435,7 @@ void ControlPlane::kubeWatchTimer() {
         const char* kind = job                                 ? "Job"
                            : w->kind == KubeWatchKind::kEvents ? "Event"
                            : w->kind == KubeWatchKind::kNodes  ? "Node"
+                           : polled(w->kind)                   ? kvKind(w->kind)
                                                                : "Pod";
         const json mark = {{"kind", kind},
                            {"apiVersion", job ? "batch/v1" : "v1"},

@@ -78,8 +78,8 @@ const std::vector<Resource>& resources() {
        {},
        {"create", "delete", "get", "list"},
        {}},
-      {"", "v1", "events", "event", "Event", true, {"ev"}, {}, {"get", "list"}, {}},
-      {"", "v1", "nodes", "node", "Node", false, {"no"}, {}, {"get", "list"}, {}},
+      {"", "v1", "events", "event", "Event", true, {"ev"}, {}, {"get", "list", "watch"}, {}},
+      {"", "v1", "nodes", "node", "Node", false, {"no"}, {}, {"get", "list", "watch"}, {}},
       {"",
        "v1",
        "secrets",
@@ -88,7 +88,7 @@ const std::vector<Resource>& resources() {
        true,
        {},
        {},
-       {"create", "delete", "get", "list"},
+       {"create", "delete", "get", "list", "watch"},
        {}},
       {"",
        "v1",
@@ -98,7 +98,7 @@ const std::vector<Resource>& resources() {
        true,
        {"cm"},
        {},
-       {"create", "delete", "get", "list"},
+       {"create", "delete", "get", "list", "watch"},
        {}},
   };
   return kResources;
