@@ -37,7 +37,8 @@ struct ControlPlane::KubeWatch {
   // change, encoded once (KubeEventCache).
   std::string key;
   std::map<std::string, json> shown;  // A polled watch: what it has shown, by name.
-  // A Secrets or ConfigMaps watch: who asks, to authorize each object as it is shown.
+  // A Secrets or ConfigMaps watch: who asks, to authorize each object as it is shown (its
+  // token's policies, as a list does).
   HttpRequest http;
   ScopedPath scope;
   TokenInfo token;
@@ -215,7 +216,10 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
   std::string initial;
   if (polled(kind)) {
     if (kind != KubeWatchKind::kNodes) {
-      w->http = r.http;
+      // Not its headers or body: the bearer token is not kept for the watch's life.
+      w->http.method = r.http.method;
+      w->http.target = r.http.target;
+      w->http.listener = r.http.listener;
       w->scope = r.scope;
       w->token = r.token;
       w->grant = r.grant;
@@ -326,7 +330,7 @@ std::map<std::string, json> ControlPlane::kubePolledObjects(const KubeWatch& w) 
     return out;
   }
   const std::string resource = w.kind == KubeWatchKind::kSecrets ? "secrets" : "configmaps";
-  const Request probe{.http = w.http, .scope = w.scope, .token = w.token, .grant = w.grant};
+  Request probe{w.http, w.scope, "GET", "", w.token, "", json::object(), w.grant};
   std::vector<std::string> namespaces = {w.filter.ns};
   if (w.filter.ns.empty()) {  // -A: every namespace that holds any.
     namespaces.clear();

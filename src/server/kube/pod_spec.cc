@@ -1,13 +1,12 @@
 // A Pod's body read as Tessera's workload spec (server/kube/objects.h): what maps, what is
 // refused naming the field, and what is accepted with a warning (docs/kubernetes.md, "Mapping").
-#include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <map>
 #include <set>
 
 #include "protocol/node_protocol.h"
 #include "server/kube/objects.h"
+#include "server/route.h"
 
 namespace tessera::server::kube {
 
@@ -197,14 +196,6 @@ core::Status readEnv(const json& c, const std::string& ns, PodSubmission& out) {
 
 namespace {
 
-bool isDnsLabel(const std::string& s) {
-  return !s.empty() && s.size() <= 63 && std::isalnum(static_cast<unsigned char>(s.front())) &&
-         std::isalnum(static_cast<unsigned char>(s.back())) &&
-         std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-         });
-}
-
 // A secret or configMap volume's source at `where` as a Tessera volume (without its path) and
 // the reference the server checks at creation.
 core::Result<std::pair<json, EnvRef>> kvVolume(const json& src, bool secret, const std::string& ns,
@@ -298,7 +289,7 @@ core::Status readVolumes(const json& spec, const json& c, const std::string& ns,
         return invalid(where + ".name", "Required value");
       }
       const std::string name = v["name"];
-      if (!isDnsLabel(name)) {
+      if (!validName(name)) {  // A lowercase RFC 1123 label, as a volume's name is.
         return invalid(where + ".name",
                        "Invalid value: \"" + name.substr(0, 64) + "\": a lowercase RFC 1123 label");
       }
