@@ -680,8 +680,12 @@ void SchedulerDriver::runOnce() {
     }
   }
   // A waiting workload's reason changes without anything happening to it (room freed beside an
-  // untrusted tenant, a node back after a restart): compare, and publish the new one.
-  {
+  // untrusted tenant, a node back after a restart): compare, and publish the new one. With many
+  // waiting, at most once a second: a submission wakes a pass, and 10,000 pending workloads'
+  // reasons each pass made a tenant's submissions slower the more it had.
+  constexpr size_t kWaitingEachPass = 256;
+  if (waiting_.size() <= kWaitingEachPass || now - waiting_checked_ >= std::chrono::seconds(1)) {
+    waiting_checked_ = now;
     std::vector<std::pair<sched::WorkloadId, WorkloadStatus>> now;  // Phase and reason only.
     for (sched::WorkloadId w : waiting_) {
       if (!changed.contains(keys_[w])) {

@@ -608,6 +608,9 @@ class SchedulerDriver {
   std::map<sched::TaskId, core::TimePoint> ends_;   // Running simulated tasks.
   std::map<sched::TaskId, core::TimePoint> stops_;  // Evicted simulated tasks, stopping.
   std::set<sched::WorkloadId> waiting_;  // Pending, as last published: their reasons may change.
+  // When their reasons were last compared (each pass while there are few; at most once a second
+  // when there are many, so a pass is not O(every pending workload)).
+  core::TimePoint waiting_checked_{};
   std::map<sched::TaskId, core::Duration> kept_;  // Simulated tasks' work kept by checkpoints.
   std::vector<bool> cancelled_;
   std::vector<std::string> failed_;   // Why a workload failed ("" : it did not).

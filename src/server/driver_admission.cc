@@ -38,9 +38,10 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
 
 core::Status SchedulerDriver::checkCapacity(const std::string& tenant, const model::TaskRequest& r,
                                             int64_t min_available) const {
-  // What the pool offers, for a reason that says which part of the request nothing meets.
-  std::set<std::string> models;
-  std::set<std::string> profiles;
+  // What the pool offers, for a reason that says which part of the request nothing meets: the
+  // GPU models seen, by id (names only once, below: a check runs for every submission, over
+  // every node).
+  std::vector<bool> seen_models(catalogue_->size(), false);
   int64_t largest_gpu_mib = 0;
   size_t most_gpus = 0;
   int64_t most_cpu = 0;
@@ -79,11 +80,10 @@ core::Status SchedulerDriver::checkCapacity(const std::string& tenant, const mod
       for (const model::GpuDevice& g : n.gpus) {
         const model::GpuModelInfo& info = catalogue_->model(g.model);
         const int64_t mib = g.memory.value() > 0 ? g.memory.value() : info.memory.value();
-        models.insert(info.name);
-        largest_gpu_mib = std::max(largest_gpu_mib, mib);
-        for (const model::MigProfile& p : info.mig_profiles) {
-          profiles.insert(p.name);
+        if (g.model.value() < seen_models.size()) {
+          seen_models[g.model.value()] = true;
         }
+        largest_gpu_mib = std::max(largest_gpu_mib, mib);
         if (!r.models.empty() &&
             std::find(r.models.begin(), r.models.end(), g.model) == r.models.end()) {
           continue;
@@ -132,6 +132,18 @@ core::Status SchedulerDriver::checkCapacity(const std::string& tenant, const mod
   }
   const std::string_view offered = "; the pool offers ";
   if (r.gpu_count > 0) {
+    std::set<std::string> models;
+    std::set<std::string> profiles;
+    for (size_t m = 0; m < seen_models.size(); ++m) {
+      if (seen_models[m]) {
+        const model::GpuModelInfo& info =
+            catalogue_->model(model::GpuModelId{static_cast<uint16_t>(m)});
+        models.insert(info.name);
+        for (const model::MigProfile& p : info.mig_profiles) {
+          profiles.insert(p.name);
+        }
+      }
+    }
     std::set<std::string> wanted;
     for (model::GpuModelId m : r.models) {
       wanted.insert(catalogue_->model(m).name);
