@@ -7,12 +7,14 @@ HTTPS connection, retrying a 429 after 10 ms, and prints the rate of each 1,000 
   tessera dev --simulated --nodes dgx-h100:500 --data-dir D --addr 127.0.0.1:8300 &
   TESSERA_TOKEN=<root> tessera tenant update demo --max-workloads 100000 \\
       --max-pending 100000 --request-rate 20000 --request-burst 20000
-  bench/submit_rate.py https://127.0.0.1:8300 D/ca.pem <demo's token> 16000 8
+  TESSERA_TOKEN=<demo's token> bench/submit_rate.py https://127.0.0.1:8300 D/ca.pem 16000 8
 
-Only the standard library: run it with /usr/bin/python3 (docs/benchmarks.md).
+The token comes from TESSERA_TOKEN, never the command line. Only the standard library: run
+it with /usr/bin/python3 (docs/benchmarks.md).
 """
 import http.client
 import json
+import os
 import ssl
 import sys
 import threading
@@ -20,10 +22,11 @@ import time
 
 
 def main():
-    if len(sys.argv) != 6:
+    token = os.environ.get("TESSERA_TOKEN", "")
+    if len(sys.argv) != 5 or not token:
         sys.exit(__doc__)
-    addr, ca, token = sys.argv[1], sys.argv[2], sys.argv[3]
-    total, clients = int(sys.argv[4]), int(sys.argv[5])
+    addr, ca = sys.argv[1], sys.argv[2]
+    total, clients = int(sys.argv[3]), int(sys.argv[4])
     host, port = addr.removeprefix("https://").rsplit(":", 1)
     context = ssl.create_default_context(cafile=ca)
     body = json.dumps({"gpu": {"count": 1}, "cpuMilli": 1000, "memoryMiB": 1024,

@@ -286,6 +286,15 @@ class ControlPlane {
   // Secrets and ConfigMaps (kube/kube_secrets.cc): create, get, list, delete over the tenant's
   // KV; `table`: kubectl's human output.
   HttpResponse kubeKvObjects(Request& r, const kube::KubeTarget& t, bool table);
+  // The namespaces that hold any of the tenant's Secrets, ConfigMaps or created namespaces (its
+  // KV folders under kube/).
+  core::Result<std::vector<std::string>> kubeKvNamespaces(const std::string& tenant) const;
+  // The Secrets or ConfigMaps (`resource`) in `filter`'s namespace (every one, if it names none)
+  // that `r`'s token may read and `filter` selects, by "<namespace>/<name>": a list's items, and
+  // what a watch sees at each look.
+  core::Result<std::map<std::string, nlohmann::json>> kubeKvSelected(
+      const Request& r, const std::string& tenant, const std::string& resource,
+      const kube::PodFilter& filter) const;
   // PUT and PATCH (kube/kube_change.cc): `current` with the request's change applied, into
   // `next`, and `managed` (the object's field managers) updated; or why not (409 for a stale
   // resourceVersion or a server-side apply conflict, 415, 422).
@@ -306,7 +315,7 @@ class ControlPlane {
   void kubePolledDeliver(KubeWatch& w);
   // What a polled watch selects now, by name ("<namespace>/<name>" for Secrets and ConfigMaps:
   // only those its token may read).
-  std::map<std::string, nlohmann::json> kubePolledObjects(const KubeWatch& w) const;
+  core::Result<std::map<std::string, nlohmann::json>> kubePolledObjects(const KubeWatch& w) const;
   // A pod's env read from Secrets and ConfigMaps of namespace `ns` (sub.env_refs) into
   // sub.spec's env, as the submitter may read them; the names of those from Secrets into `seal`.
   // Its volumes' Secrets and ConfigMaps are checked the same way (readable, there, with the keys

@@ -99,15 +99,14 @@ HttpResponse ControlPlane::kubeNamespaces(Request& r, const kube::KubeTarget& t,
     if (core::Status st = secrets_->keys().addTenant(tenant); !st.isOk()) {
       return failed(st);  // Its key, made on first use (sealed: 503).
     }
-    auto folders = secrets_->kv().list(tenant, "kube/", true);
-    if (!folders.isOk() && folders.status().code() != core::StatusCode::kNotFound) {
+    auto folders = kubeKvNamespaces(tenant);
+    if (!folders.isOk()) {
       return failed(folders.status());
     }
-    for (const std::string& f : folders.isOk() ? *folders : std::vector<std::string>{}) {
-      if (!f.ends_with("/") || !validName(f.substr(0, f.size() - 1))) {
+    for (const std::string& name : *folders) {
+      if (!validName(name)) {
         continue;
       }
-      const std::string name = f.substr(0, f.size() - 1);
       Namespace& n = known[name];
       if (auto read = secrets_->kv().read(tenant, namespaceKey(name), 0); read.isOk()) {
         n.about = read->data.value(std::string(kube::kKubeObjectKey), json::object());

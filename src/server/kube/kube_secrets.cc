@@ -15,6 +15,61 @@ namespace tessera::server {
 
 using nlohmann::json;
 
+core::Result<std::vector<std::string>> ControlPlane::kubeKvNamespaces(
+    const std::string& tenant) const {
+  std::vector<std::string> out;
+  auto all = secrets_->kv().list(tenant, "kube/", true);
+  if (!all.isOk()) {
+    if (all.status().code() == core::StatusCode::kNotFound) {
+      return out;
+    }
+    return all.status();
+  }
+  for (const std::string& n : *all) {
+    if (n.ends_with("/")) {
+      out.push_back(n.substr(0, n.size() - 1));
+    }
+  }
+  return out;
+}
+
+core::Result<std::map<std::string, json>> ControlPlane::kubeKvSelected(
+    const Request& r, const std::string& tenant, const std::string& resource,
+    const kube::PodFilter& filter) const {
+  const std::string kind = resource == "secrets" ? "Secret" : "ConfigMap";
+  secrets::KvEngine& kv = secrets_->kv();
+  std::vector<std::string> namespaces = {filter.ns};
+  if (filter.ns.empty()) {  // -A: every namespace that holds any.
+    TESSERA_ASSIGN_OR_RETURN(namespaces, kubeKvNamespaces(tenant));
+  }
+  std::map<std::string, json> out;
+  for (const std::string& ns : namespaces) {
+    const std::string folder = "kube/" + ns + "/" + resource + "/";
+    auto names = kv.list(tenant, folder, true);
+    if (!names.isOk()) {
+      if (names.status().code() == core::StatusCode::kNotFound) {
+        continue;
+      }
+      return names.status();
+    }
+    for (const std::string& name : *names) {
+      if (name.ends_with("/") ||
+          !authorizedOn(r, "secrets/kv/data/" + folder + name, Capability::kRead)) {
+        continue;  // Only what the token may read (its values are in the list).
+      }
+      auto read = kv.read(tenant, folder + name, 0);
+      if (!read.isOk()) {
+        continue;  // Deleted meanwhile.
+      }
+      json object = kube::objectFromKv(kind, tenant, ns, name, read->data, read->version);
+      if (filter.matches(object)) {
+        out.emplace(ns + "/" + name, std::move(object));
+      }
+    }
+  }
+  return out;
+}
+
 HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, bool table) {
   const bool secret = t.resource == "secrets";
   const std::string kind = secret ? "Secret" : "ConfigMap";
@@ -46,43 +101,13 @@ HttpResponse ControlPlane::kubeKvObjects(Request& r, const kube::KubeTarget& t, 
       return kubeWatch(r, std::move(filter).value(), table,
                        secret ? KubeWatchKind::kSecrets : KubeWatchKind::kConfigMaps);
     }
-    std::vector<std::string> namespaces = {t.ns};
-    if (t.ns.empty()) {  // -A: every namespace that holds any.
-      auto all = kv.list(tenant, "kube/", true);
-      if (!all.isOk() && all.status().code() != core::StatusCode::kNotFound) {
-        return failed(all.status());
-      }
-      namespaces.clear();
-      for (const std::string& n : all.isOk() ? *all : std::vector<std::string>{}) {
-        if (n.ends_with("/")) {
-          namespaces.push_back(n.substr(0, n.size() - 1));
-        }
-      }
+    auto selected = kubeKvSelected(r, tenant, t.resource, *filter);
+    if (!selected.isOk()) {
+      return failed(selected.status());
     }
     std::vector<json> items;
-    for (const std::string& ns : namespaces) {
-      const std::string folder = "kube/" + ns + "/" + t.resource + "/";
-      auto names = kv.list(tenant, folder, true);
-      if (!names.isOk()) {
-        if (names.status().code() == core::StatusCode::kNotFound) {
-          continue;
-        }
-        return failed(names.status());
-      }
-      for (const std::string& name : *names) {
-        if (name.ends_with("/") ||
-            !authorizedOn(r, "secrets/kv/data/" + folder + name, Capability::kRead)) {
-          continue;  // Only what the token may read (its values are in the list).
-        }
-        auto read = kv.read(tenant, folder + name, 0);
-        if (!read.isOk()) {
-          continue;  // Deleted meanwhile.
-        }
-        json object = kube::objectFromKv(kind, tenant, ns, name, read->data, read->version);
-        if (filter->matches(object)) {
-          items.push_back(std::move(object));
-        }
-      }
+    for (auto& [key, object] : *selected) {
+      items.push_back(std::move(object));
     }
     const std::string rv = std::to_string(registry_.revision());
     if (table) {

@@ -227,7 +227,13 @@ HttpResponse ControlPlane::kubeWatch(Request& r, kube::PodFilter filter, bool ta
     // What it selects now: shown as ADDED without a resourceVersion (or from "0"), taken as
     // already seen from a list's (kubectl get -w lists first).
     const bool show = rv_text == nullptr || rv_text->empty() || *rv_text == "0";
-    w->shown = kubePolledObjects(*w);
+    auto selected = kubePolledObjects(*w);
+    if (!selected.isOk()) {
+      HttpResponse resp = api::fromStatus(selected.status());
+      kube::asStatus(resp);
+      return resp;
+    }
+    w->shown = std::move(selected).value();
     if (show) {
       for (const auto& [name, object] : w->shown) {
         initial += kubeEvent(*w, "ADDED", object);
@@ -314,7 +320,8 @@ void ControlPlane::kubeWatchNotify(const std::set<std::string>& tenants) {
   }
 }
 
-std::map<std::string, json> ControlPlane::kubePolledObjects(const KubeWatch& w) const {
+core::Result<std::map<std::string, json>> ControlPlane::kubePolledObjects(
+    const KubeWatch& w) const {
   std::map<std::string, json> out;
   if (w.kind == KubeWatchKind::kNodes) {
     const std::string at = std::to_string(registry_.revision());
@@ -329,38 +336,9 @@ std::map<std::string, json> ControlPlane::kubePolledObjects(const KubeWatch& w) 
   if (secrets_ == nullptr) {
     return out;
   }
-  const std::string resource = w.kind == KubeWatchKind::kSecrets ? "secrets" : "configmaps";
-  Request probe{w.http, w.scope, "GET", "", w.token, "", json::object(), w.grant};
-  std::vector<std::string> namespaces = {w.filter.ns};
-  if (w.filter.ns.empty()) {  // -A: every namespace that holds any.
-    namespaces.clear();
-    auto all = secrets_->kv().list(w.tenant, "kube/", true);
-    for (const std::string& n : all.isOk() ? *all : std::vector<std::string>{}) {
-      if (n.ends_with("/")) {
-        namespaces.push_back(n.substr(0, n.size() - 1));
-      }
-    }
-  }
-  for (const std::string& ns : namespaces) {
-    const std::string folder = "kube/" + ns + "/" + resource + "/";
-    auto names = secrets_->kv().list(w.tenant, folder, true);
-    for (const std::string& name : names.isOk() ? *names : std::vector<std::string>{}) {
-      if (name.ends_with("/") ||
-          !authorizedOn(probe, "secrets/kv/data/" + folder + name, Capability::kRead)) {
-        continue;  // Only what the token may read, as a list shows.
-      }
-      auto read = secrets_->kv().read(w.tenant, folder + name, 0);
-      if (!read.isOk()) {
-        continue;  // Deleted meanwhile: the next look says so.
-      }
-      json object =
-          kube::objectFromKv(kvKind(w.kind), w.tenant, ns, name, read->data, read->version);
-      if (w.filter.matches(object)) {
-        out.emplace(ns + "/" + name, std::move(object));
-      }
-    }
-  }
-  return out;
+  const Request probe{w.http, w.scope, "GET", "", w.token, "", json::object(), w.grant};
+  return kubeKvSelected(probe, w.tenant,
+                        w.kind == KubeWatchKind::kSecrets ? "secrets" : "configmaps", w.filter);
 }
 
 void ControlPlane::kubePolledDeliver(KubeWatch& w) {
@@ -379,7 +357,11 @@ void ControlPlane::kubePolledDeliver(KubeWatch& w) {
       return;
     }
   }
-  std::map<std::string, json> now = kubePolledObjects(w);
+  auto looked = kubePolledObjects(w);
+  if (!looked.isOk()) {
+    return;  // The store did not answer: the next look compares again.
+  }
+  std::map<std::string, json>& now = *looked;
   std::string out;
   const std::string at = std::to_string(registry_.revision());
   for (auto& [name, object] : now) {
