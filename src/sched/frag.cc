@@ -1,6 +1,7 @@
 #include "sched/frag.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "model/node.h"
@@ -8,43 +9,50 @@
 namespace tessera::sched {
 
 std::vector<TypicalPod> typicalPods(std::span<const PodShape> shapes, double coverage) {
-  std::map<PodShape, int64_t> counts;
+  std::map<PodShape, double> counts;
   for (const PodShape& s : shapes) {
-    ++counts[s];
+    counts[s] += 1;
   }
-  std::vector<TypicalPod> all;
-  all.reserve(counts.size());
-  for (const auto& [shape, count] : counts) {
-    all.push_back({shape, count, 0});
-  }
+  std::vector<std::pair<PodShape, double>> weighted(counts.begin(), counts.end());
+  return typicalPods(std::move(weighted), coverage);
+}
+
+std::vector<TypicalPod> typicalPods(std::vector<std::pair<PodShape, double>> weighted,
+                                    double coverage) {
   // Most popular first; among equals the larger shape first (the FGD artifact's order).
-  std::stable_sort(all.begin(), all.end(), [](const TypicalPod& a, const TypicalPod& b) {
-    if (a.count != b.count) {
-      return a.count > b.count;
+  std::stable_sort(weighted.begin(), weighted.end(), [](const auto& x, const auto& y) {
+    const PodShape& a = x.first;
+    const PodShape& b = y.first;
+    if (x.second != y.second) {
+      return x.second > y.second;
     }
-    if (a.shape.cpu_milli != b.shape.cpu_milli) {
-      return a.shape.cpu_milli > b.shape.cpu_milli;
+    if (a.cpu_milli != b.cpu_milli) {
+      return a.cpu_milli > b.cpu_milli;
     }
-    if (a.shape.milli != b.shape.milli) {
-      return a.shape.milli > b.shape.milli;
+    if (a.milli != b.milli) {
+      return a.milli > b.milli;
     }
-    if (a.shape.gpu_count != b.shape.gpu_count) {
-      return a.shape.gpu_count > b.shape.gpu_count;
+    if (a.gpu_count != b.gpu_count) {
+      return a.gpu_count > b.gpu_count;
     }
-    return a.shape.models > b.shape.models;
+    return a.models > b.models;
   });
-  const double expected = coverage * static_cast<double>(shapes.size());
-  int64_t covered = 0;
+  double total = 0;
+  for (const auto& [shape, weight] : weighted) {
+    total += weight;
+  }
+  const double expected = coverage * total;
+  double covered = 0;
   std::vector<TypicalPod> kept;
-  for (const TypicalPod& t : all) {
-    if (static_cast<double>(covered) >= expected) {
+  for (auto& [shape, weight] : weighted) {
+    if (covered >= expected || weight <= 0) {
       break;
     }
-    kept.push_back(t);
-    covered += t.count;
+    kept.push_back({std::move(shape), std::llround(weight), weight});
+    covered += weight;
   }
   for (TypicalPod& t : kept) {
-    t.freq = static_cast<double>(t.count) / static_cast<double>(covered);
+    t.freq /= covered;
   }
   return kept;
 }

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "model/ids.h"
@@ -44,6 +45,10 @@ struct TypicalPod {
 // decreasing count (ties: larger CPU, share, GPU count first) until they cover >= `coverage`
 // of the tasks; frequencies renormalised over the kept shapes.
 std::vector<TypicalPod> typicalPods(std::span<const PodShape> shapes, double coverage = 0.95);
+// The same from distinct shapes with their weights (any scale: decayed counts, ShapeProfile);
+// `count` is the weight rounded.
+std::vector<TypicalPod> typicalPods(std::vector<std::pair<PodShape, double>> weighted,
+                                    double coverage = 0.95);
 
 class FragModel {
  public:

@@ -116,6 +116,20 @@ core::Result<std::unique_ptr<Scheduler>> Scheduler::create(
   return s;
 }
 
+core::Status Scheduler::setTypical(std::vector<TypicalPod> typical) {
+  if (options_.policy != "fgd" && options_.policy != "tessera") {
+    return core::Status::ok();
+  }
+  auto frag = std::make_unique<FragModel>(std::move(typical), catalogue_.size());
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Policy> policy,
+                           makePolicy(options_.policy, {frag.get(), rng_.get()}, state_));
+  // The placer refers to the policy and the policy to the model: replaced in that order.
+  placer_ = std::make_unique<Placer>(state_, *policy);
+  policy_ = std::move(policy);
+  frag_ = std::move(frag);
+  return core::Status::ok();
+}
+
 Amounts Scheduler::taskAmounts(WorkloadId w, const Placement* placed) const {
   const model::TaskRequest& r = workloads_[w].spec.request;
   const ResourceSpace& space = tree_.space();

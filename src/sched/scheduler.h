@@ -184,6 +184,13 @@ class Scheduler {
 
   ~Scheduler();
 
+  // Replaces the task shapes the cluster expects (a live server learns them: ShapeProfile). The
+  // policy starts afresh from the cluster as it is: nothing placed moves. Only the fgd and
+  // tessera policies look at them; for the others it does nothing.
+  core::Status setTypical(std::vector<TypicalPod> typical);
+  const FragModel& fragModel() const { return *frag_; }
+  const SchedulerOptions& options() const { return options_; }
+
   // Validates and queues a workload; errors name the field.
   core::Result<WorkloadId> submit(WorkloadSpec spec);
   // A running task completed: its resources are released.

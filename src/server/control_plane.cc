@@ -222,6 +222,7 @@ core::Status ControlPlane::load() {
       continue;
     }
     TESSERA_ASSIGN_OR_RETURN(SubmitCommand cmd, commandFromRecord(tenant, *record));
+    cmd.replayed = true;  // Counted in the workload profile when it was submitted.
     if (record->cancel_requested) {
       (void)driver_.submit(cmd);  // It was running; the next pass stops it.
       driver_.cancel(tenant, cmd.name);
@@ -230,7 +231,7 @@ core::Status ControlPlane::load() {
     (void)driver_.submit(std::move(cmd));  // Refused ones keep their stored status.
   }
   loaded_revision_ = got.revision;
-  return core::Status::ok();
+  return loadProfile();
 }
 
 void ControlPlane::recordMetric(const std::string& route, const std::string& tenant,
@@ -903,6 +904,8 @@ HttpResponse ControlPlane::route(Request& r) {
       return adminLeasesApi(r);
     case Api::kDoctor:
       return doctorApi(r);
+    case Api::kScheduler:
+      return schedulerApi(r);
     case Api::kSecrets:
       return secretsApi(r);
     case Api::kLeases:
@@ -948,6 +951,7 @@ void ControlPlane::housekeeping() {
     workloads_collected_ = now;
     collectFinishedWorkloads();
   }
+  storeProfile(false);
   dropDurableAuditNotes();
 }
 

@@ -174,6 +174,9 @@ class ControlPlane {
   // sinks hold on disk now. Also call it once after closing the auditor, which flushes every
   // sink: then none is left for the next start to look at.
   void dropDurableAuditNotes();
+  // Stores the scheduler's workload profile (/scheduler/profile) if it changed: from
+  // housekeeping at most once a minute, and with `force` at once (a shutdown).
+  void storeProfile(bool force);
   // Answers every agent's watch that waits (before the listeners stop: none then holds up the
   // shutdown); later watches answer at once.
   void stopWatches();
@@ -422,6 +425,7 @@ class ControlPlane {
   HttpResponse grantsApi(Request& r);
   // GET sys/doctor?threshold=24h: tokens, grants and leases that live long or forever.
   HttpResponse doctorApi(Request& r);
+  HttpResponse schedulerApi(Request& r);  // GET sys/scheduler: the workload profile.
   // Writes a grant event (given, used, expired, revoked) into a tenant's audit stream.
   core::Status auditGrant(const std::string& tenant, const Grant& g, const std::string& what,
                           const std::string& method, const std::string& path, int status,
@@ -559,6 +563,10 @@ class ControlPlane {
   std::mutex node_admin_mu_;  // Joins, credentials and operators' node changes take turns.
   std::chrono::steady_clock::time_point join_tokens_swept_{};
   std::chrono::steady_clock::time_point workloads_collected_{};
+  // The scheduler's workload profile as last stored (/scheduler/profile): its version, and when.
+  uint64_t profile_stored_version_ = 0;
+  std::chrono::steady_clock::time_point profile_stored_{};
+  core::Status loadProfile();
   std::mutex status_write_mu_;  // Held from reading a workload's record to writing it back.
   int status_failures_ = 0;     // Status writes failed in a row (guarded by status_write_mu_).
   // Guards the caches below. Reads (most requests) share it; writes take it alone.

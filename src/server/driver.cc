@@ -53,6 +53,7 @@ core::Result<std::unique_ptr<SchedulerDriver>> SchedulerDriver::create(
   for (const auto& [name, n] : d->agent_index_) {
     d->scheduler_->nodeLost(n);  // Down until its agent is heard from.
   }
+  d->profile_ = sched::ShapeProfile({.half_life = d->options_.profile_half_life});
   return d;
 }
 
@@ -582,6 +583,7 @@ void SchedulerDriver::runOnce() {
     for (sched::TaskId t : scheduler_->workload(*id).tasks) {
       task_ids_[c.tenant + "." + c.name + "." + std::to_string(scheduler_->task(t).index)] = t;
     }
+    learnShape(c, clock_.now());
     std::vector<RestoredTask> restore = std::move(c.restore);
     if (c.suspended) {
       // Held before the pass (first: a resume queued since comes after it).
@@ -639,6 +641,7 @@ void SchedulerDriver::runOnce() {
     }
   }
   applyDrains(drains, now, touched, events);
+  refreshTypical(now);
   sched::PassResult r = scheduler_->schedule();
   for (const sched::StartDecision& s : r.started) {
     touched.push_back(s.workload);

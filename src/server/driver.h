@@ -39,6 +39,7 @@
 #include "model/node.h"
 #include "protocol/node_protocol.h"
 #include "sched/scheduler.h"
+#include "sched/shape_profile.h"
 #include "sched/tenant_queues.h"
 #include "server/metrics.h"
 #include "server/workload_phase.h"
@@ -245,6 +246,8 @@ struct SubmitCommand {
   } restart;
   // Suspended (WorkloadRecord::suspended): submitted with its tasks held, placed once resumed.
   bool suspended = false;
+  // Handed over again at a restart: its shape was counted in the workload profile already.
+  bool replayed = false;
   // After a server restart: the attempt it was at, and how the earlier ones ended.
   int attempt = 1;
   std::vector<std::string> attempts_ended;
@@ -265,7 +268,12 @@ struct DriverOptions {
   // harness runs the server with a scenario's. Unset: `policy`, no minimum runtime.
   std::optional<sched::SchedulerOptions> scheduler;
   // The task shapes the cluster expects (the fgd and tessera policies' view of fragmentation).
+  // Empty: learned from what tenants submit (sched::ShapeProfile, docs/placement.md "In the
+  // live server"): each task counts, half as much after `profile_half_life`; the scheduler
+  // uses the profile once `profile_min_tasks` tasks are counted.
   std::vector<sched::PodShape> typical;
+  core::Duration profile_half_life = std::chrono::hours(24);
+  double profile_min_tasks = 100;
   // Simulated nodes: an evicted task stops after its workload's grace period, as in `tessera
   // sim`; false: at once (`tessera dev --simulated`, where nobody waits for the simulated
   // process).
@@ -279,6 +287,20 @@ struct DriverOptions {
   // Nomad's default dynamic range.
   int port_first = 20000;
   int port_last = 32000;
+};
+
+// The workload profile the scheduler places by (GET sys/scheduler).
+struct ProfileStatus {
+  std::string policy;     // The placement policy.
+  bool learned = true;    // False: the typical shapes were given (DriverOptions::typical).
+  double tasks_seen = 0;  // Tasks counted, decayed.
+  double min_tasks = 0;   // Counted before the scheduler uses the profile.
+  size_t shapes = 0;      // Distinct shapes kept.
+  bool active = false;    // The scheduler places by it.
+  int64_t rebuilds = 0;   // Times the scheduler was given a new profile.
+  std::vector<sched::TypicalPod> typical;  // What the scheduler uses now.
+  // Each placement term that works from the profile: "active", or why it is not.
+  std::vector<std::pair<std::string, std::string>> terms;
 };
 
 class SchedulerDriver {
@@ -409,6 +431,13 @@ class SchedulerDriver {
     std::lock_guard lock(mu_);
     return agent_index_.contains(node);
   }
+  // The workload profile and what the scheduler does with it. Waits for a pass in progress.
+  ProfileStatus profileStatus() const;
+  // The profile's shapes and weights (to store it), and back (before start(): a restart).
+  std::vector<sched::ShapeProfile::Entry> profileEntries() const;
+  void restoreProfile(const std::vector<sched::ShapeProfile::Entry>& entries);
+  // Raised whenever the profile changes.
+  uint64_t profileVersion() const;
   // Milliseconds the last pass took, for metrics.
   double lastPassMs() const;
   int64_t passes() const;
@@ -589,6 +618,18 @@ class SchedulerDriver {
   std::thread thread_;
 
   // Driver-thread state, guarded by pass_mu_.
+  // The workload profile (learned when options_.typical is empty): counts a new submission's
+  // tasks; gives the scheduler the typical shapes once enough are counted, then again after
+  // 10 % more, or 10 minutes after a change.
+  sched::ShapeProfile profile_{{}};
+  void learnShape(const SubmitCommand& c, core::TimePoint now);
+  void refreshTypical(core::TimePoint now);
+  uint64_t profile_applied_version_ = 0;
+  bool profile_active_ = false;
+  double profile_added_ = 0;  // Tasks counted since the scheduler was last given the profile.
+  double profile_applied_seen_ = 0;
+  core::TimePoint profile_applied_at_{};
+  int64_t profile_rebuilds_ = 0;
   // Tenants as the scheduler knows them (its trust rule compares these), from 1, and trust
   // groups by name, from 1 (0: none).
   std::map<std::string, model::TenantId> tenant_ids_;

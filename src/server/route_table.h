@@ -52,6 +52,7 @@ enum class Api {
   kSeal,
   kAdminLeases,
   kDoctor,
+  kScheduler,
   kSecrets,
   kLeases,
   kGrants,

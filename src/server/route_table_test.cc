@@ -214,6 +214,7 @@ admin sys/leases/count LIST: read (reads)
 admin sys/leases/revoke-force POST: sudo
 admin sys/leases GET: read (reads)
 admin sys/leases LIST: read (reads)
+admin sys/scheduler GET: read (reads)
 admin sys/doctor GET: sudo (reads)
 admin auth/token/create POST: create|update secrets sudo?
 admin auth/token/lookup-self GET: any valid token (reads)

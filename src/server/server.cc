@@ -423,6 +423,8 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   so.max_unsaved_gpu_time = std::chrono::seconds(config.max_unsaved_gpu_seconds);
   so.cpu_per_free_gpu_milli = config.cpu_per_free_gpu_milli;
   dopts.scheduler = so;
+  dopts.profile_min_tasks = static_cast<double>(config.profile_min_tasks);
+  dopts.profile_half_life = std::chrono::seconds(config.profile_half_life_s);
   dopts.task_default_cpu_milli = config.task_default_cpu_milli;
   dopts.task_default_memory_mib = config.task_default_memory_mib;
   dopts.lease_ttl = std::chrono::milliseconds(config.node_lease_ttl_ms);
@@ -584,6 +586,7 @@ int serve(const ServerConfig& config, const Hooks& hooks) {
   (*http)->shutdown(std::chrono::seconds(10));
   (*secrets)->stop();
   (*driver)->stop();
+  cp_ptr->storeProfile(true);  // A restart places by what this one learned.
   (void)(*auditor)->close();
   cp_ptr->dropDurableAuditNotes();  // The close flushed every sink.
   if (election) {

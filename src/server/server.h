@@ -17,7 +17,8 @@
 //                    unauthenticated_burst = 1000 }
 //   scheduler { policy = "tessera"  pass_interval_ms = 200  reclaim_patience_s = 0
 //               max_moves_per_pass = 8  max_unsaved_gpu_seconds = 3600
-//               cpu_per_free_gpu_milli = 0
+//               cpu_per_free_gpu_milli = 0  profile_min_tasks = 100
+//               profile_half_life_s = 86400
 //               task_default_cpu_milli = 1000  task_default_memory_mib = 2048 }
 //   nodes { simulated = "dgx-h100:2,a100-8x:1"               # run by the server itself
 //           agents = "gpu-a=dgx-h100,gpu-b=dgx-h100"         # run by `tessera agent`
@@ -104,6 +105,10 @@ struct ServerConfig {
   // CPU each node holds for GPU tasks per free GPU, out of reach of tasks with no GPU (0: none;
   // sched::ClusterState::setCpuPerFreeGpu).
   int64_t cpu_per_free_gpu_milli = 0;
+  // The workload profile (DriverOptions): used once this many tasks are counted; a task counts
+  // half as much after the half-life.
+  int64_t profile_min_tasks = 100;
+  int64_t profile_half_life_s = 86400;
   // The CPU and memory an agent holds a task with no GPU to when it asks for none (a task with
   // GPUs gets its GPUs' share of its node; DriverOptions).
   int64_t task_default_cpu_milli = 1000;

@@ -393,7 +393,7 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
     TESSERA_RETURN_IF_ERROR(
         s.checkKeys({"policy", "pass_interval_ms", "reclaim_patience_s", "max_moves_per_pass",
                      "max_unsaved_gpu_seconds", "cpu_per_free_gpu_milli", "task_default_cpu_milli",
-                     "task_default_memory_mib"}));
+                     "task_default_memory_mib", "profile_min_tasks", "profile_half_life_s"}));
     TESSERA_ASSIGN_OR_RETURN(c.policy, strField(s, "policy", c.policy));
     TESSERA_ASSIGN_OR_RETURN(int64_t ms, intField(s, "pass_interval_ms", 1, 60000, 200));
     c.pass_interval_ms = static_cast<int>(ms);
@@ -405,6 +405,10 @@ core::Result<ServerConfig> readServerConfig(const std::string& path) {
                              intField(s, "max_unsaved_gpu_seconds", 0, 1000000000, 3600));
     TESSERA_ASSIGN_OR_RETURN(c.cpu_per_free_gpu_milli,
                              intField(s, "cpu_per_free_gpu_milli", 0, 1000000000, 0));
+    TESSERA_ASSIGN_OR_RETURN(c.profile_min_tasks,
+                             intField(s, "profile_min_tasks", 1, 1000000000, 100));
+    TESSERA_ASSIGN_OR_RETURN(c.profile_half_life_s,
+                             intField(s, "profile_half_life_s", 60, int64_t{365} * 86400, 86400));
     TESSERA_ASSIGN_OR_RETURN(
         c.task_default_cpu_milli,
         intField(s, "task_default_cpu_milli", 1, 1000000000, c.task_default_cpu_milli));

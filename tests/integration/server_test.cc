@@ -547,6 +547,77 @@ TEST_F(ServerTest, ASuspendedWorkloadStaysSuspendedAcrossARestartUntilResumed) {
   EXPECT_NE(late.raw.find("has finished"), std::string::npos) << late.raw;
 }
 
+// The scheduler learns the typical task shapes from what tenants submit and places by them
+// (docs/placement.md, "In the live server"). A 28-core CPU-only task on a 32-core, 2-GPU node and
+// a 128-core, 4-GPU one: knowing nothing, it goes to the first node (every node scores alike),
+// stranding its GPUs; once the profile says that GPU tasks ask for 12 cores, it goes where the
+// typical GPU task still fits. The profile survives a restart.
+TEST_F(ServerTest, TheSchedulerPlacesByTheTaskShapesItHasSeen) {
+  const std::vector<std::string> args = {"--nodes", "t4-2x:1,l40s-4x:1", "--simulated"};
+  auto server = startDev(args);
+  Client c = client();
+  auto scheduler = [&](const Client& cl) {
+    Response r = cl.call("GET", "/v1/sys/scheduler", root());
+    EXPECT_EQ(r.status, 200U) << r.raw;
+    return r.body["data"];
+  };
+  auto nodeOf = [&](const Client& cl, const std::string& name) {
+    const json cpu_only = {{"cpuMilli", 28000}, {"duration", 600}};
+    EXPECT_EQ(cl.call("POST", "/v1/tenants/demo/workloads/" + name, demo(), cpu_only).status, 202U);
+    EXPECT_EQ(waitForPhase(cl, "demo", name, demo(), "running"), "running");
+    const json tasks = cl.call("GET", "/v1/tenants/demo/workloads/" + name, demo())
+                           .body["data"]["status"]["tasks"];
+    EXPECT_EQ(cl.call("DELETE", "/v1/tenants/demo/workloads/" + name, demo()).status / 100, 2U);
+    EXPECT_EQ(waitForPhase(cl, "demo", name, demo(), "cancelled"), "cancelled");
+    return tasks.is_array() && tasks.size() == 1 ? tasks[0].value("node", "") : std::string();
+  };
+  json before = scheduler(c);
+  EXPECT_EQ(before["profile"]["active"], false) << before;
+  EXPECT_EQ(before["profile"]["source"], "learned") << before;
+  EXPECT_EQ(before["terms"]["fragmentation"].get<std::string>().rfind("inactive: 0 of the 100", 0),
+            0U)
+      << before;
+  EXPECT_NE(nodeOf(c, "naive").find("t4-2x"), std::string::npos);
+
+  // A hundred 1-GPU, 12-core tasks submitted (held: suspended, they never run).
+  ASSERT_EQ(c.call("POST", "/v1/tenants/demo/workloads/stream", demo(),
+                   {{"tasks", 100},
+                    {"minAvailable", 1},
+                    {"gpu", {{"count", 1}}},
+                    {"cpuMilli", 12000},
+                    {"duration", 600},
+                    {"suspended", true}})
+                .status,
+            202U);
+  json now;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        now = scheduler(c);
+        return now["profile"]["active"] == true;
+      },
+      std::chrono::seconds(10)))
+      << now;
+  ASSERT_EQ(now["profile"]["typical"].size(), 1U) << now;  // 100 of 101 tasks: over 95 %.
+  EXPECT_EQ(now["profile"]["typical"][0]["cpu_milli"], 12000) << now;
+  EXPECT_EQ(now["profile"]["typical"][0]["gpus"], 1) << now;
+  EXPECT_EQ(now["terms"]["fragmentation"], "active") << now;
+  EXPECT_EQ(now["terms"]["cpu_stranding"], "active") << now;
+  EXPECT_EQ(now["terms"]["share_prices"], "inactive: no typical task asks for part of one GPU")
+      << now;
+  EXPECT_NE(nodeOf(c, "learned").find("l40s-4x"), std::string::npos);
+  // A tenant's token cannot read it (it is the cluster's).
+  EXPECT_EQ(c.call("GET", "/v1/sys/scheduler", demo()).status, 404U);
+
+  server->stop(SIGTERM);
+  server = startDev(args);
+  c = client();
+  json again = scheduler(c);
+  EXPECT_EQ(again["profile"]["active"], true) << again;
+  EXPECT_GE(again["profile"]["tasks_counted"].get<double>(), 100.9) << again;  // Not counted twice.
+  EXPECT_LE(again["profile"]["tasks_counted"].get<double>(), 102.1) << again;
+  EXPECT_NE(nodeOf(c, "restarted").find("l40s-4x"), std::string::npos);
+}
+
 TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
   auto server = startDev();
   const Client c = client();

@@ -10,6 +10,7 @@
 #include "audit/crypto.h"
 #include "audit/record.h"
 #include "core/json_node.h"
+#include "core/log.h"
 #include "core/strings.h"
 #include "core/units.h"
 #include "model/codec.h"
@@ -214,6 +215,117 @@ HttpResponse ControlPlane::deleteTeamQueue(const std::string& tenant, const std:
     return fromStatus(del.status());
   }
   return noContent();
+}
+
+}  // namespace tessera::server
+
+namespace tessera::server {
+
+namespace {
+constexpr std::string_view kProfileKey = "/scheduler/profile";
+}
+
+HttpResponse ControlPlane::schedulerApi(Request& r) {
+  if (r.method != "GET") {
+    return error(405, "method not allowed: the scheduler's profile is read with GET");
+  }
+  const ProfileStatus p = driver_.profileStatus();
+  json typical = json::array();
+  for (const sched::TypicalPod& t : p.typical) {
+    json models = json::array();
+    for (model::GpuModelId m : t.shape.models) {
+      models.push_back(catalogue_.model(m).name);
+    }
+    typical.push_back({{"cpu_milli", t.shape.cpu_milli},
+                       {"gpus", t.shape.gpu_count},
+                       {"milli_per_gpu", t.shape.milli},
+                       {"models", std::move(models)},
+                       {"frequency", t.freq}});
+  }
+  json terms = json::object();
+  for (const auto& [name, why] : p.terms) {
+    terms[name] = why;
+  }
+  json data = {{"policy", p.policy},
+               {"profile",
+                {{"source", p.learned ? "learned" : "configured"},
+                 {"tasks_counted", p.tasks_seen},
+                 {"tasks_needed", p.min_tasks},
+                 {"shapes_kept", p.shapes},
+                 {"active", p.active},
+                 {"updates", p.rebuilds},
+                 {"typical", std::move(typical)}}},
+               {"terms", std::move(terms)}};
+  return reply(200, {{"request_id", r.request_id}, {"data", std::move(data)}});
+}
+
+void ControlPlane::storeProfile(bool force) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!force && now - profile_stored_ < std::chrono::minutes(1)) {
+    return;
+  }
+  const uint64_t version = driver_.profileVersion();
+  if (version == profile_stored_version_) {
+    return;
+  }
+  profile_stored_ = now;
+  json shapes = json::array();
+  for (const sched::ShapeProfile::Entry& e : driver_.profileEntries()) {
+    json models = json::array();
+    for (model::GpuModelId m : e.shape.models) {
+      models.push_back(catalogue_.model(m).name);
+    }
+    shapes.push_back({{"cpu_milli", e.shape.cpu_milli},
+                      {"gpus", e.shape.gpu_count},
+                      {"milli_per_gpu", e.shape.milli},
+                      {"models", std::move(models)},
+                      {"weight", e.weight}});
+  }
+  const json value = {{"version", 1}, {"shapes", std::move(shapes)}};
+  if (auto put = store_.put(kProfileKey, value.dump()); !put.isOk()) {
+    core::logWarn("scheduler profile: not stored: {}", put.status().message());
+    return;  // Tried again at the next housekeeping after a minute.
+  }
+  profile_stored_version_ = version;
+}
+
+core::Status ControlPlane::loadProfile() {
+  TESSERA_ASSIGN_OR_RETURN(store::RangeResult got, store_.range(kProfileKey));
+  if (got.kvs.empty()) {
+    return core::Status::ok();
+  }
+  // A profile that does not read is only a loss of what was learned: the server starts, and says
+  // so.
+  std::vector<sched::ShapeProfile::Entry> entries;
+  try {
+    const json value = json::parse(got.kvs[0].value);
+    for (const json& s : value.at("shapes")) {
+      sched::ShapeProfile::Entry e;
+      e.shape.cpu_milli = s.at("cpu_milli").get<int64_t>();
+      e.shape.gpu_count = s.at("gpus").get<int>();
+      e.shape.milli = s.at("milli_per_gpu").get<int32_t>();
+      bool known = true;
+      for (const json& m : s.at("models")) {
+        std::optional<model::GpuModelId> id = catalogue_.find(m.get<std::string>());
+        known = known && id.has_value();
+        if (id) {
+          e.shape.models.push_back(*id);
+        }
+      }
+      e.weight = s.at("weight").get<double>();
+      if (known && e.shape.cpu_milli >= 0 && e.shape.gpu_count >= 0 && e.shape.milli >= 0 &&
+          e.shape.milli <= 1000) {
+        entries.push_back(std::move(e));
+      }
+    }
+  } catch (const json::exception& e) {
+    core::logWarn("scheduler profile at {} does not read ({}): learning it anew", kProfileKey,
+                  e.what());
+    return core::Status::ok();
+  }
+  driver_.restoreProfile(entries);
+  profile_stored_version_ = driver_.profileVersion();
+  return core::Status::ok();
 }
 
 }  // namespace tessera::server
