@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <numeric>
+#include <span>
 #include <memory>
 #include <optional>
 #include <set>
@@ -49,6 +51,107 @@ struct Seen {
   bool done = false;  // Succeeded, failed or cancelled: nothing more will happen.
 };
 
+// A server wired as `tessera server` wires it (store, audit log, scheduler driver, control plane,
+// HTTPS listener on loopback), in this process, on a virtual clock the harness advances, with
+// `nodes` simulated. `admin` holds its root token; passes run only when the harness says
+// (driver->runOnce()).
+struct InProcessServer {
+  core::FakeClock clock;
+  std::unique_ptr<store::Store> store;
+  std::unique_ptr<audit::Auditor> auditor;
+  std::unique_ptr<server::SchedulerDriver> driver;
+  std::unique_ptr<server::ControlPlane> cp;
+  std::vector<server::ListenerConfig> listeners;
+  std::unique_ptr<server::HttpServer> http;
+  ClientConfig cc;
+  std::unique_ptr<ApiClient> admin;
+
+  ~InProcessServer() {
+    if (http) {
+      http->shutdown(std::chrono::seconds(5));
+    }
+  }
+
+  // `work_dir` (emptied first) receives the store, audit log and certificates.
+  static core::Result<std::unique_ptr<InProcessServer>> start(const std::string& work_dir,
+                                                              const model::GpuCatalogue& catalogue,
+                                                              std::vector<model::Node> nodes,
+                                                              server::DriverOptions dopts) {
+    std::error_code ec;
+    fs::remove_all(work_dir, ec);  // Ours: a run starts from an empty store.
+    fs::create_directories(work_dir, ec);
+    if (ec) {
+      return core::unavailable(work_dir + ": cannot create directory: " + ec.message());
+    }
+    const fs::path dir(work_dir);
+    auto s = std::make_unique<InProcessServer>();
+    InProcessServer* self = s.get();
+    TESSERA_ASSIGN_OR_RETURN(s->store,
+                             store::SqliteStore::open((dir / "tessera.db").string(), {}, s->clock));
+    const std::string salt_file = (dir / "audit.salt").string();
+    TESSERA_ASSIGN_OR_RETURN(std::string salt, fs::exists(salt_file)
+                                                   ? audit::readSaltFile(salt_file)
+                                                   : audit::createSaltFile(salt_file));
+    audit::FileSinkOptions sink_options;
+    sink_options.sink.salt = salt;
+    std::vector<std::unique_ptr<audit::AuditSink>> sinks;
+    TESSERA_ASSIGN_OR_RETURN(
+        sinks.emplace_back(),
+        audit::FileSink::open((dir / "audit.log").string(), sink_options, s->clock));
+    TESSERA_ASSIGN_OR_RETURN(s->auditor, audit::Auditor::create(std::move(sinks)));
+    dopts.epoch = 1;
+    TESSERA_ASSIGN_OR_RETURN(
+        s->driver,
+        server::SchedulerDriver::create(
+            catalogue, std::move(nodes), s->clock, std::move(dopts),
+            [self](const std::map<std::string, server::WorkloadStatus>& changed) {
+              return self->cp != nullptr ? self->cp->onDriverChanges(changed)
+                                         : core::Status::ok();
+            }));
+    server::ControlPlaneOptions copts;
+    // Virtual time stands still between passes: no admission bucket would refill.
+    copts.tenant_rate_per_s = 1e9;
+    copts.tenant_burst = 1e9;
+    copts.default_max_workloads = 10'000'000;
+    copts.default_max_pending = 10'000'000;
+    copts.tokens.max_ttl = std::chrono::hours(24 * 365 * 10);
+    TESSERA_ASSIGN_OR_RETURN(s->cp,
+                             server::ControlPlane::open(*s->store, *s->auditor, *s->driver,
+                                                        catalogue, s->clock, copts, nullptr));
+    TESSERA_ASSIGN_OR_RETURN(server::CreatedToken root, s->cp->bootstrapRootToken());
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<server::CertAuthority> ca,
+                             server::CertAuthority::create("tessera sim", std::chrono::hours(24)));
+    TESSERA_ASSIGN_OR_RETURN(server::IssuedCert leaf,
+                             ca->issue("localhost", {"localhost"}, {"127.0.0.1"}, false));
+    TESSERA_RETURN_IF_ERROR(writeFile(dir / "ca.pem", ca->certPem()));
+    TESSERA_RETURN_IF_ERROR(writeFile(dir / "cert.pem", leaf.cert_pem));
+    TESSERA_RETURN_IF_ERROR(writeFile(dir / "key.pem", leaf.key_pem));
+    server::ListenerConfig listener;
+    listener.address = "127.0.0.1:0";
+    listener.tls_cert_file = (dir / "cert.pem").string();
+    listener.tls_key_file = (dir / "key.pem").string();
+    s->listeners = {listener};
+    TESSERA_ASSIGN_OR_RETURN(
+        s->http, server::HttpServer::create(
+                     s->listeners,
+                     [self](const server::HttpRequest& r, server::Reply reply) {
+                       self->cp->handle(r, self->listeners, std::move(reply));
+                     },
+                     [self](const server::HttpRequest& r) {
+                       return self->cp->admit(r, self->listeners);
+                     },
+                     [self](const server::HttpRequest& head) {
+                       return server::bodyAllowance(head, self->listeners);
+                     }));
+    s->http->start(1, 4);
+    s->cc.address = "https://127.0.0.1:" + std::to_string(s->http->ports()[0]);
+    s->cc.ca_cert_file = (dir / "ca.pem").string();
+    s->cc.token = root.secret;
+    TESSERA_ASSIGN_OR_RETURN(s->admin, ApiClient::create(s->cc));
+    return s;
+  }
+};
+
 }  // namespace
 
 core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
@@ -65,87 +168,19 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
                                    "\"done at once\" to the simulator; give it a duration");
     }
   }
-  std::error_code ec;
-  fs::remove_all(work_dir, ec);  // Ours: a run starts from an empty store.
-  fs::create_directories(work_dir, ec);
-  if (ec) {
-    return core::unavailable(work_dir + ": cannot create directory: " + ec.message());
-  }
-  const fs::path dir(work_dir);
-  core::FakeClock clock;
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<InProcessServer> srv,
+                           InProcessServer::start(work_dir, sc.catalogue, sc.nodes, [&] {
+                             server::DriverOptions dopts;
+                             dopts.scheduler = sc.options;
+                             dopts.typical = sim::typicalShapes(sc);
+                             dopts.simulate_grace = true;
+                             return dopts;
+                           }()));
+  core::FakeClock& clock = srv->clock;
   const core::TimePoint t0 = clock.now();
-
-  // The server, wired as `tessera server` wires it.
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<store::Store> store,
-                           store::SqliteStore::open((dir / "tessera.db").string(), {}, clock));
-  const std::string salt_file = (dir / "audit.salt").string();
-  TESSERA_ASSIGN_OR_RETURN(std::string salt, fs::exists(salt_file)
-                                                 ? audit::readSaltFile(salt_file)
-                                                 : audit::createSaltFile(salt_file));
-  audit::FileSinkOptions sink_options;
-  sink_options.sink.salt = salt;
-  std::vector<std::unique_ptr<audit::AuditSink>> sinks;
-  TESSERA_ASSIGN_OR_RETURN(sinks.emplace_back(), audit::FileSink::open((dir / "audit.log").string(),
-                                                                       sink_options, clock));
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<audit::Auditor> auditor,
-                           audit::Auditor::create(std::move(sinks)));
-  server::DriverOptions dopts;
-  dopts.epoch = 1;
-  dopts.scheduler = sc.options;
-  dopts.typical = sim::typicalShapes(sc);
-  dopts.simulate_grace = true;
-  server::ControlPlane* cp_ptr = nullptr;
-  TESSERA_ASSIGN_OR_RETURN(
-      std::unique_ptr<server::SchedulerDriver> driver,
-      server::SchedulerDriver::create(
-          sc.catalogue, sc.nodes, clock, dopts,
-          [&cp_ptr](const std::map<std::string, server::WorkloadStatus>& changed) {
-            return cp_ptr != nullptr ? cp_ptr->onDriverChanges(changed) : core::Status::ok();
-          }));
-  server::ControlPlaneOptions copts;
-  // Virtual time stands still between passes: no admission bucket would refill.
-  copts.tenant_rate_per_s = 1e9;
-  copts.tenant_burst = 1e9;
-  copts.default_max_workloads = 10'000'000;
-  copts.default_max_pending = 10'000'000;
-  copts.tokens.max_ttl = std::chrono::hours(24 * 365 * 10);
-  TESSERA_ASSIGN_OR_RETURN(
-      std::unique_ptr<server::ControlPlane> cp,
-      server::ControlPlane::open(*store, *auditor, *driver, sc.catalogue, clock, copts, nullptr));
-  cp_ptr = cp.get();
-  TESSERA_ASSIGN_OR_RETURN(server::CreatedToken root, cp->bootstrapRootToken());
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<server::CertAuthority> ca,
-                           server::CertAuthority::create("tessera sim", std::chrono::hours(24)));
-  TESSERA_ASSIGN_OR_RETURN(server::IssuedCert leaf,
-                           ca->issue("localhost", {"localhost"}, {"127.0.0.1"}, false));
-  TESSERA_RETURN_IF_ERROR(writeFile(dir / "ca.pem", ca->certPem()));
-  TESSERA_RETURN_IF_ERROR(writeFile(dir / "cert.pem", leaf.cert_pem));
-  TESSERA_RETURN_IF_ERROR(writeFile(dir / "key.pem", leaf.key_pem));
-  server::ListenerConfig listener;
-  listener.address = "127.0.0.1:0";
-  listener.tls_cert_file = (dir / "cert.pem").string();
-  listener.tls_key_file = (dir / "key.pem").string();
-  const std::vector<server::ListenerConfig> listeners = {listener};
-  TESSERA_ASSIGN_OR_RETURN(
-      std::unique_ptr<server::HttpServer> http,
-      server::HttpServer::create(
-          listeners,
-          [&](const server::HttpRequest& r, server::Reply reply) {
-            cp_ptr->handle(r, listeners, std::move(reply));
-          },
-          [&](const server::HttpRequest& r) { return cp_ptr->admit(r, listeners); },
-          [&](const server::HttpRequest& head) { return server::bodyAllowance(head, listeners); }));
-  http->start(1, 4);
-  struct Stop {
-    server::HttpServer& http;
-    ~Stop() { http.shutdown(std::chrono::seconds(5)); }
-  } stop{*http};
-
-  ClientConfig cc;
-  cc.address = "https://127.0.0.1:" + std::to_string(http->ports()[0]);
-  cc.ca_cert_file = (dir / "ca.pem").string();
-  cc.token = root.secret;
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> admin, ApiClient::create(cc));
+  server::SchedulerDriver* driver = srv->driver.get();
+  ApiClient* admin = srv->admin.get();
+  const ClientConfig& cc = srv->cc;
 
   // Tenants, their team queues and a token each, in the scenario's order (the order decides
   // the scheduler's queue and tenant numbers, as the simulator's).
@@ -366,6 +401,155 @@ core::Result<sim::ScenarioResult> runScenarioThroughApi(const sim::Scenario& sc,
     ++out.failed_workloads;
   }
   return out;
+}
+
+}  // namespace tessera::cli
+
+namespace tessera::cli {
+
+core::Result<sim::RunResult> runOpenbThroughApi(const sim::OpenbExperiment& exp,
+                                                const std::string& policy, uint64_t seed,
+                                                double tune, const std::string& work_dir,
+                                                bool given_typical, int max_moves,
+                                                const sim::ProgressFn& progress) {
+  if (exp.mig().layout != sim::MigLayout::kNone) {
+    return core::invalidArgument("--through-api does not run MIG what-ifs (--mig)");
+  }
+  sim::RunResult result;
+  result.policy = policy;
+  result.seed = seed;
+  // The same draws as OpenbExperiment::run: the tuned list, then the ranks.
+  core::Rng rng(seed);
+  result.pods = exp.tunedPods(rng, tune);
+  const std::vector<model::Node>& nodes = exp.nodes();
+  std::vector<uint32_t> rank(nodes.size());
+  std::iota(rank.begin(), rank.end(), 0);
+  rng.shuffle(std::span<uint32_t>(rank));
+  std::vector<model::Node> ranked(nodes.size());
+  std::map<std::string, uint32_t> index_of;  // Node name -> its index in the trace.
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    ranked[rank[i]] = nodes[i];
+    if (!index_of.emplace(nodes[i].name, static_cast<uint32_t>(i)).second) {
+      return core::invalidArgument("two nodes are named '" + nodes[i].name + "'");
+    }
+  }
+  server::DriverOptions dopts;
+  sched::SchedulerOptions so;
+  so.policy = policy;
+  so.min_runtime = std::chrono::seconds(0);
+  so.cpu_per_free_gpu_milli = exp.cpuPerFreeGpu();
+  so.max_moves_per_pass = max_moves;
+  dopts.scheduler = so;
+  if (given_typical) {
+    for (const sim::OpenbPod& pod : exp.pods()) {
+      dopts.typical.push_back(pod.shape());
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<InProcessServer> srv,
+                           InProcessServer::start(work_dir, exp.catalogue(), std::move(ranked),
+                                                  std::move(dopts)));
+  const std::string tenant = "openb";
+  TESSERA_RETURN_IF_ERROR(
+      srv->admin->call("POST", "/v1/tenants/" + tenant, json::object()).status());
+  TESSERA_ASSIGN_OR_RETURN(json token, srv->admin->call("POST", "/v1/auth/token/create",
+                                                        {{"tenant", tenant},
+                                                         {"policies", {"tenant-admin"}},
+                                                         {"ttl", "87600h"},
+                                                         {"display_name", "sim"}}));
+  ClientConfig tc = srv->cc;
+  tc.token = token["auth"]["client_token"].get<std::string>();
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> client, ApiClient::create(tc));
+
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t capacity = exp.totalGpus() * core::kWholeGpu.value();
+  int64_t arrived = 0;
+  int64_t used = 0;
+  std::vector<sim::PodEvent> events;
+  events.reserve(result.pods.size());
+  const model::GpuCatalogue& catalogue = exp.catalogue();
+  for (size_t i = 0; i < result.pods.size(); ++i) {
+    const sim::OpenbPod& pod = result.pods[i];
+    arrived += pod.totalGpuMilli();
+    json body = {{"cpuMilli", pod.cpu_milli}, {"memoryMiB", pod.memory_mib}};
+    if (pod.num_gpu > 0) {
+      json gpu = {{"count", pod.num_gpu}, {"milli", pod.gpu_milli}};
+      if (!pod.models.empty()) {
+        json models = json::array();
+        for (model::GpuModelId m : pod.models) {
+          models.push_back(catalogue.model(m).name);
+        }
+        gpu["models"] = std::move(models);
+      }
+      body["gpu"] = std::move(gpu);
+    }
+    const std::string path = fmt::format("/v1/tenants/{}/workloads/p{}", tenant, i);
+    sim::PodOutcome out{static_cast<uint32_t>(i), -1, 0};
+    auto posted = client->call("POST", path, body);
+    bool placed = false;
+    if (posted.isOk()) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (srv->driver->queuedSubmits() < 1) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          return core::internalError(
+              fmt::format("pod {}: accepted, but it did not reach the scheduler within 30 s", i));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      srv->driver->runOnce();
+      TESSERA_ASSIGN_OR_RETURN(json got, client->call("GET", path));
+      const json& task = got["data"]["status"]["tasks"][0];
+      placed = task.value("state", "") == "running";
+      if (placed) {
+        auto node = index_of.find(task.value("node", ""));
+        if (node == index_of.end()) {
+          return core::internalError(
+              fmt::format("pod {}: the API says it runs on unknown node '{}'", i,
+                          task.value("node", "")));
+        }
+        out.node = static_cast<int32_t>(node->second);
+        for (const json& g : task.value("gpus", json::array())) {
+          out.gpus |= uint64_t{1} << g.get<int>();
+        }
+        used += pod.totalGpuMilli();
+      } else {
+        // Pending: with nothing departing it never runs; the experiment counts it failed. It is
+        // gone before the next pod is tried (the cancel reaches the scheduler through the
+        // store's watch, as a submission does).
+        TESSERA_RETURN_IF_ERROR(client->call("DELETE", path).status());
+        for (int tries = 0;; ++tries) {
+          if (tries == 100'000) {
+            return core::internalError(
+                fmt::format("pod {}: deleted, but the scheduler did not cancel it", i));
+          }
+          srv->driver->runOnce();
+          std::optional<server::WorkloadStatus> st = srv->driver->status(tenant, fmt::format("p{}", i));
+          if (st && st->phase == server::WorkloadPhase::kCancelled) {
+            break;
+          }
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+      }
+    } else if (posted.status().code() == core::StatusCode::kInternal ||
+               posted.status().code() == core::StatusCode::kUnavailable) {
+      return posted.status().withContext(fmt::format("pod {}", i));
+    }
+    // Refused at admission (no node could ever hold it) is failed too.
+    if (!placed) {
+      ++result.failed;
+      if (pod.num_gpu == 0 && arrived <= capacity) {
+        ++result.cpu_only_failed_100;
+      }
+    }
+    result.outcomes.push_back(out);
+    events.push_back({arrived, used, 0});
+    if (progress && (i % 256 == 0 || i + 1 == result.pods.size())) {
+      progress(i + 1, result.pods.size());
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.curve = sim::binCurve(events, exp.totalGpus());
+  result.served_curve = result.curve;
+  return result;
 }
 
 }  // namespace tessera::cli

@@ -45,6 +45,11 @@ struct OpenbOptions {
   std::string mig_fixed_profiles = "1g.10gb,2g.20gb,3g.40gb";
   // CPU held per free GPU from CPU-only pods: "none", "typical" or milli-CPU.
   std::string hold_cpu = "none";
+  // Each run again through a real server's API (runOpenbThroughApi); parity.csv compares them.
+  bool through_api = false;
+  double parity_tolerance = 0.5;
+  std::string api_profile = "learned";  // Or "trace": the server is given the trace's.
+  int api_max_moves = 8;                 // The scheduler's max_moves_per_pass there.
 };
 
 // --hold-cpu-for-gpus: none (0), typical (the trace's typical GPU pod's CPU per GPU) or a
@@ -71,6 +76,93 @@ constexpr int kExitFailure = 1;
 int fail(int code, const std::string& message) {
   std::cerr << "error: " << message << "\n";
   return code;
+}
+
+struct OpenbJob {
+  size_t trace;
+  std::string policy;
+  uint64_t seed;
+};
+
+// --through-api: every run again through a real server in this process (one at a time: each
+// server has threads of its own), compared with the simulator's in parity.csv and a table.
+// Exit 1 when a run's unallocated GPU % at 100 % arrived differs by more than the tolerance.
+int runOpenbParity(const OpenbOptions& opt,
+                   const std::vector<std::unique_ptr<sim::OpenbExperiment>>& experiments,
+                   const std::vector<std::string>& pod_files, const std::vector<OpenbJob>& jobs,
+                   const std::vector<sim::SummaryRow>& rows,
+                   const std::vector<std::vector<sim::PodOutcome>>& sim_outcomes) {
+  std::string csv =
+      "trace,policy,seed,sim_unalloc_pct_at_100,live_unalloc_pct_at_100,diff_points,"
+      "sim_failed,live_failed,same_node_pct,live_seconds\n";
+  std::string table = fmt::format("{:<14} {:<8} {:>6} {:>9} {:>9} {:>7} {:>10} {:>9}\n", "trace",
+                                  "policy", "seed", "sim %", "live %", "diff", "same node", "seconds");
+  bool within = true;
+  constexpr size_t kTicksPerRun = 1000;
+  Progress progress(fmt::format("{} runs through the API", jobs.size()),
+                    jobs.size() * kTicksPerRun, !opt.quiet);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const OpenbJob& job = jobs[j];
+    size_t reported = 0;
+    auto live = runOpenbThroughApi(
+        *experiments[job.trace], job.policy, job.seed, opt.tune,
+        fmt::format("{}/server-{}-{}-{}", opt.out, job.policy,
+                    sim::traceNameOf(pod_files[job.trace]), job.seed),
+        opt.api_profile == "trace", opt.api_max_moves, [&](size_t done, size_t total) {
+          const size_t ticks = done * kTicksPerRun / total;
+          progress.add(ticks - reported);
+          reported = ticks;
+        });
+    if (!live.isOk()) {
+      progress.finish();
+      return fail(kExitFailure, live.status().message());
+    }
+    if (!opt.no_placements) {
+      const std::string trace = sim::traceNameOf(pod_files[job.trace]);
+      const std::string suffix = experiments.size() > 1 ? trace + "-" : "";
+      if (core::Status st = sim::writePlacements(
+              fmt::format("{}/placements-api-{}-{}{}.csv", opt.out, job.policy, suffix, job.seed),
+              *live, experiments[job.trace]->nodes());
+          !st.isOk()) {
+        progress.finish();
+        return fail(kExitFailure, st.message());
+      }
+    }
+    const std::vector<sim::PodOutcome>& sim = sim_outcomes[j];
+    size_t same = 0;
+    int64_t sim_failed = 0;
+    for (size_t i = 0; i < sim.size() && i < live->outcomes.size(); ++i) {
+      same += sim[i].node == live->outcomes[i].node ? 1 : 0;
+      sim_failed += sim[i].node < 0 ? 1 : 0;
+    }
+    const double live_pct = live->unallocAt(100);
+    const double diff = live_pct - rows[j].unalloc_100;
+    within = within && std::abs(diff) <= opt.parity_tolerance;
+    const double same_pct = sim.empty() ? 0 : 100.0 * static_cast<double>(same) /
+                                                  static_cast<double>(sim.size());
+    const std::string trace = sim::traceNameOf(pod_files[job.trace]);
+    csv += fmt::format("{},{},{},{:.2f},{:.2f},{:.2f},{},{},{:.1f},{:.1f}\n", trace, job.policy,
+                       job.seed, rows[j].unalloc_100, live_pct, diff, sim_failed, live->failed,
+                       same_pct, live->seconds);
+    table += fmt::format("{:<14} {:<8} {:>6} {:>9.2f} {:>9.2f} {:>+7.2f} {:>9.1f}% {:>9.1f}\n",
+                         trace, job.policy, job.seed, rows[j].unalloc_100, live_pct, diff,
+                         same_pct, live->seconds);
+  }
+  progress.finish();
+  if (core::Status st = sim::writeFileAtomically(opt.out + "/parity.csv", csv); !st.isOk()) {
+    return fail(kExitFailure, st.message());
+  }
+  std::cout << "Through the API (a real server, simulated nodes, "
+            << (opt.api_profile == "trace" ? "given the trace's typical pods"
+                                           : "the typical pods learned from the submissions")
+            << ") against the simulator: unallocated GPU % at arrived = 100%\n"
+            << table << "Wrote " << opt.out << "/parity.csv.\n";
+  if (!within) {
+    std::cerr << fmt::format("error: a run differs by more than {} points\n",
+                             opt.parity_tolerance);
+    return kExitFailure;
+  }
+  return 0;
 }
 
 int runOpenb(const OpenbOptions& opt) {
@@ -151,12 +243,7 @@ int runOpenb(const OpenbOptions& opt) {
     return fail(kExitFailure, opt.out + ": cannot create directory: " + ec.message());
   }
 
-  struct Job {
-    size_t trace;
-    std::string policy;
-    uint64_t seed;
-  };
-  std::vector<Job> jobs;
+  std::vector<OpenbJob> jobs;
   for (size_t t = 0; t < experiments.size(); ++t) {
     for (const std::string& p : policies) {
       for (uint64_t s : seeds.value()) {
@@ -167,6 +254,10 @@ int runOpenb(const OpenbOptions& opt) {
   std::vector<sim::SummaryRow> rows(jobs.size());
   std::vector<sim::OpenbReportRun> curves(jobs.size());  // For report.html.
   std::vector<std::string> errors(jobs.size());
+  std::vector<std::vector<sim::PodOutcome>> sim_outcomes(opt.through_api ? jobs.size() : 0);
+  if (opt.through_api && mig.layout != sim::MigLayout::kNone) {
+    return fail(kExitBadInput, "--through-api does not run MIG what-ifs (--mig)");
+  }
   mig_rows.resize(mig.layout == sim::MigLayout::kNone ? 0 : jobs.size());
   constexpr size_t kTicksPerRun = 1000;
   Progress progress(fmt::format("simulating {} runs", jobs.size()), jobs.size() * kTicksPerRun,
@@ -174,7 +265,7 @@ int runOpenb(const OpenbOptions& opt) {
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t j = next++; j < jobs.size(); j = next++) {
-      const Job& job = jobs[j];
+      const OpenbJob& job = jobs[j];
       const sim::OpenbExperiment& exp = *experiments[job.trace];
       size_t reported = 0;
       auto on_progress = [&](size_t done, size_t total) {
@@ -207,6 +298,9 @@ int runOpenb(const OpenbOptions& opt) {
                  run->cpu_only_failed_100};
       if (!mig_rows.empty()) {
         mig_rows[j] = sim::migSummaryRow(trace, *run);
+      }
+      if (!sim_outcomes.empty()) {
+        sim_outcomes[j] = std::move(run->outcomes);
       }
       curves[j] = {trace, job.policy, job.seed, std::move(run->curve)};
     }
@@ -279,6 +373,9 @@ int runOpenb(const OpenbOptions& opt) {
   }
   std::cout << "Wrote " << opt.out << "/summary.csv, report.html and per-run curve"
             << (opt.no_placements ? "" : " and placement") << " files.\n";
+  if (opt.through_api) {
+    return runOpenbParity(opt, experiments, pod_files, jobs, rows, sim_outcomes);
+  }
   return 0;
 }
 
@@ -503,6 +600,29 @@ void addSimCommand(CLI::App& app, int* rc) {
       ->add_option("--mig-fixed-profiles", opt->mig_fixed_profiles,
                    "--mig fixed: the profile of each pre-partitioned node's homogeneous layout, "
                    "cycling over those nodes")
+      ->capture_default_str();
+  openb->add_flag("--through-api", opt->through_api,
+                  "Run each run again through a real server in this process, over its HTTPS "
+                  "API, with the trace's nodes simulated and the typical pods learned from the "
+                  "submissions; parity.csv compares the two (issue #40). Exit 1 when one differs "
+                  "by more than --parity-tolerance points");
+  openb
+      ->add_option("--parity-tolerance", opt->parity_tolerance,
+                   "--through-api: the largest difference allowed, in points of unallocated "
+                   "GPU % at 100 % arrived")
+      ->capture_default_str();
+  openb
+      ->add_option("--api-profile", opt->api_profile,
+                   "--through-api: the server's typical pods: learned (from the submissions, as "
+                   "in production) or trace (the whole pod list's, as the simulator's)")
+      ->check(CLI::IsMember({"learned", "trace"}))
+      ->capture_default_str();
+  openb
+      ->add_option("--api-max-moves", opt->api_max_moves,
+                   "--through-api: running tasks the scheduler may move per pass to make room "
+                   "for a pending pod (the server's max_moves_per_pass; the experiment has no "
+                   "moves: 0 with --api-profile trace places every pod as the simulator does)")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   openb->callback([opt, rc] { *rc = runOpenb(*opt); });
 

@@ -81,6 +81,61 @@ TEST_F(CliSimTest, OpenbWritesPlacementsCurvesAndSummary) {
   EXPECT_NE(check.out.find("OK: 2 files"), std::string::npos) << check.out;
 }
 
+// `sim openb --through-api` (issue #40): each run again through a real server's API. Given the
+// trace's typical pods and no moves (what the experiment has), every pod lands on the node and
+// GPUs the simulator gives it: the live path places as the simulator does. Learning the typical
+// pods from the submissions (production), the result stays close; and a difference beyond the
+// tolerance is exit 1.
+TEST_F(CliSimTest, OpenbThroughTheApiPlacesEveryPodWhereTheSimulatorDoes) {
+  const std::string base = "sim openb -q -j 1 --nodes " + sample("nodes.csv") + " --pods " +
+                           sample("pods.csv") + "," + sample("pods-gpuspec.csv") +
+                           " --policy fgd,tessera --seeds 1-2 --through-api";
+  const fs::path same = dir_ / "same";
+  CmdResult r = tessera(base + " --api-profile trace --api-max-moves 0 --out " + same.string());
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  const std::string parity = slurp(same / "parity.csv");
+  EXPECT_EQ(parity.substr(0, parity.find('\n')),
+            "trace,policy,seed,sim_unalloc_pct_at_100,live_unalloc_pct_at_100,diff_points,"
+            "sim_failed,live_failed,same_node_pct,live_seconds");
+  ASSERT_EQ(lines(parity), 9U) << parity;  // 2 traces x 2 policies x 2 seeds.
+  std::istringstream rows(parity);
+  std::string row;
+  std::getline(rows, row);
+  while (std::getline(rows, row)) {
+    std::vector<std::string> f;
+    std::istringstream cells(row);
+    for (std::string c; std::getline(cells, c, ',');) {
+      f.push_back(c);
+    }
+    ASSERT_EQ(f.size(), 10U) << row;
+    EXPECT_EQ(f[3], f[4]) << row;  // Unallocated % at 100 %, both ways.
+    EXPECT_EQ(f[6], f[7]) << row;  // Failed pods.
+    EXPECT_EQ(f[8], "100.0") << row;
+  }
+  for (const char* stem : {"fgd-pods-1", "tessera-pods-gpuspec-2"}) {
+    const std::string sim = slurp(same / (std::string("placements-") + stem + ".csv"));
+    ASSERT_GT(lines(sim), 100U) << stem;
+    EXPECT_EQ(slurp(same / (std::string("placements-api-") + stem + ".csv")), sim) << stem;
+  }
+
+  const fs::path learned = dir_ / "learned";
+  r = tessera(base + " --parity-tolerance 2 --no-placements --out " + learned.string());
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("the typical pods learned from the submissions"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(lines(slurp(learned / "parity.csv")), 9U);
+  // Learning differs from being given the list (the first pods are placed knowing nothing):
+  // with no tolerance some run is past it.
+  r = tessera("sim openb -q --nodes " + sample("nodes.csv") + " --pods " + sample("pods.csv") +
+              " --policy fgd --seeds 1 --through-api --parity-tolerance 0 --no-placements --out " +
+              learned.string());
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("error: a run differs by more than 0 points"), std::string::npos) << r.err;
+  r = tessera(base + " --mig dynamic --mig-map P100=A100-80GB --out " + learned.string());
+  EXPECT_EQ(r.rc, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find("--through-api does not run MIG what-ifs"), std::string::npos) << r.err;
+}
+
 TEST_F(CliSimTest, ExpectedResultsArePrintedBesideOurs) {
   std::ofstream(dir_ / "analysis_allo_discrete.csv")
       << "workload,sc_policy,tune,seed,total_gpus,99,100\n"
