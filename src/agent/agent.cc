@@ -181,7 +181,7 @@ core::Status Agent::tick() {
       }
     }
   }
-  auto wanted = server_.heartbeat(node_, gpus_, reports);
+  auto wanted = server_.heartbeat(node_, withIdleMig(), reports);
   if (!wanted.isOk()) {
     const core::TimePoint now = clock_.now();
     const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_ok_);
@@ -455,6 +455,24 @@ std::vector<std::string> migCapabilityNodes(const std::string& minors_file,
   return out;
 }
 
+NodeGpus Agent::withIdleMig() const {
+  NodeGpus out = gpus_;
+  std::lock_guard lock(mu_);
+  for (const auto& [gpu, layout] : mig_layout_) {
+    if (gpu < 0 || static_cast<size_t>(gpu) >= out.gpus.size()) {
+      continue;
+    }
+    std::set<model::MigInstance> idle = layout;
+    for (const auto& [id, m] : mig_live_) {
+      if (m.gpu == gpu) {
+        idle.erase(m.instance);
+      }
+    }
+    out.gpus[static_cast<size_t>(gpu)].mig_idle.assign(idle.begin(), idle.end());
+  }
+  return out;
+}
+
 void Agent::prepareMig(const std::vector<TaskAssignment>& wanted,
                        std::vector<const TaskAssignment*>& starts,
                        std::deque<TaskAssignment>& prepared) {
@@ -493,6 +511,14 @@ void Agent::prepareMig(const std::vector<TaskAssignment>& wanted,
         options_.mig == nullptr
             ? core::Result<MigUuids>(core::failedPrecondition("this agent makes no MIG instances"))
             : options_.mig->apply(gpu, model, {layout.begin(), layout.end()});
+    if (uuids.isOk()) {
+      std::lock_guard lock(mu_);
+      std::set<model::MigInstance>& now = mig_layout_[gpu];
+      now.clear();
+      for (const auto& [instance, device] : *uuids) {
+        now.insert(instance);
+      }
+    }
     for (size_t i : list) {
       TaskAssignment& a = prepared.emplace_back(*starts[i]);
       starts[i] = &a;

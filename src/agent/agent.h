@@ -181,9 +181,13 @@ class Agent {
   std::map<std::string, std::chrono::milliseconds> graces_;  // Of the tasks started here.
   std::set<std::pair<std::string, uint32_t>> done_;          // Ended at that generation: not again.
   std::map<std::string, TaskAssignment::Mig> mig_live_;      // MIG slices of tasks not yet ended.
-  std::vector<TaskReport> outbox_;                           // Not yet acknowledged by the server.
-  core::TimePoint last_ok_{};    // The last successful heartbeat (or the agent's start).
-  core::TimePoint last_none_{};  // The last answer that no leader can act (while holding on).
+  // Each GPU's MIG instances after its last layout: those tasks use and those left idle.
+  std::map<int, std::set<model::MigInstance>> mig_layout_;
+  // gpus_ with each GPU's idle MIG instances (the layout's not in use), as heartbeats send it.
+  NodeGpus withIdleMig() const;
+  std::vector<TaskReport> outbox_;  // Not yet acknowledged by the server.
+  core::TimePoint last_ok_{};       // The last successful heartbeat (or the agent's start).
+  core::TimePoint last_none_{};     // The last answer that no leader can act (while holding on).
   // Credential files written, per task (name -> content). Only the agent loop's thread
   // (reconcile, and fence from tick) touches it.
   std::map<std::string, std::map<std::string, std::string>> written_;

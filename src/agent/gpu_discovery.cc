@@ -83,6 +83,10 @@ nlohmann::json toJson(const NodeGpus& gpus) {
                      {"gpu_instance_id", m.gpu_instance_id},
                      {"compute_instance_id", m.compute_instance_id}});
     }
+    nlohmann::json idle = nlohmann::json::array();
+    for (const model::MigInstance& m : g.mig_idle) {
+      idle.push_back({{"profile", m.profile}, {"start", m.start}});
+    }
     list.push_back({{"index", g.index},
                     {"uuid", g.uuid},
                     {"name", g.name},
@@ -94,6 +98,9 @@ nlohmann::json toJson(const NodeGpus& gpus) {
                     {"mig_enabled", g.mig_enabled},
                     {"mig_pending", g.mig_pending},
                     {"mig_devices", mig}});
+    if (!idle.empty()) {
+      list.back()["mig_idle"] = std::move(idle);
+    }
   }
   nlohmann::json topology = nlohmann::json::array();
   for (size_t i = 0; i < gpus.gpus.size(); ++i) {

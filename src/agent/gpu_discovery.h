@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/gpu_catalogue.h"
 
 namespace tessera::agent {
 
@@ -39,6 +40,10 @@ struct Gpu {
   bool mig_enabled = false;  // MIG mode is on now.
   bool mig_pending = false;  // MIG mode after the next GPU reset.
   std::vector<MigDevice> mig_devices;
+  // MIG instances its agent left from tasks that ended (catalogue profile of `model`, start
+  // slice): the scheduler places the next task of their profile in one (no re-layout). Sent in
+  // heartbeats as "mig_idle"; not part of discovery.
+  std::vector<model::MigInstance> mig_idle;
 };
 
 // How two GPUs are connected, nearest first (NVML's nvmlGpuTopologyLevel_t).

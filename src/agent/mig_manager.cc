@@ -148,11 +148,22 @@ core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
     }
     return out;
   };
-  // Destroy what the layout does not keep (compute instances first).
+  // Destroy what is in the way of the layout (compute instances first). An instance the layout
+  // does not name but whose slices it leaves alone stays: one a task left, ready for the next
+  // task of its profile with no re-layout (the scheduler prefers it: docs/agent.md "MIG").
+  unsigned wanted_slices = 0;
+  for (const model::MigInstance& m : wanted) {
+    wanted_slices |= model::migSlices(*info, m.profile, m.start);
+  }
   std::set<model::MigInstance> kept;
+  std::vector<const Existing*> idle;  // Out of the layout's way: they stay.
   for (const Existing& e : existing) {
     if (wanted.contains(e.instance)) {
       kept.insert(e.instance);
+      continue;
+    }
+    if ((model::migSlices(*info, e.instance.profile, e.instance.start) & wanted_slices) == 0) {
+      idle.push_back(&e);
       continue;
     }
     TESSERA_ASSIGN_OR_RETURN(std::vector<NvmlComputeInstance> cis, compute_instances(e.handle));
@@ -205,6 +216,9 @@ core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
       TESSERA_RETURN_IF_ERROR(
           add_compute(e.handle, info->mig_profiles[static_cast<size_t>(e.instance.profile)]));
     }
+  }
+  for (const Existing* e : idle) {
+    TESSERA_RETURN_IF_ERROR(remember(e->handle, e->instance));
   }
   for (const model::MigInstance& m : wanted) {
     if (kept.contains(m)) {
@@ -267,13 +281,30 @@ core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
                                " at slice " + std::to_string(m.start) + " after it was made");
     }
   }
+  for (const Existing* e : idle) {
+    uuids.try_emplace(e->instance);  // Listed even without a MIG device (no compute instance).
+  }
   return uuids;
 }
 
 core::Result<MigUuids> RecordingMigManager::apply(int gpu, const std::string& model,
                                                   const std::vector<model::MigInstance>& layout) {
-  TESSERA_RETURN_IF_ERROR(checkLayout(catalogue_, model, layout, gpu).status());
+  TESSERA_ASSIGN_OR_RETURN(const model::GpuModelInfo* info,
+                           checkLayout(catalogue_, model, layout, gpu));
   std::vector<model::MigInstance> sorted = layout;
+  {
+    // As on a real GPU: what was there and is out of the new instances' way stays.
+    unsigned wanted = 0;
+    for (const model::MigInstance& m : layout) {
+      wanted |= model::migSlices(*info, m.profile, m.start);
+    }
+    std::lock_guard lock(mu_);
+    for (const model::MigInstance& m : layouts_[gpu]) {
+      if ((model::migSlices(*info, m.profile, m.start) & wanted) == 0) {
+        sorted.push_back(m);
+      }
+    }
+  }
   std::sort(sorted.begin(), sorted.end());
   MigUuids uuids;
   for (const model::MigInstance& m : sorted) {

@@ -7,9 +7,11 @@
 //   TESSERA_RETURN_IF_ERROR(mig.apply(0, "H100-80GB", {{4, 0}, {4, 4}}));  // 2 x 3g.40gb
 //
 // Rules: MIG mode must already be on (turning it on resets the GPU: an operator's step).
-// Instances that the new layout keeps are left alone, whatever runs in them; the others are
-// destroyed first, which NVML refuses for an instance in use (IN_USE): the caller keeps every
-// instance its running tasks use in the layout, so work never loses its instance.
+// Instances that the new layout keeps are left alone, whatever runs in them; those in the way of
+// its new instances (sharing memory slices) are destroyed first, which NVML refuses for an
+// instance in use (IN_USE): the caller keeps every instance its running tasks use in the
+// layout, so work never loses its instance. Instances out of its way stay (left idle by tasks
+// that ended: the next task of their profile runs in one with no re-layout).
 #pragma once
 
 #include <map>
@@ -35,9 +37,11 @@ using MigUuids = std::map<model::MigInstance, MigDevice>;
 class MigManager {
  public:
   virtual ~MigManager() = default;
-  // Makes GPU `gpu`'s MIG instances exactly `layout` (catalogue profile indices of `model` and
-  // start slices) and returns their MIG device UUIDs. An invalid layout, or a GPU without MIG
-  // mode on, is refused.
+  // Makes GPU `gpu`'s MIG instances hold `layout` (catalogue profile indices of `model` and
+  // start slices; what is in its way goes, see above) and returns the MIG device of every
+  // instance on the GPU then: the layout's and the idle ones it left (an idle instance without a
+  // compute instance has an empty UUID). An invalid layout, or a GPU without MIG mode on, is
+  // refused.
   virtual core::Result<MigUuids> apply(int gpu, const std::string& model,
                                        const std::vector<model::MigInstance>& layout) = 0;
 };
@@ -72,7 +76,7 @@ class RecordingMigManager : public MigManager {
       : catalogue_(catalogue), node_(std::move(node)) {}
   core::Result<MigUuids> apply(int gpu, const std::string& model,
                                const std::vector<model::MigInstance>& layout) override;
-  // The last layout applied to each GPU.
+  // Each GPU's instances: the last layout applied and those before it that it left alone.
   std::map<int, std::vector<model::MigInstance>> layouts() const;
 
  private:

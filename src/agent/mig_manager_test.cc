@@ -143,9 +143,40 @@ TEST_F(MigManagerTest, ReplacesTheLayoutAndKeepsWhatStays) {
     kept += m.uuid == after[0].uuid || m.uuid == after[1].uuid ? 1 : 0;
   }
   EXPECT_EQ(kept, 1);
-  // Empty: no instances.
+  // An empty layout is in nobody's way: the instances stay, idle, for later tasks.
   ASSERT_TRUE(mig.apply(0, "H100-80GB", {}).isOk());
-  EXPECT_TRUE(migDevices(0).empty());
+  EXPECT_EQ(migDevices(0).size(), 2U);
+}
+
+// #40 item 6: an instance a finished task left is not destroyed by a layout that does not need
+// its slices, and the next task of its profile runs in it: the same MIG device, no re-layout.
+// A layout that needs its slices destroys it.
+TEST_F(MigManagerTest, AnInstanceLeftByAFinishedTaskIsReusedWithoutRelayout) {
+  start(h100(0, {{"current", 1}, {"profiles", h100Profiles()}}));
+  NvmlMigManager mig(kFull, cat_);
+  const model::GpuModelInfo& h100 = cat_.model(*cat_.find("H100-80GB"));
+  const int p3g = h100.findMigProfile("3g.40gb");
+  const int p1g = h100.findMigProfile("1g.10gb");
+  auto first = mig.apply(0, "H100-80GB", {{p3g, 0}});  // Task A.
+  ASSERT_TRUE(first.isOk()) << first.status().message();
+  const std::string a = first->at({p3g, 0}).uuid;
+  // A ended; task B starts in the other half: A's instance is not named, and stays.
+  auto second = mig.apply(0, "H100-80GB", {{p3g, 4}});
+  ASSERT_TRUE(second.isOk()) << second.status().message();
+  std::vector<MigDevice> now = migDevices(0);
+  ASSERT_EQ(now.size(), 2U);
+  EXPECT_TRUE(now[0].uuid == a || now[1].uuid == a);
+  // Task C of A's profile, in A's instance: the same device.
+  auto third = mig.apply(0, "H100-80GB", {{p3g, 4}, {p3g, 0}});
+  ASSERT_TRUE(third.isOk()) << third.status().message();
+  EXPECT_EQ(third->at({p3g, 0}).uuid, a);
+  EXPECT_EQ(third->at({p3g, 4}).uuid, second->at({p3g, 4}).uuid);
+  // C ended too; a 1g slice in its slices re-lays them out: the 3g instance goes.
+  auto fourth = mig.apply(0, "H100-80GB", {{p3g, 4}, {p1g, 0}});
+  ASSERT_TRUE(fourth.isOk()) << fourth.status().message();
+  now = migDevices(0);
+  ASSERT_EQ(now.size(), 2U);
+  EXPECT_TRUE(now[0].uuid != a && now[1].uuid != a);
 }
 
 // A GPU with work in one instance takes another beside it (a layout keeps what it keeps).
@@ -213,6 +244,10 @@ TEST(RecordingMigManager, RecordsValidLayoutsOnly) {
   EXPECT_NE(other.apply(2, "H200-141GB", {{p3g, 0}})->at({p3g, 0}).uuid, uuids->at({p3g, 0}).uuid);
   EXPECT_FALSE(mig.apply(2, "H200-141GB", {{p3g, 1}}).isOk());  // 3g starts at 0 or 4.
   EXPECT_EQ(mig.layouts().at(2), want);
+  // As a real GPU: a new instance replaces only what is in its way.
+  const int p1g = cat.model(*cat.find("H200-141GB")).findMigProfile("1g.18gb");
+  ASSERT_TRUE(mig.apply(2, "H200-141GB", {{p1g, 0}}).isOk());
+  EXPECT_EQ(mig.layouts().at(2), (std::vector<model::MigInstance>{{p1g, 0}, {p3g, 4}}));
 }
 
 }  // namespace

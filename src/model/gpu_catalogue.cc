@@ -185,7 +185,7 @@ int freePlacements(const GpuModelInfo& model, const MigOccupancy& occ) {
 
 }  // namespace
 
-int chooseMigSlot(const GpuModelInfo& model, const MigOccupancy& occ, int profile) {
+int chooseMigSlot(const GpuModelInfo& model, const MigOccupancy& occ, int profile, unsigned avoid) {
   int best_start = -1;
   int best_value = -1;
   for (int s : model.mig_profiles[profile].starts) {
@@ -194,13 +194,19 @@ int chooseMigSlot(const GpuModelInfo& model, const MigOccupancy& occ, int profil
     }
     MigOccupancy after = occ;
     addMigInstance(model, after, profile, s);
-    const int value = freePlacements(model, after);
+    // Keeping what `avoid` holds outranks any count of placements (at most 8 x 7 of them).
+    const int value =
+        freePlacements(model, after) + ((migSlices(model, profile, s) & avoid) == 0 ? 1 << 16 : 0);
     if (value > best_value || (value == best_value && s > best_start)) {
       best_value = value;
       best_start = s;
     }
   }
   return best_start;
+}
+
+unsigned migSlices(const GpuModelInfo& model, int profile, int start) {
+  return ((1U << model.mig_profiles[profile].memory_slices) - 1) << start;
 }
 
 void addMigInstance(const GpuModelInfo& model, MigOccupancy& occ, int profile, int start) {

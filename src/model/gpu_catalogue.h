@@ -100,9 +100,14 @@ bool migSlotFree(const GpuModelInfo& model, const MigOccupancy& occ, int profile
 // The start slice to use for a new instance of `profile`, or -1 when no valid slot is free.
 // Among free slots it picks the one that keeps the most compute slices placeable for every
 // profile afterwards (so a 1g does not land where it blocks a later 3g), then the highest start.
-int chooseMigSlot(const GpuModelInfo& model, const MigOccupancy& occ, int profile);
+// Slots that overlap `avoid` (memory slices of instances worth keeping) come after those that
+// do not.
+int chooseMigSlot(const GpuModelInfo& model, const MigOccupancy& occ, int profile,
+                  unsigned avoid = 0);
 
 void addMigInstance(const GpuModelInfo& model, MigOccupancy& occ, int profile, int start);
+// The memory slices an instance of `profile` at `start` takes (bit i: slice i).
+unsigned migSlices(const GpuModelInfo& model, int profile, int start);
 void removeMigInstance(const GpuModelInfo& model, MigOccupancy& occ, int profile, int start);
 
 }  // namespace tessera::model

@@ -127,6 +127,24 @@ void ClusterState::setMigMode(NodeIndex n, int gpu, model::MigMode mode) {
   }
 }
 
+void ClusterState::setMigIdle(NodeIndex n, int gpu, std::vector<model::MigInstance> idle) {
+  GpuState& g = gpus_[node_state_[n].gpu_begin + static_cast<uint32_t>(gpu)];
+  const model::GpuModelInfo& info = catalogue_->model(g.model);
+  std::erase_if(idle, [&](const model::MigInstance& i) {
+    if (i.profile < 0 || static_cast<size_t>(i.profile) >= info.mig_profiles.size()) {
+      return true;
+    }
+    const std::vector<int>& starts = info.mig_profiles[static_cast<size_t>(i.profile)].starts;
+    return std::find(starts.begin(), starts.end(), i.start) == starts.end() ||
+           (g.mig.used_slices & model::migSlices(info, i.profile, i.start)) != 0;
+  });
+  std::sort(idle.begin(), idle.end());
+  if (g.mig_idle != idle) {
+    g.mig_idle = std::move(idle);
+    touch(n);
+  }
+}
+
 void ClusterState::setUp(NodeIndex n, bool up) {
   if (this->up(n) != up) {
     down_[n] = up ? 0 : 1;
@@ -222,17 +240,24 @@ Assignment ClusterState::apply(const model::TaskRequest& req, const Placement& p
       assert(p.mig_profile >= 0 && model::migSlotFree(info, g.mig, p.mig_profile, p.mig_start));
       const model::MigProfile& prof = info.mig_profiles[p.mig_profile];
       model::addMigInstance(info, g.mig, p.mig_profile, p.mig_start);
+      // The instance is one left idle (reused) or new: then the idle ones in its way go.
+      const unsigned slices = model::migSlices(info, p.mig_profile, p.mig_start);
+      std::erase_if(g.mig_idle, [&](const model::MigInstance& i) {
+        return (model::migSlices(info, i.profile, i.start) & slices) != 0;
+      });
       g.mode = GpuMode::kMig;
       milli = static_cast<int32_t>(prof.computeShare().value());
       mem = prof.memory.value();
     } else if (a.whole) {
       assert(g.idle());
+      g.mig_idle.clear();  // Out of MIG use: its layout goes.
       milli = g.free_milli;
       mem = g.free_memory_mib;
       g.mode = GpuMode::kExclusive;
     } else {
       milli = static_cast<int32_t>(req.gpu_milli.value());
       mem = gpuMemoryFor(req, g);
+      g.mig_idle.clear();
       assert(g.free_milli >= milli);
       g.mode = GpuMode::kShared;
       g.shared_isolation = req.isolation;
@@ -265,6 +290,9 @@ void ClusterState::release(const Assignment& a) {
     removeTenant(g, a.tenant);
     if (g.mode == GpuMode::kMig) {
       model::removeMigInstance(catalogue_->model(g.model), g.mig, p.mig_profile, p.mig_start);
+      // The instance stays, idle, until a layout needs its slices.
+      const model::MigInstance left{p.mig_profile, p.mig_start};
+      g.mig_idle.insert(std::lower_bound(g.mig_idle.begin(), g.mig_idle.end(), left), left);
     }
     if (g.idle()) {
       ++ns.idle_gpus;

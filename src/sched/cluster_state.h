@@ -66,6 +66,10 @@ struct GpuState {
   uint16_t tasks = 0;
   model::MigOccupancy mig;
   model::MigMode mig_mode = model::MigMode::kAny;  // Which work it may take (model::MigMode).
+  // MIG instances that exist on the GPU with no task in them (left by tasks that ended, or as
+  // its agent reports them): a MIG task placed in one of them needs no re-layout; one placed
+  // across them destroys them.
+  std::vector<model::MigInstance> mig_idle;
   // Tenants with tasks on this GPU and how many tasks each has. Small: usually 0 or 1 entry.
   std::vector<std::pair<model::TenantId, uint16_t>> tenants;
 
@@ -173,6 +177,9 @@ class ClusterState {
   // GPU `gpu` of node `n` is now in MIG mode `mode` (its agent said so). Precondition: the GPU
   // index is the node's; a mode changes only while the GPU is idle.
   void setMigMode(NodeIndex n, int gpu, model::MigMode mode);
+  // The MIG instances on GPU `gpu` of node `n` that run nothing, as its agent reports them
+  // (GpuState::mig_idle); instances that overlap one in use are left out.
+  void setMigIdle(NodeIndex n, int gpu, std::vector<model::MigInstance> idle);
 
   // Bumped by every change to the node; caches compare it.
   uint32_t version(NodeIndex n) const { return version_[n]; }

@@ -289,6 +289,11 @@ uint32_t Placer::stateId(NodeIndex node) {
     appendBytes(k, g.mig.used_slices);
     appendBytes(k, g.mig.count);
     appendBytes(k, g.mig_mode);
+    appendBytes(k, static_cast<uint32_t>(g.mig_idle.size()));
+    for (const model::MigInstance& i : g.mig_idle) {
+      appendBytes(k, i.profile);
+      appendBytes(k, i.start);
+    }
     appendBytes(k, static_cast<uint32_t>(g.tenants.size()));
     for (const auto& [tenant, count] : g.tenants) {
       appendBytes(k, tenant.value());

@@ -41,6 +41,20 @@ uint64_t tightestGpu(const ClusterState& state, NodeIndex node, uint64_t eligibl
   return best < 0 ? 0 : uint64_t{1} << best;
 }
 
+int migLayoutTier(const model::GpuModelInfo& info, const GpuState& gpu, int profile, int start) {
+  const unsigned slices = model::migSlices(info, profile, start);
+  int tier = 1;
+  for (const model::MigInstance& idle : gpu.mig_idle) {
+    if (idle.profile == profile && idle.start == start) {
+      return 2;
+    }
+    if ((model::migSlices(info, idle.profile, idle.start) & slices) != 0) {
+      tier = 0;
+    }
+  }
+  return tier;
+}
+
 Choice defaultGpus(const ClusterState& state, NodeIndex node, const ResolvedRequest& r,
                    uint64_t eligible) {
   Choice c;
@@ -49,21 +63,37 @@ Choice defaultGpus(const ClusterState& state, NodeIndex node, const ResolvedRequ
   }
   if (r.mig) {
     std::span<const GpuState> gpus = state.gpus(node);
-    int best = -1;
-    int best_used = -1;
+    int best_key = -1;
     for (uint64_t m = eligible; m != 0; m &= m - 1) {
       const int i = std::countr_zero(m);
-      const int used = std::popcount(static_cast<unsigned>(gpus[i].mig.used_slices));
-      if (used > best_used) {
-        best = i;
-        best_used = used;
+      const GpuState& g = gpus[i];
+      const model::GpuModelInfo& info = state.catalogue().model(g.model);
+      const int profile = r.mig_profile[g.model.value()];
+      int start = -1;
+      for (const model::MigInstance& idle : g.mig_idle) {
+        if (idle.profile == profile && model::migSlotFree(info, g.mig, profile, idle.start)) {
+          start = idle.start;
+          break;
+        }
       }
-    }
-    if (best >= 0) {
-      const model::GpuModelInfo& info = state.catalogue().model(gpus[best].model);
-      c.gpus = uint64_t{1} << best;
-      c.mig_start =
-          model::chooseMigSlot(info, gpus[best].mig, r.mig_profile[gpus[best].model.value()]);
+      if (start < 0) {
+        unsigned kept = 0;
+        for (const model::MigInstance& idle : g.mig_idle) {
+          kept |= model::migSlices(info, idle.profile, idle.start);
+        }
+        start = model::chooseMigSlot(info, g.mig, profile, kept);
+      }
+      if (start < 0) {
+        continue;
+      }
+      // The layout first, then the fullest GPU (ties: the lowest index).
+      const int key = migLayoutTier(info, g, profile, start) * 16 +
+                      std::popcount(static_cast<unsigned>(g.mig.used_slices));
+      if (key > best_key) {
+        best_key = key;
+        c.gpus = uint64_t{1} << i;
+        c.mig_start = start;
+      }
     }
     return c;
   }

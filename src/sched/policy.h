@@ -80,13 +80,20 @@ core::Result<std::unique_ptr<Policy>> makePolicy(std::string_view name, const Po
 // The milli-GPU a task takes on `gpu`: its share, or for MIG the profile's compute share.
 int32_t milliTaken(const ClusterState& state, const GpuState& gpu, const ResolvedRequest& r);
 
+// Where a MIG instance of `profile` at `start` on `gpu` stands with the GPU's layout:
+// 2 it is an idle instance of the layout (no re-layout), 1 it takes slices no instance holds,
+// 0 it destroys idle instances.
+int migLayoutTier(const model::GpuModelInfo& info, const GpuState& gpu, int profile, int start);
+
 // GPU choices shared by the policies.
 // The `k` lowest-index GPUs of `eligible`.
 uint64_t lowestGpus(uint64_t eligible, int k);
 // The eligible GPU with the least free share (ties: lowest index); for one shared GPU.
 uint64_t tightestGpu(const ClusterState& state, NodeIndex node, uint64_t eligible);
 // The GPUs and MIG start a task gets when a policy has no preference beyond packing: whole GPUs
-// lowest index first, a share on the tightest GPU, a MIG slice on the fullest partitioned GPU.
+// lowest index first, a share on the tightest GPU, a MIG slice in an idle instance of its
+// profile if there is one (no re-layout), else on the fullest partitioned GPU, in slices no idle
+// instance holds if it can.
 Choice defaultGpus(const ClusterState& state, NodeIndex node, const ResolvedRequest& r,
                    uint64_t eligible);
 

@@ -641,6 +641,24 @@ core::Status Scheduler::setGpuMigMode(NodeIndex n, int gpu, model::MigMode mode)
   return core::Status::ok();
 }
 
+core::Status Scheduler::setMigIdle(NodeIndex n, int gpu, std::vector<model::MigInstance> idle) {
+  if (n >= state_.nodeCount() || gpu < 0 ||
+      static_cast<size_t>(gpu) >= state_.node(n).gpus.size()) {
+    return core::invalidArgument("no GPU " + std::to_string(gpu) + " on node " + std::to_string(n));
+  }
+  const model::GpuModelInfo& info =
+      catalogue_.model(state_.gpus(n)[static_cast<size_t>(gpu)].model);
+  std::erase_if(idle, [&](const model::MigInstance& i) {
+    if (i.profile < 0 || static_cast<size_t>(i.profile) >= info.mig_profiles.size()) {
+      return true;
+    }
+    const std::vector<int>& starts = info.mig_profiles[static_cast<size_t>(i.profile)].starts;
+    return std::find(starts.begin(), starts.end(), i.start) == starts.end();
+  });
+  state_.setMigIdle(n, gpu, std::move(idle));
+  return core::Status::ok();
+}
+
 core::Status Scheduler::restoreTask(TaskId t, const Placement& p, core::TimePoint started,
                                     uint32_t starts) {
   if (t >= tasks_.size() || tasks_[t].state != TaskState::kPending) {

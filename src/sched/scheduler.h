@@ -238,6 +238,10 @@ class Scheduler {
   // MIG slices go only where it is on, other work only where it is off. Work waiting for it is
   // tried again. Errors: no such node or GPU.
   core::Status setGpuMigMode(NodeIndex n, int gpu, model::MigMode mode);
+  // The MIG instances on GPU `gpu` of node `n` that run nothing, as its agent reports them: the
+  // next task of their profile goes into one (no re-layout). Those that are no instance of the
+  // GPU's model, or overlap one in use, are left out. Errors: no such node or GPU.
+  core::Status setMigIdle(NodeIndex n, int gpu, std::vector<model::MigInstance> idle);
   // Puts pending task `t` back where it already runs, as its driver knew it before a restart
   // (docs/server.md, "Restarts keep running work"): on placement `p`, running since `started`,
   // with `starts` starts so far (so the next start's generation is new). Fails, changing nothing,

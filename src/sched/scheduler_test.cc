@@ -61,6 +61,7 @@ class SchedulerTest : public ::testing::Test {
   }
 
   // A workload of `tasks` tasks of `request`, all of them one gang when `min` == `tasks`.
+  std::pair<WorkloadId, WorkloadId> halfBesidePinned();
   WorkloadId submitRequest(const std::string& name, const std::string& queue, int tasks, int min,
                            model::TaskRequest request, bool preemptible = true,
                            core::Duration checkpoint_every = core::Duration{0}) {
@@ -1222,6 +1223,53 @@ TEST_F(SchedulerTest, MigSlicesGoOnlyToGpusInMigModeAndOtherWorkNever) {
   EXPECT_FALSE(s_->setGpuMigMode(0, 8, model::MigMode::kOn).isOk());
 }
 
+// #40 item 6: a MIG instance left by a task that ended stays in its GPU's layout. The next task
+// of its profile is placed in it, with no re-layout, though another GPU is fuller (which is
+// what the slice would take otherwise); a slice of another profile keeps out of an idle
+// instance while another GPU has room; and a whole GPU's task clears the layout.
+TEST_F(SchedulerTest, AMigInstanceLeftByAFinishedTaskIsReusedWithoutRelayout) {
+  build(1, 16, 0);
+  for (int g = 0; g < 2; ++g) {
+    ASSERT_TRUE(s_->setGpuMigMode(0, g, model::MigMode::kOn).isOk());
+  }
+  for (int g = 2; g < 8; ++g) {
+    ASSERT_TRUE(s_->setGpuMigMode(0, g, model::MigMode::kOff).isOk());
+  }
+  auto where = [&](WorkloadId w, int task = 0) {
+    const Placement& p =
+        s_->task(s_->workload(w).tasks[static_cast<size_t>(task)]).assignment.placement;
+    return std::pair{std::countr_zero(p.gpus), p.mig_start};
+  };
+  const WorkloadId pair = submitRequest("a-pair", "a", 2, 2, testing::migTask("3g.40gb"));
+  s_->schedule();
+  ASSERT_EQ(running(pair), 2);
+  ASSERT_EQ(where(pair, 0).first, 0);  // Both on GPU 0: the fullest first.
+  ASSERT_EQ(where(pair, 1).first, 0);
+  const std::set<int> starts = {where(pair, 0).second, where(pair, 1).second};
+  const WorkloadId small = submitRequest("a-small", "a", 1, 1, testing::migTask("1g.10gb"));
+  s_->schedule();
+  ASSERT_EQ(where(small).first, 1);  // GPU 0 is full.
+  s_->taskFinished(s_->workload(pair).tasks[0]);
+  s_->taskFinished(s_->workload(pair).tasks[1]);
+
+  // GPU 1 is the fuller now; GPU 0 holds two idle 3g instances.
+  const WorkloadId again = submitRequest("a-again", "a", 1, 1, testing::migTask("3g.40gb"));
+  s_->schedule();
+  ASSERT_EQ(running(again), 1);
+  EXPECT_EQ(where(again).first, 0);
+  EXPECT_TRUE(starts.contains(where(again).second));
+  // A 1g slice: on GPU 0 it could only go across the idle 3g instance; GPU 1 has room.
+  const WorkloadId other = submitRequest("a-other", "a", 1, 1, testing::migTask("1g.10gb"));
+  s_->schedule();
+  EXPECT_EQ(where(other).first, 1);
+  // The other idle instance is still there for the next 3g.
+  const WorkloadId third = submitRequest("a-third", "a", 1, 1, testing::migTask("3g.40gb"));
+  s_->schedule();
+  EXPECT_EQ(where(third).first, 0);
+  EXPECT_TRUE(starts.contains(where(third).second));
+  EXPECT_NE(where(third).second, where(again).second);
+}
+
 // Reclaim skips a running workload with no victim under the bound until that can change: its
 // next checkpoint, a task coming of age (MinimumRuntimeProtectsYoungTasks), or a change in its
 // running tasks. Each of these must bring it back.
@@ -1489,24 +1537,82 @@ TEST_F(SchedulerTest, PriorityPreemptionServesWorkBlockedByItsQueuesLimit) {
 
 // Bug 4e: a victim that frees nothing the preemptor can use (half of a GPU whose other half
 // stays taken, for a whole-GPU preemptor) is not evicted, though it is the cheapest.
-TEST_F(SchedulerTest, AVictimThatFreesNothingUsableIsLeftAlone) {
-  build(1, 4, 4);
+// On one node of queue a: 7 whole GPUs, and on the eighth a non-preemptible half beside a
+// younger preemptible half (the cheapest task of all, freeing nothing whole). Returns the
+// whole-GPU workload and the young half's.
+std::pair<WorkloadId, WorkloadId> SchedulerTest::halfBesidePinned() {
   const WorkloadId whole = submit("a-whole", "a", 7, 1, 1);
   const WorkloadId pinned =
       submitRequest("a-pinned", "a", 1, 1, testing::gpuTask(1000, 1, 500), false);
   s_->schedule();
-  ASSERT_EQ(running(whole), 7);
-  ASSERT_EQ(running(pinned), 1);
+  EXPECT_EQ(running(whole), 7);
+  EXPECT_EQ(running(pinned), 1);
   clock_.advance(std::chrono::minutes(10));
   const WorkloadId half = submitRequest("a-half", "a", 1, 1, testing::gpuTask(1000, 1, 500));
   s_->schedule();
-  ASSERT_EQ(running(half), 1);  // Beside the pinned half: the cheapest task of all.
+  EXPECT_EQ(running(half), 1);
+  return {whole, half};
+}
+
+TEST_F(SchedulerTest, AVictimThatFreesNothingUsableIsLeftAlone) {
+  build(1, 4, 4);
+  const auto [whole, half] = halfBesidePinned();
+  ASSERT_FALSE(HasFailure());
   const WorkloadId b = submit("b-one", "b", 1, 1, 1);
   PassResult r = s_->schedule();
   ASSERT_EQ(r.evicted.size(), 1U);
   EXPECT_EQ(r.evicted[0].victim, whole);
   EXPECT_EQ(r.evicted[0].preemptor, b);
   EXPECT_EQ(running(half), 1);
+}
+
+// Bug 4c, memory: a queue exactly at its GPU share reclaims memory it is owed.
+TEST_F(SchedulerTest, AQueueAtItsGpuShareMayReclaimMemoryItIsOwed) {
+  build(1, 4, 4);
+  const WorkloadId a_gpu = submit("a-gpu", "a", 4, 4, 1);
+  const WorkloadId b_gpu = submit("b-gpu", "b", 4, 4, 1);
+  // a takes all of the node's memory with CPU-only tasks of 256 GiB.
+  const WorkloadId a_mem = submitRequest("a-mem", "a", 8, 1, testing::cpuTask(1000, 262144));
+  s_->schedule();
+  ASSERT_EQ(running(a_gpu) + running(b_gpu), 8);
+  ASSERT_EQ(running(a_mem), 8);
+  const WorkloadId b_mem = submitRequest("b-mem", "b", 1, 1, testing::cpuTask(1000, 262144));
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 1U);
+  EXPECT_EQ(r.evicted[0].victim, a_mem);
+  EXPECT_EQ(r.evicted[0].preemptor, b_mem);
+}
+
+// Bug 4e, by priority: a preemption in one queue leaves alone the half GPU it could not use.
+TEST_F(SchedulerTest, APreemptionLeavesAloneAVictimThatFreesNothingUsable) {
+  build(1, 8, 0);
+  const auto [whole, half] = halfBesidePinned();
+  ASSERT_FALSE(HasFailure());
+  const WorkloadId high = submit("a-high", "a", 1, 1, 1, /*priority=*/10);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 1U);
+  EXPECT_EQ(r.evicted[0].victim, whole);
+  EXPECT_EQ(r.evicted[0].preemptor, high);
+  EXPECT_EQ(running(half), 1);
+}
+
+// Bug 4e, CPU: a CPU-only victim on a node whose GPUs are all taken frees nothing for a GPU task.
+TEST_F(SchedulerTest, AReclaimLeavesAloneACpuOnlyVictimWhenGpusAreWhatIsMissing) {
+  build(1, 4, 4);
+  clock_.advance(std::chrono::minutes(10));
+  const WorkloadId whole = submit("a-whole", "a", 8, 1, 1);
+  s_->schedule();
+  clock_.advance(std::chrono::minutes(10));
+  const WorkloadId cpu = submitRequest("a-cpu", "a", 1, 1, testing::cpuTask(1000));
+  s_->schedule();
+  ASSERT_EQ(running(whole), 8);
+  ASSERT_EQ(running(cpu), 1);  // Younger: the least unsaved work.
+  const WorkloadId b = submit("b-one", "b", 1, 1, 1);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 1U);
+  EXPECT_EQ(r.evicted[0].victim, whole);
+  EXPECT_EQ(r.evicted[0].preemptor, b);
+  EXPECT_EQ(running(cpu), 1);
 }
 
 // Bug 4f: queues are served in KAI's order, judged with their next job added. A queue with no

@@ -95,6 +95,13 @@ class TesseraPolicy final : public Policy {
         taken_reserved += taken * reservedShare(gpus[i].model);
       }
       c.score = score_after();
+      if (r.mig && c.gpus != 0) {
+        // A node whose layout already holds the slice (or spares its idle instances) first: a
+        // re-layout costs the GPU's time (instances destroyed and made) and any work there.
+        const GpuState& g = gpus[std::countr_zero(c.gpus)];
+        c.score += kFgdRange * migLayoutTier(state.catalogue().model(g.model), g,
+                                             r.mig_profile[g.model.value()], c.mig_start);
+      }
       return c;
     }
     // A share: the GPU with the least packing cost, then the best score above, then the lowest

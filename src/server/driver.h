@@ -409,11 +409,13 @@ class SchedulerDriver {
   // precondition: a simulated node, or other GPUs.
   // `address`: what its tasks' peers reach the node at (the rendezvous' hosts); "" leaves the
   // one known.
-  core::Result<HeartbeatAnswer> heartbeat(const std::string& node,
-                                          const std::vector<std::string>& gpu_models,
-                                          std::vector<NodeTaskReport> reports,
-                                          const std::vector<bool>& mig_on = {},
-                                          const std::string& address = "");
+  // `mig_idle`: per GPU, the MIG instances the agent left from tasks that ended (the next task
+  // of their profile is placed in one: no re-layout).
+  core::Result<HeartbeatAnswer> heartbeat(
+      const std::string& node, const std::vector<std::string>& gpu_models,
+      std::vector<NodeTaskReport> reports, const std::vector<bool>& mig_on = {},
+      const std::string& address = "",
+      const std::vector<std::vector<model::MigInstance>>& mig_idle = {});
   // Waits up to `wait` for the agent-run `node`'s task list to move past `known_version`, and
   // returns its version then (at once if it already has). Not found: not an agent-run node.
   core::Result<uint64_t> watchNode(const std::string& node, uint64_t known_version,
@@ -579,6 +581,8 @@ class SchedulerDriver {
     std::vector<NodeTaskReport> reports;  // Since the last pass.
     std::vector<bool> mig_on;             // Per GPU, as its agent last reported.
     bool mig_changed = false;             // Since the last pass: the scheduler must learn it.
+    std::vector<std::vector<model::MigInstance>> mig_idle;  // Per GPU, as last reported.
+    bool mig_idle_changed = false;
     // Of its task list: starts at a random value (freshAgentNode), so a version an agent got
     // from an earlier leader is never taken for this one's (a watch would wait on a list that
     // changed).

@@ -229,11 +229,10 @@ void SchedulerDriver::applyDrains(const std::vector<std::string>& drains, core::
   }
 }
 
-core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node,
-                                                         const std::vector<std::string>& gpu_models,
-                                                         std::vector<NodeTaskReport> reports,
-                                                         const std::vector<bool>& mig_on,
-                                                         const std::string& address) {
+core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(
+    const std::string& node, const std::vector<std::string>& gpu_models,
+    std::vector<NodeTaskReport> reports, const std::vector<bool>& mig_on,
+    const std::string& address, const std::vector<std::vector<model::MigInstance>>& mig_idle) {
   std::lock_guard lock(mu_);
   auto found = agent_index_.find(node);
   if (found == agent_index_.end()) {
@@ -298,6 +297,10 @@ core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(const std::string& node
     a.mig_changed = true;
     wake = true;
   }
+  if (mig_idle != a.mig_idle) {
+    a.mig_idle = mig_idle;
+    a.mig_idle_changed = true;
+  }
   if (!a.up) {
     a.up = true;
     a.back = true;
@@ -332,6 +335,7 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
   std::vector<sched::NodeIndex> back;
   std::vector<sched::NodeIndex> lost;
   std::vector<std::pair<sched::NodeIndex, std::vector<bool>>> modes;
+  std::vector<std::pair<sched::NodeIndex, std::vector<std::vector<model::MigInstance>>>> idle;
   std::vector<std::pair<sched::NodeIndex, std::vector<NodeTaskReport>>> reports;
   std::map<sched::NodeIndex, uint64_t> answered;
   {
@@ -345,6 +349,10 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
       if (a.mig_changed) {
         modes.emplace_back(n, a.mig_on);
         a.mig_changed = false;
+      }
+      if (a.mig_idle_changed) {
+        idle.emplace_back(n, a.mig_idle);
+        a.mig_idle_changed = false;
       }
       if (!a.reports.empty()) {
         reports.emplace_back(n, std::move(a.reports));
@@ -360,6 +368,11 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
     for (size_t g = 0; g < on.size(); ++g) {
       (void)scheduler_->setGpuMigMode(n, static_cast<int>(g),
                                       on[g] ? model::MigMode::kOn : model::MigMode::kOff);
+    }
+  }
+  for (const auto& [n, gpus] : idle) {
+    for (size_t g = 0; g < gpus.size() && g < nodes_[n].gpus.size(); ++g) {
+      (void)scheduler_->setMigIdle(n, static_cast<int>(g), gpus[g]);
     }
   }
   for (sched::NodeIndex n : back) {

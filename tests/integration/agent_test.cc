@@ -1097,6 +1097,22 @@ TEST_F(MigAgentTest, TwoTenantsSlicesShareAGpuAndItIsLaidOutAnewForAWholeSlice) 
   EXPECT_NE(c, b);
 }
 
+// #40 item 6: the MIG instance a finished task left stays on its GPU while another slice starts
+// beside it (the agent destroys only what is in a new instance's way, and reports what is left),
+// and the next task of its profile runs in it: the same MIG device, no re-layout. (The fake
+// NVML never reuses a GPU instance id, so an instance made again would be another device.)
+TEST_F(MigAgentTest, TheNextTaskOfAProfileRunsInTheInstanceAFinishedTaskLeft) {
+  submit(tenant_, "team-1", "first", "3g.40gb");
+  const std::string a = device(tenant_, "team-1", "first");
+  ASSERT_TRUE(a.starts_with("MIG-fake-g0-")) << a;
+  submit(tenant_, "team-1", "small", "1g.10gb");
+  const std::string small = device(tenant_, "team-1", "small");
+  ASSERT_TRUE(small.starts_with("MIG-fake-g0-")) << small;
+  EXPECT_NE(small, a);
+  submit(tenant_, "team-1", "second", "3g.40gb");
+  EXPECT_EQ(device(tenant_, "team-1", "second"), a);
+}
+
 // An idle fleet's audit log stays small: a node's watches and its heartbeats that carry nothing
 // new are not recorded; its registration and what happens to its tasks are.
 TEST_F(AgentTest, IdleAgentsWriteNothingToTheAuditLogAndTaskNewsIsRecorded) {

@@ -47,6 +47,7 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
   // The GPUs its agent found, in index order, by catalogue model, and which have MIG mode on.
   std::vector<std::string> models;
   std::vector<bool> mig_on;
+  std::vector<std::vector<model::MigInstance>> mig_idle;  // Per GPU (docs/agent.md, "MIG").
   if (body.has("node")) {
     const json& found = r.body["node"];
     if (!found.is_object() || !found.contains("gpus") || !found["gpus"].is_array()) {
@@ -61,6 +62,24 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
         return error(400, source + ": node.gpus: \"mig_enabled\" must be true or false");
       }
       mig_on.push_back(g.value("mig_enabled", false));
+      std::vector<model::MigInstance>& idle = mig_idle.emplace_back();
+      if (g.contains("mig_idle")) {
+        const json& list = g["mig_idle"];
+        if (!list.is_array() || list.size() > 8) {
+          return error(400, source + ": node.gpus: \"mig_idle\" must be a list of at most 8");
+        }
+        for (const json& m : list) {
+          if (!m.is_object() || !m.contains("profile") || !m["profile"].is_number_integer() ||
+              !m.contains("start") || !m["start"].is_number_integer() ||
+              m["profile"].get<int64_t>() < 0 || m["profile"].get<int64_t>() > 64 ||
+              m["start"].get<int64_t>() < 0 || m["start"].get<int64_t>() > 7) {
+            return error(400, source +
+                                  ": node.gpus: each of \"mig_idle\" is {\"profile\": <catalogue "
+                                  "profile index>, \"start\": <slice 0-7>}");
+          }
+          idle.push_back({m["profile"].get<int>(), m["start"].get<int>()});
+        }
+      }
     }
   } else {
     return error(400, source + ": node: missing (the agent's discovery)");
@@ -96,7 +115,7 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
     address = remote.rfind('[', 0) == 0 ? remote.substr(1, remote.find(']') - 1)
                                         : remote.substr(0, remote.rfind(':'));
   }
-  auto answer = driver_.heartbeat(node, models, std::move(reports), mig_on, address);
+  auto answer = driver_.heartbeat(node, models, std::move(reports), mig_on, address, mig_idle);
   if (!answer.isOk()) {
     return fromStatus(answer.status());
   }
