@@ -12,6 +12,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/beast/ssl.hpp>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -108,6 +109,7 @@ class DevServer {
       args.emplace_back("--simulated");
     }
     args.insert(args.end(), extra.begin(), extra.end());
+    std::fflush(nullptr);  // What this program printed is not printed again by the child.
     const pid_t pid = fork();
     if (pid < 0) {
       *error = "fork failed";

@@ -6,11 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <numeric>
-#include <span>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <set>
+#include <span>
 #include <thread>
 
 #include "api/client.h"
@@ -101,13 +101,12 @@ struct InProcessServer {
     TESSERA_ASSIGN_OR_RETURN(s->auditor, audit::Auditor::create(std::move(sinks)));
     dopts.epoch = 1;
     TESSERA_ASSIGN_OR_RETURN(
-        s->driver,
-        server::SchedulerDriver::create(
-            catalogue, std::move(nodes), s->clock, std::move(dopts),
-            [self](const std::map<std::string, server::WorkloadStatus>& changed) {
-              return self->cp != nullptr ? self->cp->onDriverChanges(changed)
-                                         : core::Status::ok();
-            }));
+        s->driver, server::SchedulerDriver::create(
+                       catalogue, std::move(nodes), s->clock, std::move(dopts),
+                       [self](const std::map<std::string, server::WorkloadStatus>& changed) {
+                         return self->cp != nullptr ? self->cp->onDriverChanges(changed)
+                                                    : core::Status::ok();
+                       }));
     server::ControlPlaneOptions copts;
     // Virtual time stands still between passes: no admission bucket would refill.
     copts.tenant_rate_per_s = 1e9;
@@ -115,9 +114,9 @@ struct InProcessServer {
     copts.default_max_workloads = 10'000'000;
     copts.default_max_pending = 10'000'000;
     copts.tokens.max_ttl = std::chrono::hours(24 * 365 * 10);
-    TESSERA_ASSIGN_OR_RETURN(s->cp,
-                             server::ControlPlane::open(*s->store, *s->auditor, *s->driver,
-                                                        catalogue, s->clock, copts, nullptr));
+    TESSERA_ASSIGN_OR_RETURN(
+        s->cp, server::ControlPlane::open(*s->store, *s->auditor, *s->driver, catalogue, s->clock,
+                                          copts, nullptr));
     TESSERA_ASSIGN_OR_RETURN(server::CreatedToken root, s->cp->bootstrapRootToken());
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<server::CertAuthority> ca,
                              server::CertAuthority::create("tessera sim", std::chrono::hours(24)));
@@ -132,17 +131,16 @@ struct InProcessServer {
     listener.tls_key_file = (dir / "key.pem").string();
     s->listeners = {listener};
     TESSERA_ASSIGN_OR_RETURN(
-        s->http, server::HttpServer::create(
-                     s->listeners,
-                     [self](const server::HttpRequest& r, server::Reply reply) {
-                       self->cp->handle(r, self->listeners, std::move(reply));
-                     },
-                     [self](const server::HttpRequest& r) {
-                       return self->cp->admit(r, self->listeners);
-                     },
-                     [self](const server::HttpRequest& head) {
-                       return server::bodyAllowance(head, self->listeners);
-                     }));
+        s->http,
+        server::HttpServer::create(
+            s->listeners,
+            [self](const server::HttpRequest& r, server::Reply reply) {
+              self->cp->handle(r, self->listeners, std::move(reply));
+            },
+            [self](const server::HttpRequest& r) { return self->cp->admit(r, self->listeners); },
+            [self](const server::HttpRequest& head) {
+              return server::bodyAllowance(head, self->listeners);
+            }));
     s->http->start(1, 4);
     s->cc.address = "https://127.0.0.1:" + std::to_string(s->http->ports()[0]);
     s->cc.ca_cert_file = (dir / "ca.pem").string();
@@ -445,9 +443,9 @@ core::Result<sim::RunResult> runOpenbThroughApi(const sim::OpenbExperiment& exp,
       dopts.typical.push_back(pod.shape());
     }
   }
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<InProcessServer> srv,
-                           InProcessServer::start(work_dir, exp.catalogue(), std::move(ranked),
-                                                  std::move(dopts)));
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<InProcessServer> srv,
+      InProcessServer::start(work_dir, exp.catalogue(), std::move(ranked), std::move(dopts)));
   const std::string tenant = "openb";
   TESSERA_RETURN_IF_ERROR(
       srv->admin->call("POST", "/v1/tenants/" + tenant, json::object()).status());
@@ -502,9 +500,8 @@ core::Result<sim::RunResult> runOpenbThroughApi(const sim::OpenbExperiment& exp,
       if (placed) {
         auto node = index_of.find(task.value("node", ""));
         if (node == index_of.end()) {
-          return core::internalError(
-              fmt::format("pod {}: the API says it runs on unknown node '{}'", i,
-                          task.value("node", "")));
+          return core::internalError(fmt::format(
+              "pod {}: the API says it runs on unknown node '{}'", i, task.value("node", "")));
         }
         out.node = static_cast<int32_t>(node->second);
         for (const json& g : task.value("gpus", json::array())) {
@@ -522,7 +519,8 @@ core::Result<sim::RunResult> runOpenbThroughApi(const sim::OpenbExperiment& exp,
                 fmt::format("pod {}: deleted, but the scheduler did not cancel it", i));
           }
           srv->driver->runOnce();
-          std::optional<server::WorkloadStatus> st = srv->driver->status(tenant, fmt::format("p{}", i));
+          std::optional<server::WorkloadStatus> st =
+              srv->driver->status(tenant, fmt::format("p{}", i));
           if (st && st->phase == server::WorkloadPhase::kCancelled) {
             break;
           }

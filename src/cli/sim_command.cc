@@ -49,7 +49,7 @@ struct OpenbOptions {
   bool through_api = false;
   double parity_tolerance = 0.5;
   std::string api_profile = "learned";  // Or "trace": the server is given the trace's.
-  int api_max_moves = 8;                 // The scheduler's max_moves_per_pass there.
+  int api_max_moves = 8;                // The scheduler's max_moves_per_pass there.
 };
 
 // --hold-cpu-for-gpus: none (0), typical (the trace's typical GPU pod's CPU per GPU) or a
@@ -95,24 +95,25 @@ int runOpenbParity(const OpenbOptions& opt,
   std::string csv =
       "trace,policy,seed,sim_unalloc_pct_at_100,live_unalloc_pct_at_100,diff_points,"
       "sim_failed,live_failed,same_node_pct,live_seconds\n";
-  std::string table = fmt::format("{:<14} {:<8} {:>6} {:>9} {:>9} {:>7} {:>10} {:>9}\n", "trace",
-                                  "policy", "seed", "sim %", "live %", "diff", "same node", "seconds");
+  std::string table =
+      fmt::format("{:<14} {:<8} {:>6} {:>9} {:>9} {:>7} {:>10} {:>9}\n", "trace", "policy", "seed",
+                  "sim %", "live %", "diff", "same node", "seconds");
   bool within = true;
   constexpr size_t kTicksPerRun = 1000;
-  Progress progress(fmt::format("{} runs through the API", jobs.size()),
-                    jobs.size() * kTicksPerRun, !opt.quiet);
+  Progress progress(fmt::format("{} runs through the API", jobs.size()), jobs.size() * kTicksPerRun,
+                    !opt.quiet);
   for (size_t j = 0; j < jobs.size(); ++j) {
     const OpenbJob& job = jobs[j];
     size_t reported = 0;
-    auto live = runOpenbThroughApi(
-        *experiments[job.trace], job.policy, job.seed, opt.tune,
-        fmt::format("{}/server-{}-{}-{}", opt.out, job.policy,
-                    sim::traceNameOf(pod_files[job.trace]), job.seed),
-        opt.api_profile == "trace", opt.api_max_moves, [&](size_t done, size_t total) {
-          const size_t ticks = done * kTicksPerRun / total;
-          progress.add(ticks - reported);
-          reported = ticks;
-        });
+    auto live = runOpenbThroughApi(*experiments[job.trace], job.policy, job.seed, opt.tune,
+                                   fmt::format("{}/server-{}-{}-{}", opt.out, job.policy,
+                                               sim::traceNameOf(pod_files[job.trace]), job.seed),
+                                   opt.api_profile == "trace", opt.api_max_moves,
+                                   [&](size_t done, size_t total) {
+                                     const size_t ticks = done * kTicksPerRun / total;
+                                     progress.add(ticks - reported);
+                                     reported = ticks;
+                                   });
     if (!live.isOk()) {
       progress.finish();
       return fail(kExitFailure, live.status().message());
@@ -138,15 +139,15 @@ int runOpenbParity(const OpenbOptions& opt,
     const double live_pct = live->unallocAt(100);
     const double diff = live_pct - rows[j].unalloc_100;
     within = within && std::abs(diff) <= opt.parity_tolerance;
-    const double same_pct = sim.empty() ? 0 : 100.0 * static_cast<double>(same) /
-                                                  static_cast<double>(sim.size());
+    const double same_pct =
+        sim.empty() ? 0 : 100.0 * static_cast<double>(same) / static_cast<double>(sim.size());
     const std::string trace = sim::traceNameOf(pod_files[job.trace]);
     csv += fmt::format("{},{},{},{:.2f},{:.2f},{:.2f},{},{},{:.1f},{:.1f}\n", trace, job.policy,
                        job.seed, rows[j].unalloc_100, live_pct, diff, sim_failed, live->failed,
                        same_pct, live->seconds);
     table += fmt::format("{:<14} {:<8} {:>6} {:>9.2f} {:>9.2f} {:>+7.2f} {:>9.1f}% {:>9.1f}\n",
-                         trace, job.policy, job.seed, rows[j].unalloc_100, live_pct, diff,
-                         same_pct, live->seconds);
+                         trace, job.policy, job.seed, rows[j].unalloc_100, live_pct, diff, same_pct,
+                         live->seconds);
   }
   progress.finish();
   if (core::Status st = sim::writeFileAtomically(opt.out + "/parity.csv", csv); !st.isOk()) {
@@ -158,8 +159,7 @@ int runOpenbParity(const OpenbOptions& opt,
             << ") against the simulator: unallocated GPU % at arrived = 100%\n"
             << table << "Wrote " << opt.out << "/parity.csv.\n";
   if (!within) {
-    std::cerr << fmt::format("error: a run differs by more than {} points\n",
-                             opt.parity_tolerance);
+    std::cerr << fmt::format("error: a run differs by more than {} points\n", opt.parity_tolerance);
     return kExitFailure;
   }
   return 0;

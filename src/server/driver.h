@@ -468,7 +468,10 @@ class SchedulerDriver {
   WorkloadStatus phaseOf(sched::WorkloadId w) const;
   // Whether any node in service could ever hold `min_available` tasks of `r` of `tenant`'s at
   // once (an empty pool: yes, nodes join later); else why not. Caller holds mu_.
+  // Verdicts are kept by request shape until the nodes change (judgeCapacity walks them all).
   core::Status checkCapacity(const std::string& tenant, const model::TaskRequest& r,
+                             int64_t min_available) const;
+  core::Status judgeCapacity(const std::string& tenant, const model::TaskRequest& r,
                              int64_t min_available) const;
   // Agent-run nodes: apply reports and lapsed leases (in a pass), then republish task lists.
   void applyNodeEvents(core::TimePoint now, std::vector<sched::WorkloadId>& touched);
@@ -525,6 +528,7 @@ class SchedulerDriver {
   uint32_t generationOf(sched::TaskId t) const;
   // Every node's GPUs with the tasks on them, from the scheduler (on the driver thread).
   std::map<sched::NodeIndex, std::vector<GpuState>> gpuMap() const;
+  std::vector<GpuState> gpusOf(sched::NodeIndex n) const;  // One node's entry of gpuMap().
   uint64_t gpu_map_journal_ = ~uint64_t{0};  // The cluster journal's end at the last gpuMap().
 
   const core::Clock& clock_;
@@ -607,6 +611,9 @@ class SchedulerDriver {
   // Changes whenever what admission judges by changes (a node added or removed, a pool
   // dedicated): a waiting workload's "unplaceable" verdict is computed again only then.
   uint64_t nodes_generation_ = 0;  // Guarded by mu_.
+  // checkCapacity's verdicts by request shape, for nodes_generation_ capacity_generation_.
+  mutable std::map<std::string, core::Status> capacity_verdicts_;  // Guarded by mu_.
+  mutable uint64_t capacity_generation_ = UINT64_MAX;
   struct Verdict {
     uint64_t generation = UINT64_MAX;
     bool gang = true;     // Judged for its gang minimum (nothing of it running), or for one task.

@@ -38,6 +38,35 @@ core::Status SchedulerDriver::check(const SubmitCommand& cmd) const {
 
 core::Status SchedulerDriver::checkCapacity(const std::string& tenant, const model::TaskRequest& r,
                                             int64_t min_available) const {
+  // The verdict depends on the request's shape, the tenant (its pools) and the nodes only: a
+  // tenant's submissions mostly share a few shapes, and judging one walks every node.
+  std::string key = tenant;
+  key += '\0';
+  for (const int64_t v : {r.cpu.value(), r.memory.value(), static_cast<int64_t>(r.gpu_count),
+                          r.gpu_milli.value(), r.gpu_memory.value(), min_available}) {
+    key.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  for (model::GpuModelId m : r.models) {
+    key += std::to_string(m.value()) + ',';
+  }
+  key += '\0' + r.mig_profile + '\0';
+  for (const auto& [label, value] : r.node_selector) {
+    key += label + '=' + value + '\0';
+  }
+  if (capacity_generation_ != nodes_generation_ || capacity_verdicts_.size() > 4096) {
+    capacity_verdicts_.clear();
+    capacity_generation_ = nodes_generation_;
+  }
+  if (auto it = capacity_verdicts_.find(key); it != capacity_verdicts_.end()) {
+    return it->second;
+  }
+  core::Status verdict = judgeCapacity(tenant, r, min_available);
+  capacity_verdicts_.emplace(std::move(key), verdict);
+  return verdict;
+}
+
+core::Status SchedulerDriver::judgeCapacity(const std::string& tenant, const model::TaskRequest& r,
+                                            int64_t min_available) const {
   // What the pool offers, for a reason that says which part of the request nothing meets: the
   // GPU models seen, by id (names only once, below: a check runs for every submission, over
   // every node).

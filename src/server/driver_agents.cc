@@ -511,7 +511,14 @@ std::function<bool(sched::TaskId)> SchedulerDriver::stopsOnAgent() {
 std::map<sched::NodeIndex, std::vector<GpuState>> SchedulerDriver::gpuMap() const {
   std::map<sched::NodeIndex, std::vector<GpuState>> out;
   for (const auto& [name, n] : node_index_) {
-    std::vector<GpuState>& gpus = out[n];
+    out[n] = gpusOf(n);
+  }
+  return out;
+}
+
+std::vector<GpuState> SchedulerDriver::gpusOf(sched::NodeIndex n) const {
+  std::vector<GpuState> gpus;
+  {
     const model::Node& node = scheduler_->cluster().node(n);  // With its GPUs' MIG modes.
     for (const model::GpuDevice& g : node.gpus) {
       gpus.push_back({catalogue_->model(g.model).name, g.mig == model::MigMode::kOn, {}});
@@ -542,7 +549,7 @@ std::map<sched::NodeIndex, std::vector<GpuState>> SchedulerDriver::gpuMap() cons
       }
     }
   }
-  return out;
+  return gpus;
 }
 
 uint32_t SchedulerDriver::generationOf(sched::TaskId t) const {
