@@ -5,6 +5,7 @@
 #include <set>
 
 #include "sched/placer.h"
+#include "sched/tessera_policy.h"
 #include "sched/test_util.h"
 
 namespace tessera::sched {
@@ -137,6 +138,31 @@ TEST_F(PolicyTest, RandomSpreadsOverFeasibleNodesOnly) {
   }
   EXPECT_EQ(chosen, (std::set<NodeIndex>{0, 1}));
   EXPECT_EQ(gpus.size(), 8U);  // Every GPU of node 0 was drawn at some point.
+}
+
+// #40 item 3: when the typical mix asks for more CPU than the cluster has by the time its GPU
+// requests fill the GPUs, CPU runs out first; keeping CPU beside free GPUs then costs GPUs where
+// CPU binds, and the policy places by FGD's rule (the same node as FGD). With CPU held for free
+// GPUs, CPU-only work cannot take it and the stranding term is back.
+TEST(TesseraPolicyTest, WhenCpuRunsOutFirstItPlacesByFgdsRule) {
+  model::GpuCatalogue cat = model::GpuCatalogue::builtin();
+  ClusterState state(cat, {testing::node(cat, "gpus-free", 40, 256, "T4", 4),
+                           testing::node(cat, "gpus-busy", 40, 256, "T4", 4)});
+  state.apply(gpuTask(20000, 4), Placement{1, 0b1111});
+  // 20 cores per GPU: 160 cores for 8 GPUs, on 80.
+  FragModel frag{{{{20000, 1000, 1, {}}, 1, 1.0}}, cat.size()};
+  EXPECT_DOUBLE_EQ(cpuBinding(frag, state), 2.0);
+  ASSERT_TRUE(cpuBinds(frag, state));
+  core::Rng rng(1);
+  PolicyContext ctx{&frag, &rng};
+  auto fgd = std::move(makePolicy("fgd", ctx, state)).value();
+  auto ours = std::move(makePolicy("tessera", ctx, state)).value();
+  EXPECT_EQ(Placer(state, *fgd).decide(cpuTask(16000)).placement.node, 0U);
+  EXPECT_EQ(Placer(state, *ours).decide(cpuTask(16000)).placement.node, 0U);
+  state.setCpuPerFreeGpu(20000);
+  EXPECT_FALSE(cpuBinds(frag, state));
+  auto held = std::move(makePolicy("tessera", ctx, state)).value();
+  EXPECT_EQ(Placer(state, *held).decide(cpuTask(16000)).placement.node, 1U);
 }
 
 TEST(TesseraPolicyTest, CpuOnlyTasksDoNotStrandGpus) {

@@ -49,7 +49,7 @@ class TesseraPolicy final : public Policy {
       : frag_(frag),
         values_(std::move(values)),
         node_frag_(frag, state.nodeCount()),
-        cpu_per_milli_(frag.cpuPerGpuMilli()) {
+        cpu_per_milli_(cpuBinds(frag, state) ? 0.0 : frag.cpuPerGpuMilli()) {
     reserveModels(state);
   }
 
@@ -99,8 +99,11 @@ class TesseraPolicy final : public Policy {
         // A node whose layout already holds the slice (or spares its idle instances) first: a
         // re-layout costs the GPU's time (instances destroyed and made) and any work there.
         const GpuState& g = gpus[std::countr_zero(c.gpus)];
-        c.score += kFgdRange * migLayoutTier(state.catalogue().model(g.model), g,
-                                             r.mig_profile[g.model.value()], c.mig_start);
+        // A new instance in free slices scores as before (the simulator compares it with a
+        // share's score); reusing one ranks above, destroying idle ones below.
+        c.score += kFgdRange * (migLayoutTier(state.catalogue().model(g.model), g,
+                                              r.mig_profile[g.model.value()], c.mig_start) -
+                                1);
       }
       return c;
     }
@@ -191,6 +194,29 @@ class TesseraPolicy final : public Policy {
 
 }  // namespace
 
+double cpuBinding(const FragModel& frag, const ClusterState& state) {
+  double cpu = 0;  // Per typical pod, frequency-weighted.
+  double gpu = 0;
+  for (const TypicalPod& t : frag.typical()) {
+    cpu += t.freq * static_cast<double>(t.shape.cpu_milli);
+    gpu += t.freq * t.shape.gpu_count * static_cast<double>(t.shape.milli);
+  }
+  double cluster_cpu = 0;
+  double cluster_gpu = 0;
+  for (NodeIndex n = 0; n < state.nodeCount(); ++n) {
+    cluster_cpu += static_cast<double>(state.node(n).cpu.value());
+    cluster_gpu += static_cast<double>(state.gpus(n).size()) * kFullGpu;
+  }
+  if (gpu <= 0 || cluster_cpu <= 0) {
+    return 0;
+  }
+  return cpu / gpu * cluster_gpu / cluster_cpu;
+}
+
+bool cpuBinds(const FragModel& frag, const ClusterState& state) {
+  return state.cpuPerFreeGpu() == 0 && cpuBinding(frag, state) > 1;
+}
+
 core::Result<std::unique_ptr<Policy>> makeTesseraPolicy(const FragModel& frag,
                                                         const ClusterState& state) {
   std::vector<std::pair<int32_t, double>> shares;
@@ -198,6 +224,13 @@ core::Result<std::unique_ptr<Policy>> makeTesseraPolicy(const FragModel& frag,
     if (t.shape.gpu_count == 1 && t.shape.milli > 0 && t.shape.milli < kFullGpu) {
       shares.emplace_back(t.shape.milli, t.freq);
     }
+  }
+  if (cpuBinds(frag, state)) {
+    // CPU, not GPUs, runs out first for this mix: packing GPU shares and keeping CPU beside
+    // free GPUs serve a constraint that does not bind, and cost GPUs where CPU does
+    // (docs/placement.md, "When CPU binds"). FGD's own rule, which counts whether each typical
+    // pod's CPU fits, places; the model term stays.
+    shares.clear();
   }
   TESSERA_ASSIGN_OR_RETURN(ShareValues values, ShareValues::fromShares(shares));
   return std::unique_ptr<Policy>(std::make_unique<TesseraPolicy>(frag, state, std::move(values)));

@@ -2,6 +2,7 @@
 // (docs/placement.md, "In the live server").
 #include <fmt/format.h>
 
+#include "sched/tessera_policy.h"
 #include "server/driver.h"
 
 namespace tessera::server {
@@ -85,9 +86,16 @@ ProfileStatus SchedulerDriver::profileStatus() const {
     s.terms.emplace_back(name, why);
   };
   term("fragmentation", fgd, gpu, "no typical task asks for a GPU");
-  term("cpu_stranding", ours, frag.cpuPerGpuMilli() > 0,
-       "no typical task asks for CPU with a GPU share");
-  term("share_prices", ours, shares, "no typical task asks for part of one GPU");
+  // When CPU runs out before GPUs, the GPU-packing terms give way to FGD's rule.
+  const bool cpu_binds = sched::cpuBinds(frag, scheduler_->cluster());
+  const std::string binds = fmt::format(
+      "CPU runs out before GPUs for the typical mix (it asks for {:.2f} x the cluster's CPU by "
+      "the time its GPU requests fill every GPU), so FGD's rule places",
+      sched::cpuBinding(frag, scheduler_->cluster()));
+  term("cpu_stranding", ours, frag.cpuPerGpuMilli() > 0 && !cpu_binds,
+       cpu_binds ? binds : "no typical task asks for CPU with a GPU share");
+  term("share_prices", ours, shares && !cpu_binds,
+       cpu_binds && shares ? binds : "no typical task asks for part of one GPU");
   term("model_prices", ours, models, "no typical GPU task is restricted to GPU models");
   return s;
 }
