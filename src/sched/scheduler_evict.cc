@@ -265,6 +265,9 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
     QueueId split_victim;
     Ratio victim_share;
     bool reclaimer_within_quota;  // Then the victim side's floor is its deserved quota.
+    // The reclaimer's side's distance from its share (|s - 1|), now and with N added.
+    double reclaimer_before = 0;
+    double reclaimer_after = 0;
   };
   std::vector<Source> sources;
   // The reclaimer's side at each level where paths split: its share with N added, and whether it
@@ -316,7 +319,10 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
       not_fairer = a_v;
       continue;  // The move would not lower unfairness.
     }
-    sources.push_back(Source{v, a_v, s_v, side->second.second});
+    const Queue& ar = tree_.queue(a_r);
+    sources.push_back(Source{v, a_v, s_v, side->second.second,
+                             distanceFromOne(dominantShare(settled(a_r), reclaimBasis(ar))),
+                             distanceFromOne(side->second.first)});
   }
   if (sources.empty() && !move) {
     if (reclaim) {
@@ -493,6 +499,19 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
     }
     for (size_t d = 0; d < floor.size(); ++d) {
       if (held[d] > 0 && before[d] > floor[d] && before[d] - held[d] < floor[d]) {
+        // An indivisible unit (a multi-GPU task, a gang's core) takes the side below its floor.
+        // It may still go when that lowers the larger of the two sides' distance from their
+        // shares: a queue within its share does not wait days for a unit that frees more than
+        // the victim side owes (docs/fairness.md, "Past the floor").
+        Amounts after = before;
+        subtractFrom(after, held);
+        const double before_max = std::max(
+            c.source->reclaimer_before, distanceFromOne(dominantShare(before, reclaimBasis(av))));
+        const double after_max = std::max(c.source->reclaimer_after,
+                                          distanceFromOne(dominantShare(after, reclaimBasis(av))));
+        if (after_max < before_max) {
+          return true;
+        }
         kept_whole = side;
         kept_at_quota = &floor == &av.deserved;
         return false;

@@ -29,6 +29,15 @@ inline bool lessThan(const Ratio& a, const Ratio& b) {
 
 inline bool greaterThanOne(const Ratio& r) { return r.den == 0 ? r.num > 0 : r.num > r.den; }
 
+// |r - 1|, for comparing how far two queues are from their shares (infinite: 1e18).
+inline double distanceFromOne(const Ratio& r) {
+  if (r.den == 0) {
+    return r.num > 0 ? 1e18 : 1;
+  }
+  const double v = static_cast<double>(r.num) / static_cast<double>(r.den);
+  return v > 1 ? v - 1 : 1 - v;
+}
+
 // The dominant share of a queue: the largest allocated / fair share over its dimensions.
 inline Ratio dominantShare(const Amounts& allocated, const Amounts& fair) {
   Ratio best{0, 1};

@@ -1355,23 +1355,70 @@ TEST_F(SchedulerTest, VictimsGoInOrderOfLeastUnsavedWork) {
   EXPECT_EQ(r.evicted[1].victim, saved);
 }
 
-// Rule 3: the victim's side stays at or above its fair share when the reclaimer is beyond its
-// quota: a 2-GPU task of a queue one GPU over its share is not taken for one GPU.
-TEST_F(SchedulerTest, ReclaimNeverPushesTheVictimBelowItsShare) {
+// Rule 3, past the floor (#40, item 4): a unit that would take the victim's side below its floor
+// goes only when that brings the farther of the two sides nearer its share. Fair shares a 7, b 1:
+// a pair of a's (8 held) for b's one GPU leaves a at 6 of 7 and b at its share, where b had
+// nothing: fairer, though a GPU idles until the pair can come back. KAI evicts here; before #40
+// b waited for as long as a's pairs ran.
+TEST_F(SchedulerTest, ReclaimTakesTheVictimBelowItsShareWhenThatIsFairer) {
   build(1, 4, 0);  // b deserves nothing: what it gets is surplus.
   const WorkloadId a = submit("a-pairs", "a", 4, 1, 2);
   s_->schedule();
   ASSERT_EQ(running(a), 4);
-  // Fair shares: a 7, b 1. Taking a pair would leave a at 6.
   const WorkloadId b = submit("b-one", "b", 1, 1, 1);
-  EXPECT_TRUE(s_->schedule().evicted.empty());
-  EXPECT_EQ(s_->explain(b).reason, WaitReason::kNoCapacity);
-  s_->cancel(b);
-  // Two GPUs: fair shares 6 and 2, and a pair leaves a exactly at its share.
-  const WorkloadId b2 = submit("b-two", "b", 1, 1, 2);
   PassResult r = s_->schedule();
   ASSERT_EQ(r.evicted.size(), 1U);
-  EXPECT_EQ(r.evicted[0].preemptor, b2);
+  EXPECT_EQ(r.evicted[0].victim, a);
+  EXPECT_EQ(r.evicted[0].preemptor, b);
+  stopEvicted(r);
+  s_->schedule();
+  EXPECT_EQ(running(b), 1);
+  EXPECT_EQ(running(a), 3);
+  EXPECT_TRUE(s_->schedule().evicted.empty());  // And it stays so.
+}
+
+// #40, item 4: the room a reclaimer needs on one node may come from single elastic tasks of
+// several workloads of the victim's queue.
+TEST_F(SchedulerTest, OneTaskEachOfTwoElasticJobsMakeRoomForATwoGpuTask) {
+  build(1, 4, 4);
+  const WorkloadId a1 = submit("a-one", "a", 4, 3, 1);
+  const WorkloadId a2 = submit("a-two", "a", 2, 1, 1);
+  const WorkloadId b0 = submit("b-two", "b", 2, 2, 1);
+  s_->schedule();
+  ASSERT_EQ(running(a1), 4);
+  ASSERT_EQ(running(a2), 2);
+  ASSERT_EQ(running(b0), 2);
+  clock_.advance(std::chrono::minutes(10));
+  const WorkloadId pair = submit("b-pair", "b", 1, 1, 2);
+  PassResult r = s_->schedule();
+  ASSERT_EQ(r.evicted.size(), 2U);  // a's one elastic task of a-one and one of a-two's.
+  std::set<WorkloadId> victims;
+  for (const EvictDecision& e : r.evicted) {
+    victims.insert(e.victim);
+    EXPECT_EQ(e.preemptor, pair);
+  }
+  EXPECT_EQ(victims, (std::set<WorkloadId>{a1, a2}));
+  stopEvicted(r);
+  s_->schedule();
+  EXPECT_EQ(running(pair), 1);
+}
+
+// ... and not when it would leave the pair less fair: a (quota 4) holds one 6-GPU task, b (quota
+// 4) holds 2 and asks for one more. Taking the 6 GPUs would leave a 4 below its quota where it is
+// 2 over, for b's 1: b waits. (KAI evicts, and 5 GPUs idle until the 6-GPU task fits again.)
+TEST_F(SchedulerTest, ReclaimLeavesAUnitWhoseEvictionWouldBeLessFair) {
+  build(1, 4, 4);
+  const WorkloadId big = submit("a-big", "a", 1, 1, 6);
+  const WorkloadId two = submit("b-two", "b", 2, 2, 1);
+  s_->schedule();
+  ASSERT_EQ(running(big), 1);
+  ASSERT_EQ(running(two), 2);
+  clock_.advance(std::chrono::minutes(5));
+  const WorkloadId one = submit("b-one", "b", 1, 1, 1);
+  EXPECT_TRUE(s_->schedule().evicted.empty());
+  EXPECT_NE(s_->explain(one).message.find("the only victims would take 'a' below its quota"),
+            std::string::npos)
+      << s_->explain(one).message;
 }
 
 // Issue #37: a workload waiting for room says what reclaim made of it, in words a user can act
@@ -1382,10 +1429,10 @@ TEST_F(SchedulerTest, AWaitingWorkloadSaysWhatReclaimMadeOfIt) {
     EXPECT_EQ(e.reason, WaitReason::kNoCapacity) << e.message;
     EXPECT_NE(e.message.find(text), std::string::npos) << e.message;
   };
-  // The only victims would take the other queue below its share: a (fair share 7) holds 8 in
-  // pairs, and a pair for b's one GPU would leave it at 6.
+  // The only victim would take the other queue below its share, and leave the two less fair: a
+  // (fair share 7) holds 8 in one task, which b's one GPU would take whole.
   build(1, 4, 0);
-  submit("a-pairs", "a", 4, 1, 2);
+  submit("a-all", "a", 1, 1, 8);
   s_->schedule();
   const WorkloadId b = submit("b-one", "b", 1, 1, 1);
   EXPECT_TRUE(s_->schedule().evicted.empty());

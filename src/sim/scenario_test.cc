@@ -171,26 +171,31 @@ TEST(ScenarioTest, ReclaimTakesOnlyCheapWorkOnTheNodeItUses) {
   EXPECT_NEAR(r.lost_gpu_seconds, 8 * 300, 1e-6);
 }
 
-// Rule 3 end to end: team-2 deserves one GPU of surplus, but taking a pair of team-1's would
-// push team-1 below its share, so "one" waits; "two" makes team-2's share 2 and team-1's 6, and
-// one pair goes. No eviction overshoots.
-TEST(ScenarioTest, ReclaimNeverPushesTheVictimBelowItsShare) {
-  ScenarioResult r = run("tenants-no-overshoot.json");
+// Rule 3 end to end, past the floor (#40): team-2 deserves one GPU of surplus, and taking a pair
+// of team-1's (8 held, share 7) leaves team-1 at 6 of its 7 and team-2 at its share where it had
+// nothing: fairer, so one pair goes for "one" at 600 (before #40 "one" waited for "two" to
+// change the shares). "two" then starts in the GPU the pair left and the one "one" frees: one
+// eviction in all, and team-1 never below 6.
+TEST(ScenarioTest, ReclaimGoesPastTheFloorOnlyWhenThatIsFairer) {
+  ScenarioResult r = run("tenants-past-the-floor.json");
   int evicted = 0;
   for (const SimEvent& e : r.events) {
     if (e.event == "evict") {
       ++evicted;
-      EXPECT_EQ(e.time_s, 1200);
+      EXPECT_EQ(e.time_s, 600);
       EXPECT_EQ(e.workload, "team-1/pairs");
     }
     if (e.event == "start" && e.workload == "team-2/one") {
-      EXPECT_GE(e.time_s, 1230);  // Not for itself at 600.
+      EXPECT_EQ(e.time_s, 630);  // One pass plus the pair's grace period.
+    }
+    if (e.event == "start" && e.workload == "team-2/two") {
+      EXPECT_EQ(e.time_s, 1230);  // When "one" ends: no second eviction.
     }
   }
   EXPECT_EQ(evicted, 1);
   for (const TenantRow& row : r.tenants) {
-    if (row.queue == "team-1/default" && row.time_s < 2430) {
-      EXPECT_GE(row.allocated_milli_gpu, 6000) << row.time_s;  // Its share from 1200 on.
+    if (row.queue == "team-1/default" && row.time_s < 7200) {
+      EXPECT_GE(row.allocated_milli_gpu, 6000) << row.time_s;
     }
   }
 }
