@@ -1,5 +1,7 @@
 // `tessera node ...`: an operator's node commands (docs/server.md, "Nodes join"): join tokens,
 // cordon, uncordon, drain, remove, and pools dedicated to one tenant.
+#include <fmt/format.h>
+
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -9,6 +11,7 @@
 #include "api/client.h"
 #include "cli/client_commands.h"
 #include "cli/client_session.h"
+#include "core/units.h"
 
 namespace tessera::cli {
 namespace {
@@ -136,6 +139,45 @@ core::Status poolList(const NodeFlags& f) {
   return core::Status::ok();
 }
 
+// `tessera node profile`: the typical task shapes the scheduler learned (GET sys/scheduler) and
+// which placement terms act on them.
+core::Status profile(const NodeFlags& f) {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::open(f.common));
+  TESSERA_ASSIGN_OR_RETURN(json r, s->call("GET", "/v1/sys/scheduler"));
+  const json data = r.value("data", json::object());
+  if (s->json()) {
+    printJson(data);
+    return core::Status::ok();
+  }
+  const json p = data.value("profile", json::object());
+  std::cout << "policy " << data.value("policy", "") << "; profile " << p.value("source", "")
+            << ", " << (p.value("active", false) ? "active" : "not active yet") << ": "
+            << static_cast<int64_t>(p.value("tasks_counted", 0.0)) << " tasks counted (needs "
+            << static_cast<int64_t>(p.value("tasks_needed", 0.0)) << "), "
+            << p.value("shapes_kept", 0) << " shapes kept\n\n";
+  Table shapes({"FREQUENCY", "GPUS", "GPU SHARE", "CPU CORES", "MODELS"});
+  for (const json& t : p.value("typical", json::array())) {
+    std::string models;
+    for (const json& m : t.value("models", json::array())) {
+      models += (models.empty() ? "" : ",") + m.get<std::string>();
+    }
+    const int gpus = t.value("gpus", 0);
+    shapes.add({fmt::format("{:.1f}%", 100 * t.value("frequency", 0.0)), std::to_string(gpus),
+                gpus == 0 ? "-" : core::milliText(t.value("milli_per_gpu", int64_t{0})),
+                core::milliText(t.value("cpu_milli", int64_t{0})),
+                models.empty() ? "any" : models});
+  }
+  shapes.print(std::cout);
+  std::cout << "\n";
+  Table terms({"TERM", "STATE"});
+  const json term_states = data.value("terms", json::object());
+  for (const auto& [name, why] : term_states.items()) {
+    terms.add({name, why.get<std::string>()});
+  }
+  terms.print(std::cout);
+  return core::Status::ok();
+}
+
 }  // namespace
 
 void addNodeCommands(CLI::App& app, int* rc) {
@@ -208,6 +250,15 @@ void addNodeCommands(CLI::App& app, int* rc) {
     CLI::App* c = pool->add_subcommand("list", "Dedicated pools and their tenants");
     addCommonFlags(c, f->common);
     bind(c, f, &poolList, rc);
+  }
+  {
+    auto f = std::make_shared<NodeFlags>();
+    CLI::App* c = node->add_subcommand(
+        "profile",
+        "The typical task shapes the scheduler learned from submissions, and which placement "
+        "terms act on them (GET sys/scheduler)");
+    addCommonFlags(c, f->common);
+    bind(c, f, &profile, rc);
   }
 }
 

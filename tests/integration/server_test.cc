@@ -605,6 +605,15 @@ TEST_F(ServerTest, TheSchedulerPlacesByTheTaskShapesItHasSeen) {
   EXPECT_EQ(now["terms"]["share_prices"], "inactive: no typical task asks for part of one GPU")
       << now;
   EXPECT_NE(nodeOf(c, "learned").find("l40s-4x"), std::string::npos);
+  // What an operator reads: `tessera node profile`.
+  const tessera::integration::CmdResult shown = tessera::integration::runTessera(
+      "node profile", dir_ / "profile.err",
+      "TESSERA_ADDR=" + dev_["address"].get<std::string>() +
+          " TESSERA_CACERT=" + dev_["ca_cert"].get<std::string>() + " TESSERA_TOKEN=" + root());
+  EXPECT_EQ(shown.rc, 0) << shown.out << shown.err;
+  EXPECT_NE(shown.out.find("profile learned, active: 10"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("cpu_stranding"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("12"), std::string::npos) << shown.out;
   // A tenant's token cannot read it (it is the cluster's).
   EXPECT_EQ(c.call("GET", "/v1/sys/scheduler", demo()).status, 404U);
 
