@@ -627,6 +627,29 @@ TEST_F(ServerTest, TheSchedulerPlacesByTheTaskShapesItHasSeen) {
   EXPECT_NE(nodeOf(c, "restarted").find("l40s-4x"), std::string::npos);
 }
 
+// An agent's report of the MIG instances it left idle (docs/agent.md, "Idle MIG instances") is
+// checked field by field: a bad one is a 400 that says what is expected, never a crash.
+TEST_F(ServerTest, AHeartbeatsIdleMigInstancesAreChecked) {
+  auto server = startDev({"--nodes", "t4-2x:1", "--simulated"});
+  const Client c = client();
+  for (const json& idle : {json("3g"), json::array({1}), json::array({{{"profile", 4}}}),
+                           json::array({{{"profile", -1}, {"start", 0}}}),
+                           json::array({{{"profile", 4}, {"start", 9}}}),
+                           json::array({{{"profile", "3g"}, {"start", 0}}}),
+                           json(std::vector<json>(9, {{"profile", 0}, {"start", 0}}))}) {
+    const json body = {{"node", {{"gpus", {{{"model", "T4"}, {"mig_idle", idle}}}}}}};
+    Response r = c.call("PUT", "/v1/sys/nodes/t4-2x-0/heartbeat", root(), body);
+    EXPECT_EQ(r.status, 400U) << idle << " -> " << r.raw;
+    EXPECT_NE(r.raw.find("mig_idle"), std::string::npos) << r.raw;
+  }
+  // Well formed, it reaches the node's check (a simulated node has no agent: 409).
+  const json ok = {
+      {"node",
+       {{"gpus",
+         {{{"model", "T4"}, {"mig_idle", {{{"profile", 4}, {"start", 0}}}}}, {{"model", "T4"}}}}}}};
+  EXPECT_EQ(c.call("PUT", "/v1/sys/nodes/t4-2x-0/heartbeat", root(), ok).status, 409U);
+}
+
 TEST_F(ServerTest, KillDuringABurstLosesNoAcknowledgedWorkload) {
   auto server = startDev();
   const Client c = client();
