@@ -557,6 +557,12 @@ class NodeJoinTest : public ServerRestartTest {
     return "nodes {\n  agents = \"gpu-a=t4-2x\"\n  lease_ttl_ms = 12000\n  credential_ttl_s = "
            "4\n}\n";
   }
+  // Reclaim waits an hour: this is about where tasks may go (pools, drains), and team-2's
+  // waiting tasks would otherwise take GPUs back from team-1, which is over its share
+  // (docs/fairness.md, "Past the floor").
+  std::string schedulerConfig() const override {
+    return "scheduler { pass_interval_ms = 50  reclaim_patience_s = 3600 }\n";
+  }
   // The tessera client with the root token.
   CmdResult rootCli(const std::string& args) {
     return runTessera(args, dir_ / "root-cli.err",
