@@ -483,8 +483,9 @@ bool Scheduler::planEvictions(WorkloadId w, Eviction kind, int needed, int evict
 
   // No overshoot: in every dimension where the victim's side is above its floor (its share, or
   // its deserved quota when the reclaimer is within its own quota), it stays at or above it with
-  // everything chosen so far gone. Dimensions where it is not above (CPU nobody lacks, say) do
-  // not hold the move back: rule (b) alone speaks for them.
+  // everything chosen so far gone, unless going past it makes the two sides fairer (below).
+  // Dimensions where it is not above (CPU nobody lacks, say) do not hold the move back: rule
+  // (b) alone speaks for them.
   auto may_take = [&](const Cand& c, const std::unordered_map<QueueId, Amounts>& freed) {
     if (!reclaim) {
       return true;
