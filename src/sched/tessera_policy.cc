@@ -45,11 +45,13 @@ constexpr int64_t kFgdRange = 101;
 
 class TesseraPolicy final : public Policy {
  public:
-  TesseraPolicy(const FragModel& frag, const ClusterState& state, ShareValues values)
+  // `cpu_binds`: cpuBinds(frag, state), which turns the stranding term off.
+  TesseraPolicy(const FragModel& frag, const ClusterState& state, ShareValues values,
+                bool cpu_binds)
       : frag_(frag),
         values_(std::move(values)),
         node_frag_(frag, state.nodeCount()),
-        cpu_per_milli_(cpuBinds(frag, state) ? 0.0 : frag.cpuPerGpuMilli()) {
+        cpu_per_milli_(cpu_binds ? 0.0 : frag.cpuPerGpuMilli()) {
     reserveModels(state);
   }
 
@@ -225,7 +227,8 @@ core::Result<std::unique_ptr<Policy>> makeTesseraPolicy(const FragModel& frag,
       shares.emplace_back(t.shape.milli, t.freq);
     }
   }
-  if (cpuBinds(frag, state)) {
+  const bool cpu_binds = cpuBinds(frag, state);
+  if (cpu_binds) {
     // CPU, not GPUs, runs out first for this mix: packing GPU shares and keeping CPU beside
     // free GPUs serve a constraint that does not bind, and cost GPUs where CPU does
     // (docs/placement.md, "When CPU binds"). FGD's own rule, which counts whether each typical
@@ -233,7 +236,8 @@ core::Result<std::unique_ptr<Policy>> makeTesseraPolicy(const FragModel& frag,
     shares.clear();
   }
   TESSERA_ASSIGN_OR_RETURN(ShareValues values, ShareValues::fromShares(shares));
-  return std::unique_ptr<Policy>(std::make_unique<TesseraPolicy>(frag, state, std::move(values)));
+  return std::unique_ptr<Policy>(
+      std::make_unique<TesseraPolicy>(frag, state, std::move(values), cpu_binds));
 }
 
 }  // namespace tessera::sched

@@ -88,10 +88,13 @@ ProfileStatus SchedulerDriver::profileStatus() const {
   term("fragmentation", fgd, gpu, "no typical task asks for a GPU");
   // When CPU runs out before GPUs, the GPU-packing terms give way to FGD's rule.
   const bool cpu_binds = sched::cpuBinds(frag, scheduler_->cluster());
-  const std::string binds = fmt::format(
-      "CPU runs out before GPUs for the typical mix (it asks for {:.2f} x the cluster's CPU by "
-      "the time its GPU requests fill every GPU), so FGD's rule places",
-      sched::cpuBinding(frag, scheduler_->cluster()));
+  const std::string binds =
+      cpu_binds ? fmt::format(
+                      "CPU runs out before GPUs for the typical mix (it asks for {:.2f} x "
+                      "the cluster's CPU by the time its GPU requests fill every GPU), so "
+                      "FGD's rule places",
+                      sched::cpuBinding(frag, scheduler_->cluster()))
+                : "";
   term("cpu_stranding", ours, frag.cpuPerGpuMilli() > 0 && !cpu_binds,
        cpu_binds ? binds : "no typical task asks for CPU with a GPU share");
   term("share_prices", ours, shares && !cpu_binds,

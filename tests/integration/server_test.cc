@@ -637,10 +637,13 @@ TEST_F(ServerTest, TheSchedulerPlacesByTheTaskShapesItHasSeen) {
       << now;
   EXPECT_NE(nodeOf(c, "learned").find("l40s-4x"), std::string::npos);
   // What an operator reads: `tessera node profile`.
-  const tessera::integration::CmdResult shown = tessera::integration::runTessera(
-      "node profile", dir_ / "profile.err",
-      "TESSERA_ADDR=" + dev_["address"].get<std::string>() +
-          " TESSERA_CACERT=" + dev_["ca_cert"].get<std::string>() + " TESSERA_TOKEN=" + root());
+  // The token through the environment the client inherits, never on its command line.
+  ::setenv("TESSERA_TOKEN", root().c_str(), 1);
+  const tessera::integration::CmdResult shown =
+      tessera::integration::runTessera("node profile", dir_ / "profile.err",
+                                       "TESSERA_ADDR=" + dev_["address"].get<std::string>() +
+                                           " TESSERA_CACERT=" + dev_["ca_cert"].get<std::string>());
+  ::unsetenv("TESSERA_TOKEN");
   EXPECT_EQ(shown.rc, 0) << shown.out << shown.err;
   EXPECT_NE(shown.out.find("profile learned, active: 10"), std::string::npos) << shown.out;
   EXPECT_NE(shown.out.find("cpu_stranding"), std::string::npos) << shown.out;

@@ -223,7 +223,19 @@ namespace tessera::server {
 
 namespace {
 constexpr std::string_view kProfileKey = "/scheduler/profile";
+
+// A task shape as the API shows it and the store keeps it (models by name).
+json shapeJson(const sched::PodShape& shape, const model::GpuCatalogue& catalogue) {
+  json models = json::array();
+  for (model::GpuModelId m : shape.models) {
+    models.push_back(catalogue.model(m).name);
+  }
+  return {{"cpu_milli", shape.cpu_milli},
+          {"gpus", shape.gpu_count},
+          {"milli_per_gpu", shape.milli},
+          {"models", std::move(models)}};
 }
+}  // namespace
 
 HttpResponse ControlPlane::schedulerApi(Request& r) {
   if (r.method != "GET") {
@@ -232,15 +244,9 @@ HttpResponse ControlPlane::schedulerApi(Request& r) {
   const ProfileStatus p = driver_.profileStatus();
   json typical = json::array();
   for (const sched::TypicalPod& t : p.typical) {
-    json models = json::array();
-    for (model::GpuModelId m : t.shape.models) {
-      models.push_back(catalogue_.model(m).name);
-    }
-    typical.push_back({{"cpu_milli", t.shape.cpu_milli},
-                       {"gpus", t.shape.gpu_count},
-                       {"milli_per_gpu", t.shape.milli},
-                       {"models", std::move(models)},
-                       {"frequency", t.freq}});
+    json shape = shapeJson(t.shape, catalogue_);
+    shape["frequency"] = t.freq;
+    typical.push_back(std::move(shape));
   }
   json terms = json::object();
   for (const auto& [name, why] : p.terms) {
@@ -271,15 +277,9 @@ void ControlPlane::storeProfile(bool force) {
   profile_stored_ = now;
   json shapes = json::array();
   for (const sched::ShapeProfile::Entry& e : driver_.profileEntries()) {
-    json models = json::array();
-    for (model::GpuModelId m : e.shape.models) {
-      models.push_back(catalogue_.model(m).name);
-    }
-    shapes.push_back({{"cpu_milli", e.shape.cpu_milli},
-                      {"gpus", e.shape.gpu_count},
-                      {"milli_per_gpu", e.shape.milli},
-                      {"models", std::move(models)},
-                      {"weight", e.weight}});
+    json shape = shapeJson(e.shape, catalogue_);
+    shape["weight"] = e.weight;
+    shapes.push_back(std::move(shape));
   }
   const json value = {{"version", 1}, {"shapes", std::move(shapes)}};
   if (auto put = store_.put(kProfileKey, value.dump()); !put.isOk()) {
