@@ -452,6 +452,9 @@ class Scheduler {
   // gang is not starved by a stream of small ones. Sticky until it starts.
   void reserveFor(WorkloadId w);
   bool mayBackfill(WorkloadId w) const;
+  // "; N node(s) held for it (...)" and when they drain by the tasks' declared runtimes, or that
+  // this is unknown.
+  std::string reservationNote() const;
   void trackNodeTask(TaskId t, bool add);
   // Moves node `n` to its place in `drain_order_` after its tasks or free resources changed.
   void reindexDrain(NodeIndex n);

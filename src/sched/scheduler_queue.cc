@@ -201,6 +201,9 @@ const Scheduler::Blocked* Scheduler::findBlocked(uint32_t shape, int32_t need,
 
 Explanation Scheduler::explain(WorkloadId w) const {
   Explanation e = waitOf(w);
+  if (e.reason == WaitReason::kNoCapacity && w == reserved_for_) {
+    e.message += reservationNote();
+  }
   if (e.reason != WaitReason::kNoCapacity || !options_.fair_share) {
     return e;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <numeric>
+#include <string>
 #include <unordered_map>
 
 #include "sched/fair_share.h"
@@ -67,6 +68,45 @@ void Scheduler::reserveFor(WorkloadId w) {
     covered += holds;
   }
   setReservation(w, std::move(nodes));
+}
+
+namespace {
+
+std::string roughly(core::Duration d) {
+  const double s = std::chrono::duration<double>(d).count();
+  if (s < 90 * 60) {
+    return fmt::format("{:.0f} min", std::max(1.0, s / 60));
+  }
+  if (s < 48 * 3600) {
+    return fmt::format("{:.1f} h", s / 3600);
+  }
+  return fmt::format("{:.1f} days", s / 86400);
+}
+
+}  // namespace
+
+std::string Scheduler::reservationNote() const {
+  if (reserved_nodes_.empty()) {
+    return "; no node could ever hold it, so none is held for it";
+  }
+  std::string names;
+  for (size_t i = 0; i < reserved_nodes_.size() && i < 3; ++i) {
+    names += (i > 0 ? ", " : "") + state_.node(reserved_nodes_[i]).name;
+  }
+  if (reserved_nodes_.size() > 3) {
+    names += fmt::format(" and {} more", reserved_nodes_.size() - 3);
+  }
+  std::string note = fmt::format("; {} node(s) held for it ({})", reserved_nodes_.size(), names);
+  const core::TimePoint now = clock_.now();
+  if (reservation_start_ == core::TimePoint::max()) {
+    note += ", when they drain is unknown: tasks there declare no maxRuntime";
+  } else if (reservation_start_ <= now) {
+    note += ", which should be free by now";
+  } else {
+    note += fmt::format(", drained in at most {} by the maxRuntime of the tasks there",
+                        roughly(reservation_start_ - now));
+  }
+  return note;
 }
 
 void Scheduler::setReservation(WorkloadId w, std::vector<NodeIndex> nodes) {

@@ -765,6 +765,12 @@ TEST_F(SchedulerTest, BigGangIsNotStarvedBySmallJobs) {
   s_->schedule();
   EXPECT_EQ(s_->reservedFor(), gang);
   EXPECT_EQ(s_->reservedNodes().size(), 2U);
+  // It says which nodes wait for it, and that without declared runtimes nobody knows for how long.
+  EXPECT_NE(s_->explain(gang).message.find(
+                "2 node(s) held for it (n0, n1), when they drain is unknown: tasks there declare "
+                "no maxRuntime"),
+            std::string::npos)
+      << s_->explain(gang).message;
   // Small jobs keep coming; as GPUs free up they must not take the reserved nodes.
   WorkloadId more = submit("more", "a", 8, 1, 1);
   const std::vector<TaskId> tasks = s_->workload(small).tasks;
@@ -798,6 +804,11 @@ TEST_F(SchedulerTest, BackfillsWhatEndsBeforeTheReservation) {
   s_->schedule();
   EXPECT_EQ(running(too_long), 0);
   EXPECT_EQ(running(short_one), 1);  // Ends at 110 s, before the nodes drain at 1000 s.
+  EXPECT_NE(s_->explain(gang).message.find(
+                "node(s) held for it (n0, n1), drained in at most 16 min by the maxRuntime of the "
+                "tasks there"),
+            std::string::npos)
+      << s_->explain(gang).message;
 }
 
 TEST_F(SchedulerTest, BlockedWorkWaitsUntilARelevantNodeFreesUp) {
