@@ -403,6 +403,7 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
     starts.push_back(&a);
   }
   std::deque<TaskAssignment> prepared;  // MIG tasks pinned to their instances.
+  switchMigModes(starts, prepared);
   prepareMig(wanted, starts, prepared);
   // Several at once: a start mostly waits (on cgroup v1 joining a group waits for an RCU grace
   // period), and overlapping the waits starts a burst several times faster.
@@ -458,6 +459,13 @@ std::vector<std::string> migCapabilityNodes(const std::string& minors_file,
 NodeGpus Agent::withIdleMig() const {
   NodeGpus out = gpus_;
   std::lock_guard lock(mu_);
+  for (Gpu& g : out.gpus) {
+    g.mig_managed = options_.mig_managed && g.mig_capable;
+    if (auto it = mig_switched_.find(g.index); it != mig_switched_.end()) {
+      g.mig_enabled = it->second;
+      g.mig_pending = it->second;
+    }
+  }
   for (const auto& [gpu, layout] : mig_layout_) {
     if (gpu < 0 || static_cast<size_t>(gpu) >= out.gpus.size()) {
       continue;
@@ -471,6 +479,69 @@ NodeGpus Agent::withIdleMig() const {
     out.gpus[static_cast<size_t>(gpu)].mig_idle.assign(idle.begin(), idle.end());
   }
   return out;
+}
+
+void Agent::switchMigModes(std::vector<const TaskAssignment*>& starts,
+                           std::deque<TaskAssignment>& prepared) {
+  if (!options_.mig_managed || options_.mig == nullptr) {
+    return;
+  }
+  // Per MIG-capable GPU: the mode its starting tasks need, and which of them need it.
+  std::map<int, bool> need;
+  std::map<int, std::vector<size_t>> users;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const TaskAssignment& a = *starts[i];
+    if (!a.invalid.empty()) {
+      continue;
+    }
+    if (a.mig.gpu >= 0) {
+      need[a.mig.gpu] = true;
+      users[a.mig.gpu].push_back(i);
+      continue;
+    }
+    for (const std::string& uuid : a.spec.gpus.uuids) {
+      for (const Gpu& g : gpus_.gpus) {
+        if (g.uuid == uuid && g.mig_capable) {
+          need[g.index] = false;
+          users[g.index].push_back(i);
+        }
+      }
+    }
+  }
+  for (const auto& [gpu, on] : need) {
+    if (gpu < 0 || static_cast<size_t>(gpu) >= gpus_.gpus.size()) {
+      continue;
+    }
+    const Gpu& g = gpus_.gpus[static_cast<size_t>(gpu)];
+    bool busy = false;
+    {
+      std::lock_guard lock(mu_);
+      auto it = mig_switched_.find(gpu);
+      if ((it != mig_switched_.end() ? it->second : g.mig_enabled) == on) {
+        continue;
+      }
+      busy = std::any_of(mig_live_.begin(), mig_live_.end(),
+                         [&](const auto& live) { return live.second.gpu == gpu; });
+    }
+    core::Status st = busy ? core::failedPrecondition(
+                                 "MIG mode stays on: tasks of this node run in its MIG "
+                                 "instances")
+                           : options_.mig->setMigMode(gpu, g.model, on);
+    if (st.isOk()) {
+      core::logInfo("GPU {}: MIG mode turned {} for the work placed there", gpu, on ? "on" : "off");
+      std::lock_guard lock(mu_);
+      mig_switched_[gpu] = on;
+      if (!on) {
+        mig_layout_.erase(gpu);  // Its instances went with MIG mode.
+      }
+      continue;
+    }
+    for (size_t i : users[gpu]) {
+      TaskAssignment& a = prepared.emplace_back(*starts[i]);
+      starts[i] = &a;
+      a.invalid = "GPU " + std::to_string(gpu) + ": " + st.message();
+    }
+  }
 }
 
 void Agent::prepareMig(const std::vector<TaskAssignment>& wanted,

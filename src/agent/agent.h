@@ -108,6 +108,10 @@ struct AgentOptions {
   // Makes the MIG instances of MIG tasks (NVML, or recorded on simulated GPUs); null: MIG tasks
   // fail to start, saying so.
   MigManager* mig = nullptr;
+  // The agent turns MIG mode on and off itself (`gpus { mig_mode = "managed" }`): its
+  // MIG-capable GPUs are reported as switchable, and a GPU is switched, while idle, to the mode
+  // the task placed on it needs.
+  bool mig_managed = false;
   // Where the MIG capability device nodes are ("/dev/nvidia-caps" on a machine that has them;
   // "": none, simulated GPUs), and the driver's table of their minors: a MIG task may open
   // its own GPU and compute instance's nodes (nvidia-cap<minor>) and no other instance's.
@@ -166,6 +170,11 @@ class Agent {
   // that names its MIG device, or says why it cannot start.
   void prepareMig(const std::vector<TaskAssignment>& wanted,
                   std::vector<const TaskAssignment*>& starts, std::deque<TaskAssignment>& prepared);
+  // On a managed node (AgentOptions::mig_managed), before prepareMig: turns each GPU that
+  // starting tasks use to the MIG mode they need (on for a MIG slice, off for a whole GPU or a
+  // share). A task whose GPU could not be switched gets a copy in `prepared` that says why.
+  void switchMigModes(std::vector<const TaskAssignment*>& starts,
+                      std::deque<TaskAssignment>& prepared);
   void fence();
 
   const std::string node_;
@@ -183,6 +192,8 @@ class Agent {
   std::map<std::string, TaskAssignment::Mig> mig_live_;      // MIG slices of tasks not yet ended.
   // Each GPU's MIG instances after its last layout: those tasks use and those left idle.
   std::map<int, std::set<model::MigInstance>> mig_layout_;
+  // Managed nodes: GPUs whose MIG mode the agent switched (index -> on), over gpus_' modes.
+  std::map<int, bool> mig_switched_;
   // gpus_ with each GPU's idle MIG instances (the layout's not in use), as heartbeats send it.
   NodeGpus withIdleMig() const;
   std::vector<TaskReport> outbox_;  // Not yet acknowledged by the server.

@@ -96,6 +96,10 @@ core::Status validateGpuConfig(const GpuConfig& config) {
   if (config.backend == "nvml" && config.nvml_library.empty()) {
     return core::invalidArgument("gpus.nvml_library: empty");
   }
+  if (config.mig_mode != "fixed" && config.mig_mode != "managed") {
+    return core::invalidArgument("gpus.mig_mode: '" + config.mig_mode +
+                                 "' is not a MIG mode policy (fixed or managed)");
+  }
   return core::Status::ok();
 }
 
@@ -122,14 +126,15 @@ core::Result<AgentConfig> readAgentConfig(const std::string& path) {
   }
   if (!gpus.empty()) {
     core::JsonNode g(*gpus[0].body, "gpus", path);
-    TESSERA_RETURN_IF_ERROR(g.checkKeys(
-        {"backend", "nvml_library", "profile", "profile_file", "fallback_profile", "sim_mig"}));
+    TESSERA_RETURN_IF_ERROR(g.checkKeys({"backend", "nvml_library", "profile", "profile_file",
+                                         "fallback_profile", "sim_mig", "mig_mode"}));
     for (const auto& [key, field] :
          {std::pair<const char*, std::string*>{"backend", &c.gpus.backend},
           {"nvml_library", &c.gpus.nvml_library},
           {"profile", &c.gpus.profile},
           {"profile_file", &c.gpus.profile_file},
-          {"fallback_profile", &c.gpus.fallback_profile}}) {
+          {"fallback_profile", &c.gpus.fallback_profile},
+          {"mig_mode", &c.gpus.mig_mode}}) {
       if (g.has(key)) {
         TESSERA_ASSIGN_OR_RETURN(*field, g.child(key).str());
       }

@@ -9,6 +9,8 @@
 //     profile_file     = "/etc/tessera/profiles.hcl"
 //     fallback_profile = ""              # nvml failing: refuse (""), or simulate this profile
 //     sim_mig          = [6, 7]          # sim: GPUs shown with MIG mode on (MIG slices go there)
+//     mig_mode         = "fixed"         # or "managed": the agent turns MIG mode on and off
+//                                        # itself, on an idle GPU, as the work placed there needs
 //   }
 //   container {                          # tasks with an image (docs/agent.md "Containers")
 //     runtime = "runc"                   # or crun (cgroup v2 machines)
@@ -46,6 +48,10 @@ struct GpuConfig {
   std::string profile_file;
   std::string fallback_profile;
   std::vector<int> sim_mig;  // Simulated GPUs with MIG mode on (by index).
+  // "fixed": MIG mode is the operator's (nvidia-smi -mig); "managed": the agent switches it
+  // (NVML resets the GPU: only while no process uses it), and the scheduler may place MIG slices
+  // or other work on any idle MIG-capable GPU of the node.
+  std::string mig_mode = "fixed";
 };
 
 // What the operator says the node is for (docs/agent.md "Tenant isolation").

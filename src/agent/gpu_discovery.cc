@@ -101,6 +101,9 @@ nlohmann::json toJson(const NodeGpus& gpus) {
     if (!idle.empty()) {
       list.back()["mig_idle"] = std::move(idle);
     }
+    if (g.mig_managed) {
+      list.back()["mig_managed"] = true;
+    }
   }
   nlohmann::json topology = nlohmann::json::array();
   for (size_t i = 0; i < gpus.gpus.size(); ++i) {

@@ -39,6 +39,9 @@ struct Gpu {
   bool mig_capable = false;  // The GPU has a MIG mode at all.
   bool mig_enabled = false;  // MIG mode is on now.
   bool mig_pending = false;  // MIG mode after the next GPU reset.
+  // Its agent switches its MIG mode as work needs (AgentOptions::mig_managed): sent in
+  // heartbeats as "mig_managed"; not part of discovery.
+  bool mig_managed = false;
   std::vector<MigDevice> mig_devices;
   // MIG instances its agent left from tasks that ended (catalogue profile of `model`, start
   // slice): the scheduler places the next task of their profile in one (no re-layout). Sent in

@@ -66,10 +66,7 @@ NvmlMigManager::NvmlMigManager(std::string library, const model::GpuCatalogue& c
 
 NvmlMigManager::~NvmlMigManager() = default;
 
-core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
-                                             const std::vector<model::MigInstance>& layout) {
-  TESSERA_ASSIGN_OR_RETURN(const model::GpuModelInfo* info,
-                           checkLayout(catalogue_, model, layout, gpu));
+core::Result<NvmlDevice> NvmlMigManager::device(int gpu) {
   if (lib_ == nullptr) {
     TESSERA_ASSIGN_OR_RETURN(lib_, NvmlLibrary::open(library_));
   }
@@ -78,14 +75,115 @@ core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
     return core::failedPrecondition("nvml: " + library_ +
                                     " cannot manage MIG instances (a driver older than R470?)");
   }
-  const std::string where = "nvml: GPU " + std::to_string(gpu) + ": ";
   if (session_ == nullptr) {  // Kept for the manager's life, as an agent keeps NVML open.
     TESSERA_ASSIGN_OR_RETURN(session_, NvmlSession::begin(lib));
   }
   NvmlDevice dev{};
   if (NvmlReturn rc = lib.by_index(static_cast<unsigned>(gpu), &dev); rc != kNvmlSuccess) {
-    return core::unavailable(where + lib.explain("nvmlDeviceGetHandleByIndex_v2", rc));
+    return core::unavailable("nvml: GPU " + std::to_string(gpu) + ": " +
+                             lib.explain("nvmlDeviceGetHandleByIndex_v2", rc));
   }
+  return dev;
+}
+
+core::Status NvmlMigManager::setMigMode(int gpu, const std::string& model, bool on) {
+  TESSERA_ASSIGN_OR_RETURN(NvmlDevice dev, device(gpu));
+  const NvmlLibrary& lib = *lib_;
+  const std::string where = "nvml: GPU " + std::to_string(gpu) + ": ";
+  const char* const mode = on ? "on" : "off";
+  unsigned current = 0;
+  unsigned pending = 0;
+  if (NvmlReturn rc = lib.mig_mode(dev, &current, &pending); rc != kNvmlSuccess) {
+    return core::failedPrecondition(where + lib.explain("nvmlDeviceGetMigMode", rc));
+  }
+  if (current == (on ? 1U : 0U)) {
+    return core::Status::ok();
+  }
+  if (lib.set_mig_mode == nullptr) {
+    return core::failedPrecondition(where + "cannot turn MIG mode " + mode + ": " + library_ +
+                                    " lacks nvmlDeviceSetMigMode");
+  }
+  // The reset needs an idle GPU: say who holds it rather than leave the mode pending.
+  unsigned processes = 0;
+  if (NvmlReturn rc = lib.processes(dev, &processes, nullptr);
+      rc != kNvmlSuccess && rc != kNvmlInsufficientSize) {
+    return core::unavailable(where + lib.explain("nvmlDeviceGetComputeRunningProcesses_v3", rc));
+  }
+  if (processes > 0) {
+    return core::failedPrecondition(
+        where + "MIG mode stays " + (on ? "off" : "on") + ": " + std::to_string(processes) +
+        " process(es) use the GPU, and turning it " + mode + " resets the GPU");
+  }
+  if (!on) {
+    // Every instance goes first (an empty layout over the whole GPU: all are in its way).
+    const model::GpuModelInfo* info = nullptr;
+    if (auto id = catalogue_.find(model)) {
+      info = &catalogue_.model(*id);
+    }
+    if (info != nullptr) {
+      for (size_t p = 0; p < info->mig_profiles.size(); ++p) {
+        NvmlGpuInstanceProfileInfo pi{};
+        if (lib.gi_profile(dev,
+                           static_cast<unsigned>(nvmlGpuInstanceProfileIndex(static_cast<int>(p))),
+                           &pi) != kNvmlSuccess) {
+          continue;
+        }
+        NvmlGpuInstance gis[kMaxInstances] = {};
+        unsigned n = kMaxInstances;
+        if (NvmlReturn rc = lib.gi_list(dev, pi.id, gis, &n); rc != kNvmlSuccess) {
+          return core::unavailable(where + lib.explain("nvmlDeviceGetGpuInstances", rc));
+        }
+        for (unsigned i = 0; i < n && i < kMaxInstances; ++i) {
+          for (int c = 0; c < kComputeProfileCount; ++c) {
+            NvmlComputeInstanceProfileInfo ci{};
+            if (lib.ci_profile(gis[i], static_cast<unsigned>(c), kSharedEngines, &ci) !=
+                kNvmlSuccess) {
+              continue;
+            }
+            NvmlComputeInstance cis[kMaxInstances] = {};
+            unsigned m = kMaxInstances;
+            if (NvmlReturn rc = lib.ci_list(gis[i], ci.id, cis, &m); rc != kNvmlSuccess) {
+              return core::unavailable(where +
+                                       lib.explain("nvmlGpuInstanceGetComputeInstances", rc));
+            }
+            for (unsigned j = 0; j < m && j < kMaxInstances; ++j) {
+              if (NvmlReturn rc = lib.ci_destroy(cis[j]); rc != kNvmlSuccess) {
+                return core::unavailable(where + lib.explain("nvmlComputeInstanceDestroy", rc));
+              }
+            }
+          }
+          if (NvmlReturn rc = lib.gi_destroy(gis[i]); rc != kNvmlSuccess) {
+            return core::unavailable(where + lib.explain("nvmlGpuInstanceDestroy", rc) +
+                                     (rc == kNvmlInUse ? " (a process still uses it)" : ""));
+          }
+        }
+      }
+    }
+  }
+  NvmlReturn activation = kNvmlSuccess;
+  if (NvmlReturn rc = lib.set_mig_mode(dev, on ? 1 : 0, &activation); rc != kNvmlSuccess) {
+    return core::failedPrecondition(where + lib.explain("nvmlDeviceSetMigMode", rc));
+  }
+  if (activation != kNvmlSuccess) {
+    return core::failedPrecondition(where + "MIG mode " + mode + " is pending: the reset failed, " +
+                                    lib.explain("nvmlDeviceSetMigMode (activation)", activation));
+  }
+  if (NvmlReturn rc = lib.mig_mode(dev, &current, &pending); rc != kNvmlSuccess) {
+    return core::failedPrecondition(where + lib.explain("nvmlDeviceGetMigMode", rc));
+  }
+  if (current != (on ? 1U : 0U)) {
+    return core::failedPrecondition(where + "MIG mode " + mode + " is still pending a GPU reset");
+  }
+  return core::Status::ok();
+}
+
+core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
+                                             const std::vector<model::MigInstance>& layout) {
+  TESSERA_ASSIGN_OR_RETURN(const model::GpuModelInfo* info,
+                           checkLayout(catalogue_, model, layout, gpu));
+  TESSERA_ASSIGN_OR_RETURN(NvmlDevice dev, device(gpu));
+  const NvmlLibrary& lib = *lib_;
+  const std::string where = "nvml: GPU " + std::to_string(gpu) + ": ";
   unsigned current = 0;
   unsigned pending = 0;
   if (NvmlReturn rc = lib.mig_mode(dev, &current, &pending); rc != kNvmlSuccess) {
@@ -320,6 +418,29 @@ core::Result<MigUuids> RecordingMigManager::apply(int gpu, const std::string& mo
   std::lock_guard lock(mu_);
   layouts_[gpu] = std::move(sorted);
   return uuids;
+}
+
+core::Status RecordingMigManager::setMigMode(int gpu, const std::string& /*model*/, bool on) {
+  std::lock_guard lock(mu_);
+  if (auto it = modes_.find(gpu); it != modes_.end() && it->second == on) {
+    return core::Status::ok();
+  }
+  modes_[gpu] = on;
+  ++mode_changes_;
+  if (!on) {
+    layouts_.erase(gpu);
+  }
+  return core::Status::ok();
+}
+
+std::map<int, bool> RecordingMigManager::modes() const {
+  std::lock_guard lock(mu_);
+  return modes_;
+}
+
+int RecordingMigManager::modeChanges() const {
+  std::lock_guard lock(mu_);
+  return mode_changes_;
 }
 
 std::map<int, std::vector<model::MigInstance>> RecordingMigManager::layouts() const {

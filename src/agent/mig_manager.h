@@ -6,7 +6,8 @@
 //   NvmlMigManager mig("libnvidia-ml.so.1", catalogue);
 //   TESSERA_RETURN_IF_ERROR(mig.apply(0, "H100-80GB", {{4, 0}, {4, 4}}));  // 2 x 3g.40gb
 //
-// Rules: MIG mode must already be on (turning it on resets the GPU: an operator's step).
+// Rules: MIG mode must already be on; the agent turns it on or off (setMigMode) only on nodes
+// whose operator allows it, and only on an idle GPU (NVML resets it).
 // Instances that the new layout keeps are left alone, whatever runs in them; those in the way of
 // its new instances (sharing memory slices) are destroyed first, which NVML refuses for an
 // instance in use (IN_USE): the caller keeps every instance its running tasks use in the
@@ -21,13 +22,11 @@
 #include <vector>
 
 #include "agent/gpu_discovery.h"
+#include "agent/nvml_library.h"
 #include "core/status.h"
 #include "model/gpu_catalogue.h"
 
 namespace tessera::agent {
-
-class NvmlLibrary;
-class NvmlSession;
 
 // The MIG device of each instance of a layout: its UUID ("MIG-...", what a task's
 // CUDA_VISIBLE_DEVICES names) and its GPU and compute instance ids (which name the MIG
@@ -44,6 +43,11 @@ class MigManager {
   // refused.
   virtual core::Result<MigUuids> apply(int gpu, const std::string& model,
                                        const std::vector<model::MigInstance>& layout) = 0;
+  // Turns GPU `gpu`'s MIG mode on or off (for nodes whose operator lets the agent do so:
+  // `gpus { mig_mode = "managed" }`). NVML resets the GPU to do it, so it is refused while any
+  // process uses the GPU; turning it off destroys the GPU's instances first (refused if one is
+  // in use). Nothing to do if the mode already is `on`.
+  virtual core::Status setMigMode(int gpu, const std::string& model, bool on) = 0;
 };
 
 // The NVML profile index of a catalogue MIG profile (its position in the model's table):
@@ -59,8 +63,12 @@ class NvmlMigManager : public MigManager {
   ~NvmlMigManager() override;
   core::Result<MigUuids> apply(int gpu, const std::string& model,
                                const std::vector<model::MigInstance>& layout) override;
+  core::Status setMigMode(int gpu, const std::string& model, bool on) override;
 
  private:
+  // NVML loaded and initialized (kept for the manager's life), and GPU `gpu`'s handle.
+  core::Result<NvmlDevice> device(int gpu);
+
   std::string library_;
   const model::GpuCatalogue& catalogue_;
   std::shared_ptr<NvmlLibrary> lib_;
@@ -76,14 +84,22 @@ class RecordingMigManager : public MigManager {
       : catalogue_(catalogue), node_(std::move(node)) {}
   core::Result<MigUuids> apply(int gpu, const std::string& model,
                                const std::vector<model::MigInstance>& layout) override;
+  // Records the mode; turning it off forgets the GPU's instances. Never refused: a simulated
+  // GPU runs no processes.
+  core::Status setMigMode(int gpu, const std::string& model, bool on) override;
   // Each GPU's instances: the last layout applied and those before it that it left alone.
   std::map<int, std::vector<model::MigInstance>> layouts() const;
+  // The GPUs whose MIG mode was set, and to what; and how many times a mode changed.
+  std::map<int, bool> modes() const;
+  int modeChanges() const;
 
  private:
   const model::GpuCatalogue& catalogue_;
   const std::string node_;
   mutable std::mutex mu_;
   std::map<int, std::vector<model::MigInstance>> layouts_;
+  std::map<int, bool> modes_;
+  int mode_changes_ = 0;
 };
 
 }  // namespace tessera::agent

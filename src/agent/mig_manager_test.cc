@@ -206,6 +206,59 @@ TEST_F(MigManagerTest, AddsInstancesBesideBusyOnesAndRefusesMigOffAndInvalidLayo
             std::string::npos);
 }
 
+// A managed node's agent turns MIG mode on and off itself: only on an idle GPU (NVML resets it),
+// and turning it off takes the GPU's idle instances away first.
+TEST_F(MigManagerTest, TurnsMigModeOnAndOffOnlyWhileTheGpuIsIdle) {
+  json busy = h100(1, {{"current", 0}, {"profiles", h100Profiles()}});
+  busy["processes"] = {4242, 4243};
+  start(h100(0, {{"current", 0}, {"profiles", h100Profiles()}}), busy);
+  NvmlMigManager mig(kFull, cat_);
+  const int p3g = cat_.model(*cat_.find("H100-80GB")).findMigProfile("3g.40gb");
+  const auto mode = [&](int gpu) {
+    NvmlDevice dev{};
+    EXPECT_EQ(holder_->by_index(static_cast<unsigned>(gpu), &dev), kNvmlSuccess);
+    unsigned current = 9;
+    unsigned pending = 9;
+    EXPECT_EQ(holder_->mig_mode(dev, &current, &pending), kNvmlSuccess);
+    return std::pair{current, pending};
+  };
+  ASSERT_FALSE(mig.apply(0, "H100-80GB", {{p3g, 0}}).isOk());  // Off: no instances.
+  ASSERT_TRUE(mig.setMigMode(0, "H100-80GB", true).isOk());
+  EXPECT_EQ(mode(0), (std::pair{1U, 1U}));
+  auto made = mig.apply(0, "H100-80GB", {{p3g, 0}, {p3g, 4}});
+  ASSERT_TRUE(made.isOk()) << made.status().message();
+  EXPECT_EQ(migDevices(0).size(), 2U);
+  EXPECT_TRUE(mig.setMigMode(0, "H100-80GB", true).isOk());  // Already on: nothing happens.
+  EXPECT_EQ(migDevices(0).size(), 2U);
+  // Off again: both idle instances go, then the mode.
+  const core::Status off = mig.setMigMode(0, "H100-80GB", false);
+  ASSERT_TRUE(off.isOk()) << off.message();
+  EXPECT_EQ(mode(0), (std::pair{0U, 0U}));
+  // A GPU with processes keeps its mode, and the reason says why; NVML was not asked to reset.
+  const core::Status refused = mig.setMigMode(1, "H100-80GB", true);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_NE(refused.message().find(
+                "GPU 1: MIG mode stays off: 2 process(es) use the GPU, and turning it on resets "
+                "the GPU"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_EQ(mode(1), (std::pair{0U, 0U}));
+}
+
+TEST(RecordingMigManager, RecordsModeChangesAndForgetsInstancesWhenMigGoesOff) {
+  const model::GpuCatalogue cat = model::GpuCatalogue::builtin();
+  RecordingMigManager mig(cat, "n0");
+  const int p3g = cat.model(*cat.find("H100-80GB")).findMigProfile("3g.40gb");
+  ASSERT_TRUE(mig.setMigMode(2, "H100-80GB", true).isOk());
+  ASSERT_TRUE(mig.apply(2, "H100-80GB", {{p3g, 0}}).isOk());
+  EXPECT_TRUE(mig.setMigMode(2, "H100-80GB", true).isOk());
+  EXPECT_EQ(mig.modeChanges(), 1);
+  ASSERT_TRUE(mig.setMigMode(2, "H100-80GB", false).isOk());
+  EXPECT_EQ(mig.modeChanges(), 2);
+  EXPECT_EQ(mig.modes(), (std::map<int, bool>{{2, false}}));
+  EXPECT_FALSE(mig.layouts().contains(2));
+}
+
 TEST_F(MigManagerTest, AFailingNvmlCallIsNamedWithTheInstance) {
   json gpu = h100(0, {{"current", 1}, {"profiles", h100Profiles()}});
   start(gpu);

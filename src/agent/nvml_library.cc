@@ -59,6 +59,7 @@ core::Result<std::shared_ptr<NvmlLibrary>> NvmlLibrary::open(const std::string& 
   want(lib->ci_create, "nvmlGpuInstanceCreateComputeInstance");
   want(lib->ci_list, "nvmlGpuInstanceGetComputeInstances");
   want(lib->ci_destroy, "nvmlComputeInstanceDestroy");
+  want(lib->set_mig_mode, "nvmlDeviceSetMigMode");
   return lib;
 }
 

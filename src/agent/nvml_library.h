@@ -111,6 +111,8 @@ class NvmlLibrary {
   NvmlReturn (*ci_create)(NvmlGpuInstance, unsigned, NvmlComputeInstance*) = nullptr;
   NvmlReturn (*ci_list)(NvmlGpuInstance, unsigned, NvmlComputeInstance*, unsigned*) = nullptr;
   NvmlReturn (*ci_destroy)(NvmlComputeInstance) = nullptr;
+  // Optional: turning MIG mode on and off (needs root; resets the GPU).
+  NvmlReturn (*set_mig_mode)(NvmlDevice, unsigned, NvmlReturn*) = nullptr;
 
   bool hasMigManagement() const {
     return processes != nullptr && gi_profile != nullptr && gi_list != nullptr &&

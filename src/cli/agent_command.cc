@@ -59,6 +59,7 @@ struct DiscoverFlags {
   CLI::Option* profile_file = nullptr;
   CLI::Option* fallback = nullptr;
   CLI::Option* sim_mig = nullptr;
+  CLI::Option* mig_mode = nullptr;
   std::string format = "table";
 };
 
@@ -123,8 +124,9 @@ core::Result<agent::AgentConfig> resolveConfig(const DiscoverFlags& f) {
         {f.library, &f.gpus.nvml_library, &config.gpus.nvml_library},
         {f.profile, &f.gpus.profile, &config.gpus.profile},
         {f.profile_file, &f.gpus.profile_file, &config.gpus.profile_file},
-        {f.fallback, &f.gpus.fallback_profile, &config.gpus.fallback_profile}}) {
-    if (opt->count() > 0) {
+        {f.fallback, &f.gpus.fallback_profile, &config.gpus.fallback_profile},
+        {f.mig_mode, &f.gpus.mig_mode, &config.gpus.mig_mode}}) {
+    if (opt != nullptr && opt->count() > 0) {
       *to = *from;
     }
   }
@@ -595,6 +597,7 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     mig = std::make_unique<agent::RecordingMigManager>(catalogue, config.node_name);
   }
   options.mig = mig.get();
+  options.mig_managed = config.gpus.mig_mode == "managed";
   if (std::error_code caps_ec;
       !assign.device_dir.empty() &&
       std::filesystem::is_directory(assign.device_dir + "/nvidia-caps", caps_ec)) {
@@ -921,6 +924,11 @@ void addAgentCommands(CLI::App& app, int* rc) {
       run->add_option("--sim-mig", r->node.gpus.sim_mig,
                       "Simulated GPUs with MIG mode on, where MIG slices go (--sim-mig 6,7)")
           ->delimiter(',');
+  r->node.mig_mode =
+      run->add_option("--mig-mode", r->node.gpus.mig_mode,
+                      "fixed (MIG mode is the operator's) or managed (the agent turns it on and "
+                      "off on idle GPUs as the work placed there needs; NVML resets the GPU)")
+          ->check(CLI::IsMember({"fixed", "managed"}));
   run->add_option("--address", r->address, "Server address (default: $TESSERA_ADDR)");
   run->add_option("--advertise-address", r->advertise_address,
                   "The address other nodes reach this one at: its tasks' peers in a distributed "

@@ -18,7 +18,8 @@ inline constexpr int kMaxGpusPerNode = 64;
 
 // A GPU's MIG mode, as far as placement is concerned.
 enum class MigMode : uint8_t {
-  kAny,  // Simulated: takes MIG slices or other work, whichever comes first while it is idle.
+  kAny,  // Simulated, or switched by its agent (managed MIG mode): takes MIG slices or other
+         // work, whichever comes first while it is idle.
   kOff,  // A real GPU with MIG mode off: whole GPUs and shares only.
   kOn,   // A real GPU with MIG mode on: MIG slices only (CUDA sees its MIG devices, not it).
 };

@@ -404,8 +404,9 @@ class SchedulerDriver {
   // An agent's heartbeat for `node`: renews its lease (bringing it back if it was lost or
   // waiting), queues its reports for the next pass, and answers with the tasks it should run.
   // `gpu_models` are the catalogue names of the GPUs the agent found, in index order: they must
-  // be the node's; `mig_on` says which of them have MIG mode on (missing: off), and MIG slices
-  // go only to those (other work only to the rest). Not found: no such node; failed
+  // be the node's; `mig_modes` says which of them have MIG mode on (missing: off), and MIG
+  // slices go only to those (other work only to the rest), except GPUs whose agent switches
+  // their mode itself (kAny: either kind of work while idle). Not found: no such node; failed
   // precondition: a simulated node, or other GPUs.
   // `address`: what its tasks' peers reach the node at (the rendezvous' hosts); "" leaves the
   // one known.
@@ -413,7 +414,7 @@ class SchedulerDriver {
   // of their profile is placed in one: no re-layout).
   core::Result<HeartbeatAnswer> heartbeat(
       const std::string& node, const std::vector<std::string>& gpu_models,
-      std::vector<NodeTaskReport> reports, const std::vector<bool>& mig_on = {},
+      std::vector<NodeTaskReport> reports, const std::vector<model::MigMode>& mig_modes = {},
       const std::string& address = "",
       const std::vector<std::vector<model::MigInstance>>& mig_idle = {});
   // Waits up to `wait` for the agent-run `node`'s task list to move past `known_version`, and
@@ -582,9 +583,9 @@ class SchedulerDriver {
     core::TimePoint last_heartbeat{};
     bool back = false;        // Came (back) since the last pass: the scheduler must learn it.
     uint64_t heartbeats = 0;  // Answered so far.
-    std::vector<NodeTaskReport> reports;  // Since the last pass.
-    std::vector<bool> mig_on;             // Per GPU, as its agent last reported.
-    bool mig_changed = false;             // Since the last pass: the scheduler must learn it.
+    std::vector<NodeTaskReport> reports;    // Since the last pass.
+    std::vector<model::MigMode> mig_modes;  // Per GPU, as its agent last reported.
+    bool mig_changed = false;               // Since the last pass: the scheduler must learn it.
     std::vector<std::vector<model::MigInstance>> mig_idle;  // Per GPU, as last reported.
     bool mig_idle_changed = false;
     // Of its task list: starts at a random value (freshAgentNode), so a version an agent got

@@ -231,7 +231,7 @@ void SchedulerDriver::applyDrains(const std::vector<std::string>& drains, core::
 
 core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(
     const std::string& node, const std::vector<std::string>& gpu_models,
-    std::vector<NodeTaskReport> reports, const std::vector<bool>& mig_on,
+    std::vector<NodeTaskReport> reports, const std::vector<model::MigMode>& mig_modes,
     const std::string& address, const std::vector<std::vector<model::MigInstance>>& mig_idle) {
   std::lock_guard lock(mu_);
   auto found = agent_index_.find(node);
@@ -281,19 +281,28 @@ core::Result<HeartbeatAnswer> SchedulerDriver::heartbeat(
   a.last_heartbeat = now;
   a.expires = now + options_.lease_ttl;
   bool wake = !reports.empty();
-  std::vector<bool> mig(n.gpus.size(), false);
-  for (size_t g = 0; g < mig.size() && g < mig_on.size(); ++g) {
-    mig[g] = mig_on[g] && !catalogue_->model(n.gpus[g].model).mig_profiles.empty();
+  // Per GPU: on, off, or switched by its agent as work needs (kAny: a managed node).
+  std::vector<model::MigMode> mig(n.gpus.size(), model::MigMode::kOff);
+  for (size_t g = 0; g < mig.size() && g < mig_modes.size(); ++g) {
+    if (!catalogue_->model(n.gpus[g].model).mig_profiles.empty()) {
+      mig[g] = mig_modes[g];
+    }
   }
-  if (mig != a.mig_on) {
+  if (mig != a.mig_modes) {
     std::string on;
+    std::string managed;
     for (size_t g = 0; g < mig.size(); ++g) {
-      on += mig[g] ? (on.empty() ? "" : ", ") + std::to_string(g) : "";
+      std::string& list = mig[g] == model::MigMode::kAny ? managed : on;
+      if (mig[g] != model::MigMode::kOff) {
+        list += (list.empty() ? "" : ", ") + std::to_string(g);
+      }
     }
-    if (!a.mig_on.empty() || !on.empty()) {  // Not for a node registering without MIG.
-      core::logInfo("node {}: MIG mode on for GPUs: {}", node, on.empty() ? "none" : on);
+    if (!a.mig_modes.empty() || !on.empty() || !managed.empty()) {
+      // Not for a node registering without MIG.
+      core::logInfo("node {}: MIG mode on for GPUs: {}{}", node, on.empty() ? "none" : on,
+                    managed.empty() ? "" : "; switched by the agent for GPUs: " + managed);
     }
-    a.mig_on = std::move(mig);
+    a.mig_modes = std::move(mig);
     a.mig_changed = true;
     wake = true;
   }
@@ -334,7 +343,7 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
   }
   std::vector<sched::NodeIndex> back;
   std::vector<sched::NodeIndex> lost;
-  std::vector<std::pair<sched::NodeIndex, std::vector<bool>>> modes;
+  std::vector<std::pair<sched::NodeIndex, std::vector<model::MigMode>>> modes;
   std::vector<std::pair<sched::NodeIndex, std::vector<std::vector<model::MigInstance>>>> idle;
   std::vector<std::pair<sched::NodeIndex, std::vector<NodeTaskReport>>> reports;
   std::map<sched::NodeIndex, uint64_t> answered;
@@ -347,7 +356,7 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
         a.back = false;
       }
       if (a.mig_changed) {
-        modes.emplace_back(n, a.mig_on);
+        modes.emplace_back(n, a.mig_modes);
         a.mig_changed = false;
       }
       if (a.mig_idle_changed) {
@@ -364,10 +373,9 @@ void SchedulerDriver::applyNodeEvents(core::TimePoint now,
       }
     }
   }
-  for (const auto& [n, on] : modes) {
-    for (size_t g = 0; g < on.size(); ++g) {
-      (void)scheduler_->setGpuMigMode(n, static_cast<int>(g),
-                                      on[g] ? model::MigMode::kOn : model::MigMode::kOff);
+  for (const auto& [n, mig] : modes) {
+    for (size_t g = 0; g < mig.size(); ++g) {
+      (void)scheduler_->setGpuMigMode(n, static_cast<int>(g), mig[g]);
     }
   }
   for (const auto& [n, gpus] : idle) {
@@ -622,8 +630,8 @@ void SchedulerDriver::restoreTasks(sched::WorkloadId w, const std::vector<Restor
         a.expires = now + options_.lease_ttl;
       }
       if (p.mig_profile >= 0) {
-        a.mig_on.resize(nodes_[n].gpus.size(), false);
-        a.mig_on[static_cast<size_t>(rt.gpus[0])] = true;
+        a.mig_modes.resize(nodes_[n].gpus.size(), model::MigMode::kOff);
+        a.mig_modes[static_cast<size_t>(rt.gpus[0])] = model::MigMode::kOn;
       }
     }
     scheduler_->nodeBack(n);

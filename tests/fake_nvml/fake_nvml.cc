@@ -62,6 +62,10 @@
 // GetMaxMigDeviceCount and GetMigDeviceHandleByIndex; a missing MIG index returns 6 (NOT_FOUND).
 // An exception (out of memory) returns 999 (UNKNOWN); none crosses the C boundary.
 //
+// SetMigMode (mode 0 or 1, else 2; no "mig": 3) sets pending; the GPU's "reset" makes it current
+// unless the GPU has processes or, turning MIG off, GPU instances: then activationStatus is 19
+// (IN_USE) and the mode stays pending. The call itself returns 0.
+//
 // MIG management. GetGpuInstanceProfileInfo finds a profile by "index" whatever the MIG mode
 // (none, or no "mig": 3) and answers id, sliceCount = compute_slices, instanceCount =
 // max_instances, memorySizeMB = memory_mib, the rest 0; the other calls take its "id" (unknown:
@@ -1080,6 +1084,28 @@ FAKE_NVML_OPTIONAL nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsign
     }
     *currentMode = d.mig_current;
     *pendingMode = d.mig_pending;
+    return kSuccess;
+  });
+}
+
+FAKE_NVML_OPTIONAL nvmlReturn_t nvmlDeviceSetMigMode(nvmlDevice_t device, unsigned int mode,
+                                                     nvmlReturn_t* activationStatus) {
+  return deviceCall(__func__, device, Accepts::kGpu, [&](State&, Device& d) {
+    if (activationStatus == nullptr || mode > 1) {
+      return kInvalidArgument;
+    }
+    if (!d.has_mig) {
+      return kNotSupported;
+    }
+    // The reset that makes the mode current needs an idle GPU (and, to turn it off, no GPU
+    // instances): otherwise the mode stays pending and the activation says IN_USE.
+    d.mig_pending = mode;
+    if (!d.processes.empty() || (mode == 0 && !d.gpu_instances.empty())) {
+      *activationStatus = kInUse;
+      return kSuccess;
+    }
+    d.mig_current = mode;
+    *activationStatus = kSuccess;
     return kSuccess;
   });
 }

@@ -121,6 +121,14 @@ TEST_F(AgentCliTest, SimulatedProfilesAndBadInput) {
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("bad.hcl: gpus.backend: 'cuda' is not a backend"), std::string::npos)
       << bad.err;
+  std::ofstream(dir_ / "mig.hcl") << "gpus {\n  backend = \"sim\"\n  profile = \"dgx-h100\"\n"
+                                     "  mig_mode = \"sometimes\"\n}\n";
+  CmdResult mig = run("agent discover -config=" + (dir_ / "mig.hcl").string());
+  EXPECT_EQ(mig.rc, 2);
+  EXPECT_NE(mig.err.find(
+                "mig.hcl: gpus.mig_mode: 'sometimes' is not a MIG mode policy (fixed or managed)"),
+            std::string::npos)
+      << mig.err;
   std::ofstream(dir_ / "typo.hcl") << "gpu {\n  backend = \"sim\"\n}\n";
   CmdResult typo = run("agent discover -config=" + (dir_ / "typo.hcl").string());
   EXPECT_EQ(typo.rc, 2);

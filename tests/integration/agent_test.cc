@@ -992,7 +992,7 @@ class MigAgentTest : public AgentTest {
       json g = {{"uuid", "GPU-0000000" + std::to_string(i) + "-1111-2222-3333-444444444444"},
                 {"name", "NVIDIA H100 80GB HBM3"},
                 {"memory_mib", 81559},
-                {"mig", {{"current", i == 0 ? 1 : 0}, {"profiles", profiles}}}};
+                {"mig", {{"current", i == 0 && !managed() ? 1 : 0}, {"profiles", profiles}}}};
       gpus.push_back(std::move(g));
     }
     script_ = fs::temp_directory_path() / ("tessera-mig-nvml-" + std::to_string(::getpid()));
@@ -1031,11 +1031,15 @@ class MigAgentTest : public AgentTest {
                                  "--node-mode",  // One Unix user for both tenants: a test.
                                  "development",
                                  "--cuda-interposer",
-                                 "none"},
+                                 "none",
+                                 "--mig-mode",
+                                 managed() ? "managed" : "fixed"},
         dir_ / "gpu-a.out");
     ASSERT_TRUE(waitFor([&] { return nodeState("gpu-a") == "ready"; }, 20s))
         << agents_["gpu-a"]->errors();
   }
+  // Whether the agent manages MIG mode itself (all GPUs start with it off), or GPU 0 has it on.
+  virtual bool managed() const { return false; }
   void TearDown() override {
     AgentTest::TearDown();
     ::unsetenv("FAKE_NVML_SCRIPT");
@@ -1117,6 +1121,38 @@ TEST_F(MigAgentTest, TheNextTaskOfAProfileRunsInTheInstanceAFinishedTaskLeft) {
   EXPECT_NE(small, a);
   submit(tenant_, "team-1", "second", "3g.40gb");
   EXPECT_EQ(device(tenant_, "team-1", "second"), a);
+}
+
+class ManagedMigAgentTest : public MigAgentTest {
+ protected:
+  bool managed() const override { return true; }
+};
+
+// #40 item 6: on a node whose operator lets the agent manage MIG mode (`--mig-mode managed`), no
+// GPU has it on at first. A MIG slice is placed on an idle GPU and the agent turns MIG mode on
+// there itself (through NVML: the fake makes MIG devices only in MIG mode); a task that needs all
+// eight whole GPUs then gets that GPU too, with its instance gone and MIG mode off again.
+TEST_F(ManagedMigAgentTest, TheAgentTurnsMigModeOnForASliceAndOffForAWholeGpu) {
+  submit(tenant_, "team-1", "slice", "3g.40gb");
+  const std::string slice = device(tenant_, "team-1", "slice");
+  ASSERT_TRUE(slice.starts_with("MIG-fake-g")) << slice << agents_["gpu-a"]->errors();
+  const int gpu = status(tenant_, "team-1", "slice")["status"]["tasks"][0]["gpus"][0];
+  EXPECT_EQ(slice.substr(0, 12), "MIG-fake-g" + std::to_string(gpu) + "-");
+  Response r = call(
+      "POST", "/v1/tenants/team-1/workloads/all", tenant_,
+      {{"gpu", {{"count", 8}}}, {"command", {"sh", "-c", "echo $CUDA_VISIBLE_DEVICES; sleep 1"}}});
+  ASSERT_EQ(r.status, 202U) << r.raw;
+  ASSERT_TRUE(waitFor(
+      [&] { return status(tenant_, "team-1", "all")["status"].value("phase", "") == "succeeded"; },
+      20s))
+      << status(tenant_, "team-1", "all").dump() << agents_["gpu-a"]->errors();
+  const std::string all = slurp(dir_ / "gpu-a" / "team-1.all.0" / "stdout.log");
+  EXPECT_NE(all.find("GPU-0000000" + std::to_string(gpu) + "-"), std::string::npos) << all;
+  const std::string log = agents_["gpu-a"]->errors();
+  EXPECT_NE(log.find("GPU " + std::to_string(gpu) + ": MIG mode turned on"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("GPU " + std::to_string(gpu) + ": MIG mode turned off"), std::string::npos)
+      << log;
 }
 
 // An idle fleet's audit log stays small: a node's watches and its heartbeats that carry nothing

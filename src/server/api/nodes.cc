@@ -46,7 +46,7 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
   }
   // The GPUs its agent found, in index order, by catalogue model, and which have MIG mode on.
   std::vector<std::string> models;
-  std::vector<bool> mig_on;
+  std::vector<model::MigMode> mig_modes;
   std::vector<std::vector<model::MigInstance>> mig_idle;  // Per GPU (docs/agent.md, "MIG").
   if (body.has("node")) {
     const json& found = r.body["node"];
@@ -61,7 +61,13 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
       if (g.contains("mig_enabled") && !g["mig_enabled"].is_boolean()) {
         return error(400, source + ": node.gpus: \"mig_enabled\" must be true or false");
       }
-      mig_on.push_back(g.value("mig_enabled", false));
+      if (g.contains("mig_managed") && !g["mig_managed"].is_boolean()) {
+        return error(400, source + ": node.gpus: \"mig_managed\" must be true or false");
+      }
+      // A GPU whose agent turns MIG mode on and off as work needs takes either kind of work.
+      mig_modes.push_back(g.value("mig_managed", false)   ? model::MigMode::kAny
+                          : g.value("mig_enabled", false) ? model::MigMode::kOn
+                                                          : model::MigMode::kOff);
       std::vector<model::MigInstance>& idle = mig_idle.emplace_back();
       if (g.contains("mig_idle")) {
         const json& list = g["mig_idle"];
@@ -115,7 +121,7 @@ HttpResponse ControlPlane::heartbeatApi(Request& r, const std::string& node) {
     address = remote.rfind('[', 0) == 0 ? remote.substr(1, remote.find(']') - 1)
                                         : remote.substr(0, remote.rfind(':'));
   }
-  auto answer = driver_.heartbeat(node, models, std::move(reports), mig_on, address, mig_idle);
+  auto answer = driver_.heartbeat(node, models, std::move(reports), mig_modes, address, mig_idle);
   if (!answer.isOk()) {
     return fromStatus(answer.status());
   }
