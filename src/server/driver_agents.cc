@@ -556,6 +556,14 @@ std::vector<GpuState> SchedulerDriver::gpusOf(sched::NodeIndex n) const {
         gpus[g].uses.push_back(std::move(use));
       }
     }
+    // A GPU whose mode follows its work (managed by its agent, or simulated) is in MIG mode
+    // while it holds MIG slices.
+    for (size_t g = 0; g < gpus.size(); ++g) {
+      if (node.gpus[g].mig == model::MigMode::kAny) {
+        gpus[g].mig = std::any_of(gpus[g].uses.begin(), gpus[g].uses.end(),
+                                  [](const GpuUse& u) { return !u.mig_profile.empty(); });
+      }
+    }
   }
   return gpus;
 }

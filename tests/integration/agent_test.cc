@@ -1134,6 +1134,14 @@ class ManagedMigAgentTest : public MigAgentTest {
 // eight whole GPUs then gets that GPU too, with its instance gone and MIG mode off again.
 TEST_F(ManagedMigAgentTest, TheAgentTurnsMigModeOnForASliceAndOffForAWholeGpu) {
   submit(tenant_, "team-1", "slice", "3g.40gb");
+  // While it runs, its GPU shows as in MIG mode (the fleet's view and the metrics go by it).
+  ASSERT_TRUE(waitFor(
+      [&] { return status(tenant_, "team-1", "slice")["status"].value("phase", "") == "running"; },
+      20s));
+  const int running_on = status(tenant_, "team-1", "slice")["status"]["tasks"][0]["gpus"][0];
+  const json node = call("GET", "/v1/nodes/gpu-a", root_).body["data"];
+  EXPECT_EQ(node["devices"][running_on]["mig"], true) << node.dump();
+  EXPECT_EQ(node["devices"][(running_on + 1) % 8]["mig"], false) << node.dump();
   const std::string slice = device(tenant_, "team-1", "slice");
   ASSERT_TRUE(slice.starts_with("MIG-fake-g")) << slice << agents_["gpu-a"]->errors();
   const int gpu = status(tenant_, "team-1", "slice")["status"]["tasks"][0]["gpus"][0];
