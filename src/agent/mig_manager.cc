@@ -33,6 +33,42 @@ core::Result<const model::GpuModelInfo*> checkLayout(const model::GpuCatalogue& 
   return &info;
 }
 
+// The compute instances of GPU instance `gi`, over every compute profile.
+core::Result<std::vector<NvmlComputeInstance>> computeInstances(const NvmlLibrary& lib,
+                                                                NvmlGpuInstance gi,
+                                                                const std::string& where) {
+  std::vector<NvmlComputeInstance> out;
+  for (int c = 0; c < kComputeProfileCount; ++c) {
+    NvmlComputeInstanceProfileInfo ci{};
+    if (lib.ci_profile(gi, static_cast<unsigned>(c), kSharedEngines, &ci) != kNvmlSuccess) {
+      continue;  // A profile bigger than the instance.
+    }
+    NvmlComputeInstance cis[kMaxInstances] = {};
+    unsigned n = kMaxInstances;
+    if (NvmlReturn rc = lib.ci_list(gi, ci.id, cis, &n); rc != kNvmlSuccess) {
+      return core::unavailable(where + lib.explain("nvmlGpuInstanceGetComputeInstances", rc));
+    }
+    out.insert(out.end(), cis, cis + std::min(n, kMaxInstances));
+  }
+  return out;
+}
+
+// Destroys GPU instance `gi`, its compute instances first; `what` names it in errors.
+core::Status destroyGpuInstance(const NvmlLibrary& lib, NvmlGpuInstance gi,
+                                const std::string& where, const std::string& what) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<NvmlComputeInstance> cis, computeInstances(lib, gi, where));
+  for (NvmlComputeInstance ci : cis) {
+    if (NvmlReturn rc = lib.ci_destroy(ci); rc != kNvmlSuccess) {
+      return core::unavailable(where + lib.explain("nvmlComputeInstanceDestroy", rc));
+    }
+  }
+  if (NvmlReturn rc = lib.gi_destroy(gi); rc != kNvmlSuccess) {
+    return core::unavailable(where + lib.explain("nvmlGpuInstanceDestroy", rc) + what +
+                             (rc == kNvmlInUse ? " (a process still uses it)" : ""));
+  }
+  return core::Status::ok();
+}
+
 }  // namespace
 
 int nvmlGpuInstanceProfileIndex(int catalogue_profile) {
@@ -115,7 +151,7 @@ core::Status NvmlMigManager::setMigMode(int gpu, const std::string& model, bool 
         " process(es) use the GPU, and turning it " + mode + " resets the GPU");
   }
   if (!on) {
-    // Every instance goes first (an empty layout over the whole GPU: all are in its way).
+    // Its instances go first: MIG mode cannot go off while one exists.
     const model::GpuModelInfo* info = nullptr;
     if (auto id = catalogue_.find(model)) {
       info = &catalogue_.model(*id);
@@ -134,28 +170,8 @@ core::Status NvmlMigManager::setMigMode(int gpu, const std::string& model, bool 
           return core::unavailable(where + lib.explain("nvmlDeviceGetGpuInstances", rc));
         }
         for (unsigned i = 0; i < n && i < kMaxInstances; ++i) {
-          for (int c = 0; c < kComputeProfileCount; ++c) {
-            NvmlComputeInstanceProfileInfo ci{};
-            if (lib.ci_profile(gis[i], static_cast<unsigned>(c), kSharedEngines, &ci) !=
-                kNvmlSuccess) {
-              continue;
-            }
-            NvmlComputeInstance cis[kMaxInstances] = {};
-            unsigned m = kMaxInstances;
-            if (NvmlReturn rc = lib.ci_list(gis[i], ci.id, cis, &m); rc != kNvmlSuccess) {
-              return core::unavailable(where +
-                                       lib.explain("nvmlGpuInstanceGetComputeInstances", rc));
-            }
-            for (unsigned j = 0; j < m && j < kMaxInstances; ++j) {
-              if (NvmlReturn rc = lib.ci_destroy(cis[j]); rc != kNvmlSuccess) {
-                return core::unavailable(where + lib.explain("nvmlComputeInstanceDestroy", rc));
-              }
-            }
-          }
-          if (NvmlReturn rc = lib.gi_destroy(gis[i]); rc != kNvmlSuccess) {
-            return core::unavailable(where + lib.explain("nvmlGpuInstanceDestroy", rc) +
-                                     (rc == kNvmlInUse ? " (a process still uses it)" : ""));
-          }
+          TESSERA_RETURN_IF_ERROR(
+              destroyGpuInstance(lib, gis[i], where, " for " + info->mig_profiles[p].name));
         }
       }
     }
@@ -228,24 +244,6 @@ core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
     }
   }
   const std::set<model::MigInstance> wanted(layout.begin(), layout.end());
-  // The compute instances of a GPU instance, over every compute profile.
-  auto compute_instances =
-      [&](NvmlGpuInstance gi) -> core::Result<std::vector<NvmlComputeInstance>> {
-    std::vector<NvmlComputeInstance> out;
-    for (int c = 0; c < kComputeProfileCount; ++c) {
-      NvmlComputeInstanceProfileInfo ci{};
-      if (lib.ci_profile(gi, static_cast<unsigned>(c), kSharedEngines, &ci) != kNvmlSuccess) {
-        continue;  // A profile bigger than the instance.
-      }
-      NvmlComputeInstance cis[kMaxInstances] = {};
-      unsigned n = kMaxInstances;
-      if (NvmlReturn rc = lib.ci_list(gi, ci.id, cis, &n); rc != kNvmlSuccess) {
-        return core::unavailable(where + lib.explain("nvmlGpuInstanceGetComputeInstances", rc));
-      }
-      out.insert(out.end(), cis, cis + std::min(n, kMaxInstances));
-    }
-    return out;
-  };
   // Destroy what is in the way of the layout (compute instances first). An instance the layout
   // does not name but whose slices it leaves alone stays: one a task left, ready for the next
   // task of its profile with no re-layout (the scheduler prefers it: docs/agent.md "MIG").
@@ -264,18 +262,10 @@ core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
       idle.push_back(&e);
       continue;
     }
-    TESSERA_ASSIGN_OR_RETURN(std::vector<NvmlComputeInstance> cis, compute_instances(e.handle));
-    for (NvmlComputeInstance ci : cis) {
-      if (NvmlReturn rc = lib.ci_destroy(ci); rc != kNvmlSuccess) {
-        return core::unavailable(where + lib.explain("nvmlComputeInstanceDestroy", rc));
-      }
-    }
-    if (NvmlReturn rc = lib.gi_destroy(e.handle); rc != kNvmlSuccess) {
-      return core::unavailable(where + lib.explain("nvmlGpuInstanceDestroy", rc) + " for " +
-                               info->mig_profiles[static_cast<size_t>(e.instance.profile)].name +
-                               " at slice " + std::to_string(e.instance.start) +
-                               (rc == kNvmlInUse ? " (a process still uses it)" : ""));
-    }
+    TESSERA_RETURN_IF_ERROR(destroyGpuInstance(
+        lib, e.handle, where,
+        " for " + info->mig_profiles[static_cast<size_t>(e.instance.profile)].name + " at slice " +
+            std::to_string(e.instance.start)));
   }
   // A kept instance without a compute instance gets one, like a new one.
   auto add_compute = [&](NvmlGpuInstance gi, const model::MigProfile& profile) -> core::Status {
@@ -309,7 +299,8 @@ core::Result<MigUuids> NvmlMigManager::apply(int gpu, const std::string& model,
       continue;
     }
     TESSERA_RETURN_IF_ERROR(remember(e.handle, e.instance));
-    TESSERA_ASSIGN_OR_RETURN(std::vector<NvmlComputeInstance> cis, compute_instances(e.handle));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<NvmlComputeInstance> cis,
+                             computeInstances(lib, e.handle, where));
     if (cis.empty()) {
       TESSERA_RETURN_IF_ERROR(
           add_compute(e.handle, info->mig_profiles[static_cast<size_t>(e.instance.profile)]));
