@@ -19,11 +19,16 @@
 //   kernels --seconds S --kernel-us D [--launch kernel|ex|cooperative|graph|ptsz]
 //                             launches back to back for S seconds, then reports kernel time
 //   abi                       what cuGetProcAddress gives for several (name, cudaVersion, flags)
+//   overhead --calls N        N calls each of cuMemGetInfo, cuMemAlloc + cuMemFree (256 bytes)
+//                             and cuLaunchKernel (a 0 us kernel), in 101 batches: the median
+//                             batch's nanoseconds per call (bench/cuda_overhead.sh runs it with
+//                             and without the interposer)
 //
 // Exit status 0 unless setting up failed (driver missing, a function not found).
 #include <dlfcn.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -64,6 +69,7 @@ struct Options {
   int threads = 4;
   double seconds = 1;
   unsigned kernel_us = 1000;
+  long long calls = 1'000'000;
 };
 
 Options parse(int argc, char** argv) {
@@ -87,6 +93,8 @@ Options parse(int argc, char** argv) {
       o.threads = std::atoi(value);
     } else if (flag == "--seconds") {
       o.seconds = std::atof(value);
+    } else if (flag == "--calls") {
+      o.calls = std::atoll(value);
     } else if (flag == "--kernel-us") {
       o.kernel_us = static_cast<unsigned>(std::atoi(value));
     } else {
@@ -437,6 +445,69 @@ void scenarioKernels(const Api& api, const Options& o) {
   print("last_kernel_end_ns", s.last_kernel_end_ns);
 }
 
+void scenarioOverhead(const Api& api, const Options& o) {
+  setUp(api);
+  constexpr int kBatches = 101;
+  const long long per_batch = std::max(1LL, o.calls / kBatches);
+  // Nanoseconds per call of the median batch of `n` calls (a batch a page fault or a preemption
+  // slowed does not count); `between` runs untimed after each batch.
+  const auto median_ns = [&](long long n, auto&& call, auto&& between) {
+    std::vector<double> batches;
+    for (int b = 0; b < kBatches; ++b) {
+      const std::int64_t start = monotonicNs();
+      for (long long i = 0; i < n; ++i) {
+        call();
+      }
+      batches.push_back(static_cast<double>(monotonicNs() - start) / static_cast<double>(n));
+      between();
+    }
+    std::sort(batches.begin(), batches.end());
+    return batches[kBatches / 2];
+  };
+  const auto nothing = [] {};
+  const auto show = [](const char* key, double ns) { std::printf("%s=%.1f\n", key, ns); };
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  show("mem_get_info_ns", median_ns(
+                              per_batch,
+                              [&] {
+                                if (api.mem_get_info(&free_bytes, &total_bytes) != kCudaSuccess) {
+                                  fail("cuMemGetInfo failed");
+                                }
+                              },
+                              nothing));
+  show("alloc_free_ns",
+       median_ns(
+           per_batch,
+           [&] {
+             CUdeviceptr p = 0;
+             if (api.mem_alloc(&p, 256) != kCudaSuccess || api.mem_free(p) != kCudaSuccess) {
+               fail("cuMemAlloc or cuMemFree failed");
+             }
+           },
+           nothing));
+  auto launch_kernel =
+      api.find<CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            unsigned, CUstream, void**, void**)>("cuLaunchKernel",
+                                                                 "cuLaunchKernel");
+  unsigned us = 0;
+  void* params[] = {&us};
+  // Launches in batches the fake's queue (1,024 deep) holds, drained between batches: the
+  // call's own cost, not the fake GPU's (it sleeps for each kernel, however short).
+  constexpr long long kLaunchesPerBatch = 512;
+  show("launch_ns", median_ns(
+                        kLaunchesPerBatch,
+                        [&] {
+                          if (launch_kernel(nullptr, 1, 1, 1, 1, 1, 1, 0, nullptr, params,
+                                            nullptr) != kCudaSuccess) {
+                            fail("cuLaunchKernel failed");
+                          }
+                        },
+                        [&] { api.ctx_synchronize(); }));
+  print("calls_per_batch", per_batch);
+  print("launches_per_batch", kLaunchesPerBatch);
+}
+
 // "<library file>:<symbol>" for a function pointer, as dladdr names it ("?" if the address is
 // not exactly an exported symbol).
 std::string whereIs(void* f) {
@@ -517,6 +588,8 @@ int main(int argc, char** argv) {
     scenarioThreads(api, o.threads, o.chunk);
   } else if (o.scenario == "kernels") {
     scenarioKernels(api, o);
+  } else if (o.scenario == "overhead") {
+    scenarioOverhead(api, o);
   } else if (o.scenario == "abi") {
     print("first_rtld_next_dlsym", whereIs(first_rtld_next_dlsym));
     scenarioAbi(api);
