@@ -503,6 +503,19 @@ TEST_F(InterposerTest, WithoutTheInterposerTheSameProgramPassesTheCap) {
   EXPECT_EQ(r.number("info_total"), 1024 * kMiB) << r.describe();
 }
 
+// Frees give back exactly what allocations took: a million 256-byte allocate-and-free pairs under
+// a 64 MiB cap (room for 262,144 at once) never run out. The same run is the overhead benchmark
+// (bench/cuda_overhead.sh), which this keeps working.
+TEST_F(InterposerTest, AMillionAllocationsAndFreesUnderACapNeverRunOut) {
+  const ProbeRun r =
+      probe({{"overhead", "--calls", "1000000"}, {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}}});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  EXPECT_EQ(r.number("calls_per_batch") * 101, 999'900) << r.describe();
+  for (const char* key : {"mem_get_info_ns", "alloc_free_ns", "launch_ns"}) {
+    EXPECT_GT(std::stod(r.at(key)), 0.0) << key << "\n" << r.describe();
+  }
+}
+
 TEST_F(InterposerTest, ArraysCountAgainstTheCap) {
   const ProbeRun r =
       probe({{"arrays", "--cap", std::to_string(kCap)}, {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}}});
