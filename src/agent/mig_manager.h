@@ -22,11 +22,14 @@
 #include <vector>
 
 #include "agent/gpu_discovery.h"
-#include "agent/nvml_library.h"
 #include "core/status.h"
 #include "model/gpu_catalogue.h"
 
 namespace tessera::agent {
+
+class NvmlLibrary;
+class NvmlSession;
+struct NvmlDevice;
 
 // The MIG device of each instance of a layout: its UUID ("MIG-...", what a task's
 // CUDA_VISIBLE_DEVICES names) and its GPU and compute instance ids (which name the MIG
