@@ -9,6 +9,8 @@ TRACE ?= default
 SEEDS ?= 42-51
 OUT ?= sim-out
 FUZZ_SECONDS ?= 300
+# Seconds one test may take before CTest stops it and fails it (the slowest take about 150 s).
+TEST_TIMEOUT ?= 900
 
 CONFIGURED := $(BUILD_DIR)/build.ninja
 
@@ -28,7 +30,7 @@ build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build
-	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	@ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS) --timeout $(TEST_TIMEOUT)
 
 # A development server (tessera dev): store, TLS, an in-process agent per node (simulated GPUs,
 # real processes), a demo tenant. It prints its address and tokens and how to submit a first

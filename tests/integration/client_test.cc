@@ -74,6 +74,7 @@ class ClientTest : public ::testing::Test {
     fs::create_directories(*dir_);
     server_pid_ = fork();
     if (server_pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       freopen((*dir_ / "server.out").c_str(), "w", stdout);
       freopen((*dir_ / "server.err").c_str(), "w", stderr);
       std::string bin = binary();
@@ -104,8 +105,7 @@ class ClientTest : public ::testing::Test {
 
   static void TearDownTestSuite() {
     kill(server_pid_, SIGTERM);
-    int status = 0;
-    waitpid(server_pid_, &status, 0);
+    tessera::integration::reap(server_pid_, std::chrono::seconds(30), "tessera dev after SIGTERM");
     fs::remove_all(*dir_);
     delete dir_;
     delete dev_;

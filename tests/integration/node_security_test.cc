@@ -164,6 +164,7 @@ class Shell {
       : out_(out) {
     pid_ = ::fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (groups != nullptr) {
         groups->join();
       }
@@ -183,8 +184,7 @@ class Shell {
       return -1;
     }
     ::kill(pid_, sig);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
+    const int status = reap(pid_, std::chrono::minutes(1), "the agent");
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -37,9 +38,10 @@ class Process {
  public:
   // `netns`: the network namespace (`ip netns add` NAME) it runs in; "": this process's.
   Process(std::vector<std::string> args, const process_fs::path& out, const std::string& netns = "")
-      : out_(out) {
+      : name_(args.empty() ? "" : args[0]), out_(out) {
     pid_ = fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // A test that crashes leaves no server behind.
       freopen(out.string().c_str(), "w", stdout);
       freopen((out.string() + ".err").c_str(), "w", stderr);
       if (!netns.empty()) {
@@ -84,8 +86,9 @@ class Process {
       return -1;
     }
     kill(pid_, sig);
-    int status = 0;
-    waitpid(pid_, &status, 0);
+    // Stopped with a signal: it has 60 s to clean up. Waited for (wait()): 10 minutes.
+    const int status = reap(pid_, sig == 0 ? std::chrono::minutes(10) : std::chrono::minutes(1),
+                            "tessera " + name_);
     pid_ = -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   }
@@ -96,6 +99,7 @@ class Process {
 
  private:
   pid_t pid_ = -1;
+  std::string name_;  // Its command (server, agent, ...), for messages.
   process_fs::path out_;
 };
 

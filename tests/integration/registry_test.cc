@@ -48,6 +48,7 @@ class External {
   External(const std::vector<std::string>& args, const fs::path& log) {
     pid_ = ::fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       (void)!std::freopen(log.c_str(), "w", stdout);
       (void)!std::freopen(log.c_str(), "a", stderr);
       std::vector<char*> argv;
@@ -63,8 +64,7 @@ class External {
   void stop() {
     if (pid_ > 0) {
       ::kill(pid_, SIGTERM);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
+      reap(pid_, std::chrono::seconds(30), "a registry helper after SIGTERM");
       pid_ = -1;
     }
   }

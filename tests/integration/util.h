@@ -4,11 +4,14 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -74,6 +77,33 @@ struct CmdResult {
   std::string err;
 };
 
+// Waits for child `pid` to end, at most `limit`; then kills it (SIGKILL) and says so on standard
+// error, so that a process that hangs fails its test instead of stalling the whole suite. Returns
+// its wait status.
+inline int reap(pid_t pid, std::chrono::milliseconds limit, const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  auto pause = std::chrono::microseconds(200);
+  int status = 0;
+  while (true) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) {
+      return status;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      break;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(20'000));
+  }
+  std::fprintf(
+      stderr, "%s (pid %d) did not end within %lld s; killing it\n", what.c_str(),
+      static_cast<int>(pid),
+      static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(limit).count()));
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return status;
+}
+
 // Runs `tessera ARGS` through the shell (ARGS may add redirections such as "<file"), with its
 // standard error in `err_path`; `env` ("NAME=value ...") is set for it alone.
 inline CmdResult runTessera(const std::string& args, const std::filesystem::path& err_path,
@@ -121,6 +151,7 @@ inline Outcome runArgv(std::vector<std::string> argv_s,
     for (const auto& [k, v] : env) {
       setenv(k.c_str(), v.c_str(), 1);
     }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // Gone with a test that crashes.
     const int in = open("/dev/null", O_RDONLY);
     dup2(in, STDIN_FILENO);
     if (freopen((base + ".out").c_str(), "w", stdout) == nullptr ||
@@ -139,8 +170,7 @@ inline Outcome runArgv(std::vector<std::string> argv_s,
     std::this_thread::sleep_for(stop_after);
     kill(pid, SIGTERM);
   }
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int status = reap(pid, std::chrono::minutes(5), argv_s[0]);
   Outcome o;
   o.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
   o.out = slurp(base + ".out");
@@ -220,6 +250,7 @@ struct Dev {
     std::filesystem::create_directories(dir);
     pid = fork();
     if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       freopen((dir / "server.out").c_str(), "w", stdout);
       freopen((dir / "server.err").c_str(), "w", stderr);
       std::string bin = binary();
@@ -243,8 +274,7 @@ struct Dev {
   }
   ~Dev() {
     kill(pid, SIGTERM);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    reap(pid, std::chrono::seconds(30), "tessera dev after SIGTERM");
     std::filesystem::remove_all(dir);
   }
   bool up() const { return info.is_object() && info.value("pid", 0) == pid; }
