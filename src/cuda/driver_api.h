@@ -43,6 +43,8 @@ struct CUmemPoolHandle_st;
 using CUmemoryPool = CUmemPoolHandle_st*;
 struct CUgraphExec_st;
 using CUgraphExec = CUgraphExec_st*;
+struct CUmod_st;
+using CUmodule = CUmod_st*;
 struct CUexecAffinityParam;
 struct CUctxCreateParams;
 struct CUlaunchAttribute;

@@ -44,8 +44,7 @@
 
 #include "cuda/driver_api.h"
 #include "cuda/testing/fake_cuda_stats.h"
-
-#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+#include "fake_cuda_exports.h"
 
 using namespace tessera::cuda;  // NOLINT(google-build-using-namespace): the driver's names.
 using tessera::cuda::testing::FakeCudaStats;
@@ -718,15 +717,15 @@ FAKE_EXPORT CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice) {
   *value = attribute == 13 ? 1000 : 0;  // CU_DEVICE_ATTRIBUTE_CLOCK_RATE, in kHz.
   return kCudaSuccess;
 }
-FAKE_EXPORT CUresult cuModuleLoadData(void** module, const void* image) {
+FAKE_EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   if (module == nullptr || image == nullptr) {
     return kCudaErrorInvalidValue;
   }
   static int one_module;
-  *module = &one_module;
+  *module = reinterpret_cast<CUmodule>(&one_module);
   return kCudaSuccess;
 }
-FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, void*, const char* name) {
+FAKE_EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule, const char* name) {
   if (f == nullptr || name == nullptr) {
     return kCudaErrorInvalidValue;
   }

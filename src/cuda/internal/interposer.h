@@ -17,7 +17,10 @@
 #include "cuda/driver_api.h"
 #include "cuda/memory_ledger.h"
 
+// abi_check.cc defines it empty first, to see the hooks as C++ functions beside cuda.h's.
+#ifndef TESSERA_CUDA_EXPORT
 #define TESSERA_CUDA_EXPORT extern "C" __attribute__((visibility("default")))
+#endif
 
 namespace tessera::cuda::internal {
 
