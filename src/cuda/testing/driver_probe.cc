@@ -14,8 +14,10 @@
 //   memory  --cap BYTES       fill the cap, one byte past it, free and refill, cuMemGetInfo,
 //                             pitched, managed, async and cuMemCreate allocations
 //   arrays  --cap BYTES       1D/2D/3D and mipmapped arrays against the cap
-//   threads --threads N --chunk BYTES
-//                             N threads allocate chunks until refused, at once
+//   threads --threads N --chunk BYTES [--path alloc|pitch|managed|async|pool|vmm|array]
+//                             N threads allocate chunks until refused, at once, by one path
+//                             (cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync,
+//                             cuMemAllocFromPoolAsync, cuMemCreate or cuArrayCreate)
 //   kernels --seconds S --kernel-us D [--launch kernel|ex|cooperative|graph|ptsz]
 //                             launches back to back for S seconds, then reports kernel time
 //   abi                       what cuGetProcAddress gives for several (name, cudaVersion, flags)
@@ -64,6 +66,7 @@ struct Options {
   std::string scenario;
   std::string resolve = "dlsym";
   std::string launch = "kernel";
+  std::string path = "alloc";
   unsigned long long cap = 0;
   unsigned long long chunk = 1 << 20;
   int threads = 4;
@@ -85,6 +88,8 @@ Options parse(int argc, char** argv) {
       o.resolve = value;
     } else if (flag == "--launch") {
       o.launch = value;
+    } else if (flag == "--path") {
+      o.path = value;
     } else if (flag == "--cap") {
       o.cap = std::strtoull(value, nullptr, 10);
     } else if (flag == "--chunk") {
@@ -145,6 +150,7 @@ struct Api {
                               unsigned) = nullptr;
   CUresult (*mem_alloc_managed)(CUdeviceptr*, std::size_t, unsigned) = nullptr;
   CUresult (*mem_alloc_async)(CUdeviceptr*, std::size_t, CUstream) = nullptr;
+  CUresult (*mem_alloc_from_pool)(CUdeviceptr*, std::size_t, CUmemoryPool, CUstream) = nullptr;
   CUresult (*mem_free_async)(CUdeviceptr, CUstream) = nullptr;
   CUresult (*mem_create)(CUmemGenericAllocationHandle*, std::size_t,
                          const CUmemAllocationPropPrefix*, unsigned long long) = nullptr;
@@ -189,6 +195,8 @@ Api openApi(const std::string& resolve) {
   api.mem_alloc_async =
       api.find<decltype(api.mem_alloc_async)>("cuMemAllocAsync", "cuMemAllocAsync");
   api.mem_free_async = api.find<decltype(api.mem_free_async)>("cuMemFreeAsync", "cuMemFreeAsync");
+  api.mem_alloc_from_pool = api.find<decltype(api.mem_alloc_from_pool)>("cuMemAllocFromPoolAsync",
+                                                                        "cuMemAllocFromPoolAsync");
   api.mem_create = api.find<decltype(api.mem_create)>("cuMemCreate", "cuMemCreate");
   api.mem_release = api.find<decltype(api.mem_release)>("cuMemRelease", "cuMemRelease");
   api.array_create = api.find<decltype(api.array_create)>("cuArrayCreate_v2", "cuArrayCreate");
@@ -349,12 +357,63 @@ void scenarioArrays(const Api& api, unsigned long long cap) {
   print("used_at_end", used(api));
 }
 
-void scenarioThreads(const Api& api, int threads, unsigned long long chunk) {
+// One allocation of `chunk` bytes by `path`, and how to give it back.
+struct Held {
+  std::uint64_t handle = 0;  // A CUdeviceptr, CUmemGenericAllocationHandle or CUarray.
+};
+
+CUresult allocateBy(const Api& api, const std::string& path, unsigned long long chunk, Held& h) {
+  CUdeviceptr p = 0;
+  CUresult r = kCudaErrorInvalidValue;
+  if (path == "alloc") {
+    r = api.mem_alloc(&p, chunk);
+  } else if (path == "pitch") {  // 16 rows of chunk/16 bytes: the fake's pitch is 512-aligned.
+    std::size_t pitch = 0;
+    r = api.mem_alloc_pitch(&p, &pitch, chunk / 16, 16, 4);
+  } else if (path == "managed") {
+    r = api.mem_alloc_managed(&p, chunk, 1);
+  } else if (path == "async") {
+    r = api.mem_alloc_async(&p, chunk, nullptr);
+  } else if (path == "pool") {
+    r = api.mem_alloc_from_pool(&p, chunk, nullptr, nullptr);
+  } else if (path == "vmm") {
+    const CUmemAllocationPropPrefix device{1, 0, kCuMemLocationTypeDevice, 0};
+    CUmemGenericAllocationHandle handle = 0;
+    r = api.mem_create(&handle, chunk, &device, 0);
+    h.handle = handle;
+    return r;
+  } else if (path == "array") {  // A 1D array of bytes.
+    const CudaArrayDescriptor bytes{chunk, 0, kCuAdFormatUnsignedInt8, 1};
+    CUarray a = nullptr;
+    r = api.array_create(&a, &bytes);
+    h.handle = reinterpret_cast<std::uintptr_t>(a);
+    return r;
+  } else {
+    fail("unknown --path " + path);
+  }
+  h.handle = p;
+  return r;
+}
+
+void release(const Api& api, const std::string& path, const Held& h) {
+  if (path == "async" || path == "pool") {
+    api.mem_free_async(h.handle, nullptr);
+  } else if (path == "vmm") {
+    api.mem_release(h.handle);
+  } else if (path == "array") {
+    api.array_destroy(reinterpret_cast<CUarray>(static_cast<std::uintptr_t>(h.handle)));
+  } else {
+    api.mem_free(h.handle);
+  }
+}
+
+void scenarioThreads(const Api& api, int threads, unsigned long long chunk,
+                     const std::string& path) {
   setUp(api);
   std::atomic<long long> allocated{0};
   std::atomic<int> refused{0};
   std::atomic<bool> go{false};
-  std::vector<std::vector<CUdeviceptr>> mine(threads);
+  std::vector<std::vector<Held>> mine(threads);
   std::vector<std::thread> workers;
   workers.reserve(threads);
   for (int t = 0; t < threads; ++t) {
@@ -362,14 +421,14 @@ void scenarioThreads(const Api& api, int threads, unsigned long long chunk) {
       while (!go.load()) {
       }
       for (;;) {
-        CUdeviceptr p = 0;
-        const CUresult r = api.mem_alloc(&p, chunk);
+        Held h;
+        const CUresult r = allocateBy(api, path, chunk, h);
         if (r != kCudaSuccess) {
           refused += r == kCudaErrorOutOfMemory ? 1 : 0;
           return;
         }
         allocated += static_cast<long long>(chunk);
-        mine[t].push_back(p);
+        mine[t].push_back(h);
       }
     });
   }
@@ -381,11 +440,12 @@ void scenarioThreads(const Api& api, int threads, unsigned long long chunk) {
   print("refused_out_of_memory", refused.load());
   print("fake_peak", static_cast<long long>(stats(api).peak_live_bytes));
   for (auto& list : mine) {
-    for (CUdeviceptr p : list) {
-      api.mem_free(p);
+    for (const Held& h : list) {
+      release(api, path, h);
     }
   }
   print("used_after_free", used(api));
+  print("fake_live_after_free", static_cast<long long>(stats(api).live_bytes));
 }
 
 void scenarioKernels(const Api& api, const Options& o) {
@@ -585,7 +645,7 @@ int main(int argc, char** argv) {
   } else if (o.scenario == "arrays") {
     scenarioArrays(api, o.cap);
   } else if (o.scenario == "threads") {
-    scenarioThreads(api, o.threads, o.chunk);
+    scenarioThreads(api, o.threads, o.chunk, o.path);
   } else if (o.scenario == "kernels") {
     scenarioKernels(api, o);
   } else if (o.scenario == "overhead") {
