@@ -342,6 +342,50 @@ TEST_F(ServerTest, AQueueWithNothingReclaimsPastTheFloorWhenThatIsFairer) {
   EXPECT_EQ(server->stop(SIGTERM), 0);
 }
 
+// #40 through the server's API: a gang that has to wait for room gets nodes held for it, and its
+// reason names them and says when they will be free by the maxRuntime of the tasks on them. On
+// two simulated 8-GPU nodes sixteen 1-GPU tasks (maxRuntime 20 min) run; a gang of two 8-GPU
+// tasks comes after them.
+TEST_F(ServerTest, AWaitingGangIsToldWhichNodesAreHeldForItAndWhenTheyDrain) {
+  auto server = startDev({"--nodes", "dgx-h100:2", "--simulated"});
+  const Client c = client();
+  const std::string a = addTenant(c, "team-a");
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-a", root(), {{"quota", {{"gpu", 16}}}}).status, 204U);
+  const json small = {{"tasks", 16},
+                      {"gpu", {{"count", 1}}},
+                      {"cpuMilli", 1000},
+                      {"duration", 600},
+                      {"maxRuntime", 1200}};
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-a/workloads/small", a, small).status, 202U);
+  ASSERT_EQ(waitForPhase(c, "team-a", "small", a, "running"), "running");
+  const json gang = {{"tasks", 2},
+                     {"minAvailable", 2},
+                     {"gpu", {{"count", 8}}},
+                     {"cpuMilli", 1000},
+                     {"duration", 60}};
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-a/workloads/gang", a, gang).status, 202U);
+  std::string reason;
+  ASSERT_TRUE(waitFor(
+      [&] {
+        reason = c.call("GET", "/v1/tenants/team-a/workloads/gang", a)
+                     .body["data"]["status"]
+                     .value("reason", "");
+        return reason.find("held for it") != std::string::npos;
+      },
+      std::chrono::seconds(10)))
+      << reason;
+  EXPECT_TRUE(std::regex_search(
+      reason, std::regex("; 2 node\\(s\\) held for it \\([^)]+, [^)]+\\), drained in at most "
+                         "(19|20) min by the maxRuntime of the tasks there")))
+      << reason;
+  const json nodes = c.call("GET", "/v1/nodes", root()).body["data"]["nodes"];
+  ASSERT_EQ(nodes.size(), 2U) << nodes;
+  for (const json& n : nodes) {
+    EXPECT_NE(reason.find(n.value("name", "?")), std::string::npos) << n << " in " << reason;
+  }
+  EXPECT_EQ(server->stop(SIGTERM), 0);
+}
+
 TEST_F(ServerTest, EachTenantHasItsOwnRequestRate) {
   auto server = startDev();
   const Client c = client();
