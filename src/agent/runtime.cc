@@ -1017,6 +1017,16 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     in.memory_limit_mib = limits.memory_mib;
     in.mps_client = spec.gpus.mode == GpuPinning::Mode::kMps;
     in.keep = {dir, spec.credentials_dir, spec.gpus.interposer, spec.gpus.mps_pipe_directory};
+    // A time-sliced share: the interposer in /etc/ld.so.preload and its caps in a read-only
+    // file, so that a task that clears LD_PRELOAD or sets the variables is still held.
+    if (spec.gpus.mode == GpuPinning::Mode::kFractional && !spec.gpus.interposer.empty()) {
+      in.cuda_interposer = spec.gpus.interposer;
+      for (const auto& [k, v] : gpuEnvironment(spec.gpus)) {
+        if (k.starts_with("TESSERA_CUDA_")) {
+          in.cuda_caps += k + "=" + v + "\n";
+        }
+      }
+    }
     in.keep.insert(in.keep.end(), spec.device_nodes.begin(), spec.device_nodes.end());
     if (t.cgroup) {
       in.cgroup_dirs = t.cgroup->dirs;

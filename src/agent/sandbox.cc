@@ -15,6 +15,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "agent/exec_util.h"
 
@@ -154,6 +156,8 @@ const char* sandboxStepName(int step) {
       return "opening what it keeps of the node";
     case kSandboxStage:
       return "writing its /etc/passwd and /etc/group";
+    case kSandboxCuda:
+      return "binding its /etc/ld.so.preload and CUDA caps";
     case kSandboxTmp:
       return "mounting its /tmp";
     case kSandboxShm:
@@ -189,6 +193,22 @@ core::Result<SandboxPlan> planSandbox(const SandboxInput& in) {
   }
   plan.passwd += passwdLine("nobody", 65534, 65534, "/nonexistent", "/usr/sbin/nologin");
   plan.group += "nogroup:x:65534:\n";
+  if (!in.cuda_interposer.empty()) {
+    if (in.cuda_caps.empty()) {
+      return core::invalidArgument("a time-sliced task's view needs the caps of its interposer");
+    }
+    std::error_code ec;
+    if (!fs::is_regular_file(kCudaCapsFile, ec) || !fs::is_regular_file("/etc/ld.so.preload", ec)) {
+      return core::failedPrecondition(
+          std::string("the node has no ") + kCudaCapsFile +
+          " or /etc/ld.so.preload to bind the task's over (the agent makes them at start)");
+    }
+    std::ifstream node_preload("/etc/ld.so.preload");
+    std::ostringstream theirs;
+    theirs << node_preload.rdbuf();
+    plan.preload = in.cuda_interposer + "\n" + theirs.str();
+    plan.cuda_caps = in.cuda_caps;
+  }
   // What the task needs from under what its view covers, shortest first: a path under one
   // already bound back comes with it.
   std::vector<std::string> keep;
@@ -283,8 +303,22 @@ int enterSandbox(const SandboxPlan& plan, int* step) {
     if (stage < 0 || !writeNew(stage, "passwd", plan.passwd) ||
         !writeNew(stage, "group", plan.group) ||
         ::mount("/tmp/passwd", "/etc/passwd", nullptr, MS_BIND, nullptr) != 0 ||
-        ::mount("/tmp/group", "/etc/group", nullptr, MS_BIND, nullptr) != 0 ||
-        ::umount2("/tmp", MNT_DETACH) != 0) {
+        ::mount("/tmp/group", "/etc/group", nullptr, MS_BIND, nullptr) != 0) {
+      return failAt(step, kSandboxStage);
+    }
+    // On a time-sliced share: the interposer in every program, and its caps, read-only.
+    if (!plan.cuda_caps.empty() &&
+        (!writeNew(stage, "preload", plan.preload) ||
+         !writeNew(stage, "cuda-caps", plan.cuda_caps) ||
+         ::mount("/tmp/preload", "/etc/ld.so.preload", nullptr, MS_BIND, nullptr) != 0 ||
+         ::mount(nullptr, "/etc/ld.so.preload", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY,
+                 nullptr) != 0 ||
+         ::mount("/tmp/cuda-caps", kCudaCapsFile, nullptr, MS_BIND, nullptr) != 0 ||
+         ::mount(nullptr, kCudaCapsFile, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) !=
+             0)) {
+      return failAt(step, kSandboxCuda);
+    }
+    if (::umount2("/tmp", MNT_DETACH) != 0) {
       return failAt(step, kSandboxStage);
     }
     ::close(stage);
@@ -364,6 +398,25 @@ void runTaskInit(pid_t cmd, int status_fd) {
       ::_exit(127);
     }
   }
+}
+
+core::Status prepareCudaMountPoints() {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(kCudaCapsFile).parent_path(), ec);
+  if (ec) {
+    return core::unavailable(std::string("cannot make the folder of ") + kCudaCapsFile + ": " +
+                             ec.message());
+  }
+  for (const char* path : {kCudaCapsFile, "/etc/ld.so.preload"}) {
+    // Only where missing: the node's own /etc/ld.so.preload stays as it is.
+    const int fd = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+    } else if (errno != EEXIST) {
+      return core::unavailable(std::string("cannot make ") + path + ": " + std::strerror(errno));
+    }
+  }
+  return core::Status::ok();
 }
 
 core::Status probeSandbox() {

@@ -12,6 +12,9 @@
 //                    cgroup and gone with its namespace (MPS clients keep the node's: they meet
 //                    their control daemon there);
 //       /etc/passwd, /etc/group   root, nobody and the task's own user and group only;
+//       /etc/ld.so.preload, /etc/tessera/cuda-caps   for a task on a time-sliced share: the CUDA
+//                    interposer, loaded into every program whatever its environment says, and
+//                    its caps (read-only, root's: the task can neither unset nor raise them);
 //       its cgroups  each hierarchy (from where it is mounted) shows the task's group only;
 //     and what it needs from under /tmp or /dev/shm (its folder, credentials, devices, the
 //     interposer) bound back at the same paths;
@@ -48,6 +51,8 @@ struct SandboxPlan {
   std::string shm_options;  // The tmpfs's mount options ("mode=1777,size=...k").
   std::string passwd;       // The task's /etc/passwd and /etc/group.
   std::string group;
+  std::string preload;    // Its /etc/ld.so.preload, and
+  std::string cuda_caps;  // its kCudaCapsFile; both "" (the node's, if any) but on a share.
   std::vector<Keep> keeps;
   // The task's own groups, one per hierarchy, and for each the folder below which the task
   // sees that group alone (where the hierarchy is mounted: TaskCgroup::view_roots) and the
@@ -68,7 +73,22 @@ struct SandboxInput {
   std::vector<std::string> keep;         // Paths the task needs (folders or files).
   std::vector<std::string> cgroup_dirs;  // TaskCgroup::dirs
   std::vector<std::string> cgroup_view_roots;  // TaskCgroup::view_roots
+  // A time-sliced share: the CUDA interposer's path and the caps it reads (cuda/config.h's
+  // "NAME=value" lines). The interposer goes first in the task's /etc/ld.so.preload, before
+  // whatever the node's lists.
+  std::string cuda_interposer;
+  std::string cuda_caps;
 };
+
+// Where the CUDA interposer reads a task's caps: cuda/config.h's kCapsFile (the cuda layer
+// includes nothing of ours, so the path is written twice). On a node whose agent gives tasks a
+// view, the agent makes it (empty) and /etc/ld.so.preload, if missing, as mount points at start
+// (prepareCudaMountPoints).
+inline constexpr const char* kCudaCapsFile = "/etc/tessera/cuda-caps";
+
+// Makes kCudaCapsFile and /etc/ld.so.preload where they are missing, empty (which changes
+// nothing on the node), so that a task's view can bind its own over them. Root only.
+core::Status prepareCudaMountPoints();
 
 // The plan for a task; an error names what cannot be carried into the view (too many paths).
 core::Result<SandboxPlan> planSandbox(const SandboxInput& in);
@@ -84,6 +104,7 @@ enum SandboxStep : int {
   kSandboxKeep,
   kSandboxCgroups,
   kSandboxProc,
+  kSandboxCuda,
 };
 const char* sandboxStepName(int step);
 

@@ -497,6 +497,12 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     return 2;
   }
   assign.interposer = *interposer;
+  if (sandbox && !assign.interposer.empty()) {
+    // Mount points for a time-sliced task's /etc/ld.so.preload and CUDA caps (agent/sandbox.h).
+    if (const core::Status made = agent::prepareCudaMountPoints(); !made.isOk()) {
+      agentLog("warning: time-sliced tasks will not start: " + made.message());
+    }
+  }
   assign.require_interposer = gpus->backend == "nvml";
   if (assign.interposer.empty()) {
     agentLog(assign.require_interposer

@@ -1,6 +1,7 @@
 #include "cuda/config.h"
 
 #include <limits>
+#include <map>
 
 namespace tessera::cuda {
 namespace {
@@ -91,7 +92,10 @@ ParsedValue parseWholeNumber(std::string_view text, std::uint64_t min, std::uint
   return {number, ""};
 }
 
-SettingsResult readSettings(const char* (*getenv_fn)(const char*)) {
+namespace {
+
+template <typename Lookup>
+SettingsResult readWith(const Lookup& getenv_fn) {
   SettingsResult result;
   if (const char* v = getenv_fn("TESSERA_CUDA_MEMORY_LIMIT"); v != nullptr) {
     const ParsedValue p = parseByteSize(v);
@@ -118,6 +122,44 @@ SettingsResult readSettings(const char* (*getenv_fn)(const char*)) {
     result.settings.period_ns = static_cast<std::int64_t>(p.value) * 1'000'000;
   }
   return result;
+}
+
+}  // namespace
+
+SettingsResult readSettings(const char* (*getenv_fn)(const char*)) { return readWith(getenv_fn); }
+
+SettingsResult readSettingsFile(std::string_view text, const std::string& path) {
+  std::map<std::string, std::string, std::less<>> values;
+  int number = 0;
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    ++number;
+    if (line.empty() || line.front() == '#') {
+      continue;
+    }
+    const size_t eq = line.find('=');
+    const std::string name(line.substr(0, eq));
+    if (eq == std::string_view::npos ||
+        (name != "TESSERA_CUDA_MEMORY_LIMIT" && name != "TESSERA_CUDA_COMPUTE_SHARE" &&
+         name != "TESSERA_CUDA_PERIOD_MS")) {
+      SettingsResult bad;
+      bad.error = path + ":" + std::to_string(number) + ": '" + std::string(line) +
+                  "' is not one of TESSERA_CUDA_MEMORY_LIMIT, TESSERA_CUDA_COMPUTE_SHARE or "
+                  "TESSERA_CUDA_PERIOD_MS with '=' and a value";
+      return bad;
+    }
+    values[name] = std::string(line.substr(eq + 1));
+  }
+  SettingsResult r = readWith([&](const char* name) -> const char* {
+    auto it = values.find(name);
+    return it == values.end() ? nullptr : it->second.c_str();
+  });
+  if (!r.error.empty()) {
+    r.error = path + ": " + r.error;
+  }
+  return r;
 }
 
 }  // namespace tessera::cuda

@@ -1,5 +1,6 @@
-// The interposer's settings, read once from the environment the node agent gives a task on a
-// softly shared GPU (agent/runtime.cc, gpuEnvironment):
+// The interposer's settings, read once from the caps file the agent binds into a sandboxed task's
+// view (kCapsFile, below) or else from the environment the node agent gives a task on a softly
+// shared GPU (agent/runtime.cc, gpuEnvironment):
 //
 //   TESSERA_CUDA_MEMORY_LIMIT   device memory cap of the process: a byte count, or a number with
 //                               a K, M, G or T unit (powers of 1024, case-insensitive, "KiB" etc.
@@ -52,5 +53,16 @@ ParsedValue parseWholeNumber(std::string_view text, std::uint64_t min, std::uint
 
 // Reads the variables through getenv_fn (getenv in the interposer, a table in tests).
 SettingsResult readSettings(const char* (*getenv_fn)(const char*));
+
+// The same settings from the text of the caps file the agent gives a sandboxed task
+// (kCapsFile): "NAME=value" lines with the variables' names; blank lines and lines starting
+// with '#' are skipped. Any other line, or a bad value, is an error that names `path`, the line
+// and what is wrong with it.
+SettingsResult readSettingsFile(std::string_view text, const std::string& path);
+
+// Where a task's caps are when the agent runs it in a view of its own (agent/sandbox.h): bound
+// there read-only, owned by the agent. Present and not empty, it is the task's caps, whatever the
+// task's environment says; absent or empty (a node outside a sandbox), the variables are.
+inline constexpr const char* kCapsFile = "/etc/tessera/cuda-caps";
 
 }  // namespace tessera::cuda

@@ -14,17 +14,24 @@
 //    with an address that is not one of its exported functions does a table of (base name,
 //    cudaVersion range, per-thread) choose, for the ABIs where that mapping is certain.
 //
+// The settings come from the caps file the agent binds into a sandboxed task's view (kCapsFile),
+// where it is and not empty, and from the environment otherwise (cuda/config.h).
+//
 // Bad settings fail closed: the one line saying what is wrong goes to stderr when CUDA is first
 // touched, cuInit and context creation return kCudaErrorNotInitialized, allocations
 // kCudaErrorOutOfMemory. A task whose limits cannot be read does not get an unlimited GPU.
 #include "cuda/internal/interposer.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 
 #include "cuda/internal/hooks.h"
 #include "cuda/internal/launch_limiter.h"
@@ -72,13 +79,44 @@ std::unique_ptr<Driver> openDriver() {
   return driver;
 }
 
+// The caps file the agent binds into a sandboxed task's view (kCapsFile) if it is there and not
+// empty, whatever the environment says; otherwise the environment's variables.
+SettingsResult readCaps() {
+  const int fd = ::open(kCapsFile, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno != ENOENT) {
+    SettingsResult r;
+    r.error = std::string(kCapsFile) + ": " + std::strerror(errno);
+    return r;
+  }
+  std::string text;
+  if (fd >= 0) {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n < 0 || text.size() > 64 * 1024) {
+        ::close(fd);
+        SettingsResult r;
+        r.error = std::string(kCapsFile) + ": " + (n < 0 ? std::strerror(errno) : "too long");
+        return r;
+      }
+      text.append(buf, static_cast<size_t>(n));
+    }
+    ::close(fd);
+  }
+  if (!text.empty()) {
+    return readSettingsFile(text, kCapsFile);
+  }
+  return readSettings([](const char* name) -> const char* { return std::getenv(name); });
+}
+
 Process* createProcess() {
   auto* p = new Process();
   // The driver is opened even with bad settings: our hooks must still be what dlsym and
   // cuGetProcAddress hand out, so that they can refuse.
   p->driver = openDriver();
-  const SettingsResult read =
-      readSettings([](const char* name) -> const char* { return std::getenv(name); });
+  const SettingsResult read = readCaps();
   if (!read.error.empty()) {
     std::fprintf(stderr, "tessera-cuda: %s; CUDA is refused (cuInit fails) until it is fixed\n",
                  read.error.c_str());

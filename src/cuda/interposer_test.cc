@@ -150,6 +150,29 @@ TEST(ReadSettingsTest, NamesTheVariableAndValueThatDoNotParse) {
   }
 }
 
+// The caps file the agent binds into a sandboxed task's view: the same settings, one a line.
+TEST(ReadSettingsFileTest, ReadsTheAgentsCapsFile) {
+  const SettingsResult r = readSettingsFile(
+      "# written by the agent\nTESSERA_CUDA_MEMORY_LIMIT=64M\n\nTESSERA_CUDA_COMPUTE_SHARE=30\n",
+      "/etc/tessera/cuda-caps");
+  EXPECT_EQ(r.error, "");
+  EXPECT_EQ(r.settings.memory_limit_bytes, 64 * kMiB);
+  EXPECT_EQ(r.settings.compute_share_percent, 30);
+  EXPECT_EQ(r.settings.period_ns, 100'000'000);
+  // The last line need not end with a newline.
+  EXPECT_EQ(readSettingsFile("TESSERA_CUDA_PERIOD_MS=20", "f").settings.period_ns, 20'000'000);
+}
+
+TEST(ReadSettingsFileTest, SaysWhereAndWhatIsWrong) {
+  EXPECT_EQ(readSettingsFile("TESSERA_CUDA_MEMORY_LIMIT=64M\nMEMORY=1T\n", "caps").error,
+            "caps:2: 'MEMORY=1T' is not one of TESSERA_CUDA_MEMORY_LIMIT, "
+            "TESSERA_CUDA_COMPUTE_SHARE or TESSERA_CUDA_PERIOD_MS with '=' and a value");
+  EXPECT_EQ(readSettingsFile("TESSERA_CUDA_COMPUTE_SHARE\n", "caps").error.substr(0, 8),
+            "caps:1: ");
+  EXPECT_EQ(readSettingsFile("TESSERA_CUDA_COMPUTE_SHARE=0\n", "caps").error,
+            "caps: TESSERA_CUDA_COMPUTE_SHARE='0': must be 1 to 100 (percent of GPU time)");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Memory ledger.
 

@@ -1703,6 +1703,49 @@ TEST_F(AgentTest, TimeSlicedTasksRunUnderTheInterposerHeldToTheirGrant) {
   // 64 MiB granted, of the fake GPU's 1024: four threads racing get exactly 64 chunks of 1 MiB.
   EXPECT_NE(out.find("allocated=67108864\n"), std::string::npos) << out;
   EXPECT_NE(out.find("refused_out_of_memory=4\n"), std::string::npos) << out;
+
+  // #41: a task that clears LD_PRELOAD, or sets its own, and raises the cap in its environment
+  // is still held to its grant where the agent gives tasks a view of their own (root): the
+  // interposer is in the view's read-only /etc/ld.so.preload and its caps in a read-only file
+  // of the agent's, which the task cannot change (it only asks whether it could write them: a
+  // test must not change the node's files, should the view be missing).
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "tasks get a view of their own (and /etc/ld.so.preload) only under root";
+  }
+  const std::string escape =
+      "test -w /etc/tessera/cuda-caps && echo caps=writable; "
+      "test -w /etc/ld.so.preload && echo preload=writable; "
+      "grep -c . /etc/tessera/cuda-caps | sed s/^/caps_lines=/; "
+      "exec env -u LD_PRELOAD TESSERA_CUDA_MEMORY_LIMIT=1T " +
+      bin + "/src/cuda/tessera_cuda_probe threads --threads 4 --chunk 1048576";
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/unset", tenant_,
+                 {{"gpu", gpu}, {"env", env}, {"command", {"sh", "-c", escape}}})
+                .status,
+            202U);
+  const json preload_env = {{"LD_LIBRARY_PATH", bin + "/tests/fake_cuda/lib"},
+                            {"FAKE_CUDA_TOTAL_MIB", "1024"},
+                            {"LD_PRELOAD", ""},
+                            {"TESSERA_CUDA_MEMORY_LIMIT", "1T"}};
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/raised", tenant_,
+                 {{"gpu", gpu},
+                  {"env", preload_env},
+                  {"command",
+                   {"sh", "-c",
+                    "LD_PRELOAD= TESSERA_CUDA_MEMORY_LIMIT=1T exec " + bin +
+                        "/src/cuda/tessera_cuda_probe threads --threads 4 --chunk 1048576"}}})
+                .status,
+            202U);
+  for (const char* name : {"unset", "raised"}) {
+    const auto [at, gpu_index] = runToSuccess(name);
+    ASSERT_FALSE(at.empty()) << name;
+    const std::string got = slurp(taskDir(at, name) / "stdout.log");
+    EXPECT_NE(got.find("allocated=67108864\n"), std::string::npos) << name << "\n" << got;
+    EXPECT_NE(got.find("refused_out_of_memory=4\n"), std::string::npos) << name << "\n" << got;
+    EXPECT_EQ(got.find("writable"), std::string::npos) << name << "\n" << got;
+    if (std::string(name) == "unset") {
+      EXPECT_NE(got.find("caps_lines=2\n"), std::string::npos) << got;
+    }
+  }
 }
 
 // Limits through the whole path: the workload's memoryMiB becomes the task's cgroup limit, and
