@@ -21,6 +21,7 @@
 
 #include "agent/exec_util.h"
 #include "agent/runtime.h"
+#include "agent/sandbox.h"
 #include "core/log.h"
 
 extern char** environ;
@@ -527,6 +528,23 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
   }
   if (!spec.gpus.interposer.empty()) {
     config["mounts"].push_back(bindMount(spec.gpus.interposer, spec.gpus.interposer, true));
+  }
+  // A time-sliced share: the interposer in the container's /etc/ld.so.preload, so that every
+  // program loads it whatever its environment says, and its caps in a read-only file it reads
+  // instead of the variables (as in a process task's view, agent/sandbox.h). The image's own
+  // /etc/ld.so.preload is covered; the task's LD_PRELOAD still adds to it.
+  if (const std::string caps = cudaCapsText(spec.gpus); !caps.empty()) {
+    fs::create_directories(bundle + "/cuda", ec);
+    const std::string preload_file = bundle + "/cuda/ld.so.preload";
+    const std::string caps_file = bundle + "/cuda/cuda-caps";
+    if (!writeFile(preload_file, spec.gpus.interposer + "\n", 0444) ||
+        !writeFile(caps_file, caps, 0444)) {
+      cleanup(spec.id);
+      return core::unavailable("cannot write the CUDA caps in " + bundle + "/cuda")
+          .withContext(where);
+    }
+    config["mounts"].push_back(bindMount(preload_file, "/etc/ld.so.preload", true));
+    config["mounts"].push_back(bindMount(caps_file, kCudaCapsFile, true));
   }
   // Its volumes (docs/agent.md "Volumes"): files from its credentials folder, read-only; empty
   // tmpfs folders (one at /dev/shm replaces the default one).

@@ -536,6 +536,18 @@ std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin) {
   return env;
 }
 
+std::string cudaCapsText(const GpuPinning& pin) {
+  std::string text;
+  if (pin.mode == GpuPinning::Mode::kFractional && !pin.interposer.empty() && !pin.uuids.empty()) {
+    for (const auto& [k, v] : gpuEnvironment(pin)) {
+      if (k.starts_with("TESSERA_CUDA_")) {
+        text += k + "=" + v + "\n";
+      }
+    }
+  }
+  return text;
+}
+
 core::Status writeLease(const std::string& lease_file, std::chrono::milliseconds valid_for) {
   const std::string text =
       std::to_string(monotonicNs() + int64_t{valid_for.count()} * 1'000'000) + "\n";
@@ -1019,13 +1031,9 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     in.keep = {dir, spec.credentials_dir, spec.gpus.interposer, spec.gpus.mps_pipe_directory};
     // A time-sliced share: the interposer in /etc/ld.so.preload and its caps in a read-only
     // file, so that a task that clears LD_PRELOAD or sets the variables is still held.
-    if (spec.gpus.mode == GpuPinning::Mode::kFractional && !spec.gpus.interposer.empty()) {
+    in.cuda_caps = cudaCapsText(spec.gpus);
+    if (!in.cuda_caps.empty()) {
       in.cuda_interposer = spec.gpus.interposer;
-      for (const auto& [k, v] : gpuEnvironment(spec.gpus)) {
-        if (k.starts_with("TESSERA_CUDA_")) {
-          in.cuda_caps += k + "=" + v + "\n";
-        }
-      }
     }
     in.keep.insert(in.keep.end(), spec.device_nodes.begin(), spec.device_nodes.end());
     if (t.cgroup) {

@@ -61,6 +61,11 @@ struct GpuPinning {
 // (CUDA then sees none), never the node's.
 std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin);
 
+// A time-sliced share's caps as the CUDA interposer reads them from the read-only file a task's
+// view has (agent/sandbox.h kCudaCapsFile): gpuEnvironment's TESSERA_CUDA_* variables as
+// "NAME=value" lines. "" unless the pin is fractional with an interposer.
+std::string cudaCapsText(const GpuPinning& pin);
+
 // A task run from an image as an OCI container (agent/container.h); `image` "" : a process.
 struct ContainerSpec {
   std::string image;    // model::ImageRef syntax.

@@ -304,6 +304,36 @@ TEST_F(ContainerTest, RunsInItsImageAsItsTenantWithOnlyItsGpu) {
   EXPECT_TRUE(fs::is_empty(dir_ / "gpu-a" / "containers" / "bundles"));
 }
 
+// #41 item 4 in a container: a time-sliced task's /etc/ld.so.preload names the CUDA interposer
+// (so every dynamically linked program in it loads it, whatever LD_PRELOAD says) and its caps
+// are in a read-only file the interposer reads instead of the variables; the task, its tenant's
+// user, can write neither. (The busybox image's programs are static, so only the files are
+// checked here; the interposer's effect through them is AgentTest's, for process tasks.)
+TEST_F(ContainerTest, ATimeSlicedContainerGetsTheInterposerAndItsCapsReadOnly) {
+  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}));
+  const std::string script =
+      "echo preload=$(cat /etc/ld.so.preload); cat /etc/tessera/cuda-caps; "
+      "test -w /etc/ld.so.preload && echo preload-writable; "
+      "test -w /etc/tessera/cuda-caps && echo caps-writable; "
+      "test -r \"$(cat /etc/ld.so.preload)\" && echo interposer-there; true";
+  Response r = submit(
+      "sliced", {{"gpu", {{"count", 1}, {"milli", 300}, {"memoryMiB", 64}, {"isolation", "none"}}},
+                 {"image", "oci-archive:" + image_},
+                 {"env", {{"TESSERA_CUDA_MEMORY_LIMIT", "1T"}}},
+                 {"command", {"sh", "-c", script}}});
+  ASSERT_EQ(r.status, 202U) << r.raw;
+  ASSERT_TRUE(waitPhase("sliced", "succeeded")) << workload("sliced").dump() << agentLog("gpu-a");
+  const CmdResult out = logs("sliced");
+  ASSERT_EQ(out.rc, 0) << out.err;
+  EXPECT_TRUE(std::regex_search(out.out, std::regex(R"(preload=/\S+/libtessera-cuda\.so\n)")))
+      << out.out;
+  EXPECT_NE(out.out.find("TESSERA_CUDA_COMPUTE_SHARE=30\nTESSERA_CUDA_MEMORY_LIMIT=64M\n"),
+            std::string::npos)
+      << out.out;
+  EXPECT_NE(out.out.find("interposer-there\n"), std::string::npos) << out.out;
+  EXPECT_EQ(out.out.find("writable"), std::string::npos) << out.out;
+}
+
 // Volumes (docs/agent.md "Volumes"): a KV secret's keys as read-only files at a path of the
 // container, as its tenant's user reads them; a tmpfs at /dev/shm of the size asked. Asked for
 // wrongly, they are refused at admission naming the field; a secret that is gone by the time the
