@@ -559,6 +559,27 @@ TEST_F(InterposerTest, ArraysCountAgainstTheCap) {
   EXPECT_EQ(r.number("used_at_end"), 0) << r.describe();
 }
 
+// A context another library in the process made, through a handle of its own on the driver,
+// draws on the same cap; and a process that ends holding its whole cap gives it back: the next
+// one gets all of it.
+TEST_F(InterposerTest, OtherContextsShareTheCapAndExitGivesItBack) {
+  const ProbeRun r =
+      probe({{"contexts", "--cap", std::to_string(kCap)}, {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}}});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  EXPECT_EQ(r.at("primary_half"), "0") << r.describe();
+  EXPECT_EQ(r.at("other_ctx"), "0") << r.describe();
+  EXPECT_EQ(r.at("other_rest"), "0") << r.describe();
+  EXPECT_EQ(r.at("other_one_past"), "2") << r.describe();  // CUDA_ERROR_OUT_OF_MEMORY.
+  EXPECT_EQ(r.number("used_both"), kCap) << r.describe();
+  EXPECT_EQ(r.at("primary_one_past"), "2") << r.describe();
+  for (int i = 0; i < 2; ++i) {
+    const ProbeRun held =
+        probe({{"hold", "--cap", std::to_string(kCap)}, {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}}});
+    ASSERT_EQ(held.status, 0) << held.describe();
+    EXPECT_EQ(held.at("hold"), "0") << "run " << i << "\n" << held.describe();
+  }
+}
+
 class RacingThreadsTest : public InterposerTest,
                           public ::testing::WithParamInterface<const char*> {};
 

@@ -14,6 +14,10 @@
 //   memory  --cap BYTES       fill the cap, one byte past it, free and refill, cuMemGetInfo,
 //                             pitched, managed, async and cuMemCreate allocations
 //   arrays  --cap BYTES       1D/2D/3D and mipmapped arrays against the cap
+//   contexts --cap BYTES      half the cap in the primary context, the rest in a context that
+//                             "another library" made through a handle of its own, then one byte
+//                             past it in each
+//   hold    --cap BYTES       allocate the cap and exit without freeing it
 //   threads --threads N --chunk BYTES [--path alloc|pitch|managed|async|pool|vmm|array]
 //                             N threads allocate chunks until refused, at once, by one path
 //                             (cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync,
@@ -323,6 +327,43 @@ void scenarioMemory(const Api& api, unsigned long long cap) {
   api.mem_release(host);
   print("used_at_end", used(api));
   print("fake_live_at_end", static_cast<long long>(stats(api).live_bytes));
+}
+
+void scenarioContexts(const Api& api, unsigned long long cap) {
+  setUp(api);
+  CUdeviceptr mine = 0;
+  print("primary_half", api.mem_alloc(&mine, cap / 2));
+  // Another library in the process: its own handle on the driver, its own context.
+  void* other = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  using CtxCreate = CUresult (*)(CUcontext*, unsigned, CUdevice);
+  using CtxSetCurrent = CUresult (*)(CUcontext);
+  using MemAlloc = CUresult (*)(CUdeviceptr*, std::size_t);
+  const auto ctx_create = reinterpret_cast<CtxCreate>(dlsym(other, "cuCtxCreate_v2"));
+  const auto set_current = reinterpret_cast<CtxSetCurrent>(dlsym(other, "cuCtxSetCurrent"));
+  const auto mem_alloc = reinterpret_cast<MemAlloc>(dlsym(other, "cuMemAlloc_v2"));
+  if (other == nullptr || ctx_create == nullptr || set_current == nullptr || mem_alloc == nullptr) {
+    fail(
+        "a second handle on libcuda.so.1 finds no cuCtxCreate_v2, cuCtxSetCurrent or "
+        "cuMemAlloc_v2");
+  }
+  CUcontext theirs = nullptr;
+  print("other_ctx", ctx_create(&theirs, 0, 0));
+  set_current(theirs);
+  CUdeviceptr rest = 0;
+  CUdeviceptr extra = 0;
+  print("other_rest", mem_alloc(&rest, cap - cap / 2));
+  print("other_one_past", mem_alloc(&extra, 1));
+  print("used_both", used(api));
+  setUp(api);  // Back in the primary context.
+  print("primary_one_past", api.mem_alloc(&extra, 1));
+}
+
+void scenarioHold(const Api& api, unsigned long long cap) {
+  setUp(api);
+  CUdeviceptr all = 0;
+  print("hold", api.mem_alloc(&all, cap));
+  std::fflush(stdout);
+  std::_Exit(0);  // Holding it: the process's end gives it back.
 }
 
 void scenarioArrays(const Api& api, unsigned long long cap) {
@@ -642,6 +683,10 @@ int main(int argc, char** argv) {
     scenarioInit(api);
   } else if (o.scenario == "memory") {
     scenarioMemory(api, o.cap);
+  } else if (o.scenario == "contexts") {
+    scenarioContexts(api, o.cap);
+  } else if (o.scenario == "hold") {
+    scenarioHold(api, o.cap);
   } else if (o.scenario == "arrays") {
     scenarioArrays(api, o.cap);
   } else if (o.scenario == "threads") {
