@@ -105,7 +105,10 @@ class ClientTest : public ::testing::Test {
 
   static void TearDownTestSuite() {
     kill(server_pid_, SIGTERM);
-    tessera::integration::reap(server_pid_, std::chrono::seconds(30), "tessera dev after SIGTERM");
+    const int status = tessera::integration::reap(server_pid_, std::chrono::seconds(30),
+                                                  "tessera dev after SIGTERM");
+    EXPECT_FALSE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        << "tessera dev did not stop within 30 s of SIGTERM";
     fs::remove_all(*dir_);
     delete dir_;
     delete dev_;

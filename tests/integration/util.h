@@ -2,6 +2,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -274,7 +275,10 @@ struct Dev {
   }
   ~Dev() {
     kill(pid, SIGTERM);
-    reap(pid, std::chrono::seconds(30), "tessera dev after SIGTERM");
+    // A server that does not stop when an operator asks it to is a failure, not just slow.
+    const int status = reap(pid, std::chrono::seconds(30), "tessera dev after SIGTERM");
+    EXPECT_FALSE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+        << "tessera dev did not stop within 30 s of SIGTERM";
     std::filesystem::remove_all(dir);
   }
   bool up() const { return info.is_object() && info.value("pid", 0) == pid; }
