@@ -961,17 +961,19 @@ TEST_F(KubeTest, SecretsAreWatchedOnlyAsTheTokenMayReadThem) {
        {"secrets/kv/data/kube/default/secrets/mine", {{"capabilities", {"read"}}}}});
   Outcome all;
   Outcome mine;
+  // The watches run 12 s: the changes below take 4.5 s of pauses and four kubectl calls, which
+  // on a loaded machine took long enough that a 6 s watch ended before the last one showed.
   std::thread admin_watch([&] {
     all = kubectl(config,
                   {"get", "secrets", "-w", "--output-watch-events", "-o",
                    "jsonpath={.type} {.object.metadata.name} {.object.data.k}{\"\\n\"}"},
-                  std::chrono::seconds(6));
+                  std::chrono::seconds(12));
   });
   std::thread reader_watch([&] {
     mine = kubectl(reader,
                    {"get", "secrets", "-w", "--output-watch-events", "-o",
                     "jsonpath={.type} {.object.metadata.name} {.object.data.k}{\"\\n\"}"},
-                   std::chrono::seconds(6));
+                   std::chrono::seconds(12));
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   ASSERT_EQ(kubectl(config, {"create", "secret", "generic", "other", "--from-literal=k=x"}).rc, 0);
