@@ -9,7 +9,7 @@ TRACE ?= default
 SEEDS ?= 42-51
 OUT ?= sim-out
 FUZZ_SECONDS ?= 300
-# Seconds one test may take before CTest stops it and fails it (the slowest take about 150 s).
+# Seconds one test may take before CTest stops it and fails it (the slowest take about 3 min).
 TEST_TIMEOUT ?= 900
 
 CONFIGURED := $(BUILD_DIR)/build.ninja
