@@ -70,6 +70,7 @@ static_assert(ours::kCudaArray3dCubemap == CUDA_ARRAY3D_CUBEMAP);
   X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000)               \
   X(cuMemCreate, PFN_cuMemCreate_v10020)                                      \
   X(cuMemRelease, PFN_cuMemRelease_v10020)                                    \
+  X(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020)                            \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                 \
   X(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz)                       \
   X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060)                            \
@@ -92,5 +93,14 @@ static_assert(0 TESSERA_HOOKS(TESSERA_COUNT) == tessera::cuda::internal::kHookCo
 #undef TESSERA_COUNT
 #undef TESSERA_CHECK
 #undef TESSERA_HOOKS
+
+// The helpers the memory hooks call, and the attributes they ask for.
+namespace internal = tessera::cuda::internal;
+static_assert(FnAbiSame<internal::PointerGetAttributeFn, PFN_cuPointerGetAttribute_v4000>::value);
+static_assert(FnAbiSame<internal::MemPoolGetAttributeFn, PFN_cuMemPoolGetAttribute_v11020>::value);
+static_assert(FnAbiSame<internal::MemPoolTrimToFn, PFN_cuMemPoolTrimTo_v11020>::value);
+static_assert(internal::kCuPointerAttributeMempoolHandle == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE);
+static_assert(internal::kCuMempoolAttrReleaseThreshold == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD);
+static_assert(internal::kCuMempoolAttrReservedMemCurrent == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
 
 }  // namespace

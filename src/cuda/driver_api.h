@@ -41,6 +41,8 @@ struct CUmipmappedArray_st;
 using CUmipmappedArray = CUmipmappedArray_st*;
 struct CUmemPoolHandle_st;
 using CUmemoryPool = CUmemPoolHandle_st*;
+struct CUmemPoolProps_st;
+using CUmemPoolProps = CUmemPoolProps_st;
 struct CUgraphExec_st;
 using CUgraphExec = CUgraphExec_st*;
 struct CUmod_st;

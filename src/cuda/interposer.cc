@@ -43,10 +43,12 @@ constexpr int kForever = 1 << 30;
 
 // In Helper order.
 constexpr const char* kHelperNames[kHelperCount] = {
-    "cuCtxGetCurrent",     "cuEventCreate",
-    "cuEventDestroy_v2",   "cuEventRecord",
-    "cuEventQuery",        "cuEventElapsedTime",
-    "cuStreamIsCapturing", "cuThreadExchangeStreamCaptureMode"};
+    "cuCtxGetCurrent",       "cuEventCreate",
+    "cuEventDestroy_v2",     "cuEventRecord",
+    "cuEventQuery",          "cuEventElapsedTime",
+    "cuStreamIsCapturing",   "cuThreadExchangeStreamCaptureMode",
+    "cuPointerGetAttribute", "cuMemPoolGetAttribute",
+    "cuMemPoolTrimTo"};
 
 // The helpers without which launches cannot be measured.
 constexpr Helper kLimiterNeeds[] = {Helper::kCuCtxGetCurrent,  Helper::kCuEventCreate,
@@ -228,6 +230,8 @@ const HookInfo kHooks[kHookCount] = {
     {"cuMemCreate", reinterpret_cast<void*>(&cuMemCreate), "cuMemCreate", 10020, kForever, false},
     {"cuMemRelease", reinterpret_cast<void*>(&cuMemRelease), "cuMemRelease", 10020, kForever,
      false},
+    {"cuMemPoolDestroy", reinterpret_cast<void*>(&cuMemPoolDestroy), "cuMemPoolDestroy", 11020,
+     kForever, false},
     {"cuLaunchKernel", reinterpret_cast<void*>(&cuLaunchKernel), "cuLaunchKernel", 4000, kForever,
      false},
     {"cuLaunchKernel_ptsz", reinterpret_cast<void*>(&cuLaunchKernel_ptsz), "cuLaunchKernel", 7000,

@@ -210,6 +210,64 @@ TEST(MemoryLedgerTest, AKeyTrackedAgainGivesBackWhatItHeld) {
   EXPECT_EQ(ledger.usedBytes(), 10u);
 }
 
+TEST(MemoryLedgerTest, PooledFreesStayChargedUntilTheDriverSaysTheyAreGone) {
+  MemoryLedger ledger(100);
+  ASSERT_TRUE(ledger.tryReserve(40));
+  ASSERT_TRUE(ledger.trackPooled(/*pool=*/1, /*key=*/7, 40));
+  ASSERT_TRUE(ledger.tryReserve(20));
+  ASSERT_TRUE(ledger.trackPooled(1, 8, 20));
+  const auto freed = ledger.untrackPooled(7);
+  ASSERT_TRUE(freed.has_value());
+  EXPECT_EQ(freed->pool, 1u);
+  EXPECT_EQ(freed->bytes, 40u);
+  EXPECT_EQ(ledger.untrackPooled(7), std::nullopt);
+  ledger.retain(1, 40);
+  EXPECT_EQ(ledger.usedBytes(), 60u);
+  EXPECT_EQ(ledger.retainedBytes(), 40u);
+  EXPECT_EQ(ledger.retainingPools(), std::vector<std::uint64_t>{1});
+  // The driver's rounding never raises the charge; what the pool holds beside its live 20 does
+  // lower it.
+  EXPECT_TRUE(ledger.settlePool(1, 1000, ledger.poolGeneration()));
+  EXPECT_EQ(ledger.usedBytes(), 60u);
+  EXPECT_TRUE(ledger.settlePool(1, 30, ledger.poolGeneration()));
+  EXPECT_EQ(ledger.retainedBytes(), 10u);
+  EXPECT_EQ(ledger.usedBytes(), 30u);
+  EXPECT_TRUE(ledger.settlePool(1, 0, ledger.poolGeneration()));
+  EXPECT_EQ(ledger.retainedBytes(), 0u);
+  EXPECT_EQ(ledger.usedBytes(), 20u);
+  EXPECT_TRUE(ledger.retainingPools().empty());
+}
+
+TEST(MemoryLedgerTest, AReadingTakenBeforeAPooledChangeIsIgnored) {
+  // The pool grew for a new allocation after the driver was asked: the old reading would
+  // under-count it.
+  MemoryLedger ledger(100);
+  ASSERT_TRUE(ledger.tryReserve(50));
+  ASSERT_TRUE(ledger.trackPooled(1, 7, 50));
+  ledger.retain(1, ledger.untrackPooled(7)->bytes);
+  const std::uint64_t before = ledger.poolGeneration();
+  ASSERT_TRUE(ledger.tryReserve(30));
+  ASSERT_TRUE(ledger.trackPooled(1, 9, 30));
+  EXPECT_FALSE(ledger.settlePool(1, 50, before));
+  EXPECT_EQ(ledger.usedBytes(), 80u);
+  EXPECT_TRUE(ledger.settlePool(1, 50, ledger.poolGeneration()));
+  EXPECT_EQ(ledger.usedBytes(), 50u);
+}
+
+TEST(MemoryLedgerTest, ADestroyedPoolTakesWhatItKept) {
+  MemoryLedger ledger(100);
+  ASSERT_TRUE(ledger.tryReserve(70));
+  ASSERT_TRUE(ledger.trackPooled(1, 7, 40));
+  ASSERT_TRUE(ledger.trackPooled(1, 8, 30));
+  ledger.retain(1, ledger.untrackPooled(7)->bytes);
+  ledger.forgetPool(1);
+  EXPECT_EQ(ledger.usedBytes(), 30u);
+  EXPECT_EQ(ledger.retainedBytes(), 0u);
+  ledger.retain(1, ledger.untrackPooled(8)->bytes);  // Freed after: nothing keeps it either.
+  EXPECT_EQ(ledger.usedBytes(), 0u);
+  EXPECT_EQ(ledger.retainedBytes(), 0u);
+}
+
 TEST(MemoryLedgerTest, ConcurrentReservationsNeverPassTheCap) {
   MemoryLedger ledger(1000 * 64);
   std::vector<std::thread> threads;
@@ -578,6 +636,48 @@ TEST_F(InterposerTest, OtherContextsShareTheCapAndExitGivesItBack) {
     ASSERT_EQ(held.status, 0) << held.describe();
     EXPECT_EQ(held.at("hold"), "0") << "run " << i << "\n" << held.describe();
   }
+}
+
+// Stream-ordered allocations come from pools that keep freed memory on the device for reuse. That
+// memory stays charged until the driver lets it go; a plain allocation that needs it makes the
+// interposer trim the pool first, so the device never holds more than the cap (without the
+// interposer the same program holds twice the cap), and kept memory never causes a refusal.
+TEST_F(InterposerTest, MemoryThatPoolsKeepCountsUntilTheDriverLetsItGo) {
+  const ProbeRun r =
+      probe({{"pools", "--cap", std::to_string(kCap)}, {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}}});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  EXPECT_EQ(r.at("pool_alloc"), "0") << r.describe();
+  EXPECT_EQ(r.at("pool_free"), "0") << r.describe();
+  EXPECT_EQ(r.number("kept_after_free"), 48 * kMiB) << r.describe();
+  EXPECT_EQ(r.number("used_after_free"), 48 * kMiB) << "kept memory is charged\n" << r.describe();
+  EXPECT_EQ(r.at("plain_after_pool"), "0") << "kept memory never refuses\n" << r.describe();
+  EXPECT_EQ(r.number("kept_after_plain"), 0) << "the interposer trimmed the pool\n" << r.describe();
+  EXPECT_EQ(r.at("reuse_first"), "0") << r.describe();
+  EXPECT_EQ(r.at("reuse_again"), "0") << r.describe();
+  EXPECT_EQ(r.number("kept_on_reuse"), 16 * kMiB) << "reuse within the cap: no trim\n"
+                                                  << r.describe();
+  EXPECT_EQ(r.number("used_on_reuse"), 16 * kMiB) << "reused memory is charged once\n"
+                                                  << r.describe();
+  EXPECT_EQ(r.number("used_before_app_trim"), 16 * kMiB) << r.describe();
+  EXPECT_EQ(r.number("used_after_app_trim"), 0) << r.describe();
+  EXPECT_EQ(r.at("default_alloc"), "0") << r.describe();
+  EXPECT_EQ(r.number("default_kept"), kCap) << r.describe();
+  EXPECT_EQ(r.at("plain_after_default"), "0") << r.describe();
+  EXPECT_EQ(r.at("before_destroy"), "0") << r.describe();
+  EXPECT_EQ(r.number("used_before_destroy"), 32 * kMiB) << r.describe();
+  EXPECT_EQ(r.at("destroy"), "0") << r.describe();
+  EXPECT_EQ(r.number("used_after_destroy"), 0) << r.describe();
+  EXPECT_EQ(r.number("fake_peak"), kCap) << "never more than the cap on the device\n"
+                                         << r.describe();
+  EXPECT_EQ(r.number("fake_live_at_end"), 0) << r.describe();
+  EXPECT_EQ(r.stderr_text, "");
+
+  const ProbeRun bare = probe({{"pools", "--cap", std::to_string(kCap)},
+                               {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}},
+                               /*preload=*/false});
+  ASSERT_EQ(bare.status, 0) << bare.describe();
+  EXPECT_EQ(bare.number("fake_peak"), 2 * kCap) << "kept plus new, without the interposer\n"
+                                                << bare.describe();
 }
 
 class RacingThreadsTest : public InterposerTest,

@@ -2,11 +2,17 @@
 // before the driver is asked, at its requested size (pitch x height for pitched memory, the
 // computed size for arrays), and given back when it is freed. Without a cap they only forward.
 //
+// Stream-ordered allocations (cuMemAllocAsync, cuMemAllocFromPoolAsync) come from pools that keep
+// freed memory reserved for reuse, so their frees give the bytes to the pool, still charged. When
+// an allocation would pass the cap while pools keep memory, the hooks ask the driver how much each
+// pool really still holds (it lets memory go at synchronizes, down to the pool's release
+// threshold), and if that is not enough, trim the pools, before they refuse: the cap holds for
+// what the process has on the device, and freed memory never causes a false refusal.
+//
 // Not charged: the context itself and what the driver or libraries allocate behind the
 // application's back, host memory, IPC-imported and external memory, and cuMemMap of handles from
-// elsewhere. The async frees give bytes back when the free is queued, and the driver's pools may
-// keep freed memory reserved for reuse; cuMemRelease gives back on release, though a handle's
-// memory lives until its last mapping goes. docs/agent.md lists these limits.
+// elsewhere. cuMemRelease gives back on release, though a handle's memory lives until its last
+// mapping goes. docs/agent.md lists these limits.
 #include <algorithm>
 
 #include "cuda/internal/hooks.h"
@@ -16,16 +22,65 @@
 namespace tessera::cuda {
 namespace {
 
+using internal::Helper;
 using internal::Hook;
 using internal::kMissingInDriver;
 using internal::process;
 
+std::uint64_t poolKey(CUmemoryPool pool) { return reinterpret_cast<std::uint64_t>(pool); }
+
+// Asks the driver how much each pool that the ledger says keeps freed memory still holds, after
+// trimming it to its live allocations if `trim`. A reading that an allocation or free in the same
+// moment may have missed is taken again (three times at most; the ledger keeps the higher count).
+void settlePools(const internal::Process& p, bool trim) {
+  const auto get = p.helper<internal::MemPoolGetAttributeFn>(Helper::kCuMemPoolGetAttribute);
+  const auto trim_to = p.helper<internal::MemPoolTrimToFn>(Helper::kCuMemPoolTrimTo);
+  if (get == nullptr) {
+    return;
+  }
+  MemoryLedger& ledger = *p.ledger;
+  for (const std::uint64_t pool : ledger.retainingPools()) {
+    auto* const handle = reinterpret_cast<CUmemoryPool>(pool);
+    if (trim && trim_to != nullptr) {
+      trim_to(handle, 0);
+    }
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      const std::uint64_t generation = ledger.poolGeneration();
+      cuuint64_t reserved = 0;
+      if (get(handle, internal::kCuMempoolAttrReservedMemCurrent, &reserved) != kCudaSuccess ||
+          ledger.settlePool(pool, reserved, generation)) {
+        break;
+      }
+    }
+  }
+}
+
+// Reserves bytes for an allocation. At the cap, while pools keep freed memory, first learns what
+// they really hold, then trims them, before refusing.
+bool reserve(const internal::Process& p, std::uint64_t bytes) {
+  MemoryLedger& ledger = *p.ledger;
+  if (ledger.tryReserve(bytes)) {
+    return true;
+  }
+  for (const bool trim : {false, true}) {
+    if (ledger.retainedBytes() == 0) {
+      return false;
+    }
+    settlePools(p, trim);
+    if (ledger.tryReserve(bytes)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Runs allocate(key), the real allocation that sets the new allocation's key, with bytes
 // reserved; keeps the reservation only if it succeeds. undo(key) frees what allocate made.
 template <typename Allocate, typename Undo>
-CUresult charged(MemoryLedger& ledger, AllocationKind kind, std::uint64_t bytes, Allocate allocate,
-                 Undo undo) {
-  if (!ledger.tryReserve(bytes)) {
+CUresult charged(const internal::Process& p, AllocationKind kind, std::uint64_t bytes,
+                 Allocate allocate, Undo undo) {
+  MemoryLedger& ledger = *p.ledger;
+  if (!reserve(p, bytes)) {
     return kCudaErrorOutOfMemory;
   }
   std::uint64_t key = 0;
@@ -75,7 +130,7 @@ CUresult allocatePointer(CUdeviceptr* dptr, std::uint64_t bytes, Alloc alloc) {
   }
   const auto free = p.real<FreeFn>(Hook::kCuMemFreeV2);
   return charged(
-      *p.ledger, AllocationKind::kPointer, bytes,
+      p, AllocationKind::kPointer, bytes,
       [&](std::uint64_t& k) {
         const CUresult r = alloc(dptr);
         k = *dptr;
@@ -86,6 +141,73 @@ CUresult allocatePointer(CUdeviceptr* dptr, std::uint64_t bytes, Alloc alloc) {
           free(k);
         }
       });
+}
+
+// A stream-ordered allocation from `pool`, or from the current pool of the stream's device if
+// pool is null (the driver says which). Tracked as pooled; as a plain pointer only if the driver
+// cannot say which pool it came from.
+template <typename Alloc>
+CUresult allocatePooled(CUdeviceptr* dptr, std::uint64_t bytes, CUmemoryPool pool, Alloc alloc) {
+  const internal::Process& p = process();
+  if (!p.valid) {
+    return kCudaErrorOutOfMemory;
+  }
+  if (p.ledger == nullptr || dptr == nullptr) {
+    return alloc(dptr);
+  }
+  MemoryLedger& ledger = *p.ledger;
+  if (!reserve(p, bytes)) {
+    return kCudaErrorOutOfMemory;
+  }
+  const CUresult result = alloc(dptr);
+  if (result != kCudaSuccess) {
+    ledger.release(bytes);
+    return result;
+  }
+  if (pool == nullptr) {
+    if (const auto get = p.helper<internal::PointerGetAttributeFn>(Helper::kCuPointerGetAttribute);
+        get == nullptr ||
+        get(&pool, internal::kCuPointerAttributeMempoolHandle, *dptr) != kCudaSuccess) {
+      pool = nullptr;
+    }
+  }
+  if (pool != nullptr ? ledger.trackPooled(poolKey(pool), *dptr, bytes)
+                      : ledger.track(AllocationKind::kPointer, *dptr, bytes)) {
+    return result;
+  }
+  if (const auto free = p.real<FreeFn>(Hook::kCuMemFreeV2); free != nullptr) {
+    free(*dptr);
+  }
+  ledger.release(bytes);
+  return kCudaErrorOutOfMemory;
+}
+
+// Frees a device pointer with free(): a plain allocation gives its bytes back, a pooled one gives
+// them to its pool.
+template <typename Free>
+CUresult freePointer(const internal::Process& p, CUdeviceptr dptr, Free free) {
+  MemoryLedger* const ledger = p.ledger.get();
+  if (ledger == nullptr) {
+    return free();
+  }
+  if (const auto bytes = ledger->untrack(AllocationKind::kPointer, dptr)) {
+    const CUresult result = free();
+    if (!(result != kCudaSuccess && ledger->track(AllocationKind::kPointer, dptr, *bytes))) {
+      ledger->release(*bytes);
+    }
+    return result;
+  }
+  const auto pooled = ledger->untrackPooled(dptr);
+  const CUresult result = free();
+  if (!pooled) {
+    return result;
+  }
+  if (result == kCudaSuccess) {
+    ledger->retain(pooled->pool, pooled->bytes);
+  } else if (!ledger->trackPooled(pooled->pool, dptr, pooled->bytes)) {
+    ledger->release(pooled->bytes);
+  }
+  return result;
 }
 
 template <typename Fn>
@@ -134,7 +256,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t w
     return kCudaErrorOutOfMemory;
   }
   MemoryLedger& ledger = *p.ledger;
-  if (!ledger.tryReserve(lower_bound)) {
+  if (!reserve(p, lower_bound)) {
     return kCudaErrorOutOfMemory;
   }
   const CUresult result = real(dptr, pitch, width_bytes, height, element_bytes);
@@ -152,7 +274,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, std::size_t* pitch, std::size_t w
     return kCudaErrorOutOfMemory;
   };
   if (bytes > reserved) {
-    if (!ledger.tryReserve(bytes - reserved)) {
+    if (!reserve(p, bytes - reserved)) {
       return undo();
     }
   } else {
@@ -171,7 +293,8 @@ CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) 
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return allocatePointer(dptr, bytes, [&](CUdeviceptr* d) { return real(d, bytes, stream); });
+  return allocatePooled(dptr, bytes, nullptr,
+                        [&](CUdeviceptr* d) { return real(d, bytes, stream); });
 }
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) noexcept {
@@ -180,7 +303,8 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, CUstream str
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return allocatePointer(dptr, bytes, [&](CUdeviceptr* d) { return real(d, bytes, stream); });
+  return allocatePooled(dptr, bytes, nullptr,
+                        [&](CUdeviceptr* d) { return real(d, bytes, stream); });
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool,
@@ -190,7 +314,8 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, std::size_t bytes, CUmemoryP
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return allocatePointer(dptr, bytes, [&](CUdeviceptr* d) { return real(d, bytes, pool, stream); });
+  return allocatePooled(dptr, bytes, pool,
+                        [&](CUdeviceptr* d) { return real(d, bytes, pool, stream); });
 }
 
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool,
@@ -200,7 +325,8 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, CUme
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return allocatePointer(dptr, bytes, [&](CUdeviceptr* d) { return real(d, bytes, pool, stream); });
+  return allocatePooled(dptr, bytes, pool,
+                        [&](CUdeviceptr* d) { return real(d, bytes, pool, stream); });
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
@@ -209,7 +335,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return uncharged(p.ledger.get(), AllocationKind::kPointer, dptr, [&] { return real(dptr); });
+  return freePointer(p, dptr, [&] { return real(dptr); });
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) noexcept {
@@ -218,8 +344,7 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) noexcept {
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return uncharged(p.ledger.get(), AllocationKind::kPointer, dptr,
-                   [&] { return real(dptr, stream); });
+  return freePointer(p, dptr, [&] { return real(dptr, stream); });
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) noexcept {
@@ -228,8 +353,7 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) noexcept {
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return uncharged(p.ledger.get(), AllocationKind::kPointer, dptr,
-                   [&] { return real(dptr, stream); });
+  return freePointer(p, dptr, [&] { return real(dptr, stream); });
 }
 
 // With a cap, the process sees a device of the cap's size: total = cap (or less, if the device
@@ -244,6 +368,9 @@ CUresult cuMemGetInfo_v2(std::size_t* free_bytes, std::size_t* total_bytes) noex
   if (result != kCudaSuccess || p.ledger == nullptr || free_bytes == nullptr ||
       total_bytes == nullptr) {
     return result;
+  }
+  if (p.ledger->retainedBytes() > 0) {
+    settlePools(p, /*trim=*/false);
   }
   const std::uint64_t total = std::min<std::uint64_t>(p.ledger->capBytes(), *total_bytes);
   const std::uint64_t used = p.ledger->usedBytes();
@@ -283,7 +410,7 @@ CUresult allocateHandle(Handle* handle, std::optional<std::uint64_t> bytes, Allo
     return kCudaErrorOutOfMemory;
   }
   return charged(
-      *p.ledger, kind, *bytes,
+      p, kind, *bytes,
       [&](std::uint64_t& k) {
         const CUresult r = alloc();
         k = key(*handle);
@@ -384,7 +511,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t bytes,
   }
   const auto release = p.real<CUresult (*)(CUmemGenericAllocationHandle)>(Hook::kCuMemRelease);
   return charged(
-      *p.ledger, AllocationKind::kHandle, bytes,
+      p, AllocationKind::kHandle, bytes,
       [&](std::uint64_t& k) {
         const CUresult r = real(handle, bytes, prop, flags);
         k = *handle;
@@ -404,6 +531,20 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
     return kMissingInDriver;
   }
   return uncharged(p.ledger.get(), AllocationKind::kHandle, handle, [&] { return real(handle); });
+}
+
+// A destroyed pool's kept memory goes with it (its live allocations' memory when they are freed).
+CUresult cuMemPoolDestroy(CUmemoryPool pool) noexcept {
+  const internal::Process& p = process();
+  const auto real = p.real<CUresult (*)(CUmemoryPool)>(Hook::kCuMemPoolDestroy);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  const CUresult result = real(pool);
+  if (result == kCudaSuccess && p.ledger != nullptr) {
+    p.ledger->forgetPool(poolKey(pool));
+  }
+  return result;
 }
 
 }  // namespace tessera::cuda

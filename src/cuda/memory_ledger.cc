@@ -104,6 +104,114 @@ std::optional<std::uint64_t> MemoryLedger::untrack(AllocationKind kind, std::uin
   return bytes;
 }
 
+bool MemoryLedger::trackPooled(std::uint64_t pool, std::uint64_t key, std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  try {
+    PoolState& state = pools_[pool];
+    auto [it, inserted] = pooled_.try_emplace(key, Pooled{pool, bytes});
+    if (!inserted) {  // Freed unseen: the earlier allocation's memory went back to its pool.
+      pools_[it->second.pool].live -= it->second.bytes;
+      retainLocked(it->second.pool, it->second.bytes);
+      it->second = Pooled{pool, bytes};
+    }
+    state.live += bytes;
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  ++pool_generation_;
+  return true;
+}
+
+std::optional<MemoryLedger::Pooled> MemoryLedger::untrackPooled(std::uint64_t key) {
+  std::lock_guard lock(mu_);
+  const auto it = pooled_.find(key);
+  if (it == pooled_.end()) {
+    return std::nullopt;
+  }
+  const Pooled allocation = it->second;
+  pooled_.erase(it);
+  pools_[allocation.pool].live -= allocation.bytes;
+  ++pool_generation_;
+  return allocation;
+}
+
+void MemoryLedger::retain(std::uint64_t pool, std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  retainLocked(pool, bytes);
+  ++pool_generation_;
+}
+
+void MemoryLedger::retainLocked(std::uint64_t pool, std::uint64_t bytes) {
+  const auto it = pools_.find(pool);
+  if (it == pools_.end() || it->second.destroyed) {  // Nothing keeps the bytes.
+    used_bytes_ -= std::min(bytes, used_bytes_);
+    if (it != pools_.end() && it->second.live == 0) {
+      pools_.erase(it);
+    }
+    return;
+  }
+  it->second.retained += bytes;
+  retained_bytes_ += bytes;
+}
+
+std::uint64_t MemoryLedger::retainedBytes() const {
+  std::lock_guard lock(mu_);
+  return retained_bytes_;
+}
+
+std::vector<std::uint64_t> MemoryLedger::retainingPools() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::uint64_t> pools;
+  for (const auto& [pool, state] : pools_) {
+    if (state.retained > 0) {
+      pools.push_back(pool);
+    }
+  }
+  return pools;
+}
+
+std::uint64_t MemoryLedger::poolGeneration() const {
+  std::lock_guard lock(mu_);
+  return pool_generation_;
+}
+
+bool MemoryLedger::settlePool(std::uint64_t pool, std::uint64_t reserved,
+                              std::uint64_t generation) {
+  std::lock_guard lock(mu_);
+  if (generation != pool_generation_) {
+    return false;
+  }
+  const auto it = pools_.find(pool);
+  if (it == pools_.end()) {
+    return true;
+  }
+  PoolState& state = it->second;
+  const std::uint64_t kept = reserved > state.live ? reserved - state.live : 0;
+  if (kept < state.retained) {
+    const std::uint64_t freed = state.retained - kept;
+    state.retained = kept;
+    retained_bytes_ -= freed;
+    used_bytes_ -= std::min(freed, used_bytes_);
+  }
+  return true;
+}
+
+void MemoryLedger::forgetPool(std::uint64_t pool) {
+  std::lock_guard lock(mu_);
+  const auto it = pools_.find(pool);
+  if (it == pools_.end()) {
+    return;
+  }
+  retained_bytes_ -= it->second.retained;
+  used_bytes_ -= std::min(it->second.retained, used_bytes_);
+  it->second.retained = 0;
+  it->second.destroyed = true;
+  if (it->second.live == 0) {
+    pools_.erase(it);
+  }
+  ++pool_generation_;
+}
+
 std::optional<std::uint64_t> arrayBytes(const CudaArrayDescriptor& desc) {
   return layerBytes(desc.Format, desc.NumChannels, atLeastOne(desc.Width), atLeastOne(desc.Height));
 }

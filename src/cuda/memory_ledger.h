@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda/driver_api.h"
 
@@ -46,12 +47,55 @@ class MemoryLedger {
   // is not tracked (allocated before a cap applied, or not by a hooked call).
   std::optional<std::uint64_t> untrack(AllocationKind kind, std::uint64_t key);
 
+  // Stream-ordered allocations come from a pool (a CUmemoryPool, as a number) that keeps freed
+  // memory reserved for reuse until the driver lets it go: at a synchronize, down to the pool's
+  // release threshold, or when the pool is trimmed or destroyed. So a pooled allocation's bytes
+  // stay charged after its free, as bytes the pool retains, until settlePool() learns from the
+  // driver that the pool holds less.
+  struct Pooled {
+    std::uint64_t pool;
+    std::uint64_t bytes;
+  };
+  // As track(), for an allocation from pool.
+  [[nodiscard]] bool trackPooled(std::uint64_t pool, std::uint64_t key, std::uint64_t bytes);
+  // As untrack(), for a pooled key: its pool and bytes, which stay reserved until the caller
+  // either gives them back to the pool (retain, once the driver has the free) or tracks the key
+  // again (the free failed).
+  std::optional<Pooled> untrackPooled(std::uint64_t key);
+  void retain(std::uint64_t pool, std::uint64_t bytes);
+
+  // Bytes charged for memory that pools keep for reuse, and the pools that keep some.
+  std::uint64_t retainedBytes() const;
+  std::vector<std::uint64_t> retainingPools() const;
+
+  // Changes with every pooled track, untrack and retain: a reading of the driver taken before a
+  // change may not count it.
+  std::uint64_t poolGeneration() const;
+  // The driver says pool holds reserved bytes, in use and kept. What the pool retains drops to
+  // what that leaves beside its live allocations (it never rises: an allocation is charged what it
+  // asked for, not the driver's rounding). Ignored, returning false, if any pooled allocation or
+  // free happened since `generation` was read, before the reading.
+  bool settlePool(std::uint64_t pool, std::uint64_t reserved, std::uint64_t generation);
+  // The pool is gone, and with it the memory it kept: its retained bytes are given back.
+  void forgetPool(std::uint64_t pool);
+
  private:
+  struct PoolState {
+    std::uint64_t live = 0;      // Bytes of its allocations that are not freed.
+    std::uint64_t retained = 0;  // Bytes freed and, as far as the ledger knows, still kept.
+    bool destroyed = false;      // Its allocations' frees give their bytes back.
+  };
+  void retainLocked(std::uint64_t pool, std::uint64_t bytes);
+
   const std::uint64_t cap_bytes_;
   mutable std::mutex mu_;
-  std::uint64_t used_bytes_ = 0;  // Guarded by mu_.
+  std::uint64_t used_bytes_ = 0;  // Guarded by mu_; includes what pools retain.
   std::unordered_map<std::uint64_t, std::uint64_t>
       live_[static_cast<int>(AllocationKind::kCount)];  // Guarded by mu_.
+  std::unordered_map<std::uint64_t, Pooled> pooled_;    // Key -> allocation. Guarded by mu_.
+  std::unordered_map<std::uint64_t, PoolState> pools_;  // Guarded by mu_.
+  std::uint64_t retained_bytes_ = 0;                    // Guarded by mu_.
+  std::uint64_t pool_generation_ = 0;                   // Guarded by mu_.
 };
 
 // The bytes an array holds as requested: width x height x depth (a zero height or depth counts

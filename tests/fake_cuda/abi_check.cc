@@ -56,6 +56,14 @@ namespace fake = tessera::cuda::fake;
   X(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz)                         \
   X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000)                  \
   X(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9000_ptsz)        \
+  X(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020)                 \
+  X(cuDeviceGetMemPool, PFN_cuDeviceGetMemPool_v11020)                               \
+  X(cuMemPoolCreate, PFN_cuMemPoolCreate_v11020)                                     \
+  X(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020)                                   \
+  X(cuMemPoolTrimTo, PFN_cuMemPoolTrimTo_v11020)                                     \
+  X(cuMemPoolSetAttribute, PFN_cuMemPoolSetAttribute_v11020)                         \
+  X(cuMemPoolGetAttribute, PFN_cuMemPoolGetAttribute_v11020)                         \
+  X(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000)                          \
   X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)                                         \
   X(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz)                               \
   X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                        \

@@ -23,6 +23,13 @@
 // cuCtxCreate gives _v2 from 3.2 and _v4 from 13.0; cuMemAlloc gives the 32-bit cuMemAlloc of
 // CUDA 2.x below 3.2 and _v2 from it.
 //
+// Stream-ordered allocations come from memory pools, as on a device: the device's default pool
+// (cuMemAllocAsync) or one made with cuMemPoolCreate. A pool keeps freed memory reserved (and so
+// held on the device) for its next allocations, one byte reused for one byte asked (no
+// fragmentation), and lets it go at cuCtxSynchronize, cuStreamSynchronize and cuEventSynchronize
+// down to its release threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, default 0), at
+// cuMemPoolTrimTo, or when destroyed. live_bytes counts what pools hold reserved.
+//
 // For scripts/gpu-check-probe.c: cuDeviceGetAttribute says the SM clock runs at 1 MHz (so a
 // kernel's cycle count is its microseconds), and cuModuleLoadData / cuModuleGetFunction accept
 // any module and name.
@@ -41,6 +48,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "cuda/driver_api.h"
 #include "cuda/testing/fake_cuda_stats.h"
@@ -77,6 +85,12 @@ struct Work {
   std::int64_t duration_ns = 0;
 };
 
+struct FakePool {
+  std::uint64_t reserved = 0;  // Held on the device: used + kept for reuse.
+  std::uint64_t used = 0;
+  std::uint64_t release_threshold = 0;
+};
+
 struct Device {
   std::mutex mu;
   std::condition_variable changed;  // Any change below; waiters re-check.
@@ -90,6 +104,13 @@ struct Device {
   }();
   std::uint64_t next_handle = 0x7f0000000000;
   std::unordered_map<std::uint64_t, std::uint64_t> live;  // Handle or address -> bytes.
+  struct Pooled {
+    FakePool* pool;
+    std::uint64_t bytes;
+  };
+  std::unordered_map<std::uint64_t, Pooled> pooled;  // Address -> stream-ordered allocation.
+  FakePool default_pool;
+  std::unordered_set<FakePool*> pools{&default_pool};  // Every pool not destroyed.
   std::deque<Work> queue;
   std::uint64_t submitted = 0;
   std::uint64_t completed = 0;
@@ -180,14 +201,63 @@ CUresult allocate(Device& d, std::uint64_t bytes, unsigned long long& handle) {
   return kCudaSuccess;
 }
 
+// A stream-ordered allocation: from what the pool keeps if it is enough, else the pool grows.
+CUresult poolAllocate(Device& d, FakePool& pool, std::uint64_t bytes, CUdeviceptr& address) {
+  ++d.stats.alloc_calls;
+  if (bytes == 0) {
+    return kCudaErrorInvalidValue;
+  }
+  const std::uint64_t kept = pool.reserved - pool.used;
+  if (bytes > kept) {
+    const std::uint64_t grow = bytes - kept;
+    if (grow > d.total_bytes - d.stats.live_bytes) {
+      return kCudaErrorOutOfMemory;
+    }
+    pool.reserved += grow;
+    d.stats.live_bytes += grow;
+    d.stats.peak_live_bytes = std::max(d.stats.peak_live_bytes, d.stats.live_bytes);
+  }
+  pool.used += bytes;
+  address = d.next_handle;
+  d.next_handle += (bytes + 0xffff) & ~std::uint64_t{0xffff};
+  d.pooled[address] = Device::Pooled{&pool, bytes};
+  return kCudaSuccess;
+}
+
+// The pool lets go of what it keeps beyond max(keep, what is in use).
+void poolRelease(Device& d, FakePool& pool, std::uint64_t keep) {
+  const std::uint64_t target = std::max(keep, pool.used);
+  if (pool.reserved > target) {
+    d.stats.live_bytes -= pool.reserved - target;
+    pool.reserved = target;
+  }
+}
+
+void synchronizePools(Device& d) {
+  for (FakePool* pool : d.pools) {
+    poolRelease(d, *pool, pool->release_threshold);
+  }
+}
+
 CUresult release(Device& d, std::uint64_t handle) {
   const auto it = d.live.find(handle);
   if (it == d.live.end()) {
-    return kCudaErrorInvalidValue;
+    const auto pooled = d.pooled.find(handle);  // Back to its pool, which keeps it.
+    if (pooled == d.pooled.end()) {
+      return kCudaErrorInvalidValue;
+    }
+    pooled->second.pool->used -= pooled->second.bytes;
+    d.pooled.erase(pooled);
+    return kCudaSuccess;
   }
   d.stats.live_bytes -= it->second;
   d.live.erase(it);
   return kCudaSuccess;
+}
+
+FakePool* findPool(Device& d, CUmemoryPool pool) {
+  auto* p = reinterpret_cast<FakePool*>(pool);
+  return d.pools.count(p) != 0 ? p : nullptr;
 }
 
 std::int64_t kernelNs(const Device& d, void** params) {
@@ -332,6 +402,7 @@ CUresult fakeCtxSynchronize() {
     return kCudaErrorNotInitialized;
   }
   drain(c.d, c.lock);
+  synchronizePools(c.d);
   return kCudaSuccess;
 }
 
@@ -372,11 +443,128 @@ CUresult fakeMemAllocManaged(CUdeviceptr* dptr, std::size_t bytes, unsigned) {
 }
 
 CUresult fakeMemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, CUstream) {
-  return fakeMemAlloc(dptr, bytes);
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  return poolAllocate(c.d, c.d.default_pool, bytes, *dptr);
 }
 
-CUresult fakeMemAllocFromPoolAsync(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool, CUstream) {
-  return fakeMemAlloc(dptr, bytes);
+CUresult fakeMemAllocFromPoolAsync(CUdeviceptr* dptr, std::size_t bytes, CUmemoryPool pool,
+                                   CUstream) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  FakePool* p = findPool(c.d, pool);
+  return p == nullptr ? kCudaErrorInvalidValue : poolAllocate(c.d, *p, bytes, *dptr);
+}
+
+CUresult fakeDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  *pool = reinterpret_cast<CUmemoryPool>(&c.d.default_pool);
+  return kCudaSuccess;
+}
+
+CUresult fakeMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps*) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  auto* p = new FakePool();
+  c.d.pools.insert(p);
+  *pool = reinterpret_cast<CUmemoryPool>(p);
+  return kCudaSuccess;
+}
+
+// Destroying a pool that still has allocations is not modelled: refused.
+CUresult fakeMemPoolDestroy(CUmemoryPool pool) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  FakePool* p = findPool(c.d, pool);
+  if (p == nullptr || p == &c.d.default_pool || p->used != 0) {
+    return kCudaErrorInvalidValue;
+  }
+  poolRelease(c.d, *p, 0);
+  c.d.pools.erase(p);
+  delete p;
+  return kCudaSuccess;
+}
+
+CUresult fakeMemPoolTrimTo(CUmemoryPool pool, std::size_t keep) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  FakePool* p = findPool(c.d, pool);
+  if (p == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  poolRelease(c.d, *p, keep);
+  return kCudaSuccess;
+}
+
+// CU_MEMPOOL_ATTR_RELEASE_THRESHOLD (4), RESERVED_MEM_CURRENT (5), USED_MEM_CURRENT (7).
+CUresult fakeMemPoolSetAttribute(CUmemoryPool pool, int attribute, void* value) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  FakePool* p = findPool(c.d, pool);
+  if (p == nullptr || value == nullptr || attribute != 4) {
+    return kCudaErrorInvalidValue;
+  }
+  p->release_threshold = *static_cast<const cuuint64_t*>(value);
+  return kCudaSuccess;
+}
+
+CUresult fakeMemPoolGetAttribute(CUmemoryPool pool, int attribute, void* value) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  FakePool* p = findPool(c.d, pool);
+  if (p == nullptr || value == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  auto* out = static_cast<cuuint64_t*>(value);
+  switch (attribute) {
+    case 4:
+      *out = p->release_threshold;
+      return kCudaSuccess;
+    case 5:
+      *out = p->reserved;
+      return kCudaSuccess;
+    case 7:
+      *out = p->used;
+      return kCudaSuccess;
+    default:
+      return kCudaErrorInvalidValue;
+  }
+}
+
+// CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE (17) only: the pool of a stream-ordered allocation, null for
+// others.
+CUresult fakePointerGetAttribute(void* data, int attribute, CUdeviceptr ptr) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  if (data == nullptr || attribute != 17) {
+    return kCudaErrorInvalidValue;
+  }
+  const auto it = c.d.pooled.find(ptr);
+  if (it == c.d.pooled.end() && c.d.live.count(ptr) == 0) {
+    return kCudaErrorInvalidValue;
+  }
+  *static_cast<CUmemoryPool*>(data) =
+      it == c.d.pooled.end() ? nullptr : reinterpret_cast<CUmemoryPool>(it->second.pool);
+  return kCudaSuccess;
 }
 
 CUresult fakeMemFree(CUdeviceptr dptr) {
@@ -563,6 +751,7 @@ CUresult fakeEventSynchronize(CUevent event) {
   }
   auto* e = reinterpret_cast<FakeEvent*>(event);
   c.d.changed.wait(c.lock, [&] { return e->complete; });
+  synchronizePools(c.d);
   return kCudaSuccess;
 }
 
@@ -699,6 +888,28 @@ FAKE_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, u
                                                     void** p) {
   return fakeLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shm, s, p);
 }
+FAKE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* p, CUdevice d) {
+  return fakeDeviceGetDefaultMemPool(p, d);
+}
+FAKE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool* p, CUdevice d) {
+  return fakeDeviceGetDefaultMemPool(p, d);
+}
+FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* p, const CUmemPoolProps* props) {
+  return fakeMemPoolCreate(p, props);
+}
+FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool p) { return fakeMemPoolDestroy(p); }
+FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool p, std::size_t keep) {
+  return fakeMemPoolTrimTo(p, keep);
+}
+FAKE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool p, int a, void* v) {
+  return fakeMemPoolSetAttribute(p, a, v);
+}
+FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool p, int a, void* v) {
+  return fakeMemPoolGetAttribute(p, a, v);
+}
+FAKE_EXPORT CUresult cuPointerGetAttribute(void* data, int a, CUdeviceptr p) {
+  return fakePointerGetAttribute(data, a, p);
+}
 FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { return fakeGraphLaunch(g, s); }
 FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return fakeGraphLaunch(g, s); }
 
@@ -813,6 +1024,18 @@ const Entry kEntries[] = {
      fn(&fakeMipmappedArrayDestroy)},
     {"cuMemCreate", 10020, false, fn(&cuMemCreate), fn(&fakeMemCreate)},
     {"cuMemRelease", 10020, false, fn(&cuMemRelease), fn(&fakeMemRelease)},
+    {"cuDeviceGetDefaultMemPool", 11020, false, fn(&cuDeviceGetDefaultMemPool),
+     fn(&fakeDeviceGetDefaultMemPool)},
+    {"cuDeviceGetMemPool", 11020, false, fn(&cuDeviceGetMemPool), fn(&fakeDeviceGetDefaultMemPool)},
+    {"cuMemPoolCreate", 11020, false, fn(&cuMemPoolCreate), fn(&fakeMemPoolCreate)},
+    {"cuMemPoolDestroy", 11020, false, fn(&cuMemPoolDestroy), fn(&fakeMemPoolDestroy)},
+    {"cuMemPoolTrimTo", 11020, false, fn(&cuMemPoolTrimTo), fn(&fakeMemPoolTrimTo)},
+    {"cuMemPoolSetAttribute", 11020, false, fn(&cuMemPoolSetAttribute),
+     fn(&fakeMemPoolSetAttribute)},
+    {"cuMemPoolGetAttribute", 11020, false, fn(&cuMemPoolGetAttribute),
+     fn(&fakeMemPoolGetAttribute)},
+    {"cuPointerGetAttribute", 4000, false, fn(&cuPointerGetAttribute),
+     fn(&fakePointerGetAttribute)},
     {"cuLaunchKernel", 4000, false, fn(&cuLaunchKernel), fn(&fakeLaunchKernel)},
     {"cuLaunchKernel", 7000, true, fn(&cuLaunchKernel_ptsz), fn(&fakeLaunchKernel)},
     {"cuLaunchKernelEx", 11060, false, fn(&cuLaunchKernelEx), fn(&fakeLaunchKernelEx)},

@@ -63,6 +63,14 @@ FAKE_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction, unsigned, unsigned, u
 FAKE_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction, unsigned, unsigned, unsigned,
                                                     unsigned, unsigned, unsigned, unsigned,
                                                     CUstream, void**);
+FAKE_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool*, CUdevice);
+FAKE_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool*, CUdevice);
+FAKE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool*, const CUmemPoolProps*);
+FAKE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool);
+FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool, std::size_t);
+FAKE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void*);
+FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool, int, void*);
+FAKE_EXPORT CUresult cuPointerGetAttribute(void*, int, CUdeviceptr);
 FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec, CUstream);
 FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
 FAKE_EXPORT CUresult cuStreamCreate(CUstream*, unsigned);

@@ -81,6 +81,7 @@ TESSERA_OPAQUE(CUmod_st)
 TESSERA_OPAQUE(CUlaunchAttribute)    // Ours never reads one.
 TESSERA_OPAQUE(CUexecAffinityParam)  // Passed through.
 TESSERA_OPAQUE(CUctxCreateParams)    // Passed through.
+TESSERA_OPAQUE(CUmemPoolProps_st)    // Passed through.
 #undef TESSERA_OPAQUE
 
 // Structures the hooks read: the same fields at the same offsets (ours may be a prefix).

@@ -53,6 +53,7 @@ TESSERA_CUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, s
                                          const CUmemAllocationPropPrefix* prop,
                                          unsigned long long flags) noexcept;
 TESSERA_CUDA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) noexcept;
 
 TESSERA_CUDA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned grid_x, unsigned grid_y,
                                             unsigned grid_z, unsigned block_x, unsigned block_y,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +49,7 @@ enum class Hook : int {
   kCuMipmappedArrayDestroy,
   kCuMemCreate,
   kCuMemRelease,
+  kCuMemPoolDestroy,
   kCuLaunchKernel,
   kCuLaunchKernelPtsz,
   kCuLaunchKernelEx,
@@ -74,9 +76,20 @@ enum class Helper : int {
   kCuEventElapsedTime,
   kCuStreamIsCapturing,
   kCuThreadExchangeStreamCaptureMode,
+  kCuPointerGetAttribute,
+  kCuMemPoolGetAttribute,
+  kCuMemPoolTrimTo,
   kCount
 };
 inline constexpr int kHelperCount = static_cast<int>(Helper::kCount);
+
+// The ABIs of the helpers the memory hooks call (abi_check.cc checks them against cuda.h's).
+using PointerGetAttributeFn = CUresult (*)(void* data, int attribute, CUdeviceptr ptr);
+using MemPoolGetAttributeFn = CUresult (*)(CUmemoryPool pool, int attribute, void* value);
+using MemPoolTrimToFn = CUresult (*)(CUmemoryPool pool, std::size_t min_bytes_to_keep);
+inline constexpr int kCuPointerAttributeMempoolHandle = 17;
+inline constexpr int kCuMempoolAttrReleaseThreshold = 4;
+inline constexpr int kCuMempoolAttrReservedMemCurrent = 5;
 
 struct HookInfo {
   const char* name;  // The exported ABI name: "cuMemAlloc_v2".

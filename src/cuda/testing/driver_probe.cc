@@ -18,6 +18,10 @@
 //                             "another library" made through a handle of its own, then one byte
 //                             past it in each
 //   hold    --cap BYTES       allocate the cap and exit without freeing it
+//   pools   --cap BYTES       stream-ordered allocations whose pools keep freed memory: a pool
+//                             that keeps all of it, then a plain allocation that needs it; reuse
+//                             within the cap; the application's own trim; the default pool
+//                             before a synchronize; a destroyed pool
 //   threads --threads N --chunk BYTES [--path alloc|pitch|managed|async|pool|vmm|array]
 //                             N threads allocate chunks until refused, at once, by one path
 //                             (cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync,
@@ -164,6 +168,12 @@ struct Api {
   CUresult (*array_destroy)(CUarray) = nullptr;
   CUresult (*mipmapped_create)(CUmipmappedArray*, const CudaArray3dDescriptor*, unsigned) = nullptr;
   CUresult (*mipmapped_destroy)(CUmipmappedArray) = nullptr;
+  CUresult (*default_mem_pool)(CUmemoryPool*, CUdevice) = nullptr;
+  CUresult (*mem_pool_create)(CUmemoryPool*, const CUmemPoolProps*) = nullptr;
+  CUresult (*mem_pool_destroy)(CUmemoryPool) = nullptr;
+  CUresult (*mem_pool_trim_to)(CUmemoryPool, std::size_t) = nullptr;
+  CUresult (*mem_pool_set_attribute)(CUmemoryPool, int, void*) = nullptr;
+  CUresult (*mem_pool_get_attribute)(CUmemoryPool, int, void*) = nullptr;
   void (*stats)(FakeCudaStats*) = nullptr;
 };
 
@@ -211,6 +221,18 @@ Api openApi(const std::string& resolve) {
       api.find<decltype(api.mipmapped_create)>("cuMipmappedArrayCreate", "cuMipmappedArrayCreate");
   api.mipmapped_destroy = api.find<decltype(api.mipmapped_destroy)>("cuMipmappedArrayDestroy",
                                                                     "cuMipmappedArrayDestroy");
+  api.default_mem_pool = api.find<decltype(api.default_mem_pool)>("cuDeviceGetDefaultMemPool",
+                                                                  "cuDeviceGetDefaultMemPool");
+  api.mem_pool_create =
+      api.find<decltype(api.mem_pool_create)>("cuMemPoolCreate", "cuMemPoolCreate");
+  api.mem_pool_destroy =
+      api.find<decltype(api.mem_pool_destroy)>("cuMemPoolDestroy", "cuMemPoolDestroy");
+  api.mem_pool_trim_to =
+      api.find<decltype(api.mem_pool_trim_to)>("cuMemPoolTrimTo", "cuMemPoolTrimTo");
+  api.mem_pool_set_attribute = api.find<decltype(api.mem_pool_set_attribute)>(
+      "cuMemPoolSetAttribute", "cuMemPoolSetAttribute");
+  api.mem_pool_get_attribute = api.find<decltype(api.mem_pool_get_attribute)>(
+      "cuMemPoolGetAttribute", "cuMemPoolGetAttribute");
   api.stats = reinterpret_cast<decltype(api.stats)>(dlsym(api.library, "fakeCudaStats"));
   if (api.stats == nullptr) {
     fail("libcuda.so.1 is not the fake (no fakeCudaStats)");
@@ -366,6 +388,72 @@ void scenarioHold(const Api& api, unsigned long long cap) {
   std::_Exit(0);  // Holding it: the process's end gives it back.
 }
 
+// What a pool holds on the device, in use and kept (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT).
+long long reserved(const Api& api, CUmemoryPool pool) {
+  cuuint64_t bytes = 0;
+  if (api.mem_pool_get_attribute(pool, 5, &bytes) != kCudaSuccess) {
+    fail("cuMemPoolGetAttribute(RESERVED_MEM_CURRENT) failed");
+  }
+  return static_cast<long long>(bytes);
+}
+
+void scenarioPools(const Api& api, unsigned long long cap) {
+  setUp(api);
+  CUmemoryPool pool = nullptr;
+  CUmemoryPool default_pool = nullptr;
+  if (api.mem_pool_create(&pool, nullptr) != kCudaSuccess ||
+      api.default_mem_pool(&default_pool, 0) != kCudaSuccess) {
+    fail("cannot make a memory pool");
+  }
+  cuuint64_t keep_all = ~cuuint64_t{0};
+  api.mem_pool_set_attribute(pool, 4, &keep_all);  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD.
+
+  // A pool that keeps what is freed: still held on the device, still charged.
+  CUdeviceptr a = 0;
+  print("pool_alloc", api.mem_alloc_from_pool(&a, cap / 4 * 3, pool, nullptr));
+  print("pool_free", api.mem_free_async(a, nullptr));
+  api.ctx_synchronize();
+  print("kept_after_free", reserved(api, pool));
+  print("used_after_free", used(api));
+  // A plain allocation that needs that memory: the pool must let it go first.
+  CUdeviceptr b = 0;
+  print("plain_after_pool", api.mem_alloc(&b, cap / 2));
+  print("kept_after_plain", reserved(api, pool));
+  api.mem_free(b);
+
+  // Reuse within the cap keeps the pool's memory.
+  print("reuse_first", api.mem_alloc_from_pool(&a, cap / 4, pool, nullptr));
+  api.mem_free_async(a, nullptr);
+  api.ctx_synchronize();
+  print("reuse_again", api.mem_alloc_from_pool(&a, cap / 4, pool, nullptr));
+  print("kept_on_reuse", reserved(api, pool));
+  print("used_on_reuse", used(api));
+  api.mem_free_async(a, nullptr);
+  api.ctx_synchronize();
+  // The application trims the pool itself: cuMemGetInfo sees the memory come back.
+  print("used_before_app_trim", used(api));
+  api.mem_pool_trim_to(pool, 0);
+  print("used_after_app_trim", used(api));
+
+  // The default pool (release threshold 0) keeps a free until a synchronize.
+  CUdeviceptr d = 0;
+  print("default_alloc", api.mem_alloc_async(&d, cap, nullptr));
+  api.mem_free_async(d, nullptr);
+  print("default_kept", reserved(api, default_pool));
+  print("plain_after_default", api.mem_alloc(&b, cap));
+  api.mem_free(b);
+
+  // A destroyed pool takes what it kept with it.
+  print("before_destroy", api.mem_alloc_from_pool(&a, cap / 2, pool, nullptr));
+  api.mem_free_async(a, nullptr);
+  api.ctx_synchronize();
+  print("used_before_destroy", used(api));
+  print("destroy", api.mem_pool_destroy(pool));
+  print("used_after_destroy", used(api));
+  print("fake_peak", static_cast<long long>(stats(api).peak_live_bytes));
+  print("fake_live_at_end", static_cast<long long>(stats(api).live_bytes));
+}
+
 void scenarioArrays(const Api& api, unsigned long long cap) {
   setUp(api);
   // A 2D float4 array of cap/2 bytes: 16 bytes per element.
@@ -416,7 +504,9 @@ CUresult allocateBy(const Api& api, const std::string& path, unsigned long long 
   } else if (path == "async") {
     r = api.mem_alloc_async(&p, chunk, nullptr);
   } else if (path == "pool") {
-    r = api.mem_alloc_from_pool(&p, chunk, nullptr, nullptr);
+    CUmemoryPool pool = nullptr;
+    api.default_mem_pool(&pool, 0);
+    r = api.mem_alloc_from_pool(&p, chunk, pool, nullptr);
   } else if (path == "vmm") {
     const CUmemAllocationPropPrefix device{1, 0, kCuMemLocationTypeDevice, 0};
     CUmemGenericAllocationHandle handle = 0;
@@ -485,6 +575,7 @@ void scenarioThreads(const Api& api, int threads, unsigned long long chunk,
       release(api, path, h);
     }
   }
+  api.ctx_synchronize();  // The default pool lets stream-ordered frees go.
   print("used_after_free", used(api));
   print("fake_live_after_free", static_cast<long long>(stats(api).live_bytes));
 }
@@ -687,6 +778,8 @@ int main(int argc, char** argv) {
     scenarioContexts(api, o.cap);
   } else if (o.scenario == "hold") {
     scenarioHold(api, o.cap);
+  } else if (o.scenario == "pools") {
+    scenarioPools(api, o.cap);
   } else if (o.scenario == "arrays") {
     scenarioArrays(api, o.cap);
   } else if (o.scenario == "threads") {
