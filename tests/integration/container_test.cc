@@ -307,18 +307,43 @@ TEST_F(ContainerTest, RunsInItsImageAsItsTenantWithOnlyItsGpu) {
 // #41 item 4 in a container: a time-sliced task's /etc/ld.so.preload names the CUDA interposer
 // (so every dynamically linked program in it loads it, whatever LD_PRELOAD says) and its caps
 // are in a read-only file the interposer reads instead of the variables; the task, its tenant's
-// user, can write neither. (The busybox image's programs are static, so only the files are
-// checked here; the interposer's effect through them is AgentTest's, for process tasks.)
+// user, can write neither. The image has a third layer with a dynamically linked CUDA program
+// (the interposer's probe), the fake libcuda.so.1 as the image's driver and the C and C++
+// libraries they need, copied from this machine: run with LD_PRELOAD unset, or set empty, and a
+// cap of its own choosing in the environment, it is still held to the 64 MiB granted (the fake
+// device has 1 GiB).
 TEST_F(ContainerTest, ATimeSlicedContainerGetsTheInterposerAndItsCapsReadOnly) {
+  const std::string bin = binaryDir();
+  const fs::path layer = dir_ / "cuda-layer";
+  const std::string probe = bin + "/src/cuda/tessera_cuda_probe";
+  const std::string fake = bin + "/tests/fake_cuda/lib/libcuda.so.1";
+  const std::string interposer = bin + "/src/cuda/libtessera-cuda.so";
+  const std::string copy =
+      "set -e; x=" + layer.string() + "; mkdir -p $x/opt/cuda $x/usr/lib/x86_64-linux-gnu; cp " +
+      probe + " $x/opt/cuda/; cp -L " + fake + " $x/usr/lib/x86_64-linux-gnu/; for l in $(ldd " +
+      probe + " " + fake + " " + interposer +
+      " | awk '$2 == \"=>\" && $3 ~ /^\\// {print $3} $1 ~ /^\\// && $2 ~ /^\\(/ {print $1}' | "
+      "sort -u); do "
+      "mkdir -p $x$(dirname $l); cp -L $l $x$l; done";
+  ASSERT_EQ(std::system(copy.c_str()), 0) << copy;
+  const std::string image = (dir_ / "cuda.tar").string();
+  ASSERT_EQ(std::system((sourceDir() + "/scripts/make-busybox-image " + image + " " +
+                         layer.string() + " >/dev/null")
+                            .c_str()),
+            0);
   ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}));
+  const std::string run = "/opt/cuda/tessera_cuda_probe threads --threads 4 --chunk 1048576";
   const std::string script =
       "echo preload=$(cat /etc/ld.so.preload); cat /etc/tessera/cuda-caps; "
       "test -w /etc/ld.so.preload && echo preload-writable; "
       "test -w /etc/tessera/cuda-caps && echo caps-writable; "
-      "test -r \"$(cat /etc/ld.so.preload)\" && echo interposer-there; true";
+      "test -r \"$(cat /etc/ld.so.preload)\" && echo interposer-there; "
+      "env -u LD_PRELOAD TESSERA_CUDA_MEMORY_LIMIT=1T " +
+      run + " | sed s/^/unset:/; LD_PRELOAD= TESSERA_CUDA_MEMORY_LIMIT=1T " + run +
+      " | sed s/^/empty:/";
   Response r = submit(
       "sliced", {{"gpu", {{"count", 1}, {"milli", 300}, {"memoryMiB", 64}, {"isolation", "none"}}},
-                 {"image", "oci-archive:" + image_},
+                 {"image", "oci-archive:" + image},
                  {"env", {{"TESSERA_CUDA_MEMORY_LIMIT", "1T"}}},
                  {"command", {"sh", "-c", script}}});
   ASSERT_EQ(r.status, 202U) << r.raw;
@@ -332,6 +357,11 @@ TEST_F(ContainerTest, ATimeSlicedContainerGetsTheInterposerAndItsCapsReadOnly) {
       << out.out;
   EXPECT_NE(out.out.find("interposer-there\n"), std::string::npos) << out.out;
   EXPECT_EQ(out.out.find("writable"), std::string::npos) << out.out;
+  for (const std::string how : {"unset:", "empty:"}) {
+    EXPECT_NE(out.out.find(how + "allocated=67108864\n"), std::string::npos) << out.out;
+    EXPECT_NE(out.out.find(how + "refused_out_of_memory=4\n"), std::string::npos) << out.out;
+    EXPECT_NE(out.out.find(how + "fake_peak=67108864\n"), std::string::npos) << out.out;
+  }
 }
 
 // Volumes (docs/agent.md "Volumes"): a KV secret's keys as read-only files at a path of the
