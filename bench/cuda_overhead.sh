@@ -2,8 +2,8 @@
 # The CUDA interposer's cost per intercepted call against the fake libcuda (issue #41, item 6):
 # tessera_cuda_probe's `overhead` scenario (cuMemGetInfo, a cuMemAlloc + cuMemFree pair of 256
 # bytes, cuLaunchKernel of a 0 us kernel; the median of 101 batches) run without the interposer,
-# with it and no limits, and with a memory cap. Each configuration runs three times; the median
-# run is shown. A compute share below 100 is left out on purpose: launches then wait for the
+# with it and no limits, and with a memory cap. The three take turns for nine rounds; each figure
+# is the median of its nine runs. A compute share below 100 is left out on purpose: launches then wait for the
 # share by design, and the fake GPU sleeps for every kernel, so what it would show is the cap
 # working, not the interposer's cost.
 # Usage: bench/cuda_overhead.sh [BUILD_DIR]
@@ -19,25 +19,33 @@ for f in "$probe" "$interposer" "$fake/libcuda.so.1"; do
   fi
 done
 
-# Runs the probe three times with the given environment and prints "key=median" lines.
-measure() {
-  local runs
-  runs=$(for _ in 1 2 3; do
-    env "$@" LD_LIBRARY_PATH="$fake" "$probe" overhead --calls 1000000
-  done)
-  for key in mem_get_info_ns alloc_free_ns launch_ns; do
-    echo "$key=$(grep "^$key=" <<<"$runs" | cut -d= -f2 | sort -g | sed -n 2p)"
-  done
+# One run of the probe with the given environment, on one CPU (the last): the fake's launch hands
+# each kernel to its engine thread, and across CPUs that hand-off alone varied by +-10 ns a run.
+pin=()
+if command -v taskset >/dev/null; then
+  pin=(taskset -c "$(($(nproc) - 1))")
+fi
+run() {
+  env "$@" LD_LIBRARY_PATH="$fake" "${pin[@]}" "$probe" overhead --calls 1000000
 }
 
-plain=$(measure)
-bare=$(measure LD_PRELOAD="$interposer")
-capped=$(measure LD_PRELOAD="$interposer" TESSERA_CUDA_MEMORY_LIMIT=8G)
+# The three configurations take turns, nine rounds, so that drift in the machine's speed (other
+# load, frequency) falls on all three alike; each figure is the median of its nine runs.
+rounds=9
+plain_runs="" bare_runs="" capped_runs=""
+for _ in $(seq "$rounds"); do
+  plain_runs+=$(run)$'\n'
+  bare_runs+=$(run LD_PRELOAD="$interposer")$'\n'
+  capped_runs+=$(run LD_PRELOAD="$interposer" TESSERA_CUDA_MEMORY_LIMIT=8G)$'\n'
+done
+median() {  # KEY RUNS
+  grep "^$1=" <<<"$2" | cut -d= -f2 | sort -g | sed -n "$(((rounds + 1) / 2))p"
+}
 printf '%-18s %10s %12s %10s %12s %10s\n' "call (ns)" "driver" "interposer" "+" "memory cap" "+"
 for key in mem_get_info_ns alloc_free_ns launch_ns; do
-  p=$(grep "^$key=" <<<"$plain" | cut -d= -f2)
-  b=$(grep "^$key=" <<<"$bare" | cut -d= -f2)
-  c=$(grep "^$key=" <<<"$capped" | cut -d= -f2)
+  p=$(median "$key" "$plain_runs")
+  b=$(median "$key" "$bare_runs")
+  c=$(median "$key" "$capped_runs")
   awk -v k="${key%_ns}" -v p="$p" -v b="$b" -v c="$c" \
     'BEGIN { printf "%-18s %10.1f %12.1f %10.1f %12.1f %10.1f\n", k, p, b, b - p, c, c - p }'
 done

@@ -60,22 +60,25 @@ std::optional<std::uint64_t> layerBytes(CUarray_format format, unsigned channels
 }  // namespace
 
 std::uint64_t MemoryLedger::usedBytes() const {
-  std::lock_guard lock(mu_);
-  return used_bytes_;
+  return used_bytes_.load(std::memory_order_acquire);
 }
 
 bool MemoryLedger::tryReserve(std::uint64_t bytes) {
-  std::lock_guard lock(mu_);
-  if (bytes > cap_bytes_ - used_bytes_) {
-    return false;
-  }
-  used_bytes_ += bytes;
+  std::uint64_t used = used_bytes_.load(std::memory_order_relaxed);
+  do {
+    if (used > cap_bytes_ || bytes > cap_bytes_ - used) {
+      return false;
+    }
+  } while (!used_bytes_.compare_exchange_weak(used, used + bytes, std::memory_order_acq_rel,
+                                              std::memory_order_relaxed));
   return true;
 }
 
 void MemoryLedger::release(std::uint64_t bytes) {
-  std::lock_guard lock(mu_);
-  used_bytes_ -= std::min(bytes, used_bytes_);
+  std::uint64_t used = used_bytes_.load(std::memory_order_relaxed);
+  while (!used_bytes_.compare_exchange_weak(used, used - std::min(bytes, used),
+                                            std::memory_order_acq_rel, std::memory_order_relaxed)) {
+  }
 }
 
 bool MemoryLedger::track(AllocationKind kind, std::uint64_t key, std::uint64_t bytes) {
@@ -83,7 +86,7 @@ bool MemoryLedger::track(AllocationKind kind, std::uint64_t key, std::uint64_t b
   try {
     auto [it, inserted] = live_[static_cast<int>(kind)].try_emplace(key, bytes);
     if (!inserted) {
-      used_bytes_ -= std::min(it->second, used_bytes_);
+      release(it->second);
       it->second = bytes;
     }
   } catch (const std::bad_alloc&) {
@@ -144,7 +147,7 @@ void MemoryLedger::retain(std::uint64_t pool, std::uint64_t bytes) {
 void MemoryLedger::retainLocked(std::uint64_t pool, std::uint64_t bytes) {
   const auto it = pools_.find(pool);
   if (it == pools_.end() || it->second.destroyed) {  // Nothing keeps the bytes.
-    used_bytes_ -= std::min(bytes, used_bytes_);
+    release(bytes);
     if (it != pools_.end() && it->second.live == 0) {
       pools_.erase(it);
     }
@@ -156,7 +159,7 @@ void MemoryLedger::retainLocked(std::uint64_t pool, std::uint64_t bytes) {
 
 std::uint64_t MemoryLedger::retainedBytes() const {
   std::lock_guard lock(mu_);
-  return retained_bytes_;
+  return retained_bytes_.load(std::memory_order_acquire);
 }
 
 std::vector<std::uint64_t> MemoryLedger::retainingPools() const {
@@ -191,7 +194,7 @@ bool MemoryLedger::settlePool(std::uint64_t pool, std::uint64_t reserved,
     const std::uint64_t freed = state.retained - kept;
     state.retained = kept;
     retained_bytes_ -= freed;
-    used_bytes_ -= std::min(freed, used_bytes_);
+    release(freed);
   }
   return true;
 }
@@ -203,7 +206,7 @@ void MemoryLedger::forgetPool(std::uint64_t pool) {
     return;
   }
   retained_bytes_ -= it->second.retained;
-  used_bytes_ -= std::min(it->second.retained, used_bytes_);
+  release(it->second.retained);
   it->second.retained = 0;
   it->second.destroyed = true;
   if (it->second.live == 0) {

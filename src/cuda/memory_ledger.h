@@ -7,10 +7,12 @@
 //   ledger.track(AllocationKind::kPointer, ptr, bytes);
 //
 // and a free hook untracks first (so that the driver handing the same address to another thread
-// cannot mix the two up), frees, then releases. Thread-safe: one mutex guards the total and the
-// tables; no call blocks on anything else while holding it.
+// cannot mix the two up), frees, then releases. Thread-safe: the total is an atomic (reserving
+// and releasing take no lock); one mutex guards the tables, and no call blocks on anything else
+// while holding it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -89,12 +91,13 @@ class MemoryLedger {
 
   const std::uint64_t cap_bytes_;
   mutable std::mutex mu_;
-  std::uint64_t used_bytes_ = 0;  // Guarded by mu_; includes what pools retain.
+  // Includes what pools retain. Atomic, so that reserving and releasing take no lock.
+  std::atomic<std::uint64_t> used_bytes_{0};
   std::unordered_map<std::uint64_t, std::uint64_t>
       live_[static_cast<int>(AllocationKind::kCount)];  // Guarded by mu_.
   std::unordered_map<std::uint64_t, Pooled> pooled_;    // Key -> allocation. Guarded by mu_.
   std::unordered_map<std::uint64_t, PoolState> pools_;  // Guarded by mu_.
-  std::uint64_t retained_bytes_ = 0;                    // Guarded by mu_.
+  std::atomic<std::uint64_t> retained_bytes_{0};        // Written under mu_; read without.
   std::uint64_t pool_generation_ = 0;                   // Guarded by mu_.
 };
 
