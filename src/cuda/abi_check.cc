@@ -47,41 +47,52 @@ static_assert(ours::kCudaArray3dCubemap == CUDA_ARRAY3D_CUBEMAP);
 // Every hook, in kHooks order, against the PFN type of kHooks' base name and first version (the
 // _ptsz variants against the _ptsz PFN). The cuCtxCreate ABIs, which kHooks leaves out of
 // cuGetProcAddress, against the PFN of the version that introduced each.
-#define TESSERA_HOOKS(X)                                                      \
-  X(cuInit, PFN_cuInit_v2000)                                                 \
-  X(cuGetProcAddress, PFN_cuGetProcAddress_v11030)                            \
-  X(cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000)                         \
-  X(cuMemAlloc_v2, PFN_cuMemAlloc_v3020)                                      \
-  X(cuMemAllocPitch_v2, PFN_cuMemAllocPitch_v3020)                            \
-  X(cuMemAllocManaged, PFN_cuMemAllocManaged_v6000)                           \
-  X(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020)                              \
-  X(cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz)                    \
-  X(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020)              \
-  X(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz)    \
-  X(cuMemFree_v2, PFN_cuMemFree_v3020)                                        \
-  X(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020)                                \
-  X(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz)                      \
-  X(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020)                                  \
-  X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)                          \
-  X(cuArrayCreate_v2, PFN_cuArrayCreate_v3020)                                \
-  X(cuArray3DCreate_v2, PFN_cuArray3DCreate_v3020)                            \
-  X(cuArrayDestroy, PFN_cuArrayDestroy_v2000)                                 \
-  X(cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000)                 \
-  X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000)               \
-  X(cuMemCreate, PFN_cuMemCreate_v10020)                                      \
-  X(cuMemRelease, PFN_cuMemRelease_v10020)                                    \
-  X(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020)                            \
-  X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                 \
-  X(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz)                       \
-  X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060)                            \
-  X(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz)                  \
-  X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000)           \
-  X(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9000_ptsz) \
-  X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)                                  \
-  X(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz)                        \
-  X(cuCtxCreate_v2, PFN_cuCtxCreate_v3020)                                    \
-  X(cuCtxCreate_v3, PFN_cuCtxCreate_v11040)                                   \
-  X(cuCtxCreate_v4, PFN_cuCtxCreate_v12050)                                   \
+#define TESSERA_HOOKS(X)                                                             \
+  X(cuInit, PFN_cuInit_v2000)                                                        \
+  X(cuGetProcAddress, PFN_cuGetProcAddress_v11030)                                   \
+  X(cuGetProcAddress_v2, PFN_cuGetProcAddress_v12000)                                \
+  X(cuMemAlloc_v2, PFN_cuMemAlloc_v3020)                                             \
+  X(cuMemAllocPitch_v2, PFN_cuMemAllocPitch_v3020)                                   \
+  X(cuMemAllocManaged, PFN_cuMemAllocManaged_v6000)                                  \
+  X(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020)                                     \
+  X(cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz)                           \
+  X(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020)                     \
+  X(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz)           \
+  X(cuMemFree_v2, PFN_cuMemFree_v3020)                                               \
+  X(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020)                                       \
+  X(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz)                             \
+  X(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020)                                         \
+  X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)                                 \
+  X(cuArrayCreate_v2, PFN_cuArrayCreate_v3020)                                       \
+  X(cuArray3DCreate_v2, PFN_cuArray3DCreate_v3020)                                   \
+  X(cuArrayDestroy, PFN_cuArrayDestroy_v2000)                                        \
+  X(cuMipmappedArrayCreate, PFN_cuMipmappedArrayCreate_v5000)                        \
+  X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000)                      \
+  X(cuMemCreate, PFN_cuMemCreate_v10020)                                             \
+  X(cuMemRelease, PFN_cuMemRelease_v10020)                                           \
+  X(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020)                                   \
+  X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                        \
+  X(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz)                              \
+  X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060)                                   \
+  X(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz)                         \
+  X(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000)                  \
+  X(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9000_ptsz)        \
+  X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)                                         \
+  X(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz)                               \
+  X(cuGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode_v11040)                       \
+  X(cuGraphAddMemFreeNode, PFN_cuGraphAddMemFreeNode_v11040)                         \
+  X(cuGraphAddNode, PFN_cuGraphAddNode_v12020)                                       \
+  X(cuGraphAddNode_v2, PFN_cuGraphAddNode_v12030)                                    \
+  X(cuGraphInstantiate, PFN_cuGraphInstantiate_v10000)                               \
+  X(cuGraphInstantiate_v2, PFN_cuGraphInstantiate_v11000)                            \
+  X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)             \
+  X(cuGraphInstantiateWithParams, PFN_cuGraphInstantiateWithParams_v12000)           \
+  X(cuGraphInstantiateWithParams_ptsz, PFN_cuGraphInstantiateWithParams_v12000_ptsz) \
+  X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)                               \
+  X(cuGraphDestroy, PFN_cuGraphDestroy_v10000)                                       \
+  X(cuCtxCreate_v2, PFN_cuCtxCreate_v3020)                                           \
+  X(cuCtxCreate_v3, PFN_cuCtxCreate_v11040)                                          \
+  X(cuCtxCreate_v4, PFN_cuCtxCreate_v12050)                                          \
   X(cuDevicePrimaryCtxRetain, PFN_cuDevicePrimaryCtxRetain_v7000)
 #define TESSERA_CHECK(hook, pfn)                              \
   static_assert(FnAbiSame<decltype(&ours::hook), pfn>::value, \
@@ -99,7 +110,19 @@ namespace internal = tessera::cuda::internal;
 static_assert(FnAbiSame<internal::PointerGetAttributeFn, PFN_cuPointerGetAttribute_v4000>::value);
 static_assert(FnAbiSame<internal::MemPoolGetAttributeFn, PFN_cuMemPoolGetAttribute_v11020>::value);
 static_assert(FnAbiSame<internal::MemPoolTrimToFn, PFN_cuMemPoolTrimTo_v11020>::value);
+static_assert(FnAbiSame<internal::CtxGetDeviceFn, PFN_cuCtxGetDevice_v2000>::value);
+static_assert(
+    FnAbiSame<internal::StreamGetCaptureInfoV2Fn, PFN_cuStreamGetCaptureInfo_v11030>::value);
+static_assert(FnAbiSame<internal::DeviceGetGraphMemAttributeFn,
+                        PFN_cuDeviceGetGraphMemAttribute_v11040>::value);
+static_assert(FnAbiSame<internal::DeviceGraphMemTrimFn, PFN_cuDeviceGraphMemTrim_v11040>::value);
 static_assert(internal::kCuPointerAttributeMempoolHandle == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE);
+static_assert(internal::kCuGraphMemAttrUsedMemCurrent == CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
+static_assert(internal::kCuGraphMemAttrReservedMemCurrent ==
+              CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+static_assert(internal::kCuStreamCaptureStatusActive == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+static_assert(ours::kCuGraphNodeTypeMemAlloc == CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+static_assert(ours::kCuGraphNodeTypeMemFree == CU_GRAPH_NODE_TYPE_MEM_FREE);
 static_assert(internal::kCuMempoolAttrReleaseThreshold == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD);
 static_assert(internal::kCuMempoolAttrReservedMemCurrent == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
 

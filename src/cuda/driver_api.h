@@ -45,6 +45,14 @@ struct CUmemPoolProps_st;
 using CUmemPoolProps = CUmemPoolProps_st;
 struct CUgraphExec_st;
 using CUgraphExec = CUgraphExec_st*;
+struct CUgraph_st;
+using CUgraph = CUgraph_st*;
+struct CUgraphNode_st;
+using CUgraphNode = CUgraphNode_st*;
+struct CUgraphEdgeData_st;
+using CUgraphEdgeData = CUgraphEdgeData_st;
+struct CUDA_GRAPH_INSTANTIATE_PARAMS_st;
+using CUDA_GRAPH_INSTANTIATE_PARAMS = CUDA_GRAPH_INSTANTIATE_PARAMS_st;
 struct CUmod_st;
 using CUmodule = CUmod_st*;
 struct CUexecAffinityParam;
@@ -110,6 +118,34 @@ struct CUmemAllocationPropPrefix {
   int requested_handle_types;  // CUmemAllocationHandleType
   int location_type;           // CUmemLocation::type
   int location_id;             // CUmemLocation::id
+};
+
+// CUDA_MEM_ALLOC_NODE_PARAMS (v1 and v2 alike): its pool's properties, of which the hooks read
+// where the memory lives, then the size asked for and the address the driver gives back.
+struct CudaMemAllocNodeParams {
+  int pool_alloc_type;    // CUmemPoolProps::allocType
+  int pool_handle_types;  // CUmemPoolProps::handleTypes
+  int location_type;      // CUmemPoolProps::location.type
+  int location_id;        // CUmemPoolProps::location.id
+  unsigned char pool_rest[72];
+  const void* access_descs;
+  std::size_t access_desc_count;
+  std::size_t bytesize;
+  CUdeviceptr dptr;
+};
+
+// CUgraphNodeParams: the node's type, then its parameters (a union), then reserved bytes.
+inline constexpr int kCuGraphNodeTypeMemAlloc = 10;
+inline constexpr int kCuGraphNodeTypeMemFree = 11;
+struct CUgraphNodeParams {
+  int type;
+  int reserved0[3];
+  union {
+    long long reserved1[29];
+    CudaMemAllocNodeParams alloc;
+    CUdeviceptr free_dptr;  // CUDA_MEM_FREE_NODE_PARAMS
+  };
+  long long reserved2;
 };
 
 struct CUlaunchConfig {

@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 #include <string>
 
@@ -42,13 +43,23 @@ namespace {
 constexpr int kForever = 1 << 30;
 
 // In Helper order.
-constexpr const char* kHelperNames[kHelperCount] = {
-    "cuCtxGetCurrent",       "cuEventCreate",
-    "cuEventDestroy_v2",     "cuEventRecord",
-    "cuEventQuery",          "cuEventElapsedTime",
-    "cuStreamIsCapturing",   "cuThreadExchangeStreamCaptureMode",
-    "cuPointerGetAttribute", "cuMemPoolGetAttribute",
-    "cuMemPoolTrimTo"};
+constexpr const char* kHelperNames[] = {"cuCtxGetCurrent",
+                                        "cuEventCreate",
+                                        "cuEventDestroy_v2",
+                                        "cuEventRecord",
+                                        "cuEventQuery",
+                                        "cuEventElapsedTime",
+                                        "cuStreamIsCapturing",
+                                        "cuThreadExchangeStreamCaptureMode",
+                                        "cuPointerGetAttribute",
+                                        "cuMemPoolGetAttribute",
+                                        "cuMemPoolTrimTo",
+                                        "cuCtxGetDevice",
+                                        "cuStreamGetCaptureInfo_v2",
+                                        "cuDeviceGetGraphMemAttribute",
+                                        "cuDeviceGraphMemTrim"};
+static_assert(std::size(kHelperNames) == kHelperCount,
+              "a helper without a name, or a name too many");
 
 // The helpers without which launches cannot be measured.
 constexpr Helper kLimiterNeeds[] = {Helper::kCuCtxGetCurrent,  Helper::kCuEventCreate,
@@ -248,6 +259,29 @@ const HookInfo kHooks[kHookCount] = {
      false},
     {"cuGraphLaunch_ptsz", reinterpret_cast<void*>(&cuGraphLaunch_ptsz), "cuGraphLaunch", 10000,
      kForever, true},
+    {"cuGraphAddMemAllocNode", reinterpret_cast<void*>(&cuGraphAddMemAllocNode),
+     "cuGraphAddMemAllocNode", 11040, kForever, false},
+    {"cuGraphAddMemFreeNode", reinterpret_cast<void*>(&cuGraphAddMemFreeNode),
+     "cuGraphAddMemFreeNode", 11040, kForever, false},
+    {"cuGraphAddNode", reinterpret_cast<void*>(&cuGraphAddNode), "cuGraphAddNode", 12020, 12030,
+     false},
+    {"cuGraphAddNode_v2", reinterpret_cast<void*>(&cuGraphAddNode_v2), "cuGraphAddNode", 12030,
+     kForever, false},
+    {"cuGraphInstantiate", reinterpret_cast<void*>(&cuGraphInstantiate), "cuGraphInstantiate",
+     10000, 11000, false},
+    {"cuGraphInstantiate_v2", reinterpret_cast<void*>(&cuGraphInstantiate_v2), "cuGraphInstantiate",
+     11000, 12000, false},
+    {"cuGraphInstantiateWithFlags", reinterpret_cast<void*>(&cuGraphInstantiateWithFlags),
+     "cuGraphInstantiateWithFlags", 11040, kForever, false},
+    {"cuGraphInstantiateWithParams", reinterpret_cast<void*>(&cuGraphInstantiateWithParams),
+     "cuGraphInstantiateWithParams", 12000, kForever, false},
+    {"cuGraphInstantiateWithParams_ptsz",
+     reinterpret_cast<void*>(&cuGraphInstantiateWithParams_ptsz), "cuGraphInstantiateWithParams",
+     12000, kForever, true},
+    {"cuGraphExecDestroy", reinterpret_cast<void*>(&cuGraphExecDestroy), "cuGraphExecDestroy",
+     10000, kForever, false},
+    {"cuGraphDestroy", reinterpret_cast<void*>(&cuGraphDestroy), "cuGraphDestroy", 10000, kForever,
+     false},
     {"cuCtxCreate_v2", reinterpret_cast<void*>(&cuCtxCreate_v2), nullptr, 0, 0, false},
     {"cuCtxCreate_v3", reinterpret_cast<void*>(&cuCtxCreate_v3), nullptr, 0, 0, false},
     {"cuCtxCreate_v4", reinterpret_cast<void*>(&cuCtxCreate_v4), nullptr, 0, 0, false},

@@ -268,6 +268,34 @@ TEST(MemoryLedgerTest, ADestroyedPoolTakesWhatItKept) {
   EXPECT_EQ(ledger.retainedBytes(), 0u);
 }
 
+TEST(MemoryLedgerTest, GraphNodesStayChargedWhileTheirGraphCanRun) {
+  constexpr std::uint64_t kGraphPool = std::uint64_t{1} << 63;
+  MemoryLedger ledger(100);
+  ASSERT_TRUE(ledger.tryReserve(30));
+  ASSERT_TRUE(ledger.trackGraphNode(/*graph=*/1, /*address=*/0x1000, kGraphPool, 30));
+  ASSERT_TRUE(ledger.tryReserve(20));
+  ASSERT_TRUE(ledger.trackGraphNode(1, 0x2000, kGraphPool, 20));
+  ledger.freedInGraph(0x2000);
+  EXPECT_TRUE(ledger.hasGraphNodes());
+  ledger.graphInstantiated(1, /*exec=*/9);
+  ledger.graphDestroyed(1);
+  EXPECT_EQ(ledger.usedBytes(), 50u);  // The executable can still run.
+  EXPECT_EQ(ledger.retainedBytes(), 0u);
+  ledger.graphLaunched(9);
+  ledger.execDestroyed(9);
+  // The node the graph frees goes to the graph pool; the one a launch left allocated stays.
+  EXPECT_EQ(ledger.retainedBytes(), 20u);
+  EXPECT_EQ(ledger.usedBytes(), 50u);
+  EXPECT_TRUE(ledger.settleGraphPool(kGraphPool, 0, ledger.poolGeneration()));
+  EXPECT_EQ(ledger.usedBytes(), 30u);
+  EXPECT_TRUE(ledger.graphAddressFreed(0x1000));
+  EXPECT_FALSE(ledger.graphAddressFreed(0x1000));
+  EXPECT_EQ(ledger.retainedBytes(), 30u);
+  EXPECT_FALSE(ledger.hasGraphNodes());
+  EXPECT_TRUE(ledger.settleGraphPool(kGraphPool, 5, ledger.poolGeneration()));
+  EXPECT_EQ(ledger.usedBytes(), 5u);
+}
+
 TEST(MemoryLedgerTest, ConcurrentReservationsNeverPassTheCap) {
   MemoryLedger ledger(1000 * 64);
   std::vector<std::thread> threads;
@@ -678,6 +706,56 @@ TEST_F(InterposerTest, MemoryThatPoolsKeepCountsUntilTheDriverLetsItGo) {
   ASSERT_EQ(bare.status, 0) << bare.describe();
   EXPECT_EQ(bare.number("fake_peak"), 2 * kCap) << "kept plus new, without the interposer\n"
                                                 << bare.describe();
+}
+
+// Graph memory: an allocation node (cuGraphAddMemAllocNode, or cuMemAllocAsync on a stream being
+// captured) is charged when it is made, for as long as its graph or an executable of it lives,
+// since any launch backs it. Then what a launch left allocated stays charged until freed, and
+// what the graph pool keeps is trimmed when needed. The fake device never holds more than the
+// cap; without the interposer the same program holds over three times the cap.
+TEST_F(InterposerTest, GraphMemoryCountsWhileTheGraphCanRun) {
+  const ProbeRun r =
+      probe({{"graphs", "--cap", std::to_string(kCap)}, {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}}});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const std::map<std::string, std::string> want = {
+      {"node", "0"},
+      {"node_past_cap", "2"},  // 48 MiB in one graph, then 32 more: CUDA_ERROR_OUT_OF_MEMORY.
+      {"instantiate", "0"},
+      {"used_before_launch", std::to_string(48 * kMiB)},
+      {"launch", "0"},
+      {"graph_reserved_after_launch", std::to_string(48 * kMiB)},
+      {"plain_while_exec", "2"},
+      {"free_outside", "0"},
+      {"plain_after_free_outside", "2"},                       // The executable may run again.
+      {"used_after_exec_destroy", std::to_string(48 * kMiB)},  // Kept by the graph pool...
+      {"plain_after_exec_destroy", "0"},                       // ... until trimmed for this.
+      {"graph_reserved_after_plain", "0"},
+      {"node2", "0"},
+      {"used_left_allocated", std::to_string(40 * kMiB)},
+      {"plain_while_left_allocated", "2"},
+      {"plain_after_left_freed", "0"},
+      {"begin_capture", "0"},
+      {"captured_alloc", "0"},
+      {"captured_free", "0"},
+      {"end_capture", "0"},
+      {"captured_launch", "0"},
+      {"used_captured", std::to_string(40 * kMiB)},
+      {"plain_while_captured_exec", "2"},
+      {"plain_after_captured_exec", "0"},
+      {"used_at_end", "0"},
+      {"fake_peak", std::to_string(48 * kMiB)},
+  };
+  for (const auto& [key, value] : want) {
+    EXPECT_EQ(r.at(key), value) << key << "\n" << r.describe();
+  }
+  EXPECT_EQ(r.stderr_text, "");
+
+  const ProbeRun bare = probe({{"graphs", "--cap", std::to_string(kCap)},
+                               {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}},
+                               /*preload=*/false});
+  ASSERT_EQ(bare.status, 0) << bare.describe();
+  EXPECT_EQ(bare.at("plain_while_exec"), "0") << bare.describe();
+  EXPECT_GT(bare.number("fake_peak"), 3 * kCap) << bare.describe();
 }
 
 class RacingThreadsTest : public InterposerTest,

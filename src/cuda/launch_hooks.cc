@@ -100,14 +100,30 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned grid_x, unsigned 
                                         });
 }
 
+namespace {
+
+// A launched graph backs its allocation nodes; those its graph does not free stay allocated
+// after it (the memory ledger's to know).
+CUresult graphLaunched(CUgraphExec graph, CUresult result) {
+  const internal::Process& p = process();
+  if (result == kCudaSuccess && p.ledger != nullptr && p.ledger->hasGraphNodes()) {
+    p.ledger->graphLaunched(reinterpret_cast<std::uint64_t>(graph));
+  }
+  return result;
+}
+
+}  // namespace
+
 CUresult cuGraphLaunch(CUgraphExec graph, CUstream stream) noexcept {
-  return throttled<GraphLaunchFn>(Hook::kCuGraphLaunch, stream, false,
-                                  [&](GraphLaunchFn r) { return r(graph, stream); });
+  return graphLaunched(graph,
+                       throttled<GraphLaunchFn>(Hook::kCuGraphLaunch, stream, false,
+                                                [&](GraphLaunchFn r) { return r(graph, stream); }));
 }
 
 CUresult cuGraphLaunch_ptsz(CUgraphExec graph, CUstream stream) noexcept {
-  return throttled<GraphLaunchFn>(Hook::kCuGraphLaunchPtsz, stream, true,
-                                  [&](GraphLaunchFn r) { return r(graph, stream); });
+  return graphLaunched(graph,
+                       throttled<GraphLaunchFn>(Hook::kCuGraphLaunchPtsz, stream, true,
+                                                [&](GraphLaunchFn r) { return r(graph, stream); }));
 }
 
 }  // namespace tessera::cuda

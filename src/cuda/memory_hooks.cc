@@ -9,6 +9,10 @@
 // threshold), and if that is not enough, trim the pools, before they refuse: the cap holds for
 // what the process has on the device, and freed memory never causes a false refusal.
 //
+// Graph memory nodes (cuGraphAddMemAllocNode, cuGraphAddNode, cuMemAllocAsync on a stream being
+// captured) are charged when made and stay charged while their graph can run (MemoryLedger says
+// how long); the device's graph memory pool is settled and trimmed like a pool.
+//
 // Not charged: the context itself and what the driver or libraries allocate behind the
 // application's back, host memory, IPC-imported and external memory, and cuMemMap of handles from
 // elsewhere. cuMemRelease gives back on release, though a handle's memory lives until its last
@@ -29,6 +33,37 @@ using internal::process;
 
 std::uint64_t poolKey(CUmemoryPool pool) { return reinterpret_cast<std::uint64_t>(pool); }
 
+// A device's graph memory pool, in the ledger's pool keys (which are otherwise CUmemoryPool
+// values, addresses below 2^63).
+constexpr std::uint64_t kGraphPoolFlag = std::uint64_t{1} << 63;
+std::uint64_t graphPoolKey(CUdevice device) {
+  return kGraphPoolFlag | static_cast<std::uint32_t>(device);
+}
+
+// As for a pool, for the graph memory pool of a device: what it caches is reserved less used.
+void settleGraphPool(const internal::Process& p, std::uint64_t pool, bool trim) {
+  const auto get =
+      p.helper<internal::DeviceGetGraphMemAttributeFn>(Helper::kCuDeviceGetGraphMemAttribute);
+  const auto trim_device = p.helper<internal::DeviceGraphMemTrimFn>(Helper::kCuDeviceGraphMemTrim);
+  if (get == nullptr) {
+    return;
+  }
+  const auto device = static_cast<CUdevice>(pool & 0xffffffffu);
+  if (trim && trim_device != nullptr) {
+    trim_device(device);
+  }
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::uint64_t generation = p.ledger->poolGeneration();
+    cuuint64_t reserved = 0;
+    cuuint64_t used = 0;
+    if (get(device, internal::kCuGraphMemAttrReservedMemCurrent, &reserved) != kCudaSuccess ||
+        get(device, internal::kCuGraphMemAttrUsedMemCurrent, &used) != kCudaSuccess ||
+        p.ledger->settleGraphPool(pool, reserved > used ? reserved - used : 0, generation)) {
+      break;
+    }
+  }
+}
+
 // Asks the driver how much each pool that the ledger says keeps freed memory still holds, after
 // trimming it to its live allocations if `trim`. A reading that an allocation or free in the same
 // moment may have missed is taken again (three times at most; the ledger keeps the higher count).
@@ -40,6 +75,10 @@ void settlePools(const internal::Process& p, bool trim) {
   }
   MemoryLedger& ledger = *p.ledger;
   for (const std::uint64_t pool : ledger.retainingPools()) {
+    if ((pool & kGraphPoolFlag) != 0) {
+      settleGraphPool(p, pool, trim);
+      continue;
+    }
     auto* const handle = reinterpret_cast<CUmemoryPool>(pool);
     if (trim && trim_to != nullptr) {
       trim_to(handle, 0);
@@ -143,11 +182,41 @@ CUresult allocatePointer(CUdeviceptr* dptr, std::uint64_t bytes, Alloc alloc) {
       });
 }
 
+// The graph that `stream` is being captured into, or null. The _ptsz hooks' stream 0 is the
+// thread's default stream, CU_STREAM_PER_THREAD to the non-_ptsz query.
+CUgraph capturingGraph(const internal::Process& p, CUstream stream, bool per_thread) {
+  const auto info = p.helper<internal::StreamGetCaptureInfoV2Fn>(Helper::kCuStreamGetCaptureInfoV2);
+  if (info == nullptr) {
+    return nullptr;
+  }
+  if (per_thread && stream == nullptr) {
+    stream = reinterpret_cast<CUstream>(kCuStreamPerThread);  // NOLINT(performance-no-int-to-ptr)
+  }
+  CUstreamCaptureStatus status = kCuStreamCaptureStatusNone;
+  CUgraph graph = nullptr;
+  if (info(stream, &status, nullptr, &graph, nullptr, nullptr) != kCudaSuccess ||
+      status != internal::kCuStreamCaptureStatusActive) {
+    return nullptr;
+  }
+  return graph;
+}
+
+CUdevice currentDevice(const internal::Process& p) {
+  CUdevice device = 0;
+  if (const auto get = p.helper<internal::CtxGetDeviceFn>(Helper::kCuCtxGetDevice);
+      get == nullptr || get(&device) != kCudaSuccess) {
+    device = 0;
+  }
+  return device;
+}
+
 // A stream-ordered allocation from `pool`, or from the current pool of the stream's device if
 // pool is null (the driver says which). Tracked as pooled; as a plain pointer only if the driver
-// cannot say which pool it came from.
+// cannot say which pool it came from. Made while the stream is captured, it is a node of the graph
+// captured, backed when the graph runs: tracked as graph memory.
 template <typename Alloc>
-CUresult allocatePooled(CUdeviceptr* dptr, std::uint64_t bytes, CUmemoryPool pool, Alloc alloc) {
+CUresult allocatePooled(CUdeviceptr* dptr, std::uint64_t bytes, CUmemoryPool pool, CUstream stream,
+                        bool per_thread, Alloc alloc) {
   const internal::Process& p = process();
   if (!p.valid) {
     return kCudaErrorOutOfMemory;
@@ -163,6 +232,14 @@ CUresult allocatePooled(CUdeviceptr* dptr, std::uint64_t bytes, CUmemoryPool poo
   if (result != kCudaSuccess) {
     ledger.release(bytes);
     return result;
+  }
+  if (const CUgraph graph = capturingGraph(p, stream, per_thread); graph != nullptr) {
+    if (ledger.trackGraphNode(reinterpret_cast<std::uint64_t>(graph), *dptr,
+                              graphPoolKey(currentDevice(p)), bytes)) {
+      return result;
+    }
+    ledger.release(bytes);  // Out of host memory: the node stays, uncharged; say so.
+    return kCudaErrorOutOfMemory;
   }
   if (pool == nullptr) {
     if (const auto get = p.helper<internal::PointerGetAttributeFn>(Helper::kCuPointerGetAttribute);
@@ -183,9 +260,11 @@ CUresult allocatePooled(CUdeviceptr* dptr, std::uint64_t bytes, CUmemoryPool poo
 }
 
 // Frees a device pointer with free(): a plain allocation gives its bytes back, a pooled one gives
-// them to its pool.
+// them to its pool. The memory of a graph node is freed in its graph if the free is captured
+// (`stream` is being captured), otherwise now. cuMemFree has no stream (`stream_given` false).
 template <typename Free>
-CUresult freePointer(const internal::Process& p, CUdeviceptr dptr, Free free) {
+CUresult freePointer(const internal::Process& p, CUdeviceptr dptr, bool stream_given,
+                     CUstream stream, bool per_thread, Free free) {
   MemoryLedger* const ledger = p.ledger.get();
   if (ledger == nullptr) {
     return free();
@@ -198,6 +277,18 @@ CUresult freePointer(const internal::Process& p, CUdeviceptr dptr, Free free) {
     return result;
   }
   const auto pooled = ledger->untrackPooled(dptr);
+  if (!pooled && ledger->hasGraphNodes() && ledger->isGraphAddress(dptr)) {
+    const bool captured = stream_given && capturingGraph(p, stream, per_thread) != nullptr;
+    const CUresult result = free();
+    if (result == kCudaSuccess) {
+      if (captured) {
+        ledger->freedInGraph(dptr);
+      } else {
+        ledger->graphAddressFreed(dptr);
+      }
+    }
+    return result;
+  }
   const CUresult result = free();
   if (!pooled) {
     return result;
@@ -293,7 +384,7 @@ CUresult cuMemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) 
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return allocatePooled(dptr, bytes, nullptr,
+  return allocatePooled(dptr, bytes, nullptr, stream, false,
                         [&](CUdeviceptr* d) { return real(d, bytes, stream); });
 }
 
@@ -303,7 +394,7 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, CUstream str
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return allocatePooled(dptr, bytes, nullptr,
+  return allocatePooled(dptr, bytes, nullptr, stream, true,
                         [&](CUdeviceptr* d) { return real(d, bytes, stream); });
 }
 
@@ -314,7 +405,7 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, std::size_t bytes, CUmemoryP
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return allocatePooled(dptr, bytes, pool,
+  return allocatePooled(dptr, bytes, pool, stream, false,
                         [&](CUdeviceptr* d) { return real(d, bytes, pool, stream); });
 }
 
@@ -325,7 +416,7 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, std::size_t bytes, CUme
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return allocatePooled(dptr, bytes, pool,
+  return allocatePooled(dptr, bytes, pool, stream, true,
                         [&](CUdeviceptr* d) { return real(d, bytes, pool, stream); });
 }
 
@@ -335,7 +426,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) noexcept {
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return freePointer(p, dptr, [&] { return real(dptr); });
+  return freePointer(p, dptr, false, nullptr, false, [&] { return real(dptr); });
 }
 
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) noexcept {
@@ -344,7 +435,7 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) noexcept {
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return freePointer(p, dptr, [&] { return real(dptr, stream); });
+  return freePointer(p, dptr, true, stream, false, [&] { return real(dptr, stream); });
 }
 
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) noexcept {
@@ -353,7 +444,7 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) noexcept {
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return freePointer(p, dptr, [&] { return real(dptr, stream); });
+  return freePointer(p, dptr, true, stream, true, [&] { return real(dptr, stream); });
 }
 
 // With a cap, the process sees a device of the cap's size: total = cap (or less, if the device
@@ -543,6 +634,201 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) noexcept {
   const CUresult result = real(pool);
   if (result == kCudaSuccess && p.ledger != nullptr) {
     p.ledger->forgetPool(poolKey(pool));
+  }
+  return result;
+}
+
+// Graph memory: an allocation node is charged when it is made (its graph may run at any time
+// after), under its graph's device graph pool; see MemoryLedger for how long.
+namespace {
+
+template <typename Add>
+CUresult addAllocNode(CUgraph graph, CudaMemAllocNodeParams* params, Add add) {
+  const internal::Process& p = process();
+  if (!p.valid) {
+    return kCudaErrorOutOfMemory;
+  }
+  if (p.ledger == nullptr || params == nullptr ||
+      params->location_type != kCuMemLocationTypeDevice) {
+    return add();
+  }
+  MemoryLedger& ledger = *p.ledger;
+  const std::uint64_t bytes = params->bytesize;
+  if (!reserve(p, bytes)) {
+    return kCudaErrorOutOfMemory;
+  }
+  const CUresult result = add();
+  if (result != kCudaSuccess) {
+    ledger.release(bytes);
+    return result;
+  }
+  if (!ledger.trackGraphNode(reinterpret_cast<std::uint64_t>(graph), params->dptr,
+                             graphPoolKey(params->location_id), bytes)) {
+    ledger.release(bytes);
+    return kCudaErrorOutOfMemory;
+  }
+  return result;
+}
+
+template <typename Add>
+CUresult addFreeNode(CUdeviceptr dptr, Add add) {
+  const internal::Process& p = process();
+  const CUresult result = add();
+  if (result == kCudaSuccess && p.ledger != nullptr) {
+    p.ledger->freedInGraph(dptr);
+  }
+  return result;
+}
+
+// cuGraphAddNode and _v2: allocation and free nodes as above, any other kind passed through.
+template <typename Add>
+CUresult addNode(CUgraph graph, CUgraphNodeParams* params, Add add) {
+  if (params == nullptr) {
+    return add();
+  }
+  if (params->type == kCuGraphNodeTypeMemAlloc) {
+    return addAllocNode(graph, &params->alloc, add);
+  }
+  if (params->type == kCuGraphNodeTypeMemFree) {
+    return addFreeNode(params->free_dptr, add);
+  }
+  return add();
+}
+
+template <typename Instantiate>
+CUresult instantiated(CUgraphExec* exec, CUgraph graph, Instantiate instantiate) {
+  const internal::Process& p = process();
+  const CUresult result = instantiate();
+  if (result == kCudaSuccess && p.ledger != nullptr && exec != nullptr) {
+    p.ledger->graphInstantiated(reinterpret_cast<std::uint64_t>(graph),
+                                reinterpret_cast<std::uint64_t>(*exec));
+  }
+  return result;
+}
+
+}  // namespace
+
+CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
+                                std::size_t dependency_count,
+                                CudaMemAllocNodeParams* params) noexcept {
+  using Fn =
+      CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t, CudaMemAllocNodeParams*);
+  const auto real = realOf<Fn>(Hook::kCuGraphAddMemAllocNode);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  return addAllocNode(graph, params,
+                      [&] { return real(node, graph, dependencies, dependency_count, params); });
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
+                               std::size_t dependency_count, CUdeviceptr dptr) noexcept {
+  using Fn = CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t, CUdeviceptr);
+  const auto real = realOf<Fn>(Hook::kCuGraphAddMemFreeNode);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  return addFreeNode(dptr, [&] { return real(node, graph, dependencies, dependency_count, dptr); });
+}
+
+CUresult cuGraphAddNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
+                        std::size_t dependency_count, CUgraphNodeParams* params) noexcept {
+  using Fn =
+      CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t, CUgraphNodeParams*);
+  const auto real = realOf<Fn>(Hook::kCuGraphAddNode);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  return addNode(graph, params,
+                 [&] { return real(node, graph, dependencies, dependency_count, params); });
+}
+
+CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,
+                           const CUgraphEdgeData* edge_data, std::size_t dependency_count,
+                           CUgraphNodeParams* params) noexcept {
+  using Fn = CUresult (*)(CUgraphNode*, CUgraph, const CUgraphNode*, const CUgraphEdgeData*,
+                          std::size_t, CUgraphNodeParams*);
+  const auto real = realOf<Fn>(Hook::kCuGraphAddNodeV2);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  return addNode(graph, params, [&] {
+    return real(node, graph, dependencies, edge_data, dependency_count, params);
+  });
+}
+
+CUresult cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log,
+                            std::size_t log_size) noexcept {
+  using Fn = CUresult (*)(CUgraphExec*, CUgraph, CUgraphNode*, char*, std::size_t);
+  const auto real = realOf<Fn>(Hook::kCuGraphInstantiate);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  return instantiated(exec, graph, [&] { return real(exec, graph, error_node, log, log_size); });
+}
+
+CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log,
+                               std::size_t log_size) noexcept {
+  using Fn = CUresult (*)(CUgraphExec*, CUgraph, CUgraphNode*, char*, std::size_t);
+  const auto real = realOf<Fn>(Hook::kCuGraphInstantiateV2);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  return instantiated(exec, graph, [&] { return real(exec, graph, error_node, log, log_size); });
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
+                                     unsigned long long flags) noexcept {
+  using Fn = CUresult (*)(CUgraphExec*, CUgraph, unsigned long long);
+  const auto real = realOf<Fn>(Hook::kCuGraphInstantiateWithFlags);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  return instantiated(exec, graph, [&] { return real(exec, graph, flags); });
+}
+
+CUresult cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+                                      CUDA_GRAPH_INSTANTIATE_PARAMS* params) noexcept {
+  using Fn = CUresult (*)(CUgraphExec*, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS*);
+  const auto real = realOf<Fn>(Hook::kCuGraphInstantiateWithParams);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  return instantiated(exec, graph, [&] { return real(exec, graph, params); });
+}
+
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* exec, CUgraph graph,
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS* params) noexcept {
+  using Fn = CUresult (*)(CUgraphExec*, CUgraph, CUDA_GRAPH_INSTANTIATE_PARAMS*);
+  const auto real = realOf<Fn>(Hook::kCuGraphInstantiateWithParamsPtsz);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  return instantiated(exec, graph, [&] { return real(exec, graph, params); });
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec exec) noexcept {
+  const internal::Process& p = process();
+  const auto real = p.real<CUresult (*)(CUgraphExec)>(Hook::kCuGraphExecDestroy);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  const CUresult result = real(exec);
+  if (result == kCudaSuccess && p.ledger != nullptr) {
+    p.ledger->execDestroyed(reinterpret_cast<std::uint64_t>(exec));
+  }
+  return result;
+}
+
+CUresult cuGraphDestroy(CUgraph graph) noexcept {
+  const internal::Process& p = process();
+  const auto real = p.real<CUresult (*)(CUgraph)>(Hook::kCuGraphDestroy);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  const CUresult result = real(graph);
+  if (result == kCudaSuccess && p.ledger != nullptr) {
+    p.ledger->graphDestroyed(reinterpret_cast<std::uint64_t>(graph));
   }
   return result;
 }

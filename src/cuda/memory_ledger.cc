@@ -157,6 +157,16 @@ void MemoryLedger::retainLocked(std::uint64_t pool, std::uint64_t bytes) {
   retained_bytes_ += bytes;
 }
 
+// What the pool retains drops to `kept` (never rises).
+void MemoryLedger::lowerRetainedLocked(PoolState& state, std::uint64_t kept) {
+  if (kept < state.retained) {
+    const std::uint64_t freed = state.retained - kept;
+    state.retained = kept;
+    retained_bytes_ -= freed;
+    release(freed);
+  }
+}
+
 std::uint64_t MemoryLedger::retainedBytes() const {
   std::lock_guard lock(mu_);
   return retained_bytes_.load(std::memory_order_acquire);
@@ -189,13 +199,7 @@ bool MemoryLedger::settlePool(std::uint64_t pool, std::uint64_t reserved,
     return true;
   }
   PoolState& state = it->second;
-  const std::uint64_t kept = reserved > state.live ? reserved - state.live : 0;
-  if (kept < state.retained) {
-    const std::uint64_t freed = state.retained - kept;
-    state.retained = kept;
-    retained_bytes_ -= freed;
-    release(freed);
-  }
+  lowerRetainedLocked(state, reserved > state.live ? reserved - state.live : 0);
   return true;
 }
 
@@ -213,6 +217,146 @@ void MemoryLedger::forgetPool(std::uint64_t pool) {
     pools_.erase(it);
   }
   ++pool_generation_;
+}
+
+bool MemoryLedger::trackGraphNode(std::uint64_t graph, std::uint64_t address, std::uint64_t pool,
+                                  std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  try {
+    GraphState& state = graphs_[graph];
+    pools_[pool];
+    if (const auto old = nodes_.find(address); old != nodes_.end()) {
+      // The address was handed out again: the earlier node's memory was freed unseen.
+      if (old->second.graph == 0) {
+        retainLocked(old->second.pool, old->second.bytes);
+      } else {
+        release(old->second.bytes);
+      }
+      nodes_.erase(old);
+    }
+    state.addresses.push_back(address);
+    nodes_.emplace(address, GraphNode{graph, pool, bytes});
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  graph_nodes_.store(nodes_.size(), std::memory_order_release);
+  ++pool_generation_;
+  return true;
+}
+
+void MemoryLedger::freedInGraph(std::uint64_t address) {
+  std::lock_guard lock(mu_);
+  if (const auto it = nodes_.find(address); it != nodes_.end()) {
+    it->second.freed_in_graph = true;
+  }
+}
+
+void MemoryLedger::graphInstantiated(std::uint64_t graph, std::uint64_t exec) {
+  std::lock_guard lock(mu_);
+  const auto it = graphs_.find(graph);
+  if (it == graphs_.end()) {
+    return;  // No memory nodes.
+  }
+  try {
+    execs_[exec] = graph;
+    ++it->second.execs;
+  } catch (const std::bad_alloc&) {
+  }
+}
+
+void MemoryLedger::graphLaunched(std::uint64_t exec) {
+  std::lock_guard lock(mu_);
+  const auto it = execs_.find(exec);
+  if (it == execs_.end()) {
+    return;
+  }
+  for (const std::uint64_t address : graphs_[it->second].addresses) {
+    if (const auto node = nodes_.find(address);
+        node != nodes_.end() && !node->second.freed_in_graph) {
+      node->second.outstanding = true;
+    }
+  }
+  ++pool_generation_;
+}
+
+bool MemoryLedger::graphAddressFreed(std::uint64_t address) {
+  std::lock_guard lock(mu_);
+  const auto it = nodes_.find(address);
+  if (it == nodes_.end()) {
+    return false;
+  }
+  it->second.outstanding = false;
+  if (it->second.graph == 0) {  // Its graph is gone: the memory goes to the graph pool.
+    retainLocked(it->second.pool, it->second.bytes);
+    nodes_.erase(it);
+    graph_nodes_.store(nodes_.size(), std::memory_order_release);
+  }
+  ++pool_generation_;
+  return true;
+}
+
+bool MemoryLedger::isGraphAddress(std::uint64_t address) const {
+  std::lock_guard lock(mu_);
+  return nodes_.count(address) != 0;
+}
+
+void MemoryLedger::graphDestroyed(std::uint64_t graph) {
+  std::lock_guard lock(mu_);
+  const auto it = graphs_.find(graph);
+  if (it == graphs_.end()) {
+    return;
+  }
+  it->second.destroyed = true;
+  if (it->second.execs == 0) {
+    graphGoneLocked(graph);
+  }
+}
+
+void MemoryLedger::execDestroyed(std::uint64_t exec) {
+  std::lock_guard lock(mu_);
+  const auto it = execs_.find(exec);
+  if (it == execs_.end()) {
+    return;
+  }
+  const std::uint64_t graph = it->second;
+  execs_.erase(it);
+  GraphState& state = graphs_[graph];
+  if (--state.execs == 0 && state.destroyed) {
+    graphGoneLocked(graph);
+  }
+}
+
+// Neither the graph nor an executable of it is left: nodes that a launch left allocated stay
+// charged until freed; the others' memory is the graph pool's to keep.
+void MemoryLedger::graphGoneLocked(std::uint64_t graph) {
+  const auto it = graphs_.find(graph);
+  for (const std::uint64_t address : it->second.addresses) {
+    const auto node = nodes_.find(address);
+    if (node == nodes_.end() || node->second.graph != graph) {
+      continue;
+    }
+    if (node->second.outstanding) {
+      node->second.graph = 0;
+    } else {
+      retainLocked(node->second.pool, node->second.bytes);
+      nodes_.erase(node);
+    }
+  }
+  graphs_.erase(it);
+  graph_nodes_.store(nodes_.size(), std::memory_order_release);
+  ++pool_generation_;
+}
+
+bool MemoryLedger::settleGraphPool(std::uint64_t pool, std::uint64_t cached,
+                                   std::uint64_t generation) {
+  std::lock_guard lock(mu_);
+  if (generation != pool_generation_) {
+    return false;
+  }
+  if (const auto it = pools_.find(pool); it != pools_.end()) {
+    lowerRetainedLocked(it->second, cached);
+  }
+  return true;
 }
 
 std::optional<std::uint64_t> arrayBytes(const CudaArrayDescriptor& desc) {

@@ -81,24 +81,68 @@ class MemoryLedger {
   // The pool is gone, and with it the memory it kept: its retained bytes are given back.
   void forgetPool(std::uint64_t pool);
 
+  // Graph memory: an allocation node of a graph (cuGraphAddMemAllocNode, or cuMemAllocAsync on a
+  // stream being captured), at `address`, backed from the device's graph memory pool (`pool`)
+  // when the graph runs. Its bytes are charged from its creation for as long as its graph or an
+  // executable graph made from it lives, since any launch may back it. After that, a node whose
+  // memory a launch left allocated (its graph has no free for it, and it was not freed since)
+  // stays charged until it is freed; the rest is memory the graph pool may keep, charged as that
+  // pool's retained bytes until settleGraphPool() learns that the pool keeps less.
+  [[nodiscard]] bool trackGraphNode(std::uint64_t graph, std::uint64_t address, std::uint64_t pool,
+                                    std::uint64_t bytes);
+  // The graph frees the node's memory itself (a free node, or a captured free): no launch leaves
+  // it allocated.
+  void freedInGraph(std::uint64_t address);
+  void graphInstantiated(std::uint64_t graph, std::uint64_t exec);
+  void graphLaunched(std::uint64_t exec);
+  // A graph node's memory freed outside any graph; false if the address is no graph node's.
+  bool graphAddressFreed(std::uint64_t address);
+  bool isGraphAddress(std::uint64_t address) const;
+  void graphDestroyed(std::uint64_t graph);
+  void execDestroyed(std::uint64_t exec);
+  // Whether any graph node is tracked: the launch hook's fast path.
+  bool hasGraphNodes() const { return graph_nodes_.load(std::memory_order_acquire) > 0; }
+  // The driver says the graph pool keeps `cached` bytes that no allocation uses (reserved less
+  // used): what the pool retains drops to that. Ignored, returning false, after a change since
+  // `generation`.
+  bool settleGraphPool(std::uint64_t pool, std::uint64_t cached, std::uint64_t generation);
+
  private:
   struct PoolState {
     std::uint64_t live = 0;      // Bytes of its allocations that are not freed.
     std::uint64_t retained = 0;  // Bytes freed and, as far as the ledger knows, still kept.
     bool destroyed = false;      // Its allocations' frees give their bytes back.
   };
+  struct GraphNode {
+    std::uint64_t graph;  // 0 once its graph and executables are gone.
+    std::uint64_t pool;
+    std::uint64_t bytes;
+    bool freed_in_graph = false;
+    bool outstanding = false;  // A launch left it allocated, and it was not freed since.
+  };
+  struct GraphState {
+    bool destroyed = false;
+    int execs = 0;
+    std::vector<std::uint64_t> addresses;
+  };
   void retainLocked(std::uint64_t pool, std::uint64_t bytes);
+  void lowerRetainedLocked(PoolState& state, std::uint64_t kept);
+  void graphGoneLocked(std::uint64_t graph);
 
   const std::uint64_t cap_bytes_;
   mutable std::mutex mu_;
   // Includes what pools retain. Atomic, so that reserving and releasing take no lock.
   std::atomic<std::uint64_t> used_bytes_{0};
   std::unordered_map<std::uint64_t, std::uint64_t>
-      live_[static_cast<int>(AllocationKind::kCount)];  // Guarded by mu_.
-  std::unordered_map<std::uint64_t, Pooled> pooled_;    // Key -> allocation. Guarded by mu_.
-  std::unordered_map<std::uint64_t, PoolState> pools_;  // Guarded by mu_.
-  std::atomic<std::uint64_t> retained_bytes_{0};        // Written under mu_; read without.
-  std::uint64_t pool_generation_ = 0;                   // Guarded by mu_.
+      live_[static_cast<int>(AllocationKind::kCount)];      // Guarded by mu_.
+  std::unordered_map<std::uint64_t, Pooled> pooled_;        // Key -> allocation. Guarded by mu_.
+  std::unordered_map<std::uint64_t, PoolState> pools_;      // Guarded by mu_.
+  std::atomic<std::uint64_t> retained_bytes_{0};            // Written under mu_; read without.
+  std::uint64_t pool_generation_ = 0;                       // Guarded by mu_.
+  std::unordered_map<std::uint64_t, GraphNode> nodes_;      // Address -> node. Guarded by mu_.
+  std::unordered_map<std::uint64_t, GraphState> graphs_;    // Guarded by mu_.
+  std::unordered_map<std::uint64_t, std::uint64_t> execs_;  // Exec -> graph. Guarded by mu_.
+  std::atomic<std::size_t> graph_nodes_{0};                 // nodes_.size(), written under mu_.
 };
 
 // The bytes an array holds as requested: width x height x depth (a zero height or depth counts

@@ -64,6 +64,18 @@ namespace fake = tessera::cuda::fake;
   X(cuMemPoolSetAttribute, PFN_cuMemPoolSetAttribute_v11020)                         \
   X(cuMemPoolGetAttribute, PFN_cuMemPoolGetAttribute_v11020)                         \
   X(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000)                          \
+  X(cuGraphCreate, PFN_cuGraphCreate_v10000)                                         \
+  X(cuGraphAddMemAllocNode, PFN_cuGraphAddMemAllocNode_v11040)                       \
+  X(cuGraphAddMemFreeNode, PFN_cuGraphAddMemFreeNode_v11040)                         \
+  X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)             \
+  X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)                               \
+  X(cuGraphDestroy, PFN_cuGraphDestroy_v10000)                                       \
+  X(cuDeviceGraphMemTrim, PFN_cuDeviceGraphMemTrim_v11040)                           \
+  X(cuDeviceGetGraphMemAttribute, PFN_cuDeviceGetGraphMemAttribute_v11040)           \
+  X(cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010)                        \
+  X(cuStreamEndCapture, PFN_cuStreamEndCapture_v10000)                               \
+  X(cuStreamGetCaptureInfo_v2, PFN_cuStreamGetCaptureInfo_v11030)                    \
+  X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                                        \
   X(cuGraphLaunch, PFN_cuGraphLaunch_v10000)                                         \
   X(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz)                               \
   X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                        \

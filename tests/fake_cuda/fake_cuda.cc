@@ -30,6 +30,15 @@
 // down to its release threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, default 0), at
 // cuMemPoolTrimTo, or when destroyed. live_bytes counts what pools hold reserved.
 //
+// Graphs hold allocation nodes only (cuGraphAddMemAllocNode, or cuMemAllocAsync on a stream being
+// captured with cuStreamBeginCapture_v2), each with an address from its creation and no memory.
+// A launch of an executable graph (cuGraphInstantiateWithFlags) backs each node from the
+// device's graph memory pool, and gives it back at once if the graph frees it too (a free node,
+// or cuMemFreeAsync on the capturing stream); the others stay allocated until cuMemFree(Async).
+// The graph pool keeps what it was given back until cuDeviceGraphMemTrim
+// (cuDeviceGetGraphMemAttribute: USED and RESERVED_MEM_CURRENT). cuGraphLaunch of any other
+// handle runs a kernel of the handle's value in microseconds, as before.
+//
 // For scripts/gpu-check-probe.c: cuDeviceGetAttribute says the SM clock runs at 1 MHz (so a
 // kernel's cycle count is its microseconds), and cuModuleLoadData / cuModuleGetFunction accept
 // any module and name.
@@ -49,6 +58,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "cuda/driver_api.h"
 #include "cuda/testing/fake_cuda_stats.h"
@@ -91,6 +101,20 @@ struct FakePool {
   std::uint64_t release_threshold = 0;
 };
 
+struct FakeGraphNode {
+  std::uint64_t bytes = 0;
+  bool freed_in_graph = false;
+  bool allocated = false;  // Backed by a launch and not freed since.
+};
+
+struct FakeGraph {
+  std::vector<CUdeviceptr> nodes;
+};
+
+struct FakeExec {
+  std::vector<CUdeviceptr> nodes;
+};
+
 struct Device {
   std::mutex mu;
   std::condition_variable changed;  // Any change below; waiters re-check.
@@ -110,7 +134,12 @@ struct Device {
   };
   std::unordered_map<std::uint64_t, Pooled> pooled;  // Address -> stream-ordered allocation.
   FakePool default_pool;
-  std::unordered_set<FakePool*> pools{&default_pool};  // Every pool not destroyed.
+  std::unordered_set<FakePool*> pools{&default_pool};          // Every pool not destroyed.
+  std::unordered_map<CUdeviceptr, FakeGraphNode> graph_nodes;  // Never forgotten.
+  std::unordered_set<FakeGraph*> graphs;
+  std::unordered_set<FakeExec*> execs;
+  std::unordered_map<CUstream, FakeGraph*> capturing;
+  FakePool graph_pool;  // reserved and used; no release threshold.
   std::deque<Work> queue;
   std::uint64_t submitted = 0;
   std::uint64_t completed = 0;
@@ -241,6 +270,15 @@ void synchronizePools(Device& d) {
 
 CUresult release(Device& d, std::uint64_t handle) {
   const auto it = d.live.find(handle);
+  if (const auto node = d.graph_nodes.find(handle);
+      it == d.live.end() && node != d.graph_nodes.end()) {
+    if (!node->second.allocated) {
+      return kCudaErrorInvalidValue;
+    }
+    node->second.allocated = false;  // Back to the graph pool, which keeps it.
+    d.graph_pool.used -= node->second.bytes;
+    return kCudaSuccess;
+  }
   if (it == d.live.end()) {
     const auto pooled = d.pooled.find(handle);  // Back to its pool, which keeps it.
     if (pooled == d.pooled.end()) {
@@ -442,10 +480,25 @@ CUresult fakeMemAllocManaged(CUdeviceptr* dptr, std::size_t bytes, unsigned) {
   return fakeMemAlloc(dptr, bytes);
 }
 
-CUresult fakeMemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, CUstream) {
+// A node of `graph` at a new address, with no memory yet.
+CUresult addGraphNode(Device& d, FakeGraph& graph, std::uint64_t bytes, CUdeviceptr& address) {
+  if (bytes == 0) {
+    return kCudaErrorInvalidValue;
+  }
+  address = d.next_handle;
+  d.next_handle += (bytes + 0xffff) & ~std::uint64_t{0xffff};
+  d.graph_nodes[address] = FakeGraphNode{bytes};
+  graph.nodes.push_back(address);
+  return kCudaSuccess;
+}
+
+CUresult fakeMemAllocAsync(CUdeviceptr* dptr, std::size_t bytes, CUstream stream) {
   Call c;
   if (!c.ready()) {
     return kCudaErrorNotInitialized;
+  }
+  if (const auto capture = c.d.capturing.find(stream); capture != c.d.capturing.end()) {
+    return addGraphNode(c.d, *capture->second, bytes, *dptr);
   }
   return poolAllocate(c.d, c.d.default_pool, bytes, *dptr);
 }
@@ -575,7 +628,200 @@ CUresult fakeMemFree(CUdeviceptr dptr) {
   return release(c.d, dptr);
 }
 
-CUresult fakeMemFreeAsync(CUdeviceptr dptr, CUstream) { return fakeMemFree(dptr); }
+CUresult fakeMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  {
+    Call c;
+    if (!c.ready()) {
+      return kCudaErrorNotInitialized;
+    }
+    if (c.d.capturing.count(stream) != 0) {  // A free node of the graph being captured.
+      const auto node = c.d.graph_nodes.find(dptr);
+      if (node == c.d.graph_nodes.end()) {
+        return kCudaErrorInvalidValue;
+      }
+      node->second.freed_in_graph = true;
+      return kCudaSuccess;
+    }
+  }
+  return fakeMemFree(dptr);
+}
+
+CUresult fakeGraphCreate(CUgraph* graph, unsigned) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  auto* g = new FakeGraph();
+  c.d.graphs.insert(g);
+  *graph = reinterpret_cast<CUgraph>(g);
+  return kCudaSuccess;
+}
+
+FakeGraph* findGraph(Device& d, CUgraph graph) {
+  auto* g = reinterpret_cast<FakeGraph*>(graph);
+  return d.graphs.count(g) != 0 ? g : nullptr;
+}
+
+CUresult fakeGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode*, std::size_t,
+                                  CudaMemAllocNodeParams* params) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  FakeGraph* g = findGraph(c.d, graph);
+  if (g == nullptr || params == nullptr || node == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  const CUresult r = addGraphNode(c.d, *g, params->bytesize, params->dptr);
+  *node = reinterpret_cast<CUgraphNode>(params->dptr);
+  return r;
+}
+
+CUresult fakeGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode*, std::size_t,
+                                 CUdeviceptr dptr) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  const auto it = c.d.graph_nodes.find(dptr);
+  if (findGraph(c.d, graph) == nullptr || it == c.d.graph_nodes.end() || node == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  it->second.freed_in_graph = true;
+  *node = reinterpret_cast<CUgraphNode>(dptr + 1);
+  return kCudaSuccess;
+}
+
+CUresult fakeGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  FakeGraph* g = findGraph(c.d, graph);
+  if (g == nullptr || exec == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  auto* e = new FakeExec{g->nodes};
+  c.d.execs.insert(e);
+  *exec = reinterpret_cast<CUgraphExec>(e);
+  return kCudaSuccess;
+}
+
+CUresult fakeGraphExecDestroy(CUgraphExec exec) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  auto* e = reinterpret_cast<FakeExec*>(exec);
+  if (c.d.execs.erase(e) == 0) {
+    return kCudaErrorInvalidValue;
+  }
+  delete e;
+  return kCudaSuccess;
+}
+
+CUresult fakeGraphDestroy(CUgraph graph) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  FakeGraph* g = findGraph(c.d, graph);
+  if (g == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  c.d.graphs.erase(g);
+  delete g;
+  return kCudaSuccess;
+}
+
+CUresult fakeDeviceGraphMemTrim(CUdevice) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  poolRelease(c.d, c.d.graph_pool, 0);
+  return kCudaSuccess;
+}
+
+// CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT (0) and RESERVED_MEM_CURRENT (2).
+CUresult fakeDeviceGetGraphMemAttribute(CUdevice, int attribute, void* value) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  if (value == nullptr || (attribute != 0 && attribute != 2)) {
+    return kCudaErrorInvalidValue;
+  }
+  *static_cast<cuuint64_t*>(value) = attribute == 0 ? c.d.graph_pool.used : c.d.graph_pool.reserved;
+  return kCudaSuccess;
+}
+
+CUresult fakeStreamBeginCapture(CUstream stream, CUstreamCaptureMode) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  if (c.d.capturing.count(stream) != 0) {
+    return kCudaErrorInvalidValue;
+  }
+  auto* g = new FakeGraph();
+  c.d.graphs.insert(g);
+  c.d.capturing[stream] = g;
+  return kCudaSuccess;
+}
+
+CUresult fakeStreamEndCapture(CUstream stream, CUgraph* graph) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  const auto it = c.d.capturing.find(stream);
+  if (it == c.d.capturing.end() || graph == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  *graph = reinterpret_cast<CUgraph>(it->second);
+  c.d.capturing.erase(it);
+  return kCudaSuccess;
+}
+
+CUresult fakeStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                  CUgraph* graph, const CUgraphNode** dependencies,
+                                  std::size_t* dependency_count) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  if (status == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  const auto it = c.d.capturing.find(stream);
+  *status = it != c.d.capturing.end() ? 1 : kCuStreamCaptureStatusNone;
+  if (id != nullptr) {
+    *id = it != c.d.capturing.end() ? reinterpret_cast<std::uintptr_t>(it->second) : 0;
+  }
+  if (graph != nullptr) {
+    *graph = it != c.d.capturing.end() ? reinterpret_cast<CUgraph>(it->second) : nullptr;
+  }
+  if (dependencies != nullptr) {
+    *dependencies = nullptr;
+  }
+  if (dependency_count != nullptr) {
+    *dependency_count = 0;
+  }
+  return kCudaSuccess;
+}
+
+CUresult fakeCtxGetDevice(CUdevice* device) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  if (device == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  *device = 0;
+  return kCudaSuccess;
+}
 
 CUresult fakeMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   Call c;
@@ -680,6 +926,37 @@ CUresult fakeLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, u
 }
 
 CUresult fakeGraphLaunch(CUgraphExec graph, CUstream) {
+  {
+    Call c;
+    if (!c.ready()) {
+      return kCudaErrorNotInitialized;
+    }
+    auto* e = reinterpret_cast<FakeExec*>(graph);
+    if (c.d.execs.count(e) != 0) {  // Back each node, and give back what the graph frees.
+      for (const CUdeviceptr address : e->nodes) {
+        FakeGraphNode& node = c.d.graph_nodes[address];
+        if (!node.allocated) {
+          const std::uint64_t kept = c.d.graph_pool.reserved - c.d.graph_pool.used;
+          if (node.bytes > kept) {
+            const std::uint64_t grow = node.bytes - kept;
+            if (grow > c.d.total_bytes - c.d.stats.live_bytes) {
+              return kCudaErrorOutOfMemory;
+            }
+            c.d.graph_pool.reserved += grow;
+            c.d.stats.live_bytes += grow;
+            c.d.stats.peak_live_bytes = std::max(c.d.stats.peak_live_bytes, c.d.stats.live_bytes);
+          }
+          c.d.graph_pool.used += node.bytes;
+          node.allocated = true;
+        }
+        if (node.freed_in_graph) {
+          node.allocated = false;
+          c.d.graph_pool.used -= node.bytes;
+        }
+      }
+      return kCudaSuccess;
+    }
+  }
   return launch(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(graph)) * 1000);
 }
 
@@ -694,12 +971,12 @@ CUresult fakeStreamCreate(CUstream* stream, unsigned) {
 
 CUresult fakeStreamSynchronize(CUstream) { return fakeCtxSynchronize(); }
 
-CUresult fakeStreamIsCapturing(CUstream, CUstreamCaptureStatus* status) {
+CUresult fakeStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
   Call c;
   if (!c.ready()) {
     return kCudaErrorNotInitialized;
   }
-  *status = kCuStreamCaptureStatusNone;
+  *status = c.d.capturing.count(stream) != 0 ? 1 : kCuStreamCaptureStatusNone;
   return kCudaSuccess;
 }
 
@@ -910,6 +1187,36 @@ FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool p, int a, void* v) {
 FAKE_EXPORT CUresult cuPointerGetAttribute(void* data, int a, CUdeviceptr p) {
   return fakePointerGetAttribute(data, a, p);
 }
+FAKE_EXPORT CUresult cuGraphCreate(CUgraph* g, unsigned f) { return fakeGraphCreate(g, f); }
+FAKE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* n, CUgraph g, const CUgraphNode* d,
+                                            std::size_t nd, CudaMemAllocNodeParams* p) {
+  return fakeGraphAddMemAllocNode(n, g, d, nd, p);
+}
+FAKE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* n, CUgraph g, const CUgraphNode* d,
+                                           std::size_t nd, CUdeviceptr p) {
+  return fakeGraphAddMemFreeNode(n, g, d, nd, p);
+}
+FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsigned long long f) {
+  return fakeGraphInstantiateWithFlags(e, g, f);
+}
+FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) { return fakeGraphExecDestroy(e); }
+FAKE_EXPORT CUresult cuGraphDestroy(CUgraph g) { return fakeGraphDestroy(g); }
+FAKE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice d) { return fakeDeviceGraphMemTrim(d); }
+FAKE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int a, void* v) {
+  return fakeDeviceGetGraphMemAttribute(d, a, v);
+}
+FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) {
+  return fakeStreamBeginCapture(s, m);
+}
+FAKE_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph* g) {
+  return fakeStreamEndCapture(s, g);
+}
+FAKE_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus* st,
+                                               cuuint64_t* id, CUgraph* g, const CUgraphNode** d,
+                                               std::size_t* n) {
+  return fakeStreamGetCaptureInfo(s, st, id, g, d, n);
+}
+FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* d) { return fakeCtxGetDevice(d); }
 FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { return fakeGraphLaunch(g, s); }
 FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return fakeGraphLaunch(g, s); }
 
@@ -1044,6 +1351,24 @@ const Entry kEntries[] = {
      fn(&fakeLaunchCooperativeKernel)},
     {"cuLaunchCooperativeKernel", 9000, true, fn(&cuLaunchCooperativeKernel_ptsz),
      fn(&fakeLaunchCooperativeKernel)},
+    {"cuGraphCreate", 10000, false, fn(&cuGraphCreate), fn(&fakeGraphCreate)},
+    {"cuGraphAddMemAllocNode", 11040, false, fn(&cuGraphAddMemAllocNode),
+     fn(&fakeGraphAddMemAllocNode)},
+    {"cuGraphAddMemFreeNode", 11040, false, fn(&cuGraphAddMemFreeNode),
+     fn(&fakeGraphAddMemFreeNode)},
+    {"cuGraphInstantiateWithFlags", 11040, false, fn(&cuGraphInstantiateWithFlags),
+     fn(&fakeGraphInstantiateWithFlags)},
+    {"cuGraphExecDestroy", 10000, false, fn(&cuGraphExecDestroy), fn(&fakeGraphExecDestroy)},
+    {"cuGraphDestroy", 10000, false, fn(&cuGraphDestroy), fn(&fakeGraphDestroy)},
+    {"cuDeviceGraphMemTrim", 11040, false, fn(&cuDeviceGraphMemTrim), fn(&fakeDeviceGraphMemTrim)},
+    {"cuDeviceGetGraphMemAttribute", 11040, false, fn(&cuDeviceGetGraphMemAttribute),
+     fn(&fakeDeviceGetGraphMemAttribute)},
+    {"cuStreamBeginCapture", 10010, false, fn(&cuStreamBeginCapture_v2),
+     fn(&fakeStreamBeginCapture)},
+    {"cuStreamEndCapture", 10000, false, fn(&cuStreamEndCapture), fn(&fakeStreamEndCapture)},
+    {"cuStreamGetCaptureInfo", 11030, false, fn(&cuStreamGetCaptureInfo_v2),
+     fn(&fakeStreamGetCaptureInfo)},
+    {"cuCtxGetDevice", 2000, false, fn(&cuCtxGetDevice), fn(&fakeCtxGetDevice)},
     {"cuGraphLaunch", 10000, false, fn(&cuGraphLaunch), fn(&fakeGraphLaunch)},
     {"cuGraphLaunch", 10000, true, fn(&cuGraphLaunch_ptsz), fn(&fakeGraphLaunch)},
     {"cuStreamCreate", 2000, false, fn(&cuStreamCreate), fn(&fakeStreamCreate)},

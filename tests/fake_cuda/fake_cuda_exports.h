@@ -71,6 +71,21 @@ FAKE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool, std::size_t);
 FAKE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool, int, void*);
 FAKE_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool, int, void*);
 FAKE_EXPORT CUresult cuPointerGetAttribute(void*, int, CUdeviceptr);
+FAKE_EXPORT CUresult cuGraphCreate(CUgraph*, unsigned);
+FAKE_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t,
+                                            CudaMemAllocNodeParams*);
+FAKE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t,
+                                           CUdeviceptr);
+FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec*, CUgraph, unsigned long long);
+FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec);
+FAKE_EXPORT CUresult cuGraphDestroy(CUgraph);
+FAKE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice);
+FAKE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice, int, void*);
+FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);
+FAKE_EXPORT CUresult cuStreamEndCapture(CUstream, CUgraph*);
+FAKE_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream, CUstreamCaptureStatus*, cuuint64_t*,
+                                               CUgraph*, const CUgraphNode**, std::size_t*);
+FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice*);
 FAKE_EXPORT CUresult cuGraphLaunch(CUgraphExec, CUstream);
 FAKE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec, CUstream);
 FAKE_EXPORT CUresult cuStreamCreate(CUstream*, unsigned);

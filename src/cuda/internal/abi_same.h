@@ -82,6 +82,10 @@ TESSERA_OPAQUE(CUlaunchAttribute)    // Ours never reads one.
 TESSERA_OPAQUE(CUexecAffinityParam)  // Passed through.
 TESSERA_OPAQUE(CUctxCreateParams)    // Passed through.
 TESSERA_OPAQUE(CUmemPoolProps_st)    // Passed through.
+TESSERA_OPAQUE(CUgraph_st)
+TESSERA_OPAQUE(CUgraphNode_st)
+TESSERA_OPAQUE(CUgraphEdgeData_st)                // Passed through.
+TESSERA_OPAQUE(CUDA_GRAPH_INSTANTIATE_PARAMS_st)  // Passed through.
 #undef TESSERA_OPAQUE
 
 // Structures the hooks read: the same fields at the same offsets (ours may be a prefix).
@@ -133,6 +137,32 @@ static_assert(offsetof(ours::CUmemAllocationPropPrefix, location_type) ==
 static_assert(sizeof(ours::CUmemAllocationPropPrefix) <= sizeof(::CUmemAllocationProp));
 template <>
 struct Corresponds<ours::CUmemAllocationPropPrefix, ::CUmemAllocationProp> : std::true_type {};
+// An allocation node's parameters: the pool's location (inside its CUmemPoolProps), then the size
+// and the address. v1 and v2 have one layout.
+static_assert(offsetof(ours::CudaMemAllocNodeParams, location_type) ==
+                      offsetof(::CUDA_MEM_ALLOC_NODE_PARAMS_v1, poolProps) +
+                          offsetof(::CUmemPoolProps, location) + offsetof(::CUmemLocation, type) &&
+                  offsetof(ours::CudaMemAllocNodeParams, location_id) ==
+                      offsetof(::CUDA_MEM_ALLOC_NODE_PARAMS_v1, poolProps) +
+                          offsetof(::CUmemPoolProps, location) + offsetof(::CUmemLocation, id),
+              "CudaMemAllocNodeParams's location is not where cuda.h's is");
+TESSERA_SAME_FIELD(CudaMemAllocNodeParams, access_descs, CUDA_MEM_ALLOC_NODE_PARAMS_v1, accessDescs)
+TESSERA_SAME_FIELD(CudaMemAllocNodeParams, access_desc_count, CUDA_MEM_ALLOC_NODE_PARAMS_v1,
+                   accessDescCount)
+TESSERA_SAME_FIELD(CudaMemAllocNodeParams, bytesize, CUDA_MEM_ALLOC_NODE_PARAMS_v1, bytesize)
+TESSERA_SAME_FIELD(CudaMemAllocNodeParams, dptr, CUDA_MEM_ALLOC_NODE_PARAMS_v1, dptr)
+TESSERA_SAME_STRUCT(CudaMemAllocNodeParams, CUDA_MEM_ALLOC_NODE_PARAMS_v1_st)
+TESSERA_SAME_FIELD(CudaMemAllocNodeParams, bytesize, CUDA_MEM_ALLOC_NODE_PARAMS_v2, bytesize)
+TESSERA_SAME_FIELD(CudaMemAllocNodeParams, dptr, CUDA_MEM_ALLOC_NODE_PARAMS_v2, dptr)
+static_assert(sizeof(ours::CudaMemAllocNodeParams) == sizeof(::CUDA_MEM_ALLOC_NODE_PARAMS_v2));
+
+TESSERA_SAME_FIELD(CUgraphNodeParams, type, CUgraphNodeParams, type)
+TESSERA_SAME_FIELD(CUgraphNodeParams, alloc, CUgraphNodeParams, alloc)
+TESSERA_SAME_FIELD(CUgraphNodeParams, reserved2, CUgraphNodeParams, reserved2)
+static_assert(offsetof(ours::CUgraphNodeParams, free_dptr) ==
+                  offsetof(::CUgraphNodeParams, free) + offsetof(::CUDA_MEM_FREE_NODE_PARAMS, dptr),
+              "CUgraphNodeParams's free node address is not where cuda.h's is");
+TESSERA_SAME_STRUCT(CUgraphNodeParams, CUgraphNodeParams_st)
 #undef TESSERA_SAME_FIELD
 #undef TESSERA_SAME_STRUCT
 

@@ -82,6 +82,38 @@ TESSERA_CUDA_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsign
 TESSERA_CUDA_EXPORT CUresult cuGraphLaunch(CUgraphExec graph, CUstream stream) noexcept;
 TESSERA_CUDA_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec graph, CUstream stream) noexcept;
 
+TESSERA_CUDA_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph,
+                                                    const CUgraphNode* dependencies,
+                                                    std::size_t dependency_count,
+                                                    CudaMemAllocNodeParams* params) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph,
+                                                   const CUgraphNode* dependencies,
+                                                   std::size_t dependency_count,
+                                                   CUdeviceptr dptr) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphAddNode(CUgraphNode* node, CUgraph graph,
+                                            const CUgraphNode* dependencies,
+                                            std::size_t dependency_count,
+                                            CUgraphNodeParams* params) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph,
+                                               const CUgraphNode* dependencies,
+                                               const CUgraphEdgeData* edge_data,
+                                               std::size_t dependency_count,
+                                               CUgraphNodeParams* params) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphInstantiate(CUgraphExec* exec, CUgraph graph,
+                                                CUgraphNode* error_node, char* log,
+                                                std::size_t log_size) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph,
+                                                   CUgraphNode* error_node, char* log,
+                                                   std::size_t log_size) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
+                                                         unsigned long long flags) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphInstantiateWithParams(
+    CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphDestroy(CUgraph graph) noexcept;
+
 TESSERA_CUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned flags,
                                             CUdevice device) noexcept;
 TESSERA_CUDA_EXPORT CUresult cuCtxCreate_v3(CUcontext* ctx, CUexecAffinityParam* params,

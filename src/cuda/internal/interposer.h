@@ -58,6 +58,17 @@ enum class Hook : int {
   kCuLaunchCooperativeKernelPtsz,
   kCuGraphLaunch,
   kCuGraphLaunchPtsz,
+  kCuGraphAddMemAllocNode,
+  kCuGraphAddMemFreeNode,
+  kCuGraphAddNode,
+  kCuGraphAddNodeV2,
+  kCuGraphInstantiate,
+  kCuGraphInstantiateV2,
+  kCuGraphInstantiateWithFlags,
+  kCuGraphInstantiateWithParams,
+  kCuGraphInstantiateWithParamsPtsz,
+  kCuGraphExecDestroy,
+  kCuGraphDestroy,
   kCuCtxCreateV2,
   kCuCtxCreateV3,
   kCuCtxCreateV4,
@@ -79,6 +90,10 @@ enum class Helper : int {
   kCuPointerGetAttribute,
   kCuMemPoolGetAttribute,
   kCuMemPoolTrimTo,
+  kCuCtxGetDevice,
+  kCuStreamGetCaptureInfoV2,
+  kCuDeviceGetGraphMemAttribute,
+  kCuDeviceGraphMemTrim,
   kCount
 };
 inline constexpr int kHelperCount = static_cast<int>(Helper::kCount);
@@ -87,7 +102,17 @@ inline constexpr int kHelperCount = static_cast<int>(Helper::kCount);
 using PointerGetAttributeFn = CUresult (*)(void* data, int attribute, CUdeviceptr ptr);
 using MemPoolGetAttributeFn = CUresult (*)(CUmemoryPool pool, int attribute, void* value);
 using MemPoolTrimToFn = CUresult (*)(CUmemoryPool pool, std::size_t min_bytes_to_keep);
+using CtxGetDeviceFn = CUresult (*)(CUdevice* device);
+using StreamGetCaptureInfoV2Fn = CUresult (*)(CUstream stream, CUstreamCaptureStatus* status,
+                                              cuuint64_t* id, CUgraph* graph,
+                                              const CUgraphNode** dependencies,
+                                              std::size_t* dependency_count);
+using DeviceGetGraphMemAttributeFn = CUresult (*)(CUdevice device, int attribute, void* value);
+using DeviceGraphMemTrimFn = CUresult (*)(CUdevice device);
 inline constexpr int kCuPointerAttributeMempoolHandle = 17;
+inline constexpr int kCuGraphMemAttrUsedMemCurrent = 0;
+inline constexpr int kCuGraphMemAttrReservedMemCurrent = 2;
+inline constexpr CUstreamCaptureStatus kCuStreamCaptureStatusActive = 1;
 inline constexpr int kCuMempoolAttrReleaseThreshold = 4;
 inline constexpr int kCuMempoolAttrReservedMemCurrent = 5;
 

@@ -13,6 +13,9 @@
 //   init                      cuInit and one allocation
 //   memory  --cap BYTES       fill the cap, one byte past it, free and refill, cuMemGetInfo,
 //                             pitched, managed, async and cuMemCreate allocations
+//   graphs  --cap BYTES       graph memory: an allocation node past the cap; a graph's memory
+//                             while its executable lives, after it, and left allocated by a
+//                             launch; a captured cuMemAllocAsync and free
 //   arrays  --cap BYTES       1D/2D/3D and mipmapped arrays against the cap
 //   contexts --cap BYTES      half the cap in the primary context, the rest in a context that
 //                             "another library" made through a handle of its own, then one byte
@@ -174,6 +177,17 @@ struct Api {
   CUresult (*mem_pool_trim_to)(CUmemoryPool, std::size_t) = nullptr;
   CUresult (*mem_pool_set_attribute)(CUmemoryPool, int, void*) = nullptr;
   CUresult (*mem_pool_get_attribute)(CUmemoryPool, int, void*) = nullptr;
+  CUresult (*graph_create)(CUgraph*, unsigned) = nullptr;
+  CUresult (*graph_add_alloc)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t,
+                              CudaMemAllocNodeParams*) = nullptr;
+  CUresult (*graph_instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
+  CUresult (*graph_exec_destroy)(CUgraphExec) = nullptr;
+  CUresult (*graph_destroy)(CUgraph) = nullptr;
+  CUresult (*graph_launch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*graph_mem_attribute)(CUdevice, int, void*) = nullptr;
+  CUresult (*stream_create)(CUstream*, unsigned) = nullptr;
+  CUresult (*begin_capture)(CUstream, CUstreamCaptureMode) = nullptr;
+  CUresult (*end_capture)(CUstream, CUgraph*) = nullptr;
   void (*stats)(FakeCudaStats*) = nullptr;
 };
 
@@ -233,6 +247,21 @@ Api openApi(const std::string& resolve) {
       "cuMemPoolSetAttribute", "cuMemPoolSetAttribute");
   api.mem_pool_get_attribute = api.find<decltype(api.mem_pool_get_attribute)>(
       "cuMemPoolGetAttribute", "cuMemPoolGetAttribute");
+  api.graph_create = api.find<decltype(api.graph_create)>("cuGraphCreate", "cuGraphCreate");
+  api.graph_add_alloc =
+      api.find<decltype(api.graph_add_alloc)>("cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode");
+  api.graph_instantiate = api.find<decltype(api.graph_instantiate)>("cuGraphInstantiateWithFlags",
+                                                                    "cuGraphInstantiateWithFlags");
+  api.graph_exec_destroy =
+      api.find<decltype(api.graph_exec_destroy)>("cuGraphExecDestroy", "cuGraphExecDestroy");
+  api.graph_destroy = api.find<decltype(api.graph_destroy)>("cuGraphDestroy", "cuGraphDestroy");
+  api.graph_launch = api.find<decltype(api.graph_launch)>("cuGraphLaunch", "cuGraphLaunch");
+  api.graph_mem_attribute = api.find<decltype(api.graph_mem_attribute)>(
+      "cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute");
+  api.stream_create = api.find<decltype(api.stream_create)>("cuStreamCreate", "cuStreamCreate");
+  api.begin_capture =
+      api.find<decltype(api.begin_capture)>("cuStreamBeginCapture_v2", "cuStreamBeginCapture");
+  api.end_capture = api.find<decltype(api.end_capture)>("cuStreamEndCapture", "cuStreamEndCapture");
   api.stats = reinterpret_cast<decltype(api.stats)>(dlsym(api.library, "fakeCudaStats"));
   if (api.stats == nullptr) {
     fail("libcuda.so.1 is not the fake (no fakeCudaStats)");
@@ -452,6 +481,91 @@ void scenarioPools(const Api& api, unsigned long long cap) {
   print("used_after_destroy", used(api));
   print("fake_peak", static_cast<long long>(stats(api).peak_live_bytes));
   print("fake_live_at_end", static_cast<long long>(stats(api).live_bytes));
+}
+
+// What the device's graph memory pool holds (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT).
+long long graphReserved(const Api& api) {
+  cuuint64_t bytes = 0;
+  api.graph_mem_attribute(0, 2, &bytes);
+  return static_cast<long long>(bytes);
+}
+
+// A graph with one allocation node of `bytes` on device 0; the node's address in `address`.
+CUresult graphWithNode(const Api& api, unsigned long long bytes, CUgraph& graph,
+                       CUdeviceptr& address) {
+  if (api.graph_create(&graph, 0) != kCudaSuccess) {
+    fail("cuGraphCreate failed");
+  }
+  CudaMemAllocNodeParams params{};
+  params.location_type = kCuMemLocationTypeDevice;
+  params.bytesize = bytes;
+  CUgraphNode node = nullptr;
+  const CUresult r = api.graph_add_alloc(&node, graph, nullptr, 0, &params);
+  address = params.dptr;
+  return r;
+}
+
+void scenarioGraphs(const Api& api, unsigned long long cap) {
+  setUp(api);
+  const unsigned long long mib = 1 << 20;
+  // An allocation node is charged when made: one that cannot fit is refused then.
+  CUgraph g = nullptr;
+  CUdeviceptr a = 0;
+  print("node", graphWithNode(api, 48 * mib, g, a));
+  CUgraph too_big = nullptr;
+  CUdeviceptr b = 0;
+  print("node_past_cap", graphWithNode(api, 32 * mib, too_big, b));
+  api.graph_destroy(too_big);
+  // Instantiated, the graph destroyed (the usual way): the executable may run any time.
+  CUgraphExec e = nullptr;
+  print("instantiate", api.graph_instantiate(&e, g, 0));
+  api.graph_destroy(g);
+  print("used_before_launch", used(api));
+  print("launch", api.graph_launch(e, nullptr));
+  print("graph_reserved_after_launch", graphReserved(api));
+  CUdeviceptr plain = 0;
+  print("plain_while_exec", api.mem_alloc(&plain, 32 * mib));
+  print("free_outside", api.mem_free_async(a, nullptr));
+  print("plain_after_free_outside", api.mem_alloc(&plain, 32 * mib));
+  // The executable gone, its memory is the graph pool's to keep: trimmed when needed.
+  api.graph_exec_destroy(e);
+  print("used_after_exec_destroy", used(api));
+  print("plain_after_exec_destroy", api.mem_alloc(&plain, 32 * mib));
+  print("graph_reserved_after_plain", graphReserved(api));
+  api.mem_free(plain);
+
+  // A launch that leaves its allocation allocated: charged until it is freed.
+  CUgraph g2 = nullptr;
+  print("node2", graphWithNode(api, 40 * mib, g2, a));
+  api.graph_instantiate(&e, g2, 0);
+  api.graph_launch(e, nullptr);
+  api.graph_exec_destroy(e);
+  api.graph_destroy(g2);
+  print("used_left_allocated", used(api));
+  print("plain_while_left_allocated", api.mem_alloc(&plain, 32 * mib));
+  api.mem_free_async(a, nullptr);
+  print("plain_after_left_freed", api.mem_alloc(&plain, 32 * mib));
+  api.mem_free(plain);
+
+  // Captured: cuMemAllocAsync and cuMemFreeAsync on a stream being captured are graph nodes.
+  CUstream s = nullptr;
+  api.stream_create(&s, 0);
+  print("begin_capture", api.begin_capture(s, 0));
+  print("captured_alloc", api.mem_alloc_async(&a, 40 * mib, s));
+  print("captured_free", api.mem_free_async(a, s));
+  CUgraph captured = nullptr;
+  print("end_capture", api.end_capture(s, &captured));
+  api.graph_instantiate(&e, captured, 0);
+  api.graph_destroy(captured);
+  print("captured_launch", api.graph_launch(e, s));
+  print("used_captured", used(api));
+  print("plain_while_captured_exec", api.mem_alloc(&plain, 32 * mib));
+  api.graph_exec_destroy(e);
+  print("plain_after_captured_exec", api.mem_alloc(&plain, 32 * mib));
+  api.mem_free(plain);
+  print("used_at_end", used(api));
+  print("fake_peak", static_cast<long long>(stats(api).peak_live_bytes));
+  (void)cap;
 }
 
 void scenarioArrays(const Api& api, unsigned long long cap) {
@@ -778,6 +892,8 @@ int main(int argc, char** argv) {
     scenarioContexts(api, o.cap);
   } else if (o.scenario == "hold") {
     scenarioHold(api, o.cap);
+  } else if (o.scenario == "graphs") {
+    scenarioGraphs(api, o.cap);
   } else if (o.scenario == "pools") {
     scenarioPools(api, o.cap);
   } else if (o.scenario == "arrays") {
