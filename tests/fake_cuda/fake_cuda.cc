@@ -30,8 +30,9 @@
 // down to its release threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, default 0), at
 // cuMemPoolTrimTo, or when destroyed. live_bytes counts what pools hold reserved.
 //
-// Graphs hold allocation nodes only (cuGraphAddMemAllocNode, or cuMemAllocAsync on a stream being
-// captured with cuStreamBeginCapture_v2), each with an address from its creation and no memory.
+// Graphs hold allocation nodes (cuGraphAddMemAllocNode, or cuMemAllocAsync on a stream being
+// captured with cuStreamBeginCapture_v2), each with an address from its creation and no memory,
+// and kernels launched on a stream being captured, which run when the graph does.
 // A launch of an executable graph (cuGraphInstantiateWithFlags) backs each node from the
 // device's graph memory pool, and gives it back at once if the graph frees it too (a free node,
 // or cuMemFreeAsync on the capturing stream); the others stay allocated until cuMemFree(Async).
@@ -109,10 +110,12 @@ struct FakeGraphNode {
 
 struct FakeGraph {
   std::vector<CUdeviceptr> nodes;
+  std::vector<std::int64_t> kernels;  // Captured launches' run times.
 };
 
 struct FakeExec {
   std::vector<CUdeviceptr> nodes;
+  std::vector<std::int64_t> kernels;
 };
 
 struct Device {
@@ -701,7 +704,7 @@ CUresult fakeGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigne
   if (g == nullptr || exec == nullptr) {
     return kCudaErrorInvalidValue;
   }
-  auto* e = new FakeExec{g->nodes};
+  auto* e = new FakeExec{g->nodes, g->kernels};
   c.d.execs.insert(e);
   *exec = reinterpret_cast<CUgraphExec>(e);
   return kCudaSuccess;
@@ -911,13 +914,29 @@ CUresult fakeMemRelease(CUmemGenericAllocationHandle handle) {
   return kCudaSuccess;
 }
 
-CUresult fakeLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                          unsigned, CUstream, void** params, void**) {
-  return launch(kernelNs(device(), params));
+// A launch on a stream being captured becomes a kernel node of the graph captured.
+CUresult launchOrCapture(CUstream stream, std::int64_t duration_ns) {
+  {
+    Call c;
+    if (!c.ready()) {
+      return kCudaErrorNotInitialized;
+    }
+    if (const auto it = c.d.capturing.find(stream); it != c.d.capturing.end()) {
+      it->second->kernels.push_back(duration_ns);
+      return kCudaSuccess;
+    }
+  }
+  return launch(duration_ns);
 }
 
-CUresult fakeLaunchKernelEx(const CUlaunchConfig*, CUfunction, void** params, void**) {
-  return launch(kernelNs(device(), params));
+CUresult fakeLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                          unsigned, CUstream stream, void** params, void**) {
+  return launchOrCapture(stream, kernelNs(device(), params));
+}
+
+CUresult fakeLaunchKernelEx(const CUlaunchConfig* config, CUfunction, void** params, void**) {
+  return launchOrCapture(config != nullptr ? config->hStream : nullptr,
+                         kernelNs(device(), params));
 }
 
 CUresult fakeLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -926,6 +945,8 @@ CUresult fakeLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, u
 }
 
 CUresult fakeGraphLaunch(CUgraphExec graph, CUstream) {
+  bool registered = false;
+  std::vector<std::int64_t> kernels;
   {
     Call c;
     if (!c.ready()) {
@@ -954,8 +975,17 @@ CUresult fakeGraphLaunch(CUgraphExec graph, CUstream) {
           c.d.graph_pool.used -= node.bytes;
         }
       }
-      return kCudaSuccess;
+      kernels = e->kernels;
+      registered = true;
     }
+  }
+  if (registered) {
+    for (const std::int64_t ns : kernels) {
+      if (const CUresult r = launch(ns); r != kCudaSuccess) {
+        return r;
+      }
+    }
+    return kCudaSuccess;
   }
   return launch(static_cast<std::int64_t>(reinterpret_cast<std::uintptr_t>(graph)) * 1000);
 }
