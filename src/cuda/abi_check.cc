@@ -70,6 +70,9 @@ static_assert(ours::kCudaArray3dCubemap == CUDA_ARRAY3D_CUBEMAP);
   X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000)                      \
   X(cuMemCreate, PFN_cuMemCreate_v10020)                                             \
   X(cuMemRelease, PFN_cuMemRelease_v10020)                                           \
+  X(cuMemMap, PFN_cuMemMap_v10020)                                                   \
+  X(cuMemUnmap, PFN_cuMemUnmap_v10020)                                               \
+  X(cuMemRetainAllocationHandle, PFN_cuMemRetainAllocationHandle_v11000)             \
   X(cuMemPoolDestroy, PFN_cuMemPoolDestroy_v11020)                                   \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                        \
   X(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz)                              \

@@ -296,6 +296,33 @@ TEST(MemoryLedgerTest, GraphNodesStayChargedWhileTheirGraphCanRun) {
   EXPECT_EQ(ledger.usedBytes(), 5u);
 }
 
+TEST(MemoryLedgerTest, PhysicalMemoryLivesWhileHeldOrMapped) {
+  MemoryLedger ledger(100);
+  ASSERT_TRUE(ledger.tryReserve(40));
+  ASSERT_TRUE(ledger.trackHandle(/*handle=*/5, 40));
+  ledger.handleMapped(5, /*address=*/0x1000, 40);
+  ledger.handleMapped(5, 0x9000, 40);
+  const auto released = ledger.beginRelease(5);
+  EXPECT_TRUE(released.tracked);
+  EXPECT_FALSE(released.freed);  // Still mapped twice.
+  ledger.rangeUnmapped(0x1000, 0x1000);
+  EXPECT_EQ(ledger.usedBytes(), 40u);
+  ledger.rangeUnmapped(0x8000, 0x2000);  // The range holds the second mapping's start.
+  EXPECT_EQ(ledger.usedBytes(), 0u);
+  // A refused release is undone: the handle is held again.
+  ASSERT_TRUE(ledger.tryReserve(30));
+  ASSERT_TRUE(ledger.trackHandle(6, 30));
+  const auto refused = ledger.beginRelease(6);
+  EXPECT_TRUE(refused.freed);
+  ledger.undoRelease(6, refused);
+  ledger.handleRetained(6);
+  EXPECT_FALSE(ledger.beginRelease(6).freed);
+  const auto last = ledger.beginRelease(6);
+  EXPECT_TRUE(last.freed);
+  EXPECT_EQ(last.bytes, 30u);
+  EXPECT_FALSE(ledger.beginRelease(6).tracked);
+}
+
 TEST(MemoryLedgerTest, ConcurrentReservationsNeverPassTheCap) {
   MemoryLedger ledger(1000 * 64);
   std::vector<std::thread> threads;
@@ -706,6 +733,45 @@ TEST_F(InterposerTest, MemoryThatPoolsKeepCountsUntilTheDriverLetsItGo) {
   ASSERT_EQ(bare.status, 0) << bare.describe();
   EXPECT_EQ(bare.number("fake_peak"), 2 * kCap) << "kept plus new, without the interposer\n"
                                                 << bare.describe();
+}
+
+// cuMemCreate's memory lives while its handle is held or mapped: releasing a mapped handle, or one
+// held again with cuMemRetainAllocationHandle, frees nothing, and the charge stays until the last
+// of them goes. Without the interposer the same program holds more than the cap.
+TEST_F(InterposerTest, MappedOrRetainedPhysicalMemoryCountsUntilItsLastUseGoes) {
+  const ProbeRun r =
+      probe({{"vmm", "--cap", std::to_string(kCap)}, {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}}});
+  ASSERT_EQ(r.status, 0) << r.describe();
+  const std::map<std::string, std::string> want = {
+      {"create", "0"},
+      {"map", "0"},
+      {"release_mapped", "0"},
+      {"used_while_mapped", std::to_string(48 * kMiB)},
+      {"plain_while_mapped", "2"},
+      {"unmap", "0"},
+      {"used_after_unmap", "0"},
+      {"plain_after_unmap", "0"},
+      {"create2", "0"},
+      {"retain", "0"},
+      {"same_handle", "1"},
+      {"used_while_retained", std::to_string(40 * kMiB)},
+      {"plain_while_retained", "2"},
+      {"last_release", "0"},
+      {"used_after_last_release", "0"},
+      {"plain_after_last_release", "0"},
+      {"fake_peak", std::to_string(48 * kMiB)},
+      {"fake_live_at_end", "0"},
+  };
+  for (const auto& [key, value] : want) {
+    EXPECT_EQ(r.at(key), value) << key << "\n" << r.describe();
+  }
+  EXPECT_EQ(r.stderr_text, "");
+  const ProbeRun bare = probe({{"vmm", "--cap", std::to_string(kCap)},
+                               {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}},
+                               /*preload=*/false});
+  ASSERT_EQ(bare.status, 0) << bare.describe();
+  EXPECT_EQ(bare.at("plain_while_mapped"), "0") << bare.describe();
+  EXPECT_GT(bare.number("fake_peak"), kCap) << bare.describe();
 }
 
 // Graph memory: an allocation node (cuGraphAddMemAllocNode, or cuMemAllocAsync on a stream being

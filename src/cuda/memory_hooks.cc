@@ -15,8 +15,7 @@
 //
 // Not charged: the context itself and what the driver or libraries allocate behind the
 // application's back, host memory, IPC-imported and external memory, and cuMemMap of handles from
-// elsewhere. cuMemRelease gives back on release, though a handle's memory lives until its last
-// mapping goes. docs/agent.md lists these limits.
+// elsewhere. docs/agent.md lists these limits.
 #include <algorithm>
 
 #include "cuda/internal/hooks.h"
@@ -583,7 +582,8 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray array) noexcept {
 }
 
 // Virtual memory management: physical memory made on a device is charged when it is created
-// (cuMemCreate's size is already a multiple of the granularity); host-located memory is not.
+// (cuMemCreate's size is already a multiple of the granularity); host-located memory is not. It
+// stays charged while its handle is held or it is mapped anywhere (MemoryLedger::trackHandle).
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t bytes,
                      const CUmemAllocationPropPrefix* prop, unsigned long long flags) noexcept {
   const internal::Process& p = process();
@@ -600,19 +600,25 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t bytes,
       prop->location_type != kCuMemLocationTypeDevice) {
     return real(handle, bytes, prop, flags);
   }
-  const auto release = p.real<CUresult (*)(CUmemGenericAllocationHandle)>(Hook::kCuMemRelease);
-  return charged(
-      p, AllocationKind::kHandle, bytes,
-      [&](std::uint64_t& k) {
-        const CUresult r = real(handle, bytes, prop, flags);
-        k = *handle;
-        return r;
-      },
-      [&](std::uint64_t k) {
-        if (release != nullptr) {
-          release(k);
-        }
-      });
+  MemoryLedger& ledger = *p.ledger;
+  if (!reserve(p, bytes)) {
+    return kCudaErrorOutOfMemory;
+  }
+  const CUresult result = real(handle, bytes, prop, flags);
+  if (result != kCudaSuccess) {
+    ledger.release(bytes);
+    return result;
+  }
+  if (!ledger.trackHandle(*handle, bytes)) {
+    if (const auto release =
+            p.real<CUresult (*)(CUmemGenericAllocationHandle)>(Hook::kCuMemRelease);
+        release != nullptr) {
+      release(*handle);
+    }
+    ledger.release(bytes);
+    return kCudaErrorOutOfMemory;
+  }
+  return result;
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
@@ -621,7 +627,60 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return uncharged(p.ledger.get(), AllocationKind::kHandle, handle, [&] { return real(handle); });
+  if (p.ledger == nullptr) {
+    return real(handle);
+  }
+  const MemoryLedger::HandleRelease released = p.ledger->beginRelease(handle);
+  const CUresult result = real(handle);
+  if (result != kCudaSuccess) {
+    p.ledger->undoRelease(handle, released);
+  } else if (released.freed) {
+    p.ledger->release(released.bytes);
+  }
+  return result;
+}
+
+CUresult cuMemMap(CUdeviceptr address, std::size_t size, std::size_t offset,
+                  CUmemGenericAllocationHandle handle, unsigned long long flags) noexcept {
+  const internal::Process& p = process();
+  using Fn = CUresult (*)(CUdeviceptr, std::size_t, std::size_t, CUmemGenericAllocationHandle,
+                          unsigned long long);
+  const auto real = p.real<Fn>(Hook::kCuMemMap);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  const CUresult result = real(address, size, offset, handle, flags);
+  if (result == kCudaSuccess && p.ledger != nullptr) {
+    p.ledger->handleMapped(handle, address, size);
+  }
+  return result;
+}
+
+CUresult cuMemUnmap(CUdeviceptr address, std::size_t size) noexcept {
+  const internal::Process& p = process();
+  const auto real = p.real<CUresult (*)(CUdeviceptr, std::size_t)>(Hook::kCuMemUnmap);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  const CUresult result = real(address, size);
+  if (result == kCudaSuccess && p.ledger != nullptr) {
+    p.ledger->rangeUnmapped(address, size);
+  }
+  return result;
+}
+
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* address) noexcept {
+  const internal::Process& p = process();
+  const auto real = p.real<CUresult (*)(CUmemGenericAllocationHandle*, void*)>(
+      Hook::kCuMemRetainAllocationHandle);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  const CUresult result = real(handle, address);
+  if (result == kCudaSuccess && p.ledger != nullptr && handle != nullptr) {
+    p.ledger->handleRetained(*handle);
+  }
+  return result;
 }
 
 // A destroyed pool's kept memory goes with it (its live allocations' memory when they are freed).

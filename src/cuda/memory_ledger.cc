@@ -359,6 +359,85 @@ bool MemoryLedger::settleGraphPool(std::uint64_t pool, std::uint64_t cached,
   return true;
 }
 
+bool MemoryLedger::trackHandle(std::uint64_t handle, std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  try {
+    const auto [it, inserted] = handles_.try_emplace(handle, HandleState{bytes});
+    if (!inserted) {  // The driver gave the handle out again: the earlier one went unseen.
+      release(it->second.bytes);
+      it->second = HandleState{bytes};
+    }
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
+}
+
+void MemoryLedger::handleRetained(std::uint64_t handle) {
+  std::lock_guard lock(mu_);
+  if (const auto it = handles_.find(handle); it != handles_.end()) {
+    ++it->second.holds;
+  }
+}
+
+void MemoryLedger::handleMapped(std::uint64_t handle, std::uint64_t address, std::uint64_t size) {
+  std::lock_guard lock(mu_);
+  const auto it = handles_.find(handle);
+  if (it == handles_.end()) {
+    return;
+  }
+  try {
+    mappings_[address] = Mapping{size, handle};
+    ++it->second.mappings;
+  } catch (const std::bad_alloc&) {
+  }
+}
+
+void MemoryLedger::rangeUnmapped(std::uint64_t address, std::uint64_t size) {
+  std::lock_guard lock(mu_);
+  const std::uint64_t end = address + size < address ? UINT64_MAX : address + size;
+  for (auto it = mappings_.lower_bound(address); it != mappings_.end() && it->first < end;) {
+    const auto handle = handles_.find(it->second.handle);
+    it = mappings_.erase(it);
+    if (handle != handles_.end() && --handle->second.mappings == 0 && handle->second.holds == 0) {
+      release(handle->second.bytes);
+      handles_.erase(handle);
+    }
+  }
+}
+
+MemoryLedger::HandleRelease MemoryLedger::beginRelease(std::uint64_t handle) {
+  std::lock_guard lock(mu_);
+  const auto it = handles_.find(handle);
+  if (it == handles_.end() || it->second.holds == 0) {
+    return {};
+  }
+  HandleRelease r{true, false, it->second.bytes};
+  if (--it->second.holds == 0 && it->second.mappings == 0) {
+    r.freed = true;
+    handles_.erase(it);
+  }
+  return r;
+}
+
+void MemoryLedger::undoRelease(std::uint64_t handle, const HandleRelease& r) {
+  if (!r.tracked) {
+    return;
+  }
+  std::lock_guard lock(mu_);
+  if (r.freed) {
+    try {
+      handles_.try_emplace(handle, HandleState{r.bytes});
+    } catch (const std::bad_alloc&) {
+      release(r.bytes);  // Not leaked from the ledger, at worst under-held.
+    }
+    return;
+  }
+  if (const auto it = handles_.find(handle); it != handles_.end()) {
+    ++it->second.holds;
+  }
+}
+
 std::optional<std::uint64_t> arrayBytes(const CudaArrayDescriptor& desc) {
   return layerBytes(desc.Format, desc.NumChannels, atLeastOne(desc.Width), atLeastOne(desc.Height));
 }

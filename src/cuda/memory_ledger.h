@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -25,7 +26,7 @@ namespace tessera::cuda {
 
 // What a tracked key is: each kind has its own key space (a CUdeviceptr and a CUarray may have
 // the same value).
-enum class AllocationKind { kPointer, kArray, kMipmappedArray, kHandle, kCount };
+enum class AllocationKind { kPointer, kArray, kMipmappedArray, kCount };
 
 class MemoryLedger {
  public:
@@ -102,6 +103,25 @@ class MemoryLedger {
   void execDestroyed(std::uint64_t exec);
   // Whether any graph node is tracked: the launch hook's fast path.
   bool hasGraphNodes() const { return graph_nodes_.load(std::memory_order_acquire) > 0; }
+  // Physical memory made with cuMemCreate lives while its handle is held (made, or retained with
+  // cuMemRetainAllocationHandle, more often than released) or mapped anywhere: its bytes stay
+  // charged until both are over, since releasing a handle that is still mapped frees nothing.
+  [[nodiscard]] bool trackHandle(std::uint64_t handle, std::uint64_t bytes);
+  void handleRetained(std::uint64_t handle);
+  void handleMapped(std::uint64_t handle, std::uint64_t address, std::uint64_t size);
+  // The mappings that start in [address, address + size) are gone; memory that no handle holds
+  // and no mapping keeps any more is given back.
+  void rangeUnmapped(std::uint64_t address, std::uint64_t size);
+  // A release, undone if the driver refuses it. `freed`: the memory goes with it (nothing else
+  // held or mapped it), its bytes to be given back by the caller once the driver has it.
+  struct HandleRelease {
+    bool tracked = false;
+    bool freed = false;
+    std::uint64_t bytes = 0;
+  };
+  HandleRelease beginRelease(std::uint64_t handle);
+  void undoRelease(std::uint64_t handle, const HandleRelease& release);
+
   // The driver says the graph pool keeps `cached` bytes that no allocation uses (reserved less
   // used): what the pool retains drops to that. Ignored, returning false, after a change since
   // `generation`.
@@ -119,6 +139,15 @@ class MemoryLedger {
     std::uint64_t bytes;
     bool freed_in_graph = false;
     bool outstanding = false;  // A launch left it allocated, and it was not freed since.
+  };
+  struct HandleState {
+    std::uint64_t bytes;
+    int holds = 1;     // Made, plus retained, less released.
+    int mappings = 0;  // Ranges it is mapped to.
+  };
+  struct Mapping {
+    std::uint64_t size;
+    std::uint64_t handle;
   };
   struct GraphState {
     bool destroyed = false;
@@ -143,6 +172,8 @@ class MemoryLedger {
   std::unordered_map<std::uint64_t, GraphState> graphs_;    // Guarded by mu_.
   std::unordered_map<std::uint64_t, std::uint64_t> execs_;  // Exec -> graph. Guarded by mu_.
   std::atomic<std::size_t> graph_nodes_{0};                 // nodes_.size(), written under mu_.
+  std::unordered_map<std::uint64_t, HandleState> handles_;  // Guarded by mu_.
+  std::map<std::uint64_t, Mapping> mappings_;               // Address -> mapping. Guarded by mu_.
 };
 
 // The bytes an array holds as requested: width x height x depth (a zero height or depth counts

@@ -50,6 +50,11 @@ namespace fake = tessera::cuda::fake;
   X(cuMipmappedArrayDestroy, PFN_cuMipmappedArrayDestroy_v5000)                      \
   X(cuMemCreate, PFN_cuMemCreate_v10020)                                             \
   X(cuMemRelease, PFN_cuMemRelease_v10020)                                           \
+  X(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)                             \
+  X(cuMemAddressFree, PFN_cuMemAddressFree_v10020)                                   \
+  X(cuMemMap, PFN_cuMemMap_v10020)                                                   \
+  X(cuMemUnmap, PFN_cuMemUnmap_v10020)                                               \
+  X(cuMemRetainAllocationHandle, PFN_cuMemRetainAllocationHandle_v11000)             \
   X(cuLaunchKernel, PFN_cuLaunchKernel_v4000)                                        \
   X(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz)                              \
   X(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060)                                   \

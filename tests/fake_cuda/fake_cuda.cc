@@ -143,6 +143,12 @@ struct Device {
   std::unordered_set<FakeExec*> execs;
   std::unordered_map<CUstream, FakeGraph*> capturing;
   FakePool graph_pool;  // reserved and used; no release threshold.
+  struct VmmHandle {
+    int holds = 1;  // Made, plus retained, less released.
+    int mappings = 0;
+  };
+  std::unordered_map<std::uint64_t, VmmHandle> vmm;       // cuMemCreate handles.
+  std::unordered_map<CUdeviceptr, std::uint64_t> mapped;  // Mapped address -> handle.
   std::deque<Work> queue;
   std::uint64_t submitted = 0;
   std::uint64_t completed = 0;
@@ -892,6 +898,7 @@ CUresult fakeMipmappedArrayDestroy(CUmipmappedArray array) {
   return release(c.d, reinterpret_cast<std::uint64_t>(array));
 }
 
+// cuMemCreate's memory lives while its handle is held or mapped, as on a device.
 CUresult fakeMemCreate(CUmemGenericAllocationHandle* handle, std::size_t bytes,
                        const CUmemAllocationPropPrefix* prop, unsigned long long) {
   Call c;
@@ -900,9 +907,22 @@ CUresult fakeMemCreate(CUmemGenericAllocationHandle* handle, std::size_t bytes,
   }
   if (prop->location_type != kCuMemLocationTypeDevice) {
     *handle = c.d.next_handle += 0x10000;  // Host memory: not the device's.
+    c.d.vmm[*handle] = Device::VmmHandle{};
     return kCudaSuccess;
   }
-  return allocate(c.d, bytes, *handle);
+  const CUresult r = allocate(c.d, bytes, *handle);
+  if (r == kCudaSuccess) {
+    c.d.vmm[*handle] = Device::VmmHandle{};
+  }
+  return r;
+}
+
+void vmmDropIfUnused(Device& d, std::uint64_t handle) {
+  const auto it = d.vmm.find(handle);
+  if (it != d.vmm.end() && it->second.holds == 0 && it->second.mappings == 0) {
+    release(d, handle);  // Host handles are not in the table; that is fine too.
+    d.vmm.erase(it);
+  }
 }
 
 CUresult fakeMemRelease(CUmemGenericAllocationHandle handle) {
@@ -910,7 +930,85 @@ CUresult fakeMemRelease(CUmemGenericAllocationHandle handle) {
   if (!c.ready()) {
     return kCudaErrorNotInitialized;
   }
-  release(c.d, handle);  // Host handles are not in the table; releasing them is fine too.
+  const auto it = c.d.vmm.find(handle);
+  if (it == c.d.vmm.end() || it->second.holds == 0) {
+    return kCudaErrorInvalidValue;
+  }
+  --it->second.holds;
+  vmmDropIfUnused(c.d, handle);
+  return kCudaSuccess;
+}
+
+CUresult fakeMemAddressReserve(CUdeviceptr* address, std::size_t size, std::size_t, CUdeviceptr,
+                               unsigned long long) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  if (address == nullptr || size == 0) {
+    return kCudaErrorInvalidValue;
+  }
+  *address = c.d.next_handle;
+  c.d.next_handle += (size + 0xffff) & ~std::uint64_t{0xffff};
+  return kCudaSuccess;
+}
+
+CUresult fakeMemAddressFree(CUdeviceptr, std::size_t) {
+  Call c;
+  return c.ready() ? kCudaSuccess : kCudaErrorNotInitialized;
+}
+
+CUresult fakeMemMap(CUdeviceptr address, std::size_t, std::size_t,
+                    CUmemGenericAllocationHandle handle, unsigned long long) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  const auto it = c.d.vmm.find(handle);
+  if (it == c.d.vmm.end() || c.d.mapped.count(address) != 0) {
+    return kCudaErrorInvalidValue;
+  }
+  ++it->second.mappings;
+  c.d.mapped[address] = handle;
+  return kCudaSuccess;
+}
+
+// Unmaps the mappings that start in [address, address + size).
+CUresult fakeMemUnmap(CUdeviceptr address, std::size_t size) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  std::vector<CUdeviceptr> gone;
+  for (const auto& [at, handle] : c.d.mapped) {
+    if (at >= address && at - address < size) {
+      gone.push_back(at);
+    }
+  }
+  if (gone.empty()) {
+    return kCudaErrorInvalidValue;
+  }
+  for (const CUdeviceptr at : gone) {
+    const std::uint64_t handle = c.d.mapped[at];
+    c.d.mapped.erase(at);
+    --c.d.vmm[handle].mappings;
+    vmmDropIfUnused(c.d, handle);
+  }
+  return kCudaSuccess;
+}
+
+// The handle of the mapping that starts at `address`, held once more.
+CUresult fakeMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* address) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  const auto it = c.d.mapped.find(reinterpret_cast<CUdeviceptr>(address));
+  if (handle == nullptr || it == c.d.mapped.end()) {
+    return kCudaErrorInvalidValue;
+  }
+  ++c.d.vmm[it->second].holds;
+  *handle = it->second;
   return kCudaSuccess;
 }
 
@@ -935,8 +1033,7 @@ CUresult fakeLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, un
 }
 
 CUresult fakeLaunchKernelEx(const CUlaunchConfig* config, CUfunction, void** params, void**) {
-  return launchOrCapture(config != nullptr ? config->hStream : nullptr,
-                         kernelNs(device(), params));
+  return launchOrCapture(config != nullptr ? config->hStream : nullptr, kernelNs(device(), params));
 }
 
 CUresult fakeLaunchCooperativeKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -1166,6 +1263,21 @@ FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* h, std::size_t b,
   return fakeMemCreate(h, b, p, f);
 }
 FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return fakeMemRelease(h); }
+FAKE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr* p, std::size_t size, std::size_t alignment,
+                                         CUdeviceptr addr, unsigned long long flags) {
+  return fakeMemAddressReserve(p, size, alignment, addr, flags);
+}
+FAKE_EXPORT CUresult cuMemAddressFree(CUdeviceptr p, std::size_t size) {
+  return fakeMemAddressFree(p, size);
+}
+FAKE_EXPORT CUresult cuMemMap(CUdeviceptr p, std::size_t size, std::size_t offset,
+                              CUmemGenericAllocationHandle h, unsigned long long flags) {
+  return fakeMemMap(p, size, offset, h, flags);
+}
+FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr p, std::size_t size) { return fakeMemUnmap(p, size); }
+FAKE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* h, void* addr) {
+  return fakeMemRetainAllocationHandle(h, addr);
+}
 
 FAKE_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                     unsigned bx, unsigned by, unsigned bz, unsigned shm, CUstream s,
@@ -1361,6 +1473,12 @@ const Entry kEntries[] = {
      fn(&fakeMipmappedArrayDestroy)},
     {"cuMemCreate", 10020, false, fn(&cuMemCreate), fn(&fakeMemCreate)},
     {"cuMemRelease", 10020, false, fn(&cuMemRelease), fn(&fakeMemRelease)},
+    {"cuMemAddressReserve", 10020, false, fn(&cuMemAddressReserve), fn(&fakeMemAddressReserve)},
+    {"cuMemAddressFree", 10020, false, fn(&cuMemAddressFree), fn(&fakeMemAddressFree)},
+    {"cuMemMap", 10020, false, fn(&cuMemMap), fn(&fakeMemMap)},
+    {"cuMemUnmap", 10020, false, fn(&cuMemUnmap), fn(&fakeMemUnmap)},
+    {"cuMemRetainAllocationHandle", 11000, false, fn(&cuMemRetainAllocationHandle),
+     fn(&fakeMemRetainAllocationHandle)},
     {"cuDeviceGetDefaultMemPool", 11020, false, fn(&cuDeviceGetDefaultMemPool),
      fn(&fakeDeviceGetDefaultMemPool)},
     {"cuDeviceGetMemPool", 11020, false, fn(&cuDeviceGetMemPool), fn(&fakeDeviceGetDefaultMemPool)},

@@ -52,6 +52,13 @@ FAKE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
 FAKE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle*, std::size_t,
                                  const CUmemAllocationPropPrefix*, unsigned long long);
 FAKE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle);
+FAKE_EXPORT CUresult cuMemAddressReserve(CUdeviceptr*, std::size_t, std::size_t, CUdeviceptr,
+                                         unsigned long long);
+FAKE_EXPORT CUresult cuMemAddressFree(CUdeviceptr, std::size_t);
+FAKE_EXPORT CUresult cuMemMap(CUdeviceptr, std::size_t, std::size_t, CUmemGenericAllocationHandle,
+                              unsigned long long);
+FAKE_EXPORT CUresult cuMemUnmap(CUdeviceptr, std::size_t);
+FAKE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle*, void*);
 FAKE_EXPORT CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                     unsigned, unsigned, CUstream, void**, void**);
 FAKE_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned,

@@ -53,6 +53,12 @@ TESSERA_CUDA_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, s
                                          const CUmemAllocationPropPrefix* prop,
                                          unsigned long long flags) noexcept;
 TESSERA_CUDA_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuMemMap(CUdeviceptr address, std::size_t size, std::size_t offset,
+                                      CUmemGenericAllocationHandle handle,
+                                      unsigned long long flags) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuMemUnmap(CUdeviceptr address, std::size_t size) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
+                                                         void* address) noexcept;
 TESSERA_CUDA_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) noexcept;
 
 TESSERA_CUDA_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned grid_x, unsigned grid_y,

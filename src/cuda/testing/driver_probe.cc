@@ -13,6 +13,8 @@
 //   init                      cuInit and one allocation
 //   memory  --cap BYTES       fill the cap, one byte past it, free and refill, cuMemGetInfo,
 //                             pitched, managed, async and cuMemCreate allocations
+//   vmm     --cap BYTES       cuMemCreate memory that is mapped when its handle is released, and
+//                             held by cuMemRetainAllocationHandle after its mapping goes
 //   graphs  --cap BYTES       graph memory: an allocation node past the cap; a graph's memory
 //                             while its executable lives, after it, and left allocated by a
 //                             launch; a captured cuMemAllocAsync and free
@@ -177,6 +179,12 @@ struct Api {
   CUresult (*mem_pool_trim_to)(CUmemoryPool, std::size_t) = nullptr;
   CUresult (*mem_pool_set_attribute)(CUmemoryPool, int, void*) = nullptr;
   CUresult (*mem_pool_get_attribute)(CUmemoryPool, int, void*) = nullptr;
+  CUresult (*address_reserve)(CUdeviceptr*, std::size_t, std::size_t, CUdeviceptr,
+                              unsigned long long) = nullptr;
+  CUresult (*mem_map)(CUdeviceptr, std::size_t, std::size_t, CUmemGenericAllocationHandle,
+                      unsigned long long) = nullptr;
+  CUresult (*mem_unmap)(CUdeviceptr, std::size_t) = nullptr;
+  CUresult (*retain_handle)(CUmemGenericAllocationHandle*, void*) = nullptr;
   CUresult (*graph_create)(CUgraph*, unsigned) = nullptr;
   CUresult (*graph_add_alloc)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t,
                               CudaMemAllocNodeParams*) = nullptr;
@@ -247,6 +255,12 @@ Api openApi(const std::string& resolve) {
       "cuMemPoolSetAttribute", "cuMemPoolSetAttribute");
   api.mem_pool_get_attribute = api.find<decltype(api.mem_pool_get_attribute)>(
       "cuMemPoolGetAttribute", "cuMemPoolGetAttribute");
+  api.address_reserve =
+      api.find<decltype(api.address_reserve)>("cuMemAddressReserve", "cuMemAddressReserve");
+  api.mem_map = api.find<decltype(api.mem_map)>("cuMemMap", "cuMemMap");
+  api.mem_unmap = api.find<decltype(api.mem_unmap)>("cuMemUnmap", "cuMemUnmap");
+  api.retain_handle = api.find<decltype(api.retain_handle)>("cuMemRetainAllocationHandle",
+                                                            "cuMemRetainAllocationHandle");
   api.graph_create = api.find<decltype(api.graph_create)>("cuGraphCreate", "cuGraphCreate");
   api.graph_add_alloc =
       api.find<decltype(api.graph_add_alloc)>("cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode");
@@ -479,6 +493,43 @@ void scenarioPools(const Api& api, unsigned long long cap) {
   print("used_before_destroy", used(api));
   print("destroy", api.mem_pool_destroy(pool));
   print("used_after_destroy", used(api));
+  print("fake_peak", static_cast<long long>(stats(api).peak_live_bytes));
+  print("fake_live_at_end", static_cast<long long>(stats(api).live_bytes));
+}
+
+void scenarioVmm(const Api& api) {
+  setUp(api);
+  const unsigned long long mib = 1 << 20;
+  const CUmemAllocationPropPrefix device{1, 0, kCuMemLocationTypeDevice, 0};
+  // Released while mapped: the memory lives until the mapping goes.
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr va = 0;
+  print("create", api.mem_create(&h, 48 * mib, &device, 0));
+  api.address_reserve(&va, 48 * mib, 0, 0, 0);
+  print("map", api.mem_map(va, 48 * mib, 0, h, 0));
+  print("release_mapped", api.mem_release(h));
+  print("used_while_mapped", used(api));
+  CUdeviceptr plain = 0;
+  print("plain_while_mapped", api.mem_alloc(&plain, 32 * mib));
+  print("unmap", api.mem_unmap(va, 48 * mib));
+  print("used_after_unmap", used(api));
+  print("plain_after_unmap", api.mem_alloc(&plain, 32 * mib));
+  api.mem_free(plain);
+  // Held again through its address: the memory lives until that hold is released too.
+  print("create2", api.mem_create(&h, 40 * mib, &device, 0));
+  api.address_reserve(&va, 40 * mib, 0, 0, 0);
+  api.mem_map(va, 40 * mib, 0, h, 0);
+  CUmemGenericAllocationHandle again = 0;
+  print("retain", api.retain_handle(&again, reinterpret_cast<void*>(va)));
+  print("same_handle", again == h ? 1 : 0);
+  api.mem_release(h);
+  api.mem_unmap(va, 40 * mib);
+  print("used_while_retained", used(api));
+  print("plain_while_retained", api.mem_alloc(&plain, 32 * mib));
+  print("last_release", api.mem_release(again));
+  print("used_after_last_release", used(api));
+  print("plain_after_last_release", api.mem_alloc(&plain, 32 * mib));
+  api.mem_free(plain);
   print("fake_peak", static_cast<long long>(stats(api).peak_live_bytes));
   print("fake_live_at_end", static_cast<long long>(stats(api).live_bytes));
 }
@@ -892,6 +943,8 @@ int main(int argc, char** argv) {
     scenarioContexts(api, o.cap);
   } else if (o.scenario == "hold") {
     scenarioHold(api, o.cap);
+  } else if (o.scenario == "vmm") {
+    scenarioVmm(api);
   } else if (o.scenario == "graphs") {
     scenarioGraphs(api, o.cap);
   } else if (o.scenario == "pools") {
