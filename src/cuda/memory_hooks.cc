@@ -237,7 +237,9 @@ CUresult allocatePooled(CUdeviceptr* dptr, std::uint64_t bytes, CUmemoryPool poo
                               graphPoolKey(currentDevice(p)), bytes)) {
       return result;
     }
-    ledger.release(bytes);  // Out of host memory: the node stays, uncharged; say so.
+    // No host memory to track it: refused, though the driver made the node, which stays in
+    // the graph uncharged (a captured allocation cannot be taken back).
+    ledger.release(bytes);
     return kCudaErrorOutOfMemory;
   }
   if (pool == nullptr) {
