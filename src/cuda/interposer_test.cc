@@ -845,7 +845,8 @@ TEST_P(RacingThreadsTest, NeverPassTheCap) {
 
 INSTANTIATE_TEST_SUITE_P(EveryAllocationPath, RacingThreadsTest,
                          ::testing::Values("alloc", "pitch", "managed", "async", "pool", "vmm",
-                                           "array"));
+                                           "array", "mipmap", "graph"),
+                         [](const auto& info) { return std::string(info.param); });
 
 TEST_F(InterposerTest, UnparsableMemoryLimitFailsClosedWithOneLine) {
   const ProbeRun r = probe({{"init"}, {{"TESSERA_CUDA_MEMORY_LIMIT", "12X"}}});

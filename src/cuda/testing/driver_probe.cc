@@ -27,10 +27,12 @@
 //                             that keeps all of it, then a plain allocation that needs it; reuse
 //                             within the cap; the application's own trim; the default pool
 //                             before a synchronize; a destroyed pool
-//   threads --threads N --chunk BYTES [--path alloc|pitch|managed|async|pool|vmm|array]
+//   threads --threads N --chunk BYTES [--path alloc|pitch|managed|async|pool|vmm|array|mipmap|
+//                             graph]
 //                             N threads allocate chunks until refused, at once, by one path
 //                             (cuMemAlloc, cuMemAllocPitch, cuMemAllocManaged, cuMemAllocAsync,
-//                             cuMemAllocFromPoolAsync, cuMemCreate or cuArrayCreate)
+//                             cuMemAllocFromPoolAsync, cuMemCreate, cuArrayCreate,
+//                             cuMipmappedArrayCreate, or a graph allocation node launched)
 //   kernels --seconds S --kernel-us D [--launch kernel|ex|cooperative|graph|ptsz]
 //                             launches back to back for S seconds, then reports kernel time
 //   abi                       what cuGetProcAddress gives for several (name, cudaVersion, flags)
@@ -193,6 +195,7 @@ struct Api {
   CUresult (*graph_destroy)(CUgraph) = nullptr;
   CUresult (*graph_launch)(CUgraphExec, CUstream) = nullptr;
   CUresult (*graph_mem_attribute)(CUdevice, int, void*) = nullptr;
+  CUresult (*graph_mem_trim)(CUdevice) = nullptr;
   CUresult (*stream_create)(CUstream*, unsigned) = nullptr;
   CUresult (*begin_capture)(CUstream, CUstreamCaptureMode) = nullptr;
   CUresult (*end_capture)(CUstream, CUgraph*) = nullptr;
@@ -272,6 +275,8 @@ Api openApi(const std::string& resolve) {
   api.graph_launch = api.find<decltype(api.graph_launch)>("cuGraphLaunch", "cuGraphLaunch");
   api.graph_mem_attribute = api.find<decltype(api.graph_mem_attribute)>(
       "cuDeviceGetGraphMemAttribute", "cuDeviceGetGraphMemAttribute");
+  api.graph_mem_trim =
+      api.find<decltype(api.graph_mem_trim)>("cuDeviceGraphMemTrim", "cuDeviceGraphMemTrim");
   api.stream_create = api.find<decltype(api.stream_create)>("cuStreamCreate", "cuStreamCreate");
   api.begin_capture =
       api.find<decltype(api.begin_capture)>("cuStreamBeginCapture_v2", "cuStreamBeginCapture");
@@ -654,6 +659,8 @@ void scenarioArrays(const Api& api, unsigned long long cap) {
 // One allocation of `chunk` bytes by `path`, and how to give it back.
 struct Held {
   std::uint64_t handle = 0;  // A CUdeviceptr, CUmemGenericAllocationHandle or CUarray.
+  CUgraph graph = nullptr;   // --path graph: the graph and its executable.
+  CUgraphExec exec = nullptr;
 };
 
 CUresult allocateBy(const Api& api, const std::string& path, unsigned long long chunk, Held& h) {
@@ -678,6 +685,26 @@ CUresult allocateBy(const Api& api, const std::string& path, unsigned long long 
     r = api.mem_create(&handle, chunk, &device, 0);
     h.handle = handle;
     return r;
+  } else if (path == "mipmap") {  // One level of 512 x 512 floats: 1 MiB.
+    const CudaArray3dDescriptor level{512, chunk / 512 / 4, 0, kCuAdFormatFloat, 1, 0};
+    CUmipmappedArray m = nullptr;
+    r = api.mipmapped_create(&m, &level, 1);
+    h.handle = reinterpret_cast<std::uintptr_t>(m);
+    return r;
+  } else if (path == "graph") {  // A graph allocation node, instantiated and launched.
+    CUdeviceptr address = 0;
+    r = graphWithNode(api, chunk, h.graph, address);
+    h.handle = address;
+    if (r != kCudaSuccess) {
+      api.graph_destroy(h.graph);
+      h.graph = nullptr;
+      return r;
+    }
+    if (api.graph_instantiate(&h.exec, h.graph, 0) != kCudaSuccess ||
+        api.graph_launch(h.exec, nullptr) != kCudaSuccess) {
+      fail("cannot instantiate or launch a graph");
+    }
+    return r;
   } else if (path == "array") {  // A 1D array of bytes.
     const CudaArrayDescriptor bytes{chunk, 0, kCuAdFormatUnsignedInt8, 1};
     CUarray a = nullptr;
@@ -698,6 +725,13 @@ void release(const Api& api, const std::string& path, const Held& h) {
     api.mem_release(h.handle);
   } else if (path == "array") {
     api.array_destroy(reinterpret_cast<CUarray>(static_cast<std::uintptr_t>(h.handle)));
+  } else if (path == "mipmap") {
+    api.mipmapped_destroy(
+        reinterpret_cast<CUmipmappedArray>(static_cast<std::uintptr_t>(h.handle)));
+  } else if (path == "graph") {
+    api.mem_free_async(h.handle, nullptr);
+    api.graph_exec_destroy(h.exec);
+    api.graph_destroy(h.graph);
   } else {
     api.mem_free(h.handle);
   }
@@ -740,7 +774,8 @@ void scenarioThreads(const Api& api, int threads, unsigned long long chunk,
       release(api, path, h);
     }
   }
-  api.ctx_synchronize();  // The default pool lets stream-ordered frees go.
+  api.ctx_synchronize();  // The default pool lets stream-ordered frees go,
+  api.graph_mem_trim(0);  // and the graph pool what graphs gave back.
   print("used_after_free", used(api));
   print("fake_live_after_free", static_cast<long long>(stats(api).live_bytes));
 }
