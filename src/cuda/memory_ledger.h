@@ -103,6 +103,11 @@ class MemoryLedger {
   void execDestroyed(std::uint64_t exec);
   // Whether any graph node is tracked: the launch hook's fast path.
   bool hasGraphNodes() const { return graph_nodes_.load(std::memory_order_acquire) > 0; }
+  // The driver says the graph pool keeps `cached` bytes that no allocation uses (reserved less
+  // used): what the pool retains drops to that. Ignored, returning false, after a change since
+  // `generation`.
+  bool settleGraphPool(std::uint64_t pool, std::uint64_t cached, std::uint64_t generation);
+
   // Physical memory made with cuMemCreate lives while its handle is held (made, or retained with
   // cuMemRetainAllocationHandle, more often than released) or mapped anywhere: its bytes stay
   // charged until both are over, since releasing a handle that is still mapped frees nothing.
@@ -121,11 +126,6 @@ class MemoryLedger {
   };
   HandleRelease beginRelease(std::uint64_t handle);
   void undoRelease(std::uint64_t handle, const HandleRelease& release);
-
-  // The driver says the graph pool keeps `cached` bytes that no allocation uses (reserved less
-  // used): what the pool retains drops to that. Ignored, returning false, after a change since
-  // `generation`.
-  bool settleGraphPool(std::uint64_t pool, std::uint64_t cached, std::uint64_t generation);
 
  private:
   struct PoolState {
