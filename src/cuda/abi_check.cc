@@ -126,7 +126,6 @@ static_assert(internal::kCuGraphMemAttrReservedMemCurrent ==
 static_assert(internal::kCuStreamCaptureStatusActive == CU_STREAM_CAPTURE_STATUS_ACTIVE);
 static_assert(ours::kCuGraphNodeTypeMemAlloc == CU_GRAPH_NODE_TYPE_MEM_ALLOC);
 static_assert(ours::kCuGraphNodeTypeMemFree == CU_GRAPH_NODE_TYPE_MEM_FREE);
-static_assert(internal::kCuMempoolAttrReleaseThreshold == CU_MEMPOOL_ATTR_RELEASE_THRESHOLD);
 static_assert(internal::kCuMempoolAttrReservedMemCurrent == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
 
 }  // namespace

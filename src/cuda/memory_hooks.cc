@@ -113,10 +113,11 @@ bool reserve(const internal::Process& p, std::uint64_t bytes) {
 }
 
 // Runs allocate(key), the real allocation that sets the new allocation's key, with bytes
-// reserved; keeps the reservation only if it succeeds. undo(key) frees what allocate made.
-template <typename Allocate, typename Undo>
-CUresult charged(const internal::Process& p, AllocationKind kind, std::uint64_t bytes,
-                 Allocate allocate, Undo undo) {
+// reserved; keeps the reservation only if it succeeds and track(key) records it. undo(key) frees
+// what allocate made when it cannot be recorded.
+template <typename Allocate, typename Track, typename Undo>
+CUresult charged(const internal::Process& p, std::uint64_t bytes, Allocate allocate, Track track,
+                 Undo undo) {
   MemoryLedger& ledger = *p.ledger;
   if (!reserve(p, bytes)) {
     return kCudaErrorOutOfMemory;
@@ -127,12 +128,17 @@ CUresult charged(const internal::Process& p, AllocationKind kind, std::uint64_t 
     ledger.release(bytes);
     return result;
   }
-  if (!ledger.track(kind, key, bytes)) {
+  if (!track(key)) {
     undo(key);
     ledger.release(bytes);
     return kCudaErrorOutOfMemory;
   }
   return result;
+}
+
+// charged()'s track for the plain kinds.
+auto tracker(MemoryLedger& ledger, AllocationKind kind, std::uint64_t bytes) {
+  return [&ledger, kind, bytes](std::uint64_t key) { return ledger.track(kind, key, bytes); };
 }
 
 // Runs free() for key, giving its bytes back if it succeeds. The key is forgotten before the
@@ -168,12 +174,13 @@ CUresult allocatePointer(CUdeviceptr* dptr, std::uint64_t bytes, Alloc alloc) {
   }
   const auto free = p.real<FreeFn>(Hook::kCuMemFreeV2);
   return charged(
-      p, AllocationKind::kPointer, bytes,
+      p, bytes,
       [&](std::uint64_t& k) {
         const CUresult r = alloc(dptr);
         k = *dptr;
         return r;
       },
+      tracker(*p.ledger, AllocationKind::kPointer, bytes),
       [&](std::uint64_t k) {
         if (free != nullptr) {
           free(k);
@@ -502,12 +509,13 @@ CUresult allocateHandle(Handle* handle, std::optional<std::uint64_t> bytes, Allo
     return kCudaErrorOutOfMemory;
   }
   return charged(
-      p, kind, *bytes,
+      p, *bytes,
       [&](std::uint64_t& k) {
         const CUresult r = alloc();
         k = key(*handle);
         return r;
       },
+      tracker(*p.ledger, kind, *bytes),
       [&](std::uint64_t) {
         if (destroy != nullptr) {
           destroy(*handle);
@@ -602,25 +610,20 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t bytes,
       prop->location_type != kCuMemLocationTypeDevice) {
     return real(handle, bytes, prop, flags);
   }
-  MemoryLedger& ledger = *p.ledger;
-  if (!reserve(p, bytes)) {
-    return kCudaErrorOutOfMemory;
-  }
-  const CUresult result = real(handle, bytes, prop, flags);
-  if (result != kCudaSuccess) {
-    ledger.release(bytes);
-    return result;
-  }
-  if (!ledger.trackHandle(*handle, bytes)) {
-    if (const auto release =
-            p.real<CUresult (*)(CUmemGenericAllocationHandle)>(Hook::kCuMemRelease);
-        release != nullptr) {
-      release(*handle);
-    }
-    ledger.release(bytes);
-    return kCudaErrorOutOfMemory;
-  }
-  return result;
+  const auto release = p.real<CUresult (*)(CUmemGenericAllocationHandle)>(Hook::kCuMemRelease);
+  return charged(
+      p, bytes,
+      [&](std::uint64_t& k) {
+        const CUresult r = real(handle, bytes, prop, flags);
+        k = *handle;
+        return r;
+      },
+      [&](std::uint64_t k) { return p.ledger->trackHandle(k, bytes); },
+      [&](std::uint64_t k) {
+        if (release != nullptr) {
+          release(k);
+        }
+      });
 }
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) noexcept {
@@ -713,22 +716,19 @@ CUresult addAllocNode(CUgraph graph, CudaMemAllocNodeParams* params, Add add) {
       params->location_type != kCuMemLocationTypeDevice) {
     return add();
   }
-  MemoryLedger& ledger = *p.ledger;
   const std::uint64_t bytes = params->bytesize;
-  if (!reserve(p, bytes)) {
-    return kCudaErrorOutOfMemory;
-  }
-  const CUresult result = add();
-  if (result != kCudaSuccess) {
-    ledger.release(bytes);
-    return result;
-  }
-  if (!ledger.trackGraphNode(reinterpret_cast<std::uint64_t>(graph), params->dptr,
-                             graphPoolKey(params->location_id), bytes)) {
-    ledger.release(bytes);
-    return kCudaErrorOutOfMemory;
-  }
-  return result;
+  return charged(
+      p, bytes,
+      [&](std::uint64_t& k) {
+        const CUresult r = add();
+        k = params->dptr;
+        return r;
+      },
+      [&](std::uint64_t k) {
+        return p.ledger->trackGraphNode(reinterpret_cast<std::uint64_t>(graph), k,
+                                        graphPoolKey(params->location_id), bytes);
+      },
+      [](std::uint64_t) {});  // A node that cannot be tracked stays in its graph, uncharged.
 }
 
 template <typename Add>

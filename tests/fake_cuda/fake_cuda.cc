@@ -239,12 +239,8 @@ CUresult allocate(Device& d, std::uint64_t bytes, unsigned long long& handle) {
   return kCudaSuccess;
 }
 
-// A stream-ordered allocation: from what the pool keeps if it is enough, else the pool grows.
-CUresult poolAllocate(Device& d, FakePool& pool, std::uint64_t bytes, CUdeviceptr& address) {
-  ++d.stats.alloc_calls;
-  if (bytes == 0) {
-    return kCudaErrorInvalidValue;
-  }
+// `bytes` of the pool in use: from what it keeps if that is enough, else the pool grows.
+CUresult poolTake(Device& d, FakePool& pool, std::uint64_t bytes) {
   const std::uint64_t kept = pool.reserved - pool.used;
   if (bytes > kept) {
     const std::uint64_t grow = bytes - kept;
@@ -256,6 +252,18 @@ CUresult poolAllocate(Device& d, FakePool& pool, std::uint64_t bytes, CUdevicept
     d.stats.peak_live_bytes = std::max(d.stats.peak_live_bytes, d.stats.live_bytes);
   }
   pool.used += bytes;
+  return kCudaSuccess;
+}
+
+// A stream-ordered allocation, taken from its pool.
+CUresult poolAllocate(Device& d, FakePool& pool, std::uint64_t bytes, CUdeviceptr& address) {
+  ++d.stats.alloc_calls;
+  if (bytes == 0) {
+    return kCudaErrorInvalidValue;
+  }
+  if (const CUresult r = poolTake(d, pool, bytes); r != kCudaSuccess) {
+    return r;
+  }
   address = d.next_handle;
   d.next_handle += (bytes + 0xffff) & ~std::uint64_t{0xffff};
   d.pooled[address] = Device::Pooled{&pool, bytes};
@@ -1054,17 +1062,9 @@ CUresult fakeGraphLaunch(CUgraphExec graph, CUstream) {
       for (const CUdeviceptr address : e->nodes) {
         FakeGraphNode& node = c.d.graph_nodes[address];
         if (!node.allocated) {
-          const std::uint64_t kept = c.d.graph_pool.reserved - c.d.graph_pool.used;
-          if (node.bytes > kept) {
-            const std::uint64_t grow = node.bytes - kept;
-            if (grow > c.d.total_bytes - c.d.stats.live_bytes) {
-              return kCudaErrorOutOfMemory;
-            }
-            c.d.graph_pool.reserved += grow;
-            c.d.stats.live_bytes += grow;
-            c.d.stats.peak_live_bytes = std::max(c.d.stats.peak_live_bytes, c.d.stats.live_bytes);
+          if (const CUresult r = poolTake(c.d, c.d.graph_pool, node.bytes); r != kCudaSuccess) {
+            return r;
           }
-          c.d.graph_pool.used += node.bytes;
           node.allocated = true;
         }
         if (node.freed_in_graph) {

@@ -116,7 +116,6 @@ inline constexpr int kCuPointerAttributeMempoolHandle = 17;
 inline constexpr int kCuGraphMemAttrUsedMemCurrent = 0;
 inline constexpr int kCuGraphMemAttrReservedMemCurrent = 2;
 inline constexpr CUstreamCaptureStatus kCuStreamCaptureStatusActive = 1;
-inline constexpr int kCuMempoolAttrReleaseThreshold = 4;
 inline constexpr int kCuMempoolAttrReservedMemCurrent = 5;
 
 struct HookInfo {
