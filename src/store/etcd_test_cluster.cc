@@ -21,6 +21,8 @@
 #include <sstream>
 #include <thread>
 
+#include "core/testing/loopback_port.h"
+
 namespace tessera::store {
 namespace {
 
@@ -28,24 +30,13 @@ namespace fs = std::filesystem;
 namespace pb = etcdserverpb;
 using namespace std::chrono_literals;
 
-// A port the kernel picks as free on 127.0.0.1 (released again for etcd to take).
+// A port on 127.0.0.1 for a member to listen on, outside the range outgoing connections draw from.
 core::Result<int> freePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return core::unavailable(std::string("EtcdTestCluster: socket: ") + std::strerror(errno));
+  const uint16_t port = core::testing::loopbackPortOutsideEphemeralRange();
+  if (port == 0) {
+    return core::unavailable("EtcdTestCluster: cannot find a free port on 127.0.0.1");
   }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
-    close(fd);
-    return core::unavailable("EtcdTestCluster: cannot find a free port: " + why);
-  }
-  close(fd);
-  return static_cast<int>(ntohs(addr.sin_port));
+  return static_cast<int>(port);
 }
 
 std::string findInPath(const std::string& name) {
@@ -106,6 +97,19 @@ core::Result<EtcdTestCluster*> EtcdTestCluster::shared() {
 }
 
 core::Result<std::unique_ptr<EtcdTestCluster>> EtcdTestCluster::start(int members) {
+  // A member can lose its port to another process between the pick and its bind: start again
+  // on fresh ports then (the failed try's members are stopped and its directory removed).
+  constexpr int kAttempts = 4;
+  for (int attempt = 1;; ++attempt) {
+    auto started = startOnce(members);
+    if (started.isOk() || attempt == kAttempts ||
+        started.status().message().find("address already in use") == std::string::npos) {
+      return started;
+    }
+  }
+}
+
+core::Result<std::unique_ptr<EtcdTestCluster>> EtcdTestCluster::startOnce(int members) {
   std::unique_ptr<EtcdTestCluster> c(new EtcdTestCluster());
   c->binary_ = findInPath("etcd");
   if (c->binary_.empty()) {

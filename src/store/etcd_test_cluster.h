@@ -31,7 +31,8 @@ namespace tessera::store {
 class EtcdTestCluster {
  public:
   // Starts `members` members in a new temporary directory and waits (up to 30 s) until every one
-  // answers and they have a leader. FAILED_PRECONDITION if there is no `etcd` on the PATH.
+  // answers and they have a leader, on fresh ports again if a member lost its port to another
+  // process. FAILED_PRECONDITION if there is no `etcd` on the PATH.
   static core::Result<std::unique_ptr<EtcdTestCluster>> start(int members);
 
   // The cluster of this test binary (3 members), started on first use. A failure to start is
@@ -80,6 +81,7 @@ class EtcdTestCluster {
   };
 
   EtcdTestCluster() = default;
+  static core::Result<std::unique_ptr<EtcdTestCluster>> startOnce(int members);
   core::Status spawn(Member& m, bool first_start);
   // Waits until every running member answers with a leader, or one exits.
   core::Status waitHealthy(std::chrono::milliseconds timeout);

@@ -28,6 +28,8 @@
 #include <thread>
 #include <vector>
 
+#include "core/testing/loopback_port.h"
+
 namespace tessera::integration {
 
 // The build tree (CTest sets TESSERA_BINARY_DIR).
@@ -46,23 +48,9 @@ inline std::string sourceDir() {
 }
 
 // A TCP port on 127.0.0.1 that was free a moment ago (0 if none could be found), for a server
-// that must come back on the same address after a restart.
-inline uint16_t freeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  uint16_t port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  if (fd >= 0) {
-    ::close(fd);
-  }
-  return port;
-}
+// that must come back on the same address after a restart. It lies outside the range outgoing
+// connections draw from, so no client of a test running beside this one is given it meanwhile.
+inline uint16_t freeLoopbackPort() { return core::testing::loopbackPortOutsideEphemeralRange(); }
 
 // A file's whole content ("" if it cannot be read).
 inline std::string slurp(const std::filesystem::path& p) {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/strings.h"
+#include "core/testing/loopback_port.h"
 #include "secrets/postgres.h"
 
 namespace tessera::secrets {
@@ -142,26 +143,14 @@ std::string randomPassword() {
   return core::hexEncode(bytes.data(), bytes.size());
 }
 
-// A port free on 127.0.0.1 right now (the kernel's pick for port 0); postgres may still lose it
-// to another process before it binds, which start retries.
+// A port free on 127.0.0.1 right now, outside the range outgoing connections draw from; postgres
+// may still lose it to another process before it binds, which start retries.
 core::Result<uint16_t> freePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return core::unavailable(std::string("PgTestServer: socket: ") + std::strerror(errno));
+  const uint16_t port = core::testing::loopbackPortOutsideEphemeralRange();
+  if (port == 0) {
+    return core::unavailable("PgTestServer: no free port on 127.0.0.1");
   }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
-    close(fd);
-    return core::unavailable("PgTestServer: no free port on 127.0.0.1: " + why);
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
+  return port;
 }
 
 struct Spawn {
