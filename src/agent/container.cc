@@ -1,10 +1,13 @@
 #include "agent/container.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/openat2.h>
 #include <spawn.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,12 +15,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <string_view>
 
 #include "agent/exec_util.h"
 #include "agent/runtime.h"
@@ -266,6 +271,85 @@ void makeMountPoint(int root_fd, const std::string& rel, bool file) {
 }
 
 // Runs argv, its output discarded; its exit status (-1: could not run it).
+// A libcuda.so* file of a task's view: where the task sees it, and where it is on the host.
+struct DriverFile {
+  std::string in_view;
+  std::string host;
+};
+
+// `rel` opened under the root filesystem open at `root_fd`, every link resolved inside it (so an
+// image's link can never lead the agent, root, to a file of the node); -1 if it cannot be.
+int openInRoot(int root_fd, const std::string& rel, int flags) {
+  open_how how{};
+  how.flags = static_cast<uint64_t>(flags | O_CLOEXEC);
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(::syscall(SYS_openat2, root_fd, rel.c_str(), &how, sizeof how));
+}
+
+// The libcuda.so* files a container's view will have: the CDI spec's mounts of one, then the
+// image's own in kDriverFolders (each link followed inside the image to the file it names),
+// each file once.
+std::vector<DriverFile> driverFilesInView(const json& mounts, const std::string& rootfs) {
+  std::vector<DriverFile> out;
+  std::set<std::string> seen;
+  std::error_code ec;
+  for (const json& m : mounts) {
+    const std::string dest = m.value("destination", "");
+    const std::string source = m.value("source", "");
+    if (m.value("type", "") == "bind" &&
+        fs::path(dest).filename().string().starts_with("libcuda.so") &&
+        fs::is_regular_file(source, ec) && seen.insert(dest).second) {
+      out.push_back({dest, source});
+    }
+  }
+  const int root_fd = ::open(rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0) {
+    return out;
+  }
+  for (const char* folder : kDriverFolders) {
+    const int dir_fd = openInRoot(root_fd, folder, O_RDONLY | O_DIRECTORY);
+    DIR* dir = dir_fd >= 0 ? ::fdopendir(dir_fd) : nullptr;
+    if (dir == nullptr) {
+      if (dir_fd >= 0) {
+        ::close(dir_fd);
+      }
+      continue;
+    }
+    std::vector<std::string> names;
+    while (const dirent* e = ::readdir(dir)) {
+      if (std::string_view(e->d_name).starts_with("libcuda.so")) {
+        names.emplace_back(e->d_name);
+      }
+    }
+    ::closedir(dir);
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      const int fd = openInRoot(root_fd, std::string(folder) + "/" + name, O_PATH);
+      struct stat st {};
+      char host[PATH_MAX];
+      ssize_t n = -1;
+      if (fd >= 0 && ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        n = ::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), host, sizeof host - 1);
+      }
+      if (fd >= 0) {
+        ::close(fd);
+      }
+      if (n <= 0) {
+        continue;
+      }
+      const std::string path(host, static_cast<size_t>(n));
+      if (path.size() > rootfs.size() && path.starts_with(rootfs + "/")) {
+        const std::string in_view = path.substr(rootfs.size());
+        if (seen.insert(in_view).second) {
+          out.push_back({in_view, path});
+        }
+      }
+    }
+  }
+  ::close(root_fd);
+  return out;
+}
+
 int runQuietly(std::vector<std::string> argv) {
   std::vector<char*> args = cStrings(argv);
   posix_spawn_file_actions_t fa;
@@ -526,26 +610,6 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
     config["mounts"].push_back(
         bindMount(spec.gpus.mps_pipe_directory, spec.gpus.mps_pipe_directory, false));
   }
-  if (!spec.gpus.interposer.empty()) {
-    config["mounts"].push_back(bindMount(spec.gpus.interposer, spec.gpus.interposer, true));
-  }
-  // A time-sliced share: the interposer in the container's /etc/ld.so.preload, so that every
-  // program loads it whatever its environment says, and its caps in a read-only file it reads
-  // instead of the variables (as in a process task's view, agent/sandbox.h). The image's own
-  // /etc/ld.so.preload is covered; the task's LD_PRELOAD still adds to it.
-  if (const std::string caps = cudaCapsText(spec.gpus); !caps.empty()) {
-    fs::create_directories(bundle + "/cuda", ec);
-    const std::string preload_file = bundle + "/cuda/ld.so.preload";
-    const std::string caps_file = bundle + "/cuda/cuda-caps";
-    if (!writeFile(preload_file, spec.gpus.interposer + "\n", 0444) ||
-        !writeFile(caps_file, caps, 0444)) {
-      cleanup(spec.id);
-      return core::unavailable("cannot write the CUDA caps in " + bundle + "/cuda")
-          .withContext(where);
-    }
-    config["mounts"].push_back(bindMount(preload_file, "/etc/ld.so.preload", true));
-    config["mounts"].push_back(bindMount(caps_file, kCudaCapsFile, true));
-  }
   // Its volumes (docs/agent.md "Volumes"): files from its credentials folder, read-only; empty
   // tmpfs folders (one at /dev/shm replaces the default one).
   for (const ContainerSpec::Volume& v : spec.container.volumes) {
@@ -648,6 +712,50 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
   if (!dev_status.isOk()) {
     cleanup(spec.id);
     return dev_status.withContext(where);
+  }
+  // A time-sliced share (docs/agent.md, "The driver seen only through the interposer"): the
+  // interposer in the container's /etc/ld.so.preload, so that every program loads it whatever
+  // its environment says, and its caps in a read-only file it reads instead of the variables (as
+  // in a process task's view, agent/sandbox.h). The image's own /etc/ld.so.preload is covered;
+  // the task's LD_PRELOAD still adds to it. Where the view has a libcuda.so.1 (the CDI spec's, or
+  // the image's), libtessera-cuda-driver.so is bound over every such file and is what the
+  // preload names, and the driver itself is bound at the one path it needs it by: a program that
+  // skips the preload (a static binary's dlopen, its own loader) still finds only the
+  // interposer under the driver's name.
+  if (const std::string caps = cudaCapsText(spec.gpus); !caps.empty()) {
+    std::string preloaded = spec.gpus.interposer;
+    const std::string stand_in = driverStandIn(spec.gpus.interposer);
+    const std::vector<DriverFile> drivers = driverFilesInView(config["mounts"], rootfs);
+    if (!drivers.empty() && !stand_in.empty()) {
+      config["mounts"].push_back(bindMount(drivers.front().host, kDriverInView, true));
+      for (const DriverFile& d : drivers) {
+        config["mounts"].push_back(bindMount(stand_in, d.in_view, true));
+      }
+      preloaded = stand_in;
+      if (auto it = vars.find("LD_PRELOAD"); it != vars.end()) {
+        std::vector<std::string> one = {"LD_PRELOAD=" + it->second};
+        preloadStandIn(one, spec.gpus.interposer, stand_in);
+        it->second = one[0].substr(std::strlen("LD_PRELOAD="));
+      }
+    } else if (!drivers.empty()) {
+      core::logWarn(
+          "{}: no {} beside {}: the task's libcuda.so.1 is the driver itself, so a "
+          "program that skips /etc/ld.so.preload is not capped",
+          where, kDriverStandIn, spec.gpus.interposer);
+    }
+    config["mounts"].push_back(bindMount(preloaded, preloaded, true));
+    fs::create_directories(bundle + "/cuda", ec);
+    const std::string preload_file = bundle + "/cuda/ld.so.preload";
+    const std::string caps_file = bundle + "/cuda/cuda-caps";
+    if (!writeFile(preload_file, preloaded + "\n", 0444) || !writeFile(caps_file, caps, 0444)) {
+      cleanup(spec.id);
+      return core::unavailable("cannot write the CUDA caps in " + bundle + "/cuda")
+          .withContext(where);
+    }
+    config["mounts"].push_back(bindMount(preload_file, "/etc/ld.so.preload", true));
+    config["mounts"].push_back(bindMount(caps_file, kCudaCapsFile, true));
+  } else if (!spec.gpus.interposer.empty()) {
+    config["mounts"].push_back(bindMount(spec.gpus.interposer, spec.gpus.interposer, true));
   }
   for (const std::string& kv : cdi_env) {
     const size_t eq = kv.find('=');

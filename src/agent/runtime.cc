@@ -921,6 +921,14 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     }
   }
   std::vector<std::string> env = taskEnvironment(spec, impl_->options.path, dir, who);
+  // A sandboxed share where the node's driver is known: its view preloads the stand-in, and so
+  // does the variable (planSandbox makes the same choice).
+  const bool driver_stand_in =
+      impl_->options.sandbox && !container && !impl_->options.cuda_driver.empty() &&
+      !cudaCapsText(spec.gpus).empty() && !driverStandIn(spec.gpus.interposer).empty();
+  if (driver_stand_in) {
+    preloadStandIn(env, spec.gpus.interposer, driverStandIn(spec.gpus.interposer));
+  }
   std::vector<std::string> args = spec.command;
   // Who the child becomes before exec: a container's runtime runs as the agent's user and puts
   // the container's process under the task's user itself.
@@ -1034,6 +1042,10 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     in.cuda_caps = cudaCapsText(spec.gpus);
     if (!in.cuda_caps.empty()) {
       in.cuda_interposer = spec.gpus.interposer;
+      in.cuda_driver = driver_stand_in ? impl_->options.cuda_driver : "";
+      if (driver_stand_in) {
+        in.keep.push_back(driverStandIn(spec.gpus.interposer));
+      }
     }
     in.keep.insert(in.keep.end(), spec.device_nodes.begin(), spec.device_nodes.end());
     if (t.cgroup) {

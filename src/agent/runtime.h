@@ -170,6 +170,9 @@ struct ProcessRuntimeOptions {
   // /dev/shm, /etc/passwd and cgroups (agent/sandbox.h; root only: probeSandbox says whether
   // the machine allows it). Its /tmp is <work_dir>/.tmp/<id>, removed when it ends.
   bool sandbox = false;
+  // The node's libcuda.so.1 (findNodeDriver; "" : not known). With a sandbox, a time-sliced
+  // task's view shows the interposer's stand-in in its place (agent/sandbox.h).
+  std::string cuda_driver;
 };
 
 // Writes `lease_file` (whole, through a rename): tasks may run until CLOCK_MONOTONIC reaches now

@@ -111,6 +111,12 @@ int makeMountPoint(int dir_fd, const char* rel, bool dir) {
 }
 
 // Writes `text` to a new file `name` in the folder `dir_fd`, mode 0644.
+// `from` bound at `to`, read-only (system calls only).
+bool bindReadOnly(const char* from, const char* to) {
+  return ::mount(from, to, nullptr, MS_BIND, nullptr) == 0 &&
+         ::mount(nullptr, to, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) == 0;
+}
+
 bool writeNew(int dir_fd, const char* name, const std::string& text) {
   const int fd = ::openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -208,6 +214,17 @@ core::Result<SandboxPlan> planSandbox(const SandboxInput& in) {
     theirs << node_preload.rdbuf();
     plan.preload = in.cuda_interposer + "\n" + theirs.str();
     plan.cuda_caps = in.cuda_caps;
+    const std::string stand_in = driverStandIn(in.cuda_interposer);
+    if (!in.cuda_driver.empty() && !stand_in.empty()) {
+      if (!fs::is_regular_file(kDriverInView, ec)) {
+        return core::failedPrecondition(std::string("the node has no ") + kDriverInView +
+                                        " to bind its driver at (the agent makes it at start)");
+      }
+      plan.cuda_driver = in.cuda_driver;
+      plan.cuda_stand_in = stand_in;
+      plan.cuda_driver_files = driverFilesBeside(in.cuda_driver);
+      plan.preload = stand_in + "\n" + theirs.str();
+    }
   }
   // What the task needs from under what its view covers, shortest first: a path under one
   // already bound back comes with it.
@@ -294,6 +311,17 @@ int enterSandbox(const SandboxPlan& plan, int* step) {
   }
   // /etc/passwd and /etc/group from files on a tmpfs that nothing else sees: written, bound,
   // and the tmpfs let go (the binds keep what they show).
+  // On a share where the node's driver is known: the driver where only the stand-in looks for
+  // it, and the stand-in wherever the driver's files were (before /tmp is covered, as they may
+  // be under it).
+  if (!plan.cuda_stand_in.empty() && !bindReadOnly(plan.cuda_driver.c_str(), kDriverInView)) {
+    return failAt(step, kSandboxCuda);
+  }
+  for (const std::string& file : plan.cuda_driver_files) {
+    if (!bindReadOnly(plan.cuda_stand_in.c_str(), file.c_str())) {
+      return failAt(step, kSandboxCuda);
+    }
+  }
   if (::mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0700,size=64k") !=
       0) {
     return failAt(step, kSandboxStage);
@@ -400,14 +428,81 @@ void runTaskInit(pid_t cmd, int status_fd) {
   }
 }
 
-core::Status prepareCudaMountPoints() {
+core::Result<std::string> findNodeDriver(const std::string& flag) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(kCudaCapsFile).parent_path(), ec);
-  if (ec) {
-    return core::unavailable(std::string("cannot make the folder of ") + kCudaCapsFile + ": " +
-                             ec.message());
+  if (flag == "none" || flag.empty()) {
+    return std::string();
   }
-  for (const char* path : {kCudaCapsFile, "/etc/ld.so.preload"}) {
+  if (flag != "auto") {
+    const fs::path real = fs::canonical(flag, ec);
+    if (ec || !fs::is_regular_file(real, ec) || ::access(real.c_str(), R_OK) != 0) {
+      return core::invalidArgument("--cuda-driver '" + flag + "': not a readable file");
+    }
+    return real.string();
+  }
+  for (const char* folder : kDriverFolders) {
+    const fs::path real = fs::canonical(fs::path("/") / folder / "libcuda.so.1", ec);
+    if (!ec && fs::is_regular_file(real, ec) && real.string() != kDriverInView) {
+      return real.string();
+    }
+  }
+  return std::string();
+}
+
+std::string driverStandIn(const std::string& interposer) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::path(interposer).parent_path() / kDriverStandIn;
+  return !interposer.empty() && std::filesystem::is_regular_file(p, ec) ? p.string() : "";
+}
+
+void preloadStandIn(std::vector<std::string>& env, const std::string& interposer,
+                    const std::string& stand_in) {
+  for (std::string& kv : env) {
+    if (!kv.starts_with("LD_PRELOAD=") || interposer.empty()) {
+      continue;
+    }
+    for (size_t at = kv.find(interposer); at != std::string::npos;
+         at = kv.find(interposer, at + stand_in.size())) {
+      kv.replace(at, interposer.size(), stand_in);
+    }
+  }
+}
+
+std::vector<std::string> driverFilesBeside(const std::string& driver) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out = {driver};
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(fs::path(driver).parent_path(), ec)) {
+    if (!e.path().filename().string().starts_with("libcuda.so")) {
+      continue;
+    }
+    std::error_code bad;
+    const fs::path real = fs::canonical(e.path(), bad);
+    if (!bad && fs::is_regular_file(real, bad) &&
+        std::find(out.begin(), out.end(), real.string()) == out.end()) {
+      out.push_back(real.string());
+    }
+  }
+  return out;
+}
+
+core::Status prepareCudaMountPoints(bool driver) {
+  std::error_code ec;
+  for (const char* file : {kCudaCapsFile, kDriverInView}) {
+    if (file == kDriverInView && !driver) {
+      continue;
+    }
+    std::filesystem::create_directories(std::filesystem::path(file).parent_path(), ec);
+    if (ec) {
+      return core::unavailable(std::string("cannot make the folder of ") + file + ": " +
+                               ec.message());
+    }
+  }
+  for (const char* path : {kCudaCapsFile, "/etc/ld.so.preload", kDriverInView}) {
+    if (path == kDriverInView && !driver) {
+      continue;
+    }
     // Only where missing: the node's own /etc/ld.so.preload stays as it is.
     const int fd = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd >= 0) {

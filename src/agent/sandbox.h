@@ -53,6 +53,11 @@ struct SandboxPlan {
   std::string group;
   std::string preload;    // Its /etc/ld.so.preload, and
   std::string cuda_caps;  // its kCudaCapsFile; both "" (the node's, if any) but on a share.
+  // On a share, where the node's driver is known: the driver, bound at kDriverInView, and the
+  // stand-in (kDriverStandIn), bound over each of the driver's files (all "" otherwise).
+  std::string cuda_driver;
+  std::string cuda_stand_in;
+  std::vector<std::string> cuda_driver_files;
   std::vector<Keep> keeps;
   // The task's own groups, one per hierarchy, and for each the folder below which the task
   // sees that group alone (where the hierarchy is mounted: TaskCgroup::view_roots) and the
@@ -78,6 +83,10 @@ struct SandboxInput {
   // whatever the node's lists.
   std::string cuda_interposer;
   std::string cuda_caps;
+  // The node's libcuda.so.1 (findNodeDriver), "" if unknown: with it, the task's view shows
+  // the stand-in beside the interposer (kDriverStandIn) wherever the driver's files are, and
+  // the stand-in is what /etc/ld.so.preload names.
+  std::string cuda_driver;
 };
 
 // Where the CUDA interposer reads a task's caps: cuda/config.h's kCapsFile (the cuda layer
@@ -85,10 +94,47 @@ struct SandboxInput {
 // view, the agent makes it (empty) and /etc/ld.so.preload, if missing, as mount points at start
 // (prepareCudaMountPoints).
 inline constexpr const char* kCudaCapsFile = "/etc/tessera/cuda-caps";
+// The interposer built to stand in for libcuda.so.1 in a task's view (src/cuda/CMakeLists.txt),
+// found beside libtessera-cuda.so, and the path it needs the real driver by (its NEEDED entry,
+// TESSERA_CUDA_DRIVER_IN_VIEW there), where the agent binds the driver for it.
+inline constexpr const char* kDriverStandIn = "libtessera-cuda-driver.so";
+inline constexpr const char* kDriverInView = "/usr/lib/tessera/driver/libcuda.so.1";
+
+// The folders a libcuda.so.1 is found in by the loader or by convention (NVIDIA's images and
+// driver installers, the CUDA forward-compatibility package), relative to a root.
+inline constexpr const char* kDriverFolders[] = {"usr/lib/x86_64-linux-gnu",
+                                                 "lib/x86_64-linux-gnu",
+                                                 "usr/lib/aarch64-linux-gnu",
+                                                 "lib/aarch64-linux-gnu",
+                                                 "usr/lib64",
+                                                 "lib64",
+                                                 "usr/lib",
+                                                 "lib",
+                                                 "usr/local/nvidia/lib64",
+                                                 "usr/local/nvidia/lib",
+                                                 "usr/local/cuda/compat"};
+
+// The node's CUDA driver library: `flag` itself if it is a path (INVALID_ARGUMENT if it is not a
+// readable file), the first libcuda.so.1 of kDriverFolders for "auto" ("" if there is none),
+// "" for "none". The result is the file itself, every link resolved.
+core::Result<std::string> findNodeDriver(const std::string& flag);
+
+// The stand-in beside `interposer`, "" if it is not there.
+std::string driverStandIn(const std::string& interposer);
+
+// `env`'s LD_PRELOAD (a "NAME=value" string among them) with `interposer` named as `stand_in`
+// instead: one file for the variable and /etc/ld.so.preload, so that no program loads two.
+void preloadStandIn(std::vector<std::string>& env, const std::string& interposer,
+                    const std::string& stand_in);
+
+// The files a task's view shows the stand-in at, for `driver` (a resolved path): it, and every
+// other libcuda.so* file in its folder, resolved (each once).
+std::vector<std::string> driverFilesBeside(const std::string& driver);
 
 // Makes kCudaCapsFile and /etc/ld.so.preload where they are missing, empty (which changes
-// nothing on the node), so that a task's view can bind its own over them. Root only.
-core::Status prepareCudaMountPoints();
+// nothing on the node), so that a task's view can bind its own over them; with `driver`, also
+// kDriverInView (an empty file in a folder of its own, which no loader searches). Root only.
+core::Status prepareCudaMountPoints(bool driver);
 
 // The plan for a task; an error names what cannot be carried into the view (too many paths).
 core::Result<SandboxPlan> planSandbox(const SandboxInput& in);

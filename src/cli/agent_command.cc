@@ -191,6 +191,7 @@ struct RunFlags {
   std::string device_dir;  // "" : /dev with NVML, none when simulated.
   CLI::Option* device_dir_opt = nullptr;
   std::string cuda_interposer = "auto";
+  std::string cuda_driver = "auto";
   int64_t wait_ms = 2000;
   int64_t fence_after_ms = 10000;
   int64_t no_leader_bound_ms = 600000;
@@ -497,9 +498,29 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
     return 2;
   }
   assign.interposer = *interposer;
+  // The node's driver, for the stand-in a sandboxed time-sliced task sees in its place.
+  std::string driver;
   if (sandbox && !assign.interposer.empty()) {
-    // Mount points for a time-sliced task's /etc/ld.so.preload and CUDA caps (agent/sandbox.h).
-    if (const core::Status made = agent::prepareCudaMountPoints(); !made.isOk()) {
+    auto found = agent::findNodeDriver(f.cuda_driver);
+    if (!found.isOk()) {
+      std::cerr << "error: " << found.status().message() << "\n";
+      return 2;
+    }
+    driver = *found;
+    if (agent::driverStandIn(assign.interposer).empty()) {
+      driver.clear();
+      agentLog(std::string("warning: no ") + agent::kDriverStandIn + " beside " +
+               assign.interposer +
+               ": a time-sliced task's program that skips /etc/ld.so.preload (a static binary) "
+               "finds the driver itself");
+    } else if (driver.empty()) {
+      agentLog("no CUDA driver found (--cuda-driver): time-sliced tasks see no stand-in for it");
+    } else {
+      agentLog("time-sliced tasks see the interposer in place of the driver " + driver);
+    }
+    // Mount points for a time-sliced task's /etc/ld.so.preload, CUDA caps and driver
+    // (agent/sandbox.h).
+    if (const core::Status made = agent::prepareCudaMountPoints(!driver.empty()); !made.isOk()) {
       agentLog("warning: time-sliced tasks will not start: " + made.message());
     }
   }
@@ -588,7 +609,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
        .cgroups = cgroups ? &*cgroups : nullptr,
        .lease_file = lease_file,
        .container = config.container,  // Tasks with an image (docs/agent.md "Containers").
-       .sandbox = sandbox},
+       .sandbox = sandbox,
+       .cuda_driver = driver},
       sharing.exitHandler());
   sharing.wrap(runtime);
   core::RealClock clock;
@@ -863,6 +885,7 @@ int runAgent(const RunFlags& f) {
     settings.device_dir = f.device_dir;
   }
   settings.cuda_interposer = f.cuda_interposer;
+  settings.cuda_driver = f.cuda_driver;
   settings.wait_ms = f.wait_ms;
   settings.fence_after_ms = f.fence_after_ms;
   settings.no_leader_bound_ms = f.no_leader_bound_ms;
@@ -1002,6 +1025,11 @@ void addAgentCommands(CLI::App& app, int* rc) {
                   "libtessera-cuda.so, preloaded into tasks on a time-sliced GPU share to hold "
                   "them to its memory and compute: a path, auto (next to this binary) or none; "
                   "without it, a node with NVML GPUs refuses such tasks")
+      ->capture_default_str();
+  run->add_option("--cuda-driver", r->cuda_driver,
+                  "The node's libcuda.so.1, which a sandboxed time-sliced task sees only through "
+                  "the interposer (libtessera-cuda-driver.so in its place): a path, auto (the "
+                  "first libcuda.so.1 in the usual library folders) or none")
       ->capture_default_str();
   run->add_option("--wait-ms", r->wait_ms,
                   "How long a watch for new tasks waits at the server before it asks again")

@@ -32,7 +32,8 @@ struct AgentSettings {
   // libtessera-cuda.so for time-sliced shares: a path, "auto" (next to the tessera binary:
   // ../lib/tessera/ or, in a build tree, src/cuda/) or "none".
   std::string cuda_interposer = "auto";
-  int64_t wait_ms = 2000;  // A watch's wait at the server.
+  std::string cuda_driver = "auto";  // --cuda-driver: a path, auto or none.
+  int64_t wait_ms = 2000;            // A watch's wait at the server.
   int64_t fence_after_ms = 10000;
   int64_t no_leader_bound_ms = 600000;  // AgentOptions::no_leader_bound.
   // Tasks' credential files (identity tokens); "": CredentialFiles::defaultRoot (a tmpfs).

@@ -68,10 +68,24 @@ constexpr Helper kLimiterNeeds[] = {Helper::kCuCtxGetCurrent,  Helper::kCuEventC
 
 // Set while this thread creates the process state: a dlsym from the driver's own initialisers
 // then passes straight through instead of waiting for the state being created.
-thread_local bool t_creating = false;
+//
+// Initial-exec: the variable sits in the static TLS block, at an offset fixed at load time.
+// The default model would go through __tls_get_addr, which does not work where a static binary
+// dlopens this library as its libcuda.so.1 (the loader's copy it would call was never set up).
+// For the same reason nothing here uses libstdc++'s thread-locals (std::call_once).
+__attribute__((tls_model("initial-exec"))) thread_local bool t_creating = false;
+
+// The real driver. libtessera-cuda-driver.so, which stands in for libcuda.so.1 in a task's view,
+// is built with the one path the agent binds the real driver at (and already has it loaded, as
+// its NEEDED entry); the preloaded library finds it by its usual name.
+#ifdef TESSERA_CUDA_DRIVER_LIBRARY
+constexpr const char* kDriverLibrary = TESSERA_CUDA_DRIVER_LIBRARY;
+#else
+constexpr const char* kDriverLibrary = "libcuda.so.1";
+#endif
 
 std::unique_ptr<Driver> openDriver() {
-  void* handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* handle = dlopen(kDriverLibrary, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     return nullptr;
   }
@@ -84,9 +98,19 @@ std::unique_ptr<Driver> openDriver() {
   for (int i = 0; i < kHelperCount; ++i) {
     driver->helper[i] = lookup(handle, kHelperNames[i]);
   }
+  // libcuda.so.1 may be this interposer itself (libtessera-cuda-driver.so bound there, and this
+  // copy preloaded under another name): its "driver" would then be its own hooks, and every call
+  // would go round for ever. No driver then; CUDA fails, saying why.
+  const int init = static_cast<int>(Hook::kCuInit);
+  if (driver->real[init] != nullptr && driver->real[init] == kHooks[init].hook) {
+    std::fprintf(stderr,
+                 "tessera-cuda: %s is this interposer, not the driver; CUDA is refused (the real "
+                 "driver must be reachable to pass calls on to)\n",
+                 kDriverLibrary);
+    return nullptr;
+  }
   Dl_info info{};
-  if (void* init = driver->real[static_cast<int>(Hook::kCuInit)];
-      init != nullptr && dladdr(init, &info) != 0) {
+  if (void* f = driver->real[init]; f != nullptr && dladdr(f, &info) != 0) {
     driver->base_address = info.dli_fbase;
   }
   return driver;
@@ -313,22 +337,25 @@ namespace {
 
 std::atomic<Process*> g_process{nullptr};
 
-// The first call's way: creates the state once, the other threads waiting for it.
+// The first call's way: creates the state once, the other threads waiting for it. (A mutex, not
+// std::call_once, whose state is thread-local in libstdc++: see t_creating.)
 const Process& createProcessOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    t_creating = true;
-    g_process.store(createProcess(), std::memory_order_release);
-    t_creating = false;
-  });
-  return *g_process.load(std::memory_order_acquire);
+  static std::mutex creating;
+  const std::lock_guard<std::mutex> lock(creating);
+  if (const Process* p = g_process.load(std::memory_order_acquire); p != nullptr) {
+    return *p;
+  }
+  t_creating = true;
+  Process* p = createProcess();
+  g_process.store(p, std::memory_order_release);
+  t_creating = false;
+  return *p;
 }
 
 }  // namespace
 
-// Every hook calls this: once the state exists, one atomic load. (std::call_once alone costs
-// about 15 ns a call here: it sets thread-local state before it looks, and thread-locals of a
-// preloaded library go through __tls_get_addr.)
+// Every hook calls this: once the state exists, one atomic load. (std::call_once alone cost
+// about 15 ns a call here: it sets thread-local state before it looks.)
 const Process& process() {
   if (const Process* p = g_process.load(std::memory_order_acquire); p != nullptr) {
     return *p;

@@ -162,7 +162,9 @@ Device& device() {
   return *d;
 }
 
-thread_local CUcontext t_current = nullptr;
+// Thread-locals here are initial-exec, as a driver's must be for a static binary to dlopen it
+// (the default model goes through __tls_get_addr, which there is a loader copy never set up).
+__attribute__((tls_model("initial-exec"))) thread_local CUcontext t_current = nullptr;
 
 void engine() {
   Device& d = device();
@@ -1108,7 +1110,7 @@ CUresult fakeStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
 }
 
 CUresult fakeThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
-  thread_local CUstreamCaptureMode t_mode = 0;
+  __attribute__((tls_model("initial-exec"))) thread_local CUstreamCaptureMode t_mode = 0;
   std::swap(t_mode, *mode);
   return kCudaSuccess;
 }

@@ -1683,8 +1683,10 @@ TEST(DevAgentsTest, DevModeRunsWorkloadsAsProcesses) {
 // preloads libtessera-cuda.so, and a program using the driver API the way the CUDA runtime does
 // (against the fake libcuda.so.1) can allocate exactly the memory its workload was granted.
 TEST_F(AgentTest, TimeSlicedTasksRunUnderTheInterposerHeldToTheirGrant) {
-  startBothAgents();
   const std::string bin = binaryDir();
+  // The fake stands for the node's driver: under root, a task's view shows the interposer's
+  // stand-in in its place.
+  startBothAgents({"--cuda-driver", bin + "/tests/fake_cuda/lib/libcuda.so.1"});
   const json gpu = {{"count", 1}, {"milli", 300}, {"memoryMiB", 64}, {"isolation", "none"}};
   const json env = {{"LD_LIBRARY_PATH", bin + "/tests/fake_cuda/lib"},
                     {"FAKE_CUDA_TOTAL_MIB", "1024"}};
@@ -1698,7 +1700,12 @@ TEST_F(AgentTest, TimeSlicedTasksRunUnderTheInterposerHeldToTheirGrant) {
   const auto [node, index] = runToSuccess("sliced");
   ASSERT_FALSE(node.empty());
   const std::string out = slurp(taskDir(node, "sliced") / "stdout.log");
-  const std::string lib = fs::weakly_canonical(bin + "/src/cuda/libtessera-cuda.so").string();
+  // Where the task has a view of its own (root), the variable names the stand-in: the same file
+  // as its /etc/ld.so.preload.
+  const std::string lib =
+      fs::weakly_canonical(bin + (::geteuid() == 0 ? "/src/cuda/libtessera-cuda-driver.so"
+                                                   : "/src/cuda/libtessera-cuda.so"))
+          .string();
   EXPECT_NE(out.find("preload=" + lib + " share=30\n"), std::string::npos) << out;
   // 64 MiB granted, of the fake GPU's 1024: four threads racing get exactly 64 chunks of 1 MiB.
   EXPECT_NE(out.find("allocated=67108864\n"), std::string::npos) << out;
@@ -1735,7 +1742,22 @@ TEST_F(AgentTest, TimeSlicedTasksRunUnderTheInterposerHeldToTheirGrant) {
                         "/src/cuda/tessera_cuda_probe threads --threads 4 --chunk 1048576"}}})
                 .status,
             202U);
-  for (const char* name : {"unset", "raised"}) {
+  // A static binary: no preload reaches it, and its dlopen("libcuda.so.1") finds the driver's
+  // file, which in its view is the stand-in.
+  ASSERT_EQ(call("POST", "/v1/tenants/team-1/workloads/static", tenant_,
+                 {{"gpu", gpu},
+                  {"env", env},
+                  {"command",
+                   {"sh", "-c",
+                    "cmp -s " + bin + "/tests/fake_cuda/lib/libcuda.so.1 " + bin +
+                        "/src/cuda/libtessera-cuda-driver.so && echo libcuda-is-the-interposer; "
+                        "exec env -u LD_PRELOAD TESSERA_CUDA_MEMORY_LIMIT=1T " +
+                        bin +
+                        "/src/cuda/tessera_cuda_probe_static threads --threads 4 --chunk "
+                        "1048576"}}})
+                .status,
+            202U);
+  for (const char* name : {"unset", "raised", "static"}) {
     const auto [at, gpu_index] = runToSuccess(name);
     ASSERT_FALSE(at.empty()) << name;
     const std::string got = slurp(taskDir(at, name) / "stdout.log");
@@ -1744,6 +1766,9 @@ TEST_F(AgentTest, TimeSlicedTasksRunUnderTheInterposerHeldToTheirGrant) {
     EXPECT_EQ(got.find("writable"), std::string::npos) << name << "\n" << got;
     if (std::string(name) == "unset") {
       EXPECT_NE(got.find("caps_lines=2\n"), std::string::npos) << got;
+    }
+    if (std::string(name) == "static") {
+      EXPECT_NE(got.find("libcuda-is-the-interposer\n"), std::string::npos) << got;
     }
   }
 }

@@ -308,10 +308,12 @@ TEST_F(ContainerTest, RunsInItsImageAsItsTenantWithOnlyItsGpu) {
 // (so every dynamically linked program in it loads it, whatever LD_PRELOAD says) and its caps
 // are in a read-only file the interposer reads instead of the variables; the task, its tenant's
 // user, can write neither. The image has a third layer with a dynamically linked CUDA program
-// (the interposer's probe), the fake libcuda.so.1 as the image's driver and the C and C++
-// libraries they need, copied from this machine: run with LD_PRELOAD unset, or set empty, and a
-// cap of its own choosing in the environment, it is still held to the 64 MiB granted (the fake
-// device has 1 GiB).
+// (the interposer's probe) and the same program linked statically, the fake libcuda.so.1 as the
+// image's driver and the C and C++ libraries they need, copied from this machine. The agent
+// binds libtessera-cuda-driver.so over the image's libcuda.so.1 and the driver where that needs
+// it. Run with LD_PRELOAD unset, or set empty, and a cap of its own choosing in the environment,
+// the dynamic probe is still held to the 64 MiB granted (the fake device has 1 GiB); so is the
+// static one, which no preload reaches: its dlopen("libcuda.so.1") finds only the interposer.
 TEST_F(ContainerTest, ATimeSlicedContainerGetsTheInterposerAndItsCapsReadOnly) {
   const std::string bin = binaryDir();
   const fs::path layer = dir_ / "cuda-layer";
@@ -320,11 +322,13 @@ TEST_F(ContainerTest, ATimeSlicedContainerGetsTheInterposerAndItsCapsReadOnly) {
   const std::string interposer = bin + "/src/cuda/libtessera-cuda.so";
   const std::string copy =
       "set -e; x=" + layer.string() + "; mkdir -p $x/opt/cuda $x/usr/lib/x86_64-linux-gnu; cp " +
-      probe + " $x/opt/cuda/; cp -L " + fake + " $x/usr/lib/x86_64-linux-gnu/; for l in $(ldd " +
-      probe + " " + fake + " " + interposer +
+      probe + " " + probe + "_static $x/opt/cuda/; cp -L " + fake +
+      " $x/usr/lib/x86_64-linux-gnu/; for l in $(ldd " + probe + " " + fake + " " + interposer +
       " | awk '$2 == \"=>\" && $3 ~ /^\\// {print $3} $1 ~ /^\\// && $2 ~ /^\\(/ {print $1}' | "
       "sort -u); do "
-      "mkdir -p $x$(dirname $l); cp -L $l $x$l; done";
+      // Where the library really is too (/lib64's loader is a link into the multiarch folder,
+      // where a static program's dlopen looks for it).
+      "for p in $l $(readlink -f $l); do mkdir -p $x$(dirname $p); cp -L $l $x$p; done; done";
   ASSERT_EQ(std::system(copy.c_str()), 0) << copy;
   const std::string image = (dir_ / "cuda.tar").string();
   ASSERT_EQ(std::system((sourceDir() + "/scripts/make-busybox-image " + image + " " +
@@ -333,14 +337,20 @@ TEST_F(ContainerTest, ATimeSlicedContainerGetsTheInterposerAndItsCapsReadOnly) {
             0);
   ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}));
   const std::string run = "/opt/cuda/tessera_cuda_probe threads --threads 4 --chunk 1048576";
+  const std::string run_static =
+      "/opt/cuda/tessera_cuda_probe_static threads --threads 4 --chunk 1048576";
   const std::string script =
       "echo preload=$(cat /etc/ld.so.preload); cat /etc/tessera/cuda-caps; "
       "test -w /etc/ld.so.preload && echo preload-writable; "
       "test -w /etc/tessera/cuda-caps && echo caps-writable; "
+      "test -w /usr/lib/x86_64-linux-gnu/libcuda.so.1 && echo libcuda-writable; "
       "test -r \"$(cat /etc/ld.so.preload)\" && echo interposer-there; "
+      "cmp -s /usr/lib/x86_64-linux-gnu/libcuda.so.1 \"$(cat /etc/ld.so.preload)\" && "
+      "echo libcuda-is-the-interposer; "
       "env -u LD_PRELOAD TESSERA_CUDA_MEMORY_LIMIT=1T " +
-      run + " | sed s/^/unset:/; LD_PRELOAD= TESSERA_CUDA_MEMORY_LIMIT=1T " + run +
-      " | sed s/^/empty:/";
+      run + " 2>&1 | sed s/^/unset:/; LD_PRELOAD= TESSERA_CUDA_MEMORY_LIMIT=1T " + run +
+      " 2>&1 | sed s/^/empty:/; env -u LD_PRELOAD TESSERA_CUDA_MEMORY_LIMIT=1T " + run_static +
+      " 2>&1 | sed s/^/static:/";
   Response r = submit(
       "sliced", {{"gpu", {{"count", 1}, {"milli", 300}, {"memoryMiB", 64}, {"isolation", "none"}}},
                  {"image", "oci-archive:" + image},
@@ -350,14 +360,16 @@ TEST_F(ContainerTest, ATimeSlicedContainerGetsTheInterposerAndItsCapsReadOnly) {
   ASSERT_TRUE(waitPhase("sliced", "succeeded")) << workload("sliced").dump() << agentLog("gpu-a");
   const CmdResult out = logs("sliced");
   ASSERT_EQ(out.rc, 0) << out.err;
-  EXPECT_TRUE(std::regex_search(out.out, std::regex(R"(preload=/\S+/libtessera-cuda\.so\n)")))
+  EXPECT_TRUE(
+      std::regex_search(out.out, std::regex(R"(preload=/\S+/libtessera-cuda-driver\.so\n)")))
       << out.out;
+  EXPECT_NE(out.out.find("libcuda-is-the-interposer\n"), std::string::npos) << out.out;
   EXPECT_NE(out.out.find("TESSERA_CUDA_COMPUTE_SHARE=30\nTESSERA_CUDA_MEMORY_LIMIT=64M\n"),
             std::string::npos)
       << out.out;
   EXPECT_NE(out.out.find("interposer-there\n"), std::string::npos) << out.out;
   EXPECT_EQ(out.out.find("writable"), std::string::npos) << out.out;
-  for (const std::string how : {"unset:", "empty:"}) {
+  for (const std::string how : {"unset:", "empty:", "static:"}) {
     EXPECT_NE(out.out.find(how + "allocated=67108864\n"), std::string::npos) << out.out;
     EXPECT_NE(out.out.find(how + "refused_out_of_memory=4\n"), std::string::npos) << out.out;
     EXPECT_NE(out.out.find(how + "fake_peak=67108864\n"), std::string::npos) << out.out;
