@@ -744,16 +744,24 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
           where, kDriverStandIn, spec.gpus.interposer);
     }
     config["mounts"].push_back(bindMount(preloaded, preloaded, true));
-    fs::create_directories(bundle + "/cuda", ec);
+    fs::create_directories(bundle + "/cuda/caps", ec);
     const std::string preload_file = bundle + "/cuda/ld.so.preload";
-    const std::string caps_file = bundle + "/cuda/cuda-caps";
-    if (!writeFile(preload_file, preloaded + "\n", 0444) || !writeFile(caps_file, caps, 0444)) {
+    // The runtime's caps folder, which it rewrites as bursts start and end (ProcessRuntime);
+    // without one (Containers on its own), a folder of the bundle's with the guarantee.
+    std::string caps_dir = spec.gpus.caps_dir;
+    if (caps_dir.empty()) {
+      caps_dir = bundle + "/cuda/caps";
+      if (!writeFile(caps_dir + "/caps", caps, 0444)) {
+        cleanup(spec.id);
+        return core::unavailable("cannot write the CUDA caps in " + caps_dir).withContext(where);
+      }
+    }
+    if (!writeFile(preload_file, preloaded + "\n", 0444)) {
       cleanup(spec.id);
-      return core::unavailable("cannot write the CUDA caps in " + bundle + "/cuda")
-          .withContext(where);
+      return core::unavailable("cannot write " + preload_file).withContext(where);
     }
     config["mounts"].push_back(bindMount(preload_file, "/etc/ld.so.preload", true));
-    config["mounts"].push_back(bindMount(caps_file, kCudaCapsFile, true));
+    config["mounts"].push_back(bindMount(caps_dir, kCudaCapsDir, true));
   } else if (!spec.gpus.interposer.empty()) {
     config["mounts"].push_back(bindMount(spec.gpus.interposer, spec.gpus.interposer, true));
   }

@@ -92,6 +92,10 @@ core::Result<TaskAssignment> assignmentFromJson(const json& task, const NodeGpus
       pin.uuids.clear();
     }
     pin.compute_share_percent = static_cast<int>(std::clamp<int64_t>(milli / 10, 1, 100));
+    if (t.milli_limit_per_gpu > milli && shared && isolation == "none") {
+      pin.compute_limit_percent =
+          static_cast<int>(std::clamp<int64_t>(t.milli_limit_per_gpu / 10, 1, 100));
+    }
     if (pin.mode == GpuPinning::Mode::kMps) {
       pin.mps_thread_percentage = pin.compute_share_percent;
       pin.mps_memory_limit_mib = pin.memory_limit_mib;

@@ -536,16 +536,63 @@ std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin) {
   return env;
 }
 
-std::string cudaCapsText(const GpuPinning& pin) {
+std::string cudaCapsText(const GpuPinning& pin, int share_now) {
   std::string text;
   if (pin.mode == GpuPinning::Mode::kFractional && !pin.interposer.empty() && !pin.uuids.empty()) {
     for (const auto& [k, v] : gpuEnvironment(pin)) {
-      if (k.starts_with("TESSERA_CUDA_")) {
+      if (k == "TESSERA_CUDA_COMPUTE_SHARE") {
+        text += k + "=" + (share_now > 0 ? std::to_string(share_now) : v) + "\n";
+        if (pin.compute_limit_percent > pin.compute_share_percent) {
+          text += "TESSERA_CUDA_COMPUTE_GUARANTEE=" + v + "\n";
+        }
+      } else if (k.starts_with("TESSERA_CUDA_")) {
         text += k + "=" + v + "\n";
       }
     }
   }
   return text;
+}
+
+std::map<std::string, int> burstShares(const std::vector<BurstSharer>& sharers) {
+  std::map<std::string, int> now;
+  int free = 100;
+  for (const BurstSharer& s : sharers) {
+    now[s.task] = s.guarantee;
+    free -= s.guarantee;
+  }
+  // Water filling, in whole percents: each round splits what is free among those still under
+  // their limit by their guarantees; one that reaches its limit leaves the rest to the others.
+  while (free > 0) {
+    int64_t weight = 0;
+    for (const BurstSharer& s : sharers) {
+      if (now[s.task] < s.limit) {
+        weight += std::max(s.guarantee, 1);
+      }
+    }
+    if (weight == 0) {
+      break;
+    }
+    int given = 0;
+    for (const BurstSharer& s : sharers) {
+      int& share = now[s.task];
+      if (share < s.limit) {
+        const int part = static_cast<int>(free * std::max(s.guarantee, 1) / weight);
+        const int take = std::min(part, s.limit - share);
+        share += take;
+        given += take;
+      }
+    }
+    if (given == 0) {  // Less than one percent each: the first ones under their limit get it.
+      for (const BurstSharer& s : sharers) {
+        if (free - given > 0 && now[s.task] < s.limit) {
+          ++now[s.task];
+          ++given;
+        }
+      }
+    }
+    free -= given;
+  }
+  return now;
 }
 
 core::Status writeLease(const std::string& lease_file, std::chrono::milliseconds valid_for) {
@@ -638,6 +685,109 @@ struct ProcessRuntime::Impl {
                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (pfd.get() >= 0) {
       removeTreeAt(pfd.get(), id);
+    }
+  }
+
+  // Time-sliced shares' caps (docs/agent.md, "Burst limits"): each one's file is
+  // <work_dir>/.cuda-caps/<id>/caps, the agent's (the task reads it through a read-only bind of
+  // the folder, at kCudaCapsDir), with <id>.share beside it: the pin, read again on adoption.
+  // When a share starts or ends, the others on its GPU are given what burstShares says now.
+  struct CudaShare {
+    GpuPinning pin;
+    int now = 0;  // The share its file says.
+  };
+  std::mutex shares_mu;
+  std::map<std::string, CudaShare> shares;  // By task; guarded by shares_mu.
+
+  std::string capsRoot() const { return options.work_dir + "/.cuda-caps"; }
+
+  // Makes the task's caps folder and records its share; the files are written by rebalance.
+  core::Result<std::string> addShare(const std::string& id, GpuPinning pin) {
+    const std::string root = capsRoot();
+    if (::mkdir(root.c_str(), 0711) != 0 && errno != EEXIST) {
+      return core::unavailable("cannot create " + root + ": " + std::strerror(errno));
+    }
+    struct stat st {};
+    if (::lstat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+      return core::unavailable(root + " is not a folder of this agent's");
+    }
+    const std::string dir = root + "/" + id;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    if (::mkdir(dir.c_str(), 0755) != 0) {
+      return core::unavailable("cannot create " + dir + ": " + std::strerror(errno));
+    }
+    pin.caps_dir = dir;
+    const std::string record = pin.uuids.front() + " " + std::to_string(pin.memory_limit_mib) +
+                               " " + std::to_string(pin.compute_share_percent) + " " +
+                               std::to_string(pin.compute_limit_percent) + "\n" + pin.interposer +
+                               "\n";
+    if (!writeAgentFile(dir + ".share", record)) {
+      return core::unavailable("cannot write " + dir + ".share");
+    }
+    std::lock_guard lock(shares_mu);
+    shares[id] = {std::move(pin), 0};
+    rebalanceLocked(shares[id].pin.uuids.front());
+    if (shares[id].now == 0) {
+      shares.erase(id);
+      return core::unavailable("cannot write the CUDA caps in " + dir);
+    }
+    return dir;
+  }
+
+  // The share a restarted agent finds (its record), as it was.
+  void adoptShare(const std::string& id) {
+    const std::string dir = capsRoot() + "/" + id;
+    const std::optional<std::string> record = readAgentFile(dir + ".share");
+    if (!record) {
+      return;
+    }
+    std::istringstream in(*record);
+    GpuPinning pin;
+    std::string uuid;
+    in >> uuid >> pin.memory_limit_mib >> pin.compute_share_percent >> pin.compute_limit_percent;
+    in.ignore(1);
+    std::getline(in, pin.interposer);
+    if (!in || uuid.empty()) {
+      return;
+    }
+    pin.mode = GpuPinning::Mode::kFractional;
+    pin.uuids = {uuid};
+    pin.caps_dir = dir;
+    std::lock_guard lock(shares_mu);
+    shares[id] = {std::move(pin), -1};  // Written again by the next rebalance.
+    rebalanceLocked(uuid);
+  }
+
+  void removeShare(const std::string& id) {
+    std::lock_guard lock(shares_mu);
+    auto it = shares.find(id);
+    const std::string dir = capsRoot() + "/" + id;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    ::unlink((dir + ".share").c_str());
+    if (it == shares.end()) {
+      return;
+    }
+    const std::string uuid = it->second.pin.uuids.front();
+    shares.erase(it);
+    rebalanceLocked(uuid);
+  }
+
+  // Gives every share on `uuid` what burstShares says, rewriting the files that change (whole,
+  // by a rename: the interposer never reads half of one). Requires shares_mu.
+  void rebalanceLocked(const std::string& uuid) {
+    std::vector<BurstSharer> on_gpu;
+    for (const auto& [id, s] : shares) {
+      if (s.pin.uuids.front() == uuid) {
+        on_gpu.push_back({id, s.pin.compute_share_percent, s.pin.compute_limit_percent});
+      }
+    }
+    for (const auto& [id, share] : burstShares(on_gpu)) {
+      CudaShare& s = shares[id];
+      if (s.now != share && writeAgentFile(s.pin.caps_dir + "/caps", cudaCapsText(s.pin, share))) {
+        s.now = share;
+      }
     }
   }
 
@@ -734,6 +884,7 @@ struct ProcessRuntime::Impl {
     killTree(t, SIGKILL);
     containers->cleanup(t.id);  // Its container's remains, if it ran one.
     removeTmp(t.id);
+    removeShare(t.id);  // Its GPU's time goes back to the others.
     if (t.cgroup) {
       e.oom_killed = t.cgroup->oomKills() > 0;
       (void)options.cgroups->remove(*t.cgroup);
@@ -921,6 +1072,26 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     }
   }
   std::vector<std::string> env = taskEnvironment(spec, impl_->options.path, dir, who);
+  // A time-sliced share in a view (a container, or a sandbox): its caps in a file of the agent's,
+  // rewritten as bursts on its GPU start and end. Given back if the task does not start.
+  std::string caps_dir;
+  if ((container || impl_->options.sandbox) && !cudaCapsText(spec.gpus).empty()) {
+    auto made = impl_->addShare(spec.id, spec.gpus);
+    if (!made.isOk()) {
+      return made.status().withContext(where);
+    }
+    caps_dir = *made;
+  }
+  struct ShareRelease {
+    Impl* impl;
+    std::string id;
+    bool armed;
+    ~ShareRelease() {
+      if (armed) {
+        impl->removeShare(id);
+      }
+    }
+  } release{impl_.get(), spec.id, !caps_dir.empty()};
   // A sandboxed share where the node's driver is known: its view preloads the stand-in, and so
   // does the variable (planSandbox makes the same choice).
   const bool driver_stand_in =
@@ -934,7 +1105,9 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   // the container's process under the task's user itself.
   Identity run_as = who;
   if (container) {
-    auto launch = impl_->containers->prepare(spec, env, who.uid, who.gid);
+    TaskSpec with_caps = spec;
+    with_caps.gpus.caps_dir = caps_dir;
+    auto launch = impl_->containers->prepare(with_caps, env, who.uid, who.gid);
     if (!launch.isOk()) {
       return launch.status();
     }
@@ -1039,8 +1212,8 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     in.keep = {dir, spec.credentials_dir, spec.gpus.interposer, spec.gpus.mps_pipe_directory};
     // A time-sliced share: the interposer in /etc/ld.so.preload and its caps in a read-only
     // file, so that a task that clears LD_PRELOAD or sets the variables is still held.
-    in.cuda_caps = cudaCapsText(spec.gpus);
-    if (!in.cuda_caps.empty()) {
+    in.cuda_caps_dir = caps_dir;
+    if (!in.cuda_caps_dir.empty()) {
       in.cuda_interposer = spec.gpus.interposer;
       in.cuda_driver = driver_stand_in ? impl_->options.cuda_driver : "";
       if (driver_stand_in) {
@@ -1230,6 +1403,7 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   (void)writeAgentFile(dir + "/shim", std::to_string(shim) + " " + std::to_string(task) + " " +
                                           std::to_string(processStartTime(shim)) + "\n" + spec.tag +
                                           "\n");
+  release.armed = false;  // The task runs: its share goes when it ends (reap).
   std::lock_guard lock(impl_->mu);
   impl_->watch(std::move(t));
   return core::Status::ok();
@@ -1285,8 +1459,11 @@ std::vector<AdoptedTask> ProcessRuntime::adopt() {
     }
     if (t.pidfd >= 0) {
       t.started = Clock::now();
-      std::lock_guard lock(impl_->mu);
-      impl_->watch(std::move(t));
+      {
+        std::lock_guard lock(impl_->mu);
+        impl_->watch(std::move(t));
+      }
+      impl_->adoptShare(id);
       out.push_back({id, tag, std::nullopt});
       continue;
     }
@@ -1306,6 +1483,7 @@ std::vector<AdoptedTask> ProcessRuntime::adopt() {
     e.stopped = fenced;
     impl_->containers->cleanup(id);
     impl_->removeTmp(id);
+    impl_->removeShare(id);
     if (t.cgroup) {
       e.oom_killed = t.cgroup->oomKills() > 0;
       (void)impl_->options.cgroups->remove(*t.cgroup);

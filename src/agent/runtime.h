@@ -53,8 +53,14 @@ struct GpuPinning {
   int64_t mps_memory_limit_mib = 0;  // 0: none.
   // kFractional: the interposer's limits, and its path once it exists ("" : not preloaded).
   int64_t memory_limit_mib = 0;
-  int compute_share_percent = 100;
+  int compute_share_percent = 100;  // Its guarantee.
+  // The most it may use while the GPU has time no share is guaranteed (a burst limit); at most
+  // compute_share_percent: none. The caps file then says what it may use now (BurstShares).
+  int compute_limit_percent = 0;
   std::string interposer;
+  // The folder of its caps file (the runtime's, read-only to the task), bound at kCudaCapsDir in
+  // its view; "" : none made.
+  std::string caps_dir;
 };
 
 // The variables that pin a task to its GPUs. A task without GPUs gets CUDA_VISIBLE_DEVICES=""
@@ -63,8 +69,21 @@ std::map<std::string, std::string> gpuEnvironment(const GpuPinning& pin);
 
 // A time-sliced share's caps as the CUDA interposer reads them from the read-only file a task's
 // view has (agent/sandbox.h kCudaCapsFile): gpuEnvironment's TESSERA_CUDA_* variables as
-// "NAME=value" lines. "" unless the pin is fractional with an interposer.
-std::string cudaCapsText(const GpuPinning& pin);
+// "NAME=value" lines, with TESSERA_CUDA_COMPUTE_SHARE=`share_now` (0: its guarantee) and, where
+// it has a burst limit, TESSERA_CUDA_COMPUTE_GUARANTEE. "" unless the pin is fractional with an
+// interposer.
+std::string cudaCapsText(const GpuPinning& pin, int share_now = 0);
+
+// Time-sliced shares of one GPU: each one's guarantee and burst limit (percent of GPU time).
+struct BurstSharer {
+  std::string task;
+  int guarantee = 0;
+  int limit = 0;  // At most guarantee: none.
+};
+// What each may use now: its guarantee, plus the GPU's time that no share is guaranteed, split
+// among those with a higher limit in proportion to their guarantees, none past its limit (what
+// one cannot take goes to the others).
+std::map<std::string, int> burstShares(const std::vector<BurstSharer>& sharers);
 
 // A task run from an image as an OCI container (agent/container.h); `image` "" : a process.
 struct ContainerSpec {

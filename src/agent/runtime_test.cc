@@ -3,6 +3,7 @@
 // skipped, and say why.
 #include "agent/runtime.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <pwd.h>
@@ -142,6 +143,46 @@ TEST(GpuEnvironment, PinsTheAssignedGpusAndNothingElse) {
   EXPECT_FALSE(env.contains("LD_PRELOAD"));  // Without the interposer's path.
   frac.interposer = "/usr/lib/tessera/libtessera-cuda.so";
   EXPECT_EQ(gpuEnvironment(frac).at("LD_PRELOAD"), "/usr/lib/tessera/libtessera-cuda.so");
+}
+
+// #41 item 3: a share's caps say what it may use now and, with a burst limit, its guarantee.
+TEST(GpuEnvironment, CapsSayTheShareNowAndTheGuaranteeUnderABurstLimit) {
+  GpuPinning frac;
+  frac.mode = GpuPinning::Mode::kFractional;
+  frac.uuids = {"GPU-b"};
+  frac.memory_limit_mib = 64;
+  frac.compute_share_percent = 30;
+  EXPECT_EQ(cudaCapsText(frac), "");  // No interposer, no caps.
+  frac.interposer = "/usr/lib/tessera/libtessera-cuda.so";
+  EXPECT_EQ(cudaCapsText(frac), "TESSERA_CUDA_COMPUTE_SHARE=30\nTESSERA_CUDA_MEMORY_LIMIT=64M\n");
+  frac.compute_limit_percent = 80;
+  EXPECT_EQ(cudaCapsText(frac, 55),
+            "TESSERA_CUDA_COMPUTE_SHARE=55\nTESSERA_CUDA_COMPUTE_GUARANTEE=30\n"
+            "TESSERA_CUDA_MEMORY_LIMIT=64M\n");
+}
+
+// The GPU's time that no share is guaranteed goes to those with a burst limit, by their
+// guarantees, none past its limit; what one cannot take goes to the others; with no free time,
+// or no limit above a guarantee, everyone has its guarantee.
+TEST(BurstShares, SplitTheUnguaranteedTimeByGuaranteeUpToEachLimit) {
+  using Shares = std::map<std::string, int>;
+  EXPECT_EQ(burstShares({{"a", 30, 100}}), (Shares{{"a", 100}}));
+  EXPECT_EQ(burstShares({{"a", 30, 70}}), (Shares{{"a", 70}}));
+  EXPECT_EQ(burstShares({{"a", 30, 100}, {"b", 50, 0}}), (Shares{{"a", 50}, {"b", 50}}));
+  // 40 free, split 1:3, and a's limit leaves the rest to b.
+  EXPECT_EQ(burstShares({{"a", 10, 100}, {"b", 30, 100}, {"c", 20, 0}}),
+            (Shares{{"a", 20}, {"b", 60}, {"c", 20}}));
+  EXPECT_EQ(burstShares({{"a", 10, 12}, {"b", 30, 100}, {"c", 20, 0}}),
+            (Shares{{"a", 12}, {"b", 68}, {"c", 20}}));
+  // Nothing free: the guarantees.
+  EXPECT_EQ(burstShares({{"a", 50, 100}, {"b", 50, 100}}), (Shares{{"a", 50}, {"b", 50}}));
+  // Three ways into 1 % left over: whole percents, none lost.
+  const Shares odd = burstShares({{"a", 33, 100}, {"b", 33, 100}, {"c", 33, 100}});
+  EXPECT_EQ(odd.at("a") + odd.at("b") + odd.at("c"), 100);
+  for (const auto& [task, share] : odd) {
+    EXPECT_GE(share, 33) << task;
+  }
+  EXPECT_TRUE(burstShares({}).empty());
 }
 
 TEST_F(RuntimeTest, RunsTheCommandWithItsGpusAndNamesInTheEnvironmentAndLogsIt) {
@@ -745,6 +786,58 @@ TEST_F(SandboxRuntimeTest, WhatTheTaskNeedsUnderTmpAndDevShmIsCarriedIntoItsView
   EXPECT_EQ(out.rfind("jwt-of-the-task\n" + rt.taskDir("keep") + "\n", 0), 0U) << out;
   // The folder above it is one the task passes through, never lists.
   EXPECT_NE(out.find("Permission denied"), std::string::npos) << out;
+}
+
+// #41 item 3: time-sliced shares' caps are the agent's files, read-only in each task's view and
+// rewritten as shares come and go on their GPU; a restarted runtime learns them back from its
+// records and goes on rewriting them. (The preload is the C library itself, already loaded by
+// every program: the test is about the caps, not the interposer.)
+TEST_F(SandboxRuntimeTest, SharesCapsAreRewrittenAsSharesComeAndGoAcrossARestart) {
+  ASSERT_TRUE(prepareCudaMountPoints(false).isOk());
+  Dl_info libc{};
+  ASSERT_NE(::dladdr(reinterpret_cast<void*>(&::getpid), &libc), 0);
+  auto share = [&](const std::string& id, int guarantee, int limit) {
+    TaskSpec spec = as(shell(id,
+                             "cat /etc/tessera/cuda/caps; test -w /etc/tessera/cuda/caps && echo "
+                             "writable; sleep 60"));
+    spec.gpus.mode = GpuPinning::Mode::kFractional;
+    spec.gpus.uuids = {"GPU-shared"};
+    spec.gpus.memory_limit_mib = 64;
+    spec.gpus.compute_share_percent = guarantee;
+    spec.gpus.compute_limit_percent = limit;
+    spec.gpus.interposer = libc.dli_fname;
+    return spec;
+  };
+  const fs::path root = dir_ / "tasks" / ".cuda-caps";
+  auto caps = [&](const std::string& id) { return readFile((root / id / "caps").string()); };
+  {
+    ProcessRuntime& first = sandboxed();
+    ASSERT_TRUE(first.start(share("bursty", 30, 100)).isOk());
+    ASSERT_TRUE(waitFor([&] { return !log("bursty").empty(); }, 10s))
+        << log("bursty", "stderr.log");
+    EXPECT_EQ(log("bursty"),
+              "TESSERA_CUDA_COMPUTE_SHARE=100\nTESSERA_CUDA_COMPUTE_GUARANTEE=30\n"
+              "TESSERA_CUDA_MEMORY_LIMIT=64M\n");
+    ASSERT_TRUE(first.start(share("steady", 50, 0)).isOk());
+    ASSERT_TRUE(waitFor([&] { return !log("steady").empty(); }, 10s))
+        << log("steady", "stderr.log");
+    EXPECT_EQ(log("steady"), "TESSERA_CUDA_COMPUTE_SHARE=50\nTESSERA_CUDA_MEMORY_LIMIT=64M\n");
+    EXPECT_TRUE(caps("bursty").starts_with("TESSERA_CUDA_COMPUTE_SHARE=50\n")) << caps("bursty");
+    first.detach();
+    runtime_.reset();  // The agent restarts; its tasks stay.
+  }
+  ProcessRuntime& second = sandboxed();
+  ASSERT_EQ(second.adopt().size(), 2U);
+  ASSERT_TRUE(second.stop("steady", 1s).isOk());
+  ASSERT_TRUE(exitOf("steady", 30s).has_value());
+  // The adopted share got its GPU's time back, and the gone one's caps went with it.
+  EXPECT_TRUE(caps("bursty").starts_with("TESSERA_CUDA_COMPUTE_SHARE=100\n")) << caps("bursty");
+  EXPECT_FALSE(fs::exists(root / "steady"));
+  EXPECT_FALSE(fs::exists(root / "steady.share"));
+  ASSERT_TRUE(second.stop("bursty", 1s).isOk());
+  ASSERT_TRUE(exitOf("bursty", 30s).has_value());
+  EXPECT_FALSE(fs::exists(root / "bursty"));
+  EXPECT_EQ(log("bursty").find("writable"), std::string::npos) << log("bursty");
 }
 
 }  // namespace

@@ -200,20 +200,20 @@ core::Result<SandboxPlan> planSandbox(const SandboxInput& in) {
   plan.passwd += passwdLine("nobody", 65534, 65534, "/nonexistent", "/usr/sbin/nologin");
   plan.group += "nogroup:x:65534:\n";
   if (!in.cuda_interposer.empty()) {
-    if (in.cuda_caps.empty()) {
+    if (in.cuda_caps_dir.empty()) {
       return core::invalidArgument("a time-sliced task's view needs the caps of its interposer");
     }
     std::error_code ec;
-    if (!fs::is_regular_file(kCudaCapsFile, ec) || !fs::is_regular_file("/etc/ld.so.preload", ec)) {
+    if (!fs::is_directory(kCudaCapsDir, ec) || !fs::is_regular_file("/etc/ld.so.preload", ec)) {
       return core::failedPrecondition(
-          std::string("the node has no ") + kCudaCapsFile +
+          std::string("the node has no folder ") + kCudaCapsDir +
           " or /etc/ld.so.preload to bind the task's over (the agent makes them at start)");
     }
     std::ifstream node_preload("/etc/ld.so.preload");
     std::ostringstream theirs;
     theirs << node_preload.rdbuf();
     plan.preload = in.cuda_interposer + "\n" + theirs.str();
-    plan.cuda_caps = in.cuda_caps;
+    plan.cuda_caps_dir = in.cuda_caps_dir;
     const std::string stand_in = driverStandIn(in.cuda_interposer);
     if (!in.cuda_driver.empty() && !stand_in.empty()) {
       if (!fs::is_regular_file(kDriverInView, ec)) {
@@ -311,9 +311,12 @@ int enterSandbox(const SandboxPlan& plan, int* step) {
   }
   // /etc/passwd and /etc/group from files on a tmpfs that nothing else sees: written, bound,
   // and the tmpfs let go (the binds keep what they show).
-  // On a share where the node's driver is known: the driver where only the stand-in looks for
-  // it, and the stand-in wherever the driver's files were (before /tmp is covered, as they may
-  // be under it).
+  // On a time-sliced share: the agent's caps folder; where the node's driver is known, the
+  // driver where only the stand-in looks for it, and the stand-in wherever the driver's files
+  // were (all before /tmp is covered, as they may be under it).
+  if (!plan.cuda_caps_dir.empty() && !bindReadOnly(plan.cuda_caps_dir.c_str(), kCudaCapsDir)) {
+    return failAt(step, kSandboxCuda);
+  }
   if (!plan.cuda_stand_in.empty() && !bindReadOnly(plan.cuda_driver.c_str(), kDriverInView)) {
     return failAt(step, kSandboxCuda);
   }
@@ -335,15 +338,11 @@ int enterSandbox(const SandboxPlan& plan, int* step) {
       return failAt(step, kSandboxStage);
     }
     // On a time-sliced share: the interposer in every program, and its caps, read-only.
-    if (!plan.cuda_caps.empty() &&
+    if (!plan.cuda_caps_dir.empty() &&
         (!writeNew(stage, "preload", plan.preload) ||
-         !writeNew(stage, "cuda-caps", plan.cuda_caps) ||
          ::mount("/tmp/preload", "/etc/ld.so.preload", nullptr, MS_BIND, nullptr) != 0 ||
          ::mount(nullptr, "/etc/ld.so.preload", nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY,
-                 nullptr) != 0 ||
-         ::mount("/tmp/cuda-caps", kCudaCapsFile, nullptr, MS_BIND, nullptr) != 0 ||
-         ::mount(nullptr, kCudaCapsFile, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) !=
-             0)) {
+                 nullptr) != 0)) {
       return failAt(step, kSandboxCuda);
     }
     if (::umount2("/tmp", MNT_DETACH) != 0) {
@@ -489,17 +488,17 @@ std::vector<std::string> driverFilesBeside(const std::string& driver) {
 
 core::Status prepareCudaMountPoints(bool driver) {
   std::error_code ec;
-  for (const char* file : {kCudaCapsFile, kDriverInView}) {
-    if (file == kDriverInView && !driver) {
+  for (const std::filesystem::path folder :
+       {std::filesystem::path(kCudaCapsDir), std::filesystem::path(kDriverInView).parent_path()}) {
+    if (folder == std::filesystem::path(kDriverInView).parent_path() && !driver) {
       continue;
     }
-    std::filesystem::create_directories(std::filesystem::path(file).parent_path(), ec);
+    std::filesystem::create_directories(folder, ec);
     if (ec) {
-      return core::unavailable(std::string("cannot make the folder of ") + file + ": " +
-                               ec.message());
+      return core::unavailable("cannot make the folder " + folder.string() + ": " + ec.message());
     }
   }
-  for (const char* path : {kCudaCapsFile, "/etc/ld.so.preload", kDriverInView}) {
+  for (const char* path : {"/etc/ld.so.preload", kDriverInView}) {
     if (path == kDriverInView && !driver) {
       continue;
     }

@@ -12,7 +12,7 @@
 //                    cgroup and gone with its namespace (MPS clients keep the node's: they meet
 //                    their control daemon there);
 //       /etc/passwd, /etc/group   root, nobody and the task's own user and group only;
-//       /etc/ld.so.preload, /etc/tessera/cuda-caps   for a task on a time-sliced share: the CUDA
+//       /etc/ld.so.preload, /etc/tessera/cuda/   for a task on a time-sliced share: the CUDA
 //                    interposer, loaded into every program whatever its environment says, and
 //                    its caps (read-only, root's: the task can neither unset nor raise them);
 //       its cgroups  each hierarchy (from where it is mounted) shows the task's group only;
@@ -51,8 +51,9 @@ struct SandboxPlan {
   std::string shm_options;  // The tmpfs's mount options ("mode=1777,size=...k").
   std::string passwd;       // The task's /etc/passwd and /etc/group.
   std::string group;
-  std::string preload;    // Its /etc/ld.so.preload, and
-  std::string cuda_caps;  // its kCudaCapsFile; both "" (the node's, if any) but on a share.
+  std::string preload;        // Its /etc/ld.so.preload, and
+  std::string cuda_caps_dir;  // the folder of its kCudaCapsFile; both "" (the node's) but on a
+                              // share.
   // On a share, where the node's driver is known: the driver, bound at kDriverInView, and the
   // stand-in (kDriverStandIn), bound over each of the driver's files (all "" otherwise).
   std::string cuda_driver;
@@ -82,7 +83,7 @@ struct SandboxInput {
   // "NAME=value" lines). The interposer goes first in the task's /etc/ld.so.preload, before
   // whatever the node's lists.
   std::string cuda_interposer;
-  std::string cuda_caps;
+  std::string cuda_caps_dir;  // The agent's folder holding the caps file (kCudaCapsFile's name).
   // The node's libcuda.so.1 (findNodeDriver), "" if unknown: with it, the task's view shows
   // the stand-in beside the interposer (kDriverStandIn) wherever the driver's files are, and
   // the stand-in is what /etc/ld.so.preload names.
@@ -93,7 +94,10 @@ struct SandboxInput {
 // includes nothing of ours, so the path is written twice). On a node whose agent gives tasks a
 // view, the agent makes it (empty) and /etc/ld.so.preload, if missing, as mount points at start
 // (prepareCudaMountPoints).
-inline constexpr const char* kCudaCapsFile = "/etc/tessera/cuda-caps";
+// The folder is bound, not the file: the agent replaces the file whole (a rename) when a burst
+// starts or ends, and a bind of the file would keep showing the old one.
+inline constexpr const char* kCudaCapsDir = "/etc/tessera/cuda";
+inline constexpr const char* kCudaCapsFile = "/etc/tessera/cuda/caps";
 // The interposer built to stand in for libcuda.so.1 in a task's view (src/cuda/CMakeLists.txt),
 // found beside libtessera-cuda.so, and the path it needs the real driver by (its NEEDED entry,
 // TESSERA_CUDA_DRIVER_IN_VIEW there), where the agent binds the driver for it.
@@ -131,7 +135,7 @@ void preloadStandIn(std::vector<std::string>& env, const std::string& interposer
 // other libcuda.so* file in its folder, resolved (each once).
 std::vector<std::string> driverFilesBeside(const std::string& driver);
 
-// Makes kCudaCapsFile and /etc/ld.so.preload where they are missing, empty (which changes
+// Makes kCudaCapsDir (a folder) and /etc/ld.so.preload where they are missing, empty (which changes
 // nothing on the node), so that a task's view can bind its own over them; with `driver`, also
 // kDriverInView (an empty file in a folder of its own, which no loader searches). Root only.
 core::Status prepareCudaMountPoints(bool driver);

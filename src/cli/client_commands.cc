@@ -730,6 +730,7 @@ struct RunFlags {
   std::string gpus;  // "2" whole GPUs, or "0.5" of one (Run:ai's --gpu 0.5).
   CLI::Option* gpus_opt = nullptr;
   int64_t gpu_milli = 0;
+  int64_t gpu_milli_limit = 0;
   int64_t gpu_memory_mib = 0;
   std::string mig;
   std::vector<std::string> models;
@@ -1848,6 +1849,10 @@ void addRun(CLI::App& app, int* rc) {
        [r](json& b) { b["readOnlyRootfs"] = r->read_only_rootfs; });
   flag(c->add_option("--gpu-milli", r->gpu_milli, "Share of each GPU, 1-1000 (1000: whole)"),
        [r](json& b) { b["gpu"]["milli"] = r->gpu_milli; });
+  flag(c->add_option("--gpu-milli-limit", r->gpu_milli_limit,
+                     "Burst limit of a time-sliced share (with --isolation none): GPU time it "
+                     "may use, up to 1000, while no other share is guaranteed it"),
+       [r](json& b) { b["gpu"]["milliLimit"] = r->gpu_milli_limit; });
   flag(c->add_option("--gpu-memory-mib", r->gpu_memory_mib, "GPU memory per GPU, MiB"),
        [r](json& b) { b["gpu"]["memoryMiB"] = r->gpu_memory_mib; });
   flag(c->add_option("--mig", r->mig, "MIG profile, like 3g.40gb"),

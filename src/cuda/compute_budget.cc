@@ -5,7 +5,8 @@
 namespace tessera::cuda {
 
 ComputeBudget::ComputeBudget(int share_percent, std::int64_t period_ns, std::int64_t now_ns)
-    : share_percent_(std::clamp(share_percent, 1, 100)),
+    : period_ns_(period_ns),
+      share_percent_(std::clamp(share_percent, 1, 100)),
       capacity_ns_(period_ns * share_percent_ / 100),
       balance_ns_(capacity_ns_),
       last_refill_ns_(now_ns) {}
@@ -25,6 +26,15 @@ void ComputeBudget::refill(std::int64_t now_ns) {
     balance_ns_ = capacity_ns_;
     accrual_remainder_ = 0;
   }
+}
+
+void ComputeBudget::setShare(int share_percent, std::int64_t now_ns) {
+  refill(now_ns);
+  last_refill_ns_ = std::max(last_refill_ns_, now_ns);
+  share_percent_ = std::clamp(share_percent, 1, 100);
+  capacity_ns_ = period_ns_ * share_percent_ / 100;
+  balance_ns_ = std::min(balance_ns_, capacity_ns_);
+  accrual_remainder_ = 0;
 }
 
 void ComputeBudget::charge(std::int64_t kernel_ns) {

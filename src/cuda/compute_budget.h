@@ -31,6 +31,11 @@ class ComputeBudget {
   // Adds what accrued since the last refill (time going backwards adds nothing).
   void refill(std::int64_t now_ns);
 
+  // From now on accrues at share_percent ([1, 100]) into a bucket of share x period: what accrued
+  // at the old share until now is kept, up to the new bucket's size.
+  void setShare(int share_percent, std::int64_t now_ns);
+  int sharePercent() const { return static_cast<int>(share_percent_); }
+
   // Takes a measured kernel's duration out of the balance and updates the estimate.
   void charge(std::int64_t kernel_ns);
 
@@ -48,8 +53,9 @@ class ComputeBudget {
   std::int64_t estimateNs() const { return estimate_ns_; }
 
  private:
-  const std::int64_t share_percent_;
-  const std::int64_t capacity_ns_;
+  const std::int64_t period_ns_;
+  std::int64_t share_percent_;
+  std::int64_t capacity_ns_;
   std::int64_t balance_ns_;
   std::int64_t last_refill_ns_;
   std::int64_t accrual_remainder_ = 0;  // share x ns not yet a whole ns (in 1/100 ns).

@@ -121,6 +121,15 @@ SettingsResult readWith(const Lookup& getenv_fn) {
     }
     result.settings.period_ns = static_cast<std::int64_t>(p.value) * 1'000'000;
   }
+  if (const char* v = getenv_fn("TESSERA_CUDA_COMPUTE_GUARANTEE"); v != nullptr) {
+    const ParsedValue p = parseWholeNumber(v, 1, 100);
+    if (!p.error.empty()) {
+      result.error =
+          setting("TESSERA_CUDA_COMPUTE_GUARANTEE", v, p.error + " (percent of GPU time)");
+      return result;
+    }
+    result.settings.compute_guarantee_percent = static_cast<int>(p.value);
+  }
   return result;
 }
 
@@ -143,11 +152,11 @@ SettingsResult readSettingsFile(std::string_view text, const std::string& path) 
     const std::string name(line.substr(0, eq));
     if (eq == std::string_view::npos ||
         (name != "TESSERA_CUDA_MEMORY_LIMIT" && name != "TESSERA_CUDA_COMPUTE_SHARE" &&
-         name != "TESSERA_CUDA_PERIOD_MS")) {
+         name != "TESSERA_CUDA_PERIOD_MS" && name != "TESSERA_CUDA_COMPUTE_GUARANTEE")) {
       SettingsResult bad;
       bad.error = path + ":" + std::to_string(number) + ": '" + std::string(line) +
-                  "' is not one of TESSERA_CUDA_MEMORY_LIMIT, TESSERA_CUDA_COMPUTE_SHARE or "
-                  "TESSERA_CUDA_PERIOD_MS with '=' and a value";
+                  "' is not one of TESSERA_CUDA_MEMORY_LIMIT, TESSERA_CUDA_COMPUTE_SHARE, "
+                  "TESSERA_CUDA_COMPUTE_GUARANTEE or TESSERA_CUDA_PERIOD_MS with '=' and a value";
       return bad;
     }
     values[name] = std::string(line.substr(eq + 1));

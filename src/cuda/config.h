@@ -9,6 +9,11 @@
 //                               Unset or 100: launches are not throttled.
 //   TESSERA_CUDA_PERIOD_MS      optional: the compute budget's period in ms, 1 to 10000, default
 //                               100. The process may burst one period's share after idling.
+//   TESSERA_CUDA_COMPUTE_GUARANTEE  optional, 1 to 100, meaningful in the caps file: the share
+//                               the process is guaranteed. The agent gives it where the task may
+//                               use more (a burst limit): TESSERA_CUDA_COMPUTE_SHARE is then what
+//                               it may use now, and the agent rewrites the file as that changes;
+//                               the interposer reads it again (interposer.cc).
 //
 // A value that does not parse makes the settings invalid; the interposer then fails closed (see
 // interposer.cc). Example:
@@ -30,6 +35,7 @@ struct Settings {
   std::optional<std::uint64_t> memory_limit_bytes;  // nullopt: no cap.
   int compute_share_percent = 100;                  // 100: no throttling.
   std::int64_t period_ns = kDefaultPeriodNs;
+  int compute_guarantee_percent = 0;  // 0: none given (the share does not change).
 };
 
 // Either settings (error empty) or the one line to print, naming the variable, its value and
@@ -60,9 +66,10 @@ SettingsResult readSettings(const char* (*getenv_fn)(const char*));
 // and what is wrong with it.
 SettingsResult readSettingsFile(std::string_view text, const std::string& path);
 
-// Where a task's caps are when the agent runs it in a view of its own (agent/sandbox.h): bound
-// there read-only, owned by the agent. Present and not empty, it is the task's caps, whatever the
+// Where a task's caps are when the agent runs it in a view of its own (agent/sandbox.h): its
+// folder bound there read-only, the file owned by the agent, which replaces it whole when the
+// share changes. Present and not empty, it is the task's caps, whatever the
 // task's environment says; absent or empty (a node outside a sandbox), the variables are.
-inline constexpr const char* kCapsFile = "/etc/tessera/cuda-caps";
+inline constexpr const char* kCapsFile = "/etc/tessera/cuda/caps";
 
 }  // namespace tessera::cuda

@@ -24,6 +24,8 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -116,33 +118,52 @@ std::unique_ptr<Driver> openDriver() {
   return driver;
 }
 
-// The caps file the agent binds into a sandboxed task's view (kCapsFile) if it is there and not
-// empty, whatever the environment says; otherwise the environment's variables.
-SettingsResult readCaps() {
+// The caps file's text ("" if it is missing), and in *stamp what it was; an error names the file.
+bool readCapsFile(std::string& text, CapsStamp* stamp, std::string& error) {
+  text.clear();
   const int fd = ::open(kCapsFile, O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && errno != ENOENT) {
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      return true;
+    }
+    error = std::string(kCapsFile) + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (stamp != nullptr && ::fstat(fd, &st) == 0) {
+    *stamp = {static_cast<std::uint64_t>(st.st_ino),
+              static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+              static_cast<std::int64_t>(st.st_size)};
+  }
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0 || text.size() > 64 * 1024) {
+      ::close(fd);
+      error = std::string(kCapsFile) + ": " + (n < 0 ? std::strerror(errno) : "too long");
+      return false;
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return true;
+}
+
+// The caps file the agent binds into a sandboxed task's view (kCapsFile) if it is there and not
+// empty, whatever the environment says (*from_file then); otherwise the environment's variables.
+SettingsResult readCaps(bool* from_file, CapsStamp* stamp) {
+  std::string text;
+  std::string error;
+  *from_file = false;
+  if (!readCapsFile(text, stamp, error)) {
     SettingsResult r;
-    r.error = std::string(kCapsFile) + ": " + std::strerror(errno);
+    r.error = error;
     return r;
   }
-  std::string text;
-  if (fd >= 0) {
-    char buf[4096];
-    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
-      if (n < 0 && errno == EINTR) {
-        continue;
-      }
-      if (n < 0 || text.size() > 64 * 1024) {
-        ::close(fd);
-        SettingsResult r;
-        r.error = std::string(kCapsFile) + ": " + (n < 0 ? std::strerror(errno) : "too long");
-        return r;
-      }
-      text.append(buf, static_cast<size_t>(n));
-    }
-    ::close(fd);
-  }
   if (!text.empty()) {
+    *from_file = true;
     return readSettingsFile(text, kCapsFile);
   }
   return readSettings([](const char* name) -> const char* { return std::getenv(name); });
@@ -153,7 +174,8 @@ Process* createProcess() {
   // The driver is opened even with bad settings: our hooks must still be what dlsym and
   // cuGetProcAddress hand out, so that they can refuse.
   p->driver = openDriver();
-  const SettingsResult read = readCaps();
+  bool from_file = false;
+  const SettingsResult read = readCaps(&from_file, &p->caps_stamp);
   if (!read.error.empty()) {
     std::fprintf(stderr, "tessera-cuda: %s; CUDA is refused (cuInit fails) until it is fixed\n",
                  read.error.c_str());
@@ -161,10 +183,11 @@ Process* createProcess() {
     return p;
   }
   p->settings = read.settings;
+  p->share_may_change = from_file && p->settings.compute_guarantee_percent > 0;
   if (p->settings.memory_limit_bytes) {
     p->ledger = std::make_unique<MemoryLedger>(*p->settings.memory_limit_bytes);
   }
-  if (p->settings.compute_share_percent < 100 && p->driver != nullptr) {
+  if ((p->settings.compute_share_percent < 100 || p->share_may_change) && p->driver != nullptr) {
     for (const Helper h : kLimiterNeeds) {
       if (p->driver->helper[static_cast<int>(h)] == nullptr) {
         std::fprintf(stderr,
@@ -361,6 +384,45 @@ const Process& process() {
     return *p;
   }
   return createProcessOnce();
+}
+
+void refreshShareSlow(const Process& p) noexcept {
+  timespec now_ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &now_ts);
+  const std::int64_t now =
+      static_cast<std::int64_t>(now_ts.tv_sec) * 1'000'000'000 + now_ts.tv_nsec;
+  if (now < p.caps_recheck_at_ns.load(std::memory_order_relaxed) || p.limiter == nullptr) {
+    return;
+  }
+  std::unique_lock<std::mutex> lock(p.caps_mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    return;
+  }
+  p.caps_recheck_at_ns.store(now + kCapsRecheckNs, std::memory_order_relaxed);
+  struct stat st {};
+  if (::stat(kCapsFile, &st) != 0) {
+    return;
+  }
+  const CapsStamp seen{
+      static_cast<std::uint64_t>(st.st_ino),
+      static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+      static_cast<std::int64_t>(st.st_size)};
+  if (seen == p.caps_stamp) {
+    return;
+  }
+  std::string text;
+  std::string error;
+  CapsStamp read_stamp;
+  if (!readCapsFile(text, &read_stamp, error) || text.empty()) {
+    return;
+  }
+  p.caps_stamp = read_stamp;
+  const SettingsResult r = readSettingsFile(text, kCapsFile);
+  if (!r.error.empty()) {
+    std::fprintf(stderr, "tessera-cuda: %s; the compute share stays as it was\n", r.error.c_str());
+    return;
+  }
+  p.limiter->setSharePercent(r.settings.compute_share_percent);
 }
 
 void* dlsymForHandle(void* handle, const char* symbol) noexcept {

@@ -154,19 +154,26 @@ TEST(ReadSettingsTest, NamesTheVariableAndValueThatDoNotParse) {
 TEST(ReadSettingsFileTest, ReadsTheAgentsCapsFile) {
   const SettingsResult r = readSettingsFile(
       "# written by the agent\nTESSERA_CUDA_MEMORY_LIMIT=64M\n\nTESSERA_CUDA_COMPUTE_SHARE=30\n",
-      "/etc/tessera/cuda-caps");
+      "/etc/tessera/cuda/caps");
   EXPECT_EQ(r.error, "");
   EXPECT_EQ(r.settings.memory_limit_bytes, 64 * kMiB);
   EXPECT_EQ(r.settings.compute_share_percent, 30);
   EXPECT_EQ(r.settings.period_ns, 100'000'000);
   // The last line need not end with a newline.
   EXPECT_EQ(readSettingsFile("TESSERA_CUDA_PERIOD_MS=20", "f").settings.period_ns, 20'000'000);
+  EXPECT_EQ(
+      readSettingsFile("TESSERA_CUDA_COMPUTE_GUARANTEE=30\nTESSERA_CUDA_COMPUTE_SHARE=80", "f")
+          .settings.compute_guarantee_percent,
+      30);
 }
 
 TEST(ReadSettingsFileTest, SaysWhereAndWhatIsWrong) {
   EXPECT_EQ(readSettingsFile("TESSERA_CUDA_MEMORY_LIMIT=64M\nMEMORY=1T\n", "caps").error,
             "caps:2: 'MEMORY=1T' is not one of TESSERA_CUDA_MEMORY_LIMIT, "
-            "TESSERA_CUDA_COMPUTE_SHARE or TESSERA_CUDA_PERIOD_MS with '=' and a value");
+            "TESSERA_CUDA_COMPUTE_SHARE, TESSERA_CUDA_COMPUTE_GUARANTEE or "
+            "TESSERA_CUDA_PERIOD_MS with '=' and a value");
+  EXPECT_EQ(readSettingsFile("TESSERA_CUDA_COMPUTE_GUARANTEE=101\n", "caps").error,
+            "caps: TESSERA_CUDA_COMPUTE_GUARANTEE='101': must be 1 to 100 (percent of GPU time)");
   EXPECT_EQ(readSettingsFile("TESSERA_CUDA_COMPUTE_SHARE\n", "caps").error.substr(0, 8),
             "caps:1: ");
   EXPECT_EQ(readSettingsFile("TESSERA_CUDA_COMPUTE_SHARE=0\n", "caps").error,
@@ -402,6 +409,28 @@ TEST(ComputeBudgetTest, RefillsUpToOnePeriodsShare) {
   EXPECT_EQ(budget.balanceNs(), 70 * kMs);
   budget.refill(5'000 * kMs);  // The clock going back adds nothing.
   EXPECT_EQ(budget.balanceNs(), 70 * kMs);
+}
+
+// A burst that starts and ends (the agent rewrote the caps): what accrued at the old share stays,
+// up to the new bucket; from then on it accrues at the new share.
+TEST(ComputeBudgetTest, ChangesShareKeepingWhatAccrued) {
+  ComputeBudget budget(30, 100 * kMs, 0);
+  budget.charge(30 * kMs);         // Balance 0.
+  budget.setShare(100, 50 * kMs);  // 15 ms accrued at 30 % until now.
+  EXPECT_EQ(budget.balanceNs(), 15 * kMs);
+  EXPECT_EQ(budget.sharePercent(), 100);
+  budget.refill(60 * kMs);  // 10 ms more at 100 %.
+  EXPECT_EQ(budget.balanceNs(), 25 * kMs);
+  budget.refill(1'000 * kMs);
+  EXPECT_EQ(budget.capacityNs(), 100 * kMs);
+  EXPECT_EQ(budget.balanceNs(), 100 * kMs);
+  budget.setShare(20, 1'000 * kMs);  // Back down: the bucket shrinks to 20 ms.
+  EXPECT_EQ(budget.balanceNs(), 20 * kMs);
+  budget.charge(40 * kMs);  // 20 ms of debt at 20 % takes 100 ms to pay back.
+  budget.refill(1'100 * kMs);
+  EXPECT_EQ(budget.balanceNs(), 0);
+  budget.setShare(0, 1'100 * kMs);  // Clamped to 1 %.
+  EXPECT_EQ(budget.sharePercent(), 1);
 }
 
 TEST(ComputeBudgetTest, KeepsInFlightWorkWithinTheBalance) {

@@ -28,6 +28,7 @@ CUresult throttled(Hook hook, CUstream stream, bool per_thread, Call call) {
   if (p.limiter == nullptr) {
     return call(real);
   }
+  internal::refreshShare(p);
   // CU_STREAM_PER_THREAD is a handle made of a number, by the driver's definition.
   const auto per_thread_stream =
       reinterpret_cast<CUstream>(kCuStreamPerThread);  // NOLINT(performance-no-int-to-ptr)

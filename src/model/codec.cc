@@ -17,7 +17,7 @@ core::Status parseTaskRequest(const core::JsonNode& w, const GpuCatalogue& catal
   if (w.has("gpu")) {
     core::JsonNode g = w.child("gpu");
     TESSERA_RETURN_IF_ERROR(
-        g.checkKeys({"count", "milli", "memoryMiB", "mig", "models", "isolation"}));
+        g.checkKeys({"count", "milli", "milliLimit", "memoryMiB", "mig", "models", "isolation"}));
     r.gpu_count = 1;
     if (g.has("count")) {
       TESSERA_ASSIGN_OR_RETURN(int64_t c, g.child("count").integer(0, kMaxGpusPerNode));
@@ -75,6 +75,22 @@ core::Status parseTaskRequest(const core::JsonNode& w, const GpuCatalogue& catal
       } else {
         return g.child("isolation").error("expected hardware, process or none");
       }
+    }
+    if (g.has("milliLimit")) {
+      // Run:ai's dynamic fractions and KAI's NvFractions: a request, and a limit above it that
+      // only idle capacity serves. Here for compute: MPS fixes a client's share when it starts.
+      TESSERA_ASSIGN_OR_RETURN(int64_t limit, g.child("milliLimit").integer(1, 1000));
+      if (!r.isFractional() || r.isolation != Isolation::kNone) {
+        return g.child("milliLimit")
+            .error(
+                "a burst limit is for one time-sliced share of a GPU (\"milli\" under 1000 with "
+                "\"isolation\": \"none\"): an MPS client's share is fixed when it starts");
+      }
+      if (limit < r.gpu_milli.value()) {
+        return g.child("milliLimit")
+            .error("must be at least milli (" + std::to_string(r.gpu_milli.value()) + ")");
+      }
+      r.gpu_milli_limit = core::MilliGpu{limit};
     }
   }
   if (w.has("nodeSelector")) {

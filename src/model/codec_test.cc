@@ -50,6 +50,26 @@ TEST(CodecTest, TaskRequests) {
   EXPECT_FALSE(parse(R"({"nodeSelector": ["zone"]})").isOk());
 }
 
+// #41 item 3: a burst limit over a time-sliced share; refused elsewhere, naming the field.
+TEST(CodecTest, ABurstLimitIsForATimeSlicedShare) {
+  auto r = parse(R"({"gpu": {"milli": 300, "milliLimit": 800, "isolation": "none"}})");
+  ASSERT_TRUE(r.isOk()) << r.status().message();
+  EXPECT_EQ(r->gpu_milli, core::MilliGpu{300});
+  EXPECT_EQ(r->gpu_milli_limit, core::MilliGpu{800});
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"gpu": {"milli": 300, "milliLimit": 800}})", "time-sliced"},
+           {R"({"gpu": {"count": 2, "milliLimit": 1000}})", "time-sliced"},
+           {R"({"gpu": {"milli": 300, "milliLimit": 200, "isolation": "none"}})",
+            "must be at least milli (300)"},
+           {R"({"gpu": {"milli": 300, "milliLimit": 1001, "isolation": "none"}})", "1000"}}) {
+    auto bad = parse(text);
+    ASSERT_FALSE(bad.isOk()) << text;
+    EXPECT_NE(bad.status().message().find("gpu.milliLimit"), std::string::npos)
+        << bad.status().message();
+    EXPECT_NE(bad.status().message().find(why), std::string::npos) << bad.status().message();
+  }
+}
+
 TEST(CodecTest, ErrorsNameTheField) {
   struct Case {
     const char* json;

@@ -31,8 +31,11 @@ struct TaskRequest {
   core::MilliCpu cpu{0};
   core::MiB memory{0};
   int gpu_count = 0;
-  core::MilliGpu gpu_milli{0};     // Per GPU.
-  core::MiB gpu_memory{0};         // Per GPU; 0 = the GPU's memory in proportion to gpu_milli.
+  core::MilliGpu gpu_milli{0};  // Per GPU.
+  core::MiB gpu_memory{0};      // Per GPU; 0 = the GPU's memory in proportion to gpu_milli.
+  // A time-sliced share's burst limit (gpu.milliLimit): the most GPU time it may use while the
+  // GPU has time no share is guaranteed; 0 = none. Placement counts gpu_milli only.
+  core::MilliGpu gpu_milli_limit{0};
   std::vector<GpuModelId> models;  // Accepted models; empty = any.
   std::string mig_profile;         // Empty = not a MIG request.
   Isolation isolation = Isolation::kHardware;

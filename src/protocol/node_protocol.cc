@@ -55,6 +55,9 @@ json toJson(const AssignedTask& t) {
               {"duration_s", t.duration_s},
               {"grace_ms", t.grace_ms},
               {"credentials", t.credentials}};
+  if (t.milli_limit_per_gpu > 0) {  // Absent without a burst limit.
+    out["milli_limit_per_gpu"] = t.milli_limit_per_gpu;
+  }
   if (!t.image.empty()) {  // Absent for a plain process: older agents see nothing new.
     out["image"] = t.image;
     out["shm_mib"] = t.shm_mib;
@@ -200,6 +203,7 @@ core::Result<AssignedTask> assignedTaskFromJson(const json& j, const std::string
   }
   TESSERA_ASSIGN_OR_RETURN(t.gpu_memory_mib,
                            integerOr(n, "gpu_memory_mib", 0, int64_t{1} << 40, 0));
+  TESSERA_ASSIGN_OR_RETURN(t.milli_limit_per_gpu, integerOr(n, "milli_limit_per_gpu", 0, 1000, 0));
   TESSERA_ASSIGN_OR_RETURN(const int64_t mig, integerOr(n, "mig_profile", 0, 1023, -1));
   t.mig_profile = static_cast<int>(mig);
   TESSERA_ASSIGN_OR_RETURN(const int64_t start, integerOr(n, "mig_start", 0, 63, -1));

@@ -53,8 +53,11 @@ struct AssignedTask {
   int64_t milli_per_gpu = 0;   // 1000: whole GPUs (0 when it has none).
   std::string isolation;       // hardware, process (MPS when shared) or none (time slicing).
   int64_t gpu_memory_mib = 0;  // Per GPU, its share's cap when shared; 0: the share's part.
-  int mig_profile = -1;        // Catalogue profile index when the task has a MIG slice,
-  int mig_start = -1;          // and the slice it starts at on its GPU.
+  // A time-sliced share's burst limit: the most of the GPU it may use while the GPU has time no
+  // share is guaranteed (milli, > milli_per_gpu); 0: none.
+  int64_t milli_limit_per_gpu = 0;
+  int mig_profile = -1;  // Catalogue profile index when the task has a MIG slice,
+  int mig_start = -1;    // and the slice it starts at on its GPU.
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
   int64_t duration_s = 0;    // The workload's `duration` (for the placeholder), 0: none.

@@ -19,6 +19,7 @@ TEST(NodeProtocolTest, ATaskRoundTripsThroughItsJson) {
   t.milli_per_gpu = 500;
   t.isolation = "process";
   t.gpu_memory_mib = 20480;
+  t.milli_limit_per_gpu = 800;
   t.mig_profile = 3;
   t.mig_start = 4;
   t.cpu_milli = 8000;
@@ -43,6 +44,9 @@ TEST(NodeProtocolTest, ATaskRoundTripsThroughItsJson) {
       "t");
   ASSERT_TRUE(minimal.isOk()) << minimal.status().message();
   EXPECT_EQ(minimal->milli_per_gpu, 1000);
+  EXPECT_EQ(minimal->milli_limit_per_gpu, 0);
+  EXPECT_FALSE(toJson(*minimal).contains("milli_limit_per_gpu"));
+  EXPECT_EQ(back->milli_limit_per_gpu, 800);
   EXPECT_EQ(minimal->isolation, "hardware");
   EXPECT_EQ(minimal->grace_ms, -1);
   EXPECT_EQ(minimal->mig_profile, -1);

@@ -727,6 +727,7 @@ NodeTask SchedulerDriver::nodeTask(sched::TaskId t,
   nt.milli_per_gpu = task.assignment.milli_per_gpu;
   nt.isolation = std::string(model::isolationName(c.spec.request.isolation));
   nt.gpu_memory_mib = c.spec.request.gpu_memory.value();
+  nt.milli_limit_per_gpu = c.spec.request.gpu_milli_limit.value();
   nt.mig_profile = p.gpus != 0 ? p.mig_profile : -1;
   nt.mig_start = p.gpus != 0 ? p.mig_start : -1;
   nt.cpu_milli = c.spec.request.cpu.value();

@@ -152,6 +152,14 @@ TEST_F(CliHabitsTest, GpusTakesAFractionOfOneGpuAndSaysWhyNotMore) {
     EXPECT_EQ(o.rc, 2) << wrong << "\n" << o;
     EXPECT_TRUE(contains(o.err, "--gpus")) << wrong << "\n" << o;
   }
+  // A burst limit over a time-sliced share (#41); refused, naming the field, over an MPS one.
+  Outcome burst = as(t, {"run", "burst", "--gpus", "0.3", "--gpu-milli-limit", "900", "--isolation",
+                         "none", "--duration", "1", "--", "true"});
+  ASSERT_EQ(burst.rc, 0) << burst;
+  EXPECT_EQ(spec(t, "burst")["gpu"].value("milliLimit", 0), 900);
+  Outcome mps = as(t, {"run", "bad", "--gpus", "0.3", "--gpu-milli-limit", "900", "--", "true"});
+  EXPECT_NE(mps.rc, 0) << mps;
+  EXPECT_TRUE(contains(mps.err, "gpu.milliLimit")) << mps;
   EXPECT_EQ(as(t, {"show", "bad"}).rc, 1);  // None of them was submitted.
 }
 

@@ -340,9 +340,9 @@ TEST_F(ContainerTest, ATimeSlicedContainerGetsTheInterposerAndItsCapsReadOnly) {
   const std::string run_static =
       "/opt/cuda/tessera_cuda_probe_static threads --threads 4 --chunk 1048576";
   const std::string script =
-      "echo preload=$(cat /etc/ld.so.preload); cat /etc/tessera/cuda-caps; "
+      "echo preload=$(cat /etc/ld.so.preload); cat /etc/tessera/cuda/caps; "
       "test -w /etc/ld.so.preload && echo preload-writable; "
-      "test -w /etc/tessera/cuda-caps && echo caps-writable; "
+      "test -w /etc/tessera/cuda/caps && echo caps-writable; "
       "test -w /usr/lib/x86_64-linux-gnu/libcuda.so.1 && echo libcuda-writable; "
       "test -r \"$(cat /etc/ld.so.preload)\" && echo interposer-there; "
       "cmp -s /usr/lib/x86_64-linux-gnu/libcuda.so.1 \"$(cat /etc/ld.so.preload)\" && "

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "cuda/config.h"
@@ -144,14 +145,30 @@ struct Driver {
 
 class LaunchLimiter;
 
+// What the caps file was when it was last read: the agent replaces it whole (a rename), so a new
+// inode or time says it changed.
+struct CapsStamp {
+  std::uint64_t inode = 0;
+  std::int64_t mtime_ns = 0;
+  std::int64_t size = 0;
+  bool operator==(const CapsStamp&) const = default;
+};
+
 // What the hooks share. Immutable after creation except for the ledger and limiter, which are
-// thread-safe.
+// thread-safe, and what refreshShare keeps of the caps file (under caps_mu).
 struct Process {
   Settings settings;
   bool valid = true;  // False: the settings did not parse, and CUDA is refused (fail closed).
   std::unique_ptr<Driver> driver;          // Null if libcuda.so.1 could not be opened.
   std::unique_ptr<MemoryLedger> ledger;    // Null without a memory cap.
   std::unique_ptr<LaunchLimiter> limiter;  // Null without a compute share under 100.
+  // The caps came from the agent's file with a guarantee (TESSERA_CUDA_COMPUTE_GUARANTEE): the
+  // share may change while the process runs (a burst limit), and launches read the file again
+  // when it changed, at most every kCapsRecheckNs (refreshShare).
+  bool share_may_change = false;
+  mutable std::mutex caps_mu;    // Held by the one thread that reads the file again.
+  mutable CapsStamp caps_stamp;  // Guarded by caps_mu.
+  mutable std::atomic<std::int64_t> caps_recheck_at_ns{0};
 
   template <typename Fn>
   Fn real(Hook hook) const {
@@ -165,6 +182,19 @@ struct Process {
 
 // The process's state, created (settings read, driver opened) by the first caller.
 const Process& process();
+
+// How often launches look whether the agent rewrote the caps file.
+inline constexpr std::int64_t kCapsRecheckNs = 100'000'000;
+
+// Where the share may change: if kCapsRecheckNs passed since the last look and the caps file
+// changed, its share from now on (what does not parse, or a new memory cap, is ignored: the
+// memory cap is the process's for its life). One thread looks at a time; the others go on.
+void refreshShareSlow(const Process& p) noexcept;
+inline void refreshShare(const Process& p) noexcept {
+  if (p.share_may_change) {
+    refreshShareSlow(p);
+  }
+}
 
 // The C library's dlsym, not ours: the hooks never call the exported name.
 using DlsymFn = void* (*)(void*, const char*) noexcept;

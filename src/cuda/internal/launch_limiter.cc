@@ -64,6 +64,11 @@ class RelaxedCaptureMode {
 LaunchLimiter::LaunchLimiter(const Driver& driver, int share_percent, std::int64_t period_ns)
     : driver_(driver), period_ns_(period_ns), budget_(share_percent, period_ns, monotonicNs()) {}
 
+void LaunchLimiter::setSharePercent(int share_percent) {
+  const std::lock_guard<std::mutex> lock(mu_);
+  budget_.setShare(share_percent, monotonicNs());
+}
+
 bool LaunchLimiter::capturing(CUstream stream) const {
   const auto is_capturing = helper<StreamIsCapturingFn>(driver_, Helper::kCuStreamIsCapturing);
   CUstreamCaptureStatus status = kCuStreamCaptureStatusNone;

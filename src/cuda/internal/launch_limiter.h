@@ -46,6 +46,9 @@ class LaunchLimiter {
   // Waits until the budget lets one more launch on stream start, runs launch() (which calls the
   // real driver and returns its CUresult), and brackets it with events. Thread-safe; the wait
   // holds no lock.
+  // The share from now on (a caps file the agent rewrote: a burst that starts or ends).
+  void setSharePercent(int share_percent);
+
   template <typename Launch>
   CUresult run(CUstream stream, Launch&& launch) {
     const Bracket bracket = admit(stream);

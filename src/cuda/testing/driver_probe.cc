@@ -34,7 +34,11 @@
 //                             cuMemAllocFromPoolAsync, cuMemCreate, cuArrayCreate,
 //                             cuMipmappedArrayCreate, or a graph allocation node launched)
 //   kernels --seconds S --kernel-us D [--launch kernel|ex|cooperative|graph|ptsz]
-//                             launches back to back for S seconds, then reports kernel time
+//           [--report-ms W] [--stop-file PATH]
+//                             launches back to back for S seconds, then reports kernel time;
+//                             with W, also each W ms window's share of the GPU as it goes
+//                             (window=<share>), and ends early once PATH exists (looked for
+//                             at the end of each window)
 //   abi                       what cuGetProcAddress gives for several (name, cudaVersion, flags)
 //   overhead --calls N        N calls each of cuMemGetInfo, cuMemAlloc + cuMemFree (256 bytes)
 //                             and cuLaunchKernel (a 0 us kernel), in 101 batches: the median
@@ -44,6 +48,7 @@
 // Exit status 0 unless setting up failed (driver missing, a function not found).
 #include <dlfcn.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -88,6 +93,8 @@ struct Options {
   double seconds = 1;
   unsigned kernel_us = 1000;
   long long calls = 1'000'000;
+  int report_ms = 0;
+  std::string stop_file;
 };
 
 Options parse(int argc, char** argv) {
@@ -117,6 +124,10 @@ Options parse(int argc, char** argv) {
       o.calls = std::atoll(value);
     } else if (flag == "--kernel-us") {
       o.kernel_us = static_cast<unsigned>(std::atoi(value));
+    } else if (flag == "--report-ms") {
+      o.report_ms = std::atoi(value);
+    } else if (flag == "--stop-file") {
+      o.stop_file = value;
     } else {
       fail("unknown option " + flag);
     }
@@ -807,7 +818,22 @@ void scenarioKernels(const Api& api, const Options& o) {
   const std::int64_t start = monotonicNs();
   const std::int64_t deadline = start + static_cast<std::int64_t>(o.seconds * 1e9);
   long long launches = 0;
+  const std::int64_t window_ns = static_cast<std::int64_t>(o.report_ms) * 1'000'000;
+  std::int64_t window_start = start;
+  std::int64_t window_kernel_ns = stats(api).kernel_ns;
   while (monotonicNs() < deadline) {
+    if (window_ns > 0 && monotonicNs() - window_start >= window_ns) {
+      const std::int64_t now = monotonicNs();
+      const std::int64_t kernel_ns = stats(api).kernel_ns;
+      std::printf("window=%.3f\n", static_cast<double>(kernel_ns - window_kernel_ns) /
+                                       static_cast<double>(now - window_start));
+      std::fflush(stdout);
+      window_start = now;
+      window_kernel_ns = kernel_ns;
+      if (!o.stop_file.empty() && ::access(o.stop_file.c_str(), F_OK) == 0) {
+        break;
+      }
+    }
     CUresult r = kCudaSuccess;
     if (o.launch == "ex") {
       r = launch_ex(&config, fn, params, nullptr);

@@ -105,6 +105,23 @@ TEST(KubeObjectsTest, APodIsReadAsTesseraReadsAWorkload) {
                            "ml", false);
   ASSERT_TRUE(m.isOk());
   EXPECT_EQ(m->spec["gpu"], json({{"memoryMiB", 2000}}));
+  // Run:ai's dynamic fractions: a burst limit over the fraction, on a time-sliced share.
+  auto d = workloadFromPod(
+      pod({{"containers", {{{"name", "m"}, {"image", "x"}}}}},
+          {{"annotations", {{"gpu-fraction", "0.25"}, {"gpu-fraction-limit", "0.8"}}}}),
+      "ml", false);
+  ASSERT_TRUE(d.isOk()) << d.status().toString();
+  EXPECT_EQ(d->spec["gpu"], json({{"milli", 250}, {"milliLimit", 800}, {"isolation", "none"}}));
+  for (const char* bad : {"0.2", "1.5", "x"}) {
+    auto l = workloadFromPod(
+        pod({{"containers", {{{"name", "m"}, {"image", "x"}}}}},
+            {{"annotations", {{"gpu-fraction", "0.25"}, {"gpu-fraction-limit", bad}}}}),
+        "ml", false);
+    ASSERT_FALSE(l.isOk()) << bad;
+    EXPECT_NE(l.status().message().find("metadata.annotations[gpu-fraction-limit]"),
+              std::string::npos)
+        << l.status().message();
+  }
 }
 
 TEST(KubeObjectsTest, WhatTesseraCannotDoIsRefusedNamingTheFieldAndSafeIgnoresWarn) {

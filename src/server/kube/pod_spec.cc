@@ -665,6 +665,23 @@ core::Result<PodSubmission> workloadFromPod(const json& pod, const std::string& 
                      "Invalid value: expected a fraction in (0, 1], e.g. \"0.5\"");
     }
     w["gpu"] = {{"milli", static_cast<int64_t>(std::llround(v * 1000))}};
+    // Run:ai's dynamic fractions: a burst limit over the fraction, served by idle time only;
+    // time-sliced, as a share whose limit can move must be.
+    if (annotations.contains("gpu-fraction-limit")) {
+      const json& l = annotations["gpu-fraction-limit"];
+      double limit = -1;
+      try {
+        limit = l.is_string() ? std::stod(l.get<std::string>()) : -1;
+      } catch (const std::exception&) {
+      }
+      if (!(limit >= v && limit <= 1)) {
+        return invalid(
+            "metadata.annotations[gpu-fraction-limit]",
+            "Invalid value: expected a fraction from gpu-fraction up to 1, e.g. \"0.8\"");
+      }
+      w["gpu"]["milliLimit"] = static_cast<int64_t>(std::llround(limit * 1000));
+      w["gpu"]["isolation"] = "none";
+    }
   } else if (annotations.is_object() && annotations.contains("gpu-memory")) {
     if (w.contains("gpu")) {
       return invalid("metadata.annotations[gpu-memory]",
