@@ -270,7 +270,6 @@ void makeMountPoint(int root_fd, const std::string& rel, bool file) {
   }
 }
 
-// Runs argv, its output discarded; its exit status (-1: could not run it).
 // A libcuda.so* file of a task's view: where the task sees it, and where it is on the host.
 struct DriverFile {
   std::string in_view;
@@ -350,6 +349,7 @@ std::vector<DriverFile> driverFilesInView(const json& mounts, const std::string&
   return out;
 }
 
+// Runs argv, its output discarded; its exit status (-1: could not run it).
 int runQuietly(std::vector<std::string> argv) {
   std::vector<char*> args = cStrings(argv);
   posix_spawn_file_actions_t fa;

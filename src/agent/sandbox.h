@@ -91,11 +91,11 @@ struct SandboxInput {
 };
 
 // Where the CUDA interposer reads a task's caps: cuda/config.h's kCapsFile (the cuda layer
-// includes nothing of ours, so the path is written twice). On a node whose agent gives tasks a
-// view, the agent makes it (empty) and /etc/ld.so.preload, if missing, as mount points at start
+// includes nothing of ours, so the path is written twice). The folder is bound, not the file:
+// the agent replaces the file whole (a rename) when a burst starts or ends, and a bind of the
+// file would keep showing the old one. On a node whose agent gives tasks a view, the agent makes
+// the folder and /etc/ld.so.preload, if missing, as mount points at start
 // (prepareCudaMountPoints).
-// The folder is bound, not the file: the agent replaces the file whole (a rename) when a burst
-// starts or ends, and a bind of the file would keep showing the old one.
 inline constexpr const char* kCudaCapsDir = "/etc/tessera/cuda";
 inline constexpr const char* kCudaCapsFile = "/etc/tessera/cuda/caps";
 // The interposer built to stand in for libcuda.so.1 in a task's view (src/cuda/CMakeLists.txt),
@@ -135,9 +135,9 @@ void preloadStandIn(std::vector<std::string>& env, const std::string& interposer
 // other libcuda.so* file in its folder, resolved (each once).
 std::vector<std::string> driverFilesBeside(const std::string& driver);
 
-// Makes kCudaCapsDir (a folder) and /etc/ld.so.preload where they are missing, empty (which changes
-// nothing on the node), so that a task's view can bind its own over them; with `driver`, also
-// kDriverInView (an empty file in a folder of its own, which no loader searches). Root only.
+// Makes kCudaCapsDir (a folder) and /etc/ld.so.preload (empty) where they are missing, which
+// changes nothing on the node, so that a task's view can bind its own over them; with `driver`,
+// also kDriverInView (an empty file in a folder of its own, which no loader searches). Root only.
 core::Status prepareCudaMountPoints(bool driver);
 
 // The plan for a task; an error names what cannot be carried into the view (too many paths).

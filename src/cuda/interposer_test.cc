@@ -282,7 +282,7 @@ TEST(MemoryLedgerTest, GraphNodesStayChargedWhileTheirGraphCanRun) {
   ASSERT_TRUE(ledger.trackGraphNode(/*graph=*/1, /*address=*/0x1000, kGraphPool, 30));
   ASSERT_TRUE(ledger.tryReserve(20));
   ASSERT_TRUE(ledger.trackGraphNode(1, 0x2000, kGraphPool, 20));
-  ledger.freedInGraph(0x2000);
+  ledger.freedInGraph(1, 0x2000);
   EXPECT_TRUE(ledger.hasGraphNodes());
   ledger.graphInstantiated(1, /*exec=*/9);
   ledger.graphDestroyed(1);
@@ -301,6 +301,33 @@ TEST(MemoryLedgerTest, GraphNodesStayChargedWhileTheirGraphCanRun) {
   EXPECT_FALSE(ledger.hasGraphNodes());
   EXPECT_TRUE(ledger.settleGraphPool(kGraphPool, 5, ledger.poolGeneration()));
   EXPECT_EQ(ledger.usedBytes(), 5u);
+}
+
+// A free node in another graph than its allocation's frees the memory only when that graph runs:
+// until then, what a launch of the allocating graph left allocated stays charged, even once the
+// allocating graph is gone.
+TEST(MemoryLedgerTest, AFreeInAnotherGraphCountsWhenThatGraphRuns) {
+  constexpr std::uint64_t kGraphPool = std::uint64_t{1} << 63;
+  MemoryLedger ledger(100);
+  ASSERT_TRUE(ledger.tryReserve(40));
+  ASSERT_TRUE(ledger.trackGraphNode(/*graph=*/1, /*address=*/0x1000, kGraphPool, 40));
+  ledger.freedInGraph(/*graph=*/2, 0x1000);  // Graph 2 frees it.
+  ledger.graphInstantiated(1, /*exec=*/9);
+  ledger.graphLaunched(9);
+  ledger.execDestroyed(9);
+  ledger.graphDestroyed(1);
+  EXPECT_EQ(ledger.usedBytes(), 40u);
+  EXPECT_EQ(ledger.retainedBytes(), 0u);  // Allocated, not the pool's to keep.
+  EXPECT_TRUE(ledger.settleGraphPool(kGraphPool, 0, ledger.poolGeneration()));
+  EXPECT_EQ(ledger.usedBytes(), 40u);  // A settle does not take it.
+  ledger.graphInstantiated(2, /*exec=*/10);
+  ledger.graphLaunched(10);  // Now it is freed, and the graph pool may keep it.
+  EXPECT_EQ(ledger.retainedBytes(), 40u);
+  EXPECT_FALSE(ledger.hasGraphNodes());
+  EXPECT_TRUE(ledger.settleGraphPool(kGraphPool, 0, ledger.poolGeneration()));
+  EXPECT_EQ(ledger.usedBytes(), 0u);
+  ledger.execDestroyed(10);
+  ledger.graphDestroyed(2);
 }
 
 TEST(MemoryLedgerTest, PhysicalMemoryLivesWhileHeldOrMapped) {
@@ -805,9 +832,10 @@ TEST_F(InterposerTest, MappedOrRetainedPhysicalMemoryCountsUntilItsLastUseGoes) 
 
 // Graph memory: an allocation node (cuGraphAddMemAllocNode, or cuMemAllocAsync on a stream being
 // captured) is charged when it is made, for as long as its graph or an executable of it lives,
-// since any launch backs it. Then what a launch left allocated stays charged until freed, and
-// what the graph pool keeps is trimmed when needed. The fake device never holds more than the
-// cap; without the interposer the same program holds over three times the cap.
+// since any launch backs it. Then what a launch left allocated stays charged until freed (by a
+// free outside any graph, or a launch of another graph that frees it), and what the graph pool
+// keeps is trimmed when needed. The fake device never holds more than the cap; without the
+// interposer the same program holds over three times the cap.
 TEST_F(InterposerTest, GraphMemoryCountsWhileTheGraphCanRun) {
   const ProbeRun r =
       probe({{"graphs", "--cap", std::to_string(kCap)}, {{"TESSERA_CUDA_MEMORY_LIMIT", "64M"}}});
@@ -829,6 +857,10 @@ TEST_F(InterposerTest, GraphMemoryCountsWhileTheGraphCanRun) {
       {"used_left_allocated", std::to_string(40 * kMiB)},
       {"plain_while_left_allocated", "2"},
       {"plain_after_left_freed", "0"},
+      {"node3", "0"},
+      {"free_elsewhere", "0"},
+      {"plain_while_freed_elsewhere_pending", "2"},  // 40 MiB still allocated: 32 more is over.
+      {"plain_after_freed_elsewhere", "0"},
       {"begin_capture", "0"},
       {"captured_alloc", "0"},
       {"captured_free", "0"},

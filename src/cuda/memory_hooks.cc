@@ -286,11 +286,11 @@ CUresult freePointer(const internal::Process& p, CUdeviceptr dptr, bool stream_g
   }
   const auto pooled = ledger->untrackPooled(dptr);
   if (!pooled && ledger->hasGraphNodes() && ledger->isGraphAddress(dptr)) {
-    const bool captured = stream_given && capturingGraph(p, stream, per_thread) != nullptr;
+    const CUgraph captured = stream_given ? capturingGraph(p, stream, per_thread) : nullptr;
     const CUresult result = free();
     if (result == kCudaSuccess) {
-      if (captured) {
-        ledger->freedInGraph(dptr);
+      if (captured != nullptr) {
+        ledger->freedInGraph(reinterpret_cast<std::uint64_t>(captured), dptr);
       } else {
         ledger->graphAddressFreed(dptr);
       }
@@ -732,11 +732,11 @@ CUresult addAllocNode(CUgraph graph, CudaMemAllocNodeParams* params, Add add) {
 }
 
 template <typename Add>
-CUresult addFreeNode(CUdeviceptr dptr, Add add) {
+CUresult addFreeNode(CUgraph graph, CUdeviceptr dptr, Add add) {
   const internal::Process& p = process();
   const CUresult result = add();
   if (result == kCudaSuccess && p.ledger != nullptr) {
-    p.ledger->freedInGraph(dptr);
+    p.ledger->freedInGraph(reinterpret_cast<std::uint64_t>(graph), dptr);
   }
   return result;
 }
@@ -751,7 +751,7 @@ CUresult addNode(CUgraph graph, CUgraphNodeParams* params, Add add) {
     return addAllocNode(graph, &params->alloc, add);
   }
   if (params->type == kCuGraphNodeTypeMemFree) {
-    return addFreeNode(params->free_dptr, add);
+    return addFreeNode(graph, params->free_dptr, add);
   }
   return add();
 }
@@ -789,7 +789,8 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNo
   if (real == nullptr) {
     return kMissingInDriver;
   }
-  return addFreeNode(dptr, [&] { return real(node, graph, dependencies, dependency_count, dptr); });
+  return addFreeNode(graph, dptr,
+                     [&] { return real(node, graph, dependencies, dependency_count, dptr); });
 }
 
 CUresult cuGraphAddNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* dependencies,

@@ -244,10 +244,20 @@ bool MemoryLedger::trackGraphNode(std::uint64_t graph, std::uint64_t address, st
   return true;
 }
 
-void MemoryLedger::freedInGraph(std::uint64_t address) {
+void MemoryLedger::freedInGraph(std::uint64_t graph, std::uint64_t address) {
   std::lock_guard lock(mu_);
-  if (const auto it = nodes_.find(address); it != nodes_.end()) {
+  const auto it = nodes_.find(address);
+  if (it == nodes_.end()) {
+    return;
+  }
+  if (it->second.graph == graph) {
     it->second.freed_in_graph = true;
+    return;
+  }
+  try {
+    graphs_[graph].frees.push_back(address);
+  } catch (const std::bad_alloc&) {
+    // Untracked, the free is never seen: the memory stays charged until freed otherwise.
   }
 }
 
@@ -270,10 +280,16 @@ void MemoryLedger::graphLaunched(std::uint64_t exec) {
   if (it == execs_.end()) {
     return;
   }
-  for (const std::uint64_t address : graphs_[it->second].addresses) {
+  const GraphState& state = graphs_[it->second];
+  for (const std::uint64_t address : state.addresses) {
     if (const auto node = nodes_.find(address);
         node != nodes_.end() && !node->second.freed_in_graph) {
       node->second.outstanding = true;
+    }
+  }
+  for (const std::uint64_t address : state.frees) {
+    if (const auto node = nodes_.find(address); node != nodes_.end() && node->second.outstanding) {
+      nodeFreedLocked(node);
     }
   }
   ++pool_generation_;
@@ -285,14 +301,18 @@ bool MemoryLedger::graphAddressFreed(std::uint64_t address) {
   if (it == nodes_.end()) {
     return false;
   }
-  it->second.outstanding = false;
-  if (it->second.graph == 0) {  // Its graph is gone: the memory goes to the graph pool.
-    retainLocked(it->second.pool, it->second.bytes);
-    nodes_.erase(it);
-    graph_nodes_.store(nodes_.size(), std::memory_order_release);
-  }
+  nodeFreedLocked(it);
   ++pool_generation_;
   return true;
+}
+
+void MemoryLedger::nodeFreedLocked(std::unordered_map<std::uint64_t, GraphNode>::iterator node) {
+  node->second.outstanding = false;
+  if (node->second.graph == 0) {  // Its graph is gone: the memory goes to the graph pool.
+    retainLocked(node->second.pool, node->second.bytes);
+    nodes_.erase(node);
+    graph_nodes_.store(nodes_.size(), std::memory_order_release);
+  }
 }
 
 bool MemoryLedger::isGraphAddress(std::uint64_t address) const {

@@ -91,9 +91,10 @@ class MemoryLedger {
   // pool's retained bytes until settleGraphPool() learns that the pool keeps less.
   [[nodiscard]] bool trackGraphNode(std::uint64_t graph, std::uint64_t address, std::uint64_t pool,
                                     std::uint64_t bytes);
-  // The graph frees the node's memory itself (a free node, or a captured free): no launch leaves
-  // it allocated.
-  void freedInGraph(std::uint64_t address);
+  // `graph` frees the node's memory when it runs (a free node, or a captured free). In the
+  // node's own graph: no launch of it leaves the memory allocated. In another graph: a launch of
+  // that one gives the memory back, if a launch left it allocated (until then it stays charged).
+  void freedInGraph(std::uint64_t graph, std::uint64_t address);
   void graphInstantiated(std::uint64_t graph, std::uint64_t exec);
   void graphLaunched(std::uint64_t exec);
   // A graph node's memory freed outside any graph; false if the address is no graph node's.
@@ -153,10 +154,13 @@ class MemoryLedger {
     bool destroyed = false;
     int execs = 0;
     std::vector<std::uint64_t> addresses;
+    std::vector<std::uint64_t> frees;  // Other graphs' nodes it frees when it runs.
   };
   void retainLocked(std::uint64_t pool, std::uint64_t bytes);
   void lowerRetainedLocked(PoolState& state, std::uint64_t kept);
   void graphGoneLocked(std::uint64_t graph);
+  // The node's memory freed (outside a graph, or by a launch of a graph that frees it).
+  void nodeFreedLocked(std::unordered_map<std::uint64_t, GraphNode>::iterator node);
 
   const std::uint64_t cap_bytes_;
   mutable std::mutex mu_;

@@ -34,8 +34,9 @@
 // captured with cuStreamBeginCapture_v2), each with an address from its creation and no memory,
 // and kernels launched on a stream being captured, which run when the graph does.
 // A launch of an executable graph (cuGraphInstantiateWithFlags) backs each node from the
-// device's graph memory pool, and gives it back at once if the graph frees it too (a free node,
-// or cuMemFreeAsync on the capturing stream); the others stay allocated until cuMemFree(Async).
+// device's graph memory pool, then gives back what the graph frees (its free nodes, and
+// cuMemFreeAsync on the capturing stream), its own nodes' or another graph's; the others stay
+// allocated until cuMemFree(Async) or a launch of a graph that frees them.
 // The graph pool keeps what it was given back until cuDeviceGraphMemTrim
 // (cuDeviceGetGraphMemAttribute: USED and RESERVED_MEM_CURRENT). cuGraphLaunch of any other
 // handle runs a kernel of the handle's value in microseconds, as before.
@@ -104,18 +105,19 @@ struct FakePool {
 
 struct FakeGraphNode {
   std::uint64_t bytes = 0;
-  bool freed_in_graph = false;
   bool allocated = false;  // Backed by a launch and not freed since.
 };
 
 struct FakeGraph {
   std::vector<CUdeviceptr> nodes;
   std::vector<std::int64_t> kernels;  // Captured launches' run times.
+  std::vector<CUdeviceptr> frees;     // The nodes its free nodes free, any graph's.
 };
 
 struct FakeExec {
   std::vector<CUdeviceptr> nodes;
   std::vector<std::int64_t> kernels;
+  std::vector<CUdeviceptr> frees;
 };
 
 struct Device {
@@ -653,12 +655,12 @@ CUresult fakeMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
     if (!c.ready()) {
       return kCudaErrorNotInitialized;
     }
-    if (c.d.capturing.count(stream) != 0) {  // A free node of the graph being captured.
-      const auto node = c.d.graph_nodes.find(dptr);
-      if (node == c.d.graph_nodes.end()) {
+    if (const auto capture = c.d.capturing.find(stream); capture != c.d.capturing.end()) {
+      // A free node of the graph being captured.
+      if (c.d.graph_nodes.count(dptr) == 0) {
         return kCudaErrorInvalidValue;
       }
-      node->second.freed_in_graph = true;
+      capture->second->frees.push_back(dptr);
       return kCudaSuccess;
     }
   }
@@ -702,11 +704,11 @@ CUresult fakeGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraph
   if (!c.ready()) {
     return kCudaErrorNotInitialized;
   }
-  const auto it = c.d.graph_nodes.find(dptr);
-  if (findGraph(c.d, graph) == nullptr || it == c.d.graph_nodes.end() || node == nullptr) {
+  FakeGraph* g = findGraph(c.d, graph);
+  if (g == nullptr || c.d.graph_nodes.count(dptr) == 0 || node == nullptr) {
     return kCudaErrorInvalidValue;
   }
-  it->second.freed_in_graph = true;
+  g->frees.push_back(dptr);
   *node = reinterpret_cast<CUgraphNode>(dptr + 1);
   return kCudaSuccess;
 }
@@ -720,7 +722,7 @@ CUresult fakeGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigne
   if (g == nullptr || exec == nullptr) {
     return kCudaErrorInvalidValue;
   }
-  auto* e = new FakeExec{g->nodes, g->kernels};
+  auto* e = new FakeExec{g->nodes, g->kernels, g->frees};
   c.d.execs.insert(e);
   *exec = reinterpret_cast<CUgraphExec>(e);
   return kCudaSuccess;
@@ -1069,7 +1071,10 @@ CUresult fakeGraphLaunch(CUgraphExec graph, CUstream) {
           }
           node.allocated = true;
         }
-        if (node.freed_in_graph) {
+      }
+      for (const CUdeviceptr address : e->frees) {
+        FakeGraphNode& node = c.d.graph_nodes[address];
+        if (node.allocated) {
           node.allocated = false;
           c.d.graph_pool.used -= node.bytes;
         }

@@ -201,6 +201,8 @@ struct Api {
   CUresult (*graph_create)(CUgraph*, unsigned) = nullptr;
   CUresult (*graph_add_alloc)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t,
                               CudaMemAllocNodeParams*) = nullptr;
+  CUresult (*graph_add_free)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t,
+                             CUdeviceptr) = nullptr;
   CUresult (*graph_instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
   CUresult (*graph_exec_destroy)(CUgraphExec) = nullptr;
   CUresult (*graph_destroy)(CUgraph) = nullptr;
@@ -278,6 +280,8 @@ Api openApi(const std::string& resolve) {
   api.graph_create = api.find<decltype(api.graph_create)>("cuGraphCreate", "cuGraphCreate");
   api.graph_add_alloc =
       api.find<decltype(api.graph_add_alloc)>("cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode");
+  api.graph_add_free =
+      api.find<decltype(api.graph_add_free)>("cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode");
   api.graph_instantiate = api.find<decltype(api.graph_instantiate)>("cuGraphInstantiateWithFlags",
                                                                     "cuGraphInstantiateWithFlags");
   api.graph_exec_destroy =
@@ -613,6 +617,27 @@ void scenarioGraphs(const Api& api, unsigned long long cap) {
   api.mem_free_async(a, nullptr);
   print("plain_after_left_freed", api.mem_alloc(&plain, 32 * mib));
   api.mem_free(plain);
+
+  // Freed by another graph: allocated from a launch of its own until that graph runs, even with
+  // its own graph gone (and the graph pool settled against the driver meanwhile).
+  CUgraph g3 = nullptr;
+  print("node3", graphWithNode(api, 40 * mib, g3, a));
+  CUgraph frees = nullptr;
+  api.graph_create(&frees, 0);
+  CUgraphNode free_node = nullptr;
+  print("free_elsewhere", api.graph_add_free(&free_node, frees, nullptr, 0, a));
+  api.graph_instantiate(&e, g3, 0);
+  api.graph_launch(e, nullptr);
+  api.graph_exec_destroy(e);
+  api.graph_destroy(g3);
+  print("plain_while_freed_elsewhere_pending", api.mem_alloc(&plain, 32 * mib));
+  CUgraphExec frees_exec = nullptr;
+  api.graph_instantiate(&frees_exec, frees, 0);
+  api.graph_launch(frees_exec, nullptr);
+  print("plain_after_freed_elsewhere", api.mem_alloc(&plain, 32 * mib));
+  api.mem_free(plain);
+  api.graph_exec_destroy(frees_exec);
+  api.graph_destroy(frees);
 
   // Captured: cuMemAllocAsync and cuMemFreeAsync on a stream being captured are graph nodes.
   CUstream s = nullptr;
