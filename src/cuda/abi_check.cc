@@ -93,6 +93,7 @@ static_assert(ours::kCudaArray3dCubemap == CUDA_ARRAY3D_CUBEMAP);
   X(cuGraphInstantiateWithParams_ptsz, PFN_cuGraphInstantiateWithParams_v12000_ptsz) \
   X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)                               \
   X(cuGraphDestroy, PFN_cuGraphDestroy_v10000)                                       \
+  X(cuGraphDestroyNode, PFN_cuGraphDestroyNode_v10000)                               \
   X(cuCtxCreate_v2, PFN_cuCtxCreate_v3020)                                           \
   X(cuCtxCreate_v3, PFN_cuCtxCreate_v11040)                                          \
   X(cuCtxCreate_v4, PFN_cuCtxCreate_v12050)                                          \
@@ -119,6 +120,11 @@ static_assert(
 static_assert(FnAbiSame<internal::DeviceGetGraphMemAttributeFn,
                         PFN_cuDeviceGetGraphMemAttribute_v11040>::value);
 static_assert(FnAbiSame<internal::DeviceGraphMemTrimFn, PFN_cuDeviceGraphMemTrim_v11040>::value);
+static_assert(FnAbiSame<internal::GraphNodeGetTypeFn, PFN_cuGraphNodeGetType_v10000>::value);
+static_assert(FnAbiSame<internal::GraphMemAllocNodeGetParamsFn,
+                        PFN_cuGraphMemAllocNodeGetParams_v11040>::value);
+static_assert(FnAbiSame<internal::GraphMemFreeNodeGetParamsFn,
+                        PFN_cuGraphMemFreeNodeGetParams_v11040>::value);
 static_assert(internal::kCuPointerAttributeMempoolHandle == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE);
 static_assert(internal::kCuGraphMemAttrUsedMemCurrent == CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
 static_assert(internal::kCuGraphMemAttrReservedMemCurrent ==

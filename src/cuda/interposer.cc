@@ -59,7 +59,10 @@ constexpr const char* kHelperNames[] = {"cuCtxGetCurrent",
                                         "cuCtxGetDevice",
                                         "cuStreamGetCaptureInfo_v2",
                                         "cuDeviceGetGraphMemAttribute",
-                                        "cuDeviceGraphMemTrim"};
+                                        "cuDeviceGraphMemTrim",
+                                        "cuGraphNodeGetType",
+                                        "cuGraphMemAllocNodeGetParams",
+                                        "cuGraphMemFreeNodeGetParams"};
 static_assert(std::size(kHelperNames) == kHelperCount,
               "a helper without a name, or a name too many");
 
@@ -333,6 +336,8 @@ const HookInfo kHooks[kHookCount] = {
      10000, kForever, false},
     {"cuGraphDestroy", reinterpret_cast<void*>(&cuGraphDestroy), "cuGraphDestroy", 10000, kForever,
      false},
+    {"cuGraphDestroyNode", reinterpret_cast<void*>(&cuGraphDestroyNode), "cuGraphDestroyNode",
+     10000, kForever, false},
     {"cuCtxCreate_v2", reinterpret_cast<void*>(&cuCtxCreate_v2), nullptr, 0, 0, false},
     {"cuCtxCreate_v3", reinterpret_cast<void*>(&cuCtxCreate_v3), nullptr, 0, 0, false},
     {"cuCtxCreate_v4", reinterpret_cast<void*>(&cuCtxCreate_v4), nullptr, 0, 0, false},

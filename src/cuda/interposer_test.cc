@@ -861,6 +861,13 @@ TEST_F(InterposerTest, GraphMemoryCountsWhileTheGraphCanRun) {
       {"free_elsewhere", "0"},
       {"plain_while_freed_elsewhere_pending", "2"},  // 40 MiB still allocated: 32 more is over.
       {"plain_after_freed_elsewhere", "0"},
+      {"node4", "0"},
+      {"free_own", "0"},
+      {"free_node_destroyed", "0"},
+      {"plain_while_free_node_gone", "2"},  // Its graph no longer frees it.
+      {"node5", "0"},
+      {"alloc_node_destroyed", "0"},
+      {"plain_after_alloc_node_gone", "0"},  // 48 + 32 fit once the node is gone.
       {"begin_capture", "0"},
       {"captured_alloc", "0"},
       {"captured_free", "0"},

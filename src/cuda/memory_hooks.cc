@@ -882,6 +882,40 @@ CUresult cuGraphExecDestroy(CUgraphExec exec) noexcept {
   return result;
 }
 
+// What a node is must be asked before it is gone: an allocation or free node's address.
+CUresult cuGraphDestroyNode(CUgraphNode node) noexcept {
+  const internal::Process& p = process();
+  const auto real = p.real<CUresult (*)(CUgraphNode)>(Hook::kCuGraphDestroyNode);
+  if (real == nullptr) {
+    return kMissingInDriver;
+  }
+  if (p.ledger == nullptr || !p.ledger->hasGraphNodes()) {
+    return real(node);
+  }
+  int type = -1;
+  CUdeviceptr address = 0;
+  if (const auto get_type = p.helper<internal::GraphNodeGetTypeFn>(Helper::kCuGraphNodeGetType);
+      get_type != nullptr && get_type(node, &type) == kCudaSuccess) {
+    if (const auto get =
+            p.helper<internal::GraphMemAllocNodeGetParamsFn>(Helper::kCuGraphMemAllocNodeGetParams);
+        type == kCuGraphNodeTypeMemAlloc && get != nullptr) {
+      CudaMemAllocNodeParams params{};
+      if (get(node, &params) == kCudaSuccess) {
+        address = params.dptr;
+      }
+    } else if (const auto get_free = p.helper<internal::GraphMemFreeNodeGetParamsFn>(
+                   Helper::kCuGraphMemFreeNodeGetParams);
+               type == kCuGraphNodeTypeMemFree && get_free != nullptr) {
+      (void)get_free(node, &address);
+    }
+  }
+  const CUresult result = real(node);
+  if (result == kCudaSuccess && address != 0) {
+    p.ledger->graphNodeDestroyed(address, type == kCuGraphNodeTypeMemFree);
+  }
+  return result;
+}
+
 CUresult cuGraphDestroy(CUgraph graph) noexcept {
   const internal::Process& p = process();
   const auto real = p.real<CUresult (*)(CUgraph)>(Hook::kCuGraphDestroy);

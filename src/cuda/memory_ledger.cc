@@ -332,6 +332,34 @@ void MemoryLedger::graphDestroyed(std::uint64_t graph) {
   }
 }
 
+void MemoryLedger::graphNodeDestroyed(std::uint64_t address, bool free_node) {
+  std::lock_guard lock(mu_);
+  const auto node = nodes_.find(address);
+  if (node == nodes_.end()) {
+    return;
+  }
+  if (free_node) {
+    node->second.freed_in_graph = false;
+    for (auto& [graph, state] : graphs_) {
+      std::erase(state.frees, address);
+    }
+    return;
+  }
+  const auto graph = graphs_.find(node->second.graph);
+  if (graph == graphs_.end() || graph->second.execs > 0) {
+    return;
+  }
+  std::erase(graph->second.addresses, address);
+  if (node->second.outstanding) {
+    node->second.graph = 0;
+  } else {
+    retainLocked(node->second.pool, node->second.bytes);
+    nodes_.erase(node);
+    graph_nodes_.store(nodes_.size(), std::memory_order_release);
+  }
+  ++pool_generation_;
+}
+
 void MemoryLedger::execDestroyed(std::uint64_t exec) {
   std::lock_guard lock(mu_);
   const auto it = execs_.find(exec);

@@ -101,6 +101,12 @@ class MemoryLedger {
   bool graphAddressFreed(std::uint64_t address);
   bool isGraphAddress(std::uint64_t address) const;
   void graphDestroyed(std::uint64_t graph);
+  // A node removed from its graph (cuGraphDestroyNode). A free node no longer frees `address`
+  // anywhere (executables made before keep theirs; counting them out only over-counts). An
+  // allocation node whose graph has no executable leaves: its memory is the graph pool's if a
+  // launch freed it, or stays charged until freed if a launch left it allocated; with an
+  // executable, the node stays, charged, as that may run it.
+  void graphNodeDestroyed(std::uint64_t address, bool free_node);
   void execDestroyed(std::uint64_t exec);
   // Whether any graph node is tracked: the launch hook's fast path.
   bool hasGraphNodes() const { return graph_nodes_.load(std::memory_order_acquire) > 0; }

@@ -75,6 +75,10 @@ namespace fake = tessera::cuda::fake;
   X(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040)             \
   X(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000)                               \
   X(cuGraphDestroy, PFN_cuGraphDestroy_v10000)                                       \
+  X(cuGraphDestroyNode, PFN_cuGraphDestroyNode_v10000)                               \
+  X(cuGraphNodeGetType, PFN_cuGraphNodeGetType_v10000)                               \
+  X(cuGraphMemAllocNodeGetParams, PFN_cuGraphMemAllocNodeGetParams_v11040)           \
+  X(cuGraphMemFreeNodeGetParams, PFN_cuGraphMemFreeNodeGetParams_v11040)             \
   X(cuDeviceGraphMemTrim, PFN_cuDeviceGraphMemTrim_v11040)                           \
   X(cuDeviceGetGraphMemAttribute, PFN_cuDeviceGetGraphMemAttribute_v11040)           \
   X(cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010)                        \

@@ -51,6 +51,7 @@
 // are thin wrappers over internal ones, so a preloaded interposer never sees the fake's own calls.
 #include <time.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -713,6 +714,76 @@ CUresult fakeGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraph
   return kCudaSuccess;
 }
 
+// A node's handle is its address (an allocation node), or its address + 1 (a free node).
+CUresult fakeGraphNodeGetType(CUgraphNode node, int* type) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  const auto handle = reinterpret_cast<CUdeviceptr>(node);
+  if (type == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  if (c.d.graph_nodes.count(handle) != 0) {
+    *type = kCuGraphNodeTypeMemAlloc;
+  } else if (c.d.graph_nodes.count(handle - 1) != 0) {
+    *type = kCuGraphNodeTypeMemFree;
+  } else {
+    return kCudaErrorInvalidValue;
+  }
+  return kCudaSuccess;
+}
+
+CUresult fakeGraphMemAllocNodeGetParams(CUgraphNode node, CudaMemAllocNodeParams* params) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  const auto address = reinterpret_cast<CUdeviceptr>(node);
+  const auto it = c.d.graph_nodes.find(address);
+  if (it == c.d.graph_nodes.end() || params == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  *params = CudaMemAllocNodeParams{};
+  params->location_type = kCuMemLocationTypeDevice;
+  params->bytesize = it->second.bytes;
+  params->dptr = address;
+  return kCudaSuccess;
+}
+
+CUresult fakeGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* dptr) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  const auto address = reinterpret_cast<CUdeviceptr>(node) - 1;
+  if (c.d.graph_nodes.count(address) == 0 || dptr == nullptr) {
+    return kCudaErrorInvalidValue;
+  }
+  *dptr = address;
+  return kCudaSuccess;
+}
+
+// Removes the node from the graph that has it (executables made before keep theirs).
+CUresult fakeGraphDestroyNode(CUgraphNode node) {
+  Call c;
+  if (!c.ready()) {
+    return kCudaErrorNotInitialized;
+  }
+  const auto handle = reinterpret_cast<CUdeviceptr>(node);
+  for (FakeGraph* g : c.d.graphs) {
+    if (auto it = std::find(g->nodes.begin(), g->nodes.end(), handle); it != g->nodes.end()) {
+      g->nodes.erase(it);
+      return kCudaSuccess;
+    }
+    if (auto it = std::find(g->frees.begin(), g->frees.end(), handle - 1); it != g->frees.end()) {
+      g->frees.erase(it);
+      return kCudaSuccess;
+    }
+  }
+  return kCudaErrorInvalidValue;
+}
+
 CUresult fakeGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph, unsigned long long) {
   Call c;
   if (!c.ready()) {
@@ -1350,6 +1421,16 @@ FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsi
 }
 FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) { return fakeGraphExecDestroy(e); }
 FAKE_EXPORT CUresult cuGraphDestroy(CUgraph g) { return fakeGraphDestroy(g); }
+FAKE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode n) { return fakeGraphDestroyNode(n); }
+FAKE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode n, int* t) {
+  return fakeGraphNodeGetType(n, t);
+}
+FAKE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode n, CudaMemAllocNodeParams* p) {
+  return fakeGraphMemAllocNodeGetParams(n, p);
+}
+FAKE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode n, CUdeviceptr* d) {
+  return fakeGraphMemFreeNodeGetParams(n, d);
+}
 FAKE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice d) { return fakeDeviceGraphMemTrim(d); }
 FAKE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int a, void* v) {
   return fakeDeviceGetGraphMemAttribute(d, a, v);
@@ -1515,6 +1596,12 @@ const Entry kEntries[] = {
      fn(&fakeGraphInstantiateWithFlags)},
     {"cuGraphExecDestroy", 10000, false, fn(&cuGraphExecDestroy), fn(&fakeGraphExecDestroy)},
     {"cuGraphDestroy", 10000, false, fn(&cuGraphDestroy), fn(&fakeGraphDestroy)},
+    {"cuGraphDestroyNode", 10000, false, fn(&cuGraphDestroyNode), fn(&fakeGraphDestroyNode)},
+    {"cuGraphNodeGetType", 10000, false, fn(&cuGraphNodeGetType), fn(&fakeGraphNodeGetType)},
+    {"cuGraphMemAllocNodeGetParams", 11040, false, fn(&cuGraphMemAllocNodeGetParams),
+     fn(&fakeGraphMemAllocNodeGetParams)},
+    {"cuGraphMemFreeNodeGetParams", 11040, false, fn(&cuGraphMemFreeNodeGetParams),
+     fn(&fakeGraphMemFreeNodeGetParams)},
     {"cuDeviceGraphMemTrim", 11040, false, fn(&cuDeviceGraphMemTrim), fn(&fakeDeviceGraphMemTrim)},
     {"cuDeviceGetGraphMemAttribute", 11040, false, fn(&cuDeviceGetGraphMemAttribute),
      fn(&fakeDeviceGetGraphMemAttribute)},

@@ -86,6 +86,10 @@ FAKE_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode*, CUgraph, const CUgraphN
 FAKE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec*, CUgraph, unsigned long long);
 FAKE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec);
 FAKE_EXPORT CUresult cuGraphDestroy(CUgraph);
+FAKE_EXPORT CUresult cuGraphDestroyNode(CUgraphNode);
+FAKE_EXPORT CUresult cuGraphNodeGetType(CUgraphNode, int*);
+FAKE_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode, CudaMemAllocNodeParams*);
+FAKE_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode, CUdeviceptr*);
 FAKE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice);
 FAKE_EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice, int, void*);
 FAKE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream, CUstreamCaptureMode);

@@ -119,6 +119,7 @@ TESSERA_CUDA_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(
     CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) noexcept;
 TESSERA_CUDA_EXPORT CUresult cuGraphExecDestroy(CUgraphExec exec) noexcept;
 TESSERA_CUDA_EXPORT CUresult cuGraphDestroy(CUgraph graph) noexcept;
+TESSERA_CUDA_EXPORT CUresult cuGraphDestroyNode(CUgraphNode node) noexcept;
 
 TESSERA_CUDA_EXPORT CUresult cuCtxCreate_v2(CUcontext* ctx, unsigned flags,
                                             CUdevice device) noexcept;

@@ -73,6 +73,7 @@ enum class Hook : int {
   kCuGraphInstantiateWithParamsPtsz,
   kCuGraphExecDestroy,
   kCuGraphDestroy,
+  kCuGraphDestroyNode,
   kCuCtxCreateV2,
   kCuCtxCreateV3,
   kCuCtxCreateV4,
@@ -98,6 +99,9 @@ enum class Helper : int {
   kCuStreamGetCaptureInfoV2,
   kCuDeviceGetGraphMemAttribute,
   kCuDeviceGraphMemTrim,
+  kCuGraphNodeGetType,
+  kCuGraphMemAllocNodeGetParams,
+  kCuGraphMemFreeNodeGetParams,
   kCount
 };
 inline constexpr int kHelperCount = static_cast<int>(Helper::kCount);
@@ -113,6 +117,10 @@ using StreamGetCaptureInfoV2Fn = CUresult (*)(CUstream stream, CUstreamCaptureSt
                                               std::size_t* dependency_count);
 using DeviceGetGraphMemAttributeFn = CUresult (*)(CUdevice device, int attribute, void* value);
 using DeviceGraphMemTrimFn = CUresult (*)(CUdevice device);
+using GraphNodeGetTypeFn = CUresult (*)(CUgraphNode node, int* type);
+using GraphMemAllocNodeGetParamsFn = CUresult (*)(CUgraphNode node,
+                                                  CudaMemAllocNodeParams* params_out);
+using GraphMemFreeNodeGetParamsFn = CUresult (*)(CUgraphNode node, CUdeviceptr* dptr_out);
 inline constexpr int kCuPointerAttributeMempoolHandle = 17;
 inline constexpr int kCuGraphMemAttrUsedMemCurrent = 0;
 inline constexpr int kCuGraphMemAttrReservedMemCurrent = 2;

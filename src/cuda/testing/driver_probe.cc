@@ -203,6 +203,7 @@ struct Api {
                               CudaMemAllocNodeParams*) = nullptr;
   CUresult (*graph_add_free)(CUgraphNode*, CUgraph, const CUgraphNode*, std::size_t,
                              CUdeviceptr) = nullptr;
+  CUresult (*graph_destroy_node)(CUgraphNode) = nullptr;
   CUresult (*graph_instantiate)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
   CUresult (*graph_exec_destroy)(CUgraphExec) = nullptr;
   CUresult (*graph_destroy)(CUgraph) = nullptr;
@@ -282,6 +283,8 @@ Api openApi(const std::string& resolve) {
       api.find<decltype(api.graph_add_alloc)>("cuGraphAddMemAllocNode", "cuGraphAddMemAllocNode");
   api.graph_add_free =
       api.find<decltype(api.graph_add_free)>("cuGraphAddMemFreeNode", "cuGraphAddMemFreeNode");
+  api.graph_destroy_node =
+      api.find<decltype(api.graph_destroy_node)>("cuGraphDestroyNode", "cuGraphDestroyNode");
   api.graph_instantiate = api.find<decltype(api.graph_instantiate)>("cuGraphInstantiateWithFlags",
                                                                     "cuGraphInstantiateWithFlags");
   api.graph_exec_destroy =
@@ -638,6 +641,30 @@ void scenarioGraphs(const Api& api, unsigned long long cap) {
   api.mem_free(plain);
   api.graph_exec_destroy(frees_exec);
   api.graph_destroy(frees);
+
+  // A free node removed (cuGraphDestroyNode): a launch leaves the memory allocated after all.
+  CUgraph g4 = nullptr;
+  print("node4", graphWithNode(api, 40 * mib, g4, a));
+  print("free_own", api.graph_add_free(&free_node, g4, nullptr, 0, a));
+  print("free_node_destroyed", api.graph_destroy_node(free_node));
+  api.graph_instantiate(&e, g4, 0);
+  api.graph_launch(e, nullptr);
+  api.graph_exec_destroy(e);
+  api.graph_destroy(g4);
+  print("plain_while_free_node_gone", api.mem_alloc(&plain, 32 * mib));
+  api.mem_free_async(a, nullptr);
+  // An allocation node removed before any executable: its charge goes with it.
+  CUgraph g5 = nullptr;
+  CUgraphNode alloc_node = nullptr;
+  api.graph_create(&g5, 0);
+  CudaMemAllocNodeParams params{};
+  params.location_type = kCuMemLocationTypeDevice;
+  params.bytesize = 48 * mib;
+  print("node5", api.graph_add_alloc(&alloc_node, g5, nullptr, 0, &params));
+  print("alloc_node_destroyed", api.graph_destroy_node(alloc_node));
+  print("plain_after_alloc_node_gone", api.mem_alloc(&plain, 32 * mib));
+  api.mem_free(plain);
+  api.graph_destroy(g5);
 
   // Captured: cuMemAllocAsync and cuMemFreeAsync on a stream being captured are graph nodes.
   CUstream s = nullptr;
