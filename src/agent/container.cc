@@ -733,9 +733,7 @@ core::Result<std::vector<std::string>> Containers::prepare(const TaskSpec& spec,
       }
       preloaded = stand_in;
       if (auto it = vars.find("LD_PRELOAD"); it != vars.end()) {
-        std::vector<std::string> one = {"LD_PRELOAD=" + it->second};
-        preloadStandIn(one, spec.gpus.interposer, stand_in);
-        it->second = one[0].substr(std::strlen("LD_PRELOAD="));
+        it->second = preloadWithStandIn(it->second, spec.gpus.interposer, stand_in);
       }
     } else if (!drivers.empty()) {
       core::logWarn(

@@ -1074,8 +1074,9 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   std::vector<std::string> env = taskEnvironment(spec, impl_->options.path, dir, who);
   // A time-sliced share in a view (a container, or a sandbox): its caps in a file of the agent's,
   // rewritten as bursts on its GPU start and end. Given back if the task does not start.
+  const bool time_sliced = !cudaCapsText(spec.gpus).empty();
   std::string caps_dir;
-  if ((container || impl_->options.sandbox) && !cudaCapsText(spec.gpus).empty()) {
+  if ((container || impl_->options.sandbox) && time_sliced) {
     auto made = impl_->addShare(spec.id, spec.gpus);
     if (!made.isOk()) {
       return made.status().withContext(where);
@@ -1094,11 +1095,14 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
   } release{impl_.get(), spec.id, !caps_dir.empty()};
   // A sandboxed share where the node's driver is known: its view preloads the stand-in, and so
   // does the variable (planSandbox makes the same choice).
-  const bool driver_stand_in =
-      impl_->options.sandbox && !container && !impl_->options.cuda_driver.empty() &&
-      !cudaCapsText(spec.gpus).empty() && !driverStandIn(spec.gpus.interposer).empty();
-  if (driver_stand_in) {
-    preloadStandIn(env, spec.gpus.interposer, driverStandIn(spec.gpus.interposer));
+  const std::string stand_in =
+      impl_->options.sandbox && !container && !impl_->options.cuda_driver.empty() && time_sliced
+          ? driverStandIn(spec.gpus.interposer)
+          : "";
+  for (std::string& kv : env) {
+    if (!stand_in.empty() && kv.starts_with("LD_PRELOAD=")) {
+      kv = preloadWithStandIn(kv, spec.gpus.interposer, stand_in);
+    }
   }
   std::vector<std::string> args = spec.command;
   // Who the child becomes before exec: a container's runtime runs as the agent's user and puts
@@ -1215,9 +1219,9 @@ core::Status ProcessRuntime::start(const TaskSpec& spec) {
     in.cuda_caps_dir = caps_dir;
     if (!in.cuda_caps_dir.empty()) {
       in.cuda_interposer = spec.gpus.interposer;
-      in.cuda_driver = driver_stand_in ? impl_->options.cuda_driver : "";
-      if (driver_stand_in) {
-        in.keep.push_back(driverStandIn(spec.gpus.interposer));
+      in.cuda_driver = stand_in.empty() ? "" : impl_->options.cuda_driver;
+      if (!stand_in.empty()) {
+        in.keep.push_back(stand_in);
       }
     }
     in.keep.insert(in.keep.end(), spec.device_nodes.begin(), spec.device_nodes.end());

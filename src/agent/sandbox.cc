@@ -455,17 +455,13 @@ std::string driverStandIn(const std::string& interposer) {
   return !interposer.empty() && std::filesystem::is_regular_file(p, ec) ? p.string() : "";
 }
 
-void preloadStandIn(std::vector<std::string>& env, const std::string& interposer,
-                    const std::string& stand_in) {
-  for (std::string& kv : env) {
-    if (!kv.starts_with("LD_PRELOAD=") || interposer.empty()) {
-      continue;
-    }
-    for (size_t at = kv.find(interposer); at != std::string::npos;
-         at = kv.find(interposer, at + stand_in.size())) {
-      kv.replace(at, interposer.size(), stand_in);
-    }
+std::string preloadWithStandIn(std::string preload, const std::string& interposer,
+                               const std::string& stand_in) {
+  for (size_t at = interposer.empty() ? std::string::npos : preload.find(interposer);
+       at != std::string::npos; at = preload.find(interposer, at + stand_in.size())) {
+    preload.replace(at, interposer.size(), stand_in);
   }
+  return preload;
 }
 
 std::vector<std::string> driverFilesBeside(const std::string& driver) {

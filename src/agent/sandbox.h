@@ -126,10 +126,10 @@ core::Result<std::string> findNodeDriver(const std::string& flag);
 // The stand-in beside `interposer`, "" if it is not there.
 std::string driverStandIn(const std::string& interposer);
 
-// `env`'s LD_PRELOAD (a "NAME=value" string among them) with `interposer` named as `stand_in`
-// instead: one file for the variable and /etc/ld.so.preload, so that no program loads two.
-void preloadStandIn(std::vector<std::string>& env, const std::string& interposer,
-                    const std::string& stand_in);
+// An LD_PRELOAD value with `interposer` named as `stand_in` instead: one file for the variable
+// and /etc/ld.so.preload, so that no program loads two.
+std::string preloadWithStandIn(std::string preload, const std::string& interposer,
+                               const std::string& stand_in);
 
 // The files a task's view shows the stand-in at, for `driver` (a resolved path): it, and every
 // other libcuda.so* file in its folder, resolved (each once).
