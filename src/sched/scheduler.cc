@@ -807,7 +807,7 @@ bool Scheduler::placeTasks(WorkloadId w, int count, bool trial, PassResult* out,
   size_t next = 0;
   // Reserved nodes: preferred by the workload they are kept for, closed to others unless they
   // are sure to end before the reservation is needed (backfill), or they belong to another
-  // queue that is below its fair share (a guarantee outranks another queue's reservation).
+  // queue further below its fair share than the holder's (openToReserved).
   if (reserved_for_ != kNoWorkload) {
     const bool mine = reserved_for_ == w;
     if (mine || restricted(w)) {

@@ -395,6 +395,9 @@ class Scheduler {
   int32_t needOf(WorkloadId w) const;
   // Whether the reserved nodes are closed to `w` (not its own, no backfill, queue not deprived).
   bool restricted(WorkloadId w) const;
+  // Whether leaf `leaf` may use the reserved nodes: below its fair share, and further below it
+  // than the queue they are held for. Only while a reservation exists.
+  bool openToReserved(QueueId leaf) const;
   // The "no room" verdict that covers `need` tasks of class `shape`, or nullptr.
   const Blocked* findBlocked(uint32_t shape, int32_t need, bool restricted) const;
   bool isBlocked(uint32_t shape, int32_t need, bool restricted) const {

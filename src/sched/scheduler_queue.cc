@@ -173,13 +173,20 @@ bool Scheduler::restricted(WorkloadId w) const {
   if (reserved_for_ == kNoWorkload || w == reserved_for_ || mayBackfill(w)) {
     return false;
   }
-  // A guarantee outranks another queue's reservation: a queue below its fair share may use them.
-  const QueueId leaf = workloads_[w].spec.queue;
-  if (leaf == workloads_[reserved_for_].spec.queue) {
-    return true;
+  return !openToReserved(workloads_[w].spec.queue);
+}
+
+bool Scheduler::openToReserved(QueueId leaf) const {
+  const QueueId holder = workloads_[reserved_for_].spec.queue;
+  if (leaf == holder) {
+    return false;  // Its mates wait behind the workload the nodes are held for.
   }
+  // The nodes drain for the queue furthest below its share: another queue may use them while it
+  // is below its own share and further below it than the holder (a larger debt comes first).
   const Queue& q = tree_.queue(leaf);
-  return !lessThan(dominantShare(q.allocated, q.fair_share), Ratio{1, 1});
+  const Queue& h = tree_.queue(holder);
+  const Ratio mine = dominantShare(q.allocated, q.fair_share);
+  return lessThan(mine, Ratio{1, 1}) && lessThan(mine, dominantShare(h.allocated, h.fair_share));
 }
 
 const Scheduler::Blocked* Scheduler::findBlocked(uint32_t shape, int32_t need,
@@ -356,12 +363,7 @@ void Scheduler::tryWorkload(WorkloadId w, PassResult& out) {
 
 WorkloadId Scheduler::nextInQueue(QueueId q) {
   // Non-timed members share the queue's access to reserved nodes; timed ones may backfill.
-  bool queue_closed = false;
-  if (reserved_for_ != kNoWorkload) {
-    const Queue& queue = tree_.queue(q);
-    queue_closed = q == workloads_[reserved_for_].spec.queue ||
-                   !lessThan(dominantShare(queue.allocated, queue.fair_share), Ratio{1, 1});
-  }
+  const bool queue_closed = reserved_for_ != kNoWorkload && !openToReserved(q);
   WorkloadId best = kNoWorkload;
   OrderKey best_key;
   Bucket* best_bucket = nullptr;

@@ -1,5 +1,6 @@
 #include "sched/scheduler.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -810,6 +811,74 @@ TEST_F(SchedulerTest, BackfillsWhatEndsBeforeTheReservation) {
             std::string::npos)
       << s_->explain(gang).message;
 }
+
+// Issue #40: nodes drained for a queue below its share are not taken by another queue that is
+// nearer its own share, though below it; a queue further below its share than the holder may
+// use them. Queue a (the holder) waits with an 8-GPU task and one node drains for it; queue b
+// runs `other_running` 1-GPU tasks and asks for one more.
+struct DrainCase {
+  int holder_running;
+  int other_running;
+  bool other_may_use;
+};
+
+class ReservedNodesTest : public SchedulerTest, public ::testing::WithParamInterface<DrainCase> {};
+
+TEST_P(ReservedNodesTest, AreOpenOnlyToAQueueFurtherBelowItsShare) {
+  const DrainCase c = GetParam();
+  build(2, 8, 8);
+  // n1 ends full (b's tasks and a's), n0 with one task of a and 7 GPUs free.
+  WorkloadId first = submit("holder-first", "a", 1, 1, 1, 0, false);
+  s_->schedule();
+  const NodeIndex n0 = s_->task(s_->workload(first).tasks[0]).assignment.placement.node;
+  WorkloadId fill = submit("fill", "b", 15, 1, 1);  // Borrowed: preemptible.
+  s_->schedule();
+  ASSERT_EQ(running(fill), 15);
+  // Room on n1 for a's other tasks first, so that they land there; then n0 empties.
+  int kept = 0;
+  for (TaskId t : s_->workload(fill).tasks) {
+    if (s_->task(t).assignment.placement.node != n0 && kept++ >= c.other_running) {
+      s_->taskFinished(t);
+    }
+  }
+  WorkloadId rest = submit("holder-rest", "a", 8 - c.other_running, 1, 1, 0, false);
+  s_->schedule();
+  ASSERT_EQ(running(rest), 8 - c.other_running);
+  for (TaskId t : s_->workload(fill).tasks) {
+    if (s_->task(t).state == TaskState::kRunning && s_->task(t).assignment.placement.node == n0) {
+      s_->taskFinished(t);
+    }
+  }
+  ASSERT_EQ(allocatedGpus("a"), c.holder_running);
+  ASSERT_EQ(allocatedGpus("b"), c.other_running);
+  WorkloadId big = submit("holder-big", "a", 1, 1, 8);
+  s_->schedule();
+  ASSERT_EQ(running(big), 0);
+  ASSERT_EQ(s_->reservedFor(), big);
+  ASSERT_EQ(s_->reservedNodes(), std::vector<NodeIndex>{n0});
+  WorkloadId more = submit("other-more", "b", 1, 1, 1);
+  s_->schedule();
+  const Queue& holder = s_->queues().queue(*s_->queues().find("a"));
+  const Queue& other = s_->queues().queue(*s_->queues().find("b"));
+  SCOPED_TRACE(fmt::format("a {}/{} GPUs of its share, b {}/{} before its new task",
+                           holder.allocated[kGpuDim] / 1000, holder.fair_share[kGpuDim] / 1000,
+                           c.other_running, other.fair_share[kGpuDim] / 1000));
+  ASSERT_LT(c.other_running * 1000, other.fair_share[kGpuDim]);  // b is below its share.
+  ASSERT_EQ(s_->reservedFor(), big);
+  EXPECT_EQ(running(more), c.other_may_use ? 1 : 0);
+  if (!c.other_may_use) {
+    EXPECT_NE(s_->explain(more).message.find("reserved for a waiting gang"), std::string::npos)
+        << s_->explain(more).message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Drain, ReservedNodesTest,
+    ::testing::Values(
+        // a at 2 of 8, b at 7 of 8: b is nearer its share and waits.
+        DrainCase{.holder_running = 2, .other_running = 7, .other_may_use = false},
+        // a at 8 of 14 (b asks for 2 in all), b at 1 of 2: b is further below and runs.
+        DrainCase{.holder_running = 8, .other_running = 1, .other_may_use = true}));
 
 TEST_F(SchedulerTest, BlockedWorkWaitsUntilARelevantNodeFreesUp) {
   build(2, 16, 0);

@@ -386,6 +386,51 @@ TEST_F(ServerTest, AWaitingGangIsToldWhichNodesAreHeldForItAndWhenTheyDrain) {
   EXPECT_EQ(server->stop(SIGTERM), 0);
 }
 
+// #40 through the server's API: nodes held for a gang of the tenant furthest below its share
+// are closed to a tenant nearer its own share, though below it. Two simulated 8-GPU nodes:
+// team-b's 8-GPU task fills one; team-a's 1-GPU task is on the other, where its 8-GPU task
+// waits. Shares (16 GPUs, quotas 6 and 10, team-b asking for 9): team-a 1 of 7, team-b 8 of 9.
+TEST_F(ServerTest, NodesHeldForTheTenantFurthestBelowItsShareAreNotTakenByANearerOne) {
+  auto server = startDev({"--nodes", "dgx-h100:2", "--simulated"});
+  const Client c = client();
+  const std::string a = addTenant(c, "team-a");
+  const std::string b = addTenant(c, "team-b");
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-a", root(), {{"quota", {{"gpu", 6}}}}).status, 204U);
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-b", root(), {{"quota", {{"gpu", 10}}}}).status, 204U);
+  auto task = [](int gpus) {
+    return json{{"tasks", 1}, {"gpu", {{"count", gpus}}}, {"cpuMilli", 1000}, {"duration", 3600}};
+  };
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-b/workloads/whole", b, task(8)).status, 202U);
+  ASSERT_EQ(waitForPhase(c, "team-b", "whole", b, "running"), "running");
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-a/workloads/one", a, task(1)).status, 202U);
+  ASSERT_EQ(waitForPhase(c, "team-a", "one", a, "running"), "running");
+  // Waits until the workload's reason says `what`; returns the last reason read.
+  auto reason_says = [&](const std::string& tenant, const std::string& name,
+                         const std::string& token, const std::string& what) {
+    std::string reason;
+    waitFor(
+        [&] {
+          reason = c.call("GET", "/v1/tenants/" + tenant + "/workloads/" + name, token)
+                       .body["data"]["status"]
+                       .value("reason", "");
+          return reason.find(what) != std::string::npos;
+        },
+        std::chrono::seconds(10));
+    return reason;
+  };
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-a/workloads/big", a, task(8)).status, 202U);
+  const std::string big = reason_says("team-a", "big", a, "1 node(s) held for it");
+  ASSERT_NE(big.find("1 node(s) held for it"), std::string::npos) << big;
+  // team-b's next 1-GPU task would fit only on the held node: it waits, and says so.
+  ASSERT_EQ(c.call("POST", "/v1/tenants/team-b/workloads/more", b, task(1)).status, 202U);
+  const std::string more = reason_says("team-b", "more", b, "reserved for a waiting gang");
+  ASSERT_NE(more.find("reserved for a waiting gang"), std::string::npos) << more;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // Several passes later still.
+  EXPECT_EQ(c.call("GET", "/v1/tenants/team-b/workloads/more", b).body["data"]["status"]["phase"],
+            "pending");
+  EXPECT_EQ(server->stop(SIGTERM), 0);
+}
+
 TEST_F(ServerTest, EachTenantHasItsOwnRequestRate) {
   auto server = startDev();
   const Client c = client();
