@@ -393,7 +393,8 @@ class Scheduler {
   // `running_workloads_` up to date.
   void addRunning(WorkloadId w, int delta);
   int32_t needOf(WorkloadId w) const;
-  // Whether the reserved nodes are closed to `w` (not its own, no backfill, queue not deprived).
+  // Whether the reserved nodes are closed to `w` (not its own, no backfill, its queue not
+  // further below its share than the holder's).
   bool restricted(WorkloadId w) const;
   // Whether leaf `leaf` may use the reserved nodes: below its fair share, and further below it
   // than the queue they are held for. Only while a reservation exists.
