@@ -483,21 +483,20 @@ std::vector<std::string> driverFilesBeside(const std::string& driver) {
 }
 
 core::Status prepareCudaMountPoints(bool driver) {
+  std::vector<std::filesystem::path> folders = {kCudaCapsDir};
+  std::vector<const char*> files = {"/etc/ld.so.preload"};
+  if (driver) {
+    folders.push_back(std::filesystem::path(kDriverInView).parent_path());
+    files.push_back(kDriverInView);
+  }
   std::error_code ec;
-  for (const std::filesystem::path folder :
-       {std::filesystem::path(kCudaCapsDir), std::filesystem::path(kDriverInView).parent_path()}) {
-    if (folder == std::filesystem::path(kDriverInView).parent_path() && !driver) {
-      continue;
-    }
+  for (const std::filesystem::path& folder : folders) {
     std::filesystem::create_directories(folder, ec);
     if (ec) {
       return core::unavailable("cannot make the folder " + folder.string() + ": " + ec.message());
     }
   }
-  for (const char* path : {"/etc/ld.so.preload", kDriverInView}) {
-    if (path == kDriverInView && !driver) {
-      continue;
-    }
+  for (const char* path : files) {
     // Only where missing: the node's own /etc/ld.so.preload stays as it is.
     const int fd = ::open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd >= 0) {

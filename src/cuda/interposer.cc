@@ -121,6 +121,12 @@ std::unique_ptr<Driver> openDriver() {
   return driver;
 }
 
+CapsStamp stampOf(const struct stat& st) {
+  return {static_cast<std::uint64_t>(st.st_ino),
+          static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
+          static_cast<std::int64_t>(st.st_size)};
+}
+
 // The caps file's text ("" if it is missing), and in *stamp what it was; an error names the file.
 bool readCapsFile(std::string& text, CapsStamp* stamp, std::string& error) {
   text.clear();
@@ -134,9 +140,7 @@ bool readCapsFile(std::string& text, CapsStamp* stamp, std::string& error) {
   }
   struct stat st {};
   if (stamp != nullptr && ::fstat(fd, &st) == 0) {
-    *stamp = {static_cast<std::uint64_t>(st.st_ino),
-              static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
-              static_cast<std::int64_t>(st.st_size)};
+    *stamp = stampOf(st);
   }
   char buf[4096];
   for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
@@ -408,11 +412,7 @@ void refreshShareSlow(const Process& p) noexcept {
   if (::stat(kCapsFile, &st) != 0) {
     return;
   }
-  const CapsStamp seen{
-      static_cast<std::uint64_t>(st.st_ino),
-      static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec,
-      static_cast<std::int64_t>(st.st_size)};
-  if (seen == p.caps_stamp) {
+  if (stampOf(st) == p.caps_stamp) {
     return;
   }
   std::string text;
