@@ -333,6 +333,36 @@ spec:
   EXPECT_EQ(spec["gpu"].value("milli", 0), 500) << shown.out;
   EXPECT_EQ(spec.value("queue", ""), "default") << shown.out;
 
+  // Run:ai's dynamic fractions from kubectl: a burst limit over the fraction, time-sliced; a
+  // limit under the fraction is refused, naming the annotation.
+  const std::string burst = R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: NAME
+  annotations: {gpu-fraction: "0.25", gpu-fraction-limit: "LIMIT"}
+spec:
+  restartPolicy: Never
+  containers:
+  - {name: main, command: ["sleep", "1"]}
+)";
+  auto burst_pod = [&](const std::string& name, const std::string& limit) {
+    std::string text = burst;
+    text.replace(text.find("NAME"), 4, name);
+    text.replace(text.find("LIMIT"), 5, limit);
+    return manifest(name + ".yaml", text);
+  };
+  Outcome bursty = kubectl(config, {"create", "-f", burst_pod("bursty", "0.8").string()});
+  ASSERT_EQ(bursty.rc, 0) << bursty;
+  Outcome bursty_shown = tessera(token, {"show", "bursty", "-format=json"});
+  ASSERT_EQ(bursty_shown.rc, 0) << bursty_shown;
+  EXPECT_EQ(json::parse(bursty_shown.out, nullptr, false).value("spec", json::object())["gpu"],
+            json({{"milli", 250}, {"milliLimit", 800}, {"isolation", "none"}}))
+      << bursty_shown.out;
+  Outcome under = kubectl(config, {"create", "-f", burst_pod("under", "0.2").string()});
+  EXPECT_EQ(under.rc, 1) << under;
+  EXPECT_TRUE(contains(under.err, "metadata.annotations[gpu-fraction-limit]: Invalid value"))
+      << under;
+
   // A MIG slice as the device plugin names it: the task sees its MIG device.
   const fs::path slice = manifest("slice.yaml", R"(apiVersion: v1
 kind: Pod
