@@ -471,9 +471,8 @@ TEST_F(KubeTest, WatchesSeeEachChangeAndDeleteWaitsForARunningPodToGo) {
   EXPECT_EQ(waited.out, "pod/trainer condition met\n") << waited;
   watcher.join();
   event_watcher.join();
-  // Events are watched as pods are, each once however often its pod changes afterwards. The two
-  // may come in either order at the same second, and kubectl sizes its columns by the first row:
-  // runs of spaces count as one.
+  // Events are watched as pods are, each once however often its pod changes afterwards. kubectl
+  // sizes a watch's columns by its first row: runs of spaces count as one.
   const auto count = [](const std::string& text, const std::string& what) {
     std::string squeezed;
     for (char ch : text) {
@@ -567,14 +566,45 @@ TEST_F(KubeTest, AnIndexedJobRunsItsPodsAtOnceWithTheirIndexAndCompletes) {
               contains(resources.out, "Job"))
       << resources;
 
+  Outcome watched_events;
+  std::thread event_watcher([&] {
+    watched_events = kubectl(config,
+                             {"get", "events", "-w", "--watch-only", "-o",
+                              "custom-columns=REASON:.reason,OBJECT:.involvedObject.name"},
+                             std::chrono::seconds(8));
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(1));
   const fs::path job = manifest("job.yaml", kIndexedJob);
   Outcome created = kubectl(config, {"create", "-f", job.string()});
   ASSERT_EQ(created.rc, 0) << created;
   EXPECT_EQ(created.out, "job.batch/ddp created\n") << created;
   Outcome waited =
       kubectl(config, {"wait", "--for=condition=complete", "job/ddp", "--timeout=60s"});
+  event_watcher.join();
   ASSERT_EQ(waited.rc, 0) << waited << kubectl(config, {"get", "job", "ddp", "-o", "json"}).out;
   EXPECT_EQ(waited.out, "job.batch/ddp condition met\n") << waited;
+  // A watch sends the Job's events as they happened, however many one change makes: the Job
+  // controller's two creates, then each pod's Scheduled and Started, pods in index order, and
+  // Completed last.
+  std::vector<std::string> reasons;
+  std::vector<std::string> objects;
+  {
+    std::istringstream lines(watched_events.out);
+    for (std::string reason, object; lines >> reason >> object;) {
+      if (reason != "REASON") {
+        reasons.push_back(reason);
+        objects.push_back(object);
+      }
+    }
+  }
+  ASSERT_EQ(reasons.size(), 7U) << watched_events;
+  EXPECT_EQ(reasons, (std::vector<std::string>{"SuccessfulCreate", "SuccessfulCreate", "Scheduled",
+                                               "Started", "Scheduled", "Started", "Completed"}))
+      << watched_events;
+  EXPECT_EQ(objects[2], objects[3]) << watched_events;
+  EXPECT_EQ(objects[4], objects[5]) << watched_events;
+  EXPECT_TRUE(objects[2].starts_with("ddp-0-") && objects[4].starts_with("ddp-1-"))
+      << watched_events;
 
   Outcome listed = kubectl(config, {"get", "jobs"});
   ASSERT_EQ(listed.rc, 0) << listed;

@@ -8,6 +8,10 @@
 // changed; a Secrets or ConfigMaps watch shows only the objects its token may read, and ends when
 // its token (or grant) no longer holds.
 #include <random>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "core/log.h"
 #include "server/api_util.h"
@@ -61,10 +65,13 @@ const char* kvKind(KubeWatchKind kind) {
   return kind == KubeWatchKind::kSecrets ? "Secret" : "ConfigMap";
 }
 
-// The objects a watch sees of a workload, by name: its Job, its pods or its events, that match.
-std::map<std::string, json> watchedObjects(const std::string& tenant, const WorkloadRecord* r,
-                                           KubeWatchKind kind, const kube::PodFilter& filter) {
-  std::map<std::string, json> out;
+// The objects a watch sees of a workload that match, named, in the order they were made: its
+// Job, its pods by index, or its events as they happened (a watch sends new ones in that order).
+using Watched = std::vector<std::pair<std::string, json>>;
+
+Watched watchedObjects(const std::string& tenant, const WorkloadRecord* r, KubeWatchKind kind,
+                       const kube::PodFilter& filter) {
+  Watched out;
   if (r == nullptr || polled(kind)) {
     return out;
   }
@@ -72,16 +79,17 @@ std::map<std::string, json> watchedObjects(const std::string& tenant, const Work
     if (kube::isJob(*r)) {
       json job = kube::jobObject(tenant, *r, r->status);
       if (filter.matches(job)) {
-        out.emplace(r->name, std::move(job));
+        out.emplace_back(r->name, std::move(job));
       }
     }
     return out;
   }
+  std::unordered_set<std::string> names;
   for (json& object : kind == KubeWatchKind::kEvents ? kube::eventsOf(tenant, *r, r->status)
                                                      : kube::podsOf(tenant, *r, r->status)) {
-    if (filter.matches(object)) {
-      std::string name = object["metadata"]["name"];
-      out.emplace(std::move(name), std::move(object));
+    std::string name = object["metadata"]["name"];
+    if (filter.matches(object) && names.insert(name).second) {
+      out.emplace_back(std::move(name), std::move(object));
     }
   }
   return out;
@@ -111,30 +119,34 @@ std::string ControlPlane::kubeChangeEvents(const KubeWatch& w, const WorkloadCha
   std::string out;
   const std::string rv = std::to_string(c.revision);
   const bool deleted = c.type == WorkloadChange::Type::kDeleted;
-  auto before =
+  Watched before =
       watchedObjects(w.tenant, deleted ? c.record.get() : c.before.get(), w.kind, w.filter);
-  auto after = watchedObjects(w.tenant, deleted ? nullptr : c.record.get(), w.kind, w.filter);
+  Watched after = watchedObjects(w.tenant, deleted ? nullptr : c.record.get(), w.kind, w.filter);
+  std::unordered_map<std::string, json*> was_by_name;
+  for (auto& [name, object] : before) {
+    was_by_name.emplace(name, &object);
+  }
   for (auto& [name, object] : after) {
-    auto was = before.find(name);
-    if (was != before.end()) {
-      was->second["metadata"]["resourceVersion"] = rv;
-      object["metadata"]["resourceVersion"] = rv;
-      if (was->second == object) {
-        before.erase(was);
-        continue;  // Unchanged.
-      }
-    }
     object["metadata"]["resourceVersion"] = rv;
-    const bool existed = was != before.end();
+    auto was = was_by_name.find(name);
+    const bool existed = was != was_by_name.end();
     if (existed) {
-      before.erase(was);
+      json& old = *was->second;
+      old["metadata"]["resourceVersion"] = rv;
+      const bool unchanged = old == object;
+      was_by_name.erase(was);
+      if (unchanged) {
+        continue;
+      }
     }
     out += kubeEvent(w, existed ? "MODIFIED" : "ADDED", std::move(object));
   }
   for (auto& [name, object] : before) {
-    // Gone, or no longer selected: as it was last, at this revision.
-    object["metadata"]["resourceVersion"] = rv;
-    out += kubeEvent(w, "DELETED", std::move(object));
+    if (was_by_name.contains(name)) {
+      // Gone, or no longer selected: as it was last, at this revision.
+      object["metadata"]["resourceVersion"] = rv;
+      out += kubeEvent(w, "DELETED", std::move(object));
+    }
   }
   return out;
 }
