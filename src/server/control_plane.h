@@ -567,8 +567,10 @@ class ControlPlane {
   uint64_t profile_stored_version_ = 0;
   std::chrono::steady_clock::time_point profile_stored_{};
   core::Status loadProfile();
-  std::mutex status_write_mu_;  // Held from reading a workload's record to writing it back.
-  int status_failures_ = 0;     // Status writes failed in a row (guarded by status_write_mu_).
+  // Held from reading a workload's record to writing it back. A pass takes it inside the
+  // driver's lock (onDriverChanges): never call the driver while holding it.
+  std::mutex status_write_mu_;
+  int status_failures_ = 0;  // Status writes failed in a row (guarded by status_write_mu_).
   // Guards the caches below. Reads (most requests) share it; writes take it alone.
   mutable std::shared_mutex mu_;
   std::map<std::string, nlohmann::json> tenants_;                  // name -> config

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -110,7 +111,14 @@ class ControlPlaneTest : public ::testing::Test {
     sinks.push_back(std::move(sink).value());
     auditor_ = std::move(audit::Auditor::create(std::move(sinks))).value();
     std::vector<model::Node> nodes = {*model::makeProfileNode("dgx-h100", "n0", catalogue_, 0)};
-    auto driver = SchedulerDriver::create(catalogue_, std::move(nodes), clock_, {}, {});
+    SchedulerDriver::Listener listener;
+    if (passes_write_statuses_) {  // As the server wires it: a pass's changes go to the store.
+      listener = [this](const std::map<std::string, WorkloadStatus>& changed) {
+        return cp_ != nullptr ? cp_->onDriverChanges(changed) : core::Status::ok();
+      };
+    }
+    auto driver =
+        SchedulerDriver::create(catalogue_, std::move(nodes), clock_, {}, std::move(listener));
     ASSERT_TRUE(driver.isOk()) << driver.status().toString();
     driver_ = std::move(driver).value();
     secrets::SecretsOptions so;
@@ -245,6 +253,7 @@ class ControlPlaneTest : public ::testing::Test {
   std::chrono::milliseconds flush_delay_ = 1ms;
   fs::path dir_;
   core::RealClock clock_;
+  bool passes_write_statuses_ = false;  // Set before SetUp: the driver's passes write statuses.
   const model::GpuCatalogue catalogue_ = model::GpuCatalogue::builtin();
   HeldDisk disk_;
   std::unique_ptr<store::Store> store_;
@@ -763,6 +772,68 @@ TEST_F(ControlPlaneTest, AStoreWatchThatEndsIsResumedAndWhatItMissedIsCaughtUp) 
   }
   ASSERT_TRUE(before.has_value());
   EXPECT_EQ(before->phase, WorkloadPhase::kCancelled);
+}
+
+class ControlPlanePassTest : public ControlPlaneTest {
+ protected:
+  ControlPlanePassTest() { passes_write_statuses_ = true; }
+};
+
+// Collecting a finished workload past its retention holds the status-write lock while it
+// deletes the record; a pass holds the driver's lock while it writes statuses. Collection once
+// went on to the driver (to forget the workload) with the status-write lock still held: when a
+// pass had statuses to write at that moment, each waited for the other and the server answered
+// nothing more (found in kube_integration_test, a few runs in ten).
+TEST_F(ControlPlanePassTest, CollectingAFinishedWorkloadWhileAPassWritesStatusesHoldsUpNeither) {
+  ASSERT_EQ(callAs(root_.secret, "POST", "/v1/tenants/demo",
+                   {{"quota", {{"gpu", 8}}}, {"workload_retention_seconds", 1}})
+                .status,
+            204U);
+  ASSERT_EQ(call("POST", "workloads/done", {{"cpuMilli", 100}, {"duration", 1}}).status, 202U);
+  auto phase = [&](const std::string& name) {
+    auto stored = store_->get("/tenants/demo/workloads/" + name);
+    return stored.isOk() && stored->has_value()
+               ? json::parse((*stored)->value)["status"].value("phase", "")
+               : std::string("gone");
+  };
+  for (int i = 0; i < 500 && phase("done") != "succeeded"; ++i) {
+    driver_->runOnce();
+    std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_EQ(phase("done"), "succeeded");
+  std::this_thread::sleep_for(1100ms);  // Past its retention.
+  ASSERT_EQ(call("POST", "workloads/next", {{"cpuMilli", 100}, {"duration", 600}}).status, 202U);
+  for (int i = 0; i < 500 && !driver_->status("demo", "next"); ++i) {
+    std::this_thread::sleep_for(10ms);  // Until the store's watch has handed it over.
+  }
+  ASSERT_TRUE(driver_->status("demo", "next").has_value());
+  // Collection deletes "done" (held here, with the status-write lock taken); a pass starts
+  // "next" and waits to write its status; then the deletion goes on.
+  held_store_->hold("/tenants/demo/workloads/done");
+  std::promise<void> collected;
+  std::promise<void> passed;
+  threads_.emplace_back([&] {
+    cp_->housekeeping();
+    collected.set_value();
+  });
+  ASSERT_TRUE(held_store_->waitHeld(1)) << "the collection never reached the store";
+  threads_.emplace_back([&] {
+    driver_->runOnce();
+    passed.set_value();
+  });
+  std::this_thread::sleep_for(300ms);  // The pass reaches its status write.
+  held_store_->release();
+  const bool both = collected.get_future().wait_for(10s) == std::future_status::ready &&
+                    passed.get_future().wait_for(10s) == std::future_status::ready;
+  if (!both) {
+    ADD_FAILURE() << "the collection and the pass wait for each other";
+    std::_Exit(1);  // Their threads can never be joined.
+  }
+  EXPECT_EQ(phase("done"), "gone");
+  EXPECT_EQ(call("GET", "workloads/done").status, 404U);
+  EXPECT_EQ(phase("next"), "running");
+  // The name may be used again.
+  EXPECT_EQ(call("POST", "workloads/done", {{"cpuMilli", 100}, {"duration", 1}}).status, 202U);
 }
 
 TEST_F(ControlPlaneTest, StoredGpuLimitsOfZeroFromBeforeStayNoneAndNewZerosStayZero) {

@@ -209,14 +209,19 @@ void ControlPlane::collectFinishedWorkloads() {
     }
   }
   for (const auto& [tenant, name] : due) {
-    // No status write puts it back meanwhile: it waits until the registry has it gone.
-    std::lock_guard write_lock(status_write_mu_);
-    auto deleted = store_.deleteRange(workloadKey(tenant, name));
-    if (!deleted.isOk()) {
-      continue;  // Tried again at the next sweep.
+    {
+      // No status write puts it back meanwhile: it waits until the registry has it gone.
+      std::lock_guard write_lock(status_write_mu_);
+      auto deleted = store_.deleteRange(workloadKey(tenant, name));
+      if (!deleted.isOk()) {
+        continue;  // Tried again at the next sweep.
+      }
+      waitForOwnWrite(deleted->revision);
     }
-    waitForOwnWrite(deleted->revision);
-    driver_.forgetWorkload(tenant, name);  // Its name may be used again.
+    // Its name may be used again. Not under status_write_mu_: a pass holds the driver's lock
+    // while it writes statuses (onDriverChanges), so the two would wait for each other for good.
+    // A status write from here on finds no record and writes none.
+    driver_.forgetWorkload(tenant, name);
     audit::AuditEvent ev;
     ev.type = audit::AuditType::kResponse;
     ev.request_id = api::requestId();

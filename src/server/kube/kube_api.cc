@@ -286,7 +286,7 @@ HttpResponse ControlPlane::kubeDelete(const std::string& tenant, const WorkloadR
     return kube::isJob(rec) ? kube::jobObject(tenant, rec, rec.status)
                             : kube::podObject(tenant, rec, rec.status);
   };
-  std::lock_guard write_lock(status_write_mu_);
+  std::unique_lock write_lock(status_write_mu_);
   const WorkloadPtr current = registry_.get(tenant, w.name);
   if (current == nullptr) {
     const bool job = kube::isJob(w);
@@ -301,6 +301,8 @@ HttpResponse ControlPlane::kubeDelete(const std::string& tenant, const WorkloadR
       return api::fromStatus(deleted.status());
     }
     waitForOwnWrite(deleted->revision);
+    // Not under status_write_mu_, which a pass waits for while it holds the driver's lock.
+    write_lock.unlock();
     driver_.forgetWorkload(tenant, w.name);
     json object = shown(*current);
     object["metadata"]["deletionTimestamp"] = core::formatRfc3339(now);
