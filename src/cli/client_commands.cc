@@ -751,6 +751,7 @@ struct RunFlags {
   int64_t retries = 0;
   std::string pull_secret;
   int64_t retry_delay_s = 0;
+  int64_t retry_max_delay_s = 0;
   std::vector<std::string> identity_audiences;
   std::string image;  // oci:/path[:tag], oci-archive:/path.tar (docs/agent.md "Containers").
   int64_t shm_mib = 0;
@@ -1141,7 +1142,10 @@ core::Status show(const WorkloadFlags& f) {
                                                : "whole GPUs";
       // A task starting says what it waits for: "starting: pulling image (312 MB of 1.2 GB)".
       const std::string progress = task.value("progress", "");
-      t.add({std::to_string(i), task.value("state", "") + (progress.empty() ? "" : ": " + progress),
+      // One that ended without running says so ("finished" reads as done).
+      const std::string state =
+          task.value("start_failed", false) ? "could not start" : task.value("state", "");
+      t.add({std::to_string(i), state + (progress.empty() ? "" : ": " + progress),
              task.value("node", "-"), gpus.empty() ? "-" : gpus, share});
     }
     t.print(std::cout, "  ");
@@ -1842,6 +1846,12 @@ void addRun(CLI::App& app, int* rc) {
                      "Seconds between a failure and the next attempt (restart.delay; default 0)")
            ->check(CLI::Range(0, 3600)),
        [r](json& b) { b["restart"]["delay"] = r->retry_delay_s; });
+  flag(c->add_option("--retry-max-delay", r->retry_max_delay_s,
+                     "Back off: the delay doubles after each failure up to this many seconds "
+                     "(restart.maxDelay; needs --retry-delay; Kubernetes' Job controller: 10 "
+                     "doubling to 360)")
+           ->check(CLI::Range(0, 3600)),
+       [r](json& b) { b["restart"]["maxDelay"] = r->retry_max_delay_s; });
   flag(c->add_option("--shm-mib", r->shm_mib, "With --image: the size of /dev/shm, MiB"),
        [r](json& b) { b["shmMiB"] = r->shm_mib; });
   flag(c->add_flag("--read-only-rootfs", r->read_only_rootfs,

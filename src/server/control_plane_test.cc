@@ -931,6 +931,28 @@ void expectEveryRequestAnswered(const std::vector<json>& records) {
   }
 }
 
+// A retry back-off (`restart.maxDelay`) must be reachable by doubling `delay`: one below the
+// delay, or with no delay to double, is refused saying so, and nothing is stored.
+TEST_F(ControlPlaneTest, ARetryBackOffNeedsADelayToDoubleUpToIt) {
+  const json base = {{"cpuMilli", 100}, {"duration", 1}};
+  json below = base;
+  below["restart"] = {{"attempts", 2}, {"delay", 30}, {"maxDelay", 20}};
+  HttpResponse r = call("POST", "workloads/below", below);
+  EXPECT_EQ(r.status, 400U) << r.body;
+  EXPECT_NE(r.body.find("restart.maxDelay: must be at least delay (30 s)"), std::string::npos)
+      << r.body;
+  json none = base;
+  none["restart"] = {{"attempts", 2}, {"maxDelay", 60}};
+  r = call("POST", "workloads/none", none);
+  EXPECT_EQ(r.status, 400U) << r.body;
+  EXPECT_NE(r.body.find("restart.maxDelay: needs a delay of at least 1 s"), std::string::npos)
+      << r.body;
+  EXPECT_EQ(keysUnder("/tenants/demo/workloads/"), std::vector<std::string>{});
+  json good = base;
+  good["restart"] = {{"attempts", 2}, {"delay", 10}, {"maxDelay", 360}};
+  EXPECT_EQ(call("POST", "workloads/good", good).status, 202U);
+}
+
 // A join whose non-string join_token made the handler throw (an unauthenticated 500 whose
 // request record had no response record) is a 400 that says what is wrong, recorded.
 // Team queues share their tenant's guarantee: their quotas together never exceed the tenant's

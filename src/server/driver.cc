@@ -527,6 +527,7 @@ WorkloadStatus SchedulerDriver::statusOf(sched::WorkloadId w) const {
       ts.finished_at = ran->second.finished_at;
       ts.exit_code = ran->second.exit_code;
       ts.signal = ran->second.signal;
+      ts.start_failed = ran->second.start_failed;
     }
     s.tasks.push_back(std::move(ts));
   }
@@ -902,6 +903,9 @@ void SchedulerDriver::taskFailed(sched::WorkloadId w, sched::TaskId t, const std
     return;
   }
   std::chrono::seconds delay = policy.delay;
+  if (policy.max_delay > policy.delay) {  // Backing off: doubling after each failure.
+    delay = std::min(policy.delay * (int64_t{1} << std::min(retries, 20)), policy.max_delay);
+  }
   if (retries >= policy.attempts) {  // Crash-looping: back off.
     const int beyond = std::min(retries - policy.attempts, 5);
     delay = std::min<std::chrono::seconds>(

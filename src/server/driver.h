@@ -66,6 +66,9 @@ struct TaskStatus {
   core::WallTime finished_at{};
   int exit_code = -1;
   int signal = 0;
+  // Finished without having run: its node could not start it (an image it could not pull, a
+  // runtime missing). A failure, though it has no exit code.
+  bool start_failed = false;
   std::map<std::string, int> ports;  // Allocated on its node while it runs there, by name.
   // Starting: what it waits for on its node, as its agent last said ("pulling image (312 MB of
   // 1.2 GB)"); "" : nothing said.
@@ -238,10 +241,13 @@ struct SubmitCommand {
   // over, every task anew with a new rendezvous, up to `attempts` times, each `delay` after the
   // failure (`restart` in the spec, `--retries` on tessera run; Nomad's restart block). Then it
   // fails, unless `keep_trying` (mode "delay"): it is tried on, the delay doubling each time
-  // from at least 10 s up to 5 minutes, as Kubernetes' crash-loop back-off.
+  // from at least 10 s up to 5 minutes, as Kubernetes' crash-loop back-off. With `max_delay`
+  // (`maxDelay`) above `delay` the delay doubles after each failure up to it, as the Job
+  // controller backs off (10 s doubling to 6 minutes, for a Kubernetes Job).
   struct Restart {
     int attempts = 0;
     std::chrono::seconds delay{0};
+    std::chrono::seconds max_delay{0};
     bool keep_trying = false;
   } restart;
   // Suspended (WorkloadRecord::suspended): submitted with its tasks held, placed once resumed.
@@ -688,6 +694,7 @@ class SchedulerDriver {
     core::WallTime finished_at{};  // {} while it runs.
     int exit_code = -1;            // As its agent reported it; -1: none (killed, or simulated).
     int signal = 0;
+    bool start_failed = false;  // Its node could not start it (TaskStatus::start_failed).
   };
   std::map<sched::TaskId, LastRun> ran_;
   // Notes that `t` started now where the scheduler placed it (ran_).

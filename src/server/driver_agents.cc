@@ -446,6 +446,10 @@ void SchedulerDriver::applyReport(sched::NodeIndex n, const NodeTaskReport& r,
       node_tasks_[n].erase(t);
       agent_started_.erase(t);
       start_progress_.erase(t);
+      if (auto ran = ran_.find(t); ran != ran_.end()) {
+        ran->second.finished_at = clock_.wallNow();
+        ran->second.start_failed = true;
+      }
       scheduler_->taskFinished(t);  // Gives its GPUs back; pending again if retried.
       taskFailed(w, t, who + " could not start: " + r.error);
       return;

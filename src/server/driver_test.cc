@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "model/node_profiles.h"
+#include "server/workload_record.h"
 
 namespace tessera::server {
 namespace {
@@ -704,6 +705,37 @@ TEST_F(AgentNodesTest, ACrashLoopBacksOffAndIsNeverFailedInDelayMode) {
   EXPECT_EQ(driver_->status("team-1", "loop")->attempts.size(), 3U);
 }
 
+// With `maxDelay` the delay doubles after each failure up to it, as a Kubernetes Job's pods are
+// recreated after 10 s, 20 s, 40 s... up to 6 minutes; the last failure fails the workload.
+TEST_F(AgentNodesTest, RetriesBackOffDoublingUpToTheMaximumDelay) {
+  ASSERT_TRUE(beat("a").isOk());
+  driver_->runOnce();
+  SubmitCommand c = cmd("team-1", "job", 1, 1);
+  c.restart.attempts = 3;
+  c.restart.delay = std::chrono::seconds(10);
+  c.restart.max_delay = std::chrono::seconds(25);
+  ASSERT_TRUE(driver_->submit(c).isOk());
+  driver_->runOnce();
+  for (const int64_t wait_s : {10, 20, 25}) {
+    const NodeTask t = beat("a")->tasks.at(0);
+    ASSERT_TRUE(beat("a", {report(t, NodeTaskReport::State::kExited, 1)}).isOk());
+    driver_->runOnce();
+    clock_.advance(std::chrono::seconds(wait_s - 1));
+    driver_->runOnce();
+    EXPECT_TRUE(beat("a")->tasks.empty()) << "started again before its " << wait_s << " s";
+    clock_.advance(std::chrono::seconds(1));
+    driver_->runOnce();
+    driver_->runOnce();
+    ASSERT_EQ(beat("a")->tasks.size(), 1U) << "not started again after " << wait_s << " s";
+  }
+  const NodeTask last = beat("a")->tasks.at(0);
+  ASSERT_TRUE(beat("a", {report(last, NodeTaskReport::State::kExited, 1)}).isOk());
+  driver_->runOnce();
+  const WorkloadStatus s = *driver_->status("team-1", "job");
+  EXPECT_EQ(s.phase, WorkloadPhase::kFailed);
+  EXPECT_NE(s.reason.find("after 4 attempts"), std::string::npos) << s.reason;
+}
+
 // Tasks that run one at a time (parallelism 1 of 3, a serial Kubernetes Job) are retried one by
 // one: the others go on while the failed one waits its delay, then it alone runs again, and
 // what succeeded stays done; no rendezvous is given. Each failure uses one of its attempts.
@@ -865,8 +897,19 @@ TEST_F(AgentNodesTest, ATaskThatCannotStartFailsWithTheAgentsReason) {
   r.error = "no such program 'trian.py'";
   ASSERT_TRUE(beat("a", {r}).isOk());
   driver_->runOnce();
-  EXPECT_EQ(driver_->status("team-1", "train")->phase, WorkloadPhase::kFailed);
-  EXPECT_NE(driver_->status("team-1", "train")->reason.find("trian.py"), std::string::npos);
+  const WorkloadStatus s = *driver_->status("team-1", "train");
+  EXPECT_EQ(s.phase, WorkloadPhase::kFailed);
+  EXPECT_NE(s.reason.find("trian.py"), std::string::npos);
+  // Its task ended without running: a failure with no exit code, not a task that succeeded.
+  ASSERT_EQ(s.tasks.size(), 1U);
+  EXPECT_EQ(s.tasks[0].state, "finished");
+  EXPECT_TRUE(s.tasks[0].start_failed);
+  EXPECT_EQ(s.tasks[0].exit_code, -1);
+  EXPECT_EQ(s.tasks[0].finished_at, clock_.wallNow());
+  // Stored and read back so (what a restarted server and the Kubernetes API see).
+  auto back = statusFromJson(statusJson(s), "status");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_TRUE(back->tasks[0].start_failed);
 }
 
 TEST_F(AgentNodesTest, AnAgentStoppedTaskIsPlacedAgain) {

@@ -112,6 +112,9 @@ json statusJson(const WorkloadStatus& s) {
           tj["signal"] = t.signal;
         }
       }
+      if (t.start_failed) {  // Ended without running: its node could not start it.
+        tj["start_failed"] = true;
+      }
     }
     tasks.push_back(std::move(tj));
   }
@@ -166,6 +169,7 @@ core::Result<WorkloadStatus> statusFromJson(const json& j, const std::string& wh
     t.finished_at = tf.time("finished_at");
     t.exit_code = tf.get<int>("exit_code", -1);
     t.signal = tf.get<int>("signal", 0);
+    t.start_failed = tf.get<bool>("start_failed", false);
     TESSERA_RETURN_IF_ERROR(tf.status());
     s.tasks.push_back(std::move(t));
   }

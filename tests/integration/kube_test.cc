@@ -708,6 +708,72 @@ TEST_F(KubeTest, AnIndexedJobRunsItsPodsAtOnceWithTheirIndexAndCompletes) {
   EXPECT_EQ(kubectl(config, {"delete", "job", "pair", "--wait=false"}).rc, 0);
 }
 
+// A Job's pods are recreated after the Job controller's back-off, not at once: a pod whose image
+// cannot be pulled (a registry nobody answers at) shows StartError, never Completed, and the
+// Job waits 10 s before its next attempt, so a registry down for a moment does not use up its
+// backoffLimit in a second; once the attempts are used it fails.
+TEST_F(KubeTest, AJobWhosePodCannotStartBacksOffAndShowsStartError) {
+  const std::string token = tenantToken("kube-p");
+  const fs::path config = kubeconfig(token, "p.kubeconfig");
+  const std::string job = R"(apiVersion: batch/v1
+kind: Job
+metadata:
+  name: unpulled
+spec:
+  backoffLimit: 1
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: main
+        image: 127.0.0.1:1/team/none:1
+        command: ["sh", "-c", "echo never"]
+        resources:
+          limits:
+            nvidia.com/gpu: 1
+)";
+  const auto created_at = std::chrono::steady_clock::now();
+  Outcome created = kubectl(config, {"create", "-f", manifest("unpulled.yaml", job).string()});
+  ASSERT_EQ(created.rc, 0) << created << job;
+  // Its pod failed to start and the Job waits for its next attempt.
+  Outcome pods;
+  for (int i = 0; i < 100 && !contains(pods.out, "StartError"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    pods = kubectl(config, {"get", "pods", "-l", "job-name=unpulled"});
+  }
+  ASSERT_TRUE(contains(pods.out, "StartError")) << pods;
+  EXPECT_FALSE(contains(pods.out, "Completed")) << pods;
+  const json pod =
+      json::parse(kubectl(config, {"get", "pods", "-l", "job-name=unpulled", "-o", "json"}).out,
+                  nullptr, false);
+  ASSERT_TRUE(pod.is_object() && pod["items"].size() == 1U) << pod.dump();
+  const json term = pod["items"][0]["status"]["containerStatuses"][0]["state"]["terminated"];
+  EXPECT_EQ(term.value("reason", ""), "StartError") << term;
+  EXPECT_EQ(term.value("exitCode", 0), 128) << term;
+  EXPECT_EQ(pod["items"][0]["status"]["phase"], "Failed");
+  Outcome events =
+      kubectl(config, {"get", "events", "--field-selector", "involvedObject.name=unpulled"});
+  EXPECT_TRUE(contains(events.out, "BackOff")) << events;
+  EXPECT_TRUE(contains(events.out, "127.0.0.1:1")) << events;
+  EXPECT_TRUE(contains(events.out, "attempt 2 starts in 10 s")) << events;
+  const json waiting =
+      json::parse(kubectl(config, {"get", "job", "unpulled", "-o", "json"}).out, nullptr, false);
+  ASSERT_TRUE(waiting.is_object());
+  EXPECT_EQ(waiting["status"].value("failed", 0), 1) << waiting["status"];
+  EXPECT_FALSE(waiting["status"].contains("conditions")) << waiting["status"];
+  // Its second attempt fails the same way, after the back-off: then the Job has failed.
+  Outcome failed =
+      kubectl(config, {"wait", "--for=condition=failed", "job/unpulled", "--timeout=60s"});
+  ASSERT_EQ(failed.rc, 0) << failed << kubectl(config, {"describe", "job", "unpulled"});
+  EXPECT_GE(std::chrono::steady_clock::now() - created_at, std::chrono::seconds(10))
+      << "failed before its back-off";
+  Outcome reason = kubectl(config, {"get", "job", "unpulled", "-o",
+                                    "jsonpath={.status.conditions[?(@.type==\"Failed\")].reason}"});
+  EXPECT_EQ(reason.out, "BackoffLimitExceeded") << reason;
+  EXPECT_TRUE(contains(kubectl(config, {"get", "job", "unpulled"}).out, "unpulled   Failed   0/1"))
+      << kubectl(config, {"get", "job", "unpulled"});
+}
+
 const char* kEnvPod = R"(apiVersion: v1
 kind: Pod
 metadata:

@@ -201,10 +201,10 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
     }
   }
   if (n.has("restart")) {
-    // {"attempts": 2, "delay": 5, "mode": "fail"}: retries of the whole workload when a task
-    // fails (docs/agent.md "Retries").
+    // {"attempts": 2, "delay": 5, "maxDelay": 60, "mode": "fail"}: retries of the whole
+    // workload when a task fails (docs/agent.md "Retries").
     const core::JsonNode r = n.child("restart");
-    TESSERA_RETURN_IF_ERROR(r.checkKeys({"attempts", "delay", "mode"}));
+    TESSERA_RETURN_IF_ERROR(r.checkKeys({"attempts", "delay", "maxDelay", "mode"}));
     if (r.has("attempts")) {
       TESSERA_ASSIGN_OR_RETURN(int64_t attempts, r.child("attempts").integer(0, 1000));
       cmd.restart.attempts = static_cast<int>(attempts);
@@ -212,6 +212,18 @@ core::Status parseCommandAndEnv(const core::JsonNode& n, SubmitCommand& cmd) {
     if (r.has("delay")) {
       TESSERA_ASSIGN_OR_RETURN(int64_t delay, r.child("delay").integer(0, 3600));
       cmd.restart.delay = std::chrono::seconds(delay);
+    }
+    if (r.has("maxDelay")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t max_delay, r.child("maxDelay").integer(0, 3600));
+      if (max_delay > 0 && max_delay < cmd.restart.delay.count()) {
+        return r.child("maxDelay")
+            .error("must be at least delay (" + std::to_string(cmd.restart.delay.count()) + " s)");
+      }
+      if (max_delay > 0 && cmd.restart.delay.count() == 0) {
+        return r.child("maxDelay")
+            .error("needs a delay of at least 1 s to double from (restart.delay)");
+      }
+      cmd.restart.max_delay = std::chrono::seconds(max_delay);
     }
     if (r.has("mode")) {
       TESSERA_ASSIGN_OR_RETURN(std::string mode, r.child("mode").str());
@@ -326,7 +338,7 @@ core::Result<SubmitCommand> ControlPlane::commandFromRecord(const std::string& t
   // Tasks that finished successfully stay done, unless the workload runs its tasks together
   // and one of them failed: then its next attempt runs them all again.
   const auto failed = [](const TaskStatus& t) {
-    return t.state == "finished" && (t.exit_code > 0 || t.signal != 0);
+    return t.state == "finished" && (t.exit_code > 0 || t.signal != 0 || t.start_failed);
   };
   const bool keep_finished =
       !sched::runsTogether(cmd.spec) ||

@@ -215,8 +215,10 @@ core::Result<PodSubmission> workloadFromJob(const json& job, const std::string& 
   }
   w["minAvailable"] = min_available;
   // backoffLimit, by default 6: a Job whose pods all run at once starts over whole, one that
-  // runs fewer at a time retries the failed pod alone (docs/kubernetes.md).
-  w["restart"] = {{"attempts", backoff.value_or(6)}, {"mode", "fail"}};
+  // runs fewer at a time retries the failed pod alone (docs/kubernetes.md); after the Job
+  // controller's back-off, 10 s doubling to 6 minutes.
+  w["restart"] = {
+      {"attempts", backoff.value_or(6)}, {"delay", 10}, {"maxDelay", 360}, {"mode", "fail"}};
   if (mode == "Indexed") {
     w["indexEnv"] = {"JOB_COMPLETION_INDEX"};
   }

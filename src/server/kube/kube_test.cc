@@ -372,7 +372,9 @@ TEST(KubeObjectsTest, AJobIsOneWorkloadOfItsCompletionsParallelismAtATime) {
   EXPECT_EQ(j->spec["queue"], "research");  // The Job's label, as KAI's pod-grouper reads it.
   EXPECT_EQ(j->spec["gpu"], json({{"count", 1}}));
   EXPECT_EQ(j->spec["indexEnv"], json({"JOB_COMPLETION_INDEX"}));
-  EXPECT_EQ(j->spec["restart"], json({{"attempts", 1}, {"mode", "fail"}}));  // backoffLimit.
+  // backoffLimit, with the Job controller's back-off: 10 s doubling to 6 minutes.
+  EXPECT_EQ(j->spec["restart"],
+            json({{"attempts", 1}, {"delay", 10}, {"maxDelay", 360}, {"mode", "fail"}}));
   EXPECT_EQ(j->kube["kind"], "Job");
   EXPECT_EQ(j->kube["spec"]["ttlSecondsAfterFinished"], 60);
   EXPECT_EQ(j->kube["spec"]["template"]["spec"]["restartPolicy"], "Never");
@@ -565,6 +567,25 @@ TEST(KubeObjectsTest, AJobsTasksArePodsItsSelectorFindsAndItsStatusCountsThem) {
   EXPECT_EQ(shown[2]["status"]["phase"], "Pending");
   EXPECT_EQ(jobObject("team-1", own, serial)["spec"]["parallelism"], 2);
   EXPECT_EQ(jobObject("team-1", own, serial)["status"]["active"], 2);
+
+  // A pod its node could not start (an image it could not pull), while the Job waits for its
+  // next attempt: failed with the runtime's StartError, never Completed.
+  serial.phase = WorkloadPhase::kPending;
+  serial.reason = "restarting: attempt 2 starts at 2026-12-04T10:01:15Z";
+  serial.attempt = 1;
+  serial.tasks[1].state = "finished";
+  serial.tasks[1].start_failed = true;
+  serial.tasks[1].node = "gpu-a";
+  const json unstarted = podsOf("team-1", own, serial)[1];
+  EXPECT_EQ(unstarted["status"]["phase"], "Failed");
+  const json term = unstarted["status"]["containerStatuses"][0]["state"]["terminated"];
+  EXPECT_EQ(term["reason"], "StartError") << term;
+  EXPECT_EQ(term["exitCode"], 128);
+  const json counted = jobObject("team-1", own, serial)["status"];
+  EXPECT_EQ(counted["failed"], 1) << counted;
+  EXPECT_EQ(counted["succeeded"], 1) << counted;  // Task 0's only.
+  EXPECT_EQ(podTable({unstarted}, "7", IncludeObject::kNone, now)["rows"][0]["cells"][2],
+            "StartError");
 }
 
 // Protobuf wire encoding, for bodies as kubectl's typed clients send them.

@@ -538,14 +538,15 @@ std::string podPhase(WorkloadPhase p) {
 }
 
 // One task of a workload of several, as a pod: done when the task is (its exit code says
-// how; a simulated task that ended, or any task of a workload that succeeded, succeeded), failed
-// when the workload failed and it had not ended, else running or waiting as the task is.
+// how; one its node could not start failed; a simulated task that ended, or any task of a
+// workload that succeeded, succeeded), failed when the workload failed and it had not ended,
+// else running or waiting as the task is.
 std::string taskPhase(const TaskStatus& t, WorkloadPhase workload) {
   if (workload == WorkloadPhase::kSucceeded) {
     return "Succeeded";
   }
   if (t.state == "finished") {
-    if (t.exit_code > 0 || t.signal > 0) {
+    if (t.exit_code > 0 || t.signal > 0 || t.start_failed) {
       return "Failed";
     }
     return t.exit_code == 0 || workload == WorkloadPhase::kRunning ||
@@ -595,8 +596,14 @@ json podOf(json metadata, json spec, const std::string& phase, const TaskStatus&
   if (running) {
     state = {{"running", {{"startedAt", core::formatRfc3339(task.started_at)}}}};
   } else if (finished) {
-    json t = {{"exitCode", task.exit_code >= 0 ? task.exit_code : (phase == "Succeeded" ? 0 : 1)},
+    // A container its node could not start: the runtime's StartError, exit code 128.
+    const bool start_error = task.start_failed && phase == "Failed";
+    json t = {{"exitCode", task.exit_code >= 0    ? task.exit_code
+                           : start_error          ? 128
+                           : phase == "Succeeded" ? 0
+                                                  : 1},
               {"reason", phase == "Succeeded"           ? "Completed"
+                         : start_error                  ? "StartError"
                          : reason.starts_with("cancel") ? "Cancelled"
                                                         : "Error"}};
     if (task.signal > 0) {
