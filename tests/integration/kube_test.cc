@@ -84,6 +84,22 @@ class KubeTest : public ::testing::Test {
     EXPECT_EQ(token.rc, 0) << token;
     return json::parse(token.out, nullptr, false)["auth"].value("client_token", "");
   }
+  // A busybox OCI archive at HOME/busybox.tar, for pods with an image (they run in containers:
+  // root and runc); "" (with the failure said) where it cannot be made.
+  std::string busyboxImage() {
+    if (::geteuid() != 0 || std::system("command -v runc >/dev/null") != 0) {
+      ADD_FAILURE() << "pods with an image run in containers: this test needs root and runc";
+      return "";
+    }
+    const fs::path image = home_ / "busybox.tar";
+    const std::string make = tessera::integration::sourceDir() + "/scripts/make-busybox-image " +
+                             image.string() + " >/dev/null";
+    if (std::system(make.c_str()) != 0) {
+      ADD_FAILURE() << make << " failed";
+      return "";
+    }
+    return image.string();
+  }
   // `tessera kubeconfig` for `token`, written to HOME/<name>.
   fs::path kubeconfig(const std::string& token, const std::string& name) {
     const fs::path file = home_ / name;
@@ -880,13 +896,8 @@ TEST_F(KubeTest, SecretsFromKubectlReachAPodThroughEnvFromAndStayInTheirTenant) 
 // the submitter may not read, or one that is not there, is refused naming the field. Containers
 // need root and runc here, as container_integration_test does (CI has both).
 TEST_F(KubeTest, SecretAndConfigMapVolumesAreFilesInThePodsContainer) {
-  ASSERT_EQ(::geteuid(), 0U) << "pods with an image run in containers: this test needs root";
-  ASSERT_EQ(std::system("command -v runc >/dev/null"), 0) << "apt-get install runc";
-  const fs::path image = home_ / "busybox.tar";
-  ASSERT_EQ(std::system((tessera::integration::sourceDir() + "/scripts/make-busybox-image " +
-                         image.string() + " >/dev/null")
-                            .c_str()),
-            0);
+  const std::string image = busyboxImage();
+  ASSERT_FALSE(image.empty());
   const std::string token = tenantToken("kube-v");
   const fs::path config = kubeconfig(token, "v.kubeconfig");
   ASSERT_EQ(kubectl(config, {"create", "secret", "generic", "db", "--from-literal=password=hunter2",
@@ -919,7 +930,7 @@ spec:
   - name: shm
     emptyDir: {medium: Memory, sizeLimit: 48Mi}
 )";
-  pod.replace(pod.find("IMAGE"), 5, image.string());
+  pod.replace(pod.find("IMAGE"), 5, image);
   Outcome created = kubectl(config, {"create", "-f", manifest("mounted.yaml", pod).string()});
   ASSERT_EQ(created.rc, 0) << created;
   Outcome waited = kubectl(
@@ -958,6 +969,27 @@ spec:
                        "spec.volumes[0].secret: this token may not read secret "
                        "\"db\""))
       << forbidden;
+}
+
+// `kubectl create job NAME --image=... -- CMD` (kubectl's typed client, which sends the Job in
+// protobuf and has no fallback to JSON): the Job runs its image's command and completes.
+TEST_F(KubeTest, KubectlCreateJobRunsItsCommandInItsImage) {
+  const std::string image = busyboxImage();
+  ASSERT_FALSE(image.empty());
+  const std::string token = tenantToken("kube-cj");
+  const fs::path config = kubeconfig(token, "cj.kubeconfig");
+  Outcome created = kubectl(config, {"create", "job", "hello", "--image=oci-archive:" + image, "--",
+                                     "sh", "-c", "echo hello from $0", "job"});
+  ASSERT_EQ(created.rc, 0) << created;
+  EXPECT_EQ(created.out, "job.batch/hello created\n") << created;
+  Outcome waited =
+      kubectl(config, {"wait", "--for=condition=complete", "job/hello", "--timeout=60s"});
+  ASSERT_EQ(waited.rc, 0) << waited << kubectl(config, {"describe", "job", "hello"});
+  EXPECT_EQ(kubectl(config, {"logs", "job/hello"}).out, "hello from job\n");
+  EXPECT_EQ(kubectl(config, {"get", "job", "hello", "-o",
+                             "jsonpath={.spec.template.spec.containers[0].command}"})
+                .out,
+            R"(["sh","-c","echo hello from $0","job"])");
 }
 
 // Suspended Jobs (docs/kubernetes.md "Jobs"): created with `suspend: true`, a Job has no pod and

@@ -650,8 +650,8 @@ TEST(KubeProtobufTest, ASecretAReviewAndANamespaceReadAsTheirJson) {
     return r.isOk() ? std::string("decoded") : r.status().message();
   };
   EXPECT_TRUE(error("{\"kind\": \"Secret\"}").find("magic") != std::string::npos);
-  EXPECT_TRUE(error(k8sBody("v1", "Pod", "")).find("only as JSON") != std::string::npos)
-      << error(k8sBody("v1", "Pod", ""));
+  EXPECT_TRUE(error(k8sBody("apps/v1", "Deployment", "")).find("only as JSON") != std::string::npos)
+      << error(k8sBody("apps/v1", "Deployment", ""));
   std::string cut = k8sBody("v1", "Secret", secret);
   cut.resize(cut.size() - 12);  // The raw message cut short.
   EXPECT_TRUE(error(cut).find("cut short") != std::string::npos) << error(cut);
@@ -665,6 +665,79 @@ TEST(KubeProtobufTest, ASecretAReviewAndANamespaceReadAsTheirJson) {
   EXPECT_TRUE(
       error(std::string("k8s\0", 4) + varint(2 << 3 | 2) + varint(1u << 30)).find("cut short") !=
       std::string::npos);
+}
+
+// `kubectl create job` sends its Job in protobuf, as its typed client does: read to the JSON a
+// JSON client would have sent (the wire's empty strings and false bools unset, a pointer's
+// explicit 0 kept), then read as any Job is. A set field the tables do not read is refused,
+// naming it: a privileged securityContext is never dropped unseen.
+TEST(KubeProtobufTest, AJobAndAPodReadAsTheirJson) {
+  auto num = [](uint32_t n, uint64_t v) { return varint(n << 3) + varint(v); };
+  const std::string quantity = bytesField(1, "1");  // resource.Quantity {string: "1"}.
+  const std::string limits =
+      bytesField(1, bytesField(1, "nvidia.com/gpu") + bytesField(2, quantity));
+  const std::string container = bytesField(1, "hi") + bytesField(2, "busybox") +
+                                bytesField(3, "echo") + bytesField(3, "") + bytesField(4, "hi") +
+                                bytesField(5, "") + bytesField(8, limits) + bytesField(14, "") +
+                                num(16, 0);
+  const std::string env = bytesField(1, "LR") + bytesField(2, "0.1");
+  const std::string volume =
+      bytesField(1, "scratch") + bytesField(2, bytesField(2, ""));  // emptyDir: {}.
+  const std::string pod_spec = bytesField(1, volume) +
+                               bytesField(2, container + bytesField(7, env)) +
+                               bytesField(3, "Never") + bytesField(6, "") + num(11, 0) +
+                               bytesField(14, "") + bytesField(19, "");
+  const std::string template_spec = bytesField(1, entry(11, "app", "hi")) + bytesField(2, pod_spec);
+  const std::string job_spec = num(1, 2) + num(2, 2) + num(7, 0) + bytesField(6, template_spec) +
+                               bytesField(9, "Indexed") + num(10, 0);
+  const std::string meta = bytesField(1, "hi") + bytesField(3, "") + bytesField(8, "");
+  auto job = decodeProtobuf(k8sBody(
+      "batch/v1", "Job", bytesField(1, meta) + bytesField(2, job_spec) + bytesField(3, "")));
+  ASSERT_TRUE(job.isOk()) << job.status().message();
+  EXPECT_EQ((*job)["metadata"], json({{"name", "hi"}}));
+  const json& spec = (*job)["spec"];
+  EXPECT_EQ(spec["parallelism"], 2);
+  EXPECT_EQ(spec["backoffLimit"], 0) << "an explicit 0 is kept";
+  EXPECT_EQ(spec["completionMode"], "Indexed");
+  EXPECT_FALSE(spec.contains("suspend"));
+  const json& pod = spec["template"]["spec"];
+  EXPECT_EQ(spec["template"]["metadata"]["labels"]["app"], "hi");
+  EXPECT_EQ(pod["restartPolicy"], "Never");
+  EXPECT_FALSE(pod.contains("hostNetwork")) << pod;
+  EXPECT_FALSE(pod.contains("dnsPolicy")) << pod;
+  EXPECT_EQ(pod["volumes"], json::parse(R"([{"name": "scratch", "emptyDir": {}}])"));
+  EXPECT_EQ(pod["containers"],
+            json::parse(R"([{"name": "hi", "image": "busybox", "command": ["echo", ""],
+                             "args": ["hi"], "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                             "env": [{"name": "LR", "value": "0.1"}]}])"));
+  // Read as a Job: one GPU, the explicit backoffLimit 0 as no retry.
+  auto w = workloadFromJob(*job, "default", false);
+  ASSERT_TRUE(w.isOk()) << w.status().message();
+  EXPECT_EQ(w->spec["restart"]["attempts"], 0);
+  EXPECT_EQ(w->spec["gpu"]["count"], 1);
+
+  // A Pod: the same spec.
+  auto p = decodeProtobuf(k8sBody("v1", "Pod", bytesField(1, meta) + bytesField(2, pod_spec)));
+  ASSERT_TRUE(p.isOk()) << p.status().message();
+  EXPECT_EQ((*p)["spec"]["containers"][0]["image"], "busybox");
+
+  auto error = [](const std::string& body) {
+    auto r = decodeProtobuf(body);
+    return r.isOk() ? std::string("decoded") : r.status().message();
+  };
+  // securityContext (Container 15) with privileged: true: refused, naming where.
+  const std::string privileged = bytesField(15, num(2, 1));
+  const std::string bad_spec = bytesField(2, container + privileged);
+  EXPECT_EQ(error(k8sBody("v1", "Pod", bytesField(1, meta) + bytesField(2, bad_spec))),
+            "protobuf body: spec.containers[0]: field 15 of Container is not read from protobuf "
+            "here; send the object as JSON (kubectl create -f with its YAML)");
+  // podFailurePolicy (JobSpec 11), set: refused too.
+  EXPECT_NE(error(k8sBody("batch/v1", "Job", bytesField(2, bytesField(11, bytesField(1, "x"))))),
+            "decoded");
+  // A string where an int is: the wire type is named.
+  EXPECT_NE(error(k8sBody("batch/v1", "Job", bytesField(2, bytesField(7, "6"))))
+                .find("spec.backoffLimit: wire type 2"),
+            std::string::npos);
 }
 
 TEST(KubeObjectsTest, SecretsAndConfigMapsAreKvDataAndBackAndTheirErrorsNameTheField) {

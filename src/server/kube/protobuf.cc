@@ -2,6 +2,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -155,6 +156,290 @@ core::Status strings(std::string_view message, const std::string& where,
   return core::Status::ok();
 }
 
+// How a field of a message reads in JSON, for the messages of a Job or a Pod decoded by the
+// tables below.
+enum class Kind {
+  kString,       // "" is unset, as the wire sends every string field.
+  kInt,          // Kept as sent: a pointer field (backoffLimit 0) is present only when set.
+  kNonZeroInt,   // A plain int field, sent even when 0: 0 is unset.
+  kBool,         // false is unset (every bool read here defaults to false).
+  kMessage,      // A nested object, by its table; empty is unset unless `presence`.
+  kInline,       // An embedded struct whose fields JSON puts in the enclosing object.
+  kMetadata,     // ObjectMeta (metadataOf).
+  kStringMap,    // map<string, string>.
+  kQuantity,     // resource.Quantity, a message whose field 1 is its string.
+  kQuantityMap,  // map<string, Quantity>.
+};
+
+struct MessageTable;
+
+struct FieldTable {
+  uint32_t number;
+  const char* name;
+  Kind kind;
+  const MessageTable* message = nullptr;
+  bool repeated = false;
+  bool presence = false;  // An empty message still says something (emptyDir: {}).
+};
+
+struct MessageTable {
+  const char* name;
+  std::vector<FieldTable> fields;
+};
+
+// The field numbers of k8s.io/api's generated.proto (batch/v1, core/v1) and apimachinery's
+// meta/v1, for the fields a Job or Pod of Tessera's is read with (docs/kubernetes.md). A field
+// not here that is set is refused, naming it: nothing is dropped unseen.
+const MessageTable kLocalObjectReference{"LocalObjectReference", {{1, "name", Kind::kString}}};
+const MessageTable kKeyToPath{
+    "KeyToPath", {{1, "key", Kind::kString}, {2, "path", Kind::kString}, {3, "mode", Kind::kInt}}};
+const MessageTable kKeySelector{"KeySelector",
+                                {{1, "", Kind::kInline, &kLocalObjectReference},
+                                 {2, "key", Kind::kString},
+                                 {3, "optional", Kind::kBool}}};
+const MessageTable kObjectFieldSelector{
+    "ObjectFieldSelector", {{1, "apiVersion", Kind::kString}, {2, "fieldPath", Kind::kString}}};
+const MessageTable kEnvVarSource{"EnvVarSource",
+                                 {{1, "fieldRef", Kind::kMessage, &kObjectFieldSelector},
+                                  {3, "configMapKeyRef", Kind::kMessage, &kKeySelector},
+                                  {4, "secretKeyRef", Kind::kMessage, &kKeySelector}}};
+const MessageTable kEnvVar{"EnvVar",
+                           {{1, "name", Kind::kString},
+                            {2, "value", Kind::kString},
+                            {3, "valueFrom", Kind::kMessage, &kEnvVarSource}}};
+const MessageTable kEnvSource{
+    "EnvSource", {{1, "", Kind::kInline, &kLocalObjectReference}, {2, "optional", Kind::kBool}}};
+const MessageTable kEnvFromSource{"EnvFromSource",
+                                  {{1, "prefix", Kind::kString},
+                                   {2, "configMapRef", Kind::kMessage, &kEnvSource},
+                                   {3, "secretRef", Kind::kMessage, &kEnvSource}}};
+const MessageTable kResourceRequirements{
+    "ResourceRequirements",
+    {{1, "limits", Kind::kQuantityMap}, {2, "requests", Kind::kQuantityMap}}};
+const MessageTable kVolumeMount{"VolumeMount",
+                                {{1, "name", Kind::kString},
+                                 {2, "readOnly", Kind::kBool},
+                                 {3, "mountPath", Kind::kString},
+                                 {4, "subPath", Kind::kString},
+                                 {5, "mountPropagation", Kind::kString},
+                                 {6, "subPathExpr", Kind::kString},
+                                 {7, "recursiveReadOnly", Kind::kString}}};
+const MessageTable kContainerPort{"ContainerPort",
+                                  {{1, "name", Kind::kString},
+                                   {2, "hostPort", Kind::kNonZeroInt},
+                                   {3, "containerPort", Kind::kNonZeroInt},
+                                   {4, "protocol", Kind::kString},
+                                   {5, "hostIP", Kind::kString}}};
+const MessageTable kContainer{"Container",
+                              {{1, "name", Kind::kString},
+                               {2, "image", Kind::kString},
+                               {3, "command", Kind::kString, nullptr, true},
+                               {4, "args", Kind::kString, nullptr, true},
+                               {5, "workingDir", Kind::kString},
+                               {6, "ports", Kind::kMessage, &kContainerPort, true},
+                               {7, "env", Kind::kMessage, &kEnvVar, true},
+                               {8, "resources", Kind::kMessage, &kResourceRequirements},
+                               {9, "volumeMounts", Kind::kMessage, &kVolumeMount, true},
+                               {13, "terminationMessagePath", Kind::kString},
+                               {14, "imagePullPolicy", Kind::kString},
+                               {16, "stdin", Kind::kBool},
+                               {17, "stdinOnce", Kind::kBool},
+                               {18, "tty", Kind::kBool},
+                               {19, "envFrom", Kind::kMessage, &kEnvFromSource, true},
+                               {20, "terminationMessagePolicy", Kind::kString}}};
+const MessageTable kEmptyDir{"EmptyDirVolumeSource",
+                             {{1, "medium", Kind::kString}, {2, "sizeLimit", Kind::kQuantity}}};
+const MessageTable kSecretVolume{"SecretVolumeSource",
+                                 {{1, "secretName", Kind::kString},
+                                  {2, "items", Kind::kMessage, &kKeyToPath, true},
+                                  {3, "defaultMode", Kind::kInt},
+                                  {4, "optional", Kind::kBool}}};
+const MessageTable kConfigMapVolume{"ConfigMapVolumeSource",
+                                    {{1, "", Kind::kInline, &kLocalObjectReference},
+                                     {2, "items", Kind::kMessage, &kKeyToPath, true},
+                                     {3, "defaultMode", Kind::kInt},
+                                     {4, "optional", Kind::kBool}}};
+const MessageTable kVolumeSource{
+    "VolumeSource",
+    {{2, "emptyDir", Kind::kMessage, &kEmptyDir, false, true},
+     {6, "secret", Kind::kMessage, &kSecretVolume, false, true},
+     {19, "configMap", Kind::kMessage, &kConfigMapVolume, false, true}}};
+const MessageTable kVolume{"Volume",
+                           {{1, "name", Kind::kString}, {2, "", Kind::kInline, &kVolumeSource}}};
+const MessageTable kToleration{"Toleration",
+                               {{1, "key", Kind::kString},
+                                {2, "operator", Kind::kString},
+                                {3, "value", Kind::kString},
+                                {4, "effect", Kind::kString},
+                                {5, "tolerationSeconds", Kind::kInt}}};
+const MessageTable kPodSpec{
+    "PodSpec",
+    {{1, "volumes", Kind::kMessage, &kVolume, true},
+     {2, "containers", Kind::kMessage, &kContainer, true},
+     {3, "restartPolicy", Kind::kString},
+     {4, "terminationGracePeriodSeconds", Kind::kInt},
+     {5, "activeDeadlineSeconds", Kind::kInt},
+     {6, "dnsPolicy", Kind::kString},
+     {7, "nodeSelector", Kind::kStringMap},
+     {8, "serviceAccountName", Kind::kString},
+     // serviceAccount (9) is the deprecated alias of serviceAccountName, which clients also set.
+     {10, "nodeName", Kind::kString},
+     {11, "hostNetwork", Kind::kBool},
+     {12, "hostPID", Kind::kBool},
+     {13, "hostIPC", Kind::kBool},
+     {15, "imagePullSecrets", Kind::kMessage, &kLocalObjectReference, true},
+     {16, "hostname", Kind::kString},
+     {17, "subdomain", Kind::kString},
+     {19, "schedulerName", Kind::kString},
+     {20, "initContainers", Kind::kMessage, &kContainer, true},
+     {21, "automountServiceAccountToken", Kind::kBool},
+     {22, "tolerations", Kind::kMessage, &kToleration, true},
+     {24, "priorityClassName", Kind::kString},
+     {30, "enableServiceLinks", Kind::kBool}}};
+const MessageTable kPodTemplateSpec{
+    "PodTemplateSpec", {{1, "metadata", Kind::kMetadata}, {2, "spec", Kind::kMessage, &kPodSpec}}};
+const MessageTable kSelectorRequirement{"LabelSelectorRequirement",
+                                        {{1, "key", Kind::kString},
+                                         {2, "operator", Kind::kString},
+                                         {3, "values", Kind::kString, nullptr, true}}};
+const MessageTable kLabelSelector{
+    "LabelSelector",
+    {{1, "matchLabels", Kind::kStringMap},
+     {2, "matchExpressions", Kind::kMessage, &kSelectorRequirement, true}}};
+const MessageTable kJobSpec{"JobSpec",
+                            {{1, "parallelism", Kind::kInt},
+                             {2, "completions", Kind::kInt},
+                             {3, "activeDeadlineSeconds", Kind::kInt},
+                             {4, "selector", Kind::kMessage, &kLabelSelector},
+                             {5, "manualSelector", Kind::kBool},
+                             {6, "template", Kind::kMessage, &kPodTemplateSpec},
+                             {7, "backoffLimit", Kind::kInt},
+                             {8, "ttlSecondsAfterFinished", Kind::kInt},
+                             {9, "completionMode", Kind::kString},
+                             {10, "suspend", Kind::kBool},
+                             {14, "podReplacementPolicy", Kind::kString}}};
+
+// Whether a field the tables do not name holds only its zero value (the wire sends those of
+// every plain field): a 0 varint or an empty string or message.
+bool unset(const Field& f) { return f.wire == 2 ? f.bytes.empty() : f.varint == 0; }
+
+core::Result<json> messageOf(std::string_view bytes, const MessageTable& table,
+                             const std::string& where);
+
+// One field's value, by its table entry, into `out` (the enclosing object).
+core::Status readField(const Field& f, const FieldTable& t, json& out, const std::string& where) {
+  const std::string path = where.empty() ? t.name : where + "." + t.name;
+  auto expect = [&](uint32_t wire) {
+    return f.wire == wire ? core::Status::ok()
+                          : malformed(path, "wire type " + std::to_string(f.wire) + ", expected " +
+                                                std::to_string(wire));
+  };
+  switch (t.kind) {
+    case Kind::kString: {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, text(f, path));
+      if (t.repeated) {
+        out[t.name].push_back(std::move(v));  // A list keeps its empty strings.
+      } else if (!v.empty()) {
+        out[t.name] = std::move(v);
+      }
+      return core::Status::ok();
+    }
+    case Kind::kInt:
+    case Kind::kNonZeroInt:
+      TESSERA_RETURN_IF_ERROR(expect(0));
+      if (t.kind == Kind::kInt || f.varint != 0) {
+        out[t.name] = static_cast<int64_t>(f.varint);  // Negative int32s are sign-extended.
+      }
+      return core::Status::ok();
+    case Kind::kBool:
+      TESSERA_RETURN_IF_ERROR(expect(0));
+      if (f.varint != 0) {
+        out[t.name] = true;
+      }
+      return core::Status::ok();
+    case Kind::kMetadata: {
+      TESSERA_RETURN_IF_ERROR(expect(2));
+      TESSERA_ASSIGN_OR_RETURN(json m, metadataOf(f.bytes));
+      if (!m.empty()) {
+        out[t.name] = std::move(m);
+      }
+      return core::Status::ok();
+    }
+    case Kind::kStringMap:
+      return mapEntry(f, out[t.name], path);
+    case Kind::kQuantity:
+    case Kind::kQuantityMap: {
+      TESSERA_RETURN_IF_ERROR(expect(2));
+      std::string_view quantity = f.bytes;
+      std::string key;
+      if (t.kind == Kind::kQuantityMap) {  // {1: key, 2: Quantity}.
+        TESSERA_ASSIGN_OR_RETURN(auto entry, fieldsOf(f.bytes, path));
+        quantity = {};
+        for (const Field& e : entry) {
+          if (e.number == 1) {
+            TESSERA_ASSIGN_OR_RETURN(key, text(e, path + " key"));
+          } else if (e.number == 2 && e.wire == 2) {
+            quantity = e.bytes;
+          }
+        }
+      }
+      TESSERA_ASSIGN_OR_RETURN(auto q, fieldsOf(quantity, path));
+      std::string value;
+      for (const Field& e : q) {
+        if (e.number == 1) {
+          TESSERA_ASSIGN_OR_RETURN(value, text(e, path));
+        }
+      }
+      if (t.kind == Kind::kQuantity) {
+        out[t.name] = value;
+      } else {
+        out[t.name][key] = value;
+      }
+      return core::Status::ok();
+    }
+    case Kind::kMessage:
+    case Kind::kInline: {
+      TESSERA_RETURN_IF_ERROR(expect(2));
+      const std::string at =
+          t.kind == Kind::kInline ? where
+          : t.repeated ? path + "[" + std::to_string(out.value(t.name, json::array()).size()) + "]"
+                       : path;
+      TESSERA_ASSIGN_OR_RETURN(json m, messageOf(f.bytes, *t.message, at));
+      if (t.kind == Kind::kInline) {
+        out.update(m);
+      } else if (t.repeated) {
+        out[t.name].push_back(std::move(m));
+      } else if (!m.empty() || t.presence) {
+        out[t.name] = std::move(m);
+      }
+      return core::Status::ok();
+    }
+  }
+  return core::Status::ok();
+}
+
+core::Result<json> messageOf(std::string_view bytes, const MessageTable& table,
+                             const std::string& where) {
+  TESSERA_ASSIGN_OR_RETURN(auto fields, fieldsOf(bytes, where.empty() ? table.name : where));
+  json out = json::object();
+  for (const Field& f : fields) {
+    const auto t = std::find_if(table.fields.begin(), table.fields.end(),
+                                [&](const FieldTable& e) { return e.number == f.number; });
+    if (t == table.fields.end()) {
+      if (unset(f)) {
+        continue;
+      }
+      return core::invalidArgument(
+          "protobuf body: " + (where.empty() ? std::string() : where + ": ") + "field " +
+          std::to_string(f.number) + " of " + table.name +
+          " is not read from protobuf here; send the object as JSON (kubectl create -f with "
+          "its YAML)");
+    }
+    TESSERA_RETURN_IF_ERROR(readField(f, *t, out, where));
+  }
+  return out;
+}
+
 }  // namespace
 
 core::Result<json> decodeProtobuf(std::string_view body) {
@@ -175,6 +460,21 @@ core::Result<json> decodeProtobuf(std::string_view body) {
     } else if (f.number == 2 && f.wire == 2) {
       raw = f.bytes;
     }
+  }
+  const bool job = kind == "Job" && api_version == "batch/v1";
+  const bool pod = kind == "Pod" && api_version == "v1";
+  if (job || pod) {  // metadata 1, spec 2, status 3 (what a client sends there is not read).
+    TESSERA_ASSIGN_OR_RETURN(auto fields, fieldsOf(raw, kind));
+    json object = {{"apiVersion", api_version}, {"kind", kind}, {"metadata", json::object()}};
+    for (const Field& f : fields) {
+      if (f.number == 1 && f.wire == 2) {
+        TESSERA_ASSIGN_OR_RETURN(object["metadata"], metadataOf(f.bytes));
+      } else if (f.number == 2 && f.wire == 2) {
+        TESSERA_ASSIGN_OR_RETURN(object["spec"],
+                                 messageOf(f.bytes, job ? kJobSpec : kPodSpec, "spec"));
+      }
+    }
+    return object;
   }
   const bool core_kind = kind == "Secret" || kind == "ConfigMap" || kind == "Namespace";
   if (!(core_kind && api_version == "v1") &&
