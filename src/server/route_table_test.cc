@@ -336,6 +336,7 @@ tenant k8s/api/v1/namespaces/{namespace}/pods/{name} POST: the Kubernetes verb's
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name} PATCH: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/api/v1/namespaces/{namespace}/pods/{name}/log GET: the Kubernetes verb's, on its object's Tessera path (reads)
+tenant k8s/api/v1/namespaces/{namespace}/pods/{name}/status GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/pods GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/namespaces/{namespace}/events GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/api/v1/namespaces/{namespace}/events/{name} GET: the Kubernetes verb's, on its object's Tessera path (reads)
@@ -362,6 +363,7 @@ tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} GET: the Kubernetes 
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} POST: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} PATCH: the Kubernetes verb's, on its object's Tessera path
 tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name} DELETE: the Kubernetes verb's, on its object's Tessera path
+tenant k8s/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/apis/batch/v1/jobs GET: the Kubernetes verb's, on its object's Tessera path (reads)
 tenant k8s/apis/authorization.k8s.io/v1/selfsubjectaccessreviews POST: any valid token
 tenant k8s/apis/{group}/{version} GET: any valid token (reads)

@@ -1344,7 +1344,8 @@ TEST_F(KubeTest, ApplyCreatesChangesAndLeavesUnchangedAndServerSideApplyConflict
 }
 
 // Must show 3: the official Python client (Debian's python3-kubernetes) as a second real client:
-// create, list, watch (watch=True), logs, delete, and its errors.
+// create, list, watch (watch=True), logs, delete, and its errors; a Job polled through its
+// status subresource (read_namespaced_job_status).
 TEST_F(KubeTest, ThePythonClientCreatesListsWatchesReadsLogsAndDeletes) {
   if (access("/usr/lib/python3/dist-packages/kubernetes", F_OK) != 0) {
     GTEST_SKIP() << "python3-kubernetes is not installed (scripts/bootstrap installs it)";
@@ -1357,7 +1358,7 @@ TEST_F(KubeTest, ThePythonClientCreatesListsWatchesReadsLogsAndDeletes) {
       {{"KUBECONFIG", config.string()}, {"HOME", home_.string()}, {"PYTHONDONTWRITEBYTECODE", "1"}},
       home_);
   EXPECT_EQ(o.rc, 0) << o;
-  EXPECT_TRUE(contains(o.err, "Ran 2 tests")) << o;
+  EXPECT_TRUE(contains(o.err, "Ran 3 tests")) << o;
   EXPECT_TRUE(contains(o.err, "\nOK")) << o;
 }
 

@@ -76,6 +76,38 @@ class PythonClient(unittest.TestCase):
             self.v1.read_namespaced_pod("py-trainer", NS)
         self.assertEqual(gone.exception.status, 404)
 
+    def test_a_job_is_polled_by_its_status_until_it_completes(self):
+        # The usual script: create a Job with BatchV1Api, poll read_namespaced_job_status (the
+        # status subresource) until it succeeds, read its pod's status and log, delete it.
+        batch = client.BatchV1Api()
+        job = client.V1Job(
+            metadata=client.V1ObjectMeta(name="py-job"),
+            spec=client.V1JobSpec(
+                backoff_limit=0,
+                template=client.V1PodTemplateSpec(spec=pod("x", ["sh", "-c", "echo job"]).spec),
+            ),
+        )
+        created = batch.create_namespaced_job(NS, job)
+        self.assertEqual(created.spec.backoff_limit, 0)
+        deadline = time.time() + 30
+        status = None
+        while time.time() < deadline:
+            status = batch.read_namespaced_job_status("py-job", NS).status
+            if status.succeeded or status.failed:
+                break
+            time.sleep(0.2)
+        self.assertEqual(status.succeeded, 1, status)
+        self.assertIn("Complete", [c.type for c in status.conditions])
+        pods = self.v1.list_namespaced_pod(NS, label_selector="job-name=py-job").items
+        self.assertEqual(len(pods), 1)
+        name = pods[0].metadata.name
+        self.assertEqual(self.v1.read_namespaced_pod_status(name, NS).status.phase, "Succeeded")
+        self.assertEqual(self.v1.read_namespaced_pod_log(name, NS), "job\n")
+        batch.delete_namespaced_job("py-job", NS, propagation_policy="Foreground")
+        with self.assertRaises(client.exceptions.ApiException) as gone:
+            batch.read_namespaced_job_status("no-such-job", NS)
+        self.assertEqual(gone.exception.status, 404)
+
     def test_errors_are_api_exceptions_with_kubernetes_reasons(self):
         with self.assertRaises(client.exceptions.ApiException) as missing:
             self.v1.read_namespaced_pod("no-such-pod", NS)

@@ -188,7 +188,8 @@ HttpResponse ControlPlane::kubeApi(Request& r) {
   if (t.subresource == "log" && !jobs) {
     return kubeLogs(r, tenant, *w, std::max(0, index), t.name);
   }
-  if (!t.subresource.empty()) {
+  // status: the object itself, as Kubernetes reads it (its status is all of it a client wants).
+  if (!t.subresource.empty() && t.subresource != "status") {
     return kube::statusResponse(404, "the server could not find the requested resource");
   }
   if (t.verb == "get") {

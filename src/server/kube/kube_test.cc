@@ -1063,8 +1063,11 @@ TEST(KubeObjectsTest, DiscoveryAndOpenApiSayWhatIsServedAndNoMore) {
   EXPECT_FALSE(acceptsAggregatedDiscovery("application/json"));
   ASSERT_TRUE(apiResourceList("", "v1"));
   EXPECT_EQ((*apiResourceList("", "v1"))["resources"][1]["name"], "pods/log");
+  EXPECT_EQ((*apiResourceList("", "v1"))["resources"][2]["name"], "pods/status");
+  EXPECT_EQ((*apiResourceList("", "v1"))["resources"][2]["verbs"], json({"get"}));
   ASSERT_TRUE(apiResourceList("batch", "v1"));
   EXPECT_EQ((*apiResourceList("batch", "v1"))["resources"][0]["kind"], "Job");
+  EXPECT_EQ((*apiResourceList("batch", "v1"))["resources"][1]["name"], "jobs/status");
   EXPECT_FALSE(apiResourceList("apps", "v1"));
 
   const json index = openApiIndex();
@@ -1082,6 +1085,9 @@ TEST(KubeObjectsTest, DiscoveryAndOpenApiSayWhatIsServedAndNoMore) {
   EXPECT_TRUE((*openApiDocument("apis/batch/v1"))["paths"].contains(
       "/apis/batch/v1/namespaces/{namespace}/jobs/{name}"));
   EXPECT_FALSE(openApiDocument("apis/apps/v1"));
+  // No schemas, but the section kubectl explain reads is there: it then says the kind is not in
+  // the schema rather than failing in its template ("index of nil pointer").
+  EXPECT_EQ((*doc)["components"]["schemas"], json::object());
 }
 
 TEST(KubeObjectsTest, ErrorsLeaveAsStatusObjectsAndABadTokenIs401) {

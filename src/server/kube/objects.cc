@@ -47,7 +47,7 @@ const std::vector<Resource>& resources() {
        {"po"},
        {"all"},
        {"create", "delete", "get", "list", "watch"},
-       {{"log", "Pod", {"get"}}}},
+       {{"log", "Pod", {"get"}}, {"status", "Pod", {"get"}}}},
       {"authorization.k8s.io",
        "v1",
        "selfsubjectaccessreviews",
@@ -67,7 +67,7 @@ const std::vector<Resource>& resources() {
        {},
        {"all"},
        {"create", "delete", "get", "list", "watch"},
-       {}},
+       {{"status", "Job", {"get"}}}},
       {"",
        "v1",
        "namespaces",
@@ -270,7 +270,8 @@ const std::map<std::string, OpenApiDocument>& openApiDocuments() {
     for (auto& [gv, items] : paths) {
       json doc = {{"openapi", "3.0.0"},
                   {"info", {{"title", "Tessera's Kubernetes API"}, {"version", kGitVersion}}},
-                  {"paths", std::move(items)}};
+                  {"paths", std::move(items)},
+                  {"components", {{"schemas", json::object()}}}};
       const std::string hash = audit::sha256Hex(doc.dump()).substr(0, 32);
       out[gv] = {std::move(doc), hash};
     }
