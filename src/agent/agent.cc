@@ -61,15 +61,16 @@ std::string byteSize(int64_t n) {
 
 }  // namespace
 
-void Agent::startPullLocked(const TaskAssignment& a) {
+void Agent::startPullLocked(const TaskAssignment& a, int failures) {
   const std::string id = a.spec.id;
   const uint32_t generation = a.generation;
   Pull& p = pulls_[id];
   if (p.thread.joinable()) {
-    p.thread.join();  // An older generation's, done: only its wake() may be left to run.
+    p.thread.join();  // An older generation's, or this one's that failed: only its wake() is left.
   }
   p = Pull{};
   p.generation = generation;
+  p.failures = failures;
   p.progress = "pulling image";
   p.progress_sent = false;
   TaskSpec spec = a.spec;
@@ -170,7 +171,7 @@ core::Status Agent::tick() {
     std::lock_guard lock(mu_);
     reports = outbox_;
     for (const auto& [id, p] : pulls_) {
-      if (!p.progress_sent && !p.done) {
+      if (!p.progress_sent && (!p.done || p.retry_at)) {  // Pulling, or backing off.
         TaskReport r;
         r.id = id;
         r.generation = p.generation;
@@ -370,6 +371,26 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
           continue;
         }
         const core::Status result = p->second.result;
+        if (result.code() == core::StatusCode::kUnavailable &&
+            p->second.failures < options_.pull_retries) {
+          // ImagePullBackOff: a cause that may pass; the task waits, and says why.
+          Pull& pull = p->second;
+          const core::TimePoint now = clock_.now();
+          if (!pull.retry_at) {
+            const auto wait = options_.pull_backoff * (int64_t{1} << std::min(pull.failures, 20));
+            pull.retry_at = now + wait;
+            pull.progress = fmt::format(
+                "ImagePullBackOff (retry {} of {} in {} s): {}", pull.failures + 1,
+                options_.pull_retries,
+                std::chrono::duration_cast<std::chrono::seconds>(wait).count(), result.message());
+            pull.progress_sent = false;
+          }
+          if (now >= *pull.retry_at) {
+            startPullLocked(a, pull.failures + 1);
+          }
+          continue;
+        }
+        const int failures = p->second.failures;
         ended_pulls.push_back(std::move(p->second.thread));
         pulls_.erase(p);
         if (!result.isOk()) {
@@ -379,6 +400,9 @@ void Agent::reconcile(const std::vector<TaskAssignment>& wanted) {
           r.generation = a.generation;
           r.state = TaskReport::State::kFailedToStart;
           r.error = result.message();
+          if (failures > 0) {
+            r.error += fmt::format(" (the pull was tried {} times)", failures + 1);
+          }
           outbox_.push_back(std::move(r));
           continue;
         }

@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -119,6 +120,13 @@ struct AgentOptions {
   std::string mig_minors = "/proc/driver/nvidia-caps/mig-minors";
   // Called when the loop should tick soon (an image pulled, its progress): the loop's wakeup.
   std::function<void()> wake;
+  // A pull that failed for a cause that may pass (the registry unreachable, a 5xx or 429, its
+  // token service down: kUnavailable) is tried again this many times, `pull_backoff` after the
+  // first failure and doubling (10 s, 20 s ... 160 s: about 5 minutes), the task waiting in
+  // ImagePullBackOff with its GPUs, as a kubelet does; then, or at once for a refusal or an image
+  // that is not there, the task fails to start.
+  int pull_retries = 5;
+  std::chrono::milliseconds pull_backoff{10000};
 };
 
 // The MIG capability device nodes a process of MIG device `device` opens (its GPU instance's
@@ -164,7 +172,8 @@ class Agent {
   void startOne(const TaskAssignment& a);
   // Starts the download of `a`'s image on a thread of its own (Runtime::pull); the task starts
   // at the first reconcile after it ended. Called with mu_ held.
-  void startPullLocked(const TaskAssignment& a);
+  // `failures`: how many times this generation's pull failed already (ImagePullBackOff).
+  void startPullLocked(const TaskAssignment& a, int failures = 0);
   // Makes the MIG instances of the MIG tasks in `starts` (one layout per GPU: the instances of
   // its tasks still running and of those starting) and points each at a copy in `prepared`
   // that names its MIG device, or says why it cannot start.
@@ -217,6 +226,8 @@ class Agent {
     std::string progress;
     bool progress_sent = true;
     std::thread thread;
+    int failures = 0;  // Transient failures of this generation's pull so far.
+    std::optional<core::TimePoint> retry_at;  // Backing off after one: when it is tried again.
   };
   std::map<std::string, Pull> pulls_;
   std::atomic<bool> cancel_pulls_{false};  // The agent is going: pulls stop.

@@ -160,8 +160,17 @@ core::Result<AgentConfig> readAgentConfig(const std::string& path) {
   }
   if (!containers.empty()) {
     core::JsonNode b(*containers[0].body, "container", path);
-    TESSERA_RETURN_IF_ERROR(b.checkKeys({"runtime", "path", "cdi_dir", "cdi_dynamic_dir",
-                                         "image_cache_max_mib", "user_namespace"}));
+    TESSERA_RETURN_IF_ERROR(
+        b.checkKeys({"runtime", "path", "cdi_dir", "cdi_dynamic_dir", "image_cache_max_mib",
+                     "user_namespace", "pull_retries", "pull_backoff_seconds"}));
+    if (b.has("pull_retries")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t n, b.child("pull_retries").integer(0, 20));
+      c.container.pull_retries = static_cast<int>(n);
+    }
+    if (b.has("pull_backoff_seconds")) {
+      TESSERA_ASSIGN_OR_RETURN(int64_t s, b.child("pull_backoff_seconds").integer(1, 600));
+      c.container.pull_backoff = std::chrono::seconds(s);
+    }
     if (b.has("user_namespace")) {
       TESSERA_ASSIGN_OR_RETURN(c.container.user_namespace, b.child("user_namespace").boolean());
     }

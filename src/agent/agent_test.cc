@@ -128,7 +128,9 @@ class PullingRuntime : public FakeRuntime {
     std::unique_lock lock(mu_);
     ++pulls_started;
     cv_.wait(lock, [&] { return results_.contains(spec.id); });
-    return results_[spec.id];
+    core::Status result = std::move(results_[spec.id]);
+    results_.erase(spec.id);  // Each pull ends with its own: one given per pull.
+    return result;
   }
   void finish(const std::string& id, core::Status result) {
     std::lock_guard lock(mu_);
@@ -203,6 +205,99 @@ TEST_F(AgentTest, ImagesArePulledOffTheLoopWithProgressThenTheTaskStarts) {
   ASSERT_TRUE(a.tick().isOk());
   EXPECT_EQ(runtime.pullsStarted(), 2);
   EXPECT_EQ(runtime.starts, std::vector<std::string>{"t.img.0"});
+}
+
+// A pull that fails for a cause that may pass (the registry unreachable) is tried again after a
+// back-off that doubles, the task waiting meanwhile and saying so (ImagePullBackOff), not
+// failing; once its retries are used the task fails to start, saying how often it was tried.
+TEST_F(AgentTest, APullThatMayPassIsRetriedAfterABackOffThenFails) {
+  PullingRuntime runtime;
+  AgentOptions options = options_;
+  options.pull_retries = 2;
+  options.pull_backoff = 10s;
+  Agent a("gpu-01", NodeGpus{}, server_, runtime, clock_, options);
+  server_.assign("t.img.0", 1);
+  auto pulls = [&](int n) {
+    for (int i = 0; i < 500 && runtime.pullsStarted() < n; ++i) {
+      std::this_thread::sleep_for(10ms);
+      EXPECT_TRUE(a.tick().isOk());
+    }
+    return runtime.pullsStarted() == n;
+  };
+  auto last = [&](TaskReport::State state) {
+    std::optional<TaskReport> out;
+    for (const TaskReport& r : server_.received) {
+      if (r.id == "t.img.0" && r.state == state) {
+        out = r;
+      }
+    }
+    return out;
+  };
+  // Ticks until the task's newest progress starts with `text`.
+  auto says = [&](const std::string& text) {
+    for (int i = 0; i < 500; ++i) {
+      EXPECT_TRUE(a.tick().isOk());
+      auto r = last(TaskReport::State::kStarting);
+      if (r && r->progress.starts_with(text)) {
+        return true;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
+  ASSERT_TRUE(pulls(1));
+  const core::Status down = core::unavailable("image r/x:1: cannot reach the registry at r");
+  runtime.finish("t.img.0", down);
+  ASSERT_TRUE(says("ImagePullBackOff (retry 1 of 2 in 10 s): image r/x:1: cannot reach"))
+      << last(TaskReport::State::kStarting)->progress;
+  EXPECT_FALSE(last(TaskReport::State::kFailedToStart));
+  clock_.advance(9s);
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime.pullsStarted(), 1) << "tried again before its back-off";
+  clock_.advance(1s);
+  ASSERT_TRUE(pulls(2));
+  runtime.finish("t.img.0", down);
+  ASSERT_TRUE(says("ImagePullBackOff (retry 2 of 2 in 20 s)"));
+  clock_.advance(20s);
+  ASSERT_TRUE(pulls(3));
+  runtime.finish("t.img.0", down);
+  for (int i = 0; i < 500 && !last(TaskReport::State::kFailedToStart); ++i) {
+    std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(a.tick().isOk());
+  }
+  const auto failed = last(TaskReport::State::kFailedToStart);
+  ASSERT_TRUE(failed);
+  EXPECT_EQ(failed->error, down.message() + " (the pull was tried 3 times)");
+  EXPECT_TRUE(runtime.starts.empty());
+  clock_.advance(60s);
+  ASSERT_TRUE(a.tick().isOk());
+  EXPECT_EQ(runtime.pullsStarted(), 3) << "not pulled again once failed";
+}
+
+// A task cancelled while its pull backs off is forgotten: its pull is not tried again.
+TEST_F(AgentTest, ATaskCancelledWhileItsPullBacksOffIsNotPulledAgain) {
+  PullingRuntime runtime;
+  Agent a("gpu-01", NodeGpus{}, server_, runtime, clock_, options_);
+  server_.assign("t.img.0", 1);
+  for (int i = 0; i < 500 && runtime.pullsStarted() < 1; ++i) {
+    std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(a.tick().isOk());
+  }
+  runtime.finish("t.img.0", core::unavailable("registry down"));
+  for (int i = 0; i < 50; ++i) {
+    std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(a.tick().isOk());
+  }
+  server_.unassign("t.img.0");  // Cancelled.
+  ASSERT_TRUE(a.tick().isOk());
+  clock_.advance(std::chrono::minutes(10));
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(a.tick().isOk());
+  }
+  EXPECT_EQ(runtime.pullsStarted(), 1);
+  for (const TaskReport& r : server_.received) {
+    EXPECT_NE(r.state, TaskReport::State::kFailedToStart) << r.error;
+  }
 }
 
 TEST_F(AgentTest, StartsWhatIsAssignedAndReportsEachChangeOnce) {

@@ -72,6 +72,10 @@ struct ContainerOptions {
   // recently used first while the cache holds more than image_cache_max_mib (0: no cap).
   std::chrono::seconds keep_unused{3600};
   int64_t image_cache_max_mib = 0;
+  // A pull that fails for a cause that may pass is tried again this many times, `pull_backoff`
+  // after the first failure and doubling (AgentOptions::pull_retries, docs/agent.md).
+  int pull_retries = 5;
+  std::chrono::seconds pull_backoff{10};
   RegistryOptions registries;  // CA files and mirrors by registry (agent/registry.h).
 };
 

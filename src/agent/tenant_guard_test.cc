@@ -228,19 +228,28 @@ TEST(AgentConfigTest, TheContainerBlockChoosesTheRuntime) {
       ::testing::TempDir() + "agent-container-" + std::to_string(::getpid()) + ".hcl";
   std::ofstream(path) << "gpus { backend = \"sim\"  profile = \"t4-2x\" }\n"
                       << "container {\n  runtime = \"crun\"\n  path = \"/opt/crun\"\n"
-                      << "  cdi_dir = \"/var/run/cdi\"\n}\n";
+                      << "  cdi_dir = \"/var/run/cdi\"\n"
+                      << "  pull_retries = 2\n  pull_backoff_seconds = 3\n}\n";
   auto config = readAgentConfig(path);
   ASSERT_TRUE(config.isOk()) << config.status().message();
   EXPECT_EQ(config->container.runtime, "crun");
   EXPECT_EQ(config->container.runtime_path, "/opt/crun");
   EXPECT_EQ(config->container.cdi_dir, "/var/run/cdi");
+  EXPECT_EQ(config->container.pull_retries, 2);
+  EXPECT_EQ(config->container.pull_backoff, std::chrono::seconds(3));
+  std::ofstream(path) << "container { pull_backoff_seconds = 0 }\n";
+  auto zero = readAgentConfig(path);
+  ASSERT_FALSE(zero.isOk());
+  EXPECT_NE(zero.status().message().find("pull_backoff_seconds"), std::string::npos)
+      << zero.status().message();
   std::ofstream(path) << "container { runtime = \"docker\" }\n";
   auto bad = readAgentConfig(path);
   ASSERT_FALSE(bad.isOk());
   EXPECT_NE(bad.status().message().find("expected runc or crun"), std::string::npos)
       << bad.status().message();
   std::ofstream(path) << "gpus { backend = \"sim\"  profile = \"t4-2x\" }\n";
-  EXPECT_EQ(readAgentConfig(path)->container.runtime, "runc");  // The default.
+  EXPECT_EQ(readAgentConfig(path)->container.runtime, "runc");  // The defaults.
+  EXPECT_EQ(readAgentConfig(path)->container.pull_retries, 5);
   std::remove(path.c_str());
 }
 

@@ -617,6 +617,8 @@ int runAgentLoop(const AgentSettings& f, const std::atomic<bool>& stop) {
   agent::AgentOptions options;
   options.fence_after = fence_after;
   options.credentials = &credentials;
+  options.pull_retries = config.container.pull_retries;  // ImagePullBackOff.
+  options.pull_backoff = config.container.pull_backoff;
   // MIG slices' instances: made through NVML on real GPUs, recorded (with UUIDs) on simulated.
   std::unique_ptr<agent::MigManager> mig;
   if (gpus->backend == "nvml") {

@@ -442,7 +442,10 @@ TEST_F(ContainerTest, ImagesThatCannotBeRunSayWhy) {
   }
   Response r = submit("shm", {{"shmMiB", 64}, {"command", {"true"}}});
   EXPECT_EQ(r.status, 400U) << r.raw;
-  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}));
+  // No pull retries: an unreachable registry fails the task at once (registry_test covers the
+  // back-off).
+  std::ofstream(dir_ / "agent.hcl") << "container {\n  pull_retries = 0\n}\n";
+  ASSERT_NO_FATAL_FAILURE(startAgents({"gpu-a"}, {"--config", (dir_ / "agent.hcl").string()}));
   ASSERT_EQ(submit("missing", {{"image", "oci-archive:/no/such/image.tar"}, {"command", {"true"}}})
                 .status,
             202U);

@@ -725,9 +725,9 @@ TEST_F(KubeTest, AnIndexedJobRunsItsPodsAtOnceWithTheirIndexAndCompletes) {
 }
 
 // A Job's pods are recreated after the Job controller's back-off, not at once: a pod whose image
-// cannot be pulled (a registry nobody answers at) shows StartError, never Completed, and the
-// Job waits 10 s before its next attempt, so a registry down for a moment does not use up its
-// backoffLimit in a second; once the attempts are used it fails.
+// is not there shows StartError, never Completed, and the Job waits 10 s before its next
+// attempt, so a failure does not use up its backoffLimit in a second; once the attempts are used
+// it fails. A pod whose registry does not answer waits in ImagePullBackOff, as a kubelet's does.
 TEST_F(KubeTest, AJobWhosePodCannotStartBacksOffAndShowsStartError) {
   const std::string token = tenantToken("kube-p");
   const fs::path config = kubeconfig(token, "p.kubeconfig");
@@ -742,7 +742,7 @@ spec:
       restartPolicy: Never
       containers:
       - name: main
-        image: 127.0.0.1:1/team/none:1
+        image: oci-archive:/no/such/image.tar
         command: ["sh", "-c", "echo never"]
         resources:
           limits:
@@ -770,7 +770,7 @@ spec:
   Outcome events =
       kubectl(config, {"get", "events", "--field-selector", "involvedObject.name=unpulled"});
   EXPECT_TRUE(contains(events.out, "BackOff")) << events;
-  EXPECT_TRUE(contains(events.out, "127.0.0.1:1")) << events;
+  EXPECT_TRUE(contains(events.out, "no such file")) << events;
   EXPECT_TRUE(contains(events.out, "attempt 2 starts in 10 s")) << events;
   const json waiting =
       json::parse(kubectl(config, {"get", "job", "unpulled", "-o", "json"}).out, nullptr, false);
@@ -788,6 +788,37 @@ spec:
   EXPECT_EQ(reason.out, "BackoffLimitExceeded") << reason;
   EXPECT_TRUE(contains(kubectl(config, {"get", "job", "unpulled"}).out, "unpulled   Failed   0/1"))
       << kubectl(config, {"get", "job", "unpulled"});
+
+  // A registry nobody answers at (a closed loopback port): the pod waits, its pull tried again
+  // after a back-off, and says so in kubectl's words; deleting it ends the wait.
+  const std::string pod_yaml = R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: backoff
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: 127.0.0.1:1/team/none:1
+    command: ["true"]
+)";
+  ASSERT_EQ(kubectl(config, {"create", "-f", manifest("backoff.yaml", pod_yaml).string()}).rc, 0);
+  Outcome backoff;
+  for (int i = 0; i < 100 && !contains(backoff.out, "ImagePullBackOff"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    backoff = kubectl(config, {"get", "pod", "backoff"});
+  }
+  EXPECT_TRUE(contains(backoff.out, "backoff   0/1     ImagePullBackOff")) << backoff;
+  const std::string message = kubectl(config, {"get", "pod", "backoff", "-o",
+                                               "jsonpath={.status.containerStatuses[0].state."
+                                               "waiting.message}"})
+                                  .out;
+  EXPECT_TRUE(message.starts_with("ImagePullBackOff (retry 1 of 5 in 10 s): ")) << message;
+  EXPECT_TRUE(contains(message, "cannot reach the registry at https://127.0.0.1:1")) << message;
+  EXPECT_EQ(kubectl(config, {"get", "pod", "backoff", "-o", "jsonpath={.status.phase}"}).out,
+            "Pending");
+  Outcome deleted = kubectl(config, {"delete", "pod", "backoff", "--timeout=30s"});
+  EXPECT_EQ(deleted.rc, 0) << deleted;
 }
 
 const char* kEnvPod = R"(apiVersion: v1

@@ -241,7 +241,10 @@ class RegistryTest : public ::testing::Test {
     relay_ = std::make_unique<SlowRelay>(port_, 150'000);
     ASSERT_NE(relay_->port(), 0);
     slow_registry_ = "127.0.0.1:" + std::to_string(relay_->port());
-    std::ofstream(dir_ / "agent.hcl") << "registry \"" << registry_ << "\" {\n  ca_file = \""
+    // A registry that cannot be reached is tried again twice, 1 s then 2 s later.
+    std::ofstream(dir_ / "agent.hcl") << "container {\n  pull_retries = 2\n"
+                                      << "  pull_backoff_seconds = 1\n}\n"
+                                      << "registry \"" << registry_ << "\" {\n  ca_file = \""
                                       << (dir_ / "ca.pem").string() << "\"\n}\n"
                                       << "registry \"" << slow_registry_ << "\" {\n  ca_file = \""
                                       << (dir_ / "ca.pem").string() << "\"\n}\n";
@@ -440,15 +443,30 @@ TEST_F(RegistryTest, TenantsPullWithTheirOwnCredentialsAndNobodyElses) {
   EXPECT_NE(workload("team-a", "missing").dump().find("MANIFEST_UNKNOWN"), std::string::npos)
       << workload("team-a", "missing").dump();
 
-  // The registry stopped: the task fails saying it cannot be reached.
+  // The registry stopped: the task waits in ImagePullBackOff, its pull tried again after 1 s
+  // and 2 s (the agent's container { pull_retries = 2 }), then fails saying it cannot be
+  // reached and how often it was tried.
   registry_process_->stop();
   ASSERT_EQ(
       submit("team-a", "offline", {{"image", tag}, {"pullSecret", "reg"}, {"command", cat}}).status,
       202U);
+  std::string waiting;
+  for (int i = 0; i < 300 && waiting.empty(); ++i) {
+    const json task = workload("team-a", "offline")["status"]["tasks"][0];
+    if (task.value("progress", "").starts_with("ImagePullBackOff (retry ")) {
+      waiting = task.dump();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_FALSE(waiting.empty()) << workload("team-a", "offline").dump();
+  EXPECT_NE(waiting.find("cannot reach the registry"), std::string::npos) << waiting;
   ASSERT_EQ(finish("team-a", "offline"), "failed");
   EXPECT_NE(workload("team-a", "offline")
                 .dump()
                 .find("cannot reach the registry at https://" + registry_),
+            std::string::npos)
+      << workload("team-a", "offline").dump();
+  EXPECT_NE(workload("team-a", "offline").dump().find("(the pull was tried 3 times)"),
             std::string::npos)
       << workload("team-a", "offline").dump();
 

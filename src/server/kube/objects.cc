@@ -622,7 +622,9 @@ json podOf(json metadata, json spec, const std::string& phase, const TaskStatus&
     state = {{"terminated", std::move(t)}};
   } else {
     const bool placed = task.state == "starting";
-    json w = {{"reason", placed ? "ContainerCreating" : "Pending"}};
+    // Its node backing off a pull that failed for a cause that may pass: the kubelet's words.
+    const bool backoff = placed && task.progress.starts_with("ImagePullBackOff");
+    json w = {{"reason", backoff ? "ImagePullBackOff" : placed ? "ContainerCreating" : "Pending"}};
     if (!task.progress.empty()) {
       w["message"] = task.progress;
     }
