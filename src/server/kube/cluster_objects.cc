@@ -83,6 +83,18 @@ std::string evictionReason(const std::string& text) {
   return "Evicted";
 }
 
+// Whether a pod's container has started: it runs, or it ended after running (not a StartError:
+// its node could not start it). One still being created or backing off a pull has not.
+bool containerStarted(const json& pod) {
+  const json& statuses = pod["status"].value("containerStatuses", json::array());
+  if (statuses.empty() || !statuses[0].contains("state")) {
+    return false;
+  }
+  const json& state = statuses[0]["state"];
+  return state.contains("running") ||
+         (state.contains("terminated") && state["terminated"].value("reason", "") != "StartError");
+}
+
 }  // namespace
 
 std::vector<json> eventsOf(const std::string& tenant, const WorkloadRecord& r,
@@ -91,6 +103,14 @@ std::vector<json> eventsOf(const std::string& tenant, const WorkloadRecord& r,
   const bool job = isJob(r);
   const std::vector<json> pods = podsOf(tenant, r, status);
   const Involved whole = job ? involvedJob(tenant, r) : involvedPod(pods.front());
+  // The last time it was placed: its pods' Started waits for their containers to start (an
+  // image pull, ImagePullBackOff); an earlier placement's is told as it was recorded.
+  size_t last_running = 0;
+  for (size_t i = 0; i < r.events.size(); ++i) {
+    if (r.events[i].event == "running") {
+      last_running = i + 1;
+    }
+  }
   size_t seq = 0;
   for (const WorkloadEvent& e : r.events) {
     ++seq;
@@ -111,7 +131,9 @@ std::vector<json> eventsOf(const std::string& tenant, const WorkloadRecord& r,
           out.push_back(event(p, seq, e.time, false, "Scheduled",
                               "Successfully assigned " + p.ns + "/" +
                                   pod["metadata"].value("name", "") + " to " + node));
-          out.push_back(event(p, seq, e.time, false, "Started", "Started container main"));
+          if (seq != last_running || containerStarted(pod)) {
+            out.push_back(event(p, seq, e.time, false, "Started", "Started container main"));
+          }
         }
       }
     } else if (what == "succeeded") {

@@ -941,6 +941,40 @@ TEST(KubeObjectsTest, EventsSayWhatHappenedInKubernetesReasonsAndTesserasWords) 
   EXPECT_EQ(jev[0]["message"], "Created pod: " + taskPodName("team-1", j, 0));
   EXPECT_EQ(jev[2]["reason"], "Completed");
   EXPECT_EQ(jev[2]["involvedObject"]["kind"], "Job");
+
+  // Placed, its image still coming (or its pull backing off): Scheduled, not yet Started; once
+  // its container runs, Started. One its node could not start never was.
+  WorkloadRecord placed = record(WorkloadPhase::kRunning);
+  placed.events = {{"2026-12-04T10:00:00Z", "submitted", ""},
+                   {"2026-12-04T10:00:01Z", "running", ""}};
+  WorkloadStatus starting;
+  starting.phase = WorkloadPhase::kRunning;
+  starting.tasks.resize(1);
+  starting.tasks[0].state = "starting";
+  starting.tasks[0].node = "gpu-a";
+  starting.tasks[0].progress = "ImagePullBackOff (retry 1 of 5 in 10 s): registry down";
+  auto reasonsOf = [](const std::vector<json>& events) {
+    std::vector<std::string> out;
+    for (const json& e : events) {
+      out.push_back(e["reason"]);
+    }
+    return out;
+  };
+  EXPECT_EQ(reasonsOf(eventsOf("team-1", placed, starting)),
+            std::vector<std::string>({"Scheduled"}));
+  WorkloadStatus running = starting;
+  running.tasks[0].state = "running";
+  running.tasks[0].progress.clear();
+  EXPECT_EQ(reasonsOf(eventsOf("team-1", placed, running)),
+            std::vector<std::string>({"Scheduled", "Started"}));
+  WorkloadStatus unstarted = starting;
+  unstarted.phase = WorkloadPhase::kFailed;
+  unstarted.reason = "task 0 on node gpu-a could not start: no such file";
+  unstarted.tasks[0].state = "finished";
+  unstarted.tasks[0].start_failed = true;
+  placed.events.push_back({"2026-12-04T10:00:02Z", "failed", unstarted.reason});
+  EXPECT_EQ(reasonsOf(eventsOf("team-1", placed, unstarted)),
+            std::vector<std::string>({"Scheduled", "Failed"}));
 }
 
 TEST(KubeObjectsTest, ANodeShowsItsGpusAsTheDevicePluginWould) {
