@@ -3,6 +3,8 @@
 // the real binary with the real kubectl.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "core/rfc3339.h"
 #include "server/kube/access.h"
 #include "server/kube/objects.h"
@@ -738,6 +740,49 @@ TEST(KubeProtobufTest, AJobAndAPodReadAsTheirJson) {
   EXPECT_NE(error(k8sBody("batch/v1", "Job", bytesField(2, bytesField(7, "6"))))
                 .find("spec.backoffLimit: wire type 2"),
             std::string::npos);
+}
+
+// A Job body cut, grown or with bytes changed anywhere (a client's bug, an attacker) decodes or
+// is refused with a "protobuf body" error; it never throws, and what decodes reads as a Job or is
+// refused as one.
+TEST(KubeProtobufTest, MangledJobBodiesAreDecodedOrRefusedNeverCrash) {
+  const std::string limits =
+      bytesField(1, bytesField(1, "nvidia.com/gpu") + bytesField(2, bytesField(1, "1")));
+  const std::string container = bytesField(1, "main") + bytesField(2, "busybox") +
+                                bytesField(3, "sh") + bytesField(3, "true") + bytesField(8, limits);
+  const std::string pod = bytesField(1, bytesField(1, "v") + bytesField(2, bytesField(2, ""))) +
+                          bytesField(2, container + bytesField(7, bytesField(1, "A"))) +
+                          bytesField(3, "Never");
+  const std::string spec = varint(1 << 3) + varint(1) + varint(7 << 3) + varint(0) +
+                           bytesField(6, bytesField(1, entry(11, "app", "x")) + bytesField(2, pod));
+  const std::string job = bytesField(1, bytesField(1, "j")) + bytesField(2, spec);
+  std::mt19937 rng(42);
+  int decoded = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string raw = job;
+    for (int edits = 1 + static_cast<int>(rng() % 4); edits > 0 && !raw.empty(); --edits) {
+      const size_t at = rng() % raw.size();
+      switch (rng() % 3) {
+        case 0:
+          raw[at] = static_cast<char>(rng());
+          break;
+        case 1:
+          raw.erase(at, 1);
+          break;
+        default:
+          raw.insert(at, 1, static_cast<char>(rng()));
+      }
+    }
+    core::Result<json> r = core::internalError("not run");
+    ASSERT_NO_THROW(r = decodeProtobuf(k8sBody("batch/v1", "Job", raw))) << i;
+    if (!r.isOk()) {
+      EXPECT_TRUE(r.status().message().starts_with("protobuf body: ")) << r.status().message();
+      continue;
+    }
+    ++decoded;
+    ASSERT_NO_THROW((void)workloadFromJob(*r, "default", false)) << r->dump();
+  }
+  EXPECT_GT(decoded, 0);  // Some edits leave a Job (a changed letter of a name, say).
 }
 
 TEST(KubeObjectsTest, SecretsAndConfigMapsAreKvDataAndBackAndTheirErrorsNameTheField) {
