@@ -89,25 +89,39 @@ core::Result<std::string> text(const Field& f, const std::string& where) {
   return std::string(f.bytes);
 }
 
-// A map field's entry ({1: key, 2: value}) into `out`; `bytes`: the value is bytes, kept as
-// base64 (as JSON carries them).
-core::Status mapEntry(const Field& f, json& out, const std::string& where, bool bytes = false) {
+// A map field's entry ({1: key, 2: value}): its key, and its value's field as sent (an empty
+// string when there is none).
+struct MapEntry {
+  std::string key;
+  Field value{.number = 2, .wire = 2};
+};
+
+core::Result<MapEntry> mapEntryOf(const Field& f, const std::string& where) {
   if (f.wire != 2) {
     return malformed(where, "expected a map entry");
   }
-  TESSERA_ASSIGN_OR_RETURN(auto entry, fieldsOf(f.bytes, where));
-  std::string key;
-  std::string value;
-  for (const Field& e : entry) {
+  TESSERA_ASSIGN_OR_RETURN(auto fields, fieldsOf(f.bytes, where));
+  MapEntry entry;
+  for (const Field& e : fields) {
     if (e.number == 1) {
-      TESSERA_ASSIGN_OR_RETURN(key, text(e, where + " key"));
+      TESSERA_ASSIGN_OR_RETURN(entry.key, text(e, where + " key"));
     } else if (e.number == 2) {
-      if (bytes) {
-        value = audit::base64Encode(e.bytes);
-      } else {
-        TESSERA_ASSIGN_OR_RETURN(value, text(e, where + "[" + key + "]"));
-      }
+      entry.value = e;
     }
+  }
+  return entry;
+}
+
+// A map field's entry into `out`; `bytes`: the value is bytes, kept as base64 (as JSON carries
+// them).
+core::Status mapEntry(const Field& f, json& out, const std::string& where, bool bytes = false) {
+  TESSERA_ASSIGN_OR_RETURN(MapEntry entry, mapEntryOf(f, where));
+  const std::string& key = entry.key;
+  std::string value;
+  if (bytes) {
+    value = audit::base64Encode(entry.value.bytes);
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(value, text(entry.value, where + "[" + key + "]"));
   }
   if (!out.is_object()) {
     out = json::object();
@@ -326,6 +340,18 @@ bool unset(const Field& f) { return f.wire == 2 ? f.bytes.empty() : f.varint == 
 core::Result<json> messageOf(std::string_view bytes, const MessageTable& table,
                              const std::string& where);
 
+// A resource.Quantity message: its field 1, the quantity as JSON writes it ("1", "16Gi").
+core::Result<std::string> quantityOf(std::string_view message, const std::string& where) {
+  TESSERA_ASSIGN_OR_RETURN(auto fields, fieldsOf(message, where));
+  std::string value;
+  for (const Field& e : fields) {
+    if (e.number == 1) {
+      TESSERA_ASSIGN_OR_RETURN(value, text(e, where));
+    }
+  }
+  return value;
+}
+
 // One field's value, by its table entry, into `out` (the enclosing object).
 core::Status readField(const Field& f, const FieldTable& t, json& out, const std::string& where) {
   const std::string path = where.empty() ? t.name : where + "." + t.name;
@@ -367,34 +393,16 @@ core::Status readField(const Field& f, const FieldTable& t, json& out, const std
     }
     case Kind::kStringMap:
       return mapEntry(f, out[t.name], path);
-    case Kind::kQuantity:
+    case Kind::kQuantity: {
+      TESSERA_RETURN_IF_ERROR(expect(2));
+      TESSERA_ASSIGN_OR_RETURN(out[t.name], quantityOf(f.bytes, path));
+      return core::Status::ok();
+    }
     case Kind::kQuantityMap: {
       TESSERA_RETURN_IF_ERROR(expect(2));
-      std::string_view quantity = f.bytes;
-      std::string key;
-      if (t.kind == Kind::kQuantityMap) {  // {1: key, 2: Quantity}.
-        TESSERA_ASSIGN_OR_RETURN(auto entry, fieldsOf(f.bytes, path));
-        quantity = {};
-        for (const Field& e : entry) {
-          if (e.number == 1) {
-            TESSERA_ASSIGN_OR_RETURN(key, text(e, path + " key"));
-          } else if (e.number == 2 && e.wire == 2) {
-            quantity = e.bytes;
-          }
-        }
-      }
-      TESSERA_ASSIGN_OR_RETURN(auto q, fieldsOf(quantity, path));
-      std::string value;
-      for (const Field& e : q) {
-        if (e.number == 1) {
-          TESSERA_ASSIGN_OR_RETURN(value, text(e, path));
-        }
-      }
-      if (t.kind == Kind::kQuantity) {
-        out[t.name] = value;
-      } else {
-        out[t.name][key] = value;
-      }
+      TESSERA_ASSIGN_OR_RETURN(MapEntry entry, mapEntryOf(f, path));  // {1: key, 2: Quantity}.
+      const std::string_view quantity = entry.value.wire == 2 ? entry.value.bytes : "";
+      TESSERA_ASSIGN_OR_RETURN(out[t.name][entry.key], quantityOf(quantity, path));
       return core::Status::ok();
     }
     case Kind::kMessage:
